@@ -1,0 +1,38 @@
+"""The errors a user of neuron-args can cause or catch.
+
+All derive from :class:`NeuronArgsError`, so one ``except`` catches every failure this
+library raises on purpose. Each message names the graph type, the key and what to change.
+"""
+from __future__ import annotations
+
+
+class NeuronArgsError(Exception):
+    """Base of every error neuron-args raises on purpose."""
+
+
+class CompilerArgsError(NeuronArgsError, ValueError):
+    """A neuronx-cc argument list is malformed or holds an unknown flag."""
+
+
+class PolicyError(NeuronArgsError):
+    """A model's ``compiler_args_for`` policy raised, returned a wrong type, or is not deterministic."""
+
+
+class CacheMissError(NeuronArgsError):
+    """A graph was not in the compile cache while ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` was set."""
+
+
+class CacheKeyArgsConflict(NeuronArgsError):
+    """One cache key (native seam: graph and shapes only) was compiled with two argument sets."""
+
+
+class CompileError(NeuronArgsError):
+    """The compiler (neuronx-cc or the embedded local compiler) failed for one graph."""
+
+
+class LoweringError(NeuronArgsError):
+    """An FX graph could not be lowered to HLO (symbolic shapes, an unsupported op...)."""
+
+
+class TraceError(NeuronArgsError):
+    """A parallel-trace child crashed, hung past its deadline, or raised."""

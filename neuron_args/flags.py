@@ -1,0 +1,539 @@
+"""The neuronx-cc ``compile`` option table and the helpers built on it.
+
+A per-graph policy edits argument lists; the cache keys on them; the manifest records them.
+All three need the same answer to "which tokens are one option, and what is its value?",
+so the answer lives here, in one small table of the documented options. Pure Python: this
+module must import without torch or jax.
+
+Two modes read a list:
+
+* strict (``parse_compiler_args``, ``validate_compiler_args``, ``canonical_compiler_args``)
+  raises :class:`CompilerArgsError` on anything neuronx-cc would reject, so a policy typo
+  fails on a laptop instead of in the nightly hardware run;
+* lenient (``with_optimization_level``, ``remove_options``, ``option_value``,
+  ``optimization_level``, ``manifest_compiler_flags``) keeps tokens it cannot identify
+  untouched, because those helpers edit or report lists they do not own.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from neuron_args.errors import CompilerArgsError
+
+__all__ = [
+    "KNOWN_TARGETS",
+    "OPT_LEVELS",
+    "Flag",
+    "OptionSpec",
+    "OPTIONS",
+    "canonical_compiler_args",
+    "closest_option",
+    "has_option",
+    "manifest_compiler_flags",
+    "optimization_level",
+    "option_value",
+    "parse_compiler_args",
+    "remove_options",
+    "split_compiler_args",
+    "validate_compiler_args",
+    "with_optimization_level",
+]
+
+KNOWN_TARGETS: tuple[str, ...] = ("inf2", "trn1", "trn1n", "trn2", "trn3")
+OPT_LEVELS: tuple[int, ...] = (1, 2, 3)
+
+OPTLEVEL = "--optlevel"
+INTERNAL_PREFIX = "--internal-"
+
+# Value kinds of an option.
+SWITCH = "switch"  # no value
+CHOICE = "choice"  # one of `choices`
+INT = "int"  # a positive integer
+PATH = "path"  # a file system path (machine specific: left out of the key and manifest)
+TEXT = "text"  # any non-empty string
+OPAQUE = "opaque"  # a string handed to an inner tool; order sensitive, may start with "-"
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One documented neuronx-cc option: its canonical long name, other spellings, value kind."""
+
+    name: str
+    kind: str
+    aliases: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+
+    @property
+    def takes_value(self) -> bool:
+        return self.kind != SWITCH
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("--target", CHOICE, choices=KNOWN_TARGETS),
+    OptionSpec(OPTLEVEL, CHOICE, aliases=("-O",), choices=tuple(str(n) for n in OPT_LEVELS)),
+    OptionSpec("--auto-cast", CHOICE, choices=("none", "matmult", "all")),
+    OptionSpec("--auto-cast-type", CHOICE, choices=("bf16", "fp16", "tf32", "fp8_e4m3")),
+    OptionSpec("--model-type", CHOICE, choices=("generic", "transformer", "unet-inference")),
+    OptionSpec("--logical-nc-config", CHOICE, aliases=("--lnc", "-lnc"), choices=("1", "2")),
+    OptionSpec("--native-int64", CHOICE, choices=("enabled", "disabled")),
+    OptionSpec("--implicit-integer-downcast", TEXT),
+    OptionSpec("--enable-saturate-infinity", SWITCH),
+    OptionSpec("--enable-mixed-precision-accumulation", SWITCH),
+    OptionSpec("--enable-fast-context-switch", SWITCH),
+    OptionSpec("--enable-fast-loading-neuron-binaries", SWITCH),
+    OptionSpec("--enable-internal-neff-wrapper", SWITCH),
+    OptionSpec("--framework", CHOICE, choices=("XLA", "TENSORFLOW", "PYTORCH")),
+    OptionSpec("--verbose", CHOICE, choices=("debug", "info", "warning", "error", "critical")),
+    OptionSpec("--distribution-strategy", CHOICE, choices=("llm-training",)),
+    OptionSpec("--pipeline", TEXT),
+    OptionSpec("--num-parallel-jobs", INT, aliases=("--jobs",)),
+    OptionSpec("--output", PATH),
+    OptionSpec("--logfile", PATH),
+    OptionSpec("--workdir", PATH),
+    OptionSpec("--compile_workdir", PATH),
+    OptionSpec("--tensorizer-options", OPAQUE),
+    OptionSpec("--hlo2tensorizer-options", OPAQUE),
+)
+
+_BY_SPELLING: dict[str, OptionSpec] = {
+    spelling: spec for spec in OPTIONS for spelling in (spec.name, *spec.aliases)
+}
+# Options that name a place on this machine: they do not change the program.
+MACHINE_SPECIFIC: frozenset[str] = frozenset(s.name for s in OPTIONS if s.kind == PATH)
+_NEGATIVE_NUMBER = re.compile(r"-\d+$")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One parsed option: canonical name, value (None for a switch), the tokens as given."""
+
+    name: str
+    value: str | None
+    tokens: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One scanned stretch of tokens; ``name`` is None for a token nothing could identify."""
+
+    name: str | None
+    value: str | None
+    start: int
+    end: int  # exclusive
+    problem: str | None = None  # why strict parsing rejects it
+
+
+# ----------------------------------------------------------------------------- splitting
+
+
+def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
+    """Return the argument tokens as a new list.
+
+    A string (``NEURON_CC_FLAGS`` style) is split shell-style, honouring quotes; a list or
+    tuple keeps each item whole, so ``"--tensorizer-options=--a --b"`` stays one token.
+    """
+    if args is None:
+        return []
+    if isinstance(args, str):
+        try:
+            return shlex.split(args)
+        except ValueError as exc:
+            raise CompilerArgsError(
+                f"cannot split compiler args {args!r} shell-style ({exc}); "
+                "close the quote or pass a list of tokens"
+            ) from None
+    if isinstance(args, (bytes, bytearray)) or not isinstance(args, Sequence):
+        raise TypeError(
+            "compiler args must be a string, a list or tuple of strings, or None; "
+            f"got {type(args).__name__} {args!r}"
+        )
+    tokens = list(args)
+    for index, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise TypeError(
+                "compiler args must be a list or tuple of strings; item "
+                f"{index} is {type(token).__name__} {token!r}"
+            )
+    return tokens
+
+
+# ----------------------------------------------------------------------------- scanning
+
+
+def _is_option_like(token: str) -> bool:
+    return token.startswith("-") and not _NEGATIVE_NUMBER.match(token) and token != "-"
+
+
+def _is_known_spelling(token: str) -> bool:
+    """True when ``token`` starts an option this table identifies (its value form included)."""
+    head = token.split("=", 1)[0]
+    return (
+        head in _BY_SPELLING
+        or (token.startswith("-O") and len(token) > 2)
+        or (head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX))
+    )
+
+
+def _scan(tokens: list[str]) -> list[_Item]:
+    """Group tokens into options. Never raises: problems are recorded on the items."""
+    items: list[_Item] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        token = tokens[i]
+        head, eq, inline = token.partition("=")
+
+        # -O<n>, -O <n>, and the invalid -O=<n>
+        if token.startswith("-O"):
+            if token == "-O":
+                if i + 1 < n and not _is_option_like(tokens[i + 1]):
+                    items.append(_Item(OPTLEVEL, tokens[i + 1], i, i + 2))
+                    i += 2
+                else:
+                    items.append(_Item(OPTLEVEL, None, i, i + 1, "missing value"))
+                    i += 1
+                continue
+            rest = token[2:]
+            if rest.startswith("="):
+                items.append(
+                    _Item(OPTLEVEL, None, i, i + 1,
+                          f"'{token}' is not a valid -O spelling; write '-O{rest[1:]}' or "
+                          f"'--optlevel={rest[1:]}'")
+                )
+            else:
+                items.append(_Item(OPTLEVEL, rest, i, i + 1))
+            i += 1
+            continue
+
+        # --internal-*: opaque pass-through; its value only ever comes with '='
+        if head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX):
+            items.append(_Item(head, inline if eq else None, i, i + 1))
+            i += 1
+            continue
+
+        spec = _BY_SPELLING.get(head)
+        if spec is None:
+            if _is_option_like(token) and token != "--":
+                items.append(_Item(None, None, i, i + 1, "unknown flag"))
+            else:
+                items.append(_Item(None, None, i, i + 1, "stray token"))
+            i += 1
+            continue
+
+        if not spec.takes_value:
+            problem = f"'{head}' is a switch and takes no value" if eq else None
+            items.append(_Item(spec.name, None, i, i + 1, problem))
+            i += 1
+            continue
+        if eq:
+            items.append(_Item(spec.name, inline, i, i + 1))
+            i += 1
+            continue
+        # value in the next token: an opaque value may start with '-' (it is another tool's
+        # options) unless it is itself one of ours (a token holding a space never is, as in
+        # argparse); other values may not look like options.
+        if i + 1 < n:
+            nxt = tokens[i + 1]
+            if spec.kind == OPAQUE:
+                takes_next = any(c.isspace() for c in nxt) or not _is_known_spelling(nxt)
+            else:
+                takes_next = not _is_option_like(nxt)
+            if takes_next:
+                items.append(_Item(spec.name, nxt, i, i + 2))
+                i += 2
+                continue
+        items.append(_Item(spec.name, None, i, i + 1, "missing value"))
+        i += 1
+    return items
+
+
+# ----------------------------------------------------------------------------- strict parse
+
+
+def _context(graph_type: str | None) -> str:
+    """Message prefix: which argument list is wrong."""
+    return f"compiler args for graph type {graph_type!r}: " if graph_type is not None else "compiler args: "
+
+
+def _spec_of(name: str) -> OptionSpec | None:
+    return _BY_SPELLING.get(name)
+
+
+def _value_problem(spec: OptionSpec, value: str) -> str | None:
+    if spec.kind == CHOICE and value not in spec.choices:
+        allowed = ", ".join(spec.choices)
+        if spec.name == OPTLEVEL:
+            return f"bad optimization level {value!r}; allowed levels are {allowed} (write -O1, -O2 or -O3)"
+        return f"invalid value {value!r} for '{spec.name}'; allowed values are {allowed}"
+    if spec.kind == INT and not (value.isdigit() and int(value) > 0):
+        return f"invalid value {value!r} for '{spec.name}'; expected a positive integer"
+    if spec.kind in (PATH, TEXT) and value == "":
+        return f"'{spec.name}' needs a non-empty value"
+    return None
+
+
+def parse_compiler_args(
+    args: str | Sequence[str] | None, *, graph_type: str | None = None
+) -> list[Flag]:
+    """Parse and validate a neuronx-cc argument list into :class:`Flag` objects.
+
+    Raises :class:`CompilerArgsError` naming the flag, the fix, and ``graph_type`` when given.
+    """
+    tokens = split_compiler_args(args)
+    ctx = _context(graph_type)
+    flags: list[Flag] = []
+    for item in _scan(tokens):
+        given = tuple(tokens[item.start:item.end])
+        token = given[0]
+        if item.name is None:
+            if item.problem == "unknown flag":
+                flag = token.split("=", 1)[0]
+                near = closest_option(flag)
+                hint = f" Did you mean '{near}'?" if near else ""
+                raise CompilerArgsError(
+                    f"{ctx}unknown neuronx-cc flag '{flag}' (token {token!r}).{hint} Fix or "
+                    f"remove it; compiler-internal options pass through only as '--internal-...'."
+                )
+            previous = tokens[item.start - 1] if item.start else None
+            after = f" after '{previous}'" if previous is not None else ""
+            prev_head = previous.split("=", 1)[0] if previous is not None else ""
+            prev_spec = _spec_of(prev_head)
+            if prev_spec is not None and not prev_spec.takes_value:
+                after += " (a switch: it takes no value)"
+            elif prev_head.startswith(INTERNAL_PREFIX):
+                after += f" ('--internal-*' flags take a value only as '{prev_head}=VALUE')"
+            raise CompilerArgsError(
+                f"{ctx}stray token {token!r}{after}: only options belong here (the compiler "
+                f"driver adds the input file). Remove it, or attach it to its option as "
+                f"'--name=value'."
+            )
+        spec = _spec_of(item.name)
+        if item.problem == "missing value":
+            choices = f" (one of {', '.join(spec.choices)})" if spec and spec.choices else ""
+            example = "-O2" if item.name == OPTLEVEL else f"{token}=VALUE"
+            raise CompilerArgsError(f"{ctx}'{token}' needs a value{choices}; write e.g. '{example}'.")
+        if item.problem is not None:
+            raise CompilerArgsError(f"{ctx}{item.problem} (token {token!r}).")
+        if spec is not None and item.value is not None:
+            problem = _value_problem(spec, item.value)
+            if problem is not None:
+                raise CompilerArgsError(f"{ctx}{problem} (given as {' '.join(given)!r}).")
+        flags.append(Flag(item.name, item.value, given))
+    return flags
+
+
+def validate_compiler_args(
+    args: str | Sequence[str] | None, *, graph_type: str | None = None
+) -> list[str]:
+    """Split and validate; return the token list (a new list) unchanged."""
+    tokens = split_compiler_args(args)
+    parse_compiler_args(tokens, graph_type=graph_type)
+    return tokens
+
+
+def closest_option(name: str) -> str | None:
+    """The known spelling nearest to ``name`` (a typo check), or None when nothing is close.
+
+    A known spelling returns its canonical name; any ``--internal-*`` returns itself.
+    """
+    head = name.split("=", 1)[0]
+    if head in _BY_SPELLING:
+        return _BY_SPELLING[head].name
+    if head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX):
+        return head
+    vocabulary = {s.lower(): s for s in _BY_SPELLING}
+    vocabulary.update({f"-o{n}": f"-O{n}" for n in OPT_LEVELS})
+    match = difflib.get_close_matches(head.lower(), list(vocabulary), n=1, cutoff=0.6)
+    return vocabulary[match[0]] if match else None
+
+
+# ----------------------------------------------------------------------------- -O level
+
+
+def _check_level(level: object) -> int:
+    if isinstance(level, bool) or not isinstance(level, int) or level not in OPT_LEVELS:
+        allowed = ", ".join(str(n) for n in OPT_LEVELS)
+        raise ValueError(
+            f"optimization level must be one of {allowed} (an int, spelled -O<n>); got {level!r}"
+        )
+    return level
+
+
+def with_optimization_level(args: str | Sequence[str] | None, level: int) -> list[str]:
+    """Return a new list holding exactly one ``-O<level>``.
+
+    Every existing level in any spelling is replaced; the new one sits where the first one
+    was (appended when there was none). Every other token keeps its place, flags this table
+    does not know included, so a policy can set the level on any base list.
+    """
+    level = _check_level(level)
+    tokens = split_compiler_args(args)
+    out: list[str] = []
+    placed = False
+    for item in _scan(tokens):
+        if item.name == OPTLEVEL:
+            if not placed:
+                out.append(f"-O{level}")
+                placed = True
+            continue
+        out.extend(tokens[item.start:item.end])
+    if not placed:
+        out.append(f"-O{level}")
+    return out
+
+
+def optimization_level(args: str | Sequence[str] | None) -> int | None:
+    """The effective ``-O`` level (the last one wins, as in neuronx-cc), None if absent.
+
+    Other flags are not checked; a malformed level raises :class:`CompilerArgsError`.
+    """
+    tokens = split_compiler_args(args)
+    levels = [item for item in _scan(tokens) if item.name == OPTLEVEL]
+    if not levels:
+        return None
+    last = levels[-1]
+    given = " ".join(tokens[last.start:last.end])
+    allowed = ", ".join(str(n) for n in OPT_LEVELS)
+    if last.problem is not None or last.value not in {str(n) for n in OPT_LEVELS}:
+        raise CompilerArgsError(
+            f"compiler args: bad optimization level {given!r}; allowed levels are {allowed} "
+            f"(write -O1, -O2 or -O3)"
+        )
+    return int(last.value)
+
+
+# ----------------------------------------------------------------------------- key / manifest
+
+
+def _is_opaque(name: str) -> bool:
+    spec = _spec_of(name)
+    return name.startswith(INTERNAL_PREFIX) or (spec is not None and spec.kind == OPAQUE)
+
+
+def _render(name: str, value: str | None) -> str:
+    if name == OPTLEVEL:
+        return f"-O{value}"
+    return name if value is None else f"{name}={value}"
+
+
+def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
+    """The form the cache key hashes: equal meaning, equal list.
+
+    Every spelling of an option becomes its canonical one (``-O3``, ``--name=value``); a
+    repeated named option keeps its last value (argparse semantics); named options are
+    sorted; ``--internal-*`` and the tensorizer option strings keep their relative order
+    after them (their meaning may depend on it); machine-specific paths are dropped.
+    Validates first, so a bad list never produces a key.
+    """
+    named: dict[str, str | None] = {}
+    opaque: list[str] = []
+    for flag in parse_compiler_args(args):
+        if flag.name in MACHINE_SPECIFIC:
+            continue
+        if _is_opaque(flag.name):
+            opaque.append(_render(flag.name, flag.value))
+            continue
+        value = flag.value
+        if value is not None and _spec_of(flag.name).kind == INT:
+            value = str(int(value))
+        named[flag.name] = value
+    return [_render(name, named[name]) for name in sorted(named)] + opaque
+
+
+def _looks_machine_specific(item: _Item) -> bool:
+    if item.name is None:
+        return False
+    if item.name in MACHINE_SPECIFIC:
+        return True
+    if item.name.startswith(INTERNAL_PREFIX):
+        return "dump" in item.name.lower() or (item.value or "").startswith(("/", "~"))
+    return False
+
+
+def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
+    """The flags the manifest records: given order, machine-specific paths removed, one line.
+
+    Best effort and never raises: tokens it cannot identify are kept. Tokens are joined with
+    spaces, quoted only when a token holds a space or shell metacharacter, so the line splits
+    back into the same tokens.
+    """
+    try:
+        tokens = split_compiler_args(args)
+    except CompilerArgsError:
+        tokens = str(args).split()
+    except TypeError:
+        if args is None or isinstance(args, (str, bytes, bytearray)) or not isinstance(args, Iterable):
+            tokens = [str(args)]
+        else:
+            tokens = [str(token) for token in args]
+    kept: list[str] = []
+    for item in _scan(tokens):
+        if not _looks_machine_specific(item):
+            kept.extend(tokens[item.start:item.end])
+    return shlex.join(kept)
+
+
+# ----------------------------------------------------------------------------- editing / lookup
+
+
+def _resolve_names(names: Iterable[str], *, what: str) -> set[str]:
+    if isinstance(names, str):
+        names = [names]
+    resolved: set[str] = set()
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"{what}: option names must be strings; got {type(name).__name__} {name!r}")
+        head = name.split("=", 1)[0]
+        if head in _BY_SPELLING:
+            resolved.add(_BY_SPELLING[head].name)
+        elif head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX):
+            resolved.add(head)
+        else:
+            near = closest_option(head)
+            hint = f" Did you mean '{near}'?" if near else ""
+            raise CompilerArgsError(f"{what}: unknown neuronx-cc option {name!r}.{hint}")
+    return resolved
+
+
+def remove_options(args: str | Sequence[str] | None, names: Iterable[str]) -> list[str]:
+    """Return a new list without the named options, in any spelling, values included.
+
+    ``names`` may use any spelling (``"-O"``, ``"--lnc"``, ``"--internal-foo"``); an unknown
+    name is a :class:`CompilerArgsError` so a typo does not silently remove nothing. Other
+    tokens, unknown flags included, are kept in order.
+    """
+    drop = _resolve_names(names, what="remove_options")
+    tokens = split_compiler_args(args)
+    out: list[str] = []
+    for item in _scan(tokens):
+        if item.name not in drop:
+            out.extend(tokens[item.start:item.end])
+    return out
+
+
+def option_value(args: str | Sequence[str] | None, name: str) -> str | None:
+    """The last value given for option ``name`` in any spelling, None if absent.
+
+    ``option_value(["--lnc", "2"], "--logical-nc-config") == "2"``; ``-O`` values are the
+    level digits. A switch has no value: use :func:`has_option` for it.
+    """
+    (canonical,) = _resolve_names([name], what="option_value")
+    spec = _spec_of(canonical)
+    if spec is not None and not spec.takes_value:
+        raise CompilerArgsError(
+            f"option_value: '{canonical}' is a switch and has no value; use has_option()"
+        )
+    value = None
+    for item in _scan(split_compiler_args(args)):
+        if item.name == canonical and item.value is not None:
+            value = item.value
+    return value
+
+
+def has_option(args: str | Sequence[str] | None, name: str) -> bool:
+    """True when option ``name`` (any spelling) appears in ``args``."""
+    (canonical,) = _resolve_names([name], what="has_option")
+    return any(item.name == canonical for item in _scan(split_compiler_args(args)))

@@ -1,0 +1,103 @@
+"""The runner resolver (seed: ``load_model`` wiring + ``resolve_graph_compiler_args``).
+
+It calls the model's ``compiler_args_for`` policy eagerly, once per graph type, and hands
+libtorch a concrete list (never a callable). Precedence, highest first: an explicit caller
+``-O`` level (disables the policy; the base list carries that level), the model policy, the
+compiler default.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from neuron_args.errors import CompilerArgsError, PolicyError
+from neuron_args.flags import split_compiler_args, validate_compiler_args, with_optimization_level
+
+Policy = Callable[[str, Any, list[str]], Sequence[str]]
+
+BASE_ARGS_ATTR = "_neuron_base_compiler_args"
+
+
+class CompilerArgsResolver:
+    """Resolve a graph type to its concrete neuronx-cc argument list, or ``None`` (base args apply)."""
+
+    def __init__(
+        self,
+        base_args: str | Sequence[str] | None,
+        policy: Policy | None = None,
+        explicit_optimization_level: int | None = None,
+        *,
+        owner: str | None = None,
+    ) -> None:
+        base = split_compiler_args(base_args)
+        if explicit_optimization_level is not None:
+            base = with_optimization_level(base, explicit_optimization_level)
+        self.base_args: list[str] = base
+        self.explicit_optimization_level = explicit_optimization_level
+        self.per_graph: bool = explicit_optimization_level is None and policy is not None
+        self.policy: Policy | None = policy if self.per_graph else None
+        self.owner = owner or _owner_name(policy)
+        self._resolved: dict[str, list[str]] = {}
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        base_args: str | Sequence[str] | None,
+        explicit_optimization_level: int | None = None,
+    ) -> CompilerArgsResolver:
+        """Wire a model's ``compiler_args_for`` policy; stamp the base list on the model when enabled."""
+        policy = getattr(model, "compiler_args_for", None)
+        resolver = cls(
+            base_args, policy, explicit_optimization_level, owner=type(model).__name__
+        )
+        if resolver.per_graph:
+            setattr(model, BASE_ARGS_ATTR, list(resolver.base_args))
+        return resolver
+
+    def resolve_graph_compiler_args(self, graph_type: str | None) -> list[str] | None:
+        """The concrete list for ``graph_type``; ``None`` means "no per-graph override"."""
+        if not self.per_graph or graph_type is None:
+            return None
+        assert self.policy is not None
+        try:
+            result = self.policy(graph_type, None, list(self.base_args))
+        except Exception as exc:
+            raise PolicyError(
+                f"{self.owner}.compiler_args_for raised for graph type {graph_type!r}: "
+                f"{type(exc).__name__}: {exc}. Fix the policy; it must return a list of str."
+            ) from exc
+        args = self._checked(graph_type, result)
+        previous = self._resolved.setdefault(graph_type, args)
+        if previous != args:
+            raise PolicyError(
+                f"{self.owner}.compiler_args_for is not deterministic for graph type {graph_type!r}: "
+                f"first {previous!r}, now {args!r}. The same graph type must always give the same "
+                "arguments, or warmup and serve compile different cache keys."
+            )
+        return list(args)
+
+    def _checked(self, graph_type: str, result: Any) -> list[str]:
+        if isinstance(result, (str, bytes)) or not isinstance(result, (list, tuple)):
+            raise PolicyError(
+                f"{self.owner}.compiler_args_for({graph_type!r}, ...) returned "
+                f"{type(result).__name__} {result!r}; it must return a list of str "
+                "(e.g. with_optimization_level(base, 3))."
+            )
+        bad = [a for a in result if not isinstance(a, str)]
+        if bad:
+            raise PolicyError(
+                f"{self.owner}.compiler_args_for({graph_type!r}, ...) returned non-str items "
+                f"{bad!r} in {list(result)!r}; every argument must be a str."
+            )
+        try:
+            return validate_compiler_args(list(result), graph_type=graph_type)
+        except CompilerArgsError as exc:
+            raise PolicyError(f"{self.owner}.compiler_args_for: {exc}") from exc
+
+
+def _owner_name(policy: Any) -> str:
+    owner = getattr(policy, "__self__", None)
+    if owner is not None:
+        return type(owner).__name__
+    return getattr(policy, "__qualname__", "policy") if policy is not None else "runner"

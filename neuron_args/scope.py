@@ -1,0 +1,75 @@
+"""The per-graph compiler-argument scope (seed: ``libtorch_neuronx_lite/compile/compiler_args.py``).
+
+The runner resolves a graph's arguments eagerly and opens this scope around the call that
+compiles it; every backend seam reads it through :func:`apply_scoped_compiler_args` before the
+cache key. A ``ContextVar`` keeps a scope inside its own thread or asyncio task.
+
+``graph_type`` is an optional label the runner may attach. It never enters the cache key; it only
+lets errors, cache metadata and the manifest name the graph.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+_scoped_compiler_args: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "neuron_args_scoped_compiler_args", default=None
+)
+_scoped_graph_type: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "neuron_args_scoped_graph_type", default=None
+)
+
+
+def _checked(compiler_args: Sequence[str] | None) -> tuple[str, ...] | None:
+    if compiler_args is None:
+        return None
+    if isinstance(compiler_args, (str, bytes)) or not isinstance(compiler_args, Sequence):
+        raise TypeError(
+            "scoped_compiler_args expects None or a sequence of str (e.g. ['-O3']), "
+            f"got {type(compiler_args).__name__}: {compiler_args!r}"
+        )
+    bad = [a for a in compiler_args if not isinstance(a, str)]
+    if bad:
+        raise TypeError(
+            "scoped_compiler_args expects every argument to be a str, got "
+            + ", ".join(f"{type(b).__name__} {b!r}" for b in bad)
+            + f" in {list(compiler_args)!r}"
+        )
+    return tuple(compiler_args)
+
+
+@contextlib.contextmanager
+def scoped_compiler_args(
+    compiler_args: Sequence[str] | None, *, graph_type: str | None = None
+) -> Iterator[None]:
+    """Set the concrete args for the graph compiled in this scope (``None`` = no override)."""
+    token = _scoped_compiler_args.set(_checked(compiler_args))
+    label_token = _scoped_graph_type.set(graph_type)
+    try:
+        yield
+    finally:
+        _scoped_graph_type.reset(label_token)
+        _scoped_compiler_args.reset(token)
+
+
+def current_compiler_args() -> tuple[str, ...] | None:
+    """The scoped argument list, or ``None`` outside any scope (or inside a ``None`` scope)."""
+    return _scoped_compiler_args.get()
+
+
+def current_graph_type() -> str | None:
+    """The graph-type label of the innermost scope, if the runner gave one."""
+    return _scoped_graph_type.get()
+
+
+def apply_scoped_compiler_args(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """Return options with the scoped per-graph ``compiler_args`` applied.
+
+    Outside a scope the options come back as they are (``{}`` for ``None``); inside one, a new
+    dict. The input is never mutated.
+    """
+    options = options if options is not None else {}
+    scoped = _scoped_compiler_args.get()
+    return options if scoped is None else {**options, "compiler_args": list(scoped)}

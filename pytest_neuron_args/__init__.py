@@ -1,0 +1,1 @@
+"""pytest plugin for neuron-args (registered through the ``pytest11`` entry point)."""

@@ -1,0 +1,184 @@
+"""The compile cache: layout, completion marker, locking across processes, assert-hit, native conflict."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from neuron_args import CacheKeyArgsConflict, CacheMissError
+from neuron_args.cache import (
+    ASSERT_CACHE_HIT_ENV, CACHE_DIR_ENV, STATS, CompileCache, _assert_cache_key_args, cache_root, new_metadata,
+)
+from neuron_args.cache_key import create_cache_hash
+
+VERSIONS = {"compiler": "fake 1"}
+
+
+def make_key(args=("-O3",), shape=(4,)):
+    return create_cache_hash(graph_text="HloModule decode", input_specs=[(shape, "float32")],
+                             compiler_args=list(args), target="trn2", tool_versions=VERSIONS)
+
+
+def builder(key, graph_type="decode", args=("-O3",)):
+    def build(entry):
+        entry.hlo_path.write_bytes(b"hlo")
+        entry.executable_path.write_bytes(b"exe")
+        entry.write_metadata(new_metadata(key, seam="neuron_libtorch", graph_type=graph_type,
+                                          compiler_args=list(args), target="trn2", status="compiled"))
+    return build
+
+
+@pytest.fixture(autouse=True)
+def _clean_stats(monkeypatch):
+    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
+    STATS.reset()
+
+
+def test_cache_root_precedence(monkeypatch, tmp_path):
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    assert cache_root({}) == Path.home() / ".cache" / "neuron-args" / "compile-cache"
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "env"))
+    assert cache_root({}) == tmp_path / "env"
+    assert cache_root({"cache_dir": str(tmp_path / "opt")}) == tmp_path / "opt"
+
+
+def test_miss_builds_then_hit_loads(tmp_path):
+    cache, key = CompileCache(tmp_path), make_key()
+    entry, hit = cache.get_or_build(key, builder(key))
+    assert hit is False
+    assert entry.status == "complete"
+    assert sorted(p.name for p in entry.path.iterdir()) == ["COMPLETE", "graph.hlo", f"graph_{key}.neff", "metadata.json"]
+    md = json.loads(entry.metadata_path.read_text())
+    assert md["metadata_version"] == 1 and md["key"] == key.key and md["graph_type"] == "decode"
+    assert md["key_components"]["compiler_args"] == ["-O3"]
+
+    def never(entry):
+        raise AssertionError("must not rebuild a complete entry")
+
+    entry2, hit2 = cache.get_or_build(key, never)
+    assert hit2 is True and entry2.path == entry.path
+    assert STATS.snapshot() == {"hits": 1, "misses": 1, "compiles": 1, "captures": 0}
+
+
+def test_incomplete_entry_is_never_loaded_and_is_rebuilt(tmp_path):
+    cache, key = CompileCache(tmp_path), make_key()
+
+    def crash(entry):
+        entry.executable_path.write_bytes(b"half")
+        raise RuntimeError("compiler died")
+
+    with pytest.raises(RuntimeError):
+        cache.get_or_build(key, crash)
+    assert cache.entry(key).status == "incomplete"
+    entry, hit = cache.get_or_build(key, builder(key))
+    assert hit is False and entry.executable_path.read_bytes() == b"exe"
+    assert entry.status == "complete"
+
+
+def test_pending_status(tmp_path):
+    cache, key = CompileCache(tmp_path), make_key()
+    entry = cache.entry(key)
+    assert entry.status == "missing"
+    entry.path.mkdir(parents=True)
+    entry.write_metadata({"status": "pending"})
+    assert entry.status == "pending"
+
+
+def test_assert_cache_hit_names_graph_key_closest_and_difference(tmp_path, monkeypatch):
+    cache = CompileCache(tmp_path)
+    warm = make_key(("-O3",))
+    cache.get_or_build(warm, builder(warm))
+    monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "1")
+    cold = make_key(("-O1",))
+    with pytest.raises(CacheMissError) as err:
+        cache.get_or_build(cold, builder(cold), graph_type="decode")
+    msg = str(err.value)
+    assert "'decode'" in msg and cold.key in msg and warm.key in msg
+    assert "compiler_args: changed -O3 -> -O1" in msg
+    assert "scoped_compiler_args(resolve_graph_compiler_args" in msg
+    assert not cache.entry(cold).path.exists()
+    # a hit is still fine under the assert
+    assert cache.get_or_build(warm, builder(warm))[1] is True
+
+
+def test_assert_cache_hit_accepts_only_true_values(tmp_path, monkeypatch):
+    cache, key = CompileCache(tmp_path), make_key()
+    monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "0")
+    assert cache.get_or_build(key, builder(key))[1] is False
+
+
+RACE = textwrap.dedent("""
+    import sys, time
+    from neuron_args.cache import CompileCache, STATS, new_metadata
+    from neuron_args.cache_key import create_cache_hash
+    key = create_cache_hash(graph_text="HloModule race", input_specs=[((4,), "float32")],
+                            compiler_args=["-O3"], target="trn2", tool_versions={"compiler": "fake 1"})
+    def build(entry):
+        with open(sys.argv[2], "a") as log:
+            log.write("built\\n")
+        time.sleep(1.0)
+        entry.executable_path.write_bytes(b"exe")
+        entry.write_metadata(new_metadata(key, seam="s", graph_type="decode", compiler_args=["-O3"], target="trn2"))
+    entry, hit = CompileCache(sys.argv[1]).get_or_build(key, build)
+    print("hit" if hit else "built", entry.executable_path.read_bytes().decode())
+""")
+
+
+def test_two_processes_racing_on_one_key_compile_it_once(tmp_path):
+    log = tmp_path / "builds.log"
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, str(tmp_path / "cache"), str(log)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert outs == ["built exe", "hit exe"]
+    assert log.read_text() == "built\n"
+
+
+CONFLICT = textwrap.dedent("""
+    import sys
+    from neuron_args.cache import CompileCache, _assert_cache_key_args, new_metadata
+    from neuron_args.cache_key import create_cache_hash
+    key = create_cache_hash(graph_text="HloModule native", input_specs=[((4,), "float32")],
+                            compiler_args=None, target="trn2", tool_versions={"compiler": "fake 1"})
+    args = sys.argv[2:]
+    cache = CompileCache(sys.argv[1])
+    _assert_cache_key_args(cache.entry(key), args, graph_type="decode")
+    def build(entry):
+        entry.executable_path.write_bytes(b"exe")
+        entry.write_metadata(new_metadata(key, seam="neuron_native_lite", graph_type="decode", compiler_args=args, target="trn2"))
+    print(cache.get_or_build(key, build)[1])
+""")
+
+
+def test_native_conflict_is_caught_across_processes(tmp_path):
+    run = lambda *args: subprocess.run([sys.executable, "-c", CONFLICT, str(tmp_path), *args],
+                                       capture_output=True, text=True, timeout=60)
+    first = run("-O3")
+    assert first.returncode == 0 and first.stdout.strip() == "False"
+    same = run("--optlevel=3")
+    assert same.returncode == 0 and same.stdout.strip() == "True"
+    other = run("-O1")
+    assert other.returncode != 0
+    assert "CacheKeyArgsConflict" in other.stderr
+    assert "['-O3']" in other.stderr and "['-O1']" in other.stderr
+
+
+def test_assert_cache_key_args_in_process(tmp_path):
+    cache = CompileCache(tmp_path)
+    key = create_cache_hash(graph_text="g", input_specs=[], compiler_args=None, target="trn2", tool_versions={})
+    cache.get_or_build(key, builder(key, args=("-O3",)))
+    _assert_cache_key_args(cache.entry(key), ["-O3"])
+    with pytest.raises(CacheKeyArgsConflict, match=r"graph type 'decode'"):
+        _assert_cache_key_args(cache.entry(key), ["-O2"], graph_type="decode")
+
+
+def test_find_by_prefix(tmp_path):
+    cache, key = CompileCache(tmp_path), make_key()
+    cache.get_or_build(key, builder(key))
+    assert cache.find(key.key[:6]).key == key.key
+    with pytest.raises(KeyError):
+        cache.find("zz")
