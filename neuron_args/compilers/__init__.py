@@ -1,0 +1,57 @@
+"""The compilers behind one interface: neuronx-cc on Neuron hosts, the embedded XLA:CPU one elsewhere.
+
+Selection, highest first: ``options["compiler"]``, the ``NEURON_ARGS_COMPILER`` environment
+variable, then ``auto`` (neuronx-cc when it is on PATH, else local). Nothing here imports jax:
+the local compiler runs in its own process.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+
+from neuron_args.compilers.base import Compiler, CompileResult, CompilerInfo
+from neuron_args.compilers.local import LocalCompiler
+from neuron_args.compilers.neuronx_cc import NeuronxCcCompiler
+from neuron_args.errors import CompileError, CompilerArgsError
+
+COMPILER_ENV = "NEURON_ARGS_COMPILER"
+COMPILER_CHOICES = ("auto", "local", "neuronx-cc")
+
+__all__ = [
+    "COMPILER_CHOICES",
+    "COMPILER_ENV",
+    "CompileResult",
+    "Compiler",
+    "CompilerInfo",
+    "LocalCompiler",
+    "NeuronxCcCompiler",
+    "select_compiler",
+]
+
+
+def select_compiler(options: Mapping | None = None) -> Compiler:
+    """The compiler the options (or the environment, or PATH detection) ask for."""
+    requested = (options or {}).get("compiler")
+    source = "options['compiler']"
+    if requested is None:
+        requested, source = os.environ.get(COMPILER_ENV) or "auto", COMPILER_ENV
+    if not isinstance(requested, str) or requested.strip().lower() not in COMPILER_CHOICES:
+        raise CompilerArgsError(
+            f"unknown compiler {requested!r} (from {source}); choose one of "
+            + ", ".join(repr(c) for c in COMPILER_CHOICES)
+        )
+    name = requested.strip().lower()
+    found = shutil.which("neuronx-cc")
+    if name == "auto":
+        name = "neuronx-cc" if found else "local"
+    if name == "local":
+        return LocalCompiler()
+    if not found:
+        raise CompileError(
+            f"compiler 'neuronx-cc' was requested (from {source}) but is not on PATH. On a Neuron "
+            "host install it from the Neuron repository (pip install neuronx-cc "
+            "--extra-index-url=https://pip.repos.neuron.amazonaws.com) and activate that "
+            "environment; elsewhere use compiler='local' (or NEURON_ARGS_COMPILER=local)."
+        )
+    return NeuronxCcCompiler()

@@ -1,0 +1,354 @@
+"""The compiler interface both drivers implement, and the subprocess run they share.
+
+A compiler turns one entry's ``graph.hlo`` plus a neuronx-cc argument list into an executable.
+Both drivers run their compiler as a child process (a bad option can abort a whole process, and
+neuronx-cc is a separate program anyway) with an argv list, never a shell. The run is atomic from
+the cache's point of view: the child writes to a temporary name in the work directory and the
+result is renamed onto ``output_path`` only on success, so a failed or killed compile never leaves
+a half-written executable behind.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from neuron_args.errors import CompileError, CompilerArgsError
+
+#: File names inside the work directory (the cache entry); see docs/ARCHITECTURE.md.
+COMMAND_FILE = "command.txt"
+LOG_FILE = "log-neuron-cc.txt"
+
+#: Options the driver sets itself; a caller's copy is dropped (``--target`` must agree).
+DRIVER_OPTIONS = ("--target", "--framework", "--output", "--logfile")
+
+#: How many log lines a :class:`CompileError` quotes.
+LOG_TAIL_LINES = 20
+
+
+@dataclass(frozen=True)
+class CompilerInfo:
+    """Which compiler built an executable; recorded in ``metadata.json`` and in the cache key."""
+
+    name: str  # "local" | "neuronx-cc"
+    version: str
+    executable_format: str  # "xla-cpu-executable" | "neff"
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "version": self.version, "format": self.executable_format}
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What one successful compile produced.
+
+    ``argv`` is the command as recorded in ``command.txt``: it names the final ``output_path``
+    (the child actually wrote to a temporary sibling, renamed on success), so it is stable
+    across runs and re-runnable by hand.
+    """
+
+    argv: list[str]
+    seconds: float
+    output_path: Path
+    log_path: Path
+    output_size: int
+
+
+@runtime_checkable
+class Compiler(Protocol):
+    """What the cache and the deferred flow need from a compiler driver."""
+
+    @property
+    def info(self) -> CompilerInfo: ...
+
+    def build_argv(
+        self,
+        *,
+        hlo_path: Path,
+        output_path: Path,
+        target: str,
+        compiler_args: Sequence[str],
+        log_path: Path,
+    ) -> list[str]: ...
+
+    def compile(
+        self,
+        *,
+        hlo_path: Path,
+        output_path: Path,
+        target: str,
+        compiler_args: Sequence[str],
+        workdir: Path,
+        graph_type: str | None = None,
+        key: str | None = None,
+        timeout: float | None = None,
+    ) -> CompileResult: ...
+
+
+def prepare_compiler_args(
+    compiler_args: Sequence[str], *, target: str, graph_type: str | None, key: str | None
+) -> list[str]:
+    """Validate a neuronx-cc argument list and drop the options the driver sets itself.
+
+    Runs before any process starts, so a policy typo fails fast with :class:`CompilerArgsError`.
+    """
+    from neuron_args import flags
+
+    if target not in flags.KNOWN_TARGETS:
+        raise CompilerArgsError(
+            f"graph type {graph_type!r}, key {key or '(none)'}: unknown compile target "
+            f"{target!r}; use one of {', '.join(flags.KNOWN_TARGETS)}"
+        )
+    args = flags.validate_compiler_args(compiler_args, graph_type=graph_type)
+    given = flags.option_value(args, "--target")
+    if given is not None and given != target:
+        raise CompilerArgsError(
+            f"graph type {graph_type!r}, key {key or '(none)'}: compiler_args hold "
+            f"'--target {given}' but the compile target is {target!r}; remove --target from the "
+            "compiler arguments (the driver sets it from the target) or change the target"
+        )
+    return flags.remove_options(args, list(DRIVER_OPTIONS))
+
+
+def describe_exit(returncode: int) -> str:
+    """A human reading of a compiler's exit status (negative = killed by that signal)."""
+    if returncode in (-signal.SIGKILL, 70):
+        how = "killed or out of memory"
+    elif returncode == -signal.SIGABRT:
+        how = "aborted"
+    elif returncode == -signal.SIGSEGV:
+        how = "crashed (segmentation fault)"
+    elif returncode < 0:
+        try:
+            how = f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"killed by signal {-returncode}"
+    else:
+        how = "failed"
+    return f"{how} (exit status {returncode})"
+
+
+def _hint(returncode: int | None) -> str:
+    if returncode is None:
+        return "raise the compile timeout, or lower the optimization level of this graph"
+    if returncode in (-signal.SIGKILL, 70):
+        return "compile fewer graphs in parallel or use a host with more memory"
+    if returncode in (-signal.SIGABRT, -signal.SIGSEGV):
+        return "this is a compiler bug: report it with graph.hlo, command.txt and the log"
+    return "read the log above; fix the graph or its compiler arguments"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    tail = text.rstrip("\n").splitlines()[-lines:]
+    return "\n".join("  " + line for line in tail) if tail else "(log is empty)"
+
+
+def _compile_error(
+    *,
+    compiler: str,
+    graph_type: str | None,
+    key: str | None,
+    status: str,
+    argv: Sequence[str],
+    log_path: Path,
+    hint: str,
+) -> CompileError:
+    return CompileError(
+        f"{compiler} failed for graph type {graph_type!r}, key {key or '(none)'}: {status}\n"
+        f"command: {shlex.join(argv)}\n"
+        f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
+        f"fix: {hint}"
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child and everything it started (neuronx-cc runs helper processes)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
+def _move_into_place(tmp: Path, output_path: Path) -> None:
+    try:
+        os.replace(tmp, output_path)
+    except OSError as exc:  # work directory on another file system than the output
+        if exc.errno != errno.EXDEV:
+            raise
+        staged = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            shutil.copyfile(tmp, staged)
+            os.replace(staged, output_path)
+        finally:
+            staged.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
+
+
+def run_compiler(
+    *,
+    compiler: str,
+    argv: Sequence[str],
+    recorded_argv: Sequence[str],
+    tmp_output: Path,
+    output_path: Path,
+    workdir: Path,
+    log_path: Path,
+    graph_type: str | None,
+    key: str | None,
+    timeout: float | None,
+) -> CompileResult:
+    """Run one compile child in ``workdir`` and move its output onto ``output_path``.
+
+    ``command.txt`` (``recorded_argv``) is written before the child starts; the child's own
+    stdout/stderr is appended to the log once it ends, so a traceback or a crash message is in
+    the log a :class:`CompileError` quotes.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / COMMAND_FILE).write_text(shlex.join(recorded_argv) + "\n")
+    output_path.unlink(missing_ok=True)  # a failed rebuild must not leave the old result behind
+    log_path.unlink(missing_ok=True)
+    captured = workdir / f".compiler-output.{uuid.uuid4().hex}.tmp"
+    start = time.perf_counter()
+    returncode: int | None = None
+    try:
+        with open(captured, "wb") as out:
+            try:
+                proc = subprocess.Popen(
+                    list(argv),
+                    cwd=workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise CompileError(
+                    f"{compiler} could not start for graph type {graph_type!r}, key "
+                    f"{key or '(none)'}: {exc}\ncommand: {shlex.join(argv)}"
+                ) from exc
+            try:
+                returncode = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+            except BaseException:  # KeyboardInterrupt: leave no orphan compiler behind
+                _kill_group(proc)
+                raise
+        seconds = time.perf_counter() - start
+        _append_output(captured, log_path)
+
+        def fail(status: str, hint: str) -> CompileError:
+            return _compile_error(
+                compiler=compiler, graph_type=graph_type, key=key, status=status,
+                argv=recorded_argv, log_path=log_path, hint=hint,
+            )
+
+        if returncode is None:
+            raise fail(f"timed out after {timeout:g} s (killed)", _hint(None))
+        if returncode != 0:
+            raise fail(describe_exit(returncode), _hint(returncode))
+        if not tmp_output.is_file() or tmp_output.stat().st_size == 0:
+            raise fail(
+                f"exited 0 but wrote no executable (expected {tmp_output})",
+                "check the log; the compiler did not honour --output",
+            )
+        size = tmp_output.stat().st_size
+        _move_into_place(tmp_output, output_path)
+        return CompileResult(
+            argv=list(recorded_argv),
+            seconds=seconds,
+            output_path=output_path,
+            log_path=log_path,
+            output_size=size,
+        )
+    finally:
+        tmp_output.unlink(missing_ok=True)
+        captured.unlink(missing_ok=True)
+
+
+def _append_output(captured: Path, log_path: Path) -> None:
+    """Append the child's stdout/stderr to the log (after whatever the compiler logged itself)."""
+    try:
+        data = captured.read_bytes()
+    except OSError:
+        return
+    if not data.strip():
+        if not log_path.exists():
+            log_path.write_bytes(b"")
+        return
+    with open(log_path, "ab") as log:
+        log.write(b"---- compiler stdout/stderr ----\n")
+        log.write(data if data.endswith(b"\n") else data + b"\n")
+
+
+def temp_output_path(workdir: Path, output_path: Path) -> Path:
+    """A unique temporary name in ``workdir`` that keeps the output's suffix (e.g. ``.neff``)."""
+    return workdir / f".{output_path.stem}.partial-{uuid.uuid4().hex[:12]}{output_path.suffix}"
+
+
+class SubprocessCompiler:
+    """``compile`` shared by both drivers; a driver supplies ``build_argv`` and ``display_name``."""
+
+    display_name = "compiler"
+
+    def build_argv(
+        self,
+        *,
+        hlo_path: Path,
+        output_path: Path,
+        target: str,
+        compiler_args: Sequence[str],
+        log_path: Path,
+    ) -> list[str]:
+        raise NotImplementedError
+
+    def compile(
+        self,
+        *,
+        hlo_path: Path,
+        output_path: Path,
+        target: str,
+        compiler_args: Sequence[str],
+        workdir: Path,
+        graph_type: str | None = None,
+        key: str | None = None,
+        timeout: float | None = None,
+    ) -> CompileResult:
+        """Compile ``hlo_path`` into ``output_path``; the log and command.txt go to ``workdir``.
+
+        Raises :class:`CompilerArgsError` before starting anything when the arguments are bad,
+        :class:`CompileError` when the compiler fails, crashes or times out.
+        """
+        args = prepare_compiler_args(compiler_args, target=target, graph_type=graph_type, key=key)
+        # absolute: the child runs with the work directory as its cwd
+        workdir, output_path = Path(workdir).absolute(), Path(output_path).absolute()
+        log_path = workdir / LOG_FILE
+        tmp = temp_output_path(workdir, output_path)
+        common = dict(
+            hlo_path=Path(hlo_path).absolute(), target=target, compiler_args=args, log_path=log_path
+        )
+        return run_compiler(
+            compiler=self.display_name,
+            argv=self.build_argv(output_path=tmp, **common),
+            recorded_argv=self.build_argv(output_path=output_path, **common),
+            tmp_output=tmp,
+            output_path=output_path,
+            workdir=workdir,
+            log_path=log_path,
+            graph_type=graph_type,
+            key=key,
+            timeout=timeout,
+        )

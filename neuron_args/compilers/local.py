@@ -1,0 +1,68 @@
+"""The local driver: runs :mod:`neuron_args.compilers.local_xla` (XLA:CPU) where neuronx-cc is absent.
+
+The command line has the same shape as neuronx-cc's, only the program differs, so everything
+downstream (command.txt, the log, the error decoding, the cache) treats both compilers alike.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from neuron_args.compilers.base import CompilerInfo, SubprocessCompiler
+
+NAME = "local"
+FORMAT = "xla-cpu-executable"
+PROGRAM_MODULE = "neuron_args.compilers.local_xla"
+
+_version: list[str] = []
+
+
+def local_version() -> str:
+    """``local-xla-cpu/<jaxlib> neuron-args/<version>``, without starting a process or jax."""
+    if not _version:
+        from importlib import metadata
+
+        import neuron_args
+
+        try:
+            jaxlib = metadata.version("jaxlib")
+        except metadata.PackageNotFoundError:
+            jaxlib = "unknown"
+        _version.append(f"local-xla-cpu/{jaxlib} neuron-args/{neuron_args.__version__}")
+    return _version[0]
+
+
+class LocalCompiler(SubprocessCompiler):
+    """Compile with the embedded XLA:CPU program, in a child Python process.
+
+    ``program`` is the command prefix that starts it (default: this interpreter running
+    :mod:`neuron_args.compilers.local_xla`); tests point it at a stand-in.
+    """
+
+    display_name = "local compiler (XLA:CPU)"
+
+    def __init__(self, program: Sequence[str] | None = None) -> None:
+        self.program = list(program) if program else [sys.executable, "-m", PROGRAM_MODULE]
+
+    @property
+    def info(self) -> CompilerInfo:
+        return CompilerInfo(NAME, local_version(), FORMAT)
+
+    def build_argv(
+        self,
+        *,
+        hlo_path: Path,
+        output_path: Path,
+        target: str,
+        compiler_args: Sequence[str],
+        log_path: Path,
+    ) -> list[str]:
+        return [
+            *self.program, "compile", str(hlo_path),
+            "--framework", "XLA",
+            "--target", target,
+            "--output", str(output_path),
+            "--logfile", str(log_path),
+            *compiler_args,
+        ]  # fmt: skip

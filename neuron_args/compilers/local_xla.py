@@ -1,0 +1,136 @@
+"""The embedded local compiler: a neuronx-cc-shaped command line over XLA:CPU.
+
+    python -m neuron_args.compilers.local_xla compile graph.hlo --framework XLA --target trn2 \\
+        --output graph_<key>.neff --logfile log-neuron-cc.txt [neuronx-cc options...]
+
+It takes the same ``graph.hlo`` and the same neuronx-cc option list as neuronx-cc, validates every
+option against the neuronx-cc table (a typo exits 2 here, on a laptop, not in the nightly hardware
+run), maps what has a CPU meaning (``-O<n>`` -> XLA's ``xla_backend_optimization_level``), logs
+the rest as ignored, and writes a serialized XLA:CPU executable. It runs as its own process
+because a bad XLA option can abort the process that compiles. Startup is kept lean: no torch,
+only the flag table, numpy and jax (through :mod:`neuron_args.xla_cpu`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from neuron_args import flags
+from neuron_args.errors import CompilerArgsError
+
+MODULE = "neuron_args.compilers.local_xla"
+PROG = f"python -m {MODULE}"
+#: The level used when no -O is given: neuronx-cc's own default is -O1.
+DEFAULT_OPT_LEVEL = 1
+XLA_OPT_OPTION = "xla_backend_optimization_level"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, allow_abbrev=False, description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    compile_ = sub.add_parser(
+        "compile",
+        allow_abbrev=False,
+        help="compile an HloModuleProto; other options are neuronx-cc options",
+    )
+    compile_.add_argument("hlo", type=Path, help="HloModuleProto bytes (graph.hlo)")
+    compile_.add_argument("--framework", default="XLA", choices=["XLA"])
+    compile_.add_argument("--target", required=True, choices=flags.KNOWN_TARGETS)
+    compile_.add_argument("--output", required=True, type=Path)
+    compile_.add_argument("--logfile", type=Path, default=Path("log-neuron-cc.txt"))
+    return parser
+
+
+class _Log:
+    """Line-buffered log file; every line is flushed so a crash keeps what came before it."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: TextIO = open(path, "w", buffering=1)
+
+    def line(self, text: str) -> None:
+        self._file.write(text + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _render(flag: flags.Flag) -> str:
+    if flag.name == flags.OPTLEVEL:
+        return f"-O{flag.value}"
+    return flag.name if flag.value is None else f"{flag.name}={flag.value}"
+
+
+def _fail(log: _Log, code: int, message: str) -> int:
+    print(f"local-xla: error: {message}", file=sys.stderr)
+    log.line(f"error: {message}")
+    return code
+
+
+def compile_command(ns: argparse.Namespace, extra: Sequence[str], argv: Sequence[str]) -> int:
+    log = _Log(ns.logfile)
+    try:
+        log.line(f"local-xla compile (XLA:CPU, pid {os.getpid()})")
+        log.line(f"argv: {shlex.join([sys.executable, '-m', MODULE, *argv])}")
+        log.line(f"target: {ns.target} (no effect on XLA:CPU; kept for parity with neuronx-cc)")
+        try:
+            parsed = flags.parse_compiler_args(list(extra))
+            level = flags.optimization_level(list(extra))
+        except CompilerArgsError as exc:
+            return _fail(log, EXIT_USAGE, str(exc))
+        if level is None:
+            level = DEFAULT_OPT_LEVEL
+            log.line(f"optimization level: -O{level} (default: no -O given)")
+        else:
+            log.line(f"optimization level: -O{level}")
+        overrides = [(XLA_OPT_OPTION, level)]
+        log.line("xla options: " + ", ".join(f"{name}={value}" for name, value in overrides))
+        for flag in parsed:
+            if flag.name != flags.OPTLEVEL:
+                log.line(f"ignored on XLA:CPU: {_render(flag)}")
+
+        try:
+            hlo = ns.hlo.read_bytes()
+        except OSError as exc:
+            return _fail(log, EXIT_FAILED, f"cannot read the HLO module {ns.hlo}: {exc}")
+
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins
+        from neuron_args import xla_cpu
+
+        start = time.perf_counter()
+        xla_cpu.cpu_client()
+        log.line(f"jax startup seconds: {time.perf_counter() - start:.3f}")
+        start = time.perf_counter()
+        try:
+            blob = xla_cpu.compile_hlo(hlo, overrides)
+        except Exception as exc:  # XLA reports bad HLO as a runtime error
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return _fail(log, EXIT_FAILED, f"XLA:CPU could not compile {ns.hlo}: {type(exc).__name__}: {first}")
+        seconds = time.perf_counter() - start
+        ns.output.write_bytes(blob)
+        log.line(f"xla version: jaxlib {xla_cpu.jaxlib_version()}")
+        log.line(f"compile seconds: {seconds:.3f}")
+        log.line(f"wrote {len(blob)} bytes to {ns.output}")
+        return EXIT_OK
+    finally:
+        log.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ns, extra = _parser().parse_known_args(argv)  # argparse exits 2 on a bad fixed part
+    return compile_command(ns, extra, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

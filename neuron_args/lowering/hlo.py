@@ -1,0 +1,269 @@
+"""Lower an aot_autograd forward graph (ATen, functionalized) to HLO with torchax + jax.
+
+The result carries three views of one graph: the ``HloModuleProto`` bytes the compiler consumes,
+a canonical HLO text the cache key hashes (the proto is not stable across lowerings: module id
+counter, source paths in metadata), and the torch-side input/output specs the runtime needs to
+convert tensors. jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
+runtime casts on the way in and back out (see ``neuron_args.runtime``).
+
+jax and torchax are imported on the first lowering only (a jax client in the parent breaks
+forked children).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from neuron_args.errors import LoweringError
+
+#: torch dtype -> the dtype the graph is lowered with (jax x64 off).
+LOWERED_DTYPES: dict[str, str] = {
+    "int64": "int32",
+    "uint64": "uint32",
+    "float64": "float32",
+    "complex128": "complex64",
+}
+
+_STATIC_HINT = (
+    "Neuron graphs are static: pass torch.compile(..., dynamic=False) (and avoid "
+    "torch._dynamo.mark_dynamic) so every input has fixed sizes."
+)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and torch dtype name (``"float32"``, ``"int64"``, ``"bfloat16"``) of one tensor."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorSpec:
+        return cls(tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    @property
+    def lowered_dtype(self) -> str:
+        """The dtype name of this tensor inside the HLO (64-bit types become 32-bit)."""
+        return LOWERED_DTYPES.get(self.dtype, self.dtype)
+
+    def shape_string(self) -> str:
+        """Manifest input form, Python tuple style: ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``."""
+        if len(self.shape) == 1:
+            return f"{self.shape[0]},"
+        return ", ".join(str(d) for d in self.shape)
+
+
+@dataclass(frozen=True)
+class LoweredGraph:
+    """One lowered graph: compiler input, cache-key text and the specs the runtime needs."""
+
+    hlo_module_proto: bytes
+    hlo_text: str
+    input_specs: tuple[TensorSpec, ...]
+    output_specs: tuple[TensorSpec, ...]
+    result_shapes: tuple[str, ...]
+
+
+def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
+    """Lower ``gm`` (an aot_autograd forward graph) for inputs shaped like ``example_inputs``.
+
+    ``example_inputs`` may be FakeTensors: only their shapes and dtypes are read. Raises
+    :class:`LoweringError` for symbolic sizes or any op torchax cannot lower (naming the node).
+    """
+    input_specs = _input_specs(gm, example_inputs)
+    output_specs = _output_specs(gm)
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    # aot_autograd calls its forward compiler under its fake mode: graph constants must be read
+    # as real tensors, and torchax's own tensors must not be faked.
+    with unset_fake_temporarily():
+        return _lower(gm, input_specs, output_specs)
+
+
+def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[TensorSpec, ...]:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise LoweringError(
+            f"graph has {len(placeholders)} inputs but {len(example_inputs)} example inputs were "
+            "given; pass the example inputs the forward compiler received"
+        )
+    specs = []
+    for node, value in zip(placeholders, example_inputs):
+        if not isinstance(value, torch.Tensor):
+            kind = "a symbolic size" if isinstance(value, torch.SymInt) else type(value).__name__
+            raise LoweringError(f"graph input {node.name!r} is {kind}, not a tensor. {_STATIC_HINT}")
+        if any(not isinstance(d, int) for d in value.shape):
+            raise LoweringError(
+                f"graph input {node.name!r} has symbolic shape {tuple(value.shape)}. {_STATIC_HINT}"
+            )
+        specs.append(TensorSpec.of(value))
+    return tuple(specs)
+
+
+def _output_specs(gm: torch.fx.GraphModule) -> tuple[TensorSpec, ...]:
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    values = output.args[0]
+    if not isinstance(values, (tuple, list)):
+        values = (values,)
+    specs = []
+    for i, node in enumerate(values):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+        if not isinstance(val, torch.Tensor):
+            raise LoweringError(
+                f"graph output {i} ({node}) is {type(val).__name__}, not a tensor with a recorded "
+                "value (meta['val']); only aot_autograd forward graphs returning tensors lower"
+            )
+        if any(not isinstance(d, int) for d in val.shape):
+            raise LoweringError(f"graph output {i} has symbolic shape {tuple(val.shape)}. {_STATIC_HINT}")
+        specs.append(TensorSpec.of(val))
+    return tuple(specs)
+
+
+def _lower(
+    gm: torch.fx.GraphModule, input_specs: tuple[TensorSpec, ...], output_specs: tuple[TensorSpec, ...]
+) -> LoweredGraph:
+    from neuron_args.lowering.torchax_compat import import_torchax
+
+    import_torchax()  # before any torchax submodule import (see torchax_compat)
+    import jax
+
+    graph_fn = _jax_function(gm, output_specs)
+    args = [jax.ShapeDtypeStruct(s.shape, _np_dtype(s.lowered_dtype)) for s in input_specs]
+    try:
+        with jax.enable_x64(False):
+            lowered = jax.jit(graph_fn, keep_unused=True).lower(*args)
+    except LoweringError:
+        raise
+    except Exception as e:  # jax tracing errors outside any one node
+        raise LoweringError(f"lowering the graph to HLO failed: {type(e).__name__}: {e}") from e
+    computation = lowered.compiler_ir("hlo")
+    return LoweredGraph(
+        hlo_module_proto=computation.as_serialized_hlo_module_proto(),
+        hlo_text=_canonical_text(computation),
+        input_specs=input_specs,
+        output_specs=output_specs,
+        result_shapes=_result_shapes(computation.program_shape().result_shape()),
+    )
+
+
+def _canonical_text(computation: Any) -> str:
+    """HLO text without ids, metadata or source paths, with every constant printed in full."""
+    from jaxlib import _hlo
+
+    options = _hlo.HloPrintOptions.canonical()
+    options.print_large_constants = True
+    options.print_metadata = False
+    return computation.get_hlo_module().to_string(options)
+
+
+def _result_shapes(shape: Any) -> tuple[str, ...]:
+    shapes = shape.tuple_shapes() if shape.is_tuple() else [shape]
+    return tuple(", ".join(str(d) for d in s.dimensions()) for s in shapes)
+
+
+def _np_dtype(name: str) -> Any:
+    from neuron_args.runtime import numpy_dtype
+
+    return numpy_dtype(name)
+
+
+_env: list[Any] = []
+
+
+def _environment() -> Any:
+    """One torchax environment per process, adapted to whole ATen graphs (created lazily)."""
+    if _env:
+        return _env[0]
+    from torchax.tensor import Environment, Tensor
+    from torchax.view import View
+
+    class GraphEnvironment(Environment):
+        def _should_use_torchax_tensor(self, device: Any) -> bool:
+            # factories inside the graph carry device='cpu' (arange, full, scalar_tensor...):
+            # inside one traced graph every tensor must be a torchax tensor
+            return True
+
+        def _to_copy(self, the_tensor: Any, new_dtype: Any, new_device: Any) -> Any:
+            # _to_copy(..., device='cpu') would copy a tracer out to a real torch tensor and leave
+            # the traced world; a device move means nothing inside one graph, so keep the dtype only
+            if isinstance(the_tensor, torch.Tensor) and not isinstance(the_tensor, (Tensor, View)):
+                the_tensor = _constant(self, the_tensor)
+            return super()._to_copy(the_tensor, new_dtype, None)
+
+    _env.append(GraphEnvironment())
+    return _env[0]
+
+
+def _constant(env: Any, value: torch.Tensor) -> Any:
+    """A real torch tensor held by the graph (get_attr, lifted constant) as a torchax tensor."""
+    import jax.numpy as jnp
+    from torchax.tensor import Tensor
+
+    from neuron_args.runtime import tensor_to_numpy
+
+    if isinstance(value, torch._subclasses.FakeTensor):
+        raise LoweringError("the graph holds a fake tensor constant; its values are unknown")
+    return Tensor(jnp.asarray(tensor_to_numpy(value)), env)
+
+
+def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]) -> Any:
+    """``gm`` as a function of jax arrays, returning a tuple of jax arrays (one per output)."""
+    from torchax.tensor import Tensor
+    from torchax.view import View
+
+    env = _environment()
+    out_dtypes = [_np_dtype(s.lowered_dtype) for s in output_specs]
+
+    class ToJax(torch.fx.Interpreter):
+        def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
+            value = super().get_attr(target, args, kwargs)
+            if isinstance(value, torch.Tensor) and not isinstance(value, (Tensor, View)):
+                return _constant(env, value)
+            return value
+
+        def run_node(self, n: torch.fx.Node) -> Any:
+            try:
+                return super().run_node(n)
+            except LoweringError:
+                raise
+            except Exception as e:
+                raise LoweringError(
+                    f"cannot lower FX node {n.name!r} (op {_op_name(n)}): {type(e).__name__}: {e}"
+                ) from e
+
+    def neuron_graph(*arrays: Any) -> tuple[Any, ...]:
+        with env:
+            outs = ToJax(gm).run(*(Tensor(a, env) for a in arrays))
+        if not isinstance(outs, (tuple, list)):
+            outs = (outs,)
+        result = []
+        for i, (out, spec, dtype) in enumerate(zip(outs, output_specs, out_dtypes)):
+            if isinstance(out, (Tensor, View)):
+                arr = out.jax()
+            elif isinstance(out, torch.Tensor):
+                arr = _constant(env, out).jax()
+            else:
+                raise LoweringError(f"graph output {i} is {type(out).__name__}, not a tensor")
+            if tuple(arr.shape) != spec.shape:
+                raise LoweringError(
+                    f"graph output {i} lowered with shape {tuple(arr.shape)}, torch says {spec.shape}"
+                )
+            # torchax may promote differently from torch; the HLO result keeps torch's dtype
+            result.append(arr if arr.dtype == dtype else arr.astype(dtype))
+        return tuple(result)
+
+    return neuron_graph
+
+
+def _op_name(n: torch.fx.Node) -> str:
+    target = n.target
+    if isinstance(target, (str, torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)  # "aten.index_put.default"
+    return getattr(target, "__name__", None) or str(target)

@@ -1,0 +1,100 @@
+"""Import torchax 0.0.13 on torch 2.13 without breaking the rest of the process.
+
+torchax is only needed to lower a graph, but importing it as-is either fails or leaves global
+torch state that breaks every other ``torch.compile`` in the process. :func:`import_torchax`
+works around each problem (measured on torch 2.13.0+cpu, torchax 0.0.13, jax 0.10.2):
+
+1. torchax names named-tensor overloads (``aten.prod.dim_Dimname``, ``aten.all.dimname`` ...
+   22 in all) at import time that torch 2.13 removed -> ``AttributeError``. While torchax and
+   the op modules its environment loads are imported, a missing overload resolves to a
+   placeholder that raises if ever called (ATen graphs never contain them).
+2. torchax renames the privateuse1 backend to ``"jax"`` and registers a device module whose
+   ``is_available()`` is True. ``torch.accelerator.is_available()`` then turns True and Dynamo
+   asks the accelerator for its current stream -> "PyTorch is not linked with support for jax
+   devices": every torch.compile in the process fails. The rename also raises when another
+   backend (e.g. ``neuron``) owns privateuse1. We let torchax claim privateuse1 only when it is
+   still free (``torchax.Tensor.device`` is ``jax:0``, which needs the name) and make the
+   ``jax`` device module report ``is_available() == False``.
+3. torchax switches ``torch.backends.mha`` fast path off process-wide. We restore the previous
+   value so traced graphs (and so cache keys) do not depend on whether a graph was lowered
+   earlier in the process.
+
+Importing this module does nothing; call :func:`import_torchax`. It imports jax but does not
+create a jax client (no threads), so it is fork-safe until the first lowering.
+"""
+from __future__ import annotations
+
+import threading
+from types import ModuleType
+from typing import Any
+
+#: Overload names torchax asked for that this torch does not have (problem 1), for diagnostics.
+MISSING_OVERLOADS: list[str] = []
+
+_lock = threading.Lock()
+_torchax: list[ModuleType] = []
+
+
+class _MissingOverload:
+    """Stands in for an overload torch removed; only fails if a graph really calls it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"<missing overload {self._name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{self._name} does not exist in this torch version")
+
+
+def import_torchax() -> ModuleType:
+    """Import torchax (and the op tables its Environment loads) once; return the module."""
+    if _torchax:
+        return _torchax[0]
+    with _lock:
+        if _torchax:
+            return _torchax[0]
+        _torchax.append(_import())
+    return _torchax[0]
+
+
+def _import() -> ModuleType:
+    import torch
+    import torch._ops as ops
+
+    orig_getattr = ops.OpOverloadPacket.__getattr__
+    orig_rename = torch.utils.rename_privateuse1_backend
+    orig_register = torch._register_device_module
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+
+    def getattr_or_placeholder(self: Any, key: str) -> Any:  # problem 1
+        try:
+            return orig_getattr(self, key)
+        except AttributeError:
+            if key.startswith("_") or key == "default":
+                raise
+            MISSING_OVERLOADS.append(f"{self._qualified_op_name}.{key}")
+            return _MissingOverload(MISSING_OVERLOADS[-1])
+
+    claimed = torch._C._get_privateuse1_backend_name() != "privateuseone"
+    ops.OpOverloadPacket.__getattr__ = getattr_or_placeholder
+    if claimed:  # problem 2: someone else owns privateuse1; torchax must not rename it
+        torch.utils.rename_privateuse1_backend = lambda name: None
+        torch._register_device_module = lambda name, mod: None
+    try:
+        import torchax
+        import torchax.decompositions  # noqa: F401  (what Environment.load_ops imports)
+        import torchax.ops.jaten  # noqa: F401
+        import torchax.ops.jc10d  # noqa: F401
+        import torchax.ops.jtorch  # noqa: F401
+        import torchax.ops.jtorchvision_nms  # noqa: F401
+    finally:
+        ops.OpOverloadPacket.__getattr__ = orig_getattr
+        torch.utils.rename_privateuse1_backend = orig_rename
+        torch._register_device_module = orig_register
+        torch.backends.mha.set_fastpath_enabled(fastpath)  # problem 3
+    import torchax.device_module
+
+    torchax.device_module.is_available = lambda: False  # problem 2: accelerator stays off
+    return torchax

@@ -1,0 +1,244 @@
+"""The three torch.compile backend seams (seed: ``backend.py``, ``capture_backend.py``, ``native_backend.py``).
+
+One torch.compile per backend serves every graph type. Dynamo calls a backend once per graph
+and shape; the backend lowers the graph to HLO once and returns a :class:`CompiledGraph`, which
+reads the scope **at call time** and keeps one variant per argument set. So the same shapes
+under two scopes never silently reuse the first variant, and after a variant's first call the
+serve path is a contextvar read and a dict lookup: no hashing, no file I/O.
+
+- ``neuron_libtorch``: key = graph, input specs, canonical compiler args, target, tool versions;
+  compiles on a miss.
+- ``neuron_libtorch_graph_capture``: same key; writes ``graph.hlo`` and a *pending* entry with the
+  resolved args and runs the graph eagerly; ``parallel_compile`` builds it later.
+- ``neuron_native_lite``: key leaves the args out (graph structure and I/O shapes only) and
+  ``_assert_cache_key_args`` guards it.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from neuron_args.cache import STATS, CacheEntry, CompileCache, _assert_cache_key_args, new_metadata, now_iso
+from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
+from neuron_args.compilers import select_compiler
+from neuron_args.errors import CacheKeyArgsConflict, LoweringError
+from neuron_args.flags import canonical_compiler_args, optimization_level
+from neuron_args.manifest.ledger import record_graph
+from neuron_args.scope import _scoped_compiler_args, current_graph_type
+from neuron_args.seams import records
+from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
+
+COMPILE_SEAM = "neuron_libtorch"
+CAPTURE_SEAM = "neuron_libtorch_graph_capture"
+NATIVE_SEAM = "neuron_native_lite"
+SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
+
+# native seam: first argument set seen per key in this process (the metadata covers other processes)
+_native_args: dict[str, list[str]] = {}
+
+
+class CompiledGraph:
+    """What a seam hands back to aot_autograd for one graph: variants chosen by the scope at call time."""
+
+    _boxed_call = True
+
+    def __init__(self, seam: str, gm: torch.fx.GraphModule, lowered: Any, options: Mapping[str, Any],
+                 user_inputs: Sequence[bool] | None) -> None:
+        self.seam = seam
+        self.gm = gm
+        self.lowered = lowered
+        self.options = dict(options)
+        self.cache = CompileCache.from_options(options)
+        self.compiler = select_compiler(options)
+        self.graph_sha256 = graph_digest(lowered.hlo_text)
+        specs = lowered.input_specs
+        mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
+        self.input_shapes = [s.shape_string() for s, user in zip(specs, mask) if user]
+        self._variants: dict[tuple[str, ...] | None, Callable[[list[Any]], Any]] = {}
+
+    def __call__(self, args: list[Any]) -> Any:
+        scoped = _scoped_compiler_args.get()
+        run = self._variants.get(scoped)
+        if run is None:
+            run = self._variants[scoped] = self._build_variant()
+        return run(args)
+
+    # -- resolving a variant (first call under an argument set) -------------------------------
+    def _key(self, request: PlatformArgs) -> CacheKey:
+        return create_cache_hash(
+            graph_sha256=self.graph_sha256,
+            input_specs=input_spec_pairs(self.lowered.input_specs),
+            compiler_args=None if self.seam == NATIVE_SEAM else request.compiler_args,
+            target=request.target,
+            tool_versions=tool_versions(self.compiler.info),
+        )
+
+    def _build_variant(self) -> Callable[[list[Any]], Any]:
+        graph_type = current_graph_type()
+        request = resolve_request(self.options, graph_type)
+        key = self._key(request)
+        record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
+                     graph_type=graph_type)
+        rec = records.GraphRecord(
+            key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=self.input_shapes,
+            compiler_args=list(request.compiler_args), optimization_level=optimization_level(request.compiler_args),
+            target=request.target,
+        )
+        if self.seam == CAPTURE_SEAM:
+            self._capture(key, request, graph_type)
+            rec.captured = True
+            records.record(rec)
+            gm = self.gm
+            return lambda args: gm(*args)
+        if self.seam == NATIVE_SEAM:
+            self._check_native_args(key, request, graph_type)
+        build = functools.partial(self._compile_into, key=key, request=request, graph_type=graph_type, rec=rec)
+        entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
+        rec.loads += int(hit)
+        rec.executable_size = entry.executable_path.stat().st_size
+        records.record(rec)
+        from neuron_args.runtime import LoadedExecutable
+
+        exe = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs, self.lowered.output_specs)
+        return lambda args: exe(*args)
+
+    def _metadata(self, key: CacheKey, request: PlatformArgs, graph_type: str | None, status: str) -> dict[str, Any]:
+        lowered = self.lowered
+        return new_metadata(
+            key, seam=self.seam, graph_type=graph_type, compiler_args=request.compiler_args, target=request.target,
+            status=status,
+            input_specs=[{"shape": list(s.shape), "dtype": s.dtype} for s in lowered.input_specs],
+            output_specs=[{"shape": list(s.shape), "dtype": s.dtype} for s in lowered.output_specs],
+            input_shapes=self.input_shapes,
+            output_shapes=list(lowered.result_shapes),
+            compiler_flags=request.compiler_flags(),
+            compiler=self.compiler.info.as_dict(),
+        )
+
+    def _compile_into(self, entry: CacheEntry, *, key: CacheKey, request: PlatformArgs, graph_type: str | None,
+                      rec: records.GraphRecord) -> None:
+        entry.hlo_path.write_bytes(self.lowered.hlo_module_proto)
+        md = self._metadata(key, request, graph_type, status="compiling")
+        entry.write_metadata(md)
+        compile_entry(entry, self.compiler, request.compiler_args, request.target, graph_type, md)
+        rec.compiled = True
+        rec.compile_seconds = entry.metadata().get("compile_seconds")
+
+    def _capture(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
+        entry = self.cache.entry(key)
+        if entry.is_complete:
+            return
+        with self.cache.lock(key):
+            if entry.is_complete:
+                return
+            entry.reset()
+            entry.hlo_path.write_bytes(self.lowered.hlo_module_proto)
+            entry.write_metadata(self._metadata(key, request, graph_type, status="pending"))
+            STATS.captures += 1
+
+    def _check_native_args(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
+        args = list(request.compiler_args)
+        first = _native_args.setdefault(key.key, args)
+        if canonical_compiler_args(first) != canonical_compiler_args(args):
+            raise CacheKeyArgsConflict(
+                f"cache key {key.key} (graph type {graph_type!r}) was compiled in this process with\n"
+                f"    {first}\n  and is now requested with\n    {args}\n"
+                "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
+                "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
+            )
+        _assert_cache_key_args(self.cache.entry(key), args, graph_type=graph_type)
+
+
+def compile_entry(entry: CacheEntry, compiler: Any, compiler_args: Sequence[str], target: str,
+                  graph_type: str | None, metadata: Mapping[str, Any]) -> None:
+    """Compile ``entry``'s graph.hlo into its executable and record how (the marker is the caller's)."""
+    result = compiler.compile(
+        hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
+        compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
+    )
+    entry.write_metadata({
+        **metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": result.argv,
+        "compiled": now_iso(), "compile_seconds": round(result.seconds, 4), "compiler": compiler.info.as_dict(),
+    })
+
+
+def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
+    """Which Dynamo graph inputs are the caller's (not lifted parameters or buffers), for the manifest."""
+    mask = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = source.name() if callable(getattr(source, "name", None)) else str(getattr(source, "name", node.name))
+        mask.append(not any(part in name for part in ("_parameters", "_buffers", "._modules")))
+    return mask or None
+
+
+def _refuse_symbolic(example_inputs: Sequence[Any], seam: str) -> None:
+    symbolic = [
+        i for i, x in enumerate(example_inputs)
+        if isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
+    ]
+    if symbolic:
+        raise LoweringError(
+            f"{seam}: Dynamo handed over a graph with symbolic sizes (inputs {symbolic}). Neuron graphs are static: "
+            "each bucket shape gets its own graph and cache entry. Compile with torch.compile(..., dynamic=False)."
+        )
+
+
+class NeuronBackend:
+    """A torch.compile backend for one seam. Module-level instances, so compiled models pickle."""
+
+    def __init__(self, seam: str) -> None:
+        if seam not in SEAMS:
+            raise ValueError(f"unknown seam {seam!r}; one of {SEAMS}")
+        self.seam = seam
+        self.__name__ = seam
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (backend_for, (self.seam,))
+
+    def __repr__(self) -> str:
+        return f"NeuronBackend({self.seam!r})"
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                 options: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+        from torch._dynamo.backends.common import aot_autograd
+
+        from neuron_args.lowering.hlo import lower_fx_graph
+
+        _refuse_symbolic(example_inputs, self.seam)
+        opts = dict(options or {})
+        user_inputs = _user_input_mask(gm)
+
+        def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
+            return CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs)
+
+        return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+
+
+neuron_libtorch = NeuronBackend(COMPILE_SEAM)
+neuron_libtorch_graph_capture = NeuronBackend(CAPTURE_SEAM)
+neuron_native_lite = NeuronBackend(NATIVE_SEAM)
+_BACKENDS = {b.seam: b for b in (neuron_libtorch, neuron_libtorch_graph_capture, neuron_native_lite)}
+
+
+def backend_for(seam: str) -> NeuronBackend:
+    return _BACKENDS[seam]
+
+
+def register_backends() -> None:
+    """Register the three seams by name (also discovered through the ``torch_dynamo_backends`` entry points)."""
+    from torch._dynamo.backends import registry
+
+    for name, backend in _BACKENDS.items():
+        # an entry point still pending means torch's lookup is loading us and registers it itself
+        if name not in registry._COMPILER_FNS and registry._BACKENDS.get(name) is None:
+            registry.register_backend(compiler_fn=backend, name=name)
+
+
+register_backends()

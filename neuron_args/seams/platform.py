@@ -1,0 +1,82 @@
+"""From torch.compile options to the concrete compile request of one graph.
+
+The order is the seed's: the scope first (``apply_scoped_compiler_args``), then the platform
+arguments (the target), then the key. ``--target``/``--framework`` are set by the compiler
+driver, so they live in ``target`` and never twice in the argument list.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from neuron_args.errors import CompilerArgsError
+from neuron_args.flags import KNOWN_TARGETS, manifest_compiler_flags, option_value, remove_options, split_compiler_args
+from neuron_args.scope import apply_scoped_compiler_args
+
+NEURON_CC_FLAGS_ENV = "NEURON_CC_FLAGS"
+TARGET_ENV = "NEURON_ARGS_TARGET"
+DEFAULT_TARGET = "trn2"
+
+
+@dataclass(frozen=True)
+class PlatformArgs:
+    """The resolved arguments of one graph: what the compiler gets besides its fixed argv part."""
+
+    compiler_args: tuple[str, ...]
+    target: str
+
+    def compiler_flags(self) -> str:
+        """The manifest form: every flag the compiler sees, machine-specific paths removed."""
+        return manifest_compiler_flags(["--framework", "XLA", "--target", self.target, *self.compiler_args])
+
+
+def base_compiler_args(options: Mapping[str, Any]) -> list[str]:
+    """``options["compiler_args"]``, else ``$NEURON_CC_FLAGS`` (split shell-style), else none."""
+    if options.get("compiler_args") is not None:
+        return split_compiler_args(options["compiler_args"])
+    return split_compiler_args(os.environ.get(NEURON_CC_FLAGS_ENV) or None)
+
+
+def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None) -> PlatformArgs:
+    """Resolve the target and strip the options the driver sets itself."""
+    args = base_compiler_args(options)
+    in_args = option_value(args, "--target")
+    target = options.get("target") or in_args or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
+    if in_args is not None and in_args != target:
+        raise CompilerArgsError(
+            f"compiler args for graph type {graph_type!r} say --target {in_args} but the compile options say "
+            f"target={target!r}; set the target in one place."
+        )
+    if target not in KNOWN_TARGETS:
+        raise CompilerArgsError(f"unknown target {target!r}; neuronx-cc targets are {', '.join(KNOWN_TARGETS)}")
+    return PlatformArgs(tuple(remove_options(args, ["--target", "--framework"])), target)
+
+
+def resolve_request(options: Mapping[str, Any], graph_type: str | None) -> PlatformArgs:
+    """The seam's access point: scope, then platform arguments."""
+    return apply_platform_compiler_args(apply_scoped_compiler_args(options), graph_type=graph_type)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+@functools.lru_cache(maxsize=None)
+def lowering_tool_versions() -> tuple[tuple[str, str], ...]:
+    """Versions of everything that shapes the HLO (read from package metadata: no import)."""
+    return tuple((d, _version(d)) for d in ("torch", "torchax", "jax", "jaxlib", "neuron-args")) + (("jax_x64", "off"),)
+
+
+def tool_versions(compiler_info: Any) -> dict[str, str]:
+    return {**dict(lowering_tool_versions()), "compiler": f"{compiler_info.name} {compiler_info.version}"}
+
+
+def input_spec_pairs(specs: Sequence[Any]) -> list[tuple[tuple[int, ...], str]]:
+    return [(tuple(s.shape), s.dtype) for s in specs]

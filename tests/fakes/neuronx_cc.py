@@ -1,0 +1,62 @@
+"""A stand-in for ``neuronx-cc`` (and for the local compiler program) in driver tests.
+
+Installed by the tests as an executable named ``neuronx-cc`` with this interpreter in its shebang.
+It checks the neuronx-cc argv shape, records its argv, writes a log line and an output file.
+``FAKE_NEURONX_CC_MODE`` makes it fail: ``exit70``, ``exit1``, ``segv``, ``kill``, ``abort``,
+``sleep``, ``no-output``, ``bad-version`` (``--version`` fails).
+``FAKE_NEURONX_CC_RECORD``: append the argv (one JSON list a line) to this file.
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+VERSION_TEXT = "NeuronX Compiler version 2.21.33363.0+82d8b54d\n\nPython version 3.12\n"
+
+
+def main(argv):
+    mode = os.environ.get("FAKE_NEURONX_CC_MODE", "ok")
+    record = os.environ.get("FAKE_NEURONX_CC_RECORD")
+    if record:
+        with open(record, "a") as f:
+            f.write(json.dumps(argv) + "\n")
+    if argv == ["--version"]:
+        if mode == "bad-version":
+            print("neuronx-cc: internal error", file=sys.stderr)
+            return 1
+        sys.stdout.write(VERSION_TEXT)
+        return 0
+    if argv[:1] != ["compile"] or len(argv) < 10 or argv[2:4] != ["--framework", "XLA"]:
+        print(f"fake neuronx-cc: unexpected argv {argv}", file=sys.stderr)
+        return 64
+    opts = dict(zip(argv[4:10:2], argv[5:10:2]))
+    if set(opts) != {"--target", "--output", "--logfile"} or not os.path.isfile(argv[1]):
+        print(f"fake neuronx-cc: bad fixed options or missing input in {argv}", file=sys.stderr)
+        return 64
+    with open(opts["--logfile"], "w") as log:
+        log.write(f"fake neuronx-cc compiling {argv[1]} for {opts['--target']}\n")
+        for n in range(40):
+            log.write(f"log line {n}\n")
+        log.flush()
+    print("fake neuronx-cc: stderr says hello", file=sys.stderr, flush=True)
+    if mode != "no-output":
+        with open(opts["--output"], "wb") as out:
+            out.write(b"NEFF" + b"\0" * 60)  # a half-written executable the driver must discard
+            out.flush()
+    if mode == "exit70":
+        return 70
+    if mode == "exit1":
+        return 1
+    if mode == "sleep":
+        time.sleep(60)
+    if mode in ("segv", "kill", "abort"):
+        sig = {"segv": signal.SIGSEGV, "kill": signal.SIGKILL, "abort": signal.SIGABRT}[mode]
+        if sig != signal.SIGKILL:  # SIGKILL cannot be caught, nor reset
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
