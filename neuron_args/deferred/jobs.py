@@ -1,0 +1,38 @@
+"""Trace jobs: ``(model, kwargs, compiler_args)``, resolved before the fork (seed: ``_build_trace_job``)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class TraceJob(tuple):
+    """A three-element trace job that also carries its graph-type label (for errors and metadata).
+
+    It *is* the seed's tuple ``(model, kwargs, compiler_args)``: ``job[2]`` is the resolved list.
+    """
+
+    graph_type: str | None
+
+    def __new__(cls, model: Any, kwargs: Mapping[str, Any], compiler_args: Sequence[str] | None,
+                graph_type: str | None = None) -> TraceJob:
+        job = super().__new__(cls, (model, dict(kwargs), None if compiler_args is None else list(compiler_args)))
+        job.graph_type = graph_type
+        return job
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TraceJob, (self[0], self[1], self[2], self.graph_type))
+
+
+def build_trace_job(resolver: Any, target_model: Any, kwargs: Mapping[str, Any], graph_type: str | None) -> TraceJob:
+    """Resolve the graph's arguments now, in the parent, so no model code runs in the child."""
+    return TraceJob(target_model, kwargs, resolver.resolve_graph_compiler_args(graph_type), graph_type)
+
+
+def normalize_job(job: Sequence[Any]) -> TraceJob:
+    """Accept ``(model, kwargs)`` (no per-graph override: the native path) or ``(model, kwargs, args)``."""
+    if isinstance(job, TraceJob):
+        return job
+    if not isinstance(job, (tuple, list)) or len(job) not in (2, 3):
+        raise TypeError(f"a trace job is (model, kwargs) or (model, kwargs, compiler_args), got {job!r}")
+    model, kwargs = job[0], job[1]
+    return TraceJob(model, kwargs, job[2] if len(job) == 3 else None)

@@ -1,0 +1,174 @@
+"""Capture every graph in child processes (seed: ``parallel_trace.py``).
+
+Each job runs in its own child, which opens ``scoped_compiler_args(job[2])`` and calls the model
+compiled with the capture seam: ``graph.hlo`` and a pending entry with the resolved arguments
+land in the cache, and nothing is compiled. Children fork (the model is inherited, not pickled)
+while that is safe; once jax's CPU client exists in this process a forked child's first jax call
+hangs, so the trace then falls back to spawn (the job is pickled) and says so once. Every child
+has a deadline: a hang or a crash becomes a :class:`TraceError` naming the graph type, never a
+stuck run.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from neuron_args.deferred.jobs import TraceJob, normalize_job
+from neuron_args.errors import TraceError
+
+log = logging.getLogger("neuron_args.deferred")
+
+WORKERS_ENV = "NEURON_ARGS_TRACE_WORKERS"
+DEFAULT_TIMEOUT = 600.0
+_said_spawn = False
+
+
+@dataclass
+class TraceResult:
+    graph_type: str | None
+    compiler_args: list[str] | None
+    status: str  # "captured" | "failed"
+    seconds: float
+    keys: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def default_workers(n_jobs: int) -> int:
+    env = os.environ.get(WORKERS_ENV)
+    if env:
+        return max(1, int(env))
+    return max(1, min(os.cpu_count() or 1, n_jobs))
+
+
+def fork_is_safe() -> bool:
+    """False once this process created a jax/XLA client (forked children would hang on first use)."""
+    xb = sys.modules.get("jax._src.xla_bridge")
+    if xb is not None and getattr(xb, "_backends", None):
+        return False
+    xla_cpu = sys.modules.get("neuron_args.xla_cpu")
+    return not (xla_cpu is not None and xla_cpu._client_cache)
+
+
+def _run_job(job: TraceJob, options: Mapping[str, Any], conn: Any) -> None:
+    """Child body: capture one job under its scope, report keys or the traceback through ``conn``."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        from neuron_args.scope import scoped_compiler_args
+        from neuron_args.seams import records
+
+        model, kwargs, compiler_args = job
+        model = getattr(model, "_orig_mod", model)
+        records.clear()
+        compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", options=dict(options), dynamic=False)
+        with torch.inference_mode(), scoped_compiler_args(compiler_args, graph_type=job.graph_type):
+            compiled(**kwargs)
+        conn.send(("ok", [r.key for r in records.records()]))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def _child_main(job: TraceJob, options: Mapping[str, Any], conn: Any) -> None:
+    try:
+        _run_job(job, options, conn)
+    finally:
+        os._exit(0)
+
+
+def _context(start_method: str | None) -> Any:
+    global _said_spawn
+    if start_method is None:
+        start_method = "fork" if fork_is_safe() else "spawn"
+        if start_method == "spawn" and not _said_spawn:
+            _said_spawn = True
+            log.warning("parallel_trace: jax's client already exists in this process, so forked children would "
+                        "hang; starting trace children with spawn instead (jobs are pickled).")
+    return mp.get_context(start_method)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def parallel_trace(
+    jobs: Iterable[Sequence[Any]],
+    *,
+    options: Mapping[str, Any] | None = None,
+    workers: int | None = None,
+    timeout: float | None = None,
+    start_method: str | None = None,
+) -> list[TraceResult]:
+    """Capture each job in a child process; raise :class:`TraceError` after all ran if any failed.
+
+    ``options`` are the capture seam's torch.compile options (cache_dir, compiler_args base,
+    target, compiler). ``timeout`` is each child's deadline in seconds.
+    """
+    todo = [normalize_job(j) for j in jobs]
+    ctx = _context(start_method)
+    deadline_s = DEFAULT_TIMEOUT if timeout is None else timeout
+    n_workers = workers or default_workers(len(todo))
+    opts = dict(options or {})
+    results: list[TraceResult | None] = [None] * len(todo)
+    running: dict[int, tuple[Any, Any, float]] = {}
+    pending = list(range(len(todo)))
+
+    def finish(i: int, status: str, error: str | None = None, keys: list[str] | None = None) -> None:
+        proc, conn, t0 = running.pop(i)
+        job = todo[i]
+        results[i] = TraceResult(job.graph_type, job[2], status, round(time.monotonic() - t0, 3), keys or [], error)
+        conn.close()
+        proc.join(1)
+
+    while pending or running:
+        while pending and len(running) < n_workers:
+            i = pending.pop(0)
+            parent_conn, child_conn = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child_main, args=(todo[i], opts, child_conn), daemon=True,
+                               name=f"neuron-args-trace-{todo[i].graph_type}")
+            proc.start()
+            child_conn.close()
+            running[i] = (proc, parent_conn, time.monotonic())
+        for i, (proc, conn, t0) in list(running.items()):
+            label = todo[i].graph_type
+            if conn.poll():
+                try:
+                    status, payload = conn.recv()
+                except EOFError:
+                    status, payload = "crash", None
+                if status == "ok":
+                    finish(i, "captured", keys=payload)
+                elif status == "error":
+                    finish(i, "failed", f"trace of graph type {label!r} raised in the child:\n{payload}")
+                else:
+                    proc.join(5)
+                    finish(i, "failed", f"trace child of graph type {label!r} died ({_exit_text(proc.exitcode)})")
+            elif not proc.is_alive():
+                proc.join()
+                finish(i, "failed", f"trace child of graph type {label!r} died without a result "
+                                    f"({_exit_text(proc.exitcode)})")
+            elif time.monotonic() - t0 > deadline_s:
+                proc.kill()
+                proc.join(5)
+                finish(i, "failed", f"trace child of graph type {label!r} hung past its deadline of {deadline_s:g}s "
+                                    f"and was killed ({_exit_text(proc.exitcode)})")
+        time.sleep(0.01)
+    done = [r for r in results if r is not None]
+    failed = [r for r in done if r.status == "failed"]
+    if failed:
+        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
+    return done

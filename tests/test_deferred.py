@@ -1,0 +1,187 @@
+"""The deferred flow: capture seam, parallel_trace children, parallel_compile from recorded arguments."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuron_args import CacheMissError, CompileError, TraceError, scoped_compiler_args
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
+from neuron_args.deferred import TraceJob, build_trace_job, parallel_compile, parallel_trace
+from neuron_args.resolver import CompilerArgsResolver
+from neuron_args.seams import records
+from tests.models import make_mlp, mlp_inputs
+from tests.trace_models import Crashing, Hanging, Raising
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = ["--auto-cast=none", "-O1"]
+
+
+def opts(root):
+    return {"cache_dir": str(root), "compiler_args": BASE, "target": "trn2", "compiler": "local"}
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
+    torch._dynamo.reset()
+    records.clear()
+    STATS.reset()
+
+
+class Policy:
+    def compiler_args_for(self, graph_type, example_inputs, base):
+        from neuron_args.flags import with_optimization_level
+
+        return with_optimization_level(base, 3) if graph_type == "decode" else list(base)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """Two graphs (decode at -O3 via the policy, prefill at base) plus a 2-element job, captured and compiled."""
+    root = tmp_path_factory.mktemp("deferred")
+    resolver = CompilerArgsResolver.from_model(Policy(), BASE)
+    model = make_mlp()
+    jobs = [
+        build_trace_job(resolver, model, {"x": mlp_inputs(batch=1)[0]}, "decode"),
+        build_trace_job(resolver, model, {"x": mlp_inputs(batch=4)[0]}, "prefill"),
+        (model, {"x": mlp_inputs(batch=2)[0]}),  # the native path's 2-element job: no override
+    ]
+    traced = parallel_trace(jobs, options=opts(root), timeout=300)
+    pending = {e.key: e.metadata() for e in CompileCache(root).entries()}
+    statuses = {e.key: e.status for e in CompileCache(root).entries()}
+    events = []
+    report = parallel_compile(root, progress=events.append, workers=2)
+    return root, traced, pending, statuses, report, events
+
+
+def test_build_trace_job_resolves_before_the_fork():
+    resolver = CompilerArgsResolver.from_model(Policy(), BASE)
+    job = build_trace_job(resolver, "model", {"x": 1}, "decode")
+    assert len(job) == 3 and job[2] == ["--auto-cast=none", "-O3"] and job.graph_type == "decode"
+    assert tuple(job) == ("model", {"x": 1}, ["--auto-cast=none", "-O3"])
+
+
+def test_capture_writes_pending_entries_with_resolved_args(traced):
+    root, results, pending, statuses, report, events = traced
+    assert [r.status for r in results] == ["captured"] * 3
+    assert set(statuses.values()) == {"pending"}
+    by_type = {md["graph_type"]: md for md in pending.values()}
+    assert by_type["decode"]["compiler_args"] == ["--auto-cast=none", "-O3"]
+    assert by_type["prefill"]["compiler_args"] == BASE
+    assert by_type[None]["compiler_args"] == BASE
+    assert all(md["status"] == "pending" for md in pending.values())
+
+
+def test_per_graph_level_survives_the_deferred_build(traced):
+    root, results, pending, statuses, report, events = traced
+    assert report.ok and len(report.graphs) == 3
+    for entry in CompileCache(root).entries():
+        md = entry.metadata()
+        assert entry.status == "complete" and md["status"] == "compiled"
+        level = "-O3" if md["graph_type"] == "decode" else "-O1"
+        assert entry.command_path.read_text().split()[-1] == level
+    assert sorted(e.done for e in events) == [1, 2, 3] and all(e.total == 3 for e in events)
+    assert "[3/3]" in max(events, key=lambda e: e.done).line()
+
+
+def test_both_flows_share_one_entry_and_serve_hits(traced, monkeypatch):
+    root = traced[0]
+    before = {e.key for e in CompileCache(root).entries()}
+    monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "1")
+    model = make_mlp()
+    cm = torch.compile(model, backend="neuron_libtorch", options=opts(root), dynamic=False)
+    x = mlp_inputs(batch=1)[0]
+    with torch.inference_mode(), scoped_compiler_args(["--auto-cast=none", "-O3"], graph_type="decode"):
+        out = cm(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+    assert STATS.hits == 1 and STATS.compiles == 0
+    assert {e.key for e in CompileCache(root).entries()} == before
+
+
+def test_pending_entries_never_load(tmp_path, monkeypatch):
+    model, (x,) = make_mlp(), mlp_inputs(batch=3)
+    parallel_trace([(model, {"x": x}, ["-O2"])], options=opts(tmp_path), timeout=300)
+    (entry,) = CompileCache(tmp_path).entries()
+    assert entry.status == "pending"
+    monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "1")
+    cm = torch.compile(model, backend="neuron_libtorch", options=opts(tmp_path), dynamic=False)
+    with torch.inference_mode(), scoped_compiler_args(["-O2"]), pytest.raises(CacheMissError):
+        cm(x)
+
+
+def test_old_cache_entry_without_recorded_args_uses_base(tmp_path):
+    model, (x,) = make_mlp(), mlp_inputs(batch=5)
+    parallel_trace([(model, {"x": x}, ["-O3"])], options=opts(tmp_path), timeout=300)
+    (entry,) = CompileCache(tmp_path).entries()
+    md = entry.metadata()
+    del md["compiler_args"]
+    entry.write_metadata(md)
+    with cf.ThreadPoolExecutor(1) as pool:  # any Executor may be passed
+        report = parallel_compile(tmp_path, base_compiler_args="--auto-cast=none -O2", executor=pool, quiet=True)
+    (g,) = report.graphs
+    assert g.used_base_args and g.compiler_args == ["--auto-cast=none", "-O2"] and g.status == "compiled"
+    assert entry.command_path.read_text().split()[-1] == "-O2"
+
+
+def test_one_failing_graph_does_not_stop_the_others(tmp_path):
+    model = make_mlp()
+    parallel_trace([(model, {"x": mlp_inputs(batch=6)[0]}, ["-O2"]), (model, {"x": mlp_inputs(batch=7)[0]}, ["-O3"])],
+                   options=opts(tmp_path), timeout=300)
+    bad = next(e for e in CompileCache(tmp_path).entries() if e.metadata()["compiler_args"] == ["-O3"])
+    bad.hlo_path.write_bytes(b"not an hlo module")
+    with pytest.raises(CompileError) as err:
+        parallel_compile(tmp_path, quiet=True)
+    assert "1 of 2 graphs failed" in str(err.value) and bad.key in str(err.value)
+    report = err.value.report
+    assert sorted(g.status for g in report.graphs) == ["compiled", "failed"]
+    assert bad.status != "complete"
+
+
+@pytest.mark.parametrize("model, expected", [
+    (Crashing(), "killed by signal 11"),
+    (Raising(), "ValueError: bad bucket"),
+])
+def test_failing_trace_children_name_the_graph_type(tmp_path, model, expected):
+    jobs = [TraceJob(model, {"x": torch.zeros(2)}, ["-O3"], "encoder")]
+    with pytest.raises(TraceError) as err:
+        parallel_trace(jobs, options=opts(tmp_path), timeout=120)
+    assert "'encoder'" in str(err.value) and expected in str(err.value)
+
+
+def test_hung_trace_child_hits_its_deadline(tmp_path):
+    with pytest.raises(TraceError) as err:
+        parallel_trace([TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "jf")], options=opts(tmp_path), timeout=8)
+    assert "'jf'" in str(err.value) and "deadline of 8s" in str(err.value)
+
+
+FORK_CHOICE = textwrap.dedent("""
+    import sys, logging, torch
+    sys.path.insert(0, sys.argv[2])
+    logging.basicConfig(level=logging.WARNING)
+    from neuron_args.deferred.parallel_trace import fork_is_safe, parallel_trace
+    from tests.models import make_mlp, mlp_inputs
+    print("before", fork_is_safe())
+    from neuron_args import xla_cpu
+    xla_cpu.cpu_client()   # the jax client now exists: forked children would hang
+    print("after", fork_is_safe())
+    opts = {"cache_dir": sys.argv[1], "compiler_args": ["-O1"], "target": "trn2", "compiler": "local"}
+    r = parallel_trace([(make_mlp(), {"x": mlp_inputs(batch=2)[0]}, ["-O2"])], options=opts, timeout=300)
+    print("status", r[0].status)
+""")
+
+
+def test_spawn_fallback_once_the_jax_client_exists(tmp_path):
+    run = subprocess.run([sys.executable, "-c", FORK_CHOICE, str(tmp_path), str(REPO)], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["before", "True", "after", "False", "status", "captured"]
+    assert "starting trace children with spawn" in run.stderr
+    assert [e.status for e in CompileCache(tmp_path).entries()] == ["pending"]

@@ -1,0 +1,29 @@
+"""Models for parallel-trace tests; importable, so spawn-started children can unpickle them."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+
+
+class Crashing(torch.nn.Module):
+    """Kills its own process in forward (a trace child that crashes)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        os.kill(os.getpid(), signal.SIGSEGV)
+        return x
+
+
+class Hanging(torch.nn.Module):
+    """Never returns (a trace child that hangs until its deadline)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(3600)
+        return x
+
+
+class Raising(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("bad bucket")
