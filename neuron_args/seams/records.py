@@ -51,3 +51,27 @@ def records() -> list[GraphRecord]:
 
 def clear() -> None:
     RECORDS.clear()
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def table(rows: list[GraphRecord], served: dict[str, int] | None = None) -> str:
+    """The per-graph table: graph type, input shapes, -O level, key, compile time, size, served calls."""
+    head = ["graph type", "inputs", "-O", "key", "compile", "size", "served"]
+    body = []
+    for r in sorted(rows, key=lambda r: (r.graph_type or "", r.input_shapes)):
+        compile_s = f"{r.compile_seconds:.1f}s" if r.compile_seconds is not None else ("captured" if r.captured else "cached")
+        calls = "-" if served is None else str(served.get(r.graph_type or "", 0))
+        body.append([r.graph_type or "-", " / ".join(f"({s})" for s in r.input_shapes), str(r.optimization_level or "-"),
+                     r.key[:12], compile_s, _size(r.executable_size), calls])
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, body)])
