@@ -254,6 +254,7 @@ class CompileCache:
             f"while {ASSERT_CACHE_HIT_ENV} is set: this graph would compile at serve time."
         ]
         near = self.closest(key, graph_type)
+        diff: list[str] = []
         if near is None:
             lines.append("  no warmed-up entry resembles it: the cache holds no complete entry for this graph.")
         else:
@@ -263,10 +264,15 @@ class CompileCache:
                 "it differs in:"
             )
             lines += [f"    {d}" for d in diff] or ["    nothing but the key"]
-        lines.append(
-            "  fix: run this call inside scoped_compiler_args(resolve_graph_compiler_args(<graph type>)) "
-            "so it resolves the same arguments as warmup, or warm this graph and shape up before serving."
-        )
+        label = graph_type if graph_type is not None else "<graph type>"
+        if any(d.startswith("compiler_args") for d in diff):
+            lines.append(
+                f"  fix: run this call inside scoped_compiler_args(resolve_graph_compiler_args({label!r})) so it "
+                "resolves the same arguments as warmup (or make the policy deterministic).")
+        if any(d.startswith("input_specs") for d in diff) or not diff:
+            lines.append(f"  fix: warm this graph type and shape up before serving (declare the bucket for {label!r}).")
+        if any(d.startswith(("target", "tool_versions")) for d in diff):
+            lines.append("  fix: warm up with the same target, compiler and tool versions as serve.")
         return CacheMissError("\n".join(lines))
 
 

@@ -7,6 +7,7 @@ and so gives the same cache key in both flows.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -22,8 +23,11 @@ from neuron_args.graphs import GraphSpec
 from neuron_args.resolver import CompilerArgsResolver
 from neuron_args.scope import scoped_compiler_args
 from neuron_args.seams import records
-from neuron_args.seams.backends import COMPILE_SEAM
+from neuron_args.flags import optimization_level
+from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM
 from neuron_args.seams.platform import base_compiler_args
+
+log = logging.getLogger("neuron_args.runner")
 
 FLOWS = ("in-process", "parallel")
 # Every bucket is a static graph, so one entry recompiles once per shape; Dynamo's default limit (8 per
@@ -169,14 +173,34 @@ class NeuronRunner:
         else:
             jobs = [build_trace_job(self.resolver, self.spec(g).entry, make(), g)
                     for g in chosen for make in self.spec(g).buckets.values()]
-            capture_options = {**self.options}
-            parallel_trace(jobs, options=capture_options, timeout=trace_timeout)
+            traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout)
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
                                               compiler=self.options["compiler"], progress=progress)
-        report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), CompileCounts.since(before), compile_report)
+        counts = CompileCounts.since(before)
+        if compile_report is not None:
+            counts = self._record_deferred(traced, compile_report)
+        report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report)
         if emit:
             report.manifest_path = self.emit_manifest()
         return report
+
+    def _record_deferred(self, traced: Any, compile_report: Any) -> CompileCounts:
+        """The graphs the trace children and the compile workers handled, as this process's records."""
+        built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
+        keys = sorted({k for t in traced for k in t.keys})
+        for key in keys:
+            entry = self.cache.entry(key)
+            md = entry.metadata()
+            args = md.get("compiler_args") or []
+            records.record(records.GraphRecord(
+                key=key, seam=md.get("seam", CAPTURE_SEAM), graph_type=md.get("graph_type"),
+                input_shapes=md.get("input_shapes", []), compiler_args=args,
+                optimization_level=optimization_level(args), target=md.get("target", self.options["target"]),
+                compiled=key in built, captured=key in built,
+                compile_seconds=built[key].seconds if key in built else None,
+                executable_size=entry.executable_path.stat().st_size if entry.is_complete else None,
+            ))
+        return CompileCounts(hits=len(keys) - len(built), misses=len(built), compiles=len(built), captures=len(built))
 
     # -- serve ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -208,7 +232,15 @@ class NeuronRunner:
         if manifest_root() is None:
             return None
         cfg = dict(self.manifest_config)
-        config = build_config(
+        try:
+            config = self._manifest_config(cfg, build_config)
+        except Exception as exc:  # the manifest never breaks warmup
+            log.warning("manifest config could not be built (%s: %s); emitting without it", type(exc).__name__, exc)
+            config = None
+        return emit_manifest(cache_dir=self.cache_dir, config=config, local_rank=self.local_rank)
+
+    def _manifest_config(self, cfg: dict[str, Any], build_config: Any) -> dict[str, Any]:
+        return build_config(
             model=cfg.pop("model", type(self.model).__name__), target=self.options["target"],
             dtype=cfg.pop("dtype", None), max_num_seqs=cfg.pop("max_num_seqs", None),
             max_model_len=cfg.pop("max_model_len", None), topology=cfg.pop("topology", None),
@@ -218,7 +250,6 @@ class NeuronRunner:
                            "graph_types": {r.key: r.graph_type for r in records.records()}, **cfg.pop("neuron_config", {})},
             vllm_config=cfg.pop("runner_config", cfg or None),
         )
-        return emit_manifest(cache_dir=self.cache_dir, config=config, local_rank=self.local_rank)
 
 
 __all__ = ["CompileCounts", "CompileProgress", "NeuronRunner", "ServeSession", "WarmupReport"]

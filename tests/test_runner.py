@@ -1,0 +1,136 @@
+"""The runner: the seed's load_model wiring, warmup in both flows, serve under the assert, fresh-process serve."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuron_args import CacheMissError, NeuronArgsError
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
+from neuron_args.graphs import GraphSpec
+from neuron_args.runner import NeuronRunner
+from neuron_args.seams import records
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class TwoGraphModel(torch.nn.Module):
+    """An MLP entry with a prefill bucket (batch 4) and a decode bucket (batch 1)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 8)).eval()
+
+    def compiler_args_for(self, graph_type, example_inputs, base):
+        from neuron_args.flags import with_optimization_level
+
+        return with_optimization_level(base, 3) if graph_type == "decode" else list(base)
+
+    def neuron_graphs(self):
+        return [GraphSpec("prefill", self.mlp, {"b4": lambda: {"input": torch.ones(4, 8)}}),
+                GraphSpec("decode", self.mlp, {"b1": lambda: {"input": torch.ones(1, 8)}})]
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
+    monkeypatch.delenv("VLLM_NEURON_MANIFEST_DIR", raising=False)
+    torch._dynamo.reset()
+    records.clear()
+    STATS.reset()
+
+
+def make_runner(cache_dir, **kw):
+    return NeuronRunner(TwoGraphModel(), compiler_args=["--auto-cast=none", "-O1"], compiler="local",
+                        cache_dir=cache_dir, **kw)
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runner-cache")
+    torch._dynamo.reset()
+    make_runner(root).warmup()
+    return root
+
+
+def levels(root):
+    return sorted((e.metadata()["graph_type"], e.metadata()["compiler_args"][-1]) for e in CompileCache(root).entries())
+
+
+def test_load_model_wiring_stamps_base_and_resolves_per_graph(tmp_path):
+    runner = make_runner(tmp_path)
+    assert runner.model._neuron_base_compiler_args == ["--auto-cast=none", "-O1"]
+    assert runner.resolve("decode") == ["--auto-cast=none", "-O3"]
+    assert runner.resolve("prefill") == ["--auto-cast=none", "-O1"]
+    explicit = make_runner(tmp_path, optimization_level=2)
+    assert explicit.resolve("decode") is None and explicit.options["compiler_args"] == ["--auto-cast=none", "-O2"]
+    with pytest.raises(NeuronArgsError, match=r"'jf' is not declared .* \['decode', 'prefill'\]"):
+        runner.run("jf", {})
+
+
+def test_warmup_compiles_each_graph_with_its_args(warm_cache):
+    assert levels(warm_cache) == [("decode", "-O3"), ("prefill", "-O1")]
+
+
+def test_serve_hits_and_restores_the_assert_variable(warm_cache, monkeypatch):
+    monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "0")
+    runner = make_runner(warm_cache)
+    with runner.serve() as served:
+        assert os.environ[ASSERT_CACHE_HIT_ENV] == "1"
+        out = runner.run("decode", {"input": torch.ones(1, 8)})
+        runner.run("prefill", {"input": torch.ones(4, 8)})
+    assert os.environ[ASSERT_CACHE_HIT_ENV] == "0"
+    assert served.counts.compiles == 0 and served.counts.misses == 0 and served.counts.hits == 2
+    assert served.calls == {"decode": 1, "prefill": 1}
+    torch.testing.assert_close(out, runner.model.mlp(torch.ones(1, 8)), rtol=1e-5, atol=1e-5)
+
+
+def test_unwarmed_shape_under_serve_is_a_cache_miss(warm_cache):
+    runner = make_runner(warm_cache)
+    with runner.serve(), pytest.raises(CacheMissError) as err:
+        runner.run("decode", {"input": torch.ones(2, 8)})
+    assert "'decode'" in str(err.value) and "float32[1, 8] -> float32[2, 8]" in str(err.value) and "declare the bucket" in str(err.value)
+
+
+def test_parallel_flow_gives_the_same_keys_as_in_process(warm_cache, tmp_path):
+    report = make_runner(tmp_path).warmup(flow="parallel")
+    assert {e.key for e in CompileCache(tmp_path).entries()} == {e.key for e in CompileCache(warm_cache).entries()}
+    assert report.counts.compiles == 2 and report.compile_report.ok
+    assert sorted(r.graph_type for r in records.records()) == ["decode", "prefill"]
+
+
+def test_warmup_emits_the_manifest_when_enabled(warm_cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(tmp_path / "m"))
+    report = make_runner(warm_cache, manifest_config={"model": "two-graph", "max_model_len": 8}).warmup()
+    doc = json.loads(Path(report.manifest_path).read_text())
+    assert report.manifest_path == tmp_path / "m" / "nodev" / "manifest.json"
+    assert sorted(g["ranks"] for g in doc["graphs"]) == [[0], [0]]
+    assert doc["config"]["model"] == "two-graph" and doc["config"]["max_model_len"] == 8
+    assert any("-O3" in g["compiler_flags"] for g in doc["graphs"])
+
+
+FRESH = textwrap.dedent("""
+    import sys, json, torch
+    sys.path.insert(0, sys.argv[2])
+    from tests.test_runner import make_runner
+    runner = make_runner(sys.argv[1])
+    with runner.serve() as served:
+        for graph_type, spec in runner.graphs.items():
+            for make in spec.buckets.values():
+                runner.run(graph_type, make())
+    print(json.dumps({"hits": served.counts.hits, "misses": served.counts.misses, "compiles": served.counts.compiles}))
+""")
+
+
+def test_serving_from_the_cache_in_a_fresh_process_hits_every_graph(warm_cache):
+    run = subprocess.run([sys.executable, "-c", FRESH, str(warm_cache), str(REPO)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {"hits": 2, "misses": 0, "compiles": 0}
