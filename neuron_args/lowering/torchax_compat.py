@@ -12,9 +12,11 @@ works around each problem (measured on torch 2.13.0+cpu, torchax 0.0.13, jax 0.1
    ``is_available()`` is True. ``torch.accelerator.is_available()`` then turns True and Dynamo
    asks the accelerator for its current stream -> "PyTorch is not linked with support for jax
    devices": every torch.compile in the process fails. The rename also raises when another
-   backend (e.g. ``neuron``) owns privateuse1. We let torchax claim privateuse1 only when it is
-   still free (``torchax.Tensor.device`` is ``jax:0``, which needs the name) and make the
-   ``jax`` device module report ``is_available() == False``.
+   backend (e.g. ``neuron``) owns privateuse1, and even when it is free, a privateuse1 named
+   without registered hooks makes ``torch._C._get_accelerator()`` raise, which breaks
+   ``torch.distributed.barrier()`` in every tensor-parallel rank. We never let torchax rename or
+   register privateuse1 (aot_autograd ATen graphs lower without it) and make the ``jax`` device
+   module report ``is_available() == False``.
 3. torchax switches ``torch.backends.mha`` fast path off process-wide. We restore the previous
    value so traced graphs (and so cache keys) do not depend on whether a graph was lowered
    earlier in the process.
@@ -77,11 +79,10 @@ def _import() -> ModuleType:
             MISSING_OVERLOADS.append(f"{self._qualified_op_name}.{key}")
             return _MissingOverload(MISSING_OVERLOADS[-1])
 
-    claimed = torch._C._get_privateuse1_backend_name() != "privateuseone"
     ops.OpOverloadPacket.__getattr__ = getattr_or_placeholder
-    if claimed:  # problem 2: someone else owns privateuse1; torchax must not rename it
-        torch.utils.rename_privateuse1_backend = lambda name: None
-        torch._register_device_module = lambda name, mod: None
+    # problem 2: torchax must not rename or register privateuse1 (whoever owns it, or nobody)
+    torch.utils.rename_privateuse1_backend = lambda name: None
+    torch._register_device_module = lambda name, mod: None
     try:
         import torchax
         import torchax.decompositions  # noqa: F401  (what Environment.load_ops imports)

@@ -1,0 +1,297 @@
+"""``neuron-args``: inspect manifests and compile caches from a shell or CI step.
+
+    neuron-args manifest show PATH [--cache-dir DIR]
+    neuron-args manifest validate PATH [--cache-dir DIR]      exit 0 valid, 1 invalid, 2 unreadable
+    neuron-args manifest diff OLD NEW [--json] [--include-environment]   exit 0 same, 1 different
+    neuron-args cache ls [DIR]
+    neuron-args cache explain KEY_A KEY_B [--cache-dir DIR]   (unique key prefixes accepted)
+
+Exit status 2 means a usage error or an unreadable input, so CI can tell "invalid" from
+"could not check". Nothing here imports torch or jax.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["CACHE_DIR_ENV", "default_cache_dir", "main"]
+
+CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
+DEFAULT_CACHE_DIR = "~/.cache/neuron-args/compile-cache"
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+
+
+class _Usage(Exception):
+    """A usage error or unreadable input: message to stderr, exit status 2."""
+
+
+def default_cache_dir() -> Path:
+    """``$NEURON_LIBTORCH_CACHE_DIR``, else ``~/.cache/neuron-args/compile-cache``."""
+    value = os.environ.get(CACHE_DIR_ENV, "")
+    return Path(value or DEFAULT_CACHE_DIR).expanduser()
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def _load_manifest(path: str) -> dict:
+    """A manifest file, or a folder holding ``manifest.json`` (an ``<engine-id>/`` folder)."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        target = target / "manifest.json"
+    try:
+        text = target.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _Usage(f"cannot read manifest {target}: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise _Usage(f"{target} is not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise _Usage(f"{target} holds a JSON {type(doc).__name__}, not a manifest object")
+    return doc
+
+
+def _graphs(doc: Mapping) -> list:
+    graphs = doc.get("graphs")
+    return graphs if isinstance(graphs, list) else []
+
+
+def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
+    """The cache to cross-check against: ``--cache-dir``, else the recorded one; plus a note
+    when a recorded cache is not on this machine."""
+    from neuron_args.manifest.show import recorded_cache_dir
+
+    if given is not None:
+        path = Path(given).expanduser()
+        if not path.is_dir():
+            raise _Usage(f"--cache-dir {given}: no such directory")
+        return path, None
+    recorded = recorded_cache_dir(doc)
+    if recorded is None:
+        return None, None
+    if not recorded.is_dir():
+        return None, f"note: recorded cache dir {recorded} is not on this machine; cache not checked"
+    return recorded, None
+
+
+def _require_cache(path: str | None) -> Path:
+    root = Path(path).expanduser() if path else default_cache_dir()
+    if not root.is_dir():
+        hint = "" if path else f" (set {CACHE_DIR_ENV} or pass the directory)"
+        raise _Usage(f"no compile cache at {root}{hint}")
+    return root
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def _manifest_show(args: argparse.Namespace) -> int:
+    from neuron_args.manifest.show import manifest_table, read_metadata
+
+    doc = _load_manifest(args.path)
+    cache, note = _cache_dir_for(doc, args.cache_dir)
+    types: dict[str, str | None] = {}
+    if cache is not None:
+        for graph in _graphs(doc):
+            key = graph.get("graph_hash") if isinstance(graph, Mapping) else None
+            if isinstance(key, str):
+                metadata = read_metadata(cache, key)
+                value = metadata.get("graph_type") if metadata else None
+                types[key] = value if isinstance(value, str) else None
+    print(manifest_table(doc, types))
+    if note:
+        print(note)
+    return EXIT_OK
+
+
+def cross_check(doc: Mapping, cache: Path) -> list[str]:
+    """Problems between a manifest and the cache it names: missing files, NEFF size mismatch."""
+    problems = []
+    root = cache.resolve()
+    for index, graph in enumerate(_graphs(doc)):
+        if not isinstance(graph, Mapping):
+            continue
+        where = f"graphs[{index}] ({str(graph.get('graph_hash'))[:12]})"
+        for name in ("hlo_path", "neff_path"):
+            rel = graph.get(name)
+            if not isinstance(rel, str):
+                continue
+            path = (root / rel).resolve()
+            if root not in path.parents:
+                problems.append(f"{where}.{name}: {rel!r} points outside the cache {cache}")
+                continue
+            if not path.is_file():
+                problems.append(f"{where}.{name}: {rel} not found in the cache {cache}")
+                continue
+            if name == "neff_path" and isinstance(graph.get("neff_size"), int):
+                actual = path.stat().st_size
+                if actual != graph["neff_size"]:
+                    problems.append(
+                        f"{where}.neff_size: manifest says {graph['neff_size']} bytes, "
+                        f"{rel} has {actual} (recompiled or replaced since the manifest was written)"
+                    )
+    return problems
+
+
+def _manifest_validate(args: argparse.Namespace) -> int:
+    from neuron_args.manifest.schema import validate_manifest
+
+    doc = _load_manifest(args.path)
+    cache, note = _cache_dir_for(doc, args.cache_dir)
+    problems = validate_manifest(doc)
+    if cache is not None:
+        problems += cross_check(doc, cache)
+    if note:
+        print(note)
+    count = len(_graphs(doc))
+    if problems:
+        print(f"INVALID: {args.path}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+        for problem in problems:
+            print(f"  - {problem}")
+        return EXIT_FAIL
+    checked = f"; files checked against {cache}" if cache is not None else ""
+    print(f"OK: {args.path} is a valid manifest v{doc.get('manifest_version')} ({count} graphs{checked})")
+    return EXIT_OK
+
+
+def _manifest_diff(args: argparse.Namespace) -> int:
+    from neuron_args.manifest.diff import diff_manifests
+
+    old, new = _load_manifest(args.old), _load_manifest(args.new)
+    result = diff_manifests(old, new, include_environment=args.include_environment)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2, default=str))
+    elif result.empty:
+        print("no differences")
+    else:
+        print("\n".join(result.lines()))
+    return EXIT_OK if result.empty else EXIT_FAIL
+
+
+def _cache_ls(args: argparse.Namespace) -> int:
+    from neuron_args.manifest.show import cache_entries, cache_table
+
+    root = _require_cache(args.dir)
+    entries = cache_entries(root)
+    print(f"compile cache {root}")
+    print(cache_table(entries) if entries else "no entries")
+    return EXIT_OK
+
+
+def _cache_explain(args: argparse.Namespace) -> int:
+    from neuron_args.manifest.show import read_metadata, resolve_key
+
+    root = _require_cache(args.cache_dir)
+    keys = []
+    for prefix in (args.key_a, args.key_b):
+        try:
+            keys.append(resolve_key(root, prefix))
+        except ValueError as exc:
+            raise _Usage(str(exc)) from None
+    components = []
+    for key in keys:
+        metadata = read_metadata(root, key)
+        value = metadata.get("key_components") if metadata else None
+        if not isinstance(value, Mapping):
+            raise _Usage(
+                f"cache entry {key} has no key_components in its metadata.json "
+                "(written before keys recorded their components, or unreadable); recompile it"
+            )
+        components.append(value)
+    try:
+        from neuron_args.cache_key import explain_components
+    except ImportError as exc:
+        raise _Usage(f"cache explain needs neuron_args.cache_key.explain_components ({exc})") from None
+    lines = explain_components(components[0], components[1])
+    print(f"{keys[0]} vs {keys[1]}")
+    if not lines:
+        print("  identical key components")
+    for line in lines:
+        print(f"  {line}")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="neuron-args",
+        description="Inspect compile-artifact manifests and neuron-args compile caches.",
+    )
+    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache}")
+    groups.required = True
+
+    manifest = groups.add_parser("manifest", help="show, validate or diff manifest.json files")
+    commands = manifest.add_subparsers(dest="command", metavar="{show,validate,diff}")
+    commands.required = True
+    show = commands.add_parser("show", help="a table of the graphs in a manifest")
+    show.add_argument("path", help="manifest.json, or the <engine-id> folder holding it")
+    show.add_argument("--cache-dir", help="compile cache to read graph types from "
+                      "(default: config.neuron_config.cache_dir when recorded)")
+    show.set_defaults(run=_manifest_show)
+    validate = commands.add_parser(
+        "validate", help="check a manifest against schema v1 and its compile cache",
+        description="Exit 0 when valid, 1 when invalid, 2 when it cannot be read.",
+    )
+    validate.add_argument("path", help="manifest.json, or the <engine-id> folder holding it")
+    validate.add_argument("--cache-dir", help="compile cache to cross-check files and sizes "
+                          "against (default: config.neuron_config.cache_dir when recorded)")
+    validate.set_defaults(run=_manifest_validate)
+    diff = commands.add_parser(
+        "diff", help="what changed between two manifests",
+        description="Exit 0 when nothing that matters changed, 1 when something did.",
+    )
+    diff.add_argument("old")
+    diff.add_argument("new")
+    diff.add_argument("--json", action="store_true", help="machine-readable output")
+    diff.add_argument("--include-environment", action="store_true",
+                      help="also compare installed package versions")
+    diff.set_defaults(run=_manifest_diff)
+
+    cache = groups.add_parser("cache", help="list or explain compile-cache entries")
+    cache_commands = cache.add_subparsers(dest="command", metavar="{ls,explain}")
+    cache_commands.required = True
+    ls = cache_commands.add_parser("ls", help="entries with graph type, -O level, status, size")
+    ls.add_argument("dir", nargs="?", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
+                    f"else {DEFAULT_CACHE_DIR})")
+    ls.set_defaults(run=_cache_ls)
+    explain = cache_commands.add_parser("explain", help="why two keys differ (key components)")
+    explain.add_argument("key_a", metavar="KEY_A", help="a key or unique key prefix")
+    explain.add_argument("key_b", metavar="KEY_B", help="a key or unique key prefix")
+    explain.add_argument("--cache-dir", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
+                         f"else {DEFAULT_CACHE_DIR})")
+    explain.set_defaults(run=_cache_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (the console script exits with it)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2): keep main() a plain function
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        return args.run(args)
+    except _Usage as exc:
+        print(f"neuron-args: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `neuron-args cache ls | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
+        except OSError:
+            pass
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The compile-artifact manifest: a per-engine ``manifest.json`` of every graph it compiled.
+
+Off unless ``VLLM_NEURON_MANIFEST_DIR`` names a directory. Seams call :func:`record_graph` while
+they capture a graph; after warmup local rank 0 calls :func:`emit_manifest`. ``schema`` and
+``diff`` (which import jsonschema / deepdiff) load only when used. The JSON Schema itself:
+``neuron_args.manifest.schema.schema()`` (the submodule is not shadowed by a function here).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from neuron_args.manifest.emit import build_config, emit_manifest, environment_snapshot, to_jsonable
+from neuron_args.manifest.engine import (
+    MANIFEST_DIR_ENV,
+    get_server_prefix,
+    manifest_root,
+    parse_visible_devices,
+)
+from neuron_args.manifest.ledger import (
+    clear_tp_group,
+    current_tp_rank,
+    record_graph,
+    register_tp_group,
+)
+from neuron_args.manifest.schema import MANIFEST_VERSION, validate_manifest
+
+__all__ = [
+    "MANIFEST_DIR_ENV",
+    "MANIFEST_VERSION",
+    "ManifestDiff",
+    "build_config",
+    "clear_tp_group",
+    "current_tp_rank",
+    "diff_manifests",
+    "emit_manifest",
+    "environment_snapshot",
+    "get_server_prefix",
+    "manifest_root",
+    "parse_visible_devices",
+    "record_graph",
+    "register_tp_group",
+    "to_jsonable",
+    "validate_manifest",
+]
+
+_LAZY = {"ManifestDiff": "neuron_args.manifest.diff", "diff_manifests": "neuron_args.manifest.diff"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'neuron_args.manifest' has no attribute {name!r}")

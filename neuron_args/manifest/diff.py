@@ -1,0 +1,340 @@
+"""Compare two manifests: what a run compiled differently from another.
+
+Graphs are matched by ``graph_hash``. What legitimately changes between two runs of the same
+deployment is ignored: ``created_timestamp``, ``neff_size`` (executables are not
+byte-reproducible), the cache paths (derived from the hash), absolute filesystem paths in
+``config`` (machine-specific), and ``environment`` unless asked for. Reported: added and
+removed graphs, and for a graph in both, changed ``compiler_flags`` (per option: added, removed,
+``-O3 -> -O1``), ``ranks``, ``input_shapes`` and ``output_shapes``; every ``config`` change.
+
+A changed flag changes the key, so a recompiled graph shows up as one removed and one added
+hash; when exactly one removed and one added graph share their input shapes, the pair is also
+reported as a likely replacement with its flag changes, which is the "why did this recompile"
+answer.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
+
+_COMPARED_GRAPH_FIELDS = ("ranks", "input_shapes", "output_shapes")
+_ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _shapes(shapes: Any) -> str:
+    if not isinstance(shapes, list):
+        return "-"
+    return " ".join(f"({s})" for s in shapes) if shapes else "none"
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def _option_name(token: str) -> str:
+    if token.startswith("-O") and not token.startswith("--"):
+        return "--optlevel"
+    return token.split("=", 1)[0]
+
+
+def compiler_flag_changes(old: str | None, new: str | None) -> dict[str, list]:
+    """Option-level difference of two flag lines.
+
+    ``{"added": [tokens], "removed": [tokens], "changed": [{"option", "old", "new"}]}``. Both
+    lines are put in canonical form first (``-O 3`` == ``--optlevel=3`` == ``-O3``) when they
+    parse; otherwise raw tokens are compared as multisets.
+    """
+    from neuron_args.errors import CompilerArgsError
+    from neuron_args.flags import canonical_compiler_args
+
+    def tokens(line: str | None) -> list[str]:
+        try:
+            return canonical_compiler_args(line or "")
+        except (CompilerArgsError, TypeError, ValueError):
+            try:
+                return shlex.split(line or "")
+            except ValueError:
+                return (line or "").split()
+
+    old_tokens, new_tokens = tokens(old), tokens(new)
+    removed = list((Counter(old_tokens) - Counter(new_tokens)).elements())
+    added = list((Counter(new_tokens) - Counter(old_tokens)).elements())
+
+    def by_option(items: list[str]) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for token in items:
+            groups.setdefault(_option_name(token), []).append(token)
+        return groups
+
+    removed_by, added_by = by_option(removed), by_option(added)
+    changed = []
+    for name in sorted(removed_by.keys() & added_by.keys()):
+        if name.startswith("-") and len(removed_by[name]) == 1 and len(added_by[name]) == 1:
+            changed.append({"option": name, "old": removed_by[name][0], "new": added_by[name][0]})
+            removed.remove(removed_by[name][0])
+            added.remove(added_by[name][0])
+    return {"added": sorted(added), "removed": sorted(removed), "changed": changed}
+
+
+def _flag_lines(change: Mapping[str, list]) -> list[str]:
+    parts = [f"{c['old']} -> {c['new']}" for c in change.get("changed", [])]
+    parts += [f"added {t}" for t in change.get("added", [])]
+    parts += [f"removed {t}" for t in change.get("removed", [])]
+    return parts
+
+
+def _flags_empty(change: Mapping[str, list]) -> bool:
+    return not (change["added"] or change["removed"] or change["changed"])
+
+
+# ----------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class ValueChange:
+    """One changed leaf: ``path`` (dotted), ``kind`` (changed / added / removed), old / new."""
+
+    path: str
+    kind: str
+    old: Any = None
+    new: Any = None
+
+    def line(self) -> str:
+        if self.kind == "added":
+            return f"{self.path}: added {_short(self.new)}"
+        if self.kind == "removed":
+            return f"{self.path}: removed (was {_short(self.old)})"
+        return f"{self.path}: {_short(self.old)} -> {_short(self.new)}"
+
+    def as_dict(self) -> dict:
+        out: dict[str, Any] = {"path": self.path, "change": self.kind}
+        if self.kind != "added":
+            out["old"] = self.old
+        if self.kind != "removed":
+            out["new"] = self.new
+        return out
+
+
+def _dotted(prefix: str, parts: list) -> str:
+    out = prefix
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _is_absolute_path(value: Any) -> bool:
+    return isinstance(value, str) and bool(_ABSOLUTE.match(value))
+
+
+def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> list[ValueChange]:
+    from deepdiff import DeepDiff
+    from deepdiff.helper import NotPresent
+
+    if old == new:
+        return []
+    tree = DeepDiff(old, new, view="tree", verbose_level=2)
+    changes: list[ValueChange] = []
+    for report, levels in tree.items():
+        for level in levels:
+            path = _dotted(prefix, level.path(output_format="list"))
+            t1, t2 = level.t1, level.t2
+            if isinstance(t1, NotPresent) or report.endswith("_added"):
+                changes.append(ValueChange(path, "added", new=t2))
+            elif isinstance(t2, NotPresent) or report.endswith("_removed"):
+                changes.append(ValueChange(path, "removed", old=t1))
+            else:
+                if ignore_paths and _is_absolute_path(t1) and _is_absolute_path(t2):
+                    continue
+                changes.append(ValueChange(path, "changed", old=t1, new=t2))
+    return sorted(changes, key=lambda c: c.path)
+
+
+# ----------------------------------------------------------------------------- graphs
+
+
+@dataclass
+class GraphChange:
+    """A graph present in both manifests (``old_hash == new_hash``), or a likely replacement."""
+
+    old_hash: str
+    new_hash: str
+    compiler_flags: dict[str, list] | None = None
+    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self.compiler_flags is None and not self.fields
+
+    def describe(self) -> list[str]:
+        out: list[str] = []
+        if self.compiler_flags is not None:
+            out.append("compiler_flags " + ", ".join(_flag_lines(self.compiler_flags)))
+        for name, (old, new) in self.fields.items():
+            if name in ("input_shapes", "output_shapes"):
+                out.append(f"{name} {_shapes(old)} -> {_shapes(new)}")
+            else:
+                out.append(f"{name} {_short(old)} -> {_short(new)}")
+        return out
+
+    def as_dict(self) -> dict:
+        out: dict[str, Any] = (
+            {"graph_hash": self.old_hash}
+            if self.old_hash == self.new_hash
+            else {"old_hash": self.old_hash, "new_hash": self.new_hash}
+        )
+        if self.compiler_flags is not None:
+            out["compiler_flags"] = self.compiler_flags
+        for name, (old, new) in self.fields.items():
+            out[name] = {"old": old, "new": new}
+        return out
+
+
+def _compare_graphs(old: Mapping, new: Mapping) -> GraphChange:
+    change = GraphChange(str(old.get("graph_hash")), str(new.get("graph_hash")))
+    if old.get("compiler_flags") != new.get("compiler_flags"):
+        flags = compiler_flag_changes(old.get("compiler_flags"), new.get("compiler_flags"))
+        if not _flags_empty(flags):
+            change.compiler_flags = flags
+    for name in _COMPARED_GRAPH_FIELDS:
+        if old.get(name) != new.get(name):
+            change.fields[name] = (old.get(name), new.get(name))
+    return change
+
+
+def _graphs_by_hash(doc: Mapping) -> dict[str, Mapping]:
+    graphs = doc.get("graphs") if isinstance(doc, Mapping) else None
+    if not isinstance(graphs, list):
+        return {}
+    return {
+        g["graph_hash"]: g
+        for g in graphs
+        if isinstance(g, Mapping) and isinstance(g.get("graph_hash"), str)
+    }
+
+
+def _summary(graph: Mapping) -> dict:
+    return {
+        "graph_hash": graph.get("graph_hash"),
+        "input_shapes": graph.get("input_shapes"),
+        "compiler_flags": graph.get("compiler_flags"),
+        "ranks": graph.get("ranks"),
+    }
+
+
+def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphChange]:
+    def by_shapes(graphs: list[Mapping]) -> dict[str, list[Mapping]]:
+        out: dict[str, list[Mapping]] = {}
+        for g in graphs:
+            out.setdefault(json.dumps(g.get("input_shapes")), []).append(g)
+        return out
+
+    old_groups, new_groups = by_shapes(removed), by_shapes(added)
+    pairs = []
+    for shapes, olds in sorted(old_groups.items()):
+        news = new_groups.get(shapes, [])
+        if len(olds) == 1 and len(news) == 1:
+            pairs.append(_compare_graphs(olds[0], news[0]))
+    return pairs
+
+
+# ----------------------------------------------------------------------------- result
+
+
+@dataclass
+class ManifestDiff:
+    """The difference of two manifests. ``empty`` when nothing that matters changed."""
+
+    manifest_version: tuple[Any, Any] | None = None
+    added_graphs: list[dict] = field(default_factory=list)
+    removed_graphs: list[dict] = field(default_factory=list)
+    changed_graphs: list[GraphChange] = field(default_factory=list)
+    replacements: list[GraphChange] = field(default_factory=list)
+    config: list[ValueChange] = field(default_factory=list)
+    environment: list[ValueChange] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.manifest_version or self.added_graphs or self.removed_graphs
+            or self.changed_graphs or self.config or self.environment
+        )
+
+    def lines(self) -> list[str]:
+        """Readable lines (``[]`` when empty): ``+`` added, ``-`` removed, ``~`` changed."""
+        out: list[str] = []
+        if self.manifest_version:
+            out.append(f"manifest_version: {self.manifest_version[0]!r} -> {self.manifest_version[1]!r}")
+        for g in self.removed_graphs:
+            out.append(
+                f"- graph {str(g['graph_hash'])[:12]}  inputs {_shapes(g.get('input_shapes'))}  "
+                f"flags {g.get('compiler_flags') or '-'}"
+            )
+        for g in self.added_graphs:
+            out.append(
+                f"+ graph {str(g['graph_hash'])[:12]}  inputs {_shapes(g.get('input_shapes'))}  "
+                f"flags {g.get('compiler_flags') or '-'}"
+            )
+        for r in self.replacements:
+            what = r.describe() or ["same flags, shapes and ranks: the graph or tool versions changed"]
+            out.append(
+                f"~ graph {r.old_hash[:12]} -> {r.new_hash[:12]} (same input shapes): " + "; ".join(what)
+            )
+        for c in self.changed_graphs:
+            out.append(f"~ graph {c.old_hash[:12]}: " + "; ".join(c.describe()))
+        out += [f"~ {c.line()}" for c in self.config]
+        out += [f"~ {c.line()}" for c in self.environment]
+        return out
+
+    def as_dict(self) -> dict:
+        """JSON-able form (the CLI's ``--json``)."""
+        return {
+            "same": self.empty,
+            "manifest_version": (
+                {"old": self.manifest_version[0], "new": self.manifest_version[1]}
+                if self.manifest_version else None
+            ),
+            "added_graphs": self.added_graphs,
+            "removed_graphs": self.removed_graphs,
+            "changed_graphs": [c.as_dict() for c in self.changed_graphs],
+            "replacements": [r.as_dict() for r in self.replacements],
+            "config": [c.as_dict() for c in self.config],
+            "environment": [c.as_dict() for c in self.environment],
+        }
+
+
+def diff_manifests(
+    old: Mapping, new: Mapping, *, include_environment: bool = False
+) -> ManifestDiff:
+    """Compare two manifest documents (``old`` -> ``new``); see the module docstring."""
+    result = ManifestDiff()
+    if old.get("manifest_version") != new.get("manifest_version"):
+        result.manifest_version = (old.get("manifest_version"), new.get("manifest_version"))
+    old_graphs, new_graphs = _graphs_by_hash(old), _graphs_by_hash(new)
+    removed = [old_graphs[h] for h in sorted(old_graphs.keys() - new_graphs.keys())]
+    added = [new_graphs[h] for h in sorted(new_graphs.keys() - old_graphs.keys())]
+    result.removed_graphs = [_summary(g) for g in removed]
+    result.added_graphs = [_summary(g) for g in added]
+    result.replacements = _replacements(removed, added)
+    for h in sorted(old_graphs.keys() & new_graphs.keys()):
+        change = _compare_graphs(old_graphs[h], new_graphs[h])
+        if not change.empty:
+            result.changed_graphs.append(change)
+    result.config = _value_changes(
+        old.get("config"), new.get("config"), "config", ignore_paths=True
+    )
+    if include_environment:
+        result.environment = _value_changes(
+            old.get("environment"), new.get("environment"), "environment", ignore_paths=False
+        )
+    return result

@@ -1,0 +1,237 @@
+"""The compile-time ledger: one JSONL line per captured graph, per writer process.
+
+Every rank appends to ``<root>/ledger/<engine-id>/<pid>.jsonl`` while it captures graphs; the
+emitter (local rank 0, after warmup) reads the engine's ledger and writes the manifest.
+
+Why the details look the way they do:
+
+* raw ``os.write`` on an ``O_APPEND`` descriptor, opened and closed per line: nothing sits in a
+  userspace buffer, so a line survives a trace fork child's ``os._exit()``; a descriptor is never
+  cached, so a ledger folder removed by a previous emit is simply recreated;
+* one file per process: concurrent lanes never contend and no lock spans processes;
+* the first write of a *process* truncates (tracked by pid, so a forked child that inherited the
+  parent's state still truncates its own file once), discarding a stale file a previous run left
+  under the same pid;
+* best-effort: the feature is gated by ``VLLM_NEURON_MANIFEST_DIR`` (off: nothing is computed or
+  created) and a failure is logged once with its cause and swallowed, because the manifest
+  must never break a compile.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+
+from neuron_args.manifest.engine import get_server_prefix, manifest_root_str
+
+__all__ = [
+    "LEDGER_DIRNAME",
+    "clear_tp_group",
+    "current_tp_rank",
+    "ledger_dir",
+    "record_graph",
+    "register_tp_group",
+    "registered_tp_group",
+    "shape_string",
+]
+
+logger = logging.getLogger("neuron_args.manifest")
+
+LEDGER_DIRNAME = "ledger"
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+
+# Process state. Everything is keyed by pid so a forked child starts clean.
+_lock = threading.Lock()
+_state_pid: int | None = None
+_started_paths: set[str] = set()  # ledger files this pid has already truncated
+_failure_logged_pid: int | None = None
+_tp_group: tuple[tuple[int, ...], int] | None = None  # (group_ranks, rank_in_group)
+
+
+def _reinit_lock_in_child() -> None:
+    # A fork taken while another thread held the lock would leave it held forever in the child.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_lock_in_child)
+
+
+# ----------------------------------------------------------------------------- ranks
+
+
+def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
+    """Tell the ledger which global ranks form this process's TP group and its place in it.
+
+    The ledger records ``rank_in_group`` (the seed's ``get_tp_group().rank_in_group``); the
+    emitter maps it back to ``group_ranks[rank_in_group]``. Forked children inherit it.
+    """
+    global _tp_group
+    if isinstance(group_ranks, (str, bytes)) or not isinstance(group_ranks, Sequence):
+        raise TypeError(
+            f"register_tp_group: group_ranks must be a sequence of global ranks, got {group_ranks!r}"
+        )
+    ranks = tuple(int(r) for r in group_ranks)
+    if not ranks or len(set(ranks)) != len(ranks) or min(ranks) < 0:
+        raise ValueError(
+            f"register_tp_group: group_ranks {list(group_ranks)!r} must be non-empty, unique, "
+            "non-negative global ranks"
+        )
+    if isinstance(rank_in_group, bool) or not isinstance(rank_in_group, int) or not (
+        0 <= rank_in_group < len(ranks)
+    ):
+        raise ValueError(
+            f"register_tp_group: rank_in_group {rank_in_group!r} is not an index into "
+            f"group_ranks {list(ranks)!r} (expected 0..{len(ranks) - 1})"
+        )
+    _tp_group = (ranks, rank_in_group)
+
+
+def clear_tp_group() -> None:
+    """Forget a registered TP group (e.g. when a runner tears its engine down)."""
+    global _tp_group
+    _tp_group = None
+
+
+def registered_tp_group() -> tuple[tuple[int, ...], int] | None:
+    """``(group_ranks, rank_in_group)`` as registered, or None."""
+    return _tp_group
+
+
+def _torch_dist():
+    """``torch.distributed`` when torch is already imported and a default group exists."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist
+    except Exception:  # a broken torch install must not break the ledger
+        return None
+    return None
+
+
+def current_tp_rank() -> int:
+    """This writer's TP-local rank: registered, else the default group's rank, else 0."""
+    if _tp_group is not None:
+        return _tp_group[1]
+    dist = _torch_dist()
+    if dist is not None:
+        try:
+            return int(dist.get_rank())
+        except Exception:
+            return 0
+    return 0
+
+
+# ----------------------------------------------------------------------------- lines
+
+
+def shape_string(shape: object) -> str:
+    """A shape in the manifest's string form (already a string: kept as given).
+
+    Python tuple style, as ARCHITECTURE.md fixes it: ``(4,)`` -> ``"4,"``, ``(4, 16)`` ->
+    ``"4, 16"``, ``()`` -> ``""``.
+    """
+    if isinstance(shape, str):
+        return shape
+    dims = [str(int(d)) for d in shape]  # type: ignore[union-attr]
+    return dims[0] + "," if len(dims) == 1 else ", ".join(dims)
+
+
+def _encode(
+    key: str,
+    rank: int,
+    input_shapes: Sequence[object],
+    compiler_flags: str | Sequence[str],
+    graph_type: str | None,
+) -> bytes:
+    if isinstance(input_shapes, str):  # one shape given bare, not a list of characters
+        input_shapes = [input_shapes]
+    flags = compiler_flags if isinstance(compiler_flags, str) else [str(t) for t in compiler_flags]
+    record: dict[str, object] = {
+        "key": str(key),
+        "rank": rank,
+        "input_shapes": [shape_string(s) for s in input_shapes],
+        "compiler_flags": flags,
+    }
+    if graph_type is not None:
+        record["graph_type"] = str(graph_type)
+    return (_ENCODER.encode(record) + "\n").encode()
+
+
+def ledger_dir(root: os.PathLike[str] | str, engine_id: str) -> str:
+    """``<root>/ledger/<engine-id>``."""
+    return os.path.join(os.fspath(root), LEDGER_DIRNAME, engine_id)
+
+
+def _append(path: str, data: bytes) -> None:
+    global _state_pid
+    with _lock:
+        pid = os.getpid()
+        if _state_pid != pid:  # first call in this process (or in a forked child)
+            _state_pid = pid
+            _started_paths.clear()
+        first = path not in _started_paths
+        flags = _OPEN_FLAGS | (os.O_TRUNC if first else 0)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        finally:
+            os.close(fd)
+        _started_paths.add(path)
+
+
+def _log_failure_once(path: str | None, exc: BaseException) -> None:
+    global _failure_logged_pid
+    pid = os.getpid()
+    if _failure_logged_pid == pid:
+        logger.debug("manifest ledger write failed again: %s: %s", type(exc).__name__, exc)
+        return
+    _failure_logged_pid = pid
+    where = f" to {path}" if path else ""
+    logger.warning(
+        "manifest ledger write%s failed (%s: %s); the manifest of this engine will miss graphs "
+        "recorded by pid %d. Compilation is unaffected. Check that %s points to a writable "
+        "directory, or unset it to turn the manifest off.",
+        where, type(exc).__name__, exc, pid, "VLLM_NEURON_MANIFEST_DIR",
+    )
+
+
+def record_graph(
+    *,
+    key: str,
+    input_shapes: Sequence[str],
+    compiler_flags: str | Sequence[str],
+    graph_type: str | None = None,
+) -> None:
+    """Append this process's ledger line for one captured graph; never raises.
+
+    ``key`` is the graph's compile-cache key, ``input_shapes`` its ordered shape strings (shape
+    tuples are converted), ``compiler_flags`` the resolved neuronx-cc flags (string or list;
+    machine-specific paths are removed when the manifest is emitted). ``graph_type`` is kept
+    in the ledger only. Off (``VLLM_NEURON_MANIFEST_DIR`` unset/empty): returns at once.
+    """
+    root = manifest_root_str()
+    if root is None:
+        return
+    path: str | None = None
+    try:
+        data = _encode(key, current_tp_rank(), input_shapes, compiler_flags, graph_type)
+        path = os.path.join(ledger_dir(root, get_server_prefix()), f"{os.getpid()}.jsonl")
+        _append(path, data)
+    except Exception as exc:  # best-effort: the manifest never breaks a compile
+        _log_failure_once(path, exc)

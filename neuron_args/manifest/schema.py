@@ -1,0 +1,127 @@
+"""Manifest schema, version 1 (the JSON Schema ships next to this module).
+
+Top level: ``manifest_version`` ("1"), ``config``, ``graphs``, ``environment``.
+
+``config``: ``model``, ``target``, ``dtype``, ``max_num_seqs``, ``max_model_len``, ``topology``
+(``world_size``, ``tensor_parallel_size``, ``pipeline_parallel_size``, ``data_parallel_size``,
+``attention_dp_size``, ``ep_degree`` (resolved), ``decode_context_parallel_size``,
+``has_collectives``), ``neuron_config`` and ``vllm_config`` (both JSON-coerced).
+
+``graphs[]`` (sorted by ``graph_hash``, so two manifests diff line by line): ``graph_hash``,
+``hlo_path`` and ``neff_path`` (relative to the compile-cache root), ``neff_size`` and
+``created_timestamp`` (one stat of the NEFF; ISO 8601 with UTC offset, its mtime),
+``input_shapes`` and ``output_shapes`` (ordered shape strings, ``""`` for a scalar),
+``compiler_flags`` (machine-specific paths removed), ``ranks`` (global, sorted, unique),
+``input_snapshot_paths`` / ``output_snapshot_paths`` (reserved, empty lists).
+
+Missing cache entries: a graph in the ledger whose ``<cache>/<key>/`` folder is gone at emit
+time is still listed (the ledger proves it was traced), with ``hlo_path``, ``neff_path``,
+``neff_size``, ``created_timestamp`` and ``output_shapes`` null. Each of those is also null on
+its own when only its source is missing (e.g. a pending entry has no NEFF yet): null means
+"not in the cache when the manifest was written", never a guess.
+
+``jsonschema`` is imported only by :func:`validate_manifest`, so writing a manifest never pays
+for it.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+__all__ = [
+    "CONFIG_FIELDS",
+    "GRAPH_FIELDS",
+    "MANIFEST_FILENAME",
+    "MANIFEST_VERSION",
+    "TOPOLOGY_DEFAULTS",
+    "schema",
+    "validate_manifest",
+]
+
+MANIFEST_VERSION = "1"
+MANIFEST_FILENAME = "manifest.json"
+SCHEMA_RESOURCE = "manifest.schema.json"
+
+CONFIG_FIELDS: tuple[str, ...] = (
+    "model", "target", "dtype", "max_num_seqs", "max_model_len", "topology",
+    "neuron_config", "vllm_config",
+)
+TOPOLOGY_DEFAULTS: dict[str, int | bool] = {
+    "world_size": 1,
+    "tensor_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+    "data_parallel_size": 1,
+    "attention_dp_size": 1,
+    "ep_degree": 1,
+    "decode_context_parallel_size": 1,
+    "has_collectives": False,
+}
+GRAPH_FIELDS: tuple[str, ...] = (
+    "graph_hash", "hlo_path", "neff_path", "neff_size", "created_timestamp", "input_shapes",
+    "output_shapes", "compiler_flags", "ranks", "input_snapshot_paths", "output_snapshot_paths",
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_text() -> str:
+    return resources.files("neuron_args.manifest").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
+
+
+def schema() -> dict:
+    """The JSON Schema (draft 2020-12) of manifest version 1, as a fresh dict."""
+    return json.loads(_schema_text())
+
+
+@functools.lru_cache(maxsize=1)
+def _validator():
+    from jsonschema import Draft202012Validator
+
+    doc = schema()
+    Draft202012Validator.check_schema(doc)
+    return Draft202012Validator(doc)
+
+
+def _where(path: Any) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def validate_manifest(doc: Mapping) -> list[str]:
+    """Human-readable problems with ``doc``; ``[]`` when it is a valid version-1 manifest.
+
+    JSON Schema first, then what a schema cannot say: ranks sorted, graphs sorted by
+    ``graph_hash`` and each hash listed once.
+    """
+    if not isinstance(doc, Mapping):
+        return [f"(top level): a manifest is a JSON object, got {type(doc).__name__}"]
+    plain = copy.deepcopy(dict(doc))
+    problems = [
+        f"{_where(error.absolute_path)}: {_short(error.message)}"
+        for error in sorted(_validator().iter_errors(plain), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    graphs = plain.get("graphs")
+    if isinstance(graphs, list):
+        hashes = [g.get("graph_hash") for g in graphs if isinstance(g, Mapping)]
+        for index, graph in enumerate(graphs):
+            ranks = graph.get("ranks") if isinstance(graph, Mapping) else None
+            if isinstance(ranks, list) and all(type(r) is int for r in ranks) and ranks != sorted(ranks):
+                problems.append(f"graphs[{index}].ranks: {ranks} is not sorted")
+        str_hashes = [h for h in hashes if isinstance(h, str)]
+        seen: set[str] = set()
+        for h in str_hashes:
+            if h in seen:
+                problems.append(f"graphs: graph_hash {h!r} is listed more than once")
+            seen.add(h)
+        if str_hashes != sorted(str_hashes):
+            problems.append("graphs: entries are not sorted by graph_hash")
+    return problems

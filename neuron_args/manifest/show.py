@@ -1,0 +1,281 @@
+"""Readable tables for the CLI: a manifest's graphs, and the entries of a compile cache.
+
+Cache entries are read through their files only (``metadata.json`` and the ``COMPLETE`` marker,
+as ``docs/ARCHITECTURE.md`` lays them out), so listing a cache never imports the cache module,
+torch or jax.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CacheEntryInfo",
+    "cache_entries",
+    "cache_table",
+    "entry_status",
+    "format_ranks",
+    "format_shapes",
+    "human_size",
+    "manifest_table",
+    "opt_level",
+    "read_metadata",
+    "render_table",
+    "resolve_key",
+]
+
+KEY_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+COMPLETE_MARKER = "COMPLETE"
+METADATA_FILENAME = "metadata.json"
+SHORT_HASH = 12
+_MAX_CELL = 48
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+def opt_level(flags: str | Sequence[str] | None) -> str:
+    """``-O<n>`` from flags in any spelling (``-O3``, ``--optlevel=3``, ``--optlevel 3``), else ``-``."""
+    from neuron_args.flags import option_value
+
+    if not flags:
+        return "-"
+    try:
+        value = option_value(flags if isinstance(flags, str) else list(flags), "--optlevel")
+    except Exception:  # unsplittable text: nothing to show
+        return "-"
+    return f"-O{value}" if value else "-"
+
+
+def human_size(size: int | None) -> str:
+    """Bytes in binary units (``927.2 KiB``); ``-`` when unknown."""
+    if size is None or isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
+        return "-"
+    if size < 1024:
+        return f"{int(size)} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}"
+    return f"{size} B"  # unreachable
+
+
+def format_ranks(ranks: Any) -> str:
+    """Sorted ranks with runs of three or more collapsed: ``[0,1,2,3,5]`` -> ``0-3,5``."""
+    if not isinstance(ranks, list) or not ranks:
+        return "-"
+    try:
+        values = sorted({int(r) for r in ranks})
+    except (TypeError, ValueError):
+        return ",".join(str(r) for r in ranks)
+    parts: list[str] = []
+    start = prev = values[0]
+    for r in values[1:] + [None]:  # type: ignore[list-item]
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        if prev - start >= 2:
+            parts.append(f"{start}-{prev}")
+        else:
+            parts.extend(str(v) for v in range(start, prev + 1))
+        if r is not None:
+            start = prev = r
+    return ",".join(parts)
+
+
+def format_shapes(shapes: Any, *, limit: int = _MAX_CELL) -> str:
+    """``["4,", "4, 16", ""]`` -> ``(4,) (4, 16) ()``; ``-`` when unknown."""
+    if not isinstance(shapes, list):
+        return "-"
+    if not shapes:
+        return "none"
+    return _clip(" ".join(f"({s})" for s in shapes), limit)
+
+
+def _clip(text: str, limit: int = _MAX_CELL) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns, two spaces apart, a dashed rule under the header."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+# ----------------------------------------------------------------------------- cache entries
+
+
+def read_metadata(cache_dir: str | os.PathLike[str], key: str) -> dict | None:
+    """``<cache_dir>/<key>/metadata.json`` as a dict, or None when missing or unreadable."""
+    if not KEY_PATTERN.match(key):
+        return None
+    try:
+        with open(os.path.join(os.fspath(cache_dir), key, METADATA_FILENAME), "rb") as handle:
+            data = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def entry_status(entry_dir: str | os.PathLike[str], metadata: Mapping | None) -> str:
+    """``complete`` (marker present), ``pending`` (captured, not compiled) or ``incomplete``."""
+    if os.path.exists(os.path.join(os.fspath(entry_dir), COMPLETE_MARKER)):
+        return "complete"
+    if isinstance(metadata, Mapping) and metadata.get("status") == "pending":
+        return "pending"
+    return "incomplete"
+
+
+@dataclass(frozen=True)
+class CacheEntryInfo:
+    """What ``cache ls`` shows of one entry."""
+
+    key: str
+    graph_type: str | None
+    opt_level: str
+    status: str
+    size: int
+    metadata: dict | None
+
+
+def _entry_size(entry_dir: str) -> int:
+    total = 0
+    try:
+        with os.scandir(entry_dir) as it:
+            for item in it:
+                try:
+                    if item.is_file(follow_symlinks=False):
+                        total += item.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+    except OSError:
+        return 0
+    return total
+
+
+def _entry_opt_level(metadata: Mapping | None) -> str:
+    if not isinstance(metadata, Mapping):
+        return "-"
+    args = metadata.get("compiler_args")
+    if not isinstance(args, list):
+        components = metadata.get("key_components")
+        args = components.get("compiler_args") if isinstance(components, Mapping) else None
+    return opt_level(args) if isinstance(args, (list, str)) else "-"
+
+
+def cache_keys(cache_dir: str | os.PathLike[str]) -> list[str]:
+    """Entry folder names (32 hex characters) under ``cache_dir``, sorted."""
+    with os.scandir(os.fspath(cache_dir)) as it:
+        return sorted(e.name for e in it if KEY_PATTERN.match(e.name) and e.is_dir())
+
+
+def cache_entries(cache_dir: str | os.PathLike[str]) -> list[CacheEntryInfo]:
+    """Every entry of a compile cache, sorted by graph type then key."""
+    root = os.fspath(cache_dir)
+    entries = []
+    for key in cache_keys(root):
+        metadata = read_metadata(root, key)
+        graph_type = metadata.get("graph_type") if metadata else None
+        entries.append(CacheEntryInfo(
+            key=key,
+            graph_type=graph_type if isinstance(graph_type, str) else None,
+            opt_level=_entry_opt_level(metadata),
+            status=entry_status(os.path.join(root, key), metadata),
+            size=_entry_size(os.path.join(root, key)),
+            metadata=metadata,
+        ))
+    return sorted(entries, key=lambda e: (e.graph_type is None, e.graph_type or "", e.key))
+
+
+def cache_table(entries: Sequence[CacheEntryInfo]) -> str:
+    rows = [
+        [e.graph_type or "-", e.key[:SHORT_HASH], e.opt_level, e.status, human_size(e.size)]
+        for e in entries
+    ]
+    table = render_table(["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE"], rows)
+    counts = {s: sum(e.status == s for e in entries) for s in ("complete", "pending", "incomplete")}
+    summary = (
+        f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} "
+        f"({counts['complete']} complete, {counts['pending']} pending, "
+        f"{counts['incomplete']} incomplete), {human_size(sum(e.size for e in entries))}"
+    )
+    return table + "\n" + summary
+
+
+def resolve_key(cache_dir: str | os.PathLike[str], prefix: str) -> str:
+    """The one entry key starting with ``prefix``. ValueError naming the candidates otherwise."""
+    wanted = prefix.strip().lower()
+    if not wanted or not re.fullmatch(r"[0-9a-f]+", wanted):
+        raise ValueError(f"{prefix!r} is not a cache key or key prefix (hex characters)")
+    matches = [k for k in cache_keys(cache_dir) if k.startswith(wanted)]
+    if not matches:
+        raise ValueError(f"no cache entry in {os.fspath(cache_dir)} has a key starting with {prefix!r}")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:5]) + (" ..." if len(matches) > 5 else "")
+        raise ValueError(
+            f"key prefix {prefix!r} is ambiguous in {os.fspath(cache_dir)}: {len(matches)} entries "
+            f"({shown}); give more characters"
+        )
+    return matches[0]
+
+
+# ----------------------------------------------------------------------------- manifest
+
+
+def _config_summary(doc: Mapping) -> str:
+    config = doc.get("config") if isinstance(doc.get("config"), Mapping) else {}
+    topology = config.get("topology") if isinstance(config.get("topology"), Mapping) else {}
+    parts = [f"manifest v{doc.get('manifest_version', '?')}"]
+    for name in ("model", "target", "dtype", "max_num_seqs", "max_model_len"):
+        if config.get(name) is not None:
+            parts.append(f"{name}={config[name]}")
+    short = {"world_size": "world", "tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
+             "data_parallel_size": "dp", "ep_degree": "ep"}
+    for name, label in short.items():
+        if name in topology:
+            parts.append(f"{label}={topology[name]}")
+    return "  ".join(parts)
+
+
+def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> str:
+    """The config in one line, then one row per graph; ``graph_types`` maps hash -> type."""
+    graph_types = graph_types or {}
+    graphs = doc.get("graphs") if isinstance(doc.get("graphs"), list) else []
+    rows = []
+    for g in graphs:
+        if not isinstance(g, Mapping):
+            continue
+        h = str(g.get("graph_hash", "?"))
+        rows.append([
+            graph_types.get(h) or "-",
+            h[:SHORT_HASH],
+            format_shapes(g.get("input_shapes")),
+            format_shapes(g.get("output_shapes")),
+            opt_level(g.get("compiler_flags")),
+            human_size(g.get("neff_size")),
+            format_ranks(g.get("ranks")),
+        ])
+    table = render_table(["GRAPH TYPE", "HASH", "INPUTS", "OUTPUTS", "-O", "NEFF", "RANKS"], rows)
+    count = f"{len(rows)} graph{'s' if len(rows) != 1 else ''}"
+    return f"{_config_summary(doc)}\n{count}\n{table}"
+
+
+def recorded_cache_dir(doc: Mapping) -> Path | None:
+    """``config.neuron_config.cache_dir`` when the manifest recorded one."""
+    config = doc.get("config")
+    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
+    value = neuron.get("cache_dir") if isinstance(neuron, Mapping) else None
+    return Path(value).expanduser() if isinstance(value, str) and value else None
