@@ -56,14 +56,29 @@ def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def _input_converter(spec: TensorSpec) -> Callable[[torch.Tensor], np.ndarray]:
+def _input_converter(index: int, spec: TensorSpec) -> Callable[[torch.Tensor], np.ndarray]:
+    """``tensor -> host array`` for one graph input; a tensor of another dtype/shape is refused
+    (XLA only checks byte sizes: an int32 tensor would be read as float32 bits)."""
+    dtype, shape = spec.torch_dtype, torch.Size(spec.shape)
     if spec.dtype in _BIT_VIEWS:
         bits, np_dtype = _BIT_VIEWS[spec.dtype][0], numpy_dtype(spec.dtype)
-        return lambda t: t.detach().view(bits).numpy().view(np_dtype)
-    if spec.lowered_dtype != spec.dtype:  # int64 -> int32 etc. (jax x64 off)
-        lowered = getattr(torch, spec.lowered_dtype)
-        return lambda t: t.detach().to(lowered).numpy()
-    return lambda t: t.detach().numpy()
+        to_numpy = lambda t: t.detach().view(bits).numpy().view(np_dtype)  # noqa: E731
+    elif spec.lowered_dtype != spec.dtype:  # int64 -> int32 etc. (jax x64 off)
+        lowered = numpy_dtype(spec.lowered_dtype)
+        to_numpy = lambda t: t.detach().numpy().astype(lowered)  # noqa: E731
+    else:
+        to_numpy = lambda t: t.detach().numpy()  # noqa: E731
+
+    def convert(t: torch.Tensor) -> np.ndarray:
+        if t.dtype is not dtype or t.shape != shape:
+            raise TypeError(
+                f"executable input {index} expects {spec.dtype}{list(spec.shape)}, got "
+                f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}: the graph was compiled for "
+                "other inputs (pass tensors shaped like the ones it was traced with)"
+            )
+        return to_numpy(t)
+
+    return convert
 
 
 def _output_converter(spec: TensorSpec) -> Callable[[np.ndarray], torch.Tensor]:
@@ -89,7 +104,7 @@ class LoadedExecutable:
         self.executable = executable
         self.input_specs = tuple(input_specs)
         self.output_specs = tuple(output_specs)
-        self._convert_in = tuple(_input_converter(s) for s in self.input_specs)
+        self._convert_in = tuple(_input_converter(i, s) for i, s in enumerate(self.input_specs))
         self._convert_out = tuple(_output_converter(s) for s in self.output_specs)
 
     @classmethod

@@ -93,8 +93,8 @@ def _placer(device: Any) -> Any:
         if entry is None:
             # jax x64 off: int64/float64 host arrays become 32-bit, as jax.device_put does
             canonical = np.dtype(dtypes.canonicalize_dtype(a.dtype))
-            entry = (core.ShapedArray(a.shape, canonical), None if canonical == a.dtype else canonical)
-            avals[(a.shape, a.dtype)] = entry
+            cast = None if canonical == a.dtype else canonical
+            entry = avals[(a.shape, a.dtype)] = (core.ShapedArray(a.shape, canonical), cast)
         aval, cast = entry
         if cast is not None:
             a = a.astype(cast)

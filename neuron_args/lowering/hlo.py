@@ -11,6 +11,8 @@ forked children).
 """
 from __future__ import annotations
 
+import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,8 @@ LOWERED_DTYPES: dict[str, str] = {
     "float64": "float32",
     "complex128": "complex64",
 }
+
+_lock = threading.RLock()
 
 _STATIC_HINT = (
     "Neuron graphs are static: pass torch.compile(..., dynamic=False) (and avoid "
@@ -54,7 +58,10 @@ class TensorSpec:
         return LOWERED_DTYPES.get(self.dtype, self.dtype)
 
     def shape_string(self) -> str:
-        """Manifest input form, Python tuple style: ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``."""
+        """Manifest input form, Python tuple style.
+
+        ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``.
+        """
         if len(self.shape) == 1:
             return f"{self.shape[0]},"
         return ", ".join(str(d) for d in self.shape)
@@ -82,8 +89,9 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     # aot_autograd calls its forward compiler under its fake mode: graph constants must be read
-    # as real tensors, and torchax's own tensors must not be faked.
-    with unset_fake_temporarily():
+    # as real tensors, and torchax's own tensors must not be faked. One lowering at a time: the
+    # torchax environment and its torch modes are shared by the process.
+    with _lock, unset_fake_temporarily():
         return _lower(gm, input_specs, output_specs)
 
 
@@ -98,7 +106,9 @@ def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tup
     for node, value in zip(placeholders, example_inputs):
         if not isinstance(value, torch.Tensor):
             kind = "a symbolic size" if isinstance(value, torch.SymInt) else type(value).__name__
-            raise LoweringError(f"graph input {node.name!r} is {kind}, not a tensor. {_STATIC_HINT}")
+            raise LoweringError(
+                f"graph input {node.name!r} is {kind}, not a tensor. {_STATIC_HINT}"
+            )
         if any(not isinstance(d, int) for d in value.shape):
             raise LoweringError(
                 f"graph input {node.name!r} has symbolic shape {tuple(value.shape)}. {_STATIC_HINT}"
@@ -121,13 +131,17 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[TensorSpec, ...]:
                 "value (meta['val']); only aot_autograd forward graphs returning tensors lower"
             )
         if any(not isinstance(d, int) for d in val.shape):
-            raise LoweringError(f"graph output {i} has symbolic shape {tuple(val.shape)}. {_STATIC_HINT}")
+            raise LoweringError(
+                f"graph output {i} has symbolic shape {tuple(val.shape)}. {_STATIC_HINT}"
+            )
         specs.append(TensorSpec.of(val))
     return tuple(specs)
 
 
 def _lower(
-    gm: torch.fx.GraphModule, input_specs: tuple[TensorSpec, ...], output_specs: tuple[TensorSpec, ...]
+    gm: torch.fx.GraphModule,
+    input_specs: tuple[TensorSpec, ...],
+    output_specs: tuple[TensorSpec, ...],
 ) -> LoweredGraph:
     from neuron_args.lowering.torchax_compat import import_torchax
 
@@ -137,7 +151,10 @@ def _lower(
     graph_fn = _jax_function(gm, output_specs)
     args = [jax.ShapeDtypeStruct(s.shape, _np_dtype(s.lowered_dtype)) for s in input_specs]
     try:
-        with jax.enable_x64(False):
+        # x64 off whatever the process set: int64 -> s32 is part of the graph (and its key).
+        # keep_unused: every graph input stays an HLO parameter, one-to-one with the runtime args.
+        with jax.enable_x64(False), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Explicitly requested dtype", UserWarning)
             lowered = jax.jit(graph_fn, keep_unused=True).lower(*args)
     except LoweringError:
         raise
@@ -243,6 +260,10 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             outs = ToJax(gm).run(*(Tensor(a, env) for a in arrays))
         if not isinstance(outs, (tuple, list)):
             outs = (outs,)
+        if len(outs) != len(output_specs):
+            raise LoweringError(
+                f"graph returned {len(outs)} values, its output node lists {len(output_specs)}"
+            )
         result = []
         for i, (out, spec, dtype) in enumerate(zip(outs, output_specs, out_dtypes)):
             if isinstance(out, (Tensor, View)):
@@ -253,7 +274,8 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 raise LoweringError(f"graph output {i} is {type(out).__name__}, not a tensor")
             if tuple(arr.shape) != spec.shape:
                 raise LoweringError(
-                    f"graph output {i} lowered with shape {tuple(arr.shape)}, torch says {spec.shape}"
+                    f"graph output {i} lowered with shape {tuple(arr.shape)}, "
+                    f"torch says {spec.shape}"
                 )
             # torchax may promote differently from torch; the HLO result keeps torch's dtype
             result.append(arr if arr.dtype == dtype else arr.astype(dtype))
