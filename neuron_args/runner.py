@@ -151,6 +151,12 @@ class NeuronRunner:
             self.spec(g)
         return chosen
 
+    @staticmethod
+    def _example(make: Any) -> Mapping[str, Any]:
+        """Example inputs made as serving makes them (inference tensors), so Dynamo's guards match at serve."""
+        with torch.inference_mode():
+            return make()
+
     def warmup(
         self,
         graph_types: Iterable[str] | None = None,
@@ -169,9 +175,9 @@ class NeuronRunner:
         if flow == "in-process":
             for g in chosen:
                 for make in self.spec(g).buckets.values():
-                    self.run(g, make())
+                    self.run(g, self._example(make))
         else:
-            jobs = [build_trace_job(self.resolver, self.spec(g).entry, make(), g)
+            jobs = [build_trace_job(self.resolver, self.spec(g).entry, self._example(make), g)
                     for g in chosen for make in self.spec(g).buckets.values()]
             traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout)
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,

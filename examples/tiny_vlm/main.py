@@ -77,7 +77,7 @@ def run_engine(args: argparse.Namespace) -> int:
         dist.barrier()  # every rank's ledger lines are written before local rank 0 emits
     manifest = runner.emit_manifest()
     gather = dist_gather_logits if info.distributed else (lambda t: t)
-    with runner.serve() as served:
+    with runner.serve() as served, torch.inference_mode():
         tokens = generate(model, PROMPTS, image=image(), max_new_tokens=MAX_NEW_TOKENS, forced=FORCED, run=runner.run,
                           gather_logits=gather)
     expected = generate(TinyVLM(seed=0), PROMPTS, image=image(), max_new_tokens=MAX_NEW_TOKENS, forced=FORCED)
@@ -86,7 +86,8 @@ def run_engine(args: argparse.Namespace) -> int:
         f"{f', {warm.counts.captures} captured' if warm.counts.captures else ''}")
     say(records.table(records.records(), served=served.calls))
     say(f"\nserve: {sum(served.calls.values())} graph calls, {served.counts.misses} cache misses, "
-        f"{served.counts.compiles} compiles (NEURON_LIBTORCH_ASSERT_CACHE_HIT on)")
+        f"{served.counts.compiles} compiles, {served.counts.hits} graphs re-resolved from the cache "
+        "(NEURON_LIBTORCH_ASSERT_CACHE_HIT on)")
     say(f"tokens {'match' if tokens == expected else 'DIFFER FROM'} eager PyTorch: {tokens}")
     if manifest is not None:
         problems = validate(manifest, out / "cache")

@@ -39,6 +39,8 @@ SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
 # native seam: first argument set seen per key in this process (the metadata covers other processes)
 _native_args: dict[str, list[str]] = {}
+# keys this process already wrote a ledger line for
+_ledgered: set[str] = set()
 
 
 class CompiledGraph:
@@ -81,8 +83,10 @@ class CompiledGraph:
         graph_type = current_graph_type()
         request = resolve_request(self.options, graph_type)
         key = self._key(request)
-        record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
-                     graph_type=graph_type)
+        if key.key not in _ledgered:  # once per key and process: a Dynamo recompile at serve adds nothing
+            _ledgered.add(key.key)
+            record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
+                         graph_type=graph_type)
         rec = records.GraphRecord(
             key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=self.input_shapes,
             compiler_args=list(request.compiler_args), optimization_level=optimization_level(request.compiler_args),
