@@ -27,6 +27,7 @@ from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import select_compiler
 from neuron_args.errors import CacheKeyArgsConflict, LoweringError
 from neuron_args.flags import canonical_compiler_args, optimization_level
+from neuron_args.manifest.engine import manifest_root_str
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import records
@@ -40,7 +41,9 @@ SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 # native seam: first argument set seen per key in this process (the metadata covers other processes)
 _native_args: dict[str, list[str]] = {}
 # keys this process already wrote a ledger line for
-_ledgered: set[str] = set()
+_ledgered: set[tuple[str | None, str | None, str]] = set()
+# executables this process loaded, by key
+_loaded: dict[str, Any] = {}
 
 
 class CompiledGraph:
@@ -83,8 +86,9 @@ class CompiledGraph:
         graph_type = current_graph_type()
         request = resolve_request(self.options, graph_type)
         key = self._key(request)
-        if key.key not in _ledgered:  # once per key and process: a Dynamo recompile at serve adds nothing
-            _ledgered.add(key.key)
+        ledger = (manifest_root_str(), get_server_prefix_or_none(), key.key)
+        if ledger[0] is not None and ledger not in _ledgered:  # once per key, process and manifest dir
+            _ledgered.add(ledger)
             record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
                          graph_type=graph_type)
         rec = records.GraphRecord(
@@ -105,9 +109,12 @@ class CompiledGraph:
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
         records.record(rec)
-        from neuron_args.runtime import LoadedExecutable
+        exe = _loaded.get(key.key)
+        if exe is None:  # loaded once per process, even when Dynamo recompiles the same graph
+            from neuron_args.runtime import LoadedExecutable
 
-        exe = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs, self.lowered.output_specs)
+            exe = _loaded[key.key] = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs,
+                                                           self.lowered.output_specs)
         return lambda args: exe(*args)
 
     def _metadata(self, key: CacheKey, request: PlatformArgs, graph_type: str | None, status: str) -> dict[str, Any]:
@@ -155,6 +162,15 @@ class CompiledGraph:
                 "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
             )
         _assert_cache_key_args(self.cache.entry(key), args, graph_type=graph_type)
+
+
+def get_server_prefix_or_none() -> str | None:
+    from neuron_args.manifest.engine import get_server_prefix
+
+    try:
+        return get_server_prefix()
+    except Exception:  # a bad NEURON_VISIBLE_DEVICES is the ledger's to report
+        return None
 
 
 def compile_entry(entry: CacheEntry, compiler: Any, compiler_args: Sequence[str], target: str,
