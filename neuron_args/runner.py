@@ -141,8 +141,15 @@ class NeuronRunner:
         if self._serving is not None:
             self._serving.calls[graph_type] = self._serving.calls.get(graph_type, 0) + 1
         fn = self.compiled(graph_type)
-        with self.scope(graph_type), torch.inference_mode():
-            return fn(**kwargs)
+        try:
+            with self.scope(graph_type), torch.inference_mode():
+                return fn(**kwargs)
+        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
+            raise NeuronArgsError(
+                f"graph type {graph_type!r}: Dynamo's recompile limit ({torch._dynamo.config.recompile_limit}) was "
+                "reached for this entry, past which it would silently run eager and skip the compiler. Too many "
+                "shapes or models of one class in this process: call torch._dynamo.reset() between models, or "
+                "raise torch._dynamo.config.recompile_limit.") from exc
 
     # -- warmup ------------------------------------------------------------------------------------
     def _selected(self, graph_types: Iterable[str] | None) -> list[str]:
