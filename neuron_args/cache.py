@@ -264,13 +264,13 @@ class CompileCache:
                 "it differs in:"
             )
             lines += [f"    {d}" for d in diff] or ["    nothing but the key"]
-        label = graph_type if graph_type is not None else "<graph type>"
+        label = repr(graph_type) if graph_type is not None else "<graph type>"
         if any(d.startswith("compiler_args") for d in diff):
             lines.append(
-                f"  fix: run this call inside scoped_compiler_args(resolve_graph_compiler_args({label!r})) so it "
+                f"  fix: run this call inside scoped_compiler_args(resolve_graph_compiler_args({label})) so it "
                 "resolves the same arguments as warmup (or make the policy deterministic).")
         if any(d.startswith("input_specs") for d in diff) or not diff:
-            lines.append(f"  fix: warm this graph type and shape up before serving (declare the bucket for {label!r}).")
+            lines.append(f"  fix: warm this graph type and shape up before serving (declare the bucket for {label}).")
         if any(d.startswith(("target", "tool_versions")) for d in diff):
             lines.append("  fix: warm up with the same target, compiler and tool versions as serve.")
         return CacheMissError("\n".join(lines))

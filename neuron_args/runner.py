@@ -209,7 +209,7 @@ class NeuronRunner:
                 key=key, seam=md.get("seam", CAPTURE_SEAM), graph_type=md.get("graph_type"),
                 input_shapes=md.get("input_shapes", []), compiler_args=args,
                 optimization_level=optimization_level(args), target=md.get("target", self.options["target"]),
-                compiled=key in built, captured=key in built,
+                compiles=int(key in built), captures=int(key in built),
                 compile_seconds=built[key].seconds if key in built else None,
                 executable_size=entry.executable_path.stat().st_size if entry.is_complete else None,
             ))
@@ -225,9 +225,11 @@ class NeuronRunner:
         if assert_cache_hit:
             os.environ[ASSERT_CACHE_HIT_ENV] = "1"
         self._serving = session
+        was_serving, records.serving = records.serving, True
         try:
             yield session
         finally:
+            records.serving = was_serving
             self._serving = None
             if assert_cache_hit:
                 if old is None:
@@ -260,7 +262,9 @@ class NeuronRunner:
             neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args,
                            "per_graph": self.resolver.per_graph,
                            "explicit_optimization_level": self.resolver.explicit_optimization_level,
-                           "graph_types": {r.key: r.graph_type for r in records.records()}, **cfg.pop("neuron_config", {})},
+                           "graph_types": {r.key: r.graph_type for r in records.records()
+                                           if (self.cache_dir / r.key).is_dir()},
+                           **cfg.pop("neuron_config", {})},
             vllm_config=cfg.pop("runner_config", cfg or None),
         )
 

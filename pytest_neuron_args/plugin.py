@@ -1,1 +1,113 @@
-"""pytest plugin entry point."""
+"""pytest plugin entry point (``pytest11``: ``neuron_args = "pytest_neuron_args.plugin"``).
+
+Hooks live here; options, markers, fixtures, assertions, the report and xdist support live in
+their own modules. Importing this module must stay cheap (no torch): pytest loads it in every
+session of an environment that has neuron-args installed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_neuron_args import markers
+from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected from this module)
+    _neuron_graph_type_check,
+    neuron_baseline,
+    neuron_cache,
+    neuron_compile_counter,
+    neuron_compiler_args,
+    neuron_manifest,
+    neuron_runner,
+    neuron_served,
+    neuron_settings,
+    neuron_target,
+    neuron_warmup,
+)
+from pytest_neuron_args.options import NeuronSettings, add_options
+from pytest_neuron_args.report import header_line, write_summary
+from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
+from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
+
+
+# torch's structured-trace logger logs every Dynamo step at DEBUG for TORCH_TRACE files and does not
+# propagate; pytest >= 9 attaches its capture handler to non-propagating loggers too, so each failing
+# test would print thousands of empty "DEBUG torch.__trace" lines. Dropped unless TORCH_TRACE is set.
+_TORCH_TRACE_LOGGER = "torch.__trace"
+_TRACE_FILTER = pytest.StashKey[logging.Filter]()
+
+
+class _DropAll(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    markers.register(config)
+    settings = NeuronSettings.from_config(config)
+    if settings.compiler == "neuronx-cc" and shutil.which("neuronx-cc") is None:
+        raise pytest.UsageError(
+            "--neuron-compiler neuronx-cc: neuronx-cc is not on PATH. On a Neuron host activate the "
+            "environment that has it (pip install neuronx-cc from the Neuron repository); elsewhere use "
+            "--neuron-compiler local (or auto)")
+    session = NeuronSession(config, settings)
+    config.stash[STASH_KEY] = session
+    if not session.is_worker:
+        _warn_split_path_options(config)
+    session.start()
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
+    if not os.environ.get("TORCH_TRACE"):
+        config.stash[_TRACE_FILTER] = _DropAll()  # one per session: a pytester run inside keeps ours
+        logging.getLogger(_TORCH_TRACE_LOGGER).addFilter(config.stash[_TRACE_FILTER])
+
+
+_PATH_OPTIONS = ("--neuron-cache-dir", "--neuron-manifest-dir", "--neuron-baseline")
+
+
+def _warn_split_path_options(config: pytest.Config) -> None:
+    """pytest locates its ini file before plugin options are known, so in ``--neuron-cache-dir PATH``
+    an existing PATH counts as a test path and can move the rootdir away from the project's ini file
+    (an xdist worker, started after the directories exist, is hit even when the controller is not)."""
+    args = [str(a) for a in config.invocation_params.args]
+    for flag, value in zip(args, args[1:]):
+        if flag in _PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
+            config.issue_config_time_warning(pytest.PytestConfigWarning(
+                f"write {flag}={value} (with '='): pytest looks for its ini file before it knows plugin "
+                f"options and takes the existing path {value} for a test path; rootdir is {config.rootpath}, "
+                f"ini file {config.inipath or '(none found)'}"), stacklevel=2)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(STASH_KEY, None)
+    if session is not None:
+        session.stop()
+    trace_filter = config.stash.get(_TRACE_FILTER, None)
+    if trace_filter is not None:
+        logging.getLogger(_TORCH_TRACE_LOGGER).removeFilter(trace_filter)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    markers.skip_without_device(items)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return header_line(get_session(config))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKEROUTPUT_KEY] = get_session(session.config).export()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if not get_session(config).is_worker:
+        write_summary(terminalreporter, get_session(config))

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
-import os
 import subprocess
 import sys
 import textwrap

@@ -220,7 +220,7 @@ def test_a_forked_child_truncates_its_own_file_once(monkeypatch, tmp_path):
             mine = _own_file(tmp_path, pid=os.getpid())
             mine.write_text("stale line from an earlier run with the same pid\n")
             record_graph(key=KEY_B, input_shapes=[], compiler_flags="")
-            record_graph(key=KEY_B, input_shapes=["1,"], compiler_flags="")
+            record_graph(key="c" * 32, input_shapes=["1,"], compiler_flags="")
             code = 0
         finally:
             os._exit(code)
@@ -267,3 +267,19 @@ def test_a_bad_visible_devices_value_is_logged_not_raised(monkeypatch, tmp_path,
         record_graph(key=KEY_A, input_shapes=[], compiler_flags="")
     assert "'x' is not a device index" in caplog.text
     assert list(tmp_path.rglob("*.jsonl")) == []
+
+
+def test_one_line_per_graph_and_engine_until_an_emit_consumes_the_ledger(tmp_path, monkeypatch):
+    from neuron_args.manifest.emit import emit_manifest
+    from neuron_args.manifest.ledger import record_graph
+
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(tmp_path))
+    monkeypatch.delenv("NEURON_VISIBLE_DEVICES", raising=False)
+    ledger = tmp_path / "ledger" / "nodev" / f"{os.getpid()}.jsonl"
+    for _ in range(3):  # e.g. Dynamo recompiling one graph: one line
+        record_graph(key="a" * 32, input_shapes=["4,"], compiler_flags="-O3")
+    assert len(ledger.read_text().splitlines()) == 1
+    emit_manifest(cache_dir=None)
+    assert not ledger.exists()
+    record_graph(key="a" * 32, input_shapes=["4,"], compiler_flags="-O3")  # a relaunch records it again
+    assert len(ledger.read_text().splitlines()) == 1

@@ -136,9 +136,9 @@ def test_serving_from_the_cache_in_a_fresh_process_hits_every_graph(warm_cache):
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {"hits": 2, "misses": 0, "compiles": 0}
 
 
-def test_recompile_limit_is_reported_instead_of_a_silent_eager_fallback(warm_cache, monkeypatch):
+def test_recompile_limit_is_reported_instead_of_a_silent_eager_fallback(warm_cache):
     runner = make_runner(warm_cache)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
-    runner.run("prefill", {"input": torch.ones(4, 8)})
-    with pytest.raises(NeuronArgsError, match=r"graph type 'decode': Dynamo's recompile limit \(1\)"):
-        runner.run("decode", {"input": torch.ones(1, 8)})
+    with torch._dynamo.config.patch(recompile_limit=1):
+        runner.run("prefill", {"input": torch.ones(4, 8)})
+        with pytest.raises(NeuronArgsError, match=r"graph type 'decode': Dynamo's recompile limit \(1\)"):
+            runner.run("decode", {"input": torch.ones(1, 8)})

@@ -84,7 +84,7 @@ def run_engine(args: argparse.Namespace) -> int:
     ok = tokens == expected and served.counts.compiles == 0 and served.counts.misses == 0
     say(f"\nwarmup: {warm.seconds:.1f}s, {warm.counts.compiles} compiled, {warm.counts.hits} from cache"
         f"{f', {warm.counts.captures} captured' if warm.counts.captures else ''}")
-    say(records.table(records.records(), served=served.calls))
+    say(records.table(records.records()))
     say(f"\nserve: {sum(served.calls.values())} graph calls, {served.counts.misses} cache misses, "
         f"{served.counts.compiles} compiles, {served.counts.hits} graphs re-resolved from the cache "
         "(NEURON_LIBTORCH_ASSERT_CACHE_HIT on)")

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from neuron_args.flags import manifest_compiler_flags
 from neuron_args.manifest.engine import get_server_prefix, manifest_root
-from neuron_args.manifest.ledger import ledger_dir, registered_tp_group
+from neuron_args.manifest.ledger import forget_recorded, ledger_dir, registered_tp_group
 from neuron_args.manifest.schema import (
     CONFIG_FIELDS,
     MANIFEST_FILENAME,
@@ -594,6 +594,7 @@ def emit_manifest(
             "Compilation and serving are unaffected.", stage, type(exc).__name__, exc,
         )
         return None
+    forget_recorded(source)
     try:
         shutil.rmtree(source)
     except FileNotFoundError:

@@ -211,6 +211,10 @@ def _log_failure_once(path: str | None, exc: BaseException) -> None:
     )
 
 
+#: (ledger directory, key) pairs this process wrote a line for: one line per graph and engine
+_recorded: set[tuple[str, str]] = set()
+
+
 def record_graph(
     *,
     key: str,
@@ -230,8 +234,18 @@ def record_graph(
         return
     path: str | None = None
     try:
+        directory = ledger_dir(root, get_server_prefix())
+        if (directory, key) in _recorded:  # a Dynamo recompile of a recorded graph adds nothing
+            return
         data = _encode(key, current_tp_rank(), input_shapes, compiler_flags, graph_type)
-        path = os.path.join(ledger_dir(root, get_server_prefix()), f"{os.getpid()}.jsonl")
+        path = os.path.join(directory, f"{os.getpid()}.jsonl")
         _append(path, data)
+        _recorded.add((directory, key))
     except Exception as exc:  # best-effort: the manifest never breaks a compile
         _log_failure_once(path, exc)
+
+
+def forget_recorded(directory: str) -> None:
+    """An emit consumed ``directory``: graphs recorded there may be recorded again (a relaunch)."""
+    for item in [r for r in _recorded if r[0] == directory]:
+        _recorded.discard(item)

@@ -16,7 +16,6 @@ serve path is a contextvar read and a dict lookup: no hashing, no file I/O.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,9 +24,8 @@ import torch
 from neuron_args.cache import STATS, CacheEntry, CompileCache, _assert_cache_key_args, new_metadata, now_iso
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import select_compiler
-from neuron_args.errors import CacheKeyArgsConflict, LoweringError
+from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, LoweringError
 from neuron_args.flags import canonical_compiler_args, optimization_level
-from neuron_args.manifest.engine import manifest_root_str
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import records
@@ -40,8 +38,6 @@ SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
 # native seam: first argument set seen per key in this process (the metadata covers other processes)
 _native_args: dict[str, list[str]] = {}
-# keys this process already wrote a ledger line for
-_ledgered: set[tuple[str | None, str | None, str]] = set()
 # executables this process loaded, by key
 _loaded: dict[str, Any] = {}
 
@@ -86,36 +82,35 @@ class CompiledGraph:
         graph_type = current_graph_type()
         request = resolve_request(self.options, graph_type)
         key = self._key(request)
-        ledger = (manifest_root_str(), get_server_prefix_or_none(), key.key)
-        if ledger[0] is not None and ledger not in _ledgered:  # once per key, process and manifest dir
-            _ledgered.add(ledger)
-            record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
-                         graph_type=graph_type)
+        record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
+                     graph_type=graph_type)
         rec = records.GraphRecord(
             key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=self.input_shapes,
             compiler_args=list(request.compiler_args), optimization_level=optimization_level(request.compiler_args),
             target=request.target,
         )
         if self.seam == CAPTURE_SEAM:
-            self._capture(key, request, graph_type)
-            rec.captured = True
-            records.record(rec)
-            gm = self.gm
-            return lambda args: gm(*args)
+            rec.captures = int(self._capture(key, request, graph_type))
+            return _counted(self.gm, records.record(rec))
         if self.seam == NATIVE_SEAM:
             self._check_native_args(key, request, graph_type)
         build = functools.partial(self._compile_into, key=key, request=request, graph_type=graph_type, rec=rec)
-        entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
+        try:
+            entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
+        except CacheMissError:
+            rec.serve_misses = int(records.serving)
+            records.record(rec)
+            raise
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
-        records.record(rec)
+        rec = records.record(rec)
         exe = _loaded.get(key.key)
         if exe is None:  # loaded once per process, even when Dynamo recompiles the same graph
             from neuron_args.runtime import LoadedExecutable
 
             exe = _loaded[key.key] = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs,
                                                            self.lowered.output_specs)
-        return lambda args: exe(*args)
+        return _counted(exe, rec)
 
     def _metadata(self, key: CacheKey, request: PlatformArgs, graph_type: str | None, status: str) -> dict[str, Any]:
         lowered = self.lowered
@@ -136,20 +131,22 @@ class CompiledGraph:
         md = self._metadata(key, request, graph_type, status="compiling")
         entry.write_metadata(md)
         compile_entry(entry, self.compiler, request.compiler_args, request.target, graph_type, md)
-        rec.compiled = True
+        rec.compiles += 1
         rec.compile_seconds = entry.metadata().get("compile_seconds")
 
-    def _capture(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
+    def _capture(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> bool:
+        """Write a pending entry unless the key is already built; True when written."""
         entry = self.cache.entry(key)
         if entry.is_complete:
-            return
+            return False
         with self.cache.lock(key):
             if entry.is_complete:
-                return
+                return False
             entry.reset()
             entry.hlo_path.write_bytes(self.lowered.hlo_module_proto)
             entry.write_metadata(self._metadata(key, request, graph_type, status="pending"))
             STATS.captures += 1
+            return True
 
     def _check_native_args(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
         args = list(request.compiler_args)
@@ -164,13 +161,14 @@ class CompiledGraph:
         _assert_cache_key_args(self.cache.entry(key), args, graph_type=graph_type)
 
 
-def get_server_prefix_or_none() -> str | None:
-    from neuron_args.manifest.engine import get_server_prefix
+def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list[Any]], Any]:
+    """A variant's call: the function, plus one flag read to count calls while a runner serves."""
+    def run(args: list[Any]) -> Any:
+        if records.serving:
+            rec.serve_hits += 1
+        return fn(*args)
 
-    try:
-        return get_server_prefix()
-    except Exception:  # a bad NEURON_VISIBLE_DEVICES is the ledger's to report
-        return None
+    return run
 
 
 def compile_entry(entry: CacheEntry, compiler: Any, compiler_args: Sequence[str], target: str,

@@ -16,18 +16,32 @@ class GraphRecord:
     compiler_args: list[str]
     optimization_level: int | None
     target: str
-    compiled: bool = False  # built here (a miss) rather than loaded from the cache
-    captured: bool = False  # written as a pending entry by the capture seam
     compile_seconds: float | None = None
     executable_size: int | None = None
-    loads: int = 0  # times a variant was resolved from an existing cache entry
+    compiles: int = 0  # executables built here (cache misses)
+    captures: int = 0  # pending entries written by the capture seam
+    loads: int = 0  # variants resolved from an existing cache entry
+    serve_hits: int = 0  # calls while a runner serves
+    serve_misses: int = 0  # variants that missed the cache while a runner served
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def compiled(self) -> bool:
+        return self.compiles > 0
+
+    @property
+    def captured(self) -> bool:
+        return self.captures > 0
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "compiled": self.compiled, "captured": self.captured}
 
 
 RECORDS: dict[str, GraphRecord] = {}
+_COUNTERS = ("compiles", "captures", "loads", "serve_hits", "serve_misses")
+
+#: set by ``NeuronRunner.serve`` for its duration: compiled graphs then count their calls
+serving = False
 
 
 def record(rec: GraphRecord) -> GraphRecord:
@@ -36,9 +50,8 @@ def record(rec: GraphRecord) -> GraphRecord:
     if old is None:
         RECORDS[rec.key] = rec
         return rec
-    old.compiled |= rec.compiled
-    old.captured |= rec.captured
-    old.loads += rec.loads
+    for name in _COUNTERS:
+        setattr(old, name, getattr(old, name) + getattr(rec, name))
     old.compile_seconds = old.compile_seconds if rec.compile_seconds is None else rec.compile_seconds
     old.executable_size = rec.executable_size or old.executable_size
     old.graph_type = old.graph_type or rec.graph_type
@@ -63,13 +76,13 @@ def _size(n: int | None) -> str:
     return str(n)
 
 
-def table(rows: list[GraphRecord], served: dict[str, int] | None = None) -> str:
-    """The per-graph table: graph type, input shapes, -O level, key, compile time, size, served calls."""
-    head = ["graph type", "inputs", "-O", "key", "compile", "size", "served"]
+def table(rows: list[GraphRecord]) -> str:
+    """The per-graph table: graph type, input shapes, -O level, key, compile time, size, serve hits/misses."""
+    head = ["graph type", "inputs", "-O", "key", "compile", "size", "serve hits/misses"]
     body = []
     for r in sorted(rows, key=lambda r: (r.graph_type or "", r.input_shapes)):
         compile_s = f"{r.compile_seconds:.1f}s" if r.compile_seconds is not None else ("captured" if r.captured else "cached")
-        calls = "-" if served is None else str(served.get(r.graph_type or "", 0))
+        calls = f"{r.serve_hits}/{r.serve_misses}"
         body.append([r.graph_type or "-", " / ".join(f"({s})" for s in r.input_shapes), str(r.optimization_level or "-"),
                      r.key[:12], compile_s, _size(r.executable_size), calls])
     widths = [max(len(x) for x in col) for col in zip(head, *body)]

@@ -1,0 +1,276 @@
+"""Checks that explain themselves: compile-count expectations and manifest completeness / ranks.
+
+Every failure is an ``AssertionError`` whose text says what was expected, what was found and
+which graphs (graph type, key, arguments) are involved, so a red test reads like a diagnosis.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_neuron_args.state import record_delta
+
+COUNT_NAMES = ("compiles", "misses", "hits", "captures")
+_HEX = re.compile(r"^[0-9a-f]{8,64}$")
+
+
+# ----------------------------------------------------------------------------- compile counter
+
+
+def _stats() -> dict[str, int]:
+    from neuron_args.cache import STATS
+
+    return STATS.snapshot()
+
+
+def _records_now() -> dict[str, dict[str, Any]]:
+    module = sys.modules.get("neuron_args.seams.records")
+    return {r.key: r.as_dict() for r in module.records()} if module is not None else {}
+
+
+def _graph_line(rec: Mapping[str, Any]) -> str:
+    shapes = " ".join(f"({s})" for s in rec.get("input_shapes") or []) or "-"
+    return (f"  {rec.get('graph_type') or '(no graph type)'}  key {rec['key']}  inputs {shapes}  "
+            f"args {list(rec.get('compiler_args') or [])}")
+
+
+def graph_activity(before: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Graphs compiled, loaded from the cache or captured since ``before`` (a records snapshot)."""
+    out: dict[str, list[dict[str, Any]]] = {"compiled": [], "loaded": [], "captured": []}
+    for key, now in _records_now().items():
+        delta = record_delta(now, dict(before[key]) if key in before else None)
+        for what, count in (("compiled", "compiles"), ("loaded", "loads"), ("captured", "captures")):
+            if delta[count] > 0:
+                out[what].append(now)
+    return out
+
+
+class CompileCounter:
+    """Compile-cache activity of this process, like vLLM's ``compilation_counter``.
+
+    ``counts`` holds hits / misses / compiles / captures since the fixture was set up;
+    ``expect(compiles=2, misses=2)`` checks the activity inside a ``with`` block.
+    """
+
+    def __init__(self) -> None:
+        self._start = _stats()
+
+    @property
+    def counts(self) -> dict[str, int]:
+        now = _stats()
+        return {name: now[name] - self._start[name] for name in COUNT_NAMES}
+
+    def expect(self, *, compiles: int | None = None, misses: int | None = None, hits: int | None = None,
+               captures: int | None = None) -> Expectation:
+        """A ``with`` block that fails, naming the graphs involved, when its counts differ from these.
+
+        Counts left out are not checked. A block that raises is not checked (its error wins).
+        """
+        expected = {name: value for name, value in
+                    (("compiles", compiles), ("misses", misses), ("hits", hits), ("captures", captures))
+                    if value is not None}
+        if not expected:
+            raise TypeError("neuron_compile_counter.expect() needs at least one of compiles=, misses=, hits=, "
+                            "captures=")
+        return Expectation(expected)
+
+
+class Expectation:
+    """One ``expect`` block; after it, ``counts`` and ``graphs`` hold what happened inside."""
+
+    def __init__(self, expected: Mapping[str, int]) -> None:
+        self.expected = dict(expected)
+        self.counts: dict[str, int] = {}
+        self.graphs: dict[str, list[dict[str, Any]]] = {}
+        self._before: tuple[dict[str, int], dict[str, dict[str, Any]]] | None = None
+
+    def __enter__(self) -> Expectation:
+        self._before = (_stats(), _records_now())
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        __tracebackhide__ = True
+        assert self._before is not None
+        before_stats, before_records = self._before
+        now = _stats()
+        self.counts = {name: now[name] - before_stats[name] for name in COUNT_NAMES}
+        self.graphs = graph_activity(before_records)
+        if exc_type is not None:
+            return
+        wrong = {name: (want, self.counts[name]) for name, want in self.expected.items()
+                 if self.counts[name] != want}
+        if wrong:
+            raise AssertionError(expect_message(self.expected, self.counts, self.graphs, wrong))
+
+
+def expect_message(expected: Mapping[str, int], got: Mapping[str, int],
+                   graphs: Mapping[str, list[dict[str, Any]]], wrong: Mapping[str, tuple[int, int]]) -> str:
+    call = ", ".join(f"{k}={v}" for k, v in expected.items())
+    lines = [f"neuron_compile_counter.expect({call}): the compile-cache counts inside the block differ"]
+    lines += [f"  {name}: expected {want}, got {have}" for name, (want, have) in wrong.items()]
+    lines.append("  (all counts in the block: " + ", ".join(f"{n} {got[n]}" for n in COUNT_NAMES) + ")")
+    for what in ("compiled", "loaded", "captured"):
+        found = graphs.get(what, [])
+        title = {"compiled": "graphs compiled inside the block",
+                 "loaded": "graphs loaded from the cache inside the block",
+                 "captured": "graphs captured (pending) inside the block"}[what]
+        if what == "captured" and not found:
+            continue
+        lines.append(f"{title} ({len(found)}):" if found else f"{title}: none")
+        lines += [_graph_line(r) for r in found]
+    unlisted = got["misses"] - len(graphs.get("compiled", [])) - len(graphs.get("captured", []))
+    if unlisted > 0:
+        lines.append(f"{unlisted} miss(es) compiled nothing: NEURON_LIBTORCH_ASSERT_CACHE_HIT turned them into "
+                     "CacheMissError (the error names the graph, its key and the closest entry)")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- manifest
+
+
+class ManifestView:
+    """An emitted manifest with the checks a test asks of it.
+
+    ``graph_types`` maps each graph's key to its graph type, from the manifest's
+    ``config.neuron_config.graph_types`` and, for keys it lacks, the compile-cache metadata.
+    ``expected_graphs`` (graph type -> number of declared buckets) makes ``assert_complete``
+    require every bucket, not just one graph per type.
+    """
+
+    def __init__(self, doc: Mapping[str, Any], path: str | os.PathLike[str] | None = None, *,
+                 cache_dir: str | os.PathLike[str] | None = None,
+                 expected_graphs: Mapping[str, int] | None = None) -> None:
+        self.doc = dict(doc)
+        self.path = Path(path) if path is not None else None
+        self.expected_graphs = dict(expected_graphs or {})
+        neuron_config = (self.doc.get("config") or {}).get("neuron_config") or {}
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else (
+            Path(neuron_config["cache_dir"]) if isinstance(neuron_config.get("cache_dir"), str) else None)
+        known = neuron_config.get("graph_types") if isinstance(neuron_config.get("graph_types"), Mapping) else {}
+        self.graph_types: dict[str, str | None] = {}
+        for key in self.keys:
+            self.graph_types[key] = known.get(key) or self._cached_graph_type(key)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> ManifestView:
+        with open(path, encoding="utf-8") as f:
+            return cls(json.load(f), path, **kwargs)
+
+    @property
+    def graphs(self) -> list[dict[str, Any]]:
+        graphs = self.doc.get("graphs")
+        return [g for g in graphs if isinstance(g, dict)] if isinstance(graphs, list) else []
+
+    @property
+    def keys(self) -> list[str]:
+        return [str(g.get("graph_hash")) for g in self.graphs]
+
+    def graphs_of(self, graph_type: str) -> list[dict[str, Any]]:
+        return [g for g in self.graphs if self.graph_types.get(str(g.get("graph_hash"))) == graph_type]
+
+    def _cached_graph_type(self, key: str) -> str | None:
+        if self.cache_dir is None or not _HEX.match(key):
+            return None
+        try:
+            with open(self.cache_dir / key / "metadata.json", encoding="utf-8") as f:
+                value = json.load(f).get("graph_type")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return value if isinstance(value, str) else None
+
+    def where(self) -> str:
+        return f"manifest {self.path}" if self.path is not None else "the manifest"
+
+    def holdings(self) -> list[str]:
+        """One line per graph: type, short key, shapes, flags, ranks."""
+        if not self.graphs:
+            return ["  (no graphs)"]
+        out = []
+        for g in self.graphs:
+            key = str(g.get("graph_hash"))
+            shapes = " ".join(f"({s})" for s in g.get("input_shapes") or []) or "-"
+            out.append(f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}  "
+                       f"flags {g.get('compiler_flags') or '-'}  ranks {g.get('ranks')}")
+        return out
+
+    # -- checks ----------------------------------------------------------------------------------------
+    def validate(self) -> list[str]:
+        from neuron_args.manifest.schema import validate_manifest
+
+        return validate_manifest(self.doc)
+
+    def assert_valid(self) -> None:
+        __tracebackhide__ = True
+        problems = self.validate()
+        if problems:
+            raise AssertionError(f"{self.where()} is not a valid version-1 manifest:\n"
+                                 + "\n".join(f"  {p}" for p in problems))
+
+    def assert_complete(self, expected: str | Iterable[str] | None = None) -> None:
+        """Every expected graph type (with all its declared buckets) or key is in the manifest.
+
+        ``expected``: graph types and/or keys (full or a prefix of at least 8 hex digits); default:
+        the graph types the fixture warmed up.
+        """
+        __tracebackhide__ = True
+        items = [expected] if isinstance(expected, str) else list(expected if expected is not None
+                                                                   else self.expected_graphs)
+        if not items:
+            raise TypeError("assert_complete() needs the graph types or keys to expect")
+        types_known = set(self.expected_graphs) | {t for t in self.graph_types.values() if t}
+        missing = []
+        for item in items:
+            if item not in types_known and _HEX.match(item):
+                if not any(k.startswith(item) for k in self.keys):
+                    missing.append(f"  key {item}: no graph with this hash")
+                continue
+            want = max(1, self.expected_graphs.get(item, 1))
+            have = len(self.graphs_of(item))
+            if have < want:
+                what = f"{want} graphs (one per declared bucket)" if want > 1 else "at least 1 graph"
+                missing.append(f"  graph type {item!r}: expected {what}, found {have}")
+        if missing:
+            raise AssertionError("\n".join([
+                f"{self.where()} is incomplete:", *missing,
+                f"expected: {items}",
+                f"the manifest holds {len(self.graphs)} graph(s):", *self.holdings(),
+            ]))
+
+    def assert_ranks(self, world_size: int | None = None, *, ranks: Iterable[int] | None = None) -> None:
+        """Every graph was traced by every expected rank (``range(world_size)`` or ``ranks``), and no other."""
+        __tracebackhide__ = True
+        if (world_size is None) == (ranks is None):
+            raise TypeError("assert_ranks() takes a world size or ranks=[...], exactly one of them")
+        expected = set(range(world_size)) if world_size is not None else {int(r) for r in ranks or []}
+        if not self.graphs:
+            raise AssertionError(f"{self.where()} holds no graphs, so no rank traced any; expected ranks "
+                                 f"{sorted(expected)}")
+        gaps = []
+        for g in self.graphs:
+            key = str(g.get("graph_hash"))
+            have = {r for r in g.get("ranks") or [] if isinstance(r, int)}
+            lacking, extra = sorted(expected - have), sorted(have - expected)
+            if lacking or extra:
+                shapes = " ".join(f"({s})" for s in g.get("input_shapes") or []) or "-"
+                text = f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}: ranks {sorted(have)}"
+                if lacking:
+                    text += f", missing ranks {lacking}"
+                if extra:
+                    text += f", unexpected ranks {extra}"
+                gaps.append(text)
+        if gaps:
+            raise AssertionError("\n".join([
+                f"{self.where()}: rank gap in {len(gaps)} of {len(self.graphs)} graph(s); expected every graph "
+                f"on ranks {sorted(expected)}:", *gaps,
+            ]))
+
+    def __repr__(self) -> str:
+        return f"ManifestView({str(self.path)!r}, {len(self.graphs)} graphs)"
+
+
+__all__ = ["CompileCounter", "Expectation", "ManifestView", "expect_message", "graph_activity"]

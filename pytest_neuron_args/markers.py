@@ -1,0 +1,83 @@
+"""The ``graph_type`` and ``neuron_hardware`` markers: registration and the checks behind them."""
+from __future__ import annotations
+
+import glob
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+GRAPH_TYPE = "graph_type"
+HARDWARE = "neuron_hardware"
+#: What "a Neuron device is visible" means; module-level so the plugin's own tests can point it elsewhere.
+DEVICE_GLOB = "/dev/neuron*"
+NO_DEVICE_REASON = "needs a Neuron device (no /dev/neuron* visible)"
+
+
+def register(config: pytest.Config) -> None:
+    """Declare the markers, so ``--strict-markers`` accepts them."""
+    config.addinivalue_line(
+        "markers",
+        f"{GRAPH_TYPE}(*graph_types): the graph types (e.g. 'decode') this test is about; "
+        "neuron_compiler_args resolves them and neuron_served / neuron_manifest warm up only them. "
+        "A type the neuron_model does not declare fails the test at setup.",
+    )
+    config.addinivalue_line(
+        "markers", f"{HARDWARE}: needs a Neuron device; skipped where no {DEVICE_GLOB} is visible."
+    )
+
+
+def neuron_devices() -> list[str]:
+    return sorted(glob.glob(DEVICE_GLOB))
+
+
+def skip_without_device(items: Iterable[pytest.Item]) -> None:
+    """Mark ``neuron_hardware`` tests skipped (reported at the test's own line) when no device is visible."""
+    marked = [item for item in items if item.get_closest_marker(HARDWARE) is not None]
+    if marked and not neuron_devices():
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=NO_DEVICE_REASON))
+
+
+def marked_graph_types(node: pytest.Item) -> list[str]:
+    """The graph types of every ``graph_type`` marker on ``node``, closest first, each once."""
+    found: list[str] = []
+    for marker in node.iter_markers(GRAPH_TYPE):
+        if not marker.args:
+            pytest.fail(f"{node.nodeid}: @pytest.mark.{GRAPH_TYPE}() needs at least one graph type, "
+                        f"e.g. @pytest.mark.{GRAPH_TYPE}('decode')", pytrace=False)
+        for name in marker.args:
+            if not isinstance(name, str):
+                pytest.fail(f"{node.nodeid}: @pytest.mark.{GRAPH_TYPE}({name!r}): a graph type is a str "
+                            f"such as 'decode', got {type(name).__name__}", pytrace=False)
+            if name not in found:
+                found.append(name)
+    return found
+
+
+def declared_graph_types(model: Any) -> list[str]:
+    """The graph types ``model.neuron_graphs()`` declares, in declaration order."""
+    graphs = getattr(model, "neuron_graphs", None)
+    if not callable(graphs):
+        pytest.fail(
+            f"neuron_model returned a {type(model).__name__}, which has no neuron_graphs() method; "
+            "return a model whose neuron_graphs() lists its GraphSpec(graph_type, entry, buckets)",
+            pytrace=False)
+    return [g.graph_type for g in graphs()]
+
+
+def check_graph_types(nodeid: str, model: Any, marked: Iterable[str]) -> None:
+    """Fail (at setup) when a marked graph type is not one the model declares, naming those it does."""
+    declared = declared_graph_types(model)
+    unknown = [g for g in marked if g not in declared]
+    if unknown:
+        pytest.fail(
+            f"{nodeid}: @pytest.mark.{GRAPH_TYPE}({', '.join(map(repr, unknown))}): "
+            f"{type(model).__name__} does not declare graph type{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))}; declared graph types: {', '.join(map(repr, declared)) or '(none)'}",
+            pytrace=False,
+        )
+
+
+__all__ = ["GRAPH_TYPE", "HARDWARE", "NO_DEVICE_REASON", "check_graph_types", "declared_graph_types",
+           "marked_graph_types", "neuron_devices", "register", "skip_without_device"]

@@ -1,0 +1,146 @@
+"""Command-line options, their ini equivalents, and the resolved settings every fixture reads.
+
+Precedence: command line > ini file > default. Relative paths on the command line are relative
+to the invocation directory, in the ini file to the ini file's directory. Nothing here imports
+torch: the plugin loads in every pytest session of an environment that has neuron-args.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TARGETS: tuple[str, ...] = ("inf2", "trn1", "trn1n", "trn2", "trn3")
+COMPILERS: tuple[str, ...] = ("auto", "local", "neuronx-cc")
+FLOWS: tuple[str, ...] = ("in-process", "parallel")
+OPT_LEVELS: tuple[int, ...] = (1, 2, 3)
+DEFAULT_TARGET = "trn2"
+DEFAULT_FLOW = "in-process"
+
+# (option dest, ini name) for the settings that have an ini equivalent
+_INI = {
+    "neuron_target": "neuron_target",
+    "neuron_compiler": "neuron_compiler",
+    "neuron_cache_dir": "neuron_cache_dir",
+    "neuron_manifest_dir": "neuron_manifest_dir",
+    "neuron_flow": "neuron_flow",
+    "neuron_baseline": "neuron_baseline",
+    "neuron_compiler_args": "neuron_compiler_args",
+}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the ``--neuron-*`` options and their ini keys."""
+    group = parser.getgroup("neuron-args", "neuron-args: per-graph compiler arguments, compile cache, manifest")
+    group.addoption("--neuron-target", choices=TARGETS, default=None,
+                    help=f"compile target (default {DEFAULT_TARGET}; ini: neuron_target)")
+    group.addoption("--neuron-compiler", choices=COMPILERS, default=None,
+                    help="compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
+                         "default: $NEURON_ARGS_COMPILER, else auto (ini: neuron_compiler)")
+    group.addoption("--neuron-cache-dir", default=None, metavar="DIR",
+                    help="compile cache directory, kept across runs (default: a fresh directory per "
+                         "session under pytest's base temp; ini: neuron_cache_dir)")
+    group.addoption("--neuron-manifest-dir", default=None, metavar="DIR",
+                    help="set VLLM_NEURON_MANIFEST_DIR for the session (restored after); the "
+                         "neuron_manifest fixture writes <DIR>/<test>/<engine-id>/manifest.json "
+                         "(ini: neuron_manifest_dir)")
+    group.addoption("--neuron-optimization-level", type=int, default=None, metavar="N",
+                    help="explicit caller -O level (1, 2 or 3): every graph gets it and model "
+                         "compiler_args_for policies are disabled")
+    group.addoption("--neuron-compiler-args", default=None, metavar="ARGS",
+                    help="base neuronx-cc arguments at the caller level, e.g. '-O1 --auto-cast=none' "
+                         "(default: $NEURON_CC_FLAGS; ini: neuron_compiler_args)")
+    group.addoption("--neuron-flow", choices=FLOWS, default=None,
+                    help=f"warmup flow of the neuron_served / neuron_manifest fixtures (default "
+                         f"{DEFAULT_FLOW}; ini: neuron_flow)")
+    group.addoption("--neuron-baseline", default=None, metavar="PATH",
+                    help="manifest baseline: a .json file, or a directory of <test>.json files "
+                         "(default <rootdir>/.neuron-baseline/; ini: neuron_baseline)")
+    group.addoption("--neuron-update-baseline", action="store_true", default=False,
+                    help="write the neuron_baseline files instead of comparing against them")
+    for name, ini_help in (
+        ("neuron_target", f"compile target, one of {', '.join(TARGETS)}"),
+        ("neuron_compiler", f"compiler, one of {', '.join(COMPILERS)}"),
+        ("neuron_cache_dir", "persistent compile cache directory (relative to the ini file)"),
+        ("neuron_manifest_dir", "VLLM_NEURON_MANIFEST_DIR for the session (relative to the ini file)"),
+        ("neuron_flow", f"warmup flow, one of {', '.join(FLOWS)}"),
+        ("neuron_baseline", "manifest baseline file or directory (relative to the ini file)"),
+        ("neuron_compiler_args", "base neuronx-cc arguments at the caller level"),
+    ):
+        parser.addini(name, ini_help, default="")
+
+
+@dataclass(frozen=True)
+class NeuronSettings:
+    """What the ``--neuron-*`` options resolved to for this session."""
+
+    target: str = DEFAULT_TARGET
+    compiler: str | None = None  # None: $NEURON_ARGS_COMPILER, else auto
+    cache_dir: Path | None = None  # None: a fresh directory per session
+    manifest_dir: Path | None = None
+    optimization_level: int | None = None
+    flow: str = DEFAULT_FLOW
+    baseline: Path | None = None
+    update_baseline: bool = False
+    compiler_args: str | None = None  # None: $NEURON_CC_FLAGS
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> NeuronSettings:
+        target = _choice(config, "neuron_target", TARGETS) or DEFAULT_TARGET
+        compiler = _choice(config, "neuron_compiler", COMPILERS)
+        flow = _choice(config, "neuron_flow", FLOWS) or DEFAULT_FLOW
+        level = config.getoption("neuron_optimization_level")
+        if level is not None and level not in OPT_LEVELS:
+            raise pytest.UsageError(
+                f"--neuron-optimization-level {level}: use one of {', '.join(map(str, OPT_LEVELS))} "
+                "(the -O level every graph gets; it disables model compiler_args_for policies)"
+            )
+        return cls(
+            target=target,
+            compiler=compiler,
+            cache_dir=_path(config, "neuron_cache_dir"),
+            manifest_dir=_path(config, "neuron_manifest_dir"),
+            optimization_level=level,
+            flow=flow,
+            baseline=_path(config, "neuron_baseline"),
+            update_baseline=bool(config.getoption("neuron_update_baseline")),
+            compiler_args=_raw(config, "neuron_compiler_args")[0],
+        )
+
+
+def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
+    """``(value, source)``: the command line first, then the ini key; ``(None, "")`` when unset."""
+    value = config.getoption(dest)
+    if value is not None:
+        return str(value), "cli"
+    ini = config.getini(_INI[dest]) if dest in _INI else ""
+    if isinstance(ini, str) and ini.strip():
+        return ini.strip(), "ini"
+    return None, ""
+
+
+def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> str | None:
+    value, source = _raw(config, dest)
+    if value is not None and value not in choices:
+        raise pytest.UsageError(
+            f"ini option {_INI[dest]} = {value!r}: use one of {', '.join(choices)}"
+        )
+    return value
+
+
+def _path(config: pytest.Config, dest: str) -> Path | None:
+    value, source = _raw(config, dest)
+    if value is None:
+        return None
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        base: Any = config.invocation_params.dir if source == "cli" else (
+            config.inipath.parent if config.inipath is not None else config.rootpath)
+        path = Path(base) / path
+    return path
+
+
+__all__ = ["COMPILERS", "FLOWS", "NeuronSettings", "TARGETS", "add_options"]

@@ -1,0 +1,130 @@
+"""The report header line and the terminal summary table of the graphs a session compiled or loaded."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_neuron_args.state import NeuronSession
+
+SUMMARY_TITLE = "neuron-args: graphs of this session"
+
+
+def compiler_description(compiler: str | None) -> str:
+    """``local local-xla-cpu/0.10.2 ...``: name and version (for auto, of the one it picks); never raises."""
+    try:
+        from neuron_args.compilers import select_compiler
+
+        info = select_compiler({"compiler": compiler}).info
+    except Exception as exc:  # the header must not break a session; fixtures report the error
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"{compiler or 'auto'} (unavailable: {first})"
+    how = "" if compiler not in (None, "auto") else " (auto)"
+    return f"{info.name} {info.version}{how}"
+
+
+def header_line(session: NeuronSession) -> str:
+    s = session.settings
+    cache = f"{session.cache_dir()}" + (" (fresh per session)" if session.cache_is_fresh else "")
+    manifest = str(session.manifest_root()) if s.manifest_dir is not None else "off"
+    parts = [f"target {s.target}", f"compiler {compiler_description(s.compiler)}", f"cache {cache}",
+             f"manifest dir {manifest}", f"flow {s.flow}"]
+    if s.optimization_level is not None:
+        parts.append(f"explicit -O{s.optimization_level} (model policies off)")
+    if s.update_baseline:
+        parts.append("updating baselines")
+    return "neuron-args: " + ", ".join(parts)
+
+
+def human_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def shapes_text(shapes: Sequence[str] | None) -> str:
+    if shapes is None:
+        return "-"
+    return " ".join(f"({s})" for s in shapes) if shapes else "()"
+
+
+def _how(row: dict[str, Any]) -> str:
+    if row.get("compiled"):
+        return "compiled"
+    if row.get("loads"):
+        return "loaded"
+    if row.get("serve_misses"):
+        return "missed"
+    if row.get("captured"):
+        return "captured"
+    return "-"
+
+
+def _serve_cell(row: dict[str, Any], serve_calls: dict[str, int], rows_per_type: dict[Any, int]) -> str:
+    if row.get("serve_hits") is not None or row.get("serve_misses") is not None:
+        return f"{row.get('serve_hits') or 0}/{row.get('serve_misses') or 0}"
+    calls = serve_calls.get(row.get("graph_type"))  # older records: serve calls per graph type only
+    if calls and rows_per_type.get(row.get("graph_type")) == 1:
+        return f"{calls}/-"
+    return "-"
+
+
+def table_lines(data: dict[str, Any]) -> list[str]:
+    """The summary table of merged session data (see :meth:`NeuronSession.merged`)."""
+    rows = data["rows"]
+    serve_calls = data.get("serve_calls", {})
+    per_type: dict[Any, int] = {}
+    for row in rows:
+        per_type[row.get("graph_type")] = per_type.get(row.get("graph_type"), 0) + 1
+    header = ("graph type", "inputs", "-O", "key", "how", "compile", "size", "loads", "serve hit/miss")
+    body = []
+    for row in rows:
+        level = row.get("optimization_level")
+        seconds = row.get("compile_seconds")
+        body.append((
+            str(row.get("graph_type") or "-"), shapes_text(row.get("input_shapes")),
+            "-" if level is None else str(level), row["key"][:12], _how(row),
+            "-" if seconds is None else f"{seconds:.2f}s", human_size(row.get("executable_size")),
+            str(row.get("loads") or 0), _serve_cell(row, serve_calls, per_type),
+        ))
+    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [fmt(header), *(fmt(r) for r in body)]
+
+
+def footer_line(data: dict[str, Any], cache_dir: str) -> str:
+    rows = data["rows"]
+    hows = [_how(r) for r in rows]
+    parts = [f"{len(rows)} graph{'s' if len(rows) != 1 else ''}: {hows.count('compiled')} compiled, "
+             f"{hows.count('loaded')} loaded, {hows.count('captured')} captured; session cache {cache_dir}"]
+    stats = data.get("stats") or {}
+    if any(stats.values()):
+        parts.append("cache activity: " + ", ".join(f"{stats.get(n, 0)} {n}" for n in ("hits", "misses", "compiles", "captures")))
+    calls = data.get("serve_calls", {})
+    if data.get("serve_sessions"):
+        per_type = ", ".join(f"{g} {n}" for g, n in sorted(calls.items(), key=lambda kv: str(kv[0])))
+        parts.append(f"serve: {sum(calls.values())} call(s) in {data['serve_sessions']} serve block(s)"
+                     + (f" ({per_type})" if per_type else "") + f", {data.get('serve_misses', 0)} miss(es)")
+    if data.get("workers"):
+        parts.append(f"merged from {len(data['workers'])} xdist workers")
+    return "; ".join(parts)
+
+
+def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
+    data = session.merged()
+    if not data["rows"] and not data["serve_sessions"] and not data["baselines_written"]:
+        return
+    terminalreporter.write_sep("=", SUMMARY_TITLE)
+    if data["rows"]:
+        for line in table_lines(data):
+            terminalreporter.write_line(line)
+    terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+    for path in data["baselines_written"]:
+        terminalreporter.write_line(f"baseline written: {path}")
+
+
+__all__ = ["SUMMARY_TITLE", "compiler_description", "header_line", "table_lines", "write_summary"]

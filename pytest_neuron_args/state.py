@@ -1,0 +1,269 @@
+"""Per-session plugin state: the cache and manifest directories, and what the session compiled and served.
+
+One :class:`NeuronSession` per ``pytest.Config`` (never module globals: an in-process ``pytester`` run
+shares this module with the session that started it). The library's process-wide counters
+(``records``, ``STATS``) are read as differences from their values at session start, for the same
+reason. Everything :meth:`NeuronSession.export` returns is plain builtins, so it can travel through
+xdist's ``workeroutput``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_neuron_args.options import NeuronSettings
+
+MANIFEST_DIR_ENV = "VLLM_NEURON_MANIFEST_DIR"
+WORKER_CACHE_KEY = "neuron_args_cache_dir"
+STASH_KEY = pytest.StashKey["NeuronSession"]()
+_RECORDS_MODULE = "neuron_args.seams.records"
+_COUNTED = ("loads", "serve_hits", "serve_misses")
+
+
+def get_session(config: pytest.Config) -> NeuronSession:
+    try:
+        return config.stash[STASH_KEY]
+    except KeyError:  # the plugin was loaded after pytest_configure (e.g. -p late): set up now
+        session = config.stash[STASH_KEY] = NeuronSession(config, NeuronSettings.from_config(config))
+        return session
+
+
+def safe_name(nodeid: str) -> str:
+    """A file-name-safe, still readable form of a test id (``tests/t.py::test_a[x]`` -> ``tests_t.py__test_a_x_``)."""
+    out = "".join(c if c.isalnum() or c in "._-" else "_" for c in nodeid).strip("._")
+    return out[:180] or "test"
+
+
+def _records() -> list[Any]:
+    module = sys.modules.get(_RECORDS_MODULE)  # never imported: nothing was compiled in this process
+    return list(module.records()) if module is not None else []
+
+
+def _stats() -> dict[str, int]:
+    module = sys.modules.get("neuron_args.cache")
+    return module.STATS.snapshot() if module is not None else {"hits": 0, "misses": 0, "compiles": 0, "captures": 0}
+
+
+class NeuronSession:
+    """What the plugin knows about this pytest session (controller, worker or plain run)."""
+
+    def __init__(self, config: pytest.Config, settings: NeuronSettings) -> None:
+        self.config = config
+        self.settings = settings
+        workerinput = getattr(config, "workerinput", None)
+        self.worker_id: str | None = workerinput.get("workerid") if workerinput is not None else None
+        self._workerinput: dict[str, Any] = dict(workerinput or {})
+        self._cache_dir: Path | None = None
+        self._saved_env: tuple[bool, str | None] | None = None
+        self._records_before: dict[str, dict[str, Any]] = {}
+        self._stats_before: dict[str, int] = {}
+        self.serve_calls: dict[str, int] = {}
+        self.serve_misses = 0
+        self.serve_sessions = 0
+        self.parallel_compiled: dict[str, dict[str, Any]] = {}
+        self.baselines_written: list[str] = []
+        self.workers: dict[str, dict[str, Any]] = {}
+
+    # -- directories --------------------------------------------------------------------------------
+    @property
+    def is_worker(self) -> bool:
+        return self.worker_id is not None
+
+    @property
+    def cache_is_fresh(self) -> bool:
+        return self.settings.cache_dir is None
+
+    def cache_dir(self) -> Path:
+        """The session's compile cache: the given one, the controller's (xdist), or a fresh one."""
+        if self._cache_dir is None:
+            if self.settings.cache_dir is not None:
+                path = self.settings.cache_dir
+            elif self._workerinput.get(WORKER_CACHE_KEY):
+                path = Path(self._workerinput[WORKER_CACHE_KEY])
+            else:
+                factory = getattr(self.config, "_tmp_path_factory", None)
+                if factory is not None:
+                    path = factory.getbasetemp() / "neuron-cache"
+                else:  # -p no:tmpdir
+                    path = Path(tempfile.mkdtemp(prefix="neuron-cache-"))
+            path.mkdir(parents=True, exist_ok=True)
+            self._cache_dir = path.resolve()
+        return self._cache_dir
+
+    def manifest_root(self) -> Path | None:
+        """``--neuron-manifest-dir``; on an xdist worker its ``<workerid>`` subfolder.
+
+        Emit reads and then removes the whole ledger folder of its engine id, so two workers
+        sharing one root would take each other's graphs; one folder per worker keeps them apart.
+        """
+        root = self.settings.manifest_dir
+        if root is None:
+            return None
+        return root / self.worker_id if self.worker_id else root
+
+    # -- session start / end --------------------------------------------------------------------------
+    def start(self) -> None:
+        root = self.manifest_root()
+        if root is not None:
+            self._saved_env = (MANIFEST_DIR_ENV in os.environ, os.environ.get(MANIFEST_DIR_ENV))
+            root.mkdir(parents=True, exist_ok=True)
+            os.environ[MANIFEST_DIR_ENV] = str(root)
+        self._records_before = {r.key: r.as_dict() for r in _records()}
+        self._stats_before = _stats()
+
+    def stop(self) -> None:
+        if self._saved_env is not None:
+            present, value = self._saved_env
+            if present:
+                os.environ[MANIFEST_DIR_ENV] = value or ""
+            else:
+                os.environ.pop(MANIFEST_DIR_ENV, None)
+            self._saved_env = None
+
+    # -- what the session did ---------------------------------------------------------------------------
+    def add_serve(self, calls: dict[str, int], misses: int) -> None:
+        self.serve_sessions += 1
+        self.serve_misses += int(misses)
+        for graph_type, n in calls.items():
+            self.serve_calls[graph_type] = self.serve_calls.get(graph_type, 0) + int(n)
+
+    def add_compile_report(self, report: Any) -> None:
+        """Remember the graphs a parallel warmup compiled (their records live in the compile workers)."""
+        for g in getattr(report, "graphs", None) or []:
+            if g.status == "compiled":
+                self.parallel_compiled[g.key] = {"seconds": g.seconds, "size": g.executable_size,
+                                                 "graph_type": g.graph_type}
+
+    def stats(self) -> dict[str, int]:
+        now = _stats()
+        return {k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now}  # a test may reset STATS
+
+    def local_rows(self) -> list[dict[str, Any]]:
+        """One row per graph this process compiled, captured or loaded during the session."""
+        rows: dict[str, dict[str, Any]] = {}
+        for rec in _records():
+            now = rec.as_dict()
+            before = self._records_before.get(rec.key)
+            row = _row(now, before)
+            if row is not None:
+                rows[rec.key] = row
+        for key, info in self.parallel_compiled.items():
+            row = rows.setdefault(key, _empty_row(key, info.get("graph_type")))
+            row["compiled"] = True
+            row["compile_seconds"] = row["compile_seconds"] or info.get("seconds")
+            row["executable_size"] = row["executable_size"] or info.get("size")
+        for row in rows.values():
+            _fill_from_cache(row, self._cache_dir)
+        return list(rows.values())
+
+    def export(self) -> dict[str, Any]:
+        """This process's contribution, as builtins (the xdist ``workeroutput`` payload)."""
+        return {
+            "rows": self.local_rows(),
+            "serve_calls": dict(self.serve_calls),
+            "serve_misses": self.serve_misses,
+            "serve_sessions": self.serve_sessions,
+            "baselines_written": list(self.baselines_written),
+            "stats": self.stats(),
+        }
+
+    def merged(self) -> dict[str, Any]:
+        """This process's data merged with every xdist worker's (the controller's view)."""
+        parts = [self.export(), *self.workers.values()]
+        rows: dict[str, dict[str, Any]] = {}
+        calls: dict[str, int] = {}
+        for part in parts:
+            for row in part.get("rows", []):
+                merge_row(rows, row)
+            for graph_type, n in part.get("serve_calls", {}).items():
+                calls[graph_type] = calls.get(graph_type, 0) + n
+        stats: dict[str, int] = {}
+        for part in parts:
+            for k, v in part.get("stats", {}).items():
+                stats[k] = stats.get(k, 0) + v
+        return {
+            "rows": sorted(rows.values(), key=lambda r: (str(r.get("graph_type")), r.get("input_shapes") or [], r["key"])),
+            "serve_calls": calls,
+            "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
+            "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
+            "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
+            "stats": stats,
+            "workers": sorted(self.workers),
+        }
+
+
+def _empty_row(key: str, graph_type: str | None) -> dict[str, Any]:
+    return {"key": key, "graph_type": graph_type, "input_shapes": None, "optimization_level": None,
+            "compiler_args": None, "compiled": False, "captured": False, "compile_seconds": None,
+            "executable_size": None, "loads": 0, "serve_hits": None, "serve_misses": None}
+
+
+def record_delta(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, int]:
+    """What happened to one graph record between two snapshots (``as_dict`` forms).
+
+    Records count per key across every cache directory of the process. Counters (``compiles``,
+    ``captures``, ``serve_hits``, ``serve_misses``) are used when the record has them; otherwise a
+    compile shows as the ``compiled`` flag turning on, or as a new ``compile_seconds`` (a second
+    compile of the same key into another cache directory).
+    """
+    before = before or {}
+    out: dict[str, int] = {"loads": int(now.get("loads") or 0) - int(before.get("loads") or 0)}
+    for count, flag in (("compiles", "compiled"), ("captures", "captured")):
+        if count in now:
+            out[count] = int(now.get(count) or 0) - int(before.get(count) or 0)
+        else:
+            changed = not before.get(flag) or (flag == "compiled" and now.get("compile_seconds") != before.get("compile_seconds"))
+            out[count] = int(bool(now.get(flag)) and changed)
+    for count in ("serve_hits", "serve_misses"):
+        if count in now:
+            out[count] = int(now.get(count) or 0) - int(before.get(count) or 0)
+    return out
+
+
+def _row(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any] | None:
+    delta = record_delta(now, before)
+    row = _empty_row(now["key"], now.get("graph_type"))
+    row.update(input_shapes=list(now.get("input_shapes") or []), optimization_level=now.get("optimization_level"),
+               compiler_args=list(now.get("compiler_args") or []), executable_size=now.get("executable_size"),
+               compiled=delta["compiles"] > 0, captured=delta["captures"] > 0, loads=delta["loads"])
+    row["compile_seconds"] = now.get("compile_seconds") if row["compiled"] else None
+    for name in ("serve_hits", "serve_misses"):
+        if name in delta:
+            row[name] = delta[name]
+    changed = row["compiled"] or row["captured"] or any(delta.get(n) for n in _COUNTED)
+    return row if changed or before is None else None
+
+
+def _fill_from_cache(row: dict[str, Any], cache_dir: Path | None) -> None:
+    if cache_dir is None or row.get("executable_size"):
+        return
+    exe = cache_dir / row["key"] / f"graph_{row['key']}.neff"
+    try:
+        row["executable_size"] = exe.stat().st_size
+    except OSError:
+        pass
+
+
+def merge_row(rows: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
+    """Merge one process's row into ``rows`` (keyed by cache key): flags OR-ed, counts summed."""
+    old = rows.get(row["key"])
+    if old is None:
+        rows[row["key"]] = dict(row)
+        return
+    old["compiled"] = old["compiled"] or row["compiled"]
+    old["captured"] = old["captured"] or row["captured"]
+    for name in ("graph_type", "input_shapes", "optimization_level", "compiler_args", "compile_seconds",
+                 "executable_size"):
+        if old.get(name) in (None, []) and row.get(name) not in (None, []):
+            old[name] = row[name]
+    for name in _COUNTED:
+        if row.get(name) is not None:
+            old[name] = (old.get(name) or 0) + row[name]
+
+
+__all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "merge_row", "record_delta", "safe_name"]
