@@ -65,3 +65,10 @@ def test_graph_digest_or_text_give_the_same_key():
                              tool_versions=VERSIONS).key == key(graph_text=text, compiler_args=[]).key
     with pytest.raises(TypeError):
         create_cache_hash(input_specs=SPECS, compiler_args=[], target="trn2", tool_versions=VERSIONS)
+
+
+def test_graph_digest_of_a_large_text_equals_hashing_its_utf8_bytes():
+    import hashlib
+
+    text = "ENTRY %main { ROOT c = f32[] constant(1) } // \u00e9\n" * 50_000  # > 1 MiB, non-ASCII across slices
+    assert graph_digest(text) == hashlib.sha256(text.encode()).hexdigest() == graph_digest(text.encode())

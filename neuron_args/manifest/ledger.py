@@ -211,8 +211,8 @@ def _log_failure_once(path: str | None, exc: BaseException) -> None:
     )
 
 
-#: (ledger directory, key) pairs this process wrote a line for: one line per graph and engine
-_recorded: set[tuple[str, str]] = set()
+#: (ledger directory, key, rank) this process wrote a line for: one line per graph, engine and rank
+_recorded: set[tuple[str, str, int]] = set()
 
 
 def record_graph(
@@ -235,12 +235,13 @@ def record_graph(
     path: str | None = None
     try:
         directory = ledger_dir(root, get_server_prefix())
-        if (directory, key) in _recorded:  # a Dynamo recompile of a recorded graph adds nothing
+        rank = current_tp_rank()
+        if (directory, key, rank) in _recorded:  # a Dynamo recompile of a recorded graph adds nothing
             return
-        data = _encode(key, current_tp_rank(), input_shapes, compiler_flags, graph_type)
+        data = _encode(key, rank, input_shapes, compiler_flags, graph_type)
         path = os.path.join(directory, f"{os.getpid()}.jsonl")
         _append(path, data)
-        _recorded.add((directory, key))
+        _recorded.add((directory, key, rank))
     except Exception as exc:  # best-effort: the manifest never breaks a compile
         _log_failure_once(path, exc)
 
