@@ -82,8 +82,6 @@ class CompiledGraph:
         graph_type = current_graph_type()
         request = resolve_request(self.options, graph_type)
         key = self._key(request)
-        record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
-                     graph_type=graph_type)
         rec = records.GraphRecord(
             key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=self.input_shapes,
             compiler_args=list(request.compiler_args), optimization_level=optimization_level(request.compiler_args),
@@ -91,6 +89,7 @@ class CompiledGraph:
         )
         if self.seam == CAPTURE_SEAM:
             rec.captures = int(self._capture(key, request, graph_type))
+            self._ledger(key, request, graph_type)
             return _counted(self.gm, records.record(rec))
         if self.seam == NATIVE_SEAM:
             self._check_native_args(key, request, graph_type)
@@ -101,6 +100,7 @@ class CompiledGraph:
             rec.serve_misses = int(records.serving)
             records.record(rec)
             raise
+        self._ledger(key, request, graph_type)
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
         rec = records.record(rec)
@@ -111,6 +111,11 @@ class CompiledGraph:
             exe = _loaded[key.key] = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs,
                                                            self.lowered.output_specs)
         return _counted(exe, rec)
+
+    def _ledger(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
+        """The manifest's ledger line: written once the graph is captured, compiled or found built."""
+        record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
+                     graph_type=graph_type)
 
     def _metadata(self, key: CacheKey, request: PlatformArgs, graph_type: str | None, status: str) -> dict[str, Any]:
         lowered = self.lowered
