@@ -16,6 +16,7 @@ serve path is a contextvar read and a dict lookup: no hashing, no file I/O.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,12 +25,15 @@ import torch
 from neuron_args.cache import STATS, CacheEntry, CompileCache, _assert_cache_key_args, new_metadata, now_iso
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import select_compiler
+from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, LoweringError
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import records
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
+
+log = logging.getLogger("neuron_args.seams")
 
 COMPILE_SEAM = "neuron_libtorch"
 CAPTURE_SEAM = "neuron_libtorch_graph_capture"
@@ -104,6 +108,9 @@ class CompiledGraph:
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
         rec = records.record(rec)
+        if self.compiler.info.executable_format != XLA_CPU_FORMAT:
+            _say_neff_runs_eagerly(self.compiler.info.name)
+            return _counted(self.gm, rec)
         exe = _loaded.get(key.key)
         if exe is None:  # loaded once per process, even when Dynamo recompiles the same graph
             from neuron_args.runtime import LoadedExecutable
@@ -164,6 +171,19 @@ class CompiledGraph:
                 "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
             )
         _assert_cache_key_args(self.cache.entry(key), args, graph_type=graph_type)
+
+
+_said_neff: list[bool] = []
+
+
+def _say_neff_runs_eagerly(compiler: str) -> None:
+    """NEFFs are compiled, cached and recorded; this build has no Neuron-runtime binding to run them."""
+    if not _said_neff:
+        _said_neff.append(True)
+        log.warning(
+            "%s built NEFFs: they are compiled, keyed, cached and recorded in the manifest, but this build "
+            "has no Neuron runtime binding to execute them, so graph outputs are computed by eager PyTorch "
+            "(the same aot graph). Use compiler='local' to execute compiled graphs on CPU.", compiler)
 
 
 def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list[Any]], Any]:
