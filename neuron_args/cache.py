@@ -13,12 +13,12 @@ import fcntl
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neuron_args.atomic import write_atomic
 from neuron_args.cache_key import CacheKey, explain_components
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError
 from neuron_args.flags import canonical_compiler_args
@@ -47,20 +47,6 @@ def cache_root(options: Mapping[str, Any] | None = None) -> Path:
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat()
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write via a temp file in the same folder and ``os.replace``: readers see old or new, never half."""
-    blob = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass

@@ -12,11 +12,11 @@ from __future__ import annotations
 import copy
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from neuron_args.atomic import write_atomic
 from pytest_neuron_args.assertions import ManifestView
 
 BASELINE_DIRNAME = ".neuron-baseline"
@@ -50,18 +50,6 @@ def baseline_path(given: Path | None, rootpath: Path, test_name: str) -> Path:
     return (given if given is not None else rootpath / BASELINE_DIRNAME) / f"{test_name}.json"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class Baseline:
     """The ``neuron_baseline`` fixture: ``check(manifest)`` writes or compares one baseline file."""
 
@@ -86,7 +74,7 @@ class Baseline:
             doc = ManifestView.load(manifest).doc
         new = normalize(doc)
         if self.update:
-            _write_atomically(self.path, json.dumps(new, indent=2, sort_keys=True) + "\n")
+            write_atomic(self.path, json.dumps(new, indent=2, sort_keys=True) + "\n")
             if self._on_write is not None:
                 self._on_write(str(self.path))
             return None

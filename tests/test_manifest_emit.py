@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from neuron_args.manifest import ledger
 from neuron_args.manifest.emit import (
     build_config,
     dumps_manifest,
@@ -32,14 +31,7 @@ KEY_B = "1b" * 16
 KEY_C = "2c" * 16
 
 
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv("VLLM_NEURON_MANIFEST_DIR", raising=False)
-    monkeypatch.delenv("NEURON_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(ledger, "_tp_group", None)
-    monkeypatch.setattr(ledger, "_failure_logged_pid", None)
-    monkeypatch.setattr(ledger, "_state_pid", None)
-    monkeypatch.setattr(ledger, "_started_paths", set())
+pytestmark = pytest.mark.usefixtures("clean_ledger")
 
 
 @pytest.fixture

@@ -19,14 +19,7 @@ KEY_A = "a" * 32
 KEY_B = "b" * 32
 
 
-@pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv("VLLM_NEURON_MANIFEST_DIR", raising=False)
-    monkeypatch.delenv("NEURON_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(ledger, "_tp_group", None)
-    monkeypatch.setattr(ledger, "_failure_logged_pid", None)
-    monkeypatch.setattr(ledger, "_state_pid", None)
-    monkeypatch.setattr(ledger, "_started_paths", set())
+pytestmark = pytest.mark.usefixtures("clean_ledger")
 
 
 def _lines(path: Path) -> list[dict]:

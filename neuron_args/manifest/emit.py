@@ -23,11 +23,11 @@ import os
 import platform
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path, PurePath
 from typing import Any, Callable
 
+from neuron_args.atomic import write_atomic
 from neuron_args.flags import manifest_compiler_flags
 from neuron_args.manifest.engine import get_server_prefix, manifest_root
 from neuron_args.manifest.ledger import forget_recorded, ledger_dir, registered_tp_group
@@ -524,24 +524,6 @@ def dumps_manifest(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def emit_manifest(
     *,
     cache_dir: str | os.PathLike[str] | None,
@@ -587,7 +569,7 @@ def emit_manifest(
         }
         target = Path(root) / engine_id / MANIFEST_FILENAME
         stage = f"write {target}"
-        _write_atomically(target, dumps_manifest(doc))
+        write_atomic(target, dumps_manifest(doc), durable=True)
     except Exception as exc:  # best-effort: never break warmup or serving
         logger.warning(
             "manifest emit failed: could not %s (%s: %s); no manifest written this run. "
