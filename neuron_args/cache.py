@@ -64,6 +64,12 @@ class CacheStats:
     def reset(self) -> None:
         self.hits = self.misses = self.compiles = self.captures = 0
 
+    @classmethod
+    def since(cls, before: Mapping[str, int]) -> CacheStats:
+        """This process's activity since ``before`` (an earlier ``STATS.snapshot()``)."""
+        now = STATS.snapshot()
+        return cls(**{k: now[k] - before[k] for k in now})
+
 
 STATS = CacheStats()
 

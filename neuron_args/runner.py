@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache, cache_root
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.errors import NeuronArgsError
 from neuron_args.graphs import GraphSpec
@@ -36,33 +36,18 @@ RECOMPILE_LIMIT = 256
 
 
 @dataclass
-class CompileCounts:
-    """Compile-cache activity over a window (a warmup, a serve block, an ``expect``)."""
-
-    hits: int = 0
-    misses: int = 0
-    compiles: int = 0
-    captures: int = 0
-
-    @classmethod
-    def since(cls, before: Mapping[str, int]) -> CompileCounts:
-        now = STATS.snapshot()
-        return cls(**{k: now[k] - before[k] for k in now})
-
-
-@dataclass
 class WarmupReport:
     flow: str
     graph_types: list[str]
     seconds: float
-    counts: CompileCounts
+    counts: CacheStats
     compile_report: Any = None
     manifest_path: Any = None
 
 
 @dataclass
 class ServeSession:
-    counts: CompileCounts = field(default_factory=CompileCounts)
+    counts: CacheStats = field(default_factory=CacheStats)
     calls: dict[str, int] = field(default_factory=dict)
 
 
@@ -189,7 +174,7 @@ class NeuronRunner:
             traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout)
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
                                               compiler=self.options["compiler"], progress=progress)
-        counts = CompileCounts.since(before)
+        counts = CacheStats.since(before)
         if compile_report is not None:
             counts = self._record_deferred(traced, compile_report)
         report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report)
@@ -197,7 +182,7 @@ class NeuronRunner:
             report.manifest_path = self.emit_manifest()
         return report
 
-    def _record_deferred(self, traced: Any, compile_report: Any) -> CompileCounts:
+    def _record_deferred(self, traced: Any, compile_report: Any) -> CacheStats:
         """The graphs the trace children and the compile workers handled, as this process's records."""
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
         keys = sorted({k for t in traced for k in t.keys})
@@ -213,7 +198,7 @@ class NeuronRunner:
                 compile_seconds=built[key].seconds if key in built else None,
                 executable_size=entry.executable_path.stat().st_size if entry.is_complete else None,
             ))
-        return CompileCounts(hits=len(keys) - len(built), misses=len(built), compiles=len(built), captures=len(built))
+        return CacheStats(hits=len(keys) - len(built), misses=len(built), compiles=len(built), captures=len(built))
 
     # -- serve ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -236,7 +221,7 @@ class NeuronRunner:
                     os.environ.pop(ASSERT_CACHE_HIT_ENV, None)
                 else:
                     os.environ[ASSERT_CACHE_HIT_ENV] = old
-            session.counts = CompileCounts.since(before)
+            session.counts = CacheStats.since(before)
 
     # -- manifest ------------------------------------------------------------------------------------
     def emit_manifest(self) -> Any:
@@ -269,4 +254,4 @@ class NeuronRunner:
         )
 
 
-__all__ = ["CompileCounts", "CompileProgress", "NeuronRunner", "ServeSession", "WarmupReport"]
+__all__ = ["CompileProgress", "NeuronRunner", "ServeSession", "WarmupReport"]

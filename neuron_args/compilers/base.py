@@ -9,6 +9,7 @@ a half-written executable behind.
 """
 from __future__ import annotations
 
+import abc
 import errno
 import os
 import shlex
@@ -299,11 +300,12 @@ def temp_output_path(workdir: Path, output_path: Path) -> Path:
     return workdir / f".{output_path.stem}.partial-{uuid.uuid4().hex[:12]}{output_path.suffix}"
 
 
-class SubprocessCompiler:
+class SubprocessCompiler(abc.ABC):
     """``compile`` shared by both drivers; a driver supplies ``build_argv`` and ``display_name``."""
 
     display_name = "compiler"
 
+    @abc.abstractmethod
     def build_argv(
         self,
         *,
@@ -313,7 +315,7 @@ class SubprocessCompiler:
         compiler_args: Sequence[str],
         log_path: Path,
     ) -> list[str]:
-        raise NotImplementedError
+        """The compiler's argv for one graph (the driver's fixed part, then the graph's arguments)."""
 
     def compile(
         self,
