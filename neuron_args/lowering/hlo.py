@@ -214,8 +214,12 @@ def _environment() -> Any:
                 the_tensor = _constant(self, the_tensor)
             return super()._to_copy(the_tensor, new_dtype, None)
 
-    _env.append(GraphEnvironment())
-    return _env[0]
+    from neuron_args.lowering import ops
+
+    env = GraphEnvironment()
+    ops.install(env)
+    _env.append(env)
+    return env
 
 
 def _constant(env: Any, value: torch.Tensor) -> Any:
@@ -235,6 +239,8 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     from torchax.tensor import Tensor
     from torchax.view import View
 
+    from neuron_args.lowering import ops
+
     env = _environment()
     out_dtypes = [_np_dtype(s.lowered_dtype) for s in output_specs]
 
@@ -245,15 +251,22 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 return _constant(env, value)
             return value
 
+        def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+            # FX hands over immutable lists; some torchax lowerings extend theirs in place
+            # (convolution's padding="valid"): give every op plain, private lists.
+            args, kwargs = _plain_lists(args), _plain_lists(kwargs)
+            if target in ops.FLOAT32_INSIDE:
+                return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
+            return super().call_function(target, args, kwargs)
+
         def run_node(self, n: torch.fx.Node) -> Any:
+            self._node = n
             try:
                 return super().run_node(n)
             except LoweringError:
                 raise
             except Exception as e:
-                raise LoweringError(
-                    f"cannot lower FX node {n.name!r} (op {_op_name(n)}): {type(e).__name__}: {e}"
-                ) from e
+                raise LoweringError(_cannot_lower(n, e)) from e
 
     def neuron_graph(*arrays: Any) -> tuple[Any, ...]:
         with env:
@@ -282,6 +295,50 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
         return tuple(result)
 
     return neuron_graph
+
+
+def _plain_lists(value: Any) -> Any:
+    if isinstance(value, torch.fx.immutable_collections.immutable_list):
+        return [_plain_lists(v) for v in value]
+    if isinstance(value, torch.fx.immutable_collections.immutable_dict):
+        return {k: _plain_lists(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_plain_lists(v) for v in value)
+    return value
+
+
+def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
+    """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
+    from neuron_args.scope import current_graph_type
+
+    op = _op_name(n)
+    missing = type(error).__name__ == "OperatorNotFound"
+    graph_type = current_graph_type()
+    where = _user_source(n)
+    lines = [
+        f"cannot lower op {op} (FX node {n.name!r}) of graph type {graph_type!r} to HLO: "
+        + ("no lowering exists for it" if missing else f"{type(error).__name__}: {error}"),
+    ]
+    if where:
+        lines.append(f"  it comes from {where}")
+    lines.append(
+        "  fix: express that line with ops that lower (the error names the one that does not), move it "
+        "out of the compiled graph (compute it eagerly before or after the compiled call), or add a jax "
+        "lowering for the op in neuron_args/lowering/ops.py"
+    )
+    return "\n".join(lines)
+
+
+def _user_source(n: torch.fx.Node) -> str:
+    """``file:line`` and code of the user's frame that produced node ``n`` (Dynamo keeps its stack)."""
+    trace = n.meta.get("stack_trace") or ""
+    lines = trace.rstrip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i].strip()
+        if line.startswith('File "'):
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            return f"{line.removeprefix('File ')}: {code}" if code else line.removeprefix("File ")
+    return ""
 
 
 def _op_name(n: torch.fx.Node) -> str:

@@ -17,7 +17,14 @@ works around each problem (measured on torch 2.13.0+cpu, torchax 0.0.13, jax 0.1
    ``torch.distributed.barrier()`` in every tensor-parallel rank. We never let torchax rename or
    register privateuse1 (aot_autograd ATen graphs lower without it) and make the ``jax`` device
    module report ``is_available() == False``.
-3. torchax switches ``torch.backends.mha`` fast path off process-wide. We restore the previous
+3. torchax tensors report their device as ``torch.device("jax:0")``, a string torch only parses
+   once privateuse1 is renamed to ``jax`` (problem 2 forbids that). Every op whose decomposition
+   reads ``x.device`` (``torch.tril``, ``new_ones``, the CPU flash-attention SDPA...) then fails.
+   ``privateuseone:0`` parses but factories on it need a registered backend. torchax tensors and
+   views report ``cpu``, the device the aot graph was traced on: a decomposition then builds its
+   helper tensors exactly as it did while tracing, and the lowering environment turns every
+   factory into a traced value whatever device it names.
+4. torchax switches ``torch.backends.mha`` fast path off process-wide. We restore the previous
    value so traced graphs (and so cache keys) do not depend on whether a graph was lowered
    earlier in the process.
 
@@ -94,8 +101,13 @@ def _import() -> ModuleType:
         ops.OpOverloadPacket.__getattr__ = orig_getattr
         torch.utils.rename_privateuse1_backend = orig_rename
         torch._register_device_module = orig_register
-        torch.backends.mha.set_fastpath_enabled(fastpath)  # problem 3
+        torch.backends.mha.set_fastpath_enabled(fastpath)  # problem 4
     import torchax.device_module
+    import torchax.tensor
+    import torchax.view
 
     torchax.device_module.is_available = lambda: False  # problem 2: accelerator stays off
+    device = torch.device("cpu")  # problem 3: the one place a torchax device is named
+    torchax.tensor.Tensor.device = property(lambda self: device)
+    torchax.view.View.device = property(lambda self: device)
     return torchax
