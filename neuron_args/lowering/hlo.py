@@ -257,6 +257,12 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             args, kwargs = _plain_lists(args), _plain_lists(kwargs)
             if target in ops.FLOAT32_INSIDE:
                 return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
+            lowering = ops.lowering_for(target)
+            if lowering is not None:
+                jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
+                return env.j2t_iso(lowering(*jax_args, **jax_kwargs))
+            if isinstance(target, torch._ops.OpOverload) and target.namespace not in _TORCHAX_NAMESPACES:
+                return _custom_op(target, args, kwargs)
             return super().call_function(target, args, kwargs)
 
         def run_node(self, n: torch.fx.Node) -> Any:
@@ -297,6 +303,25 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     return neuron_graph
 
 
+#: op namespaces torchax lowers itself; any other op (a custom op) needs a registered lowering
+_TORCHAX_NAMESPACES = ("aten", "prims", "_c10d_functional", "torchvision", "xla")
+
+
+class NoLowering(Exception):
+    """An op with no lowering (its message says how to add one)."""
+
+
+def _custom_op(op: torch._ops.OpOverload, args: Any, kwargs: Any) -> Any:
+    """A custom op: its CompositeImplicitAutograd decomposition if it has one, else no lowering."""
+    out = op.decompose(*args, **kwargs)
+    if out is NotImplemented:
+        raise NoLowering(
+            f"custom op {op._schema.name} has no lowering; register a jax one with "
+            f"@neuron_args.lowering.register_lowering({op._schema.name!r})"
+        )
+    return out
+
+
 def _plain_lists(value: Any) -> Any:
     if isinstance(value, torch.fx.immutable_collections.immutable_list):
         return [_plain_lists(v) for v in value]
@@ -312,19 +337,19 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     from neuron_args.scope import current_graph_type
 
     op = _op_name(n)
-    missing = type(error).__name__ == "OperatorNotFound"
+    missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
     where = _user_source(n)
     lines = [
         f"cannot lower op {op} (FX node {n.name!r}) of graph type {graph_type!r} to HLO: "
-        + ("no lowering exists for it" if missing else f"{type(error).__name__}: {error}"),
+        + (f"no lowering exists for it ({error})" if missing else f"{type(error).__name__}: {error}"),
     ]
     if where:
         lines.append(f"  it comes from {where}")
     lines.append(
         "  fix: express that line with ops that lower (the error names the one that does not), move it "
-        "out of the compiled graph (compute it eagerly before or after the compiled call), or add a jax "
-        "lowering for the op in neuron_args/lowering/ops.py"
+        "out of the compiled graph (compute it eagerly before or after the compiled call), or register a "
+        "jax lowering for the op with neuron_args.lowering.register_lowering"
     )
     return "\n".join(lines)
 

@@ -1,8 +1,9 @@
-"""Lowerings this project provides for ATen ops torchax lowers wrong or not at all.
+"""Lowerings for ops torchax lowers wrong or not at all, and the way to add one.
 
-Each entry is a jax function with the ATen op's signature; :func:`install` puts them in the
-lowering environment ahead of torchax's own table and decompositions. Add an op here (with a
-test comparing it with eager) when a model's graph needs it.
+A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by
+the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours are
+below; a user registers one for their own custom op with :func:`register_lowering`. They take
+precedence over torchax's table and decompositions, in the graph and inside decompositions.
 """
 from __future__ import annotations
 
@@ -60,6 +61,23 @@ def _sdpa_flash_for_cpu(
     return out.astype(query.dtype), lse
 
 
+def _grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
+    """``transformers::grouped_mm_fallback``: rows sorted by expert, ``offs`` = cumulative counts.
+
+    The eager kernel loops over experts with ``offs.tolist()`` (data-dependent). Static form: each
+    row's expert is the number of offsets at or below its index; every row is multiplied by its
+    own expert's weight (gathered), accumulated in float32.
+    """
+    import jax.numpy as jnp
+
+    rows = jnp.arange(input.shape[0])
+    expert = jnp.sum(rows[:, None] >= offs[None, :].astype(rows.dtype), axis=1)
+    expert = jnp.minimum(expert, weight.shape[0] - 1)  # rows past the last offset: zero in eager
+    valid = rows < offs[-1]
+    out = jnp.einsum("si,sio->so", input, weight[expert], preferred_element_type=jnp.float32)
+    return jnp.where(valid[:, None], out, 0.0).astype(input.dtype)
+
+
 def _addmm(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> Any:
     """``bias + a @ b`` accumulated in float32 and rounded once, as torch's CPU kernel does.
 
@@ -76,11 +94,43 @@ def _addmm(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> A
     return out.astype(jnp.result_type(a.dtype, b.dtype))
 
 
-#: ATen op -> jax lowering, installed ahead of torchax's table.
-LOWERINGS: dict[Any, Callable[..., Any]] = {
-    aten._scaled_dot_product_flash_attention_for_cpu.default: _sdpa_flash_for_cpu,
-    aten.addmm.default: _addmm,
+#: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
+LOWERINGS: dict[str, Callable[..., Any]] = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa_flash_for_cpu,
+    "aten::addmm": _addmm,
+    "transformers::grouped_mm_fallback": _grouped_mm,
 }
+
+_installed: list[Any] = []  # lowering environments created so far (one per process)
+
+
+def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: lower op ``op_name`` (e.g. ``"mylib::fused_rope"``) with a jax function.
+
+    The function receives jax arrays where the op receives tensors (other arguments unchanged)
+    and returns jax arrays shaped as the op's outputs. Use it for a custom op of your own whose
+    graph node does not lower.
+    """
+    if "::" not in op_name:
+        raise ValueError(f"op name {op_name!r} must be qualified, e.g. 'mylib::my_op' or 'aten::addmm'")
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        LOWERINGS[op_name] = fn
+        for env in _installed:
+            _install_one(env, op_name, fn)
+        return fn
+
+    return register
+
+
+def lowering_for(target: Any) -> Callable[..., Any] | None:
+    """The registered lowering of FX target ``target`` (an ``OpOverload``), or None."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return None
+    name = schema.name  # "aten::addmm"
+    overload = schema.overload_name
+    return LOWERINGS.get(f"{name}.{overload}" if overload else name) or LOWERINGS.get(name)
 
 
 #: Ops whose CPU kernels compute half-precision inputs in float32 and round once at the end. Lowered
@@ -113,9 +163,19 @@ def in_float32(op: Any, args: Any, kwargs: Any, result: Any) -> Any:
 
 
 def install(env: Any) -> None:
-    """Register :data:`LOWERINGS` in a torchax environment (as jax functions)."""
+    """Put :data:`LOWERINGS` in a torchax environment, so decompositions use them too."""
+    _installed.append(env)
+    for name, fn in LOWERINGS.items():
+        _install_one(env, name, fn)
+
+
+def _install_one(env: Any, op_name: str, fn: Callable[..., Any]) -> None:
     from torchax.ops.ops_registry import Operator
 
-    for op, fn in LOWERINGS.items():
+    namespace, _, rest = op_name.partition("::")
+    name, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, namespace, None), name, None)
+    op = getattr(packet, overload or "default", None) if packet is not None else None
+    if op is not None:  # an op not registered yet is found by name at call time (lowering_for)
         env._ops[op] = Operator(op, fn, is_jax_function=True, is_user_defined=True, needs_env=False,
                                 is_view_op=False)

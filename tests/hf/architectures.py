@@ -1,0 +1,80 @@
+"""Tiny random configurations of the Hugging Face architectures the model matrix runs.
+
+No download: every model is built from a config with random weights (seeded). Sizes are the
+smallest that keep each architecture's distinctive parts (grouped-query attention, sliding
+windows, soft-capping, fused projections, learned positions, patch embeddings).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+VOCAB = 128
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One architecture of the matrix: how to build it and what kind of inputs it takes."""
+
+    name: str
+    kind: str  # "decoder" (token ids in, logits out) or "vision" (pixel values in)
+    build: Callable[[], torch.nn.Module] = field(repr=False)
+    supports_static_cache: bool = True
+
+
+def _decoder(config_cls: str, model_cls: str, **config: Any) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        import transformers
+
+        torch.manual_seed(0)
+        cfg = getattr(transformers, config_cls)(**config)
+        return getattr(transformers, model_cls)(cfg).eval()
+
+    return build
+
+
+_LLAMA_LIKE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+DECODERS = [
+    Architecture("llama-sdpa", "decoder", _decoder("LlamaConfig", "LlamaForCausalLM", **_LLAMA_LIKE,
+                                                    attn_implementation="sdpa")),
+    Architecture("llama-eager", "decoder", _decoder("LlamaConfig", "LlamaForCausalLM", **_LLAMA_LIKE,
+                                                     attn_implementation="eager")),
+    Architecture("qwen3", "decoder", _decoder("Qwen3Config", "Qwen3ForCausalLM", **_LLAMA_LIKE, head_dim=16,
+                                              attn_implementation="sdpa")),
+    Architecture("mistral", "decoder", _decoder("MistralConfig", "MistralForCausalLM", **_LLAMA_LIKE,
+                                                sliding_window=16, attn_implementation="sdpa")),
+    Architecture("gemma2", "decoder", _decoder("Gemma2Config", "Gemma2ForCausalLM", **_LLAMA_LIKE, head_dim=16,
+                                               sliding_window=16, query_pre_attn_scalar=16,
+                                               attn_implementation="eager")),
+    Architecture("phi3", "decoder", _decoder("Phi3Config", "Phi3ForCausalLM", **_LLAMA_LIKE, pad_token_id=0,
+                                             attn_implementation="sdpa")),
+    Architecture("gpt2", "decoder", _decoder("GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=64,
+                                             n_layer=2, n_head=4, n_positions=64, attn_implementation="sdpa")),
+]
+
+_VISION = dict(image_size=32, patch_size=8, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+               num_attention_heads=4, num_channels=3)
+
+ENCODERS = [
+    Architecture("vit", "vision", _decoder("ViTConfig", "ViTModel", **_VISION, attn_implementation="sdpa"),
+                 supports_static_cache=False),
+    Architecture("clip-vision", "vision", _decoder("CLIPVisionConfig", "CLIPVisionModel", **_VISION,
+                                                   attn_implementation="sdpa"), supports_static_cache=False),
+    Architecture("siglip-vision", "vision", _decoder("SiglipVisionConfig", "SiglipVisionModel", **_VISION,
+                                                     attn_implementation="sdpa"), supports_static_cache=False),
+]
+
+ARCHITECTURES = {a.name: a for a in DECODERS + ENCODERS}
+
+
+def token_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def pixel_values(batch: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
