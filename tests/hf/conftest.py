@@ -20,12 +20,15 @@ def hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hf-matrix-cache")
 
 
+def _resolutions() -> dict[str, int]:
+    return {r.key: r.compiles + r.loads + r.captures for r in records.records()}
+
+
 @pytest.fixture
 def compiled(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., torch.nn.Module]:
     """``compiled(model, backend=...)``: torch.compile on a neuron seam, fullgraph, static shapes."""
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
     torch._dynamo.reset()
-    records.clear()
 
     def compile_(model: torch.nn.Module, backend: str = "neuron_libtorch") -> torch.nn.Module:
         return torch.compile(model, backend=backend, options=compile_options(hf_cache), dynamic=False,
@@ -35,6 +38,15 @@ def compiled(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., t
     torch._dynamo.reset()
 
 
-def graph_keys() -> dict[str, records.GraphRecord]:
-    """The graphs (one per key) this test's compiled calls resolved, by key."""
-    return {r.key: r for r in records.records()}
+@pytest.fixture
+def graph_keys() -> Callable[[], dict[str, records.GraphRecord]]:
+    """``graph_keys()``: the graphs (one per key) this test resolved (compiled, loaded or captured), by key.
+
+    Counted from the process's records, which stay whole (the plugin's session table reads them).
+    """
+    before = _resolutions()
+
+    def keys() -> dict[str, records.GraphRecord]:
+        return {r.key: r for r in records.records() if r.compiles + r.loads + r.captures > before.get(r.key, 0)}
+
+    return keys

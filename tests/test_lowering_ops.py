@@ -1,0 +1,175 @@
+"""Lowerings of the ops real models produce, each compiled on XLA:CPU in-process and compared with eager."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.backends.common import aot_autograd
+from torch._dynamo.exc import BackendCompilerFailed
+
+from neuron_args import scoped_compiler_args, xla_cpu
+from neuron_args.compilers.local_xla import FIDELITY_OPTIONS
+from neuron_args.errors import LoweringError
+from neuron_args.lowering import register_lowering
+from neuron_args.lowering.hlo import lower_fx_graph
+from neuron_args.runtime import LoadedExecutable
+
+
+class Lowered:
+    """A torch.compile backend lowering each forward graph and running it on XLA:CPU (as the local compiler)."""
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+        self.hlo: list[str] = []
+
+    def fw_compiler(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        try:
+            lowered = lower_fx_graph(gm, example_inputs)
+        except LoweringError as e:
+            self.errors.append(e)
+            raise
+        self.hlo.append(lowered.hlo_text)
+        exe = LoadedExecutable.from_bytes(xla_cpu.compile_hlo(lowered.hlo_module_proto, list(FIDELITY_OPTIONS)),
+                                          lowered.input_specs, lowered.output_specs)
+
+        def run(*args: torch.Tensor) -> list[torch.Tensor]:
+            return exe(*args)
+
+        run._boxed_call = False  # type: ignore[attr-defined]
+        return run
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        torch._dynamo.reset()
+        return torch.compile(fn, backend=aot_autograd(fw_compiler=self.fw_compiler), fullgraph=True, dynamic=False)
+
+
+def compare(fn: Callable[..., Any], *args: torch.Tensor, grad: bool = False, **tol: float) -> Any:
+    ctx = torch.enable_grad() if grad else torch.inference_mode()
+    with ctx:
+        got, want = Lowered()(fn)(*args), fn(*args)
+    torch.testing.assert_close(got, want, **(tol or {"atol": 1e-5, "rtol": 1e-5}))
+    return got
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+# -- ops whose decomposition reads a tensor's device (torchax tensors must name a device torch parses)
+
+
+def test_tril_new_ones_and_cpu_sdpa_lower():
+    x, q = randn(5, 5), randn(1, 2, 6, 8)
+    compare(lambda x: torch.tril(x) + x.new_ones(5, 5), x)
+    compare(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True), q)
+
+
+# -- SDPA's CPU kernel: the forward a gradient-enabled graph saves (output and log-sum-exp)
+
+
+@pytest.mark.parametrize("masked", ["causal", "float mask with a fully masked row"])
+def test_sdpa_for_cpu_returns_output_and_logsumexp_like_the_kernel(masked):
+    q, k, v = randn(2, 4, 6, 8, seed=1), randn(2, 4, 6, 8, seed=2), randn(2, 4, 6, 8, seed=3)
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    if masked == "causal":
+        out, lse = compare(lambda q, k, v: op(q, k, v, 0.0, True), q, k, v)
+    else:
+        mask = torch.zeros(6, 6).masked_fill(torch.tril(torch.ones(6, 6, dtype=torch.bool)).logical_not(), -torch.inf)
+        mask[0] = -torch.inf
+        out, lse = compare(lambda q, k, v: op(q, k, v, attn_mask=mask), q, k, v)
+        assert torch.equal(out[:, :, 0], torch.zeros(2, 4, 8)) and torch.equal(lse[:, :, 0], torch.zeros(2, 4))
+    assert lse.shape == (2, 4, 6) and lse.dtype == torch.float32
+
+
+def test_gradient_enabled_attention_layer_lowers_and_matches():
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=True)
+    x = randn(2, 5, 32)
+    got = compare(layer, x, grad=True)
+    assert got.requires_grad
+
+
+# -- half precision: ops torch computes in float32 and rounds once are lowered the same way
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("layer_norm", lambda x, w: F.layer_norm(x, (64,), w, w)),
+    ("softmax", lambda x, w: torch.softmax(x * 3, -1)),
+    ("silu", lambda x, w: F.silu(x * 3)),
+    ("linear", lambda x, w: F.linear(x * 3, w.expand(64, 64), w)),
+])
+def test_bfloat16_ops_round_once_like_eager(name, fn):
+    x, w = randn(2, 7, 64, dtype=torch.bfloat16), randn(64, dtype=torch.bfloat16, seed=5)
+    compare(fn, x, w, atol=0.0, rtol=0.0)  # bit-exact
+
+
+def test_convolution_with_valid_padding_string():
+    conv = torch.nn.Conv2d(3, 8, 4, stride=4, padding="valid")
+    compare(conv, randn(2, 3, 16, 16))
+
+
+def test_grouped_mm_of_transformers_moe_is_lowered_statically():
+    pytest.importorskip("transformers")
+    import transformers.integrations.moe  # noqa: F401  (registers the custom op)
+
+    op = torch.ops.transformers.grouped_mm_fallback.default
+    x, w = randn(10, 8), randn(4, 8, 6, seed=1)
+    offs = torch.tensor([3, 3, 7, 9], dtype=torch.int32)  # expert 1 empty, row 9 past the last offset
+    got = compare(lambda x, w, o: op(x, w, o), x, w, offs)
+    assert torch.equal(got[9], torch.zeros(6))
+
+
+# -- custom ops: a user's lowering, and a clear error without one
+
+
+@torch.library.custom_op("neuron_args_test::scaled_add", mutates_args=())
+def scaled_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return torch.from_numpy(x.numpy() + alpha * y.numpy())  # host code: Dynamo cannot look inside
+
+
+@scaled_add.register_fake
+def _(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("neuron_args_test::opaque", mutates_args=())
+def opaque(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@opaque.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def test_register_lowering_lowers_a_users_custom_op():
+    @register_lowering("neuron_args_test::scaled_add")
+    def _scaled_add(x: Any, y: Any, alpha: float) -> Any:
+        return x + alpha * y
+
+    x, y = randn(3, 4), randn(3, 4, seed=1)
+    compare(lambda x, y: scaled_add(x * 2, y, 0.5), x, y)
+
+
+def test_register_lowering_wants_a_qualified_name():
+    with pytest.raises(ValueError, match="must be qualified"):
+        register_lowering("scaled_add")
+
+
+def test_op_without_lowering_names_op_graph_type_source_line_and_fix():
+    backend = Lowered()
+
+    def model(x):
+        return opaque(x * 2) + 1  # the user's line
+
+    with torch.inference_mode(), scoped_compiler_args(["-O1"], graph_type="decode"), \
+            pytest.raises(BackendCompilerFailed):
+        backend(model)(torch.ones(4))
+    (err,) = backend.errors
+    message = str(err)
+    assert "neuron_args_test.opaque" in message and "no lowering exists" in message
+    assert "graph type 'decode'" in message
+    assert "test_lowering_ops.py" in message and "return opaque(x * 2) + 1" in message
+    assert "register_lowering('neuron_args_test::opaque')" in message
