@@ -19,24 +19,33 @@ from typing import Any
 import torch
 
 
-def static_cache(config: Any, max_cache_len: int, *, batch_size: int = 1,
-                 dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> Any:
-    """A ``StaticCache`` for ``config`` with a full-length static layer per attention layer, allocated now.
+def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int = 1) -> Any:
+    """A ``StaticCache`` for ``model`` with a full-length static layer per attention layer, allocated now.
 
-    Allocated eagerly (``early_initialization``) so its tensors are graph inputs that every graph
-    reads and writes in place, rather than tensors a first compiled call creates.
+    Allocated eagerly, so its tensors are graph inputs that every graph reads and writes in place
+    (not tensors a first compiled call creates). Each layer's heads, head size, dtype and device come
+    from one eager one-token call of ``model`` with a ``DynamicCache``: configs name these
+    differently (multi-query, per-layer head counts), the cache the model fills does not.
     """
+    from transformers import DynamicCache
     from transformers.cache_utils import StaticCache, StaticLayer
 
-    cache = StaticCache(config=config, max_cache_len=max_cache_len)
+    param = next(model.parameters())
+    probe = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), past_key_values=probe,
+              use_cache=True)
+    filled = [layer for layer in probe.layers if getattr(layer, "keys", None) is not None]
+    cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+    if len(filled) != len(cache.layers):
+        raise ValueError(f"{type(model).__name__}: {len(cache.layers)} cache layers in its config, {len(filled)} "
+                         "filled by a forward; static_cache handles models whose every layer caches keys and values")
     cache.layers = [StaticLayer(max_cache_len=max_cache_len) for _ in cache.layers]
-    text = config.get_text_config(decoder=True)
-    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    dtype = dtype or getattr(text, "dtype", None) or torch.get_default_dtype()
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    cache.early_initialization(batch_size, heads, head_dim, dtype, device)
+    for layer, seen in zip(cache.layers, filled):
+        keys, values = seen.keys, seen.values
+        layer.lazy_initialization(
+            torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
+            torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
     return cache
 
 
@@ -50,13 +59,10 @@ class StaticCausalLM(torch.nn.Module):
     a later call overwrites it. Returns the logits of every input position.
     """
 
-    def __init__(self, model: torch.nn.Module, *, max_cache_len: int, batch_size: int = 1,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, *, max_cache_len: int, batch_size: int = 1) -> None:
         super().__init__()
         self.model = model
-        param = next(model.parameters())
-        self.cache = static_cache(model.config, max_cache_len, batch_size=batch_size,
-                                  dtype=dtype or param.dtype, device=param.device)
+        self.cache = static_cache(model, max_cache_len, batch_size=batch_size)
         self.max_cache_len = max_cache_len
 
     def forward(self, input_ids: torch.Tensor, start: torch.Tensor) -> torch.Tensor:

@@ -332,6 +332,17 @@ def _plain_lists(value: Any) -> Any:
     return value
 
 
+#: ops that cannot be static, and what the model can do instead
+_DATA_DEPENDENT = {
+    "aten._local_scalar_dense.default": (
+        "the graph reads a tensor's value into Python (.item(), int(t), .tolist(), a tensor in an if), which a "
+        "static graph cannot: derive it from shapes, keep it a tensor, or pass it in as a Python constant"),
+    "aten.nonzero.default": "its output size depends on tensor values; use a fixed-size mask (torch.where) instead",
+    "aten.masked_select.default": "its output size depends on tensor values; use torch.where with a fixed size",
+    "aten.unique.default": "its output size depends on tensor values",
+}
+
+
 def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
     from neuron_args.scope import current_graph_type
@@ -342,8 +353,10 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     where = _user_source(n)
     lines = [
         f"cannot lower op {op} (FX node {n.name!r}) of graph type {graph_type!r} to HLO: "
-        + (f"no lowering exists for it ({error})" if missing else f"{type(error).__name__}: {error}"),
+        + (f"no lowering exists for it ({error})" if missing else f"{type(error).__name__}: {_first_line(error)}"),
     ]
+    if op in _DATA_DEPENDENT:
+        lines.append(f"  {_DATA_DEPENDENT[op]}")
     if where:
         lines.append(f"  it comes from {where}")
     lines.append(
@@ -352,6 +365,11 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         "jax lowering for the op with neuron_args.lowering.register_lowering"
     )
     return "\n".join(lines)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def _user_source(n: torch.fx.Node) -> str:

@@ -54,7 +54,7 @@ def test_forward_without_cache_at_two_shapes(name, compiled, hf_cache, graph_key
 def test_static_cache_prefill_then_three_decode_steps(name, compiled, hf_cache, graph_keys):
     model = ARCHITECTURES[name].build()
     cm = compiled(model)
-    cache, eager_cache = (static_cache(model.config, 32, batch_size=2) for _ in range(2))
+    cache, eager_cache = (static_cache(model, 32, batch_size=2) for _ in range(2))
     decode_args = with_optimization_level(BASE_ARGS, 3)
     with torch.inference_mode():
         ids = token_ids(2, 8)
@@ -169,3 +169,39 @@ def test_fresh_process_hits_under_the_cache_hit_assert(name, fresh_process):
     assert fresh["keys"] == fresh_process["warmed"][name]
     assert fresh["compiles"] == 0
     assert fresh["diff"] <= FP32["atol"]
+
+
+# -- neuron_args.hf: a transformers decoder as one static prefill graph per bucket and one decode graph
+
+
+@pytest.mark.parametrize("name", ["mistral", "gemma2"])
+def test_static_causal_lm_generates_like_transformers_past_the_sliding_window(name, compiled, graph_keys):
+    """Padded prefill then 20 decode steps (past the window of 16): tokens equal generate(), two graphs."""
+    from neuron_args.hf import StaticCausalLM
+
+    model = ARCHITECTURES[name].build()
+    lm = compiled(StaticCausalLM(model, max_cache_len=32))
+    prompt = [5, 17, 42, 8, 99]
+    with torch.inference_mode():
+        want = model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)[0, len(prompt):].tolist()
+        ids = torch.zeros(1, 8, dtype=torch.long)
+        ids[0, : len(prompt)] = torch.tensor(prompt)
+        tokens = [int(lm(ids, torch.tensor(0))[0, len(prompt) - 1].argmax())]
+        while len(tokens) < 20:
+            start = torch.tensor(len(prompt) + len(tokens) - 1)
+            tokens.append(int(lm(torch.tensor([[tokens[-1]]]), start)[0, 0].argmax()))
+    assert tokens == want
+    assert len(graph_keys()) == 2
+
+
+def test_static_cache_takes_each_layers_shape_from_the_model():
+    """Multi-query Falcon names its KV heads differently from Llama: the cache follows what the model writes."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.FalconForCausalLM(transformers.FalconConfig(
+        vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, multi_query=True)).eval()
+    cache = static_cache(model, 24, batch_size=3)
+    assert [tuple(layer.keys.shape) for layer in cache.layers] == [(3, 1, 24, 16)] * 2
+    assert all(layer.values.dtype == torch.float32 for layer in cache.layers)
