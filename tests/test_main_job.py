@@ -28,3 +28,18 @@ def test_two_engines_of_two_tp_ranks_write_two_manifests_with_both_ranks(tmp_pat
         levels = sorted(next((t for t in g["compiler_flags"].split() if t.startswith("-O")), "-") for g in doc["graphs"])
         assert levels == ["-", "-", "-O2", "-O3", "-O3", "-O3"]
     assert not (tmp_path / "manifests" / "ledger" / "dev0_1").exists()  # each engine cleaned its own ledger
+
+
+def test_hf_llama_main_job_in_the_deferred_flow_matches_transformers_generate(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_NEURON_MANIFEST_DIR", "NEURON_LIBTORCH_ASSERT_CACHE_HIT")}
+    run = subprocess.run([sys.executable, "-m", "examples.hf_llama.main", "--flow", "parallel", "--out", str(tmp_path)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "tokens match transformers generate()" in run.stdout
+    assert "0 cache misses, 0 compiles" in run.stdout
+    doc = json.loads((tmp_path / "manifests" / "nodev" / "manifest.json").read_text())
+    shapes = sorted(g["input_shapes"][0] for g in doc["graphs"])
+    assert shapes == ["1, 1", "1, 16", "1, 32"]
+    levels = {g["input_shapes"][0]: next((t for t in g["compiler_flags"].split() if t.startswith("-O")), "-")
+              for g in doc["graphs"]}
+    assert levels == {"1, 1": "-O3", "1, 16": "-", "1, 32": "-"}
