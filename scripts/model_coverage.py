@@ -59,13 +59,18 @@ def outcomes(junit: Path) -> dict[tuple[str, str | None, str], str]:
 
 def table(results: dict[tuple[str, str | None, str], str]) -> str:
     sys.path.insert(0, str(REPO))
-    from tests.hf.architectures import DECODERS, ENCODERS
+    from tests.hf.architectures import DECODERS, ENCODERS, MORE
 
     head = ["architecture", "kind", *(title for _, title in COLUMNS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arch in DECODERS + ENCODERS:
         cells = [MARK.get(results.get((func, seam, arch.name)), "n/a") for (func, seam), _ in COLUMNS]
         lines.append(f"| {arch.name} | {arch.kind} | " + " | ".join(cells) + " |")
+    lines += ["", "Beyond the matrix (`tests/hf/test_more_architectures.py`): one fp32 forward each, lowered and run "
+              "on XLA:CPU in-process.", "", "| architecture | kind | fp32 · no cache |", "|---|---|---|"]
+    for arch in MORE:
+        state = results.get(("test_forward_matches_eager", None, arch.name))
+        lines.append(f"| {arch.name} | {arch.kind} | {MARK.get(state, 'not run')} |")
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ class Architecture:
     """One architecture of the matrix: how to build it and what kind of inputs it takes."""
 
     name: str
-    kind: str  # "decoder" (token ids in, logits out) or "vision" (pixel values in)
+    kind: str  # "decoder" (token ids in, logits out), "vision", "text-encoder" or "audio" (hidden states out)
     build: Callable[[], torch.nn.Module] = field(repr=False)
     supports_static_cache: bool = True
 
@@ -72,8 +72,55 @@ ENCODERS = [
 ARCHITECTURES = {a.name: a for a in DECODERS + ENCODERS}
 
 
+def _whisper_encoder() -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.WhisperConfig(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                                     decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=16, pad_token_id=0,
+                                     bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    return transformers.WhisperModel(cfg).get_encoder().eval()
+
+
+#: beyond the matrix: one fp32 forward each (other attention kinds, MoE, alibi, encoders, convolutions)
+MORE = [
+    Architecture("qwen2", "decoder", _decoder("Qwen2Config", "Qwen2ForCausalLM", **_LLAMA_LIKE)),
+    Architecture("mixtral-moe", "decoder", _decoder("MixtralConfig", "MixtralForCausalLM", **_LLAMA_LIKE,
+                                                    num_local_experts=4, num_experts_per_tok=2)),
+    Architecture("falcon-mqa", "decoder", _decoder("FalconConfig", "FalconForCausalLM", vocab_size=VOCAB,
+                                                   hidden_size=64, num_hidden_layers=2, num_attention_heads=4)),
+    Architecture("bloom-alibi", "decoder", _decoder("BloomConfig", "BloomForCausalLM", vocab_size=VOCAB,
+                                                    hidden_size=64, n_layer=2, n_head=4)),
+    Architecture("gpt-neox", "decoder", _decoder("GPTNeoXConfig", "GPTNeoXForCausalLM", vocab_size=VOCAB,
+                                                 hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                 num_attention_heads=4, max_position_embeddings=64)),
+    Architecture("gemma3", "decoder", _decoder("Gemma3TextConfig", "Gemma3ForCausalLM", **_LLAMA_LIKE, head_dim=16,
+                                               sliding_window=16)),
+    Architecture("bert", "text-encoder", _decoder("BertConfig", "BertModel", vocab_size=VOCAB, hidden_size=64,
+                                                  num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                                  max_position_embeddings=64), supports_static_cache=False),
+    Architecture("t5-encoder", "text-encoder", _decoder("T5Config", "T5EncoderModel", vocab_size=VOCAB, d_model=64,
+                                                        d_kv=16, d_ff=128, num_layers=2, num_heads=4),
+                 supports_static_cache=False),
+    Architecture("whisper-encoder", "audio", _whisper_encoder, supports_static_cache=False),
+    Architecture("dinov2", "vision", _decoder("Dinov2Config", "Dinov2Model", image_size=32, patch_size=8,
+                                              hidden_size=64, num_hidden_layers=2, num_attention_heads=4),
+                 supports_static_cache=False),
+    Architecture("resnet", "vision", _decoder("ResNetConfig", "ResNetModel", embedding_size=16, hidden_sizes=[16, 32],
+                                              depths=[1, 1], layer_type="basic"), supports_static_cache=False),
+    Architecture("swin", "vision", _decoder("SwinConfig", "SwinModel", image_size=32, patch_size=4, embed_dim=16,
+                                            depths=[1, 1], num_heads=[2, 2], window_size=4),
+                 supports_static_cache=False),
+]
+
+
 def token_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def audio_features(batch: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(batch, 16, 32, generator=torch.Generator().manual_seed(seed))
 
 
 def pixel_values(batch: int, seed: int = 1) -> torch.Tensor:

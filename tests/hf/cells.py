@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from tests.hf.architectures import Architecture, pixel_values, token_ids
+from tests.hf.architectures import Architecture, audio_features, pixel_values, token_ids
 
 BASE_ARGS = ["--auto-cast=none", "-O1"]
 FP32 = {"atol": 1e-4, "rtol": 1e-4}
@@ -18,14 +18,18 @@ def output(arch: Architecture, result: object) -> torch.Tensor:
 
 
 def inputs(arch: Architecture, size: int) -> dict[str, torch.Tensor]:
-    """A decoder's token ids of length ``size`` (batch 2), or a vision model's ``size`` images."""
+    """Token ids of length ``size`` (batch 2), or ``size`` images or audio clips."""
     if arch.kind == "decoder":
         return {"input_ids": token_ids(2, size), "use_cache": False}
+    if arch.kind == "text-encoder":
+        return {"input_ids": token_ids(2, size), "attention_mask": torch.ones(2, size, dtype=torch.long)}
+    if arch.kind == "audio":
+        return {"input_features": audio_features(size)}
     return {"pixel_values": pixel_values(size)}
 
 
-#: the two shapes of the no-cache forward: two sequence lengths, or two batch sizes of images
-SIZES = {"decoder": (8, 16), "vision": (1, 2)}
+#: the two shapes of the no-cache forward: two sequence lengths, or two batch sizes
+SIZES = {"decoder": (8, 16), "text-encoder": (8, 16), "vision": (1, 2), "audio": (1, 2)}
 
 
 def first_forward(arch: Architecture, compiled: torch.nn.Module, model: torch.nn.Module
