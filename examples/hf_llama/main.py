@@ -33,11 +33,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     from examples.hf_llama.generate import generate, reference
+    from examples.job import report
     from examples.hf_llama.model import HFLlama
-    from examples.tiny_vlm.main import validate
     from neuron_args.manifest.engine import get_server_prefix
     from neuron_args.runner import NeuronRunner
-    from neuron_args.seams import records
 
     args = parse_args(argv)
     torch.set_num_threads(1)
@@ -58,18 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     with runner.serve() as served, torch.inference_mode():
         tokens = [generate(model, p, max_new_tokens=MAX_NEW_TOKENS, run=runner.run) for p in PROMPTS]
     expected = [reference(HFLlama(seed=0), p, max_new_tokens=MAX_NEW_TOKENS) for p in PROMPTS]
-    ok = tokens == expected and served.counts.compiles == 0 and served.counts.misses == 0
-    print(f"\nwarmup: {warm.seconds:.1f}s, {warm.counts.compiles} compiled, {warm.counts.hits} from cache"
-          f"{f', {warm.counts.captures} captured' if warm.counts.captures else ''}")
-    print(records.table(records.records()))
-    print(f"\nserve: {sum(served.calls.values())} graph calls, {served.counts.misses} cache misses, "
-          f"{served.counts.compiles} compiles (NEURON_LIBTORCH_ASSERT_CACHE_HIT on)")
-    print(f"tokens {'match' if tokens == expected else 'DIFFER FROM'} transformers generate(): {tokens}")
-    if manifest is not None:
-        problems = validate(manifest, out / "cache")
-        print(f"manifest: {manifest} ({'valid' if not problems else 'INVALID: ' + '; '.join(problems)})")
-        ok = ok and not problems
-    print(f"cache: {out / 'cache'}")
+    ok = report(print, warm=warm, served=served, tokens_match=tokens == expected, tokens=tokens,
+                reference="transformers generate()", manifest=manifest, cache_dir=out / "cache")
     return 0 if ok else 1
 
 

@@ -11,7 +11,6 @@ With ``--tp``/``--dp`` it launches the ranks and engines itself (gloo on CPU).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -44,12 +43,12 @@ def image() -> torch.Tensor:
 
 def run_engine(args: argparse.Namespace) -> int:
     """One rank of one engine: warmup, manifest, serve with the assert on, compare with eager."""
+    from examples.job import report
     from examples.tiny_vlm.generate import dist_gather_logits, generate
     from examples.tiny_vlm.model import TinyVLM
     from neuron_args.launch import worker_info
     from neuron_args.manifest.engine import get_server_prefix
     from neuron_args.runner import NeuronRunner
-    from neuron_args.seams import records
 
     torch.set_num_threads(1)
     info = worker_info()
@@ -81,35 +80,11 @@ def run_engine(args: argparse.Namespace) -> int:
         tokens = generate(model, PROMPTS, image=image(), max_new_tokens=MAX_NEW_TOKENS, forced=FORCED, run=runner.run,
                           gather_logits=gather)
     expected = generate(TinyVLM(seed=0), PROMPTS, image=image(), max_new_tokens=MAX_NEW_TOKENS, forced=FORCED)
-    ok = tokens == expected and served.counts.compiles == 0 and served.counts.misses == 0
-    say(f"\nwarmup: {warm.seconds:.1f}s, {warm.counts.compiles} compiled, {warm.counts.hits} from cache"
-        f"{f', {warm.counts.captures} captured' if warm.counts.captures else ''}")
-    say(records.table(records.records()))
-    say(f"\nserve: {sum(served.calls.values())} graph calls, {served.counts.misses} cache misses, "
-        f"{served.counts.compiles} compiles, {served.counts.hits} graphs re-resolved from the cache "
-        "(NEURON_LIBTORCH_ASSERT_CACHE_HIT on)")
-    say(f"tokens {'match' if tokens == expected else 'DIFFER FROM'} eager PyTorch: {tokens}")
-    if manifest is not None:
-        problems = validate(manifest, out / "cache")
-        say(f"manifest: {manifest} ({'valid' if not problems else 'INVALID: ' + '; '.join(problems)})")
-        ok = ok and not problems
-    say(f"cache: {out / 'cache'}")
+    ok = report(say, warm=warm, served=served, tokens_match=tokens == expected, tokens=tokens,
+                reference="eager PyTorch", manifest=manifest, cache_dir=out / "cache")
     if info.distributed:
         dist.destroy_process_group()
     return 0 if ok else 1
-
-
-def validate(manifest: Path, cache_dir: Path) -> list[str]:
-    """Schema check plus the cache cross-check the CLI's ``manifest validate`` does."""
-    from neuron_args.manifest.schema import validate_manifest
-
-    doc = json.loads(manifest.read_text())
-    problems = validate_manifest(doc)
-    for g in doc.get("graphs", []):
-        neff = cache_dir / (g.get("neff_path") or "")
-        if not neff.is_file() or neff.stat().st_size != g.get("neff_size"):
-            problems.append(f"graph {g['graph_hash'][:12]}: executable missing or size differs in {cache_dir}")
-    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
