@@ -10,12 +10,11 @@ import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.exc import BackendCompilerFailed
 
-from neuron_args import scoped_compiler_args, xla_cpu
-from neuron_args.compilers.local_xla import FIDELITY_OPTIONS
+from neuron_args import scoped_compiler_args
 from neuron_args.errors import LoweringError
 from neuron_args.lowering import register_lowering
 from neuron_args.lowering.hlo import lower_fx_graph
-from neuron_args.runtime import LoadedExecutable
+from tests.xla_run import executable_runner
 
 
 class Lowered:
@@ -32,14 +31,7 @@ class Lowered:
             self.errors.append(e)
             raise
         self.hlo.append(lowered.hlo_text)
-        exe = LoadedExecutable.from_bytes(xla_cpu.compile_hlo(lowered.hlo_module_proto, list(FIDELITY_OPTIONS)),
-                                          lowered.input_specs, lowered.output_specs)
-
-        def run(*args: torch.Tensor) -> list[torch.Tensor]:
-            return exe(*args)
-
-        run._boxed_call = False  # type: ignore[attr-defined]
-        return run
+        return executable_runner(lowered)
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         torch._dynamo.reset()

@@ -6,32 +6,15 @@ encoders. Compiled in-process (no compiler subprocess) to keep the breadth cheap
 """
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
-from neuron_args import xla_cpu
-from neuron_args.compilers.local_xla import FIDELITY_OPTIONS
-from neuron_args.lowering.hlo import lower_fx_graph
-from neuron_args.runtime import LoadedExecutable
 from tests.hf.architectures import MORE
 from tests.hf.cells import FP32, SIZES, inputs
+from tests.xla_run import run_on_xla_cpu
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
-
-
-def run_on_xla_cpu(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-    lowered = lower_fx_graph(gm, example_inputs)
-    exe = LoadedExecutable.from_bytes(xla_cpu.compile_hlo(lowered.hlo_module_proto, list(FIDELITY_OPTIONS)),
-                                      lowered.input_specs, lowered.output_specs)
-
-    def run(*args: torch.Tensor) -> list[torch.Tensor]:
-        return exe(*args)
-
-    run._boxed_call = False  # type: ignore[attr-defined]
-    return run
 
 
 @pytest.mark.parametrize("arch", MORE, ids=[a.name for a in MORE])
