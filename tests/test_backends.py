@@ -234,7 +234,7 @@ def test_compiler_crash_is_a_compile_error_and_leaves_no_complete_entry(tmp_path
         cm(x)
     assert "segmentation fault" in str(err.value) and "neuronx-cc compile" in str(err.value)
     (entry,) = CompileCache(tmp_path / "cache").entries()
-    assert entry.status == "incomplete" and not entry.executable_path.exists()
+    assert entry.status == "failed" and not entry.executable_path.exists()
 
 
 def test_fake_neuronx_cc_gets_the_scoped_args(tmp_path, monkeypatch):

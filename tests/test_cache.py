@@ -73,7 +73,7 @@ def test_incomplete_entry_is_never_loaded_and_is_rebuilt(tmp_path):
 
     with pytest.raises(RuntimeError):
         cache.get_or_build(key, crash)
-    assert cache.entry(key).status == "incomplete"
+    assert cache.entry(key).status == "crashed"
     entry, hit = cache.get_or_build(key, builder(key))
     assert hit is False and entry.executable_path.read_bytes() == b"exe"
     assert entry.status == "complete"

@@ -52,6 +52,7 @@ def lookup_version(executable: str = NAME, timeout: float = 60.0) -> str:
 class NeuronxCcCompiler(SubprocessCompiler):
     """Compile with ``neuronx-cc`` (found on PATH unless ``executable`` says otherwise)."""
 
+    name = NAME
     display_name = "neuronx-cc"
 
     def __init__(self, executable: str = NAME) -> None:
