@@ -97,7 +97,7 @@ class CancelScope:
     """The compilers started under one scope; :meth:`cancel` kills them and refuses new ones."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # cancel() also runs in a signal handler, maybe inside cancel()
         self._running: set[subprocess.Popen] = set()
         self._event = threading.Event()
 

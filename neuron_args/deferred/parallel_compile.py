@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_args.cache import CompileCache, disk_error
+from neuron_args.cache import CompileCache, compile_entry, disk_error
 from neuron_args.compilers.lifetime import (
     CancelScope,
     CompileCancelled,
@@ -92,7 +92,6 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
         with within(scope):
             return _compile_pending(root, key, base_args, compiler_name, timeout)
     from neuron_args.compilers import select_compiler
-    from neuron_args.seams.backends import compile_entry
 
     scope = current_scope()
     cache = CompileCache(root)
@@ -145,31 +144,30 @@ class _Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into :class:`_Terminated` while compiling (main thread, default disposition only)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        yield
-        return
+def _interrupts_cancel(scope: CancelScope) -> Iterator[list[int]]:
+    """While compiling, Ctrl-C and SIGTERM kill the running compilers at once (in the handler).
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise _Terminated()
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-@contextlib.contextmanager
-def _ignoring_interrupts() -> Iterator[None]:
-    """A second Ctrl-C (or SIGTERM) while the first one is being handled is ignored, not a deadlock."""
+    The first one raises ``KeyboardInterrupt`` (SIGTERM: :class:`_Terminated`); any further one
+    only cancels again, so a second Ctrl-C can never interrupt the clean-up half-way. Main thread
+    only, and only over default dispositions (an application's own handler is left alone).
+    """
+    received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield received
         return
-    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        scope.cancel()
+        if not received:
+            received.append(signum)
+            raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    saved = {}
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(sig) == default:
+            saved[sig] = signal.signal(sig, on_signal)
     try:
-        yield
+        yield received
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
@@ -217,38 +215,40 @@ def parallel_compile(
     pool = executor or cf.ThreadPoolExecutor(max_workers=workers or default_workers(len(pending)),
                                              thread_name_prefix="neuron-args-compile")
     futures: dict[cf.Future, str] = {}
-    interrupted = False
+    terminated = False
     try:
-        with _sigterm_as_interrupt():
-            for key in pending:
-                if own:
-                    futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout,
-                                        scope)] = key
-                else:  # another executor may pickle the call: no scope object (it holds a lock)
-                    futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout)] = key
-            for n, fut in enumerate(cf.as_completed(futures), start=1):
-                graph = fut.result()
-                report.graphs.append(graph)
-                elapsed = time.monotonic() - t0
-                event = CompileProgress(n, len(pending), graph, elapsed, elapsed / n * (len(pending) - n))
-                if graph.used_base_args and not quiet:
-                    log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
-                                "it with the base arguments %s", graph.key, base)
-                if not quiet:
-                    log.info("parallel_compile %s", event.line())
-                if progress is not None:
-                    progress(event)
-    except KeyboardInterrupt as exc:
-        interrupted = True
-        with _ignoring_interrupts():
-            _cancel(scope, pool if own else None, futures, report, cache.root)
-        if isinstance(exc, _Terminated):
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-        raise
-    finally:
-        if own and not interrupted:
-            pool.shutdown(wait=True)
+        with _interrupts_cancel(scope) as received:
+            try:
+                for key in pending:
+                    if own:
+                        futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout,
+                                            scope)] = key
+                    else:  # another executor may pickle the call: no scope object (it holds a lock)
+                        futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout)] = key
+                for n, fut in enumerate(cf.as_completed(futures), start=1):
+                    graph = fut.result()
+                    report.graphs.append(graph)
+                    elapsed = time.monotonic() - t0
+                    event = CompileProgress(n, len(pending), graph, elapsed, elapsed / n * (len(pending) - n))
+                    if graph.used_base_args and not quiet:
+                        log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
+                                    "it with the base arguments %s", graph.key, base)
+                    if not quiet:
+                        log.info("parallel_compile %s", event.line())
+                    if progress is not None:
+                        progress(event)
+            except KeyboardInterrupt as exc:
+                received.append(0)  # from here on a further Ctrl-C or SIGTERM only cancels again
+                terminated = isinstance(exc, _Terminated)
+                _cancel(scope, pool if own else None, futures, report, cache.root)
+                raise
+            finally:
+                if own and not received:
+                    pool.shutdown(wait=True)
+    finally:  # after the handlers are restored
+        if terminated and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGTERM)  # die of SIGTERM, as the sender expects
+
     report.seconds = round(time.monotonic() - t0, 3)
     report.graphs.sort(key=lambda g: g.key)
     if raise_on_error and report.failed:
@@ -267,7 +267,8 @@ def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Futur
         fut.cancel()
     if pool is not None:
         pool.shutdown(wait=False, cancel_futures=True)
-    done, not_done = cf.wait(futures, timeout=CANCEL_GRACE_SECONDS)
+    # a cancelled future never completes (nobody notifies it): wait for the ones that started only
+    done, not_done = cf.wait([f for f in futures if not f.cancelled()], timeout=CANCEL_GRACE_SECONDS)
     seen = {g.key for g in report.graphs}
     built, failed, cancelled = [g.key for g in report.graphs if g.status in ("compiled", "already-complete")], [], []
     failed = [g.key for g in report.graphs if g.status == "failed"]

@@ -28,10 +28,9 @@ from neuron_args.cache import (
     CompileCache,
     _assert_cache_key_args,
     assert_cache_hit_enabled,
+    compile_entry,
     disk_error,
-    executable_fields,
     new_metadata,
-    now_iso,
 )
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import resolve_compile_timeout, select_compiler
@@ -239,25 +238,6 @@ def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list
         return fn(*args)
 
     return run
-
-
-def compile_entry(entry: CacheEntry, compiler: Any, compiler_args: Sequence[str], target: str,
-                  graph_type: str | None, metadata: Mapping[str, Any], *, timeout: float | None = None) -> None:
-    """Compile ``entry``'s graph.hlo into its executable and record how (the marker is the caller's).
-
-    The executable's size and sha256 go into the metadata: loads verify them. ``timeout`` None
-    means the compiler's default (``$NEURON_ARGS_COMPILE_TIMEOUT`` first).
-    """
-    result = compiler.compile(
-        hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
-        compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
-        timeout=timeout,
-    )
-    entry.write_metadata({
-        **metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": result.argv,
-        "compiled": now_iso(), "compile_seconds": round(result.seconds, 4), "compiler": compiler.info.as_dict(),
-        **executable_fields(entry.executable_path),
-    })
 
 
 def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
