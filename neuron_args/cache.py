@@ -208,6 +208,14 @@ def executable_fields(path: Path) -> dict[str, Any]:
     return {"executable_size": path.stat().st_size, "executable_sha256": file_sha256(path)}
 
 
+def _marker_stamp(entry: CacheEntry) -> tuple[int, int] | None:
+    try:
+        st = entry.marker_path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
 def lock_holder(lock_path: Path) -> int | None:
     """The pid written by the live process holding ``lock_path`` (0 when it wrote none), or None
     when nobody holds it. A crashed holder releases its lock with its death, so this tells a
@@ -365,14 +373,13 @@ class CompileCache:
         return problem
 
     def quarantine(self, entry: CacheEntry, reason: str) -> Path | None:
-        """Move a corrupt entry to ``<root>/.corrupt/<key>-<time>`` (under its lock) so it is rebuilt.
+        """Move a corrupt entry to ``<root>/.corrupt/<key>-<time>-<pid>`` (under its lock) so it is rebuilt.
 
-        Returns where it went, or None when another process already replaced it.
+        Returns where it went, or None when another process replaced the entry meanwhile.
         """
+        seen = _marker_stamp(entry)
         with self.lock(entry.key):
-            if not entry.path.exists():
-                return None
-            if entry.is_complete and entry.problem() is None:  # rebuilt by another process meanwhile
+            if not entry.path.exists() or _marker_stamp(entry) != seen:  # rebuilt by another process
                 return None
             dest = self.root / QUARANTINE_DIR / f"{entry.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
             dest.parent.mkdir(parents=True, exist_ok=True)

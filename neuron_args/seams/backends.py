@@ -115,7 +115,7 @@ class CompiledGraph:
             run = self._load(entry, hit, key, graph_type, rec)
             if run is None:  # the entry's executable did not load: it was moved aside, build it again
                 entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
-                run = self._load(entry, hit, key, graph_type, rec)
+                run = self._load(entry, False, key, graph_type, rec)  # a second failure is an error
         except CacheMissError:
             rec.serve_misses = int(records.serving)
             records.record(rec)
