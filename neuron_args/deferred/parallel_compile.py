@@ -85,8 +85,9 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                      timeout: float | None = None, scope: CancelScope | None = None) -> GraphCompileReport:
     """Worker body (module level so any executor can run it): compile one pending entry.
 
-    ``timeout`` None: ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default. Under a
-    cancelled ``scope`` it starts nothing (status ``cancelled``) and its running compiler is killed.
+    ``timeout`` None: the ``compile_timeout`` option the capture recorded, else
+    ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default. Under a cancelled ``scope`` it
+    starts nothing (status ``cancelled``) and its running compiler is killed.
     """
     if scope is not None:
         with within(scope):
@@ -118,6 +119,8 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                     f"entry {key} (graph type {graph_type!r}) was captured for compiler {recorded_compiler!r}, whose "
                     f"name is part of its key; compiling it with {compiler.info.name!r} would store a mismatched "
                     "executable. Capture again with the same compiler option.")
+            if timeout is None and md.get("compile_timeout") is not None:  # the capture's own option
+                timeout = resolve_compile_timeout({"compile_timeout": md["compile_timeout"]}, compiler.info.name)
             try:
                 compile_entry(entry, compiler, args, md.get("target") or "trn2", graph_type, md, timeout=timeout)
                 entry.mark_complete()
@@ -194,8 +197,9 @@ def parallel_compile(
     The default runs ``workers`` compiles at once (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPU
     count) from threads of this process: each compile is its own compiler process, so nothing
     here needs a process pool. ``executor`` may be any ``concurrent.futures.Executor`` (a cluster
-    executor too). ``compile_timeout`` (seconds) bounds each compile; None:
-    ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default.
+    executor too). ``compile_timeout`` (seconds) bounds each compile; None: the
+    ``compile_timeout`` option recorded at capture, else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the
+    compiler's default (see ``neuron_args.compilers.DEFAULT_TIMEOUTS``).
 
     Ctrl-C or SIGTERM cancels queued graphs at once, kills running compilers, logs what was
     built, failed and cancelled, and lets ``KeyboardInterrupt`` propagate (SIGTERM is then

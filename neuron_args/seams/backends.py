@@ -172,6 +172,8 @@ class CompiledGraph:
             output_shapes=list(lowered.result_shapes),
             compiler_flags=request.compiler_flags(),
             compiler=self.compiler.info.as_dict(),
+            # parallel_compile honours the capture's own timeout option (None: the environment, else the default)
+            compile_timeout=self.options.get("compile_timeout"),
         )
 
     def _compile_into(self, entry: CacheEntry, *, key: CacheKey, request: PlatformArgs, graph_type: str | None,

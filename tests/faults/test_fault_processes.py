@@ -221,3 +221,18 @@ def test_four_processes_racing_one_key_compile_it_once(tmp_path, fake_env, reape
     assert entry.key == results[0]["key"] and entry.status == "complete" and entry.problem() is None
     compiles = [line for line in fake_env.record.read_text().splitlines() if '"compile"' in line]
     assert len(compiles) == 1
+
+
+def test_parallel_compile_honours_the_timeout_recorded_at_capture(tmp_path, fake_env, reaper, monkeypatch):
+    """The runner hands its options (``compile_timeout`` included) to the capture seam only; the
+    deferred build reads the recorded value, ahead of the environment."""
+    monkeypatch.setenv("NEURON_ARGS_COMPILE_TIMEOUT", "600")
+    monkeypatch.setenv("FAKE_NEURONX_CC_SLEEP", "300")
+    root = tmp_path / "cache"
+    (key,) = make_pending(root, 1)
+    entry = CompileCache(root).entry(key)
+    entry.update_metadata(compile_timeout=1)
+    report = parallel_compile(root, workers=1, quiet=True, raise_on_error=False)
+    assert "timed out after 1 s" in report.graphs[0].error
+    (pid,) = reaper.compiler_pids()
+    assert not alive(pid)
