@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +237,38 @@ def test_parallel_compile_honours_the_timeout_recorded_at_capture(tmp_path, fake
     assert "timed out after 1 s" in report.graphs[0].error
     (pid,) = reaper.compiler_pids()
     assert not alive(pid)
+
+
+TRACE_SCRIPT = textwrap.dedent("""
+    import sys, torch
+    from neuron_args.deferred import TraceJob, parallel_trace
+    from tests.trace_models import Hanging
+    print("TRACING", flush=True)
+    parallel_trace([TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "hang")],
+                   options={"cache_dir": sys.argv[1], "compiler": "local"}, timeout=600)
+""")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_killed_parent_takes_its_trace_children_with_it(tmp_path, fake_env, reaper):
+    script = tmp_path / "trace.py"
+    script.write_text(TRACE_SCRIPT)
+    proc = reaper.popen([sys.executable, str(script), str(tmp_path / "cache")], fake_env.env)
+    assert proc.stdout.readline().strip() == "TRACING"
+    wait_until(lambda: _children(proc.pid), 60, "the trace child started")
+    children = _children(proc.pid)
+    time.sleep(0.5)  # the child is past its start-up and into the hanging forward
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    wait_until(lambda: not any(alive(c) for c in children), 5, f"trace children {children} gone")
