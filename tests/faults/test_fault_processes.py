@@ -18,7 +18,6 @@ import pytest
 
 from neuron_args.cache import CompileCache
 from neuron_args.deferred.parallel_compile import parallel_compile
-from neuron_args.errors import CompileError
 from tests.faults.fault_helpers import alive, compile_script, make_pending, wait_until
 
 
