@@ -419,23 +419,24 @@ class CompileCache:
         if asserting:
             STATS.misses += 1
             raise self.miss_error(key, graph_type)
-        with self.lock(key):
-            if entry.is_complete and entry.problem() is None:  # another process built it while we waited
+        try:
+            with self.lock(key):
+                if entry.is_complete and entry.problem() is None:  # another process built it while we waited
+                    _verified.add((str(self.root), entry.key))
+                    STATS.hits += 1
+                    return entry, True
+                STATS.misses += 1
+                try:
+                    entry.reset()
+                    build(entry)
+                    entry.mark_complete()
+                except CompileError as exc:
+                    entry.record_failure(exc)
+                    raise
                 _verified.add((str(self.root), entry.key))
-                STATS.hits += 1
-                return entry, True
-            STATS.misses += 1
-            try:
-                entry.reset()
-                build(entry)
-                entry.mark_complete()
-            except OSError as exc:
-                raise disk_error(exc, entry.path, key=key.key, graph_type=graph_type) from exc
-            except CompileError as exc:
-                entry.record_failure(exc)
-                raise
-            _verified.add((str(self.root), entry.key))
-            STATS.compiles += 1
+                STATS.compiles += 1
+        except OSError as exc:  # the lock, the entry folder or a file in it: a full or read-only disk
+            raise disk_error(exc, entry.path, key=key.key, graph_type=graph_type) from exc
         return entry, False
 
     def corrupt_error(self, entry: CacheEntry, problem: str, graph_type: str | None) -> CacheMissError:

@@ -428,3 +428,13 @@ def test_a_cancelled_scope_starts_no_compiler(tmp_path: Path, fake_cc: Path, mon
     with within(scope), pytest.raises(CompileCancelled):
         _compile_with_fake(tmp_path, [])
     assert not record.exists()
+
+
+def test_a_hung_version_probe_with_a_helper_holding_the_pipe_cannot_hang(tmp_path: Path) -> None:
+    from neuron_args.compilers import neuronx_cc
+
+    exe = tmp_path / "hung-neuronx-cc"
+    exe.write_text(f"#!{sys.executable}\nimport subprocess, sys, time\n"
+                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\ntime.sleep(60)\n")
+    exe.chmod(0o755)
+    assert neuronx_cc.lookup_version(str(exe), timeout=1) == "unknown"
