@@ -210,3 +210,19 @@ def test_neuron_compiled_recognises_only_neuron_seams():
     assert neuron_compiled(fn) is fn
     assert neuron_compiled(torch.compile(model, backend="eager")) is None
     assert neuron_compiled(model) is None
+
+
+def test_bad_settings_of_the_deferred_flow_fail_up_front(tmp_path, monkeypatch):
+    from neuron_args.errors import CompilerArgsError, OptionsError
+
+    with pytest.raises(CompilerArgsError, match="options\\['compiler_args'\\]"):
+        parallel_trace([(make_mlp(), {"x": mlp_inputs()[0]}, None)], options={"compiler_args": 5})
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OptionsError, match="is not a directory"):
+        parallel_compile(blocker)
+    monkeypatch.setenv("NEURON_ARGS_COMPILE_WORKERS", "many")
+    with pytest.raises(OptionsError, match="NEURON_ARGS_COMPILE_WORKERS='many'"):
+        from neuron_args.deferred.parallel_compile import default_workers
+
+        default_workers(3)

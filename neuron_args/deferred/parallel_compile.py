@@ -28,7 +28,8 @@ from neuron_args.compilers.lifetime import (
     resolve_compile_timeout,
     within,
 )
-from neuron_args.errors import CompileError, NeuronArgsError
+from neuron_args.deferred.jobs import workers_from_env
+from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
 
 log = logging.getLogger("neuron_args.deferred")
@@ -138,8 +139,7 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
 
 
 def default_workers(n: int) -> int:
-    env = os.environ.get(WORKERS_ENV)
-    return max(1, int(env)) if env else max(1, min(os.cpu_count() or 1, n))
+    return workers_from_env(WORKERS_ENV, n)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -206,6 +206,9 @@ def parallel_compile(
     re-delivered); interrupted entries stay pending, so a rerun builds them.
     """
     cache = CompileCache(cache_dir)
+    if cache.root.exists() and not cache.root.is_dir():
+        raise OptionsError(f"parallel_compile: cache_dir {cache.root} is not a directory; pass the compile cache "
+                           "the capture wrote into (options['cache_dir'] of the capture seam)")
     pending = [e.key for e in cache.entries() if e.status == "pending"]
     report = CompileReport()
     t0 = time.monotonic()

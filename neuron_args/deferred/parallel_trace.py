@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_args.deferred.jobs import TraceJob, normalize_job
+from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.errors import TraceError
 
 log = logging.getLogger("neuron_args.deferred")
@@ -41,10 +41,7 @@ class TraceResult:
 
 
 def default_workers(n_jobs: int) -> int:
-    env = os.environ.get(WORKERS_ENV)
-    if env:
-        return max(1, int(env))
-    return max(1, min(os.cpu_count() or 1, n_jobs))
+    return workers_from_env(WORKERS_ENV, n_jobs)
 
 
 def fork_is_safe() -> bool:
@@ -172,11 +169,13 @@ def parallel_trace(
     ``options`` are the capture seam's torch.compile options (cache_dir, compiler_args base,
     target, compiler). ``timeout`` is each child's deadline in seconds.
     """
+    from neuron_args.seams.options import check_options
+
+    opts = check_options(options, "parallel_trace")  # a bad option fails here, not in every child
     todo = [normalize_job(j) for j in jobs]
     ctx = _context(start_method)
     deadline_s = DEFAULT_TIMEOUT if timeout is None else timeout
     n_workers = workers or default_workers(len(todo))
-    opts = dict(options or {})
     results: list[TraceResult | None] = [None] * len(todo)
     running: dict[int, tuple[Any, Any, float]] = {}
     pending = list(range(len(todo)))
