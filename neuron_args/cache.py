@@ -240,10 +240,11 @@ def lock_holder(lock_path: Path) -> int | None:
 
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None) -> CompileError:
     """A file-system failure while writing an entry, as the error a user can act on."""
+    elsewhere = f"point the cache elsewhere (options['cache_dir'] or ${CACHE_DIR_ENV})"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = f"free space on the file system of {where} or point the cache elsewhere (options['cache_dir'] or ${CACHE_DIR_ENV})"
+        fix = f"free space on the file system of {where} or {elsewhere}"
     elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = f"make {where} writable or point the cache elsewhere (options['cache_dir'] or ${CACHE_DIR_ENV})"
+        fix = f"make {where} writable or {elsewhere}"
     else:
         fix = f"check the file system of {where}"
     return CompileError(
