@@ -177,7 +177,7 @@ class CacheEntry:
         """Say in the metadata that the compiler failed (``cache ls``: ``failed``, not ``crashed``)."""
         with contextlib.suppress(OSError):
             if self.path.is_dir():
-                self.update_metadata(status="failed", error=str(exc).splitlines()[0][:500])
+                self.update_metadata(status="failed", error=(str(exc).splitlines() or [type(exc).__name__])[0][:500])
 
     def mark_complete(self) -> None:
         write_atomic(self.marker_path, now_iso())
