@@ -33,7 +33,8 @@ SUPERVISED = sys.platform.startswith("linux")
 PR_SET_PDEATHSIG = 1
 
 
-def _timeout_value(value: Any, source: str) -> float:
+def check_timeout(value: Any, source: str) -> float:
+    """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
     try:
         seconds = float(value.strip() if isinstance(value, str) else value)
     except (TypeError, ValueError):
@@ -50,10 +51,10 @@ def resolve_compile_timeout(options: Mapping[str, Any] | None, compiler_name: st
     """``options["compile_timeout"]``, else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler default."""
     given = (options or {}).get("compile_timeout")
     if given is not None:
-        return _timeout_value(given, "options['compile_timeout']")
+        return check_timeout(given, "options['compile_timeout']")
     env = os.environ.get(COMPILE_TIMEOUT_ENV, "")
     if env.strip():
-        return _timeout_value(env, COMPILE_TIMEOUT_ENV)
+        return check_timeout(env, COMPILE_TIMEOUT_ENV)
     return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
 
 

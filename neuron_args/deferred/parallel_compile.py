@@ -24,6 +24,7 @@ from neuron_args.cache import CompileCache, compile_entry, disk_error
 from neuron_args.compilers.lifetime import (
     CancelScope,
     CompileCancelled,
+    check_timeout,
     current_scope,
     resolve_compile_timeout,
     within,
@@ -215,7 +216,7 @@ def parallel_compile(
     if not pending:
         return report
     if compile_timeout is not None:
-        resolve_compile_timeout({"compile_timeout": compile_timeout}, "local")  # a bad value fails before any work
+        check_timeout(compile_timeout, "parallel_compile(compile_timeout)")  # a bad value fails before any work
     base = split_compiler_args(base_compiler_args)
     own = executor is None
     scope = CancelScope()
