@@ -271,3 +271,22 @@ def test_a_killed_parent_takes_its_trace_children_with_it(tmp_path, fake_env, re
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     wait_until(lambda: not any(alive(c) for c in children), 5, f"trace children {children} gone")
+
+
+def test_ctrl_c_during_a_single_compile_kills_the_compiler_and_the_entry_is_rebuilt(tmp_path, fake_env, reaper):
+    root = tmp_path / "cache"
+    (key,) = make_pending(root, 1)
+    script = tmp_path / "single.py"
+    script.write_text(SINGLE_SCRIPT)
+    env = {**fake_env.env, "FAKE_NEURONX_CC_SLEEP": "30", "FAKE_NEURONX_CC_HELPER": "1"}
+    proc = reaper.popen([sys.executable, str(script), str(root), key], env)
+    wait_until(lambda: len(reaper.compiler_pids()) == 2, 30, "the compiler and its helper started")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err
+    pids = reaper.compiler_pids()
+    wait_until(lambda: not any(alive(p) for p in pids), 5, f"compiler processes {pids} gone")
+    assert _entries_consistent(root) == {key: "pending"}
+    rerun = reaper.popen([sys.executable, str(script), str(root), key], fake_env.env)
+    out, err = rerun.communicate(timeout=60)
+    assert f"DONE {key}" in out, err
