@@ -290,3 +290,19 @@ def test_ctrl_c_during_a_single_compile_kills_the_compiler_and_the_entry_is_rebu
     rerun = reaper.popen([sys.executable, str(script), str(root), key], fake_env.env)
     out, err = rerun.communicate(timeout=60)
     assert f"DONE {key}" in out, err
+
+
+def test_four_parallel_compiles_on_one_cache_build_each_graph_once(tmp_path, fake_env, reaper):
+    root = tmp_path / "cache"
+    keys = make_pending(root, 12)
+    env = {**fake_env.env, "FAKE_NEURONX_CC_SLEEP": "0.3"}
+    procs = [reaper.popen([sys.executable, str(compile_script(tmp_path)), str(root), "2"], env) for _ in range(4)]
+    built = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        built += [item.split("=")[0] for item in out.split()[1:] if item.endswith("=compiled")]
+    assert sorted(built) == sorted(keys)  # each graph compiled by exactly one of the four
+    compiles = [line for line in fake_env.record.read_text().splitlines() if '"compile"' in line]
+    assert len(compiles) == 12
+    assert _entries_consistent(root) == dict.fromkeys(keys, "complete")
