@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
+import hashlib
 import json
+import logging
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +24,18 @@ from typing import Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache_key import CacheKey, explain_components
-from neuron_args.errors import CacheKeyArgsConflict, CacheMissError
+from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, OptionsError
 from neuron_args.flags import canonical_compiler_args
+
+log = logging.getLogger("neuron_args.cache")
 
 CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
 ASSERT_CACHE_HIT_ENV = "NEURON_LIBTORCH_ASSERT_CACHE_HIT"
 METADATA_VERSION = 1
 MARKER = "COMPLETE"
+#: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
+QUARANTINE_DIR = ".corrupt"
+_HASH_CHUNK = 1 << 20
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -72,6 +81,9 @@ class CacheStats:
 
 
 STATS = CacheStats()
+#: (cache root, key) of entries this process verified; corrupt entries it moved aside, with why
+_verified: set[tuple[str, str]] = set()
+_corrupt: dict[str, str] = {}
 
 
 class CacheEntry:
@@ -94,20 +106,64 @@ class CacheEntry:
         return self.marker_path.exists()
 
     @property
+    def lock_path(self) -> Path:
+        return self.root / f".{self.key}.lock"
+
+    @property
     def status(self) -> str:
-        """``complete``, ``pending`` (captured, not compiled), ``incomplete`` or ``missing``."""
+        """``complete``, ``corrupt``, ``pending``, ``compiling``, ``failed``, ``crashed`` or ``missing``.
+
+        ``corrupt``: marked complete but its metadata is not a JSON object or its executable is
+        missing or of another size than recorded (``verify`` also checks the sha256).
+        ``compiling``: a live process holds the key's lock. ``failed``: the compiler failed (the
+        log says why). ``crashed``: a build started and its process died.
+        """
         if self.is_complete:
-            return "complete"
+            return "corrupt" if self.problem(checksum=False) else "complete"
         if not self.path.is_dir():
             return "missing"
-        return "pending" if self.metadata().get("status") == "pending" else "incomplete"
+        state = self.metadata().get("status")
+        if lock_holder(self.lock_path) is not None:
+            return "compiling"
+        if state in ("pending", "failed"):
+            return state
+        return "crashed"
 
     def metadata(self) -> dict[str, Any]:
-        """The entry's metadata, ``{}`` when absent or unreadable."""
+        """The entry's metadata, ``{}`` when absent, unreadable or not a JSON object."""
         try:
-            return json.loads(self.metadata_path.read_text())
+            md = json.loads(self.metadata_path.read_text())
         except (OSError, ValueError):
             return {}
+        return md if isinstance(md, dict) else {}
+
+    def problem(self, *, checksum: bool = True) -> str | None:
+        """Why this complete entry cannot be loaded, or None: metadata, executable size and sha256.
+
+        An entry from before checksums were recorded is checked for a non-empty executable only.
+        """
+        try:
+            md = json.loads(self.metadata_path.read_text())
+        except FileNotFoundError:
+            return "metadata.json is missing"
+        except (OSError, ValueError) as exc:
+            return f"metadata.json is unreadable ({type(exc).__name__}: {exc})"
+        if not isinstance(md, dict):
+            return f"metadata.json holds a JSON {type(md).__name__}, not an object"
+        try:
+            size = self.executable_path.stat().st_size
+        except OSError:
+            return f"the executable {self.executable_path.name} is missing"
+        want_size, want_sha = md.get("executable_size"), md.get("executable_sha256")
+        if isinstance(want_size, int) and size != want_size:
+            return f"the executable has {size} bytes, {want_size} were recorded (truncated or replaced)"
+        if size == 0:
+            return "the executable is empty"
+        if checksum and isinstance(want_sha, str):
+            got = file_sha256(self.executable_path)
+            if got != want_sha:
+                return f"the executable's sha256 is {got[:16]}..., {want_sha[:16]}... was recorded"
+        return None
 
     def write_metadata(self, metadata: Mapping[str, Any]) -> None:
         write_atomic(self.metadata_path, json.dumps(dict(metadata), indent=2, sort_keys=True))
@@ -116,6 +172,12 @@ class CacheEntry:
         md = {**self.metadata(), **fields}
         self.write_metadata(md)
         return md
+
+    def record_failure(self, exc: BaseException) -> None:
+        """Say in the metadata that the compiler failed (``cache ls``: ``failed``, not ``crashed``)."""
+        with contextlib.suppress(OSError):
+            if self.path.is_dir():
+                self.update_metadata(status="failed", error=(str(exc).splitlines() or [type(exc).__name__])[0][:500])
 
     def mark_complete(self) -> None:
         write_atomic(self.marker_path, now_iso())
@@ -133,6 +195,64 @@ class CacheEntry:
         return f"CacheEntry({str(self.path)!r}, status={self.status!r})"
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def executable_fields(path: Path) -> dict[str, Any]:
+    """``executable_size`` and ``executable_sha256`` of a built executable, for metadata.json."""
+    return {"executable_size": path.stat().st_size, "executable_sha256": file_sha256(path)}
+
+
+def _marker_stamp(entry: CacheEntry) -> tuple[int, int] | None:
+    try:
+        st = entry.marker_path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
+def lock_holder(lock_path: Path) -> int | None:
+    """The pid written by the live process holding ``lock_path`` (0 when it wrote none), or None
+    when nobody holds it. A crashed holder releases its lock with its death, so this tells a
+    compile in progress from a crashed one."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None) -> CompileError:
+    """A file-system failure while writing an entry, as the error a user can act on."""
+    elsewhere = f"point the cache elsewhere (options['cache_dir'] or ${CACHE_DIR_ENV})"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"free space on the file system of {where} or {elsewhere}"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = f"make {where} writable or {elsewhere}"
+    else:
+        fix = f"check the file system of {where}"
+    return CompileError(
+        f"cannot write cache entry {key} (graph type {graph_type!r}) in {where}: "
+        f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, exc.errno)}). "
+        f"The entry is left incomplete and is rebuilt by the next run.\nfix: {fix}")
+
+
 def new_metadata(
     key: CacheKey, *, seam: str, graph_type: str | None, compiler_args: Sequence[str] | None, target: str, **extra: Any
 ) -> dict[str, Any]:
@@ -148,6 +268,25 @@ def new_metadata(
         "created": now_iso(),
         **extra,
     }
+
+
+def compile_entry(entry: CacheEntry, compiler: Any, compiler_args: Sequence[str], target: str,
+                  graph_type: str | None, metadata: Mapping[str, Any], *, timeout: float | None = None) -> None:
+    """Compile ``entry``'s graph.hlo into its executable and record how (the marker is the caller's).
+
+    The executable's size and sha256 go into the metadata: loads verify them. ``timeout`` None
+    means the compiler's default (``$NEURON_ARGS_COMPILE_TIMEOUT`` first).
+    """
+    result = compiler.compile(
+        hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
+        compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
+        timeout=timeout,
+    )
+    entry.write_metadata({
+        **metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": result.argv,
+        "compiled": now_iso(), "compile_seconds": round(result.seconds, 4), "compiler": compiler.info.as_dict(),
+        **executable_fields(entry.executable_path),
+    })
 
 
 class CompileCache:
@@ -175,17 +314,82 @@ class CompileCache:
             raise KeyError(f"{len(matches)} entries in {self.root} match key prefix {prefix!r}")
         return matches[0]
 
+    def check_root(self) -> None:
+        """Raise :class:`OptionsError` when the cache root cannot be a directory (a file, say)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise OptionsError(
+                f"cache_dir {self.root} exists and is not a directory; pass a directory as "
+                f"options['cache_dir'] (or ${CACHE_DIR_ENV}), or remove that file") from None
+        except NotADirectoryError:
+            raise OptionsError(
+                f"cache_dir {self.root}: a parent of it is a regular file; pass a directory as "
+                f"options['cache_dir'] (or ${CACHE_DIR_ENV})") from None
+        except OSError as exc:
+            raise OptionsError(
+                f"cache_dir {self.root} cannot be created ({exc.strerror or exc}); pass a writable "
+                f"directory as options['cache_dir'] (or ${CACHE_DIR_ENV})") from None
+
     @contextlib.contextmanager
-    def lock(self, key: CacheKey | str) -> Iterator[None]:
-        """Exclusive per-key lock across processes (released when the holder dies, too)."""
+    def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None) -> Iterator[None]:
+        """Exclusive per-key lock across processes (released when the holder dies, too).
+
+        The holder's pid is written into the lock file (``cache ls`` shows it). ``stop(seconds)``
+        makes the wait interruptible: it is polled and a True return raises ``InterruptedError``.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / f".{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            if stop is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            else:
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if stop(0.2):
+                            raise InterruptedError(f"stopped waiting for the lock of {key}") from None
+            with contextlib.suppress(OSError):  # the pid is informative only (a full disk may refuse it)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    def verified(self, entry: CacheEntry) -> str | None:
+        """:meth:`CacheEntry.problem` once per process and entry (the load path's only check)."""
+        ident = (str(self.root), entry.key)
+        if ident in _verified:
+            return None
+        problem = entry.problem()
+        if problem is None:
+            _verified.add(ident)
+        return problem
+
+    def quarantine(self, entry: CacheEntry, reason: str) -> Path | None:
+        """Move a corrupt entry to ``<root>/.corrupt/<key>-<time>-<pid>`` (under its lock) so it is rebuilt.
+
+        Returns where it went, or None when another process replaced the entry meanwhile.
+        """
+        seen = _marker_stamp(entry)
+        with self.lock(entry.key):
+            if not entry.path.exists() or _marker_stamp(entry) != seen:  # rebuilt by another process
+                return None
+            dest = self.root / QUARANTINE_DIR / f"{entry.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(entry.path, dest)
+        _verified.discard((str(self.root), entry.key))
+        _corrupt[entry.key] = reason
+        log.warning("compile cache entry %s was corrupt (%s); moved it to %s and it will be rebuilt",
+                    entry.key, reason, dest)
+        return dest
 
     def get_or_build(
         self,
@@ -197,26 +401,52 @@ class CompileCache:
     ) -> tuple[CacheEntry, bool]:
         """Return ``(entry, hit)``; on a miss run ``build`` under the key's lock, then mark complete.
 
-        ``build`` fills a fresh entry folder (graph, executable, metadata). A miss under
+        ``build`` fills a fresh entry folder (graph, executable, metadata). A complete entry is
+        verified (metadata, executable size and sha256) the first time this process uses it; a
+        corrupt one is moved aside and rebuilt. A miss (a corrupt entry included) under
         ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises :class:`CacheMissError` instead.
         """
         entry = self.entry(key)
+        asserting = assert_cache_hit_enabled() if assert_hit is None else assert_hit
         if entry.is_complete:
-            STATS.hits += 1
-            return entry, True
-        if assert_cache_hit_enabled() if assert_hit is None else assert_hit:
-            STATS.misses += 1
-            raise self.miss_error(key, graph_type)
-        with self.lock(key):
-            if entry.is_complete:  # another process built it while we waited
+            problem = self.verified(entry)
+            if problem is None:
                 STATS.hits += 1
                 return entry, True
+            if asserting:
+                STATS.misses += 1
+                raise self.corrupt_error(entry, problem, graph_type)
+            self.quarantine(entry, problem)
+        if asserting:
             STATS.misses += 1
-            entry.reset()
-            build(entry)
-            entry.mark_complete()
-            STATS.compiles += 1
+            raise self.miss_error(key, graph_type)
+        try:
+            with self.lock(key):
+                if entry.is_complete and entry.problem() is None:  # another process built it while we waited
+                    _verified.add((str(self.root), entry.key))
+                    STATS.hits += 1
+                    return entry, True
+                STATS.misses += 1
+                try:
+                    entry.reset()
+                    build(entry)
+                    entry.mark_complete()
+                except CompileError as exc:
+                    entry.record_failure(exc)
+                    raise
+                _verified.add((str(self.root), entry.key))
+                STATS.compiles += 1
+        except OSError as exc:  # the lock, the entry folder or a file in it: a full or read-only disk
+            raise disk_error(exc, entry.path, key=key.key, graph_type=graph_type) from exc
         return entry, False
+
+    def corrupt_error(self, entry: CacheEntry, problem: str, graph_type: str | None) -> CacheMissError:
+        return CacheMissError(
+            f"cache entry {entry.key} (graph type {graph_type!r}) in {self.root} is corrupt: {problem}; "
+            f"while {ASSERT_CACHE_HIT_ENV} is set it would be rebuilt at serve time.\n"
+            f"  fix: run the warmup again without {ASSERT_CACHE_HIT_ENV} (it moves the corrupt entry aside "
+            f"and rebuilds it), or delete {entry.path}; `neuron-args cache verify {self.root}` lists every "
+            "corrupt entry.")
 
     def closest(self, key: CacheKey, graph_type: str | None = None) -> tuple[CacheEntry, list[str]] | None:
         """The complete entry most like ``key``: same graph first, then same graph type, fewest differences."""
@@ -245,6 +475,8 @@ class CompileCache:
             f"cache miss for graph type {graph_type!r} (key {key.key}) in {self.root} "
             f"while {ASSERT_CACHE_HIT_ENV} is set: this graph would compile at serve time."
         ]
+        if key.key in _corrupt:
+            lines.append(f"  its entry was corrupt ({_corrupt[key.key]}) and was moved to {self.root / QUARANTINE_DIR}.")
         near = self.closest(key, graph_type)
         diff: list[str] = []
         if near is None:

@@ -4,6 +4,7 @@
     neuron-args manifest validate PATH [--cache-dir DIR]      exit 0 valid, 1 invalid, 2 unreadable
     neuron-args manifest diff OLD NEW [--json] [--include-environment]   exit 0 same, 1 different
     neuron-args cache ls [DIR]
+    neuron-args cache verify [DIR] [--fix]                    exit 0 all sound, 1 corrupt entries found
     neuron-args cache explain KEY_A KEY_B [--cache-dir DIR]   (unique key prefixes accepted)
 
 Exit status 2 means a usage error or an unreadable input, so CI can tell "invalid" from
@@ -186,6 +187,36 @@ def _cache_ls(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cache_verify(args: argparse.Namespace) -> int:
+    """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
+    from neuron_args.cache import QUARANTINE_DIR, CompileCache
+
+    root = _require_cache(args.dir)
+    cache = CompileCache(root)
+    entries = cache.entries()
+    corrupt, counts = [], {}
+    for entry in entries:
+        status = entry.status
+        problem = entry.problem() if status in ("complete", "corrupt") else None
+        if problem is not None:
+            status = "corrupt"
+            corrupt.append((entry, problem))
+        counts[status] = counts.get(status, 0) + 1
+    print(f"compile cache {root}: {len(entries)} entries checked")
+    for entry, problem in corrupt:
+        label = entry.metadata().get("graph_type")
+        line = f"  corrupt {entry.key} (graph type {label!r}): {problem}"
+        if args.fix:
+            moved = cache.quarantine(entry, problem)
+            line += f"; moved to {moved}" if moved else "; already replaced"
+        print(line)
+    print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) if counts else "  no entries")
+    if corrupt and not args.fix:
+        print(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
+              "or run this command with --fix")
+    return EXIT_FAIL if corrupt and not args.fix else EXIT_OK
+
+
 def _cache_explain(args: argparse.Namespace) -> int:
     from neuron_args.manifest.show import read_metadata, resolve_key
 
@@ -258,12 +289,25 @@ def _parser() -> argparse.ArgumentParser:
     diff.set_defaults(run=_manifest_diff)
 
     cache = groups.add_parser("cache", help="list or explain compile-cache entries")
-    cache_commands = cache.add_subparsers(dest="command", metavar="{ls,explain}")
+    cache_commands = cache.add_subparsers(dest="command", metavar="{ls,verify,explain}")
     cache_commands.required = True
-    ls = cache_commands.add_parser("ls", help="entries with graph type, -O level, status, size")
+    ls = cache_commands.add_parser(
+        "ls", help="entries with graph type, -O level, status, size",
+        description="STATUS: complete, corrupt (executable missing or not the recorded size), pending "
+                    "(captured, not compiled), compiling (pid N) (a live process holds the key's lock), "
+                    "failed (the compiler failed), crashed (its build's process died).")
     ls.add_argument("dir", nargs="?", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
                     f"else {DEFAULT_CACHE_DIR})")
     ls.set_defaults(run=_cache_ls)
+    verify = cache_commands.add_parser(
+        "verify", help="check every entry's executable against its recorded size and sha256",
+        description="Exit 0 when no entry is corrupt (or --fix moved them aside), 1 otherwise.",
+    )
+    verify.add_argument("dir", nargs="?", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
+                        f"else {DEFAULT_CACHE_DIR})")
+    verify.add_argument("--fix", action="store_true",
+                        help="move corrupt entries aside (to <cache>/.corrupt/) so the next run rebuilds them")
+    verify.set_defaults(run=_cache_verify)
     explain = cache_commands.add_parser("explain", help="why two keys differ (key components)")
     explain.add_argument("key_a", metavar="KEY_A", help="a key or unique key prefix")
     explain.add_argument("key_b", metavar="KEY_B", help="a key or unique key prefix")

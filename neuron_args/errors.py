@@ -14,6 +14,11 @@ class CompilerArgsError(NeuronArgsError, ValueError):
     """A neuronx-cc argument list is malformed or holds an unknown flag."""
 
 
+class OptionsError(NeuronArgsError, ValueError):
+    """A torch.compile option or environment setting of neuron-args is malformed (``cache_dir``,
+    ``compile_timeout``, ``dynamic=True``...)."""
+
+
 class PolicyError(NeuronArgsError):
     """A model's ``compiler_args_for`` policy raised, returned a wrong type, or is not deterministic."""
 

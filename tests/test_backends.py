@@ -234,7 +234,7 @@ def test_compiler_crash_is_a_compile_error_and_leaves_no_complete_entry(tmp_path
         cm(x)
     assert "segmentation fault" in str(err.value) and "neuronx-cc compile" in str(err.value)
     (entry,) = CompileCache(tmp_path / "cache").entries()
-    assert entry.status == "incomplete" and not entry.executable_path.exists()
+    assert entry.status == "failed" and not entry.executable_path.exists()
 
 
 def test_fake_neuronx_cc_gets_the_scoped_args(tmp_path, monkeypatch):
@@ -261,3 +261,78 @@ def test_import_does_not_load_jax_and_plain_torch_compile_still_works():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "2.0"
+
+
+# ------------------------------------------------------------------------------ bad options, timeouts
+
+
+@pytest.mark.parametrize(("over", "error", "words"), [
+    ({"compiler_args": 5}, "CompilerArgsError", ["options['compiler_args'] must be a list", "int 5"]),
+    ({"compiler_args": ["-O1", 3]}, "CompilerArgsError", ["options['compiler_args']"]),
+    ({"compile_timeout": "soon"}, "OptionsError", ["compile_timeout", "positive number of seconds"]),
+    ({"compile_timeout": 0}, "OptionsError", ["compile_timeout"]),
+    ({"target": 2}, "OptionsError", ["options['target'] must be a string"]),
+    ({"compiler": "gcc"}, "CompilerArgsError", ["unknown compiler 'gcc'"]),
+])
+def test_bad_options_raise_neuron_args_errors_at_call_time(tmp_path, over, error, words):
+    import neuron_args
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    model, (x,) = make_mlp(), mlp_inputs()
+    cm = compile_(model, tmp_path / "cache", **over)
+    with torch.inference_mode(), pytest.raises(neuron_args.NeuronArgsError) as err:
+        cm(x)
+    assert type(err.value).__name__ == error and not isinstance(err.value, BackendCompilerFailed)
+    assert all(w in str(err.value) for w in words), str(err.value)
+    with torch.inference_mode(), pytest.raises(type(err.value)):  # every later call says the same
+        cm(x)
+
+
+def test_a_cache_dir_that_is_a_file_is_an_options_error(tmp_path):
+    from neuron_args.errors import OptionsError
+
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("x")
+    model, (x,) = make_mlp(), mlp_inputs()
+    for path in (blocker, blocker / "sub"):
+        torch._dynamo.reset()
+        with torch.inference_mode(), pytest.raises(OptionsError) as err:
+            compile_(model, path)(x)
+        assert "pass a directory as options['cache_dir']" in str(err.value)
+
+
+def test_dynamic_shapes_are_a_lowering_error_saying_dynamic_false(tmp_path):
+    from neuron_args.errors import LoweringError
+
+    model = make_mlp()
+    cm = torch.compile(model, backend="neuron_libtorch", options={"cache_dir": str(tmp_path), "compiler": "local"},
+                       dynamic=True)
+    with torch.inference_mode(), pytest.raises(LoweringError) as err:
+        cm(mlp_inputs(batch=3)[0])
+    assert "dynamic=False" in str(err.value)
+
+
+def test_compile_timeout_option_kills_a_hung_neuronx_cc(tmp_path, monkeypatch):
+    _install_fake_cc(tmp_path, monkeypatch, "ok")
+    monkeypatch.setenv("FAKE_NEURONX_CC_SLEEP", "120")
+    monkeypatch.setenv("NEURON_ARGS_COMPILE_TIMEOUT", "600")  # the option wins over the environment
+    model, (x,) = make_mlp(), mlp_inputs()
+    cm = compile_(model, tmp_path / "cache", compiler="neuronx-cc", compile_timeout=1)
+    with torch.inference_mode(), pytest.raises(CompileError) as err:
+        cm(x)
+    (entry,) = CompileCache(tmp_path / "cache").entries()
+    message = str(err.value)
+    assert "timed out after 1 s" in message and entry.key in message and "command: neuronx-cc compile" in message
+    assert "fix: raise the compile timeout" in message
+    assert entry.status == "failed" and not entry.executable_path.exists()
+
+
+def test_compiled_entries_record_size_and_sha256(tmp_path):
+    import hashlib
+
+    model, (x,) = make_mlp(), mlp_inputs()
+    with torch.inference_mode():
+        compile_(model, tmp_path / "cache")(x)
+    (entry,) = CompileCache(tmp_path / "cache").entries()
+    md, blob = entry.metadata(), entry.executable_path.read_bytes()
+    assert md["executable_size"] == len(blob) and md["executable_sha256"] == hashlib.sha256(blob).hexdigest()

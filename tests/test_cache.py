@@ -73,7 +73,7 @@ def test_incomplete_entry_is_never_loaded_and_is_rebuilt(tmp_path):
 
     with pytest.raises(RuntimeError):
         cache.get_or_build(key, crash)
-    assert cache.entry(key).status == "incomplete"
+    assert cache.entry(key).status == "crashed"
     entry, hit = cache.get_or_build(key, builder(key))
     assert hit is False and entry.executable_path.read_bytes() == b"exe"
     assert entry.status == "complete"
@@ -181,3 +181,37 @@ def test_find_by_prefix(tmp_path):
     assert cache.find(key.key[:6]).key == key.key
     with pytest.raises(KeyError):
         cache.find("zz")
+
+
+def test_metadata_that_is_not_an_object_is_corrupt_and_never_breaks_a_miss_explanation(tmp_path):
+    cache, key = CompileCache(tmp_path), make_key()
+    entry, _ = cache.get_or_build(key, builder(key))
+    entry.metadata_path.write_text('["not", "an", "object"]')
+    from neuron_args.cache import _verified
+
+    _verified.clear()  # a new process: verification happens once per process and key
+    assert entry.metadata() == {} and entry.status == "corrupt"
+    assert "metadata.json holds a JSON list" in entry.problem()
+    other = make_key(shape=(8,))
+    with pytest.raises(CacheMissError) as err:  # the explanation walks every entry, the corrupt one too
+        cache.get_or_build(other, builder(other), assert_hit=True)
+    assert other.key in str(err.value)
+    with pytest.raises(CacheMissError, match="is corrupt: metadata.json holds a JSON list"):
+        cache.get_or_build(key, builder(key), assert_hit=True)
+    rebuilt, hit = cache.get_or_build(key, builder(key))
+    assert hit is False and rebuilt.status == "complete"
+    assert [p.name[:32] for p in (tmp_path / ".corrupt").iterdir()] == [key.key]
+
+
+def test_an_entry_whose_executable_was_replaced_is_caught_by_its_checksum(tmp_path):
+    from neuron_args.cache import _verified, executable_fields
+
+    cache, key = CompileCache(tmp_path), make_key()
+    entry, _ = cache.get_or_build(key, builder(key))
+    entry.update_metadata(**executable_fields(entry.executable_path))
+    entry.executable_path.write_bytes(b"EXE")  # same size, other bytes
+    _verified.clear()  # a new process
+    assert entry.status == "complete"  # ls looks at sizes only
+    assert "sha256" in entry.problem()
+    rebuilt, hit = cache.get_or_build(key, builder(key))
+    assert hit is False and rebuilt.executable_path.read_bytes() == b"exe"

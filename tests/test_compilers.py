@@ -380,3 +380,61 @@ def test_local_version_is_memoized(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(metadata, "version", lambda name: "changed")
     assert local_mod.local_version() == first
+
+
+# ----------------------------------------------------------------------------- timeouts and lifetime
+
+
+def test_compile_timeout_precedence_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuron_args.compilers import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
+    from neuron_args.errors import OptionsError
+
+    monkeypatch.delenv(COMPILE_TIMEOUT_ENV, raising=False)
+    assert resolve_compile_timeout({}, "neuronx-cc") == DEFAULT_TIMEOUTS["neuronx-cc"] == 7200
+    assert resolve_compile_timeout(None, "local") == DEFAULT_TIMEOUTS["local"] == 1800
+    assert NeuronxCcCompiler().default_timeout == 7200 and LocalCompiler().default_timeout == 1800
+    monkeypatch.setenv(COMPILE_TIMEOUT_ENV, " 90 ")
+    assert resolve_compile_timeout({}, "neuronx-cc") == 90.0
+    assert resolve_compile_timeout({"compile_timeout": 5}, "neuronx-cc") == 5.0
+    assert NeuronxCcCompiler().default_timeout == 90.0
+    for bad in (0, -1, "x", True, float("inf")):
+        with pytest.raises(OptionsError, match="compile timeout"):
+            resolve_compile_timeout({"compile_timeout": bad}, "local")
+    monkeypatch.setenv(COMPILE_TIMEOUT_ENV, "forever")
+    with pytest.raises(OptionsError, match=COMPILE_TIMEOUT_ENV):
+        resolve_compile_timeout({}, "local")
+
+
+def test_compilers_run_under_the_supervisor_and_a_missing_program_cannot_start(tmp_path: Path, fake_cc: Path) -> None:
+    from neuron_args.compilers.lifetime import SUPERVISOR, supervised_argv
+
+    argv = supervised_argv(["neuronx-cc", "compile"])
+    assert argv[:4] == [sys.executable, "-I", "-S", str(SUPERVISOR)] and argv[5:] == ["neuronx-cc", "compile"]
+    entry, output = _entry(tmp_path)
+    hlo = tmp_path / "graph.hlo"
+    hlo.write_bytes(b"hlo")
+    with pytest.raises(CompileError, match="could not start"):
+        NeuronxCcCompiler(str(tmp_path / "no-such-neuronx-cc")).compile(
+            hlo_path=hlo, output_path=output, target="trn2", compiler_args=[], workdir=entry, key=KEY)
+
+
+def test_a_cancelled_scope_starts_no_compiler(tmp_path: Path, fake_cc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
+
+    record = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("FAKE_NEURONX_CC_RECORD", str(record))
+    scope = CancelScope()
+    scope.cancel()
+    with within(scope), pytest.raises(CompileCancelled):
+        _compile_with_fake(tmp_path, [])
+    assert not record.exists()
+
+
+def test_a_hung_version_probe_with_a_helper_holding_the_pipe_cannot_hang(tmp_path: Path) -> None:
+    from neuron_args.compilers import neuronx_cc
+
+    exe = tmp_path / "hung-neuronx-cc"
+    exe.write_text(f"#!{sys.executable}\nimport subprocess, sys, time\n"
+                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\ntime.sleep(60)\n")
+    exe.chmod(0o755)
+    assert neuronx_cc.lookup_version(str(exe), timeout=1) == "unknown"

@@ -183,3 +183,46 @@ def test_spawn_fallback_once_the_jax_client_exists(tmp_path):
     assert run.stdout.split() == ["before", "True", "after", "False", "status", "captured"]
     assert "starting trace children with spawn" in run.stderr
     assert [e.status for e in CompileCache(tmp_path).entries()] == ["pending"]
+
+
+def test_a_job_compiled_by_the_user_keeps_its_own_options(tmp_path, monkeypatch):
+    """(torch.compile(m, backend=capture seam, options={cache_dir: D}), inputs, args): the child calls that
+    object, so the pending entry lands under D, not under parallel_trace's options nor the default cache."""
+    user_dir, default_dir = tmp_path / "user", tmp_path / "default"
+    monkeypatch.setenv("NEURON_LIBTORCH_CACHE_DIR", str(default_dir))
+    model = make_mlp()
+    compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", dynamic=False,
+                             options={**opts(user_dir), "compiler_args": ["--auto-cast=none", "-O1"]})
+    (result,) = parallel_trace([(compiled, {"x": mlp_inputs(batch=9)[0]}, ["--auto-cast=none", "-O3"])], timeout=300)
+    (entry,) = CompileCache(user_dir).entries()
+    assert result.keys == [entry.key] and entry.status == "pending"
+    assert entry.metadata()["compiler_args"] == ["--auto-cast=none", "-O3"]  # the job's scope still applies
+    assert not default_dir.exists()
+
+
+def test_neuron_compiled_recognises_only_neuron_seams():
+    from neuron_args.deferred.parallel_trace import neuron_compiled
+
+    model = make_mlp()
+    capture = torch.compile(model, backend="neuron_libtorch_graph_capture", dynamic=False)
+    assert neuron_compiled(capture) is capture
+    fn = torch.compile(lambda x: x + 1, backend="neuron_libtorch", dynamic=False)
+    assert neuron_compiled(fn) is fn
+    assert neuron_compiled(torch.compile(model, backend="eager")) is None
+    assert neuron_compiled(model) is None
+
+
+def test_bad_settings_of_the_deferred_flow_fail_up_front(tmp_path, monkeypatch):
+    from neuron_args.errors import CompilerArgsError, OptionsError
+
+    with pytest.raises(CompilerArgsError, match="options\\['compiler_args'\\]"):
+        parallel_trace([(make_mlp(), {"x": mlp_inputs()[0]}, None)], options={"compiler_args": 5})
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OptionsError, match="is not a directory"):
+        parallel_compile(blocker)
+    monkeypatch.setenv("NEURON_ARGS_COMPILE_WORKERS", "many")
+    with pytest.raises(OptionsError, match="NEURON_ARGS_COMPILE_WORKERS='many'"):
+        from neuron_args.deferred.parallel_compile import default_workers
+
+        default_workers(3)

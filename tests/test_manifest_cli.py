@@ -354,10 +354,10 @@ def test_cache_ls(cache, capsys):
         ["decode", KEY_B[:12], "-O1", "pending", *human_size(_size(cache / KEY_B)).split()],
         ["prefill", KEY_A[:12], "-O3", "complete", *human_size(_size(cache / KEY_A)).split()],
         ["prefill", other[:12], "-O1", "complete", *human_size(_size(cache / other)).split()],
-        ["-", KEY_C[:12], "-", "incomplete", *human_size(_size(cache / KEY_C)).split()],
+        ["-", KEY_C[:12], "-", "crashed", *human_size(_size(cache / KEY_C)).split()],
     ]
     assert _size(cache / KEY_A) > 3000 and human_size(_size(cache / KEY_A)).endswith(" KiB")
-    assert lines[-1].startswith("4 entries (2 complete, 1 pending, 1 incomplete), ")
+    assert lines[-1].startswith("4 entries (2 complete, 1 pending, 1 crashed), ")
 
 
 def test_cache_ls_defaults_to_the_env_dir(cache, monkeypatch, capsys):

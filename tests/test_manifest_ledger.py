@@ -276,3 +276,35 @@ def test_one_line_per_graph_and_engine_until_an_emit_consumes_the_ledger(tmp_pat
     assert not ledger.exists()
     record_graph(key="a" * 32, input_shapes=["4,"], compiler_flags="-O3")  # a relaunch records it again
     assert len(ledger.read_text().splitlines()) == 1
+
+
+def test_a_short_write_then_an_error_never_glues_the_next_line_to_the_fragment(monkeypatch, tmp_path):
+    """ENOSPC after a short write leaves half a line; the next line of this process starts on a new one."""
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(tmp_path))
+    record_graph(key=KEY_A, input_shapes=["4,"], compiler_flags="-O1")
+    real_write, calls = os.write, []
+
+    def short_then_full(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:10]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", short_then_full)
+    record_graph(key=KEY_B, input_shapes=["4,"], compiler_flags="-O1")
+    monkeypatch.setattr(os, "write", real_write)
+    key_c = "c" * 32
+    record_graph(key=key_c, input_shapes=["1,"], compiler_flags="-O3")
+    lines = _own_file(tmp_path).read_text().splitlines()
+    assert len(lines) == 3 and json.loads(lines[2])["key"] == key_c
+    graphs, dropped = ledger.read_ledger(str(tmp_path / "ledger" / "nodev"))
+    assert sorted(graphs) == [KEY_A, key_c] and dropped == {"torn or non-JSON": 1}
+
+
+def test_read_ledger_recovers_a_record_glued_to_a_torn_fragment(tmp_path):
+    folder = tmp_path / "ledger"
+    folder.mkdir()
+    good = json.dumps({"key": KEY_B, "rank": 0, "input_shapes": ["4,"], "compiler_flags": "-O1"})
+    (folder / "1.jsonl").write_text('{"key":"' + KEY_A + '","ra' + good + "\n" + '{"key": "' + "d" * 32 + '"\n')
+    graphs, dropped = ledger.read_ledger(str(folder))
+    assert sorted(graphs) == [KEY_B] and dropped == {"torn or non-JSON": 2}

@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Mapping
 
 from neuron_args.compilers.base import Compiler, CompileResult, CompilerInfo
+from neuron_args.compilers.lifetime import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
 from neuron_args.compilers.local import LocalCompiler
 from neuron_args.compilers.neuronx_cc import NeuronxCcCompiler
 from neuron_args.errors import CompileError, CompilerArgsError
@@ -19,13 +20,16 @@ COMPILER_ENV = "NEURON_ARGS_COMPILER"
 COMPILER_CHOICES = ("auto", "local", "neuronx-cc")
 
 __all__ = [
+    "COMPILE_TIMEOUT_ENV",
     "COMPILER_CHOICES",
     "COMPILER_ENV",
     "CompileResult",
     "Compiler",
     "CompilerInfo",
+    "DEFAULT_TIMEOUTS",
     "LocalCompiler",
     "NeuronxCcCompiler",
+    "resolve_compile_timeout",
     "select_compiler",
 ]
 

@@ -10,6 +10,7 @@ a half-written executable behind.
 from __future__ import annotations
 
 import abc
+import contextlib
 import errno
 import os
 import shlex
@@ -23,6 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from neuron_args.compilers.lifetime import (
+    COMPILE_TIMEOUT_ENV,
+    CompileCancelled,
+    current_scope,
+    kill_group,
+    resolve_compile_timeout,
+    supervised_argv,
+)
 from neuron_args.errors import CompileError, CompilerArgsError
 
 #: File names inside the work directory (the cache entry); see docs/ARCHITECTURE.md.
@@ -34,6 +43,8 @@ DRIVER_OPTIONS = ("--target", "--framework", "--output", "--logfile")
 
 #: How many log lines a :class:`CompileError` quotes.
 LOG_TAIL_LINES = 20
+#: The supervisor's exit status when the compiler program could not be executed.
+EXIT_CANNOT_START = 127
 
 
 @dataclass(frozen=True)
@@ -138,9 +149,13 @@ def describe_exit(returncode: int) -> str:
     return f"{how} (exit status {returncode})"
 
 
-def _hint(returncode: int | None) -> str:
+def _hint(returncode: int | None, log_path: Path | None = None) -> str:
+    if log_path is not None and "No space left on device" in log_tail(log_path, 200):
+        return f"free space on the file system of {log_path.parent} or point the compile cache elsewhere"
     if returncode is None:
-        return "raise the compile timeout, or lower the optimization level of this graph"
+        return ("raise the compile timeout (options['compile_timeout'] in seconds, "
+                f"${COMPILE_TIMEOUT_ENV} or pytest --neuron-compile-timeout), or lower the optimization "
+                "level of this graph")
     if returncode in (-signal.SIGKILL, 70):
         return "compile fewer graphs in parallel or use a host with more memory"
     if returncode in (-signal.SIGABRT, -signal.SIGSEGV):
@@ -173,15 +188,6 @@ def _compile_error(
         f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
         f"fix: {hint}"
     )
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the child and everything it started (neuronx-cc runs helper processes)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.wait()
 
 
 def _move_into_place(tmp: Path, output_path: Path) -> None:
@@ -218,7 +224,12 @@ def run_compiler(
     stdout/stderr is appended to the log once it ends, so a traceback or a crash message is in
     the log a :class:`CompileError` quotes.
     """
+    scope = current_scope()
+    if scope is not None:
+        scope.check()
+    _check_startable(compiler, argv, graph_type, key)
     workdir.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(workdir)
     (workdir / COMMAND_FILE).write_text(shlex.join(recorded_argv) + "\n")
     output_path.unlink(missing_ok=True)  # a failed rebuild must not leave the old result behind
     log_path.unlink(missing_ok=True)
@@ -229,27 +240,33 @@ def run_compiler(
         with open(captured, "wb") as out:
             try:
                 proc = subprocess.Popen(
-                    list(argv),
+                    supervised_argv(list(argv)),
                     cwd=workdir,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,
+                    start_new_session=True,  # its own process group: a timeout kills all of it
                 )
             except OSError as exc:
                 raise CompileError(
                     f"{compiler} could not start for graph type {graph_type!r}, key "
                     f"{key or '(none)'}: {exc}\ncommand: {shlex.join(argv)}"
                 ) from exc
+            if scope is not None:
+                scope.add(proc)
             try:
                 returncode = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
             except BaseException:  # KeyboardInterrupt: leave no orphan compiler behind
-                _kill_group(proc)
+                kill_group(proc)
                 raise
+            finally:
+                if scope is not None:
+                    scope.discard(proc)
         seconds = time.perf_counter() - start
-        _append_output(captured, log_path)
+        with contextlib.suppress(OSError):  # a full disk must not hide the compiler's own failure
+            _append_output(captured, log_path)
 
         def fail(status: str, hint: str) -> CompileError:
             return _compile_error(
@@ -257,10 +274,14 @@ def run_compiler(
                 argv=recorded_argv, log_path=log_path, hint=hint,
             )
 
+        if scope is not None and scope.cancelled:
+            raise CompileCancelled()
         if returncode is None:
-            raise fail(f"timed out after {timeout:g} s (killed)", _hint(None))
+            raise fail(f"timed out after {timeout:g} s (its process group was killed)", _hint(None))
+        if returncode == EXIT_CANNOT_START and _cannot_start(log_path):
+            raise fail("could not start", f"check that {argv[0]} is installed and executable")
         if returncode != 0:
-            raise fail(describe_exit(returncode), _hint(returncode))
+            raise fail(describe_exit(returncode), _hint(returncode, log_path))
         if not tmp_output.is_file() or tmp_output.stat().st_size == 0:
             raise fail(
                 f"exited 0 but wrote no executable (expected {tmp_output})",
@@ -278,6 +299,31 @@ def run_compiler(
     finally:
         tmp_output.unlink(missing_ok=True)
         captured.unlink(missing_ok=True)
+
+
+def _check_startable(compiler: str, argv: Sequence[str], graph_type: str | None, key: str | None) -> None:
+    """The program exists and is executable (the supervisor would only report it from its child)."""
+    program = argv[0]
+    found = shutil.which(program) if os.sep not in program else (program if os.access(program, os.X_OK) else None)
+    if found is None:
+        raise CompileError(
+            f"{compiler} could not start for graph type {graph_type!r}, key {key or '(none)'}: "
+            f"{program!r} is not an executable program (not found on PATH, or not executable)\n"
+            f"command: {shlex.join(argv)}\nfix: install it or point the driver at it")
+
+
+def _cannot_start(log_path: Path) -> bool:
+    try:
+        return "neuron-args supervisor: cannot start" in log_path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _remove_leftovers(workdir: Path) -> None:
+    """Temporary files of a compile whose driver died (``kill -9``): the lock holder may drop them."""
+    for pattern in (".compiler-output.*.tmp", ".*.partial-*"):
+        for path in workdir.glob(pattern):
+            path.unlink(missing_ok=True)
 
 
 def _append_output(captured: Path, log_path: Path) -> None:
@@ -301,9 +347,15 @@ def temp_output_path(workdir: Path, output_path: Path) -> Path:
 
 
 class SubprocessCompiler(abc.ABC):
-    """``compile`` shared by both drivers; a driver supplies ``build_argv`` and ``display_name``."""
+    """``compile`` shared by both drivers; a driver supplies ``build_argv``, ``name`` and ``display_name``."""
 
+    name = "compiler"
     display_name = "compiler"
+
+    @property
+    def default_timeout(self) -> float:
+        """Seconds a compile may take when no timeout is given (see :data:`lifetime.DEFAULT_TIMEOUTS`)."""
+        return resolve_compile_timeout(None, self.name)
 
     @abc.abstractmethod
     def build_argv(
@@ -332,8 +384,10 @@ class SubprocessCompiler(abc.ABC):
         """Compile ``hlo_path`` into ``output_path``; the log and command.txt go to ``workdir``.
 
         Raises :class:`CompilerArgsError` before starting anything when the arguments are bad,
-        :class:`CompileError` when the compiler fails, crashes or times out.
+        :class:`CompileError` when the compiler fails, crashes or times out (``timeout`` seconds;
+        None: ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default).
         """
+        timeout = self.default_timeout if timeout is None else timeout
         args = prepare_compiler_args(compiler_args, target=target, graph_type=graph_type, key=key)
         # absolute: the child runs with the work directory as its cwd
         workdir, output_path = Path(workdir).absolute(), Path(output_path).absolute()

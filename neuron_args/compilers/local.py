@@ -40,6 +40,7 @@ class LocalCompiler(SubprocessCompiler):
     :mod:`neuron_args.compilers.local_xla`); tests point it at a stand-in.
     """
 
+    name = NAME
     display_name = "local compiler (XLA:CPU)"
 
     def __init__(self, program: Sequence[str] | None = None) -> None:

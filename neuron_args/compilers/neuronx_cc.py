@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from neuron_args.compilers.base import CompilerInfo, SubprocessCompiler
+from neuron_args.compilers.lifetime import kill_group, supervised_argv
 
 NAME = "neuronx-cc"
 FORMAT = "neff"
@@ -34,24 +36,29 @@ def lookup_version(executable: str = NAME, timeout: float = 60.0) -> str:
     """Run ``<executable> --version`` once per process; ``"unknown"`` if that fails."""
     resolved = shutil.which(executable) or executable
     if resolved not in _versions:
+        try:  # its own process group, killed whole on timeout: a helper holding the pipe cannot hang us
+            proc = subprocess.Popen(supervised_argv([resolved, "--version"]), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+        except OSError:
+            proc = None
         try:
-            done = subprocess.run(
-                [resolved, "--version"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-            out = done.stdout + "\n" + done.stderr
-            _versions[resolved] = parse_version(out) if done.returncode == 0 else "unknown"
-        except (OSError, subprocess.SubprocessError):
-            _versions[resolved] = "unknown"
+            out, err = proc.communicate(timeout=timeout) if proc else ("", "")
+        except BaseException:  # a timeout, or Ctrl-C: never leave the probe running
+            kill_group(proc)
+            proc.communicate()
+            if not isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+                raise
+            out = err = ""
+        ok = proc is not None and proc.returncode == 0
+        _versions[resolved] = parse_version(out + "\n" + err) if ok else "unknown"
     return _versions[resolved]
 
 
 class NeuronxCcCompiler(SubprocessCompiler):
     """Compile with ``neuronx-cc`` (found on PATH unless ``executable`` says otherwise)."""
 
+    name = NAME
     display_name = "neuronx-cc"
 
     def __init__(self, executable: str = NAME) -> None:

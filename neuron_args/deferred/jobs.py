@@ -1,8 +1,11 @@
 """Trace jobs: ``(model, kwargs, compiler_args)``, resolved before the fork (seed: ``_build_trace_job``)."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from neuron_args.errors import OptionsError
 
 
 class TraceJob(tuple):
@@ -26,6 +29,17 @@ class TraceJob(tuple):
 def build_trace_job(resolver: Any, target_model: Any, kwargs: Mapping[str, Any], graph_type: str | None) -> TraceJob:
     """Resolve the graph's arguments now, in the parent, so no model code runs in the child."""
     return TraceJob(target_model, kwargs, resolver.resolve_graph_compiler_args(graph_type), graph_type)
+
+
+def workers_from_env(name: str, n_jobs: int) -> int:
+    """``$name`` (a positive count), else the CPU count capped at ``n_jobs``; a bad value is an OptionsError."""
+    env = os.environ.get(name, "").strip()
+    if not env:
+        return max(1, min(os.cpu_count() or 1, n_jobs))
+    if not env.isascii() or not env.isdigit() or int(env) < 1:
+        raise OptionsError(f"{name}={env!r} is not a worker count: give a positive integer, or unset it "
+                           "(default: the CPU count)")
+    return int(env)
 
 
 def normalize_job(job: Sequence[Any]) -> TraceJob:

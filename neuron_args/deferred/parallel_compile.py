@@ -9,18 +9,28 @@ with ``raise_on_error=False``, returns a report whose ``failed`` lists them).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import logging
-import multiprocessing as mp
 import os
+import signal
+import threading
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_args.cache import CompileCache
-from neuron_args.errors import CompileError, NeuronArgsError
+from neuron_args.cache import CompileCache, compile_entry, disk_error
+from neuron_args.compilers.lifetime import (
+    CancelScope,
+    CompileCancelled,
+    check_timeout,
+    current_scope,
+    resolve_compile_timeout,
+    within,
+)
+from neuron_args.deferred.jobs import workers_from_env
+from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
 
 log = logging.getLogger("neuron_args.deferred")
@@ -33,7 +43,7 @@ class GraphCompileReport:
     key: str
     graph_type: str | None
     compiler_args: list[str]
-    status: str  # "compiled" | "failed" | "already-complete"
+    status: str  # "compiled" | "failed" | "already-complete" | "cancelled"
     seconds: float = 0.0
     executable_size: int | None = None
     used_base_args: bool = False
@@ -73,24 +83,37 @@ class CompileProgress:
                 f"(elapsed {self.elapsed:.1f}s, ~{self.remaining_estimate:.0f}s left)")
 
 
-def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_name: str | None) -> GraphCompileReport:
-    """Worker body (module level so a process pool can run it): compile one pending entry."""
-    from neuron_args.compilers import select_compiler
-    from neuron_args.seams.backends import compile_entry
+def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_name: str | None,
+                     timeout: float | None = None, scope: CancelScope | None = None) -> GraphCompileReport:
+    """Worker body (module level so any executor can run it): compile one pending entry.
 
+    ``timeout`` None: the ``compile_timeout`` option the capture recorded, else
+    ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default. Under a cancelled ``scope`` it
+    starts nothing (status ``cancelled``) and its running compiler is killed.
+    """
+    if scope is not None:
+        with within(scope):
+            return _compile_pending(root, key, base_args, compiler_name, timeout)
+    from neuron_args.compilers import select_compiler
+
+    scope = current_scope()
     cache = CompileCache(root)
     entry = cache.entry(key)
     md = entry.metadata()
     graph_type = md.get("graph_type")
     recorded = md.get("compiler_args")
-    args = list(recorded) if recorded is not None else list(base_args or [])
-    report = GraphCompileReport(key, graph_type, args, "compiled", used_base_args=recorded is None)
+    args = list(recorded) if isinstance(recorded, list) else list(base_args or [])
+    report = GraphCompileReport(key, graph_type, args, "compiled", used_base_args=not isinstance(recorded, list))
     t0 = time.monotonic()
     try:
-        with cache.lock(key):
+        if scope is not None:
+            scope.check()
+        with cache.lock(key, stop=None if scope is None else scope.wait):
             if entry.is_complete:
                 report.status = "already-complete"
                 return report
+            if scope is not None:
+                scope.check()
             recorded_compiler = (md.get("compiler") or {}).get("name")
             compiler = select_compiler({"compiler": compiler_name or recorded_compiler})
             if recorded_compiler and compiler.info.name != recorded_compiler:
@@ -98,9 +121,16 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                     f"entry {key} (graph type {graph_type!r}) was captured for compiler {recorded_compiler!r}, whose "
                     f"name is part of its key; compiling it with {compiler.info.name!r} would store a mismatched "
                     "executable. Capture again with the same compiler option.")
-            compile_entry(entry, compiler, args, md.get("target") or "trn2", graph_type, md)
-            entry.mark_complete()
+            if timeout is None and md.get("compile_timeout") is not None:  # the capture's own option
+                timeout = resolve_compile_timeout({"compile_timeout": md["compile_timeout"]}, compiler.info.name)
+            try:
+                compile_entry(entry, compiler, args, md.get("target") or "trn2", graph_type, md, timeout=timeout)
+                entry.mark_complete()
+            except OSError as exc:
+                raise disk_error(exc, entry.path, key=key, graph_type=graph_type) from exc
             report.executable_size = entry.executable_path.stat().st_size
+    except (CompileCancelled, InterruptedError):
+        report.status = "cancelled"
     except NeuronArgsError as exc:
         report.status, report.error = "failed", str(exc)
     except Exception as exc:  # a worker must report, not die: one graph never stops the others
@@ -110,8 +140,45 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
 
 
 def default_workers(n: int) -> int:
-    env = os.environ.get(WORKERS_ENV)
-    return max(1, int(env)) if env else max(1, min(os.cpu_count() or 1, n))
+    return workers_from_env(WORKERS_ENV, n)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during :func:`parallel_compile`: handled like Ctrl-C, then the signal is re-delivered."""
+
+
+@contextlib.contextmanager
+def _interrupts_cancel(scope: CancelScope) -> Iterator[list[int]]:
+    """While compiling, Ctrl-C and SIGTERM kill the running compilers at once (in the handler).
+
+    The first one raises ``KeyboardInterrupt`` (SIGTERM: :class:`_Terminated`); any further one
+    only cancels again, so a second Ctrl-C can never interrupt the clean-up half-way. Main thread
+    only, and only over default dispositions (an application's own handler is left alone).
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        scope.cancel()
+        if not received:
+            received.append(signum)
+            raise _Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    saved = {}
+    for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(sig) == default:
+            saved[sig] = signal.signal(sig, on_signal)
+    try:
+        yield received
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+#: How long an interrupted parallel_compile waits for its killed compiles to report.
+CANCEL_GRACE_SECONDS = 10.0
 
 
 def parallel_compile(
@@ -124,43 +191,72 @@ def parallel_compile(
     progress: Callable[[CompileProgress], None] | None = None,
     quiet: bool = False,
     raise_on_error: bool = True,
+    compile_timeout: float | None = None,
 ) -> CompileReport:
     """Compile every pending entry under ``cache_dir`` with its recorded arguments.
 
-    ``executor`` may be any ``concurrent.futures.Executor`` (a cluster executor too); the default
-    is a process pool of ``workers`` (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPU count).
+    The default runs ``workers`` compiles at once (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPU
+    count) from threads of this process: each compile is its own compiler process, so nothing
+    here needs a process pool. ``executor`` may be any ``concurrent.futures.Executor`` (a cluster
+    executor too). ``compile_timeout`` (seconds) bounds each compile; None: the
+    ``compile_timeout`` option recorded at capture, else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the
+    compiler's default (see ``neuron_args.compilers.DEFAULT_TIMEOUTS``).
+
+    Ctrl-C or SIGTERM cancels queued graphs at once, kills running compilers, logs what was
+    built, failed and cancelled, and lets ``KeyboardInterrupt`` propagate (SIGTERM is then
+    re-delivered); interrupted entries stay pending, so a rerun builds them.
     """
     cache = CompileCache(cache_dir)
+    if cache.root.exists() and not cache.root.is_dir():
+        raise OptionsError(f"parallel_compile: cache_dir {cache.root} is not a directory; pass the compile cache "
+                           "the capture wrote into (options['cache_dir'] of the capture seam)")
     pending = [e.key for e in cache.entries() if e.status == "pending"]
     report = CompileReport()
     t0 = time.monotonic()
     if not pending:
         return report
+    if compile_timeout is not None:
+        check_timeout(compile_timeout, "parallel_compile(compile_timeout)")  # a bad value fails before any work
     base = split_compiler_args(base_compiler_args)
     own = executor is None
-    # fork is safe here: workers never touch jax, they run the compiler as a subprocess
-    pool = executor or cf.ProcessPoolExecutor(max_workers=workers or default_workers(len(pending)),
-                                              mp_context=mp.get_context("fork"))
+    scope = CancelScope()
+    pool = executor or cf.ThreadPoolExecutor(max_workers=workers or default_workers(len(pending)),
+                                             thread_name_prefix="neuron-args-compile")
+    futures: dict[cf.Future, str] = {}
+    terminated = False
     try:
-        with warnings.catch_warnings():
-            # Python warns on any fork once jax's threads exist; these workers never call jax
-            warnings.filterwarnings("ignore", message=r".*os\.fork\(\) was called", category=RuntimeWarning)
-            futures = [pool.submit(_compile_pending, str(cache.root), key, base, compiler) for key in pending]
-        for n, fut in enumerate(cf.as_completed(futures), start=1):
-            graph = fut.result()
-            report.graphs.append(graph)
-            elapsed = time.monotonic() - t0
-            event = CompileProgress(n, len(pending), graph, elapsed, elapsed / n * (len(pending) - n))
-            if graph.used_base_args and not quiet:
-                log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled it "
-                            "with the base arguments %s", graph.key, base)
-            if not quiet:
-                log.info("parallel_compile %s", event.line())
-            if progress is not None:
-                progress(event)
-    finally:
-        if own:
-            pool.shutdown(wait=True)
+        with _interrupts_cancel(scope) as received:
+            try:
+                for key in pending:
+                    if own:
+                        futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout,
+                                            scope)] = key
+                    else:  # another executor may pickle the call: no scope object (it holds a lock)
+                        futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout)] = key
+                for n, fut in enumerate(cf.as_completed(futures), start=1):
+                    graph = fut.result()
+                    report.graphs.append(graph)
+                    elapsed = time.monotonic() - t0
+                    event = CompileProgress(n, len(pending), graph, elapsed, elapsed / n * (len(pending) - n))
+                    if graph.used_base_args and not quiet:
+                        log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
+                                    "it with the base arguments %s", graph.key, base)
+                    if not quiet:
+                        log.info("parallel_compile %s", event.line())
+                    if progress is not None:
+                        progress(event)
+            except KeyboardInterrupt as exc:
+                received.append(0)  # from here on a further Ctrl-C or SIGTERM only cancels again
+                terminated = isinstance(exc, _Terminated)
+                _cancel(scope, pool if own else None, futures, report, cache.root)
+                raise
+            finally:
+                if own and not received:
+                    pool.shutdown(wait=True)
+    finally:  # after the handlers are restored
+        if terminated and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGTERM)  # die of SIGTERM, as the sender expects
+
     report.seconds = round(time.monotonic() - t0, 3)
     report.graphs.sort(key=lambda g: g.key)
     if raise_on_error and report.failed:
@@ -169,6 +265,37 @@ def parallel_compile(
         err.report = report  # type: ignore[attr-defined]
         raise err
     return report
+
+
+def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Future, str], report: CompileReport,
+            root: Path) -> None:
+    """After Ctrl-C: cancel what is queued, kill what runs, wait (bounded) and log the outcome."""
+    scope.cancel()
+    for fut in futures:
+        fut.cancel()
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+    # a cancelled future never completes (nobody notifies it): wait for the ones that started only
+    done, not_done = cf.wait([f for f in futures if not f.cancelled()], timeout=CANCEL_GRACE_SECONDS)
+    seen = {g.key for g in report.graphs}
+    built, failed, cancelled = [g.key for g in report.graphs if g.status in ("compiled", "already-complete")], [], []
+    failed = [g.key for g in report.graphs if g.status == "failed"]
+    for fut, key in futures.items():
+        if key in seen:
+            continue
+        graph = fut.result() if fut in done and not fut.cancelled() and fut.exception() is None else None
+        if graph is None or graph.status == "cancelled":
+            cancelled.append(key)
+        elif graph.status == "failed":
+            failed.append(key)
+        else:
+            built.append(key)
+    log.warning(
+        "parallel_compile interrupted in %s: %d built, %d failed, %d cancelled (left pending; a rerun builds "
+        "them)%s\n  built: %s\n  failed: %s\n  cancelled: %s", root, len(built), len(failed), len(cancelled),
+        f"; {len(not_done)} compile(s) did not stop within {CANCEL_GRACE_SECONDS:g} s" if not_done else "",
+        " ".join(k[:12] for k in sorted(built)) or "-", " ".join(k[:12] for k in sorted(failed)) or "-",
+        " ".join(k[:12] for k in sorted(cancelled)) or "-")
 
 
 def pending_keys(cache_dir: str | os.PathLike[str]) -> list[str]:

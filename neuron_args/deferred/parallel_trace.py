@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_args.deferred.jobs import TraceJob, normalize_job
+from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.errors import TraceError
 
 log = logging.getLogger("neuron_args.deferred")
@@ -41,10 +41,7 @@ class TraceResult:
 
 
 def default_workers(n_jobs: int) -> int:
-    env = os.environ.get(WORKERS_ENV)
-    if env:
-        return max(1, int(env))
-    return max(1, min(os.cpu_count() or 1, n_jobs))
+    return workers_from_env(WORKERS_ENV, n_jobs)
 
 
 def fork_is_safe() -> bool:
@@ -56,8 +53,42 @@ def fork_is_safe() -> bool:
     return not (xla_cpu is not None and xla_cpu._client_cache)
 
 
+def neuron_compiled(obj: Any) -> Any | None:
+    """``obj`` when it is already ``torch.compile``-d with one of the neuron seams, else None.
+
+    Walks what Dynamo keeps of the compile (``dynamo_ctx.callback`` -> ... -> the backend, and the
+    closure of a compiled function) without relying on one torch version's exact nesting.
+    """
+    if not hasattr(obj, "_torchdynamo_orig_callable") and not hasattr(obj, "dynamo_ctx"):
+        return None
+    from neuron_args.seams.backends import NeuronBackend
+
+    todo, seen = [obj], set()
+    while todo and len(seen) < 64:
+        item = todo.pop()
+        if id(item) in seen or item is None:
+            continue
+        seen.add(id(item))
+        if isinstance(item, NeuronBackend):
+            return obj
+        for name in ("dynamo_ctx", "callback", "_torchdynamo_orig_backend", "compiler_fn", "__wrapped__",
+                     "_inner_convert"):
+            todo.append(getattr(item, name, None))
+        for cell in getattr(item, "__closure__", None) or ():
+            try:
+                todo.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+    return None
+
+
 def _run_job(job: TraceJob, options: Mapping[str, Any], conn: Any) -> None:
-    """Child body: capture one job under its scope, report keys or the traceback through ``conn``."""
+    """Child body: capture one job under its scope, report keys or the traceback through ``conn``.
+
+    A job whose model is already compiled with a neuron seam is called as it is, with its own
+    backend and options (its ``cache_dir`` included); any other model is compiled here with the
+    capture seam and ``options``.
+    """
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
         import torch
@@ -67,9 +98,12 @@ def _run_job(job: TraceJob, options: Mapping[str, Any], conn: Any) -> None:
         from neuron_args.seams import records
 
         model, kwargs, compiler_args = job
-        model = getattr(model, "_orig_mod", model)
         records.clear()
-        compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", options=dict(options), dynamic=False)
+        compiled = neuron_compiled(model)
+        if compiled is None:
+            model = getattr(model, "_orig_mod", model)
+            compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", options=dict(options),
+                                     dynamic=False)
         with torch.inference_mode(), scoped_compiler_args(compiler_args, graph_type=job.graph_type):
             compiled(**kwargs)
         conn.send(("ok", [r.key for r in records.records()]))
@@ -79,8 +113,12 @@ def _run_job(job: TraceJob, options: Mapping[str, Any], conn: Any) -> None:
         conn.close()
 
 
-def _child_main(job: TraceJob, options: Mapping[str, Any], conn: Any) -> None:
+def _child_main(job: TraceJob, options: Mapping[str, Any], conn: Any, parent: int | None = None) -> None:
     try:
+        if parent is not None:  # a killed parent takes its trace children with it
+            from neuron_args.compilers.lifetime import die_with_parent
+
+            die_with_parent(parent)
         _run_job(job, options, conn)
     finally:
         os._exit(0)
@@ -131,11 +169,13 @@ def parallel_trace(
     ``options`` are the capture seam's torch.compile options (cache_dir, compiler_args base,
     target, compiler). ``timeout`` is each child's deadline in seconds.
     """
+    from neuron_args.seams.options import check_options
+
+    opts = check_options(options, "parallel_trace")  # a bad option fails here, not in every child
     todo = [normalize_job(j) for j in jobs]
     ctx = _context(start_method)
     deadline_s = DEFAULT_TIMEOUT if timeout is None else timeout
     n_workers = workers or default_workers(len(todo))
-    opts = dict(options or {})
     results: list[TraceResult | None] = [None] * len(todo)
     running: dict[int, tuple[Any, Any, float]] = {}
     pending = list(range(len(todo)))
@@ -147,11 +187,30 @@ def parallel_trace(
         conn.close()
         proc.join(1)
 
+    try:
+        _drive(todo, pending, running, n_workers, ctx, opts, deadline_s, finish)
+    except BaseException:  # Ctrl-C: no trace child outlives the call
+        for proc, conn, _ in running.values():
+            proc.kill()
+            proc.join(5)
+            conn.close()
+        raise
+    done = [r for r in results if r is not None]
+    failed = [r for r in done if r.status == "failed"]
+    if failed:
+        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
+    return done
+
+
+def _drive(todo: list[TraceJob], pending: list[int], running: dict[int, tuple[Any, Any, float]],
+           n_workers: int, ctx: Any, opts: dict[str, Any], deadline_s: float,
+           finish: Any) -> None:
+    """Start children up to ``n_workers``, collect their results, enforce each one's deadline."""
     while pending or running:
         while pending and len(running) < n_workers:
             i = pending.pop(0)
             parent_conn, child_conn = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child_main, args=(todo[i], opts, child_conn), daemon=True,
+            proc = ctx.Process(target=_child_main, args=(todo[i], opts, child_conn, os.getpid()), daemon=True,
                                name=f"neuron-args-trace-{todo[i].graph_type}")
             proc.start()
             child_conn.close()
@@ -180,8 +239,3 @@ def parallel_trace(
                 finish(i, "failed", f"trace child of graph type {label!r} hung past its deadline of {deadline_s:g}s "
                                     f"and was killed ({_exit_text(proc.exitcode)})")
         time.sleep(0.01)
-    done = [r for r in results if r is not None]
-    failed = [r for r in done if r.status == "failed"]
-    if failed:
-        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
-    return done

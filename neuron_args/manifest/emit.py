@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import platform
+import re
 import shutil
 import sys
 from collections.abc import Mapping, Sequence, Set
@@ -30,7 +31,13 @@ from typing import Any, Callable
 from neuron_args.atomic import write_atomic
 from neuron_args.flags import manifest_compiler_flags
 from neuron_args.manifest.engine import get_server_prefix, manifest_root
-from neuron_args.manifest.ledger import forget_recorded, ledger_dir, registered_tp_group
+from neuron_args.manifest.ledger import (
+    describe_dropped,
+    forget_recorded,
+    ledger_dir,
+    read_ledger,
+    registered_tp_group,
+)
 from neuron_args.manifest.schema import (
     CONFIG_FIELDS,
     MANIFEST_FILENAME,
@@ -351,47 +358,9 @@ def _rank_mapper(rank_map: Mapping[int, int] | Sequence[int] | None) -> Callable
     return lambda local: local
 
 
-def _read_ledger(directory: str) -> tuple[dict[str, list], int]:
-    """``{key: [local ranks, record of the lowest rank, that rank]}`` and the bad-line count.
-
-    The hot loop of an emit (one pass per line of every rank): keep it to one parse, a dict
-    lookup and a set insert.
-    """
-    graphs: dict[str, list] = {}
-    bad = 0
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
-    except FileNotFoundError:
-        return graphs, 0
-    decode = json.JSONDecoder().decode
-    for name in names:
-        with open(os.path.join(directory, name), "rb") as handle:
-            text = handle.read().decode("utf-8", errors="replace")
-        for line in text.splitlines():
-            if not line:
-                continue
-            try:
-                record = decode(line)
-                rank = record["rank"]
-                entry = graphs.get(record["key"])  # TypeError: unhashable key
-            except (ValueError, TypeError, KeyError, IndexError):
-                bad += 1
-                continue
-            if type(rank) is not int:
-                bad += 1
-            elif entry is not None:
-                entry[0].add(rank)
-                if rank < entry[2]:
-                    entry[1] = record
-                    entry[2] = rank
-            elif type(record["key"]) is str and record["key"]:
-                graphs[record["key"]] = [{rank}, record, rank]
-            else:
-                bad += 1
-    return graphs, bad
-
-
 # ----------------------------------------------------------------------------- enrichment
+
+SHAPE_RE = re.compile(r"([0-9]+(, [0-9]+)*,?)?\Z")  # the schema's shape string
 
 
 def _safe_key(key: str) -> bool:
@@ -399,7 +368,7 @@ def _safe_key(key: str) -> bool:
 
 
 def _shape_list(value: Any) -> list[str] | None:
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+    if isinstance(value, list) and all(isinstance(s, str) and SHAPE_RE.match(s) for s in value):
         return list(value)
     return None
 
@@ -546,10 +515,11 @@ def emit_manifest(
         engine_id = get_server_prefix()
         source = ledger_dir(root, engine_id)
         stage = f"read the ledger {source}"
-        grouped, bad = _read_ledger(source)
-        if bad:
+        grouped, dropped = read_ledger(source)
+        if dropped:
             logger.warning(
-                "manifest: skipped %d torn or non-JSON ledger line(s) in %s", bad, source
+                "manifest: skipped %d ledger line(s) in %s (%s); the graphs they name are not in the manifest",
+                sum(dropped.values()), source, describe_dropped(dropped),
             )
         stage = f"map ranks with rank_map={rank_map!r}"
         to_global = _rank_mapper(rank_map)

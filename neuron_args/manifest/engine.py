@@ -7,6 +7,7 @@ imported, and tests toggle ``VLLM_NEURON_MANIFEST_DIR`` per test.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 __all__ = [
@@ -21,6 +22,9 @@ __all__ = [
 MANIFEST_DIR_ENV = "VLLM_NEURON_MANIFEST_DIR"
 VISIBLE_DEVICES_ENV = "NEURON_VISIBLE_DEVICES"
 NO_DEVICE_PREFIX = "nodev"
+#: Highest device index accepted (a guard against a typo such as "0-99999999" expanding forever).
+MAX_DEVICE_INDEX = 65535
+_INDEX_RE = re.compile(r"[0-9]+\Z")  # ASCII digits only: "²" or "٣" are not device indices
 
 
 def manifest_root_str() -> str | None:
@@ -39,9 +43,9 @@ def manifest_root() -> Path | None:
 
 def _device(text: str, spec: str) -> int:
     text = text.strip()
-    if not text.isdigit():
+    if not _INDEX_RE.match(text) or int(text) > MAX_DEVICE_INDEX:
         raise ValueError(
-            f"{VISIBLE_DEVICES_ENV}={spec!r}: {text!r} is not a device index; "
+            f"{VISIBLE_DEVICES_ENV}={spec!r}: {text!r} is not a device index (0..{MAX_DEVICE_INDEX}); "
             "write indices and ranges like '0-7', '0,1,2,3' or '0-1,4-5'"
         )
     return int(text)

@@ -21,17 +21,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
+from collections import Counter
 from collections.abc import Sequence
 
-from neuron_args.manifest.engine import get_server_prefix, manifest_root_str
+from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, get_server_prefix, manifest_root_str
 
 __all__ = [
     "LEDGER_DIRNAME",
     "clear_tp_group",
     "current_tp_rank",
     "ledger_dir",
+    "read_ledger",
     "record_graph",
     "register_tp_group",
     "registered_tp_group",
@@ -50,6 +53,7 @@ _state_pid: int | None = None
 _started_paths: set[str] = set()  # ledger files this pid has already truncated
 _failure_logged_pid: int | None = None
 _tp_group: tuple[tuple[int, ...], int] | None = None  # (group_ranks, rank_in_group)
+_torn_paths: set[str] = set()  # files whose last write stopped half-way: the next line starts on a new one
 
 
 def _reinit_lock_in_child() -> None:
@@ -178,6 +182,7 @@ def _append(path: str, data: bytes) -> None:
         if _state_pid != pid:  # first call in this process (or in a forked child)
             _state_pid = pid
             _started_paths.clear()
+            _torn_paths.clear()
         first = path not in _started_paths
         flags = _OPEN_FLAGS | (os.O_TRUNC if first else 0)
         try:
@@ -185,17 +190,25 @@ def _append(path: str, data: bytes) -> None:
         except FileNotFoundError:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(path, flags, 0o644)
+        _started_paths.add(path)
+        if path in _torn_paths and not first:  # end the torn fragment: it must not swallow this line
+            data = b"\n" + data
         try:
             view = memoryview(data)
             while view:
-                written = os.write(fd, view)
+                try:
+                    written = os.write(fd, view)
+                except OSError:
+                    if len(view) < len(data):
+                        _torn_paths.add(path)
+                    raise
                 view = view[written:]
+            _torn_paths.discard(path)
         finally:
             os.close(fd)
-        _started_paths.add(path)
 
 
-def _log_failure_once(path: str | None, exc: BaseException) -> None:
+def _log_failure_once(path: str | None, exc: BaseException, fix: str | None = None) -> None:
     global _failure_logged_pid
     pid = os.getpid()
     if _failure_logged_pid == pid:
@@ -203,11 +216,14 @@ def _log_failure_once(path: str | None, exc: BaseException) -> None:
         return
     _failure_logged_pid = pid
     where = f" to {path}" if path else ""
+    fix = fix or (
+        "Check that VLLM_NEURON_MANIFEST_DIR points to a writable directory, or unset it to turn "
+        "the manifest off."
+    )
     logger.warning(
         "manifest ledger write%s failed (%s: %s); the manifest of this engine will miss graphs "
-        "recorded by pid %d. Compilation is unaffected. Check that %s points to a writable "
-        "directory, or unset it to turn the manifest off.",
-        where, type(exc).__name__, exc, pid, "VLLM_NEURON_MANIFEST_DIR",
+        "recorded by pid %d. Compilation is unaffected. %s",
+        where, type(exc).__name__, exc, pid, fix,
     )
 
 
@@ -234,7 +250,12 @@ def record_graph(
         return
     path: str | None = None
     try:
-        directory = ledger_dir(root, get_server_prefix())
+        prefix = get_server_prefix()
+    except ValueError as exc:  # a garbage NEURON_VISIBLE_DEVICES: say so, and which variable
+        _log_failure_once(None, exc, f"Fix {VISIBLE_DEVICES_ENV} (the engine id is read from it) or unset it.")
+        return
+    try:
+        directory = ledger_dir(root, prefix)
         rank = current_tp_rank()
         if (directory, key, rank) in _recorded:  # a Dynamo recompile of a recorded graph adds nothing
             return
@@ -250,3 +271,95 @@ def forget_recorded(directory: str) -> None:
     """An emit consumed ``directory``: graphs recorded there may be recorded again (a relaunch)."""
     for item in [r for r in _recorded if r[0] == directory]:
         _recorded.discard(item)
+
+
+# ----------------------------------------------------------------------------- reading
+
+_KEY_RE = re.compile(r"[0-9a-f]{32}\Z")
+_SHAPE_RE = re.compile(r"([0-9]+(, [0-9]+)*,?)?\Z")
+_RECORD_START = '{"key":'
+
+
+def _problem(record: object) -> str | None:
+    """Why a decoded ledger record cannot become a manifest graph, or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    key = record.get("key")
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        return "key is not 32 lowercase hex characters"
+    rank = record.get("rank")
+    if "rank" not in record:
+        return "no rank"
+    if type(rank) is not int or rank < 0:
+        return "rank is not a non-negative integer"
+    shapes = record.get("input_shapes", [])
+    if not isinstance(shapes, list) or not all(isinstance(s, str) and _SHAPE_RE.match(s) for s in shapes):
+        return "input_shapes is not a list of shape strings"
+    flags = record.get("compiler_flags")
+    if flags is not None and not (isinstance(flags, str) or (isinstance(flags, list) and all(isinstance(f, str) for f in flags))):
+        return "compiler_flags is not a string or a list of strings"
+    if record.get("graph_type") is not None and not isinstance(record["graph_type"], str):
+        return "graph_type is not a string"
+    return None
+
+
+def _decode_line(line: str, decode: object) -> tuple[object | None, bool]:
+    """``(record, torn)``: a whole line, or the record written after a torn fragment on the same line."""
+    try:
+        return decode(line), False  # type: ignore[operator]
+    except ValueError:
+        pass
+    start = line.find(_RECORD_START, 1)
+    while start != -1:
+        try:
+            return decode(line[start:]), True  # type: ignore[operator]
+        except ValueError:
+            start = line.find(_RECORD_START, start + 1)
+    return None, True
+
+
+def read_ledger(directory: str) -> tuple[dict[str, list], Counter[str]]:
+    """``{key: [local ranks, record of the lowest rank, that rank]}`` and the dropped lines by reason.
+
+    A torn fragment (a write that died half-way) is dropped without losing the record written
+    after it on the same line; a record whose values could not make a valid manifest entry (a
+    key that is not 32 hex characters, a negative rank, a malformed shape...) is dropped. The
+    counter counts every dropped line or fragment exactly once. The hot loop of an emit: one
+    parse, one check, a dict lookup and a set insert per line.
+    """
+    graphs: dict[str, list] = {}
+    dropped: Counter[str] = Counter()
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
+    except FileNotFoundError:
+        return graphs, dropped
+    decode = json.JSONDecoder().decode
+    for name in names:
+        with open(os.path.join(directory, name), "rb") as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            record, torn = _decode_line(line, decode)
+            if torn:
+                dropped["torn or non-JSON"] += 1
+            if record is None:
+                continue
+            problem = _problem(record)
+            if problem is not None:
+                dropped[problem] += 1
+                continue
+            key, rank = record["key"], record["rank"]  # type: ignore[index]
+            entry = graphs.get(key)
+            if entry is None:
+                graphs[key] = [{rank}, record, rank]
+            else:
+                entry[0].add(rank)
+                if rank < entry[2]:
+                    entry[1], entry[2] = record, rank
+    return graphs, dropped
+
+
+def describe_dropped(dropped: Counter[str]) -> str:
+    """``"2 torn or non-JSON, 1 rank is not a non-negative integer"``: the emit warning's detail."""
+    return ", ".join(f"{n} {why}" for why, n in sorted(dropped.items()))

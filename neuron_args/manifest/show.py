@@ -130,13 +130,17 @@ def read_metadata(cache_dir: str | os.PathLike[str], key: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def entry_status(entry_dir: str | os.PathLike[str], metadata: Mapping | None) -> str:
-    """``complete`` (marker present), ``pending`` (captured, not compiled) or ``incomplete``."""
-    if os.path.exists(os.path.join(os.fspath(entry_dir), COMPLETE_MARKER)):
-        return "complete"
-    if isinstance(metadata, Mapping) and metadata.get("status") == "pending":
-        return "pending"
-    return "incomplete"
+def entry_status(entry_dir: str | os.PathLike[str], metadata: Mapping | None = None) -> str:
+    """The entry's status (see ``CacheEntry.status``); ``compiling (pid N)`` names the lock holder."""
+    from neuron_args.cache import CacheEntry, lock_holder
+
+    path = Path(entry_dir)
+    entry = CacheEntry(path.parent, path.name)
+    status = entry.status
+    if status == "compiling":
+        pid = lock_holder(entry.lock_path)
+        return f"compiling (pid {pid})" if pid else status
+    return status
 
 
 @dataclass(frozen=True)
@@ -206,11 +210,14 @@ def cache_table(entries: Sequence[CacheEntryInfo]) -> str:
         for e in entries
     ]
     table = render_table(["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE"], rows)
-    counts = {s: sum(e.status == s for e in entries) for s in ("complete", "pending", "incomplete")}
+    counts: dict[str, int] = {}
+    for e in entries:
+        counts[e.status.split(" ")[0]] = counts.get(e.status.split(" ")[0], 0) + 1
+    shown = ", ".join(f"{counts.pop(s, 0)} {s}" for s in ("complete", "pending"))
+    shown += "".join(f", {n} {s}" for s, n in sorted(counts.items()))
     summary = (
-        f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} "
-        f"({counts['complete']} complete, {counts['pending']} pending, "
-        f"{counts['incomplete']} incomplete), {human_size(sum(e.size for e in entries))}"
+        f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({shown}), "
+        f"{human_size(sum(e.size for e in entries))}"
     )
     return table + "\n" + summary
 

@@ -22,15 +22,25 @@ from typing import Any
 
 import torch
 
-from neuron_args.cache import STATS, CacheEntry, CompileCache, _assert_cache_key_args, new_metadata, now_iso
+from neuron_args.cache import (
+    STATS,
+    CacheEntry,
+    CompileCache,
+    _assert_cache_key_args,
+    assert_cache_hit_enabled,
+    compile_entry,
+    disk_error,
+    new_metadata,
+)
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
-from neuron_args.compilers import select_compiler
+from neuron_args.compilers import resolve_compile_timeout, select_compiler
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
-from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, LoweringError
+from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import records
+from neuron_args.seams.options import check_options, deferred_raise
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
 
 log = logging.getLogger("neuron_args.seams")
@@ -58,7 +68,9 @@ class CompiledGraph:
         self.lowered = lowered
         self.options = dict(options)
         self.cache = CompileCache.from_options(options)
+        self.cache.check_root()
         self.compiler = select_compiler(options)
+        self.compile_timeout = resolve_compile_timeout(options, self.compiler.info.name)
         self.graph_sha256 = graph_digest(lowered.hlo_text)
         specs = lowered.input_specs
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
@@ -100,6 +112,10 @@ class CompiledGraph:
         build = functools.partial(self._compile_into, key=key, request=request, graph_type=graph_type, rec=rec)
         try:
             entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
+            run = self._load(entry, hit, key, graph_type, rec)
+            if run is None:  # the entry's executable did not load: it was moved aside, build it again
+                entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
+                run = self._load(entry, False, key, graph_type, rec)  # a second failure is an error
         except CacheMissError:
             rec.serve_misses = int(records.serving)
             records.record(rec)
@@ -108,16 +124,37 @@ class CompiledGraph:
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
         rec = records.record(rec)
-        if self.compiler.info.executable_format != XLA_CPU_FORMAT:
+        if run is True:
             _say_neff_runs_eagerly(self.compiler.info.name)
             return _counted(self.gm, rec)
-        exe = _loaded.get(key.key)
-        if exe is None:  # loaded once per process, even when Dynamo recompiles the same graph
-            from neuron_args.runtime import LoadedExecutable
+        return _counted(run, rec)
 
-            exe = _loaded[key.key] = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs,
-                                                           self.lowered.output_specs)
-        return _counted(exe, rec)
+    def _load(self, entry: CacheEntry, hit: bool, key: CacheKey, graph_type: str | None,
+              rec: records.GraphRecord) -> Any:
+        """The loaded executable (True for a NEFF, which runs eagerly here), or None when a cached one
+        does not load: it is then moved aside (corrupt) for the caller to rebuild."""
+        if self.compiler.info.executable_format != XLA_CPU_FORMAT:
+            return True
+        exe = _loaded.get(key.key)
+        if exe is not None:  # loaded once per process, even when Dynamo recompiles the same graph
+            return exe
+        from neuron_args.runtime import LoadedExecutable
+
+        try:
+            exe = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs, self.lowered.output_specs)
+        except Exception as exc:
+            problem = f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})"
+            if not hit:
+                raise CompileError(
+                    f"graph type {graph_type!r}, key {key.key}: the {self.compiler.info.name} compiler built "
+                    f"{entry.executable_path} but it does not load: {problem}\nfix: report it with graph.hlo "
+                    "and command.txt of that entry") from exc
+            if assert_cache_hit_enabled():
+                raise self.cache.corrupt_error(entry, problem, graph_type) from None
+            self.cache.quarantine(entry, problem)
+            return None
+        _loaded[key.key] = exe
+        return exe
 
     def _ledger(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
         """The manifest's ledger line: written once the graph is captured, compiled or found built."""
@@ -135,6 +172,8 @@ class CompiledGraph:
             output_shapes=list(lowered.result_shapes),
             compiler_flags=request.compiler_flags(),
             compiler=self.compiler.info.as_dict(),
+            # parallel_compile honours the capture's own timeout option (None: the environment, else the default)
+            compile_timeout=self.options.get("compile_timeout"),
         )
 
     def _compile_into(self, entry: CacheEntry, *, key: CacheKey, request: PlatformArgs, graph_type: str | None,
@@ -142,7 +181,8 @@ class CompiledGraph:
         entry.hlo_path.write_bytes(self.lowered.hlo_module_proto)
         md = self._metadata(key, request, graph_type, status="compiling")
         entry.write_metadata(md)
-        compile_entry(entry, self.compiler, request.compiler_args, request.target, graph_type, md)
+        compile_entry(entry, self.compiler, request.compiler_args, request.target, graph_type, md,
+                      timeout=self.compile_timeout)
         rec.compiles += 1
         rec.compile_seconds = entry.metadata().get("compile_seconds")
 
@@ -150,15 +190,21 @@ class CompiledGraph:
         """Write a pending entry unless the key is already built; True when written."""
         entry = self.cache.entry(key)
         if entry.is_complete:
-            return False
-        with self.cache.lock(key):
-            if entry.is_complete:
+            problem = self.cache.verified(entry)
+            if problem is None:
                 return False
-            entry.reset()
-            entry.hlo_path.write_bytes(self.lowered.hlo_module_proto)
-            entry.write_metadata(self._metadata(key, request, graph_type, status="pending"))
-            STATS.captures += 1
-            return True
+            self.cache.quarantine(entry, problem)
+        try:
+            with self.cache.lock(key):
+                if entry.is_complete:
+                    return False
+                entry.reset()
+                entry.hlo_path.write_bytes(self.lowered.hlo_module_proto)
+                entry.write_metadata(self._metadata(key, request, graph_type, status="pending"))
+                STATS.captures += 1
+                return True
+        except OSError as exc:
+            raise disk_error(exc, entry.path, key=key.key, graph_type=graph_type) from exc
 
     def _check_native_args(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
         args = list(request.compiler_args)
@@ -194,19 +240,6 @@ def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list
         return fn(*args)
 
     return run
-
-
-def compile_entry(entry: CacheEntry, compiler: Any, compiler_args: Sequence[str], target: str,
-                  graph_type: str | None, metadata: Mapping[str, Any]) -> None:
-    """Compile ``entry``'s graph.hlo into its executable and record how (the marker is the caller's)."""
-    result = compiler.compile(
-        hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
-        compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
-    )
-    entry.write_metadata({
-        **metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": result.argv,
-        "compiled": now_iso(), "compile_seconds": round(result.seconds, 4), "compiler": compiler.info.as_dict(),
-    })
 
 
 def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
@@ -254,14 +287,17 @@ class NeuronBackend:
 
         from neuron_args.lowering.hlo import lower_fx_graph
 
-        _refuse_symbolic(example_inputs, self.seam)
-        opts = dict(options or {})
-        user_inputs = _user_input_mask(gm)
+        try:
+            opts = check_options(options, self.seam)
+            _refuse_symbolic(example_inputs, self.seam)
+            user_inputs = _user_input_mask(gm)
 
-        def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
-            return CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs)
+            def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
+                return CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs)
 
-        return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+            return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+        except NeuronArgsError as exc:  # Dynamo would wrap it in BackendCompilerFailed: raise it at call time
+            return deferred_raise(exc)
 
 
 neuron_libtorch = NeuronBackend(COMPILE_SEAM)

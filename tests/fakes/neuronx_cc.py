@@ -5,6 +5,11 @@ It checks the neuronx-cc argv shape, records its argv, writes a log line and an 
 ``FAKE_NEURONX_CC_MODE`` makes it fail: ``exit70``, ``exit1``, ``segv``, ``kill``, ``abort``,
 ``sleep``, ``no-output``, ``bad-version`` (``--version`` fails).
 ``FAKE_NEURONX_CC_RECORD``: append the argv (one JSON list a line) to this file.
+``FAKE_NEURONX_CC_PIDS``: a folder; each compile writes ``<pid>`` there (and ``<pid>.helper`` for
+its helper) so a test can find and reap what it started.
+``FAKE_NEURONX_CC_SLEEP``: seconds a compile sleeps *before* writing its output (a slow compile,
+or a hung one with a large value); ``FAKE_NEURONX_CC_HELPER=1`` first starts a helper process
+that sleeps as long, like neuronx-cc's own subprocesses.
 """
 import json
 import os
@@ -27,6 +32,9 @@ def main(argv):
             return 1
         sys.stdout.write(VERSION_TEXT)
         return 0
+    pids = os.environ.get("FAKE_NEURONX_CC_PIDS")
+    if pids and argv[:1] == ["compile"]:
+        open(os.path.join(pids, str(os.getpid())), "w").close()
     if argv[:1] != ["compile"] or len(argv) < 10 or argv[2:4] != ["--framework", "XLA"]:
         print(f"fake neuronx-cc: unexpected argv {argv}", file=sys.stderr)
         return 64
@@ -40,6 +48,15 @@ def main(argv):
             log.write(f"log line {n}\n")
         log.flush()
     print("fake neuronx-cc: stderr says hello", file=sys.stderr, flush=True)
+    delay = float(os.environ.get("FAKE_NEURONX_CC_SLEEP", "0") or 0)
+    if delay:
+        if os.environ.get("FAKE_NEURONX_CC_HELPER") == "1":
+            import subprocess
+
+            helper = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({delay})"])
+            if pids:
+                open(os.path.join(pids, f"{helper.pid}.helper"), "w").close()
+        time.sleep(delay)
     if mode != "no-output":
         with open(opts["--output"], "wb") as out:
             out.write(b"NEFF" + b"\0" * 60)  # a half-written executable the driver must discard

@@ -1,0 +1,152 @@
+"""How long a compiler may run and when it must stop: timeouts, parent death, cancellation.
+
+* **Timeout**: ``options["compile_timeout"]`` (seconds), else ``$NEURON_ARGS_COMPILE_TIMEOUT``,
+  else the compiler's default (:data:`DEFAULT_TIMEOUTS`). On expiry the compiler's whole process
+  group is killed and the compile fails with "timed out after N s".
+* **No orphans** (Linux): each compiler runs under :mod:`neuron_args.compilers.supervisor`, which
+  kills the compiler's process group when this process dies, ``kill -9`` included.
+* **Cancellation**: a :class:`CancelScope` (``parallel_compile`` opens one per call) kills every
+  compiler started inside it at once and refuses to start new ones.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from neuron_args.errors import OptionsError
+
+COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
+#: Default compile timeout in seconds per compiler name: neuronx-cc builds of large graphs at -O3
+#: take tens of minutes; the embedded XLA:CPU compiler takes seconds.
+DEFAULT_TIMEOUTS = {"neuronx-cc": 7200.0, "local": 1800.0}
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+SUPERVISED = sys.platform.startswith("linux")
+PR_SET_PDEATHSIG = 1
+
+
+def check_timeout(value: Any, source: str) -> float:
+    """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
+    try:
+        seconds = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (math.isfinite(seconds) and seconds > 0):
+        raise OptionsError(
+            f"{source}={value!r} is not a compile timeout: give a positive number of seconds "
+            f"(e.g. 3600); the defaults are {', '.join(f'{k} {v:g} s' for k, v in DEFAULT_TIMEOUTS.items())}"
+        )
+    return seconds
+
+
+def resolve_compile_timeout(options: Mapping[str, Any] | None, compiler_name: str) -> float:
+    """``options["compile_timeout"]``, else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler default."""
+    given = (options or {}).get("compile_timeout")
+    if given is not None:
+        return check_timeout(given, "options['compile_timeout']")
+    env = os.environ.get(COMPILE_TIMEOUT_ENV, "")
+    if env.strip():
+        return check_timeout(env, COMPILE_TIMEOUT_ENV)
+    return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
+
+
+def supervised_argv(argv: list[str]) -> list[str]:
+    """``argv`` wrapped in the supervisor (Linux), so the compiler dies with this process."""
+    if not SUPERVISED:
+        return argv
+    return [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()), *argv]
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; else nothing).
+
+    For children this library forks itself (trace children): call it first thing in the child
+    with the parent's pid taken before the fork (a parent already gone gets ``sig`` at once).
+    """
+    if not SUPERVISED:
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's process group (it leads one) and reap the child."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    proc.wait()
+
+
+class CompileCancelled(Exception):
+    """Raised inside a worker whose :class:`CancelScope` was cancelled (never reaches users)."""
+
+
+class CancelScope:
+    """The compilers started under one scope; :meth:`cancel` kills them and refuses new ones."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # cancel() also runs in a signal handler, maybe inside cancel()
+        self._running: set[subprocess.Popen] = set()
+        self._event = threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise CompileCancelled()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._event.set()
+            procs = list(self._running)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def add(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.add(proc)
+            cancelled = self._event.is_set()
+        if cancelled:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def discard(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when cancelled meanwhile (an interruptible poll)."""
+        return self._event.wait(seconds)
+
+
+_scope: contextvars.ContextVar[CancelScope | None] = contextvars.ContextVar("neuron_args_cancel_scope", default=None)
+
+
+def current_scope() -> CancelScope | None:
+    return _scope.get()
+
+
+@contextlib.contextmanager
+def within(scope: CancelScope) -> Iterator[CancelScope]:
+    """Run compiles started in this block (this thread) under ``scope``."""
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)

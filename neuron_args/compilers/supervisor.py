@@ -1,0 +1,75 @@
+"""Runs one compiler so that it never outlives the Python process that asked for it (Linux).
+
+    python -I -S supervisor.py <parent pid> <program> [args...]
+
+The driver starts this script as the leader of a new process group (``start_new_session``); it
+asks the kernel for SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``), then runs the
+compiler in the same group and waits. When the parent is gone (``kill -9`` included) or this
+script gets SIGTERM/SIGINT/SIGHUP, it SIGKILLs the whole group: the compiler and every helper
+process neuronx-cc started. The compiler's exit status is passed on unchanged (a signal death is
+re-raised on this process), so the driver decodes it as if it had run the compiler itself.
+
+Kept to the standard library and run with ``-I -S`` (no site, no imports of this package), so it
+costs a few milliseconds per compile. It is a script, not an import: nothing here runs in the
+library's own process.
+"""
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+EXIT_CANNOT_START = 127
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+_child = 0
+
+
+def _kill_group(signum, frame=None):
+    try:
+        if os.getpgrp() == os.getpid():  # started as a group leader, as the driver does
+            os.killpg(0, signal.SIGKILL)  # the compiler, its helpers and this process
+        elif _child:  # run by hand inside someone else's group: only what this script started
+            os.kill(_child, signal.SIGKILL)
+    finally:
+        os._exit(128 + signum)
+
+
+def _die_with_parent(parent: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        print(f"neuron-args supervisor: prctl failed (errno {ctypes.get_errno()}); "
+              "the compiler may outlive a killed parent", file=sys.stderr)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        _kill_group(signal.SIGTERM)
+
+
+def main(argv):
+    parent, program = int(argv[0]), argv[1:]
+    for sig in _FORWARDED:
+        signal.signal(sig, _kill_group)
+    _die_with_parent(parent)
+    global _child
+    pid = _child = os.fork()
+    if pid == 0:
+        try:
+            for sig in _FORWARDED:
+                signal.signal(sig, signal.SIG_DFL)
+            os.execvp(program[0], program)
+        except OSError as exc:
+            print(f"neuron-args supervisor: cannot start {program[0]}: {exc}", file=sys.stderr, flush=True)
+        os._exit(EXIT_CANNOT_START)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be (and need not be) reset
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal that does not kill (should not happen): say which one
+    return os.WEXITSTATUS(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
