@@ -165,3 +165,13 @@ def test_op_without_lowering_names_op_graph_type_source_line_and_fix():
     assert "graph type 'decode'" in message
     assert "test_lowering_ops.py" in message and "return opaque(x * 2) + 1" in message
     assert "register_lowering('neuron_args_test::opaque')" in message
+
+
+def test_through_a_seam_the_lowering_error_reaches_the_caller_as_itself(tmp_path):
+    cm = torch.compile(lambda x: opaque(x) + 1, backend="neuron_libtorch", dynamic=False,
+                       options={"cache_dir": str(tmp_path), "compiler": "local"})
+    torch._dynamo.reset()
+    with torch.inference_mode(), scoped_compiler_args(["-O3"], graph_type="encoder"), \
+            pytest.raises(LoweringError, match="graph type 'encoder'") as caught:
+        cm(torch.ones(3))
+    assert "register_lowering('neuron_args_test::opaque')" in str(caught.value)
