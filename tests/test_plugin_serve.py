@@ -63,7 +63,7 @@ def test_serve_time_miss_names_graph_key_closest_entry_and_flag(neuron_project: 
     assert "neuron-args: graphs of this session" in out
     row = _table_row(out, "decode", decode)
     assert row[:5] == ["decode", "(1, 8)", "3", decode[:12], "loaded"]
-    assert int(row[7]) >= 3  # loaded by each of the three tests' warmups (a Dynamo recompile at serve adds one)
+    assert int(row[7]) >= 1  # loaded by the one warmup the three tests share (a Dynamo recompile at serve adds one)
     row = _table_row(out, "prefill", warm_cache.keys["prefill"])
     assert row[:5] == ["prefill", "(4, 8)", "1", warm_cache.keys["prefill"][:12], "loaded"]
     # the unscoped call's key (base -O1, no graph-type label) gets its own row: never built, missed twice
@@ -164,10 +164,9 @@ def test_xdist_workers_merge_into_one_summary(neuron_project: pytest.Pytester, w
     result.stdout.fnmatch_lines(["2 graphs: 0 compiled, 2 loaded, 0 captured; session cache *; cache activity: * hits, "
                                  "0 misses, 0 compiles, 0 captures; serve: 2 call(s) in 2 serve block(s) "
                                  "(decode 1, prefill 1), 0 miss(es); merged from 2 xdist workers"])
-    # each worker wrote its manifests under its own folder, one per test
-    written = sorted(p.relative_to(manifests).parts for p in manifests.rglob("manifest.json"))
-    assert len(written) == 2 and {parts[0] for parts in written} <= {"gw0", "gw1"}, written
-    assert {parts[1] for parts in written} == {"test_dist.py__test_prefill", "test_dist.py__test_decode"}
-    for path in manifests.rglob("manifest.json"):
-        doc = json.loads(path.read_text())
-        assert len(doc["graphs"]) == 1 and doc["graphs"][0]["graph_hash"] in warm_cache.keys.values()
+    # one session manifest per engine: the controller merged both workers' graphs into it
+    assert sorted(p.relative_to(manifests).as_posix() for p in manifests.rglob("manifest.json")) == ["nodev/manifest.json"]
+    doc = json.loads((manifests / "nodev" / "manifest.json").read_text())
+    assert sorted(g["graph_hash"] for g in doc["graphs"]) == sorted(warm_cache.keys.values())
+    assert all(g["ranks"] == [0] for g in doc["graphs"])
+    assert not (manifests / "ledger").exists()  # consumed by the emit
