@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import linecache
 import logging
 import os
 import time
@@ -371,6 +372,11 @@ class NeuronRunner:
         return CacheStats(hits=len(keys) - len(built), misses=len(built), compiles=len(built), captures=len(built))
 
     # -- serve ---------------------------------------------------------------------------------------
+    @property
+    def serving(self) -> ServeSession | None:
+        """The open ``serve()`` block's session (calls per graph type so far), else None."""
+        return self._serving
+
     @contextlib.contextmanager
     def serve(self, assert_cache_hit: bool = True) -> Iterator[ServeSession]:
         """Serve with ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` set (restored after) and count cache activity.
@@ -490,7 +496,8 @@ def graph_break_message(graph_type: str, exc: BaseException) -> str:
     stack = getattr(exc, "real_stack", None) or []
     frame = stack[-1] if stack else None
     where = f"{frame.filename}:{frame.lineno} (in {frame.name})" if frame is not None else "an unknown line"
-    line = f"\n    {frame.line.strip()}" if frame is not None and frame.line else ""
+    text = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)) if frame is not None else ""
+    line = f"\n    {text.strip()}" if text and text.strip() else ""
     return (f"graph break in graph type {graph_type!r} at {where}:{line}\n  Dynamo's reason: {reason}"
             + (f" ({explanation})" if explanation else "")
             + "\n  Neuron serves whole graphs: this graph type would become several graphs (and several compiles). "

@@ -38,13 +38,16 @@ PROGRESS_KEY = pytest.StashKey[list]()
 CALL_FAILED = pytest.StashKey[bool]()
 
 
-def _user_model(request: pytest.FixtureRequest, wanted_by: str) -> Any:
-    try:
-        return request.getfixturevalue(USER_FIXTURE)
-    except pytest.FixtureLookupError:
-        pytest.fail(
-            f"{wanted_by} needs a `{USER_FIXTURE}` fixture: define one in your conftest.py that returns "
-            "your model (an nn.Module whose neuron_graphs() returns its GraphSpec list)", pytrace=False)
+@pytest.fixture
+def neuron_model(request: pytest.FixtureRequest) -> Any:
+    """The user's model. This default, which any ``neuron_model`` of a conftest overrides, only explains itself."""
+    users = [name for name in request.fixturenames if name in MODEL_FIXTURES] or ["this test"]
+    marked = marked_graph_types(request.node)
+    how = f" (with @pytest.mark.graph_type({', '.join(map(repr, marked))}))" if marked else ""
+    pytest.fail(
+        f"{users[0]}{how} needs a `{USER_FIXTURE}` fixture: define one in your conftest.py that returns "
+        "your model (an nn.Module whose neuron_graphs() returns its GraphSpec list); scope='session' shares one "
+        "warmup between tests", pytrace=False)
 
 
 def _model_fixturedef(request: pytest.FixtureRequest) -> Any:
@@ -98,8 +101,7 @@ def _neuron_graph_type_check(request: pytest.FixtureRequest) -> None:
     """
     marked = marked_graph_types(request.node)
     if marked and MODEL_FIXTURES & set(request.fixturenames):
-        check_graph_types(request.node.nodeid, _user_model(request, f"@pytest.mark.graph_type{tuple(marked)!r}"),
-                          marked)
+        check_graph_types(request.node.nodeid, request.getfixturevalue(USER_FIXTURE), marked)
 
 
 @pytest.fixture(scope="session")
@@ -146,7 +148,9 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
         try:
             runner = NeuronRunner(model, compiler_args=s.compiler_args, target=s.target, compiler=s.compiler,
                                   cache_dir=session.cache_dir(), optimization_level=s.optimization_level,
-                                  fullgraph=fullgraph, compile_timeout=s.compile_timeout)
+                                  fullgraph=fullgraph, compile_timeout=s.compile_timeout,
+                                  manifest_config={"topology": {"world_size": s.tp, "tensor_parallel_size": s.tp,
+                                                                "has_collectives": s.tp > 1}})
         except NeuronArgsError as exc:
             pytest.fail(f"{USER_FIXTURE} ({type(model).__name__}): {exc}", pytrace=False)
         runner.emit_manifests = False  # the session writes the manifest once, at its end
@@ -157,10 +161,9 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
 
 
 @pytest.fixture
-def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Any:
+def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Any:
     """A :class:`neuron_args.runner.NeuronRunner` for ``neuron_model`` with the session's options (shared, see above)."""
-    model = _user_model(request, "neuron_runner")
-    return session_runner(request, get_session(pytestconfig), model)
+    return session_runner(request, get_session(pytestconfig), neuron_model)
 
 
 @pytest.fixture
@@ -423,6 +426,6 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
 
 
 __all__ = [
-    "neuron_baseline", "neuron_cache", "neuron_compile_counter", "neuron_compiler_args", "neuron_manifest",
+    "neuron_baseline", "neuron_cache", "neuron_model", "neuron_compile_counter", "neuron_compiler_args", "neuron_manifest",
     "neuron_runner", "neuron_served", "neuron_settings", "neuron_target", "neuron_warmup",
 ]

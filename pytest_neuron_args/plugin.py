@@ -24,6 +24,7 @@ from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected
     neuron_compile_counter,
     neuron_compiler_args,
     neuron_manifest,
+    neuron_model,
     neuron_runner,
     neuron_served,
     neuron_settings,

@@ -186,12 +186,7 @@ def test_graph_type_marker_must_name_declared_types(neuron_project: pytest.Pytes
     ])
 
 
-def test_graph_type_marker_without_a_model_fixture(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_nomodel="""
-        import pytest
-
-        @pytest.mark.graph_type("decode")
-        def test_needs_model():
+def test_needs_model():
             pass
     """)
     result = pytester.runpytest("-p", "no:cacheprovider")
