@@ -279,7 +279,12 @@ def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
     hint = shlex.join(["pytest", nodeid, *_neuron_args(pytestconfig), "--neuron-update-baseline"])
     fixturedef = _model_fixturedef(request)
     anchor = baseline_anchor(pytestconfig, getattr(fixturedef, "func", None))
-    name = safe_name(nodeid) + (f"[{s.baseline_variant()}]" if s.baseline_variant() else "")
+    try:  # named from the anchor too, so neither the folder nor the name moves with the rootdir
+        test_id = Path(request.node.path).resolve().relative_to(anchor).as_posix() + (
+            nodeid[nodeid.index("::"):] if "::" in nodeid else "")
+    except ValueError:
+        test_id = nodeid
+    name = safe_name(test_id) + (f"[{s.baseline_variant()}]" if s.baseline_variant() else "")
     return Baseline(baseline_path(s.baseline, anchor, name), nodeid=nodeid,
                     update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append)
 
