@@ -65,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
     if session.is_rank_worker:
+        _RANK_WORKER["session"] = session
         _join_tp_group()
     if not session.is_worker:
         _warn_split_path_options(config)
@@ -92,6 +93,9 @@ def _warn_split_path_options(config: pytest.Config) -> None:
                 f"ini file {config.inipath or '(none found)'}"), stacklevel=2)
 
 
+_RANK_WORKER: dict[str, NeuronSession] = {}  # set only in a --neuron-tp rank process (one session per process)
+
+
 def _join_tp_group() -> None:
     """A ``--neuron-tp`` rank process: join the gloo group the launcher set up and tell the ledger our rank."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -103,7 +107,9 @@ def _join_tp_group() -> None:
 
     rank = int(os.environ["RANK"])
     if not dist.is_initialized():
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        import datetime
+
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
     register_tp_group(list(range(world)), rank)
 
 
@@ -149,6 +155,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed and _RANK_WORKER.get("session") is not None:
+        _RANK_WORKER["session"].report_rank_failure(str(report.longrepr))
     lines = getattr(report, "neuron_progress", None)
     node = getattr(report, "node", None)  # set by xdist on the controller: the worker it came from
     config = getattr(node, "config", None)

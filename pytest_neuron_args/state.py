@@ -151,6 +151,16 @@ class NeuronSession:
                 os.environ.pop(MANIFEST_DIR_ENV, None)
             self._saved_env = None
 
+    def report_rank_failure(self, error: str) -> None:
+        """A rank process's failure before its warmup reported: tell the pytest process what it was."""
+        out = self.settings.rank_worker
+        if out is None:
+            return
+        path = out / f"rank{int(os.environ.get('RANK', '0'))}.json"
+        if not path.exists():
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"rank": int(os.environ.get("RANK", "0")), "error": error}), encoding="utf-8")
+
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
         if self.manifest_config is None and config is not None:
             self.manifest_config = json.loads(json.dumps(config, default=str))
@@ -166,6 +176,10 @@ class NeuronSession:
                                                if w.get("manifest_config")), None)
         written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config)
         self.manifests_written = [str(p) for p in written]
+        try:
+            (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
+        except OSError:
+            pass
         return written
 
     # -- what the session did ---------------------------------------------------------------------------

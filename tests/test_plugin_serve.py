@@ -124,10 +124,20 @@ def test_parallel_flow_gives_the_keys_of_the_in_process_flow(neuron_project: pyt
             neuron_served.run("prefill", {"x": torch.ones(4, 8)})
             in_process = json.loads(Path("keys.json").read_text())
             assert {e.metadata()["graph_type"]: e.key for e in neuron_cache.entries()} == in_process
+
+        def test_nothing_but_the_warmup(neuron_warmup):
+            assert neuron_warmup.flow == "parallel"
     """)
     # a subprocess: the trace children fork, which is only safe in a process without a jax client
-    result = neuron_project.runpytest_subprocess("--neuron-flow", "parallel", "-v")
-    result.assert_outcomes(passed=1)
+    cache = neuron_project.path / "parallel-cache"
+    result = neuron_project.runpytest_subprocess("--neuron-flow=parallel", f"--neuron-cache-dir={cache}", "-v")
+    result.assert_outcomes(passed=2)
+    # the compiles the parallel-flow workers did are counted, and a warm cache shows its graphs as loaded
+    result.stdout.fnmatch_lines(["2 graphs: 2 compiled, 0 loaded, 0 captured; *; cache activity: * 2 compiles, *"])
+    again = neuron_project.runpytest_subprocess("--neuron-flow=parallel", f"--neuron-cache-dir={cache}", "-k",
+                                                "nothing_but_the_warmup", "-p", "no:randomly")
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["2 graphs: 0 compiled, 2 loaded, 0 captured; *"])
     result.stdout.fnmatch_lines([
         "neuron-args parallel compile [[]1/2[]] * compiled in *s (elapsed *",
         "neuron-args parallel compile [[]2/2[]] * compiled in *s (elapsed *",
@@ -158,6 +168,8 @@ def test_xdist_workers_merge_into_one_summary(neuron_project: pytest.Pytester, w
     result = neuron_project.runpytest_subprocess("-n", "2", f"--neuron-manifest-dir={manifests}")
     result.assert_outcomes(passed=2)
     out = result.stdout.str()
+    # the workers' warmup progress, printed by the controller
+    result.stdout.fnmatch_lines(["[[]gw?[]] neuron-args: compiling * (1/1)\u2026"])
     for graph_type, key in warm_cache.keys.items():
         row = _table_row(out, graph_type, key)
         assert row[4] == "loaded" and int(row[7]) >= 1, row
@@ -170,3 +182,46 @@ def test_xdist_workers_merge_into_one_summary(neuron_project: pytest.Pytester, w
     assert sorted(g["graph_hash"] for g in doc["graphs"]) == sorted(warm_cache.keys.values())
     assert all(g["ranks"] == [0] for g in doc["graphs"])
     assert not (manifests / "ledger").exists()  # consumed by the emit
+
+
+def test_calls_of_the_model_are_served_and_undeclared_shapes_reported(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makepyfile(test_direct="""
+        import pytest
+        import torch
+
+        from neuron_args.runner import UndeclaredGraphError
+
+
+        def test_direct_calls_are_served(neuron_served, neuron_model, neuron_compile_counter):
+            with neuron_compile_counter.expect(compiles=0, misses=0), torch.inference_mode():
+                out = neuron_model(torch.ones(1, 8))  # positional, through the model: the decode graph
+                neuron_model(x=torch.ones(4, 8))
+            assert out.shape == (1, 4)
+            assert neuron_served.serving.calls == {"decode": 1, "prefill": 1}
+
+
+        def test_undeclared_shape_raises(neuron_served, neuron_model):
+            with pytest.raises(UndeclaredGraphError) as caught:
+                neuron_model(torch.ones(3, 8))
+            assert "TinyTwoGraph called while serving with x=[3, 8]: the call matches no declared bucket" in str(caught.value)
+            assert "Declared buckets of this entry: prefill b4: x=[4, 8]; decode b1: x=[1, 8]" in str(caught.value)
+
+
+        def test_undeclared_call_fails_the_test(neuron_served, neuron_model):
+            neuron_model(torch.ones(2, 8))
+
+
+        def test_outside_serve_the_model_runs_eagerly(neuron_runner, neuron_model):
+            assert neuron_model(torch.ones(3, 8)).shape == (3, 4)
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly")
+    # the caught UndeclaredGraphError still fails its test at teardown: it would have run eagerly
+    result.assert_outcomes(passed=3, failed=1, errors=1)
+    result.stdout.fnmatch_lines([
+        "*_ ERROR at teardown of test_undeclared_shape_raises _*",
+        "while serving, 1 call(s) matched no declared graph (the test caught the UndeclaredGraphError):",
+        "*_ test_undeclared_call_fails_the_test _*",
+        "E *.UndeclaredGraphError: TinyTwoGraph called while serving with x=[[]2, 8[]]: the call matches no declared "
+        "bucket, so it would run eagerly *",
+    ])
+    result.stdout.fnmatch_lines(["*serve: 2 call(s) in 3 serve block(s) (decode 1, prefill 1), 0 miss(es)"])
