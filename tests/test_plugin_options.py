@@ -186,14 +186,6 @@ def test_graph_type_marker_must_name_declared_types(neuron_project: pytest.Pytes
     ])
 
 
-def test_needs_model():
-            pass
-    """)
-    result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*needs a `neuron_model` fixture: define one in your conftest.py*"])
-
-
 def test_neuron_compiler_args_resolves_the_marked_graph_types(neuron_project: pytest.Pytester) -> None:
     neuron_project.makepyfile(test_args="""
         import pytest
