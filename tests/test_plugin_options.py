@@ -227,3 +227,23 @@ def test_explicit_optimization_level_overrides_the_model_policy(neuron_project: 
     result = neuron_project.runpytest()  # the policy again: decode -O3
     result.assert_outcomes(failed=1)
     assert "{'decode': ['-O3']} != {'decode': ['-O2']}" in result.stdout.str()
+
+
+def test_compile_timeout_and_tp_options_reach_the_runner(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makepyfile(test_timeout="""
+        def test_options(neuron_runner, neuron_settings):
+            assert neuron_runner.options["compile_timeout"] == 12.5
+            assert neuron_settings.compile_timeout == 12.5
+            assert neuron_settings.allow_graph_breaks is True
+            assert neuron_runner.fullgraph is False
+    """)
+    neuron_project.runpytest("--neuron-compile-timeout=12.5", "--neuron-allow-graph-breaks").assert_outcomes(passed=1)
+    with open(neuron_project.path / "tox.ini", "a") as ini:
+        ini.write("\nneuron_compile_timeout = 12.5\nneuron_allow_graph_breaks = true\n")
+    neuron_project.runpytest().assert_outcomes(passed=1)
+    result = neuron_project.runpytest("--neuron-compile-timeout=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--neuron-compile-timeout 0.0: give a number of seconds above 0*"])
+    result = neuron_project.runpytest("--neuron-tp=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--neuron-tp 0: give the number of tensor-parallel ranks, 1 or more*"])
