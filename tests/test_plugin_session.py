@@ -8,9 +8,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_neuron_args.report import shapes_text
-from pytest_neuron_args.state import row_order
-
 
 def test_manifest_dir_holds_one_manifest_per_engine_for_the_session(neuron_project: pytest.Pytester,
                                                                      warm_cache: SimpleNamespace, tmp_path: Path,
@@ -162,6 +159,9 @@ def test_summary_sorts_shapes_as_numbers_and_abbreviates_long_input_lists(neuron
 
 
 def test_shapes_text_and_row_order() -> None:
+    from pytest_neuron_args.report import shapes_text
+    from pytest_neuron_args.state import row_order
+
     assert shapes_text(["1, 8", "2, 64", "2, 64", "2, 64", "2, 64"]) == "(1, 8) (2, 64)x4"
     assert shapes_text(["1,", "1,"]) == "(1,) (1,)"
     assert shapes_text([f"{i}," for i in range(7)]) == "(0,) (1,) (2,) +4 more"
