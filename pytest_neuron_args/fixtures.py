@@ -212,6 +212,8 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
         progress = _progress_writer(pytestconfig, request.node)
         with env({MANIFEST_DIR_ENV: str(session.ledger_root())}):
             report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
+        if report.flow == "parallel":
+            session.add_deferred_counts(report.counts)
         if report.compile_report is not None:
             session.add_compile_report(report.compile_report)
     session.note_manifest_config(neuron_runner.manifest_config_block())

@@ -69,6 +69,7 @@ class NeuronSession:
         self.serve_misses = 0
         self.serve_sessions = 0
         self.parallel_compiled: dict[str, dict[str, Any]] = {}
+        self.deferred_counts: dict[str, int] = {}
         self.baselines_written: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
@@ -189,6 +190,11 @@ class NeuronSession:
         for graph_type, n in calls.items():
             self.serve_calls[graph_type] = self.serve_calls.get(graph_type, 0) + int(n)
 
+    def add_deferred_counts(self, counts: Any) -> None:
+        """Cache counts of a parallel-flow warmup (its traces and compiles ran in other processes)."""
+        for name in ("hits", "misses", "compiles", "captures"):
+            self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
+
     def add_compile_report(self, report: Any) -> None:
         """Remember the graphs a parallel warmup compiled (their records live in the compile workers)."""
         for g in getattr(report, "graphs", None) or []:
@@ -199,7 +205,8 @@ class NeuronSession:
     def stats(self) -> dict[str, int]:
         now = _stats()
         out = {k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now}  # a test may reset STATS
-        out["compiles"] = out.get("compiles", 0) + len(self.parallel_compiled)  # done in parallel-flow workers
+        for name, value in self.deferred_counts.items():  # what parallel-flow children and workers did
+            out[name] = out.get(name, 0) + value
         return out
 
     def local_rows(self) -> list[dict[str, Any]]:
