@@ -111,9 +111,9 @@ def test_baseline_create_pass_change_fail_update(neuron_project: pytest.Pytester
     changed.assert_outcomes(failed=1)
     changed.stdout.fnmatch_lines([
         f"E * the manifest differs from its baseline {baseline}:",
-        f"E *  - graph {warm_cache.keys['decode'][:12]}  inputs (1, 8)  flags --framework XLA --target trn2 -O3",
-        "E *  + graph *  inputs (1, 8)  flags --framework XLA --target trn2 -O2",
-        f"E *  ~ graph {warm_cache.keys['decode'][:12]} -> * (same input shapes): compiler_flags -O3 -> -O2",
+        f"E *  - graph {warm_cache.keys['decode'][:12]} (decode)  inputs (1, 8)  flags --framework XLA --target trn2 -O3",
+        "E *  + graph * (decode)  inputs (1, 8)  flags --framework XLA --target trn2 -O2",
+        f"E *  ~ graph {warm_cache.keys['decode'][:12]} (decode) -> * (same input shapes): compiler_flags -O3 -> -O2",
         "E * If the change is intended, update the baseline with:",
         "E *     pytest test_base.py::test_decode_baseline --neuron-update-baseline",
     ])
@@ -209,3 +209,25 @@ def test_normalize_keeps_what_identifies_a_build() -> None:
         "graphs": [{"graph_hash": "k1", "compiler_flags": "-O3", "ranks": [0], "input_shapes": ["1, 8"]}],
     }
     assert doc["environment"] == {"torch": "2.13.0"}  # the input is left alone
+
+
+def test_manifest_diff_of_two_runs_of_one_build_is_empty(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
+                                                         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from neuron_args.cli import main
+
+    neuron_project.makepyfile(test_base=BASELINE_TEST)
+    other_cache = tmp_path / "other-cache"
+    shutil.copytree(warm_cache.path, other_cache)
+    neuron_project.runpytest(f"--neuron-manifest-dir={tmp_path / 'm1'}", "--neuron-update-baseline").assert_outcomes(
+        passed=1)
+    neuron_project.runpytest(f"--neuron-manifest-dir={tmp_path / 'm2'}",
+                             f"--neuron-cache-dir={other_cache}").assert_outcomes(passed=1)
+    first, second = tmp_path / "m1" / "nodev", tmp_path / "m2" / "nodev"
+    assert json.loads((first / "manifest.json").read_text())["config"]["neuron_config"]["cache_dir"] != \
+        json.loads((second / "manifest.json").read_text())["config"]["neuron_config"]["cache_dir"]
+    baseline = neuron_project.path / ".neuron-baseline" / "test_base.py__test_decode_baseline.json"
+    assert main(["manifest", "diff", str(first), str(second)]) == 0  # another cache dir is not another build
+    assert main(["manifest", "diff", str(baseline), str(second)]) == 0  # nor is the baseline's placeholder
+    capsys.readouterr()
