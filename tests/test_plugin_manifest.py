@@ -231,3 +231,5 @@ def test_manifest_diff_of_two_runs_of_one_build_is_empty(neuron_project: pytest.
     assert main(["manifest", "diff", str(first), str(second)]) == 0  # another cache dir is not another build
     assert main(["manifest", "diff", str(baseline), str(second)]) == 0  # nor is the baseline's placeholder
     capsys.readouterr()
+    assert main(["manifest", "show", str(baseline)]) == 0  # a baseline names its graph types itself
+    assert re.search(rf"^decode +{warm_cache.keys['decode'][:12]} ", capsys.readouterr().out, re.M)
