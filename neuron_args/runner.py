@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import itertools
 import linecache
 import logging
 import os
@@ -110,6 +111,8 @@ class ServeSession:
     undeclared: list[str] = field(default_factory=list)  # calls that matched no declared bucket
 
 
+_RUNNER_IDS = itertools.count(1)
+
 # the runner whose serve() is open (direct model calls route to it) and "inside runner.run"
 _serving_runner: NeuronRunner | None = None
 _in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("neuron_args_in_run", default=False)
@@ -182,6 +185,9 @@ class NeuronRunner:
         }
         if compile_timeout is not None:
             self.options["compile_timeout"] = float(compile_timeout)
+        # Dynamo shares compiled frames between torch.compile calls with equal options (and so another
+        # runner's graphs, its variants and records); a runner of its own traces its own graphs
+        self.options["runner"] = f"{os.getpid():x}-{next(_RUNNER_IDS)}"
         self.backend = backend
         self.fullgraph = fullgraph
         self.manifest_config = dict(manifest_config or {})

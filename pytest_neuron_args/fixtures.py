@@ -142,8 +142,8 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
     key = (id(model), fullgraph, s.runner_key())
     runner = session.runners.get(key) if shared else None
     if runner is None or runner.model is not model:
-        # Dynamo reuses compiled frames across torch.compile calls with equal options: a new runner
-        # must trace its own graphs to know its keys (the other runners retrace on their next call)
+        # Dynamo's frame caches grow with every runner (and hold their graphs): start each new runner from
+        # a clean Dynamo; the session's other runners retrace on their next call (loads, never compiles)
         torch._dynamo.reset()
         try:
             runner = NeuronRunner(model, compiler_args=s.compiler_args, target=s.target, compiler=s.compiler,
