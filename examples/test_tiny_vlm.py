@@ -19,11 +19,13 @@ def image() -> torch.Tensor:
     return torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(7))
 
 
-@pytest.mark.parametrize("graph_type, level", [("decode", 3), ("encoder", 3), ("jf", 2)])
-def test_policy_levels(request, graph_type, level):
+@pytest.mark.parametrize("graph_type, level", [("decode", 3), ("encoder", 3), ("jf", 2), ("prefill", None)])
+def test_policy_levels(request, neuron_settings, graph_type, level):
     request.applymarker(pytest.mark.graph_type(graph_type))
     args = request.getfixturevalue("neuron_compiler_args")
-    assert optimization_level(args) == level
+    # an explicit --neuron-optimization-level turns the policy off: every graph gets that level
+    explicit = neuron_settings.optimization_level
+    assert optimization_level(args) == (explicit if explicit is not None else level)
 
 
 @pytest.mark.graph_type("prefill")
@@ -38,9 +40,9 @@ def test_warmup_then_serve_generates_eager_tokens_without_a_cache_miss(neuron_se
     assert tokens == generate(TinyVLM(seed=0), PROMPTS, image=image(), max_new_tokens=4, forced={0: [30, 31]})
 
 
-def test_manifest_lists_every_graph_with_its_ranks(neuron_manifest):
+def test_manifest_lists_every_graph_with_its_ranks(neuron_manifest, neuron_settings):
     neuron_manifest.assert_complete(["encoder", "prefill", "decode", "jf"])
-    neuron_manifest.assert_ranks(1)
+    neuron_manifest.assert_ranks(neuron_settings.tp)
     assert neuron_manifest.validate() == []
 
 

@@ -43,10 +43,15 @@ def default_cache_dir() -> Path:
 
 
 def _load_manifest(path: str) -> dict:
-    """A manifest file, or a folder holding ``manifest.json`` (an ``<engine-id>/`` folder)."""
+    """A manifest file, a folder holding ``manifest.json`` (an ``<engine-id>/`` folder), or a manifest
+    dir (``VLLM_NEURON_MANIFEST_DIR``) holding one engine's folder."""
     target = Path(path).expanduser()
     if target.is_dir():
-        target = target / "manifest.json"
+        engines = sorted(target.glob("*/manifest.json"))
+        if not (target / "manifest.json").exists() and len(engines) > 1:
+            raise _Usage(f"{target} holds the manifests of {len(engines)} engines; name one: "
+                         + ", ".join(str(e) for e in engines))
+        target = engines[0] if not (target / "manifest.json").exists() and engines else target / "manifest.json"
     try:
         text = target.read_text(encoding="utf-8")
     except OSError as exc:

@@ -7,6 +7,11 @@ from typing import Any
 
 import torch
 
+from neuron_args.errors import NeuronArgsError
+
+DECLARE_HINT = ("define neuron_graphs(self) returning a list of "
+                "neuron_args.graphs.GraphSpec(graph_type, entry_module, {bucket_name: lambda: {kwarg: tensor, ...}})")
+
 
 @dataclass(frozen=True)
 class GraphSpec:
@@ -21,3 +26,47 @@ class GraphSpec:
     graph_type: str
     entry: torch.nn.Module
     buckets: Mapping[str, Callable[[], Mapping[str, Any]]] = field(default_factory=dict)
+
+
+def declared_graphs(model: Any) -> list[GraphSpec]:
+    """``model.neuron_graphs()``, checked: a model that declares nothing usable says what to return."""
+    name = type(model).__name__
+    method = getattr(model, "neuron_graphs", None)
+    if not callable(method):
+        raise NeuronArgsError(f"{name} has no neuron_graphs() method, so there are no graphs to warm up: {DECLARE_HINT}")
+    specs = method()
+    if isinstance(specs, GraphSpec):
+        specs = [specs]
+    if not isinstance(specs, (list, tuple)) or not specs:
+        raise NeuronArgsError(f"{name}.neuron_graphs() returned {specs!r}: {DECLARE_HINT}")
+    for spec in specs:
+        if not isinstance(spec, GraphSpec):
+            raise NeuronArgsError(f"{name}.neuron_graphs() returned a {type(spec).__name__} ({spec!r}) among its "
+                                  f"graphs: {DECLARE_HINT}")
+        if not isinstance(spec.entry, torch.nn.Module):
+            raise NeuronArgsError(f"{name}.neuron_graphs(): graph type {spec.graph_type!r} has entry "
+                                  f"{type(spec.entry).__name__}, not an nn.Module: give the submodule whose forward "
+                                  "runs this graph")
+        if not isinstance(spec.buckets, Mapping) or not spec.buckets or not all(callable(m) for m in spec.buckets.values()):
+            raise NeuronArgsError(f"{name}.neuron_graphs(): graph type {spec.graph_type!r} needs buckets: a dict of "
+                                  "bucket name -> zero-argument callable returning the call's keyword arguments, "
+                                  "e.g. {'b1': lambda: {'x': torch.ones(1, 8)}}")
+    return list(specs)
+
+
+def bucket_kwargs(graph_type: str, bucket: str, value: Any) -> dict[str, Any]:
+    """A bucket factory's result, checked: a dict of keyword arguments for the entry's forward."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise NeuronArgsError(
+            f"graph type {graph_type!r}, bucket {bucket!r}: the bucket factory returned {type(value).__name__} "
+            f"({_short(value)}); it must return a dict of keyword arguments for the entry module's forward, "
+            "e.g. lambda: {'x': torch.ones(1, 8)} (wrap a positional tensor as {'x': t})")
+    return dict(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+__all__ = ["GraphSpec", "bucket_kwargs", "declared_graphs"]

@@ -56,6 +56,7 @@ def launch(
     cores_per_engine: int | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run ``python <argv>`` as ``dp`` engines x ``tp`` ranks; return the worst exit code."""
     cores = cores_per_engine or max(tp, 2)
@@ -70,7 +71,7 @@ def launch(
                 "NEURON_VISIBLE_DEVICES": device_window(engine, cores),
                 ENGINE_ENV: str(engine), DP_ENV: str(dp), "OMP_NUM_THREADS": "1",
             }
-            procs.append(subprocess.Popen([sys.executable, *argv], env=child_env))
+            procs.append(subprocess.Popen([sys.executable, *argv], env=child_env, cwd=cwd))
     codes = []
     for p in procs:
         try:

@@ -2,15 +2,21 @@
 
 The runner owns one torch.compile per entry module per backend, resolves each graph type's
 arguments through :class:`CompilerArgsResolver` at every compile site (warmup, serve, trace job),
-and so gives the same cache key in both flows.
+and so gives the same cache key in both flows. A graph type is warmed up once per runner: a
+second ``warmup`` of it costs no trace and replays the first one's outcome (see
+:data:`REUSED`), so counts do not depend on which caller warmed it first.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import inspect
+import itertools
+import linecache
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +25,9 @@ import torch
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.errors import NeuronArgsError
-from neuron_args.graphs import GraphSpec
+from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
 from neuron_args.resolver import CompilerArgsResolver
-from neuron_args.scope import scoped_compiler_args
+from neuron_args.scope import current_graph_type, scoped_compiler_args
 from neuron_args.seams import records
 from neuron_args.flags import optimization_level
 from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM
@@ -33,6 +39,40 @@ FLOWS = ("in-process", "parallel")
 # Every bucket is a static graph, so one entry recompiles once per shape; Dynamo's default limit (8 per
 # code object, shared by every torch.compile of the same class in a process) would silently fall back to eager.
 RECOMPILE_LIMIT = 256
+ALLOW_BREAKS_HINT = ("remove the break, or allow graph breaks where you want them: NeuronRunner(fullgraph=False), "
+                     "@pytest.mark.neuron_allow_graph_breaks or --neuron-allow-graph-breaks")
+
+
+class GraphBreakError(NeuronArgsError):
+    """Dynamo split a graph type's forward into several graphs (Neuron serves whole graphs)."""
+
+
+class UndeclaredGraphError(NeuronArgsError):
+    """A call while serving matched none of the model's declared buckets (it would run eagerly)."""
+
+
+@dataclass
+class WarmedGraph:
+    """One graph a warmup resolved: which bucket, which key, and how it got into the cache."""
+
+    graph_type: str
+    bucket: str
+    key: str
+    input_shapes: list[str]
+    compiler_args: list[str]
+    how: str  # "compiled" | "loaded" | "captured"
+    counts: dict[str, int] = field(default_factory=dict)  # the cache counts its first warmup caused
+    origin: str | None = None  # who warmed it first (a test id under the pytest plugin)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"graph_type": self.graph_type, "bucket": self.bucket, "key": self.key,
+                "input_shapes": list(self.input_shapes), "compiler_args": list(self.compiler_args),
+                "how": self.how, "counts": dict(self.counts), "origin": self.origin}
+
+
+#: Graphs a warmup found already warmed by its runner, in order; each is counted as its first warmup was
+#: (``neuron_compile_counter`` adds them to a block's counts, naming them).
+REUSED: list[WarmedGraph] = []
 
 
 @dataclass
@@ -43,12 +83,73 @@ class WarmupReport:
     counts: CacheStats
     compile_report: Any = None
     manifest_path: Any = None
+    graphs: list[WarmedGraph] = field(default_factory=list)  # every graph of the chosen graph types
+    reused: list[str] = field(default_factory=list)  # graph types warmed before by this runner
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted({g.key for g in self.graphs})
+
+
+@dataclass(frozen=True)
+class WarmupProgress:
+    """One in-process warmup step, reported before the bucket runs."""
+
+    done: int
+    total: int
+    graph_type: str
+    bucket: str
+
+    def line(self) -> str:
+        return f"compiling {self.graph_type} {self.bucket} ({self.done}/{self.total})\u2026"
 
 
 @dataclass
 class ServeSession:
     counts: CacheStats = field(default_factory=CacheStats)
     calls: dict[str, int] = field(default_factory=dict)
+    undeclared: list[str] = field(default_factory=list)  # calls that matched no declared bucket
+
+
+_RUNNER_IDS = itertools.count(1)
+
+# the runner whose serve() is open (direct model calls route to it) and "inside runner.run"
+_serving_runner: NeuronRunner | None = None
+_in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("neuron_args_in_run", default=False)
+
+
+class ServedForward:
+    """An entry module's ``forward`` while it belongs to a runner: eager outside ``serve()``, routed inside.
+
+    Installed once, before the module is compiled (so Dynamo's guards never see it change), as
+    an instance attribute; a picklable object (not a closure) so the model still pickles.
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return type(self.module).forward(self.module, *args, **kwargs)
+        runner = _serving_runner
+        if runner is None or _in_run.get():
+            return type(self.module).forward(self.module, *args, **kwargs)
+        return runner._served_call(self.module, args, kwargs)
+
+
+def _install_served_forward(module: torch.nn.Module) -> None:
+    """Route ``module``'s calls while serving; a module with its own per-instance ``forward`` is left alone."""
+    if "forward" not in module.__dict__:
+        module.forward = ServedForward(module)  # type: ignore[method-assign]
+
+
+def _tensor_signature(kwargs: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    return tuple(sorted((name, tuple(v.shape), str(v.dtype)) for name, v in kwargs.items()
+                        if isinstance(v, torch.Tensor)))
+
+
+def _record_counts() -> dict[str, tuple[int, int, int]]:
+    return {r.key: (r.compiles, r.captures, r.loads) for r in records.records()}
 
 
 class NeuronRunner:
@@ -68,9 +169,11 @@ class NeuronRunner:
         manifest_config: Mapping[str, Any] | None = None,
         local_rank: int = 0,
         tp_group: tuple[Sequence[int], int] | None = None,
+        fullgraph: bool = True,
+        compile_timeout: float | None = None,
     ) -> None:
         self.model = model
-        declared = list(graphs if graphs is not None else model.neuron_graphs())
+        declared = list(graphs) if graphs is not None else declared_graphs(model)
         self.graphs: dict[str, GraphSpec] = {g.graph_type: g for g in declared}
         base = base_compiler_args({"compiler_args": compiler_args})
         # the seed's load_model: base args at the caller level; the policy only without an explicit level
@@ -80,15 +183,29 @@ class NeuronRunner:
             "compiler_args": list(self.resolver.base_args), "target": target, "cache_dir": str(self.cache_dir),
             "compiler": compiler,
         }
+        if compile_timeout is not None:
+            self.options["compile_timeout"] = float(compile_timeout)
+        # Dynamo shares compiled frames between torch.compile calls with equal options (and so another
+        # runner's graphs, its variants and records); a runner of its own traces its own graphs
+        self.options["runner"] = f"{os.getpid():x}-{next(_RUNNER_IDS)}"
         self.backend = backend
+        self.fullgraph = fullgraph
         self.manifest_config = dict(manifest_config or {})
         self.local_rank = local_rank
+        #: ``warmup()`` writes the engine's manifest unless told otherwise (the pytest plugin emits once per session)
+        self.emit_manifests = True
+        #: who is warming up now, recorded on each graph's first warmup (the pytest plugin sets the test id)
+        self.origin: str | None = None
+        self.warmed: dict[str, list[WarmedGraph]] = {}
         if tp_group is not None:
             from neuron_args.manifest.ledger import register_tp_group
 
             register_tp_group(*tp_group)
         self._compiled: dict[int, Any] = {}
         self._serving: ServeSession | None = None
+        self._bucket_signatures: dict[int, list[tuple[str, str, tuple[Any, ...]]]] = {}
+        for spec in declared:
+            _install_served_forward(spec.entry)
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
 
@@ -111,7 +228,7 @@ class NeuronRunner:
         fn = self._compiled.get(id(entry))
         if fn is None:
             fn = self._compiled[id(entry)] = torch.compile(entry, backend=self.backend, options=self.options,
-                                                            dynamic=False)
+                                                            dynamic=False, fullgraph=self.fullgraph)
         return fn
 
     def resolve(self, graph_type: str | None) -> list[str] | None:
@@ -126,6 +243,7 @@ class NeuronRunner:
         if self._serving is not None:
             self._serving.calls[graph_type] = self._serving.calls.get(graph_type, 0) + 1
         fn = self.compiled(graph_type)
+        token = _in_run.set(True)
         try:
             with self.scope(graph_type), torch.inference_mode():
                 return fn(**kwargs)
@@ -135,6 +253,12 @@ class NeuronRunner:
                 "reached for this entry, past which it would silently run eager and skip the compiler. Too many "
                 "shapes or models of one class in this process: call torch._dynamo.reset() between models, or "
                 "raise torch._dynamo.config.recompile_limit.") from exc
+        except torch._dynamo.exc.Unsupported as exc:
+            if not self.fullgraph:
+                raise
+            raise GraphBreakError(graph_break_message(graph_type, exc)) from None
+        finally:
+            _in_run.reset(token)
 
     # -- warmup ------------------------------------------------------------------------------------
     def _selected(self, graph_types: Iterable[str] | None) -> list[str]:
@@ -144,43 +268,96 @@ class NeuronRunner:
         return chosen
 
     @staticmethod
-    def _example(make: Any) -> Mapping[str, Any]:
+    def _example(make: Any, graph_type: str = "?", bucket: str = "?") -> dict[str, Any]:
         """Example inputs made as serving makes them (inference tensors), so Dynamo's guards match at serve."""
         with torch.inference_mode():
-            return make()
+            return bucket_kwargs(graph_type, bucket, make())
 
     def warmup(
         self,
         graph_types: Iterable[str] | None = None,
         flow: str = "in-process",
         *,
-        progress: Any = None,
+        progress: Callable[[Any], None] | None = None,
         trace_timeout: float | None = None,
-        emit: bool = True,
+        emit: bool | None = None,
     ) -> WarmupReport:
-        """Compile every bucket of the chosen graph types, in-process or through the deferred flow."""
+        """Compile every bucket of the chosen graph types, in-process or through the deferred flow.
+
+        Graph types this runner warmed before are not traced again: their first warmup's graphs
+        are reported (and appended to :data:`REUSED`). ``emit`` defaults to ``self.emit_manifests``.
+        """
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
         chosen = self._selected(graph_types)
+        todo = [g for g in chosen if g not in self.warmed]
+        reused = [g for g in chosen if g in self.warmed]
         before, t0 = STATS.snapshot(), time.monotonic()
         compile_report = None
-        if flow == "in-process":
-            for g in chosen:
-                for make in self.spec(g).buckets.values():
-                    self.run(g, self._example(make))
-        else:
-            jobs = [build_trace_job(self.resolver, self.spec(g).entry, self._example(make), g)
-                    for g in chosen for make in self.spec(g).buckets.values()]
-            traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout)
-            compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                              compiler=self.options["compiler"], progress=progress)
-        counts = CacheStats.since(before)
-        if compile_report is not None:
-            counts = self._record_deferred(traced, compile_report)
-        report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report)
-        if emit:
+        counts = CacheStats()
+        if todo and flow == "in-process":
+            self._warmup_in_process(todo, progress)
+            counts = CacheStats.since(before)
+        elif todo:
+            compile_report, counts = self._warmup_parallel(todo, progress, trace_timeout)
+        for g in reused:
+            REUSED.extend(self.warmed[g])
+        graphs = [w for g in chosen for w in self.warmed.get(g, [])]
+        report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
+                              graphs=graphs, reused=reused)
+        if self.emit_manifests if emit is None else emit:
             report.manifest_path = self.emit_manifest()
         return report
+
+    def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None) -> None:
+        total = sum(len(self.spec(g).buckets) for g in graph_types)
+        done = 0
+        for g in graph_types:
+            warmed: list[WarmedGraph] = []
+            for bucket, make in self.spec(g).buckets.items():
+                done += 1
+                if progress is not None:
+                    progress(WarmupProgress(done, total, g, bucket))
+                kwargs = self._example(make, g, bucket)
+                stats, recs = STATS.snapshot(), _record_counts()
+                self.run(g, kwargs)
+                warmed += self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+            self.warmed[g] = warmed
+
+    def _touched(self, graph_type: str, bucket: str, before: Mapping[str, tuple[int, int, int]],
+                 counts: dict[str, int]) -> list[WarmedGraph]:
+        """The graphs one bucket's run built (a graph break allowed by the caller makes several)."""
+        out = []
+        for rec in records.records():
+            old = before.get(rec.key)
+            now = (rec.compiles, rec.captures, rec.loads)
+            if old == now:
+                continue
+            delta = [a - b for a, b in zip(now, old or (0, 0, 0))]
+            how = "compiled" if delta[0] > 0 else "captured" if delta[1] > 0 else "loaded"
+            out.append(WarmedGraph(graph_type, bucket, rec.key, list(rec.input_shapes), list(rec.compiler_args),
+                                   how, counts, self.origin))
+        return out
+
+    def _warmup_parallel(self, graph_types: list[str], progress: Callable[[Any], None] | None,
+                         trace_timeout: float | None) -> tuple[Any, CacheStats]:
+        buckets = [(g, b, self._example(make, g, b)) for g in graph_types for b, make in self.spec(g).buckets.items()]
+        jobs = [build_trace_job(self.resolver, self.spec(g).entry, kwargs, g) for g, _, kwargs in buckets]
+        traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout)
+        compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
+                                          compiler=self.options["compiler"], progress=progress)
+        built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
+        counts = self._record_deferred(traced, compile_report)
+        for (g, bucket, _), result in zip(buckets, traced):
+            for key in result.keys:
+                md = self.cache.entry(key).metadata()
+                how = "compiled" if key in built else "loaded"
+                one = ({"hits": 0, "misses": 1, "compiles": 1, "captures": 1} if key in built
+                       else {"hits": 1, "misses": 0, "compiles": 0, "captures": 0})
+                self.warmed.setdefault(g, []).append(WarmedGraph(
+                    g, bucket, key, list(md.get("input_shapes") or []), list(md.get("compiler_args") or []), how,
+                    one, self.origin))
+        return compile_report, counts
 
     def _record_deferred(self, traced: Any, compile_report: Any) -> CacheStats:
         """The graphs the trace children and the compile workers handled, as this process's records."""
@@ -195,15 +372,27 @@ class NeuronRunner:
                 input_shapes=md.get("input_shapes", []), compiler_args=args,
                 optimization_level=optimization_level(args), target=md.get("target", self.options["target"]),
                 compiles=int(key in built), captures=int(key in built),
+                loads=int(key not in built and entry.is_complete),
                 compile_seconds=built[key].seconds if key in built else None,
                 executable_size=entry.executable_path.stat().st_size if entry.is_complete else None,
             ))
         return CacheStats(hits=len(keys) - len(built), misses=len(built), compiles=len(built), captures=len(built))
 
     # -- serve ---------------------------------------------------------------------------------------
+    @property
+    def serving(self) -> ServeSession | None:
+        """The open ``serve()`` block's session (calls per graph type so far), else None."""
+        return self._serving
+
     @contextlib.contextmanager
     def serve(self, assert_cache_hit: bool = True) -> Iterator[ServeSession]:
-        """Serve with ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` set (restored after) and count cache activity."""
+        """Serve with ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` set (restored after) and count cache activity.
+
+        Inside, calling a declared entry module directly (or the model around it) is served too:
+        the call is matched to its graph type by the buckets' input shapes and runs through
+        :meth:`run`; a call matching no declared bucket raises :class:`UndeclaredGraphError`.
+        """
+        global _serving_runner
         session = ServeSession()
         before = STATS.snapshot()
         old = os.environ.get(ASSERT_CACHE_HIT_ENV)
@@ -211,9 +400,11 @@ class NeuronRunner:
             os.environ[ASSERT_CACHE_HIT_ENV] = "1"
         self._serving = session
         was_serving, records.serving = records.serving, True
+        was_runner, _serving_runner = _serving_runner, self
         try:
             yield session
         finally:
+            _serving_runner = was_runner
             records.serving = was_serving
             self._serving = None
             if assert_cache_hit:
@@ -223,21 +414,71 @@ class NeuronRunner:
                     os.environ[ASSERT_CACHE_HIT_ENV] = old
             session.counts = CacheStats.since(before)
 
+    def _signatures(self, module: torch.nn.Module) -> list[tuple[str, str, tuple[Any, ...]]]:
+        """``(graph_type, bucket, tensor signature)`` of every declared bucket running through ``module``."""
+        found = self._bucket_signatures.get(id(module))
+        if found is None:
+            found = self._bucket_signatures[id(module)] = [
+                (spec.graph_type, bucket, _tensor_signature(self._example(make, spec.graph_type, bucket)))
+                for spec in self.graphs.values() if spec.entry is module for bucket, make in spec.buckets.items()]
+        return found
+
+    def _served_call(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A direct call of an entry module while serving: run it as the declared graph it matches."""
+        sig = inspect.signature(type(module).forward)
+        bound = sig.bind(module, *args, **kwargs)
+        call: dict[str, Any] = {}
+        for name, value in list(bound.arguments.items())[1:]:  # [0] is the module itself
+            kind = sig.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                call.update(value)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                if value:
+                    raise UndeclaredGraphError(
+                        f"{type(module).__name__} called while serving with extra positional arguments (*{name}); "
+                        "the runner runs graphs with keyword arguments: use run(graph_type, kwargs)")
+            else:
+                call[name] = value
+        signature = _tensor_signature(call)
+        matches = [(g, b) for g, b, sig in self._signatures(module) if sig == signature]
+        types = list(dict.fromkeys(g for g, _ in matches))
+        label = current_graph_type()
+        if label in types:
+            types = [label]
+        if len(types) == 1:
+            return self.run(types[0], call)
+        shapes = ", ".join(f"{n}={list(s)}" for n, s, _ in signature) or "no tensors"
+        declared = "; ".join(f"{g} {b}: " + (", ".join(f"{n}={list(s)}" for n, s, _ in sig) or "-")
+                             for g, b, sig in self._signatures(module)) or "(none)"
+        what = (f"matches buckets of several graph types ({', '.join(types)}); run it with run(graph_type, kwargs) "
+                "or inside scoped_compiler_args(..., graph_type=...)") if types else (
+            "matches no declared bucket, so it would run eagerly (Neuron would compile it at serve time); declare "
+            "its shape as a bucket in neuron_graphs(), or call it outside serve()")
+        message = (f"{type(module).__name__} called while serving with {shapes}: the call {what}. "
+                   f"Declared buckets of this entry: {declared}")
+        if self._serving is not None:
+            self._serving.undeclared.append(message)
+        raise UndeclaredGraphError(message)
+
     # -- manifest ------------------------------------------------------------------------------------
     def emit_manifest(self) -> Any:
         """Write this engine's manifest when ``VLLM_NEURON_MANIFEST_DIR`` is set (local rank 0 only)."""
-        from neuron_args.manifest.emit import build_config, emit_manifest
+        from neuron_args.manifest.emit import emit_manifest
         from neuron_args.manifest.engine import manifest_root
 
         if manifest_root() is None:
             return None
-        cfg = dict(self.manifest_config)
+        return emit_manifest(cache_dir=self.cache_dir, config=self.manifest_config_block(), local_rank=self.local_rank)
+
+    def manifest_config_block(self) -> dict[str, Any] | None:
+        """The manifest's ``config`` block for this runner (None, with a warning, when it cannot be built)."""
+        from neuron_args.manifest.emit import build_config
+
         try:
-            config = self._manifest_config(cfg, build_config)
+            return self._manifest_config(dict(self.manifest_config), build_config)
         except Exception as exc:  # the manifest never breaks warmup
             log.warning("manifest config could not be built (%s: %s); emitting without it", type(exc).__name__, exc)
-            config = None
-        return emit_manifest(cache_dir=self.cache_dir, config=config, local_rank=self.local_rank)
+            return None
 
     def _manifest_config(self, cfg: dict[str, Any], build_config: Any) -> dict[str, Any]:
         return build_config(
@@ -254,4 +495,21 @@ class NeuronRunner:
         )
 
 
-__all__ = ["CompileProgress", "NeuronRunner", "ServeSession", "WarmupReport"]
+def graph_break_message(graph_type: str, exc: BaseException) -> str:
+    """What a graph break under ``fullgraph`` says: graph type, Dynamo's reason, the user's file:line, the fix."""
+    reason = getattr(exc, "gb_type", None) or str(exc).strip().splitlines()[0]
+    detail = str(getattr(exc, "msg", "") or "").strip()
+    explanation = next((line.strip() for line in detail.splitlines() if line.strip().startswith("Explanation:")), "")
+    stack = getattr(exc, "real_stack", None) or []
+    frame = stack[-1] if stack else None
+    where = f"{frame.filename}:{frame.lineno} (in {frame.name})" if frame is not None else "an unknown line"
+    text = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)) if frame is not None else ""
+    line = f"\n    {text.strip()}" if text and text.strip() else ""
+    return (f"graph break in graph type {graph_type!r} at {where}:{line}\n  Dynamo's reason: {reason}"
+            + (f" ({explanation})" if explanation else "")
+            + "\n  Neuron serves whole graphs: this graph type would become several graphs (and several compiles). "
+            f"Fix: {ALLOW_BREAKS_HINT}.")
+
+
+__all__ = ["CompileProgress", "GraphBreakError", "NeuronRunner", "REUSED", "ServeSession", "UndeclaredGraphError",
+           "WarmedGraph", "WarmupProgress", "WarmupReport", "graph_break_message"]

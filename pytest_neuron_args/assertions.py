@@ -33,6 +33,16 @@ def _records_now() -> dict[str, dict[str, Any]]:
     return {r.key: r.as_dict() for r in module.records()} if module is not None else {}
 
 
+def _reused_count() -> int:
+    module = sys.modules.get("neuron_args.runner")
+    return len(module.REUSED) if module is not None else 0
+
+
+def _reused_since(n: int) -> list[Any]:
+    module = sys.modules.get("neuron_args.runner")
+    return list(module.REUSED[n:]) if module is not None else []
+
+
 def _graph_line(rec: Mapping[str, Any]) -> str:
     shapes = " ".join(f"({s})" for s in rec.get("input_shapes") or []) or "-"
     return (f"  {rec.get('graph_type') or '(no graph type)'}  key {rec['key']}  inputs {shapes}  "
@@ -87,29 +97,37 @@ class Expectation:
         self.expected = dict(expected)
         self.counts: dict[str, int] = {}
         self.graphs: dict[str, list[dict[str, Any]]] = {}
-        self._before: tuple[dict[str, int], dict[str, dict[str, Any]]] | None = None
+        self.reused: list[Any] = []  # graphs a warmup in the block found warmed before (WarmedGraph)
+        self._before: tuple[dict[str, int], dict[str, dict[str, Any]], int] | None = None
 
     def __enter__(self) -> Expectation:
-        self._before = (_stats(), _records_now())
+        self._before = (_stats(), _records_now(), _reused_count())
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         __tracebackhide__ = True
         assert self._before is not None
-        before_stats, before_records = self._before
+        before_stats, before_records, before_reused = self._before
         now = _stats()
         self.counts = {name: now[name] - before_stats[name] for name in COUNT_NAMES}
         self.graphs = graph_activity(before_records)
+        # a warmup of graphs the session warmed before costs nothing now; count what their first warmup
+        # did, so the block counts the same whether this test runs alone or after the one that warmed them
+        self.reused = _reused_since(before_reused)
+        for graph in self.reused:
+            for name in COUNT_NAMES:
+                self.counts[name] += int(graph.counts.get(name, 0))
         if exc_type is not None:
             return
         wrong = {name: (want, self.counts[name]) for name, want in self.expected.items()
                  if self.counts[name] != want}
         if wrong:
-            raise AssertionError(expect_message(self.expected, self.counts, self.graphs, wrong))
+            raise AssertionError(expect_message(self.expected, self.counts, self.graphs, wrong, self.reused))
 
 
 def expect_message(expected: Mapping[str, int], got: Mapping[str, int],
-                   graphs: Mapping[str, list[dict[str, Any]]], wrong: Mapping[str, tuple[int, int]]) -> str:
+                   graphs: Mapping[str, list[dict[str, Any]]], wrong: Mapping[str, tuple[int, int]],
+                   reused: Iterable[Any] = ()) -> str:
     call = ", ".join(f"{k}={v}" for k, v in expected.items())
     lines = [f"neuron_compile_counter.expect({call}): the compile-cache counts inside the block differ"]
     lines += [f"  {name}: expected {want}, got {have}" for name, (want, have) in wrong.items()]
@@ -123,7 +141,17 @@ def expect_message(expected: Mapping[str, int], got: Mapping[str, int],
             continue
         lines.append(f"{title} ({len(found)}):" if found else f"{title}: none")
         lines += [_graph_line(r) for r in found]
-    unlisted = got["misses"] - len(graphs.get("compiled", [])) - len(graphs.get("captured", []))
+    reused = list(reused)
+    if reused:
+        lines.append(f"graphs warmed earlier in this session, not traced again inside the block ({len(reused)}); "
+                     "counted as their first warmup:")
+        lines += [f"  {g.graph_type} {g.bucket}  key {g.key}  inputs "
+                  f"{' '.join(f'({s})' for s in g.input_shapes) or '-'}: {g.how} when first warmed"
+                  + (f" (by {g.origin})" if g.origin else "") for g in reused]
+    else:
+        lines.append("every graph the block warmed up was warmed for the first time in this session")
+    unlisted = (got["misses"] - len(graphs.get("compiled", [])) - len(graphs.get("captured", []))
+                - sum(int(g.counts.get("misses", 0)) for g in reused))
     if unlisted > 0:
         lines.append(f"{unlisted} miss(es) compiled nothing: NEURON_LIBTORCH_ASSERT_CACHE_HIT turned them into "
                      "CacheMissError (the error names the graph, its key and the closest entry)")

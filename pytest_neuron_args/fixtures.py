@@ -3,16 +3,20 @@
 ``neuron_model`` returns the model: an ``nn.Module`` whose ``neuron_graphs()`` lists its
 ``GraphSpec(graph_type, entry, buckets)`` and that may define a ``compiler_args_for`` policy.
 
-Each ``neuron_runner`` starts from a reset ``torch._dynamo``: otherwise a later test's runner
-reuses the compiled graphs of an earlier one, so it resolves nothing from the cache, writes no
-ledger line (an empty manifest) and its counts depend on test order. The reset costs one trace
-and lowering per graph and test; the compiled executables stay in the (session) cache.
+Runners are shared: tests that get the same model object (a ``neuron_model`` fixture of session,
+package or module scope) and the same settings get the same runner, so a graph type is traced and
+warmed up once per session; a function-scoped ``neuron_model`` (a new model per test) gets a new
+runner per test. A second warmup of a graph type replays the first one's counts into
+``neuron_compile_counter`` blocks, so counts do not depend on test order.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
+import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,46 +25,54 @@ import pytest
 
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
-from pytest_neuron_args.markers import check_graph_types, marked_graph_types
-from pytest_neuron_args.options import NeuronSettings
-from pytest_neuron_args.state import MANIFEST_DIR_ENV, get_session, safe_name
+from pytest_neuron_args.ledger_view import emit_engines, env
+from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
+from pytest_neuron_args.options import RANK_WORKER_OPTION, NeuronSettings
+from pytest_neuron_args.state import MANIFEST_DIR_ENV, NeuronSession, get_session, safe_name
 
 USER_FIXTURE = "neuron_model"
+#: the fixtures that need the user's model (a graph_type marker is checked against it only when one is used)
+MODEL_FIXTURES = frozenset({"neuron_runner", "neuron_compiler_args", "neuron_warmup", "neuron_served",
+                            "neuron_manifest"})
+PROGRESS_KEY = pytest.StashKey[list]()
+CALL_FAILED = pytest.StashKey[bool]()
 
 
-def _user_model(request: pytest.FixtureRequest, wanted_by: str) -> Any:
+@pytest.fixture
+def neuron_model(request: pytest.FixtureRequest) -> Any:
+    """The user's model. This default, which any ``neuron_model`` of a conftest overrides, only explains itself."""
+    users = [name for name in request.fixturenames if name in MODEL_FIXTURES] or ["this test"]
+    marked = marked_graph_types(request.node)
+    how = f" (with @pytest.mark.graph_type({', '.join(map(repr, marked))}))" if marked else ""
+    pytest.fail(
+        f"{users[0]}{how} needs a `{USER_FIXTURE}` fixture: define one in your conftest.py that returns "
+        "your model (an nn.Module whose neuron_graphs() returns its GraphSpec list); scope='session' shares one "
+        "warmup between tests", pytrace=False)
+
+
+def _model_fixturedef(request: pytest.FixtureRequest) -> Any:
     try:
-        return request.getfixturevalue(USER_FIXTURE)
-    except pytest.FixtureLookupError:
-        pytest.fail(
-            f"{wanted_by} needs a `{USER_FIXTURE}` fixture: define one in your conftest.py that returns "
-            "your model (an nn.Module whose neuron_graphs() returns its GraphSpec list)", pytrace=False)
+        defs = request._fixturemanager.getfixturedefs(USER_FIXTURE, request.node)
+    except Exception:  # another pytest's private API: treat the model as per-test
+        return None
+    return defs[-1] if defs else None
 
 
-@contextlib.contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
-def _progress_writer(config: pytest.Config) -> Any:
-    """Route parallel-compile progress lines to the terminal (not under -q, not on xdist workers)."""
-    if get_session(config).is_worker or config.get_verbosity() < 0:
+def _progress_writer(config: pytest.Config, node: pytest.Item) -> Any:
+    """Warmup progress lines: on the terminal; on an xdist worker, attached to the test's setup report
+    (the controller prints them). Not under -q."""
+    session = get_session(config)
+    if config.get_verbosity() < 0 or session.is_rank_worker:
         return None
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None:
-        return None
 
     def write(event: Any) -> None:
-        line = f"neuron-args parallel compile {event.line()}"
+        prefix = "neuron-args parallel compile " if hasattr(event, "graph") else "neuron-args: "
+        line = prefix + event.line()
+        if session.is_worker or reporter is None:
+            node.stash.setdefault(PROGRESS_KEY, []).append(line)
+            return
         with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
             reporter.write_line(line)
 
@@ -75,18 +87,21 @@ def _neuron_args(config: pytest.Config) -> list[str]:
         if not arg.startswith("--neuron-") or arg == "--neuron-update-baseline":
             continue
         out.append(arg)
-        if "=" not in arg and i + 1 < len(args):
+        if "=" not in arg and i + 1 < len(args) and arg != "--neuron-allow-graph-breaks":
             out.append(args[i + 1])
     return out
 
 
 @pytest.fixture(autouse=True)
 def _neuron_graph_type_check(request: pytest.FixtureRequest) -> None:
-    """A ``graph_type`` marker naming a type the model does not declare fails the test at setup."""
+    """A ``graph_type`` marker naming a type the model does not declare fails the test at setup.
+
+    Only tests that use a fixture needing the model are checked against it: a marker on a test
+    without neuron fixtures is documentation, and such a test needs no ``neuron_model``.
+    """
     marked = marked_graph_types(request.node)
-    if marked:
-        check_graph_types(request.node.nodeid, _user_model(request, f"@pytest.mark.graph_type{tuple(marked)!r}"),
-                          marked)
+    if marked and MODEL_FIXTURES & set(request.fixturenames):
+        check_graph_types(request.node.nodeid, request.getfixturevalue(USER_FIXTURE), marked)
 
 
 @pytest.fixture(scope="session")
@@ -109,19 +124,46 @@ def neuron_cache(pytestconfig: pytest.Config) -> Any:
     return CompileCache(get_session(pytestconfig).cache_dir())
 
 
-@pytest.fixture
-def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Any:
-    """A :class:`neuron_args.runner.NeuronRunner` for ``neuron_model`` with the session's options."""
-    model = _user_model(request, "neuron_runner")
+def _fullgraph(settings: NeuronSettings, node: pytest.Item) -> bool:
+    return not (settings.allow_graph_breaks or node.get_closest_marker(ALLOW_BREAKS) is not None)
+
+
+def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model: Any) -> Any:
+    """The session's runner for this model object and these settings (a new one per test for a per-test model)."""
     import torch
 
+    from neuron_args.errors import NeuronArgsError
     from neuron_args.runner import NeuronRunner
 
-    session = get_session(pytestconfig)
     s = session.settings
-    torch._dynamo.reset()  # see the module docstring
-    return NeuronRunner(model, compiler_args=s.compiler_args, target=s.target, compiler=s.compiler,
-                        cache_dir=session.cache_dir(), optimization_level=s.optimization_level)
+    fullgraph = _fullgraph(s, request.node)
+    fixturedef = _model_fixturedef(request)
+    shared = fixturedef is not None and fixturedef.scope != "function"
+    key = (id(model), fullgraph, s.runner_key())
+    runner = session.runners.get(key) if shared else None
+    if runner is None or runner.model is not model:
+        # Dynamo's frame caches grow with every runner (and hold their graphs): start each new runner from
+        # a clean Dynamo; the session's other runners retrace on their next call (loads, never compiles)
+        torch._dynamo.reset()
+        try:
+            runner = NeuronRunner(model, compiler_args=s.compiler_args, target=s.target, compiler=s.compiler,
+                                  cache_dir=session.cache_dir(), optimization_level=s.optimization_level,
+                                  fullgraph=fullgraph, compile_timeout=s.compile_timeout,
+                                  manifest_config={"topology": {"world_size": s.tp, "tensor_parallel_size": s.tp,
+                                                                "has_collectives": s.tp > 1}})
+        except NeuronArgsError as exc:
+            pytest.fail(f"{USER_FIXTURE} ({type(model).__name__}): {exc}", pytrace=False)
+        runner.emit_manifests = False  # the session writes the manifest once, at its end
+        if shared:
+            session.runners[key] = runner
+    runner.origin = request.node.nodeid
+    return runner
+
+
+@pytest.fixture
+def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Any:
+    """A :class:`neuron_args.runner.NeuronRunner` for ``neuron_model`` with the session's options (shared, see above)."""
+    return session_runner(request, get_session(pytestconfig), neuron_model)
 
 
 @pytest.fixture
@@ -152,60 +194,245 @@ def neuron_compile_counter() -> CompileCounter:
 
 @pytest.fixture
 def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconfig: pytest.Config,
-                  tmp_path: Path) -> Any:
+                  tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Warm up the marked graph types (all declared ones without a marker) with ``--neuron-flow``.
 
-    The manifest of the warmup goes to a folder of this test's own (under ``--neuron-manifest-dir``,
-    else under ``tmp_path``), so no other test's graphs end up in it. Returns the ``WarmupReport``.
+    A graph type the session's runner warmed before is not traced again. Under ``--neuron-tp N``
+    the warmup runs in N rank processes. Returns the ``WarmupReport`` (``graphs``: every graph of
+    the chosen graph types, with its key and how it got into the cache).
     """
     session = get_session(pytestconfig)
-    root = session.manifest_root()
-    manifest_dir = root / safe_name(request.node.nodeid) if root is not None else tmp_path / "neuron-manifest"
-    flow = session.settings.flow
-    progress = _progress_writer(pytestconfig) if flow == "parallel" else None
-    with _env(MANIFEST_DIR_ENV, str(manifest_dir)):
-        report = neuron_runner.warmup(graph_types=marked_graph_types(request.node) or None, flow=flow,
-                                      progress=progress)
-    if report.compile_report is not None:
-        session.add_compile_report(report.compile_report)
+    s = session.settings
+    graph_types = marked_graph_types(request.node) or None
+    if session.is_rank_worker:
+        return _rank_worker_warmup(request, session, neuron_runner, graph_types)
+    if s.tp > 1:
+        report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
+    else:
+        progress = _progress_writer(pytestconfig, request.node)
+        with env({MANIFEST_DIR_ENV: str(session.ledger_root())}):
+            report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
+        if report.flow == "parallel":
+            session.add_deferred_counts(report.counts)
+        if report.compile_report is not None:
+            session.add_compile_report(report.compile_report)
+    session.note_manifest_config(neuron_runner.manifest_config_block())
     return report
 
 
 @pytest.fixture
-def neuron_served(neuron_runner: Any, neuron_warmup: Any, pytestconfig: pytest.Config) -> Iterator[Any]:
+def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_warmup: Any,
+                  pytestconfig: pytest.Config) -> Iterator[Any]:
     """The runner after warmup, serving: a call that misses the cache raises ``CacheMissError``.
 
     ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` is set for the test's duration; the error names the graph
-    type, the key, the closest warmed-up entry and the components that differ.
+    type, the key, the closest warmed-up entry and the components that differ. Calls of the
+    model's declared entry modules are served too (matched to a graph type by their shapes); a
+    call that matches no declared bucket raises ``UndeclaredGraphError`` and fails the test.
     """
+    session = get_session(pytestconfig)
+    if session.is_rank_worker:
+        yield neuron_runner
+        return
+    if session.settings.tp > 1:
+        pytest.skip(f"neuron_served serves in the pytest process, which holds no tensor-parallel shard: under "
+                    f"--neuron-tp {session.settings.tp} only the warmup runs in the rank processes")
     with neuron_runner.serve() as served:
         yield neuron_runner
-    get_session(pytestconfig).add_serve(served.calls, served.counts.misses)
+    session.add_serve(served.calls, served.counts.misses)
+    if served.undeclared and not request.node.stash.get(CALL_FAILED, False):
+        pytest.fail("while serving, " + f"{len(served.undeclared)} call(s) matched no declared graph (the test caught "
+                    "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared), pytrace=False)
 
 
 @pytest.fixture
-def neuron_manifest(neuron_warmup: Any, neuron_runner: Any) -> ManifestView:
-    """The manifest the warmup emitted, with ``assert_complete(...)`` and ``assert_ranks(...)``."""
-    path = neuron_warmup.manifest_path
-    if path is None:
-        pytest.fail("warmup wrote no manifest (emit is best-effort: look for the 'manifest emit failed' "
-                    "warning of the neuron_args.manifest logger in the captured log)", pytrace=False)
+def neuron_manifest(neuron_warmup: Any, neuron_runner: Any, pytestconfig: pytest.Config,
+                    tmp_path: Path) -> ManifestView:
+    """This test's view of the session manifest: the graphs its warmup covers, with every rank that built them.
+
+    Written to ``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``; ``assert_complete(...)``,
+    ``assert_ranks(...)``, ``assert_valid()``.
+    """
+    session = get_session(pytestconfig)
+    if session.is_rank_worker:
+        return None  # type: ignore[return-value]
+    paths = emit_engines(session.ledger_root(), tmp_path / "neuron-manifest", cache_dir=session.cache_dir(),
+                         config=neuron_runner.manifest_config_block(), keys=neuron_warmup.keys)
+    if not paths:
+        pytest.fail(f"the warmup of {neuron_warmup.graph_types} left no ledger lines for its {len(neuron_warmup.keys)} "
+                    "graph(s), so there is no manifest (look for 'manifest ledger write failed' warnings of the "
+                    f"neuron_args.manifest logger in the captured log)", pytrace=False)
+    path = max(paths, key=lambda p: len(json.loads(p.read_text()).get("graphs", [])))
     expected = {g: len(neuron_runner.spec(g).buckets) for g in neuron_warmup.graph_types}
     return ManifestView.load(path, cache_dir=neuron_runner.cache_dir, expected_graphs=expected)
 
 
 @pytest.fixture
 def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Baseline:
-    """``check(manifest)``: compare with this test's baseline, or write it under ``--neuron-update-baseline``."""
+    """``check(manifest)``: compare with this test's baseline, or write it under ``--neuron-update-baseline``.
+
+    Default folder: ``.neuron-baseline/`` next to the ini file governing the conftest that defines
+    ``neuron_model`` (else next to that conftest); one file per test and per settings variant
+    (``<test>.json``, ``<test>[O2].json``...).
+    """
     session = get_session(pytestconfig)
     s = session.settings
     nodeid = request.node.nodeid
     hint = shlex.join(["pytest", nodeid, *_neuron_args(pytestconfig), "--neuron-update-baseline"])
-    return Baseline(baseline_path(s.baseline, pytestconfig.rootpath, safe_name(nodeid)), nodeid=nodeid,
+    fixturedef = _model_fixturedef(request)
+    anchor = baseline_anchor(pytestconfig, getattr(fixturedef, "func", None))
+    try:  # named from the anchor too, so neither the folder nor the name moves with the rootdir
+        test_id = Path(request.node.path).resolve().relative_to(anchor).as_posix() + (
+            nodeid[nodeid.index("::"):] if "::" in nodeid else "")
+    except ValueError:
+        test_id = nodeid
+    name = safe_name(test_id) + (f"[{s.baseline_variant()}]" if s.baseline_variant() else "")
+    return Baseline(baseline_path(s.baseline, anchor, name), nodeid=nodeid,
                     update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append)
 
 
+_INI_FILES = (("pytest.ini", None), (".pytest.ini", None), ("pyproject.toml", "[tool.pytest.ini_options]"),
+              ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
+
+
+def _ini_dir(start: Path) -> Path | None:
+    """The folder of the nearest pytest ini file at or above ``start`` (how pytest finds it from a test path)."""
+    for folder in (start, *start.parents):
+        for name, section in _INI_FILES:
+            path = folder / name
+            if path.is_file():
+                try:
+                    if section is None or section in path.read_text(encoding="utf-8", errors="replace"):
+                        return folder
+                except OSError:
+                    continue
+    return None
+
+
+def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
+    """Where ``.neuron-baseline/`` lives: by the ini file of the conftest defining ``neuron_model``.
+
+    Found from that conftest's own location, so it does not move with pytest's rootdir (which a
+    split ``--neuron-cache-dir PATH`` can change); without such a fixture, the ini file or rootdir.
+    """
+    import inspect
+
+    try:
+        source = inspect.getsourcefile(model_fixture) if model_fixture is not None else None
+    except TypeError:
+        source = None
+    if source:
+        folder = Path(source).resolve().parent
+        return _ini_dir(folder) or folder
+    return config.inipath.parent if config.inipath is not None else config.rootpath
+
+
+# ----------------------------------------------------------------------------- --neuron-tp
+
+
+def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any, ...]:
+    fixturedef = _model_fixturedef(request)
+    param = getattr(getattr(request.node, "callspec", None), "params", {}).get(USER_FIXTURE)
+    shared = fixturedef is not None and fixturedef.scope != "function"
+    owner = (id(fixturedef), repr(param)) if shared else request.node.nodeid
+    return (owner, _fullgraph(session.settings, request.node), session.settings.runner_key())
+
+
+def _rank_argv(request: pytest.FixtureRequest, session: NeuronSession, out: Path, graph_types: list[str]) -> list[str]:
+    config = request.config
+    s = session.settings
+    node = request.node
+    nodeid = node.nodeid
+    target = f"{node.path}{nodeid[nodeid.index('::'):]}" if "::" in nodeid else str(node.path)
+    argv = ["-m", "pytest", target, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
+            f"--rootdir={config.rootpath}", f"{RANK_WORKER_OPTION}={out}",
+            f"--neuron-rank-graph-types={','.join(graph_types)}", f"--neuron-tp={s.tp}",
+            f"--neuron-cache-dir={session.cache_dir()}", f"--neuron-manifest-dir={session.ledger_root()}",
+            f"--neuron-target={s.target}", f"--neuron-flow={s.flow}"]
+    if config.inipath is not None:
+        argv += ["-c", str(config.inipath)]
+    if config.pluginmanager.hasplugin("xdist"):
+        argv += ["-n", "0"]
+    if s.compiler is not None:
+        argv.append(f"--neuron-compiler={s.compiler}")
+    if s.compiler_args is not None:
+        argv.append(f"--neuron-compiler-args={s.compiler_args}")
+    if s.optimization_level is not None:
+        argv.append(f"--neuron-optimization-level={s.optimization_level}")
+    if s.allow_graph_breaks:
+        argv.append("--neuron-allow-graph-breaks")
+    if s.compile_timeout is not None:
+        argv.append(f"--neuron-compile-timeout={s.compile_timeout}")
+    return argv
+
+
+def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: Any, graph_types: list[str] | None,
+              tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``--neuron-tp N``: warm up in N rank processes (the launcher of ``scripts/main.sh --tp``, gloo on CPU).
+
+    Each rank runs this test's fixtures (so ``neuron_model`` is built in the rank, after
+    ``torch.distributed`` is initialized) and its warmup, but not the test itself, and reports the
+    graphs it warmed; their ledger lines carry the rank, so the manifest lists ranks 0..N-1.
+    """
+    from neuron_args.cache import CacheStats
+    from neuron_args.launch import launch
+    from neuron_args.runner import WarmedGraph, WarmupReport
+
+    s = session.settings
+    chosen = list(graph_types or runner.graphs)
+    done = session.tp_warmups.setdefault(_tp_key(request, session), {})
+    todo = [g for g in chosen if g not in done]
+    t0 = time.monotonic()
+    if todo:
+        out = tmp_path_factory.mktemp("neuron-tp")
+        code = launch(_rank_argv(request, session, out, todo), tp=s.tp, cwd=str(request.config.invocation_params.dir))
+        results = []
+        for rank in range(s.tp):
+            path = out / f"rank{rank}.json"
+            results.append(json.loads(path.read_text()) if path.is_file() else {"rank": rank, "error": None})
+        errors = [f"rank {r['rank']}:\n{r['error']}" for r in results if r.get("error")]
+        missing = [r["rank"] for r in results if "graphs" not in r and not r.get("error")]
+        if code or errors or missing:
+            pytest.fail(f"--neuron-tp {s.tp}: the warmup of {todo} failed in the rank processes (exit status {code})"
+                        + ("".join(f"\n{e}" for e in errors) or
+                           f"; ranks {missing} reported nothing (their output is in the captured stdout)"),
+                        pytrace=False)
+        for result in results:
+            session.rank_parts.append(result.get("export") or {})
+            for g in todo:
+                known = {d["key"] for d in done.setdefault(g, [])}
+                done[g] += [d for d in result["graphs"] if d["graph_type"] == g and d["key"] not in known]
+        session.note_manifest_config(results[0].get("config"))
+    graphs = [WarmedGraph(**d) for g in chosen for d in done[g]]
+    return WarmupReport(s.flow, chosen, round(time.monotonic() - t0, 3), CacheStats(), graphs=graphs,
+                        reused=[g for g in chosen if g not in todo])
+
+
+def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: Any,
+                        graph_types: list[str] | None) -> Any:
+    """In a rank process: warm up the graph types the pytest process asked for and report them."""
+    s = session.settings
+    assert s.rank_worker is not None
+    asked = request.config.getoption("neuron_rank_graph_types")
+    chosen = asked.split(",") if asked else graph_types
+    rank = int(os.environ.get("RANK", "0"))
+    result: dict[str, Any] = {"rank": rank, "error": None}
+    try:
+        report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
+        if report.compile_report is not None:
+            session.add_compile_report(report.compile_report)
+        result.update(graphs=[g.as_dict() for g in report.graphs], export=session.export(),
+                      config=json.loads(json.dumps(runner.manifest_config_block(), default=str)))
+        return report
+    except BaseException:
+        result["error"] = traceback.format_exc()
+        raise
+    finally:
+        s.rank_worker.mkdir(parents=True, exist_ok=True)
+        (s.rank_worker / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
+
+
 __all__ = [
-    "neuron_baseline", "neuron_cache", "neuron_compile_counter", "neuron_compiler_args", "neuron_manifest",
+    "neuron_baseline", "neuron_cache", "neuron_model", "neuron_compile_counter", "neuron_compiler_args", "neuron_manifest",
     "neuron_runner", "neuron_served", "neuron_settings", "neuron_target", "neuron_warmup",
 ]

@@ -9,6 +9,7 @@ import pytest
 
 GRAPH_TYPE = "graph_type"
 HARDWARE = "neuron_hardware"
+ALLOW_BREAKS = "neuron_allow_graph_breaks"
 #: What "a Neuron device is visible" means; module-level so the plugin's own tests can point it elsewhere.
 DEVICE_GLOB = "/dev/neuron*"
 NO_DEVICE_REASON = "needs a Neuron device (no /dev/neuron* visible)"
@@ -24,6 +25,10 @@ def register(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers", f"{HARDWARE}: needs a Neuron device; skipped where no {DEVICE_GLOB} is visible."
+    )
+    config.addinivalue_line(
+        "markers", f"{ALLOW_BREAKS}: this test's runner lets Dynamo split a graph type into several graphs "
+        "(by default a graph break fails the warmup, naming Dynamo's reason and the line)."
     )
 
 
@@ -79,5 +84,5 @@ def check_graph_types(nodeid: str, model: Any, marked: Iterable[str]) -> None:
         )
 
 
-__all__ = ["GRAPH_TYPE", "HARDWARE", "NO_DEVICE_REASON", "check_graph_types", "declared_graph_types",
+__all__ = ["ALLOW_BREAKS", "GRAPH_TYPE", "HARDWARE", "NO_DEVICE_REASON", "check_graph_types", "declared_graph_types",
            "marked_graph_types", "neuron_devices", "register", "skip_without_device"]

@@ -29,7 +29,11 @@ _INI = {
     "neuron_flow": "neuron_flow",
     "neuron_baseline": "neuron_baseline",
     "neuron_compiler_args": "neuron_compiler_args",
+    "neuron_tp": "neuron_tp",
+    "neuron_compile_timeout": "neuron_compile_timeout",
+    "neuron_allow_graph_breaks": "neuron_allow_graph_breaks",
 }
+RANK_WORKER_OPTION = "--neuron-rank-worker"  # internal: a --neuron-tp rank process (see fixtures.tp_warmup)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -44,9 +48,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="compile cache directory, kept across runs (default: a fresh directory per "
                          "session under pytest's base temp; ini: neuron_cache_dir)")
     group.addoption("--neuron-manifest-dir", default=None, metavar="DIR",
-                    help="set VLLM_NEURON_MANIFEST_DIR for the session (restored after); the "
-                         "neuron_manifest fixture writes <DIR>/<test>/<engine-id>/manifest.json "
-                         "(ini: neuron_manifest_dir)")
+                    help="VLLM_NEURON_MANIFEST_DIR for the session (restored after): the session writes "
+                         "<DIR>/<engine-id>/manifest.json with every graph it compiled or loaded, merged across "
+                         "xdist workers (ini: neuron_manifest_dir)")
     group.addoption("--neuron-optimization-level", type=int, default=None, metavar="N",
                     help="explicit caller -O level (1, 2 or 3): every graph gets it and model "
                          "compiler_args_for policies are disabled")
@@ -61,6 +65,17 @@ def add_options(parser: pytest.Parser) -> None:
                          "(default <rootdir>/.neuron-baseline/; ini: neuron_baseline)")
     group.addoption("--neuron-update-baseline", action="store_true", default=False,
                     help="write the neuron_baseline files instead of comparing against them")
+    group.addoption("--neuron-tp", type=int, default=None, metavar="N",
+                    help="run each warmup in N tensor-parallel rank processes (gloo on CPU, the launcher of "
+                         "scripts/main.sh --tp), so the manifest lists ranks 0..N-1 (default 1; ini: neuron_tp)")
+    group.addoption("--neuron-allow-graph-breaks", action="store_true", default=None,
+                    help="let Dynamo split a graph type into several graphs (default: a graph break fails the "
+                         "warmup; per test: @pytest.mark.neuron_allow_graph_breaks; ini: neuron_allow_graph_breaks)")
+    group.addoption("--neuron-compile-timeout", type=float, default=None, metavar="SECONDS",
+                    help="give up on one graph's compile after SECONDS (compile option compile_timeout; "
+                         "ini: neuron_compile_timeout)")
+    group.addoption(RANK_WORKER_OPTION, default=None, help=argparse_suppress())
+    group.addoption("--neuron-rank-graph-types", default=None, help=argparse_suppress())
     for name, ini_help in (
         ("neuron_target", f"compile target, one of {', '.join(TARGETS)}"),
         ("neuron_compiler", f"compiler, one of {', '.join(COMPILERS)}"),
@@ -69,6 +84,9 @@ def add_options(parser: pytest.Parser) -> None:
         ("neuron_flow", f"warmup flow, one of {', '.join(FLOWS)}"),
         ("neuron_baseline", "manifest baseline file or directory (relative to the ini file)"),
         ("neuron_compiler_args", "base neuronx-cc arguments at the caller level"),
+        ("neuron_tp", "tensor-parallel rank processes per warmup"),
+        ("neuron_compile_timeout", "seconds one graph's compile may take"),
+        ("neuron_allow_graph_breaks", "true: let Dynamo split graph types into several graphs"),
     ):
         parser.addini(name, ini_help, default="")
 
@@ -86,6 +104,31 @@ class NeuronSettings:
     baseline: Path | None = None
     update_baseline: bool = False
     compiler_args: str | None = None  # None: $NEURON_CC_FLAGS
+    compiler_args_source: str = ""  # where the base list came from, for errors: an option, an ini key or the env
+    tp: int = 1
+    allow_graph_breaks: bool = False
+    compile_timeout: float | None = None
+    rank_worker: Path | None = None  # set in a --neuron-tp rank process: where it reports its warmup
+
+    def runner_key(self) -> tuple[Any, ...]:
+        """The settings a runner is built from (runners are shared by tests with equal keys)."""
+        return (self.target, self.compiler, self.cache_dir, self.optimization_level, self.compiler_args,
+                self.compile_timeout)
+
+    def baseline_variant(self) -> str:
+        """The name part of a baseline file for settings that change the compiled set ('' for the defaults)."""
+        parts = []
+        if self.optimization_level is not None:
+            parts.append(f"O{self.optimization_level}")
+        if self.target != DEFAULT_TARGET:
+            parts.append(self.target)
+        if self.tp > 1:
+            parts.append(f"tp{self.tp}")
+        if self.compiler_args_source and not self.compiler_args_source.startswith("ini"):
+            import hashlib
+
+            parts.append("args-" + hashlib.sha256((self.compiler_args or "").encode()).hexdigest()[:8])
+        return "-".join(parts)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> NeuronSettings:
@@ -98,7 +141,31 @@ class NeuronSettings:
                 f"--neuron-optimization-level {level}: use one of {', '.join(map(str, OPT_LEVELS))} "
                 "(the -O level every graph gets; it disables model compiler_args_for policies)"
             )
+        args, args_source = _raw(config, "neuron_compiler_args")
+        source = {"cli": "--neuron-compiler-args", "ini": f"ini key neuron_compiler_args ({config.inipath})"}.get(
+            args_source, "")
+        if args is None and os.environ.get("NEURON_CC_FLAGS", "").strip():
+            args, source = os.environ["NEURON_CC_FLAGS"], "NEURON_CC_FLAGS"
+        tp_text, _ = _raw(config, "neuron_tp")
+        try:
+            tp = int(tp_text) if tp_text is not None else 1
+        except ValueError:
+            tp = 0
+        if tp < 1:
+            raise pytest.UsageError(f"--neuron-tp {tp_text}: give the number of tensor-parallel ranks, 1 or more")
+        timeout_text, _ = _raw(config, "neuron_compile_timeout")
+        try:
+            timeout = float(timeout_text) if timeout_text is not None else None
+        except ValueError:
+            timeout = -1.0
+        if timeout is not None and not timeout > 0:
+            raise pytest.UsageError(f"--neuron-compile-timeout {timeout_text}: give a number of seconds above 0")
+        breaks, _ = _raw(config, "neuron_allow_graph_breaks")
+        worker = config.getoption("neuron_rank_worker")
         return cls(
+            compiler_args=args, compiler_args_source=source, tp=tp, compile_timeout=timeout,
+            allow_graph_breaks=str(breaks).strip().lower() in ("1", "true", "yes", "on") if breaks else False,
+            rank_worker=Path(worker) if worker else None,
             target=target,
             compiler=compiler,
             cache_dir=_path(config, "neuron_cache_dir"),
@@ -107,14 +174,32 @@ class NeuronSettings:
             flow=flow,
             baseline=_path(config, "neuron_baseline"),
             update_baseline=bool(config.getoption("neuron_update_baseline")),
-            compiler_args=_raw(config, "neuron_compiler_args")[0],
         )
+
+    def check_compiler_args(self) -> None:
+        """A malformed base list is one usage error at start-up naming where it came from."""
+        from neuron_args.errors import CompilerArgsError
+        from neuron_args.flags import validate_compiler_args
+
+        try:
+            validate_compiler_args(self.compiler_args)
+        except CompilerArgsError as exc:
+            detail = str(exc).removeprefix("compiler args: ")
+            raise pytest.UsageError(
+                f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: {detail} "
+                "(these are the base arguments of every graph, at the caller level)") from None
+
+
+def argparse_suppress() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
 
 
 def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
     """``(value, source)``: the command line first, then the ini key; ``(None, "")`` when unset."""
     value = config.getoption(dest)
-    if value is not None:
+    if value is not None and value is not False:
         return str(value), "cli"
     ini = config.getini(_INI[dest]) if dest in _INI else ""
     if isinstance(ini, str) and ini.strip():

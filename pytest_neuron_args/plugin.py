@@ -10,17 +10,21 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_neuron_args import markers
 from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected from this module)
+    CALL_FAILED,
+    PROGRESS_KEY,
     _neuron_graph_type_check,
     neuron_baseline,
     neuron_cache,
     neuron_compile_counter,
     neuron_compiler_args,
     neuron_manifest,
+    neuron_model,
     neuron_runner,
     neuron_served,
     neuron_settings,
@@ -57,8 +61,12 @@ def pytest_configure(config: pytest.Config) -> None:
             "--neuron-compiler neuronx-cc: neuronx-cc is not on PATH. On a Neuron host activate the "
             "environment that has it (pip install neuronx-cc from the Neuron repository); elsewhere use "
             "--neuron-compiler local (or auto)")
+    settings.check_compiler_args()
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
+    if session.is_rank_worker:
+        _RANK_WORKER["session"] = session
+        _join_tp_group()
     if not session.is_worker:
         _warn_split_path_options(config)
     session.start()
@@ -85,10 +93,36 @@ def _warn_split_path_options(config: pytest.Config) -> None:
                 f"ini file {config.inipath or '(none found)'}"), stacklevel=2)
 
 
+_RANK_WORKER: dict[str, NeuronSession] = {}  # set only in a --neuron-tp rank process (one session per process)
+
+
+def _join_tp_group() -> None:
+    """A ``--neuron-tp`` rank process: join the gloo group the launcher set up and tell the ledger our rank."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return
+    import torch.distributed as dist
+
+    from neuron_args.manifest.ledger import register_tp_group
+
+    rank = int(os.environ["RANK"])
+    if not dist.is_initialized():
+        import datetime
+
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
+    register_tp_group(list(range(world)), rank)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(STASH_KEY, None)
     if session is not None:
         session.stop()
+        if session.is_rank_worker:
+            import sys
+
+            dist = sys.modules.get("torch.distributed")
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
     trace_filter = config.stash.get(_TRACE_FILTER, None)
     if trace_filter is not None:
         logging.getLogger(_TORCH_TRACE_LOGGER).removeFilter(trace_filter)
@@ -102,10 +136,47 @@ def pytest_report_header(config: pytest.Config) -> str:
     return header_line(get_session(config))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A ``--neuron-tp`` rank process runs a test's fixtures (its warmup), not the test itself."""
+    return True if get_session(pyfuncitem.config).is_rank_worker else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if call.when == "call" and report.failed:
+        item.stash[CALL_FAILED] = True
+    lines = item.stash.get(PROGRESS_KEY, None)
+    if lines:  # an xdist worker's warmup progress, printed by the controller (pytest_runtest_logreport)
+        report.neuron_progress = list(lines)
+        lines.clear()
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed and _RANK_WORKER.get("session") is not None:
+        _RANK_WORKER["session"].report_rank_failure(str(report.longrepr))
+    lines = getattr(report, "neuron_progress", None)
+    node = getattr(report, "node", None)  # set by xdist on the controller: the worker it came from
+    config = getattr(node, "config", None)
+    if not lines or config is None or get_session(config).is_worker:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        worker = getattr(getattr(node, "gateway", None), "id", "worker")
+        for line in lines:
+            reporter.write_line(f"[{worker}] {line}")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = get_session(session.config)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
-        workeroutput[WORKEROUTPUT_KEY] = get_session(session.config).export()
+        workeroutput[WORKEROUTPUT_KEY] = state.export()
+    else:
+        state.emit_manifests()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -46,10 +46,26 @@ def human_size(n: int | None) -> str:
     return f"{n} B"
 
 
-def shapes_text(shapes: Sequence[str] | None) -> str:
+MAX_SHAPES = 4
+
+
+def shapes_text(shapes: Sequence[str] | None, limit: int = MAX_SHAPES) -> str:
+    """``(1, 8) (2, 64, 16)x4``: runs of equal shapes (a model's KV buffers) collapsed, then at most ``limit`` items."""
     if shapes is None:
         return "-"
-    return " ".join(f"({s})" for s in shapes) if shapes else "()"
+    if not shapes:
+        return "()"
+    runs: list[list[Any]] = []
+    for shape in shapes:
+        if runs and runs[-1][0] == shape:
+            runs[-1][1] += 1
+        else:
+            runs.append([shape, 1])
+    items = [f"({shape})" + (f"x{n}" if n > 2 else "") if n > 2 else " ".join([f"({shape})"] * n) for shape, n in runs]
+    if len(items) > limit:
+        hidden = sum(n for _, n in runs[limit - 1:])
+        items = items[:limit - 1] + [f"+{hidden} more"]
+    return " ".join(items)
 
 
 def _how(row: dict[str, Any]) -> str:
@@ -111,12 +127,15 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
                      + (f" ({per_type})" if per_type else "") + f", {data.get('serve_misses', 0)} miss(es)")
     if data.get("workers"):
         parts.append(f"merged from {len(data['workers'])} xdist workers")
+    if data.get("rank_processes"):
+        parts.append(f"with {data['rank_processes']} --neuron-tp rank process report(s)")
     return "; ".join(parts)
 
 
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     data = session.merged()
-    if not data["rows"] and not data["serve_sessions"] and not data["baselines_written"]:
+    if not data["rows"] and not data["serve_sessions"] and not data["baselines_written"] \
+            and not data.get("manifests_written"):
         return
     terminalreporter.write_sep("=", SUMMARY_TITLE)
     if data["rows"]:
@@ -125,6 +144,8 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
     for path in data["baselines_written"]:
         terminalreporter.write_line(f"baseline written: {path}")
+    for path in data.get("manifests_written", []):
+        terminalreporter.write_line(f"manifest written: {path}")
 
 
 __all__ = ["SUMMARY_TITLE", "compiler_description", "header_line", "table_lines", "write_summary"]

@@ -8,7 +8,9 @@ xdist's ``workeroutput``.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from pytest_neuron_args.options import NeuronSettings
 
 MANIFEST_DIR_ENV = "VLLM_NEURON_MANIFEST_DIR"
+LEDGER_DIRNAME = "ledger"
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
 _RECORDS_MODULE = "neuron_args.seams.records"
@@ -66,8 +69,15 @@ class NeuronSession:
         self.serve_misses = 0
         self.serve_sessions = 0
         self.parallel_compiled: dict[str, dict[str, Any]] = {}
+        self.deferred_counts: dict[str, int] = {}
         self.baselines_written: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
+        self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
+        self.runners: dict[tuple[Any, ...], Any] = {}  # (model identity, settings) -> NeuronRunner
+        self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
+        self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
+        self.manifests_written: list[str] = []
+        self._ledger_root: Path | None = None
 
     # -- directories --------------------------------------------------------------------------------
     @property
@@ -96,15 +106,30 @@ class NeuronSession:
         return self._cache_dir
 
     def manifest_root(self) -> Path | None:
-        """``--neuron-manifest-dir``; on an xdist worker its ``<workerid>`` subfolder.
+        """``--neuron-manifest-dir``: ``VLLM_NEURON_MANIFEST_DIR`` of every process of the session.
 
-        Emit reads and then removes the whole ledger folder of its engine id, so two workers
-        sharing one root would take each other's graphs; one folder per worker keeps them apart.
+        Nothing emits during the session: every process (xdist workers, parallel-flow trace
+        children, --neuron-tp ranks) appends its ledger lines there, and the controller writes one
+        ``<engine-id>/manifest.json`` per engine at the end (:meth:`emit_manifests`).
         """
-        root = self.settings.manifest_dir
-        if root is None:
-            return None
-        return root / self.worker_id if self.worker_id else root
+        return self.settings.manifest_dir
+
+    def ledger_root(self) -> Path:
+        """Where warmups write their ledger lines: the manifest dir, else a private folder of this process."""
+        root = self.manifest_root()
+        if root is not None:
+            return root
+        if self._ledger_root is None:
+            factory = getattr(self.config, "_tmp_path_factory", None)
+            # a unique name: the ledger writes one line per graph and *directory* per process, and a basetemp
+            # (hence a numbered name in it) repeats across sessions run inside one process (pytester)
+            parent = factory.getbasetemp() if factory is not None else None
+            self._ledger_root = Path(tempfile.mkdtemp(prefix="neuron-ledger-", dir=parent))
+        return self._ledger_root
+
+    @property
+    def is_rank_worker(self) -> bool:
+        return self.settings.rank_worker is not None
 
     # -- session start / end --------------------------------------------------------------------------
     def start(self) -> None:
@@ -112,6 +137,8 @@ class NeuronSession:
         if root is not None:
             self._saved_env = (MANIFEST_DIR_ENV in os.environ, os.environ.get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
+            if not self.is_worker and not self.is_rank_worker:  # a crashed session's lines are not ours
+                shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
             os.environ[MANIFEST_DIR_ENV] = str(root)
         self._records_before = {r.key: r.as_dict() for r in _records()}
         self._stats_before = _stats()
@@ -125,12 +152,48 @@ class NeuronSession:
                 os.environ.pop(MANIFEST_DIR_ENV, None)
             self._saved_env = None
 
+    def report_rank_failure(self, error: str) -> None:
+        """A rank process's failure before its warmup reported: tell the pytest process what it was."""
+        out = self.settings.rank_worker
+        if out is None:
+            return
+        path = out / f"rank{int(os.environ.get('RANK', '0'))}.json"
+        if not path.exists():
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"rank": int(os.environ.get("RANK", "0")), "error": error}), encoding="utf-8")
+
+    def note_manifest_config(self, config: dict[str, Any] | None) -> None:
+        if self.manifest_config is None and config is not None:
+            self.manifest_config = json.loads(json.dumps(config, default=str))
+
+    def emit_manifests(self) -> list[Path]:
+        """The session manifest: one ``<DIR>/<engine-id>/manifest.json`` per engine that wrote ledger lines."""
+        root = self.manifest_root()
+        if root is None or self.is_worker or self.is_rank_worker:
+            return []
+        from pytest_neuron_args.ledger_view import emit_engines
+
+        config = self.manifest_config or next((w["manifest_config"] for w in self.workers.values()
+                                               if w.get("manifest_config")), None)
+        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config)
+        self.manifests_written = [str(p) for p in written]
+        try:
+            (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
+        except OSError:
+            pass
+        return written
+
     # -- what the session did ---------------------------------------------------------------------------
     def add_serve(self, calls: dict[str, int], misses: int) -> None:
         self.serve_sessions += 1
         self.serve_misses += int(misses)
         for graph_type, n in calls.items():
             self.serve_calls[graph_type] = self.serve_calls.get(graph_type, 0) + int(n)
+
+    def add_deferred_counts(self, counts: Any) -> None:
+        """Cache counts of a parallel-flow warmup (its traces and compiles ran in other processes)."""
+        for name in ("hits", "misses", "compiles", "captures"):
+            self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
 
     def add_compile_report(self, report: Any) -> None:
         """Remember the graphs a parallel warmup compiled (their records live in the compile workers)."""
@@ -141,7 +204,10 @@ class NeuronSession:
 
     def stats(self) -> dict[str, int]:
         now = _stats()
-        return {k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now}  # a test may reset STATS
+        out = {k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now}  # a test may reset STATS
+        for name, value in self.deferred_counts.items():  # what parallel-flow children and workers did
+            out[name] = out.get(name, 0) + value
+        return out
 
     def local_rows(self) -> list[dict[str, Any]]:
         """One row per graph this process compiled, captured or loaded during the session."""
@@ -170,11 +236,12 @@ class NeuronSession:
             "serve_sessions": self.serve_sessions,
             "baselines_written": list(self.baselines_written),
             "stats": self.stats(),
+            "manifest_config": self.manifest_config,
         }
 
     def merged(self) -> dict[str, Any]:
         """This process's data merged with every xdist worker's (the controller's view)."""
-        parts = [self.export(), *self.workers.values()]
+        parts = [self.export(), *self.workers.values(), *self.rank_parts]
         rows: dict[str, dict[str, Any]] = {}
         calls: dict[str, int] = {}
         for part in parts:
@@ -187,14 +254,26 @@ class NeuronSession:
             for k, v in part.get("stats", {}).items():
                 stats[k] = stats.get(k, 0) + v
         return {
-            "rows": sorted(rows.values(), key=lambda r: (str(r.get("graph_type")), r.get("input_shapes") or [], r["key"])),
+            "rows": sorted(rows.values(), key=row_order),
             "serve_calls": calls,
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
             "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
             "stats": stats,
             "workers": sorted(self.workers),
+            "rank_processes": len(self.rank_parts),
+            "manifests_written": list(self.manifests_written),
         }
+
+
+def _numbers(shape: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape.replace(",", " ").split() if d.isdigit())
+
+
+def row_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Graph type, then input shapes compared as numbers (``(2, 8)`` before ``(16, 8)``), then key."""
+    graph_type = row.get("graph_type")
+    return (graph_type is None, str(graph_type or ""), [_numbers(s) for s in row.get("input_shapes") or []], row["key"])
 
 
 def _empty_row(key: str, graph_type: str | None) -> dict[str, Any]:
@@ -266,4 +345,4 @@ def merge_row(rows: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
             old[name] = (old.get(name) or 0) + row[name]
 
 
-__all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "merge_row", "record_delta", "safe_name"]
+__all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "merge_row", "record_delta", "row_order", "safe_name"]

@@ -3,7 +3,8 @@
 Registered only when xdist is loaded, so the plugin works without it. Workers put plain builtins
 into ``config.workeroutput`` in ``pytest_sessionfinish`` (see ``plugin.py``); the controller reads
 them in ``pytest_testnodedown``. Workers share one compile cache safely (per-key file locks; the
-second builder of a key finds it complete) and each writes manifests under its own folder.
+second builder of a key finds it complete) and append to the session's one ledger; the controller
+writes the per-engine manifests at the end (see ``NeuronSession.emit_manifests``).
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ class TinyTwoGraph(torch.nn.Module):
         return with_optimization_level(base, 3) if graph_type == "decode" else list(base)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def neuron_model():
     return TinyTwoGraph()
 '''

@@ -1,14 +1,17 @@
 """The manifest fixture's checks (completeness, ranks), the manifest dir option, and baselines."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from pytest_neuron_args.assertions import ManifestView
+from conftest import MODEL_CONFTEST
 from pytest_neuron_args.baseline import normalize
 
 
@@ -64,28 +67,9 @@ def test_manifest_view_checks_ranks_of_a_multi_rank_manifest(tmp_path: Path) -> 
         view.assert_ranks()
 
 
-def test_manifest_dir_option_puts_each_tests_manifest_in_its_own_folder(neuron_project: pytest.Pytester,
-                                                                       tmp_path: Path) -> None:
-    manifests = tmp_path / "manifests"
-    neuron_project.makepyfile(test_dir="""
-        import os
-        import pytest
-
-        @pytest.mark.graph_type("prefill")
-        def test_prefill(neuron_manifest):
-            assert neuron_manifest.path.parent.parent.name == "test_dir.py__test_prefill"
-            assert len(neuron_manifest.graphs) == 1
-            neuron_manifest.assert_complete()
-
-        def test_env():
-            assert os.environ["VLLM_NEURON_MANIFEST_DIR"].endswith("manifests")
-    """)
-    result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")
-    result.assert_outcomes(passed=2)
-    path = manifests / "test_dir.py__test_prefill" / "nodev" / "manifest.json"
-    doc = json.loads(path.read_text())
-    assert [g["input_shapes"] for g in doc["graphs"]] == [["4, 8"]]
-    assert "VLLM_NEURON_MANIFEST_DIR" not in os.environ
+def _literal(text: object) -> str:
+    """``text`` as an fnmatch pattern matching itself (brackets escaped)."""
+    return str(text).replace("[", "\0").replace("]", "[]]").replace("\0", "[[]")
 
 
 BASELINE_TEST = """
@@ -121,22 +105,79 @@ def test_baseline_create_pass_change_fail_update(neuron_project: pytest.Pytester
 
     neuron_project.runpytest().assert_outcomes(passed=1)  # same build: timestamps, sizes, paths ignored
 
-    changed = neuron_project.runpytest("--neuron-optimization-level", "2")  # compiles decode at -O2
+    # the model's policy changes: decode now compiles at -O2, and the same settings' baseline fails
+    neuron_project.makeconftest(MODEL_CONFTEST.replace("with_optimization_level(base, 3)", "with_optimization_level(base, 2)"))
+    changed = neuron_project.runpytest()
     changed.assert_outcomes(failed=1)
     changed.stdout.fnmatch_lines([
         f"E * the manifest differs from its baseline {baseline}:",
-        f"E *  - graph {warm_cache.keys['decode'][:12]}  inputs (1, 8)  flags --framework XLA --target trn2 -O3",
-        "E *  + graph *  inputs (1, 8)  flags --framework XLA --target trn2 -O2",
-        f"E *  ~ graph {warm_cache.keys['decode'][:12]} -> * (same input shapes): compiler_flags -O3 -> -O2",
-        "E *  ~ config.neuron_config.compiler_args[[]0[]]: \"-O1\" -> \"-O2\"",
-        "E *  ~ config.neuron_config.explicit_optimization_level: null -> 2",
+        f"E *  - graph {warm_cache.keys['decode'][:12]} (decode)  inputs (1, 8)  flags --framework XLA --target trn2 -O3",
+        "E *  + graph * (decode)  inputs (1, 8)  flags --framework XLA --target trn2 -O2",
+        f"E *  ~ graph {warm_cache.keys['decode'][:12]} (decode) -> * (same input shapes): compiler_flags -O3 -> -O2",
         "E * If the change is intended, update the baseline with:",
-        "E *     pytest test_base.py::test_decode_baseline --neuron-optimization-level 2 --neuron-update-baseline",
+        "E *     pytest test_base.py::test_decode_baseline --neuron-update-baseline",
     ])
-
-    neuron_project.runpytest("--neuron-optimization-level", "2", "--neuron-update-baseline").assert_outcomes(passed=1)
-    neuron_project.runpytest("--neuron-optimization-level", "2").assert_outcomes(passed=1)
+    neuron_project.runpytest("--neuron-update-baseline").assert_outcomes(passed=1)
+    neuron_project.runpytest().assert_outcomes(passed=1)
+    neuron_project.makeconftest(MODEL_CONFTEST)
     neuron_project.runpytest().assert_outcomes(failed=1)  # and back: -O3 is now the difference
+
+
+def test_baselines_are_kept_per_setting_that_changes_the_compiled_set(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makepyfile(test_base=BASELINE_TEST)
+    folder = neuron_project.path / ".neuron-baseline"
+    neuron_project.runpytest("--neuron-update-baseline").assert_outcomes(passed=1)
+    o2 = folder / "test_base.py__test_decode_baseline[O2].json"
+    missing = neuron_project.runpytest("--neuron-optimization-level=2")  # -O2 everywhere: another compiled set
+    missing.assert_outcomes(failed=1)
+    missing.stdout.fnmatch_lines([f"E * no manifest baseline for test_base.py::test_decode_baseline at {_literal(o2)}.",
+                                  "E *     pytest test_base.py::test_decode_baseline --neuron-optimization-level=2 "
+                                  "--neuron-update-baseline"])
+    neuron_project.runpytest("--neuron-optimization-level=2", "--neuron-update-baseline").assert_outcomes(passed=1)
+    neuron_project.runpytest("--neuron-optimization-level=2").assert_outcomes(passed=1)
+    neuron_project.runpytest().assert_outcomes(passed=1)  # the default settings keep their own baseline
+    args = neuron_project.runpytest("--neuron-compiler-args=-O1 --auto-cast=none", "--neuron-update-baseline")
+    args.assert_outcomes(passed=1)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "test_base.py__test_decode_baseline.json", "test_base.py__test_decode_baseline[O2].json",
+        f"test_base.py__test_decode_baseline[args-{hashlib.sha256(b'-O1 --auto-cast=none').hexdigest()[:8]}].json"]
+    assert json.loads(o2.read_text())["graphs"][0]["compiler_flags"].endswith("-O2")
+
+
+def test_baselines_stay_by_the_ini_file_when_a_split_option_moves_the_rootdir(
+        neuron_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a workspace with its own ini file, holding the project (its ini, conftest and tests) and a cache folder
+    workspace = neuron_project.path
+    project = workspace / "project"
+    project.mkdir()
+    (project / "tox.ini").write_text((workspace / "tox.ini").read_text())
+    (workspace / "conftest.py").rename(project / "conftest.py")
+    (project / "test_base.py").write_text(BASELINE_TEST)
+    cache = workspace / "cache"
+    cache.mkdir()
+    monkeypatch.chdir(project)
+    # "--neuron-cache-dir PATH" with a space: pytest takes PATH for a test path, and its rootdir moves to the workspace
+    result = neuron_project.runpytest("test_base.py", "--neuron-cache-dir", str(cache), "--neuron-update-baseline")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"rootdir: {workspace}"])
+    written = project / ".neuron-baseline" / "test_base.py__test_decode_baseline.json"
+    result.stdout.fnmatch_lines([f"baseline written: {written}"])  # the baseline stays by the project's ini file
+    assert not (workspace / ".neuron-baseline").exists()
+    neuron_project.runpytest("test_base.py", f"--neuron-cache-dir={cache}").assert_outcomes(passed=1)
+
+
+def test_examples_pass_under_an_explicit_optimization_level(pytester: pytest.Pytester) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    result = pytester.runpytest(str(repo / "examples" / "test_tiny_vlm.py"), "-k", "policy_levels or prefill_keeps",
+                                "-p", "no:cacheprovider", f"--rootdir={repo}", "-c", str(repo / "pyproject.toml"),
+                                "--neuron-optimization-level=2", "--neuron-compiler=local")
+    result.assert_outcomes(passed=5)
+
+
+def test_readme_writes_path_options_with_equals() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    split = re.findall(r"--neuron-[a-z-]+ [^-\s`][^\s`]*", readme)
+    assert split == [], split
 
 
 def test_baseline_option_names_a_file_or_a_directory(neuron_project: pytest.Pytester, tmp_path: Path) -> None:
@@ -168,3 +209,27 @@ def test_normalize_keeps_what_identifies_a_build() -> None:
         "graphs": [{"graph_hash": "k1", "compiler_flags": "-O3", "ranks": [0], "input_shapes": ["1, 8"]}],
     }
     assert doc["environment"] == {"torch": "2.13.0"}  # the input is left alone
+
+
+def test_manifest_diff_of_two_runs_of_one_build_is_empty(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
+                                                         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from neuron_args.cli import main
+
+    neuron_project.makepyfile(test_base=BASELINE_TEST)
+    other_cache = tmp_path / "other-cache"
+    shutil.copytree(warm_cache.path, other_cache)
+    neuron_project.runpytest(f"--neuron-manifest-dir={tmp_path / 'm1'}", "--neuron-update-baseline").assert_outcomes(
+        passed=1)
+    neuron_project.runpytest(f"--neuron-manifest-dir={tmp_path / 'm2'}",
+                             f"--neuron-cache-dir={other_cache}").assert_outcomes(passed=1)
+    first, second = tmp_path / "m1" / "nodev", tmp_path / "m2" / "nodev"
+    assert json.loads((first / "manifest.json").read_text())["config"]["neuron_config"]["cache_dir"] != \
+        json.loads((second / "manifest.json").read_text())["config"]["neuron_config"]["cache_dir"]
+    baseline = neuron_project.path / ".neuron-baseline" / "test_base.py__test_decode_baseline.json"
+    assert main(["manifest", "diff", str(first), str(second)]) == 0  # another cache dir is not another build
+    assert main(["manifest", "diff", str(baseline), str(second)]) == 0  # nor is the baseline's placeholder
+    capsys.readouterr()
+    assert main(["manifest", "show", str(baseline)]) == 0  # a baseline names its graph types itself
+    assert re.search(rf"^decode +{warm_cache.keys['decode'][:12]} ", capsys.readouterr().out, re.M)

@@ -186,19 +186,6 @@ def test_graph_type_marker_must_name_declared_types(neuron_project: pytest.Pytes
     ])
 
 
-def test_graph_type_marker_without_a_model_fixture(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_nomodel="""
-        import pytest
-
-        @pytest.mark.graph_type("decode")
-        def test_needs_model():
-            pass
-    """)
-    result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*needs a `neuron_model` fixture: define one in your conftest.py*"])
-
-
 def test_neuron_compiler_args_resolves_the_marked_graph_types(neuron_project: pytest.Pytester) -> None:
     neuron_project.makepyfile(test_args="""
         import pytest
@@ -240,3 +227,23 @@ def test_explicit_optimization_level_overrides_the_model_policy(neuron_project: 
     result = neuron_project.runpytest()  # the policy again: decode -O3
     result.assert_outcomes(failed=1)
     assert "{'decode': ['-O3']} != {'decode': ['-O2']}" in result.stdout.str()
+
+
+def test_compile_timeout_and_tp_options_reach_the_runner(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makepyfile(test_timeout="""
+        def test_options(neuron_runner, neuron_settings):
+            assert neuron_runner.options["compile_timeout"] == 12.5
+            assert neuron_settings.compile_timeout == 12.5
+            assert neuron_settings.allow_graph_breaks is True
+            assert neuron_runner.fullgraph is False
+    """)
+    neuron_project.runpytest("--neuron-compile-timeout=12.5", "--neuron-allow-graph-breaks").assert_outcomes(passed=1)
+    with open(neuron_project.path / "tox.ini", "a") as ini:
+        ini.write("\nneuron_compile_timeout = 12.5\nneuron_allow_graph_breaks = true\n")
+    neuron_project.runpytest().assert_outcomes(passed=1)
+    result = neuron_project.runpytest("--neuron-compile-timeout=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--neuron-compile-timeout 0.0: give a number of seconds above 0*"])
+    result = neuron_project.runpytest("--neuron-tp=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--neuron-tp 0: give the number of tensor-parallel ranks, 1 or more*"])

@@ -63,7 +63,7 @@ def test_serve_time_miss_names_graph_key_closest_entry_and_flag(neuron_project: 
     assert "neuron-args: graphs of this session" in out
     row = _table_row(out, "decode", decode)
     assert row[:5] == ["decode", "(1, 8)", "3", decode[:12], "loaded"]
-    assert int(row[7]) >= 3  # loaded by each of the three tests' warmups (a Dynamo recompile at serve adds one)
+    assert int(row[7]) >= 1  # loaded by the one warmup the three tests share (a Dynamo recompile at serve adds one)
     row = _table_row(out, "prefill", warm_cache.keys["prefill"])
     assert row[:5] == ["prefill", "(4, 8)", "1", warm_cache.keys["prefill"][:12], "loaded"]
     # the unscoped call's key (base -O1, no graph-type label) gets its own row: never built, missed twice
@@ -124,10 +124,21 @@ def test_parallel_flow_gives_the_keys_of_the_in_process_flow(neuron_project: pyt
             neuron_served.run("prefill", {"x": torch.ones(4, 8)})
             in_process = json.loads(Path("keys.json").read_text())
             assert {e.metadata()["graph_type"]: e.key for e in neuron_cache.entries()} == in_process
+
+        def test_nothing_but_the_warmup(neuron_warmup):
+            assert neuron_warmup.flow == "parallel"
     """)
     # a subprocess: the trace children fork, which is only safe in a process without a jax client
-    result = neuron_project.runpytest_subprocess("--neuron-flow", "parallel", "-v")
-    result.assert_outcomes(passed=1)
+    cache = neuron_project.path / "parallel-cache"
+    result = neuron_project.runpytest_subprocess("--neuron-flow=parallel", f"--neuron-cache-dir={cache}", "-v")
+    result.assert_outcomes(passed=2)
+    # the compiles the parallel-flow workers did are counted, and a warm cache shows its graphs as loaded
+    result.stdout.fnmatch_lines(["2 graphs: 2 compiled, 0 loaded, 0 captured; *; cache activity: * hits, 2 misses, "
+                                 "2 compiles, 2 captures; *"])
+    again = neuron_project.runpytest_subprocess("--neuron-flow=parallel", f"--neuron-cache-dir={cache}", "-k",
+                                                "nothing_but_the_warmup", "-p", "no:randomly")
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["2 graphs: 0 compiled, 2 loaded, 0 captured; *"])
     result.stdout.fnmatch_lines([
         "neuron-args parallel compile [[]1/2[]] * compiled in *s (elapsed *",
         "neuron-args parallel compile [[]2/2[]] * compiled in *s (elapsed *",
@@ -158,16 +169,60 @@ def test_xdist_workers_merge_into_one_summary(neuron_project: pytest.Pytester, w
     result = neuron_project.runpytest_subprocess("-n", "2", f"--neuron-manifest-dir={manifests}")
     result.assert_outcomes(passed=2)
     out = result.stdout.str()
+    # the workers' warmup progress, printed by the controller
+    result.stdout.fnmatch_lines(["[[]gw?[]] neuron-args: compiling * (1/1)\u2026"])
     for graph_type, key in warm_cache.keys.items():
         row = _table_row(out, graph_type, key)
         assert row[4] == "loaded" and int(row[7]) >= 1, row
     result.stdout.fnmatch_lines(["2 graphs: 0 compiled, 2 loaded, 0 captured; session cache *; cache activity: * hits, "
                                  "0 misses, 0 compiles, 0 captures; serve: 2 call(s) in 2 serve block(s) "
                                  "(decode 1, prefill 1), 0 miss(es); merged from 2 xdist workers"])
-    # each worker wrote its manifests under its own folder, one per test
-    written = sorted(p.relative_to(manifests).parts for p in manifests.rglob("manifest.json"))
-    assert len(written) == 2 and {parts[0] for parts in written} <= {"gw0", "gw1"}, written
-    assert {parts[1] for parts in written} == {"test_dist.py__test_prefill", "test_dist.py__test_decode"}
-    for path in manifests.rglob("manifest.json"):
-        doc = json.loads(path.read_text())
-        assert len(doc["graphs"]) == 1 and doc["graphs"][0]["graph_hash"] in warm_cache.keys.values()
+    # one session manifest per engine: the controller merged both workers' graphs into it
+    assert sorted(p.relative_to(manifests).as_posix() for p in manifests.rglob("manifest.json")) == ["nodev/manifest.json"]
+    doc = json.loads((manifests / "nodev" / "manifest.json").read_text())
+    assert sorted(g["graph_hash"] for g in doc["graphs"]) == sorted(warm_cache.keys.values())
+    assert all(g["ranks"] == [0] for g in doc["graphs"])
+    assert not (manifests / "ledger").exists()  # consumed by the emit
+
+
+def test_calls_of_the_model_are_served_and_undeclared_shapes_reported(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makepyfile(test_direct="""
+        import pytest
+        import torch
+
+        from neuron_args.runner import UndeclaredGraphError
+
+
+        def test_direct_calls_are_served(neuron_served, neuron_model, neuron_compile_counter):
+            with neuron_compile_counter.expect(compiles=0, misses=0), torch.inference_mode():
+                out = neuron_model(torch.ones(1, 8))  # positional, through the model: the decode graph
+                neuron_model(x=torch.ones(4, 8))
+            assert out.shape == (1, 4)
+            assert neuron_served.serving.calls == {"decode": 1, "prefill": 1}
+
+
+        def test_undeclared_shape_raises(neuron_served, neuron_model):
+            with pytest.raises(UndeclaredGraphError) as caught:
+                neuron_model(torch.ones(3, 8))
+            assert "TinyTwoGraph called while serving with x=[3, 8]: the call matches no declared bucket" in str(caught.value)
+            assert "Declared buckets of this entry: prefill b4: x=[4, 8]; decode b1: x=[1, 8]" in str(caught.value)
+
+
+        def test_undeclared_call_fails_the_test(neuron_served, neuron_model):
+            neuron_model(torch.ones(2, 8))
+
+
+        def test_outside_serve_the_model_runs_eagerly(neuron_runner, neuron_model):
+            assert neuron_model(torch.ones(3, 8)).shape == (3, 4)
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly")
+    # the caught UndeclaredGraphError still fails its test at teardown: it would have run eagerly
+    result.assert_outcomes(passed=3, failed=1, errors=1)
+    result.stdout.fnmatch_lines([
+        "*_ ERROR at teardown of test_undeclared_shape_raises _*",
+        "while serving, 1 call(s) matched no declared graph (the test caught the UndeclaredGraphError):",
+        "*_ test_undeclared_call_fails_the_test _*",
+        "E *.UndeclaredGraphError: TinyTwoGraph called while serving with x=[[]2, 8[]]: the call matches no declared "
+        "bucket, so it would run eagerly *",
+    ])
+    result.stdout.fnmatch_lines(["*serve: 2 call(s) in 3 serve block(s) (decode 1, prefill 1), 0 miss(es)"])

@@ -142,3 +142,77 @@ def test_recompile_limit_is_reported_instead_of_a_silent_eager_fallback(warm_cac
         runner.run("prefill", {"input": torch.ones(4, 8)})
         with pytest.raises(NeuronArgsError, match=r"graph type 'decode': Dynamo's recompile limit \(1\)"):
             runner.run("decode", {"input": torch.ones(1, 8)})
+
+
+def test_a_second_warmup_traces_nothing_and_replays_the_first(warm_cache):
+    from neuron_args.runner import REUSED
+
+    runner = make_runner(warm_cache)
+    runner.origin = "first"
+    first = runner.warmup(["decode"], emit=False)
+    assert [(g.graph_type, g.bucket, g.how, g.origin) for g in first.graphs] == [("decode", "b1", "loaded", "first")]
+    assert first.counts.hits == 1 and first.reused == []
+    runner.origin = "second"
+    n, before = len(REUSED), STATS.snapshot()
+    second = runner.warmup(emit=False)  # decode again, prefill for the first time
+    assert second.reused == ["decode"]
+    assert [g.key for g in REUSED[n:]] == [first.graphs[0].key]
+    assert STATS.hits - before["hits"] == 1  # only prefill was resolved
+    assert {g.graph_type: g.origin for g in second.graphs} == {"decode": "first", "prefill": "second"}
+
+
+def test_a_graph_break_is_an_error_naming_the_line_unless_allowed(tmp_path):
+    from neuron_args.runner import GraphBreakError
+
+    class Breaks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            torch._dynamo.graph_break()
+            return y.relu()
+
+        def neuron_graphs(self):
+            return [GraphSpec("decode", self, {"b1": lambda: {"x": torch.ones(1, 8)}})]
+
+    with pytest.raises(GraphBreakError, match=r"graph break in graph type 'decode' at .*test_runner\.py:\d+ \(in "
+                                              r"forward\):\n    torch\._dynamo\.graph_break\(\)"):
+        NeuronRunner(Breaks(), compiler="local", cache_dir=tmp_path).warmup(emit=False)
+    torch._dynamo.reset()
+    report = NeuronRunner(Breaks(), compiler="local", cache_dir=tmp_path, fullgraph=False).warmup(emit=False)
+    assert len(report.graphs) == 2
+
+
+def test_serve_routes_direct_calls_of_entry_modules(warm_cache):
+    from neuron_args.runner import UndeclaredGraphError
+
+    runner = make_runner(warm_cache)
+    runner.warmup(emit=False)
+    mlp = runner.model.mlp
+    with torch.inference_mode():
+        eager = mlp(torch.ones(1, 8))  # outside serve: eager
+        with runner.serve() as served:
+            assert torch.allclose(mlp(torch.ones(1, 8)), eager, atol=1e-5)
+            mlp(input=torch.ones(4, 8))
+            with pytest.raises(UndeclaredGraphError, match=r"Sequential called while serving with input=\[2, 8\]"):
+                mlp(torch.ones(2, 8))
+    assert served.calls == {"decode": 1, "prefill": 1} and served.counts.misses == 0
+    assert len(served.undeclared) == 1
+    import pickle
+
+    assert isinstance(pickle.loads(pickle.dumps(runner.model)), TwoGraphModel)
+
+
+def test_models_that_declare_nothing_usable_are_told_what_to_return(tmp_path):
+    class Plain(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(NeuronArgsError, match=r"Plain has no neuron_graphs\(\) method.*GraphSpec\(graph_type, "):
+        NeuronRunner(Plain(), compiler="local", cache_dir=tmp_path)
+    plain = Plain()
+    plain.neuron_graphs = lambda: [GraphSpec("decode", plain, {"b1": lambda: (torch.ones(1, 8),)})]
+    with pytest.raises(NeuronArgsError, match=r"bucket 'b1': the bucket factory returned tuple .*must return a dict"):
+        NeuronRunner(plain, compiler="local", cache_dir=tmp_path).warmup(emit=False)

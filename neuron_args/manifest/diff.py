@@ -262,6 +262,7 @@ class ManifestDiff:
     replacements: list[GraphChange] = field(default_factory=list)
     config: list[ValueChange] = field(default_factory=list)
     environment: list[ValueChange] = field(default_factory=list)
+    graph_types: dict[str, str] = field(default_factory=dict)  # key -> graph type, from both configs
 
     @property
     def empty(self) -> bool:
@@ -277,24 +278,29 @@ class ManifestDiff:
             out.append(f"manifest_version: {self.manifest_version[0]!r} -> {self.manifest_version[1]!r}")
         for g in self.removed_graphs:
             out.append(
-                f"- graph {str(g['graph_hash'])[:12]}  inputs {_shapes(g.get('input_shapes'))}  "
+                f"- graph {self._name(g['graph_hash'])}  inputs {_shapes(g.get('input_shapes'))}  "
                 f"flags {g.get('compiler_flags') or '-'}"
             )
         for g in self.added_graphs:
             out.append(
-                f"+ graph {str(g['graph_hash'])[:12]}  inputs {_shapes(g.get('input_shapes'))}  "
+                f"+ graph {self._name(g['graph_hash'])}  inputs {_shapes(g.get('input_shapes'))}  "
                 f"flags {g.get('compiler_flags') or '-'}"
             )
         for r in self.replacements:
             what = r.describe() or ["same flags, shapes and ranks: the graph or tool versions changed"]
             out.append(
-                f"~ graph {r.old_hash[:12]} -> {r.new_hash[:12]} (same input shapes): " + "; ".join(what)
+                f"~ graph {self._name(r.old_hash)} -> {r.new_hash[:12]} (same input shapes): " + "; ".join(what)
             )
         for c in self.changed_graphs:
-            out.append(f"~ graph {c.old_hash[:12]}: " + "; ".join(c.describe()))
+            out.append(f"~ graph {self._name(c.old_hash)}: " + "; ".join(c.describe()))
         out += [f"~ {c.line()}" for c in self.config]
         out += [f"~ {c.line()}" for c in self.environment]
         return out
+
+    def _name(self, key: Any) -> str:
+        """``<hash12>``, with its graph type when a config names it: ``4d0a12345678 (decode)``."""
+        graph_type = self.graph_types.get(str(key))
+        return f"{str(key)[:12]}" + (f" ({graph_type})" if graph_type else "")
 
     def as_dict(self) -> dict:
         """JSON-able form (the CLI's ``--json``)."""
@@ -311,6 +317,28 @@ class ManifestDiff:
             "config": [c.as_dict() for c in self.config],
             "environment": [c.as_dict() for c in self.environment],
         }
+
+
+def _graph_types(doc: Mapping) -> dict[str, str]:
+    config = doc.get("config")
+    neuron_config = config.get("neuron_config") if isinstance(config, Mapping) else None
+    types = neuron_config.get("graph_types") if isinstance(neuron_config, Mapping) else None
+    return {str(k): str(v) for k, v in types.items() if v} if isinstance(types, Mapping) else {}
+
+
+def _stable_config(doc: Mapping) -> Any:
+    """``config`` without what differs between two runs of one build, as the pytest plugin's baselines
+    store it: the cache directory (machine- and run-specific), and graph-type entries of keys that
+    are not among the manifest's own graphs (a runner maps every key its process resolved)."""
+    config = doc.get("config")
+    if not isinstance(config, Mapping) or not isinstance(config.get("neuron_config"), Mapping):
+        return config
+    neuron_config = dict(config["neuron_config"])
+    neuron_config.pop("cache_dir", None)
+    if isinstance(neuron_config.get("graph_types"), Mapping):
+        keys = set(_graphs_by_hash(doc))
+        neuron_config["graph_types"] = {k: v for k, v in neuron_config["graph_types"].items() if k in keys}
+    return {**config, "neuron_config": neuron_config}
 
 
 def diff_manifests(
@@ -331,8 +359,9 @@ def diff_manifests(
         if not change.empty:
             result.changed_graphs.append(change)
     result.config = _value_changes(
-        old.get("config"), new.get("config"), "config", ignore_paths=True
+        _stable_config(old), _stable_config(new), "config", ignore_paths=True
     )
+    result.graph_types = {**_graph_types(old), **_graph_types(new)}
     if include_environment:
         result.environment = _value_changes(
             old.get("environment"), new.get("environment"), "environment", ignore_paths=False

@@ -258,8 +258,13 @@ def _config_summary(doc: Mapping) -> str:
 
 
 def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> str:
-    """The config in one line, then one row per graph; ``graph_types`` maps hash -> type."""
-    graph_types = graph_types or {}
+    """The config in one line, then one row per graph; ``graph_types`` maps hash -> type (else the
+    manifest's own ``config.neuron_config.graph_types``, which a baseline file also carries)."""
+    config = doc.get("config")
+    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
+    recorded = neuron.get("graph_types") if isinstance(neuron, Mapping) else None
+    graph_types = {**(recorded if isinstance(recorded, Mapping) else {}),
+                   **{k: v for k, v in (graph_types or {}).items() if v}}
     graphs = doc.get("graphs") if isinstance(doc.get("graphs"), list) else []
     rows = []
     for g in graphs:

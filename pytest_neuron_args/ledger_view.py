@@ -1,0 +1,115 @@
+"""Manifests from the session's ledger: the session manifest per engine, and one test's view of it.
+
+Every process of a session appends ledger lines (``<root>/ledger/<engine-id>/<pid>.jsonl``, one
+line per graph, engine and rank) and nothing emits until the end, so no process consumes another's
+lines. A test's ``neuron_manifest`` is a manifest of its own warmup's keys: their lines are copied
+into a ledger in the test's tmp folder and emitted there with the library's ``emit_manifest``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_neuron_args.state import LEDGER_DIRNAME, MANIFEST_DIR_ENV
+
+VISIBLE_DEVICES_ENV = "NEURON_VISIBLE_DEVICES"
+_ENGINE = re.compile(r"^dev(\d+)_(\d+)$")
+
+
+@contextlib.contextmanager
+def env(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for None, unset) environment variables for a block; restore them after."""
+    old = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def engine_devices(engine_id: str) -> str | None:
+    """The ``NEURON_VISIBLE_DEVICES`` value whose engine id is ``engine_id`` (None for ``nodev``)."""
+    match = _ENGINE.match(engine_id)
+    if match is None:
+        return None
+    first, last = int(match.group(1)), int(match.group(2))
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def read_lines(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every well-formed ledger line under ``root``, by engine id."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    base = root / LEDGER_DIRNAME
+    if not base.is_dir():
+        return out
+    for engine in sorted(p for p in base.iterdir() if p.is_dir()):
+        lines = out.setdefault(engine.name, [])
+        for path in sorted(engine.glob("*.jsonl")):
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            for line in text.splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get("key"), str):
+                    lines.append(record)
+    return out
+
+
+def _config(config: Mapping[str, Any] | None, lines: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """``config`` with ``neuron_config.graph_types`` set to the graph types of these lines."""
+    if config is None:
+        return None
+    out = json.loads(json.dumps(config, default=str))
+    neuron_config = out.get("neuron_config")
+    if isinstance(neuron_config, dict):
+        neuron_config["graph_types"] = {r["key"]: r["graph_type"] for r in sorted(lines, key=lambda r: r["key"])
+                                        if r.get("graph_type")}
+    return out
+
+
+def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping[str, Any] | None,
+                 keys: Iterable[str] | None = None) -> list[Path]:
+    """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given).
+
+    With ``source == target`` the engine's ledger is consumed (the end of a session); otherwise the
+    lines are copied into ``target``'s own ledger first, and ``source`` is left alone (a test's view).
+    """
+    from neuron_args.manifest.emit import emit_manifest
+
+    wanted = None if keys is None else set(keys)
+    written = []
+    for engine, lines in read_lines(source).items():
+        chosen = [r for r in lines if wanted is None or r["key"] in wanted]
+        if not chosen:
+            continue
+        if source != target:
+            folder = target / LEDGER_DIRNAME / engine
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "view.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chosen), encoding="utf-8")
+        ranks = sorted({r["rank"] for r in chosen if isinstance(r.get("rank"), int)})
+        with env({MANIFEST_DIR_ENV: str(target), VISIBLE_DEVICES_ENV: engine_devices(engine)}):
+            path = emit_manifest(cache_dir=cache_dir, config=_config(config, chosen),
+                                 rank_map=list(range(max(ranks, default=0) + 1)))
+        if path is not None:
+            written.append(Path(path))
+    return written
+
+
+__all__ = ["emit_engines", "engine_devices", "env", "read_lines"]

@@ -1,0 +1,144 @@
+"""Failures that blame the right thing: graph breaks, bad base arguments, models that declare nothing usable."""
+from __future__ import annotations
+
+import pytest
+
+BREAK_CONFTEST = '''
+import pytest
+import torch
+
+from neuron_args.graphs import GraphSpec
+
+
+class Broken(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = self.fc1(x)
+        torch._dynamo.graph_break()
+        return self.fc2(y)
+
+    def neuron_graphs(self):
+        return [GraphSpec("decode", self, {"b1": lambda: {"x": torch.ones(1, 8)}})]
+
+
+@pytest.fixture(scope="session")
+def neuron_model():
+    return Broken()
+'''
+
+BREAK_TESTS = """
+import pytest
+import torch
+
+
+def test_whole_graphs(neuron_warmup):
+    pass
+
+
+@pytest.mark.neuron_allow_graph_breaks
+def test_breaks_allowed(neuron_served, neuron_warmup):
+    assert len(neuron_warmup.graphs) == 2  # the break split decode into two graphs
+    assert neuron_served.run("decode", {"x": torch.ones(1, 8)}).shape == (1, 4)
+"""
+
+
+def test_a_graph_break_fails_the_warmup_unless_allowed(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makeconftest(BREAK_CONFTEST)
+    neuron_project.makepyfile(test_break=BREAK_TESTS)
+    conftest = neuron_project.path / "conftest.py"
+    line = conftest.read_text().splitlines().index("        torch._dynamo.graph_break()") + 1
+    result = neuron_project.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines([
+        "*_ ERROR at setup of test_whole_graphs _*",
+        f"E *.GraphBreakError: graph break in graph type 'decode' at {conftest}:{line} (in forward):",
+        "E *     torch._dynamo.graph_break()",
+        "E *   Dynamo's reason: Call to `torch._dynamo.graph_break()` (Explanation: User-inserted graph break.*",
+        "E *   Neuron serves whole graphs: * Fix: remove the break, or allow graph breaks where you want them: *"
+        "@pytest.mark.neuron_allow_graph_breaks or --neuron-allow-graph-breaks.",
+    ])
+    result = neuron_project.runpytest("-p", "no:randomly", "--neuron-allow-graph-breaks")
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("where", ["option", "ini", "env"])
+def test_a_bad_base_argument_list_is_one_usage_error_naming_its_source(neuron_project: pytest.Pytester,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      where: str) -> None:
+    neuron_project.makepyfile(test_args="def test_a(neuron_runner):\n    pass\n\ndef test_b(neuron_runner):\n    pass\n")
+    args: list[str] = []
+    if where == "option":
+        args = ["--neuron-compiler-args=-O1 --optlvl=3"]
+        source = "--neuron-compiler-args = '-O1 --optlvl=3'"
+    elif where == "ini":
+        neuron_project.makeini("[pytest]\nneuron_compiler = local\nneuron_compiler_args = --optlvl=3\n")
+        source = f"ini key neuron_compiler_args ({neuron_project.path / 'tox.ini'}) = '--optlvl=3'"
+    else:
+        neuron_project.makeini("[pytest]\nneuron_compiler = local\n")
+        monkeypatch.setenv("NEURON_CC_FLAGS", "--optlvl=3")
+        source = "NEURON_CC_FLAGS = '--optlvl=3'"
+    result = neuron_project.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {source}: unknown neuronx-cc flag '--optlvl' (token '--optlvl=3'). "
+                                 "Did you mean '--optlevel'?*"])
+    assert "PolicyError" not in result.stdout.str() + result.stderr.str()
+
+
+def test_models_that_declare_nothing_usable_say_what_to_return(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makeconftest('''
+        import pytest
+        import torch
+
+        from neuron_args.graphs import GraphSpec
+
+        class NoGraphs(torch.nn.Module):
+            def forward(self, x):
+                return x
+
+        class TensorBucket(torch.nn.Module):
+            def forward(self, x):
+                return x * 2
+
+            def neuron_graphs(self):
+                return [GraphSpec("decode", self, {"b1": lambda: torch.ones(1, 8)})]
+
+        @pytest.fixture(params=["no-graphs", "tensor-bucket"])
+        def neuron_model(request):
+            return NoGraphs() if request.param == "no-graphs" else TensorBucket()
+    ''')
+    neuron_project.makepyfile(test_models="def test_warm(neuron_warmup):\n    pass\n")
+    result = neuron_project.runpytest()
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*neuron_model (NoGraphs): NoGraphs has no neuron_graphs() method, so there are no graphs to warm up: define "
+        "neuron_graphs(self) returning a list of neuron_args.graphs.GraphSpec(graph_type, entry_module, *",
+        "*graph type 'decode', bucket 'b1': the bucket factory returned Tensor (tensor(*)); it must return a dict of "
+        "keyword arguments for the entry module's forward, e.g. lambda: {'x': torch.ones(1, 8)}*",
+    ])
+
+
+def test_markers_need_a_model_only_for_the_fixtures_that_use_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_nomodel="""
+        import pytest
+
+        @pytest.mark.graph_type("decode")
+        def test_documented_only():
+            pass
+
+        @pytest.mark.graph_type("decode")
+        def test_needs_model(neuron_runner):
+            pass
+
+        @pytest.mark.graph_type("decode")
+        def test_settings_only(neuron_settings, neuron_target):
+            assert neuron_target == "trn2"
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_needs_model*",
+                                 "neuron_runner (with @pytest.mark.graph_type('decode')) needs a `neuron_model` "
+                                 "fixture: define one in your conftest.py*"])

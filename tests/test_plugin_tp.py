@@ -1,0 +1,81 @@
+"""``--neuron-tp N``: the warmup runs in N rank processes (gloo), and the manifest lists every rank."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+
+def test_tensor_parallel_warmup_runs_in_rank_processes(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
+                                                       tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    neuron_project.makepyfile(test_tp="""
+        import os
+
+        import pytest
+        import torch.distributed as dist
+
+
+        def test_ranks(neuron_manifest, neuron_settings, neuron_warmup):
+            assert neuron_settings.tp == 2
+            assert not dist.is_initialized()  # this process is no rank: the ranks are their own processes
+            neuron_manifest.assert_complete(["prefill", "decode"])
+            neuron_manifest.assert_ranks(2)
+            assert neuron_manifest.path.parent.name == "dev0_1"
+            assert neuron_manifest.doc["config"]["topology"]["tensor_parallel_size"] == 2
+
+
+        @pytest.mark.graph_type("decode")
+        def test_warmed_once(neuron_warmup):
+            assert neuron_warmup.reused == ["decode"]  # the ranks are not launched again
+
+
+        def test_serve(neuron_served):
+            pass
+
+
+        def test_rank_side_effects_stay_in_the_ranks(neuron_model):
+            assert "RANK" not in os.environ
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly", "--neuron-tp=2", f"--neuron-manifest-dir={manifests}", "-rs")
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED * neuron_served serves in the pytest process, which holds no tensor-parallel "
+                                 "shard: under --neuron-tp 2 only the warmup runs in the rank processes"])
+    doc = json.loads((manifests / "dev0_1" / "manifest.json").read_text())
+    assert sorted(g["graph_hash"] for g in doc["graphs"]) == sorted(warm_cache.keys.values())
+    assert [g["ranks"] for g in doc["graphs"]] == [[0, 1], [0, 1]]
+    result.stdout.fnmatch_lines(["2 graphs: 0 compiled, 2 loaded, 0 captured; *with 2 --neuron-tp rank process "
+                                 "report(s)"])
+
+
+def test_a_failing_rank_fails_the_test_with_its_error(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makeconftest('''
+        import os
+
+        import pytest
+        import torch
+
+        from neuron_args.graphs import GraphSpec
+
+
+        class RankTwoFails(torch.nn.Module):
+            def forward(self, x):
+                return x * 2
+
+            def neuron_graphs(self):
+                return [GraphSpec("decode", self, {"b1": lambda: {"x": torch.ones(1, 8)}})]
+
+
+        @pytest.fixture(scope="session")
+        def neuron_model():
+            if os.environ.get("RANK") == "1":
+                raise RuntimeError("rank 1 cannot build its shard")
+            return RankTwoFails()
+    ''')
+    neuron_project.makepyfile(test_tp="def test_ranks(neuron_manifest):\n    pass\n")
+    result = neuron_project.runpytest("--neuron-tp=2")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["--neuron-tp 2: the warmup of [[]'decode'[]] failed in the rank processes (exit status 1)",
+                                 "rank 1:", "*RuntimeError: rank 1 cannot build its shard*"])
