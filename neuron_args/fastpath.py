@@ -320,9 +320,13 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     user = {id(o): k for k, o in enumerate(outs) if k >= n_mut}
 
     def expr_of(value: Any) -> str:
-        if isinstance(value, torch.Tensor) and id(value) in user:
-            return f"outs[{user[id(value)]}]"
-        raise Refused(f"the call returns a {type(value).__name__} that is not a graph output as computed")
+        k = user.get(id(value)) if isinstance(value, torch.Tensor) else None
+        if k is None:
+            raise Refused(f"the call returns a {type(value).__name__} that is not a graph output as computed")
+        kind = md.output_info[k - n_mut].output_type
+        if kind.name != "non_alias":  # aot_autograd regenerates aliases of inputs/intermediates itself
+            raise Refused(f"the call returns graph output {k}, which aliases ({kind.name}) rather than owns its data")
+        return f"outs[{k}]"
 
     if isinstance(result, torch.Tensor):
         body = expr_of(result)
