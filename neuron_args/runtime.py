@@ -82,11 +82,14 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
     cast = None if spec.lowered_dtype == spec.dtype else getattr(torch, spec.lowered_dtype)
     to_buffer, _ = _dlpack()
     to_dlpack = torch._C._to_dlpack
-    last: list[Any] = [None, 0, None]  # the tensor, its data pointer, the buffer aliasing it
+    # (tensor, its data pointer, the buffer aliasing it), replaced as one tuple: threads may share it
+    last: list[tuple[torch.Tensor, int, Any] | None] = [None]
 
     def convert(t: torch.Tensor) -> Any:
-        if t is last[0] and t.data_ptr() == last[1] and t.is_contiguous() and t.dtype is dtype and t.shape == shape:
-            return last[2]
+        seen = last[0]
+        if seen is not None and t is seen[0] and t.data_ptr() == seen[1] and t.is_contiguous() \
+                and t.dtype is dtype and t.shape == shape:
+            return seen[2]
         if t.dtype is not dtype or t.shape != shape:
             raise TypeError(
                 f"executable input {index} expects {spec.dtype}{list(spec.shape)}, got "
@@ -102,10 +105,7 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
         elif not aliasable:
             src = src.contiguous()
         buf = to_buffer(to_dlpack(src), device, None, None)
-        if aliasable and buf.unsafe_buffer_pointer() == t.data_ptr():
-            last[0], last[1], last[2] = t, t.data_ptr(), buf
-        else:
-            last[0] = last[2] = None
+        last[0] = (t, t.data_ptr(), buf) if aliasable and buf.unsafe_buffer_pointer() == t.data_ptr() else None
         return buf
 
     return convert
