@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch._dynamo.eval_frame as _eval_frame
 import torch.nn.modules.module as _nn_module
 
 log = logging.getLogger("neuron_args.fastpath")
@@ -48,7 +49,7 @@ MISS: Any = object()
 #: set to 0 to serve every call through the guarded path
 ENV = "NEURON_ARGS_FAST_PATH"
 
-# per graph type: fast graphs kept (one per bucket shape; most recently recorded first)
+# per graph type: fast graphs kept (one per Dynamo cache entry; most recently learned first)
 _MAX_PER_GRAPH_TYPE = 32
 
 # Dynamo bytecode that only gathers arguments, calls the graph and unpacks its outputs
@@ -185,7 +186,9 @@ class FastGraph:
             if not isinstance(value, torch.Tensor) or value.shape != shape:
                 return MISS
         entry = self.entry
-        if _module_hooks(entry) or _module_hooks(self.wrapper) or not self.valid():
+        stance = _eval_frame._stance  # torch.compiler.set_stance("force_eager") etc.: Dynamo decides
+        if stance.stance != "default" or stance.backend is not None or _module_hooks(entry) \
+                or _module_hooks(self.wrapper) or not self.valid():
             return MISS
         if torch.is_inference_mode_enabled():
             return self._dispatch(entry, kwargs)
@@ -245,7 +248,8 @@ class FastPath:
             self.refused[(graph_type, signature)] = f"{type(exc).__name__}: {exc}"
             log.debug("graph type %r: fast path not learned", graph_type, exc_info=True)
         else:
-            kept = [g for g in self.graphs.get(graph_type, ()) if g.signature() != fast.signature() and g.valid()]
+            # one fast graph per Dynamo cache entry (a shape, or the same shape with other guarded values)
+            kept = [g for g in self.graphs.get(graph_type, ()) if g.valid() and g.guard_manager is not fast.guard_manager]
             self.graphs[graph_type] = [fast, *kept][:_MAX_PER_GRAPH_TYPE]
         return result
 

@@ -207,12 +207,13 @@ def test_a_failed_guard_takes_the_guarded_path_never_a_stale_graph(scaled):
     scaled.model.scale = 3.0  # Dynamo guards on it; skip_guard_eval_unsafe would serve the 2.0 graph
     torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
     assert first.calls == 1, "the changed attribute failed the guards: guarded path"
-    (second,) = scaled.fast_path.graphs["decode"]
-    assert second is not first, "the recompiled graph was learned in place of the old one"
+    second, kept = scaled.fast_path.graphs["decode"]
+    assert kept is first and second is not first, "the recompiled graph is learned next to the old one"
     torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
     assert second.calls == 1
     scaled.model.scale = 2.0
     torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    assert first.calls == 2, "back to 2.0: the first fast graph's guards pass again"
 
 
 def test_parameters_are_read_afresh_and_seen_when_updated_in_place(scaled):
@@ -243,6 +244,11 @@ def test_other_shapes_layouts_hooks_and_resets_fall_back(scaled, monkeypatch):
     # an unwarmed shape under serve is the guarded path's cache miss, not a fast-path error
     with scaled.serve(), pytest.raises(CacheMissError):
         run_x(scaled, inp(3, 8))
+    # a stance other than the default (force_eager here) is Dynamo's to apply
+    calls = fast.calls
+    with torch.compiler.set_stance("force_eager"):
+        torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    assert fast.calls == calls
     # torch._dynamo.reset() drops the cache entry: the fast graph is no longer valid
     run_x(scaled, x)
     assert fast.valid()
@@ -335,3 +341,32 @@ def test_tuple_outputs_replay_in_their_structure(tmp_path_factory):
     want = eager(Refusable("tuple"), x)
     torch.testing.assert_close(got[0], want[0])
     torch.testing.assert_close(got[1], want[1])
+
+
+class WithInt(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, n: int = 2, bias: torch.Tensor | None = None) -> torch.Tensor:
+        y = self.fc(x) * n
+        return y if bias is None else y + bias
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8), "n": 2}})]
+
+
+def test_python_values_and_defaults_are_guarded_too(tmp_path_factory):
+    torch._dynamo.reset()
+    model = WithInt()
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-int"))
+    runner.warmup(emit=False)
+    (fast,) = runner.fast_path.graphs["decode"]
+    x, bias = inp(2, 8), inp(4)
+    with torch.inference_mode():
+        for n, b in ((2, None), (3, None), (2, None), (2, bias)):
+            kwargs = {"x": x, "n": n} if b is None else {"x": x, "n": n, "bias": b}
+            torch.testing.assert_close(runner.run("decode", kwargs), model(**kwargs))
+    assert fast.calls == 2, "n=2 twice through the fast path; n=3 and the bias call were guarded"
+    assert len(runner.fast_path.graphs["decode"]) == 3, "one fast graph per Dynamo cache entry"
