@@ -381,7 +381,8 @@ def main() -> int:
     parser.add_argument("--skip-decoder", action="store_true", help="only the hit-path part")
     ns = parser.parse_args()
     calls, reps = (100, 5) if ns.quick else (200, 15)
-    print(f"bench_compile: {load()} (start); torch {torch.__version__}, {torch.get_num_threads()} torch threads")
+    torch.set_num_threads(1)  # spinning OpenMP threads on a busy 2-core machine make every row noisy
+    print(f"bench_compile: {load()} (start); torch {torch.__version__}, {torch.get_num_threads()} torch thread(s)")
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
         mlp = hit_path(".1 hit path, MLP 4x32 -> 64 -> 16", Path(tmp) / "mlp", make_mlp, [], mlp_inputs(batch=4),
                        calls, reps, ns.profile)
