@@ -3,8 +3,8 @@
 The embedded local compiler (a subprocess) compiles on jax's own CPU client; the runtime loads and
 runs what it wrote on a second, **synchronous** XLA:CPU client (``make_cpu_client(asynchronous=
 False)``): the executable runs on the calling thread, with no dispatch to a worker thread and no
-future to wait on. Measured on this project's graphs (``benchmarks/bench_runtime.py``) it runs
-them 1.3-2x faster than jax's asynchronous client; ``NEURON_ARGS_XLA_CPU_ASYNC=1`` runs them on
+future to wait on. Measured on this project's graphs (``benchmarks/bench_serve.py``) it runs
+them 2.3-6x faster than jax's asynchronous client; ``NEURON_ARGS_XLA_CPU_ASYNC=1`` runs them on
 jax's client instead (for comparison).
 
 Host arrays go in without a copy where PJRT allows it (``ZERO_COPY``: a dense, aligned array is
