@@ -259,28 +259,39 @@ def _signature(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
                         for k, v in kwargs.items()))
 
 
-_observing = threading.Lock()
+# threads recording a guarded call -> the CompiledGraph calls seen in it
+_recording: dict[int, list[Observed]] = {}
+_recording_lock = threading.Lock()
+
+
+def _observer(graph: Any, run: Callable[[list[Any]], Any], args: list[Any]) -> Any:
+    """``backends.call_observer`` while any thread records: runs the variant, keeps it for that thread."""
+    flat = list(args)  # aot may clear a boxed argument list
+    outs = run(args)
+    seen = _recording.get(threading.get_ident())
+    if seen is not None:
+        seen.append(Observed(graph, run, flat, outs))
+    return outs
 
 
 def _observed_call(call: Callable[[], Any], seen: list[Observed]) -> Any:
-    """``call()`` with every CompiledGraph call this thread makes recorded in ``seen``."""
+    """``call()`` with every CompiledGraph call this thread makes recorded in ``seen``.
+
+    Other threads keep running (and compiling) meanwhile; only their calls are not recorded.
+    """
     from neuron_args.seams import backends
 
     me = threading.get_ident()
-
-    def observer(graph: Any, run: Callable[[list[Any]], Any], args: list[Any]) -> Any:
-        flat = list(args)
-        outs = run(args)
-        if threading.get_ident() == me:
-            seen.append(Observed(graph, run, flat, outs))
-        return outs
-
-    with _observing:
-        backends.call_observer = observer
-        try:
-            return call()
-        finally:
-            backends.call_observer = None
+    with _recording_lock:
+        _recording[me] = seen
+        backends.call_observer = _observer
+    try:
+        return call()
+    finally:
+        with _recording_lock:
+            del _recording[me]
+            if not _recording:
+                backends.call_observer = None
 
 
 def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kwargs: Mapping[str, Any],

@@ -370,3 +370,26 @@ def test_python_values_and_defaults_are_guarded_too(tmp_path_factory):
             torch.testing.assert_close(runner.run("decode", kwargs), model(**kwargs))
     assert fast.calls == 2, "n=2 twice through the fast path; n=3 and the bias call were guarded"
     assert len(runner.fast_path.graphs["decode"]) == 3, "one fast graph per Dynamo cache entry"
+
+
+def test_threads_serving_one_runner_get_their_own_results(scaled):
+    """Recording in one thread does not capture (or block) another thread's calls."""
+    import threading
+
+    inputs = [inp(2, 8) for _ in range(8)]
+    want = [eager(scaled.model, x) for x in inputs]
+    got: dict[int, torch.Tensor] = {}
+
+    def work(i: int) -> None:
+        for _ in range(20):
+            got[i] = run_x(scaled, inputs[i])
+
+    scaled.fast_path.clear()  # the first calls record while the others run
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, w in enumerate(want):
+        torch.testing.assert_close(got[i], w)
+    assert scaled.fast_path.refused == {} and len(scaled.fast_path.graphs["decode"]) >= 1
