@@ -95,8 +95,8 @@ def _cache_entries(code: types.CodeType) -> list[Any]:
     return list(_debug_get_cache_entry_list(code))
 
 
-def _check_bytecode(code: types.CodeType) -> str:
-    """The name of the one compiled-graph global the frame's Dynamo bytecode calls, if it is pure."""
+def _check_bytecode(code: types.CodeType) -> None:
+    """Refuse unless the frame's Dynamo bytecode only gathers arguments, calls one graph and returns."""
     compiled: set[str] = set()
     calls = bookkeeping = 0
     for ins in dis.get_instructions(code):
@@ -120,7 +120,6 @@ def _check_bytecode(code: types.CodeType) -> str:
     if len(compiled) != 1 or calls != 1 + bookkeeping:
         raise Refused(f"Dynamo's bytecode calls {len(compiled)} compiled graphs and {calls - bookkeeping} "
                       "functions; exactly one graph call replays")
-    return compiled.pop()
 
 
 def _tensor_paths(value: Any, expr: str, depth: int = 2) -> list[tuple[int, str]]:
@@ -155,7 +154,7 @@ def _compile(source: str, name: str) -> Callable[..., Any]:
 
 @dataclass
 class FastGraph:
-    """One warmed (graph type, call signature): replays its recorded call without Dynamo."""
+    """One warmed graph type's call (one Dynamo cache entry): replays its recorded call without Dynamo."""
 
     graph_type: str
     entry: torch.nn.Module
@@ -169,9 +168,6 @@ class FastGraph:
     mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
     result: Callable[[Any], Any]
     calls: int = 0
-
-    def signature(self) -> tuple[Any, ...]:
-        return (self.keys, self.shapes)
 
     def valid(self) -> bool:
         """False once Dynamo dropped the frame's cache entry (``torch._dynamo.reset()``, invalidation)."""

@@ -393,3 +393,37 @@ def test_threads_serving_one_runner_get_their_own_results(scaled):
     for i, w in enumerate(want):
         torch.testing.assert_close(got[i], w)
     assert scaled.fast_path.refused == {} and len(scaled.fast_path.graphs["decode"]) >= 1
+
+
+class Nested(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+        self.register_buffer("cache", torch.zeros(2, 4))
+
+    def forward(self, x: torch.Tensor, extras: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        self.cache.add_(extras[1])  # an in-place buffer update: copied back after each call
+        return self.fc(x) + extras[0], self.cache * 1
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8),
+                                                          "extras": [torch.ones(4), torch.ones(2, 4)]}})]
+
+
+def test_tensors_inside_list_arguments_and_buffer_updates(tmp_path_factory):
+    torch._dynamo.reset()
+    model = Nested()
+    runner = NeuronRunner(model, compiler_args=BASE, compiler="local", cache_dir=tmp_path_factory.mktemp("fp-nested"))
+    runner.warmup(emit=False)
+    (fast,) = runner.fast_path.graphs["decode"]
+    reference = copy.deepcopy(model)
+    for _ in range(5):
+        x, extras = inp(2, 8), [inp(4), inp(2, 4)]
+        got = runner.run("decode", {"x": x, "extras": extras})
+        with torch.inference_mode():
+            want = reference(x, extras)
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
+        torch.testing.assert_close(model.cache, reference.cache)
+    assert fast.calls == 5 and fast.mutated
