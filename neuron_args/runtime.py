@@ -9,7 +9,8 @@ Each input position keeps the buffer it made last, and the same tensor (same sto
 still contiguous, same shape and dtype) reuses it: parameters and KV-cache buffers cost a few
 checks per call instead of a transfer, and in-place updates to them (a KV cache written back
 after each step) are seen by the next call because the memory is shared. An input that needs a
-cast or a copy (int64 -> int32: jax x64 is off; non-contiguous tensors) is converted every call.
+cast (int64 -> int32: jax x64 is off) is cast into a staging tensor per thread that a buffer
+aliases, so it costs one ``copy_``; a non-contiguous one is copied every call.
 
 Outputs leave through DLPack too: writable tensors over the runtime's own result buffers, which
 each execution allocates afresh and nothing else refers to, so no copy is needed. Only an
@@ -22,6 +23,7 @@ the bits (the lowering uses it for graph constants).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,20 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
     to_dlpack = torch._C._to_dlpack
     # (tensor, its data pointer, the buffer aliasing it), replaced as one tuple: threads may share it
     last: list[tuple[torch.Tensor, int, Any] | None] = [None]
+    # a cast input (int64 -> int32) is cast into a per-thread staging tensor its buffer aliases
+    staged = threading.local()
+
+    def cast_in(t: torch.Tensor) -> Any:
+        pair = getattr(staged, "pair", None)
+        if pair is None:
+            with torch.inference_mode(False):
+                staging = torch.empty(shape, dtype=cast)
+            buf = to_buffer(to_dlpack(staging), device, None, None)
+            if buf.unsafe_buffer_pointer() != staging.data_ptr():  # not aliased: cast afresh each call
+                return to_buffer(to_dlpack(t.detach().to(cast)), device, None, None)
+            pair = staged.pair = (staging, buf)
+        pair[0].copy_(t.detach() if t.requires_grad else t)  # the executable reads it before this returns
+        return pair[1]
 
     def convert(t: torch.Tensor) -> Any:
         seen = last[0]
@@ -98,11 +114,11 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
             )
         if t.device.type != "cpu":
             raise TypeError(f"executable input {index} is on {t.device}; XLA:CPU executables take CPU tensors")
-        aliasable = cast is None and t.is_contiguous()
-        src = t.detach() if t.requires_grad else t
         if cast is not None:
-            src = src.to(cast)
-        elif not aliasable:
+            return cast_in(t)
+        aliasable = t.is_contiguous()
+        src = t.detach() if t.requires_grad else t
+        if not aliasable:
             src = src.contiguous()
         buf = to_buffer(to_dlpack(src), device, None, None)
         last[0] = (t, t.data_ptr(), buf) if aliasable and buf.unsafe_buffer_pointer() == t.data_ptr() else None

@@ -118,6 +118,31 @@ def test_int64_and_bool_round_trip_through_their_lowered_types():
     torch.testing.assert_close(rows, table[ids])
     doubled.add_(1)  # the cast result is a tensor of its own
     assert torch.equal(exe(ids, table, mask)[0], ids * 2 + 1)
+    other = torch.tensor([[9, 8, 7], [6, 5, 4]])  # the staged int32 copy follows each call's values
+    assert torch.equal(exe(other, table, mask)[0], other * 2 + 1)
+    torch.testing.assert_close(exe(ids.t().contiguous().t(), table, mask)[1], table[ids])
+
+
+def test_threads_sharing_an_executable_keep_their_inputs_apart():
+    import threading
+
+    def fn(ids, w):
+        return ids * 3, w * 2.0
+
+    exe = build(fn, [spec((64,), "int64"), spec((64,))], [spec((64,), "int64"), spec((64,))])
+    results: dict[int, bool] = {}
+
+    def work(k: int) -> None:
+        ids, w = torch.full((64,), k), torch.full((64,), float(k))
+        results[k] = all(torch.equal(exe(ids, w)[0], ids * 3) and torch.equal(exe(ids, w)[1], w * 2)
+                         for _ in range(200))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {k: True for k in range(6)}
 
 
 def test_bfloat16_in_and_out():
