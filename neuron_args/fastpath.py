@@ -162,6 +162,7 @@ class FastGraph:
     keys: frozenset[str]
     shapes: tuple[tuple[str, torch.Size], ...]
     defaults: dict[str, Any]
+    star: tuple[str | None, str | None, frozenset[str]] | None  # forward's *args, **kwargs names; extra keys
     guard_manager: Any
     run: Callable[[list[Any]], Any]
     gather: Callable[[torch.nn.Module, Mapping[str, Any]], list[Any]]
@@ -192,7 +193,7 @@ class FastGraph:
             return self._dispatch(entry, kwargs)
 
     def _dispatch(self, entry: torch.nn.Module, kwargs: Mapping[str, Any]) -> Any:
-        frame = {**self.defaults, **kwargs, "self": entry}
+        frame = _frame(self.defaults, kwargs, entry, self.star)
         if not self.guard_manager.check(frame):
             return MISS
         args = self.gather(entry, kwargs)
@@ -351,18 +352,21 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     # the Dynamo cache entry this call ran, its guards, and its bytecode
     forward = type(entry).forward
     code = forward.__code__
-    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
-        raise Refused("the entry's forward takes *args/**kwargs")
-    names = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
-    if not set(kwargs) <= set(names):
-        raise Refused("the call passes keyword arguments forward does not name")
+    n_named = code.co_argcount + code.co_kwonlyargcount
+    names = code.co_varnames[1:n_named]
+    varargs = code.co_varnames[n_named] if code.co_flags & inspect.CO_VARARGS else None
+    varkw = code.co_varnames[n_named + bool(varargs)] if code.co_flags & inspect.CO_VARKEYWORDS else None
+    extra = frozenset(kwargs) - frozenset(names)
+    if extra and varkw is None:
+        raise Refused(f"the call passes keyword arguments forward does not name: {sorted(extra)}")
     defaults = dict(zip(names[code.co_argcount - 1 - len(forward.__defaults__ or ()):code.co_argcount - 1],
                         forward.__defaults__ or ()))
     defaults.update(forward.__kwdefaults__ or {})
     missing = [n for n in names if n not in kwargs and n not in defaults]
     if missing:
         raise Refused(f"forward arguments {missing} are not passed")
-    frame = {**defaults, **kwargs, "self": entry}
+    star = (varargs, varkw, extra) if varargs or varkw else None
+    frame = _frame(defaults, kwargs, entry, star)
     entry_used = next((e for e in _cache_entries(code) if e.guard_manager.check(frame)), None)
     if entry_used is None:
         raise Refused(f"no Dynamo cache entry of {type(entry).__name__}.forward accepts the call")
@@ -370,7 +374,20 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     shapes = tuple((k, v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor))
     return FastGraph(
         graph_type=graph_type, entry=entry, wrapper=wrapper, keys=frozenset(kwargs), shapes=shapes,
-        defaults=defaults, guard_manager=entry_used.guard_manager, run=obs.run, gather=gather,
+        defaults=defaults, star=star, guard_manager=entry_used.guard_manager, run=obs.run, gather=gather,
         mutated=tuple(mutated), result=make_result,
     )
+
+
+def _frame(defaults: Mapping[str, Any], kwargs: Mapping[str, Any], entry: torch.nn.Module,
+           star: tuple[str | None, str | None, frozenset[str]] | None) -> dict[str, Any]:
+    """forward's frame locals for this call, as Dynamo's guards see them (``*args``/``**kwargs`` too)."""
+    frame = {**defaults, **kwargs, "self": entry}
+    if star is not None:
+        varargs, varkw, extra = star
+        if varargs:
+            frame[varargs] = ()
+        if varkw:  # in call order, as Python builds it
+            frame[varkw] = {k: frame.pop(k) for k in kwargs if k in extra}
+    return frame
 

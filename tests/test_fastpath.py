@@ -427,3 +427,33 @@ def test_tensors_inside_list_arguments_and_buffer_updates(tmp_path_factory):
         torch.testing.assert_close(got[1], want[1])
         torch.testing.assert_close(model.cache, reference.cache)
     assert fast.calls == 5 and fast.mutated
+
+
+class StarKwargs(torch.nn.Module):
+    """A vLLM-style ``forward(self, x, positions, **kwargs)`` reading one extra keyword argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, *args: object, **kwargs: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return y + kwargs["shift"] if "shift" in kwargs else y
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8), "shift": torch.ones(4)}})]
+
+
+def test_star_args_and_kwargs_frames_are_guarded_as_python_builds_them(tmp_path_factory):
+    torch._dynamo.reset()
+    model = StarKwargs()
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-star"))
+    runner.warmup(emit=False)
+    assert runner.fast_path.refused == {}
+    (fast,) = runner.fast_path.graphs["decode"]
+    x, shift = inp(2, 8), inp(4)
+    for kwargs in ({"x": x, "shift": shift}, {"shift": shift, "x": x}, {"x": x}):
+        with torch.inference_mode():
+            torch.testing.assert_close(runner.run("decode", kwargs), model(**kwargs))
+    assert fast.calls == 2, "both orders of the same keywords replay; without shift is another graph"
