@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import figure  # noqa: E402
 from neuron_args.manifest import ledger
 from neuron_args.manifest.emit import emit_manifest, environment_snapshot
 from neuron_args.manifest.ledger import record_graph
@@ -158,6 +160,8 @@ def main() -> int:
             ("record_graph, feature on", f"{write_us:9.2f} us/line", ""),
             ("record_graph, feature off", f"{off_us:9.3f} us/call", ""),
         ]
+        figure(f"manifest emit / parse, {args.graphs} graphs x {args.ranks} ranks", statistics.median(wall_ratios),
+               "<= 2.0", note=f"best {min(wall_ratios):.2f}")
         width = max(len(r[0]) for r in rows)
         print(f"{'measure'.ljust(width)}  {'best':>15}  {'median':>12}")
         for name, best, median in rows:

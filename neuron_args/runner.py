@@ -25,6 +25,7 @@ import torch
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.errors import NeuronArgsError
+from neuron_args.fastpath import MISS, FastPath
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
 from neuron_args.resolver import CompilerArgsResolver
 from neuron_args.scope import current_graph_type, scoped_compiler_args
@@ -206,6 +207,7 @@ class NeuronRunner:
         self._bucket_signatures: dict[int, list[tuple[str, str, tuple[Any, ...]]]] = {}
         for spec in declared:
             _install_served_forward(spec.entry)
+        self.fast_path = FastPath()
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
 
@@ -242,11 +244,14 @@ class NeuronRunner:
         """Run one graph under its resolved scope (the signature example models' ``generate`` takes)."""
         if self._serving is not None:
             self._serving.calls[graph_type] = self._serving.calls.get(graph_type, 0) + 1
+        out = self.fast_path.call(graph_type, kwargs)  # a warmed call: straight to its variant
+        if out is not MISS:
+            return out
         fn = self.compiled(graph_type)
         token = _in_run.set(True)
         try:
             with self.scope(graph_type), torch.inference_mode():
-                return fn(**kwargs)
+                return self.fast_path.record(graph_type, fn, self.spec(graph_type).entry, kwargs)
         except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
             raise NeuronArgsError(
                 f"graph type {graph_type!r}: Dynamo's recompile limit ({torch._dynamo.config.recompile_limit}) was "

@@ -1,18 +1,29 @@
 """Run a compiled graph with torch tensors: the serve hot path.
 
 A :class:`LoadedExecutable` is built once per graph per process; everything that depends only on
-the graph's specs (dtype casts, bfloat16 reinterpretation) is chosen at load, so a call is one
-conversion per input, ``xla_cpu.execute`` and one copy per output. Outputs are copied because
-the runtime hands back read-only views of its own buffers and torch may write into what it gets
-(aot_autograd copies mutated buffers back, users modify outputs in place).
+the graph's specs (dtype casts, checks) is chosen at load, so a call is one check per input, one
+``execute`` and one DLPack hand-over per output.
 
-numpy has no bfloat16/float8: those go through ``ml_dtypes`` by reinterpreting the bits (no copy
-on the way in). jax x64 is off, so 64-bit inputs are cast to the 32-bit type the graph was lowered
-with and outputs are cast back to the torch dtype recorded from the graph.
+Inputs reach the runtime through DLPack: a dense tensor is aliased by its PJRT buffer, not copied.
+Each input position keeps the buffer it made last, and the same tensor (same storage pointer,
+still contiguous, same shape and dtype) reuses it: parameters and KV-cache buffers cost a few
+checks per call instead of a transfer, and in-place updates to them (a KV cache written back
+after each step) are seen by the next call because the memory is shared. An input that needs a
+cast (int64 -> int32: jax x64 is off) is cast into a staging tensor per thread that a buffer
+aliases, so it costs one ``copy_``; a non-contiguous one is copied every call.
+
+Outputs leave through DLPack too: writable tensors over the runtime's own result buffers, which
+each execution allocates afresh and nothing else refers to, so no copy is needed. Only an
+executable with input/output aliasing (donation) gets its outputs copied, and 32-bit results of
+64-bit torch tensors are cast back (one copy).
+
+numpy has no bfloat16/float8: :func:`tensor_to_numpy` goes through ``ml_dtypes`` by reinterpreting
+the bits (the lowering uses it for graph constants).
 """
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,47 +67,83 @@ def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def _input_converter(index: int, spec: TensorSpec) -> Callable[[torch.Tensor], np.ndarray]:
-    """``tensor -> host array`` for one graph input; a tensor of another dtype/shape is refused
-    (XLA only checks byte sizes: an int32 tensor would be read as float32 bits)."""
-    dtype, shape = spec.torch_dtype, torch.Size(spec.shape)
-    if spec.dtype in _BIT_VIEWS:
-        bits, np_dtype = _BIT_VIEWS[spec.dtype][0], numpy_dtype(spec.dtype)
-        to_numpy = lambda t: t.detach().view(bits).numpy().view(np_dtype)  # noqa: E731
-    elif spec.lowered_dtype != spec.dtype:  # int64 -> int32 etc. (jax x64 off)
-        lowered = numpy_dtype(spec.lowered_dtype)
-        to_numpy = lambda t: t.detach().numpy().astype(lowered)  # noqa: E731
-    else:
-        to_numpy = lambda t: t.detach().numpy()  # noqa: E731
+def _dlpack() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """jaxlib's DLPack entry points: (capsule, device) -> buffer and buffer -> capsule."""
+    from jaxlib import _jax
 
-    def convert(t: torch.Tensor) -> np.ndarray:
+    return _jax.dlpack_managed_tensor_to_buffer, _jax.buffer_to_dlpack_managed_tensor
+
+
+def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[torch.Tensor], Any]:
+    """``tensor -> device buffer`` for one graph input, remembering the buffer that aliases it.
+
+    A tensor of another dtype/shape is refused: XLA only checks byte sizes, so an int32 tensor
+    would be read as float32 bits.
+    """
+    dtype, shape = spec.torch_dtype, torch.Size(spec.shape)
+    cast = None if spec.lowered_dtype == spec.dtype else getattr(torch, spec.lowered_dtype)
+    to_buffer, _ = _dlpack()
+    to_dlpack = torch._C._to_dlpack
+    # (tensor, its data pointer, the buffer aliasing it), replaced as one tuple: threads may share it
+    last: list[tuple[torch.Tensor, int, Any] | None] = [None]
+    # a cast input (int64 -> int32) is cast into a per-thread staging tensor its buffer aliases
+    staged = threading.local()
+
+    def cast_in(t: torch.Tensor) -> Any:
+        pair = getattr(staged, "pair", None)
+        if pair is None:
+            with torch.inference_mode(False):
+                staging = torch.empty(shape, dtype=cast)
+            buf = to_buffer(to_dlpack(staging), device, None, None)
+            if buf.unsafe_buffer_pointer() != staging.data_ptr():  # not aliased: cast afresh each call
+                return to_buffer(to_dlpack(t.detach().to(cast)), device, None, None)
+            pair = staged.pair = (staging, buf)
+        pair[0].copy_(t.detach() if t.requires_grad else t)  # the executable reads it before this returns
+        return pair[1]
+
+    def convert(t: torch.Tensor) -> Any:
+        seen = last[0]
+        if seen is not None and t is seen[0] and t.data_ptr() == seen[1] and t.is_contiguous() \
+                and t.dtype is dtype and t.shape == shape:
+            return seen[2]
         if t.dtype is not dtype or t.shape != shape:
             raise TypeError(
                 f"executable input {index} expects {spec.dtype}{list(spec.shape)}, got "
                 f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}: the graph was compiled for "
                 "other inputs (pass tensors shaped like the ones it was traced with)"
             )
-        return to_numpy(t)
+        if t.device.type != "cpu":
+            raise TypeError(f"executable input {index} is on {t.device}; XLA:CPU executables take CPU tensors")
+        if cast is not None:
+            return cast_in(t)
+        aliasable = t.is_contiguous()
+        src = t.detach() if t.requires_grad else t
+        if not aliasable:
+            src = src.contiguous()
+        buf = to_buffer(to_dlpack(src), device, None, None)
+        last[0] = (t, t.data_ptr(), buf) if aliasable and buf.unsafe_buffer_pointer() == t.data_ptr() else None
+        return buf
 
     return convert
 
 
-def _output_converter(spec: TensorSpec) -> Callable[[np.ndarray], torch.Tensor]:
-    if spec.dtype in _BIT_VIEWS:
-        bits = _BIT_VIEWS[spec.dtype][0]
-        np_bits = np.dtype(str(bits).removeprefix("torch."))
-        torch_dtype = spec.torch_dtype
-        return lambda a: torch.from_numpy(a.view(np_bits).copy()).view(torch_dtype)
-    if spec.lowered_dtype == spec.dtype:
-        return lambda a: torch.from_numpy(a.copy())
-    target = numpy_dtype(spec.dtype)
-    return lambda a: torch.from_numpy(a.astype(target))  # astype copies: int32 -> int64 etc.
+def _output_converter(spec: TensorSpec, copy: bool) -> Callable[[Any], torch.Tensor]:
+    """``result buffer -> tensor``: the buffer itself through DLPack, cast back if it was lowered."""
+    _, to_capsule = _dlpack()
+    from_dlpack = torch._C._from_dlpack
+    if spec.lowered_dtype != spec.dtype:  # int32 -> int64 etc.: the cast is the one copy
+        target = spec.torch_dtype
+        return lambda a: from_dlpack(to_capsule(a)).to(target)
+    if copy:
+        return lambda a: from_dlpack(to_capsule(a)).clone()
+    return lambda a: from_dlpack(to_capsule(a))
 
 
 class LoadedExecutable:
     """An executable loaded once per process; call with torch tensors."""
 
-    __slots__ = ("executable", "input_specs", "output_specs", "_convert_in", "_convert_out")
+    __slots__ = ("executable", "input_specs", "output_specs", "_convert_in", "_convert_out", "_execute",
+                 "_wait")
 
     def __init__(
         self, executable: Any, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec]
@@ -104,8 +151,13 @@ class LoadedExecutable:
         self.executable = executable
         self.input_specs = tuple(input_specs)
         self.output_specs = tuple(output_specs)
-        self._convert_in = tuple(_input_converter(i, s) for i, s in enumerate(self.input_specs))
-        self._convert_out = tuple(_output_converter(s) for s in self.output_specs)
+        device = executable.local_devices()[0]
+        copy = xla_cpu.has_input_output_aliasing(executable)
+        self._convert_in = tuple(_input_converter(i, s, device) for i, s in enumerate(self.input_specs))
+        self._convert_out = tuple(_output_converter(s, copy) for s in self.output_specs)
+        self._execute = executable.execute_sharded
+        # an asynchronous client returns before the results exist; DLPack needs them ready
+        self._wait = executable.client is not xla_cpu._clients.get("sync")
 
     @classmethod
     def load(
@@ -117,13 +169,18 @@ class LoadedExecutable:
 
     @classmethod
     def from_bytes(
-        cls, blob: bytes, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec]
+        cls, blob: bytes, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec],
+        client: Any = None,
     ) -> LoadedExecutable:
-        return cls(xla_cpu.deserialize_executable(blob), input_specs, output_specs)
+        return cls(xla_cpu.deserialize_executable(blob, client), input_specs, output_specs)
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         """Run on CPU tensors shaped like ``input_specs``; fresh writable tensors out."""
         if len(args) != len(self._convert_in):
             raise TypeError(f"executable takes {len(self._convert_in)} tensors, got {len(args)}")
-        outs = xla_cpu.execute(self.executable, [f(a) for f, a in zip(self._convert_in, args)])
-        return [f(o) for f, o in zip(self._convert_out, outs)]
+        result = self._execute([f(a) for f, a in zip(self._convert_in, args)])
+        outs = result.disassemble_into_single_device_arrays()
+        if self._wait:
+            for o in outs:
+                o[0].block_until_ready()
+        return [f(o[0]) for f, o in zip(self._convert_out, outs)]

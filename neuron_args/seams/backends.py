@@ -54,6 +54,8 @@ SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 _native_args: dict[str, list[str]] = {}
 # executables this process loaded, by key
 _loaded: dict[str, Any] = {}
+# set by neuron_args.fastpath while it records a guarded call: called instead of each variant
+call_observer: Callable[[CompiledGraph, Callable[[list[Any]], Any], list[Any]], Any] | None = None
 
 
 class CompiledGraph:
@@ -76,12 +78,16 @@ class CompiledGraph:
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
         self.input_shapes = [s.shape_string() for s, user in zip(specs, mask) if user]
         self._variants: dict[tuple[str, ...] | None, Callable[[list[Any]], Any]] = {}
+        # aot_autograd's view/mutation metadata of this graph (which outputs are mutated inputs)
+        self.fw_metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
 
     def __call__(self, args: list[Any]) -> Any:
         scoped = _scoped_compiler_args.get()
         run = self._variants.get(scoped)
         if run is None:
             run = self._variants[scoped] = self._build_variant()
+        if call_observer is not None:
+            return call_observer(self, run, args)
         return run(args)
 
     # -- resolving a variant (first call under an argument set) -------------------------------

@@ -1,0 +1,274 @@
+"""The serve path: a served decode step against eager PyTorch, a whole compiled call against its loaded
+executable, and the runtime's execution choices (sync vs async XLA:CPU client, DLPack vs numpy).
+
+    python benchmarks/bench_serve.py [--quick]
+
+Two runner models, compiled once by the local compiler into a temp cache, both with one torch
+thread (as ``examples/tiny_vlm/main.py`` serves; spinning OpenMP threads on a busy 2-core machine
+make eager runs 5-20x slower and noisy):
+
+- the decoder block of ``tests/models.py`` (batch 2) with a ``prefill`` (T=5) and a ``decode``
+  (T=1) graph type; the decode step writes its KV buffers in place (copy-back each call);
+- the MLP of ``tests/models.py`` (batch 4), one graph type.
+
+Per call, all interleaved repetition by repetition (median and min of the repetitions):
+
+- ``eager``: the same module (a deep copy: same weights) in eager PyTorch, under inference mode;
+- ``served``: ``runner.run(graph_type, kwargs)`` inside ``runner.serve()``: the fast path;
+- ``guarded``: the same with the fast path off (Dynamo frame evaluation + guards + aot runtime
+  wrapper + variant dispatch), and that under ``torch.compiler.set_stance(skip_guard_eval_unsafe=
+  True)`` (the alternative the issue asked to compare);
+- ``compiled call``: the runner's ``torch.compile``'d entry called directly in its scope;
+- ``variant``: the graph's ``CompiledGraph`` variant on its flat arguments (what the fast path calls);
+- ``executable``: the ``LoadedExecutable`` on the flat arguments (DLPack in/out, synchronous client);
+- ``legacy executable``: the runtime before this change, inline (numpy conversions, jax's
+  asynchronous client, one copy per output);
+- ``execute sync`` / ``execute async``: ``execute_sharded`` alone on device buffers prepared once,
+  on the synchronous client and on jax's asynchronous one.
+
+Figures (``benchmarks/figures.py``): served decode step / eager (target <= 0.75); whole compiled
+call / loaded executable for the MLP and the decode step (target <= 1.10), and the same for the
+served call. Prints a table; asserts nothing on speed.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from figures import figure  # noqa: E402
+from neuron_args import xla_cpu  # noqa: E402
+from neuron_args.graphs import GraphSpec  # noqa: E402
+from neuron_args.lowering.hlo import TensorSpec  # noqa: E402
+from neuron_args.runner import NeuronRunner  # noqa: E402
+from neuron_args.runtime import LoadedExecutable, numpy_dtype, tensor_to_numpy  # noqa: E402
+from neuron_args.seams import backends  # noqa: E402
+from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
+
+BASE = ["--auto-cast=none", "-O1"]
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def per_call_us(fns: dict[str, Callable[[], Any]], calls: int, reps: int,
+                around: dict[str, Callable[[], Any]]) -> dict[str, list[float]]:
+    """µs per call of each function, interleaved repetition by repetition (``around[name]()`` untimed)."""
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            with around.get(name, contextlib.nullcontext)():
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                out[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return out
+
+
+class DecoderModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = make_decoder()
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        def kw(seq: int, start: int) -> Callable[[], dict[str, torch.Tensor]]:
+            return lambda: dict(zip(("tokens", "input_pos"), decoder_inputs(seq=seq, start=start)))
+
+        return [GraphSpec("prefill", self.block, {"t5": kw(5, 0)}), GraphSpec("decode", self.block, {"t1": kw(1, 5)})]
+
+
+class MLPModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = make_mlp()
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("mlp", self.mlp, {"b4": lambda: {"x": mlp_inputs(batch=4)[0]}})]
+
+
+class LegacyExecutable:
+    """The runtime before this change: numpy in (``batched_device_put``), jax's async client, a copy out."""
+
+    def __init__(self, blob: bytes, input_specs: tuple[TensorSpec, ...], output_specs: tuple[TensorSpec, ...]) -> None:
+        self.executable = xla_cpu.deserialize_executable(blob, xla_cpu.cpu_client())
+        self.put = xla_cpu.placer(self.executable.local_devices()[0])
+        self.casts = [numpy_dtype(s.lowered_dtype) if s.lowered_dtype != s.dtype else None for s in input_specs]
+        self.back = [numpy_dtype(s.dtype) if s.lowered_dtype != s.dtype else None for s in output_specs]
+
+    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        arrays = [tensor_to_numpy(a) if c is None else tensor_to_numpy(a).astype(c) for a, c in zip(args, self.casts)]
+        result = self.executable.execute_sharded([self.put(a) for a in arrays])
+        outs = [np.asarray(o[0]) for o in result.disassemble_into_single_device_arrays()]
+        return [torch.from_numpy(o.copy() if b is None else o.astype(b)) for o, b in zip(outs, self.back)]
+
+
+def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], eager_module: torch.nn.Module,
+            calls: int, reps: int) -> dict[str, float]:
+    fast = runner.fast_path.graphs[graph_type][0]
+    entry = runner.spec(graph_type).entry
+    args = fast.gather(entry, kwargs)
+    specs = [TensorSpec.of(a) for a in args]
+    key, exe = next((k, e) for k, e in backends._loaded.items() if list(e.input_specs) == specs)
+    blob = runner.cache.entry(key).executable_path.read_bytes()
+    legacy = LegacyExecutable(blob, exe.input_specs, exe.output_specs)
+    async_exe = LoadedExecutable.from_bytes(blob, exe.input_specs, exe.output_specs,
+                                            client=xla_cpu.runtime_client(asynchronous=True))
+    compiled = runner.compiled(graph_type)
+    positional = tuple(kwargs.values())
+    sync_bufs = [f(a) for f, a in zip(exe._convert_in, args)]
+    async_bufs = [f(a) for f, a in zip(async_exe._convert_in, args)]
+
+    def execute_async() -> Any:
+        outs = async_exe.executable.execute_sharded(async_bufs).disassemble_into_single_device_arrays()
+        for o in outs:
+            o[0].block_until_ready()
+        return outs
+
+    def guarded() -> Any:
+        return runner.run(graph_type, kwargs)
+
+    @contextlib.contextmanager
+    def fast_path_off() -> Any:
+        saved, runner.fast_path.graphs = runner.fast_path.graphs, {}
+        runner.fast_path.enabled = False
+        try:
+            yield
+        finally:
+            runner.fast_path.graphs, runner.fast_path.enabled = saved, True
+
+    @contextlib.contextmanager
+    def skip_guards() -> Any:
+        with fast_path_off(), torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+            yield
+
+    fns: dict[str, Callable[[], Any]] = {
+        "eager": lambda: eager_module(*positional),
+        "served": lambda: runner.run(graph_type, kwargs),
+        "guarded": guarded,
+        "guarded_skip_guards": guarded,
+        "compiled_call": lambda: compiled(**kwargs),
+        "variant": lambda: fast.run(args),
+        "executable": lambda: exe(*args),
+        "legacy_executable": lambda: legacy(*args),
+        "execute_sync": lambda: exe.executable.execute_sharded(sync_bufs).disassemble_into_single_device_arrays(),
+        "execute_async": execute_async,
+    }
+    around = {"guarded": fast_path_off, "guarded_skip_guards": skip_guards, "compiled_call": lambda: runner.scope(graph_type)}
+    with torch.inference_mode(), runner.serve():
+        same = torch.equal(runner.run(graph_type, kwargs), exe(*args)[-1]) and \
+            torch.allclose(legacy(*args)[-1], exe(*args)[-1])
+        for name, fn in fns.items():
+            with around.get(name, contextlib.nullcontext)():
+                for _ in range(30):
+                    fn()
+        fast_before = fast.calls
+        times = per_call_us(fns, calls, reps, around)
+        assert fast.calls - fast_before == calls * reps, "the served calls took the fast path"
+    m = {k: statistics.median(v) for k, v in times.items()}
+    lo = {k: min(v) for k, v in times.items()}
+    print(f"{title} ({reps} reps x {calls} calls, interleaved; served == executable: {same})")
+    print(f"  {'per call':<64} {'median':>8} {'min':>8}")
+    labels = {
+        "eager": "eager PyTorch (same module, inference mode)",
+        "served": "served: runner.run() in serve(), fast path",
+        "guarded": "served, fast path off (Dynamo + guards + aot wrapper)",
+        "guarded_skip_guards": "  the same under set_stance(skip_guard_eval_unsafe=True)",
+        "compiled_call": "whole torch.compile'd call, in the graph type's scope",
+        "variant": "CompiledGraph variant on the flat arguments",
+        "executable": "LoadedExecutable (sync client, DLPack, aliased inputs)",
+        "legacy_executable": "legacy executable (async client, numpy, copy out)",
+        "execute_sync": "execute_sharded alone, synchronous client",
+        "execute_async": "execute_sharded alone, jax's asynchronous client",
+    }
+    for name, label in labels.items():
+        print(f"  {label:<64} {m[name]:>8.1f} {lo[name]:>8.1f} us")
+    ratios = {
+        "served / eager": m["served"] / m["eager"],
+        "whole compiled call / loaded executable": m["compiled_call"] / m["executable"],
+        "served / loaded executable": m["served"] / m["executable"],
+        "guarded / served": m["guarded"] / m["served"],
+        "guarded / guarded with skip_guard_eval_unsafe": m["guarded"] / m["guarded_skip_guards"],
+        "legacy executable / executable": m["legacy_executable"] / m["executable"],
+        "execute async / sync": m["execute_async"] / m["execute_sync"],
+    }
+    on_mins = {
+        "served / eager": lo["served"] / lo["eager"],
+        "whole compiled call / loaded executable": lo["compiled_call"] / lo["executable"],
+        "served / loaded executable": lo["served"] / lo["executable"],
+        "guarded / served": lo["guarded"] / lo["served"],
+        "guarded / guarded with skip_guard_eval_unsafe": lo["guarded"] / lo["guarded_skip_guards"],
+        "legacy executable / executable": lo["legacy_executable"] / lo["executable"],
+        "execute async / sync": lo["execute_async"] / lo["execute_sync"],
+    }
+    print(f"  {'ratio (of medians; of mins)':<64} {'median':>8} {'min':>8}")
+    for name, value in ratios.items():
+        print(f"  {name:<64} {value:>8.2f} {on_mins[name]:>8.2f}")
+    print()
+    return {**ratios, **{f"min: {k}": v for k, v in on_mins.items()}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ns = parser.parse_args()
+    calls, reps = (100, 5) if ns.quick else (200, 15)
+    torch.set_num_threads(1)
+    print(f"bench_serve: {load()} (start); torch {torch.__version__}, 1 torch thread")
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        decoder = NeuronRunner(DecoderModel(), compiler_args=BASE, compiler="local", cache_dir=Path(tmp) / "dec")
+        mlp = NeuronRunner(MLPModel(), compiler_args=BASE, compiler="local", cache_dir=Path(tmp) / "mlp")
+        t0 = time.perf_counter()
+        decoder.warmup(emit=False)
+        mlp.warmup(emit=False)
+        print(f"warmup (3 graphs, local compiler): {time.perf_counter() - t0:.1f} s\n")
+        with torch.inference_mode():
+            tokens, pos = decoder_inputs(seq=1, start=5)
+            x = mlp_inputs(batch=4)[0]
+        dec = measure("1. decode step, decoder block batch 2 (KV cache copied back)", decoder, "decode",
+                      {"tokens": tokens, "input_pos": pos}, copy.deepcopy(decoder.model.block), calls, reps)
+        print(f"   ({load()})\n")
+        mlp_r = measure("2. MLP 4x32 -> 64 -> 16", mlp, "mlp", {"x": x}, copy.deepcopy(mlp.model.mlp), calls, reps)
+    def of_mins(r: dict[str, float], name: str) -> str:
+        return f"ratio of mins {r['min: ' + name]:.2f}"
+
+    figure("served decode step / eager (decoder block, batch 2)", dec["served / eager"], "<= 0.75",
+           note=of_mins(dec, "served / eager"))
+    figure("whole torch.compile'd call / loaded executable, MLP", mlp_r["whole compiled call / loaded executable"],
+           "<= 1.10", note=of_mins(mlp_r, "whole compiled call / loaded executable"))
+    figure("whole torch.compile'd call / loaded executable, decode step",
+           dec["whole compiled call / loaded executable"], "<= 1.10",
+           note=of_mins(dec, "whole compiled call / loaded executable"))
+    figure("served call (fast path) / loaded executable, MLP", mlp_r["served / loaded executable"], "<= 1.10",
+           note=of_mins(mlp_r, "served / loaded executable"))
+    figure("served call (fast path) / loaded executable, decode step", dec["served / loaded executable"], "<= 1.10",
+           note=of_mins(dec, "served / loaded executable"))
+    figure("guarded served call / fast path, decode step", dec["guarded / served"], None, "x")
+    figure("guarded / guarded with skip_guard_eval_unsafe, decode step",
+           dec["guarded / guarded with skip_guard_eval_unsafe"], None, "x")
+    figure("execute_sharded async client / sync client, MLP", mlp_r["execute async / sync"], None, "x")
+    figure("execute_sharded async client / sync client, decode step", dec["execute async / sync"], None, "x")
+    figure("legacy executable / LoadedExecutable, MLP", mlp_r["legacy executable / executable"], None, "x")
+    figure("legacy executable / LoadedExecutable, decode step", dec["legacy executable / executable"], None, "x")
+    print(f"bench_serve: {load()} (end)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

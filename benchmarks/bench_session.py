@@ -1,0 +1,84 @@
+"""A pytest session on a warm persistent cache: what it costs beyond collecting, in each flow.
+
+    python benchmarks/bench_session.py [--reps 1]
+
+``pytest examples`` (the tiny VLM's plugin tests) with ``--neuron-cache-dir`` pointing at one
+persistent cache:
+
+1. once to warm the cache (cold, untimed in the figures);
+2. then, per repetition and in rotating order: ``--collect-only`` (interpreter, imports, plugin,
+   collection), the warm session in-process, the warm session with ``--neuron-flow parallel``.
+
+Figures: warm in-process / collect-only (target <= 3.0), warm parallel / warm in-process (target
+<= 1.0). Each run is a fresh process; wall time by ``time.perf_counter`` around it; exit statuses
+are printed (a failing test does not stop the timing). Asserts nothing on speed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from figures import figure  # noqa: E402
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def session(cache: Path, *extra: str) -> tuple[float, int]:
+    argv = [sys.executable, "-m", "pytest", "examples", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+            f"--neuron-cache-dir={cache}", *extra]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "VLLM_NEURON"))}
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    return time.perf_counter() - t0, proc.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=1)
+    ns = parser.parse_args()
+    print(f"bench_session: {load()} (start)")
+    runs: dict[str, list[float]] = {"collect": [], "in-process": [], "parallel": []}
+    codes: dict[str, list[int]] = {k: [] for k in runs}
+    args = {"collect": ("--collect-only",), "in-process": (), "parallel": ("--neuron-flow", "parallel")}
+    with tempfile.TemporaryDirectory(prefix="bench-session-") as tmp:
+        cache = Path(tmp) / "cache"
+        cold, code = session(cache)
+        print(f"  cold session (warms the cache): {cold:.1f} s (exit {code})")
+        order = list(runs)
+        for rep in range(ns.reps):
+            for name in order[rep % 3:] + order[:rep % 3]:
+                seconds, code = session(cache, *args[name])
+                runs[name].append(seconds)
+                codes[name].append(code)
+                print(f"  rep {rep}: {name:<10} {seconds:6.1f} s (exit {code}); {load()}", flush=True)
+    m = {k: statistics.median(v) for k, v in runs.items()}
+    print(f"\n  {'pytest examples, warm persistent cache':<50} {'median':>8} {'min':>8}")
+    for name, label in (("collect", "--collect-only"), ("in-process", "warm, in-process flow"),
+                        ("parallel", "warm, --neuron-flow parallel")):
+        print(f"  {label:<50} {m[name]:>8.1f} {min(runs[name]):>8.1f} s  exit {codes[name]}")
+    warm = m["in-process"] / m["collect"]
+    par = m["parallel"] / m["in-process"]
+    print(f"  ratio warm in-process / collect-only: {warm:.2f} (target <= 3.0)")
+    print(f"  ratio warm parallel / warm in-process: {par:.2f} (target <= 1.0)")
+    figure("pytest examples on a warm cache / --collect-only", warm, "<= 3.0",
+           note=f"{m['in-process']:.1f} s vs {m['collect']:.1f} s")
+    figure("pytest examples --neuron-flow parallel / in-process, warm cache", par, "<= 1.0",
+           note=f"{m['parallel']:.1f} s vs {m['in-process']:.1f} s")
+    print(f"bench_session: {load()} (end)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,459 @@
+"""The serve fast path: warmed calls replay their compiled variant without Dynamo, and only when exact.
+
+Correctness against eager and against the guarded path (KV caches and logits over many decode
+steps, the tiny VLM's generation), then every way a call must fall back to the guarded path:
+another shape, failed guards (a module attribute, an input layout), module hooks, a Dynamo reset,
+and the calls that cannot be replayed at all (side effects, graph breaks, outputs it did not make).
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from neuron_args import CacheMissError
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV
+from neuron_args.fastpath import ENV, MISS, FastPath
+from neuron_args.graphs import GraphSpec
+from neuron_args.runner import NeuronRunner
+from neuron_args.seams.backends import CAPTURE_SEAM
+from tests.models import decoder_inputs, make_decoder
+
+BASE = ["--auto-cast=none", "-O1"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _no_assert(monkeypatch):
+    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
+    monkeypatch.delenv(ENV, raising=False)
+
+
+def kw(tokens: torch.Tensor, pos: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"tokens": tokens, "input_pos": pos}
+
+
+class DecoderModel(torch.nn.Module):
+    """tests/models.py's decoder block (batch 2) as a runner model: prefill T=5 and decode T=1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = make_decoder()
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("prefill", self.block, {"t5": lambda: kw(*decoder_inputs(seq=5))}),
+                GraphSpec("decode", self.block, {"t1": lambda: kw(*decoder_inputs(seq=1, start=5))})]
+
+
+@pytest.fixture(scope="module")
+def decoder_runner(tmp_path_factory) -> NeuronRunner:
+    torch._dynamo.reset()
+    runner = NeuronRunner(DecoderModel(), compiler_args=BASE, compiler="local",
+                          cache_dir=tmp_path_factory.mktemp("fastpath-decoder"))
+    runner.warmup(emit=False)
+    return runner
+
+
+def decode(runner: NeuronRunner | None, model: torch.nn.Module, steps: int, check=None) -> list[torch.Tensor]:
+    """Greedy prefill + ``steps`` decode steps through ``runner`` (or the eager ``model``)."""
+    call = (lambda g, k: runner.run(g, k)) if runner is not None else (lambda g, k: model(**k))
+    logits = []
+    with torch.inference_mode():
+        out = call("prefill", kw(*decoder_inputs(seq=5)))
+        logits.append(out)
+        token = out[:, -1:].argmax(-1)
+        for pos in range(5, 5 + steps):
+            out = call("decode", kw(token, torch.tensor([pos])))
+            logits.append(out)
+            token = out.argmax(-1)
+            if check is not None:
+                check(pos)
+    return logits
+
+
+def test_decode_steps_match_eager_logits_and_kv_cache(decoder_runner):
+    block = decoder_runner.model.block
+    block.reset_cache()
+    reference = copy.deepcopy(block)  # eager PyTorch: same weights, its own cache
+    fast = decoder_runner.fast_path.graphs["decode"][0]
+    before, steps = fast.calls, 26
+
+    def same_caches() -> None:
+        torch.testing.assert_close(block.k_cache, reference.k_cache, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(block.v_cache, reference.v_cache, rtol=1e-5, atol=1e-5)
+
+    with decoder_runner.serve() as served, torch.inference_mode():
+        tokens, pos = decoder_inputs(seq=5)
+        want = reference(tokens, pos)
+        torch.testing.assert_close(decoder_runner.run("prefill", kw(tokens, pos)), want, rtol=1e-4, atol=1e-4)
+        same_caches()
+        token = want[:, -1:].argmax(-1)
+        for p in range(5, 5 + steps):
+            position = torch.tensor([p])
+            got, want = decoder_runner.run("decode", kw(token, position)), reference(token, position)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            same_caches()
+            assert block.k_cache[:, :, p].abs().sum() > 0, "the step wrote its position into the cache"
+            token = want.argmax(-1)
+    assert decoder_runner.fast_path.refused == {}
+    assert fast.calls - before == steps, "every decode step went through the fast path"
+    assert served.calls == {"prefill": 1, "decode": steps}
+    assert (served.counts.misses, served.counts.compiles) == (0, 0)
+
+
+def test_fast_and_guarded_paths_give_identical_results(decoder_runner):
+    """The same executable either way: bit-identical logits and caches over many steps."""
+    block = decoder_runner.model.block
+    block.reset_cache()
+    fast_logits = decode(decoder_runner, block, 20)
+    fast_cache = block.k_cache.clone(), block.v_cache.clone()
+    block.reset_cache()
+    decoder_runner.fast_path.enabled, saved = False, decoder_runner.fast_path.graphs
+    decoder_runner.fast_path.graphs = {}
+    try:
+        guarded_logits = decode(decoder_runner, block, 20)
+    finally:
+        decoder_runner.fast_path.enabled, decoder_runner.fast_path.graphs = True, saved
+    assert all(torch.equal(a, b) for a, b in zip(fast_logits, guarded_logits))
+    assert torch.equal(fast_cache[0], block.k_cache) and torch.equal(fast_cache[1], block.v_cache)
+
+
+def test_tiny_vlm_generation_is_served_fast_and_matches_eager(tmp_path_factory):
+    """Four graph types, three on one entry with different compiler arguments (variants); KV slots by index_put."""
+    from examples.tiny_vlm.generate import generate
+    from examples.tiny_vlm.model import TinyVLM, TinyVLMConfig
+
+    cfg = TinyVLMConfig(prefill_buckets=(16,), decode_buckets=(4,))
+    prompts, forced = [[5, 17, 42, 8, 99, 3], [255] * 4 + [7, 21, 64]], {0: [30, 31]}
+    with torch.inference_mode():  # as warmup made its example (a tensor from outside recompiles once)
+        image = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(7))
+    torch._dynamo.reset()
+    model = TinyVLM(cfg, seed=0)
+    runner = NeuronRunner(model, compiler_args=BASE, compiler="local", cache_dir=tmp_path_factory.mktemp("fastpath-vlm"))
+    runner.warmup(emit=False)
+    with runner.serve() as served, torch.inference_mode():
+        tokens = generate(model, prompts, image=image, max_new_tokens=10, forced=forced, run=runner.run)
+    assert tokens == generate(TinyVLM(cfg, seed=0), prompts, image=image, max_new_tokens=10, forced=forced)
+    fast_calls = {g: sum(f.calls for f in fs) for g, fs in runner.fast_path.graphs.items()}
+    assert fast_calls == served.calls == {"encoder": 1, "prefill": 2, "decode": 9, "jf": 1}
+    assert runner.fast_path.refused == {}
+    variants = {g: fs[0].run for g, fs in runner.fast_path.graphs.items()}
+    assert len({id(v) for v in variants.values()}) == 4, "each graph type replays its own variant"
+
+
+class Scaled(torch.nn.Module):
+    """``fc(x) * scale``: a Python float Dynamo specializes on, so changing it must fail the guards."""
+
+    def __init__(self, scale: float = 2.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.scale
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8)}})]
+
+
+@pytest.fixture(scope="module")
+def scaled_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("fastpath-scaled")
+
+
+@pytest.fixture
+def scaled(scaled_cache) -> NeuronRunner:
+    torch._dynamo.reset()
+    runner = NeuronRunner(Scaled(), compiler_args=BASE, compiler="local", cache_dir=scaled_cache)
+    runner.warmup(emit=False)
+    assert len(runner.fast_path.graphs["decode"]) == 1
+    return runner
+
+
+def inp(*shape: int) -> torch.Tensor:
+    """An input as serving makes them (an inference tensor, like warmup's examples)."""
+    with torch.inference_mode():
+        return torch.randn(*shape)
+
+
+def run_x(runner: NeuronRunner, x: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return runner.run("decode", {"x": x})
+
+
+def eager(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(x)
+
+
+def fast_calls(runner: NeuronRunner) -> int:
+    return sum(f.calls for fs in runner.fast_path.graphs.values() for f in fs)
+
+
+def test_a_failed_guard_takes_the_guarded_path_never_a_stale_graph(scaled):
+    x = inp(2, 8)
+    first = scaled.fast_path.graphs["decode"][0]
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    assert first.calls == 1
+    scaled.model.scale = 3.0  # Dynamo guards on it; skip_guard_eval_unsafe would serve the 2.0 graph
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    assert first.calls == 1, "the changed attribute failed the guards: guarded path"
+    second, kept = scaled.fast_path.graphs["decode"]
+    assert kept is first and second is not first, "the recompiled graph is learned next to the old one"
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    assert second.calls == 1
+    scaled.model.scale = 2.0
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    assert first.calls == 2, "back to 2.0: the first fast graph's guards pass again"
+
+
+def test_parameters_are_read_afresh_and_seen_when_updated_in_place(scaled):
+    x = inp(2, 8)
+    run_x(scaled, x)
+    with torch.no_grad():
+        scaled.model.fc.weight.mul_(-1.5)  # the aliased buffer sees it
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    scaled.model.fc.weight.data = torch.randn(4, 8)  # new storage
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    scaled.model.fc = torch.nn.Linear(8, 4)  # a new module object
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+
+
+def test_other_shapes_layouts_hooks_and_resets_fall_back(scaled, monkeypatch):
+    x = inp(2, 8)
+    run_x(scaled, x)
+    fast = scaled.fast_path.graphs["decode"][0]
+    # a transposed input: same shape, other strides -> Dynamo's guards fail, the guarded path recompiles
+    xt = inp(8, 2).t()
+    torch.testing.assert_close(run_x(scaled, xt), eager(scaled.model, xt))
+    # a forward hook on the entry runs only on the guarded path: the fast path steps aside
+    handle = scaled.model.register_forward_hook(lambda mod, args, out: out + 100.0)
+    calls = fast.calls
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    assert fast.calls == calls
+    handle.remove()
+    # an unwarmed shape under serve is the guarded path's cache miss, not a fast-path error
+    with scaled.serve(), pytest.raises(CacheMissError):
+        run_x(scaled, inp(3, 8))
+    # a stance other than the default (force_eager here) is Dynamo's to apply
+    calls = fast.calls
+    with torch.compiler.set_stance("force_eager"):
+        torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    assert fast.calls == calls
+    # torch._dynamo.reset() drops the cache entry: the fast graph is no longer valid
+    run_x(scaled, x)
+    assert fast.valid()
+    torch._dynamo.reset()
+    assert not fast.valid()
+    assert scaled.fast_path.call("decode", {"x": x}) is MISS
+    torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+
+
+def test_the_environment_switch_turns_it_off(scaled_cache, monkeypatch):
+    monkeypatch.setenv(ENV, "0")
+    assert FastPath().enabled is False
+    torch._dynamo.reset()
+    runner = NeuronRunner(Scaled(), compiler_args=BASE, compiler="local", cache_dir=scaled_cache)
+    runner.warmup(emit=False)
+    x = inp(2, 8)
+    torch.testing.assert_close(run_x(runner, x), eager(runner.model, x))
+    assert runner.fast_path.graphs == {}
+
+
+class Refusable(torch.nn.Module):
+    """Calls the fast path must not replay: each kind is its own graph."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.kind = kind
+        self.fc = torch.nn.Linear(8, 4)
+        self.calls = 0
+        self.extra = torch.ones(4)  # a plain tensor attribute (not a parameter or buffer)
+
+    def forward(self, x: torch.Tensor) -> object:
+        y = self.fc(x)
+        if self.kind == "counter":
+            self.calls += 1
+        elif self.kind == "side effect":
+            self.last_batch = 2  # written, never read: nothing to guard on, a side effect to replay
+        elif self.kind == "graph break":
+            torch._dynamo.graph_break()
+            y = y * 2
+        elif self.kind == "dict":
+            return {"y": y}
+        elif self.kind == "input":
+            return x
+        elif self.kind == "attribute":
+            return y + self.extra
+        elif self.kind == "tuple":
+            return y, y * 2
+        return y
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8)}})]
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("side effect", "outside the graph"),
+    ("counter", "no Dynamo cache entry"),  # guarded on the value it changed: refused for that too
+    ("graph break", "ran 2 compiled graphs"),
+    ("dict", "returns a dict"),
+    ("input", "aliases (is_input)"),
+    ("attribute", "neither a keyword argument nor a parameter/buffer"),
+])
+def test_calls_that_cannot_be_replayed_exactly_keep_the_guarded_path(kind, reason, tmp_path_factory):
+    torch._dynamo.reset()
+    model = Refusable(kind)
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM,
+                          cache_dir=tmp_path_factory.mktemp("fastpath-refused"))
+    runner.warmup(emit=False)
+    ((_, why),) = runner.fast_path.refused.items()
+    assert reason in why
+    x = inp(2, 8)
+    for _ in range(3):
+        got, want = run_x(runner, x), eager(Refusable(kind), x)
+        if kind == "dict":
+            got, want = got["y"], want["y"]
+        torch.testing.assert_close(got, want)
+    assert runner.fast_path.graphs == {}
+    if kind == "counter":
+        assert model.calls == 4, "warmup + three calls, each replayed by Dynamo's bytecode"
+
+
+def test_tuple_outputs_replay_in_their_structure(tmp_path_factory):
+    torch._dynamo.reset()
+    runner = NeuronRunner(Refusable("tuple"), compiler_args=BASE, backend=CAPTURE_SEAM,
+                          cache_dir=tmp_path_factory.mktemp("fastpath-tuple"))
+    runner.warmup(emit=False)
+    x = inp(2, 8)
+    got = run_x(runner, x)
+    assert type(got) is tuple and len(got) == 2 and fast_calls(runner) == 1
+    want = eager(Refusable("tuple"), x)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+
+
+class WithInt(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, n: int = 2, bias: torch.Tensor | None = None) -> torch.Tensor:
+        y = self.fc(x) * n
+        return y if bias is None else y + bias
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8), "n": 2}})]
+
+
+def test_python_values_and_defaults_are_guarded_too(tmp_path_factory):
+    torch._dynamo.reset()
+    model = WithInt()
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-int"))
+    runner.warmup(emit=False)
+    (fast,) = runner.fast_path.graphs["decode"]
+    x, bias = inp(2, 8), inp(4)
+    with torch.inference_mode():
+        for n, b in ((2, None), (3, None), (2, None), (2, bias)):
+            kwargs = {"x": x, "n": n} if b is None else {"x": x, "n": n, "bias": b}
+            torch.testing.assert_close(runner.run("decode", kwargs), model(**kwargs))
+    assert fast.calls == 2, "n=2 twice through the fast path; n=3 and the bias call were guarded"
+    assert len(runner.fast_path.graphs["decode"]) == 3, "one fast graph per Dynamo cache entry"
+
+
+def test_threads_serving_one_runner_get_their_own_results(scaled):
+    """Recording in one thread does not capture (or block) another thread's calls."""
+    import threading
+
+    inputs = [inp(2, 8) for _ in range(8)]
+    want = [eager(scaled.model, x) for x in inputs]
+    got: dict[int, torch.Tensor] = {}
+
+    def work(i: int) -> None:
+        for _ in range(20):
+            got[i] = run_x(scaled, inputs[i])
+
+    scaled.fast_path.clear()  # the first calls record while the others run
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, w in enumerate(want):
+        torch.testing.assert_close(got[i], w)
+    assert scaled.fast_path.refused == {} and len(scaled.fast_path.graphs["decode"]) >= 1
+
+
+class Nested(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+        self.register_buffer("cache", torch.zeros(2, 4))
+
+    def forward(self, x: torch.Tensor, extras: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        self.cache.add_(extras[1])  # an in-place buffer update: copied back after each call
+        return self.fc(x) + extras[0], self.cache * 1
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8),
+                                                          "extras": [torch.ones(4), torch.ones(2, 4)]}})]
+
+
+def test_tensors_inside_list_arguments_and_buffer_updates(tmp_path_factory):
+    torch._dynamo.reset()
+    model = Nested()
+    runner = NeuronRunner(model, compiler_args=BASE, compiler="local", cache_dir=tmp_path_factory.mktemp("fp-nested"))
+    runner.warmup(emit=False)
+    (fast,) = runner.fast_path.graphs["decode"]
+    reference = copy.deepcopy(model)
+    for _ in range(5):
+        x, extras = inp(2, 8), [inp(4), inp(2, 4)]
+        got = runner.run("decode", {"x": x, "extras": extras})
+        with torch.inference_mode():
+            want = reference(x, extras)
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
+        torch.testing.assert_close(model.cache, reference.cache)
+    assert fast.calls == 5 and fast.mutated
+
+
+class StarKwargs(torch.nn.Module):
+    """A vLLM-style ``forward(self, x, positions, **kwargs)`` reading one extra keyword argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, *args: object, **kwargs: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return y + kwargs["shift"] if "shift" in kwargs else y
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8), "shift": torch.ones(4)}})]
+
+
+def test_star_args_and_kwargs_frames_are_guarded_as_python_builds_them(tmp_path_factory):
+    torch._dynamo.reset()
+    model = StarKwargs()
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-star"))
+    runner.warmup(emit=False)
+    assert runner.fast_path.refused == {}
+    (fast,) = runner.fast_path.graphs["decode"]
+    x, shift = inp(2, 8), inp(4)
+    for kwargs in ({"x": x, "shift": shift}, {"shift": shift, "x": x}, {"x": x}):
+        with torch.inference_mode():
+            torch.testing.assert_close(runner.run("decode", kwargs), model(**kwargs))
+    assert fast.calls == 2, "both orders of the same keywords replay; without shift is another graph"

@@ -1,0 +1,179 @@
+"""The runtime: LoadedExecutable on the synchronous XLA:CPU client, DLPack in and out, aliased inputs.
+
+Executables are built in-process from small jax functions (``xla_cpu.compile_hlo``), so each test
+costs milliseconds; specs are written by hand the way the lowering records them (int64 tensors are
+lowered as int32: jax x64 is off).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from neuron_args import xla_cpu
+from neuron_args.lowering.hlo import TensorSpec
+from neuron_args.runtime import LoadedExecutable
+
+
+def build(fn, in_specs, out_specs, client=None) -> LoadedExecutable:
+    from neuron_args.runtime import numpy_dtype
+
+    args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in in_specs]
+    with jax.enable_x64(False):
+        proto = jax.jit(fn, keep_unused=True).lower(*args).compiler_ir("hlo").as_serialized_hlo_module_proto()
+    return LoadedExecutable.from_bytes(xla_cpu.compile_hlo(proto), in_specs, out_specs, client=client)
+
+
+def spec(shape, dtype="float32") -> TensorSpec:
+    return TensorSpec(tuple(shape), dtype)
+
+
+@pytest.fixture(scope="module")
+def matmul() -> LoadedExecutable:
+    """(a [4, 8], b [8, 3]) -> (a @ b, a + 1, the same product again)."""
+    def fn(a, b):
+        c = a @ b
+        return c, a + 1.0, c
+
+    return build(fn, [spec((4, 8)), spec((8, 3))], [spec((4, 3)), spec((4, 8)), spec((4, 3))])
+
+
+def test_runs_on_the_synchronous_client_and_matches_torch(matmul):
+    assert matmul.executable.client is xla_cpu.runtime_client()
+    assert xla_cpu._client_cache, "forking is unsafe once a client exists; parallel_trace reads this"
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    c, a1, c2 = matmul(a, b)
+    torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a1, a + 1)
+    torch.testing.assert_close(c2, c)
+
+
+def test_outputs_are_writable_fresh_tensors_that_share_nothing(matmul):
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    first = matmul(a, b)
+    ptrs = {t.data_ptr() for t in first}
+    assert len(ptrs) == 3 and not ptrs & {a.data_ptr(), b.data_ptr()}
+    expected = a @ b
+    first[0].add_(100.0)  # torch writes into what it got (aot copy-back, users)
+    torch.testing.assert_close(first[2], expected, rtol=1e-5, atol=1e-5)
+    second = matmul(a, b)
+    torch.testing.assert_close(second[0], expected, rtol=1e-5, atol=1e-5)
+    assert not {t.data_ptr() for t in second} & {t.data_ptr() for t in first}
+
+
+def test_an_aliased_input_updated_in_place_is_seen_by_the_next_call(matmul):
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    matmul(a, b)
+    with torch.no_grad():
+        b.mul_(2.0)  # same tensor, same storage: the remembered buffer aliases it
+    torch.testing.assert_close(matmul(a, b)[0], a @ b, rtol=1e-5, atol=1e-5)
+    b2 = torch.randn(8, 3)  # another tensor in the same position
+    torch.testing.assert_close(matmul(a, b2)[0], a @ b2, rtol=1e-5, atol=1e-5)
+    b2.set_(torch.randn(8, 3))  # same tensor object, new storage
+    torch.testing.assert_close(matmul(a, b2)[0], a @ b2, rtol=1e-5, atol=1e-5)
+    b3 = torch.randn(3, 8)
+    b2.set_(b3.untyped_storage(), 0, (8, 3), (1, 8))  # same object, transposed layout
+    torch.testing.assert_close(matmul(a, b2)[0], a @ b2, rtol=1e-5, atol=1e-5)
+    b4 = torch.randn(8, 3)
+    matmul(a, b4)
+    b4.as_strided_((8, 3), (1, 8))  # same object, same data pointer, other strides
+    torch.testing.assert_close(matmul(a, b4)[0], a @ b4, rtol=1e-5, atol=1e-5)
+
+
+def test_non_contiguous_offset_and_grad_requiring_inputs(matmul):
+    base = torch.randn(9, 8)
+    a = base[1:5]  # storage offset
+    b = torch.randn(3, 8).t()  # transposed view
+    w = torch.randn(8, 3, requires_grad=True)  # a parameter
+    torch.testing.assert_close(matmul(a, b)[0], a @ b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(matmul(a, w)[0], a @ w.detach(), rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        a_inf = torch.randn(4, 8)
+        torch.testing.assert_close(matmul(a_inf, b)[0], a_inf @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_wrong_dtype_shape_or_arity_is_refused(matmul):
+    with pytest.raises(TypeError, match=r"input 1 expects float32\[8, 3\], got int32\[8, 3\]"):
+        matmul(torch.randn(4, 8), torch.zeros(8, 3, dtype=torch.int32))
+    with pytest.raises(TypeError, match=r"input 0 expects float32\[4, 8\], got float32\[5, 8\]"):
+        matmul(torch.randn(5, 8), torch.randn(8, 3))
+    with pytest.raises(TypeError, match="takes 2 tensors, got 1"):
+        matmul(torch.randn(4, 8))
+
+
+def test_int64_and_bool_round_trip_through_their_lowered_types():
+    def fn(ids, table, mask):
+        return ids * 2 + 1, jnp.take(table, ids, axis=0), jnp.logical_not(mask)
+
+    exe = build(fn, [spec((2, 3), "int64"), spec((10, 4)), spec((2, 3), "bool")],
+                [spec((2, 3), "int64"), spec((2, 3, 4)), spec((2, 3), "bool")])
+    ids = torch.tensor([[0, 1, 9], [3, 4, 5]])
+    table = torch.randn(10, 4)
+    mask = torch.tensor([[True, False, True], [False, False, True]])
+    doubled, rows, inverted = exe(ids, table, mask)
+    assert doubled.dtype is torch.int64 and inverted.dtype is torch.bool
+    assert torch.equal(doubled, ids * 2 + 1) and torch.equal(inverted, ~mask)
+    torch.testing.assert_close(rows, table[ids])
+    doubled.add_(1)  # the cast result is a tensor of its own
+    assert torch.equal(exe(ids, table, mask)[0], ids * 2 + 1)
+    other = torch.tensor([[9, 8, 7], [6, 5, 4]])  # the staged int32 copy follows each call's values
+    assert torch.equal(exe(other, table, mask)[0], other * 2 + 1)
+    torch.testing.assert_close(exe(ids.t().contiguous().t(), table, mask)[1], table[ids])
+
+
+def test_threads_sharing_an_executable_keep_their_inputs_apart():
+    import threading
+
+    def fn(ids, w):
+        return ids * 3, w * 2.0
+
+    exe = build(fn, [spec((64,), "int64"), spec((64,))], [spec((64,), "int64"), spec((64,))])
+    results: dict[int, bool] = {}
+
+    def work(k: int) -> None:
+        ids, w = torch.full((64,), k), torch.full((64,), float(k))
+        results[k] = all(torch.equal(exe(ids, w)[0], ids * 3) and torch.equal(exe(ids, w)[1], w * 2)
+                         for _ in range(200))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {k: True for k in range(6)}
+
+
+def test_bfloat16_in_and_out():
+    def fn(x, w):
+        return (x @ w).astype(jnp.bfloat16), x.astype(jnp.float32)
+
+    exe = build(fn, [spec((4, 8), "bfloat16"), spec((8, 2), "bfloat16")],
+                [spec((4, 2), "bfloat16"), spec((4, 8), "float32")])
+    x, w = torch.randn(4, 8).bfloat16(), torch.randn(8, 2).bfloat16()
+    y, xf = exe(x, w)
+    assert y.dtype is torch.bfloat16 and xf.dtype is torch.float32
+    torch.testing.assert_close(y, x @ w, rtol=2e-2, atol=2e-2)
+    assert torch.equal(xf, x.float())
+    y.mul_(2)  # writable
+
+
+def test_async_client_gives_the_same_results(matmul):
+    def fn(a, b):
+        c = a @ b
+        return c, a + 1.0, c
+
+    exe = build(fn, [spec((4, 8)), spec((8, 3))], [spec((4, 3)), spec((4, 8)), spec((4, 3))],
+                client=xla_cpu.runtime_client(asynchronous=True))
+    assert exe.executable.client is xla_cpu.cpu_client() is not xla_cpu.runtime_client()
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    for got, want in zip(exe(a, b), matmul(a, b)):
+        torch.testing.assert_close(got, want)
+
+
+def test_numpy_execute_keeps_its_contract(matmul):
+    a = np.ones((4, 8), np.float32)
+    b = np.ones((8, 3), np.float32)
+    c, a1, _ = xla_cpu.execute(matmul.executable, [a, b])
+    assert isinstance(c, np.ndarray) and np.allclose(c, 8.0) and np.allclose(a1, 2.0)
