@@ -68,6 +68,7 @@ class NeuronRunner:
         manifest_config: Mapping[str, Any] | None = None,
         local_rank: int = 0,
         tp_group: tuple[Sequence[int], int] | None = None,
+        allow_eager_outputs: bool | None = None,
     ) -> None:
         self.model = model
         declared = list(graphs if graphs is not None else model.neuron_graphs())
@@ -80,6 +81,8 @@ class NeuronRunner:
             "compiler_args": list(self.resolver.base_args), "target": target, "cache_dir": str(self.cache_dir),
             "compiler": compiler,
         }
+        if allow_eager_outputs is not None:  # None: $NEURON_ARGS_ALLOW_EAGER_OUTPUTS (neuron_args.executables)
+            self.options["allow_eager_outputs"] = allow_eager_outputs
         self.backend = backend
         self.manifest_config = dict(manifest_config or {})
         self.local_rank = local_rank

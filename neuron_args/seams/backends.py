@@ -25,7 +25,7 @@ import torch
 from neuron_args.cache import STATS, CacheEntry, CompileCache, _assert_cache_key_args, new_metadata, now_iso
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import select_compiler
-from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
+from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, LoweringError
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
@@ -42,8 +42,6 @@ SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
 # native seam: first argument set seen per key in this process (the metadata covers other processes)
 _native_args: dict[str, list[str]] = {}
-# executables this process loaded, by key
-_loaded: dict[str, Any] = {}
 
 
 class CompiledGraph:
@@ -108,16 +106,8 @@ class CompiledGraph:
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
         rec = records.record(rec)
-        if self.compiler.info.executable_format != XLA_CPU_FORMAT:
-            _say_neff_runs_eagerly(self.compiler.info.name)
-            return _counted(self.gm, rec)
-        exe = _loaded.get(key.key)
-        if exe is None:  # loaded once per process, even when Dynamo recompiles the same graph
-            from neuron_args.runtime import LoadedExecutable
-
-            exe = _loaded[key.key] = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs,
-                                                           self.lowered.output_specs)
-        return _counted(exe, rec)
+        exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(self.options))
+        return _counted(self.gm if exe is None else exe, rec)  # None: a NEFF, no runtime binding, eager allowed
 
     def _ledger(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
         """The manifest's ledger line: written once the graph is captured, compiled or found built."""
@@ -171,19 +161,6 @@ class CompiledGraph:
                 "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
             )
         _assert_cache_key_args(self.cache.entry(key), args, graph_type=graph_type)
-
-
-_said_neff: list[bool] = []
-
-
-def _say_neff_runs_eagerly(compiler: str) -> None:
-    """NEFFs are compiled, cached and recorded; this build has no Neuron-runtime binding to run them."""
-    if not _said_neff:
-        _said_neff.append(True)
-        log.warning(
-            "%s built NEFFs: they are compiled, keyed, cached and recorded in the manifest, but this build "
-            "has no Neuron runtime binding to execute them, so graph outputs are computed by eager PyTorch "
-            "(the same aot graph). Use compiler='local' to execute compiled graphs on CPU.", compiler)
 
 
 def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list[Any]], Any]:
