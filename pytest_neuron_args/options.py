@@ -61,6 +61,10 @@ def add_options(parser: pytest.Parser) -> None:
                          "(default <rootdir>/.neuron-baseline/; ini: neuron_baseline)")
     group.addoption("--neuron-update-baseline", action="store_true", default=False,
                     help="write the neuron_baseline files instead of comparing against them")
+    group.addoption("--neuron-allow-eager-outputs", action="store_true", default=None,
+                    help="where NEFFs cannot run (no torch-neuronx runtime binding), take graph outputs from "
+                         "eager PyTorch instead of failing; compiling, cache and manifest checks still run "
+                         "(ini: neuron_allow_eager_outputs)")
     for name, ini_help in (
         ("neuron_target", f"compile target, one of {', '.join(TARGETS)}"),
         ("neuron_compiler", f"compiler, one of {', '.join(COMPILERS)}"),
@@ -71,6 +75,8 @@ def add_options(parser: pytest.Parser) -> None:
         ("neuron_compiler_args", "base neuronx-cc arguments at the caller level"),
     ):
         parser.addini(name, ini_help, default="")
+    parser.addini("neuron_allow_eager_outputs", "take graph outputs from eager PyTorch where NEFFs cannot run",
+                  type="bool", default=False)
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,7 @@ class NeuronSettings:
     baseline: Path | None = None
     update_baseline: bool = False
     compiler_args: str | None = None  # None: $NEURON_CC_FLAGS
+    allow_eager_outputs: bool = False  # NEFFs without a runtime binding: eager outputs instead of an error
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> NeuronSettings:
@@ -108,6 +115,8 @@ class NeuronSettings:
             baseline=_path(config, "neuron_baseline"),
             update_baseline=bool(config.getoption("neuron_update_baseline")),
             compiler_args=_raw(config, "neuron_compiler_args")[0],
+            allow_eager_outputs=bool(config.getoption("neuron_allow_eager_outputs")
+                                     or config.getini("neuron_allow_eager_outputs")),
         )
 
 

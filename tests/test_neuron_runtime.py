@@ -313,3 +313,18 @@ def test_real_neff_matches_eager(tmp_path):
         out = cm(IDS)
     torch.testing.assert_close(out, model(IDS), rtol=2e-2, atol=2e-2)
     assert executables.eager_output_graphs() == {}
+
+
+# -- the plugin option ------------------------------------------------------------------------------------------
+def test_allow_eager_outputs_option_and_ini_key(neuron_project: pytest.Pytester, monkeypatch) -> None:
+    neuron_project.makepyfile(test_setting="""
+        import os
+
+        def test_setting(neuron_settings):
+            assert neuron_settings.allow_eager_outputs is (os.environ["EXPECT"] == "1")
+    """)
+    for args, ini, expect in (([], "", "0"), (["--neuron-allow-eager-outputs"], "", "1"),
+                              ([], "neuron_allow_eager_outputs = true\n", "1")):
+        neuron_project.makeini(f"[pytest]\n{ini}")
+        monkeypatch.setenv("EXPECT", expect)
+        neuron_project.runpytest(*args).assert_outcomes(passed=1)
