@@ -111,6 +111,20 @@ def eager_output_graphs() -> dict[str, str | None]:
     return dict(_eager)
 
 
+def eager_outputs_notice(eager: Mapping[str, str | None]) -> str | None:
+    """The line a session summary opens with when NEFF outputs came from eager PyTorch (None: they did not).
+
+    ``eager`` is :func:`eager_output_graphs`, merged across processes (xdist workers) by the caller.
+    """
+    if not eager:
+        return None
+    types = sorted({str(g) for g in eager.values() if g is not None})
+    named = f" (graph types {', '.join(types)})" if types else ""
+    return (f"NEFF OUTPUTS NOT EXECUTED: {len(eager)} graph{'s' * (len(eager) != 1)}{named} compiled to NEFFs but "
+            "their outputs came from eager PyTorch (no torch-neuronx runtime binding; allowed by "
+            "--neuron-allow-eager-outputs)")
+
+
 def forget_loaded() -> None:
     """Drop this process's loaded executables (tests; a fresh process starts empty anyway)."""
     _loaded.clear()
@@ -118,4 +132,4 @@ def forget_loaded() -> None:
 
 
 __all__ = ["ALLOW_EAGER_ENV", "FORMATS", "NEFF_FORMAT", "XLA_CPU_FORMAT", "allow_eager_outputs",
-           "eager_output_graphs", "forget_loaded", "load_executable", "recorded_specs"]
+           "eager_output_graphs", "eager_outputs_notice", "forget_loaded", "load_executable", "recorded_specs"]

@@ -16,8 +16,8 @@ were lowered to 32-bit ones, so they are cast on the way in and back on the way 
 
 The runtime reserves the NeuronCores named by ``NEURON_RT_VISIBLE_CORES`` when it initializes
 (at the first load in a process). An engine's window is ``NEURON_VISIBLE_DEVICES`` (which also
-names its manifest); :func:`apply_core_window` turns it into ``NEURON_RT_VISIBLE_CORES`` before
-the first load, so the cores an engine runs on are the ones its manifest is named after.
+names its manifest); :func:`apply_core_window` turns it into ``NEURON_RT_VISIBLE_CORES`` (this
+rank's share of it) before the first load, so an engine runs on the cores its manifest is named after.
 """
 from __future__ import annotations
 
@@ -86,10 +86,13 @@ def load_binding() -> Binding:
 
 
 def core_window(environ: Mapping[str, str] | None = None) -> str | None:
-    """``NEURON_RT_VISIBLE_CORES`` for the engine's ``NEURON_VISIBLE_DEVICES`` window (``"2-3"``, ``"4"``).
+    """``NEURON_RT_VISIBLE_CORES`` for this process: its share of the ``NEURON_VISIBLE_DEVICES`` window.
 
-    None when the window is unset. The runtime takes one core or one inclusive range, so a window
-    with gaps is refused (each engine gets a contiguous window, see ``neuron_args.launch``).
+    ``"2-3"`` or ``"4"``; None when the window is unset. Tensor-parallel ranks of one engine run
+    as one process each (``neuron_args.launch``, torchrun: ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``
+    or ``WORLD_SIZE``) and a NeuronCore serves one process, so rank ``r`` takes the ``r``-th equal
+    slice of the window. The runtime takes one core or one inclusive range, so a window with gaps,
+    or one that does not split evenly among the ranks, is refused.
     """
     from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, parse_visible_devices
 
@@ -103,6 +106,17 @@ def core_window(environ: Mapping[str, str] | None = None) -> str | None:
         raise NeuronArgsError(
             f"{VISIBLE_DEVICES_ENV}={value!r} is not one contiguous range of NeuronCores, and the Neuron runtime "
             f"reserves one range ({RUNTIME_CORES_ENV}, e.g. '{first}-{last}'); give each engine a contiguous window")
+    ranks = int(env.get("LOCAL_WORLD_SIZE") or env.get("WORLD_SIZE") or 1)
+    rank = int(env.get("LOCAL_RANK") or env.get("RANK") or 0)
+    count = last - first + 1
+    if ranks > 1:
+        if count % ranks or not 0 <= rank < ranks:
+            raise NeuronArgsError(
+                f"{VISIBLE_DEVICES_ENV}={value!r} ({count} cores) cannot give rank {rank} of {ranks} tensor-parallel "
+                f"ranks an equal share; give the engine a multiple of {ranks} cores")
+        count //= ranks
+        first += rank * count
+        last = first + count - 1
     return str(first) if first == last else f"{first}-{last}"
 
 
@@ -121,8 +135,8 @@ def apply_core_window(environ: MutableMapping[str, str] | None = None) -> str | 
         from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV
 
         raise NeuronArgsError(
-            f"{RUNTIME_CORES_ENV}={explicit!r} but {VISIBLE_DEVICES_ENV}={env[VISIBLE_DEVICES_ENV]!r} "
-            f"(cores {window}): the engine would run on other cores than its manifest names; unset "
+            f"{RUNTIME_CORES_ENV}={explicit!r} but {VISIBLE_DEVICES_ENV}={env[VISIBLE_DEVICES_ENV]!r} gives this "
+            f"process cores {window}: it would run on other cores than its manifest names; unset "
             f"{RUNTIME_CORES_ENV} (it is derived from {VISIBLE_DEVICES_ENV}) or make them agree")
     env[RUNTIME_CORES_ENV] = window
     return window

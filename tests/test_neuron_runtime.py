@@ -50,7 +50,8 @@ class Embedder(torch.nn.Module):
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     for name in ("NEURON_LIBTORCH_ASSERT_CACHE_HIT", executables.ALLOW_EAGER_ENV, "NEURON_VISIBLE_DEVICES",
-                 RUNTIME_CORES_ENV, "FAKE_NEURON_RUNTIME_MODE", "FAKE_NEURON_RUNTIME_RECORD"):
+                 RUNTIME_CORES_ENV, "FAKE_NEURON_RUNTIME_MODE", "FAKE_NEURON_RUNTIME_RECORD", "WORLD_SIZE",
+                 "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     torch._dynamo.reset()
     records.clear()
@@ -108,9 +109,21 @@ def test_core_window_from_neuron_visible_devices(devices, cores):
     assert env.get(RUNTIME_CORES_ENV) == cores
 
 
+@pytest.mark.parametrize(("window", "world", "rank", "cores"), [("4-7", "2", "0", "4-5"), ("4-7", "2", "1", "6-7"),
+                                                              ("2-3", "2", "1", "3"), ("0-1", "1", "0", "0-1")])
+def test_tensor_parallel_ranks_take_their_share_of_the_window(window, world, rank, cores):
+    assert core_window({"NEURON_VISIBLE_DEVICES": window, "WORLD_SIZE": world, "LOCAL_RANK": rank}) == cores
+    # torchrun on several nodes: the node's ranks share the node's window
+    env = {"NEURON_VISIBLE_DEVICES": window, "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": world, "RANK": "9",
+           "LOCAL_RANK": rank}
+    assert core_window(env) == cores
+
+
 def test_core_window_refuses_gaps_and_a_conflicting_runtime_setting():
     with pytest.raises(NeuronArgsError, match=r"not one contiguous range .*'0-2'"):
         core_window({"NEURON_VISIBLE_DEVICES": "0,2"})
+    with pytest.raises(NeuronArgsError, match=r"\(3 cores\) cannot give rank 1 of 2 tensor-parallel ranks"):
+        core_window({"NEURON_VISIBLE_DEVICES": "0-2", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
     env = {"NEURON_VISIBLE_DEVICES": "2-3", RUNTIME_CORES_ENV: "0-1"}
     with pytest.raises(NeuronArgsError, match=r"NEURON_RT_VISIBLE_CORES='0-1' but NEURON_VISIBLE_DEVICES='2-3'"):
         apply_core_window(env)
@@ -212,6 +225,14 @@ def test_allowed_eager_outputs_say_so(tmp_path, fake_cc, monkeypatch, caplog, ho
     assert executables.eager_output_graphs() == {entry.key: None}
     warnings = [r.getMessage() for r in caplog.records if "eager PyTorch" in r.getMessage()]
     assert len(warnings) == 1 and "no Neuron runtime binding" in warnings[0]
+
+
+def test_eager_outputs_notice_for_the_session_summary():
+    assert executables.eager_outputs_notice({}) is None
+    line = executables.eager_outputs_notice({"k1": "decode", "k2": "prefill", "k3": "decode", "k4": None})
+    assert line.startswith("NEFF OUTPUTS NOT EXECUTED: 4 graphs (graph types decode, prefill)")
+    assert "eager PyTorch" in line and "--neuron-allow-eager-outputs" in line
+    assert "1 graph compiled" in executables.eager_outputs_notice({"k": None})
 
 
 def test_option_false_overrides_the_environment(monkeypatch):
