@@ -349,3 +349,29 @@ def test_allow_eager_outputs_option_and_ini_key(neuron_project: pytest.Pytester,
         neuron_project.makeini(f"[pytest]\n{ini}")
         monkeypatch.setenv("EXPECT", expect)
         neuron_project.runpytest(*args).assert_outcomes(passed=1)
+
+
+SERVED_TEST = """
+    import torch
+
+    def test_served(neuron_served):
+        out = neuron_served.run("decode", {"x": torch.ones(1, 8)})
+        assert out.shape == (1, 4) and not out.any()  # zeros: the fake runtime ran the NEFF
+"""
+
+
+def test_plugin_serves_neffs_through_the_runtime(neuron_project: pytest.Pytester, tmp_path, fake_cc,
+                                                 fake_runtime) -> None:
+    neuron_project.makepyfile(test_served=SERVED_TEST)
+    result = neuron_project.runpytest("--neuron-compiler", "neuronx-cc", "--neuron-cache-dir", str(tmp_path / "c"))
+    result.assert_outcomes(passed=1)
+    assert len(fake_runtime.LOADS) == 2 and fake_runtime.CALLS  # both graphs warmed up, loaded once
+
+
+def test_plugin_run_without_the_binding_fails_with_what_to_install(neuron_project: pytest.Pytester, tmp_path,
+                                                                    fake_cc) -> None:
+    neuron_project.makepyfile(test_served=SERVED_TEST)
+    result = neuron_project.runpytest("--neuron-compiler", "neuronx-cc", "--neuron-cache-dir", str(tmp_path / "c"))
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*RuntimeBindingError: graph type * compiled to a NEFF*",
+                                 "*fix: pip install torch-neuronx --extra-index-url=https://pip.repos.neuron.amazonaws.com*"])

@@ -25,8 +25,8 @@ import torch
 from neuron_args.cache import STATS, CacheEntry, CompileCache, _assert_cache_key_args, new_metadata, now_iso
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import select_compiler
-from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, LoweringError
+from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
