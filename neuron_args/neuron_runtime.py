@@ -209,6 +209,10 @@ class NeffExecutable:
             t = t.detach()
             inputs.append((t if cast is None else t.to(cast)).contiguous())
         outs = self.forward(inputs, self.model)
+        if len(outs) != len(self.output_specs):
+            raise RuntimeBindingError(
+                f"the NEFF returned {len(outs)} tensors where its cache entry records {len(self.output_specs)} outputs: "
+                "the NEFF and the entry's metadata disagree; remove the entry so it is rebuilt")
         return [o if cast is None else o.to(cast) for o, cast in zip(outs, self._out_casts)]
 
 

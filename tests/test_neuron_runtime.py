@@ -169,6 +169,9 @@ def test_neff_executable_casts_and_checks_inputs(tmp_path, fake_runtime, monkeyp
         exe(IDS.int())
     with pytest.raises(TypeError, match="NEFF takes 1 tensors, got 2"):
         exe(IDS, IDS)
+    short = NeffExecutable(exe.model, lambda inputs, model: [], exe.input_specs, exe.output_specs)
+    with pytest.raises(RuntimeBindingError, match="returned 0 tensors where its cache entry records 2 outputs"):
+        short(IDS)
     monkeypatch.setenv("FAKE_NEURON_RUNTIME_MODE", "load-fails")
     with pytest.raises(RuntimeBindingError, match=r"could not load .*graph.neff.*NEURON_RT_VISIBLE_CORES=6-7"):
         NeffExecutable.load(neff, [TensorSpec((1, 4), "int64")], [])
@@ -281,8 +284,8 @@ SCRIPT = textwrap.dedent('''
 
     phase, cache = sys.argv[1], sys.argv[2]
     runner = NeuronRunner(Model(), compiler_args="-O1", compiler="neuronx-cc", cache_dir=cache)
-    if phase == "warmup":
-        runner.warmup(emit=False)
+    if phase != "serve":
+        runner.warmup(flow="parallel" if phase == "parallel" else "in-process", emit=False)
     with runner.serve():
         outs = [runner.run("prefill", {"ids": torch.ones(1, 4, dtype=torch.long)}),
                 runner.run("decode", {"ids": torch.ones(1, 1, dtype=torch.long)}),
@@ -321,6 +324,23 @@ def test_warmup_then_serve_in_fresh_processes_load_each_neff_once(tmp_path, fake
         assert sorted(json.dumps([e["inputs"], e["outputs"]]) for e in pid_loads) == expected
     calls = [e for e in events if e["event"] == "call"]
     assert len(calls) >= 6  # every served call ran a NEFF (warmup calls too)
+
+
+def test_deferred_flow_serves_its_neffs_through_the_runtime(tmp_path, fake_cc):
+    script = tmp_path / "serve.py"
+    script.write_text(SCRIPT)
+    record = tmp_path / "runtime.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FAKES), str(REPO)]), "NEURON_VISIBLE_DEVICES": "1",
+           "FAKE_NEURON_RUNTIME_RECORD": str(record)}
+    run = subprocess.run([sys.executable, str(script), "parallel", str(tmp_path / "cache")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1])[0] == [[1, 4, 6], 0.0]
+    events = [json.loads(line) for line in record.read_text().splitlines()]
+    loads = [e for e in events if e["event"] == "load"]
+    assert len(loads) == 2 and {e["visible_cores"] for e in loads} == {"1"}
+    assert sum(e["event"] == "call" for e in events) == 3  # the deferred warmup ran nothing; serve ran 3 calls
+    assert {e.status for e in CompileCache(tmp_path / "cache").entries()} == {"complete"}
 
 
 # -- the real binding, on a Neuron host ---------------------------------------------------------------------------
