@@ -63,6 +63,7 @@ from neuron_args.cache import CompileCache  # noqa: E402
 from neuron_args.compilers import select_compiler  # noqa: E402
 from neuron_args.lowering.hlo import TensorSpec, lower_fx_graph  # noqa: E402
 from neuron_args.runtime import LoadedExecutable, tensor_to_numpy  # noqa: E402
+from neuron_args import executables  # noqa: E402
 from neuron_args.seams import backends  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
 
@@ -146,7 +147,7 @@ def in_call_breakdown(cm_call: Callable[[], Any], calls: int, reps: int) -> dict
 
     spent = {"cg": 0.0, "exe": 0.0, "execute": 0.0}
     originals = (backends.CompiledGraph.__call__, runtime.LoadedExecutable.__call__)
-    loaded = list(backends._loaded.values())
+    loaded = list(executables._loaded.values())
 
     def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*a: Any, **k: Any) -> Any:

@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from figures import figure  # noqa: E402
-from neuron_args import xla_cpu  # noqa: E402
+from neuron_args import executables, xla_cpu  # noqa: E402
 from neuron_args.graphs import GraphSpec  # noqa: E402
 from neuron_args.lowering.hlo import TensorSpec  # noqa: E402
 from neuron_args.runner import NeuronRunner  # noqa: E402
@@ -125,7 +125,7 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     entry = runner.spec(graph_type).entry
     args = fast.gather(entry, kwargs)
     specs = [TensorSpec.of(a) for a in args]
-    key, exe = next((k, e) for k, e in backends._loaded.items() if list(e.input_specs) == specs)
+    key, exe = next((k, e) for k, e in executables._loaded.items() if list(e.input_specs) == specs)
     blob = runner.cache.entry(key).executable_path.read_bytes()
     legacy = LegacyExecutable(blob, exe.input_specs, exe.output_specs)
     async_exe = LoadedExecutable.from_bytes(blob, exe.input_specs, exe.output_specs,

@@ -172,6 +172,7 @@ class NeuronRunner:
         tp_group: tuple[Sequence[int], int] | None = None,
         fullgraph: bool = True,
         compile_timeout: float | None = None,
+        allow_eager_outputs: bool | None = None,
     ) -> None:
         self.model = model
         declared = list(graphs) if graphs is not None else declared_graphs(model)
@@ -189,6 +190,8 @@ class NeuronRunner:
         # Dynamo shares compiled frames between torch.compile calls with equal options (and so another
         # runner's graphs, its variants and records); a runner of its own traces its own graphs
         self.options["runner"] = f"{os.getpid():x}-{next(_RUNNER_IDS)}"
+        if allow_eager_outputs is not None:  # None: $NEURON_ARGS_ALLOW_EAGER_OUTPUTS (neuron_args.executables)
+            self.options["allow_eager_outputs"] = allow_eager_outputs
         self.backend = backend
         self.fullgraph = fullgraph
         self.manifest_config = dict(manifest_config or {})

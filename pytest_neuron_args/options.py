@@ -76,6 +76,10 @@ def add_options(parser: pytest.Parser) -> None:
                          "ini: neuron_compile_timeout)")
     group.addoption(RANK_WORKER_OPTION, default=None, help=argparse_suppress())
     group.addoption("--neuron-rank-graph-types", default=None, help=argparse_suppress())
+    group.addoption("--neuron-allow-eager-outputs", action="store_true", default=None,
+                    help="where NEFFs cannot run (no torch-neuronx runtime binding), take graph outputs from "
+                         "eager PyTorch instead of failing; compiling, cache and manifest checks still run "
+                         "(ini: neuron_allow_eager_outputs)")
     for name, ini_help in (
         ("neuron_target", f"compile target, one of {', '.join(TARGETS)}"),
         ("neuron_compiler", f"compiler, one of {', '.join(COMPILERS)}"),
@@ -89,6 +93,8 @@ def add_options(parser: pytest.Parser) -> None:
         ("neuron_allow_graph_breaks", "true: let Dynamo split graph types into several graphs"),
     ):
         parser.addini(name, ini_help, default="")
+    parser.addini("neuron_allow_eager_outputs", "take graph outputs from eager PyTorch where NEFFs cannot run",
+                  type="bool", default=False)
 
 
 @dataclass(frozen=True)
@@ -108,12 +114,13 @@ class NeuronSettings:
     tp: int = 1
     allow_graph_breaks: bool = False
     compile_timeout: float | None = None
+    allow_eager_outputs: bool = False  # NEFFs without a runtime binding: eager outputs instead of an error
     rank_worker: Path | None = None  # set in a --neuron-tp rank process: where it reports its warmup
 
     def runner_key(self) -> tuple[Any, ...]:
         """The settings a runner is built from (runners are shared by tests with equal keys)."""
         return (self.target, self.compiler, self.cache_dir, self.optimization_level, self.compiler_args,
-                self.compile_timeout)
+                self.compile_timeout, self.allow_eager_outputs)
 
     def baseline_variant(self) -> str:
         """The name part of a baseline file for settings that change the compiled set ('' for the defaults)."""
@@ -174,6 +181,8 @@ class NeuronSettings:
             flow=flow,
             baseline=_path(config, "neuron_baseline"),
             update_baseline=bool(config.getoption("neuron_update_baseline")),
+            allow_eager_outputs=bool(config.getoption("neuron_allow_eager_outputs")
+                                     or config.getini("neuron_allow_eager_outputs")),
         )
 
     def check_compiler_args(self) -> None:

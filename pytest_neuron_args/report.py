@@ -133,11 +133,16 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
 
 
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
+    from neuron_args.executables import eager_outputs_notice
+
     data = session.merged()
     if not data["rows"] and not data["serve_sessions"] and not data["baselines_written"] \
             and not data.get("manifests_written"):
         return
     terminalreporter.write_sep("=", SUMMARY_TITLE)
+    notice = eager_outputs_notice(data.get("eager_outputs") or {})
+    if notice:
+        terminalreporter.write_line(notice, red=True, bold=True)
     if data["rows"]:
         for line in table_lines(data):
             terminalreporter.write_line(line)

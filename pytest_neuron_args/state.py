@@ -237,6 +237,7 @@ class NeuronSession:
             "baselines_written": list(self.baselines_written),
             "stats": self.stats(),
             "manifest_config": self.manifest_config,
+            "eager_outputs": _eager_output_graphs(),
         }
 
     def merged(self) -> dict[str, Any]:
@@ -263,7 +264,14 @@ class NeuronSession:
             "workers": sorted(self.workers),
             "rank_processes": len(self.rank_parts),
             "manifests_written": list(self.manifests_written),
+            "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
         }
+
+
+def _eager_output_graphs() -> dict[str, str | None]:
+    """NEFFs of this process whose outputs came from eager PyTorch (only if the library loaded any)."""
+    executables = sys.modules.get("neuron_args.executables")
+    return executables.eager_output_graphs() if executables is not None else {}
 
 
 def _numbers(shape: str) -> tuple[int, ...]:

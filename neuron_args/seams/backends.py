@@ -34,8 +34,8 @@ from neuron_args.cache import (
 )
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import resolve_compile_timeout, select_compiler
-from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
+from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
@@ -52,10 +52,10 @@ SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
 # native seam: first argument set seen per key in this process (the metadata covers other processes)
 _native_args: dict[str, list[str]] = {}
-# executables this process loaded, by key
-_loaded: dict[str, Any] = {}
 # set by neuron_args.fastpath while it records a guarded call: called instead of each variant
 call_observer: Callable[[CompiledGraph, Callable[[list[Any]], Any], list[Any]], Any] | None = None
+# what _load returns for a NEFF whose outputs come from eager PyTorch (no runtime binding, allowed)
+EAGER: Any = object()
 
 
 class CompiledGraph:
@@ -130,24 +130,19 @@ class CompiledGraph:
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
         rec = records.record(rec)
-        if run is True:
-            _say_neff_runs_eagerly(self.compiler.info.name)
+        if run is EAGER:
             return _counted(self.gm, rec)
         return _counted(run, rec)
 
     def _load(self, entry: CacheEntry, hit: bool, key: CacheKey, graph_type: str | None,
               rec: records.GraphRecord) -> Any:
-        """The loaded executable (True for a NEFF, which runs eagerly here), or None when a cached one
-        does not load: it is then moved aside (corrupt) for the caller to rebuild."""
-        if self.compiler.info.executable_format != XLA_CPU_FORMAT:
-            return True
-        exe = _loaded.get(key.key)
-        if exe is not None:  # loaded once per process, even when Dynamo recompiles the same graph
-            return exe
-        from neuron_args.runtime import LoadedExecutable
-
+        """The loaded executable (once per process, by the entry's recorded format); :data:`EAGER` for a
+        NEFF that runs eagerly here; None when a cached one does not load: it is then moved aside
+        (corrupt) for the caller to rebuild."""
         try:
-            exe = LoadedExecutable.load(entry.executable_path, self.lowered.input_specs, self.lowered.output_specs)
+            exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(self.options))
+        except NeuronArgsError:
+            raise
         except Exception as exc:
             problem = f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})"
             if not hit:
@@ -159,8 +154,7 @@ class CompiledGraph:
                 raise self.cache.corrupt_error(entry, problem, graph_type) from None
             self.cache.quarantine(entry, problem)
             return None
-        _loaded[key.key] = exe
-        return exe
+        return EAGER if exe is None else exe
 
     def _ledger(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
         """The manifest's ledger line: written once the graph is captured, compiled or found built."""
@@ -223,19 +217,6 @@ class CompiledGraph:
                 "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
             )
         _assert_cache_key_args(self.cache.entry(key), args, graph_type=graph_type)
-
-
-_said_neff: list[bool] = []
-
-
-def _say_neff_runs_eagerly(compiler: str) -> None:
-    """NEFFs are compiled, cached and recorded; this build has no Neuron-runtime binding to run them."""
-    if not _said_neff:
-        _said_neff.append(True)
-        log.warning(
-            "%s built NEFFs: they are compiled, keyed, cached and recorded in the manifest, but this build "
-            "has no Neuron runtime binding to execute them, so graph outputs are computed by eager PyTorch "
-            "(the same aot graph). Use compiler='local' to execute compiled graphs on CPU.", compiler)
 
 
 def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list[Any]], Any]:

@@ -1,0 +1,135 @@
+"""Load a cache entry's executable, once per process, with the loader its recorded format names.
+
+``metadata.json`` records ``compiler.format`` and the graph's ``input_specs``/``output_specs``:
+
+- ``xla-cpu-executable`` (the embedded local compiler) -> :class:`neuron_args.runtime.LoadedExecutable`
+  on XLA:CPU;
+- ``neff`` (neuronx-cc) -> :class:`neuron_args.neuron_runtime.NeffExecutable` on the engine's
+  NeuronCores through torch-neuronx.
+
+A NEFF with no runtime binding in the process is an error naming what to install, unless eager
+outputs are allowed (``NeuronRunner(allow_eager_outputs=True)``, ``--neuron-allow-eager-outputs``,
+``NEURON_ARGS_ALLOW_EAGER_OUTPUTS=1``): then the graph is still compiled, keyed, cached and
+recorded, its outputs come from eager PyTorch, and :func:`eager_output_graphs` lists it so a
+session summary can say so.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from neuron_args.cache import CacheEntry
+from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
+from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
+from neuron_args.errors import NeuronArgsError
+from neuron_args.lowering.hlo import TensorSpec
+
+log = logging.getLogger("neuron_args.executables")
+
+FORMATS = (XLA_CPU_FORMAT, NEFF_FORMAT)
+ALLOW_EAGER_ENV = "NEURON_ARGS_ALLOW_EAGER_OUTPUTS"
+ALLOW_EAGER_OPTION = "allow_eager_outputs"
+
+# executables this process loaded, by cache key (one load per process, even when Dynamo recompiles)
+_loaded: dict[str, Callable[..., Any]] = {}
+# NEFFs whose outputs come from eager PyTorch in this process: key -> graph type
+_eager: dict[str, str | None] = {}
+
+
+def allow_eager_outputs(options: Mapping[str, Any] | None = None) -> bool:
+    """``options["allow_eager_outputs"]`` when given, else ``$NEURON_ARGS_ALLOW_EAGER_OUTPUTS``."""
+    value = (options or {}).get(ALLOW_EAGER_OPTION)
+    if value is not None:
+        return bool(value)
+    return os.environ.get(ALLOW_EAGER_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def recorded_specs(metadata: Mapping[str, Any], key: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The entry's ``input_specs`` and ``output_specs`` as :class:`TensorSpec` lists."""
+    try:
+        return tuple(  # type: ignore[return-value]
+            [TensorSpec(tuple(int(d) for d in s["shape"]), str(s["dtype"])) for s in metadata[name]]
+            for name in ("input_specs", "output_specs"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise NeuronArgsError(
+            f"cache entry {key} (graph type {metadata.get('graph_type')!r}) records no valid input_specs/output_specs "
+            f"({exc!r}); it was written by another neuron-args: remove the entry ({key}) so it is rebuilt") from exc
+
+
+def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
+    """The executable of a complete entry, loaded once per process; None: run the graph eagerly."""
+    exe = _loaded.get(entry.key)
+    if exe is not None:
+        return exe
+    if entry.key in _eager:
+        return None
+    md = entry.metadata()
+    fmt = (md.get("compiler") or {}).get("format")
+    if fmt not in FORMATS:
+        raise NeuronArgsError(
+            f"cache entry {entry.key} (graph type {graph_type!r}) records executable format {fmt!r}; this "
+            f"neuron-args runs {', '.join(FORMATS)}: remove the entry ({entry.path}) so it is rebuilt")
+    inputs, outputs = recorded_specs(md, entry.key)
+    if fmt == XLA_CPU_FORMAT:
+        from neuron_args.runtime import LoadedExecutable
+
+        exe = LoadedExecutable.load(entry.executable_path, inputs, outputs)
+    else:
+        exe = _load_neff(entry, inputs, outputs, graph_type=graph_type, allow_eager=allow_eager)
+        if exe is None:
+            return None
+    _loaded[entry.key] = exe
+    return exe
+
+
+def _load_neff(entry: CacheEntry, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+               graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
+    from neuron_args.neuron_runtime import INSTALL_HINT, NeffExecutable, RuntimeBindingError, load_binding
+
+    try:
+        binding = load_binding()
+    except RuntimeBindingError as exc:
+        if not allow_eager:
+            raise RuntimeBindingError(
+                f"graph type {graph_type!r} (key {entry.key}) compiled to a NEFF, and this process has no Neuron "
+                f"runtime binding to execute it: {exc}.\n  fix: {INSTALL_HINT}; or, to check compiler "
+                f"arguments, cache and manifest with outputs from eager PyTorch, pass --neuron-allow-eager-outputs "
+                f"(NeuronRunner(allow_eager_outputs=True), {ALLOW_EAGER_ENV}=1)") from exc
+        if not _eager:
+            log.warning(
+                "NEFFs are compiled, keyed, cached and recorded, but this process has no Neuron runtime binding "
+                "(%s): graph outputs come from eager PyTorch, as allowed by allow_eager_outputs", exc)
+        _eager[entry.key] = graph_type
+        return None
+    return NeffExecutable.load(entry.executable_path, inputs, outputs, binding=binding)
+
+
+def eager_output_graphs() -> dict[str, str | None]:
+    """NEFFs of this process whose outputs came from eager PyTorch (key -> graph type)."""
+    return dict(_eager)
+
+
+def eager_outputs_notice(eager: Mapping[str, str | None]) -> str | None:
+    """The line a session summary opens with when NEFF outputs came from eager PyTorch (None: they did not).
+
+    ``eager`` is :func:`eager_output_graphs`, merged across processes (xdist workers) by the caller.
+    """
+    if not eager:
+        return None
+    types = sorted({str(g) for g in eager.values() if g is not None})
+    named = f" (graph types {', '.join(types)})" if types else ""
+    return (f"NEFF OUTPUTS NOT EXECUTED: {len(eager)} graph{'s' * (len(eager) != 1)}{named} compiled to NEFFs but "
+            "their outputs came from eager PyTorch (no torch-neuronx runtime binding; allowed by "
+            "--neuron-allow-eager-outputs)")
+
+
+def forget_loaded() -> None:
+    """Drop this process's loaded executables (tests; a fresh process starts empty anyway)."""
+    _loaded.clear()
+    _eager.clear()
+
+
+__all__ = ["ALLOW_EAGER_ENV", "FORMATS", "NEFF_FORMAT", "XLA_CPU_FORMAT", "allow_eager_outputs",
+           "eager_output_graphs", "eager_outputs_notice", "forget_loaded", "load_executable", "recorded_specs"]

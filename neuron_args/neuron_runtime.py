@@ -1,0 +1,224 @@
+"""Run a NEFF on a NeuronCore through torch-neuronx's runtime binding (sources: docs/NEURON_RUNTIME.md).
+
+torch-neuronx's own traced modules execute a NEFF with exactly three things, all used here and
+nothing else:
+
+- ``import torch_neuronx`` loads ``libtorchneuron.so``, which registers the TorchScript class
+  ``torch.classes.neuron.Model`` and the op ``torch.ops.neuron.forward_v2``;
+- ``torch_neuronx.proto.metaneff_pb2.MetaNeff``: the interface message (one ``MetaTensor`` per
+  input ``input{i}`` and output ``output{i}``: shape and data type) the runtime validates against;
+- ``torch.classes.neuron.Model(neff_bytes, metaneff_bytes)`` loads the NEFF (``nrt_load``) and
+  ``torch.ops.neuron.forward_v2(inputs, model)`` executes it, returning the output tensors.
+
+The metaneff is built from the cache entry's recorded specs (``metadata.json``
+``input_specs``/``output_specs``), typed as the HLO the NEFF was compiled from: 64-bit tensors
+were lowered to 32-bit ones, so they are cast on the way in and back on the way out.
+
+The runtime reserves the NeuronCores named by ``NEURON_RT_VISIBLE_CORES`` when it initializes
+(at the first load in a process). An engine's window is ``NEURON_VISIBLE_DEVICES`` (which also
+names its manifest); :func:`apply_core_window` turns it into ``NEURON_RT_VISIBLE_CORES`` (this
+rank's share of it) before the first load, so an engine runs on the cores its manifest is named after.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from neuron_args.errors import NeuronArgsError
+from neuron_args.lowering.hlo import TensorSpec
+
+log = logging.getLogger("neuron_args.neuron_runtime")
+
+RUNTIME_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
+INSTALL_HINT = ("pip install torch-neuronx --extra-index-url=https://pip.repos.neuron.amazonaws.com "
+                "(or pip install -e '.[neuron]' with that index)")
+
+# torch dtype name (as the HLO holds it) -> metaneff MetaTensor.DataType name (torch_neuronx.xla_impl.trace.hlo_metaneff)
+METANEFF_DTYPES: dict[str, str] = {
+    "float32": "FLOAT",
+    "float64": "DOUBLE",
+    "bfloat16": "BFLOAT16",
+    "float16": "FLOAT16",
+    "uint8": "UINT8",
+    "int8": "INT8",
+    "uint16": "UINT16",
+    "int16": "INT16",
+    "uint32": "INT32",
+    "int32": "INT32",
+    "uint64": "INT64",
+    "int64": "INT64",
+    "bool": "BOOL",
+}
+
+
+class RuntimeBindingError(NeuronArgsError):
+    """A NEFF must run but torch-neuronx's runtime binding is not importable (or cannot load it)."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The torch-neuronx API surface this module uses."""
+
+    model_class: Callable[[bytes, bytes], Any]  # torch.classes.neuron.Model
+    forward: Callable[[list[torch.Tensor], Any], Sequence[torch.Tensor]]  # torch.ops.neuron.forward_v2
+    metaneff_pb2: Any  # torch_neuronx.proto.metaneff_pb2
+
+
+def load_binding() -> Binding:
+    """torch-neuronx's runtime binding; :class:`RuntimeBindingError` saying why when there is none."""
+    try:
+        import torch_neuronx  # noqa: F401  (loads libtorchneuron.so: registers the class and the op)
+        from torch_neuronx.proto import metaneff_pb2
+    except ImportError as exc:
+        raise RuntimeBindingError(f"torch_neuronx is not importable ({exc})") from exc
+    try:
+        return Binding(torch.classes.neuron.Model, torch.ops.neuron.forward_v2, metaneff_pb2)
+    except (AttributeError, RuntimeError) as exc:
+        raise RuntimeBindingError(
+            f"torch_neuronx imported but registered no torch.classes.neuron.Model / torch.ops.neuron.forward_v2 "
+            f"({exc})") from exc
+
+
+def core_window(environ: Mapping[str, str] | None = None) -> str | None:
+    """``NEURON_RT_VISIBLE_CORES`` for this process: its share of the ``NEURON_VISIBLE_DEVICES`` window.
+
+    ``"2-3"`` or ``"4"``; None when the window is unset. Tensor-parallel ranks of one engine run
+    as one process each (``neuron_args.launch``, torchrun: ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``
+    or ``WORLD_SIZE``) and a NeuronCore serves one process, so rank ``r`` takes the ``r``-th equal
+    slice of the window. The runtime takes one core or one inclusive range, so a window with gaps,
+    or one that does not split evenly among the ranks, is refused.
+    """
+    from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, parse_visible_devices
+
+    env = os.environ if environ is None else environ
+    value = env.get(VISIBLE_DEVICES_ENV, "").strip()
+    if not value:
+        return None
+    cores = parse_visible_devices(value)
+    first, last = min(cores), max(cores)
+    if sorted(cores) != list(range(first, last + 1)):
+        raise NeuronArgsError(
+            f"{VISIBLE_DEVICES_ENV}={value!r} is not one contiguous range of NeuronCores, and the Neuron runtime "
+            f"reserves one range ({RUNTIME_CORES_ENV}, e.g. '{first}-{last}'); give each engine a contiguous window")
+    ranks = int(env.get("LOCAL_WORLD_SIZE") or env.get("WORLD_SIZE") or 1)
+    rank = int(env.get("LOCAL_RANK") or env.get("RANK") or 0)
+    count = last - first + 1
+    if ranks > 1:
+        if count % ranks or not 0 <= rank < ranks:
+            raise NeuronArgsError(
+                f"{VISIBLE_DEVICES_ENV}={value!r} ({count} cores) cannot give rank {rank} of {ranks} tensor-parallel "
+                f"ranks an equal share; give the engine a multiple of {ranks} cores")
+        count //= ranks
+        first += rank * count
+        last = first + count - 1
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def apply_core_window(environ: MutableMapping[str, str] | None = None) -> str | None:
+    """Set ``NEURON_RT_VISIBLE_CORES`` from the engine's window before the runtime initializes.
+
+    An explicit ``NEURON_RT_VISIBLE_CORES`` that names other cores than the window is an error:
+    the manifest would be named after cores the engine does not run on.
+    """
+    env = os.environ if environ is None else environ
+    window = core_window(env)
+    if window is None:
+        return env.get(RUNTIME_CORES_ENV)
+    explicit = env.get(RUNTIME_CORES_ENV)
+    if explicit is not None and explicit.strip() != window:
+        from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV
+
+        raise NeuronArgsError(
+            f"{RUNTIME_CORES_ENV}={explicit!r} but {VISIBLE_DEVICES_ENV}={env[VISIBLE_DEVICES_ENV]!r} gives this "
+            f"process cores {window}: it would run on other cores than its manifest names; unset "
+            f"{RUNTIME_CORES_ENV} (it is derived from {VISIBLE_DEVICES_ENV}) or make them agree")
+    env[RUNTIME_CORES_ENV] = window
+    return window
+
+
+def metaneff(binding: Binding, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec]) -> bytes:
+    """The serialized ``MetaNeff`` of a graph, as torch-neuronx's ``hlo_metaneff`` builds it."""
+    pb = binding.metaneff_pb2
+    message = pb.MetaNeff()
+    for prefix, specs, tensors in (("input", input_specs, message.input_tensors),
+                                   ("output", output_specs, message.output_tensors)):
+        for index, spec in enumerate(specs):
+            tensor = tensors.add()
+            tensor.name = f"{prefix}{index}".encode("utf8")  # the runtime looks tensors up as input#/output#
+            tensor.shape[:] = list(spec.shape)
+            tensor.data_type = getattr(pb.MetaTensor.DataType, _metaneff_dtype(spec))
+    return message.SerializeToString()
+
+
+def _metaneff_dtype(spec: TensorSpec) -> str:
+    try:
+        return METANEFF_DTYPES[spec.lowered_dtype]
+    except KeyError:
+        raise NeuronArgsError(
+            f"a NEFF tensor of dtype {spec.dtype} has no Neuron runtime data type (supported: "
+            f"{', '.join(sorted(METANEFF_DTYPES))}); cast it in the model before the graph boundary") from None
+
+
+class NeffExecutable:
+    """A NEFF loaded on this engine's NeuronCores; call with CPU tensors shaped like ``input_specs``."""
+
+    __slots__ = ("model", "forward", "input_specs", "output_specs", "_in_casts", "_out_casts")
+
+    def __init__(self, model: Any, forward: Callable[[list[torch.Tensor], Any], Sequence[torch.Tensor]],
+                 input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec]) -> None:
+        self.model = model
+        self.forward = forward
+        self.input_specs = tuple(input_specs)
+        self.output_specs = tuple(output_specs)
+        # 64-bit tensors are 32-bit inside the NEFF: cast in, cast back out (None: no cast)
+        self._in_casts = tuple(_lowered(s) for s in self.input_specs)
+        self._out_casts = tuple(s.torch_dtype if _lowered(s) is not None else None for s in self.output_specs)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], input_specs: Sequence[TensorSpec],
+             output_specs: Sequence[TensorSpec], binding: Binding | None = None) -> NeffExecutable:
+        """Load ``path`` onto the engine's cores (``NEURON_VISIBLE_DEVICES``) through torch-neuronx."""
+        binding = binding or load_binding()
+        apply_core_window()
+        meta = metaneff(binding, input_specs, output_specs)
+        try:
+            model = binding.model_class(Path(path).read_bytes(), meta)
+        except RuntimeError as exc:  # nrt_load failed: no free core, a NEFF for another target...
+            raise RuntimeBindingError(
+                f"the Neuron runtime could not load {path} ({exc}); check the NEFF's target against this host "
+                f"and that {RUNTIME_CORES_ENV}={os.environ.get(RUNTIME_CORES_ENV, '<all>')} names free cores "
+                "(neuron-ls lists them)") from exc
+        return cls(model, binding.forward, input_specs, output_specs)
+
+    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        if len(args) != len(self.input_specs):
+            raise TypeError(f"NEFF takes {len(self.input_specs)} tensors, got {len(args)}")
+        inputs = []
+        for index, (t, spec, cast) in enumerate(zip(args, self.input_specs, self._in_casts)):
+            if t.dtype is not spec.torch_dtype or tuple(t.shape) != spec.shape:
+                raise TypeError(
+                    f"NEFF input {index} expects {spec.dtype}{list(spec.shape)}, got "
+                    f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}: the graph was compiled for other "
+                    "inputs (pass tensors shaped like the ones it was traced with)")
+            t = t.detach()
+            inputs.append((t if cast is None else t.to(cast)).contiguous())
+        outs = self.forward(inputs, self.model)
+        if len(outs) != len(self.output_specs):
+            raise RuntimeBindingError(
+                f"the NEFF returned {len(outs)} tensors where its cache entry records {len(self.output_specs)} outputs: "
+                "the NEFF and the entry's metadata disagree; remove the entry so it is rebuilt")
+        return [o if cast is None else o.to(cast) for o, cast in zip(outs, self._out_casts)]
+
+
+def _lowered(spec: TensorSpec) -> torch.dtype | None:
+    return None if spec.lowered_dtype == spec.dtype else getattr(torch, spec.lowered_dtype)
+
+
+__all__ = ["Binding", "INSTALL_HINT", "NeffExecutable", "RUNTIME_CORES_ENV", "RuntimeBindingError",
+           "apply_core_window", "core_window", "load_binding", "metaneff"]
