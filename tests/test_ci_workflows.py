@@ -80,7 +80,8 @@ def test_nightly_pytest_command_writes_report_junit_with_a_persistent_cache_and_
     install = next(c for c in readme if "pip install" in c)
     assert "'.[neuron]'" in install and "--extra-index-url=https://pip.repos.neuron.amazonaws.com" in install
     argv = shlex.split(next(c for c in readme if c.startswith("pytest ")))
-    options = dict(zip(argv, argv[1:]))
+    assert all("=" in a for a in argv if a.startswith("--neuron-")), "README spells plugin options --opt=value"
+    options = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
     assert options["--neuron-compiler"] == "neuronx-cc" and options["--neuron-target"] == "trn2"
     assert Path(options["--neuron-cache-dir"]).is_absolute()  # kept across nights, outside the checkout
     assert options["--neuron-report"] == "neuron-report.json" and options["--junitxml"] == "junit.xml"
