@@ -95,8 +95,11 @@ def _cache_entries(code: types.CodeType) -> list[Any]:
     return list(_debug_get_cache_entry_list(code))
 
 
-def _check_bytecode(code: types.CodeType) -> None:
-    """Refuse unless the frame's Dynamo bytecode only gathers arguments, calls one graph and returns."""
+def _check_bytecode(code: types.CodeType, attrs: frozenset[str] = frozenset()) -> None:
+    """Refuse unless the frame's Dynamo bytecode only gathers arguments, calls one graph and returns.
+
+    ``attrs``: plain instance attributes of the frame's first local it may also read (the module a
+    per-instance forward object holds)."""
     compiled: set[str] = set()
     calls = bookkeeping = 0
     for ins in dis.get_instructions(code):
@@ -113,7 +116,7 @@ def _check_bytecode(code: types.CodeType) -> None:
             name = str(ins.argval).removeprefix("NULL|self + ")
             if name in _BOOKKEEPING_CALLS:
                 bookkeeping += 1
-            elif name not in _READ_ATTRS:
+            elif name not in _READ_ATTRS and name not in attrs:
                 raise Refused(f"Dynamo's bytecode reads the attribute {name!r} outside the graph")
         elif op in _CALL_OPS:
             calls += 1
@@ -159,6 +162,7 @@ class FastGraph:
     graph_type: str
     entry: torch.nn.Module
     wrapper: torch.nn.Module
+    frame_self: Any  # the first local of the frame Dynamo compiled (the entry, or its per-instance forward)
     keys: frozenset[str]
     shapes: tuple[tuple[str, torch.Size], ...]
     defaults: dict[str, Any]
@@ -193,7 +197,7 @@ class FastGraph:
             return self._dispatch(entry, kwargs)
 
     def _dispatch(self, entry: torch.nn.Module, kwargs: Mapping[str, Any]) -> Any:
-        frame = _frame(self.defaults, kwargs, entry, self.star)
+        frame = _frame(self.defaults, kwargs, self.frame_self, self.star)
         if not self.guard_manager.check(frame):
             return MISS
         args = self.gather(entry, kwargs)
@@ -350,7 +354,7 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     make_result = _compile(f"def result(outs):\n    return {body}\n", "result")
 
     # the Dynamo cache entry this call ran, its guards, and its bytecode
-    forward = type(entry).forward
+    forward, frame_self = _compiled_frame(entry)
     code = forward.__code__
     n_named = code.co_argcount + code.co_kwonlyargcount
     names = code.co_varnames[1:n_named]
@@ -366,23 +370,41 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     if missing:
         raise Refused(f"forward arguments {missing} are not passed")
     star = (varargs, varkw, extra) if varargs or varkw else None
-    frame = _frame(defaults, kwargs, entry, star)
+    frame = _frame(defaults, kwargs, frame_self, star)
     entry_used = next((e for e in _cache_entries(code) if e.guard_manager.check(frame)), None)
     if entry_used is None:
         raise Refused(f"no Dynamo cache entry of {type(entry).__name__}.forward accepts the call")
-    _check_bytecode(entry_used.code)
+    _check_bytecode(entry_used.code, _module_attrs(frame_self) if frame_self is not entry else frozenset())
     shapes = tuple((k, v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor))
     return FastGraph(
-        graph_type=graph_type, entry=entry, wrapper=wrapper, keys=frozenset(kwargs), shapes=shapes,
+        graph_type=graph_type, entry=entry, wrapper=wrapper, frame_self=frame_self, keys=frozenset(kwargs),
+        shapes=shapes,
         defaults=defaults, star=star, guard_manager=entry_used.guard_manager, run=obs.run, gather=gather,
         mutated=tuple(mutated), result=make_result,
     )
 
 
-def _frame(defaults: Mapping[str, Any], kwargs: Mapping[str, Any], entry: torch.nn.Module,
+def _compiled_frame(entry: torch.nn.Module) -> tuple[Callable[..., Any], Any]:
+    """The function whose frame Dynamo compiled for ``entry``'s calls, and its first local.
+
+    ``type(entry).forward`` bound to the entry, unless the instance has a forward object of its own
+    (the runner's ``ServedForward``): Dynamo then compiled that object's ``__call__``.
+    """
+    own = entry.__dict__.get("forward")
+    if own is not None and not inspect.isfunction(own) and not inspect.ismethod(own):
+        return type(own).__call__, own
+    return type(entry).forward, entry
+
+
+def _module_attrs(obj: Any) -> frozenset[str]:
+    """Names of ``obj``'s plain instance attributes that hold modules (pure reads for Dynamo's prologue)."""
+    return frozenset(k for k, v in vars(obj).items() if isinstance(v, torch.nn.Module))
+
+
+def _frame(defaults: Mapping[str, Any], kwargs: Mapping[str, Any], frame_self: Any,
            star: tuple[str | None, str | None, frozenset[str]] | None) -> dict[str, Any]:
-    """forward's frame locals for this call, as Dynamo's guards see them (``*args``/``**kwargs`` too)."""
-    frame = {**defaults, **kwargs, "self": entry}
+    """The compiled frame's locals for this call, as Dynamo's guards see them (``*args``/``**kwargs`` too)."""
+    frame = {**defaults, **kwargs, "self": frame_self}
     if star is not None:
         varargs, varkw, extra = star
         if varargs:

@@ -20,7 +20,10 @@ from neuron_args.flags import split_compiler_args
 log = logging.getLogger("neuron_args.seams")
 
 #: The options the seams read; anything else is reported once (a typo is silently ignored otherwise).
-KNOWN_OPTIONS = ("cache_dir", "compiler_args", "target", "compiler", "compile_timeout")
+#: ``allow_eager_outputs``: NEFFs without a runtime binding run eagerly (neuron_args.executables);
+#: ``runner``: the runner's own id, which keeps its torch.compile options (and so Dynamo frames) apart.
+KNOWN_OPTIONS = ("cache_dir", "compiler_args", "target", "compiler", "compile_timeout", "allow_eager_outputs",
+                 "runner")
 _warned: set[str] = set()
 
 
