@@ -133,7 +133,9 @@ class ServedForward:
         if torch.compiler.is_compiling():
             return type(self.module).forward(self.module, *args, **kwargs)
         runner = _serving_runner
-        if runner is None or _in_run.get():
+        if runner is None or _in_run.get() or not runner._owns(self.module):
+            # not serving, a runner's own call, or a module the serving runner does not hold (e.g. a
+            # copy.deepcopy of an entry kept as an eager reference): plain eager forward
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
 
@@ -430,6 +432,10 @@ class NeuronRunner:
                 (spec.graph_type, bucket, _tensor_signature(self._example(make, spec.graph_type, bucket)))
                 for spec in self.graphs.values() if spec.entry is module for bucket, make in spec.buckets.items()]
         return found
+
+    def _owns(self, module: torch.nn.Module) -> bool:
+        """True when ``module`` is one of this runner's entry modules (by identity)."""
+        return any(spec.entry is module for spec in self.graphs.values())
 
     def _served_call(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A direct call of an entry module while serving: run it as the declared graph it matches."""

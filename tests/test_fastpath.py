@@ -314,7 +314,7 @@ class Refusable(torch.nn.Module):
 def test_calls_that_cannot_be_replayed_exactly_keep_the_guarded_path(kind, reason, tmp_path_factory):
     torch._dynamo.reset()
     model = Refusable(kind)
-    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM,
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, fullgraph=kind != "graph break",
                           cache_dir=tmp_path_factory.mktemp("fastpath-refused"))
     runner.warmup(emit=False)
     ((_, why),) = runner.fast_path.refused.items()
