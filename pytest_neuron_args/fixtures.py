@@ -149,7 +149,7 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
             runner = NeuronRunner(model, compiler_args=s.compiler_args, target=s.target, compiler=s.compiler,
                                   cache_dir=session.cache_dir(), optimization_level=s.optimization_level,
                                   fullgraph=fullgraph, compile_timeout=s.compile_timeout,
-                                  allow_eager_outputs=s.allow_eager_outputs,
+                                  allow_eager_outputs=s.allow_eager_outputs or None,
                                   manifest_config={"topology": {"world_size": s.tp, "tensor_parallel_size": s.tp,
                                                                 "has_collectives": s.tp > 1}})
         except NeuronArgsError as exc:
