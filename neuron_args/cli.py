@@ -6,6 +6,7 @@
     neuron-args cache ls [DIR]
     neuron-args cache verify [DIR] [--fix]                    exit 0 all sound, 1 corrupt entries found
     neuron-args cache explain KEY_A KEY_B [--cache-dir DIR]   (unique key prefixes accepted)
+    neuron-args report compare OLD NEW [--json] [thresholds]  exit 0 no regression, 1 regression
 
 Exit status 2 means a usage error or an unreadable input, so CI can tell "invalid" from
 "could not check". Nothing here imports torch or jax.
@@ -255,6 +256,24 @@ def _cache_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _report_compare(args: argparse.Namespace) -> int:
+    from neuron_args.report import Thresholds, compare_files
+
+    thresholds = Thresholds(seconds_ratio=args.seconds_ratio, seconds_abs=args.seconds_abs,
+                            size_ratio=args.size_ratio, size_abs=args.size_abs)
+    try:
+        result = compare_files(args.old, args.new, thresholds)
+    except ValueError as exc:
+        raise _Usage(str(exc)) from None
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
+    else:
+        for line in result.lines():
+            print(line)
+        print("regression" if result.regression else "no regression")
+    return EXIT_FAIL if result.regression else EXIT_OK
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -263,7 +282,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="neuron-args",
         description="Inspect compile-artifact manifests and neuron-args compile caches.",
     )
-    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache}")
+    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache,report}")
     groups.required = True
 
     manifest = groups.add_parser("manifest", help="show, validate or diff manifest.json files")
@@ -319,6 +338,23 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--cache-dir", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
                          f"else {DEFAULT_CACHE_DIR})")
     explain.set_defaults(run=_cache_explain)
+
+    report = groups.add_parser("report", help="compare run reports (pytest --neuron-report=PATH)")
+    report_commands = report.add_subparsers(dest="command", metavar="{compare}")
+    report_commands.required = True
+    compare = report_commands.add_parser(
+        "compare", help="per-graph changes between two reports (e.g. last night's and tonight's)",
+        description="Graphs are matched by graph type and input shapes. Exit 1 on a regression: a graph gone, "
+                    "changed flags, a compile slower or an executable larger beyond both thresholds, new serve "
+                    "misses; 0 otherwise (new graphs and improvements are listed).")
+    compare.add_argument("old")
+    compare.add_argument("new")
+    compare.add_argument("--json", action="store_true", help="machine-readable output")
+    compare.add_argument("--seconds-ratio", type=float, default=0.25, help="relative compile-time growth (0.25)")
+    compare.add_argument("--seconds-abs", type=float, default=5.0, help="absolute compile-time growth, s (5)")
+    compare.add_argument("--size-ratio", type=float, default=0.10, help="relative executable growth (0.10)")
+    compare.add_argument("--size-abs", type=int, default=65536, help="absolute executable growth, bytes (65536)")
+    compare.set_defaults(run=_report_compare)
     return parser
 
 

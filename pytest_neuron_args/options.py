@@ -74,6 +74,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--neuron-compile-timeout", type=float, default=None, metavar="SECONDS",
                     help="give up on one graph's compile after SECONDS (compile option compile_timeout; "
                          "ini: neuron_compile_timeout)")
+    group.addoption("--neuron-report", default=None, metavar="PATH",
+                    help="write a JSON report of the session: settings, one record per graph (graph type, key, "
+                         "compiler args, shapes, status, compile seconds, size, serve hits/misses) and totals, "
+                         "merged across xdist workers (ini: neuron_report)")
     group.addoption(RANK_WORKER_OPTION, default=None, help=argparse_suppress())
     group.addoption("--neuron-rank-graph-types", default=None, help=argparse_suppress())
     group.addoption("--neuron-allow-eager-outputs", action="store_true", default=None,
@@ -91,6 +95,7 @@ def add_options(parser: pytest.Parser) -> None:
         ("neuron_tp", "tensor-parallel rank processes per warmup"),
         ("neuron_compile_timeout", "seconds one graph's compile may take"),
         ("neuron_allow_graph_breaks", "true: let Dynamo split graph types into several graphs"),
+        ("neuron_report", "JSON report path (relative to the ini file)"),
     ):
         parser.addini(name, ini_help, default="")
     parser.addini("neuron_allow_eager_outputs", "take graph outputs from eager PyTorch where NEFFs cannot run",
@@ -109,6 +114,7 @@ class NeuronSettings:
     flow: str = DEFAULT_FLOW
     baseline: Path | None = None
     update_baseline: bool = False
+    report: Path | None = None
     compiler_args: str | None = None  # None: $NEURON_CC_FLAGS
     compiler_args_source: str = ""  # where the base list came from, for errors: an option, an ini key or the env
     tp: int = 1
@@ -181,6 +187,7 @@ class NeuronSettings:
             flow=flow,
             baseline=_path(config, "neuron_baseline"),
             update_baseline=bool(config.getoption("neuron_update_baseline")),
+            report=_path(config, "neuron_report"),
             allow_eager_outputs=bool(config.getoption("neuron_allow_eager_outputs")
                                      or config.getini("neuron_allow_eager_outputs")),
         )

@@ -151,6 +151,31 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         terminalreporter.write_line(f"baseline written: {path}")
     for path in data.get("manifests_written", []):
         terminalreporter.write_line(f"manifest written: {path}")
+    if session.report_written is not None:
+        terminalreporter.write_line(f"report written: {session.report_written}")
 
 
-__all__ = ["SUMMARY_TITLE", "compiler_description", "header_line", "table_lines", "write_summary"]
+def write_json_report(session: NeuronSession) -> Any:
+    """``--neuron-report=PATH``: the session's graphs as a JSON report (controller only); the path, or None."""
+    path = session.settings.report
+    if path is None or session.is_worker or session.is_rank_worker:
+        return None
+    from neuron_args.report import build_report, graph_record, write_report
+
+    data = session.merged()
+    s = session.settings
+    try:
+        from neuron_args.compilers import select_compiler
+
+        info = select_compiler({"compiler": s.compiler}).info
+        compiler = {"name": info.name, "version": info.version}
+    except Exception as exc:  # a report names what it could not find rather than failing the session
+        compiler = {"name": s.compiler or "auto", "version": None, "error": str(exc).splitlines()[0]}
+    settings = {"target": s.target, "compiler": compiler, "flow": s.flow, "cache_dir": str(session.cache_dir()),
+                "optimization_level": s.optimization_level, "compiler_args": s.compiler_args, "tp": s.tp}
+    graphs = [graph_record(row, _how(row) if _how(row) != "-" else "seen") for row in data["rows"]]
+    return write_report(path, build_report(settings, graphs, data.get("eager_outputs")))
+
+
+__all__ = ["SUMMARY_TITLE", "compiler_description", "header_line", "table_lines", "write_json_report",
+           "write_summary"]

@@ -58,6 +58,7 @@ class NeuronSession:
     def __init__(self, config: pytest.Config, settings: NeuronSettings) -> None:
         self.config = config
         self.settings = settings
+        self.report_written: Path | None = None  # --neuron-report's file, once written
         workerinput = getattr(config, "workerinput", None)
         self.worker_id: str | None = workerinput.get("workerid") if workerinput is not None else None
         self._workerinput: dict[str, Any] = dict(workerinput or {})

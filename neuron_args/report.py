@@ -1,0 +1,158 @@
+"""The machine-readable run report (``--neuron-report=PATH``) and the night-to-night comparison.
+
+A report is one JSON object: the run's settings, one record per graph and the totals. Nightly CI
+keeps each night's report and compares it with the previous one (``neuron-args report compare``):
+graphs are matched by graph type and input shapes (a key changes with the compiler version, the
+graph does not), so a comparison says what appeared, what vanished, whose flags changed and whose
+compile time or executable size moved beyond a threshold.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPORT_VERSION = "1"
+STATUSES = ("compiled", "loaded", "captured", "missed", "seen")
+
+
+def graph_record(row: Mapping[str, Any], status: str) -> dict[str, Any]:
+    """One graph of a report from a session-summary row (see ``pytest_neuron_args.state``)."""
+    return {
+        "graph_type": row.get("graph_type"),
+        "key": row["key"],
+        "compiler_args": list(row.get("compiler_args") or []),
+        "input_shapes": list(row.get("input_shapes") or []),
+        "status": status,
+        "compile_seconds": row.get("compile_seconds"),
+        "executable_size": row.get("executable_size"),
+        "serve_hits": int(row.get("serve_hits") or 0),
+        "serve_misses": int(row.get("serve_misses") or 0),
+    }
+
+
+def build_report(settings: Mapping[str, Any], graphs: Sequence[Mapping[str, Any]],
+                 eager_outputs: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """The report document: settings, graphs (as :func:`graph_record` makes them) and totals."""
+    graphs = [dict(g) for g in graphs]
+    totals = {status: sum(g["status"] == status for g in graphs) for status in STATUSES}
+    totals.update(
+        graphs=len(graphs),
+        compile_seconds=round(sum(g["compile_seconds"] or 0.0 for g in graphs), 3),
+        executable_bytes=sum(g["executable_size"] or 0 for g in graphs),
+        serve_hits=sum(g["serve_hits"] for g in graphs),
+        serve_misses=sum(g["serve_misses"] for g in graphs),
+        eager_output_graphs=len(eager_outputs or {}),
+    )
+    return {"report_version": REPORT_VERSION, "created": datetime.now(timezone.utc).isoformat(),
+            "settings": dict(settings), "graphs": graphs, "totals": totals}
+
+
+def write_report(path: str | Path, report: Mapping[str, Any]) -> Path:
+    from neuron_args.atomic import write_atomic
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def read_report(path: str | Path) -> dict[str, Any]:
+    """A report from disk; a file that is not one is a ``ValueError`` naming the file."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a neuron-args report ({exc})") from exc
+    if not isinstance(doc, dict) or "graphs" not in doc or "report_version" not in doc:
+        raise ValueError(f"{path}: not a neuron-args report (write one with pytest --neuron-report=PATH)")
+    return doc
+
+
+# -- comparing two reports ------------------------------------------------------------------------
+
+@dataclass
+class Thresholds:
+    """A change counts when it is above both the relative and the absolute threshold."""
+
+    seconds_ratio: float = 0.25
+    seconds_abs: float = 5.0
+    size_ratio: float = 0.10
+    size_abs: int = 64 * 1024
+
+
+@dataclass
+class Comparison:
+    added: list[dict[str, Any]] = field(default_factory=list)
+    removed: list[dict[str, Any]] = field(default_factory=list)
+    changed: list[tuple[dict[str, Any], list[str], bool]] = field(default_factory=list)  # graph, lines, regression
+
+    @property
+    def regression(self) -> bool:
+        return bool(self.removed) or any(bad for _, _, bad in self.changed)
+
+    def lines(self) -> list[str]:
+        out = [f"+ {_name(g)}: new graph ({' '.join(g['compiler_args'])})" for g in self.added]
+        out += [f"- {_name(g)}: gone" for g in self.removed]
+        for g, changes, bad in self.changed:
+            out += [f"{'!' if bad else '~'} {_name(g)}: {c}" for c in changes]
+        return out or ["no change"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"regression": self.regression, "added": self.added, "removed": self.removed,
+                "changed": [{"graph": g, "changes": c, "regression": bad} for g, c, bad in self.changed]}
+
+
+def _identity(g: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (g.get("graph_type"), tuple(g.get("input_shapes") or ()))
+
+
+def _name(g: Mapping[str, Any]) -> str:
+    shapes = " ".join(f"({s})" for s in g.get("input_shapes") or [])
+    return f"{g.get('graph_type') or '-'} {shapes}".strip()
+
+
+def _moved(old: float | None, new: float | None, ratio: float, minimum: float) -> bool:
+    if old is None or new is None:
+        return False
+    return new - old > minimum and new > old * (1 + ratio)
+
+
+def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Thresholds | None = None) -> Comparison:
+    """What changed from ``old`` to ``new``. Regressions: a graph gone, changed flags, a compile slower
+    or an executable larger beyond the thresholds, serve misses that were not there before."""
+    t = thresholds or Thresholds()
+    before = {_identity(g): g for g in old.get("graphs", [])}
+    after = {_identity(g): g for g in new.get("graphs", [])}
+    result = Comparison(added=[after[k] for k in after if k not in before],
+                        removed=[before[k] for k in before if k not in after])
+    for k in after.keys() & before.keys():
+        a, b = before[k], after[k]
+        changes, bad = [], False
+        if a.get("compiler_args") != b.get("compiler_args"):
+            changes.append(f"flags {' '.join(a.get('compiler_args') or [])!r} -> {' '.join(b.get('compiler_args') or [])!r}")
+            bad = True
+        if _moved(a.get("compile_seconds"), b.get("compile_seconds"), t.seconds_ratio, t.seconds_abs):
+            changes.append(f"compile {a['compile_seconds']:.1f}s -> {b['compile_seconds']:.1f}s")
+            bad = True
+        elif _moved(b.get("compile_seconds"), a.get("compile_seconds"), t.seconds_ratio, t.seconds_abs):
+            changes.append(f"compile {a['compile_seconds']:.1f}s -> {b['compile_seconds']:.1f}s (faster)")
+        if _moved(a.get("executable_size"), b.get("executable_size"), t.size_ratio, t.size_abs):
+            changes.append(f"executable {a['executable_size']} -> {b['executable_size']} bytes")
+            bad = True
+        elif _moved(b.get("executable_size"), a.get("executable_size"), t.size_ratio, t.size_abs):
+            changes.append(f"executable {a['executable_size']} -> {b['executable_size']} bytes (smaller)")
+        if (b.get("serve_misses") or 0) > (a.get("serve_misses") or 0):
+            changes.append(f"serve misses {a.get('serve_misses') or 0} -> {b['serve_misses']}")
+            bad = True
+        if changes:
+            result.changed.append((b, changes, bad))
+    result.changed.sort(key=lambda c: _identity(c[0]))
+    return result
+
+
+def compare_files(old: str | Path, new: str | Path, thresholds: Thresholds | None = None) -> Comparison:
+    return compare(read_report(old), read_report(new), thresholds)
+
