@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_neuron_args.assertions import ManifestView
-from conftest import MODEL_CONFTEST
+from tests.conftest import MODEL_CONFTEST
 from pytest_neuron_args.baseline import normalize
 
 
