@@ -26,6 +26,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import figure  # noqa: E402
+
 SIZES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2),
@@ -121,8 +124,13 @@ def main() -> int:
     print(f"{'lower_fx_graph (first)':28}{lower['first_s'] * 1e3:>8.1f}ms   (imports torchax + jax)")
     print(f"of the lowering process's extra peak: Dynamo + aot capture {lower['captured_rss_mb'] - base:.0f} MB, "
           f"lowering (jax, torchax, tracing) {lower['rss_mb'] - lower['captured_rss_mb']:.0f} MB")
-    print(f"ratio lowering / eager forward: time {lower['median_s'] / eager['median_s']:.1f}x, extra peak memory "
-          f"{(lower['rss_mb'] - base) / max(eager['rss_mb'] - base, 1):.1f}x (base process {base:.0f} MB)")
+    time_ratio = lower["median_s"] / eager["median_s"]
+    memory_ratio = (lower["rss_mb"] - base) / max(eager["rss_mb"] - base, 1)
+    print(f"ratio lowering / eager forward: time {time_ratio:.1f}x, extra peak memory {memory_ratio:.1f}x "
+          f"(base process {base:.0f} MB)")
+    figure("lower_fx_graph / eager forward, Llama prefill (time)", time_ratio, note=f"{args.size}, seq {args.seq}")
+    figure("lower_fx_graph / eager forward, Llama prefill (extra peak RSS)", memory_ratio,
+           note=f"{args.size}, seq {args.seq}")
     return 0
 
 

@@ -33,6 +33,7 @@ SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
     "bench_manifest": ([], ["--graphs", "500", "--ranks", "16"]),
     "bench_deferred": ([], ["--graphs", "8"]),
     "bench_session": ([], []),
+    "bench_lowering": ([], ["--quick"]),
 }
 
 
