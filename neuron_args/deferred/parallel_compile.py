@@ -22,6 +22,7 @@ from typing import Any
 from neuron_args.cache import CompileCache
 from neuron_args.errors import CompileError, NeuronArgsError
 from neuron_args.flags import split_compiler_args
+from neuron_args.deferred.farm import submit_graph
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -124,6 +125,7 @@ def parallel_compile(
     progress: Callable[[CompileProgress], None] | None = None,
     quiet: bool = False,
     raise_on_error: bool = True,
+    compile_timeout: float | None = None,
 ) -> CompileReport:
     """Compile every pending entry under ``cache_dir`` with its recorded arguments.
 
@@ -145,7 +147,8 @@ def parallel_compile(
         with warnings.catch_warnings():
             # Python warns on any fork once jax's threads exist; these workers never call jax
             warnings.filterwarnings("ignore", message=r".*os\.fork\(\) was called", category=RuntimeWarning)
-            futures = [pool.submit(_compile_pending, str(cache.root), key, base, compiler) for key in pending]
+            # inputs shipped, results shipped back: workers need not see the cache folder (deferred/farm.py)
+            futures = [submit_graph(pool, cache.root, key, base, compiler, timeout=compile_timeout) for key in pending]
         for n, fut in enumerate(cf.as_completed(futures), start=1):
             graph = fut.result()
             report.graphs.append(graph)
