@@ -18,6 +18,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from neuron_args.farm_cli import add_compile_command
+
 __all__ = ["CACHE_DIR_ENV", "default_cache_dir", "main"]
 
 CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
@@ -227,7 +229,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="neuron-args",
         description="Inspect compile-artifact manifests and neuron-args compile caches.",
     )
-    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache}")
+    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache,compile}")
     groups.required = True
 
     manifest = groups.add_parser("manifest", help="show, validate or diff manifest.json files")
@@ -270,6 +272,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--cache-dir", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
                          f"else {DEFAULT_CACHE_DIR})")
     explain.set_defaults(run=_cache_explain)
+    add_compile_command(groups)
     return parser
 
 
