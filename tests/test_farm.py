@@ -357,3 +357,81 @@ def test_workers_that_cannot_see_the_cache_folder(pending_mlp, tmp_path_factory,
     for entry in CompileCache(pending_mlp).entries():
         assert_sound(entry)
     serve_all_hits(pending_mlp, monkeypatch)
+
+
+# ----------------------------------------------------------------------------- more faults, output forms
+
+
+def test_a_graph_whose_workers_keep_dying_is_reported_failed_with_no_half_entry(tmp_path, fake_bin):
+    """allowed-failures 0: the first dead worker fails the task (KilledWorker), reported, entry pending."""
+    bindir, state = fake_bin
+    root = tmp_path / "cache"
+    key = make_fake_pending(root, "doomed", "sleep")
+    env = {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FARM_FAKE_STATE": str(state)}
+    import dask
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        lc = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host=LOOPBACK,
+                                      dashboard_address=f"{LOOPBACK}:0", env=env)
+    client = distributed.Client(lc, set_as_default=False)
+    compiler_pid = None
+    try:
+        (worker_pid,) = client.run(os.getpid).values()
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.update(report=parallel_compile(
+            root, executor=client.get_executor(pure=False), quiet=True, raise_on_error=False)))
+        thread.start()
+        started = state / "doomed.started"
+        wait_until(started.exists, 60, "the compile to start")
+        compiler_pid = int(started.read_text())
+        os.kill(worker_pid, signal.SIGKILL)
+        thread.join(120)
+        assert not thread.is_alive()
+    finally:
+        if compiler_pid:
+            kill_quietly(compiler_pid)
+        client.close()
+        lc.close()
+    (g,) = result["report"].graphs
+    assert g.status == "failed" and key in g.error and "'decode'" in g.error
+    assert "died repeatedly" in g.error and "fix:" in g.error and "stays pending" in g.error
+    entry = CompileCache(root).entry(key)
+    assert entry.status == "pending" and sorted(p.name for p in entry.path.iterdir()) == ["graph.hlo", "metadata.json"]
+
+
+def test_timeout_and_nothing_pending(tmp_path, fake_path, capsys):
+    root = tmp_path / "cache"
+    key = make_fake_pending(root, "slow", "sleep")
+    started = fake_path / "slow.started"
+    try:
+        rc = cli_main(["compile", str(root), "--workers", "1", "--timeout", "1", "--json"])
+    finally:
+        if started.exists():
+            kill_quietly(int(started.read_text()))
+    out, err = capsys.readouterr()
+    assert rc == 1 and json.loads(out)["failed"] == 1
+    assert f"FAILED 'decode' {key}:" in err and "timed out after 1 s" in err
+    assert cli_main(["compile", str(root), "--timeout", "0"]) == 2  # argparse: not a positive number
+    assert "not a positive number of seconds" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli_main(["compile", str(empty)]) == 0
+    assert "no pending entries" in capsys.readouterr().out
+
+
+def test_progress_is_a_bar_on_a_terminal(tmp_path, fake_path, monkeypatch, capsys):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    root = tmp_path / "cache"
+    for i in range(3):
+        make_fake_pending(root, f"bar{i}", "ok")
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli_main(["compile", str(root), "--workers", "2"]) == 0
+    text = terminal.getvalue()
+    assert "3/3" in text and "graph" in text and "\r" in text  # tqdm redraws one line
+    assert "[1/3]" not in text  # not the plain lines
