@@ -135,13 +135,13 @@ def run_compile_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from neuron_args.deferred.parallel_compile import parallel_compile, pending_keys
+    from neuron_args.deferred.parallel_compile import default_workers, parallel_compile, pending_keys
 
     root = Path(args.cache_dir).expanduser()
     if not root.is_dir():
         raise FarmUsage(f"no compile cache at {root}; pass the cache_dir the capture wrote into")
     pending = pending_keys(root)
-    where = args.scheduler or f"local pool of {args.workers or 'default'} workers"
+    where = args.scheduler or f"a local pool of {args.workers or default_workers(len(pending))} workers"
     if not pending:
         return _finish(args, root, where, None)
     client = executor = None

@@ -213,6 +213,18 @@ def test_a_worker_with_another_compiler_version_is_refused(tmp_path, fake_path):
     assert not (fake_path / "old.calls").exists()  # refused before the compiler ran
 
 
+def test_a_thread_pool_builds_with_auto_and_refuses_another_compiler_name(tmp_path, fake_path):
+    root = tmp_path / "cache"
+    key = make_fake_pending(root, "threaded", "ok")
+    with cf.ThreadPoolExecutor(2) as pool:
+        report = parallel_compile(root, executor=pool, compiler="local", quiet=True, raise_on_error=False)
+        (g,) = report.graphs
+        assert g.status == "failed" and "captured for compiler 'neuronx-cc'" in g.error and key in g.error
+        report = parallel_compile(root, executor=pool, compiler="auto", quiet=True)
+    assert [g.status for g in report.graphs] == ["compiled"]
+    assert_sound(CompileCache(root).entry(key))
+
+
 def test_cli_local_pool_lists_each_failed_graph_and_exits_1(tmp_path, fake_path, capsys):
     root = tmp_path / "cache"
     good = [make_fake_pending(root, f"good{i}", "ok", graph_type="prefill") for i in range(2)]

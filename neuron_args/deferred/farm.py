@@ -99,6 +99,9 @@ def prepare_task(entry: CacheEntry, metadata: dict[str, Any], compiler_args: Seq
     """The task for one pending entry, read in the caller's process (which holds the cache)."""
     graph_type = metadata.get("graph_type")
     name, version = expected_compiler(metadata)
+    compiler_name = (compiler_name or "").strip().lower() or None
+    if compiler_name == "auto":  # the entry's own compiler: its name is part of the key
+        compiler_name = None
     if compiler_name and name and compiler_name != name:
         raise CompileError(
             f"entry {entry.key} (graph type {graph_type!r}) was captured for compiler {name!r}, whose "
@@ -111,7 +114,13 @@ def prepare_task(entry: CacheEntry, metadata: dict[str, Any], compiler_args: Seq
             f"cannot read the HLO module of entry {entry.key} (graph type {graph_type!r}) at {entry.hlo_path}: "
             f"{exc.strerror or exc}. Capture the graph again (it writes graph.hlo) or remove the entry.") from None
     if timeout is None and metadata.get("compile_timeout") is not None:  # the capture's own option
-        timeout = float(metadata["compile_timeout"])
+        try:
+            timeout = float(metadata["compile_timeout"])
+        except (TypeError, ValueError):
+            raise CompileError(
+                f"entry {entry.key} (graph type {graph_type!r}) records compile_timeout="
+                f"{metadata['compile_timeout']!r}, not a number of seconds; pass compile_timeout= (or --timeout) "
+                "or capture again with a valid option") from None
     return CompileTask(key=entry.key, graph_type=graph_type, hlo=hlo, compiler_args=tuple(compiler_args),
                        target=metadata.get("target") or "trn2", compiler=compiler_name or name or "auto",
                        compiler_version=version, timeout=timeout)
