@@ -165,8 +165,12 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     finally:
         progress.close()
+        lost = client is not None and client.status != "running"
         if client is not None:
             client.close()
+    if lost:
+        print(f"neuron-args compile: lost the Dask scheduler at {args.scheduler} during the run; the graphs it had "
+              "not returned stay pending. fix: restart the scheduler (and its workers) and rerun", file=sys.stderr)
     return _finish(args, root, where, report)
 
 

@@ -447,3 +447,46 @@ def test_progress_is_a_bar_on_a_terminal(tmp_path, fake_path, monkeypatch, capsy
     text = terminal.getvalue()
     assert "3/3" in text and "graph" in text and "\r" in text  # tqdm redraws one line
     assert "[1/3]" not in text  # not the plain lines
+
+
+def test_losing_the_scheduler_mid_run_fails_the_graphs_clearly(tmp_path, fake_bin, capsys):
+    """A ``dask scheduler`` process killed while its worker compiles: exit 1, the graph listed, entry pending."""
+    bindir, state = fake_bin
+    root = tmp_path / "cache"
+    key = make_fake_pending(root, "orphaned", "sleep")
+    scheduler_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FARM_FAKE_STATE": str(state)}
+    common = dict(cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                  start_new_session=True)
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", LOOPBACK, "--port", "0",
+                               "--dashboard-address", f"{LOOPBACK}:0", "--scheduler-file", str(scheduler_file)],
+                              **common)]
+    compiler_pid = None
+    try:
+        wait_until(scheduler_file.exists, 60, "the scheduler to start")
+        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+                                       str(scheduler_file), "--no-nanny", "--nthreads", "1", "--host", LOOPBACK,
+                                       "--dashboard-address", f"{LOOPBACK}:0", "--death-timeout", "10"], **common))
+        address = json.loads(scheduler_file.read_text())["address"]
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.update(rc=cli_main(
+            ["compile", str(root), "--scheduler", address, "--connect-timeout", "30"])))
+        thread.start()
+        started = state / "orphaned.started"
+        wait_until(started.exists, 60, "the compile to start")
+        compiler_pid = int(started.read_text())
+        procs[0].kill()
+        thread.join(120)
+        assert not thread.is_alive()
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if compiler_pid:
+            kill_quietly(compiler_pid)
+    err = capsys.readouterr().err
+    assert result["rc"] == 1
+    assert f"lost the Dask scheduler at {address}" in err and f"FAILED 'decode' {key}" in err
+    entry = CompileCache(root).entry(key)
+    assert entry.status == "pending" and sorted(p.name for p in entry.path.iterdir()) == ["graph.hlo", "metadata.json"]
