@@ -225,6 +225,18 @@ def test_a_thread_pool_builds_with_auto_and_refuses_another_compiler_name(tmp_pa
     assert_sound(CompileCache(root).entry(key))
 
 
+def test_a_worker_without_the_compiler_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no neuronx-cc here
+    root = tmp_path / "cache"
+    key = make_fake_pending(root, "nocc", "ok")
+    with cf.ThreadPoolExecutor(1) as pool:
+        report = parallel_compile(root, executor=pool, quiet=True, raise_on_error=False)
+    (g,) = report.graphs
+    assert g.status == "failed" and f"key {key}, on worker {socket.gethostname()}:" in g.error
+    assert "'neuronx-cc' was requested" in g.error and "not on PATH" in g.error
+    assert CompileCache(root).entry(key).status == "pending"
+
+
 def test_cli_local_pool_lists_each_failed_graph_and_exits_1(tmp_path, fake_path, capsys):
     root = tmp_path / "cache"
     good = [make_fake_pending(root, f"good{i}", "ok", graph_type="prefill") for i in range(2)]
