@@ -274,7 +274,8 @@ def test_a_worker_killed_mid_compile_is_retried_on_another_worker(tmp_path, clie
         compiler_pid = int(started.read_text())
         ancestors = [p.pid for p in psutil.Process(compiler_pid).parents()]
         (victim,) = [pid for pid in ancestors if pid in worker_pids]
-        assert CompileCache(root).entry(key).status == "pending"
+        entry = CompileCache(root).entry(key)
+        assert not entry.is_complete and not entry.executable_path.exists()  # pending (its lock held meanwhile)
         os.kill(victim, signal.SIGKILL)
         thread.join(120)
         assert not thread.is_alive()
