@@ -143,9 +143,9 @@ def main() -> int:
         pool, cluster = statistics.median(times["pool"]), statistics.median(times["cluster"])
         print(f"bench_farm: {ns.graphs} pending MLP graphs, {ns.workers} workers, {ns.reps} reps "
               f"(load average {one:.2f} {five:.2f} on {os.cpu_count()} cores)")
-        print(f"  {ns.workers}-process pool       median {pool:6.2f} s  (runs {', '.join(f'{t:.2f}' for t in times['pool'])})")
-        print(f"  {ns.workers}-worker LocalCluster median {cluster:6.2f} s  "
-              f"(runs {', '.join(f'{t:.2f}' for t in times['cluster'])})")
+        runs = {kind: ", ".join(f"{t:.2f}" for t in ts) for kind, ts in times.items()}
+        print(f"  {ns.workers}-process pool        median {pool:6.2f} s  (runs {runs['pool']})")
+        print(f"  {ns.workers}-worker LocalCluster median {cluster:6.2f} s  (runs {runs['cluster']})")
         print(f"  ratio cluster / pool      {cluster / pool:6.2f}  (target <= 1.2)")
         print(f"  bytes shipped per graph: task out median {statistics.median(sizes['task']):.0f} B "
               f"(HLO + args), outcome back median {statistics.median(sizes['outcome']):.0f} B "

@@ -471,9 +471,9 @@ def test_losing_the_scheduler_mid_run_fails_the_graphs_clearly(tmp_path, fake_bi
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FARM_FAKE_STATE": str(state)}
     common = dict(cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                   start_new_session=True)
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", LOOPBACK, "--port", "0",
-                               "--dashboard-address", f"{LOOPBACK}:0", "--scheduler-file", str(scheduler_file)],
-                              **common)]
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", LOOPBACK,
+                               "--port", "0", "--dashboard-address", f"{LOOPBACK}:0",
+                               "--scheduler-file", str(scheduler_file)], **common)]
     compiler_pid = None
     try:
         wait_until(scheduler_file.exists, 60, "the scheduler to start")
