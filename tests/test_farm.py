@@ -303,6 +303,12 @@ def test_an_unreachable_scheduler_is_a_clear_error_within_the_timeout(pending_ml
     assert {e.status for e in CompileCache(pending_mlp).entries()} == {"pending"}
 
 
+def test_scheduler_without_the_farm_extra_says_how_to_install_it(pending_mlp, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if the [farm] extra were not installed
+    assert cli_main(["compile", str(pending_mlp), "--scheduler", f"tcp://{LOOPBACK}:8786"]) == 2
+    assert "pip install 'neuron-args[farm]'" in capsys.readouterr().err
+
+
 def test_ctrl_c_cancels_the_remote_compiles(tmp_path, client, fake_bin):
     _, state = fake_bin
     root = tmp_path / "cache"
