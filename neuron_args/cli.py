@@ -20,6 +20,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from neuron_args.farm_cli import add_compile_command
+
 __all__ = ["CACHE_DIR_ENV", "default_cache_dir", "main"]
 
 CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
@@ -282,7 +284,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="neuron-args",
         description="Inspect compile-artifact manifests and neuron-args compile caches.",
     )
-    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache,report}")
+    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache,compile,report}")
     groups.required = True
 
     manifest = groups.add_parser("manifest", help="show, validate or diff manifest.json files")
@@ -339,6 +341,7 @@ def _parser() -> argparse.ArgumentParser:
                          f"else {DEFAULT_CACHE_DIR})")
     explain.set_defaults(run=_cache_explain)
 
+    add_compile_command(groups)
     report = groups.add_parser("report", help="compare run reports (pytest --neuron-report=PATH)")
     report_commands = report.add_subparsers(dest="command", metavar="{compare}")
     report_commands.required = True

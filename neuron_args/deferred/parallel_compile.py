@@ -29,6 +29,7 @@ from neuron_args.compilers.lifetime import (
     resolve_compile_timeout,
     within,
 )
+from neuron_args.deferred.farm import submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
@@ -231,8 +232,8 @@ def parallel_compile(
                     if own:
                         futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout,
                                             scope)] = key
-                    else:  # another executor may pickle the call: no scope object (it holds a lock)
-                        futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout)] = key
+                    else:  # another executor (a cluster too): inputs shipped, results shipped back (farm.py)
+                        futures[submit_graph(pool, cache.root, key, base, compiler, timeout=compile_timeout)] = key
                 for n, fut in enumerate(cf.as_completed(futures), start=1):
                     graph = fut.result()
                     report.graphs.append(graph)

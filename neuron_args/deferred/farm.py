@@ -1,0 +1,415 @@
+"""Compile farm: ship a pending graph's inputs to a worker, ship the executable back.
+
+A worker (a process-pool child, a thread, a Dask worker on another host) never touches the cache
+folder. :func:`submit_graph` reads the entry in the calling process, sends a picklable
+:class:`CompileTask` (HLO bytes, resolved arguments, target, compiler name and the compiler
+version the key was computed with) to any ``concurrent.futures.Executor``; :func:`run_compile_task`
+compiles it in a private temporary folder on the worker and returns a :class:`CompileOutcome`
+(executable bytes, log, argv, timings). The caller then writes the entry itself, under the key's
+lock, each file atomically and the completion marker last (:func:`commit_outcome`), so a worker
+that dies mid-compile leaves no half entry: the graph stays pending (Dask reschedules it on another
+worker; ``retries=`` retries a task that raised).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import fcntl
+import hashlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from neuron_args.atomic import write_atomic
+from neuron_args.cache import CacheEntry, CompileCache, now_iso
+from neuron_args.errors import CompileError, NeuronArgsError
+
+if TYPE_CHECKING:
+    from neuron_args.deferred.parallel_compile import GraphCompileReport
+
+__all__ = ["CompileOutcome", "CompileTask", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
+
+#: How often a worker checks whether its Dask task was cancelled (seconds).
+CANCEL_POLL_SECONDS = 0.3
+
+
+@dataclass(frozen=True)
+class CompileTask:
+    """Everything a worker needs to compile one graph; no path of the caller's machine."""
+
+    key: str
+    graph_type: str | None
+    hlo: bytes
+    compiler_args: tuple[str, ...]
+    target: str
+    compiler: str  # "local" | "neuronx-cc"
+    compiler_version: str | None  # the version the key was computed with; None: not recorded
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    """What a worker sends back; ``workdir`` is its private folder (gone by then), for path rewriting."""
+
+    key: str
+    status: str  # "compiled" | "failed" | "cancelled"
+    worker: str  # host:pid
+    workdir: str
+    executable: bytes | None = None
+    executable_sha256: str | None = None
+    log: bytes = b""
+    argv: tuple[str, ...] = ()
+    compiler: dict[str, str] = field(default_factory=dict)
+    compile_seconds: float = 0.0
+    worker_seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.executable or b"") + len(self.log)
+
+
+def expected_compiler(metadata: dict[str, Any]) -> tuple[str | None, str | None]:
+    """``(name, version)`` of the compiler the entry's key was computed with.
+
+    The key's ``tool_versions["compiler"]`` ("<name> <version>") is what the key hashed; the
+    metadata's ``compiler`` record is the fallback for entries that lack key components.
+    """
+    recorded = metadata.get("compiler") if isinstance(metadata.get("compiler"), dict) else {}
+    name, version = recorded.get("name"), recorded.get("version")
+    keyed = ((metadata.get("key_components") or {}).get("tool_versions") or {}).get("compiler")
+    if isinstance(keyed, str) and " " in keyed:
+        keyed_name, keyed_version = keyed.split(" ", 1)
+        if name in (None, keyed_name):
+            name, version = keyed_name, keyed_version
+    return name, version
+
+
+def prepare_task(entry: CacheEntry, metadata: dict[str, Any], compiler_args: Sequence[str], *,
+                 compiler_name: str | None = None, timeout: float | None = None) -> CompileTask:
+    """The task for one pending entry, read in the caller's process (which holds the cache)."""
+    graph_type = metadata.get("graph_type")
+    name, version = expected_compiler(metadata)
+    compiler_name = (compiler_name or "").strip().lower() or None
+    if compiler_name == "auto":  # the entry's own compiler: its name is part of the key
+        compiler_name = None
+    if compiler_name and name and compiler_name != name:
+        raise CompileError(
+            f"entry {entry.key} (graph type {graph_type!r}) was captured for compiler {name!r}, whose "
+            f"name is part of its key; compiling it with {compiler_name!r} would store a mismatched "
+            "executable. Capture again with the same compiler option.")
+    try:
+        hlo = entry.hlo_path.read_bytes()
+    except OSError as exc:
+        raise CompileError(
+            f"cannot read the HLO module of entry {entry.key} (graph type {graph_type!r}) at {entry.hlo_path}: "
+            f"{exc.strerror or exc}. Capture the graph again (it writes graph.hlo) or remove the entry.") from None
+    if timeout is None and metadata.get("compile_timeout") is not None:  # the capture's own option
+        try:
+            timeout = float(metadata["compile_timeout"])
+        except (TypeError, ValueError):
+            raise CompileError(
+                f"entry {entry.key} (graph type {graph_type!r}) records compile_timeout="
+                f"{metadata['compile_timeout']!r}, not a number of seconds; pass compile_timeout= (or --timeout) "
+                "or capture again with a valid option") from None
+    return CompileTask(key=entry.key, graph_type=graph_type, hlo=hlo, compiler_args=tuple(compiler_args),
+                       target=metadata.get("target") or "trn2", compiler=compiler_name or name or "auto",
+                       compiler_version=version, timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+def _dask_cancelled() -> Callable[[], bool] | None:
+    """On a Dask worker, a check that this task was cancelled (its client let go of it)."""
+    try:
+        from distributed import get_worker
+        from distributed.worker import thread_state
+    except ImportError:
+        return None
+    try:
+        worker, key = get_worker(), thread_state.key
+    except (ValueError, AttributeError):
+        return None
+
+    def cancelled() -> bool:
+        ts = worker.state.tasks.get(key)
+        return ts is None or ts.state in ("cancelled", "released", "forgotten")
+
+    return cancelled
+
+
+def _kill_compilers_in(workdir: str) -> None:
+    """Kill this process's descendants running in ``workdir`` (the compiler and its helpers)."""
+    import psutil  # a dependency of distributed: only reached on a Dask worker
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error, OSError):
+            if child.cwd().startswith(workdir):
+                with contextlib.suppress(OSError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.kill()
+
+
+def run_compile_task(task: CompileTask) -> CompileOutcome:
+    """Worker body (module level: any executor can pickle it by reference): compile one task.
+
+    Returns a ``failed`` outcome for what the graph or the worker's compiler causes (a compiler
+    error, a version that differs from the key's), so a deterministic failure is not retried;
+    it raises only for trouble of the worker itself (a full temp disk), which ``retries=`` may retry.
+    """
+    from neuron_args.compilers import select_compiler
+
+    start = time.monotonic()
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    workdir = tempfile.mkdtemp(prefix=f"neuron-args-farm-{task.key[:12]}-")
+    where = f"graph type {task.graph_type!r}, key {task.key}, on worker {worker}"
+
+    def outcome(status: str, **fields: Any) -> CompileOutcome:
+        log_path = Path(workdir) / "log-neuron-cc.txt"
+        log = log_path.read_bytes() if log_path.is_file() else b""
+        return CompileOutcome(key=task.key, status=status, worker=worker, workdir=workdir, log=log,
+                              worker_seconds=round(time.monotonic() - start, 3), **fields)
+
+    try:
+        try:
+            compiler = select_compiler({"compiler": task.compiler})
+            info = compiler.info
+        except NeuronArgsError as exc:
+            return outcome("failed", error=f"{where}: {exc}")
+        if task.compiler_version is not None and info.version != task.compiler_version:
+            return outcome("failed", compiler=info.as_dict(), error=(
+                f"{where}: this worker's {info.name} is version {info.version!r} but the key was computed for "
+                f"{task.compiler_version!r}; an executable built here would be stored under a key that lies. "
+                f"fix: install {info.name} {task.compiler_version} on every worker (the same environment as "
+                "the capture), or capture again with the workers' version."))
+        hlo_path = Path(workdir) / "graph.hlo"
+        hlo_path.write_bytes(task.hlo)
+        output = Path(workdir) / f"graph_{task.key}.neff"
+        cancelled = _dask_cancelled()
+        stop = threading.Event()
+        watcher = None
+        if cancelled is not None:
+            def watch() -> None:
+                while not stop.wait(CANCEL_POLL_SECONDS):
+                    if cancelled():
+                        _kill_compilers_in(workdir)
+                        return
+            watcher = threading.Thread(target=watch, name=f"neuron-args-farm-watch-{task.key[:8]}", daemon=True)
+            watcher.start()
+        try:
+            result = compiler.compile(hlo_path=hlo_path, output_path=output, target=task.target,
+                                      compiler_args=list(task.compiler_args), workdir=Path(workdir),
+                                      graph_type=task.graph_type, key=task.key, timeout=task.timeout)
+        except NeuronArgsError as exc:
+            if cancelled is not None and cancelled():
+                return outcome("cancelled", compiler=info.as_dict(), error=f"{where}: cancelled")
+            return outcome("failed", compiler=info.as_dict(), error=f"{where}: {exc}")
+        finally:
+            stop.set()
+            if watcher is not None:
+                watcher.join()
+        blob = output.read_bytes()
+        return outcome("compiled", executable=blob, executable_sha256=hashlib.sha256(blob).hexdigest(),
+                       argv=tuple(result.argv), compiler=info.as_dict(), compile_seconds=round(result.seconds, 4))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- caller side
+
+
+def commit_outcome(entry: CacheEntry, metadata: dict[str, Any], task: CompileTask, outcome: CompileOutcome) -> int:
+    """Write a compiled outcome into ``entry`` (the caller holds the key's lock); returns its size.
+
+    Each file is written atomically; the executable is checked against the worker's sha256, its
+    size and sha256 go into the metadata (the cache's integrity check), the marker comes last.
+    """
+    blob = outcome.executable or b""
+    sha = hashlib.sha256(blob).hexdigest()
+    if not blob or sha != outcome.executable_sha256:
+        raise CompileError(
+            f"graph type {task.graph_type!r}, key {task.key}: the executable from worker {outcome.worker} arrived "
+            f"{'empty' if not blob else 'corrupted'} ({len(blob)} bytes, sha256 {sha[:16]}..., the worker sent "
+            f"{str(outcome.executable_sha256)[:16]}...). The entry stays pending; rerun to build it again.")
+    argv = [a.replace(outcome.workdir, str(entry.path)) for a in outcome.argv]
+    write_atomic(entry.executable_path, blob, durable=True)
+    write_atomic(entry.log_path, outcome.log)
+    write_atomic(entry.command_path, shlex.join(argv) + "\n")
+    entry.write_metadata({
+        **metadata, "status": "compiled", "compiler_args": list(task.compiler_args), "command": argv,
+        "compiled": now_iso(), "compile_seconds": outcome.compile_seconds, "compiler": outcome.compiler,
+        "executable_size": len(blob), "executable_sha256": sha,
+        "compiled_on": {"worker": outcome.worker, "seconds": outcome.worker_seconds},
+    })
+    entry.mark_complete()
+    return len(blob)
+
+
+class _KeyLock:
+    """The key's lock file, taken as :meth:`CompileCache.lock` takes it, held while the graph is away.
+
+    Held from submission to commit (across threads), so two runs on one cache build a graph once.
+    """
+
+    def __init__(self, root: Path, key: str) -> None:
+        self.path = root / f".{key}.lock"
+        self.fd: int | None = None
+
+    def acquire(self, blocking: bool) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        with contextlib.suppress(OSError):  # informative: who holds it
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+class _FarmFuture(cf.Future):
+    """The caller's future of one graph; cancelling it cancels the worker's task too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner: cf.Future | None = None
+
+    def cancel(self) -> bool:
+        if self.inner is not None:
+            self.inner.cancel()
+        if not super().cancel():
+            return False
+        self.set_running_or_notify_cancel()  # wakes as_completed() and wait()
+        return True
+
+
+_committer: list[cf.ThreadPoolExecutor] = []
+_committer_lock = threading.Lock()
+
+
+def _commit_pool() -> cf.ThreadPoolExecutor:
+    """Writes results off the executor's callback thread (Dask's event loop must not block on disk)."""
+    with _committer_lock:
+        if not _committer:
+            _committer.append(cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit"))
+        return _committer[0]
+
+
+def _worker_error(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if name == "KilledWorker":
+        return (f"the workers running it died repeatedly ({exc}); killed or out of memory. fix: give the "
+                "workers more memory or fewer threads (one compile per worker), then rerun")
+    return f"the worker raised {name}: {exc}"
+
+
+def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, base_args: Sequence[str] | None,
+                 compiler_name: str | None, *, timeout: float | None = None) -> cf.Future[GraphCompileReport]:
+    """Compile one pending entry on ``executor``; the future's result is its report (never raises)."""
+    from neuron_args.deferred.parallel_compile import GraphCompileReport
+
+    cache = CompileCache(root)
+    entry = cache.entry(key)
+    outer = _FarmFuture()
+    lock = _KeyLock(cache.root, key)
+
+    def report_for(md: dict[str, Any]) -> GraphCompileReport:
+        recorded = md.get("compiler_args")
+        args = list(recorded) if isinstance(recorded, list) else list(base_args or [])
+        return GraphCompileReport(key, md.get("graph_type"), args, "compiled",
+                                  used_base_args=not isinstance(recorded, list))
+
+    def finish(report: GraphCompileReport, t0: float) -> None:
+        lock.release()
+        report.seconds = round(time.monotonic() - t0, 3)
+        if not outer.done():
+            with contextlib.suppress(cf.InvalidStateError):
+                outer.set_result(report)
+
+    def collect(inner: cf.Future, md: dict[str, Any], task: CompileTask, report: GraphCompileReport,
+                t0: float) -> None:
+        try:
+            if inner.cancelled():
+                report.status, report.error = "failed", (
+                    f"graph type {report.graph_type!r}, key {key}: its task was cancelled before it finished "
+                    "(Ctrl-C, or the cluster let go of it); the entry stays pending, rerun to build it")
+            elif inner.exception() is not None:
+                report.status, report.error = "failed", (
+                    f"graph type {report.graph_type!r}, key {key}: {_worker_error(inner.exception())}; the entry "
+                    "stays pending")
+            else:
+                outcome: CompileOutcome = inner.result()
+                if outcome.status == "compiled":
+                    report.executable_size = commit_outcome(entry, md, task, outcome)
+                else:
+                    report.status = "failed"
+                    report.error = (outcome.error or outcome.status).replace(outcome.workdir, str(entry.path))
+                    if outcome.log:  # the log, where the error message says it is
+                        with contextlib.suppress(OSError):
+                            write_atomic(entry.log_path, outcome.log)
+        except NeuronArgsError as exc:
+            report.status, report.error = "failed", str(exc)
+        except Exception as exc:  # one graph never stops the others
+            report.status, report.error = "failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            finish(report, t0)
+
+    def start() -> None:
+        t0 = time.monotonic()
+        md = entry.metadata()
+        report = report_for(md)
+        if outer.cancelled():
+            return lock.release()
+        if entry.is_complete:
+            report.status = "already-complete"
+            return finish(report, t0)
+        try:
+            task = prepare_task(entry, md, report.compiler_args, compiler_name=compiler_name, timeout=timeout)
+            inner = executor.submit(run_compile_task, task)
+        except NeuronArgsError as exc:
+            report.status, report.error = "failed", str(exc)
+            return finish(report, t0)
+        except BaseException:
+            lock.release()
+            raise
+        outer.inner = inner
+        inner.add_done_callback(lambda f: _commit_pool().submit(collect, f, md, task, report, t0))
+
+    def wait_for_lock() -> None:
+        """Another process builds this key: wait (cancellable), then it is complete or ours to build."""
+        while not lock.acquire(blocking=False):
+            if outer.cancelled():
+                return
+            time.sleep(0.2)
+        try:
+            start()
+        except BaseException as exc:  # noqa: BLE001 - reported through the future
+            with contextlib.suppress(cf.InvalidStateError):
+                outer.set_exception(exc)
+
+    if lock.acquire(blocking=False):
+        start()
+    else:
+        threading.Thread(target=wait_for_lock, name=f"neuron-args-farm-lock-{key[:8]}", daemon=True).start()
+    return outer

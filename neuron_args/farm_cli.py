@@ -1,0 +1,191 @@
+"""``neuron-args compile CACHE_DIR``: build every pending entry, locally or on a Dask cluster.
+
+    neuron-args compile CACHE_DIR [--workers N]                 a local pool of N compiles
+    neuron-args compile CACHE_DIR --scheduler tcp://HOST:8786   the workers of a running Dask scheduler
+        [--timeout S] [--retries N] [--connect-timeout S] [--compiler NAME] [--json]
+
+Workers need the project installed (``pip install 'neuron-args[farm]'``) and the compiler the
+entries were captured for, at the same version; they do not need the cache folder: each graph's
+inputs travel to the worker and its executable comes back (see ``neuron_args.deferred.farm``).
+Exit status: 0 all built, 1 a graph failed (each is listed), 2 usage error, unreachable scheduler,
+130 interrupted (remote tasks are cancelled; entries not built stay pending).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: Seconds to reach the scheduler and see a first worker, unless --connect-timeout says otherwise.
+DEFAULT_CONNECT_TIMEOUT = 20.0
+#: Dask retries of a task that raised on its worker (a dead worker's task is rescheduled regardless).
+DEFAULT_RETRIES = 1
+
+
+class FarmUsage(Exception):
+    """A usage or environment error: message to stderr, exit status 2."""
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
+def add_compile_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``compile`` on the ``neuron-args`` sub-command parsers."""
+    p = subparsers.add_parser(
+        "compile", help="build every pending (captured) entry, locally or on a Dask cluster",
+        description="Build every pending entry of a compile cache with its recorded compiler arguments. "
+                    "Exit 0 when all built, 1 when a graph failed (each is listed), 2 on a usage error or "
+                    "an unreachable scheduler, 130 when interrupted.")
+    p.add_argument("cache_dir", metavar="CACHE_DIR", help="the compile cache the capture wrote into")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_positive_int, metavar="N",
+                       help="compiles at once in a local pool (default: $NEURON_ARGS_COMPILE_WORKERS, else CPUs)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="compile on the workers of this Dask scheduler (tcp://host:8786); they need not "
+                            "see CACHE_DIR")
+    p.add_argument("--timeout", type=_seconds, metavar="S", help="seconds one graph's compile may take")
+    p.add_argument("--connect-timeout", type=_seconds, default=DEFAULT_CONNECT_TIMEOUT, metavar="S",
+                   help=f"seconds to reach the scheduler and see a worker (default {DEFAULT_CONNECT_TIMEOUT:g})")
+    p.add_argument("--retries", type=int, default=DEFAULT_RETRIES, metavar="N",
+                   help=f"Dask retries of a task that raised on its worker (default {DEFAULT_RETRIES})")
+    p.add_argument("--compiler", choices=("local", "neuronx-cc"),
+                   help="the compiler (default: the one each entry was captured for)")
+    p.add_argument("--base-compiler-args", metavar="ARGS",
+                   help="arguments for old entries that recorded none (a quoted string)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.set_defaults(run=run_compile_command)
+    return p
+
+
+def connect(address: str, timeout: float) -> Any:
+    """A Dask client of ``address`` with at least one worker, or :class:`FarmUsage` within ``timeout``."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise FarmUsage("--scheduler needs Dask's distributed: pip install 'neuron-args[farm]'") from None
+    try:
+        client = Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise FarmUsage(
+            f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({type(exc).__name__}: {exc}). "
+            "fix: start one (`dask scheduler`, then `dask worker ADDRESS` on each compile host) and pass the "
+            "address it prints, e.g. tcp://10.0.0.5:8786; check the host, port and firewall") from None
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except (OSError, TimeoutError) as exc:
+        client.close()
+        raise FarmUsage(
+            f"the Dask scheduler at {address} has no worker after {timeout:g} s ({type(exc).__name__}). "
+            f"fix: start workers with `dask worker {address}` on the compile hosts") from None
+    return client
+
+
+class _Progress:
+    """A bar on a terminal (tqdm), one plain line per graph otherwise; both on stderr."""
+
+    def __init__(self, total: int) -> None:
+        self.bar = None
+        if sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, unit="graph", file=sys.stderr, dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def __call__(self, event: Any) -> None:
+        g = event.graph
+        if self.bar is None:
+            print(event.line(), file=sys.stderr, flush=True)
+            return
+        if g.status == "failed":
+            self.bar.write(f"failed: {g.graph_type or '-'} {g.key[:12]}", file=sys.stderr)
+        self.bar.set_postfix_str(f"{g.graph_type or '-'} {g.status}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_compile_command(args: argparse.Namespace) -> int:
+    """The ``compile`` handler; returns the exit status."""
+    try:
+        return _run(args)
+    except FarmUsage as exc:
+        print(f"neuron-args compile: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace) -> int:
+    from neuron_args.deferred.parallel_compile import default_workers, parallel_compile, pending_keys
+
+    root = Path(args.cache_dir).expanduser()
+    if not root.is_dir():
+        raise FarmUsage(f"no compile cache at {root}; pass the cache_dir the capture wrote into")
+    pending = pending_keys(root)
+    where = args.scheduler or f"a local pool of {args.workers or default_workers(len(pending))} workers"
+    if not pending:
+        return _finish(args, root, where, None)
+    client = executor = None
+    if args.scheduler:
+        client = connect(args.scheduler, args.connect_timeout)
+        executor = client.get_executor(retries=max(0, args.retries), pure=False)
+        where = f"Dask scheduler {args.scheduler} ({len(client.scheduler_info()['workers'])} workers)"
+    print(f"compiling {len(pending)} pending graphs of {root} on {where}", file=sys.stderr, flush=True)
+    progress = _Progress(len(pending))
+    try:
+        report = parallel_compile(root, base_compiler_args=args.base_compiler_args, compiler=args.compiler,
+                                  executor=executor, workers=args.workers, progress=progress, quiet=True,
+                                  raise_on_error=False, compile_timeout=args.timeout)
+    except KeyboardInterrupt:
+        progress.close()
+        if executor is not None:
+            executor.shutdown(wait=False)  # cancels the remote tasks; their workers kill the compilers
+        left = len(pending_keys(root))
+        print(f"neuron-args compile: interrupted; {left} entries stay pending (rerun to build them)",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        progress.close()
+        lost = client is not None and client.status != "running"
+        if client is not None:
+            client.close()
+    if lost:
+        print(f"neuron-args compile: lost the Dask scheduler at {args.scheduler} during the run; the graphs it had "
+              "not returned stay pending. fix: restart the scheduler (and its workers) and rerun", file=sys.stderr)
+    return _finish(args, root, where, report)
+
+
+def _finish(args: argparse.Namespace, root: Path, where: str, report: Any) -> int:
+    graphs = report.graphs if report is not None else []
+    failed = [g for g in graphs if g.status == "failed"]
+    counts = {s: sum(g.status == s for g in graphs) for s in ("compiled", "already-complete", "failed")}
+    if args.json:
+        doc = {"cache_dir": str(root), "where": where, "ok": not failed, **counts,
+               **(report.as_dict() if report is not None else {"seconds": 0.0, "graphs": []})}
+        print(json.dumps(doc, indent=2))
+    else:
+        seconds = report.seconds if report is not None else 0.0
+        print(f"{root}: {counts['compiled']} compiled, {counts['already-complete']} already complete, "
+              f"{counts['failed']} failed in {seconds:.1f} s" if graphs else f"{root}: no pending entries")
+    for g in failed:
+        print(f"FAILED {g.graph_type!r} {g.key}: {g.error}", file=sys.stderr)
+    return EXIT_FAIL if failed else EXIT_OK
