@@ -32,40 +32,7 @@ import numpy as np
 import torch
 
 from neuron_args import xla_cpu
-from neuron_args.lowering.hlo import TensorSpec
-
-# dtypes numpy lacks: torch dtype name -> (same-width integer torch dtype, ml_dtypes name)
-_BIT_VIEWS: dict[str, tuple[torch.dtype, str]] = {
-    "bfloat16": (torch.int16, "bfloat16"),
-    "float8_e4m3fn": (torch.int8, "float8_e4m3fn"),
-    "float8_e5m2": (torch.int8, "float8_e5m2"),
-    "float8_e4m3fnuz": (torch.int8, "float8_e4m3fnuz"),
-    "float8_e5m2fnuz": (torch.int8, "float8_e5m2fnuz"),
-}
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    """numpy dtype for a torch dtype name (``"bfloat16"`` -> ``ml_dtypes.bfloat16``)."""
-    if name in _BIT_VIEWS:
-        import ml_dtypes
-
-        return np.dtype(getattr(ml_dtypes, _BIT_VIEWS[name][1]))
-    if name == "bool":
-        return np.dtype(np.bool_)
-    try:
-        return np.dtype(name)
-    except TypeError:
-        raise TypeError(f"torch dtype {name!r} has no numpy/XLA equivalent") from None
-
-
-def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A CPU tensor as a numpy array of the same dtype (a view where possible)."""
-    t = t.detach()
-    name = str(t.dtype).removeprefix("torch.")
-    if name in _BIT_VIEWS:
-        return t.view(_BIT_VIEWS[name][0]).numpy().view(numpy_dtype(name))
-    return t.numpy()
-
+from neuron_args.tensors import _BIT_VIEWS, TensorSpec, numpy_dtype, tensor_to_numpy
 
 def _dlpack() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """jaxlib's DLPack entry points: (capsule, device) -> buffer and buffer -> capsule."""

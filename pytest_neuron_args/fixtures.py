@@ -23,12 +23,13 @@ from typing import Any
 
 import pytest
 
+from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines, env
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
 from pytest_neuron_args.options import RANK_WORKER_OPTION, NeuronSettings
-from pytest_neuron_args.state import MANIFEST_DIR_ENV, NeuronSession, get_session, safe_name
+from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
 USER_FIXTURE = "neuron_model"
 #: the fixtures that need the user's model (a graph_type marker is checked against it only when one is used)

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_neuron_args.state import LEDGER_DIRNAME, MANIFEST_DIR_ENV
+from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.manifest.ledger import LEDGER_DIRNAME
 
 VISIBLE_DEVICES_ENV = "NEURON_VISIBLE_DEVICES"
 _ENGINE = re.compile(r"^dev(\d+)_(\d+)$")

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from pytest_neuron_args.options import NeuronSettings
 
-MANIFEST_DIR_ENV = "VLLM_NEURON_MANIFEST_DIR"
-LEDGER_DIRNAME = "ledger"
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
 _RECORDS_MODULE = "neuron_args.seams.records"

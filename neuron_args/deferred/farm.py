@@ -27,19 +27,30 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CacheEntry, CompileCache, now_iso
 from neuron_args.errors import CompileError, NeuronArgsError
 
-if TYPE_CHECKING:
-    from neuron_args.deferred.parallel_compile import GraphCompileReport
-
-__all__ = ["CompileOutcome", "CompileTask", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
+__all__ = ["CompileOutcome", "CompileTask", "GraphCompileReport", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
 
 #: How often a worker checks whether its Dask task was cancelled (seconds).
 CANCEL_POLL_SECONDS = 0.3
+
+
+@dataclass
+class GraphCompileReport:
+    """One graph of a ``parallel_compile`` run: how its build ended."""
+
+    key: str
+    graph_type: str | None
+    compiler_args: list[str]
+    status: str  # "compiled" | "failed" | "already-complete" | "cancelled"
+    seconds: float = 0.0
+    executable_size: int | None = None
+    used_base_args: bool = False
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -327,8 +338,6 @@ def _worker_error(exc: BaseException) -> str:
 def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, base_args: Sequence[str] | None,
                  compiler_name: str | None, *, timeout: float | None = None) -> cf.Future[GraphCompileReport]:
     """Compile one pending entry on ``executor``; the future's result is its report (never raises)."""
-    from neuron_args.deferred.parallel_compile import GraphCompileReport
-
     cache = CompileCache(root)
     entry = cache.entry(key)
     outer = _FarmFuture()

@@ -29,7 +29,7 @@ from neuron_args.compilers.lifetime import (
     resolve_compile_timeout,
     within,
 )
-from neuron_args.deferred.farm import submit_graph
+from neuron_args.deferred.farm import GraphCompileReport, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
@@ -37,18 +37,6 @@ from neuron_args.flags import split_compiler_args
 log = logging.getLogger("neuron_args.deferred")
 
 WORKERS_ENV = "NEURON_ARGS_COMPILE_WORKERS"
-
-
-@dataclass
-class GraphCompileReport:
-    key: str
-    graph_type: str | None
-    compiler_args: list[str]
-    status: str  # "compiled" | "failed" | "already-complete" | "cancelled"
-    seconds: float = 0.0
-    executable_size: int | None = None
-    used_base_args: bool = False
-    error: str | None = None
 
 
 @dataclass

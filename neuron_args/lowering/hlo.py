@@ -20,14 +20,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
-
-#: torch dtype -> the dtype the graph is lowered with (jax x64 off).
-LOWERED_DTYPES: dict[str, str] = {
-    "int64": "int32",
-    "uint64": "uint32",
-    "float64": "float32",
-    "complex128": "complex64",
-}
+from neuron_args.tensors import LOWERED_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy  # noqa: F401 (TensorSpec, LOWERED_DTYPES: this module's public names too)
 
 _lock = threading.RLock()
 
@@ -35,36 +28,6 @@ _STATIC_HINT = (
     "Neuron graphs are static: pass torch.compile(..., dynamic=False) (and avoid "
     "torch._dynamo.mark_dynamic) so every input has fixed sizes."
 )
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Shape and torch dtype name (``"float32"``, ``"int64"``, ``"bfloat16"``) of one tensor."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    @classmethod
-    def of(cls, t: torch.Tensor) -> TensorSpec:
-        return cls(tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."))
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return getattr(torch, self.dtype)
-
-    @property
-    def lowered_dtype(self) -> str:
-        """The dtype name of this tensor inside the HLO (64-bit types become 32-bit)."""
-        return LOWERED_DTYPES.get(self.dtype, self.dtype)
-
-    def shape_string(self) -> str:
-        """Manifest input form, Python tuple style.
-
-        ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``.
-        """
-        if len(self.shape) == 1:
-            return f"{self.shape[0]},"
-        return ", ".join(str(d) for d in self.shape)
 
 
 @dataclass(frozen=True)
@@ -186,8 +149,6 @@ def _result_shapes(shape: Any) -> tuple[str, ...]:
 
 
 def _np_dtype(name: str) -> Any:
-    from neuron_args.runtime import numpy_dtype
-
     return numpy_dtype(name)
 
 
@@ -226,8 +187,6 @@ def _constant(env: Any, value: torch.Tensor) -> Any:
     """A real torch tensor held by the graph (get_attr, lifted constant) as a torchax tensor."""
     import jax.numpy as jnp
     from torchax.tensor import Tensor
-
-    from neuron_args.runtime import tensor_to_numpy
 
     if isinstance(value, torch._subclasses.FakeTensor):
         raise LoweringError("the graph holds a fake tensor constant; its values are unknown")

@@ -1,0 +1,82 @@
+"""Tensor specs and dtypes shared by lowering and the runtime (a leaf: torch and numpy only).
+
+A graph is lowered with jax x64 off, so 64-bit dtypes live in the HLO as their 32-bit type
+(:data:`LOWERED_DTYPES`); numpy lacks bfloat16 and the float8 types, which go through
+``ml_dtypes`` by reinterpreting their bits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+#: torch dtype -> the dtype the graph is lowered with (jax x64 off).
+LOWERED_DTYPES: dict[str, str] = {
+    "int64": "int32",
+    "uint64": "uint32",
+    "float64": "float32",
+    "complex128": "complex64",
+}
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and torch dtype name (``"float32"``, ``"int64"``, ``"bfloat16"``) of one tensor."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorSpec:
+        return cls(tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    @property
+    def lowered_dtype(self) -> str:
+        """The dtype name of this tensor inside the HLO (64-bit types become 32-bit)."""
+        return LOWERED_DTYPES.get(self.dtype, self.dtype)
+
+    def shape_string(self) -> str:
+        """Manifest input form, Python tuple style.
+
+        ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``.
+        """
+        if len(self.shape) == 1:
+            return f"{self.shape[0]},"
+        return ", ".join(str(d) for d in self.shape)
+
+
+# dtypes numpy lacks: torch dtype name -> (same-width integer torch dtype, ml_dtypes name)
+_BIT_VIEWS: dict[str, tuple[torch.dtype, str]] = {
+    "bfloat16": (torch.int16, "bfloat16"),
+    "float8_e4m3fn": (torch.int8, "float8_e4m3fn"),
+    "float8_e5m2": (torch.int8, "float8_e5m2"),
+    "float8_e4m3fnuz": (torch.int8, "float8_e4m3fnuz"),
+    "float8_e5m2fnuz": (torch.int8, "float8_e5m2fnuz"),
+}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """numpy dtype for a torch dtype name (``"bfloat16"`` -> ``ml_dtypes.bfloat16``)."""
+    if name in _BIT_VIEWS:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, _BIT_VIEWS[name][1]))
+    if name == "bool":
+        return np.dtype(np.bool_)
+    try:
+        return np.dtype(name)
+    except TypeError:
+        raise TypeError(f"torch dtype {name!r} has no numpy/XLA equivalent") from None
+
+
+def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a numpy array of the same dtype (a view where possible)."""
+    t = t.detach()
+    name = str(t.dtype).removeprefix("torch.")
+    if name in _BIT_VIEWS:
+        return t.view(_BIT_VIEWS[name][0]).numpy().view(numpy_dtype(name))
+    return t.numpy()
