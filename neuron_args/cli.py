@@ -391,7 +391,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="also compare installed package versions")
     diff.set_defaults(run=_manifest_diff)
 
-    cache = groups.add_parser("cache", help="list or explain compile-cache entries")
+    cache = groups.add_parser("cache", help="list, verify or explain compile-cache entries")
     cache_commands = cache.add_subparsers(dest="command", metavar="{ls,verify,explain}")
     cache_commands.required = True
     ls = cache_commands.add_parser(

@@ -570,6 +570,17 @@ def test_validate_a_baseline_says_so_and_checks_it_as_one(deployment, tmp_path, 
     assert "environment" not in out and "created_timestamp' is a required" not in out
 
 
+def test_show_of_a_baseline_does_not_look_for_its_placeholder_cache(deployment, tmp_path, capsys):
+    path = _baseline(deployment, tmp_path)
+    code, out, err = run(capsys, "manifest", "show", str(path))
+    assert (code, err) == (0, "")
+    assert "not on this machine" not in out and "<cache_dir>" not in out
+    code, out, _ = run(capsys, "manifest", "show", str(path), "--json")
+    doc = json.loads(out)
+    assert (code, doc["kind"], doc["cache_dir"], doc["note"]) == (0, "baseline", None, None)
+    assert [g["graph_type"] for g in doc["graphs"]] == ["prefill", "decode", None]
+
+
 def test_a_manifest_without_environment_is_still_checked_as_a_manifest(deployment, tmp_path, capsys):
     doc = copy.deepcopy(deployment.doc)
     del doc["environment"]

@@ -291,11 +291,13 @@ def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = 
 
 
 def recorded_cache_dir(doc: Mapping) -> Path | None:
-    """``config.neuron_config.cache_dir`` when the manifest recorded one."""
+    """``config.neuron_config.cache_dir`` when the manifest recorded one (a baseline's placeholder is none)."""
     config = doc.get("config")
     neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
     value = neuron.get("cache_dir") if isinstance(neuron, Mapping) else None
-    return Path(value).expanduser() if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value or value == BASELINE_CACHE_DIR_PLACEHOLDER:
+        return None
+    return Path(value).expanduser()
 
 
 # ----------------------------------------------------------------------------- baselines
