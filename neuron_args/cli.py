@@ -1,15 +1,17 @@
 """``neuron-args``: inspect manifests and compile caches from a shell or CI step.
 
-    neuron-args manifest show PATH [--cache-dir DIR]
-    neuron-args manifest validate PATH [--cache-dir DIR]      exit 0 valid, 1 invalid, 2 unreadable
+    neuron-args manifest show PATH [--cache-dir DIR] [--json]
+    neuron-args manifest validate PATH [--cache-dir DIR] [--json]   exit 0 valid, 1 invalid, 2 unreadable
     neuron-args manifest diff OLD NEW [--json] [--include-environment]   exit 0 same, 1 different
-    neuron-args cache ls [DIR]
-    neuron-args cache verify [DIR] [--fix]                    exit 0 all sound, 1 corrupt entries found
-    neuron-args cache explain KEY_A KEY_B [--cache-dir DIR]   (unique key prefixes accepted)
+    neuron-args cache ls [DIR | --cache-dir DIR] [--json]
+    neuron-args cache verify [DIR | --cache-dir DIR] [--fix] [--json]   exit 0 all sound, 1 corrupt found
+    neuron-args cache explain KEY_A KEY_B [--cache-dir DIR] [--json]    (unique key prefixes accepted)
     neuron-args report compare OLD NEW [--json] [thresholds]  exit 0 no regression, 1 regression
 
 Exit status 2 means a usage error or an unreadable input, so CI can tell "invalid" from
-"could not check". Nothing here imports torch or jax.
+"could not check"; ``--json`` changes only what is printed, never the exit status (errors stay on
+stderr). ``manifest validate`` recognises a plugin baseline (``.neuron-baseline/*.json``) and checks
+it as one. Nothing here imports torch or jax.
 """
 from __future__ import annotations
 
@@ -91,10 +93,18 @@ def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | 
     return recorded, None
 
 
+def _cache_arg(args: argparse.Namespace) -> str | None:
+    """The cache directory given as the positional ``DIR`` or ``--cache-dir`` (the same place if both)."""
+    positional, option = getattr(args, "dir", None), getattr(args, "cache_dir", None)
+    if positional and option and Path(positional).expanduser().resolve() != Path(option).expanduser().resolve():
+        raise _Usage(f"cache {args.command}: the directory {positional} and --cache-dir {option} differ; give one")
+    return positional or option
+
+
 def _require_cache(path: str | None) -> Path:
     root = Path(path).expanduser() if path else default_cache_dir()
     if not root.is_dir():
-        hint = "" if path else f" (set {CACHE_DIR_ENV} or pass the directory)"
+        hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
         raise _Usage(f"no compile cache at {root}{hint}")
     return root
 
@@ -102,8 +112,12 @@ def _require_cache(path: str | None) -> Path:
 # ----------------------------------------------------------------------------- commands
 
 
+def _print_json(value: object) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
 def _manifest_show(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import manifest_table, read_metadata
+    from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table, read_metadata
 
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
@@ -115,6 +129,17 @@ def _manifest_show(args: argparse.Namespace) -> int:
                 metadata = read_metadata(cache, key)
                 value = metadata.get("graph_type") if metadata else None
                 types[key] = value if isinstance(value, str) else None
+    if args.json:
+        _print_json({
+            "path": args.path,
+            "kind": "baseline" if is_baseline(doc, args.path) else "manifest",
+            "manifest_version": doc.get("manifest_version"),
+            "config": doc.get("config"),
+            "cache_dir": str(cache) if cache is not None else None,
+            "note": note,
+            "graphs": manifest_graph_rows(doc, types),
+        })
+        return EXIT_OK
     print(manifest_table(doc, types))
     if note:
         print(note)
@@ -151,21 +176,43 @@ def cross_check(doc: Mapping, cache: Path) -> list[str]:
 
 
 def _manifest_validate(args: argparse.Namespace) -> int:
+    """A manifest against schema v1 and its cache; a baseline against the baseline form (it names no
+    files, so there is no cache to cross-check)."""
     from neuron_args.manifest.schema import validate_manifest
+    from neuron_args.manifest.show import is_baseline, validate_baseline
 
     doc = _load_manifest(args.path)
-    cache, note = _cache_dir_for(doc, args.cache_dir)
-    problems = validate_manifest(doc)
-    if cache is not None:
-        problems += cross_check(doc, cache)
+    kind = "baseline" if is_baseline(doc, args.path) else "manifest"
+    if kind == "baseline":
+        cache, note = None, None
+        if args.cache_dir is not None:
+            note = "note: a baseline names no cache files; --cache-dir not used"
+        problems = validate_baseline(doc)
+    else:
+        cache, note = _cache_dir_for(doc, args.cache_dir)
+        problems = validate_manifest(doc)
+        if cache is not None:
+            problems += cross_check(doc, cache)
+    count = len(_graphs(doc))
+    if args.json:
+        _print_json({"path": args.path, "kind": kind, "valid": not problems,
+                     "manifest_version": doc.get("manifest_version"), "graphs": count,
+                     "cache_dir": str(cache) if cache is not None else None, "note": note,
+                     "problems": problems})
+        return EXIT_FAIL if problems else EXIT_OK
     if note:
         print(note)
-    count = len(_graphs(doc))
     if problems:
-        print(f"INVALID: {args.path}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+        print(f"INVALID: {args.path}: {len(problems)} problem{'s' if len(problems) != 1 else ''} "
+              f"(checked as a {kind})")
         for problem in problems:
             print(f"  - {problem}")
         return EXIT_FAIL
+    if kind == "baseline":
+        print(f"OK: {args.path} is a manifest baseline (the plugin's --neuron-baseline form), valid, "
+              f"v{doc.get('manifest_version')} ({count} graphs; environment, NEFF sizes, timestamps "
+              "and cache paths are left out by design)")
+        return EXIT_OK
     checked = f"; files checked against {cache}" if cache is not None else ""
     print(f"OK: {args.path} is a valid manifest v{doc.get('manifest_version')} ({count} graphs{checked})")
     return EXIT_OK
@@ -186,10 +233,15 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 
 def _cache_ls(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import cache_entries, cache_table
+    from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
 
-    root = _require_cache(args.dir)
+    root = _require_cache(_cache_arg(args))
     entries = cache_entries(root)
+    if args.json:
+        _print_json({"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
+                     "counts": status_counts([e.status for e in entries]),
+                     "total_size": sum(e.size for e in entries)})
+        return EXIT_OK
     print(f"compile cache {root}")
     print(cache_table(entries) if entries else "no entries")
     return EXIT_OK
@@ -198,10 +250,11 @@ def _cache_ls(args: argparse.Namespace) -> int:
 def _cache_verify(args: argparse.Namespace) -> int:
     """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
     from neuron_args.cache import QUARANTINE_DIR, CompileCache
+    from neuron_args.manifest.show import KEY_PATTERN
 
-    root = _require_cache(args.dir)
+    root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
-    entries = cache.entries()
+    entries = [e for e in cache.entries() if KEY_PATTERN.match(e.key)]  # the entries `cache ls` lists
     corrupt, counts = [], {}
     for entry in entries:
         status = entry.status
@@ -210,13 +263,21 @@ def _cache_verify(args: argparse.Namespace) -> int:
             status = "corrupt"
             corrupt.append((entry, problem))
         counts[status] = counts.get(status, 0) + 1
-    print(f"compile cache {root}: {len(entries)} entries checked")
+    found = []
     for entry, problem in corrupt:
         label = entry.metadata().get("graph_type")
-        line = f"  corrupt {entry.key} (graph type {label!r}): {problem}"
+        moved = cache.quarantine(entry, problem) if args.fix else None
+        found.append({"key": entry.key, "graph_type": label, "problem": problem,
+                      "moved_to": str(moved) if moved else None})
+    if args.json:
+        _print_json({"cache_dir": str(root), "checked": len(entries), "counts": dict(sorted(counts.items())),
+                     "corrupt": found, "fixed": bool(args.fix), "ok": not corrupt or bool(args.fix)})
+        return EXIT_FAIL if corrupt and not args.fix else EXIT_OK
+    print(f"compile cache {root}: {len(entries)} entries checked")
+    for item in found:
+        line = f"  corrupt {item['key']} (graph type {item['graph_type']!r}): {item['problem']}"
         if args.fix:
-            moved = cache.quarantine(entry, problem)
-            line += f"; moved to {moved}" if moved else "; already replaced"
+            line += f"; moved to {item['moved_to']}" if item["moved_to"] else "; already replaced"
         print(line)
     print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) if counts else "  no entries")
     if corrupt and not args.fix:
@@ -228,7 +289,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
 def _cache_explain(args: argparse.Namespace) -> int:
     from neuron_args.manifest.show import read_metadata, resolve_key
 
-    root = _require_cache(args.cache_dir)
+    root = _require_cache(_cache_arg(args))
     keys = []
     for prefix in (args.key_a, args.key_b):
         try:
@@ -250,6 +311,11 @@ def _cache_explain(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise _Usage(f"cache explain needs neuron_args.cache_key.explain_components ({exc})") from None
     lines = explain_components(components[0], components[1])
+    if args.json:
+        _print_json({"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
+                     "graph_types": [read_metadata(root, k).get("graph_type") for k in keys],
+                     "identical": not lines, "differences": lines})
+        return EXIT_OK
     print(f"{keys[0]} vs {keys[1]}")
     if not lines:
         print("  identical key components")
@@ -279,6 +345,14 @@ def _report_compare(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- parser
 
 
+def _add_cache_dir(parser: argparse.ArgumentParser, *, positional: bool) -> None:
+    """``--cache-dir DIR`` on every cache command; ``ls`` and ``verify`` also keep their positional ``DIR``."""
+    where = f"cache directory (default: ${CACHE_DIR_ENV}, else {DEFAULT_CACHE_DIR})"
+    if positional:
+        parser.add_argument("dir", nargs="?", metavar="DIR", help=where + "; same as --cache-dir")
+    parser.add_argument("--cache-dir", metavar="DIR", help=where)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="neuron-args",
@@ -294,14 +368,17 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("path", help="manifest.json, or the <engine-id> folder holding it")
     show.add_argument("--cache-dir", help="compile cache to read graph types from "
                       "(default: config.neuron_config.cache_dir when recorded)")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(run=_manifest_show)
     validate = commands.add_parser(
         "validate", help="check a manifest against schema v1 and its compile cache",
-        description="Exit 0 when valid, 1 when invalid, 2 when it cannot be read.",
+        description="Exit 0 when valid, 1 when invalid, 2 when it cannot be read. A manifest baseline "
+                    "(.neuron-baseline/*.json) is recognised and checked as one.",
     )
     validate.add_argument("path", help="manifest.json, or the <engine-id> folder holding it")
     validate.add_argument("--cache-dir", help="compile cache to cross-check files and sizes "
                           "against (default: config.neuron_config.cache_dir when recorded)")
+    validate.add_argument("--json", action="store_true", help="machine-readable output")
     validate.set_defaults(run=_manifest_validate)
     diff = commands.add_parser(
         "diff", help="what changed between two manifests",
@@ -314,7 +391,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="also compare installed package versions")
     diff.set_defaults(run=_manifest_diff)
 
-    cache = groups.add_parser("cache", help="list or explain compile-cache entries")
+    cache = groups.add_parser("cache", help="list, verify or explain compile-cache entries")
     cache_commands = cache.add_subparsers(dest="command", metavar="{ls,verify,explain}")
     cache_commands.required = True
     ls = cache_commands.add_parser(
@@ -322,23 +399,23 @@ def _parser() -> argparse.ArgumentParser:
         description="STATUS: complete, corrupt (executable missing or not the recorded size), pending "
                     "(captured, not compiled), compiling (pid N) (a live process holds the key's lock), "
                     "failed (the compiler failed), crashed (its build's process died).")
-    ls.add_argument("dir", nargs="?", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
-                    f"else {DEFAULT_CACHE_DIR})")
+    _add_cache_dir(ls, positional=True)
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(run=_cache_ls)
     verify = cache_commands.add_parser(
         "verify", help="check every entry's executable against its recorded size and sha256",
         description="Exit 0 when no entry is corrupt (or --fix moved them aside), 1 otherwise.",
     )
-    verify.add_argument("dir", nargs="?", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
-                        f"else {DEFAULT_CACHE_DIR})")
+    _add_cache_dir(verify, positional=True)
     verify.add_argument("--fix", action="store_true",
                         help="move corrupt entries aside (to <cache>/.corrupt/) so the next run rebuilds them")
+    verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.set_defaults(run=_cache_verify)
     explain = cache_commands.add_parser("explain", help="why two keys differ (key components)")
     explain.add_argument("key_a", metavar="KEY_A", help="a key or unique key prefix")
     explain.add_argument("key_b", metavar="KEY_B", help="a key or unique key prefix")
-    explain.add_argument("--cache-dir", help=f"cache directory (default: ${CACHE_DIR_ENV}, "
-                         f"else {DEFAULT_CACHE_DIR})")
+    _add_cache_dir(explain, positional=False)
+    explain.add_argument("--json", action="store_true", help="machine-readable output")
     explain.set_defaults(run=_cache_explain)
 
     add_compile_command(groups)

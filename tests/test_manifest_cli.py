@@ -1,4 +1,4 @@
-"""The ``neuron-args`` CLI (manifest show / validate / diff, cache ls / explain) and manifest diffing."""
+"""The ``neuron-args`` CLI (manifest show / validate / diff, cache ls / verify / explain) and manifest diffing."""
 from __future__ import annotations
 
 import copy
@@ -428,3 +428,191 @@ def test_the_console_script(deployment):
     proc = subprocess.run([str(script), "manifest", "validate", str(deployment.manifest) + ".missing"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "cannot read manifest" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- --cache-dir, --json, baselines
+
+
+@pytest.mark.parametrize("command", ["ls", "verify"])
+def test_cache_dir_option_and_positional_agree(cache, capsys, command):
+    by_position = run(capsys, "cache", command, str(cache))
+    assert by_position[0] in (0, 1) and by_position[2] == ""
+    assert run(capsys, "cache", command, "--cache-dir", str(cache)) == by_position
+    # both, naming the same place (spelled differently): fine
+    assert run(capsys, "cache", command, str(cache), "--cache-dir", str(cache / ".." / "cache")) == by_position
+    code, out, err = run(capsys, "cache", command, str(cache), "--cache-dir", str(cache.parent))
+    assert (code, out) == (2, "")
+    assert f"the directory {cache} and --cache-dir {cache.parent} differ; give one" in err
+
+
+def test_cache_dir_option_missing_dir_is_a_usage_error(tmp_path, capsys):
+    for command in (["ls"], ["verify"], ["explain", KEY_A, KEY_B]):
+        code, out, err = run(capsys, "cache", *command, "--cache-dir", str(tmp_path / "nowhere"))
+        assert (code, out) == (2, "") and f"no compile cache at {tmp_path / 'nowhere'}" in err
+
+
+def test_cache_ls_json(cache, capsys):
+    code, out, err = run(capsys, "cache", "ls", "--cache-dir", str(cache), "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert set(doc) == {"cache_dir", "entries", "counts", "total_size"}
+    assert doc["cache_dir"] == str(cache)
+    other = KEY_A[:-4] + "ffff"
+    assert [(e["graph_type"], e["key"], e["opt_level"], e["status"]) for e in doc["entries"]] == [
+        ("decode", KEY_B, "-O1", "pending"), ("prefill", KEY_A, "-O3", "complete"),
+        ("prefill", other, "-O1", "complete"), (None, KEY_C, None, "crashed")]
+    assert all(set(e) == {"key", "graph_type", "opt_level", "status", "lock_pid", "size"} for e in doc["entries"])
+    assert doc["entries"][1]["size"] == _size(cache / KEY_A)
+    assert doc["counts"] == {"complete": 2, "crashed": 1, "pending": 1}
+    assert doc["total_size"] == sum(e["size"] for e in doc["entries"])
+
+
+def _corrupt(cache: Path, key: str) -> None:
+    metadata = json.loads((cache / key / "metadata.json").read_text())
+    metadata["executable_size"] = 1
+    (cache / key / "metadata.json").write_text(json.dumps(metadata))
+
+
+def test_cache_verify_json_keeps_the_exit_status(cache, capsys):
+    code, out, _ = run(capsys, "cache", "verify", "--cache-dir", str(cache), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc == {"cache_dir": str(cache), "checked": 4, "counts": {"complete": 2, "crashed": 1, "pending": 1},
+                   "corrupt": [], "fixed": False, "ok": True}
+    _corrupt(cache, KEY_A)
+    code, out, _ = run(capsys, "cache", "verify", str(cache), "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False and doc["counts"]["corrupt"] == 1
+    assert doc["corrupt"] == [{"key": KEY_A, "graph_type": "prefill", "moved_to": None,
+                               "problem": "the executable has 3000 bytes, 1 were recorded (truncated or replaced)"}]
+    code, out, _ = run(capsys, "cache", "verify", "--cache-dir", str(cache), "--fix", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["fixed"] is True and doc["ok"] is True
+    assert doc["corrupt"][0]["key"] == KEY_A and Path(doc["corrupt"][0]["moved_to"]).is_dir()
+    assert not (cache / KEY_A).exists()
+
+
+def test_cache_explain_json(cache, capsys):
+    code, out, err = run(capsys, "cache", "explain", KEY_A, KEY_B[:6], "--cache-dir", str(cache), "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert set(doc) == {"cache_dir", "key_a", "key_b", "graph_types", "identical", "differences"}
+    assert (doc["key_a"], doc["key_b"], doc["graph_types"]) == (KEY_A, KEY_B, ["prefill", "decode"])
+    assert doc["identical"] is False
+    assert any("compiler_args" in line and "-O3 -> -O1" in line for line in doc["differences"])
+    code, out, _ = run(capsys, "cache", "explain", KEY_A, KEY_A, "--cache-dir", str(cache), "--json")
+    assert code == 0 and json.loads(out)["identical"] is True and json.loads(out)["differences"] == []
+
+
+def test_manifest_show_json(deployment, capsys):
+    code, out, err = run(capsys, "manifest", "show", str(deployment.manifest), "--json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert set(doc) == {"path", "kind", "manifest_version", "config", "cache_dir", "note", "graphs"}
+    assert (doc["kind"], doc["manifest_version"], doc["cache_dir"]) == ("manifest", "1", str(deployment.cache))
+    assert doc["config"]["model"] == "tiny"
+    assert [(g["graph_type"], g["graph_hash"], g["opt_level"], g["ranks"]) for g in doc["graphs"]] == [
+        ("prefill", KEY_A, "-O3", [0, 1, 2, 3]), ("decode", KEY_B, "-O1", [0, 1]), (None, KEY_C, None, [3])]
+    assert doc["graphs"][0]["input_shapes"] == ["4,", "4, 16"]
+    assert doc["graphs"][0]["neff_size"] == 949_498
+
+
+def test_manifest_validate_json_keeps_the_exit_status(deployment, tmp_path, capsys):
+    code, out, _ = run(capsys, "manifest", "validate", str(deployment.manifest), "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc == {"path": str(deployment.manifest), "kind": "manifest", "valid": True, "manifest_version": "1",
+                   "graphs": 3, "cache_dir": str(deployment.cache), "note": None, "problems": []}
+    (deployment.cache / KEY_B / "graph.hlo").unlink()
+    code, out, _ = run(capsys, "manifest", "validate", str(deployment.manifest), "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["valid"] is False
+    assert doc["problems"] == [f"graphs[1] ({KEY_B[:12]}).hlo_path: {KEY_B}/graph.hlo not found in the cache "
+                               f"{deployment.cache}"]
+
+
+def _baseline(deployment, tmp_path) -> Path:
+    """The baseline the plugin writes for this deployment's manifest (``--neuron-update-baseline``)."""
+    from pytest_neuron_args.baseline import BASELINE_DIRNAME, normalize
+
+    doc = copy.deepcopy(deployment.doc)
+    doc["config"]["neuron_config"]["graph_types"] = {KEY_A: "prefill", KEY_B: "decode", "9" * 32: "other"}
+    path = tmp_path / "proj" / BASELINE_DIRNAME / "test_serve.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(normalize(doc), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def test_validate_a_baseline_says_so_and_checks_it_as_one(deployment, tmp_path, capsys):
+    path = _baseline(deployment, tmp_path)
+    code, out, err = run(capsys, "manifest", "validate", str(path))
+    assert (code, err) == (0, ""), out
+    assert out.startswith(f"OK: {path} is a manifest baseline")
+    assert "3 graphs" in out
+    code, out, _ = run(capsys, "manifest", "validate", str(path), "--json")
+    doc = json.loads(out)
+    assert code == 0 and (doc["kind"], doc["valid"], doc["problems"], doc["cache_dir"]) == ("baseline", True, [], None)
+    # found as a baseline by its content too (renamed out of .neuron-baseline/)
+    moved = tmp_path / "elsewhere.json"
+    moved.write_text(path.read_text())
+    assert run(capsys, "manifest", "validate", str(moved))[1].startswith(f"OK: {moved} is a manifest baseline")
+    # a broken baseline is invalid as a baseline, with the baseline's own rules
+    broken = json.loads(path.read_text())
+    del broken["graphs"][0]["compiler_flags"]
+    broken["graphs"][1]["neff_size"] = 12
+    broken_path = path.with_name("broken.json")
+    broken_path.write_text(json.dumps(broken))
+    code, out, _ = run(capsys, "manifest", "validate", str(broken_path))
+    assert code == 1
+    assert out.splitlines()[0] == f"INVALID: {broken_path}: 2 problems (checked as a baseline)"
+    assert "'compiler_flags' is a required property" in out
+    assert "graphs[1]: a baseline leaves out neff_size" in out
+    assert "environment" not in out and "created_timestamp' is a required" not in out
+
+
+def test_show_of_a_baseline_does_not_look_for_its_placeholder_cache(deployment, tmp_path, capsys):
+    path = _baseline(deployment, tmp_path)
+    code, out, err = run(capsys, "manifest", "show", str(path))
+    assert (code, err) == (0, "")
+    assert "not on this machine" not in out and "<cache_dir>" not in out
+    code, out, _ = run(capsys, "manifest", "show", str(path), "--json")
+    doc = json.loads(out)
+    assert (code, doc["kind"], doc["cache_dir"], doc["note"]) == (0, "baseline", None, None)
+    assert [g["graph_type"] for g in doc["graphs"]] == ["prefill", "decode", None]
+
+
+def test_a_manifest_without_environment_is_still_checked_as_a_manifest(deployment, tmp_path, capsys):
+    doc = copy.deepcopy(deployment.doc)
+    del doc["environment"]
+    code, out, _ = run(capsys, "manifest", "validate", write(tmp_path, "m.json", doc), "--json")
+    result = json.loads(out)
+    assert code == 1 and result["kind"] == "manifest"
+    assert any("'environment' is a required property" in p for p in result["problems"])
+
+
+def test_baseline_constants_match_the_plugin():
+    from neuron_args.manifest import show
+    from pytest_neuron_args import baseline
+
+    assert show.BASELINE_VOLATILE_GRAPH_FIELDS == baseline.VOLATILE_GRAPH_FIELDS
+    assert show.BASELINE_CACHE_DIR_PLACEHOLDER == baseline.CACHE_DIR_PLACEHOLDER
+    assert show.BASELINE_DIRNAME == baseline.BASELINE_DIRNAME
+
+
+def test_consistency_through_python_m(deployment, tmp_path):
+    """The same flags through a real process: ``python -m neuron_args.cli``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_NEURON_MANIFEST_DIR", "NEURON_LIBTORCH_CACHE_DIR")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "neuron_args.cli", *argv], capture_output=True, text=True,
+                              env=env, timeout=120)
+
+    proc = cli("cache", "ls", "--cache-dir", str(deployment.cache), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [e["graph_type"] for e in json.loads(proc.stdout)["entries"]] == ["decode", "prefill"]
+    proc = cli("cache", "verify", str(deployment.cache), "--cache-dir", str(tmp_path))
+    assert proc.returncode == 2 and "differ; give one" in proc.stderr
+    proc = cli("manifest", "validate", str(_baseline(deployment, tmp_path)), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["kind"] == "baseline"

@@ -17,16 +17,21 @@ from typing import Any
 __all__ = [
     "CacheEntryInfo",
     "cache_entries",
+    "cache_entry_dict",
     "cache_table",
     "entry_status",
     "format_ranks",
     "format_shapes",
     "human_size",
+    "is_baseline",
+    "manifest_graph_rows",
     "manifest_table",
     "opt_level",
     "read_metadata",
     "render_table",
     "resolve_key",
+    "status_counts",
+    "validate_baseline",
 ]
 
 KEY_PATTERN = re.compile(r"^[0-9a-f]{32}$")
@@ -286,8 +291,121 @@ def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = 
 
 
 def recorded_cache_dir(doc: Mapping) -> Path | None:
-    """``config.neuron_config.cache_dir`` when the manifest recorded one."""
+    """``config.neuron_config.cache_dir`` when the manifest recorded one (a baseline's placeholder is none)."""
     config = doc.get("config")
     neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
     value = neuron.get("cache_dir") if isinstance(neuron, Mapping) else None
-    return Path(value).expanduser() if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value or value == BASELINE_CACHE_DIR_PLACEHOLDER:
+        return None
+    return Path(value).expanduser()
+
+
+# ----------------------------------------------------------------------------- baselines
+
+#: What the plugin's baseline form (``pytest_neuron_args.baseline.normalize``) leaves out or masks;
+#: kept equal to its constants by a test, so reading a baseline never imports pytest.
+BASELINE_VOLATILE_GRAPH_FIELDS = ("created_timestamp", "neff_size", "hlo_path", "neff_path")
+BASELINE_CACHE_DIR_PLACEHOLDER = "<cache_dir>"
+BASELINE_DIRNAME = ".neuron-baseline"
+
+
+def is_baseline(doc: Mapping, path: str | os.PathLike[str] | None = None) -> bool:
+    """Whether ``doc`` is a manifest baseline (the plugin's ``.neuron-baseline/*.json``), not a manifest:
+    its cache dir is the placeholder, or it has no ``environment`` and no graph carries a volatile field,
+    or it sits in a ``.neuron-baseline`` folder without an ``environment``."""
+    config = doc.get("config")
+    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
+    if isinstance(neuron, Mapping) and neuron.get("cache_dir") == BASELINE_CACHE_DIR_PLACEHOLDER:
+        return True
+    if "environment" in doc:
+        return False
+    if path is not None and BASELINE_DIRNAME in Path(path).parts:
+        return True
+    listed = doc.get("graphs")
+    graphs = [g for g in listed if isinstance(g, Mapping)] if isinstance(listed, list) else []
+    return bool(graphs) and not any(f in g for g in graphs for f in BASELINE_VOLATILE_GRAPH_FIELDS)
+
+
+def validate_baseline(doc: Mapping) -> list[str]:
+    """Problems with a baseline: the manifest schema less what the baseline form leaves out
+    (``environment`` and the volatile graph fields), plus what that form promises (none of those
+    fields present, the cache dir masked, graph types only for its own graphs)."""
+    from neuron_args.manifest.schema import validate_manifest
+
+    omitted = {"environment", *BASELINE_VOLATILE_GRAPH_FIELDS}
+    problems = [p for p in validate_manifest(doc)
+                if not any(p.endswith(f"'{name}' is a required property") for name in omitted)]
+    if "environment" in doc:
+        problems.append("environment: a baseline leaves out the package snapshot (it changes between runs)")
+    graphs = doc.get("graphs") if isinstance(doc.get("graphs"), list) else []
+    for index, graph in enumerate(graphs):
+        if isinstance(graph, Mapping):
+            present = [f for f in BASELINE_VOLATILE_GRAPH_FIELDS if f in graph]
+            if present:
+                problems.append(f"graphs[{index}]: a baseline leaves out {', '.join(present)} "
+                                "(they change between runs of the same build)")
+    config = doc.get("config")
+    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
+    if isinstance(neuron, Mapping):
+        if "cache_dir" in neuron and neuron["cache_dir"] != BASELINE_CACHE_DIR_PLACEHOLDER:
+            problems.append(f"config.neuron_config.cache_dir: a baseline masks it as "
+                            f"{BASELINE_CACHE_DIR_PLACEHOLDER!r}, got {neuron['cache_dir']!r}")
+        types = neuron.get("graph_types")
+        if isinstance(types, Mapping):
+            hashes = {g.get("graph_hash") for g in graphs if isinstance(g, Mapping)}
+            extra = sorted(k for k in types if k not in hashes)
+            if extra:
+                problems.append(f"config.neuron_config.graph_types: {len(extra)} key(s) not among the baseline's "
+                                f"graphs ({', '.join(k[:SHORT_HASH] for k in extra[:3])})")
+    return problems
+
+
+# ----------------------------------------------------------------------------- JSON forms
+
+
+def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> list[dict]:
+    """``manifest show --json``'s graphs: the table's columns with full values."""
+    config = doc.get("config")
+    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
+    recorded = neuron.get("graph_types") if isinstance(neuron, Mapping) else None
+    types = {**(recorded if isinstance(recorded, Mapping) else {}),
+             **{k: v for k, v in (graph_types or {}).items() if v}}
+    rows = []
+    for g in doc.get("graphs") if isinstance(doc.get("graphs"), list) else []:
+        if not isinstance(g, Mapping):
+            continue
+        h = g.get("graph_hash")
+        level = opt_level(g.get("compiler_flags"))
+        rows.append({
+            "graph_type": types.get(h) if isinstance(h, str) else None,
+            "graph_hash": h,
+            "input_shapes": g.get("input_shapes"),
+            "output_shapes": g.get("output_shapes"),
+            "opt_level": None if level == "-" else level,
+            "compiler_flags": g.get("compiler_flags"),
+            "neff_size": g.get("neff_size"),
+            "ranks": g.get("ranks"),
+        })
+    return rows
+
+
+def status_counts(statuses: Sequence[str]) -> dict[str, int]:
+    """``{"complete": 2, "compiling": 1, ...}`` (the pid of ``compiling (pid N)`` dropped)."""
+    counts: dict[str, int] = {}
+    for status in statuses:
+        word = status.split(" ")[0]
+        counts[word] = counts.get(word, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def cache_entry_dict(entry: CacheEntryInfo) -> dict:
+    """One ``cache ls --json`` entry."""
+    pid = re.fullmatch(r"compiling \(pid (\d+)\)", entry.status)
+    return {
+        "key": entry.key,
+        "graph_type": entry.graph_type,
+        "opt_level": None if entry.opt_level == "-" else entry.opt_level,
+        "status": entry.status.split(" ")[0],
+        "lock_pid": int(pid.group(1)) if pid else None,
+        "size": entry.size,
+    }
