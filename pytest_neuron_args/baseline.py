@@ -54,12 +54,17 @@ class Baseline:
     """The ``neuron_baseline`` fixture: ``check(manifest)`` writes or compares one baseline file."""
 
     def __init__(self, path: Path, *, nodeid: str, update: bool, update_hint: str,
-                 on_write: Any = None) -> None:
+                 on_write: Any = None, on_check: Any = None) -> None:
         self.path = path
         self.nodeid = nodeid
         self.update = update
         self.update_hint = update_hint
         self._on_write = on_write
+        self._on_check = on_check  # gets {"nodeid", "path", "status", "lines"} of every check (summaries)
+
+    def _note(self, status: str, lines: list[str] | None = None) -> None:
+        if self._on_check is not None:
+            self._on_check({"nodeid": self.nodeid, "path": str(self.path), "status": status, "lines": list(lines or [])})
 
     def check(self, manifest: ManifestView | Mapping[str, Any] | str | os.PathLike[str]) -> Any:
         """Compare ``manifest`` with the baseline (or write it, when updating); the diff when it passes."""
@@ -74,20 +79,32 @@ class Baseline:
             doc = ManifestView.load(manifest).doc
         new = normalize(doc)
         if self.update:
-            write_atomic(self.path, json.dumps(new, indent=2, sort_keys=True) + "\n")
+            text = json.dumps(new, indent=2, sort_keys=True) + "\n"
+            try:
+                old_text: str | None = self.path.read_text(encoding="utf-8")
+            except OSError:
+                old_text = None
+            if old_text == text:
+                self._note("unchanged")
+                return None
+            write_atomic(self.path, text)
+            self._note("written" if old_text is None else "updated")
             if self._on_write is not None:
                 self._on_write(str(self.path))
             return None
         if not self.path.is_file():
+            self._note("missing")
             raise AssertionError(
                 f"no manifest baseline for {self.nodeid} at {self.path}.\n"
                 f"Create it (then review and commit it) with:\n    {self.update_hint}")
         try:
             old = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
+            self._note("unreadable")
             raise AssertionError(f"manifest baseline {self.path} is unreadable ({type(exc).__name__}: {exc}); "
                                  f"rewrite it with:\n    {self.update_hint}") from None
         diff = diff_manifests(normalize(old), new)
+        self._note("match" if diff.empty else "differs", None if diff.empty else diff.lines())
         if not diff.empty:
             raise AssertionError("\n".join([
                 f"the manifest differs from its baseline {self.path}:",

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from pytest_neuron_args import ci_report
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines, env
@@ -218,6 +219,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
         if report.compile_report is not None:
             session.add_compile_report(report.compile_report)
     session.note_manifest_config(neuron_runner.manifest_config_block())
+    ci_report.record(request.node, ci_report.warmup_properties(report.graphs))
     return report
 
 
@@ -241,6 +243,7 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     with neuron_runner.serve() as served:
         yield neuron_runner
     session.add_serve(served.calls, served.counts.misses)
+    ci_report.record(request.node, ci_report.serve_properties(served.calls, served.counts.misses))
     if served.undeclared and not request.node.stash.get(CALL_FAILED, False):
         pytest.fail("while serving, " + f"{len(served.undeclared)} call(s) matched no declared graph (the test caught "
                     "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared), pytrace=False)
@@ -289,7 +292,8 @@ def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
         test_id = nodeid
     name = safe_name(test_id) + (f"[{s.baseline_variant()}]" if s.baseline_variant() else "")
     return Baseline(baseline_path(s.baseline, anchor, name), nodeid=nodeid,
-                    update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append)
+                    update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append,
+                    on_check=session.baseline_checks.append)
 
 
 _INI_FILES = (("pytest.ini", None), (".pytest.ini", None), ("pyproject.toml", "[tool.pytest.ini_options]"),

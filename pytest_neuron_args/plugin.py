@@ -32,7 +32,7 @@ from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected
     neuron_warmup,
 )
 from pytest_neuron_args.options import NeuronSettings, add_options
-from pytest_neuron_args.report import header_line, write_json_report, write_summary
+from pytest_neuron_args.report import header_line, write_json_report, write_step_summary, write_summary
 from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
@@ -178,6 +178,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     else:
         state.emit_manifests()
         state.report_written = write_json_report(state)
+        write_step_summary(state)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -72,6 +72,7 @@ class NeuronSession:
         self.parallel_compiled: dict[str, dict[str, Any]] = {}
         self.deferred_counts: dict[str, int] = {}
         self.baselines_written: list[str] = []
+        self.baseline_checks: list[dict[str, Any]] = []  # every neuron_baseline.check (see baseline.Baseline)
         self.workers: dict[str, dict[str, Any]] = {}
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
         self.runners: dict[tuple[Any, ...], Any] = {}  # (model identity, settings) -> NeuronRunner
@@ -236,6 +237,7 @@ class NeuronSession:
             "serve_misses": self.serve_misses,
             "serve_sessions": self.serve_sessions,
             "baselines_written": list(self.baselines_written),
+            "baseline_checks": list(self.baseline_checks),
             "stats": self.stats(),
             "manifest_config": self.manifest_config,
             "eager_outputs": _eager_output_graphs(),
@@ -261,6 +263,7 @@ class NeuronSession:
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
             "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
+            "baseline_checks": [c for p in parts for c in p.get("baseline_checks", [])],
             "stats": stats,
             "workers": sorted(self.workers),
             "rank_processes": len(self.rank_parts),
