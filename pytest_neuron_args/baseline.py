@@ -119,4 +119,67 @@ class Baseline:
         return f"Baseline({str(self.path)!r}, update={self.update})"
 
 
-__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "normalize"]
+# ----------------------------------------------------------------------------- keeping baselines tidy
+
+
+def owner_name(path: Path) -> str:
+    """The test part of a baseline file's name (``t.py__test_a[O2].json`` -> ``t.py__test_a``).
+
+    Test names are made file-safe (no brackets), so a trailing ``[...]`` is always the settings variant.
+    """
+    stem = path.stem
+    return stem[:stem.rindex("[")] if stem.endswith("]") and "[" in stem else stem
+
+
+def variant_part(path: Path) -> str:
+    stem = path.stem
+    return stem[stem.rindex("[") + 1:-1] if stem.endswith("]") and "[" in stem else ""
+
+
+def covers(args: list[str], anchor: Path) -> bool:
+    """Whether collection arguments take in every test below ``anchor`` (a path at or above it, no ``::``)."""
+    for arg in args:
+        if "::" in arg:
+            continue
+        path = Path(arg).resolve()
+        if path == anchor or path in anchor.parents:
+            return True
+    return False
+
+
+def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,
+         complete: bool) -> tuple[list[str], list[str]]:
+    """Baseline files this session left unused, and those it removed.
+
+    ``inventory`` maps each baseline folder to ``{"tests": [test parts of collected tests using
+    neuron_baseline], "covered": bool}`` (every test below the folder's anchor was collected). Unused:
+    a file of a collected test for these settings that no check used, or - when the folder's tests
+    were all collected - a file whose test no longer exists. Only the latter are removed, and only
+    under ``--neuron-update-baseline`` (a ``-k``/partial run never removes anything, as in syrupy).
+    """
+    unused: list[str] = []
+    removed: list[str] = []
+    for folder, info in sorted(inventory.items()):
+        root = Path(folder)
+        if not root.is_dir():
+            continue
+        tests = set(info.get("tests", []))
+        for path in sorted(root.glob("*.json")):
+            if str(path) in used:
+                continue
+            if owner_name(path) in tests:
+                if variant_part(path) == variant:  # collected, these settings, but not checked (skipped, failed early)
+                    unused.append(str(path))
+                continue
+            if not (complete and info.get("covered")):
+                continue  # its test may exist and simply not be collected this time
+            if update:
+                path.unlink(missing_ok=True)
+                removed.append(str(path))
+            else:
+                unused.append(str(path))
+    return unused, removed
+
+
+__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "normalize", "owner_name", "tidy",
+           "variant_part"]

@@ -143,7 +143,8 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
 
     data = session.merged()
     if not data["rows"] and not data["serve_sessions"] and not data["baselines_written"] \
-            and not data.get("manifests_written") and not data.get("baseline_checks"):
+            and not data.get("manifests_written") and not data.get("baseline_checks") \
+            and not data.get("baselines_unused") and not data.get("baselines_removed"):
         return
     terminalreporter.write_sep("=", SUMMARY_TITLE)
     notice = eager_outputs_notice(data.get("eager_outputs") or {})
@@ -158,6 +159,14 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         terminalreporter.write_line("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     for path in data["baselines_written"]:
         terminalreporter.write_line(f"baseline written: {path}")
+    for path in data.get("baselines_removed") or []:
+        terminalreporter.write_line(f"baseline removed (its test no longer exists): {path}")
+    unused = data.get("baselines_unused") or []
+    for path in unused:
+        terminalreporter.write_line(f"baseline unused: {path}")
+    if unused and not session.settings.update_baseline:
+        terminalreporter.write_line("(re-run the whole suite with --neuron-update-baseline to remove the baselines "
+                                    "of tests that no longer exist)")
     for path in data.get("manifests_written", []):
         terminalreporter.write_line(f"manifest written: {path}")
     if session.report_written is not None:
@@ -165,16 +174,18 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
 
 
 def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
-    """How many baselines this session wrote, updated, left as they were, checked... (merged data)."""
-    order = ("written", "updated", "unchanged", "match", "differs", "missing", "unreadable")
+    """Baselines written, updated, unused (and removed), then the checks' outcomes (merged data).
+
+    Written/updated/unused are always listed once anything is counted, as snapshot tools do; the
+    rest only when non-zero. ``unused`` is known only where tests were collected (see ``tidy``).
+    """
+    order = ("written", "updated", "unused", "removed", "unchanged", "match", "differs", "missing", "unreadable")
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
         counts[check["status"]] = counts.get(check["status"], 0) + 1
-    if data.get("baselines_unused") is not None:
-        counts["unused"] = len(data["baselines_unused"])
-    if data.get("baselines_removed"):
-        counts["removed"] = len(data["baselines_removed"])
-    return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in ("written", "updated")}
+    counts["unused"] = len(data.get("baselines_unused") or [])
+    counts["removed"] = len(data.get("baselines_removed") or [])
+    return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in ("written", "updated", "unused")}
 
 
 def write_step_summary(session: NeuronSession) -> Any:

@@ -1,7 +1,6 @@
 """What CI reads from a plugin session: JUnit properties per test, the GitHub step summary, baseline bookkeeping."""
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -120,20 +119,19 @@ def test_step_summary_of_a_baseline_check_and_baseline_counts(neuron_project: py
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     created = neuron_project.runpytest("--neuron-update-baseline")
     created.assert_outcomes(passed=1)
-    created.stdout.fnmatch_lines(["baselines: 1 written, 0 updated*"])
+    created.stdout.fnmatch_lines(["baselines: 1 written, 0 updated, 0 unused"])
     again = neuron_project.runpytest("--neuron-update-baseline")
-    again.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 1 unchanged*"])
+    again.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 0 unused, 1 unchanged"])
     summary.write_text("")
     neuron_project.makeconftest(neuron_project.path.joinpath("conftest.py").read_text().replace(
         "with_optimization_level(base, 3)", "with_optimization_level(base, 2)"))
     changed = neuron_project.runpytest()
     changed.assert_outcomes(failed=1)
-    changed.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 1 differs*"])
+    changed.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 0 unused, 1 differs"])
     text = summary.read_text()
     assert "### Manifest baselines" in text
     assert "- `test_base.py::test_decode_baseline`" in text and "**differs**" in text
     assert "```diff" in text and "compiler_flags -O3 -> -O2" in text
-    assert json.dumps  # (json imported for symmetry with the other plugin tests)
 
 
 def test_xdist_junit_properties_and_one_merged_step_summary(neuron_project: pytest.Pytester, tmp_path: Path,
@@ -152,3 +150,71 @@ def test_xdist_junit_properties_and_one_merged_step_summary(neuron_project: pyte
     assert "merged from 2 xdist workers" in text
     assert f"| decode | (1, 8) | 3 | {warm_cache.keys['decode'][:12]} |" in text
     assert f"| prefill | (4, 8) | 1 | {warm_cache.keys['prefill'][:12]} |" in text
+
+
+TWO_BASELINE_TESTS = """
+import pytest
+
+@pytest.mark.graph_type("decode")
+def test_a(neuron_manifest, neuron_baseline):
+    neuron_baseline.check(neuron_manifest)
+
+@pytest.mark.graph_type("prefill")
+def test_b(neuron_manifest, neuron_baseline):
+    neuron_baseline.check(neuron_manifest)
+"""
+
+
+def test_baselines_of_tests_that_no_longer_exist_are_removed_only_by_a_whole_update_run(
+        neuron_project: pytest.Pytester) -> None:
+    folder = neuron_project.path / ".neuron-baseline"
+    a, b = folder / "test_base.py__test_a.json", folder / "test_base.py__test_b.json"
+    neuron_project.makepyfile(test_base=TWO_BASELINE_TESTS)
+    first = neuron_project.runpytest("--neuron-update-baseline")
+    first.assert_outcomes(passed=2)
+    first.stdout.fnmatch_lines(["baselines: 2 written, 0 updated, 0 unused"])
+    o2 = folder / "test_base.py__test_a[O2].json"  # another settings variant of a test that still exists
+    o2.write_text(a.read_text())
+    stray = folder / "notes.txt"
+    stray.write_text("not a baseline")
+
+    neuron_project.makepyfile(test_base=TWO_BASELINE_TESTS.split("@pytest.mark.graph_type(\"prefill\")")[0])  # b deleted
+    checked = neuron_project.runpytest()
+    checked.assert_outcomes(passed=1)
+    checked.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 1 unused, 1 matched",
+                                  f"baseline unused: {b}",
+                                  "(re-run the whole suite with --neuron-update-baseline to remove *)"])
+    assert b.exists()
+
+    for partial in (["-k", "test_a"], ["test_base.py::test_a"], ["--deselect", "test_base.py::test_a"]):
+        run = neuron_project.runpytest("--neuron-update-baseline", *partial)
+        assert "baseline removed" not in run.stdout.str() and "baseline unused" not in run.stdout.str(), partial
+        assert b.exists(), partial
+
+    whole = neuron_project.runpytest("--neuron-update-baseline")
+    whole.assert_outcomes(passed=1)
+    whole.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 0 unused, 1 removed, 1 unchanged",
+                                f"baseline removed (its test no longer exists): {b}"])
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", a.name, o2.name]
+
+
+def test_a_collected_test_that_did_not_check_leaves_its_baseline_unused_never_removed(
+        neuron_project: pytest.Pytester) -> None:
+    neuron_project.makepyfile(test_base=TWO_BASELINE_TESTS)
+    neuron_project.runpytest("--neuron-update-baseline").assert_outcomes(passed=2)
+    neuron_project.makepyfile(test_base=TWO_BASELINE_TESTS.replace(
+        "def test_b(", "@pytest.mark.skip(reason='later')\ndef test_b("))
+    result = neuron_project.runpytest("--neuron-update-baseline")
+    result.assert_outcomes(passed=1, skipped=1)
+    b = neuron_project.path / ".neuron-baseline" / "test_base.py__test_b.json"
+    result.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 1 unused, 1 unchanged", f"baseline unused: {b}"])
+    assert b.exists()
+
+
+def test_a_module_that_fails_to_import_keeps_its_baselines(neuron_project: pytest.Pytester) -> None:
+    neuron_project.makepyfile(test_base=TWO_BASELINE_TESTS)
+    neuron_project.runpytest("--neuron-update-baseline").assert_outcomes(passed=2)
+    neuron_project.makepyfile(test_base="import not_a_module_anywhere\n" + TWO_BASELINE_TESTS)
+    result = neuron_project.runpytest("--neuron-update-baseline", "--continue-on-collection-errors")
+    result.assert_outcomes(errors=1)
+    assert len(list((neuron_project.path / ".neuron-baseline").glob("*.json"))) == 2
