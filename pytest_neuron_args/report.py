@@ -138,13 +138,16 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     return "; ".join(parts)
 
 
+def _has_content(data: dict[str, Any]) -> bool:
+    return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
+                or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed"))
+
+
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     from neuron_args.executables import eager_outputs_notice
 
     data = session.merged()
-    if not data["rows"] and not data["serve_sessions"] and not data["baselines_written"] \
-            and not data.get("manifests_written") and not data.get("baseline_checks") \
-            and not data.get("baselines_unused") and not data.get("baselines_removed"):
+    if not _has_content(data):
         return
     terminalreporter.write_sep("=", SUMMARY_TITLE)
     notice = eager_outputs_notice(data.get("eager_outputs") or {})
@@ -199,6 +202,8 @@ def write_step_summary(session: NeuronSession) -> Any:
     from neuron_args.executables import eager_outputs_notice
 
     data = session.merged()
+    if not _has_content(data):
+        return None  # a session that used no neuron fixture adds nothing to the job's page
     counts = baseline_counts(data)
     return append_step_summary(summary_markdown(
         data, header_line(session), footer_line(data, str(session.cache_dir())),

@@ -97,6 +97,15 @@ def test_no_step_summary_without_the_variable(neuron_project: pytest.Pytester, t
     assert not list(neuron_project.path.rglob("*.md"))
 
 
+def test_a_session_without_neuron_fixtures_adds_no_step_summary(pytester: pytest.Pytester, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert not summary.exists()
+
+
 def test_step_summary_shows_the_baseline_diff_and_the_misses():
     data = {"rows": [{"key": "k" * 32, "graph_type": "decode", "input_shapes": ["1, 8"], "optimization_level": 3,
                       "compiled": False, "loads": 1, "serve_hits": 1, "serve_misses": 2}],
@@ -137,11 +146,17 @@ def test_step_summary_of_a_baseline_check_and_baseline_counts(neuron_project: py
 def test_xdist_junit_properties_and_one_merged_step_summary(neuron_project: pytest.Pytester, tmp_path: Path,
                                                             warm_cache: SimpleNamespace,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    neuron_project.makepyfile(test_ci=TESTS)
+    neuron_project.makepyfile(test_ci=TESTS, test_base=BASELINE_TEST)
+    stale = neuron_project.path / ".neuron-baseline" / "test_gone.py__test_x.json"
+    stale.parent.mkdir()
+    stale.write_text("{}")
     junit, summary = tmp_path / "junit.xml", tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = neuron_project.runpytest_subprocess("-n", "2", f"--junitxml={junit}")
-    result.assert_outcomes(passed=3)
+    result = neuron_project.runpytest_subprocess("-n", "2", f"--junitxml={junit}", "--neuron-update-baseline")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["baselines: 1 written, 0 updated, 0 unused, 1 removed",
+                                 f"baseline removed (its test no longer exists): {stale}"])
+    assert not stale.exists() and stale.with_name("test_base.py__test_decode_baseline.json").exists()
     props = {name: dict(p) for name, p in _properties(junit).items()}
     assert props["test_served"]["neuron_graph_keys"] == warm_cache.keys["decode"]
     assert props["test_both_warmed"]["neuron_warmed_graph_types"] == "decode prefill"
@@ -150,6 +165,8 @@ def test_xdist_junit_properties_and_one_merged_step_summary(neuron_project: pyte
     assert "merged from 2 xdist workers" in text
     assert f"| decode | (1, 8) | 3 | {warm_cache.keys['decode'][:12]} |" in text
     assert f"| prefill | (4, 8) | 1 | {warm_cache.keys['prefill'][:12]} |" in text
+    assert "1 written, 0 updated, 0 unused, 1 removed" in text
+    assert "- `test_base.py::test_decode_baseline`" in text and "**written**" in text
 
 
 TWO_BASELINE_TESTS = """
