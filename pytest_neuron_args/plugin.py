@@ -152,6 +152,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             or config.getoption("markexpr", ""):
         state.collection_complete = False
     args = [str(Path(config.invocation_params.dir, a)) if "::" not in a else a for a in config.args]
+    source = getattr(config, "args_source", None)
+    if source is not None and source.name == "TESTPATHS" and config.inipath is not None:
+        args.append(str(config.inipath.parent))  # no arguments: the ini file's testpaths are its whole suite
     anchors: dict[str, set[Path]] = {}
     tests: dict[str, set[str]] = {}
     for item in session.items:

@@ -235,3 +235,20 @@ def test_a_module_that_fails_to_import_keeps_its_baselines(neuron_project: pytes
     result = neuron_project.runpytest("--neuron-update-baseline", "--continue-on-collection-errors")
     result.assert_outcomes(errors=1)
     assert len(list((neuron_project.path / ".neuron-baseline").glob("*.json"))) == 2
+
+
+def test_the_ini_testpaths_count_as_the_whole_suite_a_sub_folder_does_not(neuron_project: pytest.Pytester) -> None:
+    sub = neuron_project.mkpydir("suite")
+    (sub / "test_base.py").write_text(BASELINE_TEST)
+    ini = neuron_project.path / "tox.ini"
+    ini.write_text(ini.read_text() + "testpaths = suite\n")
+    stale = neuron_project.path / ".neuron-baseline" / "suite_test_gone.py__test_x.json"
+    stale.parent.mkdir()
+    stale.write_text("{}")
+    deeper = neuron_project.runpytest("suite", "--neuron-update-baseline")  # a folder below the anchor
+    deeper.assert_outcomes(passed=1)
+    assert stale.exists() and "baseline removed" not in deeper.stdout.str()
+    whole = neuron_project.runpytest("--neuron-update-baseline")  # no arguments: the testpaths
+    whole.assert_outcomes(passed=1)
+    whole.stdout.fnmatch_lines([f"baseline removed (its test no longer exists): {stale}"])
+    assert not stale.exists()
