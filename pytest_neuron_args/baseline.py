@@ -64,7 +64,8 @@ class Baseline:
 
     def _note(self, status: str, lines: list[str] | None = None) -> None:
         if self._on_check is not None:
-            self._on_check({"nodeid": self.nodeid, "path": str(self.path), "status": status, "lines": list(lines or [])})
+            self._on_check({"nodeid": self.nodeid, "path": str(self.path), "status": status,
+                            "lines": list(lines or [])})
 
     def check(self, manifest: ManifestView | Mapping[str, Any] | str | os.PathLike[str]) -> Any:
         """Compare ``manifest`` with the baseline (or write it, when updating); the diff when it passes."""

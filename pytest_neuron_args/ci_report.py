@@ -56,7 +56,8 @@ def warmup_properties(graphs: Iterable[Any]) -> list[tuple[str, str]]:
 
 def serve_properties(calls: Mapping[str, int], misses: int) -> list[tuple[str, str]]:
     """JUnit properties of one ``neuron_served`` block: calls per graph type and the misses."""
-    return [("neuron_served_graph_types", " ".join(f"{g}={n}" for g, n in sorted(calls.items(), key=lambda kv: str(kv[0])))),
+    served = sorted(calls.items(), key=lambda kv: str(kv[0]))
+    return [("neuron_served_graph_types", " ".join(f"{g}={n}" for g, n in served)),
             ("neuron_serve_misses", str(int(misses)))]
 
 

@@ -188,7 +188,8 @@ def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
         counts[check["status"]] = counts.get(check["status"], 0) + 1
     counts["unused"] = len(data.get("baselines_unused") or [])
     counts["removed"] = len(data.get("baselines_removed") or [])
-    return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in ("written", "updated", "unused")}
+    always = ("written", "updated", "unused")
+    return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in always}
 
 
 def write_step_summary(session: NeuronSession) -> Any:

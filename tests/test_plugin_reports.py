@@ -195,7 +195,8 @@ def test_baselines_of_tests_that_no_longer_exist_are_removed_only_by_a_whole_upd
     stray = folder / "notes.txt"
     stray.write_text("not a baseline")
 
-    neuron_project.makepyfile(test_base=TWO_BASELINE_TESTS.split("@pytest.mark.graph_type(\"prefill\")")[0])  # b deleted
+    without_b = TWO_BASELINE_TESTS.split('@pytest.mark.graph_type("prefill")')[0]
+    neuron_project.makepyfile(test_base=without_b)  # test_b deleted
     checked = neuron_project.runpytest()
     checked.assert_outcomes(passed=1)
     checked.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 1 unused, 1 matched",
