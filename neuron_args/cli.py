@@ -7,6 +7,7 @@
     neuron-args cache verify [DIR | --cache-dir DIR] [--fix] [--json]   exit 0 all sound, 1 corrupt found
     neuron-args cache explain KEY_A KEY_B [--cache-dir DIR] [--json]    (unique key prefixes accepted)
     neuron-args report compare OLD NEW [--json] [thresholds]  exit 0 no regression, 1 regression
+    neuron-args report plot REPORT... -o trend.png          compile seconds and sizes per graph over runs
 
 Exit status 2 means a usage error or an unreadable input, so CI can tell "invalid" from
 "could not check"; ``--json`` changes only what is printed, never the exit status (errors stay on
@@ -342,6 +343,17 @@ def _report_compare(args: argparse.Namespace) -> int:
     return EXIT_FAIL if result.regression else EXIT_OK
 
 
+def _report_plot(args: argparse.Namespace) -> int:
+    from neuron_args.report_plot import PlotUnavailable, plot_trend
+
+    try:
+        out = plot_trend(args.reports, args.output, title=args.title)
+    except (ValueError, PlotUnavailable) as exc:
+        raise _Usage(str(exc)) from None
+    print(f"trend written: {out}")
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -420,7 +432,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_compile_command(groups)
     report = groups.add_parser("report", help="compare run reports (pytest --neuron-report=PATH)")
-    report_commands = report.add_subparsers(dest="command", metavar="{compare}")
+    report_commands = report.add_subparsers(dest="command", metavar="{compare,plot}")
     report_commands.required = True
     compare = report_commands.add_parser(
         "compare", help="per-graph changes between two reports (e.g. last night's and tonight's)",
@@ -435,6 +447,13 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--size-ratio", type=float, default=0.10, help="relative executable growth (0.10)")
     compare.add_argument("--size-abs", type=int, default=65536, help="absolute executable growth, bytes (65536)")
     compare.set_defaults(run=_report_compare)
+    plot = report_commands.add_parser(
+        "plot", help="draw compile seconds and executable sizes per graph over runs (needs the plot extra)",
+        description="Reports are ordered by their creation time; graphs are matched as in compare.")
+    plot.add_argument("reports", nargs="+", metavar="REPORT")
+    plot.add_argument("-o", "--output", default="trend.png", help="image to write (default trend.png)")
+    plot.add_argument("--title", help="figure title")
+    plot.set_defaults(run=_report_plot)
     return parser
 
 

@@ -54,12 +54,18 @@ class Baseline:
     """The ``neuron_baseline`` fixture: ``check(manifest)`` writes or compares one baseline file."""
 
     def __init__(self, path: Path, *, nodeid: str, update: bool, update_hint: str,
-                 on_write: Any = None) -> None:
+                 on_write: Any = None, on_check: Any = None) -> None:
         self.path = path
         self.nodeid = nodeid
         self.update = update
         self.update_hint = update_hint
         self._on_write = on_write
+        self._on_check = on_check  # gets {"nodeid", "path", "status", "lines"} of every check (summaries)
+
+    def _note(self, status: str, lines: list[str] | None = None) -> None:
+        if self._on_check is not None:
+            self._on_check({"nodeid": self.nodeid, "path": str(self.path), "status": status,
+                            "lines": list(lines or [])})
 
     def check(self, manifest: ManifestView | Mapping[str, Any] | str | os.PathLike[str]) -> Any:
         """Compare ``manifest`` with the baseline (or write it, when updating); the diff when it passes."""
@@ -74,20 +80,32 @@ class Baseline:
             doc = ManifestView.load(manifest).doc
         new = normalize(doc)
         if self.update:
-            write_atomic(self.path, json.dumps(new, indent=2, sort_keys=True) + "\n")
+            text = json.dumps(new, indent=2, sort_keys=True) + "\n"
+            try:
+                old_text: str | None = self.path.read_text(encoding="utf-8")
+            except OSError:
+                old_text = None
+            if old_text == text:
+                self._note("unchanged")
+                return None
+            write_atomic(self.path, text)
+            self._note("written" if old_text is None else "updated")
             if self._on_write is not None:
                 self._on_write(str(self.path))
             return None
         if not self.path.is_file():
+            self._note("missing")
             raise AssertionError(
                 f"no manifest baseline for {self.nodeid} at {self.path}.\n"
                 f"Create it (then review and commit it) with:\n    {self.update_hint}")
         try:
             old = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
+            self._note("unreadable")
             raise AssertionError(f"manifest baseline {self.path} is unreadable ({type(exc).__name__}: {exc}); "
                                  f"rewrite it with:\n    {self.update_hint}") from None
         diff = diff_manifests(normalize(old), new)
+        self._note("match" if diff.empty else "differs", None if diff.empty else diff.lines())
         if not diff.empty:
             raise AssertionError("\n".join([
                 f"the manifest differs from its baseline {self.path}:",
@@ -102,4 +120,67 @@ class Baseline:
         return f"Baseline({str(self.path)!r}, update={self.update})"
 
 
-__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "normalize"]
+# ----------------------------------------------------------------------------- keeping baselines tidy
+
+
+def owner_name(path: Path) -> str:
+    """The test part of a baseline file's name (``t.py__test_a[O2].json`` -> ``t.py__test_a``).
+
+    Test names are made file-safe (no brackets), so a trailing ``[...]`` is always the settings variant.
+    """
+    stem = path.stem
+    return stem[:stem.rindex("[")] if stem.endswith("]") and "[" in stem else stem
+
+
+def variant_part(path: Path) -> str:
+    stem = path.stem
+    return stem[stem.rindex("[") + 1:-1] if stem.endswith("]") and "[" in stem else ""
+
+
+def covers(args: list[str], anchor: Path) -> bool:
+    """Whether collection arguments take in every test below ``anchor`` (a path at or above it, no ``::``)."""
+    for arg in args:
+        if "::" in arg:
+            continue
+        path = Path(arg).resolve()
+        if path == anchor or path in anchor.parents:
+            return True
+    return False
+
+
+def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,
+         complete: bool) -> tuple[list[str], list[str]]:
+    """Baseline files this session left unused, and those it removed.
+
+    ``inventory`` maps each baseline folder to ``{"tests": [test parts of collected tests using
+    neuron_baseline], "covered": bool}`` (every test below the folder's anchor was collected). Unused:
+    a file of a collected test for these settings that no check used, or - when the folder's tests
+    were all collected - a file whose test no longer exists. Only the latter are removed, and only
+    under ``--neuron-update-baseline`` (a ``-k``/partial run never removes anything, as in syrupy).
+    """
+    unused: list[str] = []
+    removed: list[str] = []
+    for folder, info in sorted(inventory.items()):
+        root = Path(folder)
+        if not root.is_dir():
+            continue
+        tests = set(info.get("tests", []))
+        for path in sorted(root.glob("*.json")):
+            if str(path) in used:
+                continue
+            if owner_name(path) in tests:
+                if variant_part(path) == variant:  # collected, these settings, but not checked (skipped, failed early)
+                    unused.append(str(path))
+                continue
+            if not (complete and info.get("covered")):
+                continue  # its test may exist and simply not be collected this time
+            if update:
+                path.unlink(missing_ok=True)
+                removed.append(str(path))
+            else:
+                unused.append(str(path))
+    return unused, removed
+
+
+__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "normalize", "owner_name", "tidy",
+           "variant_part"]

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from pytest_neuron_args import ci_report
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines, env
@@ -219,6 +220,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
         if report.compile_report is not None:
             session.add_compile_report(report.compile_report)
     session.note_manifest_config(neuron_runner.manifest_config_block())
+    ci_report.record(request.node, ci_report.warmup_properties(report.graphs))
     return report
 
 
@@ -242,6 +244,7 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     with neuron_runner.serve() as served:
         yield neuron_runner
     session.add_serve(served.calls, served.counts.misses)
+    ci_report.record(request.node, ci_report.serve_properties(served.calls, served.counts.misses))
     if served.undeclared and not request.node.stash.get(CALL_FAILED, False):
         pytest.fail("while serving, " + f"{len(served.undeclared)} call(s) matched no declared graph (the test caught "
                     "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared), pytrace=False)
@@ -281,16 +284,34 @@ def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
     s = session.settings
     nodeid = request.node.nodeid
     hint = shlex.join(["pytest", nodeid, *_neuron_args(pytestconfig), "--neuron-update-baseline"])
-    fixturedef = _model_fixturedef(request)
-    anchor = baseline_anchor(pytestconfig, getattr(fixturedef, "func", None))
+    path, _ = baseline_location(pytestconfig, request.node, _model_fixturedef(request), s)
+    return Baseline(path, nodeid=nodeid,
+                    update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append,
+                    on_check=session.baseline_checks.append)
+
+
+def baseline_location(config: pytest.Config, node: pytest.Item, model_fixturedef: Any,
+                      settings: NeuronSettings) -> tuple[Path, Path]:
+    """A test's baseline file and its anchor (the folder ``.neuron-baseline/`` lives in by default)."""
+    nodeid = node.nodeid
+    anchor = baseline_anchor(config, getattr(model_fixturedef, "func", None))
     try:  # named from the anchor too, so neither the folder nor the name moves with the rootdir
-        test_id = Path(request.node.path).resolve().relative_to(anchor).as_posix() + (
+        test_id = Path(node.path).resolve().relative_to(anchor).as_posix() + (
             nodeid[nodeid.index("::"):] if "::" in nodeid else "")
     except ValueError:
         test_id = nodeid
-    name = safe_name(test_id) + (f"[{s.baseline_variant()}]" if s.baseline_variant() else "")
-    return Baseline(baseline_path(s.baseline, anchor, name), nodeid=nodeid,
-                    update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append)
+    variant = settings.baseline_variant()
+    name = safe_name(test_id) + (f"[{variant}]" if variant else "")
+    return baseline_path(settings.baseline, anchor, name), anchor
+
+
+def model_fixturedef_of(item: pytest.Item) -> Any:
+    """The ``neuron_model`` fixture definition an item would get (None when unknown)."""
+    try:
+        defs = item.session._fixturemanager.getfixturedefs(USER_FIXTURE, item)
+    except Exception:  # another pytest's private API
+        return None
+    return defs[-1] if defs else None
 
 
 _INI_FILES = (("pytest.ini", None), (".pytest.ini", None), ("pyproject.toml", "[tool.pytest.ini_options]"),

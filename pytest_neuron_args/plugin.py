@@ -32,7 +32,7 @@ from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected
     neuron_warmup,
 )
 from pytest_neuron_args.options import NeuronSettings, add_options
-from pytest_neuron_args.report import header_line, write_json_report, write_summary
+from pytest_neuron_args.report import header_line, write_json_report, write_step_summary, write_summary
 from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
@@ -132,6 +132,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     markers.skip_without_device(items)
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        get_session(items[0].config).collection_complete = False
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, owner_name
+    from pytest_neuron_args.fixtures import baseline_location, model_fixturedef_of
+
+    config = session.config
+    state = get_session(config)
+    if state.is_rank_worker:
+        return
+    s = state.settings
+    # a selection (-k, -m, even one that happens to select everything), a module that does not import
+    # (collection errors count in testsfailed) or --lf: tests may exist that were not collected
+    if session.testsfailed or config.getoption("lf", False) or config.getoption("keyword", "") \
+            or config.getoption("markexpr", ""):
+        state.collection_complete = False
+    args = [str(Path(config.invocation_params.dir, a)) if "::" not in a else a for a in config.args]
+    source = getattr(config, "args_source", None)
+    if source is not None and source.name == "TESTPATHS" and config.inipath is not None:
+        args.append(str(config.inipath.parent))  # no arguments: the ini file's testpaths are its whole suite
+    anchors: dict[str, set[Path]] = {}
+    tests: dict[str, set[str]] = {}
+    for item in session.items:
+        if "neuron_baseline" not in getattr(item, "fixturenames", ()):
+            continue
+        path, anchor = baseline_location(config, item, model_fixturedef_of(item), s)
+        anchors.setdefault(str(path.parent), set()).add(anchor)
+        tests.setdefault(str(path.parent), set()).add(owner_name(path))
+    default_anchor = (config.inipath.parent if config.inipath is not None else config.rootpath).resolve()
+    default_folder = (s.baseline if s.baseline is not None else default_anchor / BASELINE_DIRNAME).resolve()
+    anchors.setdefault(str(default_folder), set()).add(default_anchor)
+    state.baseline_inventory = {
+        folder: {"tests": sorted(tests.get(folder, ())), "covered": all(covers(args, a) for a in folder_anchors)}
+        for folder, folder_anchors in anchors.items()}
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return header_line(get_session(config))
 
@@ -177,7 +216,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput[WORKEROUTPUT_KEY] = state.export()
     else:
         state.emit_manifests()
+        state.tidy_baselines()
         state.report_written = write_json_report(state)
+        write_step_summary(state)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -89,8 +89,8 @@ def _serve_cell(row: dict[str, Any], serve_calls: dict[str, int], rows_per_type:
     return "-"
 
 
-def table_lines(data: dict[str, Any]) -> list[str]:
-    """The summary table of merged session data (see :meth:`NeuronSession.merged`)."""
+def table_rows(data: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """The summary table's header and cells of merged session data (see :meth:`NeuronSession.merged`)."""
     rows = data["rows"]
     serve_calls = data.get("serve_calls", {})
     per_type: dict[Any, int] = {}
@@ -107,6 +107,12 @@ def table_lines(data: dict[str, Any]) -> list[str]:
             "-" if seconds is None else f"{seconds:.2f}s", human_size(row.get("executable_size")),
             str(row.get("loads") or 0), _serve_cell(row, serve_calls, per_type),
         ))
+    return header, body
+
+
+def table_lines(data: dict[str, Any]) -> list[str]:
+    """The summary table of merged session data, as aligned text lines."""
+    header, body = table_rows(data)
     widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return [fmt(header), *(fmt(r) for r in body)]
@@ -132,12 +138,16 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     return "; ".join(parts)
 
 
+def _has_content(data: dict[str, Any]) -> bool:
+    return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
+                or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed"))
+
+
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     from neuron_args.executables import eager_outputs_notice
 
     data = session.merged()
-    if not data["rows"] and not data["serve_sessions"] and not data["baselines_written"] \
-            and not data.get("manifests_written"):
+    if not _has_content(data):
         return
     terminalreporter.write_sep("=", SUMMARY_TITLE)
     notice = eager_outputs_notice(data.get("eager_outputs") or {})
@@ -147,12 +157,59 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         for line in table_lines(data):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+    counts = baseline_counts(data)
+    if any(counts.values()):
+        terminalreporter.write_line("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     for path in data["baselines_written"]:
         terminalreporter.write_line(f"baseline written: {path}")
+    for path in data.get("baselines_removed") or []:
+        terminalreporter.write_line(f"baseline removed (its test no longer exists): {path}")
+    unused = data.get("baselines_unused") or []
+    for path in unused:
+        terminalreporter.write_line(f"baseline unused: {path}")
+    if unused and not session.settings.update_baseline:
+        terminalreporter.write_line("(re-run the whole suite with --neuron-update-baseline to remove the baselines "
+                                    "of tests that no longer exist)")
     for path in data.get("manifests_written", []):
         terminalreporter.write_line(f"manifest written: {path}")
     if session.report_written is not None:
         terminalreporter.write_line(f"report written: {session.report_written}")
+
+
+def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
+    """Baselines written, updated, unused (and removed), then the checks' outcomes (merged data).
+
+    Written/updated/unused are always listed once anything is counted, as snapshot tools do; the
+    rest only when non-zero. ``unused`` is known only where tests were collected (see ``tidy``).
+    """
+    order = ("written", "updated", "unused", "removed", "unchanged", "match", "differs", "missing", "unreadable")
+    counts = {k: 0 for k in order}
+    for check in data.get("baseline_checks", []):
+        counts[check["status"]] = counts.get(check["status"], 0) + 1
+    counts["unused"] = len(data.get("baselines_unused") or [])
+    counts["removed"] = len(data.get("baselines_removed") or [])
+    always = ("written", "updated", "unused")
+    return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in always}
+
+
+def write_step_summary(session: NeuronSession) -> Any:
+    """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
+    import os
+
+    from pytest_neuron_args.ci_report import STEP_SUMMARY_ENV, append_step_summary, summary_markdown
+
+    if session.is_worker or session.is_rank_worker or not os.environ.get(STEP_SUMMARY_ENV):
+        return None
+    from neuron_args.executables import eager_outputs_notice
+
+    data = session.merged()
+    if not _has_content(data):
+        return None  # a session that used no neuron fixture adds nothing to the job's page
+    counts = baseline_counts(data)
+    return append_step_summary(summary_markdown(
+        data, header_line(session), footer_line(data, str(session.cache_dir())),
+        baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
+        notice=eager_outputs_notice(data.get("eager_outputs") or {})))
 
 
 def write_json_report(session: NeuronSession) -> Any:
@@ -177,5 +234,5 @@ def write_json_report(session: NeuronSession) -> Any:
     return write_report(path, build_report(settings, graphs, data.get("eager_outputs")))
 
 
-__all__ = ["SUMMARY_TITLE", "compiler_description", "header_line", "table_lines", "write_json_report",
-           "write_summary"]
+__all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_lines", "table_rows",
+           "write_json_report", "write_step_summary", "write_summary"]

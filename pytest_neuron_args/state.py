@@ -72,6 +72,11 @@ class NeuronSession:
         self.parallel_compiled: dict[str, dict[str, Any]] = {}
         self.deferred_counts: dict[str, int] = {}
         self.baselines_written: list[str] = []
+        self.baseline_checks: list[dict[str, Any]] = []  # every neuron_baseline.check (see baseline.Baseline)
+        self.baseline_inventory: dict[str, dict[str, Any]] | None = None  # set where tests were collected
+        self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error
+        self.baselines_unused: list[str] | None = None  # set by the controller at session end
+        self.baselines_removed: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
         self.runners: dict[tuple[Any, ...], Any] = {}  # (model identity, settings) -> NeuronRunner
@@ -184,6 +189,30 @@ class NeuronSession:
             pass
         return written
 
+    def tidy_baselines(self) -> None:
+        """Count (and under ``--neuron-update-baseline`` remove) baselines this session left unused (controller)."""
+        from pytest_neuron_args.baseline import tidy
+
+        if self.is_worker or self.is_rank_worker:
+            return
+        s = self.settings
+        if s.baseline is not None and s.baseline.suffix == ".json":
+            return  # one file for every test: nothing to tidy
+        parts = [self.export(), *self.workers.values()]
+        inventories = [p["baseline_inventory"] for p in parts if p.get("baseline_inventory") is not None]
+        if not inventories:
+            return  # nothing collected here or in any worker (e.g. --collect-only under xdist)
+        inventory: dict[str, dict[str, Any]] = {}
+        for inv in inventories:
+            for folder, info in inv.items():
+                into = inventory.setdefault(folder, {"tests": [], "covered": True})
+                into["tests"] = sorted(set(into["tests"]) | set(info.get("tests", [])))
+                into["covered"] = into["covered"] and bool(info.get("covered"))
+        complete = all(p.get("collection_complete", True) for p in parts if p.get("baseline_inventory") is not None)
+        used = {c["path"] for p in parts for c in p.get("baseline_checks", [])}
+        self.baselines_unused, self.baselines_removed = tidy(
+            inventory, used, s.baseline_variant(), update=s.update_baseline, complete=complete)
+
     # -- what the session did ---------------------------------------------------------------------------
     def add_serve(self, calls: dict[str, int], misses: int) -> None:
         self.serve_sessions += 1
@@ -236,6 +265,9 @@ class NeuronSession:
             "serve_misses": self.serve_misses,
             "serve_sessions": self.serve_sessions,
             "baselines_written": list(self.baselines_written),
+            "baseline_checks": list(self.baseline_checks),
+            "baseline_inventory": self.baseline_inventory,
+            "collection_complete": self.collection_complete,
             "stats": self.stats(),
             "manifest_config": self.manifest_config,
             "eager_outputs": _eager_output_graphs(),
@@ -261,6 +293,9 @@ class NeuronSession:
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
             "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
+            "baseline_checks": [c for p in parts for c in p.get("baseline_checks", [])],
+            "baselines_unused": self.baselines_unused,
+            "baselines_removed": list(self.baselines_removed),
             "stats": stats,
             "workers": sorted(self.workers),
             "rank_processes": len(self.rank_parts),

@@ -36,6 +36,12 @@ class TinyTwoGraph(torch.nn.Module):
         return with_optimization_level(base, 3) if graph_type == "decode" else list(base)
 
 
+@pytest.fixture(autouse=True)
+def _no_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions a test starts (pytester) must not append to the CI job's own $GITHUB_STEP_SUMMARY."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
 @pytest.fixture(scope="session")
 def neuron_model():
     return TinyTwoGraph()

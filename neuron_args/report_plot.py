@@ -1,0 +1,100 @@
+"""``neuron-args report plot``: compile seconds and executable sizes per graph over nightly runs.
+
+Reads run reports (``pytest --neuron-report=PATH``), orders them by their ``created`` time and
+draws one line per graph (matched across runs as ``report compare`` matches them: graph type and
+input shapes) in two panels, compile seconds and executable size. A graph absent from a run, or a
+run that only loaded it (no compile time recorded), leaves a gap. matplotlib is the optional
+``plot`` extra; without it the command names the install line.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from neuron_args.errors import NeuronArgsError
+from neuron_args.report import read_report
+
+INSTALL_HINT = "pip install 'neuron-args[plot]'"
+
+
+class PlotUnavailable(NeuronArgsError, ImportError):
+    """matplotlib (the ``plot`` extra) is not installed."""
+
+
+def graph_name(g: Mapping[str, Any]) -> str:
+    shapes = " ".join(f"({s})" for s in g.get("input_shapes") or [])
+    return f"{g.get('graph_type') or '-'} {shapes}".strip()
+
+
+def run_label(report: Mapping[str, Any], path: Path) -> str:
+    created = str(report.get("created") or "")
+    return created[:16].replace("T", " ") if created else path.stem
+
+
+def series(reports: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[float | None]]]:
+    """``{graph name: {"compile_seconds": [...], "executable_size": [...]}}``, one value (or None) per run."""
+    names: list[str] = []
+    for report in reports:
+        for g in report.get("graphs", []):
+            if graph_name(g) not in names:
+                names.append(graph_name(g))
+    out: dict[str, dict[str, list[float | None]]] = {
+        n: {"compile_seconds": [None] * len(reports), "executable_size": [None] * len(reports)} for n in names}
+    for i, report in enumerate(reports):
+        for g in report.get("graphs", []):
+            for field in ("compile_seconds", "executable_size"):
+                value = g.get(field)
+                if value is not None:
+                    out[graph_name(g)][field][i] = float(value)
+    return dict(sorted(out.items()))
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[tuple[str, dict[str, Any]]]:
+    """The reports, oldest first (by ``created``; the given order breaks ties); ``ValueError`` names a bad file."""
+    runs = [(Path(p), read_report(p)) for p in paths]
+    order = sorted(range(len(runs)), key=lambda i: (str(runs[i][1].get("created") or ""), i))
+    return [(run_label(runs[i][1], runs[i][0]), runs[i][1]) for i in order]
+
+
+def plot_trend(paths: Sequence[str | Path], out: str | Path, *, title: str | None = None) -> Path:
+    """Draw the trend of the reports at ``paths`` into ``out`` (PNG, or any format matplotlib knows by suffix)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display on CI hosts
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PlotUnavailable(f"neuron-args report plot draws with matplotlib, which is not installed "
+                              f"({exc}); install the plot extra: {INSTALL_HINT}") from None
+    if not paths:
+        raise ValueError("no report given: pass one or more files written by pytest --neuron-report=PATH")
+    runs = load_runs(paths)
+    labels = [label for label, _ in runs]
+    data = series([report for _, report in runs])
+    x = list(range(len(runs)))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 1.2 * len(runs) + 3), 7), sharex=True)
+    for name, values in data.items():
+        sizes = [None if v is None else v / 1024 for v in values["executable_size"]]
+        top.plot(x, [float("nan") if v is None else v for v in values["compile_seconds"]], marker="o", label=name)
+        bottom.plot(x, [float("nan") if v is None else v for v in sizes], marker="o", label=name)
+    top.set_ylabel("compile seconds")
+    bottom.set_ylabel("executable size (KiB)")
+    bottom.set_xticks(x)
+    bottom.set_xticklabels(labels, rotation=30, ha="right")
+    bottom.set_xlabel("run")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+    if data:
+        top.legend(fontsize="small", loc="best")
+    top.set_title(title or f"neuron-args: {len(data)} graph(s) over {len(runs)} run(s)")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+__all__ = ["INSTALL_HINT", "PlotUnavailable", "load_runs", "plot_trend", "series"]

@@ -1,0 +1,135 @@
+"""What CI systems read from a session besides the terminal: JUnit properties and the GitHub step summary.
+
+Per test, the graphs its ``neuron_warmup`` covered and what ``neuron_served`` served go into
+``item.user_properties`` (what ``record_property`` writes), so ``--junitxml`` carries them: a
+nightly dashboard can tell which keys and ``-O`` levels a failing test was about without reading
+logs. At session end the controller appends a markdown summary (graphs, misses, baseline diffs)
+to ``$GITHUB_STEP_SUMMARY`` when that variable is set, from the data merged across xdist workers.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+
+
+def _level(args: Iterable[str] | None) -> int | None:
+    from neuron_args.errors import NeuronArgsError
+    from neuron_args.flags import optimization_level
+
+    try:
+        return optimization_level(list(args or []))
+    except NeuronArgsError:
+        return None
+
+
+def warmup_properties(graphs: Iterable[Any]) -> list[tuple[str, str]]:
+    """JUnit properties of a warmup's graphs (``WarmedGraph`` objects or their ``as_dict`` forms).
+
+    One ``neuron_graph`` per graph (type, inputs, key, -O level, how it got into the cache) and three
+    one-line digests: ``neuron_warmed_graph_types``, ``neuron_graph_keys``, ``neuron_optimization_levels``.
+    """
+    from pytest_neuron_args.state import row_order
+
+    rows = sorted((dict(g) if isinstance(g, Mapping) else g.as_dict() for g in graphs), key=row_order)
+    props: list[tuple[str, str]] = []
+    levels: dict[str, set[str]] = {}
+    for g in rows:
+        level = _level(g.get("compiler_args"))
+        shown = "-" if level is None else f"-O{level}"
+        levels.setdefault(str(g.get("graph_type")), set()).add(shown)
+        inputs = " ".join(f"({s})" for s in g.get("input_shapes") or [])
+        props.append(("neuron_graph", f"graph_type={g.get('graph_type')} inputs={inputs} key={g.get('key')} "
+                                      f"level={shown} how={g.get('how') or '-'}"))
+    types = list(dict.fromkeys(str(g.get("graph_type")) for g in rows))
+    props.append(("neuron_warmed_graph_types", " ".join(types)))
+    props.append(("neuron_graph_keys", " ".join(sorted({str(g.get("key")) for g in rows}))))
+    props.append(("neuron_optimization_levels",
+                  " ".join(f"{t}={','.join(sorted(levels[t]))}" for t in types)))
+    return props
+
+
+def serve_properties(calls: Mapping[str, int], misses: int) -> list[tuple[str, str]]:
+    """JUnit properties of one ``neuron_served`` block: calls per graph type and the misses."""
+    served = sorted(calls.items(), key=lambda kv: str(kv[0]))
+    return [("neuron_served_graph_types", " ".join(f"{g}={n}" for g, n in served)),
+            ("neuron_serve_misses", str(int(misses)))]
+
+
+def record(node: pytest.Item, props: Iterable[tuple[str, str]]) -> None:
+    """Add properties to a test as ``record_property`` does (one value per name and test: the last wins)."""
+    props = list(props)
+    names = {name for name, _ in props if name != "neuron_graph"}
+    kept = [(n, v) for n, v in node.user_properties if n not in names]
+    seen = set(kept)
+    node.user_properties[:] = kept + [p for p in props if p not in seen]
+
+
+# ----------------------------------------------------------------------------- step summary
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def summary_markdown(data: Mapping[str, Any], header: str, footer: str,
+                     baseline_checks: Iterable[Mapping[str, Any]] = (),
+                     baseline_counts: Mapping[str, int] | None = None,
+                     notice: str | None = None) -> str:
+    """The step summary of merged session data (see ``NeuronSession.merged``)."""
+    from pytest_neuron_args.report import table_rows
+
+    out = ["## neuron-args: graphs of this session", ""]
+    if notice:
+        out += [f"> **{_cell(notice)}**", ""]
+    out += [_cell(header), ""]
+    if data.get("rows"):
+        header_cells, body = table_rows(data)
+        out.append("| " + " | ".join(_cell(c) for c in header_cells) + " |")
+        out.append("|" + "---|" * len(header_cells))
+        out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in body]
+        out.append("")
+    out += [_cell(footer), ""]
+    missed = [r for r in data.get("rows", []) if (r.get("serve_misses") or 0) > 0]
+    out.append("### Cache misses while serving")
+    out.append("")
+    if missed or data.get("serve_misses"):
+        for r in missed:
+            inputs = " ".join(f"({s})" for s in r.get("input_shapes") or [])
+            out.append(f"- `{r.get('graph_type')}` {inputs} key `{r['key']}`: {r.get('serve_misses')} miss(es)")
+        out.append(f"- {data.get('serve_misses', 0)} miss(es) in {data.get('serve_sessions', 0)} serve block(s)")
+    else:
+        out.append(f"none ({data.get('serve_sessions', 0)} serve block(s))")
+    out.append("")
+    checks = list(baseline_checks)
+    if checks or (baseline_counts and any(baseline_counts.values())):
+        out += ["### Manifest baselines", ""]
+        if baseline_counts:
+            out += [", ".join(f"{n} {k}" for k, n in baseline_counts.items()), ""]
+        for c in sorted(checks, key=lambda c: str(c.get("nodeid"))):
+            out.append(f"- `{c.get('nodeid')}` (`{c.get('path')}`): **{c.get('status')}**")
+            if c.get("lines"):
+                out += ["", "  ```diff", *(f"  {line}" for line in c["lines"]), "  ```"]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def append_step_summary(markdown: str, environ: Mapping[str, str] | None = None) -> Path | None:
+    """Append ``markdown`` to ``$GITHUB_STEP_SUMMARY`` when set; the path, or None."""
+    target = (environ if environ is not None else os.environ).get(STEP_SUMMARY_ENV)
+    if not target:
+        return None
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(markdown)
+    return path
+
+
+__all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "record", "serve_properties", "summary_markdown",
+           "warmup_properties"]
