@@ -18,6 +18,7 @@ from typing import Any
 
 from neuron_args.atomic import write_atomic
 from pytest_neuron_args.assertions import ManifestView
+from pytest_neuron_args.state import NeuronSession
 
 BASELINE_DIRNAME = ".neuron-baseline"
 VOLATILE_GRAPH_FIELDS = ("created_timestamp", "neff_size", "hlo_path", "neff_path")
@@ -182,5 +183,28 @@ def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, 
     return unused, removed
 
 
+def tidy_session(session: NeuronSession) -> None:
+    """Count (and under ``--neuron-update-baseline`` remove) baselines the session left unused (controller)."""
+    if session.is_worker or session.is_rank_worker:
+        return
+    s = session.settings
+    if s.baseline is not None and s.baseline.suffix == ".json":
+        return  # one file for every test: nothing to tidy
+    parts = [session.export(), *session.workers.values()]
+    inventories = [p["baseline_inventory"] for p in parts if p.get("baseline_inventory") is not None]
+    if not inventories:
+        return  # nothing collected here or in any worker (e.g. --collect-only under xdist)
+    inventory: dict[str, dict[str, Any]] = {}
+    for inv in inventories:
+        for folder, info in inv.items():
+            into = inventory.setdefault(folder, {"tests": [], "covered": True})
+            into["tests"] = sorted(set(into["tests"]) | set(info.get("tests", [])))
+            into["covered"] = into["covered"] and bool(info.get("covered"))
+    complete = all(p.get("collection_complete", True) for p in parts if p.get("baseline_inventory") is not None)
+    used = {c["path"] for p in parts for c in p.get("baseline_checks", [])}
+    session.baselines_unused, session.baselines_removed = tidy(
+        inventory, used, s.baseline_variant(), update=s.update_baseline, complete=complete)
+
+
 __all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "normalize", "owner_name", "tidy",
-           "variant_part"]
+           "tidy_session", "variant_part"]

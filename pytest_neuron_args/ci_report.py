@@ -131,5 +131,24 @@ def append_step_summary(markdown: str, environ: Mapping[str, str] | None = None)
     return path
 
 
+def write_step_summary(session: NeuronSession) -> Any:
+    """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
+    import os
+
+    if session.is_worker or session.is_rank_worker or not os.environ.get(STEP_SUMMARY_ENV):
+        return None
+    from neuron_args.executables import eager_outputs_notice
+    from pytest_neuron_args.report import _has_content, baseline_counts, footer_line, header_line
+
+    data = session.merged()
+    if not _has_content(data):
+        return None  # a session that used no neuron fixture adds nothing to the job's page
+    counts = baseline_counts(data)
+    return append_step_summary(summary_markdown(
+        data, header_line(session), footer_line(data, str(session.cache_dir())),
+        baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
+        notice=eager_outputs_notice(data.get("eager_outputs") or {})))
+
+
 __all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "record", "serve_properties", "summary_markdown",
-           "warmup_properties"]
+           "warmup_properties", "write_step_summary"]

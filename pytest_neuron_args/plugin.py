@@ -32,7 +32,9 @@ from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected
     neuron_warmup,
 )
 from pytest_neuron_args.options import NeuronSettings, add_options
-from pytest_neuron_args.report import header_line, write_json_report, write_step_summary, write_summary
+from pytest_neuron_args.baseline import tidy_session
+from pytest_neuron_args.ci_report import write_step_summary
+from pytest_neuron_args.report import header_line, write_json_report, write_summary
 from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
@@ -216,7 +218,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput[WORKEROUTPUT_KEY] = state.export()
     else:
         state.emit_manifests()
-        state.tidy_baselines()
+        tidy_session(state)
         state.report_written = write_json_report(state)
         write_step_summary(state)
 

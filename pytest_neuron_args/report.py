@@ -192,26 +192,6 @@ def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
     return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in always}
 
 
-def write_step_summary(session: NeuronSession) -> Any:
-    """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
-    import os
-
-    from pytest_neuron_args.ci_report import STEP_SUMMARY_ENV, append_step_summary, summary_markdown
-
-    if session.is_worker or session.is_rank_worker or not os.environ.get(STEP_SUMMARY_ENV):
-        return None
-    from neuron_args.executables import eager_outputs_notice
-
-    data = session.merged()
-    if not _has_content(data):
-        return None  # a session that used no neuron fixture adds nothing to the job's page
-    counts = baseline_counts(data)
-    return append_step_summary(summary_markdown(
-        data, header_line(session), footer_line(data, str(session.cache_dir())),
-        baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
-        notice=eager_outputs_notice(data.get("eager_outputs") or {})))
-
-
 def write_json_report(session: NeuronSession) -> Any:
     """``--neuron-report=PATH``: the session's graphs as a JSON report (controller only); the path, or None."""
     path = session.settings.report
@@ -235,4 +215,4 @@ def write_json_report(session: NeuronSession) -> Any:
 
 
 __all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_lines", "table_rows",
-           "write_json_report", "write_step_summary", "write_summary"]
+           "write_json_report", "write_summary"]

@@ -189,30 +189,6 @@ class NeuronSession:
             pass
         return written
 
-    def tidy_baselines(self) -> None:
-        """Count (and under ``--neuron-update-baseline`` remove) baselines this session left unused (controller)."""
-        from pytest_neuron_args.baseline import tidy
-
-        if self.is_worker or self.is_rank_worker:
-            return
-        s = self.settings
-        if s.baseline is not None and s.baseline.suffix == ".json":
-            return  # one file for every test: nothing to tidy
-        parts = [self.export(), *self.workers.values()]
-        inventories = [p["baseline_inventory"] for p in parts if p.get("baseline_inventory") is not None]
-        if not inventories:
-            return  # nothing collected here or in any worker (e.g. --collect-only under xdist)
-        inventory: dict[str, dict[str, Any]] = {}
-        for inv in inventories:
-            for folder, info in inv.items():
-                into = inventory.setdefault(folder, {"tests": [], "covered": True})
-                into["tests"] = sorted(set(into["tests"]) | set(info.get("tests", [])))
-                into["covered"] = into["covered"] and bool(info.get("covered"))
-        complete = all(p.get("collection_complete", True) for p in parts if p.get("baseline_inventory") is not None)
-        used = {c["path"] for p in parts for c in p.get("baseline_checks", [])}
-        self.baselines_unused, self.baselines_removed = tidy(
-            inventory, used, s.baseline_variant(), update=s.update_baseline, complete=complete)
-
     # -- what the session did ---------------------------------------------------------------------------
     def add_serve(self, calls: dict[str, int], misses: int) -> None:
         self.serve_sessions += 1
