@@ -135,6 +135,7 @@ def run_compile_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from neuron_args.cache import CompileCache
     from neuron_args.deferred.parallel_compile import default_workers, parallel_compile, pending_keys
 
     root = Path(args.cache_dir).expanduser()
@@ -159,7 +160,9 @@ def _run(args: argparse.Namespace) -> int:
         progress.close()
         if executor is not None:
             executor.shutdown(wait=False)  # cancels the remote tasks; their workers kill the compilers
-        left = len(pending_keys(root))
+        # entries not built: still pending, or still locked by a build the interrupt cut short
+        cache = CompileCache(root)
+        left = sum(not cache.entry(key).is_complete for key in pending)
         print(f"neuron-args compile: interrupted; {left} entries stay pending (rerun to build them)",
               file=sys.stderr)
         return EXIT_INTERRUPTED
