@@ -22,7 +22,8 @@ from neuron_args.compilers import (
 )
 from neuron_args.compilers import local as local_mod
 from neuron_args.compilers import neuronx_cc as neuronx_cc_mod
-from neuron_args.compilers.base import Compiler, describe_exit
+from neuron_args.compilers.base import Compiler
+from neuron_args.compilers.process import describe_exit
 
 FAKE_SOURCE = Path(__file__).parent / "fakes" / "neuronx_cc.py"
 KEY = "0123456789abcdef0123456789abcdef"
