@@ -1,9 +1,9 @@
-"""The compiler interface both drivers implement, and the subprocess run they share.
+"""The one compiler interface both drivers implement.
 
 A compiler turns one entry's ``graph.hlo`` plus a neuronx-cc argument list into an executable.
 Both drivers run their compiler as a child process (a bad option can abort a whole process, and
-neuronx-cc is a separate program anyway) with an argv list, never a shell; the run itself lives
-in :mod:`.process`.
+neuronx-cc is a separate program anyway) with the same neuronx-cc-shaped argv, never a shell:
+only the ``program`` that starts it differs. The run itself lives in :mod:`.process`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from neuron_args.compilers.lifetime import resolve_compile_timeout
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, temp_output_path
@@ -31,37 +30,6 @@ class CompilerInfo:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "version": self.version, "format": self.executable_format}
-
-
-@runtime_checkable
-class Compiler(Protocol):
-    """What the cache and the deferred flow need from a compiler driver."""
-
-    @property
-    def info(self) -> CompilerInfo: ...
-
-    def build_argv(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        log_path: Path,
-    ) -> list[str]: ...
-
-    def compile(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        workdir: Path,
-        graph_type: str | None = None,
-        key: str | None = None,
-        timeout: float | None = None,
-    ) -> CompileResult: ...
 
 
 def prepare_compiler_args(
@@ -89,18 +57,27 @@ def prepare_compiler_args(
     return flags.remove_options(args, list(DRIVER_OPTIONS))
 
 
-class SubprocessCompiler(abc.ABC):
-    """``compile`` shared by both drivers; a driver supplies ``build_argv``, ``name`` and ``display_name``."""
+class Compiler(abc.ABC):
+    """What the cache and the deferred flow need from a compiler driver: ``info`` and ``compile``.
+
+    A driver sets ``name``, ``display_name`` and ``program`` (the command prefix that starts its
+    compiler) and says which compiler it is (:attr:`info`); the argv and the run are shared.
+    """
 
     name = "compiler"
     display_name = "compiler"
+    program: list[str]
+
+    @property
+    @abc.abstractmethod
+    def info(self) -> CompilerInfo:
+        """Name, version and executable format (part of the cache key)."""
 
     @property
     def default_timeout(self) -> float:
         """Seconds a compile may take when no timeout is given (see :data:`lifetime.DEFAULT_TIMEOUTS`)."""
         return resolve_compile_timeout(None, self.name)
 
-    @abc.abstractmethod
     def build_argv(
         self,
         *,
@@ -110,7 +87,15 @@ class SubprocessCompiler(abc.ABC):
         compiler_args: Sequence[str],
         log_path: Path,
     ) -> list[str]:
-        """The compiler's argv for one graph (the driver's fixed part, then the graph's arguments)."""
+        """``<program> compile graph.hlo --framework XLA --target <t> --output <o> --logfile <l> <args>``."""
+        return [
+            *self.program, "compile", str(hlo_path),
+            "--framework", "XLA",
+            "--target", target,
+            "--output", str(output_path),
+            "--logfile", str(log_path),
+            *compiler_args,
+        ]  # fmt: skip
 
     def compile(
         self,
