@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_args.cache import CompileCache, compile_entry, disk_error
+from neuron_args.cache import CompileCache, disk_error
+from neuron_args.compilers.build import compile_entry
 from neuron_args.compilers.lifetime import (
     CancelScope,
     CompileCancelled,

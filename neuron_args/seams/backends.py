@@ -28,12 +28,12 @@ from neuron_args.cache import (
     CompileCache,
     _assert_cache_key_args,
     assert_cache_hit_enabled,
-    compile_entry,
     disk_error,
     new_metadata,
 )
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import resolve_compile_timeout, select_compiler
+from neuron_args.compilers.build import compile_entry
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
