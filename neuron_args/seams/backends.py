@@ -295,16 +295,3 @@ _BACKENDS = {b.seam: b for b in (neuron_libtorch, neuron_libtorch_graph_capture,
 
 def backend_for(seam: str) -> NeuronBackend:
     return _BACKENDS[seam]
-
-
-def register_backends() -> None:
-    """Register the three seams by name (also discovered through the ``torch_dynamo_backends`` entry points)."""
-    from torch._dynamo.backends import registry
-
-    for name, backend in _BACKENDS.items():
-        # an entry point still pending means torch's lookup is loading us and registers it itself
-        if name not in registry._COMPILER_FNS and registry._BACKENDS.get(name) is None:
-            registry.register_backend(compiler_fn=backend, name=name)
-
-
-register_backends()
