@@ -26,6 +26,13 @@ def test_import_loads_neither_torch_nor_jax():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
+def test_the_deferred_build_imports_neither_torch_nor_the_seams():
+    code = ("import sys, neuron_args.deferred.parallel_compile, neuron_args.compilers.build;"
+            "print(sorted(m for m in ('torch', 'jax', 'neuron_args.seams.backends') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
 def test_backends_are_discoverable_by_name_without_importing_neuron_args():
     code = ("import torch; from torch._dynamo.backends.registry import lookup_backend;"
             "print([type(lookup_backend(n)).__name__ for n in "
