@@ -58,7 +58,7 @@ class CompileResult:
 
 
 #: Exit statuses with a known reading: (what happened, what to change). Negative: killed by that
-#: signal; 70 is neuronx-cc's own status when its backend runs out of memory.
+#: signal; neuronx-cc reports a killed or out-of-memory backend as 70.
 _OOM_FIX = "compile fewer graphs in parallel or use a host with more memory"
 _BUG_FIX = "this is a compiler bug: report it with graph.hlo, command.txt and the log"
 EXIT_CODES: dict[int, tuple[str, str]] = {
