@@ -270,25 +270,6 @@ def new_metadata(
     }
 
 
-def compile_entry(entry: CacheEntry, compiler: Any, compiler_args: Sequence[str], target: str,
-                  graph_type: str | None, metadata: Mapping[str, Any], *, timeout: float | None = None) -> None:
-    """Compile ``entry``'s graph.hlo into its executable and record how (the marker is the caller's).
-
-    The executable's size and sha256 go into the metadata: loads verify them. ``timeout`` None
-    means the compiler's default (``$NEURON_ARGS_COMPILE_TIMEOUT`` first).
-    """
-    result = compiler.compile(
-        hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
-        compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
-        timeout=timeout,
-    )
-    entry.write_metadata({
-        **metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": result.argv,
-        "compiled": now_iso(), "compile_seconds": round(result.seconds, 4), "compiler": compiler.info.as_dict(),
-        **executable_fields(entry.executable_path),
-    })
-
-
 class CompileCache:
     """A compile-cache directory."""
 

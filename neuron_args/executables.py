@@ -24,7 +24,7 @@ from neuron_args.cache import CacheEntry
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
 from neuron_args.errors import NeuronArgsError
-from neuron_args.lowering.hlo import TensorSpec
+from neuron_args.tensors import TensorSpec
 
 log = logging.getLogger("neuron_args.executables")
 

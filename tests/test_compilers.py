@@ -22,7 +22,8 @@ from neuron_args.compilers import (
 )
 from neuron_args.compilers import local as local_mod
 from neuron_args.compilers import neuronx_cc as neuronx_cc_mod
-from neuron_args.compilers.base import Compiler, describe_exit
+from neuron_args.compilers.base import Compiler
+from neuron_args.compilers.process import describe_exit
 
 FAKE_SOURCE = Path(__file__).parent / "fakes" / "neuronx_cc.py"
 KEY = "0123456789abcdef0123456789abcdef"
@@ -145,6 +146,15 @@ def test_local_compiler_info_needs_no_process() -> None:
     assert info.version.startswith(f"local-xla-cpu/{metadata.version('jaxlib')} ")
     assert info.as_dict() == {"name": "local", "version": info.version, "format": "xla-cpu-executable"}
     assert isinstance(LocalCompiler(), Compiler) and isinstance(NeuronxCcCompiler(), Compiler)
+
+
+def test_both_drivers_build_one_argv_shape_from_their_program(tmp_path: Path) -> None:
+    paths = dict(hlo_path=tmp_path / "graph.hlo", output_path=tmp_path / "out.neff", log_path=tmp_path / "log.txt")
+    cc = NeuronxCcCompiler("/opt/neuron/bin/neuronx-cc").build_argv(target="trn1", compiler_args=["-O2"], **paths)
+    local = LocalCompiler(program=["py", "-m", "x"]).build_argv(target="trn1", compiler_args=["-O2"], **paths)
+    assert cc == ["/opt/neuron/bin/neuronx-cc", "compile", str(paths["hlo_path"]), "--framework", "XLA",
+                  "--target", "trn1", "--output", str(paths["output_path"]), "--logfile", str(paths["log_path"]), "-O2"]
+    assert local == ["py", "-m", "x", *cc[1:]]
 
 
 def test_bad_flag_fails_before_any_process_starts(tmp_path: Path, fake_cc: Path) -> None:

@@ -143,6 +143,25 @@ def test_one_failing_graph_does_not_stop_the_others(tmp_path):
     assert bad.status != "complete"
 
 
+def test_parallel_compile_error_carries_the_failed_graphs_as_data():
+    import pickle
+
+    import neuron_args
+    from neuron_args.deferred import CompileReport
+    from neuron_args.deferred.farm import GraphCompileReport
+
+    bad = GraphCompileReport("a" * 32, "decode", ["-O3"], "failed", error="local compiler failed\nfix: read the log")
+    report = CompileReport([bad, GraphCompileReport("b" * 32, "prefill", ["-O1"], "compiled")])
+    err = neuron_args.ParallelCompileError(report)
+    assert isinstance(err, CompileError) and isinstance(err, neuron_args.NeuronArgsError)
+    assert err.failures == [bad] and err.report is report
+    text = str(err)
+    assert "1 of 2 graphs failed" in text and f"'decode' {'a' * 32}: local compiler failed" in text
+    assert "b" * 32 not in text and text.splitlines()[-1].startswith("fix: ")
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == text and again.failures == [bad]
+
+
 @pytest.mark.parametrize("model, expected", [
     (Crashing(), "killed by signal 11"),
     (Raising(), "ValueError: bad bucket"),

@@ -24,7 +24,7 @@ import torch
 from neuron_args import executables
 from neuron_args.cache import STATS, CompileCache
 from neuron_args.errors import NeuronArgsError
-from neuron_args.lowering.hlo import TensorSpec
+from neuron_args.tensors import TensorSpec
 from neuron_args.neuron_runtime import (RUNTIME_CORES_ENV, NeffExecutable, RuntimeBindingError, apply_core_window,
                                         core_window, load_binding, metaneff)
 from neuron_args.seams import records

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from neuron_args import xla_cpu
-from neuron_args.lowering.hlo import TensorSpec
+from neuron_args.tensors import TensorSpec
 from neuron_args.runtime import LoadedExecutable
 
 
 def build(fn, in_specs, out_specs, client=None) -> LoadedExecutable:
-    from neuron_args.runtime import numpy_dtype
+    from neuron_args.tensors import numpy_dtype
 
     args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in in_specs]
     with jax.enable_x64(False):

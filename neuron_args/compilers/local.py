@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from neuron_args.compilers.base import CompilerInfo, SubprocessCompiler
+from neuron_args.compilers.base import Compiler, CompilerInfo
 
 NAME = "local"
 FORMAT = "xla-cpu-executable"
@@ -33,7 +32,7 @@ def local_version() -> str:
     return _version[0]
 
 
-class LocalCompiler(SubprocessCompiler):
+class LocalCompiler(Compiler):
     """Compile with the embedded XLA:CPU program, in a child Python process.
 
     ``program`` is the command prefix that starts it (default: this interpreter running
@@ -49,21 +48,3 @@ class LocalCompiler(SubprocessCompiler):
     @property
     def info(self) -> CompilerInfo:
         return CompilerInfo(NAME, local_version(), FORMAT)
-
-    def build_argv(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        log_path: Path,
-    ) -> list[str]:
-        return [
-            *self.program, "compile", str(hlo_path),
-            "--framework", "XLA",
-            "--target", target,
-            "--output", str(output_path),
-            "--logfile", str(log_path),
-            *compiler_args,
-        ]  # fmt: skip

@@ -10,10 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from neuron_args.compilers.base import CompilerInfo, SubprocessCompiler
+from neuron_args.compilers.base import Compiler, CompilerInfo
 from neuron_args.compilers.lifetime import kill_group, supervised_argv
 
 NAME = "neuronx-cc"
@@ -55,7 +53,7 @@ def lookup_version(executable: str = NAME, timeout: float = 60.0) -> str:
     return _versions[resolved]
 
 
-class NeuronxCcCompiler(SubprocessCompiler):
+class NeuronxCcCompiler(Compiler):
     """Compile with ``neuronx-cc`` (found on PATH unless ``executable`` says otherwise)."""
 
     name = NAME
@@ -63,25 +61,8 @@ class NeuronxCcCompiler(SubprocessCompiler):
 
     def __init__(self, executable: str = NAME) -> None:
         self.executable = executable
+        self.program = [executable]
 
     @property
     def info(self) -> CompilerInfo:
         return CompilerInfo(NAME, lookup_version(self.executable), FORMAT)
-
-    def build_argv(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        log_path: Path,
-    ) -> list[str]:
-        return [
-            self.executable, "compile", str(hlo_path),
-            "--framework", "XLA",
-            "--target", target,
-            "--output", str(output_path),
-            "--logfile", str(log_path),
-            *compiler_args,
-        ]  # fmt: skip

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
-from neuron_args.tensors import LOWERED_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy  # noqa: F401 (TensorSpec, LOWERED_DTYPES: this module's public names too)
+from neuron_args.tensors import TensorSpec, numpy_dtype, tensor_to_numpy
 
 _lock = threading.RLock()
 
