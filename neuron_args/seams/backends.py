@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import (
     STATS,
     CacheEntry,
@@ -123,7 +124,7 @@ class CompiledGraph:
                 entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
                 run = self._load(entry, False, key, graph_type, rec)  # a second failure is an error
         except CacheMissError:
-            rec.serve_misses = int(records.serving)
+            rec.serve_misses = int(ACTIVITY.serving is not None)
             records.record(rec)
             raise
         self._ledger(key, request, graph_type)
@@ -222,7 +223,7 @@ class CompiledGraph:
 def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list[Any]], Any]:
     """A variant's call: the function, plus one flag read to count calls while a runner serves."""
     def run(args: list[Any]) -> Any:
-        if records.serving:
+        if ACTIVITY.serving is not None:
             rec.serve_hits += 1
         return fn(*args)
 
