@@ -51,8 +51,6 @@ CAPTURE_SEAM = "neuron_libtorch_graph_capture"
 NATIVE_SEAM = "neuron_native_lite"
 SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
-# native seam: first argument set seen per key in this process (the metadata covers other processes)
-_native_args: dict[str, list[str]] = {}
 # set by neuron_args.fastpath while it records a guarded call: called instead of each variant
 call_observer: Callable[[CompiledGraph, Callable[[list[Any]], Any], list[Any]], Any] | None = None
 # what _load returns for a NEFF whose outputs come from eager PyTorch (no runtime binding, allowed)
@@ -209,7 +207,7 @@ class CompiledGraph:
 
     def _check_native_args(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
         args = list(request.compiler_args)
-        first = _native_args.setdefault(key.key, args)
+        first = ACTIVITY.native_args.setdefault(key.key, args)
         if canonical_compiler_args(first) != canonical_compiler_args(args):
             raise CacheKeyArgsConflict(
                 f"cache key {key.key} (graph type {graph_type!r}) was compiled in this process with\n"
