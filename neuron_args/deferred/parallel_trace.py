@@ -50,7 +50,7 @@ def fork_is_safe() -> bool:
     if xb is not None and getattr(xb, "_backends", None):
         return False
     xla_cpu = sys.modules.get("neuron_args.xla_cpu")
-    return not (xla_cpu is not None and xla_cpu._client_cache)
+    return not (xla_cpu is not None and xla_cpu.clients_created())
 
 
 def neuron_compiled(obj: Any) -> Any | None:
