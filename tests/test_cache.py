@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from neuron_args import CacheKeyArgsConflict, CacheMissError
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import (
     ASSERT_CACHE_HIT_ENV, CACHE_DIR_ENV, STATS, CompileCache, _assert_cache_key_args, cache_root, new_metadata,
 )
@@ -35,7 +36,7 @@ def builder(key, graph_type="decode", args=("-O3",)):
 @pytest.fixture(autouse=True)
 def _clean_stats(monkeypatch):
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
-    STATS.reset()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
 
 
 def test_cache_root_precedence(monkeypatch, tmp_path):

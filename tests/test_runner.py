@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from neuron_args import CacheMissError, NeuronArgsError
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
@@ -43,8 +44,7 @@ def _fresh(monkeypatch):
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
     monkeypatch.delenv("VLLM_NEURON_MANIFEST_DIR", raising=False)
     torch._dynamo.reset()
-    records.clear()
-    STATS.reset()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
 
 
 def make_runner(cache_dir, **kw):
