@@ -40,7 +40,10 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 def assert_cache_hit_enabled() -> bool:
-    """True when ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` holds a true value (1/true/yes/on)."""
+    """The open ``NeuronRunner.serve()``'s ``assert_cache_hit`` (``ACTIVITY.assert_hit``), else whether
+    ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` holds a true value (1/true/yes/on)."""
+    if ACTIVITY.assert_hit is not None:
+        return ACTIVITY.assert_hit
     return os.environ.get(ASSERT_CACHE_HIT_ENV, "").strip().lower() in _TRUE
 
 

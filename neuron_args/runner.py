@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from neuron_args.activity import ACTIVITY
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CacheStats, CompileCache, cache_root
+from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.errors import NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
@@ -396,29 +396,26 @@ class NeuronRunner:
 
     @contextlib.contextmanager
     def serve(self, assert_cache_hit: bool = True) -> Iterator[ServeSession]:
-        """Serve with ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` set (restored after) and count cache activity.
+        """Serve, counting cache activity; inside, a cache miss raises :class:`CacheMissError`.
 
+        ``assert_cache_hit`` is handed to the seams through ``ACTIVITY.assert_hit`` for the block
+        (the environment is left alone); ``False`` leaves it to ``NEURON_LIBTORCH_ASSERT_CACHE_HIT``.
         Inside, calling a declared entry module directly (or the model around it) is served too:
         the call is matched to its graph type by the buckets' input shapes and runs through
         :meth:`run`; a call matching no declared bucket raises :class:`UndeclaredGraphError`.
         """
         session = ServeSession()
         before = STATS.snapshot()
-        old = os.environ.get(ASSERT_CACHE_HIT_ENV)
-        if assert_cache_hit:
-            os.environ[ASSERT_CACHE_HIT_ENV] = "1"
         self._serving = session
-        was_runner, ACTIVITY.serving = ACTIVITY.serving, self
+        was = ACTIVITY.serving, ACTIVITY.assert_hit
+        ACTIVITY.serving = self
+        if assert_cache_hit:
+            ACTIVITY.assert_hit = True
         try:
             yield session
         finally:
-            ACTIVITY.serving = was_runner
+            ACTIVITY.serving, ACTIVITY.assert_hit = was
             self._serving = None
-            if assert_cache_hit:
-                if old is None:
-                    os.environ.pop(ASSERT_CACHE_HIT_ENV, None)
-                else:
-                    os.environ[ASSERT_CACHE_HIT_ENV] = old
             session.counts = CacheStats.since(before)
 
     def _signatures(self, module: torch.nn.Module) -> list[tuple[str, str, tuple[Any, ...]]]:
