@@ -120,7 +120,7 @@ class LoadedExecutable:
         self._convert_out = tuple(_output_converter(s, copy) for s in self.output_specs)
         self._execute = executable.execute_sharded
         # an asynchronous client returns before the results exist; DLPack needs them ready
-        self._wait = executable.client is not xla_cpu._clients.get("sync")
+        self._wait = not xla_cpu.is_sync_client(executable.client)
 
     @classmethod
     def load(

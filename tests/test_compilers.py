@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from neuron_args import CompileError, CompilerArgsError
+from neuron_args.activity import ACTIVITY
 from neuron_args.compilers import (
     COMPILER_ENV,
     CompilerInfo,
@@ -322,7 +323,7 @@ def test_describe_exit_other_signals() -> None:
 
 
 def test_neuronx_cc_version_is_parsed_and_memoized(fake_cc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(neuronx_cc_mod, "_versions", {})
+    ACTIVITY.reset()  # a fresh process: no version looked up yet
     compiler = NeuronxCcCompiler()
     assert compiler.info == CompilerInfo("neuronx-cc", "2.21.33363.0+82d8b54d", "neff")
     assert compiler.info.as_dict() == {"name": "neuronx-cc", "version": "2.21.33363.0+82d8b54d", "format": "neff"}
@@ -331,7 +332,7 @@ def test_neuronx_cc_version_is_parsed_and_memoized(fake_cc: Path, monkeypatch: p
 
 
 def test_neuronx_cc_version_unknown_on_failure(fake_cc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(neuronx_cc_mod, "_versions", {})
+    ACTIVITY.reset()  # a fresh process: no version looked up yet
     monkeypatch.setenv("FAKE_NEURONX_CC_MODE", "bad-version")
     assert NeuronxCcCompiler().info.version == "unknown"
     assert neuronx_cc_mod.parse_version("neuronx-cc 2.5.0.1") == "2.5.0.1"
@@ -384,7 +385,7 @@ def test_import_does_not_start_jax() -> None:
 
 
 def test_local_version_is_memoized(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_mod, "_version", [])
+    ACTIVITY.reset()  # a fresh process: no version looked up yet
     first = local_mod.local_version()
     from importlib import metadata
 

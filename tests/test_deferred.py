@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from neuron_args import CacheMissError, CompileError, TraceError, scoped_compiler_args
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.deferred import TraceJob, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.resolver import CompilerArgsResolver
-from neuron_args.seams import records
 from tests.models import make_mlp, mlp_inputs
 from tests.trace_models import Crashing, Hanging, Raising
 
@@ -30,8 +30,7 @@ def opts(root):
 def _fresh(monkeypatch):
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
     torch._dynamo.reset()
-    records.clear()
-    STATS.reset()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
 
 
 class Policy:

@@ -42,7 +42,7 @@ def matmul() -> LoadedExecutable:
 
 def test_runs_on_the_synchronous_client_and_matches_torch(matmul):
     assert matmul.executable.client is xla_cpu.runtime_client()
-    assert xla_cpu._client_cache, "forking is unsafe once a client exists; parallel_trace reads this"
+    assert xla_cpu.clients_created(), "forking is unsafe once a client exists; parallel_trace reads this"
     a, b = torch.randn(4, 8), torch.randn(8, 3)
     c, a1, c2 = matmul(a, b)
     torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)

@@ -5,31 +5,30 @@ downstream (command.txt, the log, the error decoding, the cache) treats both com
 """
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 
+from neuron_args.activity import cleared_on_reset
 from neuron_args.compilers.base import Compiler, CompilerInfo
 
 NAME = "local"
 FORMAT = "xla-cpu-executable"
 PROGRAM_MODULE = "neuron_args.compilers.local_xla"
 
-_version: list[str] = []
-
-
+@cleared_on_reset
+@functools.cache
 def local_version() -> str:
-    """``local-xla-cpu/<jaxlib> neuron-args/<version>``, without starting a process or jax."""
-    if not _version:
-        from importlib import metadata
+    """``local-xla-cpu/<jaxlib> neuron-args/<version>``, without starting a process or jax (once per process)."""
+    from importlib import metadata
 
-        import neuron_args
+    import neuron_args
 
-        try:
-            jaxlib = metadata.version("jaxlib")
-        except metadata.PackageNotFoundError:
-            jaxlib = "unknown"
-        _version.append(f"local-xla-cpu/{jaxlib} neuron-args/{neuron_args.__version__}")
-    return _version[0]
+    try:
+        jaxlib = metadata.version("jaxlib")
+    except metadata.PackageNotFoundError:
+        jaxlib = "unknown"
+    return f"local-xla-cpu/{jaxlib} neuron-args/{neuron_args.__version__}"
 
 
 class LocalCompiler(Compiler):

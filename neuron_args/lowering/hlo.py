@@ -11,6 +11,7 @@ forked children).
 """
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Sequence
@@ -152,13 +153,9 @@ def _np_dtype(name: str) -> Any:
     return numpy_dtype(name)
 
 
-_env: list[Any] = []
-
-
+@functools.cache
 def _environment() -> Any:
-    """One torchax environment per process, adapted to whole ATen graphs (created lazily)."""
-    if _env:
-        return _env[0]
+    """One torchax environment per process, adapted to whole ATen graphs (created lazily, under ``_lock``)."""
     from torchax.tensor import Environment, Tensor
     from torchax.view import View
 
@@ -179,7 +176,6 @@ def _environment() -> Any:
 
     env = GraphEnvironment()
     ops.install(env)
-    _env.append(env)
     return env
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import (
     STATS,
     CacheEntry,
@@ -54,8 +55,6 @@ CAPTURE_SEAM = "neuron_libtorch_graph_capture"
 NATIVE_SEAM = "neuron_native_lite"
 SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
-# native seam: first argument set seen per key in this process (the metadata covers other processes)
-_native_args: dict[str, list[str]] = {}
 # set by neuron_args.fastpath while it records a guarded call: called instead of each variant
 call_observer: Callable[[CompiledGraph, Callable[[list[Any]], Any], list[Any]], Any] | None = None
 # what _load returns for a NEFF whose outputs come from eager PyTorch (no runtime binding, allowed)
@@ -173,7 +172,7 @@ class CompileSeam(Seam):
                 entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type)
                 run = self._load(graph, entry, False, v)  # a second failure is an error
         except CacheMissError:
-            rec.serve_misses = int(records.serving)
+            rec.serve_misses = int(ACTIVITY.serving is not None)
             records.record(rec)
             raise
         graph.ledger(v)
@@ -229,7 +228,7 @@ class NativeSeam(CompileSeam):
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
         args = list(v.request.compiler_args)
-        first = _native_args.setdefault(v.key.key, args)
+        first = ACTIVITY.native_args.setdefault(v.key.key, args)
         if canonical_compiler_args(first) != canonical_compiler_args(args):
             raise CacheKeyArgsConflict(
                 f"cache key {v.key.key} (graph type {v.graph_type!r}) was compiled in this process with\n"
@@ -281,7 +280,7 @@ SEAM_KINDS: dict[str, Seam] = {kind.name: kind for kind in (CompileSeam(), Captu
 def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list[Any]], Any]:
     """A variant's call: the function, plus one flag read to count calls while a runner serves."""
     def run(args: list[Any]) -> Any:
-        if records.serving:
+        if ACTIVITY.serving is not None:
             rec.serve_hits += 1
         return fn(*args)
 
