@@ -262,6 +262,7 @@ def test_a_worker_killed_mid_compile_falls_back_to_a_process_of_its_own(hlo_file
 
 def test_a_hung_worker_times_out_like_a_process_and_is_replaced(hlo_file, tmp_path, slow):
     slow.arm(300)
+    assert slow.prestart(1) == 1  # up before the 1 s timeout starts, so it expires in the request
     entry = tmp_path / "entry"
     with pytest.raises(CompileError) as excinfo:
         _compile(hlo_file, entry, LocalCompiler(pool=slow), timeout=1)
@@ -378,5 +379,25 @@ def test_parallel_compile_with_2_threads_uses_2_warm_workers(hlo_file, tmp_path,
         assert len(shared.idle_pids()) == 2
         for entry in CompileCache(root).entries():
             assert entry.status == "complete" and entry.problem() is None
+    finally:
+        _kill_all(shared)
+
+
+def test_prestarted_workers_take_the_graphs_of_parallel_compile(hlo_file, tmp_path, monkeypatch):
+    shared = workers.WorkerPool()
+    monkeypatch.setitem(workers._state, "pool", shared)
+    monkeypatch.delenv(workers.WARM_WORKERS_ENV, raising=False)
+    root = tmp_path / "cache"
+    keys = _local_pending(root, hlo_file, 4)
+    try:
+        assert shared.prestart(2) == 2 and shared.prestart(1) == 2  # nothing more to start
+        leaders = set(shared.idle_pids())
+        workers_of = {c for leader in leaders for c in _children(leader)}
+        assert len(workers_of) == 2
+        parallel_compile(root, workers=2, quiet=True)
+        logs = [(root / k / LOG_FILE).read_text() for k in keys]
+        assert {int(re.search(r"pid (\d+)", log).group(1)) for log in logs} <= workers_of
+        assert all("jax startup seconds: 0.000" in log for log in logs)  # jax was up before the first graph
+        assert set(shared.idle_pids()) == leaders
     finally:
         _kill_all(shared)

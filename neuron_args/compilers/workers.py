@@ -114,8 +114,20 @@ class Worker:
             message = self._receive(deadline)
             if message is None or "status" in message:
                 return None if message is None else int(message["status"])
-            if "ready" in message:
-                self.ready, self.worker_pid = True, int(message["ready"])
+            self._note(message)
+
+    def wait_ready(self, deadline: float | None) -> bool:
+        """True once it has started jax (before any request); False when ``deadline`` passed first."""
+        while not self.ready:
+            message = self._receive(deadline)
+            if message is None:
+                return False
+            self._note(message)
+        return True
+
+    def _note(self, message: dict[str, Any]) -> None:
+        if "ready" in message:
+            self.ready, self.worker_pid = True, int(message["ready"])
 
     def _receive(self, deadline: float | None) -> dict[str, Any] | None:
         assert self.proc.stdout is not None
@@ -192,7 +204,7 @@ class WorkerPool:
         self._idle: list[Worker] = []
         self._lock = threading.Lock()
 
-    def acquire(self, cwd: Path) -> Worker:
+    def acquire(self) -> Worker:
         env, stale = _env_key(), []
         with self._lock:
             while self._idle:
@@ -204,13 +216,37 @@ class WorkerPool:
                 worker = None
         for old in stale:
             old.close()
-        if worker is not None:
-            return worker
+        return worker if worker is not None else self._spawn()
+
+    def _spawn(self) -> Worker:
         idle = idle_seconds()
         argv = supervised_argv([*self.program, f"{idle:g}"])
         return Worker(_spawner().call(lambda: subprocess.Popen(
-            argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             bufsize=0, start_new_session=True)), idle)
+
+    def prestart(self, n: int, timeout: float = 300.0) -> int:
+        """Start workers until ``n`` are idle with jax started (before a timed warmup, say); returns how many are.
+
+        A worker that dies or is not ready within ``timeout`` seconds is dropped (compiles then start their own).
+        """
+        env = _env_key()
+        with self._lock:
+            have = sum(w.reusable(env) for w in self._idle)
+        new = [self._spawn() for _ in range(max(0, n - have))]
+        deadline = time.monotonic() + timeout
+        for worker in new:
+            try:
+                ready = worker.wait_ready(deadline)
+            except WorkerDied:
+                ready = False
+            if ready:
+                self.release(worker)
+            else:
+                worker.kill()
+                worker.reap()
+        with self._lock:
+            return sum(w.reusable(env) for w in self._idle)
 
     def release(self, worker: Worker) -> None:
         worker.last_used = time.monotonic()
@@ -237,7 +273,7 @@ class WorkerPool:
         """
         if self.broken:
             return start_process(argv, cwd=cwd, stdout=stdout)
-        return PooledCompile(self, self.acquire(cwd), program_args, argv, cwd=cwd, stdout=stdout)
+        return PooledCompile(self, self.acquire(), program_args, argv, cwd=cwd, stdout=stdout)
 
 
 class PooledCompile:
