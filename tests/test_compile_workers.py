@@ -74,6 +74,16 @@ def pool():
 
 
 @pytest.fixture
+def shared(monkeypatch: pytest.MonkeyPatch):
+    """A fresh pool in place of this process's shared one (the one ``LocalCompiler()`` uses), pool on."""
+    p = workers.WorkerPool()
+    monkeypatch.setitem(workers._state, "pool", p)
+    monkeypatch.delenv(workers.WARM_WORKERS_ENV, raising=False)
+    yield p
+    _kill_all(p)
+
+
+@pytest.fixture
 def slow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A pool of the sleeping stand-in; ``slow.arm(seconds)`` makes the next new request sleep."""
     script = tmp_path / "slow_worker.py"
@@ -197,20 +207,16 @@ def test_a_bad_option_exits_2_on_a_warm_worker_with_the_program_s_own_message(hl
     assert prepare_compiler_args(["-O1"], target="trn2", graph_type="decode", key=KEY) == ["-O1"]
 
 
-def test_the_pool_can_be_turned_off_and_a_stand_in_program_runs_one_process_per_graph(hlo_file, tmp_path, monkeypatch):
-    shared = workers.WorkerPool()
-    monkeypatch.setitem(workers._state, "pool", shared)
+def test_the_pool_can_be_turned_off_and_a_stand_in_program_runs_one_process_per_graph(hlo_file, tmp_path, shared,
+                                                                                       monkeypatch):
     monkeypatch.setenv(workers.WARM_WORKERS_ENV, "0")
     _compile(hlo_file, tmp_path / "off", LocalCompiler())
     monkeypatch.delenv(workers.WARM_WORKERS_ENV)
     _compile(hlo_file, tmp_path / "stand-in", LocalCompiler(program=[sys.executable, "-m", "neuron_args.compilers.local_xla"]))
     assert "warm worker" not in _first_line(tmp_path / "off") + _first_line(tmp_path / "stand-in")
     assert shared.idle_pids() == []
-    try:
-        _compile(hlo_file, tmp_path / "on", LocalCompiler())
-        assert "warm worker" in _first_line(tmp_path / "on") and len(shared.idle_pids()) == 1
-    finally:
-        _kill_all(shared)
+    _compile(hlo_file, tmp_path / "on", LocalCompiler())
+    assert "warm worker" in _first_line(tmp_path / "on") and len(shared.idle_pids()) == 1
 
 
 def test_a_worker_started_under_another_environment_is_not_reused(hlo_file, tmp_path, pool, monkeypatch):
@@ -364,40 +370,28 @@ def _local_pending(root: Path, hlo: Path, n: int) -> list[str]:
     return keys
 
 
-def test_parallel_compile_with_2_threads_uses_2_warm_workers(hlo_file, tmp_path, monkeypatch):
-    shared = workers.WorkerPool()
-    monkeypatch.setitem(workers._state, "pool", shared)
-    monkeypatch.delenv(workers.WARM_WORKERS_ENV, raising=False)
+def test_parallel_compile_with_2_threads_uses_2_warm_workers(hlo_file, tmp_path, shared):
     root = tmp_path / "cache"
     keys = _local_pending(root, hlo_file, 6)
-    try:
-        report = parallel_compile(root, workers=2, quiet=True)
-        assert report.ok and sorted(g.key for g in report.graphs) == keys
-        firsts = [_first_line(root / k) for k in keys]
-        assert all("warm worker" in line for line in firsts)
-        assert len({re.search(r"pid (\d+)", line).group(1) for line in firsts}) == 2
-        assert len(shared.idle_pids()) == 2
-        for entry in CompileCache(root).entries():
-            assert entry.status == "complete" and entry.problem() is None
-    finally:
-        _kill_all(shared)
+    report = parallel_compile(root, workers=2, quiet=True)
+    assert report.ok and sorted(g.key for g in report.graphs) == keys
+    firsts = [_first_line(root / k) for k in keys]
+    assert all("warm worker" in line for line in firsts)
+    assert len({re.search(r"pid (\d+)", line).group(1) for line in firsts}) == 2
+    assert len(shared.idle_pids()) == 2
+    for entry in CompileCache(root).entries():
+        assert entry.status == "complete" and entry.problem() is None
 
 
-def test_prestarted_workers_take_the_graphs_of_parallel_compile(hlo_file, tmp_path, monkeypatch):
-    shared = workers.WorkerPool()
-    monkeypatch.setitem(workers._state, "pool", shared)
-    monkeypatch.delenv(workers.WARM_WORKERS_ENV, raising=False)
+def test_prestarted_workers_take_the_graphs_of_parallel_compile(hlo_file, tmp_path, shared):
     root = tmp_path / "cache"
     keys = _local_pending(root, hlo_file, 4)
-    try:
-        assert shared.prestart(2) == 2 and shared.prestart(1) == 2  # nothing more to start
-        leaders = set(shared.idle_pids())
-        workers_of = {c for leader in leaders for c in _children(leader)}
-        assert len(workers_of) == 2
-        parallel_compile(root, workers=2, quiet=True)
-        logs = [(root / k / LOG_FILE).read_text() for k in keys]
-        assert {int(re.search(r"pid (\d+)", log).group(1)) for log in logs} <= workers_of
-        assert all("jax startup seconds: 0.000" in log for log in logs)  # jax was up before the first graph
-        assert set(shared.idle_pids()) == leaders
-    finally:
-        _kill_all(shared)
+    assert shared.prestart(2) == 2 and shared.prestart(1) == 2  # nothing more to start
+    leaders = set(shared.idle_pids())
+    workers_of = {c for leader in leaders for c in _children(leader)}
+    assert len(workers_of) == 2
+    parallel_compile(root, workers=2, quiet=True)
+    logs = [(root / k / LOG_FILE).read_text() for k in keys]
+    assert {int(re.search(r"pid (\d+)", log).group(1)) for log in logs} <= workers_of
+    assert all("jax startup seconds: 0.000" in log for log in logs)  # jax was up before the first graph
+    assert set(shared.idle_pids()) == leaders

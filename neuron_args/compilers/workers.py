@@ -360,21 +360,23 @@ class PooledCompile:
 _state: dict[str, Any] = {}
 
 
-def _spawner() -> _Spawner:
-    spawner = _state.get("spawner")
-    if spawner is None:
+def _once(name: str, make: Callable[[], Any]) -> Any:
+    value = _state.get(name)
+    if value is None:
         with _state_lock:
-            spawner = _state.get("spawner") or _state.setdefault("spawner", _Spawner())
-    return spawner
+            value = _state.get(name)
+            if value is None:
+                value = _state[name] = make()
+    return value
+
+
+def _spawner() -> _Spawner:
+    return _once("spawner", _Spawner)
 
 
 def shared_pool() -> WorkerPool:
     """This process's pool of the local compiler program (created on first use)."""
-    pool = _state.get("pool")
-    if pool is None:
-        with _state_lock:
-            pool = _state.get("pool") or _state.setdefault("pool", WorkerPool())
-    return pool
+    return _once("pool", WorkerPool)
 
 
 def _forget_after_fork() -> None:
