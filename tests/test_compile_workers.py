@@ -266,6 +266,17 @@ def test_a_worker_killed_mid_compile_falls_back_to_a_process_of_its_own(hlo_file
     assert "warm worker, compile 1" in _first_line(tmp_path / "next") and len(slow.idle_pids()) == 1
 
 
+def test_an_idle_worker_that_died_is_replaced_by_a_new_one(hlo_file, tmp_path, pool):
+    _compile(hlo_file, tmp_path / "a", LocalCompiler(pool=pool))
+    (leader,) = pool.idle_pids()
+    os.killpg(leader, signal.SIGKILL)  # an OOM kill, say, while it waited for work
+    wait_until(lambda: not alive(leader), 10, "the idle worker gone")
+    _compile(hlo_file, tmp_path / "b", LocalCompiler(pool=pool))
+    log = (tmp_path / "b" / LOG_FILE).read_text()
+    assert "warm worker, compile 1" in log.splitlines()[0] and "compiled again" not in log
+    assert len(pool.idle_pids()) == 1 and pool.idle_pids() != [leader] and not pool.broken
+
+
 def test_a_hung_worker_times_out_like_a_process_and_is_replaced(hlo_file, tmp_path, slow):
     slow.arm(300)
     assert slow.prestart(1) == 1  # up before the 1 s timeout starts, so it expires in the request
