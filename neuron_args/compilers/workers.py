@@ -18,8 +18,9 @@ with the exit status. The driver side keeps the one-shot contract (:func:`base.r
 
 ``NEURON_ARGS_WARM_WORKERS=0`` turns the pool off (one process per graph, for debugging). An idle
 worker (~240 MB) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE`` seconds (default 300), so a serving
-process does not keep it. A worker keeps the environment it started with; one started under other ``XLA_*``/``JAX_*``/``TF_*``/
-``PYTHON*``/``LD_*`` variables is retired, not reused. neuronx-cc always runs one process per graph.
+process does not keep it. A worker keeps the environment it started with: one started under other
+``XLA_*``/``JAX_*``/``TF_*``/``PYTHON*``/``LD_*`` variables is retired, not reused. neuronx-cc
+always runs one process per graph.
 """
 from __future__ import annotations
 
@@ -400,12 +401,12 @@ def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
     """One compile, as ``python -m neuron_args.compilers.local_xla <argv>`` run in ``cwd`` would do it."""
     from neuron_args.compilers import local_xla
 
-    os.chdir(request["cwd"])
-    out = os.open(request["capture"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
     try:
+        os.chdir(request["cwd"])
+        out = os.open(request["capture"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
         return local_xla.main(request["argv"], worker=f"warm worker, compile {n}")
     except SystemExit as exc:  # argparse and friends, as the interpreter would map them
         if exc.code is None or isinstance(exc.code, int):
