@@ -11,9 +11,10 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from neuron_args.compilers.lifetime import resolve_compile_timeout
-from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, temp_output_path
+from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
 from neuron_args.errors import CompilerArgsError
 
 #: Options the driver sets itself; a caller's copy is dropped (``--target`` must agree).
@@ -78,6 +79,10 @@ class Compiler(abc.ABC):
         """Seconds a compile may take when no timeout is given (see :data:`lifetime.DEFAULT_TIMEOUTS`)."""
         return resolve_compile_timeout(None, self.name)
 
+    def start_compiler(self, argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> Any:
+        """Start the compile ``argv`` describes (a driver may hand it to a warm worker instead)."""
+        return start_process(argv, cwd=cwd, stdout=stdout)
+
     def build_argv(
         self,
         *,
@@ -135,4 +140,5 @@ class Compiler(abc.ABC):
             graph_type=graph_type,
             key=key,
             timeout=timeout,
+            start_child=self.start_compiler,
         )

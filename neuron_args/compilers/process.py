@@ -17,9 +17,10 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from neuron_args.compilers.lifetime import (
     COMPILE_TIMEOUT_ENV,
@@ -138,6 +139,12 @@ def _move_into_place(tmp: Path, output_path: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
+def start_process(argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> subprocess.Popen:
+    """One compiler process under the supervisor, leading its own process group (a timeout kills all of it)."""
+    return subprocess.Popen(supervised_argv(list(argv)), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
 def run_compiler(
     *,
     compiler: str,
@@ -150,13 +157,16 @@ def run_compiler(
     graph_type: str | None,
     key: str | None,
     timeout: float | None,
+    start_child: Callable[..., Any] | None = None,
 ) -> CompileResult:
     """Run one compile child in ``workdir`` and move its output onto ``output_path``.
 
     ``command.txt`` (``recorded_argv``) is written before the child starts; the child's own
     stdout/stderr is appended to the log once it ends, so a traceback or a crash message is in
-    the log a :class:`CompileError` quotes.
+    the log a :class:`CompileError` quotes. ``start_child`` (default :func:`start_process`) starts it and
+    returns a ``Popen`` or an object that waits, times out and is killed like one (a warm worker).
     """
+    start_child = start_child or start_process
     scope = current_scope()
     if scope is not None:
         scope.check()
@@ -172,14 +182,7 @@ def run_compiler(
     try:
         with open(captured, "wb") as out:
             try:
-                proc = subprocess.Popen(
-                    supervised_argv(list(argv)),
-                    cwd=workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group: a timeout kills all of it
-                )
+                proc = start_child(argv, cwd=workdir, stdout=out)
             except OSError as exc:
                 raise CompileError(
                     f"{compiler} could not start for graph type {graph_type!r}, key "

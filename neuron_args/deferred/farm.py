@@ -213,9 +213,8 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
         if cancelled is not None:
             def watch() -> None:
                 while not stop.wait(CANCEL_POLL_SECONDS):
-                    if cancelled():
+                    if cancelled():  # every poll: a killed warm worker's graph restarts in a process of its own
                         _kill_compilers_in(workdir)
-                        return
             watcher = threading.Thread(target=watch, name=f"neuron-args-farm-watch-{task.key[:8]}", daemon=True)
             watcher.start()
         try:
