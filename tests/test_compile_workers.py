@@ -24,7 +24,8 @@ import pytest
 from neuron_args import CompileError
 from neuron_args.cache import CompileCache
 from neuron_args.compilers import LocalCompiler, workers
-from neuron_args.compilers.base import LOG_FILE, prepare_compiler_args, run_compiler, temp_output_path
+from neuron_args.compilers.base import prepare_compiler_args
+from neuron_args.compilers.process import LOG_FILE, run_compiler, temp_output_path
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.compilers.local import local_version
 from neuron_args.deferred.parallel_compile import parallel_compile
