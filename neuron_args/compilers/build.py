@@ -24,8 +24,17 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
         compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
         timeout=timeout,
     )
-    entry.write_metadata({
-        **metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": result.argv,
-        "compiled": now_iso(), "compile_seconds": round(result.seconds, 4), "compiler": compiler.info.as_dict(),
-        **executable_fields(entry.executable_path),
-    })
+    entry.write_metadata(compiled_metadata(
+        metadata, compiler_args=compiler_args, command=result.argv, seconds=round(result.seconds, 4),
+        compiler=compiler.info.as_dict(), executable=executable_fields(entry.executable_path)))
+
+
+def compiled_metadata(metadata: Mapping[str, Any], *, compiler_args: Sequence[str], command: Sequence[str],
+                      seconds: float | None, compiler: Mapping[str, Any], executable: Mapping[str, Any],
+                      **extra: Any) -> dict[str, Any]:
+    """A built entry's ``metadata.json``: how it was compiled and the executable's size and sha256.
+
+    One shape whether the graph was built here or on a farm worker (``extra`` says where).
+    """
+    return {**metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": list(command),
+            "compiled": now_iso(), "compile_seconds": seconds, "compiler": dict(compiler), **executable, **extra}

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
-from neuron_args.cache import CacheEntry, CompileCache, now_iso
+from neuron_args.cache import CacheEntry, CompileCache
+from neuron_args.compilers.build import compiled_metadata
 from neuron_args.errors import CompileError, NeuronArgsError
 
 __all__ = ["CompileOutcome", "CompileTask", "GraphCompileReport", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
@@ -256,12 +257,10 @@ def commit_outcome(entry: CacheEntry, metadata: dict[str, Any], task: CompileTas
     write_atomic(entry.executable_path, blob, durable=True)
     write_atomic(entry.log_path, outcome.log)
     write_atomic(entry.command_path, shlex.join(argv) + "\n")
-    entry.write_metadata({
-        **metadata, "status": "compiled", "compiler_args": list(task.compiler_args), "command": argv,
-        "compiled": now_iso(), "compile_seconds": outcome.compile_seconds, "compiler": outcome.compiler,
-        "executable_size": len(blob), "executable_sha256": sha,
-        "compiled_on": {"worker": outcome.worker, "seconds": outcome.worker_seconds},
-    })
+    entry.write_metadata(compiled_metadata(
+        metadata, compiler_args=task.compiler_args, command=argv, seconds=outcome.compile_seconds,
+        compiler=outcome.compiler, executable={"executable_size": len(blob), "executable_sha256": sha},
+        compiled_on={"worker": outcome.worker, "seconds": outcome.worker_seconds}))
     entry.mark_complete()
     return len(blob)
 
