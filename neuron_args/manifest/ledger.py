@@ -303,6 +303,32 @@ def _problem(record: object) -> str | None:
     return None
 
 
+def _add_known(graphs: dict[str, list], record: object) -> bool:
+    """Group ``record`` when it equals, but for its rank, a checked record of its key; else False.
+
+    Each graph appears once per rank with the same fields, so only the first record of a key
+    needs :func:`_problem` (a regex match per shape): the others cost one C-level dict comparison.
+    """
+    if type(record) is not dict:
+        return False
+    try:
+        entry = graphs.get(record.get("key"))  # type: ignore[arg-type]
+    except TypeError:  # an unhashable key
+        return False
+    rank = record.get("rank")
+    if entry is None or type(rank) is not int or rank < 0:
+        return False
+    checked = entry[1]
+    record["rank"] = checked["rank"]
+    same = record == checked
+    record["rank"] = rank
+    if same:
+        entry[0].add(rank)
+        if rank < entry[2]:
+            entry[1], entry[2] = record, rank
+    return same
+
+
 def _decode_line(line: str, decode: object) -> tuple[object | None, bool]:
     """``(record, torn)``: a whole line, or the record written after a torn fragment on the same line."""
     try:
@@ -325,7 +351,7 @@ def read_ledger(directory: str) -> tuple[dict[str, list], Counter[str]]:
     after it on the same line; a record whose values could not make a valid manifest entry (a
     key that is not 32 hex characters, a negative rank, a malformed shape...) is dropped. The
     counter counts every dropped line or fragment exactly once. The hot loop of an emit: one
-    parse, one check, a dict lookup and a set insert per line.
+    parse, a dict lookup, a dict comparison and a set insert per line.
     """
     graphs: dict[str, list] = {}
     dropped: Counter[str] = Counter()
@@ -338,12 +364,16 @@ def read_ledger(directory: str) -> tuple[dict[str, list], Counter[str]]:
         with open(os.path.join(directory, name), "rb") as handle:
             text = handle.read().decode("utf-8", errors="replace")
         for line in text.splitlines():
-            if not line.strip():
-                continue
-            record, torn = _decode_line(line, decode)
-            if torn:
+            try:
+                record = decode(line)
+            except ValueError:
+                if not line.strip():
+                    continue
+                record, _ = _decode_line(line, decode)
                 dropped["torn or non-JSON"] += 1
-            if record is None:
+                if record is None:
+                    continue
+            if _add_known(graphs, record):
                 continue
             problem = _problem(record)
             if problem is not None:
