@@ -1,7 +1,8 @@
 """The compile cache: one folder per key, a completion marker written last, a per-key lock.
 
 An entry is loaded only when complete, so a crash mid-compile leaves nothing that is used later.
-Two processes building the same key serialize on ``<root>/<key>.lock``; the second finds the
+Two processes building the same key serialize on the lock file ``<root>/.<key>.lock`` (``filelock``,
+with a timeout); the second finds the
 entry complete and counts a hit. ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` turns a miss into a
 :class:`CacheMissError` that names the closest entry and the components that differ.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache_key import CacheKey, explain_components
@@ -33,6 +35,10 @@ CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
 ASSERT_CACHE_HIT_ENV = "NEURON_LIBTORCH_ASSERT_CACHE_HIT"
 METADATA_VERSION = 1
 MARKER = "COMPLETE"
+#: How long a build waits for another process's build of the same key: longer than the longest
+#: default compile timeout (neuronx-cc, 2 h), so only a stuck holder makes it give up.
+LOCK_TIMEOUT = 3 * 3600.0
+_LOCK_POLL = 0.2
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
 QUARANTINE_DIR = ".corrupt"
 _HASH_CHUNK = 1 << 20
@@ -219,23 +225,57 @@ def _marker_stamp(entry: CacheEntry) -> tuple[int, int] | None:
 def lock_holder(lock_path: Path) -> int | None:
     """The pid written by the live process holding ``lock_path`` (0 when it wrote none), or None
     when nobody holds it. A crashed holder releases its lock with its death, so this tells a
-    compile in progress from a crashed one."""
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except OSError:
+    compile in progress from a crashed one. (The probe takes the lock for an instant when free.)"""
+    if not lock_path.exists():
         return None
+    probe = FileLock(lock_path)
     try:
+        probe.acquire(timeout=0)
+    except Timeout:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None
-            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            return int(text) if text.isdigit() else 0
-        fcntl.flock(fd, fcntl.LOCK_UN)
+            text = lock_path.read_text(errors="replace").strip()[:32]
+        except OSError:  # a lock file the holder keeps unreadable (Windows)
+            text = ""
+        return int(text) if text.isdigit() else 0
+    except OSError:  # unreadable or vanished: nobody we can see holds it
         return None
-    finally:
-        os.close(fd)
+    probe.release()
+    return None
+
+
+def _write_pid(lock_path: Path, pid: int | None) -> None:
+    """The holder's pid into its lock file (``cache ls`` shows it), or nothing; informative only."""
+    with contextlib.suppress(OSError), open(lock_path, "r+b") as handle:
+        handle.truncate(0)
+        if pid is not None:
+            handle.write(str(pid).encode())
+
+
+class KeyLock:
+    """The lock file ``<root>/.<key>.lock`` of one entry (``filelock``), its holder's pid written in it.
+
+    Not tied to a thread: the compile farm takes it on submission and releases it on a callback thread.
+    """
+
+    def __init__(self, entry: CacheEntry) -> None:
+        self.path = entry.lock_path
+        self._lock = FileLock(self.path, thread_local=False)
+
+    def acquire(self, timeout: float = 0) -> bool:
+        """Take the lock within ``timeout`` seconds (0: one try); False when another process holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(timeout=timeout, poll_interval=0.05)
+        except Timeout:
+            return False
+        _write_pid(self.path, os.getpid())
+        return True
+
+    def release(self) -> None:
+        """Give the lock up (nothing when not held)."""
+        if self._lock.is_locked:
+            _write_pid(self.path, None)
+            self._lock.release()
 
 
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None) -> CompileError:
@@ -332,36 +372,36 @@ class CompileCache:
                 f"directory as options['cache_dir'] (or ${CACHE_DIR_ENV})") from None
 
     @contextlib.contextmanager
-    def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None) -> Iterator[None]:
-        """Exclusive per-key lock across processes (released when the holder dies, too).
+    def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None,
+             timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+        """Exclusive per-key lock across processes on ``<root>/.<key>.lock`` (released when the holder
+        dies, too).
 
         The holder's pid is written into the lock file (``cache ls`` shows it). ``stop(seconds)``
         makes the wait interruptible: it is polled and a True return raises ``InterruptedError``.
+        A wait longer than ``timeout`` raises :class:`CompileError` naming the holder.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / f".{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        entry = self.entry(key)
+        key_lock = KeyLock(entry)
+        deadline = time.monotonic() + timeout
+        while not key_lock.acquire(0 if stop is not None else min(timeout, 60.0)):
+            if time.monotonic() >= deadline:
+                raise self.lock_timeout_error(entry, timeout)
+            if stop is not None and stop(_LOCK_POLL):
+                raise InterruptedError(f"stopped waiting for the lock of {key}")
         try:
-            if stop is None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            else:
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if stop(0.2):
-                            raise InterruptedError(f"stopped waiting for the lock of {key}") from None
-            with contextlib.suppress(OSError):  # the pid is informative only (a full disk may refuse it)
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
-            try:
-                yield
-            finally:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            yield
         finally:
-            os.close(fd)
+            key_lock.release()
+
+    def lock_timeout_error(self, entry: CacheEntry, timeout: float) -> CompileError:
+        pid = lock_holder(entry.lock_path)
+        holder = f"process {pid}" if pid else "another process"
+        return CompileError(
+            f"waited {timeout:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
+            f"(graph type {entry.metadata().get('graph_type')!r}): {holder} has been building it all that time.\n"
+            f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
+            "a build that legitimately takes longer needs a longer compile timeout.")
 
     def verified(self, entry: CacheEntry) -> str | None:
         """:meth:`CacheEntry.problem` once per process and entry (the load path's only check)."""
