@@ -15,6 +15,7 @@ from typing import Any
 from neuron_args.flags import canonical_compiler_args
 
 KEY_LENGTH = 32
+_HEX = frozenset("0123456789abcdef")
 COMPONENT_ORDER = ("graph", "input_specs", "compiler_args", "target", "tool_versions")
 
 InputSpec = tuple[tuple[int, ...], str]
@@ -57,6 +58,11 @@ class CacheKey:
 
     def __str__(self) -> str:
         return self.key
+
+
+def is_cache_key(name: object) -> bool:
+    """Whether ``name`` has a key's form (32 lowercase hex characters): entry folders, ledger lines."""
+    return isinstance(name, str) and len(name) == KEY_LENGTH and _HEX.issuperset(name)
 
 
 _SLICE = 1 << 20

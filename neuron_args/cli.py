@@ -118,18 +118,19 @@ def _print_json(value: object) -> None:
 
 
 def _manifest_show(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table, read_metadata
+    from neuron_args.cache import CompileCache
+    from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table
 
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
     types: dict[str, str | None] = {}
     if cache is not None:
+        entries = CompileCache(cache)
         for graph in _graphs(doc):
             key = graph.get("graph_hash") if isinstance(graph, Mapping) else None
-            if isinstance(key, str):
-                metadata = read_metadata(cache, key)
-                value = metadata.get("graph_type") if metadata else None
-                types[key] = value if isinstance(value, str) else None
+            entry = entries.lookup(key) if isinstance(key, str) else None
+            if entry is not None:
+                types[key] = entry.graph_type
     if args.json:
         _print_json({
             "path": args.path,
@@ -234,10 +235,11 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 
 def _cache_ls(args: argparse.Namespace) -> int:
+    from neuron_args.cache import CompileCache
     from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
 
     root = _require_cache(_cache_arg(args))
-    entries = cache_entries(root)
+    entries = cache_entries(CompileCache(root))
     if args.json:
         _print_json({"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
                      "counts": status_counts([e.status for e in entries]),
@@ -250,20 +252,19 @@ def _cache_ls(args: argparse.Namespace) -> int:
 
 def _cache_verify(args: argparse.Namespace) -> int:
     """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
-    from neuron_args.cache import QUARANTINE_DIR, CompileCache
-    from neuron_args.manifest.show import KEY_PATTERN
+    from neuron_args.cache import QUARANTINE_DIR, CompileCache, EntryStatus
 
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
-    entries = [e for e in cache.entries() if KEY_PATTERN.match(e.key)]  # the entries `cache ls` lists
+    entries = cache.entries()
     corrupt, counts = [], {}
     for entry in entries:
         status = entry.status
-        problem = entry.problem() if status in ("complete", "corrupt") else None
+        problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None
         if problem is not None:
-            status = "corrupt"
+            status = EntryStatus.CORRUPT
             corrupt.append((entry, problem))
-        counts[status] = counts.get(status, 0) + 1
+        counts[status.value] = counts.get(status.value, 0) + 1
     found = []
     for entry, problem in corrupt:
         label = entry.metadata().get("graph_type")
@@ -288,19 +289,21 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 
 def _cache_explain(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import read_metadata, resolve_key
+    from neuron_args.cache import CompileCache
 
     root = _require_cache(_cache_arg(args))
-    keys = []
+    cache = CompileCache(root)
+    entries = []
     for prefix in (args.key_a, args.key_b):
         try:
-            keys.append(resolve_key(root, prefix))
-        except ValueError as exc:
-            raise _Usage(str(exc)) from None
+            entries.append(cache.find(prefix))
+        except KeyError as exc:
+            raise _Usage(exc.args[0]) from None
+    keys = [e.key for e in entries]
+    metadata = [e.metadata() for e in entries]
     components = []
-    for key in keys:
-        metadata = read_metadata(root, key)
-        value = metadata.get("key_components") if metadata else None
+    for key, md in zip(keys, metadata):
+        value = md.get("key_components")
         if not isinstance(value, Mapping):
             raise _Usage(
                 f"cache entry {key} has no key_components in its metadata.json "
@@ -314,7 +317,7 @@ def _cache_explain(args: argparse.Namespace) -> int:
     lines = explain_components(components[0], components[1])
     if args.json:
         _print_json({"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
-                     "graph_types": [read_metadata(root, k).get("graph_type") for k in keys],
+                     "graph_types": [md.get("graph_type") for md in metadata],
                      "identical": not lines, "differences": lines})
         return EXIT_OK
     print(f"{keys[0]} vs {keys[1]}")

@@ -202,14 +202,10 @@ class ManifestView:
         return [g for g in self.graphs if self.graph_types.get(str(g.get("graph_hash"))) == graph_type]
 
     def _cached_graph_type(self, key: str) -> str | None:
-        if self.cache_dir is None or not _HEX.match(key):
-            return None
-        try:
-            with open(self.cache_dir / key / "metadata.json", encoding="utf-8") as f:
-                value = json.load(f).get("graph_type")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return value if isinstance(value, str) else None
+        from neuron_args.cache import CompileCache
+
+        entry = None if self.cache_dir is None else CompileCache(self.cache_dir).lookup(key)
+        return None if entry is None else entry.graph_type
 
     def where(self) -> str:
         return f"manifest {self.path}" if self.path is not None else "the manifest"

@@ -1,9 +1,9 @@
 """Emit: after warmup, local rank 0 turns its engine's ledger into ``<engine-id>/manifest.json``.
 
-Steps (the seed's "Emit" section): group ledger lines by key and map each writer's TP-local rank
-to its global rank; enrich each graph from its compile-cache entry (``<cache>/<key>/``): paths
-relative to the cache root, NEFF size and mtime from one ``os.stat``, output shapes from
-``metadata.json``; join the config and a package-version snapshot; write atomically (temp file in
+Steps: group ledger lines by key and map each writer's TP-local rank to its global rank; enrich
+each graph from its compile-cache entry (:meth:`neuron_args.cache.CacheEntry.artifacts`): paths
+relative to the cache root, NEFF size and mtime from one ``os.stat``, output shapes from the
+entry's metadata; join the config and a package-version snapshot; write atomically (temp file in
 the same folder + ``os.replace``, so relaunching overwrites and nothing accumulates); remove this
 engine's ledger folder, and only it.
 
@@ -29,6 +29,7 @@ from pathlib import Path, PurePath
 from typing import Any, Callable
 
 from neuron_args.atomic import write_atomic
+from neuron_args.cache import CompileCache
 from neuron_args.flags import manifest_compiler_flags
 from neuron_args.manifest.engine import get_server_prefix, manifest_root
 from neuron_args.manifest.ledger import (
@@ -54,9 +55,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("neuron_args.manifest")
-
-HLO_FILENAME = "graph.hlo"
-METADATA_FILENAME = "metadata.json"
 
 
 # ----------------------------------------------------------------------------- JSON coercion
@@ -363,46 +361,27 @@ def _rank_mapper(rank_map: Mapping[int, int] | Sequence[int] | None) -> Callable
 SHAPE_RE = re.compile(r"([0-9]+(, [0-9]+)*,?)?\Z")  # the schema's shape string
 
 
-def _safe_key(key: str) -> bool:
-    return key not in (".", "..") and "/" not in key and "\\" not in key and "\0" not in key
-
-
 def _shape_list(value: Any) -> list[str] | None:
     if isinstance(value, list) and all(isinstance(s, str) and SHAPE_RE.match(s) for s in value):
         return list(value)
     return None
 
 
-def _enrich(cache_dir: str | None, key: str) -> dict[str, Any]:
+def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
     """The cache-derived fields of one graph; each null when its source is missing."""
-    out: dict[str, Any] = {
-        "hlo_path": None, "neff_path": None, "neff_size": None,
-        "created_timestamp": None, "output_shapes": None,
+    entry = None if cache is None else cache.lookup(key)
+    if entry is None:
+        return {"hlo_path": None, "neff_path": None, "neff_size": None,
+                "created_timestamp": None, "output_shapes": None}
+    found = entry.artifacts()
+    mtime = found.executable_mtime
+    return {
+        "hlo_path": found.hlo_path,
+        "neff_path": found.executable_path,
+        "neff_size": found.executable_size,
+        "created_timestamp": None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat(),
+        "output_shapes": _shape_list(found.metadata.get("output_shapes")),
     }
-    if cache_dir is None or not _safe_key(key):
-        return out
-    entry = f"{cache_dir}{os.sep}{key}{os.sep}"
-    if os.path.isfile(entry + HLO_FILENAME):
-        out["hlo_path"] = f"{key}/{HLO_FILENAME}"
-    neff_name = f"graph_{key}.neff"
-    try:
-        stat = os.stat(entry + neff_name)
-    except OSError:
-        pass
-    else:
-        out["neff_path"] = f"{key}/{neff_name}"
-        out["neff_size"] = stat.st_size
-        out["created_timestamp"] = _dt.datetime.fromtimestamp(
-            stat.st_mtime, tz=_dt.timezone.utc
-        ).isoformat()
-    try:
-        with open(entry + METADATA_FILENAME, "rb") as handle:
-            metadata = json.loads(handle.read())
-    except (OSError, ValueError):
-        metadata = None
-    if isinstance(metadata, Mapping):
-        out["output_shapes"] = _shape_list(metadata.get("output_shapes"))
-    return out
 
 
 def _flags_line(flags: Any) -> str:
@@ -421,7 +400,7 @@ def _memo_flags(memo: dict[str, str], flags: Any) -> str:
 
 
 def _graph_entries(
-    grouped: Mapping[str, list], cache_dir: str | None, to_global: Callable[[int], int | None]
+    grouped: Mapping[str, list], cache: CompileCache | None, to_global: Callable[[int], int | None]
 ) -> tuple[list[dict], list[int]]:
     entries: list[dict] = []
     unmapped: set[int] = set()
@@ -445,7 +424,7 @@ def _graph_entries(
         if ranks is None:
             ranks = mapped_sets[frozen] = global_ranks(local_ranks)
         shapes = record.get("input_shapes")
-        enriched = _enrich(cache_dir, key)
+        enriched = _enrich(cache, key)
         entries.append({
             "graph_hash": key,
             "hlo_path": enriched["hlo_path"],
@@ -523,8 +502,8 @@ def emit_manifest(
             )
         stage = f"map ranks with rank_map={rank_map!r}"
         to_global = _rank_mapper(rank_map)
-        cache = None if cache_dir is None else os.fspath(cache_dir)
-        stage = f"enrich graphs from the compile cache {cache}"
+        cache = None if cache_dir is None else CompileCache(cache_dir)
+        stage = f"enrich graphs from the compile cache {cache_dir}"
         graphs, unmapped = _graph_entries(grouped, cache, to_global)
         if unmapped:
             logger.warning(

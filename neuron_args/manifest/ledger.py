@@ -27,6 +27,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 
+from neuron_args.cache_key import is_cache_key
 from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, get_server_prefix, manifest_root_str
 
 __all__ = [
@@ -275,7 +276,6 @@ def forget_recorded(directory: str) -> None:
 
 # ----------------------------------------------------------------------------- reading
 
-_KEY_RE = re.compile(r"[0-9a-f]{32}\Z")
 _SHAPE_RE = re.compile(r"([0-9]+(, [0-9]+)*,?)?\Z")
 _RECORD_START = '{"key":'
 
@@ -285,7 +285,7 @@ def _problem(record: object) -> str | None:
     if not isinstance(record, dict):
         return "not a JSON object"
     key = record.get("key")
-    if not isinstance(key, str) or not _KEY_RE.match(key):
+    if not is_cache_key(key):
         return "key is not 32 lowercase hex characters"
     rank = record.get("rank")
     if "rank" not in record:
