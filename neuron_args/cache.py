@@ -34,6 +34,7 @@ from neuron_args.flags import canonical_compiler_args
 log = logging.getLogger("neuron_args.cache")
 
 CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
+DEFAULT_CACHE_DIR = "~/.cache/neuron-args/compile-cache"
 ASSERT_CACHE_HIT_ENV = "NEURON_LIBTORCH_ASSERT_CACHE_HIT"
 METADATA_VERSION = 1
 MARKER = "COMPLETE"
@@ -55,7 +56,8 @@ def assert_cache_hit_enabled() -> bool:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.path.expanduser("~")) / ".cache" / "neuron-args" / "compile-cache"
+    """The per-user cache (no option or variable set)."""
+    return Path(DEFAULT_CACHE_DIR).expanduser()
 
 
 def cache_root(options: Mapping[str, Any] | None = None) -> Path:

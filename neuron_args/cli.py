@@ -23,12 +23,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, cache_root
 from neuron_args.farm_cli import add_compile_command
 
-__all__ = ["CACHE_DIR_ENV", "default_cache_dir", "main"]
-
-CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
-DEFAULT_CACHE_DIR = "~/.cache/neuron-args/compile-cache"
+__all__ = ["main"]
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -37,12 +35,6 @@ EXIT_USAGE = 2
 
 class _Usage(Exception):
     """A usage error or unreadable input: message to stderr, exit status 2."""
-
-
-def default_cache_dir() -> Path:
-    """``$NEURON_LIBTORCH_CACHE_DIR``, else ``~/.cache/neuron-args/compile-cache``."""
-    value = os.environ.get(CACHE_DIR_ENV, "")
-    return Path(value or DEFAULT_CACHE_DIR).expanduser()
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -103,7 +95,7 @@ def _cache_arg(args: argparse.Namespace) -> str | None:
 
 
 def _require_cache(path: str | None) -> Path:
-    root = Path(path).expanduser() if path else default_cache_dir()
+    root = Path(path).expanduser() if path else cache_root()
     if not root.is_dir():
         hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
         raise _Usage(f"no compile cache at {root}{hint}")
