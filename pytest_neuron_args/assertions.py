@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from neuron_args.text import format_shapes
 from pytest_neuron_args.state import record_delta
 
 COUNT_NAMES = ("compiles", "misses", "hits", "captures")
@@ -44,7 +45,7 @@ def _reused_since(n: int) -> list[Any]:
 
 
 def _graph_line(rec: Mapping[str, Any]) -> str:
-    shapes = " ".join(f"({s})" for s in rec.get("input_shapes") or []) or "-"
+    shapes = format_shapes(rec.get("input_shapes") or [], empty="-")
     return (f"  {rec.get('graph_type') or '(no graph type)'}  key {rec['key']}  inputs {shapes}  "
             f"args {list(rec.get('compiler_args') or [])}")
 
@@ -217,7 +218,7 @@ class ManifestView:
         out = []
         for g in self.graphs:
             key = str(g.get("graph_hash"))
-            shapes = " ".join(f"({s})" for s in g.get("input_shapes") or []) or "-"
+            shapes = format_shapes(g.get("input_shapes") or [], empty="-")
             out.append(f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}  "
                        f"flags {g.get('compiler_flags') or '-'}  ranks {g.get('ranks')}")
         return out
@@ -280,7 +281,7 @@ class ManifestView:
             have = {r for r in g.get("ranks") or [] if isinstance(r, int)}
             lacking, extra = sorted(expected - have), sorted(have - expected)
             if lacking or extra:
-                shapes = " ".join(f"({s})" for s in g.get("input_shapes") or []) or "-"
+                shapes = format_shapes(g.get("input_shapes") or [], empty="-")
                 text = f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}: ranks {sorted(have)}"
                 if lacking:
                     text += f", missing ranks {lacking}"

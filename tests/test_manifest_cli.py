@@ -17,7 +17,8 @@ from neuron_args.manifest import ledger
 from neuron_args.manifest.diff import compiler_flag_changes, diff_manifests
 from neuron_args.manifest.emit import build_config, emit_manifest
 from neuron_args.manifest.ledger import record_graph, register_tp_group
-from neuron_args.manifest.show import format_ranks, human_size, opt_level
+from neuron_args.manifest.show import format_ranks, opt_level
+from neuron_args.text import human_size
 
 KEY_A = "0a" * 16
 KEY_B = "1b" * 16

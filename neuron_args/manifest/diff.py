@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuron_args.text import clip, format_shapes
+
 __all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
 
 _COMPARED_GRAPH_FIELDS = ("ranks", "input_shapes", "output_shapes")
@@ -29,14 +31,7 @@ _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
 
 def _short(value: Any, limit: int = 120) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def _shapes(shapes: Any) -> str:
-    if not isinstance(shapes, list):
-        return "-"
-    return " ".join(f"({s})" for s in shapes) if shapes else "none"
+    return clip(json.dumps(value, sort_keys=True, default=str), limit)
 
 
 # ----------------------------------------------------------------------------- flags
@@ -182,7 +177,7 @@ class GraphChange:
             out.append("compiler_flags " + ", ".join(_flag_lines(self.compiler_flags)))
         for name, (old, new) in self.fields.items():
             if name in ("input_shapes", "output_shapes"):
-                out.append(f"{name} {_shapes(old)} -> {_shapes(new)}")
+                out.append(f"{name} {format_shapes(old)} -> {format_shapes(new)}")
             else:
                 out.append(f"{name} {_short(old)} -> {_short(new)}")
         return out
@@ -278,12 +273,12 @@ class ManifestDiff:
             out.append(f"manifest_version: {self.manifest_version[0]!r} -> {self.manifest_version[1]!r}")
         for g in self.removed_graphs:
             out.append(
-                f"- graph {self._name(g['graph_hash'])}  inputs {_shapes(g.get('input_shapes'))}  "
+                f"- graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
                 f"flags {g.get('compiler_flags') or '-'}"
             )
         for g in self.added_graphs:
             out.append(
-                f"+ graph {self._name(g['graph_hash'])}  inputs {_shapes(g.get('input_shapes'))}  "
+                f"+ graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
                 f"flags {g.get('compiler_flags') or '-'}"
             )
         for r in self.replacements:

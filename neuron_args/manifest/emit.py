@@ -31,6 +31,7 @@ from typing import Any, Callable
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
 from neuron_args.flags import manifest_compiler_flags
+from neuron_args.text import clip
 from neuron_args.manifest.engine import get_server_prefix, manifest_root
 from neuron_args.manifest.ledger import (
     describe_dropped,
@@ -69,7 +70,7 @@ def _safe_repr(obj: Any) -> str:
         text = repr(obj)
     except Exception as exc:  # a __repr__ that raises
         return f"<unrepresentable {type(obj).__qualname__}: {type(exc).__name__}>"
-    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 1] + "\u2026"
+    return clip(text, _MAX_REPR)
 
 
 def _qualified_name(obj: Any) -> str:

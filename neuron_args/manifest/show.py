@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.cache import CompileCache, EntryStatus
+from neuron_args.text import format_shapes, human_size, render_table
 
 __all__ = [
     "CacheEntryInfo",
@@ -19,13 +20,10 @@ __all__ = [
     "cache_entry_dict",
     "cache_table",
     "format_ranks",
-    "format_shapes",
-    "human_size",
     "is_baseline",
     "manifest_graph_rows",
     "manifest_table",
     "opt_level",
-    "render_table",
     "status_counts",
     "validate_baseline",
 ]
@@ -50,20 +48,6 @@ def opt_level(flags: str | Sequence[str] | None) -> str:
     return f"-O{value}" if value else "-"
 
 
-def human_size(size: int | None) -> str:
-    """Bytes in binary units (``927.2 KiB``); ``-`` when unknown."""
-    if size is None or isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
-        return "-"
-    if size < 1024:
-        return f"{int(size)} B"
-    value = float(size)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            return f"{value:.1f} {unit}"
-    return f"{size} B"  # unreachable
-
-
 def format_ranks(ranks: Any) -> str:
     """Sorted ranks with runs of three or more collapsed: ``[0,1,2,3,5]`` -> ``0-3,5``."""
     if not isinstance(ranks, list) or not ranks:
@@ -85,32 +69,6 @@ def format_ranks(ranks: Any) -> str:
         if r is not None:
             start = prev = r
     return ",".join(parts)
-
-
-def format_shapes(shapes: Any, *, limit: int = _MAX_CELL) -> str:
-    """``["4,", "4, 16", ""]`` -> ``(4,) (4, 16) ()``; ``-`` when unknown."""
-    if not isinstance(shapes, list):
-        return "-"
-    if not shapes:
-        return "none"
-    return _clip(" ".join(f"({s})" for s in shapes), limit)
-
-
-def _clip(text: str, limit: int = _MAX_CELL) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns, two spaces apart, a dashed rule under the header."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
 # ----------------------------------------------------------------------------- cache entries
@@ -212,8 +170,8 @@ def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = 
         rows.append([
             graph_types.get(h) or "-",
             h[:SHORT_HASH],
-            format_shapes(g.get("input_shapes")),
-            format_shapes(g.get("output_shapes")),
+            format_shapes(g.get("input_shapes"), limit=_MAX_CELL),
+            format_shapes(g.get("output_shapes"), limit=_MAX_CELL),
             opt_level(g.get("compiler_flags")),
             human_size(g.get("neff_size")),
             format_ranks(g.get("ranks")),
