@@ -486,7 +486,7 @@ class NeuronRunner:
 
     def manifest_config_block(self) -> dict[str, Any] | None:
         """The manifest's ``config`` block for this runner (None, with a warning, when it cannot be built)."""
-        from neuron_args.manifest.emit import build_config
+        from neuron_args.manifest.config import build_config
 
         try:
             return self._manifest_config(dict(self.manifest_config), build_config)

@@ -15,7 +15,8 @@ from neuron_args.cli import main
 from neuron_args.flags import canonical_compiler_args
 from neuron_args.manifest import ledger
 from neuron_args.manifest.diff import compiler_flag_changes, diff_manifests
-from neuron_args.manifest.emit import build_config, emit_manifest
+from neuron_args.manifest.config import build_config
+from neuron_args.manifest.emit import emit_manifest
 from neuron_args.manifest.ledger import record_graph, register_tp_group
 from neuron_args.manifest.show import format_ranks, opt_level
 from neuron_args.text import human_size

@@ -297,7 +297,8 @@ def test_a_short_write_then_an_error_never_glues_the_next_line_to_the_fragment(m
     record_graph(key=key_c, input_shapes=["1,"], compiler_flags="-O3")
     lines = _own_file(tmp_path).read_text().splitlines()
     assert len(lines) == 3 and json.loads(lines[2])["key"] == key_c
-    graphs, dropped = ledger.read_ledger(str(tmp_path / "ledger" / "nodev"))
+    read = ledger.read_ledger(str(tmp_path / "ledger" / "nodev"))
+    graphs, dropped = read.graphs, read.dropped
     assert sorted(graphs) == [KEY_A, key_c] and dropped == {"torn or non-JSON": 1}
 
 
@@ -306,5 +307,7 @@ def test_read_ledger_recovers_a_record_glued_to_a_torn_fragment(tmp_path):
     folder.mkdir()
     good = json.dumps({"key": KEY_B, "rank": 0, "input_shapes": ["4,"], "compiler_flags": "-O1"})
     (folder / "1.jsonl").write_text('{"key":"' + KEY_A + '","ra' + good + "\n" + '{"key": "' + "d" * 32 + '"\n')
-    graphs, dropped = ledger.read_ledger(str(folder))
+    read = ledger.read_ledger(str(folder))
+    graphs, dropped = read.graphs, read.dropped
     assert sorted(graphs) == [KEY_B] and dropped == {"torn or non-JSON": 2}
+
