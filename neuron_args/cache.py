@@ -174,12 +174,7 @@ class CacheEntry:
 
     def metadata(self) -> dict[str, Any]:
         """The entry's metadata, ``{}`` when absent, unreadable or not a JSON object."""
-        try:
-            with open(self.metadata_path, "rb") as handle:
-                md = json.loads(handle.read())
-        except (OSError, ValueError):
-            return {}
-        return md if isinstance(md, dict) else {}
+        return _json_object(os.path.join(os.fspath(self.path), METADATA_NAME))
 
     @property
     def graph_type(self) -> str | None:
@@ -202,7 +197,7 @@ class CacheEntry:
             executable_path=None if st is None else f"{self.key}/{exe}",
             executable_size=None if st is None else st.st_size,
             executable_mtime=None if st is None else st.st_mtime,
-            metadata=self.metadata(),
+            metadata=_json_object(os.path.join(folder, METADATA_NAME)),
         )
 
     def problem(self, *, checksum: bool = True) -> str | None:
@@ -271,6 +266,15 @@ class CacheEntry:
 
     def __repr__(self) -> str:
         return f"CacheEntry({str(self.path)!r}, status={self.status.value!r})"
+
+
+def _json_object(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def file_sha256(path: Path) -> str:
