@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CacheStats, CompileCache, cache_root
-from neuron_args.deferred import CompileProgress, build_trace_job, parallel_compile, parallel_trace
+from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.errors import NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
@@ -36,7 +36,6 @@ from neuron_args.seams.platform import base_compiler_args
 
 log = logging.getLogger("neuron_args.runner")
 
-FLOWS = ("in-process", "parallel")
 # Every bucket is a static graph, so one entry recompiles once per shape; Dynamo's default limit (8 per
 # code object, shared by every torch.compile of the same class in a process) would silently fall back to eager.
 RECOMPILE_LIMIT = 256
