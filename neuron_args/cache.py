@@ -2,10 +2,11 @@
 
 An entry is loaded only when complete, so a crash mid-compile leaves nothing that is used later.
 Two processes building the same key serialize on the lock file ``<root>/.<key>.lock`` (``filelock``,
-with a timeout); the second finds the entry complete and counts a hit. This module is the only code
-that knows the ``<root>/<key>/`` layout and reads ``metadata.json``; the CLI, the manifest and the
-pytest plugin go through :class:`CompileCache` and :class:`CacheEntry`. ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` turns a miss into a
-:class:`CacheMissError` that names the closest entry and the components that differ.
+with a timeout); the second finds the entry complete and counts a hit.
+``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` turns a miss into a :class:`CacheMissError` that names the
+closest entry and the components that differ. This module is the only code that knows the
+``<root>/<key>/`` layout and reads ``metadata.json``: the CLI, the manifest and the pytest plugin
+go through :class:`CompileCache` and :class:`CacheEntry`.
 """
 from __future__ import annotations
 

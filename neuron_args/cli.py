@@ -23,7 +23,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, cache_root
+from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
+from neuron_args.cache_key import explain_components
 from neuron_args.farm_cli import add_compile_command
 
 __all__ = ["main"]
@@ -110,7 +111,6 @@ def _print_json(value: object) -> None:
 
 
 def _manifest_show(args: argparse.Namespace) -> int:
-    from neuron_args.cache import CompileCache
     from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table
 
     doc = _load_manifest(args.path)
@@ -227,7 +227,6 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 
 def _cache_ls(args: argparse.Namespace) -> int:
-    from neuron_args.cache import CompileCache
     from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
 
     root = _require_cache(_cache_arg(args))
@@ -244,8 +243,6 @@ def _cache_ls(args: argparse.Namespace) -> int:
 
 def _cache_verify(args: argparse.Namespace) -> int:
     """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
-    from neuron_args.cache import QUARANTINE_DIR, CompileCache, EntryStatus
-
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
@@ -281,8 +278,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 
 def _cache_explain(args: argparse.Namespace) -> int:
-    from neuron_args.cache import CompileCache
-
+    """Why two entries' keys differ, component by component (unique key prefixes accepted)."""
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = []
@@ -302,10 +298,6 @@ def _cache_explain(args: argparse.Namespace) -> int:
                 "(written before keys recorded their components, or unreadable); recompile it"
             )
         components.append(value)
-    try:
-        from neuron_args.cache_key import explain_components
-    except ImportError as exc:
-        raise _Usage(f"cache explain needs neuron_args.cache_key.explain_components ({exc})") from None
     lines = explain_components(components[0], components[1])
     if args.json:
         _print_json({"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
