@@ -502,7 +502,7 @@ class NeuronRunner:
                            "per_graph": self.resolver.per_graph,
                            "explicit_optimization_level": self.resolver.explicit_optimization_level,
                            "graph_types": {r.key: r.graph_type for r in records.records()
-                                           if (self.cache_dir / r.key).is_dir()},
+                                           if self.cache.entry(r.key).path.is_dir()},
                            **cfg.pop("neuron_config", {})},
             vllm_config=cfg.pop("runner_config", cfg or None),
         )
