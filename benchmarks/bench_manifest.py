@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure  # noqa: E402
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest import ledger
-from neuron_args.manifest.emit import emit_manifest, environment_snapshot
+from neuron_args.manifest.config import environment_snapshot
+from neuron_args.manifest.emit import emit_manifest
 from neuron_args.manifest.ledger import record_graph
 
 FLAGS = ("--framework XLA --target trn2 --auto-cast=none --model-type transformer -O1 "

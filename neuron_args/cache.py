@@ -1,16 +1,19 @@
 """The compile cache: one folder per key, a completion marker written last, a per-key lock.
 
 An entry is loaded only when complete, so a crash mid-compile leaves nothing that is used later.
-Two processes building the same key serialize on ``<root>/<key>.lock``; the second finds the
-entry complete and counts a hit. ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` turns a miss into a
-:class:`CacheMissError` that names the closest entry and the components that differ.
+Two processes building the same key serialize on the lock file ``<root>/.<key>.lock`` (``filelock``,
+with a timeout); the second finds the entry complete and counts a hit.
+``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` turns a miss into a :class:`CacheMissError` that names the
+closest entry and the components that differ. This module is the only code that knows the
+``<root>/<key>/`` layout and reads ``metadata.json``: the CLI, the manifest and the pytest plugin
+go through :class:`CompileCache` and :class:`CacheEntry`.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import enum
 import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -18,21 +21,31 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import write_atomic
-from neuron_args.cache_key import CacheKey, explain_components
+from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, OptionsError
 from neuron_args.flags import canonical_compiler_args
 
 log = logging.getLogger("neuron_args.cache")
 
 CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
+DEFAULT_CACHE_DIR = "~/.cache/neuron-args/compile-cache"
 ASSERT_CACHE_HIT_ENV = "NEURON_LIBTORCH_ASSERT_CACHE_HIT"
 METADATA_VERSION = 1
 MARKER = "COMPLETE"
+HLO_NAME = "graph.hlo"
+METADATA_NAME = "metadata.json"
+#: How long a build waits for another process's build of the same key: longer than the longest
+#: default compile timeout (neuronx-cc, 2 h), so only a stuck holder makes it give up.
+LOCK_TIMEOUT = 3 * 3600.0
+_LOCK_POLL = 0.2
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
 QUARANTINE_DIR = ".corrupt"
 _HASH_CHUNK = 1 << 20
@@ -48,7 +61,8 @@ def assert_cache_hit_enabled() -> bool:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.path.expanduser("~")) / ".cache" / "neuron-args" / "compile-cache"
+    """The per-user cache (no option or variable set)."""
+    return Path(DEFAULT_CACHE_DIR).expanduser()
 
 
 def cache_root(options: Mapping[str, Any] | None = None) -> Path:
@@ -67,6 +81,32 @@ _verified = ACTIVITY.verified
 _corrupt = ACTIVITY.corrupt
 
 
+class EntryStatus(str, enum.Enum):
+    """What ``cache ls`` says of an entry (see :attr:`CacheEntry.status`); compares equal to its value."""
+
+    COMPLETE = "complete"
+    CORRUPT = "corrupt"
+    PENDING = "pending"
+    COMPILING = "compiling"
+    FAILED = "failed"
+    CRASHED = "crashed"
+    MISSING = "missing"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class EntryArtifacts:
+    """An entry's files as the manifest records them: paths relative to the cache root, or None."""
+
+    hlo_path: str | None
+    executable_path: str | None
+    executable_size: int | None
+    executable_mtime: float | None
+    metadata: dict[str, Any]
+
+
 class CacheEntry:
     """The files of one key."""
 
@@ -75,9 +115,10 @@ class CacheEntry:
         self.key = key
         self.path = root / key
 
-    hlo_path = property(lambda self: self.path / "graph.hlo")
-    executable_path = property(lambda self: self.path / f"graph_{self.key}.neff")
-    metadata_path = property(lambda self: self.path / "metadata.json")
+    executable_name = property(lambda self: f"graph_{self.key}.neff")
+    hlo_path = property(lambda self: self.path / HLO_NAME)
+    executable_path = property(lambda self: self.path / self.executable_name)
+    metadata_path = property(lambda self: self.path / METADATA_NAME)
     marker_path = property(lambda self: self.path / MARKER)
     command_path = property(lambda self: self.path / "command.txt")
     log_path = property(lambda self: self.path / "log-neuron-cc.txt")
@@ -91,7 +132,7 @@ class CacheEntry:
         return self.root / f".{self.key}.lock"
 
     @property
-    def status(self) -> str:
+    def status(self) -> EntryStatus:
         """``complete``, ``corrupt``, ``pending``, ``compiling``, ``failed``, ``crashed`` or ``missing``.
 
         ``corrupt``: marked complete but its metadata is not a JSON object or its executable is
@@ -100,23 +141,47 @@ class CacheEntry:
         log says why). ``crashed``: a build started and its process died.
         """
         if self.is_complete:
-            return "corrupt" if self.problem(checksum=False) else "complete"
+            return EntryStatus.CORRUPT if self.problem(checksum=False) else EntryStatus.COMPLETE
         if not self.path.is_dir():
-            return "missing"
+            return EntryStatus.MISSING
         state = self.metadata().get("status")
-        if lock_holder(self.lock_path) is not None:
-            return "compiling"
+        if self.lock_pid() is not None:
+            return EntryStatus.COMPILING
         if state in ("pending", "failed"):
-            return state
-        return "crashed"
+            return EntryStatus(state)
+        return EntryStatus.CRASHED
+
+    def lock_pid(self) -> int | None:
+        """The pid of the live process building this key (0 when it wrote none), else None."""
+        return lock_holder(self.lock_path)
 
     def metadata(self) -> dict[str, Any]:
         """The entry's metadata, ``{}`` when absent, unreadable or not a JSON object."""
+        return _json_object(os.path.join(os.fspath(self.path), METADATA_NAME))
+
+    @property
+    def graph_type(self) -> str | None:
+        """The graph type recorded at capture, or None."""
+        value = self.metadata().get("graph_type")
+        return value if isinstance(value, str) else None
+
+    def artifacts(self) -> EntryArtifacts:
+        """The graph, the executable (size and mtime from one ``stat``) and the metadata, each None
+        (``{}``) when missing: what a manifest records of the entry."""
+        folder = os.fspath(self.path)
+        hlo = os.path.isfile(os.path.join(folder, HLO_NAME))
+        exe = self.executable_name
         try:
-            md = json.loads(self.metadata_path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return md if isinstance(md, dict) else {}
+            st = os.stat(os.path.join(folder, exe))
+        except OSError:
+            st = None
+        return EntryArtifacts(
+            hlo_path=f"{self.key}/{HLO_NAME}" if hlo else None,
+            executable_path=None if st is None else f"{self.key}/{exe}",
+            executable_size=None if st is None else st.st_size,
+            executable_mtime=None if st is None else st.st_mtime,
+            metadata=_json_object(os.path.join(folder, METADATA_NAME)),
+        )
 
     def problem(self, *, checksum: bool = True) -> str | None:
         """Why this complete entry cannot be loaded, or None: metadata, executable size and sha256.
@@ -170,10 +235,29 @@ class CacheEntry:
         self.path.mkdir(parents=True)
 
     def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.path.iterdir() if p.is_file()) if self.path.is_dir() else 0
+        """Bytes of the entry's regular files (links not followed); 0 when it is gone."""
+        total = 0
+        try:
+            with os.scandir(self.path) as items:
+                for item in items:
+                    with contextlib.suppress(OSError):
+                        if item.is_file(follow_symlinks=False):
+                            total += item.stat(follow_symlinks=False).st_size
+        except OSError:
+            return 0
+        return total
 
     def __repr__(self) -> str:
-        return f"CacheEntry({str(self.path)!r}, status={self.status!r})"
+        return f"CacheEntry({str(self.path)!r}, status={self.status.value!r})"
+
+
+def _json_object(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def file_sha256(path: Path) -> str:
@@ -200,23 +284,57 @@ def _marker_stamp(entry: CacheEntry) -> tuple[int, int] | None:
 def lock_holder(lock_path: Path) -> int | None:
     """The pid written by the live process holding ``lock_path`` (0 when it wrote none), or None
     when nobody holds it. A crashed holder releases its lock with its death, so this tells a
-    compile in progress from a crashed one."""
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except OSError:
+    compile in progress from a crashed one. (The probe takes the lock for an instant when free.)"""
+    if not lock_path.exists():
         return None
+    probe = FileLock(lock_path)
     try:
+        probe.acquire(timeout=0)
+    except Timeout:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None
-            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            return int(text) if text.isdigit() else 0
-        fcntl.flock(fd, fcntl.LOCK_UN)
+            text = lock_path.read_text(errors="replace").strip()[:32]
+        except OSError:  # a lock file the holder keeps unreadable (Windows)
+            text = ""
+        return int(text) if text.isdigit() else 0
+    except OSError:  # unreadable or vanished: nobody we can see holds it
         return None
-    finally:
-        os.close(fd)
+    probe.release()
+    return None
+
+
+def _write_pid(lock_path: Path, pid: int | None) -> None:
+    """The holder's pid into its lock file (``cache ls`` shows it), or nothing; informative only."""
+    with contextlib.suppress(OSError), open(lock_path, "r+b") as handle:
+        handle.truncate(0)
+        if pid is not None:
+            handle.write(str(pid).encode())
+
+
+class KeyLock:
+    """The lock file ``<root>/.<key>.lock`` of one entry (``filelock``), its holder's pid written in it.
+
+    Not tied to a thread: the compile farm takes it on submission and releases it on a callback thread.
+    """
+
+    def __init__(self, entry: CacheEntry) -> None:
+        self.path = entry.lock_path
+        self._lock = FileLock(self.path, thread_local=False)
+
+    def acquire(self, timeout: float = 0) -> bool:
+        """Take the lock within ``timeout`` seconds (0: one try); False when another process holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(timeout=timeout, poll_interval=0.05)
+        except Timeout:
+            return False
+        _write_pid(self.path, os.getpid())
+        return True
+
+    def release(self) -> None:
+        """Give the lock up (nothing when not held)."""
+        if self._lock.is_locked:
+            _write_pid(self.path, None)
+            self._lock.release()
 
 
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None) -> CompileError:
@@ -265,15 +383,31 @@ class CompileCache:
         return CacheEntry(self.root, str(key))
 
     def entries(self) -> list[CacheEntry]:
-        if not self.root.is_dir():
+        """Every entry folder (named by a key; the lock files and ``.corrupt`` are not), sorted by key."""
+        try:
+            with os.scandir(self.root) as items:
+                names = sorted(i.name for i in items if is_cache_key(i.name) and i.is_dir())
+        except OSError:
             return []
-        return [CacheEntry(self.root, p.name) for p in sorted(self.root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+        return [CacheEntry(self.root, name) for name in names]
+
+    def lookup(self, key: str) -> CacheEntry | None:
+        """The entry of ``key`` when it is a key (a name from a manifest cannot point outside the cache)."""
+        return CacheEntry(self.root, key) if is_cache_key(key) else None
 
     def find(self, prefix: str) -> CacheEntry:
-        """The entry whose key starts with ``prefix`` (unique), for the CLI."""
-        matches = [e for e in self.entries() if e.key.startswith(prefix)]
-        if len(matches) != 1:
-            raise KeyError(f"{len(matches)} entries in {self.root} match key prefix {prefix!r}")
+        """The one entry whose key starts with ``prefix`` (the CLI's key arguments); KeyError whose
+        message names the candidates otherwise."""
+        wanted = prefix.strip().lower()
+        if not wanted or not all(c in "0123456789abcdef" for c in wanted):
+            raise KeyError(f"{prefix!r} is not a cache key or key prefix (hex characters)")
+        matches = [e for e in self.entries() if e.key.startswith(wanted)]
+        if not matches:
+            raise KeyError(f"no cache entry in {self.root} has a key starting with {prefix!r}")
+        if len(matches) > 1:
+            shown = ", ".join(e.key for e in matches[:5]) + (" ..." if len(matches) > 5 else "")
+            raise KeyError(f"key prefix {prefix!r} is ambiguous in {self.root}: {len(matches)} entries "
+                           f"({shown}); give more characters")
         return matches[0]
 
     def check_root(self) -> None:
@@ -294,36 +428,36 @@ class CompileCache:
                 f"directory as options['cache_dir'] (or ${CACHE_DIR_ENV})") from None
 
     @contextlib.contextmanager
-    def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None) -> Iterator[None]:
-        """Exclusive per-key lock across processes (released when the holder dies, too).
+    def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None,
+             timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+        """Exclusive per-key lock across processes on ``<root>/.<key>.lock`` (released when the holder
+        dies, too).
 
         The holder's pid is written into the lock file (``cache ls`` shows it). ``stop(seconds)``
         makes the wait interruptible: it is polled and a True return raises ``InterruptedError``.
+        A wait longer than ``timeout`` raises :class:`CompileError` naming the holder.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / f".{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        entry = self.entry(key)
+        key_lock = KeyLock(entry)
+        deadline = time.monotonic() + timeout
+        while not key_lock.acquire(0 if stop is not None else min(timeout, 60.0)):
+            if time.monotonic() >= deadline:
+                raise self.lock_timeout_error(entry, timeout)
+            if stop is not None and stop(_LOCK_POLL):
+                raise InterruptedError(f"stopped waiting for the lock of {key}")
         try:
-            if stop is None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            else:
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if stop(0.2):
-                            raise InterruptedError(f"stopped waiting for the lock of {key}") from None
-            with contextlib.suppress(OSError):  # the pid is informative only (a full disk may refuse it)
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
-            try:
-                yield
-            finally:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            yield
         finally:
-            os.close(fd)
+            key_lock.release()
+
+    def lock_timeout_error(self, entry: CacheEntry, timeout: float) -> CompileError:
+        pid = entry.lock_pid()
+        holder = f"process {pid}" if pid else "another process"
+        return CompileError(
+            f"waited {timeout:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
+            f"(graph type {entry.graph_type!r}): {holder} has been building it all that time.\n"
+            f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
+            "a build that legitimately takes longer needs a longer compile timeout.")
 
     def verified(self, entry: CacheEntry) -> str | None:
         """:meth:`CacheEntry.problem` once per process and entry (the load path's only check)."""
@@ -446,7 +580,7 @@ class CompileCache:
         else:
             entry, diff = near
             lines.append(
-                f"  closest warmed-up entry: {entry.key} (graph type {entry.metadata().get('graph_type')!r}); "
+                f"  closest warmed-up entry: {entry.key} (graph type {entry.graph_type!r}); "
                 "it differs in:"
             )
             lines += [f"    {d}" for d in diff] or ["    nothing but the key"]

@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neuron_args.flags import canonical_compiler_args
+from neuron_args.flags import canonical_compiler_args, flag_changes
 
 KEY_LENGTH = 32
+_HEX = frozenset("0123456789abcdef")
 COMPONENT_ORDER = ("graph", "input_specs", "compiler_args", "target", "tool_versions")
 
 InputSpec = tuple[tuple[int, ...], str]
@@ -57,6 +58,11 @@ class CacheKey:
 
     def __str__(self) -> str:
         return self.key
+
+
+def is_cache_key(name: object) -> bool:
+    """Whether ``name`` has a key's form (32 lowercase hex characters): entry folders, ledger lines."""
+    return isinstance(name, str) and len(name) == KEY_LENGTH and _HEX.issuperset(name)
 
 
 _SLICE = 1 << 20
@@ -106,19 +112,14 @@ def _spec_str(spec: Mapping[str, Any]) -> str:
     return f"{spec.get('dtype')}[{', '.join(str(d) for d in spec.get('shape', []))}]"
 
 
-def _flag_name(token: str) -> str:
-    return "-O" if token.startswith("-O") else token.split("=", 1)[0]
-
-
 def explain_compiler_args(a: Sequence[str] | None, b: Sequence[str] | None) -> list[str]:
     """Flag-level difference of two canonical argument lists: changed, added, removed."""
     if a is None or b is None:
         return [f"compiler_args: {a!r} -> {b!r}"]
-    old = {_flag_name(t): t for t in a}
-    new = {_flag_name(t): t for t in b}
-    lines = [f"compiler_args: changed {old[n]} -> {new[n]}" for n in old if n in new and old[n] != new[n]]
-    lines += [f"compiler_args: added {new[n]}" for n in new if n not in old]
-    lines += [f"compiler_args: removed {old[n]}" for n in old if n not in new]
+    change = flag_changes(a, b)
+    lines = [f"compiler_args: changed {old} -> {new}" for _, old, new in change.changed]
+    lines += [f"compiler_args: added {t}" for t in change.added]
+    lines += [f"compiler_args: removed {t}" for t in change.removed]
     if not lines and list(a) != list(b):
         lines.append(f"compiler_args: order {list(a)} -> {list(b)}")
     return lines

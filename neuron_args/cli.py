@@ -23,12 +23,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
+from neuron_args.cache_key import explain_components
 from neuron_args.farm_cli import add_compile_command
 
-__all__ = ["CACHE_DIR_ENV", "default_cache_dir", "main"]
-
-CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
-DEFAULT_CACHE_DIR = "~/.cache/neuron-args/compile-cache"
+__all__ = ["main"]
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -37,12 +36,6 @@ EXIT_USAGE = 2
 
 class _Usage(Exception):
     """A usage error or unreadable input: message to stderr, exit status 2."""
-
-
-def default_cache_dir() -> Path:
-    """``$NEURON_LIBTORCH_CACHE_DIR``, else ``~/.cache/neuron-args/compile-cache``."""
-    value = os.environ.get(CACHE_DIR_ENV, "")
-    return Path(value or DEFAULT_CACHE_DIR).expanduser()
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -103,7 +96,7 @@ def _cache_arg(args: argparse.Namespace) -> str | None:
 
 
 def _require_cache(path: str | None) -> Path:
-    root = Path(path).expanduser() if path else default_cache_dir()
+    root = Path(path).expanduser() if path else cache_root()
     if not root.is_dir():
         hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
         raise _Usage(f"no compile cache at {root}{hint}")
@@ -118,18 +111,18 @@ def _print_json(value: object) -> None:
 
 
 def _manifest_show(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table, read_metadata
+    from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table
 
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
     types: dict[str, str | None] = {}
     if cache is not None:
+        entries = CompileCache(cache)
         for graph in _graphs(doc):
             key = graph.get("graph_hash") if isinstance(graph, Mapping) else None
-            if isinstance(key, str):
-                metadata = read_metadata(cache, key)
-                value = metadata.get("graph_type") if metadata else None
-                types[key] = value if isinstance(value, str) else None
+            entry = entries.lookup(key) if isinstance(key, str) else None
+            if entry is not None:
+                types[key] = entry.graph_type
     if args.json:
         _print_json({
             "path": args.path,
@@ -237,7 +230,7 @@ def _cache_ls(args: argparse.Namespace) -> int:
     from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
 
     root = _require_cache(_cache_arg(args))
-    entries = cache_entries(root)
+    entries = cache_entries(CompileCache(root))
     if args.json:
         _print_json({"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
                      "counts": status_counts([e.status for e in entries]),
@@ -250,20 +243,17 @@ def _cache_ls(args: argparse.Namespace) -> int:
 
 def _cache_verify(args: argparse.Namespace) -> int:
     """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
-    from neuron_args.cache import QUARANTINE_DIR, CompileCache
-    from neuron_args.manifest.show import KEY_PATTERN
-
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
-    entries = [e for e in cache.entries() if KEY_PATTERN.match(e.key)]  # the entries `cache ls` lists
+    entries = cache.entries()
     corrupt, counts = [], {}
     for entry in entries:
         status = entry.status
-        problem = entry.problem() if status in ("complete", "corrupt") else None
+        problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None
         if problem is not None:
-            status = "corrupt"
+            status = EntryStatus.CORRUPT
             corrupt.append((entry, problem))
-        counts[status] = counts.get(status, 0) + 1
+        counts[status.value] = counts.get(status.value, 0) + 1
     found = []
     for entry, problem in corrupt:
         label = entry.metadata().get("graph_type")
@@ -288,33 +278,30 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 
 def _cache_explain(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import read_metadata, resolve_key
-
+    """Why two entries' keys differ, component by component (unique key prefixes accepted)."""
     root = _require_cache(_cache_arg(args))
-    keys = []
+    cache = CompileCache(root)
+    entries = []
     for prefix in (args.key_a, args.key_b):
         try:
-            keys.append(resolve_key(root, prefix))
-        except ValueError as exc:
-            raise _Usage(str(exc)) from None
+            entries.append(cache.find(prefix))
+        except KeyError as exc:
+            raise _Usage(exc.args[0]) from None
+    keys = [e.key for e in entries]
+    metadata = [e.metadata() for e in entries]
     components = []
-    for key in keys:
-        metadata = read_metadata(root, key)
-        value = metadata.get("key_components") if metadata else None
+    for key, md in zip(keys, metadata):
+        value = md.get("key_components")
         if not isinstance(value, Mapping):
             raise _Usage(
                 f"cache entry {key} has no key_components in its metadata.json "
                 "(written before keys recorded their components, or unreadable); recompile it"
             )
         components.append(value)
-    try:
-        from neuron_args.cache_key import explain_components
-    except ImportError as exc:
-        raise _Usage(f"cache explain needs neuron_args.cache_key.explain_components ({exc})") from None
     lines = explain_components(components[0], components[1])
     if args.json:
         _print_json({"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
-                     "graph_types": [read_metadata(root, k).get("graph_type") for k in keys],
+                     "graph_types": [md.get("graph_type") for md in metadata],
                      "identical": not lines, "differences": lines})
         return EXIT_OK
     print(f"{keys[0]} vs {keys[1]}")

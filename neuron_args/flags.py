@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -28,10 +29,12 @@ __all__ = [
     "KNOWN_TARGETS",
     "OPT_LEVELS",
     "Flag",
+    "FlagChanges",
     "OptionSpec",
     "OPTIONS",
     "canonical_compiler_args",
     "closest_option",
+    "flag_changes",
     "has_option",
     "manifest_compiler_flags",
     "optimization_level",
@@ -537,3 +540,54 @@ def has_option(args: str | Sequence[str] | None, name: str) -> bool:
     """True when option ``name`` (any spelling) appears in ``args``."""
     (canonical,) = _resolve_names([name], what="has_option")
     return any(item.name == canonical for item in _scan(split_compiler_args(args)))
+
+
+# ----------------------------------------------------------------------------- comparing two lists
+
+
+@dataclass(frozen=True)
+class FlagChanges:
+    """How one argument list differs from another, option by option (empty: false).
+
+    ``changed`` holds ``(option, old token, new token)`` for an option given once on each side
+    with another value; ``added`` / ``removed`` the other tokens only one side has.
+    """
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[tuple[str, str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+    def as_dict(self) -> dict[str, list]:
+        return {"added": list(self.added), "removed": list(self.removed),
+                "changed": [{"option": name, "old": old, "new": new} for name, old, new in self.changed]}
+
+
+def _token_option(token: str) -> str:
+    return OPTLEVEL if token.startswith("-O") and not token.startswith("--") else token.split("=", 1)[0]
+
+
+def flag_changes(old: Sequence[str], new: Sequence[str]) -> FlagChanges:
+    """The option-level difference of two token lists, compared as multisets (order is not a change).
+
+    Give both in canonical form (:func:`canonical_compiler_args`) so spellings do not count:
+    ``["-O3", "--lnc=2"]`` vs ``["-O1", "--lnc=2"]`` is ``changed (--optlevel, -O3, -O1)``. Used by
+    the cache-miss explanation and the manifest diff.
+    """
+    removed = list((Counter(old) - Counter(new)).elements())
+    added = list((Counter(new) - Counter(old)).elements())
+    removed_by: dict[str, list[str]] = {}
+    added_by: dict[str, list[str]] = {}
+    for token in removed:
+        removed_by.setdefault(_token_option(token), []).append(token)
+    for token in added:
+        added_by.setdefault(_token_option(token), []).append(token)
+    changed = []
+    for name in sorted(removed_by.keys() & added_by.keys()):
+        if name.startswith("-") and len(removed_by[name]) == 1 and len(added_by[name]) == 1:
+            changed.append((name, removed_by[name][0], added_by[name][0]))
+            removed.remove(removed_by[name][0])
+            added.remove(added_by[name][0])
+    return FlagChanges(tuple(sorted(added)), tuple(sorted(removed)), tuple(changed))

@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from neuron_args.text import format_shapes
+
 REPORT_VERSION = "1"
 STATUSES = ("compiled", "loaded", "captured", "missed", "seen")
 
@@ -94,10 +96,10 @@ class Comparison:
         return bool(self.removed) or any(bad for _, _, bad in self.changed)
 
     def lines(self) -> list[str]:
-        out = [f"+ {_name(g)}: new graph ({' '.join(g['compiler_args'])})" for g in self.added]
-        out += [f"- {_name(g)}: gone" for g in self.removed]
+        out = [f"+ {graph_name(g)}: new graph ({' '.join(g['compiler_args'])})" for g in self.added]
+        out += [f"- {graph_name(g)}: gone" for g in self.removed]
         for g, changes, bad in self.changed:
-            out += [f"{'!' if bad else '~'} {_name(g)}: {c}" for c in changes]
+            out += [f"{'!' if bad else '~'} {graph_name(g)}: {c}" for c in changes]
         return out or ["no change"]
 
     def as_dict(self) -> dict[str, Any]:
@@ -109,8 +111,9 @@ def _identity(g: Mapping[str, Any]) -> tuple[Any, ...]:
     return (g.get("graph_type"), tuple(g.get("input_shapes") or ()))
 
 
-def _name(g: Mapping[str, Any]) -> str:
-    shapes = " ".join(f"({s})" for s in g.get("input_shapes") or [])
+def graph_name(g: Mapping[str, Any]) -> str:
+    """``decode (4, 16) (4,)``: how reports name a graph (its identity across runs)."""
+    shapes = format_shapes(list(g.get("input_shapes") or []), empty="")
     return f"{g.get('graph_type') or '-'} {shapes}".strip()
 
 

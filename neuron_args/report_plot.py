@@ -13,18 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.errors import NeuronArgsError
-from neuron_args.report import read_report
+from neuron_args.report import graph_name, read_report
 
 INSTALL_HINT = "pip install 'neuron-args[plot]'"
 
 
 class PlotUnavailable(NeuronArgsError, ImportError):
     """matplotlib (the ``plot`` extra) is not installed."""
-
-
-def graph_name(g: Mapping[str, Any]) -> str:
-    shapes = " ".join(f"({s})" for s in g.get("input_shapes") or [])
-    return f"{g.get('graph_type') or '-'} {shapes}".strip()
 
 
 def run_label(report: Mapping[str, Any], path: Path) -> str:

@@ -24,7 +24,7 @@ import torch
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
-from neuron_args.deferred import CompileProgress, build_trace_job, parallel_compile, parallel_trace
+from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.errors import NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
@@ -37,7 +37,6 @@ from neuron_args.seams.platform import base_compiler_args
 
 log = logging.getLogger("neuron_args.runner")
 
-FLOWS = ("in-process", "parallel")
 # Every bucket is a static graph, so one entry recompiles once per shape; Dynamo's default limit (8 per
 # code object, shared by every torch.compile of the same class in a process) would silently fall back to eager.
 RECOMPILE_LIMIT = 256
@@ -480,7 +479,7 @@ class NeuronRunner:
 
     def manifest_config_block(self) -> dict[str, Any] | None:
         """The manifest's ``config`` block for this runner (None, with a warning, when it cannot be built)."""
-        from neuron_args.manifest.emit import build_config
+        from neuron_args.manifest.config import build_config
 
         try:
             return self._manifest_config(dict(self.manifest_config), build_config)
@@ -497,7 +496,7 @@ class NeuronRunner:
                            "per_graph": self.resolver.per_graph,
                            "explicit_optimization_level": self.resolver.explicit_optimization_level,
                            "graph_types": {r.key: r.graph_type for r in records.records()
-                                           if (self.cache_dir / r.key).is_dir()},
+                                           if self.cache.entry(r.key).path.is_dir()},
                            **cfg.pop("neuron_config", {})},
             vllm_config=cfg.pop("runner_config", cfg or None),
         )

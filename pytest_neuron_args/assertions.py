@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.text import format_shapes
 from pytest_neuron_args.state import record_delta
 
 COUNT_NAMES = ("compiles", "misses", "hits", "captures")
@@ -23,7 +24,7 @@ _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 def _graph_line(rec: Mapping[str, Any]) -> str:
-    shapes = " ".join(f"({s})" for s in rec.get("input_shapes") or []) or "-"
+    shapes = format_shapes(rec.get("input_shapes") or [], empty="-")
     return (f"  {rec.get('graph_type') or '(no graph type)'}  key {rec['key']}  inputs {shapes}  "
             f"args {list(rec.get('compiler_args') or [])}")
 
@@ -182,14 +183,10 @@ class ManifestView:
         return [g for g in self.graphs if self.graph_types.get(str(g.get("graph_hash"))) == graph_type]
 
     def _cached_graph_type(self, key: str) -> str | None:
-        if self.cache_dir is None or not _HEX.match(key):
-            return None
-        try:
-            with open(self.cache_dir / key / "metadata.json", encoding="utf-8") as f:
-                value = json.load(f).get("graph_type")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return value if isinstance(value, str) else None
+        from neuron_args.cache import CompileCache
+
+        entry = None if self.cache_dir is None else CompileCache(self.cache_dir).lookup(key)
+        return None if entry is None else entry.graph_type
 
     def where(self) -> str:
         return f"manifest {self.path}" if self.path is not None else "the manifest"
@@ -201,7 +198,7 @@ class ManifestView:
         out = []
         for g in self.graphs:
             key = str(g.get("graph_hash"))
-            shapes = " ".join(f"({s})" for s in g.get("input_shapes") or []) or "-"
+            shapes = format_shapes(g.get("input_shapes") or [], empty="-")
             out.append(f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}  "
                        f"flags {g.get('compiler_flags') or '-'}  ranks {g.get('ranks')}")
         return out
@@ -264,7 +261,7 @@ class ManifestView:
             have = {r for r in g.get("ranks") or [] if isinstance(r, int)}
             lacking, extra = sorted(expected - have), sorted(have - expected)
             if lacking or extra:
-                shapes = " ".join(f"({s})" for s in g.get("input_shapes") or []) or "-"
+                shapes = format_shapes(g.get("input_shapes") or [], empty="-")
                 text = f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}: ranks {sorted(have)}"
                 if lacking:
                     text += f", missing ranks {lacking}"

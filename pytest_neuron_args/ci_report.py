@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from neuron_args.text import format_shapes
+
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
@@ -43,7 +45,7 @@ def warmup_properties(graphs: Iterable[Any]) -> list[tuple[str, str]]:
         level = _level(g.get("compiler_args"))
         shown = "-" if level is None else f"-O{level}"
         levels.setdefault(str(g.get("graph_type")), set()).add(shown)
-        inputs = " ".join(f"({s})" for s in g.get("input_shapes") or [])
+        inputs = format_shapes(list(g.get("input_shapes") or []), empty="")
         props.append(("neuron_graph", f"graph_type={g.get('graph_type')} inputs={inputs} key={g.get('key')} "
                                       f"level={shown} how={g.get('how') or '-'}"))
     types = list(dict.fromkeys(str(g.get("graph_type")) for g in rows))
@@ -100,7 +102,7 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str,
     out.append("")
     if missed or data.get("serve_misses"):
         for r in missed:
-            inputs = " ".join(f"({s})" for s in r.get("input_shapes") or [])
+            inputs = format_shapes(list(r.get("input_shapes") or []), empty="")
             out.append(f"- `{r.get('graph_type')}` {inputs} key `{r['key']}`: {r.get('serve_misses')} miss(es)")
         out.append(f"- {data.get('serve_misses', 0)} miss(es) in {data.get('serve_sessions', 0)} serve block(s)")
     else:

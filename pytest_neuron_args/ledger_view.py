@@ -2,8 +2,9 @@
 
 Every process of a session appends ledger lines (``<root>/ledger/<engine-id>/<pid>.jsonl``, one
 line per graph, engine and rank) and nothing emits until the end, so no process consumes another's
-lines. A test's ``neuron_manifest`` is a manifest of its own warmup's keys: their lines are copied
-into a ledger in the test's tmp folder and emitted there with the library's ``emit_manifest``.
+lines. A test's ``neuron_manifest`` is a manifest of its own warmup's keys: the library's
+``read_ledger`` reads them, they are written into a ledger in the test's tmp folder and emitted
+there with the library's ``emit_manifest``.
 """
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from neuron_args.manifest.engine import MANIFEST_DIR_ENV
-from neuron_args.manifest.ledger import LEDGER_DIRNAME
+from neuron_args.manifest.engine import MANIFEST_DIR_ENV, VISIBLE_DEVICES_ENV
+from neuron_args.manifest.ledger import Ledger, ledger_dir, ledger_engines, read_ledger
 
-VISIBLE_DEVICES_ENV = "NEURON_VISIBLE_DEVICES"
 _ENGINE = re.compile(r"^dev(\d+)_(\d+)$")
 
 
@@ -50,38 +50,15 @@ def engine_devices(engine_id: str) -> str | None:
     return str(first) if first == last else f"{first}-{last}"
 
 
-def read_lines(root: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every well-formed ledger line under ``root``, by engine id."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    base = root / LEDGER_DIRNAME
-    if not base.is_dir():
-        return out
-    for engine in sorted(p for p in base.iterdir() if p.is_dir()):
-        lines = out.setdefault(engine.name, [])
-        for path in sorted(engine.glob("*.jsonl")):
-            try:
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            for line in text.splitlines():
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and isinstance(record.get("key"), str):
-                    lines.append(record)
-    return out
-
-
-def _config(config: Mapping[str, Any] | None, lines: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """``config`` with ``neuron_config.graph_types`` set to the graph types of these lines."""
+def _config(config: Mapping[str, Any] | None, ledger: Ledger, keys: set[str]) -> dict[str, Any] | None:
+    """``config`` with ``neuron_config.graph_types`` set to the graph types of these graphs."""
     if config is None:
         return None
     out = json.loads(json.dumps(config, default=str))
     neuron_config = out.get("neuron_config")
     if isinstance(neuron_config, dict):
-        neuron_config["graph_types"] = {r["key"]: r["graph_type"] for r in sorted(lines, key=lambda r: r["key"])
-                                        if r.get("graph_type")}
+        neuron_config["graph_types"] = {key: g.graph_type for key, g in sorted(ledger.graphs.items())
+                                        if key in keys and g.graph_type}
     return out
 
 
@@ -96,21 +73,23 @@ def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping
 
     wanted = None if keys is None else set(keys)
     written = []
-    for engine, lines in read_lines(source).items():
-        chosen = [r for r in lines if wanted is None or r["key"] in wanted]
+    for engine in ledger_engines(source):
+        ledger = read_ledger(ledger_dir(source, engine))
+        chosen = {k for k in ledger.graphs if wanted is None or k in wanted}
         if not chosen:
             continue
+        lines = ledger.lines(chosen)
         if source != target:
-            folder = target / LEDGER_DIRNAME / engine
+            folder = Path(ledger_dir(target, engine))
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "view.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chosen), encoding="utf-8")
-        ranks = sorted({r["rank"] for r in chosen if isinstance(r.get("rank"), int)})
+            (folder / "view.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+        ranks = max(r["rank"] for r in lines)
         with env({MANIFEST_DIR_ENV: str(target), VISIBLE_DEVICES_ENV: engine_devices(engine)}):
-            path = emit_manifest(cache_dir=cache_dir, config=_config(config, chosen),
-                                 rank_map=list(range(max(ranks, default=0) + 1)))
+            path = emit_manifest(cache_dir=cache_dir, config=_config(config, ledger, chosen),
+                                 rank_map=list(range(ranks + 1)))
         if path is not None:
             written.append(Path(path))
     return written
 
 
-__all__ = ["emit_engines", "engine_devices", "env", "read_lines"]
+__all__ = ["emit_engines", "engine_devices", "env"]

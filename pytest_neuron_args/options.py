@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-TARGETS: tuple[str, ...] = ("inf2", "trn1", "trn1n", "trn2", "trn3")
-COMPILERS: tuple[str, ...] = ("auto", "local", "neuronx-cc")
-FLOWS: tuple[str, ...] = ("in-process", "parallel")
-OPT_LEVELS: tuple[int, ...] = (1, 2, 3)
-DEFAULT_TARGET = "trn2"
-DEFAULT_FLOW = "in-process"
+from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
+from neuron_args.deferred import FLOWS
+from neuron_args.flags import KNOWN_TARGETS as TARGETS
+from neuron_args.flags import OPT_LEVELS
+from neuron_args.seams.platform import DEFAULT_TARGET
+
+DEFAULT_FLOW = FLOWS[0]
 
 # (option dest, ini name) for the settings that have an ini equivalent
 _INI = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from neuron_args.text import human_size, render_table
 from pytest_neuron_args.state import NeuronSession
 
 SUMMARY_TITLE = "neuron-args: graphs of this session"
@@ -33,17 +34,6 @@ def header_line(session: NeuronSession) -> str:
     if s.update_baseline:
         parts.append("updating baselines")
     return "neuron-args: " + ", ".join(parts)
-
-
-def human_size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 MAX_SHAPES = 4
@@ -113,9 +103,7 @@ def table_rows(data: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, .
 def table_lines(data: dict[str, Any]) -> list[str]:
     """The summary table of merged session data, as aligned text lines."""
     header, body = table_rows(data)
-    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return [fmt(header), *(fmt(r) for r in body)]
+    return render_table(header, body, rule=False).split("\n")
 
 
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:

@@ -322,10 +322,12 @@ def _row(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any] |
 def _fill_from_cache(row: dict[str, Any], cache_dir: Path | None) -> None:
     if cache_dir is None or row.get("executable_size"):
         return
-    exe = cache_dir / row["key"] / f"graph_{row['key']}.neff"
+    from neuron_args.cache import CompileCache
+
+    entry = CompileCache(cache_dir).lookup(row["key"])
     try:
-        row["executable_size"] = exe.stat().st_size
-    except OSError:
+        row["executable_size"] = entry.executable_path.stat().st_size  # type: ignore[union-attr]
+    except (AttributeError, OSError):  # not a key, or no executable
         pass
 
 

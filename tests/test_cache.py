@@ -217,3 +217,81 @@ def test_an_entry_whose_executable_was_replaced_is_caught_by_its_checksum(tmp_pa
     assert "sha256" in entry.problem()
     rebuilt, hit = cache.get_or_build(key, builder(key))
     assert hit is False and rebuilt.executable_path.read_bytes() == b"exe"
+
+
+def test_status_is_an_enum_equal_to_its_word(tmp_path):
+    from neuron_args.cache import EntryStatus
+
+    cache, key = CompileCache(tmp_path), make_key()
+    entry, _ = cache.get_or_build(key, builder(key))
+    assert entry.status is EntryStatus.COMPLETE and entry.status == "complete" and f"{entry.status}" == "complete"
+    assert json.dumps({"status": entry.status}) == '{"status": "complete"}'
+    assert [e.key for e in cache.entries()] == [key.key]  # lock files and other names are not entries
+    (tmp_path / "notes").mkdir()
+    assert [e.key for e in cache.entries()] == [key.key] and cache.lookup("../notes") is None
+
+
+HOLD_LOCK = textwrap.dedent("""
+    import sys, time
+    from neuron_args.cache import CompileCache
+    with CompileCache(sys.argv[1]).lock(sys.argv[2]):
+        print("held", flush=True)
+        time.sleep(60)
+""")
+
+
+def test_waiting_for_a_held_lock_times_out_naming_the_holder_and_the_lock_file(tmp_path):
+    from neuron_args.errors import CompileError
+
+    cache, key = CompileCache(tmp_path), make_key()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path), key.key], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert cache.entry(key).lock_pid() == holder.pid
+        with pytest.raises(CompileError) as caught, cache.lock(key, timeout=0.5):
+            raise AssertionError("took a lock another process holds")
+        message = str(caught.value)
+        assert f"process {holder.pid}" in message and str(tmp_path / f".{key.key}.lock") in message
+        assert key.key in message and "fix:" in message
+    finally:
+        holder.kill()
+        holder.wait()
+    with cache.lock(key, timeout=5):  # the dead holder's lock is free
+        assert cache.entry(key).lock_pid() > 0
+
+
+def test_a_key_lock_is_released_from_another_thread(tmp_path):
+    import threading
+
+    from neuron_args.cache import KeyLock
+
+    cache, key = CompileCache(tmp_path), make_key()
+    held = KeyLock(cache.entry(key))
+    assert held.acquire()
+    assert cache.entry(key).lock_pid() is not None
+    releaser = threading.Thread(target=held.release)
+    releaser.start()
+    releaser.join()
+    assert cache.entry(key).lock_pid() is None
+    again = KeyLock(cache.entry(key))
+    assert again.acquire()
+    again.release()
+
+
+def test_neuron_args_imports_and_locks_without_fcntl(tmp_path):
+    """Off POSIX there is no fcntl: the cache's lock falls back to filelock's portable lock."""
+    code = textwrap.dedent("""
+        import os, sys, warnings
+        sys.modules["fcntl"] = None  # as on Windows: `import fcntl` fails
+        warnings.simplefilter("ignore")
+        import neuron_args, neuron_args.cli
+        from neuron_args.cache import CompileCache
+        cache = CompileCache(sys.argv[1])
+        with cache.lock("0" * 32):
+            print(cache.entry("0" * 32).lock_pid(), os.getpid())
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    holder, me = proc.stdout.split()
+    assert holder == me

@@ -555,3 +555,15 @@ def test_importing_flags_pulls_in_neither_torch_nor_jax():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_flag_changes_is_option_level_and_ignores_order():
+    from neuron_args.flags import FlagChanges, flag_changes
+
+    old = canonical_compiler_args("-O3 --lnc 2 --auto-cast=none")
+    new = canonical_compiler_args("--auto-cast none -O1 --enable-saturate-infinity")
+    change = flag_changes(old, new)
+    assert change == FlagChanges(added=("--enable-saturate-infinity",), removed=("--logical-nc-config=2",),
+                                 changed=(("--optlevel", "-O3", "-O1"),))
+    assert change.as_dict()["changed"] == [{"option": "--optlevel", "old": "-O3", "new": "-O1"}]
+    assert not flag_changes(["-O1", "--lnc=2"], ["--lnc=2", "-O1"])

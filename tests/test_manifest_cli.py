@@ -15,9 +15,11 @@ from neuron_args.cli import main
 from neuron_args.flags import canonical_compiler_args
 from neuron_args.activity import ACTIVITY, LedgerActivity
 from neuron_args.manifest.diff import compiler_flag_changes, diff_manifests
-from neuron_args.manifest.emit import build_config, emit_manifest
+from neuron_args.manifest.config import build_config
+from neuron_args.manifest.emit import emit_manifest
 from neuron_args.manifest.ledger import record_graph, register_tp_group
-from neuron_args.manifest.show import format_ranks, human_size, opt_level
+from neuron_args.manifest.show import format_ranks, opt_level
+from neuron_args.text import human_size
 
 KEY_A = "0a" * 16
 KEY_B = "1b" * 16

@@ -16,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from neuron_args.manifest.emit import (
-    build_config,
-    dumps_manifest,
-    emit_manifest,
-    environment_snapshot,
-    to_jsonable,
-)
+from neuron_args.manifest.config import build_config, environment_snapshot
+from neuron_args.manifest.emit import dumps_manifest, emit_manifest
+from neuron_args.manifest.jsonable import to_jsonable
 from neuron_args.manifest.ledger import record_graph, register_tp_group
 from neuron_args.manifest.schema import MANIFEST_VERSION, schema, validate_manifest
 

@@ -297,7 +297,8 @@ def test_a_short_write_then_an_error_never_glues_the_next_line_to_the_fragment(m
     record_graph(key=key_c, input_shapes=["1,"], compiler_flags="-O3")
     lines = _own_file(tmp_path).read_text().splitlines()
     assert len(lines) == 3 and json.loads(lines[2])["key"] == key_c
-    graphs, dropped = ledger.read_ledger(str(tmp_path / "ledger" / "nodev"))
+    read = ledger.read_ledger(str(tmp_path / "ledger" / "nodev"))
+    graphs, dropped = read.graphs, read.dropped
     assert sorted(graphs) == [KEY_A, key_c] and dropped == {"torn or non-JSON": 1}
 
 
@@ -306,5 +307,27 @@ def test_read_ledger_recovers_a_record_glued_to_a_torn_fragment(tmp_path):
     folder.mkdir()
     good = json.dumps({"key": KEY_B, "rank": 0, "input_shapes": ["4,"], "compiler_flags": "-O1"})
     (folder / "1.jsonl").write_text('{"key":"' + KEY_A + '","ra' + good + "\n" + '{"key": "' + "d" * 32 + '"\n')
-    graphs, dropped = ledger.read_ledger(str(folder))
+    read = ledger.read_ledger(str(folder))
+    graphs, dropped = read.graphs, read.dropped
     assert sorted(graphs) == [KEY_B] and dropped == {"torn or non-JSON": 2}
+
+
+def test_read_ledger_groups_a_graphs_ranks_and_still_checks_every_other_line(tmp_path):
+    folder = tmp_path / "ledger"
+    folder.mkdir()
+    line = lambda key, rank, shapes: ledger._encode(key, rank, shapes, "-O1", "decode").decode()  # noqa: E731
+    text = "".join(line(KEY_A, r, ["4, 16"]) for r in (3, 1, 2, 0))
+    text += line(KEY_A, 5, ["4, 16"]).replace('"rank":5', '"rank":05')  # not JSON (a leading zero)
+    text += line(KEY_A, 6, ["4,16"])  # another shape on another rank: checked, and malformed
+    text += line(KEY_A, 7, ["4, 8"])  # another shape: kept with the graph, not taken for rank 3's record
+    text += line(KEY_B, 2, [""])
+    (folder / "1.jsonl").write_text(text)
+    read = ledger.read_ledger(folder)
+    graph = read.graphs[KEY_A]
+    assert graph.ranks == {0, 1, 2, 3, 7} and graph.rank == 0
+    assert graph.record == {"key": KEY_A, "rank": 0, "input_shapes": ["4, 16"], "compiler_flags": "-O1",
+                            "graph_type": "decode"}
+    assert sorted(read.graphs) == [KEY_A, KEY_B] and read.graphs[KEY_B].ranks == {2}
+    assert read.dropped == {"torn or non-JSON": 1, "input_shapes is not a list of shape strings": 1}
+    assert read.lines({KEY_B}) == [{"key": KEY_B, "rank": 2, "input_shapes": [""], "compiler_flags": "-O1",
+                                    "graph_type": "decode"}]

@@ -8,5 +8,8 @@ from neuron_args.deferred.parallel_compile import (
 )
 from neuron_args.deferred.parallel_trace import TraceResult, parallel_trace
 
-__all__ = ["CompileProgress", "CompileReport", "ParallelCompileError", "TraceJob", "TraceResult", "build_trace_job",
-           "parallel_compile", "parallel_trace"]
+#: A runner's warmup flows: compile in-process, or trace and compile in parallel through this package.
+FLOWS: tuple[str, ...] = ("in-process", "parallel")
+
+__all__ = ["FLOWS", "CompileProgress", "CompileReport", "ParallelCompileError", "TraceJob", "TraceResult",
+           "build_trace_job", "parallel_compile", "parallel_trace"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import fcntl
 import functools
 import hashlib
 import os
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
-from neuron_args.cache import CacheEntry, CompileCache
+from neuron_args.cache import CacheEntry, CompileCache, KeyLock
 from neuron_args.compilers.build import compiled_metadata
 from neuron_args.errors import CompileError, NeuronArgsError
 
@@ -265,39 +264,6 @@ def commit_outcome(entry: CacheEntry, metadata: dict[str, Any], task: CompileTas
     return len(blob)
 
 
-class _KeyLock:
-    """The key's lock file, taken as :meth:`CompileCache.lock` takes it, held while the graph is away.
-
-    Held from submission to commit (across threads), so two runs on one cache build a graph once.
-    """
-
-    def __init__(self, root: Path, key: str) -> None:
-        self.path = root / f".{key}.lock"
-        self.fd: int | None = None
-
-    def acquire(self, blocking: bool) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        with contextlib.suppress(OSError):  # informative: who holds it
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self.fd = fd
-        return True
-
-    def release(self) -> None:
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-
 class _FarmFuture(cf.Future):
     """The caller's future of one graph; cancelling it cancels the worker's task too."""
 
@@ -342,7 +308,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
     cache = CompileCache(root)
     entry = cache.entry(key)
     outer = _FarmFuture()
-    lock = _KeyLock(cache.root, key)
+    lock = KeyLock(entry)  # held from submission to commit (across threads): two runs build a graph once
 
     def report_for(md: dict[str, Any]) -> GraphCompileReport:
         recorded = md.get("compiler_args")
@@ -408,7 +374,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
 
     def wait_for_lock() -> None:
         """Another process builds this key: wait (cancellable), then it is complete or ours to build."""
-        while not lock.acquire(blocking=False):
+        while not lock.acquire():
             if outer.cancelled():
                 return
             time.sleep(0.2)
@@ -418,7 +384,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
             with contextlib.suppress(cf.InvalidStateError):
                 outer.set_exception(exc)
 
-    if lock.acquire(blocking=False):
+    if lock.acquire():
         start()
     else:
         threading.Thread(target=wait_for_lock, name=f"neuron-args-farm-lock-{key[:8]}", daemon=True).start()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from neuron_args.manifest.emit import build_config, emit_manifest, environment_snapshot, to_jsonable
+from neuron_args.manifest.config import build_config, environment_snapshot
+from neuron_args.manifest.emit import emit_manifest
 from neuron_args.manifest.engine import (
     MANIFEST_DIR_ENV,
     get_server_prefix,
@@ -23,6 +24,7 @@ from neuron_args.manifest.ledger import (
     record_graph,
     register_tp_group,
 )
+from neuron_args.manifest.jsonable import to_jsonable
 from neuron_args.manifest.schema import MANIFEST_VERSION, validate_manifest
 
 __all__ = [

@@ -17,10 +17,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from neuron_args.errors import CompilerArgsError
+from neuron_args.flags import canonical_compiler_args, flag_changes
+from neuron_args.text import clip, format_shapes
 
 __all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
 
@@ -29,62 +32,30 @@ _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
 
 def _short(value: Any, limit: int = 120) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def _shapes(shapes: Any) -> str:
-    if not isinstance(shapes, list):
-        return "-"
-    return " ".join(f"({s})" for s in shapes) if shapes else "none"
+    return clip(json.dumps(value, sort_keys=True, default=str), limit)
 
 
 # ----------------------------------------------------------------------------- flags
 
 
-def _option_name(token: str) -> str:
-    if token.startswith("-O") and not token.startswith("--"):
-        return "--optlevel"
-    return token.split("=", 1)[0]
-
-
 def compiler_flag_changes(old: str | None, new: str | None) -> dict[str, list]:
-    """Option-level difference of two flag lines.
+    """Option-level difference of two flag lines (:func:`neuron_args.flags.flag_changes`).
 
     ``{"added": [tokens], "removed": [tokens], "changed": [{"option", "old", "new"}]}``. Both
     lines are put in canonical form first (``-O 3`` == ``--optlevel=3`` == ``-O3``) when they
     parse; otherwise raw tokens are compared as multisets.
     """
-    from neuron_args.errors import CompilerArgsError
-    from neuron_args.flags import canonical_compiler_args
+    return flag_changes(_tokens(old), _tokens(new)).as_dict()
 
-    def tokens(line: str | None) -> list[str]:
+
+def _tokens(line: str | None) -> list[str]:
+    try:
+        return canonical_compiler_args(line or "")
+    except (CompilerArgsError, TypeError, ValueError):
         try:
-            return canonical_compiler_args(line or "")
-        except (CompilerArgsError, TypeError, ValueError):
-            try:
-                return shlex.split(line or "")
-            except ValueError:
-                return (line or "").split()
-
-    old_tokens, new_tokens = tokens(old), tokens(new)
-    removed = list((Counter(old_tokens) - Counter(new_tokens)).elements())
-    added = list((Counter(new_tokens) - Counter(old_tokens)).elements())
-
-    def by_option(items: list[str]) -> dict[str, list[str]]:
-        groups: dict[str, list[str]] = {}
-        for token in items:
-            groups.setdefault(_option_name(token), []).append(token)
-        return groups
-
-    removed_by, added_by = by_option(removed), by_option(added)
-    changed = []
-    for name in sorted(removed_by.keys() & added_by.keys()):
-        if name.startswith("-") and len(removed_by[name]) == 1 and len(added_by[name]) == 1:
-            changed.append({"option": name, "old": removed_by[name][0], "new": added_by[name][0]})
-            removed.remove(removed_by[name][0])
-            added.remove(added_by[name][0])
-    return {"added": sorted(added), "removed": sorted(removed), "changed": changed}
+            return shlex.split(line or "")
+        except ValueError:
+            return (line or "").split()
 
 
 def _flag_lines(change: Mapping[str, list]) -> list[str]:
@@ -182,7 +153,7 @@ class GraphChange:
             out.append("compiler_flags " + ", ".join(_flag_lines(self.compiler_flags)))
         for name, (old, new) in self.fields.items():
             if name in ("input_shapes", "output_shapes"):
-                out.append(f"{name} {_shapes(old)} -> {_shapes(new)}")
+                out.append(f"{name} {format_shapes(old)} -> {format_shapes(new)}")
             else:
                 out.append(f"{name} {_short(old)} -> {_short(new)}")
         return out
@@ -278,12 +249,12 @@ class ManifestDiff:
             out.append(f"manifest_version: {self.manifest_version[0]!r} -> {self.manifest_version[1]!r}")
         for g in self.removed_graphs:
             out.append(
-                f"- graph {self._name(g['graph_hash'])}  inputs {_shapes(g.get('input_shapes'))}  "
+                f"- graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
                 f"flags {g.get('compiler_flags') or '-'}"
             )
         for g in self.added_graphs:
             out.append(
-                f"+ graph {self._name(g['graph_hash'])}  inputs {_shapes(g.get('input_shapes'))}  "
+                f"+ graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
                 f"flags {g.get('compiler_flags') or '-'}"
             )
         for r in self.replacements:

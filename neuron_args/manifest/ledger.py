@@ -25,16 +25,22 @@ import re
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.cache_key import KEY_LENGTH, is_cache_key
 from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, get_server_prefix, manifest_root_str
 
 __all__ = [
     "LEDGER_DIRNAME",
+    "Ledger",
+    "LedgerGraph",
     "clear_tp_group",
     "current_tp_rank",
     "ledger_dir",
+    "ledger_engines",
+    "rank_mapper",
     "read_ledger",
     "record_graph",
     "register_tp_group",
@@ -127,6 +133,29 @@ def current_tp_rank() -> int:
         except Exception:
             return 0
     return 0
+
+
+def rank_mapper(rank_map: Mapping[int, int] | Sequence[int] | None = None) -> Callable[[int], int | None]:
+    """TP-local rank (what a ledger line records) -> global rank, from (in order) ``rank_map``, the
+    registered TP group, torch.distributed's default group, or identity. None for a rank the map
+    does not cover."""
+    if rank_map is not None:
+        if isinstance(rank_map, Mapping):
+            table = {int(k): int(v) for k, v in rank_map.items()}
+            return table.get
+        ranks = [int(r) for r in rank_map]
+        return lambda local: ranks[local] if 0 <= local < len(ranks) else None
+    if _tp_group is not None:
+        group = _tp_group[0]
+        return lambda local: group[local] if 0 <= local < len(group) else None
+    dist = _torch_dist()
+    if dist is not None:
+        try:
+            world = list(dist.get_process_group_ranks(dist.group.WORLD))
+            return lambda local: world[local] if 0 <= local < len(world) else None
+        except Exception as exc:
+            logger.debug("manifest: torch.distributed group ranks unavailable: %s", exc)
+    return lambda local: local
 
 
 # ----------------------------------------------------------------------------- lines
@@ -266,8 +295,46 @@ def forget_recorded(directory: str) -> None:
 
 # ----------------------------------------------------------------------------- reading
 
-_KEY_RE = re.compile(r"[0-9a-f]{32}\Z")
-_SHAPE_RE = re.compile(r"([0-9]+(, [0-9]+)*,?)?\Z")
+
+@dataclass(slots=True)
+class LedgerGraph:
+    """One graph of a ledger: the TP-local ranks that recorded it, and the record of the lowest."""
+
+    ranks: set[int]
+    record: dict
+    rank: int
+
+    @property
+    def graph_type(self) -> str | None:
+        return self.record.get("graph_type")
+
+
+@dataclass
+class Ledger:
+    """What :func:`read_ledger` found: graphs by key, and the lines it dropped by reason."""
+
+    graphs: dict[str, LedgerGraph] = field(default_factory=dict)
+    dropped: Counter[str] = field(default_factory=Counter)
+
+    def describe_dropped(self) -> str:
+        """``"2 torn or non-JSON, 1 rank is not a non-negative integer"``: the emit warning's detail."""
+        return ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items()))
+
+    def lines(self, keys: set[str] | None = None) -> list[dict]:
+        """One record per graph and rank (only ``keys``, if given): the lines of an equivalent ledger."""
+        return [{**g.record, "rank": rank} for key, g in sorted(self.graphs.items())
+                if keys is None or key in keys for rank in sorted(g.ranks)]
+
+
+def ledger_engines(root: os.PathLike[str] | str) -> list[str]:
+    """The engine ids with a ledger under ``root`` (``<root>/ledger/<engine-id>/``), sorted."""
+    try:
+        with os.scandir(os.path.join(os.fspath(root), LEDGER_DIRNAME)) as items:
+            return sorted(i.name for i in items if i.is_dir())
+    except OSError:
+        return []
+
+SHAPE_RE = re.compile(r"([0-9]+(, [0-9]+)*,?)?\Z")  # the schema's shape string
 _RECORD_START = '{"key":'
 
 
@@ -276,7 +343,7 @@ def _problem(record: object) -> str | None:
     if not isinstance(record, dict):
         return "not a JSON object"
     key = record.get("key")
-    if not isinstance(key, str) or not _KEY_RE.match(key):
+    if not is_cache_key(key):
         return "key is not 32 lowercase hex characters"
     rank = record.get("rank")
     if "rank" not in record:
@@ -284,7 +351,7 @@ def _problem(record: object) -> str | None:
     if type(rank) is not int or rank < 0:
         return "rank is not a non-negative integer"
     shapes = record.get("input_shapes", [])
-    if not isinstance(shapes, list) or not all(isinstance(s, str) and _SHAPE_RE.match(s) for s in shapes):
+    if not isinstance(shapes, list) or not all(isinstance(s, str) and SHAPE_RE.match(s) for s in shapes):
         return "input_shapes is not a list of shape strings"
     flags = record.get("compiler_flags")
     if flags is not None and not (isinstance(flags, str) or (isinstance(flags, list) and all(isinstance(f, str) for f in flags))):
@@ -309,33 +376,63 @@ def _decode_line(line: str, decode: object) -> tuple[object | None, bool]:
     return None, True
 
 
-def read_ledger(directory: str) -> tuple[dict[str, list], Counter[str]]:
-    """``{key: [local ranks, record of the lowest rank, that rank]}`` and the dropped lines by reason.
+#: Where :func:`_encode` puts a rank's digits: after ``{"key":"<32 hex>","rank":``.
+_RANK_AT = len('{"key":"') + KEY_LENGTH + len('","rank":')
+
+
+def _rank_slot(line: str, key: str, rank: int) -> tuple[str, str] | None:
+    """``(text before, text after)`` the rank of a line in :func:`_encode`'s form, else None."""
+    end = line.find(",", _RANK_AT)
+    if (end == -1 or line[_RANK_AT:end] != str(rank) or not line.startswith('{"key":"')
+            or line[:_RANK_AT] != f'{{"key":"{key}","rank":' or '"rank":' in line[end:]):
+        return None
+    return line[:_RANK_AT], line[end:]
+
+
+def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
+    """The graphs of one engine's ledger folder (by key: local ranks, record of the lowest rank) and
+    the dropped lines by reason.
 
     A torn fragment (a write that died half-way) is dropped without losing the record written
     after it on the same line; a record whose values could not make a valid manifest entry (a
     key that is not 32 hex characters, a negative rank, a malformed shape...) is dropped. The
-    counter counts every dropped line or fragment exactly once. The hot loop of an emit: one
-    parse, one check, a dict lookup and a set insert per line.
+    counter counts every dropped line or fragment exactly once.
+
+    The hot loop of an emit. Every rank writes the same line for a graph but for its rank, so a
+    line equal to an already checked one except for the rank's digits is that graph on another
+    rank: it costs a dict lookup, not a parse and a check (a regex match per shape).
     """
-    graphs: dict[str, list] = {}
-    dropped: Counter[str] = Counter()
+    found = Ledger()
+    graphs, dropped = found.graphs, found.dropped
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
     except FileNotFoundError:
-        return graphs, dropped
+        return found
+    checked: dict[tuple[str, str], LedgerGraph] = {}  # _rank_slot of a checked line -> its graph
     decode = json.JSONDecoder().decode
     for name in names:
         with open(os.path.join(directory, name), "rb") as handle:
             text = handle.read().decode("utf-8", errors="replace")
         for line in text.splitlines():
-            if not line.strip():
-                continue
-            record, torn = _decode_line(line, decode)
-            if torn:
+            end = line.find(",", _RANK_AT)
+            entry = checked.get((line[:_RANK_AT], line[end:])) if end > _RANK_AT else None
+            if entry is not None:
+                digits = line[_RANK_AT:end]
+                if digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1):
+                    rank = int(digits)
+                    entry.ranks.add(rank)
+                    if rank < entry.rank:
+                        entry.record, entry.rank = {**entry.record, "rank": rank}, rank
+                    continue
+            try:
+                record, whole = decode(line), True
+            except ValueError:
+                if not line.strip():
+                    continue
+                (record, _), whole = _decode_line(line, decode), False
                 dropped["torn or non-JSON"] += 1
-            if record is None:
-                continue
+                if record is None:
+                    continue
             problem = _problem(record)
             if problem is not None:
                 dropped[problem] += 1
@@ -343,14 +440,12 @@ def read_ledger(directory: str) -> tuple[dict[str, list], Counter[str]]:
             key, rank = record["key"], record["rank"]  # type: ignore[index]
             entry = graphs.get(key)
             if entry is None:
-                graphs[key] = [{rank}, record, rank]
+                entry = graphs[key] = LedgerGraph({rank}, record, rank)  # type: ignore[arg-type]
             else:
-                entry[0].add(rank)
-                if rank < entry[2]:
-                    entry[1], entry[2] = record, rank
-    return graphs, dropped
-
-
-def describe_dropped(dropped: Counter[str]) -> str:
-    """``"2 torn or non-JSON, 1 rank is not a non-negative integer"``: the emit warning's detail."""
-    return ", ".join(f"{n} {why}" for why, n in sorted(dropped.items()))
+                entry.ranks.add(rank)
+                if rank < entry.rank:
+                    entry.record, entry.rank = record, rank  # type: ignore[assignment]
+            slot = _rank_slot(line, key, rank) if whole else None
+            if slot is not None:
+                checked[slot] = entry
+    return found

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from neuron_args.text import clip
+
 __all__ = [
     "CONFIG_FIELDS",
     "GRAPH_FIELDS",
@@ -92,10 +94,6 @@ def _where(path: Any) -> str:
     return out or "(top level)"
 
 
-def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def validate_manifest(doc: Mapping) -> list[str]:
     """Human-readable problems with ``doc``; ``[]`` when it is a valid version-1 manifest.
 
@@ -106,7 +104,7 @@ def validate_manifest(doc: Mapping) -> list[str]:
         return [f"(top level): a manifest is a JSON object, got {type(doc).__name__}"]
     plain = copy.deepcopy(dict(doc))
     problems = [
-        f"{_where(error.absolute_path)}: {_short(error.message)}"
+        f"{_where(error.absolute_path)}: {clip(error.message, 300)}"
         for error in sorted(_validator().iter_errors(plain), key=lambda e: list(map(str, e.absolute_path)))
     ]
     graphs = plain.get("graphs")

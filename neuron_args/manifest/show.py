@@ -1,42 +1,33 @@
 """Readable tables for the CLI: a manifest's graphs, and the entries of a compile cache.
 
-Cache entries are read through their files only (``metadata.json`` and the ``COMPLETE`` marker,
-as ``docs/ARCHITECTURE.md`` lays them out), so listing a cache never imports the cache module,
-torch or jax.
+Cache entries are read through :class:`neuron_args.cache.CompileCache` (the one owner of the entry
+layout); nothing here imports torch or jax.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from neuron_args.cache import CompileCache, EntryStatus
+from neuron_args.text import format_shapes, human_size, render_table
 
 __all__ = [
     "CacheEntryInfo",
     "cache_entries",
     "cache_entry_dict",
     "cache_table",
-    "entry_status",
     "format_ranks",
-    "format_shapes",
-    "human_size",
     "is_baseline",
     "manifest_graph_rows",
     "manifest_table",
     "opt_level",
-    "read_metadata",
-    "render_table",
-    "resolve_key",
     "status_counts",
     "validate_baseline",
 ]
 
-KEY_PATTERN = re.compile(r"^[0-9a-f]{32}$")
-COMPLETE_MARKER = "COMPLETE"
-METADATA_FILENAME = "metadata.json"
 SHORT_HASH = 12
 _MAX_CELL = 48
 
@@ -55,20 +46,6 @@ def opt_level(flags: str | Sequence[str] | None) -> str:
     except Exception:  # unsplittable text: nothing to show
         return "-"
     return f"-O{value}" if value else "-"
-
-
-def human_size(size: int | None) -> str:
-    """Bytes in binary units (``927.2 KiB``); ``-`` when unknown."""
-    if size is None or isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
-        return "-"
-    if size < 1024:
-        return f"{int(size)} B"
-    value = float(size)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024 or unit == "TiB":
-            return f"{value:.1f} {unit}"
-    return f"{size} B"  # unreachable
 
 
 def format_ranks(ranks: Any) -> str:
@@ -94,58 +71,7 @@ def format_ranks(ranks: Any) -> str:
     return ",".join(parts)
 
 
-def format_shapes(shapes: Any, *, limit: int = _MAX_CELL) -> str:
-    """``["4,", "4, 16", ""]`` -> ``(4,) (4, 16) ()``; ``-`` when unknown."""
-    if not isinstance(shapes, list):
-        return "-"
-    if not shapes:
-        return "none"
-    return _clip(" ".join(f"({s})" for s in shapes), limit)
-
-
-def _clip(text: str, limit: int = _MAX_CELL) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns, two spaces apart, a dashed rule under the header."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
 # ----------------------------------------------------------------------------- cache entries
-
-
-def read_metadata(cache_dir: str | os.PathLike[str], key: str) -> dict | None:
-    """``<cache_dir>/<key>/metadata.json`` as a dict, or None when missing or unreadable."""
-    if not KEY_PATTERN.match(key):
-        return None
-    try:
-        with open(os.path.join(os.fspath(cache_dir), key, METADATA_FILENAME), "rb") as handle:
-            data = json.loads(handle.read())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def entry_status(entry_dir: str | os.PathLike[str], metadata: Mapping | None = None) -> str:
-    """The entry's status (see ``CacheEntry.status``); ``compiling (pid N)`` names the lock holder."""
-    from neuron_args.cache import CacheEntry, lock_holder
-
-    path = Path(entry_dir)
-    entry = CacheEntry(path.parent, path.name)
-    status = entry.status
-    if status == "compiling":
-        pid = lock_holder(entry.lock_path)
-        return f"compiling (pid {pid})" if pid else status
-    return status
 
 
 @dataclass(frozen=True)
@@ -155,29 +81,18 @@ class CacheEntryInfo:
     key: str
     graph_type: str | None
     opt_level: str
-    status: str
+    status: EntryStatus
+    lock_pid: int | None  # the builder's pid while ``compiling`` (when it wrote one)
     size: int
-    metadata: dict | None
+    metadata: dict
+
+    @property
+    def status_text(self) -> str:
+        """``compiling (pid N)`` names the lock holder; otherwise the status itself."""
+        return f"{self.status.value} (pid {self.lock_pid})" if self.lock_pid else self.status.value
 
 
-def _entry_size(entry_dir: str) -> int:
-    total = 0
-    try:
-        with os.scandir(entry_dir) as it:
-            for item in it:
-                try:
-                    if item.is_file(follow_symlinks=False):
-                        total += item.stat(follow_symlinks=False).st_size
-                except OSError:
-                    continue
-    except OSError:
-        return 0
-    return total
-
-
-def _entry_opt_level(metadata: Mapping | None) -> str:
-    if not isinstance(metadata, Mapping):
-        return "-"
+def _entry_opt_level(metadata: Mapping) -> str:
     args = metadata.get("compiler_args")
     if not isinstance(args, list):
         components = metadata.get("key_components")
@@ -185,25 +100,20 @@ def _entry_opt_level(metadata: Mapping | None) -> str:
     return opt_level(args) if isinstance(args, (list, str)) else "-"
 
 
-def cache_keys(cache_dir: str | os.PathLike[str]) -> list[str]:
-    """Entry folder names (32 hex characters) under ``cache_dir``, sorted."""
-    with os.scandir(os.fspath(cache_dir)) as it:
-        return sorted(e.name for e in it if KEY_PATTERN.match(e.name) and e.is_dir())
-
-
-def cache_entries(cache_dir: str | os.PathLike[str]) -> list[CacheEntryInfo]:
+def cache_entries(cache: CompileCache) -> list[CacheEntryInfo]:
     """Every entry of a compile cache, sorted by graph type then key."""
-    root = os.fspath(cache_dir)
     entries = []
-    for key in cache_keys(root):
-        metadata = read_metadata(root, key)
-        graph_type = metadata.get("graph_type") if metadata else None
+    for entry in cache.entries():
+        metadata = entry.metadata()
+        graph_type = metadata.get("graph_type")
+        status = entry.status
         entries.append(CacheEntryInfo(
-            key=key,
+            key=entry.key,
             graph_type=graph_type if isinstance(graph_type, str) else None,
             opt_level=_entry_opt_level(metadata),
-            status=entry_status(os.path.join(root, key), metadata),
-            size=_entry_size(os.path.join(root, key)),
+            status=status,
+            lock_pid=entry.lock_pid() if status is EntryStatus.COMPILING else None,
+            size=entry.size_bytes(),
             metadata=metadata,
         ))
     return sorted(entries, key=lambda e: (e.graph_type is None, e.graph_type or "", e.key))
@@ -211,13 +121,11 @@ def cache_entries(cache_dir: str | os.PathLike[str]) -> list[CacheEntryInfo]:
 
 def cache_table(entries: Sequence[CacheEntryInfo]) -> str:
     rows = [
-        [e.graph_type or "-", e.key[:SHORT_HASH], e.opt_level, e.status, human_size(e.size)]
+        [e.graph_type or "-", e.key[:SHORT_HASH], e.opt_level, e.status_text, human_size(e.size)]
         for e in entries
     ]
     table = render_table(["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE"], rows)
-    counts: dict[str, int] = {}
-    for e in entries:
-        counts[e.status.split(" ")[0]] = counts.get(e.status.split(" ")[0], 0) + 1
+    counts = status_counts([e.status for e in entries])
     shown = ", ".join(f"{counts.pop(s, 0)} {s}" for s in ("complete", "pending"))
     shown += "".join(f", {n} {s}" for s, n in sorted(counts.items()))
     summary = (
@@ -225,23 +133,6 @@ def cache_table(entries: Sequence[CacheEntryInfo]) -> str:
         f"{human_size(sum(e.size for e in entries))}"
     )
     return table + "\n" + summary
-
-
-def resolve_key(cache_dir: str | os.PathLike[str], prefix: str) -> str:
-    """The one entry key starting with ``prefix``. ValueError naming the candidates otherwise."""
-    wanted = prefix.strip().lower()
-    if not wanted or not re.fullmatch(r"[0-9a-f]+", wanted):
-        raise ValueError(f"{prefix!r} is not a cache key or key prefix (hex characters)")
-    matches = [k for k in cache_keys(cache_dir) if k.startswith(wanted)]
-    if not matches:
-        raise ValueError(f"no cache entry in {os.fspath(cache_dir)} has a key starting with {prefix!r}")
-    if len(matches) > 1:
-        shown = ", ".join(matches[:5]) + (" ..." if len(matches) > 5 else "")
-        raise ValueError(
-            f"key prefix {prefix!r} is ambiguous in {os.fspath(cache_dir)}: {len(matches)} entries "
-            f"({shown}); give more characters"
-        )
-    return matches[0]
 
 
 # ----------------------------------------------------------------------------- manifest
@@ -279,8 +170,8 @@ def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = 
         rows.append([
             graph_types.get(h) or "-",
             h[:SHORT_HASH],
-            format_shapes(g.get("input_shapes")),
-            format_shapes(g.get("output_shapes")),
+            format_shapes(g.get("input_shapes"), limit=_MAX_CELL),
+            format_shapes(g.get("output_shapes"), limit=_MAX_CELL),
             opt_level(g.get("compiler_flags")),
             human_size(g.get("neff_size")),
             format_ranks(g.get("ranks")),
@@ -389,23 +280,21 @@ def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | No
     return rows
 
 
-def status_counts(statuses: Sequence[str]) -> dict[str, int]:
-    """``{"complete": 2, "compiling": 1, ...}`` (the pid of ``compiling (pid N)`` dropped)."""
+def status_counts(statuses: Sequence[EntryStatus]) -> dict[str, int]:
+    """``{"complete": 2, "compiling": 1, ...}``."""
     counts: dict[str, int] = {}
     for status in statuses:
-        word = status.split(" ")[0]
-        counts[word] = counts.get(word, 0) + 1
+        counts[status.value] = counts.get(status.value, 0) + 1
     return dict(sorted(counts.items()))
 
 
 def cache_entry_dict(entry: CacheEntryInfo) -> dict:
     """One ``cache ls --json`` entry."""
-    pid = re.fullmatch(r"compiling \(pid (\d+)\)", entry.status)
     return {
         "key": entry.key,
         "graph_type": entry.graph_type,
         "opt_level": None if entry.opt_level == "-" else entry.opt_level,
-        "status": entry.status.split(" ")[0],
-        "lock_pid": int(pid.group(1)) if pid else None,
+        "status": entry.status.value,
+        "lock_pid": entry.lock_pid or None,
         "size": entry.size,
     }

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.text import format_shapes, human_size, render_table
 
 
 @dataclass
@@ -66,16 +67,6 @@ def clear() -> None:
     RECORDS.clear()
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def table(rows: list[GraphRecord]) -> str:
     """The per-graph table: graph type, input shapes, -O level, key, compile time, size, serve hits/misses."""
     head = ["graph type", "inputs", "-O", "key", "compile", "size", "serve hits/misses"]
@@ -83,8 +74,6 @@ def table(rows: list[GraphRecord]) -> str:
     for r in sorted(rows, key=lambda r: (r.graph_type or "", r.input_shapes)):
         compile_s = f"{r.compile_seconds:.1f}s" if r.compile_seconds is not None else ("captured" if r.captured else "cached")
         calls = f"{r.serve_hits}/{r.serve_misses}"
-        body.append([r.graph_type or "-", " / ".join(f"({s})" for s in r.input_shapes), str(r.optimization_level or "-"),
-                     r.key[:12], compile_s, _size(r.executable_size), calls])
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, body)])
+        body.append([r.graph_type or "-", format_shapes(list(r.input_shapes), empty="", sep=" / "),
+                     str(r.optimization_level or "-"), r.key[:12], compile_s, human_size(r.executable_size), calls])
+    return render_table(head, body)

@@ -1,0 +1,123 @@
+"""The manifest's ``config`` block and the package snapshot of its ``environment``.
+
+:func:`build_config` checks the topology and JSON-coerces the runner's config objects; the
+emitter records whatever a caller passes through :func:`config_block`, which never raises.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import platform
+from collections.abc import Mapping
+from pathlib import PurePath
+from typing import Any
+
+from neuron_args.manifest.jsonable import to_jsonable
+from neuron_args.manifest.schema import CONFIG_FIELDS, TOPOLOGY_DEFAULTS
+
+__all__ = ["build_config", "config_block", "environment_snapshot"]
+
+logger = logging.getLogger("neuron_args.manifest")
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"topology[{name!r}] must be a positive int, got {value!r}")
+    return int(value)
+
+
+def _optional_count(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    return int(value)
+
+
+def _dtype_string(dtype: Any) -> str | None:
+    if dtype is None:
+        return None
+    value = to_jsonable(dtype)
+    return value if isinstance(value, str) else str(dtype)
+
+
+def build_config(
+    *,
+    model: str | None = None,
+    target: str | None = None,
+    dtype: Any = None,
+    max_num_seqs: int | None = None,
+    max_model_len: int | None = None,
+    topology: Mapping[str, Any] | None = None,
+    neuron_config: Any = None,
+    vllm_config: Any = None,
+) -> dict:
+    """The manifest's ``config`` block: topology filled with the seed's keys (defaults 1 /
+    False) and ``neuron_config`` / ``vllm_config`` JSON-coerced by :func:`to_jsonable`.
+
+    Raises ValueError naming the field for an unknown topology key or a non-positive count.
+    """
+    given = dict(topology or {})
+    unknown = sorted(set(given) - set(TOPOLOGY_DEFAULTS))
+    if unknown:
+        raise ValueError(
+            f"build_config: unknown topology key(s) {unknown}; the manifest schema v1 records "
+            f"{', '.join(TOPOLOGY_DEFAULTS)}"
+        )
+    topo: dict[str, Any] = {}
+    for name, default in TOPOLOGY_DEFAULTS.items():
+        value = given.get(name, default)
+        if name == "has_collectives":
+            if not isinstance(value, bool):
+                raise ValueError(f"topology['has_collectives'] must be a bool, got {value!r}")
+            topo[name] = value
+        else:
+            topo[name] = _positive_int(name, value)
+    return {
+        "model": None if model is None else os.fspath(model) if isinstance(model, PurePath) else str(model),
+        "target": None if target is None else str(target),
+        "dtype": _dtype_string(dtype),
+        "max_num_seqs": _optional_count("max_num_seqs", max_num_seqs),
+        "max_model_len": _optional_count("max_model_len", max_model_len),
+        "topology": topo,
+        "neuron_config": to_jsonable(neuron_config),
+        "vllm_config": to_jsonable(vllm_config),
+    }
+
+
+def config_block(config: Mapping[str, Any] | None) -> dict:
+    if config is None:
+        return build_config()
+    unknown = sorted(str(k) for k in config if k not in CONFIG_FIELDS)
+    if unknown:
+        logger.warning(
+            "manifest config: dropping unknown field(s) %s (schema v1 has %s); build the config "
+            "with neuron_args.manifest.build_config()", unknown, ", ".join(CONFIG_FIELDS),
+        )
+    try:
+        return build_config(**{k: config[k] for k in CONFIG_FIELDS if k in config})
+    except Exception as exc:
+        logger.warning(
+            "manifest config could not be recorded (%s: %s); writing an empty config block",
+            type(exc).__name__, exc,
+        )
+        return build_config()
+
+
+def environment_snapshot() -> dict:
+    """``{"python": "3.11.7", "<distribution>": "<version>", ...}`` of the running interpreter.
+
+    A pip-freeze equivalent from ``importlib.metadata``; the first distribution of a name on
+    ``sys.path`` wins, as it does for imports.
+    """
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        try:
+            name = dist.metadata["Name"]
+            version = dist.version
+        except Exception:  # a broken dist-info folder
+            continue
+        if name and version and name not in found:
+            found[name] = str(version)
+    return {"python": platform.python_version(), **dict(sorted(found.items(), key=lambda kv: kv[0].lower()))}

@@ -1,0 +1,59 @@
+"""Text for people: byte sizes, shape lists, clipped values and aligned tables.
+
+One spelling of each for the CLI tables, the runner's and the plugin's summaries, the manifest
+diff and the assertion messages. A leaf module: it imports nothing from neuron_args.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["clip", "format_shapes", "human_size", "render_table"]
+
+ELLIPSIS = "\u2026"
+
+
+def human_size(size: int | float | None) -> str:
+    """Bytes in binary units (``512 B``, ``927.2 KiB``); ``-`` when unknown."""
+    if size is None or isinstance(size, bool) or not isinstance(size, (int, float)) or size < 0:
+        return "-"
+    if size < 1024:
+        return f"{int(size)} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the last one an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def format_shapes(shapes: Any, *, empty: str = "none", sep: str = " ", limit: int | None = None) -> str:
+    """Manifest shape strings in parentheses: ``["4,", "4, 16", ""]`` -> ``(4,) (4, 16) ()``.
+
+    ``-`` when ``shapes`` is not a list (unknown), ``empty`` for no shapes; clipped to ``limit``.
+    """
+    if not isinstance(shapes, list):
+        return "-"
+    if not shapes:
+        return empty
+    text = sep.join(f"({s})" for s in shapes)
+    return text if limit is None else clip(text, limit)
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, rule: bool = True) -> str:
+    """Left-aligned columns, two spaces apart; a dashed rule under the header unless ``rule=False``."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    ruled = [line(["-" * w for w in widths])] if rule else []
+    return "\n".join([line(headers), *ruled, *(line(r) for r in rows)])
