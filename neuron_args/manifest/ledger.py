@@ -145,8 +145,9 @@ def rank_mapper(rank_map: Mapping[int, int] | Sequence[int] | None = None) -> Ca
             return table.get
         ranks = [int(r) for r in rank_map]
         return lambda local: ranks[local] if 0 <= local < len(ranks) else None
-    if _tp_group is not None:
-        group = _tp_group[0]
+    registered = ACTIVITY.ledger.tp_group
+    if registered is not None:
+        group = registered[0]
         return lambda local: group[local] if 0 <= local < len(group) else None
     dist = _torch_dist()
     if dist is not None:
