@@ -1,4 +1,4 @@
-"""The runner resolver (seed: ``load_model`` wiring + ``resolve_graph_compiler_args``).
+"""The runner resolver (the design's ``load_model`` wiring + ``resolve_graph_compiler_args``).
 
 It calls the model's ``compiler_args_for`` policy eagerly, once per graph type, and hands
 libtorch a concrete list (never a callable). Precedence, highest first: an explicit caller

@@ -1,4 +1,4 @@
-"""A model runner: the seed's ``load_model`` wiring, warmup in either flow, and a serve context.
+"""A model runner: the design's ``load_model`` wiring, warmup in either flow, and a serve context.
 
 The runner owns one torch.compile per entry module per backend, resolves each graph type's
 arguments through :class:`CompilerArgsResolver` at every compile site (warmup, serve, trace job),
@@ -179,7 +179,7 @@ class NeuronRunner:
         declared = list(graphs) if graphs is not None else declared_graphs(model)
         self.graphs: dict[str, GraphSpec] = {g.graph_type: g for g in declared}
         base = base_compiler_args({"compiler_args": compiler_args})
-        # the seed's load_model: base args at the caller level; the policy only without an explicit level
+        # the design's load_model: base args at the caller level; the policy only without an explicit level
         self.resolver = CompilerArgsResolver.from_model(model, base, explicit_optimization_level=optimization_level)
         self.cache_dir = cache_root({"cache_dir": cache_dir})
         self.options: dict[str, Any] = {

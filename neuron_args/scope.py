@@ -1,4 +1,4 @@
-"""The per-graph compiler-argument scope (seed: ``libtorch_neuronx_lite/compile/compiler_args.py``).
+"""The per-graph compiler-argument scope (libtorch-neuronx-lite's ``compile/compiler_args.py`` in the design).
 
 The runner resolves a graph's arguments eagerly and opens this scope around the call that
 compiles it; every backend seam reads it through :func:`apply_scoped_compiler_args` before the

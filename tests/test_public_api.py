@@ -1,4 +1,4 @@
-"""The seed's public names are importable from the package, and importing it stays light."""
+"""The design's public names are importable from the package, and importing it stays light."""
 from __future__ import annotations
 
 import subprocess

@@ -1,4 +1,4 @@
-"""The runner resolver: the seed's precedence table, stamping, policy errors and determinism."""
+"""The runner resolver: the design's precedence table, stamping, policy errors and determinism."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""The runner: the seed's load_model wiring, warmup in both flows, serve under the assert, fresh-process serve."""
+"""The runner: the design's load_model wiring, warmup in both flows, serve under the assert, fresh-process serve."""
 from __future__ import annotations
 
 import json

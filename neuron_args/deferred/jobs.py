@@ -1,4 +1,4 @@
-"""Trace jobs: ``(model, kwargs, compiler_args)``, resolved before the fork (seed: ``_build_trace_job``)."""
+"""Trace jobs: ``(model, kwargs, compiler_args)``, resolved before the fork (the design's ``_build_trace_job``)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ from neuron_args.errors import OptionsError
 class TraceJob(tuple):
     """A three-element trace job that also carries its graph-type label (for errors and metadata).
 
-    It *is* the seed's tuple ``(model, kwargs, compiler_args)``: ``job[2]`` is the resolved list.
+    It *is* the design's tuple ``(model, kwargs, compiler_args)``: ``job[2]`` is the resolved list.
     """
 
     graph_type: str | None

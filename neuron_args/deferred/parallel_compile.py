@@ -1,4 +1,4 @@
-"""Build every pending (captured) entry in parallel (seed: ``parallel_compile.py``).
+"""Build every pending (captured) entry in parallel (the design's ``parallel_compile.py``).
 
 Each graph compiles with the ``compiler_args`` recorded in its metadata by the capture seam, so a
 per-graph ``-O`` level survives the deferred build. An entry from an older cache has no recorded

@@ -1,4 +1,4 @@
-"""Capture every graph in child processes (seed: ``parallel_trace.py``).
+"""Capture every graph in child processes (the design's ``parallel_trace.py``).
 
 Each job runs in its own child, which opens ``scoped_compiler_args(job[2])`` and calls the model
 compiled with the capture seam: ``graph.hlo`` and a pending entry with the resolved arguments

@@ -53,7 +53,7 @@ def build_config(
     neuron_config: Any = None,
     vllm_config: Any = None,
 ) -> dict:
-    """The manifest's ``config`` block: topology filled with the seed's keys (defaults 1 /
+    """The manifest's ``config`` block: topology filled with the manifest design's keys (defaults 1 /
     False) and ``neuron_config`` / ``vllm_config`` JSON-coerced by :func:`to_jsonable`.
 
     Raises ValueError naming the field for an unknown topology key or a non-positive count.

@@ -74,7 +74,7 @@ if hasattr(os, "register_at_fork"):
 def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
     """Tell the ledger which global ranks form this process's TP group and its place in it.
 
-    The ledger records ``rank_in_group`` (the seed's ``get_tp_group().rank_in_group``); the
+    The ledger records ``rank_in_group`` (vLLM's ``get_tp_group().rank_in_group``); the
     emitter maps it back to ``group_ranks[rank_in_group]``. Forked children inherit it.
     """
     if isinstance(group_ranks, (str, bytes)) or not isinstance(group_ranks, Sequence):

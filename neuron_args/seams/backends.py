@@ -1,4 +1,4 @@
-"""The three torch.compile backend seams (seed: ``backend.py``, ``capture_backend.py``, ``native_backend.py``).
+"""The three torch.compile backend seams (the design's ``backend.py``, ``capture_backend.py``, ``native_backend.py``).
 
 One torch.compile per backend serves every graph type. Dynamo calls a backend once per graph
 and shape; the backend lowers the graph to HLO once and returns a :class:`CompiledGraph`, which

@@ -1,6 +1,6 @@
 """From torch.compile options to the concrete compile request of one graph.
 
-The order is the seed's: the scope first (``apply_scoped_compiler_args``), then the platform
+The order is the design's: the scope first (``apply_scoped_compiler_args``), then the platform
 arguments (the target), then the key. ``--target``/``--framework`` are set by the compiler
 driver, so they live in ``target`` and never twice in the argument list.
 """
