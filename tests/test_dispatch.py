@@ -21,21 +21,17 @@ from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
+    """No Dynamo state, no cache-hit assert, direct calls on; one torch thread (eager on a busy machine)."""
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
     monkeypatch.delenv(dispatch.ENV, raising=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
