@@ -4,8 +4,9 @@ A seam returns ``aot_autograd(fw_compiler=...)`` to Dynamo, and aot_autograd wra
 compiled in its runtime wrapper: on every call it regenerates aliased outputs, replays metadata
 mutations, handles effect tokens, tensor subclasses, functionalized RNG, duplicated or aliased
 inputs, autocast and autograd, and copies the new values of mutated inputs back. For an inference
-graph served as a decode step only the last is needed, and the wrapper layers cost more than
-Dynamo's own frame evaluation (``benchmarks/bench_serve.py``).
+graph served as a decode step only the last is needed; calling the graph directly saves the
+wrapper's layers (``benchmarks/bench_serve.py``: "seam's call"; what remains of a compiled call is
+Dynamo's own frame evaluation and guards).
 
 :func:`plan` reads aot_autograd's metadata of a graph (``ViewAndMutationMeta``) and says whether
 its runtime needs are *plain*: every mutation of an input is a data mutation returned as a leading
@@ -40,7 +41,6 @@ class NotPlain(Exception):
 class Plan:
     """A graph's plain runtime needs: outputs ``[:n_mutated]`` are new values of mutated inputs."""
 
-    n_args: int
     n_mutated: int
     n_outputs: int  # user outputs, after the mutated ones
     mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
@@ -72,7 +72,7 @@ def plan(md: Any, n_args: int) -> Plan:
         mutated.append((i, j, bool(info.is_leaf)))
     if any(info.mutates_data and i not in md.mutated_inp_runtime_indices for i, info in enumerate(md.input_info)):
         raise NotPlain("a mutation is kept inside the graph")
-    return Plan(n_args=n_args, n_mutated=len(mutated), n_outputs=len(md.output_info), mutated=tuple(mutated),
+    return Plan(n_mutated=len(mutated), n_outputs=len(md.output_info), mutated=tuple(mutated),
                 kinds=tuple(o.output_type.name for o in md.output_info),
                 copy_back=_copy_back(tuple(mutated)))
 
