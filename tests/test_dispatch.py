@@ -153,6 +153,21 @@ def test_output_viewing_an_input_keeps_aot_wrapper_and_aliases_like_eager(cache_
     assert view[1, 0] == -1.0
 
 
+def test_returning_the_mutated_input_returns_that_tensor_like_eager(cache_dir):
+    def f(x, y):
+        x.mul_(2)
+        return x, y + 1
+
+    compiled = Compiled(f, cache_dir)
+    with torch.inference_mode():
+        x, y = torch.arange(6.0), torch.ones(3)
+        out_x, out_y = compiled(x, y)
+        assert out_x is x and torch.equal(x, torch.arange(6.0) * 2)
+        torch.testing.assert_close(out_y, y + 1)
+        compiled(x, y)
+        assert torch.equal(x, torch.arange(6.0) * 4), "the second call doubles it again"
+
+
 def test_views_of_one_intermediate_are_returned_as_aot_wrapper_returns_them(cache_dir, monkeypatch):
     """aot_autograd regenerates an intermediate's views only for autograd; here both calls return owned outputs."""
     def f(x):
