@@ -27,8 +27,9 @@
 
 2. Decoder block (``make_decoder``, prefill T=5) at -O1 and -O3: ``lower_fx_graph`` time (the
    same for both levels: the level only reaches the compiler), the local compiler's wall time
-   (one subprocess per compile: Python start + jax start + XLA compile) and the XLA compile alone
-   (from the compiler log), then the run time of each executable.
+   (on its warm worker: jax starts once, with the first compile; ``NEURON_ARGS_WARM_WORKERS=0``
+   for one process per compile) and the XLA compile alone (from the compiler log), then the run
+   time of each executable.
 
 Timings use ``time.perf_counter``: median (and min) over repetitions, variants interleaved so load
 spikes hit them alike. Prints tables; asserts nothing on speed.
@@ -62,7 +63,8 @@ from neuron_args import xla_cpu  # noqa: E402
 from neuron_args.cache import CompileCache  # noqa: E402
 from neuron_args.compilers import select_compiler  # noqa: E402
 from neuron_args.lowering.hlo import TensorSpec, lower_fx_graph  # noqa: E402
-from neuron_args.runtime import LoadedExecutable, tensor_to_numpy  # noqa: E402
+from neuron_args.runtime import LoadedExecutable  # noqa: E402
+from neuron_args.tensors import tensor_to_numpy  # noqa: E402
 from neuron_args import executables  # noqa: E402
 from neuron_args.seams import backends  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
@@ -303,7 +305,7 @@ def capture_decoder_graph() -> tuple[torch.fx.GraphModule, list[Any], float]:
 
 
 def compile_level(lowered: Any, level: int, workdir: Path) -> tuple[float, float, float, Path]:
-    """Wall seconds of the local compiler subprocess, plus its own jax-start and XLA-compile seconds."""
+    """Wall seconds of the local compiler (its warm worker), plus its own jax-start and XLA-compile seconds."""
     workdir.mkdir(parents=True, exist_ok=True)
     hlo = workdir / "graph.hlo"
     hlo.write_bytes(lowered.hlo_module_proto)
@@ -361,10 +363,10 @@ def decoder(root: Path, compile_reps: int, calls: int, reps: int) -> None:
     header("   lowering (lower_fx_graph; independent of -O)")
     row("first lowering of this graph (jax already started by part 1)", [first_lower * 1e3], "ms")
     row("lower_fx_graph, warm", lower_times, "ms")
-    header("   compile (local compiler, one subprocess each)")
+    header("   compile (local compiler on its warm worker; the first compile starts it)")
     for level in (1, 3):
-        row(f"-O{level}: compiler subprocess wall time", walls[level], "s")
-        row(f"-O{level}:   of which jax start-up in the child", jax_starts[level], "s")
+        row(f"-O{level}: compiler wall time", walls[level], "s")
+        row(f"-O{level}:   of which jax start-up in the worker", jax_starts[level], "s")
         row(f"-O{level}:   of which XLA:CPU compile", xlas[level], "s")
     header(f"   run (LoadedExecutable, {reps} reps x {calls} calls)")
     for level in (1, 3):

@@ -10,10 +10,11 @@ fresh cache dir, so no flow inherits another's Dynamo state, jax client or cache
   once per shape (each call lowers, runs the local compiler and loads the executable);
 - ``--phase parallel``: ``parallel_trace`` (forked children capture pending entries; the parent
   has no jax client, so fork is safe) then ``parallel_compile`` (default workers = CPU count);
-- ``--phase parallel-preimport``: the same, but the parent first imports jax and torchax (no jax
-  client, so fork stays safe) -- a candidate fix, timed including the imports;
-- ``--phase capture`` once, its cache copied twice, then ``--phase compile --workers 1`` and
+- ``--phase capture`` once, its cache copied for each run, then ``--phase compile --workers 1`` and
   ``--workers 2`` on the copies: the ``parallel_compile`` speed-up (target >= 1.8x on 2 cores).
+
+Every flow and every ``parallel_compile`` runs twice, side by side: with the local compiler's warm
+workers (the default) and with one process per graph (``NEURON_ARGS_WARM_WORKERS=0``, as before).
 
 Every phase starts from the state of a process that uses the runner (``neuron_args.runner``
 imported: torch, Dynamo and the backends loaded, no jax), times its own work with
@@ -85,42 +86,24 @@ def phase_sequential(cache: str, n: int) -> dict[str, Any]:
     return {"seconds": seconds, "per_graph": per_graph, "complete": complete, "compiles": STATS.compiles}
 
 
-def preimport() -> None:
-    """Candidate fix (not in the library): import what every trace child needs once, in the parent.
-
-    jax and torchax (and the lowering module) are imported but no jax client is created, so
-    forking stays safe (``fork_is_safe()`` is still True) and each child inherits the modules
-    instead of importing them again. (torch._dynamo is already loaded: see ``_models``.)
-    """
-    from torch._dynamo.backends.common import aot_autograd  # noqa: F401
-
-    from neuron_args.lowering.torchax_compat import import_torchax
-
-    import_torchax()
-    import neuron_args.lowering.hlo  # noqa: F401
-    import neuron_args.seams.backends  # noqa: F401
-
-
-def _capture(cache: str, n: int, warm_parent: bool = False) -> tuple[float, list[Any]]:
+def _capture(cache: str, n: int) -> tuple[float, list[Any]]:
     from neuron_args.deferred import parallel_trace
     from neuron_args.deferred.parallel_trace import fork_is_safe
 
     model, xs = _models(n)
     jobs = [(model, {"x": x}, BASE) for x in xs]
     t0 = time.perf_counter()
-    if warm_parent:
-        preimport()
     if not fork_is_safe():
         raise SystemExit("the parent holds a jax client; parallel_trace would fall back to spawn")
     results = parallel_trace(jobs, options=options(cache), timeout=600)
     return time.perf_counter() - t0, results
 
 
-def phase_parallel(cache: str, n: int, warm_parent: bool = False) -> dict[str, Any]:
+def phase_parallel(cache: str, n: int) -> dict[str, Any]:
     from neuron_args.cache import CompileCache
     from neuron_args.deferred import parallel_compile
 
-    trace_s, results = _capture(cache, n, warm_parent)
+    trace_s, results = _capture(cache, n)
     t0 = time.perf_counter()
     report = parallel_compile(cache, quiet=True)
     compile_s = time.perf_counter() - t0
@@ -147,8 +130,9 @@ def _log_seconds(entries: list[Any], label: str) -> list[float]:
     return out
 
 
-def phase_compile(cache: str, workers: int) -> dict[str, Any]:
+def phase_compile(cache: str, workers: int, prestart: bool = False) -> dict[str, Any]:
     from neuron_args.cache import CompileCache
+    from neuron_args.compilers import workers as warm
     from neuron_args.deferred import parallel_compile
 
     # As in a real warmup, the parent already has torch + Dynamo imported, and the forked pool
@@ -158,6 +142,8 @@ def phase_compile(cache: str, workers: int) -> dict[str, Any]:
     import neuron_args.runner  # noqa: F401
 
     import_s = time.perf_counter() - t0
+    if prestart:  # a process that compiled before (a pytest session, a second warmup): its workers are up
+        assert warm.enabled() and warm.shared_pool().prestart(workers) == workers
     t0 = time.perf_counter()
     report = parallel_compile(cache, workers=workers, quiet=True)
     seconds = time.perf_counter() - t0
@@ -173,25 +159,34 @@ def run_phase(ns: argparse.Namespace) -> int:
         result = phase_sequential(ns.cache, ns.graphs)
     elif ns.phase == "parallel":
         result = phase_parallel(ns.cache, ns.graphs)
-    elif ns.phase == "parallel-preimport":
-        result = phase_parallel(ns.cache, ns.graphs, warm_parent=True)
     elif ns.phase == "capture":
         result = phase_capture(ns.cache, ns.graphs)
     else:
-        result = phase_compile(ns.cache, ns.workers)
+        result = phase_compile(ns.cache, ns.workers, ns.prestart)
     print("RESULT " + json.dumps(result), flush=True)
     return 0
 
 
 # -- orchestrator ----------------------------------------------------------------------------------
-def spawn(phase: str, cache: Path, n: int, workers: int | None = None) -> dict[str, Any]:
+#: The ways the local compiler runs, compared side by side in every run: warm workers (started by
+#: the timed call itself), the same with the workers already up (``prestarted``: parallel_compile
+#: only), and one process per graph (as before the warm workers).
+MODES = {"warm": {}, "one-shot": {"NEURON_ARGS_WARM_WORKERS": "0"}}
+COMPILE_MODES = ("warm", "prestarted", "one-shot")
+
+
+def spawn(phase: str, cache: Path, n: int, workers: int | None = None, mode: str = "warm") -> dict[str, Any]:
     argv = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--cache", str(cache),
             "--graphs", str(n)]
     if workers is not None:
         argv += ["--workers", str(workers)]
+    if mode == "prestarted":
+        argv.append("--prestart")
+        mode = "warm"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    env.pop("NEURON_ARGS_COMPILE_WORKERS", None)
-    env.pop("NEURON_ARGS_TRACE_WORKERS", None)
+    for name in ("NEURON_ARGS_COMPILE_WORKERS", "NEURON_ARGS_TRACE_WORKERS", "NEURON_ARGS_WARM_WORKERS"):
+        env.pop(name, None)
+    env.update(MODES[mode])
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     wall = time.perf_counter() - t0
@@ -207,77 +202,85 @@ def row(name: str, values: list[float], note: str = "") -> None:
     print(f"  {name:<61} {statistics.median(values):>8.2f} {min(values):>8.2f} s  {note}")
 
 
+def _med(runs: list[dict[str, Any]], field: str = "seconds") -> float:
+    return statistics.median(r[field] for r in runs)
+
+
 def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
     print(f"bench_deferred: {n} graphs (MLP at batch 1..{n}), {reps} rep(s) per phase; {load()} (start)")
-    flows = ("sequential", "parallel", "parallel-preimport")
-    runs: dict[str, list[dict[str, Any]]] = {f: [] for f in flows}
+    flows = [(phase, mode) for phase in ("sequential", "parallel") for mode in MODES]
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {f: [] for f in flows}
     captures: list[dict[str, Any]] = []
-    workers_runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    compiles = [(w, mode) for mode in COMPILE_MODES for w in (1, 2)]
+    workers_runs: dict[tuple[int, str], list[dict[str, Any]]] = {c: [] for c in compiles}
     loads: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-deferred-") as tmp:
         root = Path(tmp)
         for rep in range(reps):
             # rotate which flow goes first so a load drift does not favour one
-            for phase in flows[rep % 3:] + flows[:rep % 3]:
-                runs[phase].append(spawn(phase, root / f"{phase}-{rep}", n))
-                loads.append(f"after {phase} rep {rep}: {load()}")
+            for phase, mode in flows[rep % 4:] + flows[:rep % 4]:
+                runs[phase, mode].append(spawn(phase, root / f"{phase}-{mode}-{rep}", n, mode=mode))
+                loads.append(f"after {phase} ({mode}) rep {rep}: {load()}")
             if compare_only:
                 continue
             captured = root / f"captured-{rep}"
             captures.append(spawn("capture", captured, n))
-            for workers in ((1, 2) if rep % 2 == 0 else (2, 1)):
-                copy = root / f"captured-{rep}-w{workers}"
+            for workers, mode in (compiles if rep % 2 == 0 else compiles[::-1]):
+                copy = root / f"captured-{rep}-w{workers}-{mode}"
                 shutil.copytree(captured, copy)
-                workers_runs[workers].append(spawn("compile", copy, n, workers))
-                loads.append(f"after compile workers={workers} rep {rep}: {load()}")
+                workers_runs[workers, mode].append(spawn("compile", copy, n, workers, mode))
+                loads.append(f"after compile workers={workers} ({mode}) rep {rep}: {load()}")
 
-    seq, par, pre = runs["sequential"], runs["parallel"], runs["parallel-preimport"]
     print("\n1. warmup wall time of the whole set (timed inside each phase process)".ljust(63) + "  median      min")
-    row("A sequential in-process (torch.compile'd call per shape)", [r["seconds"] for r in seq],
-        f"complete {seq[-1]['complete']}/{n}")
-    row("B parallel_trace + parallel_compile", [r["seconds"] for r in par], f"complete {par[-1]['complete']}/{n}")
-    row("    of which parallel_trace (2 children at a time)", [r["trace"] for r in par])
-    row("    of which parallel_compile (default workers)", [r["compile"] for r in par])
-    row("C as B, parent pre-imports jax + torchax (candidate fix)", [r["seconds"] for r in pre],
-        f"complete {pre[-1]['complete']}/{n}")
-    row("    of which pre-import + parallel_trace", [r["trace"] for r in pre])
-    row("    of which parallel_compile (default workers)", [r["compile"] for r in pre])
-    for name, rs in (("A", seq), ("B", par), ("C", pre)):
-        row(f"{name} process wall incl. interpreter + imports", [r["process_wall"] for r in rs])
-    med = {k: statistics.median(r["seconds"] for r in v) for k, v in runs.items()}
-    print("  per rep, parallel / sequential: "
-          + ", ".join(f"{b['seconds'] / a['seconds']:.2f}" for a, b in zip(seq, par))
-          + "; pre-import / sequential: " + ", ".join(f"{c['seconds'] / a['seconds']:.2f}" for a, c in zip(seq, pre)))
-    print(f"  ratio parallel / sequential wall: {med['parallel'] / med['sequential']:.2f} "
-          f"(speed-up {med['sequential'] / med['parallel']:.2f}x); with the parent pre-import: "
-          f"{med['parallel-preimport'] / med['sequential']:.2f} (speed-up "
-          f"{med['sequential'] / med['parallel-preimport']:.2f}x)")
-    figure(f"warmup of {n} static graphs: deferred flow (2 workers) / in-process", med["parallel"] / med["sequential"],
-           "<= 0.35", note=f"{med['parallel']:.1f} s vs {med['sequential']:.1f} s")
-    print(f"  A per graph (last rep): {', '.join(f'{s:.1f}' for s in seq[-1]['per_graph'])} s")
-    print(f"  B trace child seconds (last rep): {', '.join(f'{s:.1f}' for s in par[-1]['trace_children'])}")
-    print(f"  C trace child seconds (last rep): {', '.join(f'{s:.1f}' for s in pre[-1]['trace_children'])}")
+    for mode in MODES:
+        seq, par = runs["sequential", mode], runs["parallel", mode]
+        print(f"  local compiler: {mode}{' (NEURON_ARGS_WARM_WORKERS=0)' if MODES[mode] else ' workers'}")
+        row("A sequential in-process (torch.compile'd call per shape)", [r["seconds"] for r in seq],
+            f"complete {seq[-1]['complete']}/{n}")
+        row("B parallel_trace + parallel_compile", [r["seconds"] for r in par], f"complete {par[-1]['complete']}/{n}")
+        row("    of which parallel_trace (2 children at a time)", [r["trace"] for r in par])
+        row("    of which parallel_compile (default workers)", [r["compile"] for r in par])
+        print(f"  A per graph (last rep): {', '.join(f'{s:.2f}' for s in seq[-1]['per_graph'])} s")
+        print(f"  ratio B / A: {_med(par) / _med(seq):.2f}; per rep: "
+              + ", ".join(f"{b['seconds'] / a['seconds']:.2f}" for a, b in zip(seq, par)))
+    seq, par = runs["sequential", "warm"], runs["parallel", "warm"]
+    old_seq, old_par = runs["sequential", "one-shot"], runs["parallel", "one-shot"]
+    figure(f"warmup of {n} static graphs: deferred flow (2 workers) / in-process", _med(par) / _med(seq),
+           "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s; one process per graph: "
+           f"{_med(old_par) / _med(old_seq):.2f} ({_med(old_par):.1f} s vs {_med(old_seq):.1f} s)")
+    figure(f"in-process warmup of {n} graphs: one process per graph / warm workers", _med(old_seq) / _med(seq),
+           None, "x", note=f"{_med(old_seq):.1f} s vs {_med(seq):.1f} s")
+    figure(f"deferred warmup of {n} graphs: one process per graph / warm workers", _med(old_par) / _med(par),
+           None, "x", note=f"{_med(old_par):.1f} s vs {_med(par):.1f} s")
 
     if not compare_only:
-        w1, w2 = workers_runs[1], workers_runs[2]
         print(f"\n2. parallel_compile of {n} captured graphs, 1 vs 2 workers".ljust(63) + "  median      min")
         row("capture (parallel_trace, for the copies)", [r["seconds"] for r in captures],
             f"pending {captures[-1]['pending']}/{n}")
-        row("parallel_compile workers=1", [r["seconds"] for r in w1], f"complete {w1[-1]['complete']}/{n}")
-        row("parallel_compile workers=2", [r["seconds"] for r in w2], f"complete {w2[-1]['complete']}/{n}")
-        row("(untimed above) parent import of neuron_args.runner", [r["backends_import"] for r in w1 + w2],
+        speedups = {}
+        for mode in COMPILE_MODES:
+            w1, w2 = workers_runs[1, mode], workers_runs[2, mode]
+            row(f"parallel_compile workers=1 ({mode})", [r["seconds"] for r in w1], f"complete {w1[-1]['complete']}/{n}")
+            row(f"parallel_compile workers=2 ({mode})", [r["seconds"] for r in w2], f"complete {w2[-1]['complete']}/{n}")
+            speedups[mode] = (_med(w1) / _med(w2), ", ".join(f"{a['seconds'] / b['seconds']:.2f}" for a, b in zip(w1, w2)))
+            for w, rs in ((1, w1), (2, w2)):
+                last = rs[-1]
+                print(f"    per graph (last rep), workers={w}: compiler wall median {statistics.median(last['per_graph']):.2f} s,"
+                      f" of which jax start-up {statistics.median(last['jax_startup']):.2f} s and XLA compile "
+                      f"{statistics.median(last['xla_compile']):.2f} s")
+        every = list(workers_runs[1, "warm"]) + list(workers_runs[2, "warm"])
+        row("(untimed above) parent import of neuron_args.runner", [r["backends_import"] for r in every],
             "torch + Dynamo; a worker pays it too if the parent has not")
-        speedup = statistics.median(r["seconds"] for r in w1) / statistics.median(r["seconds"] for r in w2)
+        speedup, per_rep = speedups["warm"]
         figure("parallel_compile speed-up 1 -> 2 workers", speedup, ">= 1.8", "x",
-               note="per rep: " + ", ".join(f"{a['seconds'] / b['seconds']:.2f}" for a, b in zip(w1, w2)))
-        print(f"  speed-up workers=1 / workers=2: {speedup:.2f}x  (target >= 1.8: "
-              f"{'met' if speedup >= 1.8 else 'MISSED'}); per rep: "
-              + ", ".join(f"{a['seconds'] / b['seconds']:.2f}x" for a, b in zip(w1, w2)))
-        for w, rs in ((1, w1), (2, w2)):
-            last = rs[-1]
-            print(f"  per graph (last rep), workers={w}: compiler wall median {statistics.median(last['per_graph']):.2f} s, "
-                  f"of which jax start-up {statistics.median(last['jax_startup']):.2f} s and XLA compile "
-                  f"{statistics.median(last['xla_compile']):.2f} s (the rest: interpreter start + imports + I/O)")
+               note=f"per rep: {per_rep}; one process per graph: {speedups['one-shot'][0]:.2f}x")
+        figure("parallel_compile speed-up 1 -> 2 workers, workers already started", speedups["prestarted"][0],
+               ">= 1.8", "x", note=f"per rep: {speedups['prestarted'][1]}")
+        figure(f"parallel_compile of {n} graphs, 1 worker: one process per graph / warm workers",
+               _med(workers_runs[1, "one-shot"]) / _med(workers_runs[1, "warm"]), None, "x")
+        for mode, (value, reps_text) in speedups.items():
+            print(f"  speed-up workers=1 / workers=2 ({mode}): {value:.2f}x (target >= 1.8: "
+                  f"{'met' if value >= 1.8 else 'MISSED'}); per rep: {reps_text}")
     print("\nload during the run:\n  " + "\n  ".join(loads))
     print(f"bench_deferred: {load()} (end)")
     return 0
@@ -289,9 +292,10 @@ def main() -> int:
     parser.add_argument("--graphs", type=int, default=8, help="number of graphs (>= 8 for the reported figure)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions of every phase (default 1)")
     parser.add_argument("--flows-only", action="store_true", help="only part 1 (skip the workers comparison)")
-    parser.add_argument("--phase", choices=("sequential", "parallel", "parallel-preimport", "capture", "compile"), help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("sequential", "parallel", "capture", "compile"), help=argparse.SUPPRESS)
     parser.add_argument("--cache", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--prestart", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.phase:
         return run_phase(ns)

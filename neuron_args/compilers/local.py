@@ -2,68 +2,66 @@
 
 The command line has the same shape as neuronx-cc's, only the program differs, so everything
 downstream (command.txt, the log, the error decoding, the cache) treats both compilers alike.
+Compiles go to warm workers (:mod:`neuron_args.compilers.workers`) that run that same command
+line without starting jax again; ``NEURON_ARGS_WARM_WORKERS=0`` runs one process per graph.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
-from neuron_args.compilers.base import CompilerInfo, SubprocessCompiler
+from neuron_args.activity import cleared_on_reset
+from neuron_args.compilers import workers
+from neuron_args.compilers.base import Compiler, CompilerInfo
 
 NAME = "local"
 FORMAT = "xla-cpu-executable"
 PROGRAM_MODULE = "neuron_args.compilers.local_xla"
 
-_version: list[str] = []
 
-
+@cleared_on_reset
+@functools.cache
 def local_version() -> str:
-    """``local-xla-cpu/<jaxlib> neuron-args/<version>``, without starting a process or jax."""
-    if not _version:
-        from importlib import metadata
+    """``local-xla-cpu/<jaxlib> neuron-args/<version>``, without starting a process or jax (once per process)."""
+    from importlib import metadata
 
-        import neuron_args
+    import neuron_args
 
-        try:
-            jaxlib = metadata.version("jaxlib")
-        except metadata.PackageNotFoundError:
-            jaxlib = "unknown"
-        _version.append(f"local-xla-cpu/{jaxlib} neuron-args/{neuron_args.__version__}")
-    return _version[0]
+    try:
+        jaxlib = metadata.version("jaxlib")
+    except metadata.PackageNotFoundError:
+        jaxlib = "unknown"
+    return f"local-xla-cpu/{jaxlib} neuron-args/{neuron_args.__version__}"
 
 
-class LocalCompiler(SubprocessCompiler):
-    """Compile with the embedded XLA:CPU program, in a child Python process.
+class LocalCompiler(Compiler):
+    """Compile with the embedded XLA:CPU program, on a warm worker or in a child Python process.
 
     ``program`` is the command prefix that starts it (default: this interpreter running
-    :mod:`neuron_args.compilers.local_xla`); tests point it at a stand-in.
+    :mod:`neuron_args.compilers.local_xla`); tests point it at a stand-in, which runs one process
+    per graph. ``pool``: the warm workers to use (default: this process's shared pool, unless
+    ``$NEURON_ARGS_WARM_WORKERS`` is 0 or ``program`` is given).
     """
 
     name = NAME
     display_name = "local compiler (XLA:CPU)"
 
-    def __init__(self, program: Sequence[str] | None = None) -> None:
+    def __init__(self, program: Sequence[str] | None = None, *, pool: workers.WorkerPool | None = None) -> None:
         self.program = list(program) if program else [sys.executable, "-m", PROGRAM_MODULE]
+        self.pool = pool
+        self._own_program = bool(program)
+
+    def start_compiler(self, argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> Any:
+        pool = self.pool
+        if pool is None and not self._own_program and workers.enabled():
+            pool = workers.shared_pool()
+        if pool is None:
+            return super().start_compiler(argv, cwd=cwd, stdout=stdout)
+        return pool.start(argv[len(self.program):], argv, cwd=cwd, stdout=stdout)
 
     @property
     def info(self) -> CompilerInfo:
         return CompilerInfo(NAME, local_version(), FORMAT)
-
-    def build_argv(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        log_path: Path,
-    ) -> list[str]:
-        return [
-            *self.program, "compile", str(hlo_path),
-            "--framework", "XLA",
-            "--target", target,
-            "--output", str(output_path),
-            "--logfile", str(log_path),
-            *compiler_args,
-        ]  # fmt: skip

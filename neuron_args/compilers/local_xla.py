@@ -6,9 +6,10 @@
 It takes the same ``graph.hlo`` and the same neuronx-cc option list as neuronx-cc, validates every
 option against the neuronx-cc table (a typo exits 2 here, on a laptop, not in the nightly hardware
 run), maps what has a CPU meaning (``-O<n>`` -> XLA's ``xla_backend_optimization_level``), logs
-the rest as ignored, and writes a serialized XLA:CPU executable. It runs as its own process
-because a bad XLA option can abort the process that compiles. Startup is kept lean: no torch,
-only the flag table, numpy and jax (through :mod:`neuron_args.xla_cpu`).
+the rest as ignored, and writes a serialized XLA:CPU executable. It runs outside the caller's process
+because a bad XLA option can abort the process that compiles: as a warm worker of
+:mod:`neuron_args.compilers.workers` (jax loaded once, many graphs) or as a process of its own.
+Startup is kept lean: no torch, only the flag table, numpy and jax (through :mod:`neuron_args.xla_cpu`).
 """
 from __future__ import annotations
 
@@ -80,10 +81,10 @@ def _fail(log: _Log, code: int, message: str) -> int:
     return code
 
 
-def compile_command(ns: argparse.Namespace, extra: Sequence[str], argv: Sequence[str]) -> int:
+def compile_command(ns: argparse.Namespace, extra: Sequence[str], argv: Sequence[str], worker: str = "") -> int:
     log = _Log(ns.logfile)
     try:
-        log.line(f"local-xla compile (XLA:CPU, pid {os.getpid()})")
+        log.line(f"local-xla compile (XLA:CPU, pid {os.getpid()}{', ' + worker if worker else ''})")
         log.line(f"argv: {shlex.join([sys.executable, '-m', MODULE, *argv])}")
         log.line(f"target: {ns.target} (no effect on XLA:CPU; kept for parity with neuronx-cc)")
         try:
@@ -129,10 +130,11 @@ def compile_command(ns: argparse.Namespace, extra: Sequence[str], argv: Sequence
         log.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
+    """Run one command line; ``worker`` names the warm worker running it (for the log), if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ns, extra = _parser().parse_known_args(argv)  # argparse exits 2 on a bad fixed part
-    return compile_command(ns, extra, argv)
+    return compile_command(ns, extra, argv, worker)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.errors import TraceError
 
@@ -27,7 +28,6 @@ log = logging.getLogger("neuron_args.deferred")
 
 WORKERS_ENV = "NEURON_ARGS_TRACE_WORKERS"
 DEFAULT_TIMEOUT = 600.0
-_said_spawn = False
 
 
 @dataclass
@@ -50,7 +50,7 @@ def fork_is_safe() -> bool:
     if xb is not None and getattr(xb, "_backends", None):
         return False
     xla_cpu = sys.modules.get("neuron_args.xla_cpu")
-    return not (xla_cpu is not None and xla_cpu._client_cache)
+    return not (xla_cpu is not None and xla_cpu.clients_created())
 
 
 def neuron_compiled(obj: Any) -> Any | None:
@@ -136,13 +136,11 @@ def _preload_for_fork() -> None:
 
 
 def _context(start_method: str | None) -> Any:
-    global _said_spawn
     if start_method is None:
         start_method = "fork" if fork_is_safe() else "spawn"
         if start_method == "fork":
             _preload_for_fork()
-        if start_method == "spawn" and not _said_spawn:
-            _said_spawn = True
+        if start_method == "spawn" and ACTIVITY.say_once("parallel_trace: spawn"):
             log.warning("parallel_trace: jax's client already exists in this process, so forked children would "
                         "hang; starting trace children with spawn instead (jobs are pickled).")
     return mp.get_context(start_method)

@@ -1,0 +1,459 @@
+"""Warm local-compiler workers: long-lived processes that import jax once and compile many graphs.
+
+A one-shot local compile spends 0.6-0.9 s starting jax around a 0.1-0.2 s XLA compile. A worker
+(``python -m neuron_args.compilers.workers``) starts jax once, then runs each request it reads
+from a pipe exactly as the one-shot program would (:func:`local_xla.main` on the same argv, in the
+entry's folder, its stdout/stderr going to the file the driver appends to the log) and answers
+with the exit status. The driver side keeps the one-shot contract (:func:`process.run_compiler`):
+
+* ``command.txt`` holds the argv a one-shot process would have had; the log, the exit statuses
+  and the errors are the same (a warm worker's log names it on its first line);
+* a timeout or a cancel SIGKILLs the worker's process group; the next compile starts a fresh one;
+* each worker runs under the supervisor, so it dies with this process (``kill -9`` included); it
+  is started from one long-lived thread because ``PR_SET_PDEATHSIG`` fires when the *thread* that
+  started a process ends, and ``parallel_compile``'s threads end with each call;
+* a worker that dies mid-compile (killed, crashed on this graph) is replaced: that graph is
+  compiled again in a process of its own, which reports a crash as today;
+* one worker per concurrent compile: ``parallel_compile`` with N threads uses up to N workers.
+
+``NEURON_ARGS_WARM_WORKERS=0`` turns the pool off (one process per graph, for debugging). An idle
+worker (~240 MB) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE`` seconds (default 300), so a serving
+process does not keep it. A worker keeps the environment it started with: one started under other
+``XLA_*``/``JAX_*``/``TF_*``/``PYTHON*``/``LD_*`` variables is retired, not reused. neuronx-cc
+always runs one process per graph.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import json
+import logging
+import math
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from neuron_args.compilers.process import describe_exit, start_process
+from neuron_args.compilers.lifetime import current_scope, supervised_argv
+from neuron_args.errors import OptionsError
+
+log = logging.getLogger("neuron_args.compilers")
+
+MODULE = "neuron_args.compilers.workers"
+WARM_WORKERS_ENV = "NEURON_ARGS_WARM_WORKERS"
+IDLE_ENV = "NEURON_ARGS_WARM_WORKER_IDLE"
+DEFAULT_IDLE_SECONDS = 300.0
+#: Environment variables a worker reads at start-up (jax, XLA, the interpreter): a change retires it.
+ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "PYTHON", "LD_")
+#: How long a worker's process may take to go after its pipe reported it gone.
+REAP_SECONDS = 5.0
+
+
+def enabled() -> bool:
+    """False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``."""
+    return os.environ.get(WARM_WORKERS_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+
+
+def idle_seconds() -> float:
+    """How long an idle worker stays (``$NEURON_ARGS_WARM_WORKER_IDLE``, default 300 s)."""
+    value = os.environ.get(IDLE_ENV, "").strip()
+    try:
+        seconds = float(value) if value else DEFAULT_IDLE_SECONDS
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise OptionsError(f"{IDLE_ENV}={value!r} is not a number of seconds: give a positive number "
+                           f"(the default is {DEFAULT_IDLE_SECONDS:g}); to turn the warm workers off set {WARM_WORKERS_ENV}=0")
+    return seconds
+
+
+def _env_key() -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)))
+
+
+class WorkerDied(Exception):
+    """The worker's pipe closed before it answered (it exited, crashed or was killed)."""
+
+
+class Worker:
+    """One worker process (the supervisor leading its group, the worker inside) and its pipe."""
+
+    def __init__(self, proc: subprocess.Popen, idle: float = DEFAULT_IDLE_SECONDS) -> None:
+        self.proc = proc
+        self.env = _env_key()
+        self.ready = False  # it said it has started jax
+        self.worker_pid = proc.pid  # the worker's own pid once it said so (proc is its supervisor)
+        self.idle = idle  # it leaves after that many seconds without a request
+        self.last_used = time.monotonic()
+        self._buffer = b""
+
+    def reusable(self, env: tuple[tuple[str, str], ...]) -> bool:
+        """Alive, same environment, and not about to leave on its idle timeout."""
+        fresh = time.monotonic() - self.last_used < self.idle * 0.9
+        return fresh and self.proc.poll() is None and self.env == env
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def receive_status(self, deadline: float | None) -> int | None:
+        """The exit status of the request in flight; None when ``deadline`` passed first."""
+        while True:
+            message = self._receive(deadline)
+            if message is None or "status" in message:
+                return None if message is None else int(message["status"])
+            self._note(message)
+
+    def wait_ready(self, deadline: float | None) -> bool:
+        """True once it has started jax (before any request); False when ``deadline`` passed first."""
+        while not self.ready:
+            message = self._receive(deadline)
+            if message is None:
+                return False
+            self._note(message)
+        return True
+
+    def _note(self, message: dict[str, Any]) -> None:
+        if "ready" in message:
+            self.ready, self.worker_pid = True, int(message["ready"])
+
+    def _receive(self, deadline: float | None) -> dict[str, Any] | None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            if not select.select([fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                raise WorkerDied()
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def reap(self) -> int:
+        """Wait for the process (its pipe is closed); SIGKILL the group if it lingers."""
+        try:
+            return self.proc.wait(timeout=REAP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.wait()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Ask an idle worker to leave (end of its input), without waiting for it."""
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+
+
+class _Spawner:
+    """Starts every worker from one long-lived daemon thread (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="neuron-args-warm-workers", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, future = self._queue.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # handed to the caller
+                    future.set_exception(exc)
+
+    def call(self, fn: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        future: cf.Future = cf.Future()
+        self._queue.put((fn, future))
+        try:
+            return future.result()
+        except BaseException:  # interrupted while it started: no worker may be left behind untracked
+            future.add_done_callback(_kill_started)
+            raise
+
+
+def _kill_started(future: cf.Future) -> None:
+    if not future.cancelled() and future.exception() is None:
+        Worker(future.result()).kill()
+
+
+class WorkerPool:
+    """Idle warm workers of one worker program; a compile takes one or starts one, then gives it back."""
+
+    def __init__(self, program: Sequence[str] | None = None) -> None:
+        self.program = list(program) if program else [sys.executable, "-m", MODULE]
+        self.broken = False  # a worker died before it started jax: one process per graph from then on
+        self._idle: list[Worker] = []
+        self._lock = threading.Lock()
+
+    def acquire(self) -> Worker:
+        env, stale = _env_key(), []
+        with self._lock:
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.reusable(env):
+                    break
+                stale.append(worker)
+            else:
+                worker = None
+        for old in stale:
+            old.close()
+        return worker if worker is not None else self._spawn()
+
+    def _spawn(self) -> Worker:
+        idle = idle_seconds()
+        argv = supervised_argv([*self.program, f"{idle:g}"])
+        return Worker(_spawner().call(lambda: subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            bufsize=0, start_new_session=True)), idle)
+
+    def prestart(self, n: int, timeout: float = 300.0) -> int:
+        """Start workers until ``n`` are idle with jax started (before a timed warmup, say); returns how many are.
+
+        A worker that dies or is not ready within ``timeout`` seconds is dropped (compiles then start their own).
+        """
+        env = _env_key()
+        with self._lock:
+            have = sum(w.reusable(env) for w in self._idle)
+        new = [self._spawn() for _ in range(max(0, n - have))]
+        deadline = time.monotonic() + timeout
+        for worker in new:
+            try:
+                ready = worker.wait_ready(deadline)
+            except WorkerDied:
+                ready = False
+            if ready:
+                self.release(worker)
+            else:
+                worker.kill()
+                worker.reap()
+        with self._lock:
+            return sum(w.reusable(env) for w in self._idle)
+
+    def release(self, worker: Worker) -> None:
+        worker.last_used = time.monotonic()
+        with self._lock:
+            self._idle.append(worker)
+
+    def idle_pids(self) -> list[int]:
+        """The supervisor pids of the idle workers (each leads its worker's process group)."""
+        with self._lock:
+            return [w.pid for w in self._idle]
+
+    def close(self) -> None:
+        """Let every idle worker go (busy ones leave when their compile ends and they are not given back)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
+
+    def start(self, program_args: Sequence[str], argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> Any:
+        """Start one compile on a warm worker: ``program_args`` is ``argv`` without the program part.
+
+        Returns what :func:`process.run_compiler` waits on: a :class:`PooledCompile`, or the one-shot
+        ``Popen`` when this pool is broken.
+        """
+        if self.broken:
+            return start_process(argv, cwd=cwd, stdout=stdout)
+        return PooledCompile(self, self.acquire(), program_args, argv, cwd=cwd, stdout=stdout)
+
+
+class PooledCompile:
+    """One compile on a warm worker, shaped like the ``Popen`` :func:`process.run_compiler` waits on.
+
+    ``pid`` is the process group to kill (the worker's supervisor, or after a fallback the
+    one-shot process's), so a timeout (``kill_group``) and a cancel (``CancelScope``) work as on
+    a ``Popen``. A worker that dies while nobody asked it to is replaced by a one-shot process.
+    """
+
+    def __init__(self, pool: WorkerPool, worker: Worker, program_args: Sequence[str], argv: Sequence[str], *,
+                 cwd: Path, stdout: IO[bytes]) -> None:
+        self.args = list(argv)
+        self.returncode: int | None = None
+        self._pool, self._worker, self._cwd, self._stdout = pool, worker, cwd, stdout
+        self._fallback: subprocess.Popen | None = None
+        self._stopping = False  # timed out or interrupted: the death that follows is ours
+        try:
+            worker.send({"argv": list(program_args), "cwd": str(cwd), "capture": str(Path(stdout.name).absolute())})
+        except OSError:  # it died while idle
+            self._replace(worker.reap())
+
+    @property
+    def pid(self) -> int:
+        return self._fallback.pid if self._fallback is not None else self._worker.pid
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        return self.returncode if self._fallback is None else self._fallback.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._fallback is None:
+            try:
+                status = self._worker.receive_status(deadline)
+            except WorkerDied:
+                code = self._worker.reap()
+                scope = current_scope()
+                if self._stopping or (scope is not None and scope.cancelled):
+                    self.returncode = code
+                    return code
+                self._replace(code)
+            except BaseException:  # KeyboardInterrupt: the caller kills the group next
+                self._stopping = True
+                raise
+            else:
+                if status is None:
+                    self._stopping = True
+                    raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+                self._pool.release(self._worker)
+                self.returncode = status
+                return status
+        assert self._fallback is not None
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self.returncode = self._fallback.wait(remaining)  # TimeoutExpired: the caller kills its group
+        return self.returncode
+
+    def _replace(self, code: int) -> None:
+        """The worker died on its own: run this graph in a process of its own (the one-shot way)."""
+        worker = self._worker
+        if not worker.ready:
+            self._pool.broken = True
+        how = describe_exit(code)
+        log.warning("warm local-compiler worker %d %s mid-compile; compiling %s in a process of its own%s", worker.worker_pid,
+                    how, self._cwd, "" if worker.ready else " (it never started: the pool is off from now on)")
+        self._stdout.seek(0, os.SEEK_END)
+        self._stdout.write(f"neuron-args: warm compile worker (pid {worker.worker_pid}) {how} mid-compile; this graph "
+                           "was compiled again in a process of its own\n".encode())
+        self._stdout.flush()
+        self._fallback = start_process(self.args, cwd=self._cwd, stdout=self._stdout)
+        scope = current_scope()
+        if scope is not None and scope.cancelled:  # cancelled while it started
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._fallback.pid, signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------- one pool per process
+
+_state: dict[str, Any] = {}
+
+
+def _once(name: str, make: Callable[[], Any]) -> Any:
+    value = _state.get(name)
+    if value is None:
+        with _state_lock:
+            value = _state.get(name)
+            if value is None:
+                value = _state[name] = make()
+    return value
+
+
+def _spawner() -> _Spawner:
+    return _once("spawner", _Spawner)
+
+
+def shared_pool() -> WorkerPool:
+    """This process's pool of the local compiler program (created on first use)."""
+    return _once("pool", WorkerPool)
+
+
+def _forget_after_fork() -> None:
+    """A forked child has none of the parent's threads: it starts its own spawner and workers."""
+    global _state_lock
+    _state_lock = threading.Lock()
+    _forgotten.append(dict(_state))  # the parent's pipes and Popen objects: never used, never collected
+    _state.clear()
+
+
+_state_lock = threading.Lock()
+_forgotten: list[dict[str, Any]] = []
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+# ----------------------------------------------------------------------------- the worker process
+
+
+def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
+    """One compile, as ``python -m neuron_args.compilers.local_xla <argv>`` run in ``cwd`` would do it."""
+    from neuron_args.compilers import local_xla
+
+    try:
+        os.chdir(request["cwd"])
+        out = os.open(request["capture"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+        return local_xla.main(request["argv"], worker=f"warm worker, compile {n}")
+    except SystemExit as exc:  # argparse and friends, as the interpreter would map them
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+
+
+def serve(argv: Sequence[str] | None = None) -> int:
+    """The worker: start jax, say so, then answer one ``{"status": N}`` line per request line.
+
+    ``argv``: ``[idle seconds]``; it leaves when no request came for that long, or its input ends.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    idle = float(argv[0]) if argv else DEFAULT_IDLE_SECONDS
+    requests = os.fdopen(os.dup(0), "rb")
+    answers = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins
+    start = time.perf_counter()
+    from neuron_args import xla_cpu
+    from neuron_args.compilers import local_xla  # noqa: F401
+
+    xla_cpu.cpu_client()
+    answers.write(json.dumps({"ready": os.getpid(), "seconds": round(time.perf_counter() - start, 3)}).encode() + b"\n")
+    n = 0
+    while select.select([requests], [], [], idle)[0]:  # one request at a time: none waits in the buffer
+        line = requests.readline()
+        if not line:
+            break
+        n += 1
+        status = _run_request(json.loads(line), devnull, n)
+        answers.write(json.dumps({"status": status}).encode() + b"\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve())
