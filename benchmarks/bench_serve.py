@@ -18,7 +18,14 @@ Per call, all interleaved repetition by repetition (median and min of the repeti
 - ``guarded``: the same with the fast path off (Dynamo frame evaluation + guards + aot runtime
   wrapper + variant dispatch), and that under ``torch.compiler.set_stance(skip_guard_eval_unsafe=
   True)`` (the alternative the issue asked to compare);
-- ``compiled call``: the runner's ``torch.compile``'d entry called directly in its scope;
+- ``compiled call``: the runner's ``torch.compile``'d entry called directly in its scope (Dynamo,
+  then the seam's direct call: the graph and the copy-back of mutated inputs);
+- ``compiled call, aot wrapper``: the same on a copy of the entry compiled with
+  ``NEURON_ARGS_DIRECT_CALL=0`` (aot_autograd's runtime wrapper, as before the direct call);
+- ``Dynamo alone``: a copy compiled by a backend that returns outputs computed once (the floor of
+  any ``torch.compile``'d call: frame evaluation, guards, Dynamo's ``disable`` wrapper);
+- ``seam's call``: what the seam returned to Dynamo for a copy, called on the flat arguments: the
+  direct call, and aot_autograd's runtime wrapper;
 - ``variant``: the graph's ``CompiledGraph`` variant on its flat arguments (what the fast path calls);
 - ``executable``: the ``LoadedExecutable`` on the flat arguments (DLPack in/out, synchronous client);
 - ``legacy executable``: the runtime before this change, inline (numpy conversions, jax's
@@ -57,7 +64,7 @@ from neuron_args.graphs import GraphSpec  # noqa: E402
 from neuron_args.runner import NeuronRunner  # noqa: E402
 from neuron_args.runtime import LoadedExecutable  # noqa: E402
 from neuron_args.tensors import TensorSpec, numpy_dtype, tensor_to_numpy  # noqa: E402
-from neuron_args.seams import backends  # noqa: E402
+from neuron_args.seams import backends, dispatch  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
 
 BASE = ["--auto-cast=none", "-O1"]
@@ -131,6 +138,9 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     async_exe = LoadedExecutable.from_bytes(blob, exe.input_specs, exe.output_specs,
                                             client=xla_cpu.runtime_client(asynchronous=True))
     compiled = runner.compiled(graph_type)
+    aot_compiled, aot_call, aot_args = seam_copy(runner, graph_type, kwargs, direct=False)
+    _, direct_call, direct_args = seam_copy(runner, graph_type, kwargs, direct=True)
+    dynamo_only = dynamo_floor(runner, graph_type, kwargs)
     positional = tuple(kwargs.values())
     sync_bufs = [f(a) for f, a in zip(exe._convert_in, args)]
     async_bufs = [f(a) for f, a in zip(async_exe._convert_in, args)]
@@ -164,13 +174,18 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
         "guarded": guarded,
         "guarded_skip_guards": guarded,
         "compiled_call": lambda: compiled(**kwargs),
+        "compiled_call_aot": lambda: aot_compiled(**kwargs),
+        "dynamo_floor": lambda: dynamo_only(**kwargs),
+        "seam_direct": lambda: direct_call(*direct_args),
+        "seam_aot": lambda: aot_call(*aot_args),
         "variant": lambda: fast.run(args),
         "executable": lambda: exe(*args),
         "legacy_executable": lambda: legacy(*args),
         "execute_sync": lambda: exe.executable.execute_sharded(sync_bufs).disassemble_into_single_device_arrays(),
         "execute_async": execute_async,
     }
-    around = {"guarded": fast_path_off, "guarded_skip_guards": skip_guards, "compiled_call": lambda: runner.scope(graph_type)}
+    around = {"guarded": fast_path_off, "guarded_skip_guards": skip_guards, "compiled_call": lambda: runner.scope(graph_type),
+              "compiled_call_aot": lambda: runner.scope(graph_type)}
     with torch.inference_mode(), runner.serve():
         same = torch.equal(runner.run(graph_type, kwargs), exe(*args)[-1]) and \
             torch.allclose(legacy(*args)[-1], exe(*args)[-1])
@@ -191,6 +206,10 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
         "guarded": "served, fast path off (Dynamo + guards + aot wrapper)",
         "guarded_skip_guards": "  the same under set_stance(skip_guard_eval_unsafe=True)",
         "compiled_call": "whole torch.compile'd call, in the graph type's scope",
+        "compiled_call_aot": "  the same through aot_autograd's wrapper (NEURON_ARGS_DIRECT_CALL=0)",
+        "dynamo_floor": "  Dynamo alone: a backend returning the graph's outputs as computed once",
+        "seam_direct": "what the seam returns to Dynamo, on the flat arguments: direct call",
+        "seam_aot": "  the same: aot_autograd's runtime wrapper (NEURON_ARGS_DIRECT_CALL=0)",
         "variant": "CompiledGraph variant on the flat arguments",
         "executable": "LoadedExecutable (sync client, DLPack, aliased inputs)",
         "legacy_executable": "legacy executable (async client, numpy, copy out)",
@@ -202,6 +221,9 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     ratios = {
         "served / eager": m["served"] / m["eager"],
         "whole compiled call / loaded executable": m["compiled_call"] / m["executable"],
+        "compiled call, aot wrapper / loaded executable": m["compiled_call_aot"] / m["executable"],
+        "Dynamo alone / loaded executable": m["dynamo_floor"] / m["executable"],
+        "seam's call, direct / aot wrapper": m["seam_direct"] / m["seam_aot"],
         "served / loaded executable": m["served"] / m["executable"],
         "guarded / served": m["guarded"] / m["served"],
         "guarded / guarded with skip_guard_eval_unsafe": m["guarded"] / m["guarded_skip_guards"],
@@ -211,6 +233,9 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     on_mins = {
         "served / eager": lo["served"] / lo["eager"],
         "whole compiled call / loaded executable": lo["compiled_call"] / lo["executable"],
+        "compiled call, aot wrapper / loaded executable": lo["compiled_call_aot"] / lo["executable"],
+        "Dynamo alone / loaded executable": lo["dynamo_floor"] / lo["executable"],
+        "seam's call, direct / aot wrapper": lo["seam_direct"] / lo["seam_aot"],
         "served / loaded executable": lo["served"] / lo["executable"],
         "guarded / served": lo["guarded"] / lo["served"],
         "guarded / guarded with skip_guard_eval_unsafe": lo["guarded"] / lo["guarded_skip_guards"],
@@ -224,11 +249,54 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     return {**ratios, **{f"min: {k}": v for k, v in on_mins.items()}}
 
 
+def dynamo_floor(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """A copy of the entry compiled by a backend whose call costs nothing: what Dynamo alone costs per call."""
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        outs: list[Any] = []
+
+        def cached(*args: Any) -> Any:
+            if not outs:
+                outs.extend(gm(*args))
+            return outs
+
+        return cached
+
+    fn = torch.compile(copy.deepcopy(runner.spec(graph_type).entry), backend=backend, dynamic=False)
+    with torch.inference_mode():
+        fn(**kwargs)
+    return fn
+
+
+def seam_copy(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], direct: bool
+              ) -> tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]:
+    """A copy of the graph type's entry (its own KV cache) compiled with the seam's direct call or with
+    aot_autograd's runtime wrapper (``NEURON_ARGS_DIRECT_CALL=0``): the compiled copy, what the seam
+    returned to Dynamo (without Dynamo's ``disable`` wrapper) and the copy's flat graph arguments."""
+    returned = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        returned.append(backends.backend_for(runner.backend)(gm, example_inputs, options=runner.options))
+        return returned[-1]
+
+    # another backend object: Dynamo does not reuse the runner's cache entry for the copy
+    entry = copy.deepcopy(runner.spec(graph_type).entry)
+    fn = torch.compile(entry, backend=backend, dynamic=False)
+    os.environ[dispatch.ENV] = "1" if direct else "0"
+    try:
+        with runner.scope(graph_type), torch.inference_mode():
+            fn(**kwargs)  # Dynamo compiles here; the cache entry is built: no compile
+    finally:
+        del os.environ[dispatch.ENV]
+    assert len(returned) == 1 and (getattr(returned[0], "plan", None) is not None) == direct
+    call = getattr(returned[0], "_torchdynamo_orig_callable", returned[0])
+    return fn, call, tuple(runner.fast_path.graphs[graph_type][0].gather(entry, kwargs))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     ns = parser.parse_args()
-    calls, reps = (100, 5) if ns.quick else (200, 15)
+    calls, reps = (20, 25) if ns.quick else (20, 150)  # many short repetitions: their min resists load
     torch.set_num_threads(1)
     print(f"bench_serve: {load()} (start); torch {torch.__version__}, 1 torch thread")
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
@@ -255,6 +323,20 @@ def main() -> int:
     figure("whole torch.compile'd call / loaded executable, decode step",
            dec["whole compiled call / loaded executable"], "<= 1.10",
            note=of_mins(dec, "whole compiled call / loaded executable"))
+    figure("whole torch.compile'd call through aot_autograd's wrapper / loaded executable, MLP",
+           mlp_r["compiled call, aot wrapper / loaded executable"], None,
+           note=of_mins(mlp_r, "compiled call, aot wrapper / loaded executable"))
+    figure("whole torch.compile'd call through aot_autograd's wrapper / loaded executable, decode step",
+           dec["compiled call, aot wrapper / loaded executable"], None,
+           note=of_mins(dec, "compiled call, aot wrapper / loaded executable"))
+    figure("torch.compile'd call with a no-op backend (Dynamo alone) / loaded executable, MLP",
+           mlp_r["Dynamo alone / loaded executable"], None, note=of_mins(mlp_r, "Dynamo alone / loaded executable"))
+    figure("torch.compile'd call with a no-op backend (Dynamo alone) / loaded executable, decode step",
+           dec["Dynamo alone / loaded executable"], None, note=of_mins(dec, "Dynamo alone / loaded executable"))
+    figure("seam's call on the flat arguments, direct / aot_autograd's wrapper, MLP",
+           mlp_r["seam's call, direct / aot wrapper"], None, note=of_mins(mlp_r, "seam's call, direct / aot wrapper"))
+    figure("seam's call on the flat arguments, direct / aot_autograd's wrapper, decode step",
+           dec["seam's call, direct / aot wrapper"], None, note=of_mins(dec, "seam's call, direct / aot wrapper"))
     figure("served call (fast path) / loaded executable, MLP", mlp_r["served / loaded executable"], "<= 1.10",
            note=of_mins(mlp_r, "served / loaded executable"))
     figure("served call (fast path) / loaded executable, decode step", dec["served / loaded executable"], "<= 1.10",

@@ -42,6 +42,8 @@ import torch
 import torch._dynamo.eval_frame as _eval_frame
 import torch.nn.modules.module as _nn_module
 
+from neuron_args.seams import dispatch
+
 log = logging.getLogger("neuron_args.fastpath")
 
 #: returned by :meth:`FastPath.call` when the call must take the guarded path
@@ -171,6 +173,7 @@ class FastGraph:
     run: Callable[[list[Any]], Any]
     gather: Callable[[torch.nn.Module, Mapping[str, Any]], list[Any]]
     mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
+    copy_back: Callable[[list[Any], Any], None]  # copies the mutated inputs' new values back (aot's epilogue)
     result: Callable[[Any], Any]
     calls: int = 0
 
@@ -202,9 +205,7 @@ class FastGraph:
             return MISS
         args = self.gather(entry, kwargs)
         outs = self.run(args)
-        for i, j, leaf in self.mutated:
-            target = args[i]
-            (target.detach() if leaf and target.requires_grad else target).copy_(outs[j])
+        self.copy_back(args, outs)
         self.calls += 1
         return self.result(outs)
 
@@ -303,22 +304,14 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     obs = seen[0]
     if _module_hooks(entry) or _module_hooks(wrapper):
         raise Refused("the entry module has hooks")
-    md = obs.graph.fw_metadata
-    if md is None:
-        raise Refused("aot_autograd's metadata was not recorded for the graph")
+    try:
+        plan = dispatch.plan(obs.graph.fw_metadata, len(obs.args))
+    except dispatch.NotPlain as why:
+        raise Refused(str(why)) from None
     outs = list(obs.outs) if isinstance(obs.outs, (list, tuple)) else None
-    n_mut = md.num_mutated_inp_runtime_indices
-    if outs is None or len(obs.args) != len(md.input_info) or len(outs) != n_mut + len(md.output_info) \
-            or md.num_intermediate_bases or md.tokens or md.is_rng_op_functionalized:
-        raise Refused("the graph's inputs/outputs are not the plain form aot_autograd metadata describes")
-    mutated = []
-    for j, i in enumerate(md.mutated_inp_runtime_indices):
-        info = md.input_info[i]
-        if info.mutates_metadata or info.mutates_storage_metadata or not info.mutates_data:
-            raise Refused(f"graph input {i} has a metadata mutation (as_strided_/set_)")
-        mutated.append((i, j, bool(info.is_leaf)))
-    if any(info.mutates_data and i not in md.mutated_inp_runtime_indices for i, info in enumerate(md.input_info)):
-        raise Refused("a mutation is kept inside the graph")
+    n_mut = plan.n_mutated
+    if outs is None or len(outs) != n_mut + plan.n_outputs:
+        raise Refused("the graph's outputs are not the plain form aot_autograd metadata describes")
 
     # arguments: keyword arguments first, then the entry's parameters and buffers
     sources = {tid: expr for name, value in kwargs.items() for tid, expr in _tensor_paths(value, f"kw[{name!r}]")}
@@ -339,9 +332,9 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
         k = user.get(id(value)) if isinstance(value, torch.Tensor) else None
         if k is None:
             raise Refused(f"the call returns a {type(value).__name__} that is not a graph output as computed")
-        kind = md.output_info[k - n_mut].output_type
-        if kind.name != "non_alias":  # aot_autograd regenerates aliases of inputs/intermediates itself
-            raise Refused(f"the call returns graph output {k}, which aliases ({kind.name}) rather than owns its data")
+        kind = plan.kinds[k - n_mut]
+        if kind not in dispatch.OWNED:  # aot_autograd regenerates aliases of inputs/intermediates itself
+            raise Refused(f"the call returns graph output {k}, which aliases ({kind}) rather than owns its data")
         return f"outs[{k}]"
 
     if isinstance(result, torch.Tensor):
@@ -380,7 +373,7 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
         graph_type=graph_type, entry=entry, wrapper=wrapper, frame_self=frame_self, keys=frozenset(kwargs),
         shapes=shapes,
         defaults=defaults, star=star, guard_manager=entry_used.guard_manager, run=obs.run, gather=gather,
-        mutated=tuple(mutated), result=make_result,
+        mutated=plan.mutated, copy_back=plan.copy_back, result=make_result,
     )
 
 

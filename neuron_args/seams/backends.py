@@ -84,6 +84,9 @@ class CompiledGraph:
         self._variants: dict[tuple[str, ...] | None, Callable[[list[Any]], Any]] = {}
         # aot_autograd's view/mutation metadata of this graph (which outputs are mutated inputs)
         self.fw_metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+        # aot_autograd calls a backward graph through disable(), whose functools.wraps copies only instance
+        # attributes: without this one it calls the graph unboxed and fails
+        self._boxed_call = True
 
     def __call__(self, args: list[Any]) -> Any:
         scoped = _scoped_compiler_args.get()
@@ -331,16 +334,20 @@ class NeuronBackend:
         from torch._dynamo.backends.common import aot_autograd
 
         from neuron_args.lowering.hlo import lower_fx_graph
+        from neuron_args.seams.dispatch import dispatched
 
         try:
             opts = check_options(options, self.seam)
             _refuse_symbolic(example_inputs, self.seam)
             user_inputs = _user_input_mask(gm)
+            graphs: list[CompiledGraph] = []
 
             def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
-                return CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs)
+                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs))
+                return graphs[-1]
 
-            return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+            # aot's runtime wrapper only when the graph needs more than a copy-back of mutated inputs
+            return dispatched(aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs), graphs, gm, example_inputs)
         except NeuronArgsError as exc:  # Dynamo would wrap it in BackendCompilerFailed: raise it at call time
             return deferred_raise(exc)
 

@@ -1,0 +1,168 @@
+"""How a compiled graph's call is dispatched: straight to the graph when aot_autograd's wrapper adds nothing.
+
+A seam returns ``aot_autograd(fw_compiler=...)`` to Dynamo, and aot_autograd wraps the graph it
+compiled in its runtime wrapper: on every call it regenerates aliased outputs, replays metadata
+mutations, handles effect tokens, tensor subclasses, functionalized RNG, duplicated or aliased
+inputs, autocast and autograd, and copies the new values of mutated inputs back. For an inference
+graph served as a decode step only the last is needed; calling the graph directly saves the
+wrapper's layers (``benchmarks/bench_serve.py``: "seam's call"; what remains of a compiled call is
+Dynamo's own frame evaluation and guards).
+
+:func:`plan` reads aot_autograd's metadata of a graph (``ViewAndMutationMeta``) and says whether
+its runtime needs are *plain*: every mutation of an input is a data mutation returned as a leading
+graph output, nothing else. It is shared by :mod:`neuron_args.fastpath` (the runner's served
+calls) and :func:`direct_call` (a ``torch.compile``'d module called directly), which decides at
+compile time from the example inputs, grad mode and the metadata whether Dynamo can call the
+graph directly; every other graph keeps aot_autograd's wrapper.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+log = logging.getLogger("neuron_args.seams")
+
+#: set to 0 to keep aot_autograd's runtime wrapper for every graph
+ENV = "NEURON_ARGS_DIRECT_CALL"
+# aot_autograd's output types it returns as the graph computed them (no alias regenerated)
+OWNED = frozenset({"non_alias", "unsafe_view_alias", "custom_function_view"})
+
+
+class NotPlain(Exception):
+    """aot_autograd's wrapper does more for this graph than copy mutated inputs back; the reason says what."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A graph's plain runtime needs: outputs ``[:n_mutated]`` are new values of mutated inputs."""
+
+    n_mutated: int
+    n_outputs: int  # user outputs, after the mutated ones
+    mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
+    kinds: tuple[str, ...]  # per user output: aot_autograd's output type (``non_alias``, ``is_input``, ...)
+    copy_back: Callable[[Sequence[Any], Sequence[Any]], None]  # copy_back(args, outs), as aot's epilogue
+
+
+def plan(md: Any, n_args: int) -> Plan:
+    """The plain plan of a graph from its aot_autograd metadata, or :class:`NotPlain`."""
+    if md is None:
+        raise NotPlain("aot_autograd's metadata was not recorded for the graph")
+    if len(md.input_info) != n_args:
+        raise NotPlain(f"the graph takes {len(md.input_info)} arguments in aot_autograd's metadata, "
+                       f"{n_args} here (lifted parameters or deduplicated inputs)")
+    if md.num_intermediate_bases or md.tokens or md.is_rng_op_functionalized or md.num_outputs_rng_offset:
+        raise NotPlain("the graph returns intermediate bases, effect tokens or RNG state")
+    if any(not isinstance(m, int) and type(m).__name__ != "PlainTensorMeta"
+           for m in (*md.subclass_inp_meta, *md.subclass_fw_graph_out_meta)):
+        raise NotPlain("the graph takes or returns tensor subclasses")
+    if md.grad_enabled_mutation is not None or md.dynamic_outputs:
+        raise NotPlain("the graph changes grad mode or returns dynamic shapes")
+    if any(s is not None for s in md.mutated_inp_stream_indices or ()):
+        raise NotPlain("the graph mutates an input on a user stream")
+    mutated = []
+    for j, i in enumerate(md.mutated_inp_runtime_indices):
+        info = md.input_info[i]
+        if info.mutates_metadata or info.mutates_storage_metadata or not info.mutates_data:
+            raise NotPlain(f"graph input {i} has a metadata mutation (as_strided_/set_)")
+        mutated.append((i, j, bool(info.is_leaf)))
+    if any(info.mutates_data and i not in md.mutated_inp_runtime_indices for i, info in enumerate(md.input_info)):
+        raise NotPlain("a mutation is kept inside the graph")
+    return Plan(n_mutated=len(mutated), n_outputs=len(md.output_info), mutated=tuple(mutated),
+                kinds=tuple(o.output_type.name for o in md.output_info),
+                copy_back=_copy_back(tuple(mutated)))
+
+
+def _copy_back(mutated: tuple[tuple[int, int, bool], ...]) -> Callable[[Sequence[Any], Sequence[Any]], None]:
+    """Straight-line ``copy_`` of each new value into its input (a leaf that requires grad through ``detach``)."""
+    lines = ["def copy_back(args, outs):"]
+    for i, j, leaf in mutated:
+        if leaf:
+            lines.append(f"    t = args[{i}]")
+            lines.append(f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])")
+        else:
+            lines.append(f"    args[{i}].copy_(outs[{j}])")
+    lines.append("    return None")
+    return _compiled("\n".join(lines) + "\n", "copy_back", {})
+
+
+def _compiled(source: str, name: str, namespace: dict[str, Any]) -> Callable[..., Any]:
+    exec(compile(source, f"<neuron_args.seams.dispatch {name}>", "exec"), namespace)  # noqa: S102 - generated here
+    return namespace[name]
+
+
+def _needs_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule, graphs: Sequence[Any]) -> str | None:
+    """Why this compile needs aot_autograd's runtime wrapper beyond copy-back (None: it does not)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if len(graphs) != 1:
+        return f"aot_autograd compiled {len(graphs)} graphs (a forward and backward)"
+    tracing = torch._guards.TracingContext.try_get()
+    if tracing is not None and getattr(tracing, "fakify_first_call", False):
+        return "the first call returns fake outputs (fakify_first_call)"
+    if torch._C._is_any_autocast_enabled():
+        return "autocast is on"
+    if not all(isinstance(x, torch.Tensor) and not is_traceable_wrapper_subclass(x) for x in example_inputs):
+        return "an input is not a plain tensor"
+    if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
+        return "the graph needs autograd"
+    if next(gm.parameters(), None) is not None or next(gm.buffers(), None) is not None:
+        return "the graph module holds parameters or buffers aot_autograd lifts"
+    if len({StorageWeakRef(x.untyped_storage()) for x in example_inputs}) != len(example_inputs):
+        return "two inputs are the same tensor or share storage (aot deduplicates them or makes a synthetic base)"
+    return None
+
+
+def direct_call(graph: Any, plan_: Plan) -> Callable[..., Any]:
+    """Dynamo's unboxed call of ``graph``: run it with grad off (as aot does), copy mutated inputs back,
+    return the user outputs. ``graph`` takes the argument sequence (aot's boxed convention)."""
+    n, total = plan_.n_mutated, plan_.n_mutated + plan_.n_outputs
+    lines = [
+        "def direct(*args):",
+        "    if is_grad_enabled():",
+        "        set_grad_enabled(False)",
+        "        try:",
+        "            outs = graph(args)",
+        "        finally:",
+        "            set_grad_enabled(True)",
+        "    else:",
+        "        outs = graph(args)",
+        f"    if len(outs) != {total}:",
+        f"        raise AssertionError(f'the compiled graph returned {{len(outs)}} outputs, not {total}')",
+    ]
+    if n:
+        lines.append("    copy_back(args, outs)")
+        lines.append(f"    return outs[{n}:]")
+    else:
+        lines.append("    return outs")
+    namespace = {"graph": graph, "copy_back": plan_.copy_back, "is_grad_enabled": torch.is_grad_enabled,
+                 "set_grad_enabled": torch._C._set_grad_enabled}
+    direct = _compiled("\n".join(lines) + "\n", "direct", namespace)
+    direct.graph = graph  # type: ignore[attr-defined]
+    direct.plan = plan_  # type: ignore[attr-defined]
+    return direct
+
+
+def dispatched(aot_result: Callable[..., Any], graphs: Sequence[Any], gm: torch.fx.GraphModule,
+               example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """What the seam returns to Dynamo: :func:`direct_call` when aot's wrapper would only copy mutated
+    inputs back, else ``aot_result`` (aot_autograd's wrapper). Call right after aot_autograd compiled,
+    still inside Dynamo's tracing context."""
+    why = f"{ENV}=0" if os.environ.get(ENV, "1") == "0" else _needs_aot(example_inputs, gm, graphs)
+    if why is None:
+        try:
+            p = plan(graphs[0].fw_metadata, len(example_inputs))
+        except NotPlain as exc:
+            why = str(exc)
+        else:
+            aliased = sorted({k for k in p.kinds if k not in OWNED})
+            if not aliased:
+                return direct_call(graphs[0], p)
+            why = f"an output is an alias ({', '.join(aliased)}) aot_autograd regenerates"
+    log.debug("graph keeps aot_autograd's runtime wrapper: %s", why)
+    return aot_result
