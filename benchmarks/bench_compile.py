@@ -40,7 +40,6 @@ import argparse
 import contextlib
 import cProfile
 import io
-import os
 import pstats
 import re
 import statistics
@@ -58,7 +57,7 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from figures import figure  # noqa: E402
+from figures import figure, load, per_call_us  # noqa: E402
 from neuron_args import xla_cpu  # noqa: E402
 from neuron_args.cache import CompileCache  # noqa: E402
 from neuron_args.compilers import select_compiler  # noqa: E402
@@ -72,27 +71,6 @@ from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # n
 BASE = ["--auto-cast=none", "-O1"]
 
 
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
-
-
-def per_call_us(fns: dict[str, Callable[[], Any]], calls: int, reps: int,
-                around: dict[str, Callable[[], Any]] | None = None) -> dict[str, list[float]]:
-    """µs per call of each function, interleaved repetition by repetition.
-
-    ``around[name]()`` is a context manager held while ``name``'s batch runs (and is not timed).
-    """
-    out: dict[str, list[float]] = {name: [] for name in fns}
-    around = around or {}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            with around.get(name, contextlib.nullcontext)():
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                out[name].append((time.perf_counter() - t0) / calls * 1e6)
-    return out
 
 
 def med(values: Sequence[float]) -> float:

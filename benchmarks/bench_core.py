@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from figures import figure  # noqa: E402
+from figures import figure, load  # noqa: E402
 from neuron_args.cache_key import create_cache_hash
 from neuron_args.scope import apply_scoped_compiler_args, scoped_compiler_args
 
@@ -94,10 +93,6 @@ def row(name: str, values: list[float], unit: str, scale: float = 1.0, note: str
     med, low = statistics.median(values) * scale, min(values) * scale
     print(f"  {name:<58} {med:>10.1f} {low:>10.1f} {unit:<4} {note}")
 
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def key_section(mb: int, n_hash: int) -> None:

@@ -58,7 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from figures import figure  # noqa: E402
+from figures import figure, load, per_call_us  # noqa: E402
 from neuron_args import executables, xla_cpu  # noqa: E402
 from neuron_args.graphs import GraphSpec  # noqa: E402
 from neuron_args.runner import NeuronRunner  # noqa: E402
@@ -70,23 +70,6 @@ from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # n
 BASE = ["--auto-cast=none", "-O1"]
 
 
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
-
-
-def per_call_us(fns: dict[str, Callable[[], Any]], calls: int, reps: int,
-                around: dict[str, Callable[[], Any]]) -> dict[str, list[float]]:
-    """µs per call of each function, interleaved repetition by repetition (``around[name]()`` untimed)."""
-    out: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            with around.get(name, contextlib.nullcontext)():
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                out[name].append((time.perf_counter() - t0) / calls * 1e6)
-    return out
 
 
 class DecoderModel(torch.nn.Module):

@@ -8,9 +8,12 @@ there as a JSON list when the script exits: ``{"name", "value", "target", "met",
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import operator
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +42,27 @@ def _write() -> None:
 
 
 atexit.register(_write)
+
+
+def load() -> str:
+    """The machine's load, printed beside every table (a figure means little without it)."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def per_call_us(fns: dict[str, Callable[[], Any]], calls: int, reps: int,
+                around: dict[str, Callable[[], Any]] | None = None) -> dict[str, list[float]]:
+    """µs per call of each function, interleaved repetition by repetition (so a load spike hits all alike).
+
+    ``around[name]()`` is a context manager held while ``name``'s batch runs (and is not timed).
+    """
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    around = around or {}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            with around.get(name, contextlib.nullcontext)():
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                out[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return out
