@@ -109,15 +109,28 @@ def environment_snapshot() -> dict:
     """``{"python": "3.11.7", "<distribution>": "<version>", ...}`` of the running interpreter.
 
     A pip-freeze equivalent from ``importlib.metadata``; the first distribution of a name on
-    ``sys.path`` wins, as it does for imports.
+    ``sys.path`` wins, as it does for imports. Only the ``Name:``/``Version:`` header lines are
+    read (the full metadata parse cost ~10x more: a third of a small manifest's emit).
     """
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
         try:
-            name = dist.metadata["Name"]
-            version = dist.version
+            name, version = _name_and_version(dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "")
         except Exception:  # a broken dist-info folder
             continue
         if name and version and name not in found:
-            found[name] = str(version)
+            found[name] = version
     return {"python": platform.python_version(), **dict(sorted(found.items(), key=lambda kv: kv[0].lower()))}
+
+
+def _name_and_version(metadata_text: str) -> tuple[str | None, str | None]:
+    """``Name`` and ``Version`` from a core-metadata header (the block before the first blank line)."""
+    name = version = None
+    for line in metadata_text.splitlines():
+        if not line or (name and version):
+            break
+        if name is None and line.startswith("Name:"):
+            name = line[5:].strip()
+        elif version is None and line.startswith("Version:"):
+            version = line[8:].strip()
+    return name, version
