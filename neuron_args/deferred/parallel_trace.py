@@ -7,6 +7,11 @@ while that is safe; once jax's CPU client exists in this process a forked child'
 hangs, so the trace then falls back to spawn (the job is pickled) and says so once. Every child
 has a deadline: a hang or a crash becomes a :class:`TraceError` naming the graph type, never a
 stuck run.
+
+On a warm cache no child is needed: given an ``in_process`` tracer (the runner passes its own),
+the jobs whose keys the trace record lists as complete are traced in this process instead,
+asserting a cache hit, so a changed model still misses and goes to a child (see
+:mod:`neuron_args.deferred.trace_record`).
 """
 from __future__ import annotations
 
@@ -16,12 +21,13 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
-from neuron_args.errors import TraceError
+from neuron_args.deferred.trace_record import TraceRecord, fingerprint
+from neuron_args.errors import CacheMissError, TraceError
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -34,7 +40,7 @@ _said_spawn = False
 class TraceResult:
     graph_type: str | None
     compiler_args: list[str] | None
-    status: str  # "captured" | "failed"
+    status: str  # "captured" (in a child) | "loaded" (complete: traced in this process) | "failed"
     seconds: float
     keys: list[str] = field(default_factory=list)
     error: str | None = None
@@ -163,22 +169,80 @@ def parallel_trace(
     workers: int | None = None,
     timeout: float | None = None,
     start_method: str | None = None,
+    in_process: Callable[[TraceJob], list[str]] | None = None,
 ) -> list[TraceResult]:
     """Capture each job in a child process; raise :class:`TraceError` after all ran if any failed.
 
     ``options`` are the capture seam's torch.compile options (cache_dir, compiler_args base,
     target, compiler). ``timeout`` is each child's deadline in seconds.
+
+    ``in_process(job)`` lets a warm cache skip the children: a job whose keys the trace record
+    (:mod:`neuron_args.deferred.trace_record`, kept in the cache of ``options`` only when
+    ``in_process`` is given) lists as complete is handed to it instead. It
+    traces the job in this process asserting a cache hit and returns the keys it resolved
+    (status ``"loaded"``); if it raises :class:`CacheMissError` (the model or its arguments
+    changed since the record), the job is traced in a child after all.
     """
+    from neuron_args.cache import cache_root
     from neuron_args.seams.options import check_options
 
     opts = check_options(options, "parallel_trace")  # a bad option fails here, not in every child
     todo = [normalize_job(j) for j in jobs]
-    ctx = _context(start_method)
-    deadline_s = DEFAULT_TIMEOUT if timeout is None else timeout
-    n_workers = workers or default_workers(len(todo))
+    # the record is the in-process tracer's (a job compiled by its caller may cache elsewhere)
+    record = TraceRecord(cache_root(opts)) if in_process is not None else None
+    prints = [fingerprint(job, opts) for job in todo] if record is not None else [""] * len(todo)
+    known = record.complete_keys(prints) if record is not None else {}
+    here = [i for i, fp in enumerate(prints) if fp in known]
+    children = [i for i, fp in enumerate(prints) if fp not in known]
     results: list[TraceResult | None] = [None] * len(todo)
+    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method)
+    if children and here and start_method is None and fork_is_safe():
+        # fork the children before this process traces anything (its first lowering creates jax's client)
+        _trace_in_children(todo, children, opts, *settings, results)
+        children = []
+    if in_process is not None:
+        children += _trace_here(todo, here, in_process, results)
+    if children:
+        _trace_in_children(todo, sorted(children), opts, *settings, results)
+    done = [r for r in results if r is not None]
+    if record is not None:
+        record.note({prints[i]: (r.graph_type, r.keys) for i, r in enumerate(results)
+                     if r is not None and r.status != "failed"})
+    failed = [r for r in done if r.status == "failed"]
+    if failed:
+        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
+    return done
+
+
+def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[TraceJob], list[str]],
+                results: list[TraceResult | None]) -> list[int]:
+    """Trace the jobs the record knows complete in this process; the indices that missed (for children)."""
+    missed = []
+    for i in indices:
+        job, t0 = todo[i], time.monotonic()
+        try:
+            keys = in_process(job)
+        except CacheMissError as exc:
+            log.info("parallel_trace: graph type %r is not in the cache as recorded (%s); tracing it in a child",
+                     job.graph_type, str(exc).splitlines()[0])
+            missed.append(i)
+            continue
+        except Exception:
+            results[i] = TraceResult(job.graph_type, job[2], "failed", round(time.monotonic() - t0, 3), [],
+                                     f"trace of graph type {job.graph_type!r} raised in this process:\n"
+                                     f"{traceback.format_exc()}")
+            continue
+        results[i] = TraceResult(job.graph_type, job[2], "loaded", round(time.monotonic() - t0, 3), list(keys))
+    return missed
+
+
+def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
+                       deadline_s: float, start_method: str | None, results: list[TraceResult | None]) -> None:
+    """Capture ``todo[i]`` for each index in a child of its own, at most ``workers`` at a time."""
+    ctx = _context(start_method)
+    n_workers = workers or default_workers(len(indices))
     running: dict[int, tuple[Any, Any, float]] = {}
-    pending = list(range(len(todo)))
+    pending = list(indices)
 
     def finish(i: int, status: str, error: str | None = None, keys: list[str] | None = None) -> None:
         proc, conn, t0 = running.pop(i)
@@ -195,11 +259,6 @@ def parallel_trace(
             proc.join(5)
             conn.close()
         raise
-    done = [r for r in results if r is not None]
-    failed = [r for r in done if r.status == "failed"]
-    if failed:
-        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
-    return done
 
 
 def _drive(todo: list[TraceJob], pending: list[int], running: dict[int, tuple[Any, Any, float]],

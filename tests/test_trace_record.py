@@ -1,0 +1,158 @@
+"""The parallel flow on a warm cache: the trace record lets it skip trace children, never at the cost of a key.
+
+A job whose recorded keys are complete is traced in the runner's own process, asserting a cache
+hit; its keys come from that trace. A changed model that keeps its fingerprint still gets its own
+key: the in-process trace misses and the job goes to a child, is captured and compiled.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+import torch
+
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
+from neuron_args.deferred import TraceJob
+from neuron_args.deferred.trace_record import RECORD_NAME, TraceRecord, fingerprint
+from neuron_args.graphs import GraphSpec
+from neuron_args.runner import NeuronRunner
+from neuron_args.seams import records
+
+ARGS = ["--auto-cast=none", "-O1"]
+# the module (the package exports its function under the same name)
+parallel_trace_module = importlib.import_module("neuron_args.deferred.parallel_trace")
+
+
+class Scaled(torch.nn.Module):
+    """One linear layer times ``scale``: a plain attribute, so a changed scale keeps the job's fingerprint."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 8)
+        self.scale = scale
+
+    def forward(self, input):
+        return self.lin(input) * self.scale
+
+    def neuron_graphs(self):
+        return [GraphSpec("decode", self, {"b1": lambda: {"input": torch.ones(1, 8)}}),
+                GraphSpec("prefill", self, {"b4": lambda: {"input": torch.ones(4, 8)}})]
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
+    monkeypatch.delenv("VLLM_NEURON_MANIFEST_DIR", raising=False)
+    torch._dynamo.reset()
+    records.clear()
+    STATS.reset()
+
+
+def runner(cache_dir, scale=1.0, args=ARGS):
+    return NeuronRunner(Scaled(scale), compiler_args=args, compiler="local", cache_dir=cache_dir)
+
+
+def no_children(monkeypatch):
+    """Make starting any trace child fail the test (the context is made only when a child is needed)."""
+    def refuse(start_method):
+        raise AssertionError("a trace child was started on a warm cache")
+
+    monkeypatch.setattr(parallel_trace_module, "_context", refuse)
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    """A parallel warmup on an empty cache (children trace, workers compile), then the keys of an in-process one."""
+    torch._dynamo.reset()
+    root = tmp_path_factory.mktemp("trace-record")
+    report = runner(root).warmup(flow="parallel", emit=False)
+    torch._dynamo.reset()
+    in_process = runner(tmp_path_factory.mktemp("in-process")).warmup(emit=False)
+    torch._dynamo.reset()
+    return root, report, {g.graph_type: g.key for g in in_process.graphs}
+
+
+def test_a_cold_parallel_warmup_traces_in_children_and_records_the_keys(cold):
+    root, report, in_process = cold
+    assert [t.status for t in report.traced] == ["captured", "captured"]
+    assert {g.graph_type: g.key for g in report.graphs} == in_process
+    jobs = json.loads((root / RECORD_NAME).read_text())["jobs"]
+    assert sorted((j["graph_type"], tuple(j["keys"])) for j in jobs.values()) == sorted(
+        (g, (k,)) for g, k in in_process.items())
+    assert RECORD_NAME not in {e.key for e in CompileCache(root).entries()}  # a dot file: never an entry
+
+
+def test_a_warm_parallel_warmup_starts_no_child_and_gives_the_same_keys(cold, monkeypatch):
+    root, _, in_process = cold
+    no_children(monkeypatch)
+    r = runner(root)
+    report = r.warmup(flow="parallel", emit=False)
+    assert [t.status for t in report.traced] == ["loaded", "loaded"]
+    assert {g.graph_type: (g.key, g.how) for g in report.graphs} == {g: (k, "loaded") for g, k in in_process.items()}
+    assert (report.counts.hits, report.counts.misses, report.counts.compiles) == (2, 0, 0)
+    assert STATS.hits == 2  # counted once: by the load in this process, not again as a deferred hit
+    assert sorted((rec.key, rec.loads) for rec in records.records()) == sorted((k, 1) for k in in_process.values())
+    with r.serve() as served:  # the warmup's own trace serves: no retrace, no miss
+        out = r.run("decode", {"input": torch.ones(1, 8)})
+    assert served.counts.misses == 0
+    torch.testing.assert_close(out, Scaled().lin(torch.ones(1, 8)), rtol=1e-5, atol=1e-5)
+
+
+def test_changed_arguments_are_another_job_and_compile(cold):
+    root, _, in_process = cold
+    report = runner(root, args=["--auto-cast=none", "-O2"]).warmup(["prefill"], flow="parallel", emit=False)
+    assert [t.status for t in report.traced] == ["captured"]
+    assert report.graphs[0].key != in_process["prefill"] and report.graphs[0].how == "compiled"
+
+
+def test_a_changed_model_with_the_same_fingerprint_misses_here_and_compiles_in_the_flow(cold):
+    root, _, in_process = cold
+    old = fingerprint(TraceJob(Scaled(1.0), {"input": torch.ones(1, 8)}, ARGS, "decode"), {})
+    assert fingerprint(TraceJob(Scaled(3.0), {"input": torch.ones(1, 8)}, ARGS, "decode"), {}) == old
+    r = runner(root, scale=3.0)
+    report = r.warmup(["decode"], flow="parallel", emit=False)
+    assert [t.status for t in report.traced] == ["captured"]  # the in-process trace missed: a child captured it
+    (graph,) = report.graphs
+    assert graph.key != in_process["decode"] and graph.how == "compiled"
+    assert (report.counts.misses, report.counts.compiles, report.counts.hits) == (1, 1, 0)
+    assert STATS.misses == 0  # the in-process miss is not counted: the flow's compile is
+    with r.serve() as served:
+        out = r.run("decode", {"input": torch.ones(1, 8)})
+    assert served.counts.misses == 0
+    torch.testing.assert_close(out, Scaled().lin(torch.ones(1, 8)) * 3.0, rtol=1e-5, atol=1e-5)
+
+
+def test_parallel_trace_without_an_in_process_tracer_always_uses_children(cold, monkeypatch):
+    root, _, _ = cold
+    no_children(monkeypatch)
+    job = TraceJob(Scaled(), {"input": torch.ones(4, 8)}, ARGS, "prefill")
+    with pytest.raises(AssertionError, match="a trace child was started"):
+        parallel_trace_module.parallel_trace([job], options={"cache_dir": str(root), "compiler_args": ARGS,
+                                                             "compiler": "local"})
+
+
+def test_the_fingerprint_names_what_the_keys_depend_on():
+    job = TraceJob(Scaled(), {"input": torch.ones(1, 8)}, ARGS, "decode")
+    fp = fingerprint(job, {"compiler_args": ARGS, "runner": "a", "cache_dir": "/x"})
+    assert fp == fingerprint(TraceJob(Scaled(), {"input": torch.zeros(1, 8)}, ARGS, "decode"),
+                             {"compiler_args": ARGS, "runner": "b", "cache_dir": "/y"})  # values, process, folder
+    changed = [
+        TraceJob(Scaled(), {"input": torch.ones(2, 8)}, ARGS, "decode"),
+        TraceJob(Scaled(), {"input": torch.ones(1, 8, dtype=torch.float64)}, ARGS, "decode"),
+        TraceJob(Scaled(), {"input": torch.ones(1, 8)}, ["-O3"], "decode"),
+        TraceJob(Scaled(), {"input": torch.ones(1, 8)}, ARGS, "prefill"),
+        TraceJob(torch.nn.Linear(8, 8), {"input": torch.ones(1, 8)}, ARGS, "decode"),
+    ]
+    assert fp not in {fingerprint(j, {"compiler_args": ARGS}) for j in changed}
+    assert fp != fingerprint(job, {"compiler_args": ARGS, "target": "inf2"})
+
+
+def test_a_damaged_record_or_an_incomplete_key_predicts_nothing(tmp_path, caplog):
+    record = TraceRecord(tmp_path)
+    record.note({"fp": ("decode", ["0" * 32])})
+    assert record.read() == {"fp": {"graph_type": "decode", "keys": ["0" * 32]}}
+    assert record.complete_keys(["fp"]) == {}  # no complete entry with that key
+    (tmp_path / RECORD_NAME).write_text("{not json")
+    assert record.read() == {} and "unreadable" in caplog.text
