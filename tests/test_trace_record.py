@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +23,7 @@ from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
 from neuron_args.seams import records
 
+REPO = Path(__file__).resolve().parents[1]
 ARGS = ["--auto-cast=none", "-O1"]
 # the module (the package exports its function under the same name)
 parallel_trace_module = importlib.import_module("neuron_args.deferred.parallel_trace")
@@ -56,7 +61,7 @@ def runner(cache_dir, scale=1.0, args=ARGS):
 
 def no_children(monkeypatch):
     """Make starting any trace child fail the test (the context is made only when a child is needed)."""
-    def refuse(start_method):
+    def refuse(*args):
         raise AssertionError("a trace child was started on a warm cache")
 
     monkeypatch.setattr(parallel_trace_module, "_context", refuse)
@@ -69,13 +74,14 @@ def cold(tmp_path_factory):
     root = tmp_path_factory.mktemp("trace-record")
     report = runner(root).warmup(flow="parallel", emit=False)
     torch._dynamo.reset()
-    in_process = runner(tmp_path_factory.mktemp("in-process")).warmup(emit=False)
+    in_process_root = tmp_path_factory.mktemp("in-process")
+    in_process = runner(in_process_root).warmup(emit=False)
     torch._dynamo.reset()
-    return root, report, {g.graph_type: g.key for g in in_process.graphs}
+    return root, report, {g.graph_type: g.key for g in in_process.graphs}, in_process_root
 
 
 def test_a_cold_parallel_warmup_traces_in_children_and_records_the_keys(cold):
-    root, report, in_process = cold
+    root, report, in_process, _ = cold
     assert [t.status for t in report.traced] == ["captured", "captured"]
     assert {g.graph_type: g.key for g in report.graphs} == in_process
     jobs = json.loads((root / RECORD_NAME).read_text())["jobs"]
@@ -85,7 +91,7 @@ def test_a_cold_parallel_warmup_traces_in_children_and_records_the_keys(cold):
 
 
 def test_a_warm_parallel_warmup_starts_no_child_and_gives_the_same_keys(cold, monkeypatch):
-    root, _, in_process = cold
+    root, _, in_process, _ = cold
     no_children(monkeypatch)
     r = runner(root)
     report = r.warmup(flow="parallel", emit=False)
@@ -100,15 +106,23 @@ def test_a_warm_parallel_warmup_starts_no_child_and_gives_the_same_keys(cold, mo
     torch.testing.assert_close(out, Scaled().lin(torch.ones(1, 8)), rtol=1e-5, atol=1e-5)
 
 
+def test_an_in_process_warmup_records_its_keys_so_a_parallel_one_starts_no_child(cold, monkeypatch):
+    _, _, in_process, root = cold
+    no_children(monkeypatch)
+    report = runner(root).warmup(flow="parallel", emit=False)
+    assert [t.status for t in report.traced] == ["loaded", "loaded"]
+    assert {g.graph_type: g.key for g in report.graphs} == in_process
+
+
 def test_changed_arguments_are_another_job_and_compile(cold):
-    root, _, in_process = cold
+    root, _, in_process, _ = cold
     report = runner(root, args=["--auto-cast=none", "-O2"]).warmup(["prefill"], flow="parallel", emit=False)
     assert [t.status for t in report.traced] == ["captured"]
     assert report.graphs[0].key != in_process["prefill"] and report.graphs[0].how == "compiled"
 
 
 def test_a_changed_model_with_the_same_fingerprint_misses_here_and_compiles_in_the_flow(cold):
-    root, _, in_process = cold
+    root, _, in_process, _ = cold
     old = fingerprint(TraceJob(Scaled(1.0), {"input": torch.ones(1, 8)}, ARGS, "decode"), {})
     assert fingerprint(TraceJob(Scaled(3.0), {"input": torch.ones(1, 8)}, ARGS, "decode"), {}) == old
     r = runner(root, scale=3.0)
@@ -125,7 +139,7 @@ def test_a_changed_model_with_the_same_fingerprint_misses_here_and_compiles_in_t
 
 
 def test_parallel_trace_without_an_in_process_tracer_always_uses_children(cold, monkeypatch):
-    root, _, _ = cold
+    root, _, _, _ = cold
     no_children(monkeypatch)
     job = TraceJob(Scaled(), {"input": torch.ones(4, 8)}, ARGS, "prefill")
     with pytest.raises(AssertionError, match="a trace child was started"):
@@ -156,3 +170,28 @@ def test_a_damaged_record_or_an_incomplete_key_predicts_nothing(tmp_path, caplog
     assert record.complete_keys(["fp"]) == {}  # no complete entry with that key
     (tmp_path / RECORD_NAME).write_text("{not json")
     assert record.read() == {} and "unreadable" in caplog.text
+
+
+FORK_SERVER = textwrap.dedent("""
+    import sys, logging, multiprocessing.forkserver as forkserver, torch
+    sys.path.insert(0, sys.argv[2])
+    logging.basicConfig(level=logging.WARNING)
+    from neuron_args import xla_cpu
+    from neuron_args.deferred.parallel_trace import fork_is_safe, parallel_trace
+    from tests.models import make_mlp, mlp_inputs
+    xla_cpu.cpu_client()   # the jax client now exists: forked children would hang
+    opts = {"cache_dir": sys.argv[1], "compiler_args": ["-O1"], "target": "trn2", "compiler": "local"}
+    jobs = [(make_mlp(), {"x": mlp_inputs(batch=b)[0]}, ["-O2"]) for b in (2, 3)]
+    r = parallel_trace(jobs, options=opts, timeout=300, in_process=lambda job: [])
+    print("safe", fork_is_safe(), "server", forkserver._forkserver._forkserver_pid is not None,
+          "status", *[t.status for t in r])
+""")
+
+
+def test_once_forking_is_unsafe_the_runners_children_start_from_a_fork_server(tmp_path):
+    run = subprocess.run([sys.executable, "-c", FORK_SERVER, str(tmp_path), str(REPO)], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["safe", "False", "server", "True", "status", "captured", "captured"]
+    assert "spawn" not in run.stderr
+    assert sorted(e.status for e in CompileCache(tmp_path).entries()) == ["pending", "pending"]

@@ -4,7 +4,9 @@ Each job runs in its own child, which opens ``scoped_compiler_args(job[2])`` and
 compiled with the capture seam: ``graph.hlo`` and a pending entry with the resolved arguments
 land in the cache, and nothing is compiled. Children fork (the model is inherited, not pickled)
 while that is safe; once jax's CPU client exists in this process a forked child's first jax call
-hangs, so the trace then falls back to spawn (the job is pickled) and says so once. Every child
+hangs, so the trace then falls back to spawn (the job is pickled) and says so once; with an
+``in_process`` tracer (a long-lived runner) it starts them from a fork server instead, which
+imports torch, jax and torchax once for all of them (jobs are pickled too). Every child
 has a deadline: a hang or a crash becomes a :class:`TraceError` naming the graph type, never a
 stuck run.
 
@@ -124,7 +126,8 @@ def _child_main(job: TraceJob, options: Mapping[str, Any], conn: Any, parent: in
         if parent is not None:  # a killed parent takes its trace children with it
             from neuron_args.compilers.lifetime import die_with_parent
 
-            die_with_parent(parent)
+            # 0: started by the fork server, which exits when the caller dies (its pipe closes)
+            die_with_parent(parent or os.getppid())
         _run_job(job, options, conn)
     finally:
         os._exit(0)
@@ -135,19 +138,27 @@ def _preload_for_fork() -> None:
 
     Importing jax and torchax creates no XLA client, so forking stays safe afterwards.
     """
-    from neuron_args.lowering import hlo  # noqa: F401
-    from neuron_args.lowering.torchax_compat import import_torchax
-
-    import_torchax()
+    import neuron_args.deferred.trace_preload  # noqa: F401
 
 
-def _context(start_method: str | None) -> Any:
+def _context(start_method: str | None, server_preload: Sequence[str] | None = None) -> Any:
+    """fork while it is safe; once jax's client exists, a fork server when ``server_preload`` is given, else spawn.
+
+    The fork server (started once per process) imports :mod:`neuron_args.deferred.trace_preload`
+    and the ``server_preload`` modules (the jobs' model modules) once; each child then forks from
+    it instead of starting an interpreter and importing torch, jax and torchax again (spawn).
+    """
     global _said_spawn
     if start_method is None:
-        start_method = "fork" if fork_is_safe() else "spawn"
-        if start_method == "fork":
+        if fork_is_safe():
             _preload_for_fork()
-        if start_method == "spawn" and not _said_spawn:
+            return mp.get_context("fork")
+        if server_preload is not None:
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(["neuron_args.deferred.trace_preload", *server_preload])
+            return ctx
+        start_method = "spawn"
+        if not _said_spawn:
             _said_spawn = True
             log.warning("parallel_trace: jax's client already exists in this process, so forked children would "
                         "hang; starting trace children with spawn instead (jobs are pickled).")
@@ -195,7 +206,10 @@ def parallel_trace(
     here = [i for i, fp in enumerate(prints) if fp in known]
     children = [i for i, fp in enumerate(prints) if fp not in known]
     results: list[TraceResult | None] = [None] * len(todo)
-    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method)
+    # with an in-process tracer (a long-lived runner) children start from a fork server once forking is unsafe
+    server = (sorted({type(getattr(j[0], "_orig_mod", j[0])).__module__ for j in todo} - {"__main__"})
+              if in_process is not None else None)
+    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server)
     if children and here and start_method is None and fork_is_safe():
         # fork the children before this process traces anything (its first lowering creates jax's client)
         _trace_in_children(todo, children, opts, *settings, results)
@@ -237,9 +251,10 @@ def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[
 
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
-                       deadline_s: float, start_method: str | None, results: list[TraceResult | None]) -> None:
+                       deadline_s: float, start_method: str | None, server: list[str] | None,
+                       results: list[TraceResult | None]) -> None:
     """Capture ``todo[i]`` for each index in a child of its own, at most ``workers`` at a time."""
-    ctx = _context(start_method)
+    ctx = _context(start_method, server)
     n_workers = workers or default_workers(len(indices))
     running: dict[int, tuple[Any, Any, float]] = {}
     pending = list(indices)
@@ -269,7 +284,8 @@ def _drive(todo: list[TraceJob], pending: list[int], running: dict[int, tuple[An
         while pending and len(running) < n_workers:
             i = pending.pop(0)
             parent_conn, child_conn = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child_main, args=(todo[i], opts, child_conn, os.getpid()), daemon=True,
+            parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
+            proc = ctx.Process(target=_child_main, args=(todo[i], opts, child_conn, parent), daemon=True,
                                name=f"neuron-args-trace-{todo[i].graph_type}")
             proc.start()
             child_conn.close()
