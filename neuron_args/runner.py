@@ -24,6 +24,7 @@ import torch
 
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import CompileProgress, build_trace_job, parallel_compile, parallel_trace
+from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
@@ -324,6 +325,7 @@ class NeuronRunner:
     def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None) -> None:
         total = sum(len(self.spec(g).buckets) for g in graph_types)
         done = 0
+        resolved: dict[str, tuple[str, list[str]]] = {}  # trace record: job fingerprint -> keys
         for g in graph_types:
             warmed: list[WarmedGraph] = []
             for bucket, make in self.spec(g).buckets.items():
@@ -333,8 +335,13 @@ class NeuronRunner:
                 kwargs = self._example(make, g, bucket)
                 stats, recs = STATS.snapshot(), _record_counts()
                 self.run(g, kwargs)
-                warmed += self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+                touched = self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+                warmed += touched
+                resolved[fingerprint(build_trace_job(self.resolver, self.spec(g).entry, kwargs, g), self.options)] = (
+                    g, [w.key for w in touched])
             self.warmed[g] = warmed
+        if self.backend == COMPILE_SEAM:  # the capture seam's keys: a parallel warmup of this cache starts no child
+            TraceRecord(self.cache_dir).note(resolved)
 
     def _touched(self, graph_type: str, bucket: str, before: Mapping[str, tuple[int, int, int]],
                  counts: dict[str, int]) -> list[WarmedGraph]:
@@ -359,8 +366,9 @@ class NeuronRunner:
         index = {id(job): i for i, job in enumerate(jobs)}
         before = STATS.snapshot()
         traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
-                                in_process=lambda job: self._trace_here(job, buckets[index[id(job)]][1],
-                                                                        here.setdefault(index[id(job)], [])))
+                                in_process=None if self.backend != COMPILE_SEAM else
+                                lambda job: self._trace_here(job, buckets[index[id(job)]][1],
+                                                             here.setdefault(index[id(job)], [])))
         compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
                                           compiler=self.options["compiler"], progress=progress)
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
