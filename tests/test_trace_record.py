@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
+from neuron_args.cache import STATS, CompileCache
 from neuron_args.deferred import TraceJob
 from neuron_args.deferred.trace_record import RECORD_NAME, TraceRecord, fingerprint
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
 from neuron_args.seams import records
+from tests.test_runner import _fresh  # noqa: F401  (autouse: a fresh Dynamo, records and STATS per test)
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = ["--auto-cast=none", "-O1"]
@@ -44,15 +45,6 @@ class Scaled(torch.nn.Module):
     def neuron_graphs(self):
         return [GraphSpec("decode", self, {"b1": lambda: {"input": torch.ones(1, 8)}}),
                 GraphSpec("prefill", self, {"b4": lambda: {"input": torch.ones(4, 8)}})]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
-    monkeypatch.delenv("VLLM_NEURON_MANIFEST_DIR", raising=False)
-    torch._dynamo.reset()
-    records.clear()
-    STATS.reset()
 
 
 def runner(cache_dir, scale=1.0, args=ARGS):
