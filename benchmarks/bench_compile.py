@@ -62,7 +62,8 @@ from neuron_args import xla_cpu  # noqa: E402
 from neuron_args.cache import CompileCache  # noqa: E402
 from neuron_args.compilers import select_compiler  # noqa: E402
 from neuron_args.lowering.hlo import TensorSpec, lower_fx_graph  # noqa: E402
-from neuron_args.runtime import LoadedExecutable, tensor_to_numpy  # noqa: E402
+from neuron_args.runtime import LoadedExecutable  # noqa: E402
+from neuron_args.tensors import tensor_to_numpy  # noqa: E402
 from neuron_args import executables  # noqa: E402
 from neuron_args.seams import backends  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402

@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures import figure  # noqa: E402
+from neuron_args.activity import ACTIVITY
 from neuron_args.manifest import ledger
 from neuron_args.manifest.emit import emit_manifest, environment_snapshot
 from neuron_args.manifest.ledger import record_graph
@@ -136,7 +137,7 @@ def main() -> int:
         for i in range(args.writes):
             record_graph(key=_key(i), input_shapes=shapes, compiler_flags=FLAGS, graph_type="decode")
         write_us = (time.perf_counter() - start) / args.writes * 1e6
-        assert ledger._failure_logged_pid is None
+        assert ACTIVITY.ledger.failure_logged_pid is None
         del os.environ["VLLM_NEURON_MANIFEST_DIR"]
         start = time.perf_counter()
         for i in range(args.writes):

@@ -54,9 +54,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from figures import figure  # noqa: E402
 from neuron_args import executables, xla_cpu  # noqa: E402
 from neuron_args.graphs import GraphSpec  # noqa: E402
-from neuron_args.lowering.hlo import TensorSpec  # noqa: E402
 from neuron_args.runner import NeuronRunner  # noqa: E402
-from neuron_args.runtime import LoadedExecutable, numpy_dtype, tensor_to_numpy  # noqa: E402
+from neuron_args.runtime import LoadedExecutable  # noqa: E402
+from neuron_args.tensors import TensorSpec, numpy_dtype, tensor_to_numpy  # noqa: E402
 from neuron_args.seams import backends  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
 

@@ -37,6 +37,7 @@ _LAZY = {
     "GraphSpec": "neuron_args.graphs",
     "parallel_trace": "neuron_args.deferred",
     "parallel_compile": "neuron_args.deferred",
+    "ParallelCompileError": "neuron_args.deferred",
     "build_trace_job": "neuron_args.deferred",
     "TraceJob": "neuron_args.deferred",
     "emit_manifest": "neuron_args.manifest.emit",

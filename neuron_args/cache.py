@@ -18,10 +18,10 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import write_atomic
 from neuron_args.cache_key import CacheKey, explain_components
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, OptionsError
@@ -40,7 +40,10 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 def assert_cache_hit_enabled() -> bool:
-    """True when ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` holds a true value (1/true/yes/on)."""
+    """The open ``NeuronRunner.serve()``'s ``assert_cache_hit`` (``ACTIVITY.assert_hit``), else whether
+    ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` holds a true value (1/true/yes/on)."""
+    if ACTIVITY.assert_hit is not None:
+        return ACTIVITY.assert_hit
     return os.environ.get(ASSERT_CACHE_HIT_ENV, "").strip().lower() in _TRUE
 
 
@@ -58,32 +61,10 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat()
 
 
-@dataclass
-class CacheStats:
-    """Per-process counters. ``compiles`` counts executables built, ``captures`` pending entries written."""
-
-    hits: int = 0
-    misses: int = 0
-    compiles: int = 0
-    captures: int = 0
-
-    def snapshot(self) -> dict[str, int]:
-        return dict(hits=self.hits, misses=self.misses, compiles=self.compiles, captures=self.captures)
-
-    def reset(self) -> None:
-        self.hits = self.misses = self.compiles = self.captures = 0
-
-    @classmethod
-    def since(cls, before: Mapping[str, int]) -> CacheStats:
-        """This process's activity since ``before`` (an earlier ``STATS.snapshot()``)."""
-        now = STATS.snapshot()
-        return cls(**{k: now[k] - before[k] for k in now})
-
-
-STATS = CacheStats()
+STATS = ACTIVITY.stats
 #: (cache root, key) of entries this process verified; corrupt entries it moved aside, with why
-_verified: set[tuple[str, str]] = set()
-_corrupt: dict[str, str] = {}
+_verified = ACTIVITY.verified
+_corrupt = ACTIVITY.corrupt
 
 
 class CacheEntry:
@@ -268,25 +249,6 @@ def new_metadata(
         "created": now_iso(),
         **extra,
     }
-
-
-def compile_entry(entry: CacheEntry, compiler: Any, compiler_args: Sequence[str], target: str,
-                  graph_type: str | None, metadata: Mapping[str, Any], *, timeout: float | None = None) -> None:
-    """Compile ``entry``'s graph.hlo into its executable and record how (the marker is the caller's).
-
-    The executable's size and sha256 go into the metadata: loads verify them. ``timeout`` None
-    means the compiler's default (``$NEURON_ARGS_COMPILE_TIMEOUT`` first).
-    """
-    result = compiler.compile(
-        hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
-        compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
-        timeout=timeout,
-    )
-    entry.write_metadata({
-        **metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": result.argv,
-        "compiled": now_iso(), "compile_seconds": round(result.seconds, 4), "compiler": compiler.info.as_dict(),
-        **executable_fields(entry.executable_path),
-    })
 
 
 class CompileCache:

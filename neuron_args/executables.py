@@ -20,11 +20,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CacheEntry
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
 from neuron_args.errors import NeuronArgsError
-from neuron_args.lowering.hlo import TensorSpec
+from neuron_args.tensors import TensorSpec
 
 log = logging.getLogger("neuron_args.executables")
 
@@ -32,10 +33,10 @@ FORMATS = (XLA_CPU_FORMAT, NEFF_FORMAT)
 ALLOW_EAGER_ENV = "NEURON_ARGS_ALLOW_EAGER_OUTPUTS"
 ALLOW_EAGER_OPTION = "allow_eager_outputs"
 
-# executables this process loaded, by cache key (one load per process, even when Dynamo recompiles)
-_loaded: dict[str, Callable[..., Any]] = {}
+# executables this process loaded, by cache key (one load per process, even when Dynamo recompiles);
 # NEFFs whose outputs come from eager PyTorch in this process: key -> graph type
-_eager: dict[str, str | None] = {}
+_loaded = ACTIVITY.loaded
+_eager = ACTIVITY.eager_outputs
 
 
 def allow_eager_outputs(options: Mapping[str, Any] | None = None) -> bool:

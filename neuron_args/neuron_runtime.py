@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import NeuronArgsError
-from neuron_args.lowering.hlo import TensorSpec
+from neuron_args.tensors import TensorSpec
 
 log = logging.getLogger("neuron_args.neuron_runtime")
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CacheStats, CompileCache, cache_root
+from neuron_args.activity import ACTIVITY
+from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError
@@ -73,8 +74,8 @@ class WarmedGraph:
 
 
 #: Graphs a warmup found already warmed by its runner, in order; each is counted as its first warmup was
-#: (``neuron_compile_counter`` adds them to a block's counts, naming them).
-REUSED: list[WarmedGraph] = []
+#: (``neuron_compile_counter`` adds them to a block's counts, naming them). ``ACTIVITY.reused``.
+REUSED: list[WarmedGraph] = ACTIVITY.reused
 
 
 @dataclass
@@ -116,8 +117,7 @@ class ServeSession:
 
 _RUNNER_IDS = itertools.count(1)
 
-# the runner whose serve() is open (direct model calls route to it) and "inside runner.run"
-_serving_runner: NeuronRunner | None = None
+# "inside runner.run" (the runner whose serve() is open, where direct model calls route, is ACTIVITY.serving)
 _in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("neuron_args_in_run", default=False)
 
 
@@ -134,7 +134,7 @@ class ServedForward:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return type(self.module).forward(self.module, *args, **kwargs)
-        runner = _serving_runner
+        runner = ACTIVITY.serving
         if runner is None or _in_run.get() or not runner._owns(self.module):
             # not serving, a runner's own call, or a module the serving runner does not hold (e.g. a
             # copy.deepcopy of an entry kept as an eager reference): plain eager forward
@@ -396,18 +396,14 @@ class NeuronRunner:
         job is then traced in a child and compiled, which counts the miss) and is not counted here.
         """
         stats, recs = STATS.snapshot(), _record_counts()
-        old = os.environ.get(ASSERT_CACHE_HIT_ENV)
-        os.environ[ASSERT_CACHE_HIT_ENV] = "1"
+        was, ACTIVITY.assert_hit = ACTIVITY.assert_hit, True
         try:
             self.run(job.graph_type, job[1])
         except CacheMissError:
             STATS.misses = stats["misses"]
             raise
         finally:
-            if old is None:
-                os.environ.pop(ASSERT_CACHE_HIT_ENV, None)
-            else:
-                os.environ[ASSERT_CACHE_HIT_ENV] = old
+            ACTIVITY.assert_hit = was
         warmed += self._touched(job.graph_type, bucket, recs, CacheStats.since(stats).snapshot())
         return [w.key for w in warmed]
 
@@ -438,32 +434,26 @@ class NeuronRunner:
 
     @contextlib.contextmanager
     def serve(self, assert_cache_hit: bool = True) -> Iterator[ServeSession]:
-        """Serve with ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` set (restored after) and count cache activity.
+        """Serve, counting cache activity; inside, a cache miss raises :class:`CacheMissError`.
 
+        ``assert_cache_hit`` is handed to the seams through ``ACTIVITY.assert_hit`` for the block
+        (the environment is left alone); ``False`` leaves it to ``NEURON_LIBTORCH_ASSERT_CACHE_HIT``.
         Inside, calling a declared entry module directly (or the model around it) is served too:
         the call is matched to its graph type by the buckets' input shapes and runs through
         :meth:`run`; a call matching no declared bucket raises :class:`UndeclaredGraphError`.
         """
-        global _serving_runner
         session = ServeSession()
         before = STATS.snapshot()
-        old = os.environ.get(ASSERT_CACHE_HIT_ENV)
-        if assert_cache_hit:
-            os.environ[ASSERT_CACHE_HIT_ENV] = "1"
         self._serving = session
-        was_serving, records.serving = records.serving, True
-        was_runner, _serving_runner = _serving_runner, self
+        was = ACTIVITY.serving, ACTIVITY.assert_hit
+        ACTIVITY.serving = self
+        if assert_cache_hit:
+            ACTIVITY.assert_hit = True
         try:
             yield session
         finally:
-            _serving_runner = was_runner
-            records.serving = was_serving
+            ACTIVITY.serving, ACTIVITY.assert_hit = was
             self._serving = None
-            if assert_cache_hit:
-                if old is None:
-                    os.environ.pop(ASSERT_CACHE_HIT_ENV, None)
-                else:
-                    os.environ[ASSERT_CACHE_HIT_ENV] = old
             session.counts = CacheStats.since(before)
 
     def _signatures(self, module: torch.nn.Module) -> list[tuple[str, str, tuple[Any, ...]]]:

@@ -16,9 +16,6 @@ Outputs leave through DLPack too: writable tensors over the runtime's own result
 each execution allocates afresh and nothing else refers to, so no copy is needed. Only an
 executable with input/output aliasing (donation) gets its outputs copied, and 32-bit results of
 64-bit torch tensors are cast back (one copy).
-
-numpy has no bfloat16/float8: :func:`tensor_to_numpy` goes through ``ml_dtypes`` by reinterpreting
-the bits (the lowering uses it for graph constants).
 """
 from __future__ import annotations
 
@@ -28,11 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from neuron_args import xla_cpu
-from neuron_args.tensors import _BIT_VIEWS, TensorSpec, numpy_dtype, tensor_to_numpy
+from neuron_args.tensors import TensorSpec
 
 def _dlpack() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """jaxlib's DLPack entry points: (capsule, device) -> buffer and buffer -> capsule."""
@@ -124,7 +120,7 @@ class LoadedExecutable:
         self._convert_out = tuple(_output_converter(s, copy) for s in self.output_specs)
         self._execute = executable.execute_sharded
         # an asynchronous client returns before the results exist; DLPack needs them ready
-        self._wait = executable.client is not xla_cpu._clients.get("sync")
+        self._wait = not xla_cpu.is_sync_client(executable.client)
 
     @classmethod
     def load(

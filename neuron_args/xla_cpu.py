@@ -11,10 +11,11 @@ Host arrays go in without a copy where PJRT allows it (``ZERO_COPY``: a dense, a
 aliased, not copied), and come out as views of the runtime's buffers.
 
 jax is imported on first use only: its clients start threads, and a process that forks after that
-gets children that hang (``deferred.parallel_trace`` checks ``_client_cache`` before forking).
+gets children that hang (``deferred.parallel_trace`` checks :func:`clients_created` before forking).
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,35 +25,37 @@ import numpy as np
 #: set to 1 to execute on jax's asynchronous CPU client instead of the synchronous one
 ASYNC_ENV = "NEURON_ARGS_XLA_CPU_ASYNC"
 
-# every client this process created (truthy once one exists: forking is unsafe from then on)
-_client_cache: list[Any] = []
-_clients: dict[str, Any] = {}
-
-
+@functools.cache
 def cpu_client() -> Any:
     """jax's XLA:CPU client (created on first call); the local compiler compiles on it."""
-    client = _clients.get("jax")
-    if client is None:
-        import jax
+    import jax
 
-        client = _clients["jax"] = jax.devices("cpu")[0].client
-        _client_cache.append(client)
-    return client
+    return jax.devices("cpu")[0].client
+
+
+@functools.cache
+def sync_client() -> Any:
+    """A synchronous XLA:CPU client of our own (created on first call): executables run on the calling thread."""
+    from jax._src.lib import xla_client as xc
+
+    return xc.make_cpu_client(asynchronous=False, num_devices=1)
+
+
+def clients_created() -> bool:
+    """True once this process created a client: forking is unsafe from then on (children would hang)."""
+    return bool(cpu_client.cache_info().currsize or sync_client.cache_info().currsize)
+
+
+def is_sync_client(client: Any) -> bool:
+    """True for :func:`sync_client` (without creating it)."""
+    return bool(sync_client.cache_info().currsize) and client is sync_client()
 
 
 def runtime_client(asynchronous: bool | None = None) -> Any:
     """The client executables are loaded on and run by: synchronous unless ``NEURON_ARGS_XLA_CPU_ASYNC=1``."""
     if asynchronous is None:
         asynchronous = os.environ.get(ASYNC_ENV, "") not in ("", "0")
-    if asynchronous:
-        return cpu_client()
-    client = _clients.get("sync")
-    if client is None:
-        from jax._src.lib import xla_client as xc
-
-        client = _clients["sync"] = xc.make_cpu_client(asynchronous=False, num_devices=1)
-        _client_cache.append(client)
-    return client
+    return cpu_client() if asynchronous else sync_client()
 
 
 def jaxlib_version() -> str:
@@ -103,23 +106,15 @@ def execute(executable: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(out[0]) for out in result.disassemble_into_single_device_arrays()]
 
 
-_placers: dict[Any, Callable[[Any], Any]] = {}
-
-
+@functools.cache
 def placer(device: Any) -> Callable[[Any], Any]:
     """``put(host array) -> device buffer`` for one device: jax.device_put semantics without its cost.
 
     ``jax.device_put`` costs ~90 us of Python per array; jaxlib's ``batched_device_put`` with a
     cached abstract value per (shape, dtype) ~2.5 us. A dense aligned array is aliased
     (``ZERO_COPY``), not copied: the caller must not modify it while the executable runs.
+    One per device and process.
     """
-    put = _placers.get(device)
-    if put is None:
-        put = _placers[device] = _placer(device)
-    return put
-
-
-def _placer(device: Any) -> Callable[[Any], Any]:
     from jax import dtypes
     from jax._src import core
     from jax._src.lib import xla_client as xc

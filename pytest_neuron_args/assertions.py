@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from neuron_args.activity import ACTIVITY
 from pytest_neuron_args.state import record_delta
 
 COUNT_NAMES = ("compiles", "misses", "hits", "captures")
@@ -20,27 +20,6 @@ _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 # ----------------------------------------------------------------------------- compile counter
-
-
-def _stats() -> dict[str, int]:
-    from neuron_args.cache import STATS
-
-    return STATS.snapshot()
-
-
-def _records_now() -> dict[str, dict[str, Any]]:
-    module = sys.modules.get("neuron_args.seams.records")
-    return {r.key: r.as_dict() for r in module.records()} if module is not None else {}
-
-
-def _reused_count() -> int:
-    module = sys.modules.get("neuron_args.runner")
-    return len(module.REUSED) if module is not None else 0
-
-
-def _reused_since(n: int) -> list[Any]:
-    module = sys.modules.get("neuron_args.runner")
-    return list(module.REUSED[n:]) if module is not None else []
 
 
 def _graph_line(rec: Mapping[str, Any]) -> str:
@@ -52,7 +31,7 @@ def _graph_line(rec: Mapping[str, Any]) -> str:
 def graph_activity(before: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Graphs compiled, loaded from the cache or captured since ``before`` (a records snapshot)."""
     out: dict[str, list[dict[str, Any]]] = {"compiled": [], "loaded": [], "captured": []}
-    for key, now in _records_now().items():
+    for key, now in ACTIVITY.snapshot()["records"].items():
         delta = record_delta(now, dict(before[key]) if key in before else None)
         for what, count in (("compiled", "compiles"), ("loaded", "loads"), ("captured", "captures")):
             if delta[count] > 0:
@@ -68,11 +47,11 @@ class CompileCounter:
     """
 
     def __init__(self) -> None:
-        self._start = _stats()
+        self._start = ACTIVITY.stats.snapshot()
 
     @property
     def counts(self) -> dict[str, int]:
-        now = _stats()
+        now = ACTIVITY.stats.snapshot()
         return {name: now[name] - self._start[name] for name in COUNT_NAMES}
 
     def expect(self, *, compiles: int | None = None, misses: int | None = None, hits: int | None = None,
@@ -101,19 +80,20 @@ class Expectation:
         self._before: tuple[dict[str, int], dict[str, dict[str, Any]], int] | None = None
 
     def __enter__(self) -> Expectation:
-        self._before = (_stats(), _records_now(), _reused_count())
+        before = ACTIVITY.snapshot()
+        self._before = (before["stats"], before["records"], len(before["reused"]))
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         __tracebackhide__ = True
         assert self._before is not None
         before_stats, before_records, before_reused = self._before
-        now = _stats()
+        now = ACTIVITY.stats.snapshot()
         self.counts = {name: now[name] - before_stats[name] for name in COUNT_NAMES}
         self.graphs = graph_activity(before_records)
         # a warmup of graphs the session warmed before costs nothing now; count what their first warmup
         # did, so the block counts the same whether this test runs alone or after the one that warmed them
-        self.reused = _reused_since(before_reused)
+        self.reused = ACTIVITY.reused[before_reused:]
         for graph in self.reused:
             for name in COUNT_NAMES:
                 self.counts[name] += int(graph.counts.get(name, 0))

@@ -232,7 +232,8 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
                   pytestconfig: pytest.Config) -> Iterator[Any]:
     """The runner after warmup, serving: a call that misses the cache raises ``CacheMissError``.
 
-    ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` is set for the test's duration; the error names the graph
+    Cache misses raise for the test's duration (``serve()`` hands its ``assert_cache_hit`` to the seams; the
+    environment, ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` included, is left alone); the error names the graph
     type, the key, the closest warmed-up entry and the components that differ. Calls of the
     model's declared entry modules are served too (matched to a graph type by their shapes); a
     call that matches no declared bucket raises ``UndeclaredGraphError`` and fails the test.

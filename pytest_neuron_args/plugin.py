@@ -67,7 +67,6 @@ def pytest_configure(config: pytest.Config) -> None:
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
     if session.is_rank_worker:
-        _RANK_WORKER["session"] = session
         _join_tp_group()
     if not session.is_worker:
         _warn_split_path_options(config)
@@ -93,9 +92,6 @@ def _warn_split_path_options(config: pytest.Config) -> None:
                 f"write {flag}={value} (with '='): pytest looks for its ini file before it knows plugin "
                 f"options and takes the existing path {value} for a test path; rootdir is {config.rootpath}, "
                 f"ini file {config.inipath or '(none found)'}"), stacklevel=2)
-
-
-_RANK_WORKER: dict[str, NeuronSession] = {}  # set only in a --neuron-tp rank process (one session per process)
 
 
 def _join_tp_group() -> None:
@@ -188,6 +184,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if call.when == "call" and report.failed:
         item.stash[CALL_FAILED] = True
+    if report.failed and get_session(item.config).is_rank_worker:  # tell the pytest process what it was
+        get_session(item.config).report_rank_failure(str(report.longrepr))
     lines = item.stash.get(PROGRESS_KEY, None)
     if lines:  # an xdist worker's warmup progress, printed by the controller (pytest_runtest_logreport)
         report.neuron_progress = list(lines)
@@ -196,8 +194,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.failed and _RANK_WORKER.get("session") is not None:
-        _RANK_WORKER["session"].report_rank_failure(str(report.longrepr))
     lines = getattr(report, "neuron_progress", None)
     node = getattr(report, "node", None)  # set by xdist on the controller: the worker it came from
     config = getattr(node, "config", None)

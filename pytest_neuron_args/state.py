@@ -1,9 +1,9 @@
 """Per-session plugin state: the cache and manifest directories, and what the session compiled and served.
 
 One :class:`NeuronSession` per ``pytest.Config`` (never module globals: an in-process ``pytester`` run
-shares this module with the session that started it). The library's process-wide counters
-(``records``, ``STATS``) are read as differences from their values at session start, for the same
-reason. Everything :meth:`NeuronSession.export` returns is plain builtins, so it can travel through
+shares this module with the session that started it). The library's process activity
+(``neuron_args.activity.ACTIVITY``: records, cache counters) is read as differences from its snapshot
+at session start, for the same reason. Everything :meth:`NeuronSession.export` returns is plain builtins, so it can travel through
 xdist's ``workeroutput``.
 """
 from __future__ import annotations
@@ -11,20 +11,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from pytest_neuron_args.options import NeuronSettings
 
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
-_RECORDS_MODULE = "neuron_args.seams.records"
 _COUNTED = ("loads", "serve_hits", "serve_misses")
 
 
@@ -40,16 +39,6 @@ def safe_name(nodeid: str) -> str:
     """A file-name-safe, still readable form of a test id (``tests/t.py::test_a[x]`` -> ``tests_t.py__test_a_x_``)."""
     out = "".join(c if c.isalnum() or c in "._-" else "_" for c in nodeid).strip("._")
     return out[:180] or "test"
-
-
-def _records() -> list[Any]:
-    module = sys.modules.get(_RECORDS_MODULE)  # never imported: nothing was compiled in this process
-    return list(module.records()) if module is not None else []
-
-
-def _stats() -> dict[str, int]:
-    module = sys.modules.get("neuron_args.cache")
-    return module.STATS.snapshot() if module is not None else {"hits": 0, "misses": 0, "compiles": 0, "captures": 0}
 
 
 class NeuronSession:
@@ -146,8 +135,8 @@ class NeuronSession:
             if not self.is_worker and not self.is_rank_worker:  # a crashed session's lines are not ours
                 shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
             os.environ[MANIFEST_DIR_ENV] = str(root)
-        self._records_before = {r.key: r.as_dict() for r in _records()}
-        self._stats_before = _stats()
+        before = ACTIVITY.snapshot()
+        self._records_before, self._stats_before = before["records"], before["stats"]
 
     def stop(self) -> None:
         if self._saved_env is not None:
@@ -209,7 +198,7 @@ class NeuronSession:
                                                  "graph_type": g.graph_type}
 
     def stats(self) -> dict[str, int]:
-        now = _stats()
+        now = ACTIVITY.stats.snapshot()
         out = {k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now}  # a test may reset STATS
         for name, value in self.deferred_counts.items():  # what parallel-flow children and workers did
             out[name] = out.get(name, 0) + value
@@ -218,12 +207,10 @@ class NeuronSession:
     def local_rows(self) -> list[dict[str, Any]]:
         """One row per graph this process compiled, captured or loaded during the session."""
         rows: dict[str, dict[str, Any]] = {}
-        for rec in _records():
-            now = rec.as_dict()
-            before = self._records_before.get(rec.key)
-            row = _row(now, before)
+        for key, now in ACTIVITY.snapshot()["records"].items():
+            row = _row(now, self._records_before.get(key))
             if row is not None:
-                rows[rec.key] = row
+                rows[key] = row
         for key, info in self.parallel_compiled.items():
             row = rows.setdefault(key, _empty_row(key, info.get("graph_type")))
             row["compiled"] = True
@@ -246,7 +233,7 @@ class NeuronSession:
             "collection_complete": self.collection_complete,
             "stats": self.stats(),
             "manifest_config": self.manifest_config,
-            "eager_outputs": _eager_output_graphs(),
+            "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
         }
 
     def merged(self) -> dict[str, Any]:
@@ -278,12 +265,6 @@ class NeuronSession:
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
         }
-
-
-def _eager_output_graphs() -> dict[str, str | None]:
-    """NEFFs of this process whose outputs came from eager PyTorch (only if the library loaded any)."""
-    executables = sys.modules.get("neuron_args.executables")
-    return executables.eager_output_graphs() if executables is not None else {}
 
 
 def _numbers(shape: str) -> tuple[int, ...]:

@@ -99,12 +99,8 @@ def neuron_project(pytester: pytest.Pytester, warm_cache: SimpleNamespace,
 @pytest.fixture
 def clean_ledger(monkeypatch):
     """The manifest gate off and the ledger's per-process state fresh, for each manifest test."""
-    from neuron_args.manifest import ledger
+    from neuron_args.activity import ACTIVITY, LedgerActivity
 
     monkeypatch.delenv("VLLM_NEURON_MANIFEST_DIR", raising=False)
     monkeypatch.delenv("NEURON_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(ledger, "_tp_group", None)
-    monkeypatch.setattr(ledger, "_failure_logged_pid", None)
-    monkeypatch.setattr(ledger, "_state_pid", None)
-    monkeypatch.setattr(ledger, "_started_paths", set())
-    monkeypatch.setattr(ledger, "_recorded", set())
+    monkeypatch.setattr(ACTIVITY, "ledger", LedgerActivity())  # this test's own; the process's comes back after

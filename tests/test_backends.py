@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from neuron_args import CacheKeyArgsConflict, CacheMissError, CompileError, scoped_compiler_args
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.seams import records
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs
@@ -33,8 +34,7 @@ def compile_(model, cache_dir, backend="neuron_libtorch", **over):
 def _fresh(monkeypatch):
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
     torch._dynamo.reset()
-    records.clear()
-    STATS.reset()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from neuron_args import CacheKeyArgsConflict, CacheMissError
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import (
     ASSERT_CACHE_HIT_ENV, CACHE_DIR_ENV, STATS, CompileCache, _assert_cache_key_args, cache_root, new_metadata,
 )
@@ -35,7 +36,7 @@ def builder(key, graph_type="decode", args=("-O3",)):
 @pytest.fixture(autouse=True)
 def _clean_stats(monkeypatch):
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
-    STATS.reset()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
 
 
 def test_cache_root_precedence(monkeypatch, tmp_path):
@@ -187,9 +188,9 @@ def test_metadata_that_is_not_an_object_is_corrupt_and_never_breaks_a_miss_expla
     cache, key = CompileCache(tmp_path), make_key()
     entry, _ = cache.get_or_build(key, builder(key))
     entry.metadata_path.write_text('["not", "an", "object"]')
-    from neuron_args.cache import _verified
+    from neuron_args.activity import ACTIVITY
 
-    _verified.clear()  # a new process: verification happens once per process and key
+    ACTIVITY.verified.clear()  # a new process: verification happens once per process and key
     assert entry.metadata() == {} and entry.status == "corrupt"
     assert "metadata.json holds a JSON list" in entry.problem()
     other = make_key(shape=(8,))
@@ -204,13 +205,14 @@ def test_metadata_that_is_not_an_object_is_corrupt_and_never_breaks_a_miss_expla
 
 
 def test_an_entry_whose_executable_was_replaced_is_caught_by_its_checksum(tmp_path):
-    from neuron_args.cache import _verified, executable_fields
+    from neuron_args.activity import ACTIVITY
+    from neuron_args.cache import executable_fields
 
     cache, key = CompileCache(tmp_path), make_key()
     entry, _ = cache.get_or_build(key, builder(key))
     entry.update_metadata(**executable_fields(entry.executable_path))
     entry.executable_path.write_bytes(b"EXE")  # same size, other bytes
-    _verified.clear()  # a new process
+    ACTIVITY.verified.clear()  # a new process
     assert entry.status == "complete"  # ls looks at sizes only
     assert "sha256" in entry.problem()
     rebuilt, hit = cache.get_or_build(key, builder(key))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from neuron_args import CompileError, CompilerArgsError
+from neuron_args.activity import ACTIVITY
 from neuron_args.compilers import (
     COMPILER_ENV,
     CompilerInfo,
@@ -22,7 +23,8 @@ from neuron_args.compilers import (
 )
 from neuron_args.compilers import local as local_mod
 from neuron_args.compilers import neuronx_cc as neuronx_cc_mod
-from neuron_args.compilers.base import Compiler, describe_exit
+from neuron_args.compilers.base import Compiler
+from neuron_args.compilers.process import describe_exit
 
 FAKE_SOURCE = Path(__file__).parent / "fakes" / "neuronx_cc.py"
 KEY = "0123456789abcdef0123456789abcdef"
@@ -145,6 +147,15 @@ def test_local_compiler_info_needs_no_process() -> None:
     assert info.version.startswith(f"local-xla-cpu/{metadata.version('jaxlib')} ")
     assert info.as_dict() == {"name": "local", "version": info.version, "format": "xla-cpu-executable"}
     assert isinstance(LocalCompiler(), Compiler) and isinstance(NeuronxCcCompiler(), Compiler)
+
+
+def test_both_drivers_build_one_argv_shape_from_their_program(tmp_path: Path) -> None:
+    paths = dict(hlo_path=tmp_path / "graph.hlo", output_path=tmp_path / "out.neff", log_path=tmp_path / "log.txt")
+    cc = NeuronxCcCompiler("/opt/neuron/bin/neuronx-cc").build_argv(target="trn1", compiler_args=["-O2"], **paths)
+    local = LocalCompiler(program=["py", "-m", "x"]).build_argv(target="trn1", compiler_args=["-O2"], **paths)
+    assert cc == ["/opt/neuron/bin/neuronx-cc", "compile", str(paths["hlo_path"]), "--framework", "XLA",
+                  "--target", "trn1", "--output", str(paths["output_path"]), "--logfile", str(paths["log_path"]), "-O2"]
+    assert local == ["py", "-m", "x", *cc[1:]]
 
 
 def test_bad_flag_fails_before_any_process_starts(tmp_path: Path, fake_cc: Path) -> None:
@@ -312,7 +323,7 @@ def test_describe_exit_other_signals() -> None:
 
 
 def test_neuronx_cc_version_is_parsed_and_memoized(fake_cc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(neuronx_cc_mod, "_versions", {})
+    ACTIVITY.reset()  # a fresh process: no version looked up yet
     compiler = NeuronxCcCompiler()
     assert compiler.info == CompilerInfo("neuronx-cc", "2.21.33363.0+82d8b54d", "neff")
     assert compiler.info.as_dict() == {"name": "neuronx-cc", "version": "2.21.33363.0+82d8b54d", "format": "neff"}
@@ -321,7 +332,7 @@ def test_neuronx_cc_version_is_parsed_and_memoized(fake_cc: Path, monkeypatch: p
 
 
 def test_neuronx_cc_version_unknown_on_failure(fake_cc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(neuronx_cc_mod, "_versions", {})
+    ACTIVITY.reset()  # a fresh process: no version looked up yet
     monkeypatch.setenv("FAKE_NEURONX_CC_MODE", "bad-version")
     assert NeuronxCcCompiler().info.version == "unknown"
     assert neuronx_cc_mod.parse_version("neuronx-cc 2.5.0.1") == "2.5.0.1"
@@ -374,7 +385,7 @@ def test_import_does_not_start_jax() -> None:
 
 
 def test_local_version_is_memoized(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_mod, "_version", [])
+    ACTIVITY.reset()  # a fresh process: no version looked up yet
     first = local_mod.local_version()
     from importlib import metadata
 

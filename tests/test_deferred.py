@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from neuron_args import CacheMissError, CompileError, TraceError, scoped_compiler_args
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.deferred import TraceJob, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.resolver import CompilerArgsResolver
-from neuron_args.seams import records
 from tests.models import make_mlp, mlp_inputs
 from tests.trace_models import Crashing, Hanging, Raising
 
@@ -30,8 +30,7 @@ def opts(root):
 def _fresh(monkeypatch):
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
     torch._dynamo.reset()
-    records.clear()
-    STATS.reset()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
 
 
 class Policy:
@@ -141,6 +140,25 @@ def test_one_failing_graph_does_not_stop_the_others(tmp_path):
     report = err.value.report
     assert sorted(g.status for g in report.graphs) == ["compiled", "failed"]
     assert bad.status != "complete"
+
+
+def test_parallel_compile_error_carries_the_failed_graphs_as_data():
+    import pickle
+
+    import neuron_args
+    from neuron_args.deferred import CompileReport
+    from neuron_args.deferred.farm import GraphCompileReport
+
+    bad = GraphCompileReport("a" * 32, "decode", ["-O3"], "failed", error="local compiler failed\nfix: read the log")
+    report = CompileReport([bad, GraphCompileReport("b" * 32, "prefill", ["-O1"], "compiled")])
+    err = neuron_args.ParallelCompileError(report)
+    assert isinstance(err, CompileError) and isinstance(err, neuron_args.NeuronArgsError)
+    assert err.failures == [bad] and err.report is report
+    text = str(err)
+    assert "1 of 2 graphs failed" in text and f"'decode' {'a' * 32}: local compiler failed" in text
+    assert "b" * 32 not in text and text.splitlines()[-1].startswith("fix: ")
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == text and again.failures == [bad]
 
 
 @pytest.mark.parametrize("model, expected", [

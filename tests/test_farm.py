@@ -24,10 +24,10 @@ import pytest
 import torch
 
 from neuron_args import scoped_compiler_args
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.cli import main as cli_main
 from neuron_args.deferred import parallel_compile
-from neuron_args.seams import records
 from tests.models import MLP
 
 distributed = pytest.importorskip("distributed", reason="the farm extra is not installed: pip install -e '.[farm]'")
@@ -127,8 +127,7 @@ def pending_mlp(captured, tmp_path) -> Path:
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
-    records.clear()
-    STATS.reset()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
 
 
 def make_model() -> MLP:

@@ -13,7 +13,7 @@ import pytest
 
 from neuron_args.cli import main
 from neuron_args.flags import canonical_compiler_args
-from neuron_args.manifest import ledger
+from neuron_args.activity import ACTIVITY, LedgerActivity
 from neuron_args.manifest.diff import compiler_flag_changes, diff_manifests
 from neuron_args.manifest.emit import build_config, emit_manifest
 from neuron_args.manifest.ledger import record_graph, register_tp_group
@@ -29,10 +29,7 @@ KEY_D = "3d" * 16
 def _clean(monkeypatch):
     for name in ("VLLM_NEURON_MANIFEST_DIR", "NEURON_VISIBLE_DEVICES", "NEURON_LIBTORCH_CACHE_DIR"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(ledger, "_tp_group", None)
-    monkeypatch.setattr(ledger, "_failure_logged_pid", None)
-    monkeypatch.setattr(ledger, "_state_pid", None)
-    monkeypatch.setattr(ledger, "_started_paths", set())
+    monkeypatch.setattr(ACTIVITY, "ledger", LedgerActivity())  # this test's own; the process's comes back after
 
 
 def make_entry(cache: Path, key: str, *, graph_type: str | None, neff_bytes: int = 5000,

@@ -22,12 +22,12 @@ import pytest
 import torch
 
 from neuron_args import executables
-from neuron_args.cache import STATS, CompileCache
+from neuron_args.activity import ACTIVITY
+from neuron_args.cache import CompileCache
 from neuron_args.errors import NeuronArgsError
-from neuron_args.lowering.hlo import TensorSpec
+from neuron_args.tensors import TensorSpec
 from neuron_args.neuron_runtime import (RUNTIME_CORES_ENV, NeffExecutable, RuntimeBindingError, apply_core_window,
                                         core_window, load_binding, metaneff)
-from neuron_args.seams import records
 
 REPO = Path(__file__).resolve().parents[1]
 FAKES = REPO / "tests" / "fakes"
@@ -54,9 +54,7 @@ def _fresh(monkeypatch):
                  "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     torch._dynamo.reset()
-    records.clear()
-    STATS.reset()
-    executables.forget_loaded()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
     yield
     executables.forget_loaded()
     torch._dynamo.reset()

@@ -170,3 +170,21 @@ def test_shapes_text_and_row_order() -> None:
             [("a", "prefill", ["1, 128"]), ("b", "decode", ["16, 1"]), ("c", "decode", ["2, 1"]), ("d", None, ["1,"]),
              ("e", "prefill", ["1, 16"])]]
     assert [r["key"] for r in sorted(rows, key=row_order)] == ["c", "b", "e", "a", "d"]
+
+
+def test_the_plugin_works_without_pytest_xdist(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-xdist is an extra: with no other plugin loaded the plugin loads, warms and summarises."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    neuron_project.makepyfile(test_alone="""
+        import sys
+        import pytest
+
+        @pytest.mark.graph_type("decode")
+        def test_decode(neuron_warmup):
+            assert "xdist" not in sys.modules
+            assert neuron_warmup.keys == [{key!r}]
+    """.format(key=warm_cache.keys["decode"]))
+    result = neuron_project.runpytest_subprocess("-p", "pytest_neuron_args.plugin")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["neuron-args: target trn2, compiler local *", "*neuron-args: graphs of this session*"])

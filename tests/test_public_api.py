@@ -26,6 +26,19 @@ def test_import_loads_neither_torch_nor_jax():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
+def python_prints(code: str) -> str:
+    """What ``python -c code`` prints in a fresh process (which must succeed)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def test_the_deferred_build_imports_neither_torch_nor_the_seams():
+    assert python_prints("import sys, neuron_args.deferred.parallel_compile, neuron_args.compilers.build;"
+                         "print(sorted(m for m in ('torch', 'jax', 'neuron_args.seams.backends') if m in sys.modules))"
+                         ) == "[]"
+
+
 def test_backends_are_discoverable_by_name_without_importing_neuron_args():
     code = ("import torch; from torch._dynamo.backends.registry import lookup_backend;"
             "print([type(lookup_backend(n)).__name__ for n in "
@@ -33,3 +46,21 @@ def test_backends_are_discoverable_by_name_without_importing_neuron_args():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "['NeuronBackend', 'NeuronBackend', 'NeuronBackend']"
+
+
+def test_torch_compile_finds_a_seam_by_name_in_a_fresh_process(tmp_path):
+    """The entry points are the only registration: importing the seams writes nothing into torch's registry,
+    and ``backend="neuron_libtorch"`` works in a process that never imported neuron_args itself."""
+    assert python_prints(
+        "import torch; from torch._dynamo.backends import registry;"
+        "f = torch.compile(lambda x: x.sin() + 1, backend='neuron_libtorch',"
+        f"  options={{'cache_dir': {str(tmp_path)!r}, 'compiler': 'local'}});"
+        "x = torch.arange(4.0); torch.testing.assert_close(f(x), x.sin() + 1);"
+        "import neuron_args.seams.backends as b;"
+        "print(type(registry._COMPILER_FNS['neuron_libtorch']).__name__,"
+        "  sorted(n for n in b.SEAMS if n in registry._COMPILER_FNS))") == "NeuronBackend ['neuron_libtorch']"
+    assert len(neuron_args.CompileCache(tmp_path).entries()) == 1
+    assert python_prints(
+        "import neuron_args.seams.backends as b; from torch._dynamo.backends import registry;"
+        "print(sorted(n for n in b.SEAMS if n in registry._COMPILER_FNS or n in registry._BACKENDS),"
+        "  registry.lookup_backend('neuron_native_lite') is b.neuron_native_lite)") == "[] True"

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from neuron_args import CacheMissError, NeuronArgsError
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
+from neuron_args.activity import ACTIVITY
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache, assert_cache_hit_enabled
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
 from neuron_args.seams import records
@@ -43,8 +44,7 @@ def _fresh(monkeypatch):
     monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
     monkeypatch.delenv("VLLM_NEURON_MANIFEST_DIR", raising=False)
     torch._dynamo.reset()
-    records.clear()
-    STATS.reset()
+    ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
 
 
 def make_runner(cache_dir, **kw):
@@ -79,14 +79,14 @@ def test_warmup_compiles_each_graph_with_its_args(warm_cache):
     assert levels(warm_cache) == [("decode", "-O3"), ("prefill", "-O1")]
 
 
-def test_serve_hits_and_restores_the_assert_variable(warm_cache, monkeypatch):
+def test_serve_hits_and_asserts_without_touching_the_environment(warm_cache, monkeypatch):
     monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "0")
     runner = make_runner(warm_cache)
     with runner.serve() as served:
-        assert os.environ[ASSERT_CACHE_HIT_ENV] == "1"
+        assert os.environ[ASSERT_CACHE_HIT_ENV] == "0" and assert_cache_hit_enabled()  # passed down, not exported
         out = runner.run("decode", {"input": torch.ones(1, 8)})
         runner.run("prefill", {"input": torch.ones(4, 8)})
-    assert os.environ[ASSERT_CACHE_HIT_ENV] == "0"
+    assert os.environ[ASSERT_CACHE_HIT_ENV] == "0" and not assert_cache_hit_enabled()
     assert served.counts.compiles == 0 and served.counts.misses == 0 and served.counts.hits == 2
     assert served.calls == {"decode": 1, "prefill": 1}
     torch.testing.assert_close(out, runner.model.mlp(torch.ones(1, 8)), rtol=1e-5, atol=1e-5)
@@ -97,6 +97,17 @@ def test_unwarmed_shape_under_serve_is_a_cache_miss(warm_cache):
     with runner.serve(), pytest.raises(CacheMissError) as err:
         runner.run("decode", {"input": torch.ones(2, 8)})
     assert "'decode'" in str(err.value) and "float32[1, 8] -> float32[2, 8]" in str(err.value) and "declare the bucket" in str(err.value)
+
+
+def test_serve_asserts_where_the_environment_does_not_and_false_leaves_it_to_the_environment(warm_cache, monkeypatch):
+    monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "0")
+    runner = make_runner(warm_cache)
+    with runner.serve(), pytest.raises(CacheMissError, match="'decode'"):
+        runner.run("decode", {"input": torch.ones(2, 8)})
+    for env, asserting in (("0", False), ("1", True)):
+        monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, env)
+        with runner.serve(assert_cache_hit=False):
+            assert assert_cache_hit_enabled() is asserting
 
 
 def test_parallel_flow_gives_the_same_keys_as_in_process(warm_cache, tmp_path):

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from neuron_args import xla_cpu
-from neuron_args.lowering.hlo import TensorSpec
+from neuron_args.tensors import TensorSpec
 from neuron_args.runtime import LoadedExecutable
 
 
 def build(fn, in_specs, out_specs, client=None) -> LoadedExecutable:
-    from neuron_args.runtime import numpy_dtype
+    from neuron_args.tensors import numpy_dtype
 
     args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in in_specs]
     with jax.enable_x64(False):
@@ -42,7 +42,7 @@ def matmul() -> LoadedExecutable:
 
 def test_runs_on_the_synchronous_client_and_matches_torch(matmul):
     assert matmul.executable.client is xla_cpu.runtime_client()
-    assert xla_cpu._client_cache, "forking is unsafe once a client exists; parallel_trace reads this"
+    assert xla_cpu.clients_created(), "forking is unsafe once a client exists; parallel_trace reads this"
     a, b = torch.randn(4, 8), torch.randn(8, 3)
     c, a1, c2 = matmul(a, b)
     torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)

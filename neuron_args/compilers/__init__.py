@@ -10,10 +10,11 @@ import os
 import shutil
 from collections.abc import Mapping
 
-from neuron_args.compilers.base import Compiler, CompileResult, CompilerInfo
+from neuron_args.compilers.base import Compiler, CompilerInfo
 from neuron_args.compilers.lifetime import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
 from neuron_args.compilers.local import LocalCompiler
 from neuron_args.compilers.neuronx_cc import NeuronxCcCompiler
+from neuron_args.compilers.process import CompileResult
 from neuron_args.errors import CompileError, CompilerArgsError
 
 COMPILER_ENV = "NEURON_ARGS_COMPILER"

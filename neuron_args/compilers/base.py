@@ -1,50 +1,23 @@
-"""The compiler interface both drivers implement, and the subprocess run they share.
+"""The one compiler interface both drivers implement.
 
 A compiler turns one entry's ``graph.hlo`` plus a neuronx-cc argument list into an executable.
 Both drivers run their compiler as a child process (a bad option can abort a whole process, and
-neuronx-cc is a separate program anyway) with an argv list, never a shell. The run is atomic from
-the cache's point of view: the child writes to a temporary name in the work directory and the
-result is renamed onto ``output_path`` only on success, so a failed or killed compile never leaves
-a half-written executable behind.
+neuronx-cc is a separate program anyway) with the same neuronx-cc-shaped argv, never a shell:
+only the ``program`` that starts it differs. The run itself lives in :mod:`.process`.
 """
 from __future__ import annotations
 
 import abc
-import contextlib
-import errno
-import os
-import shlex
-import shutil
-import signal
-import subprocess
-import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
-from neuron_args.compilers.lifetime import (
-    COMPILE_TIMEOUT_ENV,
-    CompileCancelled,
-    current_scope,
-    kill_group,
-    resolve_compile_timeout,
-    supervised_argv,
-)
-from neuron_args.errors import CompileError, CompilerArgsError
-
-#: File names inside the work directory (the cache entry); see docs/ARCHITECTURE.md.
-COMMAND_FILE = "command.txt"
-LOG_FILE = "log-neuron-cc.txt"
+from neuron_args.compilers.lifetime import resolve_compile_timeout
+from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, temp_output_path
+from neuron_args.errors import CompilerArgsError
 
 #: Options the driver sets itself; a caller's copy is dropped (``--target`` must agree).
 DRIVER_OPTIONS = ("--target", "--framework", "--output", "--logfile")
-
-#: How many log lines a :class:`CompileError` quotes.
-LOG_TAIL_LINES = 20
-#: The supervisor's exit status when the compiler program could not be executed.
-EXIT_CANNOT_START = 127
 
 
 @dataclass(frozen=True)
@@ -57,53 +30,6 @@ class CompilerInfo:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "version": self.version, "format": self.executable_format}
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    """What one successful compile produced.
-
-    ``argv`` is the command as recorded in ``command.txt``: it names the final ``output_path``
-    (the child actually wrote to a temporary sibling, renamed on success), so it is stable
-    across runs and re-runnable by hand.
-    """
-
-    argv: list[str]
-    seconds: float
-    output_path: Path
-    log_path: Path
-    output_size: int
-
-
-@runtime_checkable
-class Compiler(Protocol):
-    """What the cache and the deferred flow need from a compiler driver."""
-
-    @property
-    def info(self) -> CompilerInfo: ...
-
-    def build_argv(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        log_path: Path,
-    ) -> list[str]: ...
-
-    def compile(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        workdir: Path,
-        graph_type: str | None = None,
-        key: str | None = None,
-        timeout: float | None = None,
-    ) -> CompileResult: ...
 
 
 def prepare_compiler_args(
@@ -131,233 +57,27 @@ def prepare_compiler_args(
     return flags.remove_options(args, list(DRIVER_OPTIONS))
 
 
-def describe_exit(returncode: int) -> str:
-    """A human reading of a compiler's exit status (negative = killed by that signal)."""
-    if returncode in (-signal.SIGKILL, 70):
-        how = "killed or out of memory"
-    elif returncode == -signal.SIGABRT:
-        how = "aborted"
-    elif returncode == -signal.SIGSEGV:
-        how = "crashed (segmentation fault)"
-    elif returncode < 0:
-        try:
-            how = f"killed by signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            how = f"killed by signal {-returncode}"
-    else:
-        how = "failed"
-    return f"{how} (exit status {returncode})"
+class Compiler(abc.ABC):
+    """What the cache and the deferred flow need from a compiler driver: ``info`` and ``compile``.
 
-
-def _hint(returncode: int | None, log_path: Path | None = None) -> str:
-    if log_path is not None and "No space left on device" in log_tail(log_path, 200):
-        return f"free space on the file system of {log_path.parent} or point the compile cache elsewhere"
-    if returncode is None:
-        return ("raise the compile timeout (options['compile_timeout'] in seconds, "
-                f"${COMPILE_TIMEOUT_ENV} or pytest --neuron-compile-timeout), or lower the optimization "
-                "level of this graph")
-    if returncode in (-signal.SIGKILL, 70):
-        return "compile fewer graphs in parallel or use a host with more memory"
-    if returncode in (-signal.SIGABRT, -signal.SIGSEGV):
-        return "this is a compiler bug: report it with graph.hlo, command.txt and the log"
-    return "read the log above; fix the graph or its compiler arguments"
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    tail = text.rstrip("\n").splitlines()[-lines:]
-    return "\n".join("  " + line for line in tail) if tail else "(log is empty)"
-
-
-def _compile_error(
-    *,
-    compiler: str,
-    graph_type: str | None,
-    key: str | None,
-    status: str,
-    argv: Sequence[str],
-    log_path: Path,
-    hint: str,
-) -> CompileError:
-    return CompileError(
-        f"{compiler} failed for graph type {graph_type!r}, key {key or '(none)'}: {status}\n"
-        f"command: {shlex.join(argv)}\n"
-        f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
-        f"fix: {hint}"
-    )
-
-
-def _move_into_place(tmp: Path, output_path: Path) -> None:
-    try:
-        os.replace(tmp, output_path)
-    except OSError as exc:  # work directory on another file system than the output
-        if exc.errno != errno.EXDEV:
-            raise
-        staged = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            shutil.copyfile(tmp, staged)
-            os.replace(staged, output_path)
-        finally:
-            staged.unlink(missing_ok=True)
-            tmp.unlink(missing_ok=True)
-
-
-def run_compiler(
-    *,
-    compiler: str,
-    argv: Sequence[str],
-    recorded_argv: Sequence[str],
-    tmp_output: Path,
-    output_path: Path,
-    workdir: Path,
-    log_path: Path,
-    graph_type: str | None,
-    key: str | None,
-    timeout: float | None,
-) -> CompileResult:
-    """Run one compile child in ``workdir`` and move its output onto ``output_path``.
-
-    ``command.txt`` (``recorded_argv``) is written before the child starts; the child's own
-    stdout/stderr is appended to the log once it ends, so a traceback or a crash message is in
-    the log a :class:`CompileError` quotes.
+    A driver sets ``name``, ``display_name`` and ``program`` (the command prefix that starts its
+    compiler) and says which compiler it is (:attr:`info`); the argv and the run are shared.
     """
-    scope = current_scope()
-    if scope is not None:
-        scope.check()
-    _check_startable(compiler, argv, graph_type, key)
-    workdir.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(workdir)
-    (workdir / COMMAND_FILE).write_text(shlex.join(recorded_argv) + "\n")
-    output_path.unlink(missing_ok=True)  # a failed rebuild must not leave the old result behind
-    log_path.unlink(missing_ok=True)
-    captured = workdir / f".compiler-output.{uuid.uuid4().hex}.tmp"
-    start = time.perf_counter()
-    returncode: int | None = None
-    try:
-        with open(captured, "wb") as out:
-            try:
-                proc = subprocess.Popen(
-                    supervised_argv(list(argv)),
-                    cwd=workdir,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # its own process group: a timeout kills all of it
-                )
-            except OSError as exc:
-                raise CompileError(
-                    f"{compiler} could not start for graph type {graph_type!r}, key "
-                    f"{key or '(none)'}: {exc}\ncommand: {shlex.join(argv)}"
-                ) from exc
-            if scope is not None:
-                scope.add(proc)
-            try:
-                returncode = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-            except BaseException:  # KeyboardInterrupt: leave no orphan compiler behind
-                kill_group(proc)
-                raise
-            finally:
-                if scope is not None:
-                    scope.discard(proc)
-        seconds = time.perf_counter() - start
-        with contextlib.suppress(OSError):  # a full disk must not hide the compiler's own failure
-            _append_output(captured, log_path)
-
-        def fail(status: str, hint: str) -> CompileError:
-            return _compile_error(
-                compiler=compiler, graph_type=graph_type, key=key, status=status,
-                argv=recorded_argv, log_path=log_path, hint=hint,
-            )
-
-        if scope is not None and scope.cancelled:
-            raise CompileCancelled()
-        if returncode is None:
-            raise fail(f"timed out after {timeout:g} s (its process group was killed)", _hint(None))
-        if returncode == EXIT_CANNOT_START and _cannot_start(log_path):
-            raise fail("could not start", f"check that {argv[0]} is installed and executable")
-        if returncode != 0:
-            raise fail(describe_exit(returncode), _hint(returncode, log_path))
-        if not tmp_output.is_file() or tmp_output.stat().st_size == 0:
-            raise fail(
-                f"exited 0 but wrote no executable (expected {tmp_output})",
-                "check the log; the compiler did not honour --output",
-            )
-        size = tmp_output.stat().st_size
-        _move_into_place(tmp_output, output_path)
-        return CompileResult(
-            argv=list(recorded_argv),
-            seconds=seconds,
-            output_path=output_path,
-            log_path=log_path,
-            output_size=size,
-        )
-    finally:
-        tmp_output.unlink(missing_ok=True)
-        captured.unlink(missing_ok=True)
-
-
-def _check_startable(compiler: str, argv: Sequence[str], graph_type: str | None, key: str | None) -> None:
-    """The program exists and is executable (the supervisor would only report it from its child)."""
-    program = argv[0]
-    found = shutil.which(program) if os.sep not in program else (program if os.access(program, os.X_OK) else None)
-    if found is None:
-        raise CompileError(
-            f"{compiler} could not start for graph type {graph_type!r}, key {key or '(none)'}: "
-            f"{program!r} is not an executable program (not found on PATH, or not executable)\n"
-            f"command: {shlex.join(argv)}\nfix: install it or point the driver at it")
-
-
-def _cannot_start(log_path: Path) -> bool:
-    try:
-        return "neuron-args supervisor: cannot start" in log_path.read_text(errors="replace")
-    except OSError:
-        return False
-
-
-def _remove_leftovers(workdir: Path) -> None:
-    """Temporary files of a compile whose driver died (``kill -9``): the lock holder may drop them."""
-    for pattern in (".compiler-output.*.tmp", ".*.partial-*"):
-        for path in workdir.glob(pattern):
-            path.unlink(missing_ok=True)
-
-
-def _append_output(captured: Path, log_path: Path) -> None:
-    """Append the child's stdout/stderr to the log (after whatever the compiler logged itself)."""
-    try:
-        data = captured.read_bytes()
-    except OSError:
-        return
-    if not data.strip():
-        if not log_path.exists():
-            log_path.write_bytes(b"")
-        return
-    with open(log_path, "ab") as log:
-        log.write(b"---- compiler stdout/stderr ----\n")
-        log.write(data if data.endswith(b"\n") else data + b"\n")
-
-
-def temp_output_path(workdir: Path, output_path: Path) -> Path:
-    """A unique temporary name in ``workdir`` that keeps the output's suffix (e.g. ``.neff``)."""
-    return workdir / f".{output_path.stem}.partial-{uuid.uuid4().hex[:12]}{output_path.suffix}"
-
-
-class SubprocessCompiler(abc.ABC):
-    """``compile`` shared by both drivers; a driver supplies ``build_argv``, ``name`` and ``display_name``."""
 
     name = "compiler"
     display_name = "compiler"
+    program: list[str]
+
+    @property
+    @abc.abstractmethod
+    def info(self) -> CompilerInfo:
+        """Name, version and executable format (part of the cache key)."""
 
     @property
     def default_timeout(self) -> float:
         """Seconds a compile may take when no timeout is given (see :data:`lifetime.DEFAULT_TIMEOUTS`)."""
         return resolve_compile_timeout(None, self.name)
 
-    @abc.abstractmethod
     def build_argv(
         self,
         *,
@@ -367,7 +87,15 @@ class SubprocessCompiler(abc.ABC):
         compiler_args: Sequence[str],
         log_path: Path,
     ) -> list[str]:
-        """The compiler's argv for one graph (the driver's fixed part, then the graph's arguments)."""
+        """``<program> compile graph.hlo --framework XLA --target <t> --output <o> --logfile <l> <args>``."""
+        return [
+            *self.program, "compile", str(hlo_path),
+            "--framework", "XLA",
+            "--target", target,
+            "--output", str(output_path),
+            "--logfile", str(log_path),
+            *compiler_args,
+        ]  # fmt: skip
 
     def compile(
         self,

@@ -5,35 +5,33 @@ downstream (command.txt, the log, the error decoding, the cache) treats both com
 """
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from neuron_args.compilers.base import CompilerInfo, SubprocessCompiler
+from neuron_args.activity import cleared_on_reset
+from neuron_args.compilers.base import Compiler, CompilerInfo
 
 NAME = "local"
 FORMAT = "xla-cpu-executable"
 PROGRAM_MODULE = "neuron_args.compilers.local_xla"
 
-_version: list[str] = []
-
-
+@cleared_on_reset
+@functools.cache
 def local_version() -> str:
-    """``local-xla-cpu/<jaxlib> neuron-args/<version>``, without starting a process or jax."""
-    if not _version:
-        from importlib import metadata
+    """``local-xla-cpu/<jaxlib> neuron-args/<version>``, without starting a process or jax (once per process)."""
+    from importlib import metadata
 
-        import neuron_args
+    import neuron_args
 
-        try:
-            jaxlib = metadata.version("jaxlib")
-        except metadata.PackageNotFoundError:
-            jaxlib = "unknown"
-        _version.append(f"local-xla-cpu/{jaxlib} neuron-args/{neuron_args.__version__}")
-    return _version[0]
+    try:
+        jaxlib = metadata.version("jaxlib")
+    except metadata.PackageNotFoundError:
+        jaxlib = "unknown"
+    return f"local-xla-cpu/{jaxlib} neuron-args/{neuron_args.__version__}"
 
 
-class LocalCompiler(SubprocessCompiler):
+class LocalCompiler(Compiler):
     """Compile with the embedded XLA:CPU program, in a child Python process.
 
     ``program`` is the command prefix that starts it (default: this interpreter running
@@ -49,21 +47,3 @@ class LocalCompiler(SubprocessCompiler):
     @property
     def info(self) -> CompilerInfo:
         return CompilerInfo(NAME, local_version(), FORMAT)
-
-    def build_argv(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        log_path: Path,
-    ) -> list[str]:
-        return [
-            *self.program, "compile", str(hlo_path),
-            "--framework", "XLA",
-            "--target", target,
-            "--output", str(output_path),
-            "--logfile", str(log_path),
-            *compiler_args,
-        ]  # fmt: skip

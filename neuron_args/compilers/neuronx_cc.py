@@ -6,21 +6,18 @@ directory stay with the graph they belong to.
 """
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from neuron_args.compilers.base import CompilerInfo, SubprocessCompiler
+from neuron_args.activity import cleared_on_reset
+from neuron_args.compilers.base import Compiler, CompilerInfo
 from neuron_args.compilers.lifetime import kill_group, supervised_argv
 
 NAME = "neuronx-cc"
 FORMAT = "neff"
-
-#: ``neuronx-cc --version`` per resolved executable path (one lookup per process).
-_versions: dict[str, str] = {}
 
 _VERSION_RE = re.compile(r"version\s*:?\s*v?(\d+(?:\.\d+)+[0-9A-Za-z.+_-]*)", re.IGNORECASE)
 _NUMBER_RE = re.compile(r"\b(\d+\.\d+(?:\.\d+)*[0-9A-Za-z.+_-]*)")
@@ -33,29 +30,32 @@ def parse_version(text: str) -> str:
 
 
 def lookup_version(executable: str = NAME, timeout: float = 60.0) -> str:
-    """Run ``<executable> --version`` once per process; ``"unknown"`` if that fails."""
-    resolved = shutil.which(executable) or executable
-    if resolved not in _versions:
-        try:  # its own process group, killed whole on timeout: a helper holding the pipe cannot hang us
-            proc = subprocess.Popen(supervised_argv([resolved, "--version"]), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True)
-        except OSError:
-            proc = None
-        try:
-            out, err = proc.communicate(timeout=timeout) if proc else ("", "")
-        except BaseException:  # a timeout, or Ctrl-C: never leave the probe running
-            kill_group(proc)
-            proc.communicate()
-            if not isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
-                raise
-            out = err = ""
-        ok = proc is not None and proc.returncode == 0
-        _versions[resolved] = parse_version(out + "\n" + err) if ok else "unknown"
-    return _versions[resolved]
+    """Run ``<executable> --version`` once per process and resolved path; ``"unknown"`` if that fails."""
+    return _version_of(shutil.which(executable) or executable, timeout)
 
 
-class NeuronxCcCompiler(SubprocessCompiler):
+@cleared_on_reset
+@functools.cache
+def _version_of(resolved: str, timeout: float) -> str:
+    try:  # its own process group, killed whole on timeout: a helper holding the pipe cannot hang us
+        proc = subprocess.Popen(supervised_argv([resolved, "--version"]), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError:
+        proc = None
+    try:
+        out, err = proc.communicate(timeout=timeout) if proc else ("", "")
+    except BaseException:  # a timeout, or Ctrl-C: never leave the probe running
+        kill_group(proc)
+        proc.communicate()
+        if not isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+            raise
+        out = err = ""
+    ok = proc is not None and proc.returncode == 0
+    return parse_version(out + "\n" + err) if ok else "unknown"
+
+
+class NeuronxCcCompiler(Compiler):
     """Compile with ``neuronx-cc`` (found on PATH unless ``executable`` says otherwise)."""
 
     name = NAME
@@ -63,25 +63,8 @@ class NeuronxCcCompiler(SubprocessCompiler):
 
     def __init__(self, executable: str = NAME) -> None:
         self.executable = executable
+        self.program = [executable]
 
     @property
     def info(self) -> CompilerInfo:
         return CompilerInfo(NAME, lookup_version(self.executable), FORMAT)
-
-    def build_argv(
-        self,
-        *,
-        hlo_path: Path,
-        output_path: Path,
-        target: str,
-        compiler_args: Sequence[str],
-        log_path: Path,
-    ) -> list[str]:
-        return [
-            self.executable, "compile", str(hlo_path),
-            "--framework", "XLA",
-            "--target", target,
-            "--output", str(output_path),
-            "--logfile", str(log_path),
-            *compiler_args,
-        ]  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import shlex
@@ -315,16 +316,18 @@ class _FarmFuture(cf.Future):
         return True
 
 
-_committer: list[cf.ThreadPoolExecutor] = []
 _committer_lock = threading.Lock()
 
 
 def _commit_pool() -> cf.ThreadPoolExecutor:
     """Writes results off the executor's callback thread (Dask's event loop must not block on disk)."""
-    with _committer_lock:
-        if not _committer:
-            _committer.append(cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit"))
-        return _committer[0]
+    with _committer_lock:  # callbacks of several executors may ask at once: one pool per process
+        return _new_commit_pool()
+
+
+@functools.cache
+def _new_commit_pool() -> cf.ThreadPoolExecutor:
+    return cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit")
 
 
 def _worker_error(exc: BaseException) -> str:

@@ -3,8 +3,8 @@
 Each graph compiles with the ``compiler_args`` recorded in its metadata by the capture seam, so a
 per-graph ``-O`` level survives the deferred build. An entry from an older cache has no recorded
 arguments; it compiles with the base arguments passed in, and the report says so. One failing
-graph does not stop the others; the call raises :class:`CompileError` after all finished (or,
-with ``raise_on_error=False``, returns a report whose ``failed`` lists them).
+graph does not stop the others; the call raises :class:`ParallelCompileError` after all finished
+(or, with ``raise_on_error=False``, returns a report whose ``failed`` lists them).
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_args.cache import CompileCache, compile_entry, disk_error
+from neuron_args.cache import CompileCache, disk_error
+from neuron_args.compilers.build import compile_entry
 from neuron_args.compilers.lifetime import (
     CancelScope,
     CompileCancelled,
@@ -54,6 +55,29 @@ class CompileReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"seconds": self.seconds, "graphs": [asdict(g) for g in self.graphs]}
+
+
+class ParallelCompileError(CompileError):
+    """Some graphs of one :func:`parallel_compile` failed; the others were built.
+
+    ``failures`` are the failed graphs (graph type, key, arguments, error), ``report`` the whole run.
+    """
+
+    def __init__(self, report: CompileReport) -> None:
+        self.report = report
+        failed = report.failed
+        super().__init__(
+            f"parallel_compile: {len(failed)} of {len(report.graphs)} graphs failed:\n"
+            + "\n".join(f"  {g.graph_type!r} {g.key}: {g.error}" for g in failed)
+            + "\nfix: change what each graph's error names; the failed entries stay pending, so running "
+            "parallel_compile (or neuron-args compile) again builds them")
+
+    @property
+    def failures(self) -> list[GraphCompileReport]:
+        return self.report.failed
+
+    def __reduce__(self) -> tuple[type[ParallelCompileError], tuple[CompileReport]]:
+        return (type(self), (self.report,))
 
 
 @dataclass(frozen=True)
@@ -249,10 +273,7 @@ def parallel_compile(
     report.seconds = round(time.monotonic() - t0, 3)
     report.graphs.sort(key=lambda g: g.key)
     if raise_on_error and report.failed:
-        err = CompileError(f"parallel_compile: {len(report.failed)} of {len(report.graphs)} graphs failed:\n" + "\n".join(
-            f"  {g.graph_type!r} {g.key}: {g.error}" for g in report.failed))
-        err.report = report  # type: ignore[attr-defined]
-        raise err
+        raise ParallelCompileError(report)
     return report
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, TraceError
@@ -35,7 +36,6 @@ log = logging.getLogger("neuron_args.deferred")
 
 WORKERS_ENV = "NEURON_ARGS_TRACE_WORKERS"
 DEFAULT_TIMEOUT = 600.0
-_said_spawn = False
 
 
 @dataclass
@@ -58,7 +58,7 @@ def fork_is_safe() -> bool:
     if xb is not None and getattr(xb, "_backends", None):
         return False
     xla_cpu = sys.modules.get("neuron_args.xla_cpu")
-    return not (xla_cpu is not None and xla_cpu._client_cache)
+    return not (xla_cpu is not None and xla_cpu.clients_created())
 
 
 def neuron_compiled(obj: Any) -> Any | None:
@@ -148,7 +148,6 @@ def _context(start_method: str | None, server_preload: Sequence[str] | None = No
     and the ``server_preload`` modules (the jobs' model modules) once; each child then forks from
     it instead of starting an interpreter and importing torch, jax and torchax again (spawn).
     """
-    global _said_spawn
     if start_method is None:
         if fork_is_safe():
             _preload_for_fork()
@@ -158,8 +157,7 @@ def _context(start_method: str | None, server_preload: Sequence[str] | None = No
             ctx.set_forkserver_preload(["neuron_args.deferred.trace_preload", *server_preload])
             return ctx
         start_method = "spawn"
-        if not _said_spawn:
-            _said_spawn = True
+        if ACTIVITY.say_once("parallel_trace: spawn"):
             log.warning("parallel_trace: jax's client already exists in this process, so forked children would "
                         "hang; starting trace children with spawn instead (jobs are pickled).")
     return mp.get_context(start_method)

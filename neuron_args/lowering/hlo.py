@@ -11,6 +11,7 @@ forked children).
 """
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
-from neuron_args.tensors import LOWERED_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy  # noqa: F401 (TensorSpec, LOWERED_DTYPES: this module's public names too)
+from neuron_args.tensors import TensorSpec, numpy_dtype, tensor_to_numpy
 
 _lock = threading.RLock()
 
@@ -152,13 +153,9 @@ def _np_dtype(name: str) -> Any:
     return numpy_dtype(name)
 
 
-_env: list[Any] = []
-
-
+@functools.cache
 def _environment() -> Any:
-    """One torchax environment per process, adapted to whole ATen graphs (created lazily)."""
-    if _env:
-        return _env[0]
+    """One torchax environment per process, adapted to whole ATen graphs (created lazily, under ``_lock``)."""
     from torchax.tensor import Environment, Tensor
     from torchax.view import View
 
@@ -179,7 +176,6 @@ def _environment() -> Any:
 
     env = GraphEnvironment()
     ops.install(env)
-    _env.append(env)
     return env
 
 

@@ -33,6 +33,7 @@ create a jax client (no threads), so it is fork-safe until the first lowering.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from types import ModuleType
 from typing import Any
@@ -41,7 +42,6 @@ from typing import Any
 MISSING_OVERLOADS: list[str] = []
 
 _lock = threading.Lock()
-_torchax: list[ModuleType] = []
 
 
 class _MissingOverload:
@@ -59,15 +59,11 @@ class _MissingOverload:
 
 def import_torchax() -> ModuleType:
     """Import torchax (and the op tables its Environment loads) once; return the module."""
-    if _torchax:
-        return _torchax[0]
-    with _lock:
-        if _torchax:
-            return _torchax[0]
-        _torchax.append(_import())
-    return _torchax[0]
+    with _lock:  # one thread imports, the others wait for it
+        return _import()
 
 
+@functools.cache
 def _import() -> ModuleType:
     import torch
     import torch._ops as ops

@@ -27,6 +27,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, get_server_prefix, manifest_root_str
 
 __all__ = [
@@ -47,13 +48,8 @@ LEDGER_DIRNAME = "ledger"
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 
-# Process state. Everything is keyed by pid so a forked child starts clean.
+# Process state is ACTIVITY.ledger (keyed by pid, so a forked child starts its files clean).
 _lock = threading.Lock()
-_state_pid: int | None = None
-_started_paths: set[str] = set()  # ledger files this pid has already truncated
-_failure_logged_pid: int | None = None
-_tp_group: tuple[tuple[int, ...], int] | None = None  # (group_ranks, rank_in_group)
-_torn_paths: set[str] = set()  # files whose last write stopped half-way: the next line starts on a new one
 
 
 def _reinit_lock_in_child() -> None:
@@ -75,7 +71,6 @@ def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
     The ledger records ``rank_in_group`` (the seed's ``get_tp_group().rank_in_group``); the
     emitter maps it back to ``group_ranks[rank_in_group]``. Forked children inherit it.
     """
-    global _tp_group
     if isinstance(group_ranks, (str, bytes)) or not isinstance(group_ranks, Sequence):
         raise TypeError(
             f"register_tp_group: group_ranks must be a sequence of global ranks, got {group_ranks!r}"
@@ -93,18 +88,17 @@ def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
             f"register_tp_group: rank_in_group {rank_in_group!r} is not an index into "
             f"group_ranks {list(ranks)!r} (expected 0..{len(ranks) - 1})"
         )
-    _tp_group = (ranks, rank_in_group)
+    ACTIVITY.ledger.tp_group = (ranks, rank_in_group)
 
 
 def clear_tp_group() -> None:
     """Forget a registered TP group (e.g. when a runner tears its engine down)."""
-    global _tp_group
-    _tp_group = None
+    ACTIVITY.ledger.tp_group = None
 
 
 def registered_tp_group() -> tuple[tuple[int, ...], int] | None:
     """``(group_ranks, rank_in_group)`` as registered, or None."""
-    return _tp_group
+    return ACTIVITY.ledger.tp_group
 
 
 def _torch_dist():
@@ -123,8 +117,9 @@ def _torch_dist():
 
 def current_tp_rank() -> int:
     """This writer's TP-local rank: registered, else the default group's rank, else 0."""
-    if _tp_group is not None:
-        return _tp_group[1]
+    group = ACTIVITY.ledger.tp_group
+    if group is not None:
+        return group[1]
     dist = _torch_dist()
     if dist is not None:
         try:
@@ -176,22 +171,22 @@ def ledger_dir(root: os.PathLike[str] | str, engine_id: str) -> str:
 
 
 def _append(path: str, data: bytes) -> None:
-    global _state_pid
+    state = ACTIVITY.ledger
     with _lock:
         pid = os.getpid()
-        if _state_pid != pid:  # first call in this process (or in a forked child)
-            _state_pid = pid
-            _started_paths.clear()
-            _torn_paths.clear()
-        first = path not in _started_paths
+        if state.pid != pid:  # first call in this process (or in a forked child)
+            state.pid = pid
+            state.started_paths.clear()
+            state.torn_paths.clear()
+        first = path not in state.started_paths
         flags = _OPEN_FLAGS | (os.O_TRUNC if first else 0)
         try:
             fd = os.open(path, flags, 0o644)
         except FileNotFoundError:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(path, flags, 0o644)
-        _started_paths.add(path)
-        if path in _torn_paths and not first:  # end the torn fragment: it must not swallow this line
+        state.started_paths.add(path)
+        if path in state.torn_paths and not first:  # end the torn fragment: it must not swallow this line
             data = b"\n" + data
         try:
             view = memoryview(data)
@@ -200,21 +195,20 @@ def _append(path: str, data: bytes) -> None:
                     written = os.write(fd, view)
                 except OSError:
                     if len(view) < len(data):
-                        _torn_paths.add(path)
+                        state.torn_paths.add(path)
                     raise
                 view = view[written:]
-            _torn_paths.discard(path)
+            state.torn_paths.discard(path)
         finally:
             os.close(fd)
 
 
 def _log_failure_once(path: str | None, exc: BaseException, fix: str | None = None) -> None:
-    global _failure_logged_pid
     pid = os.getpid()
-    if _failure_logged_pid == pid:
+    if ACTIVITY.ledger.failure_logged_pid == pid:
         logger.debug("manifest ledger write failed again: %s: %s", type(exc).__name__, exc)
         return
-    _failure_logged_pid = pid
+    ACTIVITY.ledger.failure_logged_pid = pid
     where = f" to {path}" if path else ""
     fix = fix or (
         "Check that VLLM_NEURON_MANIFEST_DIR points to a writable directory, or unset it to turn "
@@ -225,10 +219,6 @@ def _log_failure_once(path: str | None, exc: BaseException, fix: str | None = No
         "recorded by pid %d. Compilation is unaffected. %s",
         where, type(exc).__name__, exc, pid, fix,
     )
-
-
-#: (ledger directory, key, rank) this process wrote a line for: one line per graph, engine and rank
-_recorded: set[tuple[str, str, int]] = set()
 
 
 def record_graph(
@@ -257,20 +247,21 @@ def record_graph(
     try:
         directory = ledger_dir(root, prefix)
         rank = current_tp_rank()
-        if (directory, key, rank) in _recorded:  # a Dynamo recompile of a recorded graph adds nothing
+        if (directory, key, rank) in ACTIVITY.ledger.recorded:  # a Dynamo recompile of a recorded graph adds nothing
             return
         data = _encode(key, rank, input_shapes, compiler_flags, graph_type)
         path = os.path.join(directory, f"{os.getpid()}.jsonl")
         _append(path, data)
-        _recorded.add((directory, key, rank))
+        ACTIVITY.ledger.recorded.add((directory, key, rank))
     except Exception as exc:  # best-effort: the manifest never breaks a compile
         _log_failure_once(path, exc)
 
 
 def forget_recorded(directory: str) -> None:
     """An emit consumed ``directory``: graphs recorded there may be recorded again (a relaunch)."""
-    for item in [r for r in _recorded if r[0] == directory]:
-        _recorded.discard(item)
+    recorded = ACTIVITY.ledger.recorded
+    for item in [r for r in recorded if r[0] == directory]:
+        recorded.discard(item)
 
 
 # ----------------------------------------------------------------------------- reading

@@ -6,34 +6,39 @@ reads the scope **at call time** and keeps one variant per argument set. So the 
 under two scopes never silently reuse the first variant, and after a variant's first call the
 serve path is a contextvar read and a dict lookup: no hashing, no file I/O.
 
-- ``neuron_libtorch``: key = graph, input specs, canonical compiler args, target, tool versions;
-  compiles on a miss.
-- ``neuron_libtorch_graph_capture``: same key; writes ``graph.hlo`` and a *pending* entry with the
-  resolved args and runs the graph eagerly; ``parallel_compile`` builds it later.
-- ``neuron_native_lite``: key leaves the args out (graph structure and I/O shapes only) and
-  ``_assert_cache_key_args`` guards it.
+What a variant's first call does is its seam's, one class each:
+
+- ``neuron_libtorch`` (:class:`CompileSeam`): key = graph, input specs, canonical compiler args,
+  target, tool versions; compiles on a miss.
+- ``neuron_libtorch_graph_capture`` (:class:`CaptureSeam`): same key; writes ``graph.hlo`` and a
+  *pending* entry with the resolved args and runs the graph eagerly; ``parallel_compile`` builds it later.
+- ``neuron_native_lite`` (:class:`NativeSeam`): key leaves the args out (graph structure and I/O
+  shapes only) and ``_assert_cache_key_args`` guards it.
 """
 from __future__ import annotations
 
+import abc
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.cache import (
     STATS,
     CacheEntry,
     CompileCache,
     _assert_cache_key_args,
     assert_cache_hit_enabled,
-    compile_entry,
     disk_error,
     new_metadata,
 )
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import resolve_compile_timeout, select_compiler
+from neuron_args.compilers.build import compile_entry
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
@@ -50,8 +55,6 @@ CAPTURE_SEAM = "neuron_libtorch_graph_capture"
 NATIVE_SEAM = "neuron_native_lite"
 SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
-# native seam: first argument set seen per key in this process (the metadata covers other processes)
-_native_args: dict[str, list[str]] = {}
 # set by neuron_args.fastpath while it records a guarded call: called instead of each variant
 call_observer: Callable[[CompiledGraph, Callable[[list[Any]], Any], list[Any]], Any] | None = None
 # what _load returns for a NEFF whose outputs come from eager PyTorch (no runtime binding, allowed)
@@ -66,6 +69,7 @@ class CompiledGraph:
     def __init__(self, seam: str, gm: torch.fx.GraphModule, lowered: Any, options: Mapping[str, Any],
                  user_inputs: Sequence[bool] | None) -> None:
         self.seam = seam
+        self.kind = SEAM_KINDS[seam]
         self.gm = gm
         self.lowered = lowered
         self.options = dict(options)
@@ -91,138 +95,192 @@ class CompiledGraph:
         return run(args)
 
     # -- resolving a variant (first call under an argument set) -------------------------------
-    def _key(self, request: PlatformArgs) -> CacheKey:
-        return create_cache_hash(
-            graph_sha256=self.graph_sha256,
-            input_specs=input_spec_pairs(self.lowered.input_specs),
-            compiler_args=None if self.seam == NATIVE_SEAM else request.compiler_args,
-            target=request.target,
-            tool_versions=tool_versions(self.compiler.info),
-        )
-
     def _build_variant(self) -> Callable[[list[Any]], Any]:
         graph_type = current_graph_type()
         request = resolve_request(self.options, graph_type)
-        key = self._key(request)
+        key = create_cache_hash(
+            graph_sha256=self.graph_sha256,
+            input_specs=input_spec_pairs(self.lowered.input_specs),
+            compiler_args=self.kind.key_compiler_args(request),
+            target=request.target,
+            tool_versions=tool_versions(self.compiler.info),
+        )
         rec = records.GraphRecord(
             key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=self.input_shapes,
             compiler_args=list(request.compiler_args), optimization_level=optimization_level(request.compiler_args),
             target=request.target,
         )
-        if self.seam == CAPTURE_SEAM:
-            rec.captures = int(self._capture(key, request, graph_type))
-            self._ledger(key, request, graph_type)
-            return _counted(self.gm, records.record(rec))
-        if self.seam == NATIVE_SEAM:
-            self._check_native_args(key, request, graph_type)
-        build = functools.partial(self._compile_into, key=key, request=request, graph_type=graph_type, rec=rec)
+        return self.kind.variant(self, Variant(key, request, graph_type, rec))
+
+    def ledger(self, v: Variant) -> None:
+        """The manifest's ledger line: written once the graph is captured, compiled or found built."""
+        record_graph(key=v.key.key, input_shapes=self.input_shapes, compiler_flags=v.request.compiler_flags(),
+                     graph_type=v.graph_type)
+
+    def metadata(self, v: Variant, status: str) -> dict[str, Any]:
+        """The entry's ``metadata.json`` as the graph is captured (``pending``) or compiled."""
+        lowered = self.lowered
+        return new_metadata(
+            v.key, seam=self.seam, graph_type=v.graph_type, compiler_args=v.request.compiler_args,
+            target=v.request.target, status=status,
+            input_specs=[{"shape": list(s.shape), "dtype": s.dtype} for s in lowered.input_specs],
+            output_specs=[{"shape": list(s.shape), "dtype": s.dtype} for s in lowered.output_specs],
+            input_shapes=self.input_shapes,
+            output_shapes=list(lowered.result_shapes),
+            compiler_flags=v.request.compiler_flags(),
+            compiler=self.compiler.info.as_dict(),
+            # parallel_compile honours the capture's own timeout option (None: the environment, else the default)
+            compile_timeout=self.options.get("compile_timeout"),
+        )
+
+
+@dataclass
+class Variant:
+    """One argument set of a graph, resolved on its first call: the request, its key and its record."""
+
+    key: CacheKey
+    request: PlatformArgs
+    graph_type: str | None
+    rec: records.GraphRecord
+
+
+class Seam(abc.ABC):
+    """What the first call of a variant does in one seam; the key holds the arguments unless it says not."""
+
+    name: str
+
+    def key_compiler_args(self, request: PlatformArgs) -> tuple[str, ...] | None:
+        return request.compiler_args
+
+    @abc.abstractmethod
+    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
+        """The variant's call, once its entry is built, found or captured."""
+
+
+class CompileSeam(Seam):
+    """``neuron_libtorch``: the key holds the arguments; a miss compiles, a hit loads."""
+
+    name = COMPILE_SEAM
+
+    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
+        build = functools.partial(self._compile_into, graph, v)
+        rec = v.rec
         try:
-            entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
-            run = self._load(entry, hit, key, graph_type, rec)
+            entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type)
+            run = self._load(graph, entry, hit, v)
             if run is None:  # the entry's executable did not load: it was moved aside, build it again
-                entry, hit = self.cache.get_or_build(key, build, graph_type=graph_type)
-                run = self._load(entry, False, key, graph_type, rec)  # a second failure is an error
+                entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type)
+                run = self._load(graph, entry, False, v)  # a second failure is an error
         except CacheMissError:
-            rec.serve_misses = int(records.serving)
+            rec.serve_misses = int(ACTIVITY.serving is not None)
             records.record(rec)
             raise
-        self._ledger(key, request, graph_type)
+        graph.ledger(v)
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
         rec = records.record(rec)
         if run is EAGER:
-            return _counted(self.gm, rec)
+            return _counted(graph.gm, rec)
         return _counted(run, rec)
 
-    def _load(self, entry: CacheEntry, hit: bool, key: CacheKey, graph_type: str | None,
-              rec: records.GraphRecord) -> Any:
+    @staticmethod
+    def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
         """The loaded executable (once per process, by the entry's recorded format); :data:`EAGER` for a
         NEFF that runs eagerly here; None when a cached one does not load: it is then moved aside
         (corrupt) for the caller to rebuild."""
+        graph_type = v.graph_type
         try:
-            exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(self.options))
+            exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(graph.options))
         except NeuronArgsError:
             raise
         except Exception as exc:
             problem = f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})"
             if not hit:
                 raise CompileError(
-                    f"graph type {graph_type!r}, key {key.key}: the {self.compiler.info.name} compiler built "
+                    f"graph type {graph_type!r}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
                     f"{entry.executable_path} but it does not load: {problem}\nfix: report it with graph.hlo "
                     "and command.txt of that entry") from exc
             if assert_cache_hit_enabled():
-                raise self.cache.corrupt_error(entry, problem, graph_type) from None
-            self.cache.quarantine(entry, problem)
+                raise graph.cache.corrupt_error(entry, problem, graph_type) from None
+            graph.cache.quarantine(entry, problem)
             return None
         return EAGER if exe is None else exe
 
-    def _ledger(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
-        """The manifest's ledger line: written once the graph is captured, compiled or found built."""
-        record_graph(key=key.key, input_shapes=self.input_shapes, compiler_flags=request.compiler_flags(),
-                     graph_type=graph_type)
-
-    def _metadata(self, key: CacheKey, request: PlatformArgs, graph_type: str | None, status: str) -> dict[str, Any]:
-        lowered = self.lowered
-        return new_metadata(
-            key, seam=self.seam, graph_type=graph_type, compiler_args=request.compiler_args, target=request.target,
-            status=status,
-            input_specs=[{"shape": list(s.shape), "dtype": s.dtype} for s in lowered.input_specs],
-            output_specs=[{"shape": list(s.shape), "dtype": s.dtype} for s in lowered.output_specs],
-            input_shapes=self.input_shapes,
-            output_shapes=list(lowered.result_shapes),
-            compiler_flags=request.compiler_flags(),
-            compiler=self.compiler.info.as_dict(),
-            # parallel_compile honours the capture's own timeout option (None: the environment, else the default)
-            compile_timeout=self.options.get("compile_timeout"),
-        )
-
-    def _compile_into(self, entry: CacheEntry, *, key: CacheKey, request: PlatformArgs, graph_type: str | None,
-                      rec: records.GraphRecord) -> None:
-        entry.hlo_path.write_bytes(self.lowered.hlo_module_proto)
-        md = self._metadata(key, request, graph_type, status="compiling")
+    @staticmethod
+    def _compile_into(graph: CompiledGraph, v: Variant, entry: CacheEntry) -> None:
+        entry.hlo_path.write_bytes(graph.lowered.hlo_module_proto)
+        md = graph.metadata(v, status="compiling")
         entry.write_metadata(md)
-        compile_entry(entry, self.compiler, request.compiler_args, request.target, graph_type, md,
-                      timeout=self.compile_timeout)
-        rec.compiles += 1
-        rec.compile_seconds = entry.metadata().get("compile_seconds")
+        compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
+                      timeout=graph.compile_timeout)
+        v.rec.compiles += 1
+        v.rec.compile_seconds = entry.metadata().get("compile_seconds")
 
-    def _capture(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> bool:
-        """Write a pending entry unless the key is already built; True when written."""
-        entry = self.cache.entry(key)
-        if entry.is_complete:
-            problem = self.cache.verified(entry)
-            if problem is None:
-                return False
-            self.cache.quarantine(entry, problem)
-        try:
-            with self.cache.lock(key):
-                if entry.is_complete:
-                    return False
-                entry.reset()
-                entry.hlo_path.write_bytes(self.lowered.hlo_module_proto)
-                entry.write_metadata(self._metadata(key, request, graph_type, status="pending"))
-                STATS.captures += 1
-                return True
-        except OSError as exc:
-            raise disk_error(exc, entry.path, key=key.key, graph_type=graph_type) from exc
 
-    def _check_native_args(self, key: CacheKey, request: PlatformArgs, graph_type: str | None) -> None:
-        args = list(request.compiler_args)
-        first = _native_args.setdefault(key.key, args)
+class NativeSeam(CompileSeam):
+    """``neuron_native_lite``: the key leaves the arguments out (graph structure and I/O shapes only),
+    so one key must keep one argument set (``_assert_cache_key_args``)."""
+
+    name = NATIVE_SEAM
+
+    def key_compiler_args(self, request: PlatformArgs) -> tuple[str, ...] | None:
+        return None
+
+    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
+        args = list(v.request.compiler_args)
+        first = ACTIVITY.native_args.setdefault(v.key.key, args)
         if canonical_compiler_args(first) != canonical_compiler_args(args):
             raise CacheKeyArgsConflict(
-                f"cache key {key.key} (graph type {graph_type!r}) was compiled in this process with\n"
+                f"cache key {v.key.key} (graph type {v.graph_type!r}) was compiled in this process with\n"
                 f"    {first}\n  and is now requested with\n    {args}\n"
                 "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
                 "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
             )
-        _assert_cache_key_args(self.cache.entry(key), args, graph_type=graph_type)
+        _assert_cache_key_args(graph.cache.entry(v.key), args, graph_type=v.graph_type)
+        return super().variant(graph, v)
+
+
+class CaptureSeam(Seam):
+    """``neuron_libtorch_graph_capture``: the compile seam's key; writes ``graph.hlo`` and a *pending*
+    entry with the resolved arguments and runs the graph eagerly (``parallel_compile`` builds it)."""
+
+    name = CAPTURE_SEAM
+
+    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
+        v.rec.captures = int(self._capture(graph, v))
+        graph.ledger(v)
+        return _counted(graph.gm, records.record(v.rec))
+
+    @staticmethod
+    def _capture(graph: CompiledGraph, v: Variant) -> bool:
+        """Write a pending entry unless the key is already built; True when written."""
+        cache, key = graph.cache, v.key
+        entry = cache.entry(key)
+        if entry.is_complete:
+            problem = cache.verified(entry)
+            if problem is None:
+                return False
+            cache.quarantine(entry, problem)
+        try:
+            with cache.lock(key):
+                if entry.is_complete:
+                    return False
+                entry.reset()
+                entry.hlo_path.write_bytes(graph.lowered.hlo_module_proto)
+                entry.write_metadata(graph.metadata(v, status="pending"))
+                STATS.captures += 1
+                return True
+        except OSError as exc:
+            raise disk_error(exc, entry.path, key=key.key, graph_type=v.graph_type) from exc
+
+
+SEAM_KINDS: dict[str, Seam] = {kind.name: kind for kind in (CompileSeam(), CaptureSeam(), NativeSeam())}
 
 
 def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list[Any]], Any]:
     """A variant's call: the function, plus one flag read to count calls while a runner serves."""
     def run(args: list[Any]) -> Any:
-        if records.serving:
+        if ACTIVITY.serving is not None:
             rec.serve_hits += 1
         return fn(*args)
 
@@ -295,16 +353,3 @@ _BACKENDS = {b.seam: b for b in (neuron_libtorch, neuron_libtorch_graph_capture,
 
 def backend_for(seam: str) -> NeuronBackend:
     return _BACKENDS[seam]
-
-
-def register_backends() -> None:
-    """Register the three seams by name (also discovered through the ``torch_dynamo_backends`` entry points)."""
-    from torch._dynamo.backends import registry
-
-    for name, backend in _BACKENDS.items():
-        # an entry point still pending means torch's lookup is loading us and registers it itself
-        if name not in registry._COMPILER_FNS and registry._BACKENDS.get(name) is None:
-            registry.register_backend(compiler_fn=backend, name=name)
-
-
-register_backends()

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.compilers.lifetime import resolve_compile_timeout
 from neuron_args.errors import CompilerArgsError, NeuronArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
@@ -24,7 +25,6 @@ log = logging.getLogger("neuron_args.seams")
 #: ``runner``: the runner's own id, which keeps its torch.compile options (and so Dynamo frames) apart.
 KNOWN_OPTIONS = ("cache_dir", "compiler_args", "target", "compiler", "compile_timeout", "allow_eager_outputs",
                  "runner")
-_warned: set[str] = set()
 
 
 def check_options(options: Mapping[str, Any] | None, seam: str) -> dict[str, Any]:
@@ -36,8 +36,7 @@ def check_options(options: Mapping[str, Any] | None, seam: str) -> dict[str, Any
     opts = dict(options)
     unknown = sorted(str(k) for k in opts if k not in KNOWN_OPTIONS)
     for name in unknown:
-        if name not in _warned:
-            _warned.add(name)
+        if ACTIVITY.say_once(f"unknown option {name}"):
             log.warning("%s: unknown option %r is ignored; the options are %s", seam, name, ", ".join(KNOWN_OPTIONS))
     if opts.get("compiler_args") is not None:
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neuron_args.activity import ACTIVITY
+
 
 @dataclass
 class GraphRecord:
@@ -37,11 +39,9 @@ class GraphRecord:
         return {**asdict(self), "compiled": self.compiled, "captured": self.captured}
 
 
-RECORDS: dict[str, GraphRecord] = {}
+#: this process's records, by key (``ACTIVITY.records``: ``ACTIVITY.reset()`` clears them)
+RECORDS: dict[str, GraphRecord] = ACTIVITY.records
 _COUNTERS = ("compiles", "captures", "loads", "serve_hits", "serve_misses")
-
-#: set by ``NeuronRunner.serve`` for its duration: compiled graphs then count their calls
-serving = False
 
 
 def record(rec: GraphRecord) -> GraphRecord:

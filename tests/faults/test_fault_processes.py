@@ -89,7 +89,8 @@ def test_a_bad_timeout_setting_is_an_options_error(tmp_path, fake_env, monkeypat
 
 SINGLE_SCRIPT = textwrap.dedent("""
     import sys
-    from neuron_args.cache import CompileCache, compile_entry
+    from neuron_args.cache import CompileCache
+    from neuron_args.compilers.build import compile_entry
     from neuron_args.compilers import NeuronxCcCompiler
     cache = CompileCache(sys.argv[1])
     entry = cache.entry(sys.argv[2])
@@ -186,7 +187,8 @@ def test_interrupting_parallel_compile_of_12_graphs(tmp_path, fake_env, reaper, 
 
 RACE_SCRIPT = textwrap.dedent("""
     import json, sys, time
-    from neuron_args.cache import CompileCache, compile_entry, CacheEntry
+    from neuron_args.cache import CompileCache, CacheEntry
+    from neuron_args.compilers.build import compile_entry
     from neuron_args.cache_key import create_cache_hash
     from neuron_args.compilers import NeuronxCcCompiler
     root, start = sys.argv[1], float(sys.argv[2])
