@@ -187,3 +187,17 @@ def test_once_forking_is_unsafe_the_runners_children_start_from_a_fork_server(tm
     assert run.stdout.split() == ["safe", "False", "server", "True", "status", "captured", "captured"]
     assert "spawn" not in run.stderr
     assert sorted(e.status for e in CompileCache(tmp_path).entries()) == ["pending", "pending"]
+
+
+def test_a_warm_parallel_session_starts_no_child_and_counts_each_graph_once(neuron_project):
+    neuron_project.makepyfile(test_warm="""
+        def test_warm(neuron_warmup):
+            print("traced:", *sorted(t.status for t in neuron_warmup.traced))
+    """)
+    first = neuron_project.runpytest_subprocess("--neuron-flow=parallel", "-s", "-p", "no:randomly")
+    first.assert_outcomes(passed=1)  # this project's model module differs from the warm cache's: children
+    first.stdout.fnmatch_lines(["*traced: captured captured", "*cache activity: 2 hits, 0 misses, 0 compiles, 0 captures*"])
+    again = neuron_project.runpytest_subprocess("--neuron-flow=parallel", "-s", "-p", "no:randomly")
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["*traced: loaded loaded", "2 graphs: 0 compiled, 2 loaded, 0 captured; *; "
+                                "cache activity: 2 hits, 0 misses, 0 compiles, 0 captures*"])
