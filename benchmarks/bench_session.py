@@ -1,6 +1,6 @@
 """A pytest session on a warm persistent cache: what it costs beyond collecting, in each flow.
 
-    python benchmarks/bench_session.py [--reps 1]
+    python benchmarks/bench_session.py [--reps 1] [--cold]
 
 ``pytest examples`` (the tiny VLM's plugin tests) with ``--neuron-cache-dir`` pointing at one
 persistent cache:
@@ -10,8 +10,10 @@ persistent cache:
    collection), the warm session in-process, the warm session with ``--neuron-flow parallel``.
 
 Figures: warm in-process / collect-only (target <= 3.0), warm parallel / warm in-process (target
-<= 1.0). Each run is a fresh process; wall time by ``time.perf_counter`` around it; exit statuses
-are printed (a failing test does not stop the timing). Asserts nothing on speed.
+<= 1.0). ``--cold`` adds, per repetition, a cold session in each flow, each on a cache of its own:
+cold parallel / cold in-process (target <= 1.0). Each run is a fresh process; wall time by
+``time.perf_counter`` around it; exit statuses are printed (a failing test does not stop the
+timing). Asserts nothing on speed.
 """
 from __future__ import annotations
 
@@ -47,19 +49,24 @@ def session(cache: Path, *extra: str) -> tuple[float, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--cold", action="store_true", help="also time a cold session in each flow")
     ns = parser.parse_args()
     print(f"bench_session: {load()} (start)")
     runs: dict[str, list[float]] = {"collect": [], "in-process": [], "parallel": []}
-    codes: dict[str, list[int]] = {k: [] for k in runs}
     args = {"collect": ("--collect-only",), "in-process": (), "parallel": ("--neuron-flow", "parallel")}
+    if ns.cold:
+        runs.update({"cold in-process": [], "cold parallel": []})
+        args.update({"cold in-process": (), "cold parallel": ("--neuron-flow", "parallel")})
+    codes: dict[str, list[int]] = {k: [] for k in runs}
     with tempfile.TemporaryDirectory(prefix="bench-session-") as tmp:
         cache = Path(tmp) / "cache"
         cold, code = session(cache)
         print(f"  cold session (warms the cache): {cold:.1f} s (exit {code})")
         order = list(runs)
         for rep in range(ns.reps):
-            for name in order[rep % 3:] + order[:rep % 3]:
-                seconds, code = session(cache, *args[name])
+            for name in order[rep % len(order):] + order[:rep % len(order)]:
+                where = Path(tmp) / f"{name.replace(' ', '-')}-{rep}" if name.startswith("cold") else cache
+                seconds, code = session(where, *args[name])
                 runs[name].append(seconds)
                 codes[name].append(code)
                 print(f"  rep {rep}: {name:<10} {seconds:6.1f} s (exit {code}); {load()}", flush=True)
@@ -68,6 +75,13 @@ def main() -> int:
     for name, label in (("collect", "--collect-only"), ("in-process", "warm, in-process flow"),
                         ("parallel", "warm, --neuron-flow parallel")):
         print(f"  {label:<50} {m[name]:>8.1f} {min(runs[name]):>8.1f} s  exit {codes[name]}")
+    if ns.cold:
+        for name in ("cold in-process", "cold parallel"):
+            print(f"  {name + ' (an empty cache)':<50} {m[name]:>8.1f} {min(runs[name]):>8.1f} s  exit {codes[name]}")
+        cold_ratio = m["cold parallel"] / m["cold in-process"]
+        print(f"  ratio cold parallel / cold in-process: {cold_ratio:.2f} (target <= 1.0)")
+        figure("pytest examples --neuron-flow parallel / in-process, cold cache", cold_ratio, "<= 1.0",
+               note=f"{m['cold parallel']:.1f} s vs {m['cold in-process']:.1f} s")
     warm = m["in-process"] / m["collect"]
     par = m["parallel"] / m["in-process"]
     print(f"  ratio warm in-process / collect-only: {warm:.2f} (target <= 3.0)")

@@ -25,7 +25,8 @@ import torch
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
-from neuron_args.errors import NeuronArgsError
+from neuron_args.deferred.trace_record import TraceRecord, fingerprint
+from neuron_args.errors import CacheMissError, NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
 from neuron_args.resolver import CompilerArgsResolver
@@ -86,6 +87,7 @@ class WarmupReport:
     manifest_path: Any = None
     graphs: list[WarmedGraph] = field(default_factory=list)  # every graph of the chosen graph types
     reused: list[str] = field(default_factory=list)  # graph types warmed before by this runner
+    traced: list[Any] = field(default_factory=list)  # the parallel flow's TraceResults ("loaded": no child)
 
     @property
     def keys(self) -> list[str]:
@@ -304,16 +306,17 @@ class NeuronRunner:
         before, t0 = STATS.snapshot(), time.monotonic()
         compile_report = None
         counts = CacheStats()
+        traced: list[Any] = []
         if todo and flow == "in-process":
             self._warmup_in_process(todo, progress)
             counts = CacheStats.since(before)
         elif todo:
-            compile_report, counts = self._warmup_parallel(todo, progress, trace_timeout)
+            compile_report, counts, traced = self._warmup_parallel(todo, progress, trace_timeout)
         for g in reused:
             REUSED.extend(self.warmed[g])
         graphs = [w for g in chosen for w in self.warmed.get(g, [])]
         report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
-                              graphs=graphs, reused=reused)
+                              graphs=graphs, reused=reused, traced=traced)
         if self.emit_manifests if emit is None else emit:
             report.manifest_path = self.emit_manifest()
         return report
@@ -321,6 +324,7 @@ class NeuronRunner:
     def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None) -> None:
         total = sum(len(self.spec(g).buckets) for g in graph_types)
         done = 0
+        resolved: dict[str, tuple[str, list[str]]] = {}  # trace record: job fingerprint -> keys
         for g in graph_types:
             warmed: list[WarmedGraph] = []
             for bucket, make in self.spec(g).buckets.items():
@@ -330,8 +334,13 @@ class NeuronRunner:
                 kwargs = self._example(make, g, bucket)
                 stats, recs = STATS.snapshot(), _record_counts()
                 self.run(g, kwargs)
-                warmed += self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+                touched = self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+                warmed += touched
+                resolved[fingerprint(build_trace_job(self.resolver, self.spec(g).entry, kwargs, g), self.options)] = (
+                    g, [w.key for w in touched])
             self.warmed[g] = warmed
+        if self.backend == COMPILE_SEAM:  # the capture seam's keys: a parallel warmup of this cache starts no child
+            TraceRecord(self.cache_dir).note(resolved)
 
     def _touched(self, graph_type: str, bucket: str, before: Mapping[str, tuple[int, int, int]],
                  counts: dict[str, int]) -> list[WarmedGraph]:
@@ -349,15 +358,26 @@ class NeuronRunner:
         return out
 
     def _warmup_parallel(self, graph_types: list[str], progress: Callable[[Any], None] | None,
-                         trace_timeout: float | None) -> tuple[Any, CacheStats]:
+                         trace_timeout: float | None) -> tuple[Any, CacheStats, list[Any]]:
         buckets = [(g, b, self._example(make, g, b)) for g in graph_types for b, make in self.spec(g).buckets.items()]
         jobs = [build_trace_job(self.resolver, self.spec(g).entry, kwargs, g) for g, _, kwargs in buckets]
-        traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout)
+        here: dict[int, list[WarmedGraph]] = {}  # jobs traced in this process: their entries were complete
+        index = {id(job): i for i, job in enumerate(jobs)}
+        before = STATS.snapshot()
+        traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
+                                in_process=None if self.backend != COMPILE_SEAM else
+                                lambda job: self._trace_here(job, buckets[index[id(job)]][1],
+                                                             here.setdefault(index[id(job)], [])))
         compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
                                           compiler=self.options["compiler"], progress=progress)
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
-        counts = self._record_deferred(traced, compile_report)
-        for (g, bucket, _), result in zip(buckets, traced):
+        in_children = [t for t in traced if t.status != "loaded"]
+        counts = self._record_deferred(in_children, compile_report, skip={w.key for ws in here.values() for w in ws})
+        counts = CacheStats(**{k: v + getattr(counts, k) for k, v in CacheStats.since(before).snapshot().items()})
+        for i, ((g, bucket, _), result) in enumerate(zip(buckets, traced)):
+            if result.status == "loaded":
+                self.warmed.setdefault(g, []).extend(here[i])
+                continue
             for key in result.keys:
                 md = self.cache.entry(key).metadata()
                 how = "compiled" if key in built else "loaded"
@@ -366,12 +386,30 @@ class NeuronRunner:
                 self.warmed.setdefault(g, []).append(WarmedGraph(
                     g, bucket, key, list(md.get("input_shapes") or []), list(md.get("compiler_args") or []), how,
                     one, self.origin))
-        return compile_report, counts
+        return compile_report, counts, traced
 
-    def _record_deferred(self, traced: Any, compile_report: Any) -> CacheStats:
+    def _trace_here(self, job: Any, bucket: str, warmed: list[WarmedGraph]) -> list[str]:
+        """A trace job whose entries the trace record lists as complete: run it here, asserting a cache hit.
+
+        Its keys come from this trace, not from the record; a miss raises ``CacheMissError`` (the
+        job is then traced in a child and compiled, which counts the miss) and is not counted here.
+        """
+        stats, recs = STATS.snapshot(), _record_counts()
+        was, ACTIVITY.assert_hit = ACTIVITY.assert_hit, True
+        try:
+            self.run(job.graph_type, job[1])
+        except CacheMissError:
+            STATS.misses = stats["misses"]
+            raise
+        finally:
+            ACTIVITY.assert_hit = was
+        warmed += self._touched(job.graph_type, bucket, recs, CacheStats.since(stats).snapshot())
+        return [w.key for w in warmed]
+
+    def _record_deferred(self, traced: Any, compile_report: Any, skip: Iterable[str] = ()) -> CacheStats:
         """The graphs the trace children and the compile workers handled, as this process's records."""
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
-        keys = sorted({k for t in traced for k in t.keys})
+        keys = sorted({k for t in traced for k in t.keys} - set(skip))
         for key in keys:
             entry = self.cache.entry(key)
             md = entry.metadata()

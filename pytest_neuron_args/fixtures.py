@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from neuron_args.cache import STATS, CacheStats
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from pytest_neuron_args import ci_report
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
@@ -213,10 +214,12 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
         report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
     else:
         progress = _progress_writer(pytestconfig, request.node)
+        before = STATS.snapshot()
         with env({MANIFEST_DIR_ENV: str(session.ledger_root())}):
             report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
-        if report.flow == "parallel":
-            session.add_deferred_counts(report.counts)
+        if report.flow == "parallel":  # what children and workers did (graphs loaded here are in STATS already)
+            here = CacheStats.since(before).snapshot()
+            session.add_deferred_counts(CacheStats(**{k: getattr(report.counts, k) - v for k, v in here.items()}))
         if report.compile_report is not None:
             session.add_compile_report(report.compile_report)
     session.note_manifest_config(neuron_runner.manifest_config_block())

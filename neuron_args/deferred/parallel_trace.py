@@ -4,9 +4,16 @@ Each job runs in its own child, which opens ``scoped_compiler_args(job[2])`` and
 compiled with the capture seam: ``graph.hlo`` and a pending entry with the resolved arguments
 land in the cache, and nothing is compiled. Children fork (the model is inherited, not pickled)
 while that is safe; once jax's CPU client exists in this process a forked child's first jax call
-hangs, so the trace then falls back to spawn (the job is pickled) and says so once. Every child
+hangs, so the trace then falls back to spawn (the job is pickled) and says so once; with an
+``in_process`` tracer (a long-lived runner) it starts them from a fork server instead, which
+imports torch, jax and torchax once for all of them (jobs are pickled too). Every child
 has a deadline: a hang or a crash becomes a :class:`TraceError` naming the graph type, never a
 stuck run.
+
+On a warm cache no child is needed: given an ``in_process`` tracer (the runner passes its own),
+the jobs whose keys the trace record lists as complete are traced in this process instead,
+asserting a cache hit, so a changed model still misses and goes to a child (see
+:mod:`neuron_args.deferred.trace_record`).
 """
 from __future__ import annotations
 
@@ -16,13 +23,14 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
-from neuron_args.errors import TraceError
+from neuron_args.deferred.trace_record import TraceRecord, fingerprint
+from neuron_args.errors import CacheMissError, TraceError
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -34,7 +42,7 @@ DEFAULT_TIMEOUT = 600.0
 class TraceResult:
     graph_type: str | None
     compiler_args: list[str] | None
-    status: str  # "captured" | "failed"
+    status: str  # "captured" (in a child) | "loaded" (complete: traced in this process) | "failed"
     seconds: float
     keys: list[str] = field(default_factory=list)
     error: str | None = None
@@ -118,7 +126,8 @@ def _child_main(job: TraceJob, options: Mapping[str, Any], conn: Any, parent: in
         if parent is not None:  # a killed parent takes its trace children with it
             from neuron_args.compilers.lifetime import die_with_parent
 
-            die_with_parent(parent)
+            # 0: started by the fork server, which exits when the caller dies (its pipe closes)
+            die_with_parent(parent or os.getppid())
         _run_job(job, options, conn)
     finally:
         os._exit(0)
@@ -129,18 +138,26 @@ def _preload_for_fork() -> None:
 
     Importing jax and torchax creates no XLA client, so forking stays safe afterwards.
     """
-    from neuron_args.lowering import hlo  # noqa: F401
-    from neuron_args.lowering.torchax_compat import import_torchax
-
-    import_torchax()
+    import neuron_args.deferred.trace_preload  # noqa: F401
 
 
-def _context(start_method: str | None) -> Any:
+def _context(start_method: str | None, server_preload: Sequence[str] | None = None) -> Any:
+    """fork while it is safe; once jax's client exists, a fork server when ``server_preload`` is given, else spawn.
+
+    The fork server (started once per process) imports :mod:`neuron_args.deferred.trace_preload`
+    and the ``server_preload`` modules (the jobs' model modules) once; each child then forks from
+    it instead of starting an interpreter and importing torch, jax and torchax again (spawn).
+    """
     if start_method is None:
-        start_method = "fork" if fork_is_safe() else "spawn"
-        if start_method == "fork":
+        if fork_is_safe():
             _preload_for_fork()
-        if start_method == "spawn" and ACTIVITY.say_once("parallel_trace: spawn"):
+            return mp.get_context("fork")
+        if server_preload is not None:
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(["neuron_args.deferred.trace_preload", *server_preload])
+            return ctx
+        start_method = "spawn"
+        if ACTIVITY.say_once("parallel_trace: spawn"):
             log.warning("parallel_trace: jax's client already exists in this process, so forked children would "
                         "hang; starting trace children with spawn instead (jobs are pickled).")
     return mp.get_context(start_method)
@@ -161,22 +178,84 @@ def parallel_trace(
     workers: int | None = None,
     timeout: float | None = None,
     start_method: str | None = None,
+    in_process: Callable[[TraceJob], list[str]] | None = None,
 ) -> list[TraceResult]:
     """Capture each job in a child process; raise :class:`TraceError` after all ran if any failed.
 
     ``options`` are the capture seam's torch.compile options (cache_dir, compiler_args base,
     target, compiler). ``timeout`` is each child's deadline in seconds.
+
+    ``in_process(job)`` lets a warm cache skip the children: a job whose keys the trace record
+    (:mod:`neuron_args.deferred.trace_record`, kept in the cache of ``options`` only when
+    ``in_process`` is given) lists as complete is handed to it instead. It
+    traces the job in this process asserting a cache hit and returns the keys it resolved
+    (status ``"loaded"``); if it raises :class:`CacheMissError` (the model or its arguments
+    changed since the record), the job is traced in a child after all.
     """
+    from neuron_args.cache import cache_root
     from neuron_args.seams.options import check_options
 
     opts = check_options(options, "parallel_trace")  # a bad option fails here, not in every child
     todo = [normalize_job(j) for j in jobs]
-    ctx = _context(start_method)
-    deadline_s = DEFAULT_TIMEOUT if timeout is None else timeout
-    n_workers = workers or default_workers(len(todo))
+    # the record is the in-process tracer's (a job compiled by its caller may cache elsewhere)
+    record = TraceRecord(cache_root(opts)) if in_process is not None else None
+    prints = [fingerprint(job, opts) for job in todo] if record is not None else [""] * len(todo)
+    known = record.complete_keys(prints) if record is not None else {}
+    here = [i for i, fp in enumerate(prints) if fp in known]
+    children = [i for i, fp in enumerate(prints) if fp not in known]
     results: list[TraceResult | None] = [None] * len(todo)
+    # with an in-process tracer (a long-lived runner) children start from a fork server once forking is unsafe
+    server = (sorted({type(getattr(j[0], "_orig_mod", j[0])).__module__ for j in todo} - {"__main__"})
+              if in_process is not None else None)
+    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server)
+    if children and here and start_method is None and fork_is_safe():
+        # fork the children before this process traces anything (its first lowering creates jax's client)
+        _trace_in_children(todo, children, opts, *settings, results)
+        children = []
+    if in_process is not None:
+        children += _trace_here(todo, here, in_process, results)
+    if children:
+        _trace_in_children(todo, sorted(children), opts, *settings, results)
+    done = [r for r in results if r is not None]
+    if record is not None:
+        record.note({prints[i]: (r.graph_type, r.keys) for i, r in enumerate(results)
+                     if r is not None and r.status != "failed"})
+    failed = [r for r in done if r.status == "failed"]
+    if failed:
+        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
+    return done
+
+
+def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[TraceJob], list[str]],
+                results: list[TraceResult | None]) -> list[int]:
+    """Trace the jobs the record knows complete in this process; the indices that missed (for children)."""
+    missed = []
+    for i in indices:
+        job, t0 = todo[i], time.monotonic()
+        try:
+            keys = in_process(job)
+        except CacheMissError as exc:
+            log.info("parallel_trace: graph type %r is not in the cache as recorded (%s); tracing it in a child",
+                     job.graph_type, str(exc).splitlines()[0])
+            missed.append(i)
+            continue
+        except Exception:
+            results[i] = TraceResult(job.graph_type, job[2], "failed", round(time.monotonic() - t0, 3), [],
+                                     f"trace of graph type {job.graph_type!r} raised in this process:\n"
+                                     f"{traceback.format_exc()}")
+            continue
+        results[i] = TraceResult(job.graph_type, job[2], "loaded", round(time.monotonic() - t0, 3), list(keys))
+    return missed
+
+
+def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
+                       deadline_s: float, start_method: str | None, server: list[str] | None,
+                       results: list[TraceResult | None]) -> None:
+    """Capture ``todo[i]`` for each index in a child of its own, at most ``workers`` at a time."""
+    ctx = _context(start_method, server)
+    n_workers = workers or default_workers(len(indices))
     running: dict[int, tuple[Any, Any, float]] = {}
-    pending = list(range(len(todo)))
+    pending = list(indices)
 
     def finish(i: int, status: str, error: str | None = None, keys: list[str] | None = None) -> None:
         proc, conn, t0 = running.pop(i)
@@ -193,11 +272,6 @@ def parallel_trace(
             proc.join(5)
             conn.close()
         raise
-    done = [r for r in results if r is not None]
-    failed = [r for r in done if r.status == "failed"]
-    if failed:
-        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
-    return done
 
 
 def _drive(todo: list[TraceJob], pending: list[int], running: dict[int, tuple[Any, Any, float]],
@@ -208,7 +282,8 @@ def _drive(todo: list[TraceJob], pending: list[int], running: dict[int, tuple[An
         while pending and len(running) < n_workers:
             i = pending.pop(0)
             parent_conn, child_conn = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child_main, args=(todo[i], opts, child_conn, os.getpid()), daemon=True,
+            parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
+            proc = ctx.Process(target=_child_main, args=(todo[i], opts, child_conn, parent), daemon=True,
                                name=f"neuron-args-trace-{todo[i].graph_type}")
             proc.start()
             child_conn.close()

@@ -1,0 +1,118 @@
+"""Which keys each trace job resolved last time: lets ``parallel_trace`` skip children on a warm cache.
+
+A trace job's keys are only known after tracing it (the key hashes the lowered graph). This
+record, ``<cache>/.trace-record.json`` (a dot name: never listed as a cache entry), maps a job's
+*fingerprint* to the keys its last trace resolved. The fingerprint is a cheap description of the
+job: the model's class, module tree and parameter shapes, the input specs, the resolved
+arguments and the capture options. It is only a prediction: a job whose recorded keys are all
+complete is traced in the caller's own process instead of a child, where the seam computes its
+key again from the real graph and asserts a cache hit. A changed model that kept its
+fingerprint therefore still gets its own key, and its miss sends the job to a child as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from neuron_args.atomic import write_atomic
+from neuron_args.cache import CompileCache
+from neuron_args.deferred.jobs import TraceJob
+
+log = logging.getLogger("neuron_args.deferred")
+
+RECORD_NAME = ".trace-record.json"
+RECORD_VERSION = 1
+#: the record keeps the newest jobs only (one line per job shape: small even for large models)
+MAX_JOBS = 4096
+# options that name this process or the record's own folder, not the graph
+_NOT_FINGERPRINTED = ("runner", "cache_dir")
+
+
+def _describe(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return ["tensor", list(value.shape), str(value.dtype)]
+    if isinstance(value, (list, tuple)):
+        return [_describe(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _describe(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    return repr(value)
+
+
+def _model_description(model: Any) -> list[Any]:
+    model = getattr(model, "_orig_mod", model)
+    kind = type(model)
+    out: list[Any] = [f"{kind.__module__}.{kind.__qualname__}"]
+    if hasattr(model, "named_parameters") and hasattr(model, "named_buffers"):
+        out.append(repr(model))  # the module tree with each module's sizes
+        out.append([(n, list(p.shape), str(p.dtype)) for n, p in model.named_parameters()])
+        out.append([(n, list(b.shape), str(b.dtype)) for n, b in model.named_buffers()])
+    return out
+
+
+def fingerprint(job: TraceJob, options: Mapping[str, Any]) -> str:
+    """A job's description for the record (not a cache key: see the module docstring)."""
+    opts = {k: v for k, v in options.items() if k not in _NOT_FINGERPRINTED}
+    described = {"model": _model_description(job[0]), "kwargs": _describe(job[1]), "compiler_args": job[2],
+                 "graph_type": job.graph_type, "options": _describe(opts)}
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class TraceRecord:
+    """The record of one cache directory."""
+
+    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
+        self.cache = CompileCache(cache_dir)
+        self.path = Path(self.cache.root) / RECORD_NAME
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:  # a damaged record only costs children: trace as if cold
+            log.warning("trace record %s is unreadable (%s); tracing every job in a child", self.path, exc)
+            return {}
+        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or not isinstance(data.get("jobs"), dict):
+            return {}
+        return data["jobs"]
+
+    def complete_keys(self, fingerprints: Iterable[str]) -> dict[str, list[str]]:
+        """The recorded keys of each fingerprint whose every recorded key has a complete entry."""
+        jobs = self.read()
+        out: dict[str, list[str]] = {}
+        for fp in fingerprints:
+            keys = (jobs.get(fp) or {}).get("keys")
+            if isinstance(keys, list) and keys and all(isinstance(k, str) and self.cache.entry(k).is_complete
+                                                         for k in keys):
+                out[fp] = list(keys)
+        return out
+
+    def note(self, resolved: Mapping[str, tuple[str | None, list[str]]]) -> None:
+        """Record ``{fingerprint: (graph_type, keys)}`` (merged with what other processes recorded)."""
+        if not resolved:
+            return
+        jobs = self.read()
+        changed = False
+        for fp, (graph_type, keys) in resolved.items():
+            if not keys:
+                continue
+            new = {"graph_type": graph_type, "keys": sorted(set(keys))}
+            if jobs.get(fp) != new:
+                jobs.pop(fp, None)  # re-insert: the newest stay when the record is trimmed
+                jobs[fp] = new
+                changed = True
+        if not changed:
+            return
+        kept = dict(list(jobs.items())[-MAX_JOBS:])
+        try:
+            write_atomic(self.path, json.dumps({"version": RECORD_VERSION, "jobs": kept}, indent=0))
+        except OSError as exc:  # the record is an optimisation: a read-only cache still traces
+            log.warning("could not write the trace record %s (%s); the next run traces in children again",
+                        self.path, exc)
