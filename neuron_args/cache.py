@@ -107,6 +107,11 @@ class EntryArtifacts:
     metadata: dict[str, Any]
 
 
+def executable_file_name(key: str) -> str:
+    """The executable's file name in an entry (or in a farm worker's scratch copy of one)."""
+    return f"graph_{key}.neff"
+
+
 class CacheEntry:
     """The files of one key."""
 
@@ -115,7 +120,7 @@ class CacheEntry:
         self.key = key
         self.path = root / key
 
-    executable_name = property(lambda self: f"graph_{self.key}.neff")
+    executable_name = property(lambda self: executable_file_name(self.key))
     hlo_path = property(lambda self: self.path / HLO_NAME)
     executable_path = property(lambda self: self.path / self.executable_name)
     metadata_path = property(lambda self: self.path / METADATA_NAME)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
-from neuron_args.cache import CacheEntry, CompileCache, KeyLock
+from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, executable_file_name
 from neuron_args.compilers.build import compiled_metadata
 from neuron_args.errors import CompileError, NeuronArgsError
 
@@ -204,9 +204,10 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
                 f"{task.compiler_version!r}; an executable built here would be stored under a key that lies. "
                 f"fix: install {info.name} {task.compiler_version} on every worker (the same environment as "
                 "the capture), or capture again with the workers' version."))
-        hlo_path = Path(workdir) / "graph.hlo"
+        # the entry's own file names, so the recorded argv differs from the entry's only in the folder
+        hlo_path = Path(workdir) / HLO_NAME
         hlo_path.write_bytes(task.hlo)
-        output = Path(workdir) / f"graph_{task.key}.neff"
+        output = Path(workdir) / executable_file_name(task.key)
         cancelled = _dask_cancelled()
         stop = threading.Event()
         watcher = None
