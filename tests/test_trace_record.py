@@ -195,8 +195,9 @@ def test_a_warm_parallel_session_starts_no_child_and_counts_each_graph_once(neur
             print("traced:", *sorted(t.status for t in neuron_warmup.traced))
     """)
     first = neuron_project.runpytest_subprocess("--neuron-flow=parallel", "-s", "-p", "no:randomly")
-    first.assert_outcomes(passed=1)  # this project's model module differs from the warm cache's: children
-    first.stdout.fnmatch_lines(["*traced: captured captured", "*cache activity: 2 hits, 0 misses, 0 compiles, 0 captures*"])
+    # children, unless an earlier session of this same project recorded the jobs (the warm cache is shared)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["*cache activity: 2 hits, 0 misses, 0 compiles, 0 captures*"])
     again = neuron_project.runpytest_subprocess("--neuron-flow=parallel", "-s", "-p", "no:randomly")
     again.assert_outcomes(passed=1)
     again.stdout.fnmatch_lines(["*traced: loaded loaded", "2 graphs: 0 compiled, 2 loaded, 0 captured; *; "
