@@ -39,17 +39,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from figures import figure  # noqa: E402
+from figures import figure, load  # noqa: E402
 BASE = ["--auto-cast=none", "-O1"]
 
 
 def options(cache: str) -> dict[str, Any]:
     return {"cache_dir": cache, "compiler_args": BASE, "target": "trn2", "compiler": "local"}
 
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 # -- phases (each in its own process) ------------------------------------------------------------
@@ -135,9 +131,8 @@ def phase_compile(cache: str, workers: int, prestart: bool = False) -> dict[str,
     from neuron_args.compilers import workers as warm
     from neuron_args.deferred import parallel_compile
 
-    # As in a real warmup, the parent already has torch + Dynamo imported, and the forked pool
-    # workers inherit them. Without this every worker imports them on its first graph, because
-    # the worker body reaches compile_entry through neuron_args.seams.backends (timed here).
+    # As in a real warmup, the parent already has torch + Dynamo imported (timed here); the pool
+    # workers' body (compile_entry in neuron_args.compilers.build) itself needs neither.
     t0 = time.perf_counter()
     import neuron_args.runner  # noqa: F401
 

@@ -29,12 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from figures import figure  # noqa: E402
+from figures import figure, load  # noqa: E402
 
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def session(cache: Path, *extra: str) -> tuple[float, int]:
