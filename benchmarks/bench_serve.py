@@ -201,30 +201,21 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     }
     for name, label in labels.items():
         print(f"  {label:<64} {m[name]:>8.1f} {lo[name]:>8.1f} us")
-    ratios = {
-        "served / eager": m["served"] / m["eager"],
-        "whole compiled call / loaded executable": m["compiled_call"] / m["executable"],
-        "compiled call, aot wrapper / loaded executable": m["compiled_call_aot"] / m["executable"],
-        "Dynamo alone / loaded executable": m["dynamo_floor"] / m["executable"],
-        "seam's call, direct / aot wrapper": m["seam_direct"] / m["seam_aot"],
-        "served / loaded executable": m["served"] / m["executable"],
-        "guarded / served": m["guarded"] / m["served"],
-        "guarded / guarded with skip_guard_eval_unsafe": m["guarded"] / m["guarded_skip_guards"],
-        "legacy executable / executable": m["legacy_executable"] / m["executable"],
-        "execute async / sync": m["execute_async"] / m["execute_sync"],
+    # each ratio as (numerator, denominator), taken of the medians and of the minimums
+    parts = {
+        "served / eager": ("served", "eager"),
+        "whole compiled call / loaded executable": ("compiled_call", "executable"),
+        "compiled call, aot wrapper / loaded executable": ("compiled_call_aot", "executable"),
+        "Dynamo alone / loaded executable": ("dynamo_floor", "executable"),
+        "seam's call, direct / aot wrapper": ("seam_direct", "seam_aot"),
+        "served / loaded executable": ("served", "executable"),
+        "guarded / served": ("guarded", "served"),
+        "guarded / guarded with skip_guard_eval_unsafe": ("guarded", "guarded_skip_guards"),
+        "legacy executable / executable": ("legacy_executable", "executable"),
+        "execute async / sync": ("execute_async", "execute_sync"),
     }
-    on_mins = {
-        "served / eager": lo["served"] / lo["eager"],
-        "whole compiled call / loaded executable": lo["compiled_call"] / lo["executable"],
-        "compiled call, aot wrapper / loaded executable": lo["compiled_call_aot"] / lo["executable"],
-        "Dynamo alone / loaded executable": lo["dynamo_floor"] / lo["executable"],
-        "seam's call, direct / aot wrapper": lo["seam_direct"] / lo["seam_aot"],
-        "served / loaded executable": lo["served"] / lo["executable"],
-        "guarded / served": lo["guarded"] / lo["served"],
-        "guarded / guarded with skip_guard_eval_unsafe": lo["guarded"] / lo["guarded_skip_guards"],
-        "legacy executable / executable": lo["legacy_executable"] / lo["executable"],
-        "execute async / sync": lo["execute_async"] / lo["execute_sync"],
-    }
+    ratios = {name: m[a] / m[b] for name, (a, b) in parts.items()}
+    on_mins = {name: lo[a] / lo[b] for name, (a, b) in parts.items()}
     print(f"  {'ratio (of medians; of mins)':<64} {'median':>8} {'min':>8}")
     for name, value in ratios.items():
         print(f"  {name:<64} {value:>8.2f} {on_mins[name]:>8.2f}")
