@@ -147,3 +147,21 @@ class LoadedExecutable:
             for o in outs:
                 o[0].block_until_ready()
         return [f(o[0]) for f, o in zip(self._convert_out, outs)]
+
+
+def with_constant_outputs(run: Callable[..., Sequence[Any]], constants: Sequence[tuple[int, Any]]
+                          ) -> Callable[..., list[Any]]:
+    """``run`` (an executable's call) returning the graph's whole output list: each ``(position, value)``
+    of ``constants`` (ascending; outputs kept out of the HLO, see ``LoweredGraph.constant_outputs``)
+    put back at its position. ``run`` itself when there are none (every inference graph)."""
+    if not constants:
+        return run
+    constants = tuple(constants)
+
+    def call(*args: Any) -> list[Any]:
+        outs = list(run(*args))
+        for i, value in constants:
+            outs.insert(i, value)
+        return outs
+
+    return call

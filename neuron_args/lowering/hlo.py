@@ -3,7 +3,10 @@
 The result carries three views of one graph: the ``HloModuleProto`` bytes the compiler consumes,
 a canonical HLO text the cache key hashes (the proto is not stable across lowerings: module id
 counter, source paths in metadata), and the torch-side input/output specs the runtime needs to
-convert tensors. jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
+convert tensors. An output that is not a computed tensor (a ``None`` gradient of an input that
+needs none, a constant) stays out of the HLO: :attr:`LoweredGraph.constant_outputs` holds it and
+the runtime call puts it back at its position (:func:`neuron_args.runtime.with_constant_outputs`).
+jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
 runtime casts on the way in and back out (see ``neuron_args.runtime``).
 
 jax and torchax are imported on the first lowering only (a jax client in the parent breaks
@@ -40,6 +43,9 @@ class LoweredGraph:
     input_specs: tuple[TensorSpec, ...]
     output_specs: tuple[TensorSpec, ...]
     result_shapes: tuple[str, ...]
+    #: ``(position, value)`` of each graph output that is not in the HLO (``None``, a Python
+    #: constant), in ascending position; the HLO returns the other outputs, in order
+    constant_outputs: tuple[tuple[int, Any], ...] = ()
 
 
 def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
@@ -49,14 +55,14 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     :class:`LoweringError` for symbolic sizes or any op torchax cannot lower (naming the node).
     """
     input_specs = _input_specs(gm, example_inputs)
-    output_specs = _output_specs(gm)
+    output_specs, constants = _output_specs(gm)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     # aot_autograd calls its forward compiler under its fake mode: graph constants must be read
     # as real tensors, and torchax's own tensors must not be faked. One lowering at a time: the
     # torchax environment and its torch modes are shared by the process.
     with _lock, unset_fake_temporarily():
-        return _lower(gm, input_specs, output_specs)
+        return _lower(gm, input_specs, output_specs, constants)
 
 
 def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[TensorSpec, ...]:
@@ -81,38 +87,54 @@ def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tup
     return tuple(specs)
 
 
-def _output_specs(gm: torch.fx.GraphModule) -> tuple[TensorSpec, ...]:
+def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tuple[tuple[int, Any], ...]]:
+    """The specs of the tensor outputs, and the outputs that are not tensors (kept out of the HLO).
+
+    A backward graph returns ``None`` for every input that needs no gradient (the token ids, a
+    frozen parameter): aot_autograd must get ``None`` there, so it is not lowered.
+    """
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     values = output.args[0]
     if not isinstance(values, (tuple, list)):
         values = (values,)
-    specs = []
+    specs, constants = [], []
     for i, node in enumerate(values):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+        if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
+            raise LoweringError(f"graph output {i} ({node}) is the symbolic value {val}. {_STATIC_HINT}")
+        if node is None or (not isinstance(val, torch.Tensor) and isinstance(val, _CONSTANT_TYPES)):
+            constants.append((i, val))
+            continue
         if not isinstance(val, torch.Tensor):
             raise LoweringError(
                 f"graph output {i} ({node}) is {type(val).__name__}, not a tensor with a recorded "
-                "value (meta['val']); only aot_autograd forward graphs returning tensors lower"
+                "value (meta['val']) or a constant; only aot_autograd graphs returning tensors lower"
             )
         if any(not isinstance(d, int) for d in val.shape):
             raise LoweringError(
                 f"graph output {i} has symbolic shape {tuple(val.shape)}. {_STATIC_HINT}"
             )
         specs.append(TensorSpec.of(val))
-    return tuple(specs)
+    return tuple(specs), tuple(constants)
+
+
+#: graph outputs returned as they are, outside the HLO
+_CONSTANT_TYPES = (type(None), bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                   torch.memory_format)
 
 
 def _lower(
     gm: torch.fx.GraphModule,
     input_specs: tuple[TensorSpec, ...],
     output_specs: tuple[TensorSpec, ...],
+    constants: tuple[tuple[int, Any], ...],
 ) -> LoweredGraph:
     from neuron_args.lowering.torchax_compat import import_torchax
 
     import_torchax()  # before any torchax submodule import (see torchax_compat)
     import jax
 
-    graph_fn = _jax_function(gm, output_specs)
+    graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants))
     args = [jax.ShapeDtypeStruct(s.shape, _np_dtype(s.lowered_dtype)) for s in input_specs]
     try:
         # x64 off whatever the process set: int64 -> s32 is part of the graph (and its key).
@@ -131,6 +153,7 @@ def _lower(
         input_specs=input_specs,
         output_specs=output_specs,
         result_shapes=_result_shapes(computation.program_shape().result_shape()),
+        constant_outputs=constants,
     )
 
 
@@ -189,8 +212,9 @@ def _constant(env: Any, value: torch.Tensor) -> Any:
     return Tensor(jnp.asarray(tensor_to_numpy(value)), env)
 
 
-def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]) -> Any:
-    """``gm`` as a function of jax arrays, returning a tuple of jax arrays (one per output)."""
+def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...], constants: frozenset[int]) -> Any:
+    """``gm`` as a function of jax arrays, returning a tuple of jax arrays (one per tensor output;
+    the outputs at positions ``constants`` are left out)."""
     from torchax.tensor import Tensor
     from torchax.view import View
 
@@ -234,10 +258,11 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             outs = ToJax(gm).run(*(Tensor(a, env) for a in arrays))
         if not isinstance(outs, (tuple, list)):
             outs = (outs,)
-        if len(outs) != len(output_specs):
+        if len(outs) != len(output_specs) + len(constants):
             raise LoweringError(
-                f"graph returned {len(outs)} values, its output node lists {len(output_specs)}"
+                f"graph returned {len(outs)} values, its output node lists {len(output_specs) + len(constants)}"
             )
+        outs = [o for i, o in enumerate(outs) if i not in constants]
         result = []
         for i, (out, spec, dtype) in enumerate(zip(outs, output_specs, out_dtypes)):
             if isinstance(out, (Tensor, View)):

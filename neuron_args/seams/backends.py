@@ -43,6 +43,7 @@ from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileErro
 from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
+from neuron_args.runtime import with_constant_outputs
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import records
 from neuron_args.seams.options import check_options, deferred_raise
@@ -184,7 +185,7 @@ class CompileSeam(Seam):
         rec = records.record(rec)
         if run is EAGER:
             return _counted(graph.gm, rec)
-        return _counted(run, rec)
+        return _counted(with_constant_outputs(run, graph.lowered.constant_outputs), rec)
 
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
