@@ -7,6 +7,7 @@ precedence over torchax's table and decompositions, in the graph and inside deco
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -27,11 +28,62 @@ def _sdpa_flash_for_cpu(
     gradients are enabled. Computed in float32 as the CPU kernel accumulates; a fully masked row
     gives a zero output and a zero log-sum-exp, as the kernel does.
     """
-    import jax
+    import jax.numpy as jnp
+
+    f32 = jnp.float32
+    key, value, scores, _ = _sdpa_scores(query, key, value, dropout_p, is_causal, attn_mask, scale)
+    peak = jnp.max(scores, axis=-1, keepdims=True)
+    finite = jnp.isfinite(peak)
+    exp = jnp.where(finite, jnp.exp(scores - jnp.where(finite, peak, 0.0)), 0.0)
+    total = jnp.sum(exp, axis=-1, keepdims=True)
+    # as the kernel: unnormalised probabilities rounded to the input dtype, multiplied by V with
+    # float32 accumulation, divided by the float32 sum at the end
+    out = jnp.einsum("nhls,nhse->nhle", exp.astype(query.dtype), value, preferred_element_type=f32)
+    out = jnp.where(finite, out / jnp.where(finite, total, 1.0), 0.0)
+    lse = jnp.where(finite, peak + jnp.log(jnp.where(finite, total, 1.0)), 0.0)[..., 0]
+    return out.astype(query.dtype), lse
+
+
+def _sdpa_flash_for_cpu_backward(
+    grad_out: Any, query: Any, key: Any, value: Any, out: Any, logsumexp: Any, dropout_p: float,
+    is_causal: bool, *, attn_mask: Any = None, scale: float | None = None,
+) -> tuple[Any, Any, Any]:
+    """``aten._scaled_dot_product_flash_attention_for_cpu_backward``: ``(grad_query, grad_key, grad_value)``.
+
+    The training graph's backward of the op above (torch has no decomposition for it). The flash
+    backward: probabilities recomputed from the saved log-sum-exp, ``D = rowsum(dO * O)``,
+    ``dS = P * (dO V^T - D)``, everything in float32 and rounded once to the inputs' dtypes. With
+    grouped-query attention the key/value gradients of a shared head are summed over its group.
+    """
+    import jax.numpy as jnp
+
+    f32 = jnp.float32
+    kv_shape = key.shape
+    keys, values, scores, scale = _sdpa_scores(query, key, value, dropout_p, is_causal, attn_mask, scale)
+    probs = jnp.exp(scores - logsumexp.astype(f32)[..., None])  # masked (-inf) scores give 0
+    d_out = grad_out.astype(f32)
+    grad_value = jnp.einsum("nhls,nhle->nhse", probs, d_out)
+    d_probs = jnp.einsum("nhle,nhse->nhls", d_out, values.astype(f32))
+    delta = jnp.sum(d_out * out.astype(f32), axis=-1, keepdims=True)
+    d_scores = probs * (d_probs - delta) * scale
+    grad_query = jnp.einsum("nhls,nhse->nhle", d_scores, keys.astype(f32))
+    grad_key = jnp.einsum("nhls,nhle->nhse", d_scores, query.astype(f32))
+    group = query.shape[1] // kv_shape[1]
+    if group > 1:  # sum each shared key/value head's gradient over the query heads of its group
+        grad_key = grad_key.reshape(kv_shape[0], kv_shape[1], group, *grad_key.shape[2:]).sum(axis=2)
+        grad_value = grad_value.reshape(kv_shape[0], kv_shape[1], group, *grad_value.shape[2:]).sum(axis=2)
+    return grad_query.astype(query.dtype), grad_key.astype(key.dtype), grad_value.astype(value.dtype)
+
+
+def _sdpa_scores(query: Any, key: Any, value: Any, dropout_p: float, is_causal: bool, attn_mask: Any,
+                 scale: float | None) -> tuple[Any, Any, Any, float]:
+    """Shared by the SDPA forward and backward: ``(key, value)`` repeated to the query's heads, the
+    scaled float32 scores with every disallowed position at ``-inf``, and the scale."""
     import jax.numpy as jnp
 
     if dropout_p:
-        raise ValueError(f"dropout_p={dropout_p}: Neuron inference graphs lower SDPA without dropout")
+        raise ValueError(f"dropout_p={dropout_p}: Neuron graphs lower SDPA without dropout (set the "
+                         "attention dropout to 0 or call model.eval())")
     heads, kv_heads = query.shape[1], key.shape[1]
     if heads != kv_heads:  # grouped-query attention
         key = jnp.repeat(key, heads // kv_heads, axis=1)
@@ -48,17 +100,7 @@ def _sdpa_flash_for_cpu(
             allowed = allowed & attn_mask
         else:
             scores = scores + attn_mask.astype(f32)
-    scores = jnp.where(allowed, scores, -jnp.inf)
-    peak = jnp.max(scores, axis=-1, keepdims=True)
-    finite = jnp.isfinite(peak)
-    exp = jnp.where(finite, jnp.exp(scores - jnp.where(finite, peak, 0.0)), 0.0)
-    total = jnp.sum(exp, axis=-1, keepdims=True)
-    # as the kernel: unnormalised probabilities rounded to the input dtype, multiplied by V with
-    # float32 accumulation, divided by the float32 sum at the end
-    out = jnp.einsum("nhls,nhse->nhle", exp.astype(query.dtype), value, preferred_element_type=f32)
-    out = jnp.where(finite, out / jnp.where(finite, total, 1.0), 0.0)
-    lse = jnp.where(finite, peak + jnp.log(jnp.where(finite, total, 1.0)), 0.0)[..., 0]
-    return out.astype(query.dtype), lse
+    return key, value, jnp.where(allowed, scores, -jnp.inf), scale
 
 
 def _grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
@@ -94,10 +136,72 @@ def _addmm(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> A
     return out.astype(jnp.result_type(a.dtype, b.dtype))
 
 
+def _torchax_jax(op: Any) -> Callable[..., Any]:
+    """torchax's jax lowering of forward op ``op`` (an overload packet), to differentiate with ``jax.vjp``."""
+    from torchax.ops.ops_registry import all_aten_ops
+
+    return all_aten_ops[op].func
+
+
+def _pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> tuple[Any, ...]:
+    """The gradients of ``forward`` at ``primals`` for ``grad_output``: a backward op as the vjp of its
+    forward op's lowering, so forward and backward come from one definition."""
+    import jax
+
+    out, pull = jax.vjp(forward, *primals)
+    return pull(grad_output.astype(out.dtype))
+
+
+def _convolution_backward(
+    grad_output: Any, input: Any, weight: Any, bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
+    transposed: bool, output_padding: Any, groups: int, output_mask: Any,
+) -> tuple[Any, Any, Any]:
+    """``aten.convolution_backward``: ``(grad_input, grad_weight, grad_bias)``, each None unless asked for."""
+    import jax.numpy as jnp
+
+    conv = _torchax_jax(aten.convolution)
+
+    def forward(x: Any, w: Any) -> Any:  # fresh lists: torchax's convolution extends its padding in place
+        return conv(x, w, None, list(stride), list(padding), list(dilation), transposed, list(output_padding),
+                    groups)
+
+    grad_input, grad_weight = _pullback(forward, grad_output, input, weight)
+    grad_bias = None
+    if output_mask[2]:
+        axes = (0, *range(2, grad_output.ndim))
+        grad_bias = jnp.sum(grad_output, axis=axes, dtype=jnp.float32).astype(grad_output.dtype)
+    return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None, grad_bias)
+
+
+def _avg_pool_backward(grad_output: Any, input: Any, kernel_size: Any, stride: Any, padding: Any,
+                       ceil_mode: bool, count_include_pad: bool, divisor_override: int | None = None) -> Any:
+    """``aten.avg_pool{1,2,3}d_backward``: the vjp of the forward pooling."""
+    pool = _torchax_jax(aten.avg_pool2d)
+
+    def forward(x: Any) -> Any:
+        return pool(x, list(kernel_size), list(stride), list(padding), ceil_mode, count_include_pad,
+                    divisor_override)
+
+    return _pullback(forward, grad_output, input)[0]
+
+
+def _adaptive_avg_pool_backward(grad_output: Any, input: Any, *, spatial: int) -> Any:
+    """``aten._adaptive_avg_pool{2,3}d_backward``: the vjp of the forward pooling (output size from the gradient)."""
+    pool = _torchax_jax(aten._adaptive_avg_pool2d)
+    size = list(grad_output.shape[-spatial:])
+    return _pullback(lambda x: pool(x, size), grad_output, input)[0]
+
+
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
 LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa_flash_for_cpu,
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_flash_for_cpu_backward,
     "aten::addmm": _addmm,
+    "aten::convolution_backward": _convolution_backward,
+    "aten::avg_pool2d_backward": _avg_pool_backward,
+    "aten::avg_pool3d_backward": _avg_pool_backward,
+    "aten::_adaptive_avg_pool2d_backward": functools.partial(_adaptive_avg_pool_backward, spatial=2),
+    "aten::_adaptive_avg_pool3d_backward": functools.partial(_adaptive_avg_pool_backward, spatial=3),
     "transformers::grouped_mm_fallback": _grouped_mm,
 }
 
@@ -162,9 +266,27 @@ def in_float32(op: Any, args: Any, kwargs: Any, result: Any) -> Any:
     return out.to(result.dtype) if isinstance(result, torch.Tensor) else out
 
 
+#: ops torchax lowers wrongly, computed with torch's own decomposition instead: torchax's
+#: ``native_layer_norm_backward`` calls a jax function that does not exist, its
+#: ``max_pool2d_with_indices_backward`` adds each gradient to a whole window instead of its argmax
+TORCH_DECOMPOSED: tuple[Any, ...] = (aten.native_layer_norm_backward, aten.max_pool2d_with_indices_backward)
+
+
 def install(env: Any) -> None:
-    """Put :data:`LOWERINGS` in a torchax environment, so decompositions use them too."""
+    """Put :data:`LOWERINGS` in a torchax environment, so decompositions use them too, and route
+    :data:`TORCH_DECOMPOSED` to torch's decompositions."""
+    from torch._decomp import decomposition_table
+    from torchax.ops.ops_registry import Operator
+
     _installed.append(env)
+    for packet in TORCH_DECOMPOSED:
+        env._ops.pop(packet, None)
+        for name in packet.overloads():
+            op = getattr(packet, name)
+            env._ops.pop(op, None)
+            if op in decomposition_table:
+                env._decomps[op] = Operator(op, decomposition_table[op], is_jax_function=False,
+                                            is_user_defined=False, needs_env=False, is_view_op=False)
     for name, fn in LOWERINGS.items():
         _install_one(env, name, fn)
 
