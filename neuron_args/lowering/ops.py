@@ -120,6 +120,12 @@ def _grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
     return jnp.where(valid[:, None], out, 0.0).astype(input.dtype)
 
 
+def _grouped_mm_backward(input: Any, weight: Any, offs: Any, grad_output: Any) -> tuple[Any, Any]:
+    """``transformers::grouped_mm_fallback_backward``: ``(grad_input, grad_weight)``, the vjp of the lowering above
+    (the eager kernel loops over ``offs.tolist()`` again)."""
+    return _pullback(lambda x, w: _grouped_mm(x, w, offs), grad_output, input, weight)
+
+
 def _addmm(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> Any:
     """``bias + a @ b`` accumulated in float32 and rounded once, as torch's CPU kernel does.
 
@@ -192,6 +198,21 @@ def _adaptive_avg_pool_backward(grad_output: Any, input: Any, *, spatial: int) -
     return _pullback(lambda x: pool(x, size), grad_output, input)[0]
 
 
+def _weight_norm_backward(grad_w: Any, saved_v: Any, saved_g: Any, saved_norms: Any, dim: int) -> tuple[Any, Any]:
+    """``aten._weight_norm_interface_backward``: ``(grad_v, grad_g)`` of ``w = v * g / ||v||`` (the norm over every
+    dimension but ``dim``, as torch's decomposition of the forward), in float32."""
+    import jax.numpy as jnp
+
+    f32 = jnp.float32
+    axes = tuple(i for i in range(saved_v.ndim) if i != dim)
+
+    def forward(v: Any, g: Any) -> Any:
+        return v * (g / jnp.sqrt(jnp.sum(v * v, axis=axes, keepdims=True)))
+
+    grad_v, grad_g = _pullback(forward, grad_w.astype(f32), saved_v.astype(f32), saved_g.astype(f32))
+    return grad_v.astype(saved_v.dtype), grad_g.astype(saved_g.dtype)
+
+
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
 LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa_flash_for_cpu,
@@ -202,7 +223,9 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::avg_pool3d_backward": _avg_pool_backward,
     "aten::_adaptive_avg_pool2d_backward": functools.partial(_adaptive_avg_pool_backward, spatial=2),
     "aten::_adaptive_avg_pool3d_backward": functools.partial(_adaptive_avg_pool_backward, spatial=3),
+    "aten::_weight_norm_interface_backward": _weight_norm_backward,
     "transformers::grouped_mm_fallback": _grouped_mm,
+    "transformers::grouped_mm_fallback_backward": _grouped_mm_backward,
 }
 
 _installed: list[Any] = []  # lowering environments created so far (one per process)
