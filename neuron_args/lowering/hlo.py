@@ -316,7 +316,9 @@ def _plain_lists(value: Any) -> Any:
 _DATA_DEPENDENT = {
     "aten._local_scalar_dense.default": (
         "the graph reads a tensor's value into Python (.item(), int(t), .tolist(), a tensor in an if), which a "
-        "static graph cannot: derive it from shapes, keep it a tensor, or pass it in as a Python constant"),
+        "static graph cannot: derive it from shapes, keep it a tensor, or pass it in as a Python constant; a "
+        "transformers decoder with a StaticCache reads the cache's filled length this way when it gets no "
+        "attention_mask (pass one; neuron_args.hf.StaticCausalLM does)"),
     "aten.nonzero.default": "its output size depends on tensor values; use a fixed-size mask (torch.where) instead",
     "aten.masked_select.default": "its output size depends on tensor values; use torch.where with a fixed size",
     "aten.unique.default": "its output size depends on tensor values",
