@@ -153,3 +153,39 @@ def test_lowered_graph_keeps_none_and_constant_outputs_out_of_the_hlo():
     assert none is None and seven == 7
     torch.testing.assert_close(doubled, x * 2)
     torch.testing.assert_close(total, x.sum())
+
+
+class Dropout(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(x * self.scale, p=0.5, training=True)
+
+
+def test_dropout_draws_a_new_mask_each_call_and_backward_uses_it(tmp_path, lowered):
+    """A seeded graph takes a random key the runtime draws from torch's generator: masks differ per call,
+    repeat under torch.manual_seed, and the backward graph scales by the forward's own mask."""
+    model = Dropout()
+    compiled = compile_(model, "neuron_libtorch", tmp_path)
+    x = torch.rand(256, generator=torch.Generator().manual_seed(1)) + 1.0
+    y = compiled(x)
+    y.sum().backward()
+    mask = y != 0
+    assert 0.3 < mask.float().mean() < 0.7
+    torch.testing.assert_close(model.scale.grad, mask * x / 0.5)
+    with torch.no_grad():
+        again = compiled(x)
+        torch.manual_seed(5)
+        first = compiled(x)
+        torch.manual_seed(5)
+        second = compiled(x)
+    assert not torch.equal(again != 0, mask) and torch.equal(first, second)
+    forward, backward = lowered[:2]
+    assert forward.seeded and not backward.seeded
+    assert forward.input_specs[-1] == hlo.SEED_SPEC and forward.graph_input_specs == forward.input_specs[:-1]
+    # the training forward and the no_grad graph draw random numbers; the manifest lists the caller's input only
+    seeded = [e.metadata() for e in CompileCache(tmp_path).entries()
+              if e.metadata()["input_specs"][-1] == {"shape": [2], "dtype": "int32"}]
+    assert [md["input_shapes"] for md in seeded] == [["256,"], ["256,"]]

@@ -5,7 +5,9 @@ a canonical HLO text the cache key hashes (the proto is not stable across loweri
 counter, source paths in metadata), and the torch-side input/output specs the runtime needs to
 convert tensors. An output that is not a computed tensor (a ``None`` gradient of an input that
 needs none, a constant) stays out of the HLO: :attr:`LoweredGraph.constant_outputs` holds it and
-the runtime call puts it back at its position (:func:`neuron_args.runtime.with_constant_outputs`).
+the runtime call puts it back at its position. A graph that draws random numbers (dropout in a
+training forward) takes one more input, a random key the runtime draws from torch's generator on
+every call (:attr:`LoweredGraph.seeded`; both handled by :func:`neuron_args.runtime.graph_call`).
 jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
 runtime casts on the way in and back out (see ``neuron_args.runtime``).
 
@@ -46,6 +48,17 @@ class LoweredGraph:
     #: ``(position, value)`` of each graph output that is not in the HLO (``None``, a Python
     #: constant), in ascending position; the HLO returns the other outputs, in order
     constant_outputs: tuple[tuple[int, Any], ...] = ()
+    #: the graph draws random numbers: its last input (:data:`SEED_SPEC`, not a graph input) is the key
+    seeded: bool = False
+
+    @property
+    def graph_input_specs(self) -> tuple[TensorSpec, ...]:
+        """The specs of the FX graph's own inputs (``input_specs`` without the random key)."""
+        return self.input_specs[:-1] if self.seeded else self.input_specs
+
+
+#: the random key input of a seeded graph: two 32-bit words (the raw data of a jax PRNG key)
+SEED_SPEC = TensorSpec((2,), "int32")
 
 
 def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
@@ -62,7 +75,10 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     # as real tensors, and torchax's own tensors must not be faked. One lowering at a time: the
     # torchax environment and its torch modes are shared by the process.
     with _lock, unset_fake_temporarily():
-        return _lower(gm, input_specs, output_specs, constants)
+        try:
+            return _lower(gm, input_specs, output_specs, constants, seeded=False)
+        except _NeedsRandomKey:  # an op drew random numbers: lower again, with a key input
+            return _lower(gm, input_specs + (SEED_SPEC,), output_specs, constants, seeded=True)
 
 
 def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[TensorSpec, ...]:
@@ -128,13 +144,15 @@ def _lower(
     input_specs: tuple[TensorSpec, ...],
     output_specs: tuple[TensorSpec, ...],
     constants: tuple[tuple[int, Any], ...],
+    *,
+    seeded: bool,
 ) -> LoweredGraph:
     from neuron_args.lowering.torchax_compat import import_torchax
 
     import_torchax()  # before any torchax submodule import (see torchax_compat)
     import jax
 
-    graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants))
+    graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), seeded)
     args = [jax.ShapeDtypeStruct(s.shape, _np_dtype(s.lowered_dtype)) for s in input_specs]
     try:
         # x64 off whatever the process set: int64 -> s32 is part of the graph (and its key).
@@ -142,7 +160,7 @@ def _lower(
         with jax.enable_x64(False), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Explicitly requested dtype", UserWarning)
             lowered = jax.jit(graph_fn, keep_unused=True).lower(*args)
-    except LoweringError:
+    except (LoweringError, _NeedsRandomKey):
         raise
     except Exception as e:  # jax tracing errors outside any one node
         raise LoweringError(f"lowering the graph to HLO failed: {type(e).__name__}: {e}") from e
@@ -154,6 +172,7 @@ def _lower(
         output_specs=output_specs,
         result_shapes=_result_shapes(computation.program_shape().result_shape()),
         constant_outputs=constants,
+        seeded=seeded,
     )
 
 
@@ -183,6 +202,19 @@ def _environment() -> Any:
     from torchax.view import View
 
     class GraphEnvironment(Environment):
+        #: the key random ops split while a seeded graph lowers (None: the graph has no key input)
+        graph_key: Any = None
+
+        def get_and_rotate_prng_key(self, generator: Any = None) -> Any:
+            # never the process's own key: it would be baked into the HLO (or a traced one kept here
+            # would leak into the next lowering); a graph that draws random numbers takes a key input
+            import jax
+
+            if self.graph_key is None:
+                raise _NeedsRandomKey()
+            self.graph_key, key = jax.random.split(self.graph_key)
+            return key
+
         def _should_use_torchax_tensor(self, device: Any) -> bool:
             # factories inside the graph carry device='cpu' (arange, full, scalar_tensor...):
             # inside one traced graph every tensor must be a torchax tensor
@@ -212,9 +244,11 @@ def _constant(env: Any, value: torch.Tensor) -> Any:
     return Tensor(jnp.asarray(tensor_to_numpy(value)), env)
 
 
-def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...], constants: frozenset[int]) -> Any:
+def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...], constants: frozenset[int],
+                  seeded: bool) -> Any:
     """``gm`` as a function of jax arrays, returning a tuple of jax arrays (one per tensor output;
-    the outputs at positions ``constants`` are left out)."""
+    the outputs at positions ``constants`` are left out). A seeded graph's last argument is the key
+    its random ops split from."""
     from torchax.tensor import Tensor
     from torchax.view import View
 
@@ -248,14 +282,22 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             self._node = n
             try:
                 return super().run_node(n)
-            except LoweringError:
+            except (LoweringError, _NeedsRandomKey):
                 raise
             except Exception as e:
                 raise LoweringError(_cannot_lower(n, e)) from e
 
     def neuron_graph(*arrays: Any) -> tuple[Any, ...]:
-        with env:
-            outs = ToJax(gm).run(*(Tensor(a, env) for a in arrays))
+        import jax
+
+        if seeded:  # random ops split the key input
+            *arrays, key_data = arrays
+            env.graph_key = jax.random.wrap_key_data(jax.lax.bitcast_convert_type(key_data, jax.numpy.uint32))
+        try:
+            with env:
+                outs = ToJax(gm).run(*(Tensor(a, env) for a in arrays))
+        finally:
+            env.graph_key = None
         if not isinstance(outs, (tuple, list)):
             outs = (outs,)
         if len(outs) != len(output_specs) + len(constants):
@@ -285,6 +327,10 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
 
 #: op namespaces torchax lowers itself; any other op (a custom op) needs a registered lowering
 _TORCHAX_NAMESPACES = ("aten", "prims", "_c10d_functional", "torchvision", "xla")
+
+
+class _NeedsRandomKey(Exception):
+    """An op drew random numbers while a graph without a key input lowered."""
 
 
 class NoLowering(Exception):

@@ -43,7 +43,7 @@ from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileErro
 from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
-from neuron_args.runtime import with_constant_outputs
+from neuron_args.runtime import graph_call
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import records
 from neuron_args.seams.options import check_options, deferred_raise
@@ -79,7 +79,7 @@ class CompiledGraph:
         self.compiler = select_compiler(options)
         self.compile_timeout = resolve_compile_timeout(options, self.compiler.info.name)
         self.graph_sha256 = graph_digest(lowered.hlo_text)
-        specs = lowered.input_specs
+        specs = lowered.graph_input_specs
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
         self.input_shapes = [s.shape_string() for s, user in zip(specs, mask) if user]
         self._variants: dict[tuple[str, ...] | None, Callable[[list[Any]], Any]] = {}
@@ -185,7 +185,7 @@ class CompileSeam(Seam):
         rec = records.record(rec)
         if run is EAGER:
             return _counted(graph.gm, rec)
-        return _counted(with_constant_outputs(run, graph.lowered.constant_outputs), rec)
+        return _counted(graph_call(run, graph.lowered), rec)
 
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
