@@ -83,11 +83,23 @@ def test_gradient_enabled_attention_layer_lowers_and_matches():
     assert got.requires_grad
 
 
-# -- backward ops: the vjp of the forward lowering, torch's decomposition where torchax's is wrong, SDPA's flash
+# -- backward ops: the vjp of the forward op as it lowers, torch's decomposition where torchax's is wrong, SDPA's flash
 
 
 def _conv_pool(conv: torch.nn.Module, pool: torch.nn.Module) -> torch.nn.Module:
     return torch.nn.Sequential(conv, torch.nn.Tanh(), pool)
+
+
+class GridSample(torch.nn.Module):
+    """Bilinear sampling at learned points: gradients for the image and for the grid."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+        self.grid = torch.nn.Parameter(torch.rand(2, 3, 5, 2, generator=torch.Generator().manual_seed(9)) * 2 - 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.grid_sample(self.conv(x), self.grid, align_corners=False)
 
 
 BACKWARD_CASES = {
@@ -100,6 +112,8 @@ BACKWARD_CASES = {
     "conv3d_avg_pool3d": (_conv_pool(torch.nn.Conv3d(2, 4, 3, padding=1), torch.nn.AvgPool3d(2)), (1, 2, 4, 4, 4)),
     "layer_norm": (torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16)), (3, 8)),
     "weight_norm_conv1d": (torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 6, 3), dim=2), (2, 4, 9)),
+    "replication_pad2d": (_conv_pool(torch.nn.Conv2d(3, 6, 1), torch.nn.ReplicationPad2d((1, 2, 1, 0))), (2, 3, 5, 5)),
+    "grid_sample": (GridSample(), (2, 3, 6, 6)),
 }
 
 

@@ -142,13 +142,6 @@ def _addmm(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> A
     return out.astype(jnp.result_type(a.dtype, b.dtype))
 
 
-def _torchax_jax(op: Any) -> Callable[..., Any]:
-    """torchax's jax lowering of forward op ``op`` (an overload packet), to differentiate with ``jax.vjp``."""
-    from torchax.ops.ops_registry import all_aten_ops
-
-    return all_aten_ops[op].func
-
-
 def _pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> tuple[Any, ...]:
     """The gradients of ``forward`` at ``primals`` for ``grad_output``: a backward op as the vjp of its
     forward op's lowering, so forward and backward come from one definition."""
@@ -158,6 +151,44 @@ def _pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> t
     return pull(grad_output.astype(out.dtype))
 
 
+def _lowered_op(op: Any, *args: Any) -> Callable[..., Any]:
+    """``op(*tensors, *args)`` as a function of jax arrays, lowered as the graph lowers it (a lowering
+    here, torchax's, or torch's decomposition); its first output when it has several."""
+    env = _installed[-1]
+
+    def forward(*arrays: Any) -> Any:
+        # fresh lists: some torchax lowerings extend theirs in place (convolution's padding)
+        out = op(*env.j2t_iso(arrays), *(list(a) if isinstance(a, (list, tuple)) else a for a in args))
+        return env.t2j_iso(out[0] if isinstance(out, (tuple, list)) else out)
+
+    return forward
+
+
+def _backward_of(forward_op: Any, primals: int, masked: bool = False) -> Callable[..., Any]:
+    """The lowering of a backward op ``(grad_output, *primals, *args[, output_mask])``: the vjp of
+    ``forward_op(*primals, *args)`` at the primals (None where the output mask says so)."""
+    def lowering(grad_output: Any, *rest: Any) -> Any:
+        arrays, args = rest[:primals], rest[primals:]
+        mask = args[-1] if masked else [True] * primals
+        args = args[:-1] if masked else args
+        grads = _pullback(_lowered_op(forward_op, *args), grad_output, *arrays)
+        grads = tuple(g if wanted else None for g, wanted in zip(grads, mask))
+        return grads if primals > 1 else grads[0]
+
+    return lowering
+
+
+def _adaptive_avg_pool_backward(grad_output: Any, input: Any, *, forward_op: Any) -> Any:
+    """``aten._adaptive_avg_pool{2,3}d_backward``: the vjp of the pooling (its output size is the gradient's)."""
+    spatial = 3 if forward_op is aten._adaptive_avg_pool3d.default else 2
+    return _pullback(_lowered_op(forward_op, list(grad_output.shape[-spatial:])), grad_output, input)[0]
+
+
+def _weight_norm_backward(grad_w: Any, saved_v: Any, saved_g: Any, saved_norms: Any, dim: int) -> tuple[Any, Any]:
+    """``aten._weight_norm_interface_backward``: ``(grad_v, grad_g)``, the vjp of the forward's ``w``."""
+    return _pullback(_lowered_op(aten._weight_norm_interface.default, dim), grad_w, saved_v, saved_g)
+
+
 def _convolution_backward(
     grad_output: Any, input: Any, weight: Any, bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
     transposed: bool, output_padding: Any, groups: int, output_mask: Any,
@@ -165,52 +196,14 @@ def _convolution_backward(
     """``aten.convolution_backward``: ``(grad_input, grad_weight, grad_bias)``, each None unless asked for."""
     import jax.numpy as jnp
 
-    conv = _torchax_jax(aten.convolution)
-
-    def forward(x: Any, w: Any) -> Any:  # fresh lists: torchax's convolution extends its padding in place
-        return conv(x, w, None, list(stride), list(padding), list(dilation), transposed, list(output_padding),
-                    groups)
-
-    grad_input, grad_weight = _pullback(forward, grad_output, input, weight)
+    conv = _lowered_op(aten.convolution.default, None, stride, padding, dilation, transposed, output_padding,
+                       groups)
+    grad_input, grad_weight = _pullback(conv, grad_output, input, weight)
     grad_bias = None
     if output_mask[2]:
         axes = (0, *range(2, grad_output.ndim))
         grad_bias = jnp.sum(grad_output, axis=axes, dtype=jnp.float32).astype(grad_output.dtype)
     return (grad_input if output_mask[0] else None, grad_weight if output_mask[1] else None, grad_bias)
-
-
-def _avg_pool_backward(grad_output: Any, input: Any, kernel_size: Any, stride: Any, padding: Any,
-                       ceil_mode: bool, count_include_pad: bool, divisor_override: int | None = None) -> Any:
-    """``aten.avg_pool{1,2,3}d_backward``: the vjp of the forward pooling."""
-    pool = _torchax_jax(aten.avg_pool2d)
-
-    def forward(x: Any) -> Any:
-        return pool(x, list(kernel_size), list(stride), list(padding), ceil_mode, count_include_pad,
-                    divisor_override)
-
-    return _pullback(forward, grad_output, input)[0]
-
-
-def _adaptive_avg_pool_backward(grad_output: Any, input: Any, *, spatial: int) -> Any:
-    """``aten._adaptive_avg_pool{2,3}d_backward``: the vjp of the forward pooling (output size from the gradient)."""
-    pool = _torchax_jax(aten._adaptive_avg_pool2d)
-    size = list(grad_output.shape[-spatial:])
-    return _pullback(lambda x: pool(x, size), grad_output, input)[0]
-
-
-def _weight_norm_backward(grad_w: Any, saved_v: Any, saved_g: Any, saved_norms: Any, dim: int) -> tuple[Any, Any]:
-    """``aten._weight_norm_interface_backward``: ``(grad_v, grad_g)`` of ``w = v * g / ||v||`` (the norm over every
-    dimension but ``dim``, as torch's decomposition of the forward), in float32."""
-    import jax.numpy as jnp
-
-    f32 = jnp.float32
-    axes = tuple(i for i in range(saved_v.ndim) if i != dim)
-
-    def forward(v: Any, g: Any) -> Any:
-        return v * (g / jnp.sqrt(jnp.sum(v * v, axis=axes, keepdims=True)))
-
-    grad_v, grad_g = _pullback(forward, grad_w.astype(f32), saved_v.astype(f32), saved_g.astype(f32))
-    return grad_v.astype(saved_v.dtype), grad_g.astype(saved_g.dtype)
 
 
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
@@ -219,10 +212,18 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_flash_for_cpu_backward,
     "aten::addmm": _addmm,
     "aten::convolution_backward": _convolution_backward,
-    "aten::avg_pool2d_backward": _avg_pool_backward,
-    "aten::avg_pool3d_backward": _avg_pool_backward,
-    "aten::_adaptive_avg_pool2d_backward": functools.partial(_adaptive_avg_pool_backward, spatial=2),
-    "aten::_adaptive_avg_pool3d_backward": functools.partial(_adaptive_avg_pool_backward, spatial=3),
+    # backward ops torchax has no lowering for: the vjp of their forward op
+    "aten::avg_pool2d_backward": _backward_of(aten.avg_pool2d.default, 1),
+    "aten::avg_pool3d_backward": _backward_of(aten.avg_pool3d.default, 1),
+    "aten::_adaptive_avg_pool2d_backward": functools.partial(_adaptive_avg_pool_backward,
+                                                             forward_op=aten._adaptive_avg_pool2d.default),
+    "aten::_adaptive_avg_pool3d_backward": functools.partial(_adaptive_avg_pool_backward,
+                                                             forward_op=aten._adaptive_avg_pool3d.default),
+    "aten::replication_pad1d_backward": _backward_of(aten.replication_pad1d.default, 1),
+    "aten::replication_pad2d_backward": _backward_of(aten.replication_pad2d.default, 1),
+    "aten::replication_pad3d_backward": _backward_of(aten.replication_pad3d.default, 1),
+    "aten::grid_sampler_2d_backward": _backward_of(aten.grid_sampler_2d.default, 2, masked=True),
+    "aten::grid_sampler_3d_backward": _backward_of(aten.grid_sampler_3d.default, 2, masked=True),
     "aten::_weight_norm_interface_backward": _weight_norm_backward,
     "transformers::grouped_mm_fallback": _grouped_mm,
     "transformers::grouped_mm_fallback_backward": _grouped_mm_backward,
