@@ -18,6 +18,8 @@ from tests.hf.architectures import _LLAMA_LIKE, _VISION, VOCAB, pixel_values, to
 from tests.hf.cells import FP32
 
 STEPS = 3
+# given, so the first call does not set it (a Python attribute Dynamo guards on: a recompile on the second step)
+_SINGLE = "single_label_classification"
 
 
 def _llama(frozen_embeddings: bool = False) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
@@ -37,7 +39,7 @@ def _bert() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128, max_position_embeddings=64, num_labels=3,
-                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, problem_type=_SINGLE)
     return transformers.BertForSequenceClassification(config), {
         "input_ids": token_ids(2, 8), "attention_mask": torch.ones(2, 8, dtype=torch.long),
         "labels": torch.tensor([0, 2])}
@@ -47,7 +49,7 @@ def _vit() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.ViTConfig(**_VISION, num_labels=3, attn_implementation="sdpa")
+    config = transformers.ViTConfig(**_VISION, num_labels=3, attn_implementation="sdpa", problem_type=_SINGLE)
     return transformers.ViTForImageClassification(config), {"pixel_values": pixel_values(2),
                                                             "labels": torch.tensor([0, 2])}
 
@@ -85,3 +87,28 @@ def test_sgd_steps_match_eager(name, compiled, graph_keys):
         torch.testing.assert_close(p, q, **FP32, msg=lambda m, param=param: f"{param}: {m}")
         assert (p.grad is None) == (q.grad is None), param
     assert len(graph_keys()) == 2  # one forward and one backward graph, each compiled once
+
+
+def test_bert_with_dropout_trains_and_repeats_under_manual_seed(compiled):
+    """Dropout on (BERT's default 0.1, train mode): each step draws new masks in the graph; the same seed
+    gives the same parameters, another seed other ones, and the loss goes down."""
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=64, num_labels=3,
+                                     problem_type=_SINGLE)
+    assert config.hidden_dropout_prob > 0 and config.attention_probs_dropout_prob > 0
+    batch = {"input_ids": token_ids(2, 8), "labels": torch.tensor([0, 2])}
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(config)
+    initial = copy.deepcopy(model.state_dict())
+    step = compiled(model)  # one compiled model: each run starts from the same parameters, copied in place
+    runs = []
+    for seed in (1, 1, 2):
+        model.load_state_dict(initial)
+        torch.manual_seed(seed)
+        losses = train(model, step, batch)
+        runs.append((losses, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    (losses, same), (again, twin), (_, other) = runs
+    assert losses == again and torch.equal(same, twin) and not torch.equal(same, other)
+    assert losses[-1] < losses[0]
