@@ -3,8 +3,8 @@
 On a warm cache a torch.compile'd graph costs Dynamo's trace, then aot_autograd and the lowering
 to HLO, only to compute a key whose entry already exists. The memo maps a **fingerprint** of what
 the backend receives from Dynamo (the FX graph's code and constants, each input's
-shape/stride/dtype/device/requires_grad, grad and inference mode, the seam, its options, the
-versions and sources of everything that shapes the HLO) to what the key and the call need: the
+shape/stride/dtype/device/requires_grad, grad, inference and autocast mode, the seam, the versions
+and sources of everything that shapes the HLO) to what the key and the call need: the
 HLO digest (the key's ``graph`` component), the input specs, and the plan of
 :func:`neuron_args.seams.dispatch.direct_call` (which inputs the graph mutates, its output kinds).
 
@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,12 +117,14 @@ class NoFingerprint(Exception):
     """The trace holds something the fingerprint cannot pin down (its values are unknown or opaque)."""
 
 
-def fingerprint(seam: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                options: Mapping[str, Any]) -> str | None:
-    """sha256 of everything the seam's trace of ``gm`` depends on, or None when something cannot be pinned."""
+def fingerprint(seam: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
+    """sha256 of everything the seam's trace of ``gm`` depends on, or None when something cannot be pinned.
+
+    No torch.compile option shapes the trace (the compiler, its arguments and the target enter the key at
+    call time, from the scope, and the runner's id only keeps Dynamo frames apart), so none is hashed.
+    """
     h = hashlib.sha256()
     h.update(f"trace-memo {FORMAT}\n{seam}\n".encode())
-    h.update(json.dumps(dict(options), sort_keys=True, default=repr).encode())
     h.update(_lowering_identity().encode())
     h.update(f"grad={torch.is_grad_enabled()} inference={torch.is_inference_mode_enabled()} "
              f"autocast={torch._C._is_any_autocast_enabled()}\n".encode())
