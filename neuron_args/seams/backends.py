@@ -407,7 +407,7 @@ class NeuronBackend:
             opts = check_options(options, self.seam)
             _refuse_symbolic(example_inputs, self.seam)
             user_inputs = _user_input_mask(gm)
-            fp = trace_memo.fingerprint(self.seam, gm, example_inputs) if trace_memo.enabled() else None
+            fp = trace_memo.fingerprint(gm, example_inputs) if trace_memo.enabled() else None
             memo = None
             if fp is not None:
                 memo = trace_memo.load(CompileCache.from_options(opts), fp)
