@@ -447,7 +447,9 @@ class NeuronBackend:
                                                       torch.is_inference_mode_enabled()),
                               forget=functools.partial(trace_memo.forget, CompileCache.from_options(opts), fp))
         if not graph.predicted_built():
+            log.debug("trace memo %s not used: the predicted key's entry is not built", fp[:12])
             return None
+        log.debug("trace memo %s used: aot_autograd and the lowering skipped", fp[:12])
         try:
             p = dispatch.plan(memo.plan, len(example_inputs))
         except dispatch.NotPlain:
