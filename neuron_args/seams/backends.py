@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,7 @@ class CompiledGraph:
         self._lowered = lowered
         self._trace, self._forget = trace, forget
         self._fw_inputs: Sequence[Any] | None = None
+        self._materializing = threading.Lock()  # two scopes' first calls may need the graph at once
         self.options = dict(options)
         self.cache = CompileCache.from_options(options)
         self.cache.check_root()
@@ -117,8 +119,10 @@ class CompiledGraph:
     def gm(self) -> torch.fx.GraphModule:
         """aot_autograd's forward graph (run eagerly by the capture seam and eager-output NEFFs)."""
         if self._gm is None:
-            assert self._trace is not None
-            self._gm, self._fw_inputs = self._trace()
+            with self._materializing:
+                if self._gm is None:
+                    assert self._trace is not None
+                    self._gm, self._fw_inputs = self._trace()
         return self._gm
 
     @property
@@ -126,9 +130,10 @@ class CompiledGraph:
         """The graph lowered to HLO (the compiler's input); lowered on first use after a memo hit."""
         if self._lowered is None and self._lower() != self.graph_sha256:
             raise LoweringError(
-                f"{self.seam}: the graph lowered to HLO sha256 {self.graph_sha256[:12]}... no longer matches "
-                f"the trace memo's prediction (now {graph_digest(self._lowered.hlo_text)[:12]}...); the memo "
-                f"entry was removed: run again, or set {trace_memo.ENV}=0")
+                f"{self.seam}: the trace memo predicted HLO sha256 {self.graph_sha256[:12]} for a graph of type "
+                f"{current_graph_type()!r}, which now lowers to {graph_digest(self._lowered.hlo_text)[:12]} "
+                f"(its lowering changed, or is not deterministic); the memo entry was removed.\nfix: run again, "
+                f"or set {trace_memo.ENV}=0")
         return self._lowered
 
     def _lower(self) -> str:
@@ -136,7 +141,9 @@ class CompiledGraph:
         from neuron_args.lowering.hlo import lower_fx_graph
 
         gm = self.gm
-        self._lowered = lower_fx_graph(gm, self._fw_inputs)
+        with self._materializing:
+            if self._lowered is None:
+                self._lowered = lower_fx_graph(gm, self._fw_inputs)
         digest = graph_digest(self._lowered.hlo_text)
         if digest != self.graph_sha256 and self._forget is not None:
             log.warning("%s: the trace memo predicted HLO sha256 %s, the lowering gives %s; memo entry removed",

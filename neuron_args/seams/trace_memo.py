@@ -144,6 +144,8 @@ def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str 
                 if node.op == "get_attr":
                     h.update(f"attr {node.target}=".encode())
                     h.update(_attr_digest(_attr(mod, node.target)).encode())
+                elif node.op == "call_function":
+                    h.update(_function_digest(node.target).encode())
     except NoFingerprint as why:
         log.debug("no trace memo for this graph: %s", why)
         return None
@@ -171,6 +173,26 @@ def _attr_digest(value: Any) -> str:
     raise NoFingerprint(f"a constant of type {type(value).__name__}")
 
 
+def _function_digest(target: Any) -> str:
+    """A graph node's function: torch's own by name (torch's version is hashed), a custom op by schema, a
+    Python function of the user's (``allow_in_graph``) by its code too, which the graph's code only names."""
+    if isinstance(target, torch._ops.OpOverload):
+        return f"op {target._schema}\n"
+    module = getattr(target, "__module__", None) or ""
+    code = getattr(target, "__code__", None)
+    if code is None or module.split(".")[0] in ("torch", "operator", "_operator", "math", "builtins"):
+        return f"fn {module}.{getattr(target, '__qualname__', repr(target))}\n"
+    return f"fn {module}.{target.__qualname__} {_code_digest(code)}\n"
+
+
+def _code_digest(code: Any) -> str:
+    """A code object's bytecode, names and constants (nested functions' code included)."""
+    h = hashlib.sha256(code.co_code + repr(code.co_names).encode())
+    for const in code.co_consts:
+        h.update((_code_digest(const) if hasattr(const, "co_code") else repr(const)).encode())
+    return h.hexdigest()
+
+
 @functools.lru_cache(maxsize=1)
 def _lowering_sources() -> str:
     """sha256 of the lowering's own sources: a changed lowering must not reuse a digest it no longer makes."""
@@ -190,6 +212,6 @@ def _lowering_identity() -> str:
     lines = [repr(lowering_tool_versions()), _lowering_sources()]
     for name, fn in sorted(ops.LOWERINGS.items()):
         code = getattr(fn, "__code__", None)
-        body = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest() if code else repr(fn)
+        body = _code_digest(code) if code is not None else repr(fn)
         lines.append(f"{name} {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')} {body}")
     return "\n".join(lines) + "\n"
