@@ -218,7 +218,7 @@ def test_the_fingerprint_holds_graph_constants_input_layouts_and_modes():
     with torch.inference_mode():
         assert trace_memo.fingerprint(gm, [x]) != base
     for body in ("x + 1", "x + 2"):  # a Python function of the user's in the graph: its code counts
-        namespace: dict = {}
+        namespace: dict = {"__name__": "user_model"}
         exec(f"def scale(x):\n    return {body}\n", namespace)
         g = torch.fx.Graph()
         g.output(g.call_function(namespace["scale"], (g.placeholder("x"),)))
