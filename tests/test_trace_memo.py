@@ -236,7 +236,10 @@ def test_a_corrupt_memo_file_is_ignored_and_rewritten(tmp_path, counts):
     counts.take()
     (path,) = memo_files(mlp_cache)
     good = path.read_text()
-    for garbage in ("", "{not json", json.dumps({**json.loads(good), "graph_sha256": 5}), good[: len(good) // 2]):
+    as_dict = json.loads(good)
+    wrong_plan = {**as_dict["plan"], "mutated": [[99, 0, False]]}
+    for garbage in ("", "{not json", json.dumps({**as_dict, "graph_sha256": 5}), good[: len(good) // 2],
+                    json.dumps({**as_dict, "plan": wrong_plan}), json.dumps({**as_dict, "input_specs": []})):
         path.write_text(garbage)
         out = run_mlp(mlp_cache)
         assert counts.take() == (1, 1)

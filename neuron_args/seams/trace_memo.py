@@ -33,7 +33,7 @@ import torch
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
-from neuron_args.seams.dispatch import RecordedPlan
+from neuron_args.seams.dispatch import OWNED, RecordedPlan
 from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.tensors import TensorSpec
 
@@ -70,7 +70,7 @@ class TraceMemo:
         if d.get("format") != FORMAT or d.get("fingerprint") != fp:
             raise ValueError("another format or fingerprint")
         digest = d["graph_sha256"]
-        if not isinstance(digest, str) or len(digest) != 64:
+        if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= set("0123456789abcdef"):
             raise ValueError("no graph digest")
         p = d["plan"]
         plan = RecordedPlan(
@@ -78,8 +78,12 @@ class TraceMemo:
             mutated=tuple((int(i), int(j), bool(leaf)) for i, j, leaf in p["mutated"]),
             kinds=tuple(str(k) for k in p["kinds"]))
         specs = tuple(TensorSpec(tuple(int(n) for n in shape), str(dtype)) for shape, dtype in d["input_specs"])
-        if len(specs) != plan.n_args:
+        # a valid JSON file that is not a direct call's memo must not reach the call
+        if len(specs) != plan.n_args or any(not isinstance(getattr(torch, s.dtype, None), torch.dtype) for s in specs):
             raise ValueError("input specs and plan disagree")
+        if any(not 0 <= i < plan.n_args or j != k for k, (i, j, _) in enumerate(plan.mutated)) \
+                or len(plan.kinds) != plan.n_outputs or not OWNED.issuperset(plan.kinds):
+            raise ValueError("not a direct call's plan")
         return cls(digest, specs, plan)
 
 
