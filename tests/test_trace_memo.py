@@ -36,8 +36,8 @@ O3 = ["--auto-cast=none", "-O3"]
 
 
 def compile_(model, cache, backend="neuron_libtorch"):
-    return torch.compile(model, backend=backend, dynamic=False,
-                         options={"cache_dir": str(cache), "compiler": "local", "compiler_args": BASE, "target": "trn2"})
+    options = {"cache_dir": str(cache), "compiler": "local", "compiler_args": BASE, "target": "trn2"}
+    return torch.compile(model, backend=backend, dynamic=False, options=options)
 
 
 class Counts:
