@@ -210,10 +210,12 @@ def _lowering_sources() -> str:
 
 
 def _lowering_identity() -> str:
-    """Tool versions, lowering sources and the registered op lowerings (user ones included)."""
+    """Tool versions, lowering sources, jax's environment settings and the registered op lowerings (user
+    ones included)."""
     from neuron_args.lowering import ops
 
-    lines = [repr(lowering_tool_versions()), _lowering_sources()]
+    jax_env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("JAX_", "TORCHAX_")))
+    lines = [repr(lowering_tool_versions()), _lowering_sources(), repr(jax_env)]
     for name, fn in sorted(ops.LOWERINGS.items()):
         code = getattr(fn, "__code__", None)
         body = _code_digest(code) if code is not None else repr(fn)
