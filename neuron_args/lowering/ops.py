@@ -7,7 +7,6 @@ precedence over torchax's table and decompositions, in the graph and inside deco
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -178,10 +177,13 @@ def _backward_of(forward_op: Any, primals: int, masked: bool = False) -> Callabl
     return lowering
 
 
-def _adaptive_avg_pool_backward(grad_output: Any, input: Any, *, forward_op: Any) -> Any:
-    """``aten._adaptive_avg_pool{2,3}d_backward``: the vjp of the pooling (its output size is the gradient's)."""
-    spatial = 3 if forward_op is aten._adaptive_avg_pool3d.default else 2
-    return _pullback(_lowered_op(forward_op, list(grad_output.shape[-spatial:])), grad_output, input)[0]
+def _adaptive_avg_pool_backward(forward_op: Any, spatial: int) -> Callable[..., Any]:
+    """The lowering of ``aten._adaptive_avg_pool{2,3}d_backward``: the vjp of the pooling, whose output size is
+    the gradient's."""
+    def lowering(grad_output: Any, input: Any) -> Any:
+        return _pullback(_lowered_op(forward_op, list(grad_output.shape[-spatial:])), grad_output, input)[0]
+
+    return lowering
 
 
 def _weight_norm_backward(grad_w: Any, saved_v: Any, saved_g: Any, saved_norms: Any, dim: int) -> tuple[Any, Any]:
@@ -215,10 +217,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     # backward ops torchax has no lowering for: the vjp of their forward op
     "aten::avg_pool2d_backward": _backward_of(aten.avg_pool2d.default, 1),
     "aten::avg_pool3d_backward": _backward_of(aten.avg_pool3d.default, 1),
-    "aten::_adaptive_avg_pool2d_backward": functools.partial(_adaptive_avg_pool_backward,
-                                                             forward_op=aten._adaptive_avg_pool2d.default),
-    "aten::_adaptive_avg_pool3d_backward": functools.partial(_adaptive_avg_pool_backward,
-                                                             forward_op=aten._adaptive_avg_pool3d.default),
+    "aten::_adaptive_avg_pool2d_backward": _adaptive_avg_pool_backward(aten._adaptive_avg_pool2d.default, 2),
+    "aten::_adaptive_avg_pool3d_backward": _adaptive_avg_pool_backward(aten._adaptive_avg_pool3d.default, 3),
     "aten::replication_pad1d_backward": _backward_of(aten.replication_pad1d.default, 1),
     "aten::replication_pad2d_backward": _backward_of(aten.replication_pad2d.default, 1),
     "aten::replication_pad3d_backward": _backward_of(aten.replication_pad3d.default, 1),
