@@ -64,11 +64,16 @@ class StaticCausalLM(torch.nn.Module):
         self.model = model
         self.cache = static_cache(model, max_cache_len, batch_size=batch_size)
         self.max_cache_len = max_cache_len
+        # every cache slot may be attended to (causality comes from the positions): passed so models that
+        # size a mask from the cache's filled length (OPT) do not read that tensor into a Python int
+        self.register_buffer("attention_mask", torch.ones(batch_size, max_cache_len, dtype=torch.long),
+                             persistent=False)
 
     def forward(self, input_ids: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         positions = start + torch.arange(input_ids.shape[1], device=input_ids.device)
         for layer in self.cache.layers:  # each layer writes at its own running length: set it
             layer.cumulative_length.copy_(start)
         out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
-                         cache_position=positions, past_key_values=self.cache, use_cache=True)
+                         cache_position=positions, past_key_values=self.cache, use_cache=True,
+                         attention_mask=self.attention_mask[: input_ids.shape[0]])
         return out.logits

@@ -147,3 +147,24 @@ class LoadedExecutable:
             for o in outs:
                 o[0].block_until_ready()
         return [f(o[0]) for f, o in zip(self._convert_out, outs)]
+
+
+def graph_call(run: Callable[..., Sequence[Any]], lowered: Any) -> Callable[..., list[Any]]:
+    """``run`` (an executable's call, tensors in and out) as the call of the FX graph ``lowered``
+    (a ``LoweredGraph``) was lowered from: a seeded graph gets a fresh random key from torch's
+    generator as its last input (``torch.manual_seed`` makes runs repeat), and each output kept out of
+    the HLO (``lowered.constant_outputs``: ``None`` gradients, constants) is put back at its position.
+    ``run`` itself for a graph with neither (every inference graph without random ops)."""
+    constants, seeded = tuple(lowered.constant_outputs), bool(lowered.seeded)
+    if not constants and not seeded:
+        return run
+
+    def call(*args: Any) -> list[Any]:
+        if seeded:
+            args = (*args, torch.randint(-2**31, 2**31 - 1, (2,), dtype=torch.int32))
+        outs = list(run(*args))
+        for i, value in constants:
+            outs.insert(i, value)
+        return outs
+
+    return call

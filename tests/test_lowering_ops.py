@@ -83,6 +83,75 @@ def test_gradient_enabled_attention_layer_lowers_and_matches():
     assert got.requires_grad
 
 
+# -- backward ops: the vjp of the forward op as it lowers, torch's decomposition where torchax's is wrong, SDPA's flash
+
+
+def _conv_pool(conv: torch.nn.Module, pool: torch.nn.Module) -> torch.nn.Module:
+    return torch.nn.Sequential(conv, torch.nn.Tanh(), pool)
+
+
+class GridSample(torch.nn.Module):
+    """Bilinear sampling at learned points: gradients for the image and for the grid."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+        self.grid = torch.nn.Parameter(torch.rand(2, 3, 5, 2, generator=torch.Generator().manual_seed(9)) * 2 - 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.grid_sample(self.conv(x), self.grid, align_corners=False)
+
+
+BACKWARD_CASES = {
+    "conv_transpose2d": (torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1), (2, 4, 5, 5)),
+    "grouped_conv1d_no_bias": (torch.nn.Conv1d(4, 8, 3, stride=2, padding=1, groups=2, bias=False), (2, 4, 9)),
+    "max_pool2d_padded": (_conv_pool(torch.nn.Conv2d(3, 6, 1), torch.nn.MaxPool2d(3, 2, padding=1)), (2, 3, 8, 8)),
+    "avg_pool2d_ceil_no_pad_count": (_conv_pool(torch.nn.Conv2d(3, 6, 1), torch.nn.AvgPool2d(
+        3, 2, padding=1, ceil_mode=True, count_include_pad=False)), (2, 3, 8, 8)),
+    "adaptive_avg_pool2d_uneven": (_conv_pool(torch.nn.Conv2d(3, 6, 1), torch.nn.AdaptiveAvgPool2d((3, 2))), (2, 3, 7, 7)),
+    "conv3d_avg_pool3d": (_conv_pool(torch.nn.Conv3d(2, 4, 3, padding=1), torch.nn.AvgPool3d(2)), (1, 2, 4, 4, 4)),
+    "layer_norm": (torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16)), (3, 8)),
+    "weight_norm_conv1d": (torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 6, 3), dim=2), (2, 4, 9)),
+    "replication_pad2d": (_conv_pool(torch.nn.Conv2d(3, 6, 1), torch.nn.ReplicationPad2d((1, 2, 1, 0))), (2, 3, 5, 5)),
+    "grid_sample": (GridSample(), (2, 3, 6, 6)),
+}
+
+
+@pytest.mark.parametrize("name", list(BACKWARD_CASES))
+def test_backward_op_gradients_match_eager(name):
+    torch.manual_seed(0)
+    module, shape = BACKWARD_CASES[name]
+    x = randn(*shape).requires_grad_()
+    weights = randn(*module(x).shape, seed=7)
+    (module(x) * weights).sum().backward()
+    want = [t.grad.clone() for t in (x, *module.parameters())]
+    for t in (x, *module.parameters()):
+        t.grad = None
+    (Lowered()(module)(x) * weights).sum().backward()
+    got = [t.grad for t in (x, *module.parameters())]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(4, 4), (4, 2)])
+def test_sdpa_flash_backward_matches_the_cpu_kernel(heads, kv_heads):
+    """Causal, with grouped-query heads summed back onto their shared key/value head."""
+    q = randn(2, heads, 6, 8, seed=1).requires_grad_()
+    k, v = (randn(2, kv_heads, 6, 8, seed=s).requires_grad_() for s in (2, 3))
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=heads != kv_heads)
+
+    weights = randn(2, heads, 6, 8, seed=4)
+    (attend(q, k, v) * weights).sum().backward()
+    want = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    (Lowered()(attend)(q, k, v) * weights).sum().backward()
+    for t, w in zip((q, k, v), want, strict=True):
+        torch.testing.assert_close(t.grad, w, atol=1e-5, rtol=1e-4)
+
+
 # -- half precision: ops torch computes in float32 and rounds once are lowered the same way
 
 

@@ -9,16 +9,17 @@ import torch
 from neuron_args import xla_cpu
 from neuron_args.compilers.local_xla import FIDELITY_OPTIONS
 from neuron_args.lowering.hlo import LoweredGraph, lower_fx_graph
-from neuron_args.runtime import LoadedExecutable
+from neuron_args.runtime import LoadedExecutable, graph_call
 
 
 def executable_runner(lowered: LoweredGraph) -> Callable[..., list[torch.Tensor]]:
     """Compile ``lowered`` with the local compiler's XLA options; a runner aot_autograd can call."""
     exe = LoadedExecutable.from_bytes(xla_cpu.compile_hlo(lowered.hlo_module_proto, list(FIDELITY_OPTIONS)),
                                       lowered.input_specs, lowered.output_specs)
+    call = graph_call(exe, lowered)
 
     def run(*args: torch.Tensor) -> list[torch.Tensor]:
-        return exe(*args)
+        return call(*args)
 
     run._boxed_call = False  # type: ignore[attr-defined]
     return run

@@ -3,7 +3,12 @@
 The result carries three views of one graph: the ``HloModuleProto`` bytes the compiler consumes,
 a canonical HLO text the cache key hashes (the proto is not stable across lowerings: module id
 counter, source paths in metadata), and the torch-side input/output specs the runtime needs to
-convert tensors. jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
+convert tensors. An output that is not a computed tensor (a ``None`` gradient of an input that
+needs none, a constant) stays out of the HLO: :attr:`LoweredGraph.constant_outputs` holds it and
+the runtime call puts it back at its position. A graph that draws random numbers (dropout in a
+training forward) takes one more input, a random key the runtime draws from torch's generator on
+every call (:attr:`LoweredGraph.seeded`; both handled by :func:`neuron_args.runtime.graph_call`).
+jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
 runtime casts on the way in and back out (see ``neuron_args.runtime``).
 
 jax and torchax are imported on the first lowering only (a jax client in the parent breaks
@@ -40,6 +45,20 @@ class LoweredGraph:
     input_specs: tuple[TensorSpec, ...]
     output_specs: tuple[TensorSpec, ...]
     result_shapes: tuple[str, ...]
+    #: ``(position, value)`` of each graph output that is not in the HLO (``None``, a Python
+    #: constant), in ascending position; the HLO returns the other outputs, in order
+    constant_outputs: tuple[tuple[int, Any], ...] = ()
+    #: the graph draws random numbers: its last input (:data:`SEED_SPEC`, not a graph input) is the key
+    seeded: bool = False
+
+    @property
+    def graph_input_specs(self) -> tuple[TensorSpec, ...]:
+        """The specs of the FX graph's own inputs (``input_specs`` without the random key)."""
+        return self.input_specs[:-1] if self.seeded else self.input_specs
+
+
+#: the random key input of a seeded graph: two 32-bit words (the raw data of a jax PRNG key)
+SEED_SPEC = TensorSpec((2,), "int32")
 
 
 def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
@@ -49,14 +68,17 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     :class:`LoweringError` for symbolic sizes or any op torchax cannot lower (naming the node).
     """
     input_specs = _input_specs(gm, example_inputs)
-    output_specs = _output_specs(gm)
+    output_specs, constants = _output_specs(gm)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     # aot_autograd calls its forward compiler under its fake mode: graph constants must be read
     # as real tensors, and torchax's own tensors must not be faked. One lowering at a time: the
     # torchax environment and its torch modes are shared by the process.
     with _lock, unset_fake_temporarily():
-        return _lower(gm, input_specs, output_specs)
+        try:
+            return _lower(gm, input_specs, output_specs, constants, seeded=False)
+        except _NeedsRandomKey:  # an op drew random numbers: lower again, with a key input
+            return _lower(gm, input_specs + (SEED_SPEC,), output_specs, constants, seeded=True)
 
 
 def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[TensorSpec, ...]:
@@ -81,38 +103,56 @@ def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tup
     return tuple(specs)
 
 
-def _output_specs(gm: torch.fx.GraphModule) -> tuple[TensorSpec, ...]:
+def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tuple[tuple[int, Any], ...]]:
+    """The specs of the tensor outputs, and the outputs that are not tensors (kept out of the HLO).
+
+    A backward graph returns ``None`` for every input that needs no gradient (the token ids, a
+    frozen parameter): aot_autograd must get ``None`` there, so it is not lowered.
+    """
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     values = output.args[0]
     if not isinstance(values, (tuple, list)):
         values = (values,)
-    specs = []
+    specs, constants = [], []
     for i, node in enumerate(values):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+        if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
+            raise LoweringError(f"graph output {i} ({node}) is the symbolic value {val}. {_STATIC_HINT}")
+        if node is None or (not isinstance(val, torch.Tensor) and isinstance(val, _CONSTANT_TYPES)):
+            constants.append((i, val))
+            continue
         if not isinstance(val, torch.Tensor):
             raise LoweringError(
                 f"graph output {i} ({node}) is {type(val).__name__}, not a tensor with a recorded "
-                "value (meta['val']); only aot_autograd forward graphs returning tensors lower"
+                "value (meta['val']) or a constant; only aot_autograd graphs returning tensors lower"
             )
         if any(not isinstance(d, int) for d in val.shape):
             raise LoweringError(
                 f"graph output {i} has symbolic shape {tuple(val.shape)}. {_STATIC_HINT}"
             )
         specs.append(TensorSpec.of(val))
-    return tuple(specs)
+    return tuple(specs), tuple(constants)
+
+
+#: graph outputs returned as they are, outside the HLO
+_CONSTANT_TYPES = (type(None), bool, int, float, str, torch.dtype, torch.device, torch.layout,
+                   torch.memory_format)
 
 
 def _lower(
     gm: torch.fx.GraphModule,
     input_specs: tuple[TensorSpec, ...],
     output_specs: tuple[TensorSpec, ...],
+    constants: tuple[tuple[int, Any], ...],
+    *,
+    seeded: bool,
 ) -> LoweredGraph:
     from neuron_args.lowering.torchax_compat import import_torchax
 
     import_torchax()  # before any torchax submodule import (see torchax_compat)
     import jax
 
-    graph_fn = _jax_function(gm, output_specs)
+    graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), seeded)
     args = [jax.ShapeDtypeStruct(s.shape, _np_dtype(s.lowered_dtype)) for s in input_specs]
     try:
         # x64 off whatever the process set: int64 -> s32 is part of the graph (and its key).
@@ -120,7 +160,7 @@ def _lower(
         with jax.enable_x64(False), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Explicitly requested dtype", UserWarning)
             lowered = jax.jit(graph_fn, keep_unused=True).lower(*args)
-    except LoweringError:
+    except (LoweringError, _NeedsRandomKey):
         raise
     except Exception as e:  # jax tracing errors outside any one node
         raise LoweringError(f"lowering the graph to HLO failed: {type(e).__name__}: {e}") from e
@@ -131,6 +171,8 @@ def _lower(
         input_specs=input_specs,
         output_specs=output_specs,
         result_shapes=_result_shapes(computation.program_shape().result_shape()),
+        constant_outputs=constants,
+        seeded=seeded,
     )
 
 
@@ -160,6 +202,19 @@ def _environment() -> Any:
     from torchax.view import View
 
     class GraphEnvironment(Environment):
+        #: the key random ops split while a seeded graph lowers (None: the graph has no key input)
+        graph_key: Any = None
+
+        def get_and_rotate_prng_key(self, generator: Any = None) -> Any:
+            # never the process's own key: it would be baked into the HLO (or a traced one kept here
+            # would leak into the next lowering); a graph that draws random numbers takes a key input
+            import jax
+
+            if self.graph_key is None:
+                raise _NeedsRandomKey()
+            self.graph_key, key = jax.random.split(self.graph_key)
+            return key
+
         def _should_use_torchax_tensor(self, device: Any) -> bool:
             # factories inside the graph carry device='cpu' (arange, full, scalar_tensor...):
             # inside one traced graph every tensor must be a torchax tensor
@@ -189,8 +244,11 @@ def _constant(env: Any, value: torch.Tensor) -> Any:
     return Tensor(jnp.asarray(tensor_to_numpy(value)), env)
 
 
-def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]) -> Any:
-    """``gm`` as a function of jax arrays, returning a tuple of jax arrays (one per output)."""
+def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...], constants: frozenset[int],
+                  seeded: bool) -> Any:
+    """``gm`` as a function of jax arrays, returning a tuple of jax arrays (one per tensor output;
+    the outputs at positions ``constants`` are left out). A seeded graph's last argument is the key
+    its random ops split from."""
     from torchax.tensor import Tensor
     from torchax.view import View
 
@@ -224,20 +282,29 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             self._node = n
             try:
                 return super().run_node(n)
-            except LoweringError:
+            except (LoweringError, _NeedsRandomKey):
                 raise
             except Exception as e:
                 raise LoweringError(_cannot_lower(n, e)) from e
 
     def neuron_graph(*arrays: Any) -> tuple[Any, ...]:
-        with env:
-            outs = ToJax(gm).run(*(Tensor(a, env) for a in arrays))
+        import jax
+
+        if seeded:  # random ops split the key input
+            *arrays, key_data = arrays
+            env.graph_key = jax.random.wrap_key_data(jax.lax.bitcast_convert_type(key_data, jax.numpy.uint32))
+        try:
+            with env:
+                outs = ToJax(gm).run(*(Tensor(a, env) for a in arrays))
+        finally:
+            env.graph_key = None
         if not isinstance(outs, (tuple, list)):
             outs = (outs,)
-        if len(outs) != len(output_specs):
+        if len(outs) != len(output_specs) + len(constants):
             raise LoweringError(
-                f"graph returned {len(outs)} values, its output node lists {len(output_specs)}"
+                f"graph returned {len(outs)} values, its output node lists {len(output_specs) + len(constants)}"
             )
+        outs = [o for i, o in enumerate(outs) if i not in constants]
         result = []
         for i, (out, spec, dtype) in enumerate(zip(outs, output_specs, out_dtypes)):
             if isinstance(out, (Tensor, View)):
@@ -260,6 +327,10 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
 
 #: op namespaces torchax lowers itself; any other op (a custom op) needs a registered lowering
 _TORCHAX_NAMESPACES = ("aten", "prims", "_c10d_functional", "torchvision", "xla")
+
+
+class _NeedsRandomKey(Exception):
+    """An op drew random numbers while a graph without a key input lowered."""
 
 
 class NoLowering(Exception):
@@ -291,7 +362,9 @@ def _plain_lists(value: Any) -> Any:
 _DATA_DEPENDENT = {
     "aten._local_scalar_dense.default": (
         "the graph reads a tensor's value into Python (.item(), int(t), .tolist(), a tensor in an if), which a "
-        "static graph cannot: derive it from shapes, keep it a tensor, or pass it in as a Python constant"),
+        "static graph cannot: derive it from shapes, keep it a tensor, or pass it in as a Python constant; a "
+        "transformers decoder with a StaticCache reads the cache's filled length this way when it gets no "
+        "attention_mask (pass one; neuron_args.hf.StaticCausalLM does)"),
     "aten.nonzero.default": "its output size depends on tensor values; use a fixed-size mask (torch.where) instead",
     "aten.masked_select.default": "its output size depends on tensor values; use torch.where with a fixed size",
     "aten.unique.default": "its output size depends on tensor values",

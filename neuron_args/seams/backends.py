@@ -44,6 +44,7 @@ from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileErro
 from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
+from neuron_args.runtime import graph_call
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import dispatch, records, trace_memo
 from neuron_args.seams.options import check_options, deferred_raise
@@ -97,7 +98,7 @@ class CompiledGraph:
             self.graph_sha256 = memo.graph_sha256
             self.input_specs = memo.input_specs
             self.fw_metadata = memo.plan
-        specs = self.input_specs
+        specs = self.input_specs if lowered is None else lowered.graph_input_specs  # not a random key input
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
         self.input_shapes = [s.shape_string() for s, user in zip(specs, mask) if user]
         self._variants: dict[tuple[str, ...] | None, Callable[[list[Any]], Any]] = {}
@@ -259,7 +260,8 @@ class CompileSeam(Seam):
         rec = records.record(rec)
         if run is EAGER:
             return _counted(graph.gm, rec)
-        return _counted(run, rec)
+        # a graph built from the trace memo and found built is a plain inference graph: nothing to add
+        return _counted(run if graph._lowered is None else graph_call(run, graph._lowered), rec)
 
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:

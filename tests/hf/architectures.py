@@ -20,7 +20,9 @@ class Architecture:
     """One architecture of the matrix: how to build it and what kind of inputs it takes."""
 
     name: str
-    kind: str  # "decoder" (token ids in, logits out), "vision", "text-encoder" or "audio" (hidden states out)
+    # "decoder" or "seq2seq" (token ids in, logits out), "vision", "text-encoder", "audio" (mel features) or
+    # "speech" (raw waveform): hidden states out
+    kind: str
     build: Callable[[], torch.nn.Module] = field(repr=False)
     supports_static_cache: bool = True
 
@@ -69,9 +71,6 @@ ENCODERS = [
                                                      attn_implementation="sdpa"), supports_static_cache=False),
 ]
 
-ARCHITECTURES = {a.name: a for a in DECODERS + ENCODERS}
-
-
 def _whisper_encoder() -> torch.nn.Module:
     import transformers
 
@@ -82,6 +81,13 @@ def _whisper_encoder() -> torch.nn.Module:
                                      bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
     return transformers.WhisperModel(cfg).get_encoder().eval()
 
+
+_BERT_LIKE = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                  max_position_embeddings=64)
+_SPEECH = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, conv_dim=(16, 16),
+               conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)
+_SEQ2SEQ = dict(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64)
 
 #: beyond the matrix: one fp32 forward each (other attention kinds, MoE, alibi, encoders, convolutions)
 MORE = [
@@ -112,7 +118,63 @@ MORE = [
     Architecture("swin", "vision", _decoder("SwinConfig", "SwinModel", image_size=32, patch_size=4, embed_dim=16,
                                             depths=[1, 1], num_heads=[2, 2], window_size=4),
                  supports_static_cache=False),
+    # decoders: learned positions, partial rotary, parallel blocks, QK norms, local attention, state spaces
+    Architecture("opt", "decoder", _decoder("OPTConfig", "OPTForCausalLM", vocab_size=VOCAB, hidden_size=64, ffn_dim=128,
+                                            num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+                                            word_embed_proj_dim=64)),
+    Architecture("gptj", "decoder", _decoder("GPTJConfig", "GPTJForCausalLM", vocab_size=VOCAB, n_embd=64, n_layer=2,
+                                             n_head=4, n_positions=64, rotary_dim=8)),
+    Architecture("phi", "decoder", _decoder("PhiConfig", "PhiForCausalLM", **_LLAMA_LIKE)),
+    Architecture("stablelm", "decoder", _decoder("StableLmConfig", "StableLmForCausalLM", **_LLAMA_LIKE)),
+    Architecture("starcoder2", "decoder", _decoder("Starcoder2Config", "Starcoder2ForCausalLM", **_LLAMA_LIKE)),
+    Architecture("olmo2", "decoder", _decoder("Olmo2Config", "Olmo2ForCausalLM", **_LLAMA_LIKE)),
+    Architecture("gpt-bigcode-mqa", "decoder", _decoder("GPTBigCodeConfig", "GPTBigCodeForCausalLM", vocab_size=VOCAB,
+                                                        n_embd=64, n_layer=2, n_head=4, n_positions=64)),
+    Architecture("gpt-neo-local", "decoder", _decoder("GPTNeoConfig", "GPTNeoForCausalLM", vocab_size=VOCAB,
+                                                      hidden_size=64, num_layers=2, num_heads=4,
+                                                      max_position_embeddings=64,
+                                                      attention_types=[[["global", "local"], 1]], window_size=4)),
+    Architecture("qwen2-moe", "decoder", _decoder("Qwen2MoeConfig", "Qwen2MoeForCausalLM", **_LLAMA_LIKE, num_experts=4,
+                                                  num_experts_per_tok=2, moe_intermediate_size=32,
+                                                  shared_expert_intermediate_size=32)),
+    Architecture("mamba", "decoder", _decoder("MambaConfig", "MambaForCausalLM", vocab_size=VOCAB, hidden_size=32,
+                                              state_size=8, num_hidden_layers=2, intermediate_size=64, conv_kernel=4,
+                                              time_step_rank=4), supports_static_cache=False),
+    Architecture("jamba-hybrid", "decoder", _decoder("JambaConfig", "JambaForCausalLM", **_LLAMA_LIKE, num_experts=2,
+                                                     num_experts_per_tok=1, attn_layer_period=2, attn_layer_offset=1,
+                                                     expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8,
+                                                     mamba_dt_rank=4, mamba_expand=2, use_mamba_kernels=False),
+                 supports_static_cache=False),
+    # text encoders
+    Architecture("roberta", "text-encoder", _decoder("RobertaConfig", "RobertaModel", **_BERT_LIKE),
+                 supports_static_cache=False),
+    Architecture("distilbert", "text-encoder", _decoder("DistilBertConfig", "DistilBertModel", vocab_size=VOCAB, dim=64,
+                                                        n_layers=2, n_heads=4, hidden_dim=128,
+                                                        max_position_embeddings=64), supports_static_cache=False),
+    Architecture("albert", "text-encoder", _decoder("AlbertConfig", "AlbertModel", **_BERT_LIKE, embedding_size=32),
+                 supports_static_cache=False),
+    Architecture("deberta-v2", "text-encoder", _decoder("DebertaV2Config", "DebertaV2Model", **_BERT_LIKE),
+                 supports_static_cache=False),
+    # speech, vision and encoder-decoder models
+    Architecture("wav2vec2", "speech", _decoder("Wav2Vec2Config", "Wav2Vec2Model", **_SPEECH), supports_static_cache=False),
+    Architecture("convnext", "vision", _decoder("ConvNextConfig", "ConvNextModel", hidden_sizes=[16, 32], depths=[1, 1],
+                                                num_stages=2), supports_static_cache=False),
+    Architecture("mobilevit", "vision", _decoder("MobileViTConfig", "MobileViTModel", image_size=32,
+                                                 hidden_sizes=[32, 32, 32], neck_hidden_sizes=[8, 8, 16, 16, 16, 32, 64],
+                                                 num_attention_heads=2), supports_static_cache=False),
+    Architecture("segformer", "vision", _decoder("SegformerConfig", "SegformerModel", num_encoder_blocks=2, depths=[1, 1],
+                                                 sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+                                                 patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2]),
+                 supports_static_cache=False),
+    Architecture("bart", "seq2seq", _decoder("BartConfig", "BartForConditionalGeneration", **_SEQ2SEQ),
+                 supports_static_cache=False),
+    Architecture("t5", "seq2seq", _decoder("T5Config", "T5ForConditionalGeneration", vocab_size=VOCAB, d_model=64, d_kv=16,
+                                           d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0),
+                 supports_static_cache=False),
 ]
+
+#: every architecture by name (the matrix runs DECODERS and ENCODERS; MORE has one fp32 forward each)
+ARCHITECTURES = {a.name: a for a in DECODERS + ENCODERS + MORE}
 
 
 def token_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
@@ -121,6 +183,10 @@ def token_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
 
 def audio_features(batch: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(batch, 16, 32, generator=torch.Generator().manual_seed(seed))
+
+
+def waveform(batch: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(batch, 400, generator=torch.Generator().manual_seed(seed))
 
 
 def pixel_values(batch: int, seed: int = 1) -> torch.Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 
 from neuron_args import parallel_compile, scoped_compiler_args
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, CompileCache
+from neuron_args.errors import LoweringError
 from neuron_args.flags import optimization_level, with_optimization_level
 from neuron_args.hf import static_cache
 from neuron_args.seams import records
@@ -174,9 +176,12 @@ def test_fresh_process_hits_under_the_cache_hit_assert(name, fresh_process):
 # -- neuron_args.hf: a transformers decoder as one static prefill graph per bucket and one decode graph
 
 
-@pytest.mark.parametrize("name", ["mistral", "gemma2"])
+@pytest.mark.parametrize("name", ["mistral", "gemma2", "opt"])
 def test_static_causal_lm_generates_like_transformers_past_the_sliding_window(name, compiled, graph_keys):
-    """Padded prefill then 20 decode steps (past the window of 16): tokens equal generate(), two graphs."""
+    """Padded prefill then 20 decode steps (past the window of 16): tokens equal generate(), two graphs.
+
+    OPT sizes its position mask from the cache's filled length (a tensor in a static cache) unless it
+    is given an attention mask, which StaticCausalLM passes."""
     from neuron_args.hf import StaticCausalLM
 
     model = ARCHITECTURES[name].build()
@@ -193,6 +198,18 @@ def test_static_causal_lm_generates_like_transformers_past_the_sliding_window(na
             tokens.append(int(lm(torch.tensor([[tokens[-1]]]), start)[0, 0].argmax()))
     assert tokens == want
     assert len(graph_keys()) == 2
+
+
+def test_static_cache_without_attention_mask_names_the_item_its_line_and_the_fix(compiled):
+    """OPT called with a StaticCache and no mask reads the cache length into Python: the error says where and what to do."""
+    model = ARCHITECTURES["opt"].build()
+    cache = static_cache(model, 32, batch_size=2)
+    with pytest.raises(LoweringError) as caught, torch.inference_mode():
+        compiled(model)(input_ids=token_ids(2, 8), past_key_values=cache, use_cache=True)
+    message = str(caught.value)
+    assert "cannot lower op aten._local_scalar_dense.default" in message
+    assert re.search(r'modeling_opt\.py", line \d+, in forward: position_attention_mask = torch\.ones', message)
+    assert "pass one; neuron_args.hf.StaticCausalLM does" in message and "fix:" in message
 
 
 def test_static_cache_takes_each_layers_shape_from_the_model():
