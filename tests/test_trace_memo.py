@@ -9,6 +9,7 @@ switch off; and a fresh process using the memo another process wrote.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import shutil
@@ -228,6 +229,25 @@ def test_the_fingerprint_holds_graph_constants_input_layouts_and_modes():
     del gm.c
     gm.c = object()
     assert trace_memo.fingerprint(gm, [x]) is None, "a constant it cannot pin down: no memo"
+
+
+def _scaled(x, factor=1.0):
+    return x * factor
+
+
+def _closure(fn):
+    def lowering(x):
+        return fn(x)
+    return lowering
+
+
+def test_registered_lowerings_count_by_what_they_run_not_by_their_address():
+    digest = trace_memo._callable_digest
+    # two equal partials or closures made apart (another process makes its own) digest alike
+    assert digest(functools.partial(_scaled, factor=2.0)) == digest(functools.partial(_scaled, factor=2.0))
+    assert digest(functools.partial(_scaled, factor=2.0)) != digest(functools.partial(_scaled, factor=3.0))
+    assert digest(_closure(abs)) == digest(_closure(abs))
+    assert digest(_closure(abs)) != digest(_closure(_scaled)), "a closure's cells count"
 
 
 def test_a_corrupt_memo_file_is_ignored_and_rewritten(tmp_path, counts):

@@ -217,7 +217,26 @@ def _lowering_identity() -> str:
     jax_env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("JAX_", "TORCHAX_")))
     lines = [repr(lowering_tool_versions()), _lowering_sources(), repr(jax_env)]
     for name, fn in sorted(ops.LOWERINGS.items()):
-        code = getattr(fn, "__code__", None)
-        body = _code_digest(code) if code is not None else repr(fn)
-        lines.append(f"{name} {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')} {body}")
+        lines.append(f"{name} {_callable_digest(fn)}")
     return "\n".join(lines) + "\n"
+
+
+def _callable_digest(fn: Any, depth: int = 3) -> str:
+    """A lowering by what it runs: its code and closure cells, or a ``functools.partial``'s function and
+    arguments. Anything else by ``repr`` (an address in it only costs the shortcut across processes)."""
+    if isinstance(fn, functools.partial) and depth:
+        return f"partial({_callable_digest(fn.func, depth - 1)}, {fn.args!r}, {sorted(fn.keywords.items())!r})"
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return repr(fn)
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _cell_filled(c)]
+    inner = [_callable_digest(v, depth - 1) if callable(v) and depth else repr(v) for v in cells]
+    return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')} {_code_digest(code)} {inner}"
+
+
+def _cell_filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell (a name assigned after the closure was made)
+        return False
+    return True
