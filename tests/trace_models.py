@@ -27,3 +27,14 @@ class Hanging(torch.nn.Module):
 class Raising(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise ValueError("bad bucket")
+
+
+class Unpicklable(torch.nn.Module):
+    """Holds a lambda, so it cannot be pickled to a spawned trace child."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = lambda x: x * 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale(x)
