@@ -25,6 +25,7 @@ asserting a cache hit, so a changed model still misses and goes to a child (see
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
@@ -307,7 +308,9 @@ class _TraceChild:
         self.conn.send((index, None if self.forked else job))
 
     def stop(self) -> None:
-        """No more jobs: the child leaves when it reads the end of its pipe."""
+        """No more jobs: the child leaves on reading None (not on the pipe's end: forked siblings hold it too)."""
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
         self.conn.close()
         self.proc.join(5)
         if self.proc.exitcode is None:
