@@ -93,9 +93,9 @@ def _capture(cache: str, n: int, prestart: bool = False) -> tuple[float, list[An
     t0 = time.perf_counter()
     if not fork_is_safe():
         raise SystemExit("the parent holds a jax client; parallel_trace would fall back to spawn")
-    if prestart:  # as the runner's parallel flow does: a compile worker starts jax while the children trace
-        prestart_compile_worker(options(cache))
-    results = parallel_trace(jobs, options=options(cache), timeout=600)
+    # as the runner's parallel flow does: a compile worker starts jax while the children trace
+    before = (lambda: prestart_compile_worker(options(cache))) if prestart else None
+    results = parallel_trace(jobs, options=options(cache), timeout=600, before_children=before)
     return time.perf_counter() - t0, results
 
 

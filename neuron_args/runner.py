@@ -364,8 +364,8 @@ class NeuronRunner:
         here: dict[int, list[WarmedGraph]] = {}  # jobs traced in this process: their entries were complete
         index = {id(job): i for i, job in enumerate(jobs)}
         before = STATS.snapshot()
-        prestart_compile_worker(self.options)
         traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
+                                before_children=lambda: prestart_compile_worker(self.options),
                                 in_process=None if self.backend != COMPILE_SEAM else
                                 lambda job: self._trace_here(job, buckets[index[id(job)]][1],
                                                              here.setdefault(index[id(job)], [])))

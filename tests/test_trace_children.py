@@ -121,3 +121,13 @@ def test_spawned_children_get_each_job_pickled_and_an_unpicklable_one_fails_alon
     assert bad.status == "failed" and "'lambda'" in bad.error and "cannot be sent to its child" in bad.error
     assert first.status == last.status == "captured" and first.pid == last.pid != os.getpid()
     assert args_by_key(tmp_path) == {first.keys[0]: jobs[0][2], last.keys[0]: jobs[2][2]}
+
+
+def test_before_children_runs_once_before_the_first_child_and_never_without_one(tmp_path):
+    calls = []
+    model = make_mlp()
+    jobs = [mlp_job(model, 1, 2), mlp_job(model, 2, 2), mlp_job(model, 3, 2)]
+    parallel_trace(jobs, options=opts(tmp_path), workers=2, timeout=300, before_children=lambda: calls.append(1))
+    assert calls == [1]
+    parallel_trace([], options=opts(tmp_path), before_children=lambda: calls.append(2))
+    assert calls == [1]

@@ -215,6 +215,7 @@ def parallel_trace(
     timeout: float | None = None,
     start_method: str | None = None,
     in_process: Callable[[TraceJob], list[str]] | None = None,
+    before_children: Callable[[], None] | None = None,
 ) -> list[TraceResult]:
     """Capture each job in a trace child; raise :class:`TraceError` after all ran if any failed.
 
@@ -228,6 +229,9 @@ def parallel_trace(
     traces the job in this process asserting a cache hit and returns the keys it resolved
     (status ``"loaded"``); if it raises :class:`CacheMissError` (the model or its arguments
     changed since the record), the job is traced in a child after all.
+
+    ``before_children()`` is called once, just before the first child starts (never when no job
+    needs one): the runner starts a compile worker there, to be warm when the captures are built.
     """
     from neuron_args.cache import cache_root
     from neuron_args.seams.options import check_options
@@ -244,7 +248,8 @@ def parallel_trace(
     # with an in-process tracer (a long-lived runner) children start from a fork server once forking is unsafe
     server = (sorted({type(getattr(j[0], "_orig_mod", j[0])).__module__ for j in todo} - {"__main__"})
               if in_process is not None else None)
-    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server)
+    started: list[Callable[[], None] | None] = [before_children]
+    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server, started)
     if children and here and start_method is None and fork_is_safe():
         # fork the children before this process traces anything (its first lowering creates jax's client)
         _trace_in_children(todo, children, opts, *settings, results)
@@ -324,12 +329,15 @@ class _TraceChild:
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
                        deadline_s: float, start_method: str | None, server: list[str] | None,
-                       results: list[TraceResult | None]) -> None:
+                       before: list[Callable[[], None] | None], results: list[TraceResult | None]) -> None:
     """Capture ``todo[i]`` for each index in at most ``workers`` long-lived children, each tracing job after job.
 
     A child that dies or passes a job's deadline fails that job only; the jobs still to go are
     traced in a new child. On an interrupt no child outlives the call.
     """
+    hook, before[:] = before[0], [None]  # once per parallel_trace call, before the preload it may overlap
+    if hook is not None:
+        hook()
     ctx = _context(start_method, server)
     n_workers = min(workers or default_workers(len(indices)), len(indices))
     pending = deque(indices)
