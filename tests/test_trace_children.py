@@ -8,6 +8,10 @@ crash, a hang).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +23,7 @@ from neuron_args.deferred import TraceJob, parallel_trace
 from tests.models import make_mlp, mlp_inputs
 from tests.trace_models import Crashing, Hanging, Raising, Unpicklable
 
+REPO = Path(__file__).resolve().parents[1]
 BASE = ["--auto-cast=none", "-O1"]
 
 
@@ -131,3 +136,26 @@ def test_before_children_runs_once_before_the_first_child_and_never_without_one(
     assert calls == [1]
     parallel_trace([], options=opts(tmp_path), before_children=lambda: calls.append(2))
     assert calls == [1]
+
+
+SERVER_AFTER_FORK = textwrap.dedent("""
+    import sys, multiprocessing.forkserver as forkserver
+    sys.path.insert(0, sys.argv[2])
+    from neuron_args.deferred.parallel_trace import fork_is_safe, parallel_trace
+    from tests.models import make_mlp, mlp_inputs
+    opts = {"cache_dir": sys.argv[1], "compiler_args": ["-O1"], "target": "trn2", "compiler": "local"}
+    job = (make_mlp(), {"x": mlp_inputs(batch=2)[0]}, ["-O2"])
+    parallel_trace([job], options=opts, timeout=300)
+    print("plain", forkserver._forkserver._forkserver_pid is not None)
+    parallel_trace([job], options=opts, timeout=300, in_process=lambda job: [])
+    print("runner", fork_is_safe(), forkserver._forkserver._forkserver_pid is not None)
+""")
+
+
+def test_a_runner_whose_children_forked_starts_the_fork_server_for_its_next_trace(tmp_path):
+    """Once its children forked, a runner's trace starts the fork server its next call needs (after jax's client
+    exists in the runner's process); a plain parallel_trace call starts none."""
+    run = subprocess.run([sys.executable, "-c", SERVER_AFTER_FORK, str(tmp_path), str(REPO)], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["plain", "False", "runner", "True", "True"]

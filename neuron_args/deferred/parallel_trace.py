@@ -199,6 +199,19 @@ def _context(start_method: str | None, server_preload: Sequence[str] | None = No
     return mp.get_context(start_method)
 
 
+def _start_fork_server(modules: Sequence[str]) -> None:
+    """Start the fork server now, without waiting for its imports (a long-lived runner's children just forked).
+
+    This process is about to serve, which creates jax's client; its next ``parallel_trace`` then needs
+    the fork server, whose start (an interpreter importing torch, jax, torchax and ``modules``, ~3 s)
+    now overlaps the compiles and the serve instead of delaying that trace.
+    """
+    from multiprocessing import forkserver
+
+    mp.get_context("forkserver").set_forkserver_preload(["neuron_args.deferred.trace_preload", *modules])
+    forkserver.ensure_running()
+
+
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "still running"
@@ -250,14 +263,17 @@ def parallel_trace(
               if in_process is not None else None)
     started: list[Callable[[], None] | None] = [before_children]
     settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server, started)
+    how: list[str] = []
     if children and here and start_method is None and fork_is_safe():
         # fork the children before this process traces anything (its first lowering creates jax's client)
-        _trace_in_children(todo, children, opts, *settings, results)
+        how.append(_trace_in_children(todo, children, opts, *settings, results))
         children = []
     if in_process is not None:
         children += _trace_here(todo, here, in_process, results)
     if children:
-        _trace_in_children(todo, sorted(children), opts, *settings, results)
+        how.append(_trace_in_children(todo, sorted(children), opts, *settings, results))
+    if server is not None and "fork" in how:
+        _start_fork_server(server)
     done = [r for r in results if r is not None]
     if record is not None:
         record.note({prints[i]: (r.graph_type, r.keys) for i, r in enumerate(results)
@@ -329,11 +345,11 @@ class _TraceChild:
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
                        deadline_s: float, start_method: str | None, server: list[str] | None,
-                       before: list[Callable[[], None] | None], results: list[TraceResult | None]) -> None:
+                       before: list[Callable[[], None] | None], results: list[TraceResult | None]) -> str:
     """Capture ``todo[i]`` for each index in at most ``workers`` long-lived children, each tracing job after job.
 
     A child that dies or passes a job's deadline fails that job only; the jobs still to go are
-    traced in a new child. On an interrupt no child outlives the call.
+    traced in a new child. On an interrupt no child outlives the call. Returns the start method used.
     """
     hook, before[:] = before[0], [None]  # once per parallel_trace call, before the preload it may overlap
     if hook is not None:
@@ -367,6 +383,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
         for child in children:
             child.kill()
         raise
+    return ctx.get_start_method()
 
 
 def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any) -> None:
