@@ -21,7 +21,7 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CompileCache
 from neuron_args.deferred import TraceJob, parallel_trace
 from tests.models import make_mlp, mlp_inputs
-from tests.trace_models import Crashing, Hanging, Raising, Unpicklable
+from tests.trace_models import Crashing, FailsToUnpickle, Hanging, Raising, Unpicklable
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["--auto-cast=none", "-O1"]
@@ -119,13 +119,15 @@ def test_a_hung_job_fails_at_its_deadline_and_a_new_child_traces_the_rest(tmp_pa
 def test_spawned_children_get_each_job_pickled_and_an_unpicklable_one_fails_alone(tmp_path):
     model = make_mlp()
     jobs = [mlp_job(model, 2, 2), TraceJob(Unpicklable(), {"x": torch.zeros(2)}, None, "lambda"),
-            mlp_job(model, 2, 3)]
+            TraceJob(FailsToUnpickle(), {"x": torch.zeros(2)}, None, "refuses"), mlp_job(model, 2, 3)]
     with pytest.raises(TraceError) as err:
         parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300, start_method="spawn")
-    first, bad, last = err.value.results
+    first, bad, refused, last = err.value.results
     assert bad.status == "failed" and "'lambda'" in bad.error and "cannot be sent to its child" in bad.error
-    assert first.status == last.status == "captured" and first.pid == last.pid != os.getpid()
-    assert args_by_key(tmp_path) == {first.keys[0]: jobs[0][2], last.keys[0]: jobs[2][2]}
+    assert refused.status == "failed" and "'refuses'" in refused.error and "did not unpickle" in refused.error
+    assert "this model refuses to unpickle" in refused.error
+    assert first.status == last.status == "captured" and first.pid == refused.pid == last.pid != os.getpid()
+    assert args_by_key(tmp_path) == {first.keys[0]: jobs[0][2], last.keys[0]: jobs[3][2]}
 
 
 def test_before_children_runs_once_before_the_first_child_and_never_without_one(tmp_path):

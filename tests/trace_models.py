@@ -38,3 +38,14 @@ class Unpicklable(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.scale(x)
+
+
+def _refuse_to_unpickle() -> None:
+    raise RuntimeError("this model refuses to unpickle")
+
+
+class FailsToUnpickle(torch.nn.Module):
+    """Pickles, but unpickling it (in a spawned trace child) raises."""
+
+    def __reduce__(self) -> tuple:
+        return (_refuse_to_unpickle, ())

@@ -30,12 +30,14 @@ import logging
 import multiprocessing as mp
 import multiprocessing.connection
 import os
+import pickle
 import sys
 import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from neuron_args.activity import ACTIVITY
@@ -136,8 +138,9 @@ def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
 def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any) -> None:
     """Child body: trace each job the parent sends, one at a time, until it sends None or closes the pipe.
 
-    A message is ``(index, job)``; ``job`` is None in a forked child, which takes ``inherited[index]``
-    (the parent's list as it was at the fork: the model is not pickled). Each answer is
+    A message is ``(index, pickled job)``; the job is None in a forked child, which takes
+    ``inherited[index]`` (the parent's list as it was at the fork: the model is not pickled). It is
+    unpickled here, so a job that does not unpickle fails alone. Each answer is
     ``(index, status, keys or traceback, pid)``.
     """
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -151,8 +154,13 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any]
             return
         if message is None:
             return
-        index, job = message
-        status, payload = _run_job(inherited[index] if job is None else job, options)
+        index, blob = message
+        try:
+            job = inherited[index] if blob is None else pickle.loads(blob)
+        except BaseException:
+            status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
+        else:
+            status, payload = _run_job(job, options)
         conn.send((index, status, payload, os.getpid()))
 
 
@@ -324,9 +332,15 @@ class _TraceChild:
         self.started = 0.0
 
     def give(self, index: int, job: TraceJob) -> None:
-        """Send a job: its index when forked (the child has the list), else the job itself (pickled)."""
+        """Send a job: its index when forked (the child has the list), else the job itself, pickled here.
+
+        A job that does not pickle raises here (the child waits on); a child that died between
+        jobs is not an error here: its job fails as a death when it is collected.
+        """
         self.job, self.started = index, time.monotonic()
-        self.conn.send((index, None if self.forked else job))
+        blob = None if self.forked else bytes(ForkingPickler.dumps(job))
+        with contextlib.suppress(OSError):
+            self.conn.send((index, blob))
 
     def stop(self) -> None:
         """No more jobs: the child leaves on reading None (not on the pipe's end: forked siblings hold it too)."""
@@ -389,8 +403,6 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
 def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any) -> None:
     try:
         child.give(i, todo[i])
-    except OSError:  # the child died between jobs: its job fails below as a death
-        pass
     except Exception as exc:  # spawn/fork server: the job is pickled, and this one does not pickle
         finish(child, "failed", f"trace job of graph type {todo[i].graph_type!r} cannot be sent to its child "
                                 f"({type(exc).__name__}: {exc}); fix: make the model and its inputs picklable, "
