@@ -48,6 +48,7 @@ LOCK_TIMEOUT = 3 * 3600.0
 _LOCK_POLL = 0.2
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
 QUARANTINE_DIR = ".corrupt"
+TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace_memo): not an entry
 _HASH_CHUNK = 1 << 20
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -386,6 +387,11 @@ class CompileCache:
 
     def entry(self, key: CacheKey | str) -> CacheEntry:
         return CacheEntry(self.root, str(key))
+
+    @property
+    def trace_memo_dir(self) -> Path:
+        """Where the seams keep their trace memo: a dot folder, so never listed as an entry."""
+        return self.root / TRACE_MEMO_DIR
 
     def entries(self) -> list[CacheEntry]:
         """Every entry folder (named by a key; the lock files and ``.corrupt`` are not), sorted by key."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.scope import _scoped_compiler_args, current_graph_type
-from neuron_args.seams import records
+from neuron_args.seams import dispatch, records, trace_memo
 from neuron_args.seams.options import check_options, deferred_raise
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
 
@@ -62,28 +63,44 @@ EAGER: Any = object()
 
 
 class CompiledGraph:
-    """What a seam hands back to aot_autograd for one graph: variants chosen by the scope at call time."""
+    """What a seam hands back to aot_autograd for one graph: variants chosen by the scope at call time.
+
+    Built from a trace memo (:mod:`neuron_args.seams.trace_memo`) it has no aot graph and no
+    lowering yet: ``gm`` and ``lowered`` run them on first use (a variant whose key misses, an
+    eager run), from the Dynamo graph the memo stood in for.
+    """
 
     _boxed_call = True
 
-    def __init__(self, seam: str, gm: torch.fx.GraphModule, lowered: Any, options: Mapping[str, Any],
-                 user_inputs: Sequence[bool] | None) -> None:
+    def __init__(self, seam: str, gm: torch.fx.GraphModule | None, lowered: Any, options: Mapping[str, Any],
+                 user_inputs: Sequence[bool] | None, *, memo: trace_memo.TraceMemo | None = None,
+                 trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
+                 forget: Callable[[], None] | None = None) -> None:
         self.seam = seam
         self.kind = SEAM_KINDS[seam]
-        self.gm = gm
-        self.lowered = lowered
+        self._gm = gm
+        self._lowered = lowered
+        self._trace, self._forget = trace, forget
+        self._fw_inputs: Sequence[Any] | None = None
+        self._materializing = threading.Lock()  # two scopes' first calls may need the graph at once
         self.options = dict(options)
         self.cache = CompileCache.from_options(options)
         self.cache.check_root()
         self.compiler = select_compiler(options)
         self.compile_timeout = resolve_compile_timeout(options, self.compiler.info.name)
-        self.graph_sha256 = graph_digest(lowered.hlo_text)
-        specs = lowered.input_specs
+        if memo is None:
+            self.graph_sha256 = graph_digest(lowered.hlo_text)
+            self.input_specs = lowered.input_specs
+            # aot_autograd's view/mutation metadata of this graph (which outputs are mutated inputs)
+            self.fw_metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
+        else:  # the memo's prediction; its plan stands for aot's metadata (dispatch.plan reads either)
+            self.graph_sha256 = memo.graph_sha256
+            self.input_specs = memo.input_specs
+            self.fw_metadata = memo.plan
+        specs = self.input_specs
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
         self.input_shapes = [s.shape_string() for s, user in zip(specs, mask) if user]
         self._variants: dict[tuple[str, ...] | None, Callable[[list[Any]], Any]] = {}
-        # aot_autograd's view/mutation metadata of this graph (which outputs are mutated inputs)
-        self.fw_metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
         # aot_autograd calls a backward graph through disable(), whose functools.wraps copies only instance
         # attributes: without this one it calls the graph unboxed and fails
         self._boxed_call = True
@@ -97,17 +114,75 @@ class CompiledGraph:
             return call_observer(self, run, args)
         return run(args)
 
-    # -- resolving a variant (first call under an argument set) -------------------------------
-    def _build_variant(self) -> Callable[[list[Any]], Any]:
-        graph_type = current_graph_type()
-        request = resolve_request(self.options, graph_type)
-        key = create_cache_hash(
+    # -- the aot graph and the lowering, lazily for a graph built from the trace memo -----------
+    @property
+    def gm(self) -> torch.fx.GraphModule:
+        """aot_autograd's forward graph (run eagerly by the capture seam and eager-output NEFFs)."""
+        if self._gm is None:
+            with self._materializing:
+                if self._gm is None:
+                    assert self._trace is not None
+                    self._gm, self._fw_inputs = self._trace()
+        return self._gm
+
+    @property
+    def lowered(self) -> Any:
+        """The graph lowered to HLO (the compiler's input); lowered on first use after a memo hit."""
+        if self._lowered is None and self._lower() != self.graph_sha256:
+            raise LoweringError(
+                f"{self.seam}: the trace memo predicted HLO sha256 {self.graph_sha256[:12]} for a graph of type "
+                f"{current_graph_type()!r}, which now lowers to {graph_digest(self._lowered.hlo_text)[:12]} "
+                f"(its lowering changed, or is not deterministic); the memo entry was removed.\nfix: run again, "
+                f"or set {trace_memo.ENV}=0")
+        return self._lowered
+
+    def _lower(self) -> str:
+        """Lower now (after a memo hit); the real HLO digest. A wrong prediction forgets the memo entry."""
+        from neuron_args.lowering.hlo import lower_fx_graph
+
+        gm = self.gm
+        with self._materializing:
+            if self._lowered is None:
+                self._lowered = lower_fx_graph(gm, self._fw_inputs)
+        digest = graph_digest(self._lowered.hlo_text)
+        if digest != self.graph_sha256 and self._forget is not None:
+            log.warning("%s: the trace memo predicted HLO sha256 %s, the lowering gives %s; memo entry removed",
+                        self.seam, self.graph_sha256[:12], digest[:12])
+            self._forget()
+        return digest
+
+    def _key(self, request: PlatformArgs) -> CacheKey:
+        return create_cache_hash(
             graph_sha256=self.graph_sha256,
-            input_specs=input_spec_pairs(self.lowered.input_specs),
+            input_specs=input_spec_pairs(self.input_specs),
             compiler_args=self.kind.key_compiler_args(request),
             target=request.target,
             tool_versions=tool_versions(self.compiler.info),
         )
+
+    def built(self, key: CacheKey) -> bool:
+        """Whether ``key``'s entry is complete and verified (what trusting the memo's prediction needs)."""
+        entry = self.cache.entry(key)
+        return entry.is_complete and self.cache.verified(entry) is None
+
+    def predicted_built(self) -> bool:
+        """Whether the key of the current scope's variant is built (False when the scope does not resolve:
+        the full path then raises the error at call time, as without a memo)."""
+        try:
+            return self.built(self._key(resolve_request(self.options, current_graph_type())))
+        except NeuronArgsError:
+            return False
+
+    # -- resolving a variant (first call under an argument set) -------------------------------
+    def _build_variant(self) -> Callable[[list[Any]], Any]:
+        graph_type = current_graph_type()
+        request = resolve_request(self.options, graph_type)
+        key = self._key(request)
+        if self._lowered is None and not self.built(key):  # the memo's key misses: lower, key the real HLO
+            digest = self._lower()
+            if digest != self.graph_sha256:
+                self.graph_sha256 = digest
+                key = self._key(request)
         rec = records.GraphRecord(
             key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=self.input_shapes,
             compiler_args=list(request.compiler_args), optimization_level=optimization_level(request.compiler_args),
@@ -334,22 +409,79 @@ class NeuronBackend:
         from torch._dynamo.backends.common import aot_autograd
 
         from neuron_args.lowering.hlo import lower_fx_graph
-        from neuron_args.seams.dispatch import dispatched
 
         try:
             opts = check_options(options, self.seam)
             _refuse_symbolic(example_inputs, self.seam)
             user_inputs = _user_input_mask(gm)
+            fp = trace_memo.fingerprint(gm, example_inputs) if trace_memo.enabled() else None
+            memo = None
+            if fp is not None:
+                memo = trace_memo.load(CompileCache.from_options(opts), fp)
+                if memo is not None:
+                    fast = self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs)
+                    if fast is not None:
+                        return fast
             graphs: list[CompiledGraph] = []
 
             def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
                 graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs))
                 return graphs[-1]
 
+            aot_result = aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
             # aot's runtime wrapper only when the graph needs more than a copy-back of mutated inputs
-            return dispatched(aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs), graphs, gm, example_inputs)
+            p = dispatch.direct_plan(graphs, gm, example_inputs)
+            if p is None:
+                return aot_result
+            if fp is not None:
+                fresh = trace_memo.TraceMemo(graphs[0].graph_sha256, tuple(graphs[0].input_specs),
+                                             dispatch.RecordedPlan.of(p, len(example_inputs)))
+                if fresh != memo:
+                    trace_memo.store(graphs[0].cache, fp, fresh)
+            return dispatch.direct_call(graphs[0], p)
         except NeuronArgsError as exc:  # Dynamo would wrap it in BackendCompilerFailed: raise it at call time
             return deferred_raise(exc)
+
+    def _from_memo(self, memo: trace_memo.TraceMemo, fp: str, gm: torch.fx.GraphModule,
+                   example_inputs: Sequence[Any], opts: Mapping[str, Any],
+                   user_inputs: Sequence[bool] | None) -> Callable[..., Any] | None:
+        """The direct call of a graph built from the memo, when the current scope's predicted key is built
+        and the trace is one Dynamo calls directly; None: trace in full."""
+        if len(example_inputs) != memo.plan.n_args or dispatch.inputs_need_aot(example_inputs, gm) is not None:
+            return None
+        graph = CompiledGraph(self.seam, None, None, opts, user_inputs, memo=memo,
+                              trace=functools.partial(_aot_forward, gm, list(example_inputs), torch.is_grad_enabled(),
+                                                      torch.is_inference_mode_enabled()),
+                              forget=functools.partial(trace_memo.forget, CompileCache.from_options(opts), fp))
+        if not graph.predicted_built():
+            log.debug("trace memo %s not used: the predicted key's entry is not built", fp[:12])
+            return None
+        log.debug("trace memo %s used: aot_autograd and the lowering skipped", fp[:12])
+        try:
+            p = dispatch.plan(memo.plan, len(example_inputs))
+        except dispatch.NotPlain:
+            return None
+        return dispatch.direct_call(graph, p)
+
+
+def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], grad: bool,
+                 inference: bool) -> tuple[torch.fx.GraphModule, Sequence[Any]]:
+    """aot_autograd's forward graph of a Dynamo graph and its inputs, traced later than Dynamo's call
+    (after a memo hit), in the grad and inference modes of that call."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    got: list[tuple[torch.fx.GraphModule, Sequence[Any]]] = []
+
+    def grab(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> torch.fx.GraphModule:
+        got.append((fx_gm, list(fw_inputs)))
+        return fx_gm
+
+    with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+        aot_autograd(fw_compiler=grab)(gm, example_inputs)
+    if len(got) != 1:
+        raise LoweringError(f"aot_autograd compiled {len(got)} graphs where the trace memo recorded one; "
+                            f"set {trace_memo.ENV}=0")
+    return got[0]
 
 
 neuron_libtorch = NeuronBackend(COMPILE_SEAM)

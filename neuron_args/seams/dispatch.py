@@ -48,10 +48,30 @@ class Plan:
     copy_back: Callable[[Sequence[Any], Sequence[Any]], None]  # copy_back(args, outs), as aot's epilogue
 
 
+@dataclass(frozen=True)
+class RecordedPlan:
+    """A plain :class:`Plan`'s data as the trace memo keeps it (a graph whose aot_autograd was skipped)."""
+
+    n_args: int
+    n_outputs: int
+    mutated: tuple[tuple[int, int, bool], ...]
+    kinds: tuple[str, ...]
+
+    @classmethod
+    def of(cls, p: Plan, n_args: int) -> RecordedPlan:
+        return cls(n_args, p.n_outputs, p.mutated, p.kinds)
+
+
 def plan(md: Any, n_args: int) -> Plan:
-    """The plain plan of a graph from its aot_autograd metadata, or :class:`NotPlain`."""
+    """The plain plan of a graph from its aot_autograd metadata (or the memo's :class:`RecordedPlan`),
+    or :class:`NotPlain`."""
     if md is None:
         raise NotPlain("aot_autograd's metadata was not recorded for the graph")
+    if isinstance(md, RecordedPlan):
+        if md.n_args != n_args:
+            raise NotPlain(f"the graph takes {md.n_args} arguments in its recorded plan, {n_args} here")
+        return Plan(n_mutated=len(md.mutated), n_outputs=md.n_outputs, mutated=md.mutated, kinds=md.kinds,
+                    copy_back=_copy_back(md.mutated))
     if len(md.input_info) != n_args:
         raise NotPlain(f"the graph takes {len(md.input_info)} arguments in aot_autograd's metadata, "
                        f"{n_args} here (lifted parameters or deduplicated inputs)")
@@ -97,11 +117,19 @@ def _compiled(source: str, name: str, namespace: dict[str, Any]) -> Callable[...
 
 def _needs_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule, graphs: Sequence[Any]) -> str | None:
     """Why this compile needs aot_autograd's runtime wrapper beyond copy-back (None: it does not)."""
+    if len(graphs) != 1:
+        return f"aot_autograd compiled {len(graphs)} graphs (a forward and backward)"
+    return inputs_need_aot(example_inputs, gm)
+
+
+def inputs_need_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) -> str | None:
+    """What of the trace itself (inputs, modes, the graph module) needs aot's runtime wrapper (None: nothing).
+    Decided before aot_autograd runs, so the trace memo asks it too."""
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-    if len(graphs) != 1:
-        return f"aot_autograd compiled {len(graphs)} graphs (a forward and backward)"
+    if os.environ.get(ENV, "1") == "0":
+        return f"{ENV}=0"
     tracing = torch._guards.TracingContext.try_get()
     if tracing is not None and getattr(tracing, "fakify_first_call", False):
         return "the first call returns fake outputs (fakify_first_call)"
@@ -148,12 +176,11 @@ def direct_call(graph: Any, plan_: Plan) -> Callable[..., Any]:
     return direct
 
 
-def dispatched(aot_result: Callable[..., Any], graphs: Sequence[Any], gm: torch.fx.GraphModule,
-               example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    """What the seam returns to Dynamo: :func:`direct_call` when aot's wrapper would only copy mutated
-    inputs back, else ``aot_result`` (aot_autograd's wrapper). Call right after aot_autograd compiled,
-    still inside Dynamo's tracing context."""
-    why = f"{ENV}=0" if os.environ.get(ENV, "1") == "0" else _needs_aot(example_inputs, gm, graphs)
+def direct_plan(graphs: Sequence[Any], gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Plan | None:
+    """The plan to call ``graphs[0]`` with through :func:`direct_call`, when aot's wrapper would only copy
+    mutated inputs back; None: the seam returns aot_autograd's wrapper. Call right after aot_autograd
+    compiled, still inside Dynamo's tracing context."""
+    why = _needs_aot(example_inputs, gm, graphs)
     if why is None:
         try:
             p = plan(graphs[0].fw_metadata, len(example_inputs))
@@ -162,7 +189,7 @@ def dispatched(aot_result: Callable[..., Any], graphs: Sequence[Any], gm: torch.
         else:
             aliased = sorted({k for k in p.kinds if k not in OWNED})
             if not aliased:
-                return direct_call(graphs[0], p)
+                return p
             why = f"an output is an alias ({', '.join(aliased)}) aot_autograd regenerates"
     log.debug("graph keeps aot_autograd's runtime wrapper: %s", why)
-    return aot_result
+    return None

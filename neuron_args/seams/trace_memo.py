@@ -1,0 +1,223 @@
+"""The trace memo: what a seam's trace of a Dynamo graph produced, so a warm re-trace skips the work.
+
+On a warm cache a torch.compile'd graph costs Dynamo's trace, then aot_autograd and the lowering
+to HLO, only to compute a key whose entry already exists. The memo maps a **fingerprint** of what
+the backend receives from Dynamo (the FX graph's code and constants, each input's
+shape/stride/dtype/device/requires_grad, grad, inference and autocast mode, the versions and
+sources of everything that shapes the HLO) to what the key and the call need: the
+HLO digest (the key's ``graph`` component), the input specs, and the plan of
+:func:`neuron_args.seams.dispatch.direct_call` (which inputs the graph mutates, its output kinds).
+
+It is a prediction only. A seam uses it when the key it predicts for the current scope has a
+complete, verified entry, and only for graphs Dynamo calls directly (plain inference graphs):
+then aot_autograd and the lowering are skipped. Anything else takes the full path, and a later
+variant whose key misses runs them then (``CompiledGraph`` materializes lazily).
+
+One JSON file per fingerprint under ``<cache>/.trace-memo/`` (a dot folder: never an entry),
+written atomically, so concurrent writers (xdist workers, trace children) only replace a file with
+an equal one; a torn or foreign file is ignored. ``NEURON_ARGS_TRACE_MEMO=0`` turns it off.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from neuron_args.atomic import write_atomic
+from neuron_args.cache import CompileCache
+from neuron_args.seams.dispatch import OWNED, RecordedPlan
+from neuron_args.seams.platform import lowering_tool_versions
+from neuron_args.tensors import TensorSpec
+
+log = logging.getLogger("neuron_args.seams")
+
+#: set to 0 to trace every graph in full (aot_autograd and lowering) even when the memo knows it
+ENV = "NEURON_ARGS_TRACE_MEMO"
+FORMAT = 1
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class TraceMemo:
+    """What one trace produced that the key and the direct call need."""
+
+    graph_sha256: str
+    input_specs: tuple[TensorSpec, ...]
+    plan: RecordedPlan
+
+    def as_json(self, fp: str) -> str:
+        return json.dumps({
+            "format": FORMAT, "fingerprint": fp, "graph_sha256": self.graph_sha256,
+            "input_specs": [[list(s.shape), s.dtype] for s in self.input_specs],
+            "plan": {"n_args": self.plan.n_args, "n_outputs": self.plan.n_outputs,
+                     "mutated": [list(m) for m in self.plan.mutated], "kinds": list(self.plan.kinds)},
+        }, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, fp: str) -> TraceMemo:
+        d = json.loads(text)
+        if d.get("format") != FORMAT or d.get("fingerprint") != fp:
+            raise ValueError("another format or fingerprint")
+        digest = d["graph_sha256"]
+        if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= set("0123456789abcdef"):
+            raise ValueError("no graph digest")
+        p = d["plan"]
+        plan = RecordedPlan(
+            n_args=int(p["n_args"]), n_outputs=int(p["n_outputs"]),
+            mutated=tuple((int(i), int(j), bool(leaf)) for i, j, leaf in p["mutated"]),
+            kinds=tuple(str(k) for k in p["kinds"]))
+        specs = tuple(TensorSpec(tuple(int(n) for n in shape), str(dtype)) for shape, dtype in d["input_specs"])
+        # a valid JSON file that is not a direct call's memo must not reach the call
+        if len(specs) != plan.n_args or any(not isinstance(getattr(torch, s.dtype, None), torch.dtype) for s in specs):
+            raise ValueError("input specs and plan disagree")
+        if any(not 0 <= i < plan.n_args or j != k for k, (i, j, _) in enumerate(plan.mutated)) \
+                or len(plan.kinds) != plan.n_outputs or not OWNED.issuperset(plan.kinds):
+            raise ValueError("not a direct call's plan")
+        return cls(digest, specs, plan)
+
+
+def memo_path(cache: CompileCache, fp: str) -> Path:
+    return cache.trace_memo_dir / f"{fp}.json"
+
+
+def load(cache: CompileCache, fp: str) -> TraceMemo | None:
+    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error)."""
+    try:
+        return TraceMemo.from_json(memo_path(cache, fp).read_text(), fp)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.debug("trace memo %s ignored: %r", fp, exc)
+        return None
+
+
+def store(cache: CompileCache, fp: str, memo: TraceMemo) -> None:
+    """Write the memo atomically; a failure (read-only or full disk) only loses the shortcut."""
+    try:
+        write_atomic(memo_path(cache, fp), memo.as_json(fp))
+    except OSError as exc:
+        log.debug("trace memo %s not written: %r", fp, exc)
+
+
+def forget(cache: CompileCache, fp: str) -> None:
+    try:
+        memo_path(cache, fp).unlink()
+    except OSError:
+        pass
+
+
+class NoFingerprint(Exception):
+    """The trace holds something the fingerprint cannot pin down (its values are unknown or opaque)."""
+
+
+def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
+    """sha256 of everything a seam's trace of ``gm`` depends on, or None when something cannot be pinned.
+
+    Neither the seam nor a torch.compile option shapes the trace (the compiler, its arguments and the
+    target enter the key at call time, from the scope; the runner's id only keeps Dynamo frames apart),
+    so none is hashed: a graph the capture seam traced in a trace child is known to the compile seam
+    of the pytest process.
+    """
+    h = hashlib.sha256()
+    h.update(f"trace-memo {FORMAT}\n".encode())
+    h.update(_lowering_identity().encode())
+    h.update(f"grad={torch.is_grad_enabled()} inference={torch.is_inference_mode_enabled()} "
+             f"autocast={torch._C._is_any_autocast_enabled()}\n".encode())
+    try:
+        for x in example_inputs:
+            if not isinstance(x, torch.Tensor) or type(x).__name__ not in ("FakeTensor", "Tensor", "Parameter"):
+                raise NoFingerprint(f"input of type {type(x).__name__}")
+            h.update(repr((tuple(x.shape), x.stride(), x.storage_offset(), str(x.dtype), str(x.device),
+                           x.requires_grad, x.is_leaf, x._is_view())).encode())
+        for name, mod in gm.named_modules():
+            if not isinstance(mod, torch.fx.GraphModule):
+                raise NoFingerprint(f"submodule {name!r} is not a graph")
+            h.update(f"module {name}\n{mod.code}\n".encode())
+            for node in mod.graph.nodes:
+                if node.op == "get_attr":
+                    h.update(f"attr {node.target}=".encode())
+                    h.update(_attr_digest(_attr(mod, node.target)).encode())
+                elif node.op == "call_function":
+                    h.update(_function_digest(node.target).encode())
+    except NoFingerprint as why:
+        log.debug("no trace memo for this graph: %s", why)
+        return None
+    return h.hexdigest()
+
+
+def _attr(mod: torch.nn.Module, target: str) -> Any:
+    value: Any = mod
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _attr_digest(value: Any) -> str:
+    if isinstance(value, torch.fx.GraphModule):
+        return "graph module\n"  # its code is hashed as a submodule
+    if isinstance(value, torch.Tensor):
+        if type(value).__name__ not in ("Tensor", "Parameter") or value.device.type != "cpu":
+            raise NoFingerprint(f"a constant of type {type(value).__name__} on {value.device}")
+        t = value.detach().contiguous().reshape(-1)
+        data = hashlib.sha256(t.view(torch.uint8).numpy().tobytes()).hexdigest() if t.numel() else ""
+        return f"{value.dtype}{tuple(value.shape)}{value.stride()} {data}\n"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value) + "\n"
+    raise NoFingerprint(f"a constant of type {type(value).__name__}")
+
+
+def _function_digest(target: Any) -> str:
+    """A graph node's function: torch's own by name (torch's version is hashed), a custom op by schema, a
+    Python function of the user's (``allow_in_graph``) by its code too, which the graph's code only names."""
+    if isinstance(target, torch._ops.OpOverload):
+        return f"op {target._schema}\n"
+    module = getattr(target, "__module__", None) or ""
+    code = getattr(target, "__code__", None)
+    if code is None or module.split(".")[0] in ("torch", "operator", "_operator", "math", "builtins"):
+        return f"fn {module}.{getattr(target, '__qualname__', repr(target))}\n"
+    return f"fn {module}.{target.__qualname__} {_code_digest(code)}\n"
+
+
+def _code_digest(code: Any) -> str:
+    """A code object's bytecode, names and constants (nested functions' code included)."""
+    h = hashlib.sha256(code.co_code + repr(code.co_names).encode())
+    for const in code.co_consts:
+        h.update((_code_digest(const) if hasattr(const, "co_code") else repr(const)).encode())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _lowering_sources() -> str:
+    """sha256 of the lowering's own sources: a changed lowering must not reuse a digest it no longer makes."""
+    from neuron_args import lowering, tensors
+
+    h = hashlib.sha256()
+    folder = Path(lowering.__file__).parent
+    for path in sorted(folder.glob("*.py")) + [Path(tensors.__file__)]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _lowering_identity() -> str:
+    """Tool versions, lowering sources, jax's environment settings and the registered op lowerings (user
+    ones included)."""
+    from neuron_args.lowering import ops
+
+    jax_env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("JAX_", "TORCHAX_")))
+    lines = [repr(lowering_tool_versions()), _lowering_sources(), repr(jax_env)]
+    for name, fn in sorted(ops.LOWERINGS.items()):
+        code = getattr(fn, "__code__", None)
+        body = _code_digest(code) if code is not None else repr(fn)
+        lines.append(f"{name} {getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')} {body}")
+    return "\n".join(lines) + "\n"

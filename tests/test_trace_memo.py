@@ -1,0 +1,407 @@
+"""The trace memo: a warm re-trace whose predicted key is built skips aot_autograd and the lowering.
+
+Counted, not timed: every test counts the calls of ``lower_fx_graph`` and of ``aot_autograd``, and
+compares keys, records, ledger lines and outputs with the full path (``NEURON_ARGS_TRACE_MEMO=0``)
+and with eager PyTorch. Then every way the memo must not be used: another constant, parameter
+shape, dtype or grad mode, a corrupt memo file, a missing or corrupt entry, another scope, the
+switch off; and a fresh process using the memo another process wrote.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuron_args import CacheMissError, scoped_compiler_args
+from neuron_args.activity import ACTIVITY
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, CompileCache
+from neuron_args.deferred import parallel_compile
+from neuron_args.fastpath import ENV as FASTPATH_ENV
+from neuron_args.graphs import GraphSpec
+from neuron_args.runner import NeuronRunner
+from neuron_args.seams import records, trace_memo
+from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = ["--auto-cast=none", "-O1"]
+O3 = ["--auto-cast=none", "-O3"]
+
+
+def compile_(model, cache, backend="neuron_libtorch"):
+    options = {"cache_dir": str(cache), "compiler": "local", "compiler_args": BASE, "target": "trn2"}
+    return torch.compile(model, backend=backend, dynamic=False, options=options)
+
+
+class Counts:
+    """Calls of the lowering and of aot_autograd since the last ``take()``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import torch._dynamo.backends.common as common
+
+        from neuron_args.lowering import hlo
+
+        self.lower = self.aot = 0
+        real_lower, real_aot = hlo.lower_fx_graph, common.aot_autograd
+
+        def lower(*a, **k):
+            self.lower += 1
+            return real_lower(*a, **k)
+
+        def aot(**kw):
+            inner = real_aot(**kw)
+
+            def run(*a, **k):
+                self.aot += 1
+                return inner(*a, **k)
+
+            return run
+
+        monkeypatch.setattr(hlo, "lower_fx_graph", lower)
+        monkeypatch.setattr(common, "aot_autograd", aot)
+
+    def take(self) -> tuple[int, int]:
+        out, self.lower, self.aot = (self.lower, self.aot), 0, 0
+        return out
+
+
+@pytest.fixture
+def counts(monkeypatch):
+    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
+    monkeypatch.delenv(trace_memo.ENV, raising=False)
+    fresh()
+    return Counts(monkeypatch)
+
+
+def fresh() -> None:
+    """A new trace, as in a new process: Dynamo forgets its graphs, the process its records."""
+    torch._dynamo.reset()
+    ACTIVITY.reset()
+
+
+def memo_files(cache: Path) -> list[Path]:
+    return sorted(CompileCache(cache).trace_memo_dir.glob("*.json"))
+
+
+def rows() -> list[dict]:
+    return sorted((r.as_dict() for r in records.records()), key=lambda d: d["key"])
+
+
+@pytest.fixture(scope="module")
+def mlp_built(tmp_path_factory) -> tuple[Path, str]:
+    """A cache with the MLP built at the base arguments (and its memo written by that full trace); its key."""
+    root = tmp_path_factory.mktemp("memo-mlp")
+    fresh()
+    with torch.inference_mode():
+        compile_(make_mlp(), root)(*mlp_inputs())
+    assert len(memo_files(root)) == 1
+    (entry,) = CompileCache(root).entries()
+    return root, entry.key
+
+
+@pytest.fixture
+def mlp_cache(mlp_built) -> Path:
+    return mlp_built[0]
+
+
+def run_mlp(cache: Path, model=None) -> torch.Tensor:
+    fresh()
+    with torch.inference_mode():
+        return compile_(model or make_mlp(), cache)(*mlp_inputs())
+
+
+def test_a_memo_hit_skips_aot_and_lowering_with_the_keys_records_and_ledger_of_the_full_path(
+        mlp_cache, counts, monkeypatch, tmp_path):
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(tmp_path / "full"))
+    monkeypatch.setenv(trace_memo.ENV, "0")
+    full = run_mlp(mlp_cache)
+    assert counts.take() == (1, 1)
+    full_rows = rows()
+
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(tmp_path / "memo"))
+    monkeypatch.delenv(trace_memo.ENV)
+    memo = run_mlp(mlp_cache)
+    assert counts.take() == (0, 0), "a memo hit neither runs aot_autograd nor lowers"
+    assert rows() == full_rows and full_rows[0]["loads"] == 1 and full_rows[0]["compiles"] == 0
+    ledgers = [[line for f in sorted((tmp_path / run).rglob("*.jsonl")) for line in f.read_text().splitlines()]
+               for run in ("full", "memo")]
+    assert len(ledgers[0]) == 1 and ledgers[0] == ledgers[1] and full_rows[0]["key"] in ledgers[0][0]
+    assert torch.equal(memo, full)
+    torch.testing.assert_close(memo, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
+    assert len(memo_files(mlp_cache)) == 1, "the full path of a known graph writes no second memo"
+
+
+def test_the_decoder_decode_steps_mutate_the_kv_cache_as_eager_does(tmp_path, counts):
+    def steps(cache: Path) -> tuple[list[torch.Tensor], torch.nn.Module]:
+        fresh()
+        model = make_decoder()
+        cm = compile_(model, cache)
+        outs = []
+        with torch.inference_mode():
+            outs.append(cm(*decoder_inputs(seq=5)))
+            for pos in range(5, 9):
+                outs.append(cm(*decoder_inputs(seq=1, start=pos)))
+        return outs, model
+
+    full, _ = steps(tmp_path)
+    assert counts.take() == (2, 2)
+    memo, model = steps(tmp_path)
+    assert counts.take() == (0, 0), "prefill and decode both come from the memo"
+    reference = make_decoder()
+    with torch.inference_mode():
+        want = [reference(*decoder_inputs(seq=5))] + [reference(*decoder_inputs(seq=1, start=p)) for p in range(5, 9)]
+    for got, exact, ref in zip(memo, full, want):
+        assert torch.equal(got, exact)
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(model.k_cache, reference.k_cache, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model.v_cache, reference.v_cache, rtol=1e-5, atol=1e-5)
+    assert model.k_cache[:, :, 8].abs().sum() > 0, "the last step wrote its position through the copy-back"
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.mlp, self.scale = make_mlp(), scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x) * self.scale
+
+
+@pytest.mark.parametrize("change", ["constant", "parameter shape", "dtype", "grad mode"])
+def test_a_changed_trace_does_not_use_the_memo(mlp_cache, counts, change):
+    run_mlp(mlp_cache)
+    assert counts.take() == (0, 0)
+    fresh()
+    if change == "constant":  # a Python constant is baked into the graph's code
+        base, other = Scaled(2.0), Scaled(3.0)
+        with torch.inference_mode():
+            compile_(base, mlp_cache)(*mlp_inputs())
+            counts.take()
+            fresh()
+            out = compile_(other, mlp_cache)(*mlp_inputs())
+        torch.testing.assert_close(out, other(*mlp_inputs()), rtol=1e-5, atol=1e-5)
+    elif change == "parameter shape":
+        run_mlp(mlp_cache, make_mlp(d_hidden=48))
+    elif change == "dtype":
+        fresh()
+        with torch.inference_mode():
+            compile_(make_mlp(dtype=torch.bfloat16), mlp_cache)(*mlp_inputs(dtype=torch.bfloat16))
+    else:  # grad on, no input requires grad: a plain graph, but traced in another mode
+        model = make_mlp().requires_grad_(False)
+        compile_(model, mlp_cache)(*mlp_inputs())
+    assert counts.take() == (1, 1)
+
+
+def test_the_fingerprint_holds_graph_constants_input_layouts_and_modes():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.add, (x, graph.get_attr("c"))))
+    gm = torch.fx.GraphModule({"c": torch.ones(3)}, graph)
+    x = torch.zeros(3)
+    base = trace_memo.fingerprint(gm, [x])
+    assert base is not None and base == trace_memo.fingerprint(copy.deepcopy(gm), [torch.ones(3)])
+    gm.c = torch.full((3,), 2.0)
+    assert trace_memo.fingerprint(gm, [x]) != base, "a get_attr tensor's values"
+    gm.c = torch.ones(3)
+    assert trace_memo.fingerprint(gm, [torch.zeros(6)[::2]]) != base, "an input's stride"
+    assert trace_memo.fingerprint(gm, [torch.zeros(3, dtype=torch.float64)]) != base
+    assert trace_memo.fingerprint(gm, [torch.zeros(3, requires_grad=True)]) != base
+    with torch.no_grad():
+        assert trace_memo.fingerprint(gm, [x]) != base
+    with torch.inference_mode():
+        assert trace_memo.fingerprint(gm, [x]) != base
+    for body in ("x + 1", "x + 2"):  # a Python function of the user's in the graph: its code counts
+        namespace: dict = {"__name__": "user_model"}
+        exec(f"def scale(x):\n    return {body}\n", namespace)
+        g = torch.fx.Graph()
+        g.output(g.call_function(namespace["scale"], (g.placeholder("x"),)))
+        seen = trace_memo.fingerprint(torch.fx.GraphModule({}, g), [x])
+        assert seen is not None and seen != (last if body == "x + 2" else None)
+        last = seen
+    del gm.c
+    gm.c = object()
+    assert trace_memo.fingerprint(gm, [x]) is None, "a constant it cannot pin down: no memo"
+
+
+def test_a_corrupt_memo_file_is_ignored_and_rewritten(tmp_path, counts):
+    mlp_cache = tmp_path
+    run_mlp(mlp_cache)
+    counts.take()
+    (path,) = memo_files(mlp_cache)
+    good = path.read_text()
+    as_dict = json.loads(good)
+    wrong_plan = {**as_dict["plan"], "mutated": [[99, 0, False]]}
+    for garbage in ("", "{not json", json.dumps({**as_dict, "graph_sha256": 5}), good[: len(good) // 2],
+                    json.dumps({**as_dict, "plan": wrong_plan}), json.dumps({**as_dict, "input_specs": []})):
+        path.write_text(garbage)
+        out = run_mlp(mlp_cache)
+        assert counts.take() == (1, 1)
+        assert path.read_text() == good
+        torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
+
+
+def test_a_missing_or_corrupt_entry_takes_the_full_path_and_is_rebuilt(tmp_path, counts):
+    run_mlp(tmp_path)
+    (entry,) = CompileCache(tmp_path).entries()
+    key = entry.key
+    counts.take()
+    shutil.rmtree(entry.path)
+    run_mlp(tmp_path)
+    assert counts.take() == (1, 1)
+    assert [(r["key"], r["compiles"]) for r in rows()] == [(key, 1)] and entry.status == "complete"
+
+    entry.executable_path.write_bytes(b"torn")  # caught by the entry's checksum
+    out = run_mlp(tmp_path)
+    assert counts.take() == (1, 1)
+    assert [(r["key"], r["compiles"]) for r in rows()] == [(key, 1)] and entry.problem() is None
+    torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
+
+
+def test_two_scopes_on_one_graph_get_two_keys_the_second_lowered_when_it_misses(tmp_path, counts, monkeypatch):
+    model, (x,) = make_mlp(), mlp_inputs()
+    run_mlp(tmp_path)
+    counts.take()
+    fresh()
+    cm = compile_(model, tmp_path)
+    with torch.inference_mode():
+        cm(x)
+        assert counts.take() == (0, 0)
+        with scoped_compiler_args(O3, graph_type="decode"):
+            o3 = cm(x)
+        assert counts.take() == (1, 1), "the -O3 key misses: aot and the lowering run then"
+    keys = {r["compiler_args"][-1]: r["key"] for r in rows()}
+    assert sorted(keys) == ["-O1", "-O3"] and keys["-O1"] != keys["-O3"]
+    assert [r["compiles"] for r in rows() if r["key"] == keys["-O3"]] == [1]
+    torch.testing.assert_close(o3, model(x), rtol=1e-5, atol=1e-5)
+
+    # the full path gives the same -O3 key (and finds it built)
+    monkeypatch.setenv(trace_memo.ENV, "0")
+    fresh()
+    with torch.inference_mode(), scoped_compiler_args(O3, graph_type="decode"):
+        compile_(make_mlp(), tmp_path)(x)
+    assert [(r["key"], r["loads"]) for r in rows()] == [(keys["-O3"], 1)]
+
+
+def test_assert_cache_hit_is_unchanged_under_the_memo(mlp_cache, counts, monkeypatch):
+    monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "1")
+    run_mlp(mlp_cache)  # built: a hit, from the memo
+    assert counts.take() == (0, 0)
+    fresh()
+    cm = compile_(make_mlp(), mlp_cache)
+    with torch.inference_mode(), scoped_compiler_args(["--auto-cast=none", "-O2"], graph_type="jf"):
+        with pytest.raises(CacheMissError) as err:
+            cm(*mlp_inputs())
+    (rec,) = rows()
+    assert rec["key"] in str(err.value) and "'jf'" in str(err.value)
+
+
+def test_the_switch_off_traces_in_full(mlp_cache, counts, monkeypatch):
+    monkeypatch.setenv(trace_memo.ENV, "0")
+    run_mlp(mlp_cache)
+    assert counts.take() == (1, 1)
+
+
+def test_a_fresh_process_uses_the_memo_another_process_wrote(tmp_path):
+    """Both processes fresh: this one's registered lowerings (other tests add some) are not theirs."""
+    script = textwrap.dedent(f"""
+        import json, torch
+        from neuron_args.lowering import hlo
+        from neuron_args.seams import records
+        from tests.models import make_mlp, mlp_inputs
+        n = {{"lower": 0}}
+        real = hlo.lower_fx_graph
+        def lower(*a, **k):
+            n["lower"] += 1
+            return real(*a, **k)
+        hlo.lower_fx_graph = lower
+        cm = torch.compile(make_mlp(), backend="neuron_libtorch", dynamic=False, options={{
+            "cache_dir": {str(tmp_path)!r}, "compiler": "local", "compiler_args": {BASE!r}, "target": "trn2"}})
+        with torch.inference_mode():
+            out = cm(*mlp_inputs())
+        torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
+        print(json.dumps({{"lower": n["lower"], "rows": [(r.key, r.compiles, r.loads) for r in records.records()]}}))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "VLLM_NEURON"))}
+    got = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    (entry,) = CompileCache(tmp_path).entries()
+    assert got == [{"lower": 1, "rows": [[entry.key, 1, 0]]}, {"lower": 0, "rows": [[entry.key, 0, 1]]}]
+    assert len(memo_files(tmp_path)) == 1
+
+
+def test_graphs_the_capture_seam_traced_are_known_to_the_compile_seam(tmp_path, counts):
+    fresh()
+    with torch.inference_mode():
+        compile_(make_mlp(), tmp_path, backend="neuron_libtorch_graph_capture")(*mlp_inputs())
+    assert counts.take() == (1, 1) and len(memo_files(tmp_path)) == 1
+    parallel_compile(tmp_path, compiler="local", quiet=True)
+    out = run_mlp(tmp_path)
+    assert counts.take() == (0, 0)
+    torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
+
+
+class DecoderModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = make_decoder()
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        kw = lambda t, p: {"tokens": t, "input_pos": p}  # noqa: E731
+        return [GraphSpec("prefill", self.block, {"t5": lambda: kw(*decoder_inputs(seq=5))}),
+                GraphSpec("decode", self.block, {"t1": lambda: kw(*decoder_inputs(seq=1, start=5))})]
+
+
+def test_the_runner_serves_memo_graphs_through_the_fast_path(tmp_path, counts, monkeypatch):
+    monkeypatch.delenv(FASTPATH_ENV, raising=False)
+    runners = []
+    for _ in range(2):
+        fresh()
+        runner = NeuronRunner(DecoderModel(), compiler_args=BASE, compiler="local", cache_dir=tmp_path)
+        runner.warmup(emit=False)
+        runners.append((runner, counts.take()))
+    (_, cold), (runner, warm) = runners
+    assert cold == (2, 2) and warm == (0, 0)
+    assert runner.fast_path.refused == {} and sorted(runner.fast_path.graphs) == ["decode", "prefill"]
+    block = runner.model.block
+    block.reset_cache()
+    reference = make_decoder()
+    fast = runner.fast_path.graphs["decode"][0]
+    with runner.serve(), torch.inference_mode():
+        torch.testing.assert_close(runner.run("prefill", {"tokens": decoder_inputs(seq=5)[0],
+                                                          "input_pos": decoder_inputs(seq=5)[1]}),
+                                   reference(*decoder_inputs(seq=5)), rtol=1e-4, atol=1e-4)
+        for pos in range(5, 8):
+            t, p = decoder_inputs(seq=1, start=pos)
+            torch.testing.assert_close(runner.run("decode", {"tokens": t, "input_pos": p}), reference(t, p),
+                                       rtol=1e-4, atol=1e-4)
+    assert fast.calls == 3
+    torch.testing.assert_close(block.k_cache, reference.k_cache, rtol=1e-5, atol=1e-5)
+
+
+def test_a_tiny_hf_llama_from_the_memo_matches_eager(tmp_path, counts):
+    pytest.importorskip("transformers", reason="the Hugging Face model needs transformers (pip install -e '.[hf]')")
+    from tests.hf.architectures import DECODERS, token_ids
+
+    build = next(a for a in DECODERS if a.name == "llama-sdpa").build
+    ids = token_ids(1, 8)
+    outs = []
+    for _ in range(2):
+        fresh()
+        with torch.inference_mode():
+            outs.append(compile_(build(), tmp_path)(ids).logits)
+    assert counts.take()[0] == 1, "the second trace lowered nothing"
+    with torch.inference_mode():
+        want = build()(ids).logits
+    assert torch.equal(outs[0], outs[1])
+    torch.testing.assert_close(outs[1], want, rtol=1e-4, atol=1e-4)
