@@ -420,6 +420,7 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
     mp.connection.wait([c.conn for c in busy] + [c.proc.sentinel for c in busy], timeout=min(wait_s, 1.0))
     for child in busy:
         label = todo[child.job].graph_type
+        alive = child.proc.is_alive()  # before the poll: what a child sent before it died is read first
         try:
             answer = child.conn.recv() if child.conn.poll() else None
         except (EOFError, OSError):
@@ -431,7 +432,7 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
             else:
                 finish(child, "failed", f"trace of graph type {label!r} raised in the child:\n{payload}", pid=pid)
             continue
-        if answer == "died" or not child.proc.is_alive():
+        if answer == "died" or not alive:
             child.proc.join(5)
             finish(child, "failed", f"trace child of graph type {label!r} died without a result "
                                     f"({_exit_text(child.proc.exitcode)})")
