@@ -365,6 +365,7 @@ class NeuronRunner:
         index = {id(job): i for i, job in enumerate(jobs)}
         before = STATS.snapshot()
         traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
+                                before_children=lambda: prestart_compile_worker(self.options),
                                 in_process=None if self.backend != COMPILE_SEAM else
                                 lambda job: self._trace_here(job, buckets[index[id(job)]][1],
                                                              here.setdefault(index[id(job)], [])))
@@ -538,6 +539,24 @@ class NeuronRunner:
                            **cfg.pop("neuron_config", {})},
             vllm_config=cfg.pop("runner_config", cfg or None),
         )
+
+
+def prestart_compile_worker(options: Mapping[str, Any]) -> None:
+    """Start one warm local-compiler worker now, without waiting: it starts jax while the trace children run.
+
+    ``parallel_compile`` then takes it for its first compile instead of waiting 0.6-0.9 s for jax in
+    a new worker (measured: see benchmarks/README.md, the deferred flow). Nothing happens for
+    neuronx-cc (one process per graph) or with ``NEURON_ARGS_WARM_WORKERS=0``; a compiler that
+    cannot be chosen fails at compile time, as before.
+    """
+    from neuron_args.compilers import select_compiler, workers
+    from neuron_args.compilers.local import LocalCompiler
+
+    if not workers.enabled():
+        return
+    with contextlib.suppress(NeuronArgsError):
+        if isinstance(select_compiler(options), LocalCompiler):
+            workers.shared_pool().prestart(1, wait=False)
 
 
 def graph_break_message(graph_type: str, exc: BaseException) -> str:

@@ -407,3 +407,19 @@ def test_prestarted_workers_take_the_graphs_of_parallel_compile(hlo_file, tmp_pa
     assert {int(re.search(r"pid (\d+)", log).group(1)) for log in logs} <= workers_of
     assert all("jax startup seconds: 0.000" in log for log in logs)  # jax was up before the first graph
     assert set(shared.idle_pids()) == leaders
+
+
+def test_a_prestart_that_does_not_wait_hands_its_worker_to_the_next_compile(hlo_file, tmp_path, shared, monkeypatch):
+    """prestart(wait=False) returns before jax started in the worker; the worker started before this process
+    imported jax (which sets TF_CPP_MIN_LOG_LEVEL=1 when unset) is still the one the compile takes."""
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    root = tmp_path / "cache"
+    keys = _local_pending(root, hlo_file, 2)
+    assert shared.prestart(1, wait=False) == 1
+    (leader,) = shared.idle_pids()
+    assert not shared._idle[0].ready  # nobody waited for it
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")  # as importing jax here would
+    assert parallel_compile(root, workers=1, quiet=True).ok
+    logs = [(root / k / LOG_FILE).read_text() for k in keys]
+    assert {int(re.search(r"pid (\d+)", log).group(1)) for log in logs} == set(_children(leader))
+    assert shared.idle_pids() == [leader]

@@ -27,3 +27,25 @@ class Hanging(torch.nn.Module):
 class Raising(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise ValueError("bad bucket")
+
+
+class Unpicklable(torch.nn.Module):
+    """Holds a lambda, so it cannot be pickled to a spawned trace child."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = lambda x: x * 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale(x)
+
+
+def _refuse_to_unpickle() -> None:
+    raise RuntimeError("this model refuses to unpickle")
+
+
+class FailsToUnpickle(torch.nn.Module):
+    """Pickles, but unpickling it (in a spawned trace child) raises."""
+
+    def __reduce__(self) -> tuple:
+        return (_refuse_to_unpickle, ())

@@ -76,7 +76,11 @@ def idle_seconds() -> float:
 
 
 def _env_key() -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)))
+    env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+    # importing jax sets it to "1" when unset, here and in every worker: a worker started before this
+    # process imported jax (prestarted, say) runs exactly as one started after
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    return tuple(sorted(env.items()))
 
 
 class WorkerDied(Exception):
@@ -226,15 +230,21 @@ class WorkerPool:
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             bufsize=0, start_new_session=True)), idle)
 
-    def prestart(self, n: int, timeout: float = 300.0) -> int:
+    def prestart(self, n: int, timeout: float = 300.0, wait: bool = True) -> int:
         """Start workers until ``n`` are idle with jax started (before a timed warmup, say); returns how many are.
 
         A worker that dies or is not ready within ``timeout`` seconds is dropped (compiles then start their own).
+        ``wait=False`` returns at once: the new workers are idle already and start jax while this process
+        works on (a compile that takes one first waits for it; one that died is replaced as usual).
         """
         env = _env_key()
         with self._lock:
             have = sum(w.reusable(env) for w in self._idle)
         new = [self._spawn() for _ in range(max(0, n - have))]
+        if not wait:
+            for worker in new:
+                self.release(worker)
+            return have + len(new)
         deadline = time.monotonic() + timeout
         for worker in new:
             try:

@@ -1,14 +1,22 @@
 """Capture every graph in child processes (the design's ``parallel_trace.py``).
 
-Each job runs in its own child, which opens ``scoped_compiler_args(job[2])`` and calls the model
-compiled with the capture seam: ``graph.hlo`` and a pending entry with the resolved arguments
-land in the cache, and nothing is compiled. Children fork (the model is inherited, not pickled)
-while that is safe; once jax's CPU client exists in this process a forked child's first jax call
-hangs, so the trace then falls back to spawn (the job is pickled) and says so once; with an
-``in_process`` tracer (a long-lived runner) it starts them from a fork server instead, which
-imports torch, jax and torchax once for all of them (jobs are pickled too). Every child
-has a deadline: a hang or a crash becomes a :class:`TraceError` naming the graph type, never a
-stuck run.
+At most ``workers`` long-lived children trace the jobs, each job after job: for each one a
+child opens ``scoped_compiler_args(job[2])`` and calls the model compiled with the capture seam,
+so ``graph.hlo`` and a pending entry with the resolved arguments land in the cache and nothing is
+compiled; then it resets Dynamo, so the next job starts from no compiled frames or guards, and
+reports that job's keys alone. A child pays its start-up (Dynamo's first compile, jax's client)
+once for all its jobs instead of once per job.
+
+Children fork while that is safe: they inherit the job list and are sent an index, so the model
+is not pickled. Once jax's CPU client exists in this process a forked child's first jax call
+hangs, so the trace then falls back to spawn (each job is pickled to its child) and says so
+once; with an ``in_process`` tracer (a long-lived runner) it starts them from a fork server
+instead, which imports torch, jax and torchax once for all of them (jobs are pickled too).
+
+Every job has a deadline and fails alone: a job that raises fails with the child's traceback
+and the child goes on; a child that hangs past the deadline is killed, and one that dies
+(a crash, a signal, an exit) fails the job it was tracing; the remaining jobs go on in a new
+child. :class:`TraceError` names each failed graph type after all jobs ran, never a stuck run.
 
 On a warm cache no child is needed: given an ``in_process`` tracer (the runner passes its own),
 the jobs whose keys the trace record lists as complete are traced in this process instead,
@@ -17,14 +25,19 @@ asserting a cache hit, so a changed model still misses and goes to a child (see
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import os
+import pickle
 import sys
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from neuron_args.activity import ACTIVITY
@@ -46,6 +59,7 @@ class TraceResult:
     seconds: float
     keys: list[str] = field(default_factory=list)
     error: str | None = None
+    pid: int | None = None  # the process that traced it (a trace child, or this one for "loaded")
 
 
 def default_workers(n_jobs: int) -> int:
@@ -90,21 +104,20 @@ def neuron_compiled(obj: Any) -> Any | None:
     return None
 
 
-def _run_job(job: TraceJob, options: Mapping[str, Any], conn: Any) -> None:
-    """Child body: capture one job under its scope, report keys or the traceback through ``conn``.
+def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
+    """Capture one job under its own scope: ``("ok", keys)`` or ``("error", traceback)``.
 
     A job whose model is already compiled with a neuron seam is called as it is, with its own
     backend and options (its ``cache_dir`` included); any other model is compiled here with the
-    capture seam and ``options``.
+    capture seam and ``options``. Afterwards Dynamo is reset, so the next job in this child
+    starts from no compiled frames or guards (its graphs are traced and keyed afresh).
     """
-    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    from neuron_args.scope import scoped_compiler_args
+    from neuron_args.seams import records
+
     try:
-        import torch
-
-        torch.set_num_threads(1)
-        from neuron_args.scope import scoped_compiler_args
-        from neuron_args.seams import records
-
         model, kwargs, compiler_args = job
         records.clear()
         compiled = neuron_compiled(model)
@@ -114,27 +127,58 @@ def _run_job(job: TraceJob, options: Mapping[str, Any], conn: Any) -> None:
                                      dynamic=False)
         with torch.inference_mode(), scoped_compiler_args(compiler_args, graph_type=job.graph_type):
             compiled(**kwargs)
-        conn.send(("ok", [r.key for r in records.records()]))
+        return "ok", [r.key for r in records.records()]
     except BaseException:
-        conn.send(("error", traceback.format_exc()))
+        return "error", traceback.format_exc()
     finally:
-        conn.close()
+        torch._dynamo.reset()
+        records.clear()
 
 
-def _child_main(job: TraceJob, options: Mapping[str, Any], conn: Any, parent: int | None = None) -> None:
+def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any) -> None:
+    """Child body: trace each job the parent sends, one at a time, until it sends None or closes the pipe.
+
+    A message is ``(index, pickled job)``; the job is None in a forked child, which takes
+    ``inherited[index]`` (the parent's list as it was at the fork: the model is not pickled). It is
+    unpickled here, so a job that does not unpickle fails alone. Each answer is
+    ``(index, status, keys or traceback, pid)``.
+    """
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        index, blob = message
+        try:
+            job = inherited[index] if blob is None else pickle.loads(blob)
+        except BaseException:
+            status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
+        else:
+            status, payload = _run_job(job, options)
+        conn.send((index, status, payload, os.getpid()))
+
+
+def _child_main(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any,
+                parent: int | None = None) -> None:
     try:
         if parent is not None:  # a killed parent takes its trace children with it
             from neuron_args.compilers.lifetime import die_with_parent
 
             # 0: started by the fork server, which exits when the caller dies (its pipe closes)
             die_with_parent(parent or os.getppid())
-        _run_job(job, options, conn)
+        _serve_jobs(inherited, options, conn)
     finally:
         os._exit(0)
 
 
 def _preload_for_fork() -> None:
-    """Import the lowering stack once here so each forked child inherits it (4-5 s -> 1.5-2 s a child).
+    """Import the lowering stack once here so each forked child inherits it (not once per child).
 
     Importing jax and torchax creates no XLA client, so forking stays safe afterwards.
     """
@@ -163,6 +207,19 @@ def _context(start_method: str | None, server_preload: Sequence[str] | None = No
     return mp.get_context(start_method)
 
 
+def _start_fork_server(modules: Sequence[str]) -> None:
+    """Start the fork server now, without waiting for its imports (a long-lived runner's children just forked).
+
+    This process is about to serve, which creates jax's client; its next ``parallel_trace`` then needs
+    the fork server, whose start (an interpreter importing torch, jax, torchax and ``modules``, ~3 s)
+    now overlaps the compiles and the serve instead of delaying that trace.
+    """
+    from multiprocessing import forkserver
+
+    mp.get_context("forkserver").set_forkserver_preload(["neuron_args.deferred.trace_preload", *modules])
+    forkserver.ensure_running()
+
+
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "still running"
@@ -179,11 +236,13 @@ def parallel_trace(
     timeout: float | None = None,
     start_method: str | None = None,
     in_process: Callable[[TraceJob], list[str]] | None = None,
+    before_children: Callable[[], None] | None = None,
 ) -> list[TraceResult]:
-    """Capture each job in a child process; raise :class:`TraceError` after all ran if any failed.
+    """Capture each job in a trace child; raise :class:`TraceError` after all ran if any failed.
 
     ``options`` are the capture seam's torch.compile options (cache_dir, compiler_args base,
-    target, compiler). ``timeout`` is each child's deadline in seconds.
+    target, compiler). ``workers`` caps the children (``$NEURON_ARGS_TRACE_WORKERS``, else the
+    CPU count); ``timeout`` is each job's deadline in seconds.
 
     ``in_process(job)`` lets a warm cache skip the children: a job whose keys the trace record
     (:mod:`neuron_args.deferred.trace_record`, kept in the cache of ``options`` only when
@@ -191,6 +250,9 @@ def parallel_trace(
     traces the job in this process asserting a cache hit and returns the keys it resolved
     (status ``"loaded"``); if it raises :class:`CacheMissError` (the model or its arguments
     changed since the record), the job is traced in a child after all.
+
+    ``before_children()`` is called once, just before the first child starts (never when no job
+    needs one): the runner starts a compile worker there, to be warm when the captures are built.
     """
     from neuron_args.cache import cache_root
     from neuron_args.seams.options import check_options
@@ -207,22 +269,28 @@ def parallel_trace(
     # with an in-process tracer (a long-lived runner) children start from a fork server once forking is unsafe
     server = (sorted({type(getattr(j[0], "_orig_mod", j[0])).__module__ for j in todo} - {"__main__"})
               if in_process is not None else None)
-    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server)
+    started: list[Callable[[], None] | None] = [before_children]
+    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server, started)
+    how: list[str] = []
     if children and here and start_method is None and fork_is_safe():
         # fork the children before this process traces anything (its first lowering creates jax's client)
-        _trace_in_children(todo, children, opts, *settings, results)
+        how.append(_trace_in_children(todo, children, opts, *settings, results))
         children = []
     if in_process is not None:
         children += _trace_here(todo, here, in_process, results)
     if children:
-        _trace_in_children(todo, sorted(children), opts, *settings, results)
+        how.append(_trace_in_children(todo, sorted(children), opts, *settings, results))
+    if server is not None and "fork" in how:
+        _start_fork_server(server)
     done = [r for r in results if r is not None]
     if record is not None:
         record.note({prints[i]: (r.graph_type, r.keys) for i, r in enumerate(results)
                      if r is not None and r.status != "failed"})
     failed = [r for r in done if r.status == "failed"]
     if failed:
-        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
+        err = TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
+        err.results = done  # every job's TraceResult, in job order (the captured ones' keys too)
+        raise err
     return done
 
 
@@ -242,73 +310,138 @@ def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[
         except Exception:
             results[i] = TraceResult(job.graph_type, job[2], "failed", round(time.monotonic() - t0, 3), [],
                                      f"trace of graph type {job.graph_type!r} raised in this process:\n"
-                                     f"{traceback.format_exc()}")
+                                     f"{traceback.format_exc()}", os.getpid())
             continue
-        results[i] = TraceResult(job.graph_type, job[2], "loaded", round(time.monotonic() - t0, 3), list(keys))
+        results[i] = TraceResult(job.graph_type, job[2], "loaded", round(time.monotonic() - t0, 3), list(keys),
+                                 pid=os.getpid())
     return missed
+
+
+class _TraceChild:
+    """One long-lived trace child and the job it is tracing now (an index into the job list), if any."""
+
+    def __init__(self, ctx: Any, todo: list[TraceJob], opts: dict[str, Any]) -> None:
+        self.forked = ctx.get_start_method() == "fork"
+        self.conn, child_conn = ctx.Pipe()
+        parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
+        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent),
+                                daemon=True, name="neuron-args-trace")
+        self.proc.start()
+        child_conn.close()
+        self.job: int | None = None
+        self.started = 0.0
+
+    def give(self, index: int, job: TraceJob) -> None:
+        """Send a job: its index when forked (the child has the list), else the job itself, pickled here.
+
+        A job that does not pickle raises here (the child waits on); a child that died between
+        jobs is not an error here: its job fails as a death when it is collected.
+        """
+        self.job, self.started = index, time.monotonic()
+        blob = None if self.forked else bytes(ForkingPickler.dumps(job))
+        with contextlib.suppress(OSError):
+            self.conn.send((index, blob))
+
+    def stop(self) -> None:
+        """No more jobs: the child leaves on reading None (not on the pipe's end: forked siblings hold it too)."""
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.conn.close()
+        self.proc.join(5)
+        if self.proc.exitcode is None:
+            self.kill()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
 
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
                        deadline_s: float, start_method: str | None, server: list[str] | None,
-                       results: list[TraceResult | None]) -> None:
-    """Capture ``todo[i]`` for each index in a child of its own, at most ``workers`` at a time."""
-    ctx = _context(start_method, server)
-    n_workers = workers or default_workers(len(indices))
-    running: dict[int, tuple[Any, Any, float]] = {}
-    pending = list(indices)
+                       before: list[Callable[[], None] | None], results: list[TraceResult | None]) -> str:
+    """Capture ``todo[i]`` for each index in at most ``workers`` long-lived children, each tracing job after job.
 
-    def finish(i: int, status: str, error: str | None = None, keys: list[str] | None = None) -> None:
-        proc, conn, t0 = running.pop(i)
-        job = todo[i]
-        results[i] = TraceResult(job.graph_type, job[2], status, round(time.monotonic() - t0, 3), keys or [], error)
-        conn.close()
-        proc.join(1)
+    A child that dies or passes a job's deadline fails that job only; the jobs still to go are
+    traced in a new child. On an interrupt no child outlives the call. Returns the start method used.
+    """
+    hook, before[:] = before[0], [None]  # once per parallel_trace call, before the preload it may overlap
+    if hook is not None:
+        hook()
+    ctx = _context(start_method, server)
+    n_workers = min(workers or default_workers(len(indices)), len(indices))
+    pending = deque(indices)
+    children: list[_TraceChild] = []
+
+    def finish(child: _TraceChild, status: str, error: str | None = None, keys: list[str] | None = None,
+               pid: int | None = None) -> None:
+        i, job = child.job, todo[child.job]
+        results[i] = TraceResult(job.graph_type, job[2], status, round(time.monotonic() - child.started, 3),
+                                 keys or [], error, pid or child.proc.pid)
+        child.job = None
 
     try:
-        _drive(todo, pending, running, n_workers, ctx, opts, deadline_s, finish)
-    except BaseException:  # Ctrl-C: no trace child outlives the call
-        for proc, conn, _ in running.values():
-            proc.kill()
-            proc.join(5)
-            conn.close()
-        raise
-
-
-def _drive(todo: list[TraceJob], pending: list[int], running: dict[int, tuple[Any, Any, float]],
-           n_workers: int, ctx: Any, opts: dict[str, Any], deadline_s: float,
-           finish: Any) -> None:
-    """Start children up to ``n_workers``, collect their results, enforce each one's deadline."""
-    while pending or running:
-        while pending and len(running) < n_workers:
-            i = pending.pop(0)
-            parent_conn, child_conn = ctx.Pipe(duplex=False)
-            parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
-            proc = ctx.Process(target=_child_main, args=(todo[i], opts, child_conn, parent), daemon=True,
-                               name=f"neuron-args-trace-{todo[i].graph_type}")
-            proc.start()
-            child_conn.close()
-            running[i] = (proc, parent_conn, time.monotonic())
-        for i, (proc, conn, t0) in list(running.items()):
-            label = todo[i].graph_type
-            if conn.poll():
-                try:
-                    status, payload = conn.recv()
-                except EOFError:
-                    status, payload = "crash", None
-                if status == "ok":
-                    finish(i, "captured", keys=payload)
-                elif status == "error":
-                    finish(i, "failed", f"trace of graph type {label!r} raised in the child:\n{payload}")
+        while pending or any(c.job is not None for c in children):
+            while pending and sum(c.job is None for c in children) < len(pending) and len(children) < n_workers:
+                children.append(_TraceChild(ctx, todo, opts))
+            for child in [c for c in children if c.job is None]:
+                if pending:
+                    _give(child, pending.popleft(), todo, finish)
                 else:
-                    proc.join(5)
-                    finish(i, "failed", f"trace child of graph type {label!r} died ({_exit_text(proc.exitcode)})")
-            elif not proc.is_alive():
-                proc.join()
-                finish(i, "failed", f"trace child of graph type {label!r} died without a result "
-                                    f"({_exit_text(proc.exitcode)})")
-            elif time.monotonic() - t0 > deadline_s:
-                proc.kill()
-                proc.join(5)
-                finish(i, "failed", f"trace child of graph type {label!r} hung past its deadline of {deadline_s:g}s "
-                                    f"and was killed ({_exit_text(proc.exitcode)})")
-        time.sleep(0.01)
+                    child.stop()
+                    children.remove(child)
+            _collect(children, todo, deadline_s, finish)
+        for child in children:
+            child.stop()
+    except BaseException:  # Ctrl-C: no trace child outlives the call
+        for child in children:
+            child.kill()
+        raise
+    return ctx.get_start_method()
+
+
+def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any) -> None:
+    try:
+        child.give(i, todo[i])
+    except Exception as exc:  # spawn/fork server: the job is pickled, and this one does not pickle
+        finish(child, "failed", f"trace job of graph type {todo[i].graph_type!r} cannot be sent to its child "
+                                f"({type(exc).__name__}: {exc}); fix: make the model and its inputs picklable, "
+                                "or call parallel_trace before this process first runs a compiled graph (forked "
+                                "children inherit the job)")
+
+
+def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: float, finish: Any) -> None:
+    """Wait for an answer, a death or the nearest deadline; settle each busy child's job accordingly."""
+    busy = [c for c in children if c.job is not None]
+    if not busy:
+        return
+    now = time.monotonic()
+    wait_s = max(0.0, min(c.started + deadline_s - now for c in busy))
+    mp.connection.wait([c.conn for c in busy] + [c.proc.sentinel for c in busy], timeout=min(wait_s, 1.0))
+    for child in busy:
+        label = todo[child.job].graph_type
+        alive = child.proc.is_alive()  # before the poll: what a child sent before it died is read first
+        try:
+            answer = child.conn.recv() if child.conn.poll() else None
+        except (EOFError, OSError):
+            answer = "died"
+        if isinstance(answer, tuple):
+            _, status, payload, pid = answer
+            if status == "ok":
+                finish(child, "captured", keys=payload, pid=pid)
+            else:
+                finish(child, "failed", f"trace of graph type {label!r} raised in the child:\n{payload}", pid=pid)
+            continue
+        if answer == "died" or not alive:
+            child.proc.join(5)
+            finish(child, "failed", f"trace child of graph type {label!r} died without a result "
+                                    f"({_exit_text(child.proc.exitcode)})")
+        elif time.monotonic() - child.started > deadline_s:
+            child.proc.kill()
+            child.proc.join(5)
+            finish(child, "failed", f"trace child of graph type {label!r} hung past its deadline of {deadline_s:g}s "
+                                    f"and was killed ({_exit_text(child.proc.exitcode)})")
+        else:
+            continue
+        child.conn.close()
+        children.remove(child)
