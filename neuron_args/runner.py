@@ -369,12 +369,17 @@ class NeuronRunner:
                                 in_process=None if self.backend != COMPILE_SEAM else
                                 lambda job: self._trace_here(job, buckets[index[id(job)]][1],
                                                              here.setdefault(index[id(job)], [])))
+        ahead = _ServeAhead(self, jobs, traced, progress) if self.backend == COMPILE_SEAM else None
         compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                          compiler=self.options["compiler"], progress=progress)
+                                          compiler=self.options["compiler"],
+                                          progress=progress if ahead is None else ahead.built)
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
         in_children = [t for t in traced if t.status != "loaded"]
         counts = self._record_deferred(in_children, compile_report, skip={w.key for ws in here.values() for w in ws})
-        counts = CacheStats(**{k: v + getattr(counts, k) for k, v in CacheStats.since(before).snapshot().items()})
+        since = CacheStats.since(before).snapshot()
+        if ahead is not None:  # serving's own hits, taken early: not the warmup's
+            since["hits"] -= ahead.hits
+        counts = CacheStats(**{k: v + getattr(counts, k) for k, v in since.items()})
         for i, ((g, bucket, _), result) in enumerate(zip(buckets, traced)):
             if result.status == "loaded":
                 self.warmed.setdefault(g, []).extend(here[i])
@@ -539,6 +544,48 @@ class NeuronRunner:
                            **cfg.pop("neuron_config", {})},
             vllm_config=cfg.pop("runner_config", cfg or None),
         )
+
+
+class _ServeAhead:
+    """While ``parallel_compile`` builds the children's captures, trace each job here as soon as its keys are built.
+
+    Serving traces every graph in this process anyway (Dynamo's guards and code live here), and
+    after a child's capture that trace always hits; done during the warmup it overlaps the
+    compiles still running in their workers instead of following them, and the child's trace
+    memo spares it aot_autograd and the lowering. A job whose trace fails or misses here is left
+    to serving, as without this (its error is raised there, against the test that calls it).
+    """
+
+    def __init__(self, runner: NeuronRunner, jobs: list[Any], traced: list[Any],
+                 progress: Callable[[Any], None] | None) -> None:
+        self.runner, self.jobs, self.progress = runner, jobs, progress
+        self.waiting = {i: set(t.keys) for i, t in enumerate(traced) if t.status == "captured" and t.keys}
+        self.done: set[str] = set()
+        self.hits = 0
+
+    def built(self, event: Any) -> None:
+        """``parallel_compile``'s progress callback: pass the event on, then trace the jobs it completed."""
+        if self.progress is not None:
+            self.progress(event)
+        if event.graph.status not in ("compiled", "already-complete"):
+            return
+        self.done.add(event.graph.key)
+        for i in [i for i, keys in self.waiting.items() if keys <= self.done]:
+            del self.waiting[i]
+            self._trace(self.jobs[i])
+
+    def _trace(self, job: Any) -> None:
+        stats = STATS.snapshot()
+        was, ACTIVITY.assert_hit = ACTIVITY.assert_hit, True
+        try:
+            self.runner.run(job.graph_type, job[1])
+        except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
+            STATS.misses = stats["misses"]
+            log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
+                      str(exc).splitlines()[0] if str(exc) else "")
+        finally:
+            ACTIVITY.assert_hit = was
+        self.hits += STATS.hits - stats["hits"]
 
 
 def prestart_compile_worker(options: Mapping[str, Any]) -> None:

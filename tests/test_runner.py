@@ -117,6 +117,26 @@ def test_parallel_flow_gives_the_same_keys_as_in_process(warm_cache, tmp_path):
     assert sorted(r.graph_type for r in records.records()) == ["decode", "prefill"]
 
 
+def test_parallel_flow_traces_each_captured_graph_here_once_built_so_serving_traces_nothing(tmp_path):
+    runner = make_runner(tmp_path)
+    report = runner.warmup(flow="parallel")
+    assert [t.status for t in report.traced] == ["captured", "captured"]  # both traced in children
+    # this process traced each graph during the warmup, as its compile finished: hits, but not the warmup's
+    assert report.counts.hits == 0 and report.counts.misses == 2 and report.counts.compiles == 2
+    assert sorted(runner.fast_path.graphs) == ["decode", "prefill"]
+    assert sorted((r.graph_type, r.compiles, r.loads) for r in records.records()) == [
+        ("decode", 1, 1), ("prefill", 1, 1)]
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch.inference_mode():  # tensors made as serving makes them (what the warmup's examples are)
+        one, four = torch.ones(1, 8), torch.ones(4, 8)
+    with runner.serve() as served:
+        out = runner.run("decode", {"input": one})
+        runner.run("prefill", {"input": four})
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames, "serving traced a graph again"
+    assert served.counts.misses == 0 and served.counts.compiles == 0
+    torch.testing.assert_close(out, runner.model.mlp(torch.ones(1, 8)), rtol=1e-5, atol=1e-5)
+
+
 def test_warmup_emits_the_manifest_when_enabled(warm_cache, tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(tmp_path / "m"))
     report = make_runner(warm_cache, manifest_config={"model": "two-graph", "max_model_len": 8}).warmup()
