@@ -161,3 +161,24 @@ def test_a_runner_whose_children_forked_starts_the_fork_server_for_its_next_trac
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["plain", "False", "runner", "True", "True"]
+
+
+UNGUARDED = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r})
+    from neuron_args.deferred import parallel_trace
+    from tests.models import make_mlp, mlp_inputs
+
+    # no `if __name__ == "__main__":` guard: a spawned child runs this again while importing the main module
+    parallel_trace([(make_mlp(), {{"x": mlp_inputs(batch=2)[0]}}, ["-O1"])], start_method="spawn", timeout=300,
+                   options={{"cache_dir": {cache!r}, "compiler_args": ["-O1"], "compiler": "local"}})
+""")
+
+
+def test_a_child_that_dies_importing_an_unguarded_script_names_the_fix(tmp_path):
+    script = tmp_path / "warm.py"
+    script.write_text(UNGUARDED.format(repo=str(REPO), cache=str(tmp_path / "c")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert "trace child of graph type" in done.stderr and "died without a result (exit status 1)" in done.stderr
+    assert 'fix: put the script\'s code under `if __name__ == "__main__":`' in done.stderr

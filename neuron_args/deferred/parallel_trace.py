@@ -400,6 +400,12 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
     return ctx.get_start_method()
 
 
+# exit status 1 before any answer: Python's own exit after an uncaught error in the child's start-up
+_DIED_HINT = {1: "; its traceback is on stderr. Under spawn or a fork server a child imports the caller's main "
+                 "module first: a script that warms up or traces at import runs again there and fails. fix: put "
+                 "the script's code under `if __name__ == \"__main__\":`"}
+
+
 def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any) -> None:
     try:
         child.give(i, todo[i])
@@ -435,7 +441,7 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
         if answer == "died" or not alive:
             child.proc.join(5)
             finish(child, "failed", f"trace child of graph type {label!r} died without a result "
-                                    f"({_exit_text(child.proc.exitcode)})")
+                                    f"({_exit_text(child.proc.exitcode)}){_DIED_HINT.get(child.proc.exitcode, '')}")
         elif time.monotonic() - child.started > deadline_s:
             child.proc.kill()
             child.proc.join(5)
