@@ -401,16 +401,21 @@ class NeuronRunner:
         job is then traced in a child and compiled, which counts the miss) and is not counted here.
         """
         stats, recs = STATS.snapshot(), _record_counts()
+        self._run_asserting_hit(job)
+        warmed += self._touched(job.graph_type, bucket, recs, CacheStats.since(stats).snapshot())
+        return [w.key for w in warmed]
+
+    def _run_asserting_hit(self, job: Any) -> None:
+        """Run a trace job's graph here under the hit assertion; a miss (or any failure) counts no miss."""
+        misses = STATS.misses
         was, ACTIVITY.assert_hit = ACTIVITY.assert_hit, True
         try:
             self.run(job.graph_type, job[1])
-        except CacheMissError:
-            STATS.misses = stats["misses"]
+        except Exception:
+            STATS.misses = misses
             raise
         finally:
             ACTIVITY.assert_hit = was
-        warmed += self._touched(job.graph_type, bucket, recs, CacheStats.since(stats).snapshot())
-        return [w.key for w in warmed]
 
     def _record_deferred(self, traced: Any, compile_report: Any, skip: Iterable[str] = ()) -> CacheStats:
         """The graphs the trace children and the compile workers handled, as this process's records."""
@@ -575,17 +580,13 @@ class _ServeAhead:
             self._trace(self.jobs[i])
 
     def _trace(self, job: Any) -> None:
-        stats = STATS.snapshot()
-        was, ACTIVITY.assert_hit = ACTIVITY.assert_hit, True
+        hits = STATS.hits
         try:
-            self.runner.run(job.graph_type, job[1])
+            self.runner._run_asserting_hit(job)
         except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
-            STATS.misses = stats["misses"]
             log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
                       str(exc).splitlines()[0] if str(exc) else "")
-        finally:
-            ACTIVITY.assert_hit = was
-        self.hits += STATS.hits - stats["hits"]
+        self.hits += STATS.hits - hits
 
 
 def prestart_compile_worker(options: Mapping[str, Any]) -> None:

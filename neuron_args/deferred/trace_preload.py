@@ -8,6 +8,7 @@ Beyond the seam's own imports it loads what Dynamo, aot_autograd and the lowerin
 during their first compile (:data:`FIRST_COMPILE_IMPORTS`, found by listing ``sys.modules``
 around a child's first trace); otherwise every child imports them again in its first job.
 """
+import contextlib
 import importlib
 
 import torch._dynamo
@@ -34,8 +35,6 @@ FIRST_COMPILE_IMPORTS = (
 
 import_torchax()
 for _name in FIRST_COMPILE_IMPORTS:
-    try:
+    with contextlib.suppress(ImportError):  # another torch/jax build: that child imports what it needs itself
         importlib.import_module(_name)
-    except ImportError:  # another torch/jax build: that child imports what it needs itself
-        pass
 torch._dynamo.list_backends(exclude_tags=())  # imports every registered backend module (Dynamo does on first use)

@@ -19,6 +19,7 @@ an equal one; a torn or foreign file is ignored. ``NEURON_ARGS_TRACE_MEMO=0`` tu
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -111,10 +112,8 @@ def store(cache: CompileCache, fp: str, memo: TraceMemo) -> None:
 
 
 def forget(cache: CompileCache, fp: str) -> None:
-    try:
-        memo_path(cache, fp).unlink()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # best effort: a memo that stays is re-checked against its entry
+        memo_path(cache, fp).unlink(missing_ok=True)
 
 
 class NoFingerprint(Exception):
