@@ -14,6 +14,11 @@ fresh cache dir, so no flow inherits another's Dynamo state, jax client or cache
 - ``--phase capture`` once, its cache copied for each run, then ``--phase compile --workers 1`` and
   ``--workers 2`` on the copies: the ``parallel_compile`` speed-up (target >= 1.8x on 2 cores).
 
+The small MLPs compile in ~0.05 s each on XLA:CPU, so with warm workers little is left to scale;
+``--model deep`` graphs (a ``DEEP_LAYERS``-layer MLP, same batch sizes) compile in ~0.5 s each, as a
+neuronx-cc compile dominates its worker's time. Part 2 (``parallel_compile`` 1 vs 2 workers) and
+part 3 (the two flows) run them too, so both regimes are reported side by side.
+
 Every flow and every ``parallel_compile`` runs twice, side by side: with the local compiler's warm
 workers (the default) and with one process per graph (``NEURON_ARGS_WARM_WORKERS=0``, as before).
 
@@ -50,7 +55,29 @@ def options(cache: str) -> dict[str, Any]:
 
 
 # -- phases (each in its own process) ------------------------------------------------------------
-def _models(n: int) -> tuple[Any, list[Any]]:
+#: Layers of the compile-bound model (``--model deep``): its XLA:CPU compile takes ~0.5-1 s a graph
+#: on these machines, so a compile dominates its worker's time as a neuronx-cc compile (minutes) does.
+DEEP_LAYERS = 32
+
+
+def _deep_mlp() -> Any:
+    import torch
+
+    class DeepMLP(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(DEEP_LAYERS))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = torch.nn.functional.gelu(layer(x))
+            return x
+
+    torch.manual_seed(0)
+    return DeepMLP().eval()
+
+
+def _models(n: int, model: str = "mlp") -> tuple[Any, list[Any]]:
     """The model and inputs, in the state a runner process starts from (untimed).
 
     ``neuron_args.runner`` is imported first, as a process using the runner has it: torch, Dynamo
@@ -60,15 +87,15 @@ def _models(n: int) -> tuple[Any, list[Any]]:
     import neuron_args.runner  # noqa: F401
     from tests.models import make_mlp, mlp_inputs
 
-    return make_mlp(), [mlp_inputs(batch=b)[0] for b in range(1, n + 1)]
+    return (make_mlp() if model == "mlp" else _deep_mlp()), [mlp_inputs(batch=b)[0] for b in range(1, n + 1)]
 
 
-def phase_sequential(cache: str, n: int) -> dict[str, Any]:
+def phase_sequential(cache: str, n: int, model_kind: str = "mlp") -> dict[str, Any]:
     import torch
 
     from neuron_args.cache import STATS, CompileCache
 
-    model, xs = _models(n)
+    model, xs = _models(n, model_kind)
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * n)
     cm = torch.compile(model, backend="neuron_libtorch", options=options(cache), dynamic=False)
     per_graph = []
@@ -83,12 +110,12 @@ def phase_sequential(cache: str, n: int) -> dict[str, Any]:
     return {"seconds": seconds, "per_graph": per_graph, "complete": complete, "compiles": STATS.compiles}
 
 
-def _capture(cache: str, n: int, prestart: bool = False) -> tuple[float, list[Any]]:
+def _capture(cache: str, n: int, prestart: bool = False, model_kind: str = "mlp") -> tuple[float, list[Any]]:
     from neuron_args.deferred import parallel_trace
     from neuron_args.deferred.parallel_trace import fork_is_safe
     from neuron_args.runner import prestart_compile_worker
 
-    model, xs = _models(n)
+    model, xs = _models(n, model_kind)
     jobs = [(model, {"x": x}, BASE) for x in xs]
     t0 = time.perf_counter()
     if not fork_is_safe():
@@ -99,11 +126,11 @@ def _capture(cache: str, n: int, prestart: bool = False) -> tuple[float, list[An
     return time.perf_counter() - t0, results
 
 
-def phase_parallel(cache: str, n: int) -> dict[str, Any]:
+def phase_parallel(cache: str, n: int, model_kind: str = "mlp") -> dict[str, Any]:
     from neuron_args.cache import CompileCache
     from neuron_args.deferred import parallel_compile
 
-    trace_s, results = _capture(cache, n, prestart=True)
+    trace_s, results = _capture(cache, n, prestart=True, model_kind=model_kind)
     t0 = time.perf_counter()
     report = parallel_compile(cache, quiet=True)
     compile_s = time.perf_counter() - t0
@@ -112,10 +139,10 @@ def phase_parallel(cache: str, n: int) -> dict[str, Any]:
             "trace_children": [r.seconds for r in results], "per_graph": [g.seconds for g in report.graphs]}
 
 
-def phase_capture(cache: str, n: int) -> dict[str, Any]:
+def phase_capture(cache: str, n: int, model: str = "mlp") -> dict[str, Any]:
     from neuron_args.cache import CompileCache
 
-    trace_s, _ = _capture(cache, n)
+    trace_s, _ = _capture(cache, n, model_kind=model)
     pending = sum(e.status == "pending" for e in CompileCache(cache).entries())
     return {"seconds": trace_s, "pending": pending}
 
@@ -155,11 +182,11 @@ def phase_compile(cache: str, workers: int, prestart: bool = False) -> dict[str,
 
 def run_phase(ns: argparse.Namespace) -> int:
     if ns.phase == "sequential":
-        result = phase_sequential(ns.cache, ns.graphs)
+        result = phase_sequential(ns.cache, ns.graphs, ns.model)
     elif ns.phase == "parallel":
-        result = phase_parallel(ns.cache, ns.graphs)
+        result = phase_parallel(ns.cache, ns.graphs, ns.model)
     elif ns.phase == "capture":
-        result = phase_capture(ns.cache, ns.graphs)
+        result = phase_capture(ns.cache, ns.graphs, ns.model)
     else:
         result = phase_compile(ns.cache, ns.workers, ns.prestart)
     print("RESULT " + json.dumps(result), flush=True)
@@ -172,11 +199,14 @@ def run_phase(ns: argparse.Namespace) -> int:
 #: only), and one process per graph (as before the warm workers).
 MODES = {"warm": {}, "one-shot": {"NEURON_ARGS_WARM_WORKERS": "0"}}
 COMPILE_MODES = ("warm", "prestarted", "one-shot")
+#: The models of part 2 and 3: the 8 small MLPs (as ever), and compile-bound graphs (one-shot skipped).
+MODELS = ("mlp", "deep")
 
 
-def spawn(phase: str, cache: Path, n: int, workers: int | None = None, mode: str = "warm") -> dict[str, Any]:
+def spawn(phase: str, cache: Path, n: int, workers: int | None = None, mode: str = "warm",
+          model: str = "mlp") -> dict[str, Any]:
     argv = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--cache", str(cache),
-            "--graphs", str(n)]
+            "--graphs", str(n), "--model", model]
     if workers is not None:
         argv += ["--workers", str(workers)]
     if mode == "prestarted":
@@ -205,13 +235,40 @@ def _med(runs: list[dict[str, Any]], field: str = "seconds") -> float:
     return statistics.median(r[field] for r in runs)
 
 
+def _compile_scaling(model: str, n: int, captures: list[dict[str, Any]],
+                     workers_runs: dict[tuple[int, str, str], list[dict[str, Any]]]) -> dict[str, tuple[float, str]]:
+    """Part 2's rows for one model: ``parallel_compile`` with 1 and 2 workers in each mode; the speed-ups."""
+    print(f"\n2. parallel_compile of {n} captured graphs ({model}), 1 vs 2 workers".ljust(63) + "  median      min")
+    row("capture (parallel_trace, for the copies)", [r["seconds"] for r in captures],
+        f"pending {captures[-1]['pending']}/{n}")
+    speedups = {}
+    for mode in COMPILE_MODES:
+        w1, w2 = workers_runs.get((1, mode, model)), workers_runs.get((2, mode, model))
+        if not w1 or not w2:
+            continue
+        row(f"parallel_compile workers=1 ({mode})", [r["seconds"] for r in w1], f"complete {w1[-1]['complete']}/{n}")
+        row(f"parallel_compile workers=2 ({mode})", [r["seconds"] for r in w2], f"complete {w2[-1]['complete']}/{n}")
+        speedups[mode] = (_med(w1) / _med(w2), ", ".join(f"{a['seconds'] / b['seconds']:.2f}" for a, b in zip(w1, w2)))
+        for w, rs in ((1, w1), (2, w2)):
+            last = rs[-1]
+            print(f"    per graph (last rep), workers={w}: compiler wall median {statistics.median(last['per_graph']):.2f} s,"
+                  f" of which jax start-up {statistics.median(last['jax_startup']):.2f} s and XLA compile "
+                  f"{statistics.median(last['xla_compile']):.2f} s")
+    for mode, (value, reps_text) in speedups.items():
+        print(f"  speed-up workers=1 / workers=2 ({mode}): {value:.2f}x (target >= 1.8: "
+              f"{'met' if value >= 1.8 else 'MISSED'}); per rep: {reps_text}")
+    return speedups
+
+
 def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
     print(f"bench_deferred: {n} graphs (MLP at batch 1..{n}), {reps} rep(s) per phase; {load()} (start)")
     flows = [(phase, mode) for phase in ("sequential", "parallel") for mode in MODES]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {f: [] for f in flows}
-    captures: list[dict[str, Any]] = []
-    compiles = [(w, mode) for mode in COMPILE_MODES for w in (1, 2)]
-    workers_runs: dict[tuple[int, str], list[dict[str, Any]]] = {c: [] for c in compiles}
+    captures: dict[str, list[dict[str, Any]]] = {model: [] for model in MODELS}
+    compiles = [(w, mode, model) for model in MODELS for mode in COMPILE_MODES for w in (1, 2)
+                if model == "mlp" or mode != "one-shot"]
+    workers_runs: dict[tuple[int, str, str], list[dict[str, Any]]] = {c: [] for c in compiles}
+    deep_flows: dict[str, list[dict[str, Any]]] = {"sequential": [], "parallel": []}
     loads: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-deferred-") as tmp:
         root = Path(tmp)
@@ -222,13 +279,17 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
                 loads.append(f"after {phase} ({mode}) rep {rep}: {load()}")
             if compare_only:
                 continue
-            captured = root / f"captured-{rep}"
-            captures.append(spawn("capture", captured, n))
-            for workers, mode in (compiles if rep % 2 == 0 else compiles[::-1]):
-                copy = root / f"captured-{rep}-w{workers}-{mode}"
-                shutil.copytree(captured, copy)
-                workers_runs[workers, mode].append(spawn("compile", copy, n, workers, mode))
-                loads.append(f"after compile workers={workers} ({mode}) rep {rep}: {load()}")
+            for phase in ("sequential", "parallel") if rep % 2 == 0 else ("parallel", "sequential"):
+                deep_flows[phase].append(spawn(phase, root / f"deep-{phase}-{rep}", n, model="deep"))
+                loads.append(f"after {phase} (deep model) rep {rep}: {load()}")
+            for model in MODELS:
+                captured = root / f"captured-{model}-{rep}"
+                captures[model].append(spawn("capture", captured, n, model=model))
+                for workers, mode, _ in [c for c in (compiles if rep % 2 == 0 else compiles[::-1]) if c[2] == model]:
+                    copy = root / f"captured-{model}-{rep}-w{workers}-{mode}"
+                    shutil.copytree(captured, copy)
+                    workers_runs[workers, mode, model].append(spawn("compile", copy, n, workers, mode, model))
+                    loads.append(f"after compile workers={workers} ({mode}, {model}) rep {rep}: {load()}")
 
     print("\n1. warmup wall time of the whole set (timed inside each phase process)".ljust(63) + "  median      min")
     for mode in MODES:
@@ -253,33 +314,30 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
            None, "x", note=f"{_med(old_par):.1f} s vs {_med(par):.1f} s")
 
     if not compare_only:
-        print(f"\n2. parallel_compile of {n} captured graphs, 1 vs 2 workers".ljust(63) + "  median      min")
-        row("capture (parallel_trace, for the copies)", [r["seconds"] for r in captures],
-            f"pending {captures[-1]['pending']}/{n}")
-        speedups = {}
-        for mode in COMPILE_MODES:
-            w1, w2 = workers_runs[1, mode], workers_runs[2, mode]
-            row(f"parallel_compile workers=1 ({mode})", [r["seconds"] for r in w1], f"complete {w1[-1]['complete']}/{n}")
-            row(f"parallel_compile workers=2 ({mode})", [r["seconds"] for r in w2], f"complete {w2[-1]['complete']}/{n}")
-            speedups[mode] = (_med(w1) / _med(w2), ", ".join(f"{a['seconds'] / b['seconds']:.2f}" for a, b in zip(w1, w2)))
-            for w, rs in ((1, w1), (2, w2)):
-                last = rs[-1]
-                print(f"    per graph (last rep), workers={w}: compiler wall median {statistics.median(last['per_graph']):.2f} s,"
-                      f" of which jax start-up {statistics.median(last['jax_startup']):.2f} s and XLA compile "
-                      f"{statistics.median(last['xla_compile']):.2f} s")
-        every = list(workers_runs[1, "warm"]) + list(workers_runs[2, "warm"])
+        speedups = {model: _compile_scaling(model, n, captures[model], workers_runs) for model in MODELS}
+        every = [r for (_, mode, _), rs in workers_runs.items() if mode == "warm" for r in rs]
         row("(untimed above) parent import of neuron_args.runner", [r["backends_import"] for r in every],
             "torch + Dynamo; a worker pays it too if the parent has not")
-        speedup, per_rep = speedups["warm"]
+        speedup, per_rep = speedups["mlp"]["warm"]
         figure("parallel_compile speed-up 1 -> 2 workers", speedup, ">= 1.8", "x",
-               note=f"per rep: {per_rep}; one process per graph: {speedups['one-shot'][0]:.2f}x")
-        figure("parallel_compile speed-up 1 -> 2 workers, workers already started", speedups["prestarted"][0],
-               ">= 1.8", "x", note=f"per rep: {speedups['prestarted'][1]}")
+               note=f"per rep: {per_rep}; one process per graph: {speedups['mlp']['one-shot'][0]:.2f}x")
+        figure("parallel_compile speed-up 1 -> 2 workers, workers already started", speedups["mlp"]["prestarted"][0],
+               ">= 1.8", "x", note=f"per rep: {speedups['mlp']['prestarted'][1]}")
+        figure(f"parallel_compile speed-up 1 -> 2 workers, compile-bound graphs ({DEEP_LAYERS}-layer MLP)",
+               speedups["deep"]["warm"][0], ">= 1.8", "x",
+               note=f"per rep: {speedups['deep']['warm'][1]}; workers already started: "
+               f"{speedups['deep']['prestarted'][0]:.2f}x")
         figure(f"parallel_compile of {n} graphs, 1 worker: one process per graph / warm workers",
-               _med(workers_runs[1, "one-shot"]) / _med(workers_runs[1, "warm"]), None, "x")
-        for mode, (value, reps_text) in speedups.items():
-            print(f"  speed-up workers=1 / workers=2 ({mode}): {value:.2f}x (target >= 1.8: "
-                  f"{'met' if value >= 1.8 else 'MISSED'}); per rep: {reps_text}")
+               _med(workers_runs[1, "one-shot", "mlp"]) / _med(workers_runs[1, "warm", "mlp"]), None, "x")
+        seq, par = deep_flows["sequential"], deep_flows["parallel"]
+        print(f"\n3. warmup of {n} compile-bound graphs ({DEEP_LAYERS}-layer MLP), warm workers".ljust(63)
+              + "  median      min")
+        row("A sequential in-process", [r["seconds"] for r in seq], f"complete {seq[-1]['complete']}/{n}")
+        row("B parallel_trace + parallel_compile", [r["seconds"] for r in par], f"complete {par[-1]['complete']}/{n}")
+        row("    of which parallel_trace", [r["trace"] for r in par])
+        row("    of which parallel_compile", [r["compile"] for r in par])
+        figure(f"warmup of {n} compile-bound graphs ({DEEP_LAYERS}-layer MLP): deferred flow / in-process",
+               _med(par) / _med(seq), "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s")
     print("\nload during the run:\n  " + "\n  ".join(loads))
     print(f"bench_deferred: {load()} (end)")
     return 0
@@ -295,6 +353,7 @@ def main() -> int:
     parser.add_argument("--cache", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--prestart", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--model", choices=("mlp", "deep"), default="mlp", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.phase:
         return run_phase(ns)
