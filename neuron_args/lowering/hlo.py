@@ -270,6 +270,9 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             args, kwargs = _plain_lists(args), _plain_lists(kwargs)
             if target in ops.FLOAT32_INSIDE:
                 return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
+            if target in ops.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
+                jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
+                return env.j2t_iso(ops.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
             lowering = ops.lowering_for(target)
             if lowering is not None:
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
