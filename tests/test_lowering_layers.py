@@ -139,3 +139,105 @@ def test_as_strided_outside_its_input_is_refused_with_the_fix():
     with torch.inference_mode(), pytest.raises(BackendCompilerFailed):
         backend(lambda x: (x * 2)[1:].as_strided((4,), (1,), 0))(randn(4))
     assert "reads memory outside its input tensor" in str(backend.errors[0])
+
+
+# -- plain torch ops models use, a few graphs of many ops each (one compile per group)
+
+
+def _x(*shape: int, seed: int = 0) -> torch.Tensor:
+    return randn(*shape, seed=seed)
+
+
+def _convolutions_and_norms(x3, x4, x5):
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv1d(4, 6, 3, dilation=2, padding=2), torch.nn.Conv3d(2, 3, 3, padding=1, stride=2),
+              torch.nn.ConvTranspose1d(4, 3, 3, stride=2, padding=1, output_padding=1),
+              torch.nn.ConvTranspose3d(2, 3, 2, stride=2), torch.nn.GroupNorm(2, 4),
+              torch.nn.InstanceNorm2d(4, affine=True), torch.nn.BatchNorm2d(4).eval()]
+    return lambda x3, x4, x5: (layers[0](x3), layers[1](x5), layers[2](x3), layers[3](x5), layers[4](x4),
+                               layers[5](x4), layers[6](x4))
+
+
+def _resampling(x3, x4, x5):
+    def fn(x3, x4, x5):
+        return (F.pixel_unshuffle(F.pixel_shuffle(x4, 2), 2) * 2,
+                F.interpolate(x4, scale_factor=2, mode="nearest"), F.interpolate(x4, size=(5, 7), mode="nearest-exact"),
+                F.interpolate(x4, size=(9, 5), mode="bilinear"), F.interpolate(x4, size=(9, 5), mode="bilinear",
+                                                                               align_corners=True),
+                F.interpolate(x4, size=(9, 5), mode="bicubic"), F.interpolate(x4, size=(3, 2), mode="area"),
+                F.interpolate(x3, size=13, mode="linear"), F.interpolate(x5, scale_factor=1.5, mode="trilinear"),
+                F.interpolate(x4, size=(4, 3), mode="bilinear", antialias=True),
+                F.interpolate(x4, size=(5, 11), mode="bicubic", antialias=True, align_corners=True),
+                F.fold(F.unfold(x4, 3, padding=1), (6, 6), 3, padding=1), x3.unfold(2, 3, 2).sum(-1),
+                F.pad(x4, (1, 2, 2, 1), mode="reflect"), F.pad(x4, (1, 2, 2, 1), mode="circular"),
+                F.pad(x4, (1, 1, 0, 2), mode="replicate"))
+    return fn
+
+
+def _indexing(x3, x4, x5):
+    index = torch.randint(0, 9, (2, 4, 5), generator=torch.Generator().manual_seed(1))
+    rows = torch.tensor([0, 2, 0])
+
+    def fn(x3, x4, x5):
+        base, src = torch.ones(2, 4, 9), x3[..., :5]
+        table = x3.reshape(8, 9)[:5]
+        return (torch.gather(x3, 2, index), base.scatter(2, index, src), base.scatter_add(2, index, src),
+                base.scatter_reduce(2, index, src, "amax"), base.scatter_reduce(2, index, src, "mean",
+                                                                                include_self=False),
+                table.index_put((rows,), torch.ones(3, 9), accumulate=True), table.index_add(0, rows, torch.ones(3, 9)),
+                table.index_copy(0, torch.tensor([4, 1, 3]), torch.ones(3, 9)),
+                x3.masked_fill(x3 > 0, 0.5) + torch.where(x3 < 0, x3, -x3),
+                torch.sort(x3, -1, descending=True)[0], torch.topk(x3, 3, -1)[1], torch.argsort(x3, 1),
+                torch.sort((x3 * 2).round(), dim=-1, stable=True)[1], torch.kthvalue(x3, 2, -1)[0],
+                torch.median(x3, -1)[0], torch.cumsum(x3, 1), torch.cumprod(x3 * 0.5, -1), torch.logcumsumexp(x3, 2),
+                torch.cummax(x3, 2)[0], torch.cummin(x3, 2)[1],
+                torch.bucketize(x3, torch.tensor([-1.0, 0.0, 0.5, 2.0])))
+    return fn
+
+
+def _math(x3, x4, x5):
+    targets = torch.tensor([0, 1, 4, 2, 1, 3])
+
+    def fn(x3, x4, x5):
+        a, b = x3[0, :, :4], x3[1, :, :3]
+        logits, other = x3.reshape(8, 9)[:6, :5], x3.reshape(8, 9)[2:, 4:]
+        complex_ = torch.view_as_complex(x3[..., :8].contiguous().reshape(2, 4, 4, 2))
+        return (torch.einsum("ij,jk->ik", a, a) @ b + torch.einsum("ii->", a),
+                torch.view_as_real(complex_ * torch.polar(torch.ones(4), x3[0, 0, :4])),
+                torch.fft.rfft(x3, dim=-1).abs(), torch.fft.irfft(torch.fft.rfft(x3), n=9), torch.fft.fft2(x4).real,
+                torch.roll(x3, 2, -1) + torch.flip(x3, [1]), torch.rot90(a, 1), torch.triu(a, 1) + torch.tril(a, -1),
+                torch.diag_embed(torch.diagonal(a[:, :4], 0)),
+                F.cross_entropy(logits, targets, label_smoothing=0.1), F.nll_loss(F.log_softmax(logits, -1), targets,
+                                                                                 ignore_index=1),
+                F.smooth_l1_loss(logits, other), F.kl_div(F.log_softmax(logits, -1), F.softmax(other, -1),
+                                                          reduction="batchmean"),
+                F.binary_cross_entropy_with_logits(logits, other.sigmoid()), F.cosine_similarity(logits, other),
+                torch.linalg.vector_norm(x3, 2, -1), F.normalize(x3, dim=-1), torch.logsumexp(x3, -1), x3.std(-1),
+                F.hardswish(x4), F.mish(x4), F.selu(x4), F.glu(x4, 1), F.prelu(x4, torch.tensor([0.2])),
+                F.rrelu(x4, training=False), F.max_unpool2d(*F.max_pool2d(x4, 2, return_indices=True), 2),
+                *F.adaptive_max_pool2d(x4, (4, 3), return_indices=True), F.adaptive_max_pool3d(x5, (2, 3, 2)),
+                x3.repeat_interleave(2, dim=1), torch.tile(x3, (2,)))
+    return fn
+
+
+OP_GROUPS = {"convolutions-and-norms": _convolutions_and_norms, "resampling": _resampling, "indexing": _indexing,
+             "math": _math}
+
+
+@pytest.mark.parametrize("group", list(OP_GROUPS))
+def test_op_group_matches_eager(group):
+    args = (_x(2, 4, 9), _x(2, 4, 6, 6, seed=1), _x(1, 2, 4, 4, 4, seed=2))
+    compare(OP_GROUPS[group](*args), *args, atol=1e-5, rtol=1e-5)
+
+
+def test_antialiased_resize_and_adaptive_max_pool_gradients_match_eager():
+    x = _x(2, 3, 9, 8).requires_grad_()
+    weights = _x(2, 3, 4, 3, seed=1)
+
+    def fn(x):
+        return F.interpolate(x, size=(4, 3), mode="bilinear", antialias=True) + F.adaptive_max_pool2d(x, (4, 3))
+
+    (fn(x) * weights).sum().backward()
+    want, x.grad = x.grad, None
+    (Lowered()(fn)(x) * weights).sum().backward()
+    torch.testing.assert_close(x.grad, want, atol=1e-5, rtol=1e-5)

@@ -467,6 +467,154 @@ def _mkldnn_rnn_layer_backward(
     return pull(cotangents)
 
 
+def _triangle(x: Any) -> Any:
+    import numpy as np
+
+    return np.maximum(0.0, 1.0 - np.abs(x))
+
+
+def _cubic(x: Any, a: float = -0.5) -> Any:
+    import numpy as np
+
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = (((x - 5) * x + 8) * x - 4) * a
+    return np.where(x < 1, near, np.where(x < 2, far, 0.0))
+
+
+def _antialias_weights(in_size: int, out_size: int, align_corners: bool, scale: float | None,
+                       kernel: Callable[[Any], Any], support: float) -> Any:
+    """The ``(out_size, in_size)`` matrix of an antialiased resize along one axis, as torch's CPU kernel builds it:
+    the filter stretched by the downscale factor, each output's taps normalised to sum to one."""
+    import numpy as np
+
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    else:
+        ratio = 1.0 / scale if scale else in_size / out_size
+    reach = support * ratio if ratio >= 1.0 else support
+    invscale = 1.0 / ratio if ratio >= 1.0 else 1.0
+    weights = np.zeros((out_size, in_size))
+    for i in range(out_size):
+        center = ratio * (i + 0.5)
+        lo, hi = max(int(center - reach + 0.5), 0), min(int(center + reach + 0.5), in_size)
+        taps = kernel((np.arange(lo, hi) - center + 0.5) * invscale)
+        if taps.sum() != 0:
+            weights[i, lo:hi] = taps / taps.sum()
+    return weights
+
+
+def _upsample_aa(kernel: Callable[[Any], Any], support: float) -> Callable[..., Any]:
+    """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa`` (torchax's fails to trace): a separable resize with
+    constant weight matrices, ``W_h @ x @ W_w^T`` per image and channel."""
+    def lowering(x: Any, output_size: Any, align_corners: bool, scales_h: float | None = None,
+                 scales_w: float | None = None) -> Any:
+        import jax.numpy as jnp
+
+        (out_h, out_w), (in_h, in_w) = output_size, x.shape[-2:]
+        rows = _antialias_weights(in_h, out_h, align_corners, scales_h, kernel, support)
+        cols = _antialias_weights(in_w, out_w, align_corners, scales_w, kernel, support)
+        f32 = jnp.float32
+        out = jnp.einsum("oh,...hw,pw->...op", jnp.asarray(rows, f32), x.astype(f32), jnp.asarray(cols, f32),
+                         precision="highest")
+        return out.astype(x.dtype)
+
+    return lowering
+
+
+def _rrelu_with_noise(x: Any, noise: Any, lower: float = 0.125, upper: float = 1 / 3, training: bool = False,
+                      generator: Any = None) -> tuple[Any, Any]:
+    """``aten.rrelu_with_noise_functional`` in eval mode: a leaky ReLU with the mean slope; the noise unchanged."""
+    import jax.numpy as jnp
+
+    if training:
+        raise ValueError("F.rrelu in training mode draws a random slope per element: Neuron graphs lower it in "
+                         "eval mode only (model.eval(), or F.rrelu(..., training=False))")
+    return jnp.where(x >= 0, x, x * ((lower + upper) / 2)).astype(x.dtype), noise
+
+
+def _upsample_aa_backward(kernel: Callable[[Any], Any], support: float) -> Callable[..., Any]:
+    """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa_backward``: the forward's weights transposed."""
+    def lowering(grad_output: Any, output_size: Any, input_size: Any, align_corners: bool,
+                 scales_h: float | None = None, scales_w: float | None = None) -> Any:
+        import jax.numpy as jnp
+
+        (out_h, out_w), (in_h, in_w) = output_size, input_size[-2:]
+        rows = _antialias_weights(in_h, out_h, align_corners, scales_h, kernel, support)
+        cols = _antialias_weights(in_w, out_w, align_corners, scales_w, kernel, support)
+        f32 = jnp.float32
+        grad = jnp.einsum("oh,...op,pw->...hw", jnp.asarray(rows, f32), grad_output.astype(f32),
+                          jnp.asarray(cols, f32), precision="highest")
+        return grad.astype(grad_output.dtype)
+
+    return lowering
+
+
+def _adaptive_windows(in_sizes: Any, out_sizes: Any) -> tuple[Any, Any]:
+    """Adaptive pooling's windows as constants: for each output position the flat input positions of its window
+    (padded to the largest window) and which of them are real. Window ``i`` of an axis spans
+    ``[floor(i * in / out), ceil((i + 1) * in / out))``."""
+    import numpy as np
+
+    axes = []
+    for n_in, n_out in zip(in_sizes, out_sizes):
+        starts = np.array([(i * n_in) // n_out for i in range(n_out)])
+        ends = np.array([-((-(i + 1) * n_in) // n_out) for i in range(n_out)])
+        taps = np.arange(int((ends - starts).max()))
+        axes.append((np.minimum(starts[:, None] + taps, n_in - 1), starts[:, None] + taps < ends[:, None]))
+    strides = np.cumprod([1, *in_sizes[::-1]])[:-1][::-1]
+    positions, real = np.zeros([1] * (2 * len(axes)), np.int64), np.ones([1] * (2 * len(axes)), bool)
+    for k, ((index, valid), stride) in enumerate(zip(axes, strides)):
+        shape = [1] * (2 * len(axes))
+        shape[k], shape[len(axes) + k] = index.shape
+        positions = positions + index.reshape(shape) * stride
+        real = real & valid.reshape(shape)
+    flat = (*out_sizes, -1)
+    return np.broadcast_to(positions, np.broadcast_shapes(positions.shape, real.shape)).reshape(flat), \
+        np.broadcast_to(real, np.broadcast_shapes(positions.shape, real.shape)).reshape(flat)
+
+
+def _adaptive_max_pool(x: Any, output_size: Any) -> tuple[Any, Any]:
+    """``aten.adaptive_max_pool{2,3}d``: ``(output, indices)``, each index the flat position of its window's first
+    maximum in the input plane, as torch's kernel (torchax has no lowering)."""
+    import jax.numpy as jnp
+
+    spatial = len(output_size)
+    positions, real = _adaptive_windows(x.shape[-spatial:], list(output_size))
+    windows = jnp.where(real, x.reshape(*x.shape[:-spatial], -1)[..., positions], -jnp.inf)
+    first = jnp.argmax(windows, axis=-1)[..., None]
+    out = jnp.take_along_axis(windows, first, axis=-1)[..., 0]
+    indices = jnp.take_along_axis(jnp.broadcast_to(jnp.asarray(positions, jnp.int32), windows.shape), first, axis=-1)
+    return out.astype(x.dtype), indices[..., 0]
+
+
+def _adaptive_max_pool_backward(spatial: int) -> Callable[..., Any]:
+    """``aten.adaptive_max_pool{2,3}d_backward``: each output's gradient added at its maximum's position."""
+    def lowering(grad_output: Any, x: Any, indices: Any) -> Any:
+        return _scatter_into_planes(grad_output, indices, x.shape, spatial, add=True)
+
+    return lowering
+
+
+def _scatter_into_planes(values: Any, indices: Any, shape: Any, spatial: int, add: bool) -> Any:
+    """Zeros shaped ``shape`` with ``values`` put (or added) at the flat positions ``indices`` within their planes
+    (the last ``spatial`` dims)."""
+    import jax.numpy as jnp
+
+    lead = tuple(shape[:-spatial])
+    flat_values = values.reshape(*lead, -1)
+    flat_indices = indices.reshape(flat_values.shape).astype(jnp.int32)
+    out = jnp.zeros((*lead, math.prod(shape[-spatial:])), values.dtype)
+    at = out.at[(*jnp.indices(flat_values.shape)[:-1], flat_indices)]
+    return (at.add(flat_values) if add else at.set(flat_values)).reshape(shape)
+
+
+def _max_unpool(x: Any, indices: Any, output_size: Any, stride: Any = None, padding: Any = None) -> Any:
+    """``aten.max_unpool{2,3}d``: zeros of the output size with each value at its index (torchax reads the
+    indices into numpy)."""
+    spatial = len(output_size)
+    return _scatter_into_planes(x, indices, (*x.shape[:-spatial], *output_size), spatial, add=False)
+
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
 LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa_flash_for_cpu,
@@ -478,6 +626,17 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_embedding_bag_per_sample_weights_backward": _embedding_bag_per_sample_weights_backward,
     "aten::convolution_backward": _convolution_backward,
     "aten::mkldnn_rnn_layer": _mkldnn_rnn_layer,
+    "aten::_upsample_bilinear2d_aa": _upsample_aa(_triangle, 1.0),
+    "aten::_upsample_bicubic2d_aa": _upsample_aa(_cubic, 2.0),
+    "aten::_upsample_bilinear2d_aa_backward": _upsample_aa_backward(_triangle, 1.0),
+    "aten::_upsample_bicubic2d_aa_backward": _upsample_aa_backward(_cubic, 2.0),
+    "aten::rrelu_with_noise_functional": _rrelu_with_noise,
+    "aten::adaptive_max_pool2d": _adaptive_max_pool,
+    "aten::adaptive_max_pool3d": _adaptive_max_pool,
+    "aten::adaptive_max_pool2d_backward": _adaptive_max_pool_backward(2),
+    "aten::adaptive_max_pool3d_backward": _adaptive_max_pool_backward(3),
+    "aten::max_unpool2d": _max_unpool,
+    "aten::max_unpool3d": _max_unpool,
     "aten::mkldnn_rnn_layer_backward": _mkldnn_rnn_layer_backward,
     # backward ops torchax has no lowering for: the vjp of their forward op
     "aten::avg_pool2d_backward": _backward_of(aten.avg_pool2d.default, 1),
