@@ -79,7 +79,6 @@ def _rnn(kind: str, **kwargs) -> torch.nn.Module:
 
 
 RNN_CASES = {
-    "LSTM": dict(),
     "LSTM-2-layers-bidirectional-batch-first": dict(num_layers=2, bidirectional=True, batch_first=True),
     "GRU-2-layers-bidirectional": dict(num_layers=2, bidirectional=True),
     "RNN-relu-batch-first": dict(nonlinearity="relu", batch_first=True),
@@ -113,6 +112,21 @@ def test_recurrent_layer_gradients_match_eager(kind):
     (eager(x, state)[0] * weights).sum().backward()
     for (name, p), (_, q) in zip(module.named_parameters(), eager.named_parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_lstm_through_the_seam_traces_under_allow_rnn_and_serves_without_it(tmp_path):
+    """The patch is needed while Dynamo traces (the first call of a shape); later calls reuse the graph."""
+    module = _rnn("LSTM")
+    compiled = torch.compile(module, backend="neuron_libtorch", dynamic=False, fullgraph=True,
+                             options={"cache_dir": str(tmp_path), "compiler": "local"})
+    torch._dynamo.reset()
+    x, y = randn(3, 2, 6, seed=1), randn(3, 2, 6, seed=2)
+    with torch.inference_mode():
+        with torch._dynamo.config.patch(allow_rnn=True):
+            first = compiled(x)
+        second = compiled(y)
+        for got, want in ((first, module(x)), (second, module(y))):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_recurrent_layer_without_allow_rnn_names_the_config():
