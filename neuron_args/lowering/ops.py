@@ -615,6 +615,19 @@ def _max_unpool(x: Any, indices: Any, output_size: Any, stride: Any = None, padd
     spatial = len(output_size)
     return _scatter_into_planes(x, indices, (*x.shape[:-spatial], *output_size), spatial, add=False)
 
+def _is_all_true(x: Any) -> Any:
+    """``aten._is_all_true`` (``torch._check_tensor_all``'s condition; transformers checks image-token counts so)."""
+    import jax.numpy as jnp
+
+    return jnp.all(x)
+
+
+def _is_any_true(x: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.any(x)
+
+
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
 LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": _sdpa_flash_for_cpu,
@@ -631,6 +644,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_upsample_bilinear2d_aa_backward": _upsample_aa_backward(_triangle, 1.0),
     "aten::_upsample_bicubic2d_aa_backward": _upsample_aa_backward(_cubic, 2.0),
     "aten::rrelu_with_noise_functional": _rrelu_with_noise,
+    "aten::_is_all_true": _is_all_true,
+    "aten::_is_any_true": _is_any_true,
     "aten::adaptive_max_pool2d": _adaptive_max_pool,
     "aten::adaptive_max_pool3d": _adaptive_max_pool,
     "aten::adaptive_max_pool2d_backward": _adaptive_max_pool_backward(2),

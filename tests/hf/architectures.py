@@ -20,8 +20,8 @@ class Architecture:
     """One architecture of the matrix: how to build it and what kind of inputs it takes."""
 
     name: str
-    # "decoder" or "seq2seq" (token ids in, logits out), "vision", "text-encoder", "audio" (mel features) or
-    # "speech" (raw waveform): hidden states out
+    # "decoder" or "seq2seq" (token ids in, logits out), "vision-language" (a prompt with image tokens and the image
+    # in, logits out), "vision", "text-encoder", "audio" (mel features) or "speech" (raw waveform): hidden states out
     kind: str
     build: Callable[[], torch.nn.Module] = field(repr=False)
     supports_static_cache: bool = True
@@ -97,6 +97,24 @@ _SMALL_LLAMA = dict(_LLAMA_LIKE, hidden_size=32, intermediate_size=64, num_hidde
 _SMALL_BERT = dict(_BERT_LIKE, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
 _SMALL_VISION = dict(_VISION, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_hidden_layers=1)
 _SEQ2SEQ_SMALL = dict(_SEQ2SEQ, d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64)
+
+IMAGE_TOKEN = VOCAB - 1
+
+
+def _llava() -> torch.nn.Module:
+    """LLaVA: a CLIP vision tower projected into a Llama's embeddings at the prompt's image tokens. Called once
+    eagerly: transformers installs its output-capturing hooks on the first call under a lock Dynamo cannot enter."""
+    import transformers
+
+    torch.manual_seed(0)
+    vision = transformers.CLIPVisionConfig(**_SMALL_VISION)
+    text = transformers.LlamaConfig(**_SMALL_LLAMA)
+    model = transformers.LlavaForConditionalGeneration(transformers.LlavaConfig(
+        vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN, vision_feature_layer=-1)).eval()
+    with torch.inference_mode():
+        model(input_ids=image_prompt(1), pixel_values=pixel_values(1))
+    return model
+
 
 #: beyond the matrix: one fp32 forward each (other attention kinds, MoE, alibi, encoders, convolutions)
 MORE = [
@@ -205,6 +223,8 @@ MORE = [
                                            backbone_out_indices=[0, 1]), supports_static_cache=False),
     Architecture("m2m100", "seq2seq", _decoder("M2M100Config", "M2M100ForConditionalGeneration", **_SEQ2SEQ_SMALL,
                                                decoder_start_token_id=2), supports_static_cache=False),
+    # vision-language: image features scattered into the prompt's embeddings (its token-count check left out)
+    Architecture("llava", "vision-language", _llava, supports_static_cache=False),
 ]
 
 #: every architecture by name (the matrix runs DECODERS and ENCODERS; MORE has one fp32 forward each)
@@ -221,6 +241,13 @@ def audio_features(batch: int, seed: int = 1) -> torch.Tensor:
 
 def waveform(batch: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(batch, 400, generator=torch.Generator().manual_seed(seed))
+
+
+def image_prompt(batch: int, seed: int = 1) -> torch.Tensor:
+    """Token ids with one image's 16 patch tokens (32x32 pixels, 8x8 patches) after two text tokens."""
+    ids = token_ids(batch, 24, seed) % IMAGE_TOKEN
+    ids[:, 2:18] = IMAGE_TOKEN
+    return ids
 
 
 def pixel_values(batch: int, seed: int = 1) -> torch.Tensor:
