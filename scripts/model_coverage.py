@@ -57,8 +57,9 @@ LAYERS = [
 
 #: what does not lower, or lowers only in part, and why (checked by hand; each fails with a message naming the fix)
 LIMITS = [
-    "`torch.linalg` solvers and factorizations that check their result (`inv`, `cholesky`: an effectful error check "
-    "in the graph; `det`, `solve`: no lowering in torchax). `qr`, `eigvalsh`, `svdvals` and `solve_triangular` lower.",
+    "`torch.linalg.inv` and `cholesky`: their singularity check is an effect-ordered op (`with_effects`) whose token "
+    "aot_autograd passes as `None` at run time; `det` and `solve`: torchax has no working lowering. `qr`, "
+    "`eigvalsh`, `svdvals` and `solve_triangular` lower.",
     "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): their batch sizes are data; pad instead. The LSTM "
     "lowering refuses `batch_sizes` with that fix.",
     "`nn.EmbeddingBag(sparse=True)`: Neuron graphs compute dense gradients (refused with the fix). "
