@@ -42,8 +42,8 @@ LAYERS = [
     ("test_embedding_bag_bfloat16_rounds_like_the_kernel", "`nn.EmbeddingBag` bf16 sum / mean / max · bit-exact"),
     ("test_embedding_bag_scale_grad_by_freq_divides_by_each_index_count",
      "`nn.EmbeddingBag` `scale_grad_by_freq` · backward (as `nn.Embedding`'s)"),
-    ("test_recurrent_layer_forward_matches_eager", "`nn.{}` · forward"),
-    ("test_recurrent_layer_gradients_match_eager", "`nn.{}` · forward + backward"),
+    ("test_recurrent_layer_forward_matches_eager", "recurrent {} · forward"),
+    ("test_recurrent_layer_gradients_match_eager", "recurrent {} (LSTM 2 layers, GRU 1) · forward + backward"),
     ("test_lstm_through_the_seam_traces_under_allow_rnn_and_serves_without_it",
      "`nn.LSTM` through `neuron_libtorch`: traced under `allow_rnn`, served without it"),
     ("test_recurrent_layer_without_allow_rnn_names_the_config", "RNN layer without `allow_rnn`: the error names it"),
@@ -60,8 +60,8 @@ LIMITS = [
     "`torch.linalg.inv` and `cholesky`: their singularity check is an effect-ordered op (`with_effects`) whose token "
     "aot_autograd passes as `None` at run time; `det` and `solve`: torchax has no working lowering. `qr`, "
     "`eigvalsh`, `svdvals` and `solve_triangular` lower.",
-    "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): their batch sizes are data; pad instead. The LSTM "
-    "lowering refuses `batch_sizes` with that fix.",
+    "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): Dynamo refuses to trace it (its batch sizes are data); "
+    "pad the sequences instead. The LSTM lowering refuses a packed layer with that fix too.",
     "`nn.EmbeddingBag(sparse=True)`: Neuron graphs compute dense gradients (refused with the fix). "
     "`scale_grad_by_freq` follows `nn.Embedding`'s documented scaling; torch 2.13's CPU `embedding_bag` kernel "
     "miscounts repeated indices (an index three times in the batch gets 1.5 where `nn.Embedding` gives 1).",
