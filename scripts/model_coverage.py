@@ -1,6 +1,6 @@
-"""Write docs/MODEL_COVERAGE.md from a run of the model matrix (tests/hf).
+"""Write docs/MODEL_COVERAGE.md from a run of the model matrix (tests/hf) and the layer tests.
 
-    .venv/bin/python scripts/model_coverage.py              # runs pytest tests/hf, then writes the table
+    .venv/bin/python scripts/model_coverage.py              # runs pytest on TESTS, then writes the tables
     .venv/bin/python scripts/model_coverage.py --junit F    # from an existing JUnit XML of that run
 
 Rows are architectures, columns the matrix cells (seam x dtype x cache kind); each cell is the
@@ -20,6 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "MODEL_COVERAGE.md"
+TESTS = ["tests/hf", "tests/test_lowering_layers.py"]
 
 #: (test function, seam in the parameter id or None) -> column heading: seam · dtype · cache kind
 COLUMNS = [
@@ -34,6 +35,47 @@ COLUMNS = [
 ]
 SEAMS = ("neuron_native_lite", "neuron_libtorch_graph_capture")
 MARK = {"passed": "pass", "failed": "**FAIL**", "skipped": "skip"}
+
+#: tests/test_lowering_layers.py: test function -> what a row says (``{}``: the parameter id)
+LAYERS = [
+    ("test_embedding_bag_forward_and_backward_match_eager", "`nn.EmbeddingBag` {} · forward + backward"),
+    ("test_embedding_bag_bfloat16_rounds_like_the_kernel", "`nn.EmbeddingBag` bf16 sum / mean / max · bit-exact"),
+    ("test_embedding_bag_scale_grad_by_freq_divides_by_each_index_count",
+     "`nn.EmbeddingBag` `scale_grad_by_freq` · backward (as `nn.Embedding`'s)"),
+    ("test_recurrent_layer_forward_matches_eager", "recurrent {} · forward"),
+    ("test_recurrent_layer_gradients_match_eager", "recurrent {} (LSTM 2 layers, GRU 1) · forward + backward"),
+    ("test_lstm_through_the_seam_traces_under_allow_rnn_and_serves_without_it",
+     "`nn.LSTM` through `neuron_libtorch`: traced under `allow_rnn`, served without it"),
+    ("test_recurrent_layer_without_allow_rnn_names_the_config", "RNN layer without `allow_rnn`: the error names it"),
+    ("test_as_strided_of_a_transposed_tensor_reads_its_memory", "`as_strided` of a transposed tensor (its memory)"),
+    ("test_as_strided_outside_its_input_is_refused_with_the_fix", "`as_strided` outside its input: refused, with the fix"),
+    ("test_op_group_matches_eager", "ops: {}"),
+    ("test_antialiased_resize_and_adaptive_max_pool_gradients_match_eager",
+     "antialiased resize + adaptive max pooling · backward"),
+    ("test_runtime_checks_of_tensor_values_are_left_out", "`torch._check_tensor_all` in the graph: left out"),
+]
+
+#: what does not lower, or lowers only in part, and why (checked by hand; each fails with a message naming the fix)
+LIMITS = [
+    "`torch.linalg.inv` and `cholesky`: their singularity check is an effect-ordered op (`with_effects`) whose token "
+    "aot_autograd passes as `None` at run time; `det` and `solve`: torchax has no working lowering. `qr`, "
+    "`eigvalsh`, `svdvals` and `solve_triangular` lower.",
+    "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): Dynamo refuses to trace it (its batch sizes are data); "
+    "pad the sequences instead. The LSTM lowering refuses a packed layer with that fix too.",
+    "`nn.EmbeddingBag(sparse=True)`: Neuron graphs compute dense gradients (refused with the fix). "
+    "`scale_grad_by_freq` follows `nn.Embedding`'s documented scaling; torch 2.13's CPU `embedding_bag` kernel "
+    "miscounts repeated indices (an index three times in the batch gets 1.5 where `nn.Embedding` gives 1).",
+    "`F.rrelu` in training mode (a random slope per element): lowered in eval mode only (refused with the fix).",
+    "`as_strided` over memory its input does not own, or over an input that does not fill one dense block "
+    "(refused, naming `.contiguous()` or the owning tensor).",
+    "Runtime checks of tensor values (`torch._check_tensor_all`, transformers' input checks such as LLaVA's "
+    "image-token count) are left out of the executable, which cannot raise: a call breaking one gives wrong values, "
+    "not an error.",
+    "LLaVA must run once eagerly before it is compiled: transformers installs its output-capturing hooks on the "
+    "first call under a lock Dynamo cannot enter.",
+    "Longformer in one graph: its forward reads `is_global_attn` (`.item()`) into a Python `if`, so it runs as "
+    "four graphs with that branch in eager (`fullgraph=True` stops at the `.item()`).",
+]
 
 
 def outcomes(junit: Path) -> dict[tuple[str, str | None, str], str]:
@@ -74,7 +116,10 @@ def table(results: dict[tuple[str, str | None, str], str]) -> str:
     for arch in MORE:
         state = results.get(("test_forward_matches_eager", None, arch.name))
         backward = results.get(("test_forward_backward_matches_eager", None, arch.name))
-        lines.append(f"| {arch.name} | {arch.kind} | {MARK.get(state, 'not run')} | {MARK.get(backward, '—')} |")
+        name = f"{arch.name} (graph breaks)" if arch.graph_breaks else arch.name
+        lines.append(f"| {name} | {arch.kind} | {MARK.get(state, 'not run')} | {MARK.get(backward, '—')} |")
+    lines += ["", "(graph breaks): compiled without `fullgraph=True`; Dynamo splits the forward where it reads a tensor "
+              "into Python, and every graph is lowered and run."]
     lines += ["", "Training (`tests/hf/test_training_steps.py`): the model's own loss (labels) in the compiled graph, "
               "its backward graph compiled too, three SGD steps with momentum in eager PyTorch through "
               "`neuron_libtorch`; the parameters after them equal an eager run's (fp32). The labels and token ids "
@@ -87,17 +132,30 @@ def table(results: dict[tuple[str, str | None, str], str]) -> str:
     lines += ["", "BERT with dropout on (0.1, train mode), its masks drawn inside the graph from a key the runtime "
               "takes from torch's generator, compared with itself: the same seed gives the same parameters, "
               f"another seed others, and the loss falls: {MARK.get(dropout, 'not run')}."]
+    bf16 = results.get(("test_bfloat16_training_step_is_as_accurate_as_eager", None, ""))
+    lines += ["", "A bf16 training step of Llama (one layer, lowered and run on XLA:CPU in-process), measured against the "
+              "same step in fp32: every parameter's gradient error at most twice eager bf16's plus one bf16 rounding "
+              f"(2^-8) of the gradient's size, the loss within the bf16 tolerance: {MARK.get(bf16, 'not run')}."]
+    lines += ["", "Layers and ops (`tests/test_lowering_layers.py`): compiled on XLA:CPU in-process and compared with "
+              "eager (atol = rtol = 1e-5 unless the row says bit-exact; the op groups are four graphs of many ops "
+              "each: convolutions and norms, resampling, indexing, math).", "", "| layer or op | result |", "|---|---|"]
+    for func, label in LAYERS:
+        cases = sorted((arch, state) for (f, _, arch), state in results.items() if f == func)
+        for ident, state in cases or [("", None)]:
+            lines.append(f"| {label.format(ident)} | {MARK.get(state, 'not run')} |")
+    lines += ["", "Known limits:", ""] + [f"- {limit}" for limit in LIMITS]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--junit", type=Path, help="JUnit XML of a `pytest tests/hf` run (default: run it now)")
+    p.add_argument("--junit", type=Path, help="JUnit XML of a `pytest tests/hf tests/test_lowering_layers.py` run "
+                                              "(default: run it now)")
     args = p.parse_args(argv)
     junit = args.junit
     if junit is None:
         junit = Path(tempfile.mkdtemp()) / "matrix.xml"
-        subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/hf",
+        subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *TESTS,
                         f"--junitxml={junit}"], cwd=REPO, check=False)
     results = outcomes(junit)
     if not results:
@@ -106,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     versions = ", ".join(f"{d} {metadata.version(d)}" for d in ("torch", "transformers", "torchax", "jax"))
     OUT.write_text(
         "# Model coverage\n\n"
-        "Generated by `scripts/model_coverage.py` from a run of the model matrix (`tests/hf`) — do not edit by "
+        "Generated by `scripts/model_coverage.py` from a run of the model matrix (`tests/hf`) and the layer tests "
+        "(`tests/test_lowering_layers.py`) — do not edit by "
         f"hand. Run of {datetime.now(timezone.utc):%Y-%m-%d} with {versions}.\n\n"
         "Each model is a `transformers` architecture built from a tiny random config. A cell passes when the "
         "compiled graph ran on the embedded local compiler (XLA:CPU) and matched eager PyTorch: fp32 within "

@@ -256,6 +256,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
 
     env = _environment()
     out_dtypes = [_np_dtype(s.lowered_dtype) for s in output_specs]
+    checks = _runtime_checks(gm)
 
     class ToJax(torch.fx.Interpreter):
         def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -270,6 +271,9 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             args, kwargs = _plain_lists(args), _plain_lists(kwargs)
             if target in ops.FLOAT32_INSIDE:
                 return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
+            if target in ops.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
+                jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
+                return env.j2t_iso(ops.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
             lowering = ops.lowering_for(target)
             if lowering is not None:
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
@@ -280,6 +284,8 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
 
         def run_node(self, n: torch.fx.Node) -> Any:
             self._node = n
+            if n in checks:  # a compiled graph cannot raise: runtime checks of tensor values are left out
+                return None
             try:
                 return super().run_node(n)
             except (LoweringError, _NeedsRandomKey):
@@ -323,6 +329,23 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
         return tuple(result)
 
     return neuron_graph
+
+
+def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The nodes that only serve runtime assertions on tensor values: ``aten._assert_scalar`` and whatever feeds
+    nothing else (``torch._check_tensor_all(cond)``: ``_is_all_true``, ``.item()``, symbolic comparisons).
+
+    transformers checks its inputs so while tracing (an image token count, an attention mask's shape). An
+    executable cannot raise, so these are not lowered (as ``TRANSFORMERS_DISABLE_TORCH_CHECK=1`` would leave
+    them out): a call that breaks such a check gives wrong values instead of an error.
+    """
+    checks: set[torch.fx.Node] = set()
+    for n in reversed(gm.graph.nodes):
+        if n.op != "call_function":
+            continue
+        if n.target is torch.ops.aten._assert_scalar.default or (n.users and all(u in checks for u in n.users)):
+            checks.add(n)
+    return checks
 
 
 #: op namespaces torchax lowers itself; any other op (a custom op) needs a registered lowering

@@ -20,11 +20,14 @@ class Architecture:
     """One architecture of the matrix: how to build it and what kind of inputs it takes."""
 
     name: str
-    # "decoder" or "seq2seq" (token ids in, logits out), "vision", "text-encoder", "audio" (mel features) or
-    # "speech" (raw waveform): hidden states out
+    # "decoder" or "seq2seq" (token ids in, logits out), "vision-language" (a prompt with image tokens and the image
+    # in, logits out), "vision", "text-encoder", "audio" (mel features) or "speech" (raw waveform): hidden states out
     kind: str
     build: Callable[[], torch.nn.Module] = field(repr=False)
     supports_static_cache: bool = True
+    #: the forward reads a tensor's value into a Python branch, so Dynamo splits it into several graphs
+    #: (torch.compile without fullgraph=True); each graph is lowered and run
+    graph_breaks: bool = False
 
 
 def _decoder(config_cls: str, model_cls: str, **config: Any) -> Callable[[], torch.nn.Module]:
@@ -88,6 +91,30 @@ _SPEECH = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, inter
                conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)
 _SEQ2SEQ = dict(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                 decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64)
+
+# one layer, hidden 32: the architectures added last pay for breadth, not depth
+_SMALL_LLAMA = dict(_LLAMA_LIKE, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+_SMALL_BERT = dict(_BERT_LIKE, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+_SMALL_VISION = dict(_VISION, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_hidden_layers=1)
+_SEQ2SEQ_SMALL = dict(_SEQ2SEQ, d_model=32, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=64, decoder_ffn_dim=64)
+
+IMAGE_TOKEN = VOCAB - 1
+
+
+def _llava() -> torch.nn.Module:
+    """LLaVA: a CLIP vision tower projected into a Llama's embeddings at the prompt's image tokens. Called once
+    eagerly: transformers installs its output-capturing hooks on the first call under a lock Dynamo cannot enter."""
+    import transformers
+
+    torch.manual_seed(0)
+    vision = transformers.CLIPVisionConfig(**_SMALL_VISION)
+    text = transformers.LlamaConfig(**_SMALL_LLAMA)
+    model = transformers.LlavaForConditionalGeneration(transformers.LlavaConfig(
+        vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN, vision_feature_layer=-1)).eval()
+    with torch.inference_mode():
+        model(input_ids=image_prompt(1), pixel_values=pixel_values(1))
+    return model
+
 
 #: beyond the matrix: one fp32 forward each (other attention kinds, MoE, alibi, encoders, convolutions)
 MORE = [
@@ -171,6 +198,33 @@ MORE = [
     Architecture("t5", "seq2seq", _decoder("T5Config", "T5ForConditionalGeneration", vocab_size=VOCAB, d_model=64, d_kv=16,
                                            d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0),
                  supports_static_cache=False),
+    # decoders: GeGLU and scaled embeddings, parallel blocks with logit scale, MoE with QK norms
+    Architecture("gemma", "decoder", _decoder("GemmaConfig", "GemmaForCausalLM", **_SMALL_LLAMA, head_dim=8)),
+    Architecture("cohere", "decoder", _decoder("CohereConfig", "CohereForCausalLM", **_SMALL_LLAMA)),
+    Architecture("qwen3-moe", "decoder", _decoder("Qwen3MoeConfig", "Qwen3MoeForCausalLM", **_SMALL_LLAMA, head_dim=8,
+                                                  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16)),
+    # text encoders: sliding-window chunks (as_strided over transposed memory), relative positions, rotary
+    # positions, a causal text tower pooled at its end-of-text token
+    Architecture("longformer", "text-encoder", _decoder("LongformerConfig", "LongformerModel", **_SMALL_BERT,
+                                                        attention_window=4), supports_static_cache=False,
+                 graph_breaks=True),
+    Architecture("mpnet", "text-encoder", _decoder("MPNetConfig", "MPNetModel", **_SMALL_BERT),
+                 supports_static_cache=False),
+    Architecture("esm", "text-encoder", _decoder("EsmConfig", "EsmModel", **_SMALL_BERT, pad_token_id=1),
+                 supports_static_cache=False),
+    Architecture("clip-text", "text-encoder", _decoder("CLIPTextConfig", "CLIPTextModel", vocab_size=VOCAB, hidden_size=32,
+                                                       intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                                       max_position_embeddings=64), supports_static_cache=False),
+    # vision: relative position bias, a dense-prediction neck (reassemble, fusion, interpolation);
+    # seq2seq: sinusoidal positions
+    Architecture("beit", "vision", _decoder("BeitConfig", "BeitModel", **_SMALL_VISION, use_relative_position_bias=True),
+                 supports_static_cache=False),
+    Architecture("dpt", "vision", _decoder("DPTConfig", "DPTModel", **{**_SMALL_VISION, "num_hidden_layers": 2},
+                                           backbone_out_indices=[0, 1]), supports_static_cache=False),
+    Architecture("m2m100", "seq2seq", _decoder("M2M100Config", "M2M100ForConditionalGeneration", **_SEQ2SEQ_SMALL,
+                                               decoder_start_token_id=2), supports_static_cache=False),
+    # vision-language: image features scattered into the prompt's embeddings (its token-count check left out)
+    Architecture("llava", "vision-language", _llava, supports_static_cache=False),
 ]
 
 #: every architecture by name (the matrix runs DECODERS and ENCODERS; MORE has one fp32 forward each)
@@ -187,6 +241,13 @@ def audio_features(batch: int, seed: int = 1) -> torch.Tensor:
 
 def waveform(batch: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(batch, 400, generator=torch.Generator().manual_seed(seed))
+
+
+def image_prompt(batch: int, seed: int = 1) -> torch.Tensor:
+    """Token ids with one image's 16 patch tokens (32x32 pixels, 8x8 patches) after two text tokens."""
+    ids = token_ids(batch, 24, seed) % IMAGE_TOKEN
+    ids[:, 2:18] = IMAGE_TOKEN
+    return ids
 
 
 def pixel_values(batch: int, seed: int = 1) -> torch.Tensor:
