@@ -196,15 +196,36 @@ class NeuronSettings:
     def check_compiler_args(self) -> None:
         """A malformed base list is one usage error at start-up naming where it came from."""
         from neuron_args.errors import CompilerArgsError
-        from neuron_args.flags import validate_compiler_args
+        from neuron_args.flags import option_value, validate_compiler_args
 
         try:
-            validate_compiler_args(self.compiler_args)
+            args = validate_compiler_args(self.compiler_args)
         except CompilerArgsError as exc:
             detail = str(exc).removeprefix("compiler args: ")
             raise pytest.UsageError(
                 f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: {detail} "
                 "(these are the base arguments of every graph, at the caller level)") from None
+        given = option_value(args, "--target")
+        if given is not None and given != self.target:
+            raise pytest.UsageError(
+                f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: --target "
+                f"{given} disagrees with the session's compile target {self.target!r} (--neuron-target, ini "
+                f"neuron_target, default {DEFAULT_TARGET}); remove --target from the base arguments (the plugin "
+                f"gives the compiler its target) or run with --neuron-target={given}")
+
+
+    def check_directories(self) -> None:
+        """An unusable cache or manifest folder is one usage error at start-up (not a test error per test)."""
+        from neuron_args.atomic import directory_problem
+
+        for option, path, writable, fix in (
+            ("--neuron-cache-dir", self.cache_dir, False, "a directory (a read-only one serves its complete entries)"),
+            ("--neuron-manifest-dir", self.manifest_dir, True, "a writable directory"),
+        ):
+            problem = None if path is None else directory_problem(path, writable=writable)
+            if problem:
+                ini = option.removeprefix("--").replace("-", "_")
+                raise pytest.UsageError(f"{option} (ini {ini}) {path} {problem}; give {fix}, or leave the option out")
 
 
 def argparse_suppress() -> str:

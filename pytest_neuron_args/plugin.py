@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "environment that has it (pip install neuronx-cc from the Neuron repository); elsewhere use "
             "--neuron-compiler local (or auto)")
     settings.check_compiler_args()
+    settings.check_directories()
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
     if session.is_rank_worker:

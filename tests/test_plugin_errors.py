@@ -142,3 +142,31 @@ def test_markers_need_a_model_only_for_the_fixtures_that_use_it(pytester: pytest
     result.stdout.fnmatch_lines(["*ERROR at setup of test_needs_model*",
                                  "neuron_runner (with @pytest.mark.graph_type('decode')) needs a `neuron_model` "
                                  "fixture: define one in your conftest.py*"])
+
+
+@pytest.mark.parametrize("option", ["--neuron-cache-dir", "--neuron-manifest-dir"])
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_an_unusable_cache_or_manifest_folder_is_one_usage_error(neuron_project: pytest.Pytester, option: str,
+                                                                 where: str) -> None:
+    blocker = neuron_project.path / "not-a-dir"
+    blocker.write_text("a file")
+    folder = blocker if where == "a file" else blocker / "sub"
+    neuron_project.makepyfile(test_dirs="def test_a(neuron_runner):\n    pass\n")
+    result = neuron_project.runpytest(f"{option}={folder}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    problem = "exists and is not a directory" if where == "a file" else "has a parent that is a regular file"
+    ini = option.removeprefix("--").replace("-", "_")
+    result.stderr.fnmatch_lines([f"ERROR: {option} (ini {ini}) {folder} {problem}; give *directory*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_target_in_the_base_arguments_must_agree_with_the_session_target(neuron_project: pytest.Pytester,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    neuron_project.makepyfile(test_target="def test_a(neuron_runner):\n    pass\n")
+    monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 --target=trn1")
+    neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\nneuron_compiler = local\n")
+    result = neuron_project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: NEURON_CC_FLAGS = '-O1 --target=trn1': --target trn1 disagrees with the session's compile target "
+        "'trn2' (--neuron-target, *); remove --target from the base arguments * or run with --neuron-target=trn1"])
