@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -552,8 +553,8 @@ class CompileCache:
             f"cache entry {entry.key} (graph type {graph_type!r}) in {self.root} is corrupt: {problem}; "
             f"while {ASSERT_CACHE_HIT_ENV} is set it would be rebuilt at serve time.\n"
             f"  fix: run the warmup again without {ASSERT_CACHE_HIT_ENV} (it moves the corrupt entry aside "
-            f"and rebuilds it), or delete {entry.path}; `neuron-args cache verify {self.root}` lists every "
-            "corrupt entry.")
+            f"and rebuilds it), or delete {entry.path}; `neuron-args cache verify {shlex.quote(str(self.root))}` "
+            "lists every corrupt entry.")
 
     def closest(self, key: CacheKey, graph_type: str | None = None) -> tuple[CacheEntry, list[str]] | None:
         """The complete entry most like ``key``: same graph first, then same graph type, fewest differences."""
@@ -600,11 +601,32 @@ class CompileCache:
             lines.append(
                 f"  fix: run this call inside scoped_compiler_args(resolve_graph_compiler_args({label})) so it "
                 "resolves the same arguments as warmup (or make the policy deterministic).")
-        if any(d.startswith("input_specs") for d in diff) or not diff:
+        casts = [] if near is None else _dtype_changes(near[0].metadata().get("key_components"), key)
+        if casts:
+            lines.append(f"  fix: pass inputs of the dtypes warmed up ({'; '.join(casts)}), "
+                         f"or declare a bucket with these dtypes for {label} and warm it up.")
+        elif any(d.startswith("input_specs") for d in diff) or not diff:
             lines.append(f"  fix: warm this graph type and shape up before serving (declare the bucket for {label}).")
         if any(d.startswith(("target", "tool_versions")) for d in diff):
             lines.append("  fix: warm up with the same target, compiler and tool versions as serve.")
         return CacheMissError("\n".join(lines))
+
+
+def _dtype_changes(warmed: Any, key: CacheKey) -> list[str]:
+    """``["input 2 is float64, warmed up as float32: .to(torch.float32)"]`` when the inputs differ from the warmed entry's
+    in dtypes only (same count and shapes), else ``[]``: a cast fixes such a miss."""
+    before = warmed.get("input_specs") if isinstance(warmed, dict) else None
+    after = key.components.as_dict().get("input_specs")
+    if not isinstance(before, list) or not isinstance(after, list) or len(before) != len(after):
+        return []
+    changes = []
+    for i, (old, new) in enumerate(zip(before, after)):
+        if not (isinstance(old, dict) and isinstance(new, dict)) or old.get("shape") != new.get("shape"):
+            return []
+        if old.get("dtype") != new.get("dtype"):
+            changes.append(f"input {i} is {new.get('dtype')}, warmed up as {old.get('dtype')}: "
+                           f".to(torch.{old.get('dtype')})")
+    return changes
 
 
 def _assert_cache_key_args(

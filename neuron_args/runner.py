@@ -512,6 +512,12 @@ class NeuronRunner:
             "its shape as a bucket in neuron_graphs(), or call it outside serve()")
         message = (f"{type(module).__name__} called while serving with {shapes}: the call {what}. "
                    f"Declared buckets of this entry: {declared}")
+        for g, b, sig in [] if types else self._signatures(module):  # shapes alone would read as a match
+            if [(n, s) for n, s, _ in sig] == [(n, s) for n, s, _ in signature]:
+                casts = ", ".join(f"{n} is {d}, declared {want}"
+                                  for (n, _, d), (_, _, want) in zip(signature, sig) if d != want)
+                message += f". The shapes match {g} {b} but not the dtypes ({casts}): cast the inputs to them"
+                break
         if self._serving is not None:
             self._serving.undeclared.append(message)
         raise UndeclaredGraphError(message)

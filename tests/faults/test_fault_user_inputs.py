@@ -1,0 +1,128 @@
+"""What a user's own setup gets wrong, and the message that says so: inputs served with other dtypes
+than warmed up, a cache path with spaces in a copy-pasted fix, a read-only cache or manifest folder."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from neuron_args import CacheMissError
+from neuron_args.activity import ACTIVITY
+from neuron_args.atomic import directory_problem
+from neuron_args.cache import CompileCache, new_metadata
+from neuron_args.cache_key import create_cache_hash
+
+SERVE_TESTS = """
+import pytest
+import torch
+
+from neuron_args import CacheMissError
+from neuron_args.runner import UndeclaredGraphError
+
+
+def test_served_as_declared(neuron_served):
+    neuron_served.run("decode", {"x": torch.ones(1, 8)})
+
+
+def test_other_dtype_through_run(neuron_served):
+    with pytest.raises(CacheMissError) as caught:
+        neuron_served.run("decode", {"x": torch.ones(1, 8, dtype=torch.float64)})
+    print("MISS:", str(caught.value).replace("\\n", " | "))
+
+
+def test_other_dtype_by_a_direct_call(neuron_served, neuron_model):
+    with pytest.raises(UndeclaredGraphError) as caught:
+        neuron_model(torch.ones(1, 8, dtype=torch.float16))
+    print("UNDECLARED:", caught.value)
+"""
+
+
+def _key(dtype: str):
+    return create_cache_hash(graph_text="HloModule decode", input_specs=[((1, 8), dtype)], compiler_args=["-O1"],
+                             target="trn2", tool_versions={"compiler": "fake 1"})
+
+
+def _build(key):
+    def build(entry):
+        entry.hlo_path.write_bytes(b"hlo")
+        entry.executable_path.write_bytes(b"exe")
+        entry.write_metadata(new_metadata(key, seam="neuron_libtorch", graph_type="decode", compiler_args=["-O1"],
+                                          target="trn2", status="compiled"))
+    return build
+
+
+def test_a_miss_on_dtypes_alone_says_which_input_to_cast(tmp_path):
+    ACTIVITY.reset()
+    cache = CompileCache(tmp_path)
+    warm, cold = _key("float32"), _key("bfloat16")
+    cache.get_or_build(warm, _build(warm))
+    with pytest.raises(CacheMissError) as caught:
+        cache.get_or_build(cold, _build(cold), graph_type="decode", assert_hit=True)
+    message = str(caught.value)
+    assert cold.key in message and warm.key in message and "'decode'" in message
+    assert "fix: pass inputs of the dtypes warmed up (input 0 is bfloat16, warmed up as float32: " \
+           ".to(torch.float32)), or declare a bucket with these dtypes for 'decode'" in message
+    assert "warm this graph type and shape up" not in message  # no bucket is missing: a cast fixes it
+
+
+def test_a_corrupt_entry_s_fix_quotes_a_cache_path_with_spaces(tmp_path):
+    ACTIVITY.reset()
+    cache = CompileCache(tmp_path / "my cache é")
+    key = _key("float32")
+    entry, _ = cache.get_or_build(key, _build(key))
+    entry.executable_path.write_bytes(b"")
+    ACTIVITY.verified.clear()
+    with pytest.raises(CacheMissError) as caught:
+        cache.get_or_build(key, _build(key), graph_type="decode", assert_hit=True)
+    command = str(caught.value).split("`")[1]
+    assert shlex.split(command) == ["neuron-args", "cache", "verify", str(cache.root)]  # pastes into a shell
+
+
+def test_a_user_serving_other_dtypes_is_told_to_cast(neuron_project):
+    neuron_project.makepyfile(test_serve_dtypes=SERVE_TESTS)
+    result = neuron_project.runpytest("-p", "no:randomly", "-s")
+    result.assert_outcomes(passed=3, errors=1)  # the plugin fails a test that swallowed an UndeclaredGraphError
+    result.stdout.fnmatch_lines([
+        "*MISS: cache miss for graph type 'decode' (key *) * | *fix: pass inputs of the dtypes warmed up (input * is "
+        "float64, warmed up as float32: .to(torch.float32)), or declare a bucket with these dtypes for 'decode'*",
+        "*UNDECLARED: TinyTwoGraph called while serving with x=[[]1, 8[]]: the call matches no declared bucket*. "
+        "The shapes match decode b1 but not the dtypes (x is torch.float16, declared torch.float32): cast the inputs "
+        "to them",
+    ])
+
+
+@contextlib.contextmanager
+def _read_only_view(path: Path, mount: Path):
+    """``path`` seen read-only at ``mount`` (a read-only bind mount: root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only file system needs a read-only bind mount, which needs root; this run is not root")
+    mount.mkdir()
+    done = subprocess.run(["mount", "--bind", str(path), str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here (no CAP_SYS_ADMIN in this container?): {done.stderr.strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mount)], check=True, capture_output=True)
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_read_only_cache_serves_and_a_read_only_manifest_folder_is_a_usage_error(neuron_project, warm_cache,
+                                                                                  tmp_path):
+    with _read_only_view(warm_cache.path, tmp_path / "ro-cache") as ro:
+        assert directory_problem(ro) is None  # a prebuilt cache on a read-only image: fine to serve from
+        assert directory_problem(ro, writable=True) == "is on a read-only file system"
+        assert directory_problem(ro / "new").startswith("cannot be created (Read-only file system")
+        neuron_project.makepyfile(test_ro="import torch\n\ndef test_served(neuron_served):\n"
+                                          "    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n")
+        result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={ro}")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["*0 compiles*serve: 1 call(s)*0 miss(es)*"])
+        result = neuron_project.runpytest(f"--neuron-manifest-dir={ro}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: --neuron-manifest-dir (ini neuron_manifest_dir) {ro} is on a read-only "
+                                     "file system; give a writable directory, or leave the option out"])
