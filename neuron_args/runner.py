@@ -623,6 +623,11 @@ def graph_break_message(graph_type: str, exc: BaseException) -> str:
     where = f"{frame.filename}:{frame.lineno} (in {frame.name})" if frame is not None else "an unknown line"
     text = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)) if frame is not None else ""
     line = f"\n    {text.strip()}" if text and text.strip() else ""
+    if isinstance(exc.__cause__, torch._dynamo.exc.ObservedException):  # the model's own raise, not a break
+        return (f"graph type {graph_type!r}: the model raised while it was traced, at {where}:{line}\n  "
+                f"{exc.__cause__}\n  This is an error of the model's forward for these inputs, not a graph break "
+                "(allowing graph breaks would not help). Fix: call the entry module eagerly with the bucket's inputs "
+                "to debug it (torch.compiler.set_stance('force_eager')).")
     return (f"graph break in graph type {graph_type!r} at {where}:{line}\n  Dynamo's reason: {reason}"
             + (f" ({explanation})" if explanation else "")
             + "\n  Neuron serves whole graphs: this graph type would become several graphs (and several compiles). "

@@ -9,12 +9,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from neuron_args import CacheMissError
 from neuron_args.activity import ACTIVITY
 from neuron_args.atomic import directory_problem
 from neuron_args.cache import CompileCache, new_metadata
 from neuron_args.cache_key import create_cache_hash
+from neuron_args.graphs import GraphSpec
+from neuron_args.runner import GraphBreakError, NeuronRunner
 
 SERVE_TESTS = """
 import pytest
@@ -126,3 +129,31 @@ def test_a_read_only_cache_serves_and_a_read_only_manifest_folder_is_a_usage_err
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines([f"ERROR: --neuron-manifest-dir (ini neuron_manifest_dir) {ro} is on a read-only "
                                      "file system; give a writable directory, or leave the option out"])
+
+
+class _RaisesForBucketB2(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.shape[0] == 2:
+            raise ValueError("batch 2 is not supported by this head")
+        return self.fc(x)
+
+    def neuron_graphs(self):
+        return [GraphSpec("decode", self, {"b1": lambda: {"x": torch.ones(1, 4)}, "b2": lambda: {"x": torch.ones(2, 4)}})]
+
+
+def test_a_model_that_raises_in_forward_during_warmup_is_not_called_a_graph_break(tmp_path):
+    torch._dynamo.reset()
+    runner = NeuronRunner(_RaisesForBucketB2(), compiler="local", cache_dir=tmp_path)
+    with pytest.raises(GraphBreakError) as caught:
+        runner.warmup(emit=False)
+    torch._dynamo.reset()
+    message = str(caught.value)
+    assert message.startswith("graph type 'decode': the model raised while it was traced, at ")
+    assert 'raise ValueError("batch 2 is not supported by this head")' in message
+    assert "ValueError('batch 2 is not supported by this head')" in message
+    assert "not a graph break (allowing graph breaks would not help)" in message
+    assert "--neuron-allow-graph-breaks" not in message
