@@ -17,6 +17,7 @@ from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
 from neuron_args.deferred import FLOWS
 from neuron_args.flags import KNOWN_TARGETS as TARGETS
 from neuron_args.flags import OPT_LEVELS
+from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.seams.platform import DEFAULT_TARGET
 
 DEFAULT_FLOW = FLOWS[0]
@@ -49,7 +50,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="compile cache directory, kept across runs (default: a fresh directory per "
                          "session under pytest's base temp; ini: neuron_cache_dir)")
     group.addoption("--neuron-manifest-dir", default=None, metavar="DIR",
-                    help="VLLM_NEURON_MANIFEST_DIR for the session (restored after): the session writes "
+                    help="VLLM_NEURON_MANIFEST_DIR for the session (restored after; default: that variable as "
+                         "the session starts): the session writes "
                          "<DIR>/<engine-id>/manifest.json with every graph it compiled or loaded, merged across "
                          "xdist workers (ini: neuron_manifest_dir)")
     group.addoption("--neuron-optimization-level", type=int, default=None, metavar="N",
@@ -183,7 +185,7 @@ class NeuronSettings:
             target=target,
             compiler=compiler,
             cache_dir=_path(config, "neuron_cache_dir"),
-            manifest_dir=_path(config, "neuron_manifest_dir"),
+            manifest_dir=_path(config, "neuron_manifest_dir") or _env_manifest_dir(),
             optimization_level=level,
             flow=flow,
             baseline=_path(config, "neuron_baseline"),
@@ -225,7 +227,8 @@ class NeuronSettings:
             problem = None if path is None else directory_problem(path, writable=writable)
             if problem:
                 ini = option.removeprefix("--").replace("-", "_")
-                raise pytest.UsageError(f"{option} (ini {ini}) {path} {problem}; give {fix}, or leave the option out")
+                where = f"{option} (ini {ini}, else ${MANIFEST_DIR_ENV})" if writable else f"{option} (ini {ini})"
+                raise pytest.UsageError(f"{where} {path} {problem}; give {fix}, or leave the option out")
 
 
 def argparse_suppress() -> str:
@@ -243,6 +246,13 @@ def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
     if isinstance(ini, str) and ini.strip():
         return ini.strip(), "ini"
     return None, ""
+
+
+def _env_manifest_dir() -> Path | None:
+    """``$VLLM_NEURON_MANIFEST_DIR`` as the session starts (a conftest may set it): the session manifest's
+    folder when no option or ini key names one, so its ledger lines end in a manifest, not left behind."""
+    value = os.environ.get(MANIFEST_DIR_ENV, "").strip()
+    return Path(os.path.expanduser(value)).absolute() if value else None
 
 
 def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> str | None:

@@ -127,7 +127,7 @@ def test_a_read_only_cache_serves_and_a_read_only_manifest_folder_is_a_usage_err
         result.stdout.fnmatch_lines(["*0 compiles*serve: 1 call(s)*0 miss(es)*"])
         result = neuron_project.runpytest(f"--neuron-manifest-dir={ro}")
         assert result.ret == pytest.ExitCode.USAGE_ERROR
-        result.stderr.fnmatch_lines([f"ERROR: --neuron-manifest-dir (ini neuron_manifest_dir) {ro} is on a read-only "
+        result.stderr.fnmatch_lines([f"ERROR: --neuron-manifest-dir (ini neuron_manifest_dir, else $VLLM_NEURON_MANIFEST_DIR) {ro} is on a read-only "
                                      "file system; give a writable directory, or leave the option out"])
 
 
