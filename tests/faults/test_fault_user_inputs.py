@@ -157,3 +157,17 @@ def test_a_model_that_raises_in_forward_during_warmup_is_not_called_a_graph_brea
     assert "ValueError('batch 2 is not supported by this head')" in message
     assert "not a graph break (allowing graph breaks would not help)" in message
     assert "--neuron-allow-graph-breaks" not in message
+
+
+def test_manifest_show_on_a_folder_of_unemitted_ledger_lines_says_how_to_emit(tmp_path, capsys):
+    from neuron_args.cli import main as cli
+
+    folder = tmp_path / "my manifests"
+    (folder / "ledger" / "dev0_1").mkdir(parents=True)
+    (folder / "ledger" / "dev0_1" / "4242.jsonl").write_text('{"key": "x"}\n')
+    assert cli(["manifest", "show", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read manifest {folder / 'manifest.json'}: No such file or directory; {folder} holds ledger " \
+           "lines of engine(s) dev0_1 that no process emitted yet: an engine emits at its end " \
+           "(NeuronRunner.emit_manifest(), neuron_args.manifest.emit_manifest), or run pytest with " \
+           f"--neuron-manifest-dir={shlex.quote(str(folder))}" in err
