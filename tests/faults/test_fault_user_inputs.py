@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 import subprocess
 from pathlib import Path
 
@@ -171,3 +172,25 @@ def test_manifest_show_on_a_folder_of_unemitted_ledger_lines_says_how_to_emit(tm
            "lines of engine(s) dev0_1 that no process emitted yet: an engine emits at its end " \
            "(NeuronRunner.emit_manifest(), neuron_args.manifest.emit_manifest), or run pytest with " \
            f"--neuron-manifest-dir={shlex.quote(str(folder))}" in err
+
+
+class _KilledInForward(torch.nn.Module):
+    """SIGKILLs its own process in forward: a trace child the out-of-memory killer took."""
+
+    def forward(self, x):
+        os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+
+def test_a_trace_child_killed_by_a_signal_names_the_bucket_and_the_likely_cause(tmp_path):
+    from neuron_args import TraceError
+    from neuron_args.deferred import TraceJob, parallel_trace
+
+    torch._dynamo.reset()
+    job = TraceJob(_KilledInForward(), {"x": torch.zeros(2, 4)}, ["-O1"], "decode")
+    with pytest.raises(TraceError) as caught:
+        parallel_trace([job], options={"cache_dir": str(tmp_path), "compiler": "local"}, workers=1, timeout=300)
+    message = str(caught.value)
+    assert "trace child of graph type 'decode' died without a result (killed by signal 9) while tracing inputs " \
+           "x=[2, 4]; fix: a signal ended it (SIGKILL with no one sending it is mostly the kernel's out-of-memory " \
+           "killer: see `dmesg`): trace fewer jobs at once (NEURON_ARGS_TRACE_WORKERS)" in message
