@@ -215,6 +215,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput[WORKEROUTPUT_KEY] = state.export()
     else:
         state.emit_manifests()
+        if state.manifest_failures and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # --neuron-manifest-dir asked for it
         tidy_session(state)
         state.report_written = write_json_report(state)
         write_step_summary(state)

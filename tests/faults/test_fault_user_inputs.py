@@ -194,3 +194,42 @@ def test_a_trace_child_killed_by_a_signal_names_the_bucket_and_the_likely_cause(
     assert "trace child of graph type 'decode' died without a result (killed by signal 9) while tracing inputs " \
            "x=[2, 4]; fix: a signal ended it (SIGKILL with no one sending it is mostly the kernel's out-of-memory " \
            "killer: see `dmesg`): trace fewer jobs at once (NEURON_ARGS_TRACE_WORKERS)" in message
+
+
+SERVED_ONCE = "import torch\n\ndef test_served(neuron_served):\n    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n"
+
+
+def test_a_manifest_the_session_cannot_write_fails_it_saying_why(neuron_project, tmp_path, monkeypatch):
+    import errno
+
+    from neuron_args.manifest import emit
+
+    def disk_full(path, data, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(emit, "write_atomic", disk_full)
+    manifests = tmp_path / "manifests"
+    neuron_project.makepyfile(test_m=SERVED_ONCE)
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        f"manifest NOT written (the session fails): could not write {manifests / 'nodev' / 'manifest.json'} "
+        "(OSError: [[]Errno 28[]] No space left on device*); free space or make the folder writable (or give another "
+        "--neuron-manifest-dir) and rerun"])
+    assert list((manifests / "ledger" / "nodev").glob("*.jsonl"))  # the lines stay for a post-mortem
+
+
+def test_a_full_disk_under_the_manifest_folder_fails_the_session(neuron_project, tiny_disk):
+    from tests.faults.fault_helpers import fill
+
+    manifests = tiny_disk / "manifests"
+    manifests.mkdir()
+    fill(tiny_disk)
+    neuron_project.makepyfile(test_m=SERVED_ONCE)
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        f"manifest NOT written (the session fails): none of the 2 graph(s) of this session reached the ledger in "
+        f"{manifests} (its writes failed: a full disk or an unwritable folder); free space *"])
