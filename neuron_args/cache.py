@@ -344,8 +344,8 @@ class KeyLock:
             self._lock.release()
 
 
-def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None) -> CompileError:
-    """A file-system failure while writing an entry, as the error a user can act on."""
+def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, corrupt: str | None = None) -> CompileError:
+    """A file-system failure while writing an entry (or moving a ``corrupt`` one aside), as the error a user can act on."""
     elsewhere = f"point the cache elsewhere (options['cache_dir'] or ${CACHE_DIR_ENV})"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         fix = f"free space on the file system of {where} or {elsewhere}"
@@ -353,10 +353,12 @@ def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None) -
         fix = f"make {where} writable or {elsewhere}"
     else:
         fix = f"check the file system of {where}"
+    what = (f"cache entry {key} (graph type {graph_type!r}) in {where} is corrupt ({corrupt}) and cannot be moved "
+            "aside to be rebuilt" if corrupt else f"cannot write cache entry {key} (graph type {graph_type!r}) in {where}")
+    after = ("It is never loaded; a run that can write the cache moves it aside and rebuilds it." if corrupt else
+             "The entry is left incomplete and is rebuilt by the next run.")
     return CompileError(
-        f"cannot write cache entry {key} (graph type {graph_type!r}) in {where}: "
-        f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, exc.errno)}). "
-        f"The entry is left incomplete and is rebuilt by the next run.\nfix: {fix}")
+        f"{what}: {exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, exc.errno)}). {after}\nfix: {fix}")
 
 
 def new_metadata(
@@ -492,6 +494,10 @@ class CompileCache:
                 return None
             dest = self.root / QUARANTINE_DIR / f"{entry.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
             dest.parent.mkdir(parents=True, exist_ok=True)
+            for n in range(1, 1000):  # the same second twice (a clock set back): never onto an earlier copy
+                if not dest.exists():
+                    break
+                dest = dest.with_name(f"{dest.name.split('~')[0]}~{n}")
             os.replace(entry.path, dest)
         _verified.discard((str(self.root), entry.key))
         _corrupt[entry.key] = reason
@@ -524,7 +530,10 @@ class CompileCache:
             if asserting:
                 STATS.misses += 1
                 raise self.corrupt_error(entry, problem, graph_type)
-            self.quarantine(entry, problem)
+            try:
+                self.quarantine(entry, problem)
+            except OSError as exc:  # a read-only or full cache: its lock file or the move
+                raise disk_error(exc, self.root, key=key.key, graph_type=graph_type, corrupt=problem) from exc
         if asserting:
             STATS.misses += 1
             raise self.miss_error(key, graph_type)

@@ -233,3 +233,36 @@ def test_a_full_disk_under_the_manifest_folder_fails_the_session(neuron_project,
     result.stdout.fnmatch_lines([
         f"manifest NOT written (the session fails): none of the 2 graph(s) of this session reached the ledger in "
         f"{manifests} (its writes failed: a full disk or an unwritable folder); free space *"])
+
+
+def test_a_corrupt_entry_in_a_read_only_cache_is_a_compile_error_saying_so(tmp_path):
+    from neuron_args.errors import CompileError
+
+    ACTIVITY.reset()
+    key = _key("float32")
+    entry, _ = CompileCache(tmp_path / "cache").get_or_build(key, _build(key))
+    entry.executable_path.write_bytes(b"")
+    ACTIVITY.verified.clear()
+    with _read_only_view(tmp_path / "cache", tmp_path / "ro") as ro:
+        with pytest.raises(CompileError) as caught:
+            CompileCache(ro).get_or_build(key, _build(key), graph_type="decode")
+    assert str(caught.value) == (
+        f"cache entry {key.key} (graph type 'decode') in {ro} is corrupt (the executable is empty) and cannot be moved aside to be rebuilt: Read-only file system (EROFS). It is never "
+        f"loaded; a run that can write the cache moves it aside and rebuilds it.\nfix: make {ro} writable or point the "
+        "cache elsewhere (options['cache_dir'] or $NEURON_LIBTORCH_CACHE_DIR)")
+
+
+def test_quarantining_one_key_twice_in_one_second_keeps_both_copies(tmp_path, monkeypatch):
+    import time
+
+    ACTIVITY.reset()
+    cache, key = CompileCache(tmp_path), _key("float32")
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20260101T000000")  # a clock set back to one second
+    entry, _ = cache.get_or_build(key, _build(key))
+    for _ in range(3):
+        entry.executable_path.write_bytes(b"")  # corrupt: empty
+        ACTIVITY.verified.clear()
+        assert cache.get_or_build(key, _build(key))[1] is False  # moved aside and rebuilt
+    kept = sorted(p.name for p in (tmp_path / ".corrupt").iterdir())
+    stem = f"{key.key}-20260101T000000-{os.getpid()}"
+    assert kept == [stem, f"{stem}~1", f"{stem}~2"]
