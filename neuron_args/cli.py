@@ -265,7 +265,12 @@ def _cache_verify(args: argparse.Namespace) -> int:
     found = []
     for entry, problem in corrupt:
         label = entry.metadata().get("graph_type")
-        moved = cache.quarantine(entry, problem) if args.fix else None
+        try:
+            moved = cache.quarantine(entry, problem) if args.fix else None
+        except OSError as exc:  # a read-only or full cache: its lock file or the move
+            raise _Usage(f"cannot move corrupt entry {entry.key} (graph type {label!r}) aside in {root}: "
+                         f"{exc.strerror or exc}; make {root} writable and run again (a corrupt entry is never "
+                         "loaded meanwhile)") from None
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
     if args.json:

@@ -235,7 +235,8 @@ def test_a_full_disk_under_the_manifest_folder_fails_the_session(neuron_project,
         f"{manifests} (its writes failed: a full disk or an unwritable folder); free space *"])
 
 
-def test_a_corrupt_entry_in_a_read_only_cache_is_a_compile_error_saying_so(tmp_path):
+def test_a_corrupt_entry_in_a_read_only_cache_is_a_compile_error_saying_so(tmp_path, capsys):
+    from neuron_args.cli import main as cli
     from neuron_args.errors import CompileError
 
     ACTIVITY.reset()
@@ -246,6 +247,11 @@ def test_a_corrupt_entry_in_a_read_only_cache_is_a_compile_error_saying_so(tmp_p
     with _read_only_view(tmp_path / "cache", tmp_path / "ro") as ro:
         with pytest.raises(CompileError) as caught:
             CompileCache(ro).get_or_build(key, _build(key), graph_type="decode")
+        capsys.readouterr()
+        assert cli(["cache", "verify", "--fix", str(ro)]) == 2  # a message, not a traceback
+        assert capsys.readouterr().err.strip() == (
+            f"neuron-args: cannot move corrupt entry {key.key} (graph type 'decode') aside in {ro}: Read-only file "
+            f"system; make {ro} writable and run again (a corrupt entry is never loaded meanwhile)")
     assert str(caught.value) == (
         f"cache entry {key.key} (graph type 'decode') in {ro} is corrupt (the executable is empty) and cannot be moved aside to be rebuilt: Read-only file system (EROFS). It is never "
         f"loaded; a run that can write the cache moves it aside and rebuilds it.\nfix: make {ro} writable or point the "
