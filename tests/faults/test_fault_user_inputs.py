@@ -199,6 +199,15 @@ def test_a_trace_child_killed_by_a_signal_names_the_bucket_and_the_likely_cause(
 SERVED_ONCE = "import torch\n\ndef test_served(neuron_served):\n    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n"
 
 
+def _failed_session(project, manifests):
+    """One served test that passes in a session that fails: its manifest could not be written."""
+    project.makepyfile(test_m=SERVED_ONCE)
+    result = project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    return result
+
+
 def test_a_manifest_the_session_cannot_write_fails_it_saying_why(neuron_project, tmp_path, monkeypatch):
     import errno
 
@@ -209,11 +218,7 @@ def test_a_manifest_the_session_cannot_write_fails_it_saying_why(neuron_project,
 
     monkeypatch.setattr(emit, "write_atomic", disk_full)
     manifests = tmp_path / "manifests"
-    neuron_project.makepyfile(test_m=SERVED_ONCE)
-    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}")
-    result.assert_outcomes(passed=1)
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([
+    _failed_session(neuron_project, manifests).stdout.fnmatch_lines([
         f"manifest NOT written (the session fails): could not write {manifests / 'nodev' / 'manifest.json'} "
         "(OSError: [[]Errno 28[]] No space left on device*); free space or make the folder writable (or give another "
         "--neuron-manifest-dir) and rerun"])
@@ -226,11 +231,7 @@ def test_a_full_disk_under_the_manifest_folder_fails_the_session(neuron_project,
     manifests = tiny_disk / "manifests"
     manifests.mkdir()
     fill(tiny_disk)
-    neuron_project.makepyfile(test_m=SERVED_ONCE)
-    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}")
-    result.assert_outcomes(passed=1)
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([
+    _failed_session(neuron_project, manifests).stdout.fnmatch_lines([
         f"manifest NOT written (the session fails): none of the 2 graph(s) of this session reached the ledger in "
         f"{manifests} (its writes failed: a full disk or an unwritable folder); free space *"])
 
