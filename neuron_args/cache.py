@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -343,8 +344,8 @@ class KeyLock:
             self._lock.release()
 
 
-def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None) -> CompileError:
-    """A file-system failure while writing an entry, as the error a user can act on."""
+def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, corrupt: str | None = None) -> CompileError:
+    """A file-system failure while writing an entry (or moving a ``corrupt`` one aside), as the error a user can act on."""
     elsewhere = f"point the cache elsewhere (options['cache_dir'] or ${CACHE_DIR_ENV})"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         fix = f"free space on the file system of {where} or {elsewhere}"
@@ -352,10 +353,12 @@ def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None) -
         fix = f"make {where} writable or {elsewhere}"
     else:
         fix = f"check the file system of {where}"
+    what = (f"cache entry {key} (graph type {graph_type!r}) in {where} is corrupt ({corrupt}) and cannot be moved "
+            "aside to be rebuilt" if corrupt else f"cannot write cache entry {key} (graph type {graph_type!r}) in {where}")
+    after = ("It is never loaded; a run that can write the cache moves it aside and rebuilds it." if corrupt else
+             "The entry is left incomplete and is rebuilt by the next run.")
     return CompileError(
-        f"cannot write cache entry {key} (graph type {graph_type!r}) in {where}: "
-        f"{exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, exc.errno)}). "
-        f"The entry is left incomplete and is rebuilt by the next run.\nfix: {fix}")
+        f"{what}: {exc.strerror or exc} ({errno.errorcode.get(exc.errno or 0, exc.errno)}). {after}\nfix: {fix}")
 
 
 def new_metadata(
@@ -491,6 +494,10 @@ class CompileCache:
                 return None
             dest = self.root / QUARANTINE_DIR / f"{entry.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
             dest.parent.mkdir(parents=True, exist_ok=True)
+            for n in range(1, 1000):  # the same second twice (a clock set back): never onto an earlier copy
+                if not dest.exists():
+                    break
+                dest = dest.with_name(f"{dest.name.split('~')[0]}~{n}")
             os.replace(entry.path, dest)
         _verified.discard((str(self.root), entry.key))
         _corrupt[entry.key] = reason
@@ -523,7 +530,10 @@ class CompileCache:
             if asserting:
                 STATS.misses += 1
                 raise self.corrupt_error(entry, problem, graph_type)
-            self.quarantine(entry, problem)
+            try:
+                self.quarantine(entry, problem)
+            except OSError as exc:  # a read-only or full cache: its lock file or the move
+                raise disk_error(exc, self.root, key=key.key, graph_type=graph_type, corrupt=problem) from exc
         if asserting:
             STATS.misses += 1
             raise self.miss_error(key, graph_type)
@@ -552,8 +562,8 @@ class CompileCache:
             f"cache entry {entry.key} (graph type {graph_type!r}) in {self.root} is corrupt: {problem}; "
             f"while {ASSERT_CACHE_HIT_ENV} is set it would be rebuilt at serve time.\n"
             f"  fix: run the warmup again without {ASSERT_CACHE_HIT_ENV} (it moves the corrupt entry aside "
-            f"and rebuilds it), or delete {entry.path}; `neuron-args cache verify {self.root}` lists every "
-            "corrupt entry.")
+            f"and rebuilds it), or delete {entry.path}; `neuron-args cache verify {shlex.quote(str(self.root))}` "
+            "lists every corrupt entry.")
 
     def closest(self, key: CacheKey, graph_type: str | None = None) -> tuple[CacheEntry, list[str]] | None:
         """The complete entry most like ``key``: same graph first, then same graph type, fewest differences."""
@@ -600,11 +610,32 @@ class CompileCache:
             lines.append(
                 f"  fix: run this call inside scoped_compiler_args(resolve_graph_compiler_args({label})) so it "
                 "resolves the same arguments as warmup (or make the policy deterministic).")
-        if any(d.startswith("input_specs") for d in diff) or not diff:
+        casts = [] if near is None else _dtype_changes(near[0].metadata().get("key_components"), key)
+        if casts:
+            lines.append(f"  fix: pass inputs of the dtypes warmed up ({'; '.join(casts)}), "
+                         f"or declare a bucket with these dtypes for {label} and warm it up.")
+        elif any(d.startswith("input_specs") for d in diff) or not diff:
             lines.append(f"  fix: warm this graph type and shape up before serving (declare the bucket for {label}).")
         if any(d.startswith(("target", "tool_versions")) for d in diff):
             lines.append("  fix: warm up with the same target, compiler and tool versions as serve.")
         return CacheMissError("\n".join(lines))
+
+
+def _dtype_changes(warmed: Any, key: CacheKey) -> list[str]:
+    """``["input 2 is float64, warmed up as float32: .to(torch.float32)"]`` when the inputs differ from the warmed entry's
+    in dtypes only (same count and shapes), else ``[]``: a cast fixes such a miss."""
+    before = warmed.get("input_specs") if isinstance(warmed, dict) else None
+    after = key.components.as_dict().get("input_specs")
+    if not isinstance(before, list) or not isinstance(after, list) or len(before) != len(after):
+        return []
+    changes = []
+    for i, (old, new) in enumerate(zip(before, after)):
+        if not (isinstance(old, dict) and isinstance(new, dict)) or old.get("shape") != new.get("shape"):
+            return []
+        if old.get("dtype") != new.get("dtype"):
+            changes.append(f"input {i} is {new.get('dtype')}, warmed up as {old.get('dtype')}: "
+                           f".to(torch.{old.get('dtype')})")
+    return changes
 
 
 def _assert_cache_key_args(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -54,7 +55,14 @@ def _load_manifest(path: str) -> dict:
     try:
         text = target.read_text(encoding="utf-8")
     except OSError as exc:
-        raise _Usage(f"cannot read manifest {target}: {exc.strerror or exc}") from None
+        from neuron_args.manifest.ledger import ledger_engines
+
+        given = Path(path).expanduser()
+        pending = ledger_engines(given) if given.is_dir() else []
+        hint = (f"; {given} holds ledger lines of engine(s) {', '.join(pending)} that no process emitted yet: "
+                "an engine emits at its end (NeuronRunner.emit_manifest(), neuron_args.manifest.emit_manifest), or run "
+                f"pytest with --neuron-manifest-dir={shlex.quote(str(given))}") if pending else ""
+        raise _Usage(f"cannot read manifest {target}: {exc.strerror or exc}{hint}") from None
     try:
         doc = json.loads(text)
     except ValueError as exc:
@@ -257,7 +265,12 @@ def _cache_verify(args: argparse.Namespace) -> int:
     found = []
     for entry, problem in corrupt:
         label = entry.metadata().get("graph_type")
-        moved = cache.quarantine(entry, problem) if args.fix else None
+        try:
+            moved = cache.quarantine(entry, problem) if args.fix else None
+        except OSError as exc:  # a read-only or full cache: its lock file or the move
+            raise _Usage(f"cannot move corrupt entry {entry.key} (graph type {label!r}) aside in {root}: "
+                         f"{exc.strerror or exc}; make {root} writable and run again (a corrupt entry is never "
+                         "loaded meanwhile)") from None
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
     if args.json:

@@ -308,7 +308,14 @@ class NeuronRunner:
         counts = CacheStats()
         traced: list[Any] = []
         if todo and flow == "in-process":
-            self._warmup_in_process(todo, progress)
+            # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
+            # asserts after it, and a conftest or CI job that exports it must not fail the warmup
+            was = ACTIVITY.assert_hit
+            ACTIVITY.assert_hit = False if was is None else was
+            try:
+                self._warmup_in_process(todo, progress)
+            finally:
+                ACTIVITY.assert_hit = was
             counts = CacheStats.since(before)
         elif todo:
             compile_report, counts, traced = self._warmup_parallel(todo, progress, trace_timeout)
@@ -512,6 +519,12 @@ class NeuronRunner:
             "its shape as a bucket in neuron_graphs(), or call it outside serve()")
         message = (f"{type(module).__name__} called while serving with {shapes}: the call {what}. "
                    f"Declared buckets of this entry: {declared}")
+        for g, b, sig in [] if types else self._signatures(module):  # shapes alone would read as a match
+            if [(n, s) for n, s, _ in sig] == [(n, s) for n, s, _ in signature]:
+                casts = ", ".join(f"{n} is {d}, declared {want}"
+                                  for (n, _, d), (_, _, want) in zip(signature, sig) if d != want)
+                message += f". The shapes match {g} {b} but not the dtypes ({casts}): cast the inputs to them"
+                break
         if self._serving is not None:
             self._serving.undeclared.append(message)
         raise UndeclaredGraphError(message)
@@ -617,6 +630,11 @@ def graph_break_message(graph_type: str, exc: BaseException) -> str:
     where = f"{frame.filename}:{frame.lineno} (in {frame.name})" if frame is not None else "an unknown line"
     text = (frame.line or linecache.getline(frame.filename, frame.lineno or 0)) if frame is not None else ""
     line = f"\n    {text.strip()}" if text and text.strip() else ""
+    if isinstance(exc.__cause__, torch._dynamo.exc.ObservedException):  # the model's own raise, not a break
+        return (f"graph type {graph_type!r}: the model raised while it was traced, at {where}:{line}\n  "
+                f"{exc.__cause__}\n  This is an error of the model's forward for these inputs, not a graph break "
+                "(allowing graph breaks would not help). Fix: call the entry module eagerly with the bucket's inputs "
+                "to debug it (torch.compiler.set_stance('force_eager')).")
     return (f"graph break in graph type {graph_type!r} at {where}:{line}\n  Dynamo's reason: {reason}"
             + (f" ({explanation})" if explanation else "")
             + "\n  Neuron serves whole graphs: this graph type would become several graphs (and several compiles). "

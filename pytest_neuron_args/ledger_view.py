@@ -63,7 +63,7 @@ def _config(config: Mapping[str, Any] | None, ledger: Ledger, keys: set[str]) ->
 
 
 def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping[str, Any] | None,
-                 keys: Iterable[str] | None = None) -> list[Path]:
+                 keys: Iterable[str] | None = None, failures: list[str] | None = None) -> list[Path]:
     """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given).
 
     With ``source == target`` the engine's ledger is consumed (the end of a session); otherwise the
@@ -86,7 +86,7 @@ def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping
         ranks = max(r["rank"] for r in lines)
         with env({MANIFEST_DIR_ENV: str(target), VISIBLE_DEVICES_ENV: engine_devices(engine)}):
             path = emit_manifest(cache_dir=cache_dir, config=_config(config, ledger, chosen),
-                                 rank_map=list(range(ranks + 1)))
+                                 rank_map=list(range(ranks + 1)), failures=failures)
         if path is not None:
             written.append(Path(path))
     return written

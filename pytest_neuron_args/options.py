@@ -17,6 +17,7 @@ from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
 from neuron_args.deferred import FLOWS
 from neuron_args.flags import KNOWN_TARGETS as TARGETS
 from neuron_args.flags import OPT_LEVELS
+from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.seams.platform import DEFAULT_TARGET
 
 DEFAULT_FLOW = FLOWS[0]
@@ -49,7 +50,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="compile cache directory, kept across runs (default: a fresh directory per "
                          "session under pytest's base temp; ini: neuron_cache_dir)")
     group.addoption("--neuron-manifest-dir", default=None, metavar="DIR",
-                    help="VLLM_NEURON_MANIFEST_DIR for the session (restored after): the session writes "
+                    help="VLLM_NEURON_MANIFEST_DIR for the session (restored after; default: that variable as "
+                         "the session starts): the session writes "
                          "<DIR>/<engine-id>/manifest.json with every graph it compiled or loaded, merged across "
                          "xdist workers (ini: neuron_manifest_dir)")
     group.addoption("--neuron-optimization-level", type=int, default=None, metavar="N",
@@ -183,7 +185,7 @@ class NeuronSettings:
             target=target,
             compiler=compiler,
             cache_dir=_path(config, "neuron_cache_dir"),
-            manifest_dir=_path(config, "neuron_manifest_dir"),
+            manifest_dir=_path(config, "neuron_manifest_dir") or _env_manifest_dir(),
             optimization_level=level,
             flow=flow,
             baseline=_path(config, "neuron_baseline"),
@@ -196,15 +198,37 @@ class NeuronSettings:
     def check_compiler_args(self) -> None:
         """A malformed base list is one usage error at start-up naming where it came from."""
         from neuron_args.errors import CompilerArgsError
-        from neuron_args.flags import validate_compiler_args
+        from neuron_args.flags import option_value, validate_compiler_args
 
         try:
-            validate_compiler_args(self.compiler_args)
+            args = validate_compiler_args(self.compiler_args)
         except CompilerArgsError as exc:
             detail = str(exc).removeprefix("compiler args: ")
             raise pytest.UsageError(
                 f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: {detail} "
                 "(these are the base arguments of every graph, at the caller level)") from None
+        given = option_value(args, "--target")
+        if given is not None and given != self.target:
+            raise pytest.UsageError(
+                f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: --target "
+                f"{given} disagrees with the session's compile target {self.target!r} (--neuron-target, ini "
+                f"neuron_target, default {DEFAULT_TARGET}); remove --target from the base arguments (the plugin "
+                f"gives the compiler its target) or run with --neuron-target={given}")
+
+
+    def check_directories(self) -> None:
+        """An unusable cache or manifest folder is one usage error at start-up (not a test error per test)."""
+        from neuron_args.atomic import directory_problem
+
+        for option, path, writable, fix in (
+            ("--neuron-cache-dir", self.cache_dir, False, "a directory (a read-only one serves its complete entries)"),
+            ("--neuron-manifest-dir", self.manifest_dir, True, "a writable directory"),
+        ):
+            problem = None if path is None else directory_problem(path, writable=writable)
+            if problem:
+                ini = option.removeprefix("--").replace("-", "_")
+                where = f"{option} (ini {ini}, else ${MANIFEST_DIR_ENV})" if writable else f"{option} (ini {ini})"
+                raise pytest.UsageError(f"{where} {path} {problem}; give {fix}, or leave the option out")
 
 
 def argparse_suppress() -> str:
@@ -222,6 +246,13 @@ def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
     if isinstance(ini, str) and ini.strip():
         return ini.strip(), "ini"
     return None, ""
+
+
+def _env_manifest_dir() -> Path | None:
+    """``$VLLM_NEURON_MANIFEST_DIR`` as the session starts (a conftest may set it): the session manifest's
+    folder when no option or ini key names one, so its ledger lines end in a manifest, not left behind."""
+    value = os.environ.get(MANIFEST_DIR_ENV, "").strip()
+    return Path(os.path.expanduser(value)).absolute() if value else None
 
 
 def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> str | None:

@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "environment that has it (pip install neuronx-cc from the Neuron repository); elsewhere use "
             "--neuron-compiler local (or auto)")
     settings.check_compiler_args()
+    settings.check_directories()
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
     if session.is_rank_worker:
@@ -214,6 +215,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput[WORKEROUTPUT_KEY] = state.export()
     else:
         state.emit_manifests()
+        if state.manifest_failures and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # --neuron-manifest-dir asked for it
         tidy_session(state)
         state.report_written = write_json_report(state)
         write_step_summary(state)

@@ -160,6 +160,9 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
                                     "of tests that no longer exist)")
     for path in data.get("manifests_written", []):
         terminalreporter.write_line(f"manifest written: {path}")
+    for reason in session.manifest_failures:
+        terminalreporter.write_line(f"manifest NOT written (the session fails): {reason}; free space or make "
+                                    "the folder writable (or give another --neuron-manifest-dir) and rerun", red=True)
     if session.report_written is not None:
         terminalreporter.write_line(f"report written: {session.report_written}")
 

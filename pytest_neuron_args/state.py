@@ -72,6 +72,7 @@ class NeuronSession:
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
+        self.manifest_failures: list[str] = []  # why an engine's manifest could not be written (a full disk...)
         self._ledger_root: Path | None = None
 
     # -- directories --------------------------------------------------------------------------------
@@ -170,7 +171,12 @@ class NeuronSession:
 
         config = self.manifest_config or next((w["manifest_config"] for w in self.workers.values()
                                                if w.get("manifest_config")), None)
-        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config)
+        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config,
+                               failures=self.manifest_failures)
+        graphs = {row.get("key") for row in self.merged()["rows"]} - {None}
+        if graphs and not written and not self.manifest_failures:  # every ledger write failed (logged once each)
+            self.manifest_failures.append(f"none of the {len(graphs)} graph(s) of this session reached the ledger "
+                                          f"in {root} (its writes failed: a full disk or an unwritable folder)")
         self.manifests_written = [str(p) for p in written]
         try:
             (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed

@@ -142,3 +142,48 @@ def test_markers_need_a_model_only_for_the_fixtures_that_use_it(pytester: pytest
     result.stdout.fnmatch_lines(["*ERROR at setup of test_needs_model*",
                                  "neuron_runner (with @pytest.mark.graph_type('decode')) needs a `neuron_model` "
                                  "fixture: define one in your conftest.py*"])
+
+
+@pytest.mark.parametrize("option", ["--neuron-cache-dir", "--neuron-manifest-dir"])
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_an_unusable_cache_or_manifest_folder_is_one_usage_error(neuron_project: pytest.Pytester, option: str,
+                                                                 where: str) -> None:
+    blocker = neuron_project.path / "not-a-dir"
+    blocker.write_text("a file")
+    folder = blocker if where == "a file" else blocker / "sub"
+    neuron_project.makepyfile(test_dirs="def test_a(neuron_runner):\n    pass\n")
+    result = neuron_project.runpytest(f"{option}={folder}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    problem = "exists and is not a directory" if where == "a file" else "has a parent that is a regular file"
+    ini = option.removeprefix("--").replace("-", "_")
+    result.stderr.fnmatch_lines([f"ERROR: {option} (ini {ini}*) {folder} {problem}; give *directory*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_target_in_the_base_arguments_must_agree_with_the_session_target(neuron_project: pytest.Pytester,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    neuron_project.makepyfile(test_target="def test_a(neuron_runner):\n    pass\n")
+    monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 --target=trn1")
+    neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\nneuron_compiler = local\n")
+    result = neuron_project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: NEURON_CC_FLAGS = '-O1 --target=trn1': --target trn1 disagrees with the session's compile target "
+        "'trn2' (--neuron-target, *); remove --target from the base arguments * or run with --neuron-target=trn1"])
+
+
+def test_a_session_under_the_serving_environment_warms_up_and_writes_its_manifest(neuron_project: pytest.Pytester,
+                                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                                 tmp_path) -> None:
+    """A CI job (or conftest) exporting the serving variables: the warmup still compiles (the variable
+    asserts *after* warmup), serving asserts, and the ledger lines end in a manifest in that folder."""
+    manifests = tmp_path / "manifests"
+    monkeypatch.setenv("NEURON_LIBTORCH_ASSERT_CACHE_HIT", "1")
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(manifests))
+    neuron_project.makepyfile(test_env="import torch\n\ndef test_served(neuron_served):\n"
+                                       "    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n")
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={tmp_path / 'cold-cache'}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*2 compiles*serve: 1 call(s)*0 miss(es)*"])
+    assert sorted(p.relative_to(manifests).as_posix() for p in manifests.rglob("*") if p.is_file()) == [
+        "nodev/manifest.json"]

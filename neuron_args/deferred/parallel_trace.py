@@ -406,6 +406,17 @@ _DIED_HINT = {1: "; its traceback is on stderr. Under spawn or a fork server a c
                  "the script's code under `if __name__ == \"__main__\":`"}
 
 
+_KILLED_HINT = ("; fix: a signal ended it (SIGKILL with no one sending it is mostly the kernel's out-of-memory "
+                "killer: see `dmesg`): trace fewer jobs at once (NEURON_ARGS_TRACE_WORKERS) or free memory, then "
+                "rerun; the other jobs are not affected")
+
+
+def _inputs_text(job: TraceJob) -> str:
+    """``inputs x=[2, 4]``: which bucket of its graph type a job was (a graph type has several)."""
+    shapes = [f"{k}={list(v.shape)}" for k, v in job[1].items() if hasattr(v, "shape")]
+    return "inputs " + (", ".join(shapes) or "without tensors")
+
+
 def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any) -> None:
     try:
         child.give(i, todo[i])
@@ -440,8 +451,10 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
             continue
         if answer == "died" or not alive:
             child.proc.join(5)
+            code = child.proc.exitcode
             finish(child, "failed", f"trace child of graph type {label!r} died without a result "
-                                    f"({_exit_text(child.proc.exitcode)}){_DIED_HINT.get(child.proc.exitcode, '')}")
+                                    f"({_exit_text(code)}){_DIED_HINT.get(code, '')} while tracing "
+                                    f"{_inputs_text(todo[child.job])}" + (_KILLED_HINT if code and code < 0 else ""))
         elif time.monotonic() - child.started > deadline_s:
             child.proc.kill()
             child.proc.join(5)

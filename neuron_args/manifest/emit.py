@@ -160,13 +160,15 @@ def emit_manifest(
     config: Mapping[str, Any] | None = None,
     rank_map: Mapping[int, int] | Sequence[int] | None = None,
     local_rank: int = 0,
+    failures: list[str] | None = None,
 ) -> Path | None:
     """Write ``<root>/<engine-id>/manifest.json`` from this engine's ledger; its path, or None.
 
     Only ``local_rank == 0`` emits; off (``VLLM_NEURON_MANIFEST_DIR`` unset/empty) does nothing.
     ``rank_map`` maps ledger (TP-local) ranks to global ranks: a mapping, or a sequence read as
     the TP group's global ranks. ``config`` is a :func:`~neuron_args.manifest.config.build_config` block. ``cache_dir`` None
-    lists the graphs without cache fields (all null). Never raises.
+    lists the graphs without cache fields (all null). Never raises: a failure is logged, and appended to
+    ``failures`` when given (a caller that was asked for a manifest, the pytest plugin, reports it).
     """
     root = manifest_root()
     if root is None or local_rank != 0:
@@ -202,10 +204,11 @@ def emit_manifest(
         stage = f"write {target}"
         write_atomic(target, dumps_manifest(doc), durable=True)
     except Exception as exc:  # best-effort: never break warmup or serving
-        logger.warning(
-            "manifest emit failed: could not %s (%s: %s); no manifest written this run. "
-            "Compilation and serving are unaffected.", stage, type(exc).__name__, exc,
-        )
+        reason = f"could not {stage} ({type(exc).__name__}: {exc})"
+        logger.warning("manifest emit failed: %s; no manifest written this run. "
+                       "Compilation and serving are unaffected.", reason)
+        if failures is not None:
+            failures.append(reason)
         return None
     forget_recorded(source)
     try:

@@ -1,0 +1,275 @@
+"""What a user's own setup gets wrong, and the message that says so: inputs served with other dtypes
+than warmed up, a cache path with spaces in a copy-pasted fix, a read-only cache or manifest folder."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuron_args import CacheMissError
+from neuron_args.activity import ACTIVITY
+from neuron_args.atomic import directory_problem
+from neuron_args.cache import CompileCache, new_metadata
+from neuron_args.cache_key import create_cache_hash
+from neuron_args.graphs import GraphSpec
+from neuron_args.runner import GraphBreakError, NeuronRunner
+
+SERVE_TESTS = """
+import pytest
+import torch
+
+from neuron_args import CacheMissError
+from neuron_args.runner import UndeclaredGraphError
+
+
+def test_served_as_declared(neuron_served):
+    neuron_served.run("decode", {"x": torch.ones(1, 8)})
+
+
+def test_other_dtype_through_run(neuron_served):
+    with pytest.raises(CacheMissError) as caught:
+        neuron_served.run("decode", {"x": torch.ones(1, 8, dtype=torch.float64)})
+    print("MISS:", str(caught.value).replace("\\n", " | "))
+
+
+def test_other_dtype_by_a_direct_call(neuron_served, neuron_model):
+    with pytest.raises(UndeclaredGraphError) as caught:
+        neuron_model(torch.ones(1, 8, dtype=torch.float16))
+    print("UNDECLARED:", caught.value)
+"""
+
+
+def _key(dtype: str):
+    return create_cache_hash(graph_text="HloModule decode", input_specs=[((1, 8), dtype)], compiler_args=["-O1"],
+                             target="trn2", tool_versions={"compiler": "fake 1"})
+
+
+def _build(key):
+    def build(entry):
+        entry.hlo_path.write_bytes(b"hlo")
+        entry.executable_path.write_bytes(b"exe")
+        entry.write_metadata(new_metadata(key, seam="neuron_libtorch", graph_type="decode", compiler_args=["-O1"],
+                                          target="trn2", status="compiled"))
+    return build
+
+
+def test_a_miss_on_dtypes_alone_says_which_input_to_cast(tmp_path):
+    ACTIVITY.reset()
+    cache = CompileCache(tmp_path)
+    warm, cold = _key("float32"), _key("bfloat16")
+    cache.get_or_build(warm, _build(warm))
+    with pytest.raises(CacheMissError) as caught:
+        cache.get_or_build(cold, _build(cold), graph_type="decode", assert_hit=True)
+    message = str(caught.value)
+    assert cold.key in message and warm.key in message and "'decode'" in message
+    assert "fix: pass inputs of the dtypes warmed up (input 0 is bfloat16, warmed up as float32: " \
+           ".to(torch.float32)), or declare a bucket with these dtypes for 'decode'" in message
+    assert "warm this graph type and shape up" not in message  # no bucket is missing: a cast fixes it
+
+
+def test_a_corrupt_entry_s_fix_quotes_a_cache_path_with_spaces(tmp_path):
+    ACTIVITY.reset()
+    cache = CompileCache(tmp_path / "my cache é")
+    key = _key("float32")
+    entry, _ = cache.get_or_build(key, _build(key))
+    entry.executable_path.write_bytes(b"")
+    ACTIVITY.verified.clear()
+    with pytest.raises(CacheMissError) as caught:
+        cache.get_or_build(key, _build(key), graph_type="decode", assert_hit=True)
+    command = str(caught.value).split("`")[1]
+    assert shlex.split(command) == ["neuron-args", "cache", "verify", str(cache.root)]  # pastes into a shell
+
+
+def test_a_user_serving_other_dtypes_is_told_to_cast(neuron_project):
+    neuron_project.makepyfile(test_serve_dtypes=SERVE_TESTS)
+    result = neuron_project.runpytest("-p", "no:randomly", "-s")
+    result.assert_outcomes(passed=3, errors=1)  # the plugin fails a test that swallowed an UndeclaredGraphError
+    result.stdout.fnmatch_lines([
+        "*MISS: cache miss for graph type 'decode' (key *) * | *fix: pass inputs of the dtypes warmed up (input * is "
+        "float64, warmed up as float32: .to(torch.float32)), or declare a bucket with these dtypes for 'decode'*",
+        "*UNDECLARED: TinyTwoGraph called while serving with x=[[]1, 8[]]: the call matches no declared bucket*. "
+        "The shapes match decode b1 but not the dtypes (x is torch.float16, declared torch.float32): cast the inputs "
+        "to them",
+    ])
+
+
+@contextlib.contextmanager
+def _read_only_view(path: Path, mount: Path):
+    """``path`` seen read-only at ``mount`` (a read-only bind mount: root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only file system needs a read-only bind mount, which needs root; this run is not root")
+    mount.mkdir()
+    done = subprocess.run(["mount", "--bind", str(path), str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here (no CAP_SYS_ADMIN in this container?): {done.stderr.strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mount)], check=True, capture_output=True)
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_read_only_cache_serves_and_a_read_only_manifest_folder_is_a_usage_error(neuron_project, warm_cache,
+                                                                                  tmp_path):
+    with _read_only_view(warm_cache.path, tmp_path / "ro-cache") as ro:
+        assert directory_problem(ro) is None  # a prebuilt cache on a read-only image: fine to serve from
+        assert directory_problem(ro, writable=True) == "is on a read-only file system"
+        assert directory_problem(ro / "new").startswith("cannot be created (Read-only file system")
+        neuron_project.makepyfile(test_ro="import torch\n\ndef test_served(neuron_served):\n"
+                                          "    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n")
+        result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={ro}")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["*0 compiles*serve: 1 call(s)*0 miss(es)*"])
+        result = neuron_project.runpytest(f"--neuron-manifest-dir={ro}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: --neuron-manifest-dir (ini neuron_manifest_dir, else $VLLM_NEURON_MANIFEST_DIR) {ro} is on a read-only "
+                                     "file system; give a writable directory, or leave the option out"])
+
+
+class _RaisesForBucketB2(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.shape[0] == 2:
+            raise ValueError("batch 2 is not supported by this head")
+        return self.fc(x)
+
+    def neuron_graphs(self):
+        return [GraphSpec("decode", self, {"b1": lambda: {"x": torch.ones(1, 4)}, "b2": lambda: {"x": torch.ones(2, 4)}})]
+
+
+def test_a_model_that_raises_in_forward_during_warmup_is_not_called_a_graph_break(tmp_path):
+    torch._dynamo.reset()
+    runner = NeuronRunner(_RaisesForBucketB2(), compiler="local", cache_dir=tmp_path)
+    with pytest.raises(GraphBreakError) as caught:
+        runner.warmup(emit=False)
+    torch._dynamo.reset()
+    message = str(caught.value)
+    assert message.startswith("graph type 'decode': the model raised while it was traced, at ")
+    assert 'raise ValueError("batch 2 is not supported by this head")' in message
+    assert "ValueError('batch 2 is not supported by this head')" in message
+    assert "not a graph break (allowing graph breaks would not help)" in message
+    assert "--neuron-allow-graph-breaks" not in message
+
+
+def test_manifest_show_on_a_folder_of_unemitted_ledger_lines_says_how_to_emit(tmp_path, capsys):
+    from neuron_args.cli import main as cli
+
+    folder = tmp_path / "my manifests"
+    (folder / "ledger" / "dev0_1").mkdir(parents=True)
+    (folder / "ledger" / "dev0_1" / "4242.jsonl").write_text('{"key": "x"}\n')
+    assert cli(["manifest", "show", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read manifest {folder / 'manifest.json'}: No such file or directory; {folder} holds ledger " \
+           "lines of engine(s) dev0_1 that no process emitted yet: an engine emits at its end " \
+           "(NeuronRunner.emit_manifest(), neuron_args.manifest.emit_manifest), or run pytest with " \
+           f"--neuron-manifest-dir={shlex.quote(str(folder))}" in err
+
+
+class _KilledInForward(torch.nn.Module):
+    """SIGKILLs its own process in forward: a trace child the out-of-memory killer took."""
+
+    def forward(self, x):
+        os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+
+def test_a_trace_child_killed_by_a_signal_names_the_bucket_and_the_likely_cause(tmp_path):
+    from neuron_args import TraceError
+    from neuron_args.deferred import TraceJob, parallel_trace
+
+    torch._dynamo.reset()
+    job = TraceJob(_KilledInForward(), {"x": torch.zeros(2, 4)}, ["-O1"], "decode")
+    with pytest.raises(TraceError) as caught:
+        parallel_trace([job], options={"cache_dir": str(tmp_path), "compiler": "local"}, workers=1, timeout=300)
+    message = str(caught.value)
+    assert "trace child of graph type 'decode' died without a result (killed by signal 9) while tracing inputs " \
+           "x=[2, 4]; fix: a signal ended it (SIGKILL with no one sending it is mostly the kernel's out-of-memory " \
+           "killer: see `dmesg`): trace fewer jobs at once (NEURON_ARGS_TRACE_WORKERS)" in message
+
+
+SERVED_ONCE = "import torch\n\ndef test_served(neuron_served):\n    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n"
+
+
+def _failed_session(project, manifests):
+    """One served test that passes in a session that fails: its manifest could not be written."""
+    project.makepyfile(test_m=SERVED_ONCE)
+    result = project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    return result
+
+
+def test_a_manifest_the_session_cannot_write_fails_it_saying_why(neuron_project, tmp_path, monkeypatch):
+    import errno
+
+    from neuron_args.manifest import emit
+
+    def disk_full(path, data, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(emit, "write_atomic", disk_full)
+    manifests = tmp_path / "manifests"
+    _failed_session(neuron_project, manifests).stdout.fnmatch_lines([
+        f"manifest NOT written (the session fails): could not write {manifests / 'nodev' / 'manifest.json'} "
+        "(OSError: [[]Errno 28[]] No space left on device*); free space or make the folder writable (or give another "
+        "--neuron-manifest-dir) and rerun"])
+    assert list((manifests / "ledger" / "nodev").glob("*.jsonl"))  # the lines stay for a post-mortem
+
+
+def test_a_full_disk_under_the_manifest_folder_fails_the_session(neuron_project, tiny_disk):
+    from tests.faults.fault_helpers import fill
+
+    manifests = tiny_disk / "manifests"
+    manifests.mkdir()
+    fill(tiny_disk)
+    _failed_session(neuron_project, manifests).stdout.fnmatch_lines([
+        f"manifest NOT written (the session fails): none of the 2 graph(s) of this session reached the ledger in "
+        f"{manifests} (its writes failed: a full disk or an unwritable folder); free space *"])
+
+
+def test_a_corrupt_entry_in_a_read_only_cache_is_a_compile_error_saying_so(tmp_path, capsys):
+    from neuron_args.cli import main as cli
+    from neuron_args.errors import CompileError
+
+    ACTIVITY.reset()
+    key = _key("float32")
+    entry, _ = CompileCache(tmp_path / "cache").get_or_build(key, _build(key))
+    entry.executable_path.write_bytes(b"")
+    ACTIVITY.verified.clear()
+    with _read_only_view(tmp_path / "cache", tmp_path / "ro") as ro:
+        with pytest.raises(CompileError) as caught:
+            CompileCache(ro).get_or_build(key, _build(key), graph_type="decode")
+        capsys.readouterr()
+        assert cli(["cache", "verify", "--fix", str(ro)]) == 2  # a message, not a traceback
+        assert capsys.readouterr().err.strip() == (
+            f"neuron-args: cannot move corrupt entry {key.key} (graph type 'decode') aside in {ro}: Read-only file "
+            f"system; make {ro} writable and run again (a corrupt entry is never loaded meanwhile)")
+    assert str(caught.value) == (
+        f"cache entry {key.key} (graph type 'decode') in {ro} is corrupt (the executable is empty) and cannot be moved aside to be rebuilt: Read-only file system (EROFS). It is never "
+        f"loaded; a run that can write the cache moves it aside and rebuilds it.\nfix: make {ro} writable or point the "
+        "cache elsewhere (options['cache_dir'] or $NEURON_LIBTORCH_CACHE_DIR)")
+
+
+def test_quarantining_one_key_twice_in_one_second_keeps_both_copies(tmp_path, monkeypatch):
+    import time
+
+    ACTIVITY.reset()
+    cache, key = CompileCache(tmp_path), _key("float32")
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20260101T000000")  # a clock set back to one second
+    entry, _ = cache.get_or_build(key, _build(key))
+    for _ in range(3):
+        entry.executable_path.write_bytes(b"")  # corrupt: empty
+        ACTIVITY.verified.clear()
+        assert cache.get_or_build(key, _build(key))[1] is False  # moved aside and rebuilt
+    kept = sorted(p.name for p in (tmp_path / ".corrupt").iterdir())
+    stem = f"{key.key}-20260101T000000-{os.getpid()}"
+    assert kept == [stem, f"{stem}~1", f"{stem}~2"]
