@@ -252,7 +252,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     from torchax.tensor import Tensor
     from torchax.view import View
 
-    from neuron_args.lowering import ops
+    from neuron_args.lowering import ops, strided
 
     env = _environment()
     out_dtypes = [_np_dtype(s.lowered_dtype) for s in output_specs]
@@ -271,9 +271,9 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             args, kwargs = _plain_lists(args), _plain_lists(kwargs)
             if target in ops.FLOAT32_INSIDE:
                 return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
-            if target in ops.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
+            if target in strided.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
-                return env.j2t_iso(ops.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
+                return env.j2t_iso(strided.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
             lowering = ops.lowering_for(target)
             if lowering is not None:
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))

@@ -1,0 +1,50 @@
+"""Matrix products torchax lowers wrong or not at all: ``addmm`` with its scalars, and the grouped matmul
+of transformers' mixture-of-experts layers with its backward."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from neuron_args.lowering.gradients import pullback
+
+aten = torch.ops.aten
+
+
+def grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
+    """``transformers::grouped_mm_fallback``: rows sorted by expert, ``offs`` = cumulative counts.
+
+    The eager kernel loops over experts with ``offs.tolist()`` (data-dependent). Static form: each
+    row's expert is the number of offsets at or below its index; every row is multiplied by its
+    own expert's weight (gathered), accumulated in float32.
+    """
+    import jax.numpy as jnp
+
+    rows = jnp.arange(input.shape[0])
+    expert = jnp.sum(rows[:, None] >= offs[None, :].astype(rows.dtype), axis=1)
+    expert = jnp.minimum(expert, weight.shape[0] - 1)  # rows past the last offset: zero in eager
+    valid = rows < offs[-1]
+    out = jnp.einsum("si,sio->so", input, weight[expert], preferred_element_type=jnp.float32)
+    return jnp.where(valid[:, None], out, 0.0).astype(input.dtype)
+
+
+def grouped_mm_backward(input: Any, weight: Any, offs: Any, grad_output: Any) -> tuple[Any, Any]:
+    """``transformers::grouped_mm_fallback_backward``: ``(grad_input, grad_weight)``, the vjp of the lowering above
+    (the eager kernel loops over ``offs.tolist()`` again)."""
+    return pullback(lambda x, w: grouped_mm(x, w, offs), grad_output, input, weight)
+
+
+def addmm(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> Any:
+    """``bias + a @ b`` accumulated in float32 and rounded once, as torch's CPU kernel does.
+
+    The HLO keeps the matmul in the input dtype with a float32 result
+    (``preferred_element_type``), the mixed-precision form accelerators run natively.
+    """
+    import jax.numpy as jnp
+
+    f32 = jnp.float32
+    out = jnp.matmul(a, b, preferred_element_type=f32 if a.dtype != jnp.float64 else None)
+    if alpha != 1:
+        out = out * alpha
+    out = out + (bias.astype(out.dtype) if beta == 1 else beta * bias.astype(out.dtype))
+    return out.astype(jnp.result_type(a.dtype, b.dtype))

@@ -1,0 +1,75 @@
+"""``as_strided`` and ``as_strided_scatter`` by the input's real memory layout: torchax assumes a
+contiguous input, but a transposed or chunked one (Longformer's attention) is strided in memory."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def storage_order(layout: torch.Tensor) -> tuple[list[int], int]:
+    """The dims of ``layout`` (a tensor's meta value) from outermost to innermost in memory, and its storage offset.
+
+    An input whose elements do not fill one dense block of memory (overlapping, or with gaps) has no
+    storage an array can stand for: refused.
+    """
+    order = sorted(range(layout.ndim), key=lambda d: (-layout.stride(d), d))
+    expected = 1
+    for d in reversed(order):
+        if layout.shape[d] != 1 and layout.stride(d) != expected:
+            raise ValueError(f"as_strided of a tensor with sizes {tuple(layout.shape)} and strides {layout.stride()} "
+                             "that does not fill one dense block of memory; call .contiguous() before as_strided")
+        expected *= layout.shape[d]
+    return order, layout.storage_offset()
+
+
+def strided_positions(numel: int, base_offset: int, size: Any, stride: Any, storage_offset: int | None) -> Any:
+    """The memory positions (relative to the input's first element) an as_strided view reads, as a constant index
+    array shaped ``size``; positions outside the input are refused (eager would read a larger base tensor)."""
+    import numpy as np
+
+    offset = base_offset if storage_offset is None else storage_offset
+    positions = np.full(tuple(size), offset - base_offset, dtype=np.int64)
+    for dim, (n, step) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[dim] = n
+        positions = positions + np.arange(n).reshape(shape) * step
+    if positions.size and (positions.min() < 0 or positions.max() >= numel):
+        raise ValueError(f"as_strided(size={list(size)}, stride={list(stride)}, storage_offset={storage_offset}) "
+                         "reads memory outside its input tensor; apply it to the tensor that owns that memory")
+    return positions.astype(np.int32)
+
+
+def as_strided(x: Any, layout: torch.Tensor, size: Any, stride: Any, storage_offset: int | None = None) -> Any:
+    """``aten.as_strided``: ``size``/``stride`` index the input's *memory*, which is the array's order only when the
+    input is contiguous (torchax assumes it is). ``layout`` is the input's meta value (its strides as eager has
+    them): the array is laid out in that memory order first (Longformer chunks a transposed tensor this way)."""
+    import jax.numpy as jnp
+
+    order, base = storage_order(layout)
+    memory = jnp.transpose(x, order).reshape(-1)
+    return memory[strided_positions(memory.shape[0], base, size, stride, storage_offset)]
+
+
+def as_strided_scatter(x: Any, src: Any, layout: torch.Tensor, size: Any, stride: Any,
+                       storage_offset: int | None = None) -> Any:
+    """``aten.as_strided_scatter``: ``x`` with the elements :func:`as_strided` would read replaced by ``src``."""
+    import jax.numpy as jnp
+
+    order, base = storage_order(layout)
+    memory = jnp.transpose(x, order)
+    flat = memory.reshape(-1)
+    flat = flat.at[strided_positions(flat.shape[0], base, size, stride, storage_offset)].set(src.astype(x.dtype))
+    inverse = sorted(range(len(order)), key=lambda d: order[d])
+    return jnp.transpose(flat.reshape(memory.shape), inverse)
+
+
+#: ops whose lowering needs the layout (meta value) of their first input: op -> lowering(x, *rest, layout=...)
+BY_LAYOUT: dict[Any, Callable[..., Any]] = {
+    aten.as_strided.default: lambda x, *rest, layout, **kw: as_strided(x, layout, *rest, **kw),
+    aten.as_strided_copy.default: lambda x, *rest, layout, **kw: as_strided(x, layout, *rest, **kw),
+    aten.as_strided_scatter.default: lambda x, src, *rest, layout, **kw: as_strided_scatter(x, src, layout, *rest, **kw),
+}
