@@ -1,0 +1,72 @@
+"""The plugin's collector policy: only the outermost session freezes, a later session unfreezes, warmups pause."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from pytest_neuron_args import gc_policy
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """A process with no plugin session open (this test runs inside one) and nothing frozen; restored after."""
+    monkeypatch.setattr(gc_policy, "_open", [0])
+    monkeypatch.setattr(gc_policy, "_frozen", [False])
+    monkeypatch.delenv(gc_policy.ENV, raising=False)
+    gc.unfreeze()  # the session running this test may have frozen its heap
+    yield
+    gc.unfreeze()
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_the_outermost_session_freezes_after_collecting_and_the_next_session_unfreezes(fresh):
+    import weakref
+
+    gc_policy.session_started()
+    dead = Cycle()
+    dead_ref = weakref.ref(dead)
+    del dead
+    alive = Cycle()
+    gc_policy.freeze(collect=True)
+    assert dead_ref() is None  # garbage is collected before the freeze, never frozen
+    assert gc.get_freeze_count() > 0
+    alive_ref = weakref.ref(alive)
+    del alive
+    gc.collect()
+    assert alive_ref() is not None  # frozen: left for the process's exit
+    gc_policy.session_stopped()
+    gc_policy.session_started()  # a later session in the same process
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert alive_ref() is None
+    gc_policy.session_stopped()
+
+
+def test_a_session_inside_another_and_the_switch_leave_the_heap_alone(fresh, monkeypatch):
+    gc_policy.session_started()
+    gc_policy.session_started()  # a pytester run inside
+    gc_policy.freeze(collect=False)
+    assert gc.get_freeze_count() == 0
+    gc_policy.session_stopped()
+    monkeypatch.setenv(gc_policy.ENV, "0")
+    gc_policy.freeze(collect=False)
+    assert gc.get_freeze_count() == 0
+    gc_policy.session_stopped()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_paused_restores_the_collector_state(enabled):
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with pytest.raises(RuntimeError), gc_policy.paused():
+            assert not gc.isenabled()
+            raise RuntimeError("a failing warmup")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
