@@ -425,3 +425,42 @@ def test_a_tiny_hf_llama_from_the_memo_matches_eager(tmp_path, counts):
         want = build()(ids).logits
     assert torch.equal(outs[0], outs[1])
     torch.testing.assert_close(outs[1], want, rtol=1e-4, atol=1e-4)
+
+
+def test_prune_memo_removes_what_no_warm_trace_can_use(tmp_path, mlp_built, capsys):
+    from neuron_args.cli import main
+
+    cache = tmp_path / "cache"
+    shutil.copytree(mlp_built[0], cache)
+    (memo,) = memo_files(cache)
+    folder = memo.parent
+    orphan = folder / ("0" * 64 + ".json")  # a well-formed memo whose graph no entry has (an edited model's)
+    orphan.write_text(json.dumps({**json.loads(memo.read_text()), "fingerprint": orphan.stem, "graph_sha256": "1" * 64}))
+    (folder / "foreign.json").write_text("{not json")
+    writing, stale_tmp = folder / ".a.json.x1.tmp", folder / ".b.json.x2.tmp"
+    writing.write_text("")
+    stale_tmp.write_text("")
+    os.utime(stale_tmp, (0, 0))
+
+    def prune(*extra):
+        assert main(["cache", "prune-memo", str(cache), "--json", *extra]) == 0
+        return {p["file"]: p["reason"] for p in json.loads(capsys.readouterr().out)["pruned"]}
+
+    expected = {orphan.name: "no entry", "foreign.json": "unreadable", stale_tmp.name: "unreadable"}
+    assert prune("--dry-run") == expected
+    assert orphan.exists() and stale_tmp.exists()
+    assert prune() == expected
+    assert sorted(p.name for p in folder.iterdir()) == sorted([memo.name, writing.name])
+    assert prune() == {}
+
+    # --older-than goes by the last read: trace_memo.load touches the file
+    old = 10 * 86400
+    os.utime(memo, (memo.stat().st_atime - old, memo.stat().st_mtime - old))
+    assert trace_memo.load(CompileCache(cache), memo.stem) is not None
+    assert prune("--older-than", "5") == {}
+    os.utime(memo, (memo.stat().st_atime - old, memo.stat().st_mtime - old))
+    assert prune("--older-than", "5", "--dry-run") == {memo.name: "unused"}
+
+    shutil.rmtree(CompileCache(cache).entry(mlp_built[1]).path)  # the entry is gone: its memo predicts nothing
+    assert prune() == {memo.name: "no entry"}
+    assert main(["cache", "prune-memo", str(tmp_path / "nowhere")]) == 2

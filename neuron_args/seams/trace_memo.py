@@ -35,6 +35,7 @@ import torch
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
 from neuron_args.seams.dispatch import OWNED, RecordedPlan
+from neuron_args.seams.memo_files import FORMAT, is_digest, memo_path
 from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.tensors import TensorSpec
 
@@ -42,7 +43,6 @@ log = logging.getLogger("neuron_args.seams")
 
 #: set to 0 to trace every graph in full (aot_autograd and lowering) even when the memo knows it
 ENV = "NEURON_ARGS_TRACE_MEMO"
-FORMAT = 1
 
 
 def enabled() -> bool:
@@ -71,7 +71,7 @@ class TraceMemo:
         if d.get("format") != FORMAT or d.get("fingerprint") != fp:
             raise ValueError("another format or fingerprint")
         digest = d["graph_sha256"]
-        if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= set("0123456789abcdef"):
+        if not is_digest(digest):
             raise ValueError("no graph digest")
         p = d["plan"]
         plan = RecordedPlan(
@@ -88,19 +88,21 @@ class TraceMemo:
         return cls(digest, specs, plan)
 
 
-def memo_path(cache: CompileCache, fp: str) -> Path:
-    return cache.trace_memo_dir / f"{fp}.json"
-
-
 def load(cache: CompileCache, fp: str) -> TraceMemo | None:
-    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error)."""
+    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error).
+
+    A memo read is touched (its mtime is when it was last used: :func:`prune` goes by it)."""
+    path = memo_path(cache, fp)
     try:
-        return TraceMemo.from_json(memo_path(cache, fp).read_text(), fp)
+        memo = TraceMemo.from_json(path.read_text(), fp)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.debug("trace memo %s ignored: %r", fp, exc)
         return None
+    with contextlib.suppress(OSError):  # a read-only cache keeps its dates
+        os.utime(path)
+    return memo
 
 
 def store(cache: CompileCache, fp: str, memo: TraceMemo) -> None:
