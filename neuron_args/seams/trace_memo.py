@@ -182,12 +182,32 @@ def _function_digest(target: Any) -> str:
     """A graph node's function: torch's own by name (torch's version is hashed), a custom op by schema, a
     Python function of the user's (``allow_in_graph``) by its code too, which the graph's code only names."""
     if isinstance(target, torch._ops.OpOverload):
-        return f"op {target._schema}\n"
+        return f"op {target._schema}\n{_decomposition_digest(target)}"
     module = getattr(target, "__module__", None) or ""
     code = getattr(target, "__code__", None)
     if code is None or module.split(".")[0] in ("torch", "operator", "_operator", "math", "builtins"):
         return f"fn {module}.{getattr(target, '__qualname__', repr(target))}\n"
     return f"fn {module}.{target.__qualname__} {_code_digest(code)}\n"
+
+
+# namespaces of torch's own ops: their kernels are torch's (its version is hashed)
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional", "c10d", "c10d_functional", "quantized",
+                               "_quantized", "quantized_decomposed", "mkldnn", "higher_order"})
+
+
+def _decomposition_digest(op: torch._ops.OpOverload) -> str:
+    """A user's op decomposes through its CompositeImplicitAutograd kernel (aot_autograd and the lowering
+    run it), which the schema does not pin: its Python code is hashed; one held in C++ (registered with
+    ``Library.impl``) cannot be read, so such a graph gets no memo."""
+    if op.namespace in _TORCH_NAMESPACES:
+        return ""
+    cia = torch._C.DispatchKey.CompositeImplicitAutograd
+    kernel = op.py_kernels.get(cia)
+    if kernel is not None:
+        return f"decomposition {_callable_digest(kernel)}\n"
+    if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), cia):
+        raise NoFingerprint(f"custom op {op.name()} decomposes through a kernel registered in C++")
+    return ""
 
 
 def _code_digest(code: Any) -> str:
