@@ -4,8 +4,8 @@ Measured on the examples' warm session (``benchmarks/bench_session.py``): after 
 transformers and Dynamo's traces the process tracks ~570k objects, and each full (generation 2)
 collection walks them all: 8 such collections after collection (during the model import, the
 warmups and pytest's own two at the end, for unraisable exceptions), plus the interpreter's at
-exit, cost more than the session's Dynamo traces. Three moves, none of which changes what is
-collected, only when:
+exit, took about as long as the session's nine Dynamo traces. Three moves, none of which changes
+what is collected, only when:
 
 - **after collection** (tests will run and some use the model fixtures): :func:`gc.freeze` the
   heap of imports and collected items, which lives as long as the session anyway;
