@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import textwrap
 
 import pytest
 
@@ -70,3 +71,32 @@ def test_paused_restores_the_collector_state(enabled):
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_session_that_warms_up_freezes_after_collection_and_again_at_its_end(neuron_project, warm_cache):
+    """Wired into the plugin: in a process of its own (the outermost session) the heap is frozen when the
+    test runs, and more of it (the warmed-up runner) at session end; a warmup runs with the collector off."""
+    neuron_project.makeconftest(neuron_project.path.joinpath("conftest.py").read_text() + textwrap.dedent("""
+        import gc
+
+        def pytest_unconfigure(config):
+            print(f"FROZEN AT END {gc.get_freeze_count()}")
+    """))
+    neuron_project.makepyfile(test_frozen="""
+        import gc
+
+        def test_warm(neuron_runner):
+            print(f"FROZEN IN TEST {gc.get_freeze_count()}")
+
+        def test_warmup_pauses_the_collector(request, neuron_runner):
+            real = neuron_runner.warmup
+            seen = []
+            neuron_runner.warmup = lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k)
+            request.getfixturevalue("neuron_warmup")
+            assert seen == [False] and gc.isenabled()
+    """)
+    result = neuron_project.runpytest_subprocess("-s", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    in_test = int(next(line for line in result.outlines if "FROZEN IN TEST" in line).split()[-1])
+    at_end = int(next(line for line in result.outlines if "FROZEN AT END" in line).split()[-1])
+    assert 0 < in_test < at_end
