@@ -6,6 +6,7 @@
     neuron-args cache ls [DIR | --cache-dir DIR] [--json]
     neuron-args cache verify [DIR | --cache-dir DIR] [--fix] [--json]   exit 0 all sound, 1 corrupt found
     neuron-args cache explain KEY_A KEY_B [--cache-dir DIR] [--json]    (unique key prefixes accepted)
+    neuron-args cache prune-memo [DIR | --cache-dir DIR] [--older-than DAYS] [--dry-run] [--json]
     neuron-args report compare OLD NEW [--json] [thresholds]  exit 0 no regression, 1 regression
     neuron-args report plot REPORT... -o trend.png          compile seconds and sizes per graph over runs
 
@@ -325,6 +326,25 @@ def _cache_explain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cache_prune_memo(args: argparse.Namespace) -> int:
+    """Remove trace-memo files that no entry's graph matches (or unread for ``--older-than`` days)."""
+    from neuron_args.seams.memo_files import prune
+
+    if args.older_than is not None and args.older_than < 0:
+        raise _Usage(f"cache prune-memo: --older-than must be >= 0 days, got {args.older_than}")
+    root = _require_cache(_cache_arg(args))
+    pruned = prune(CompileCache(root), older_than_days=args.older_than, dry_run=args.dry_run)
+    if args.json:
+        _print_json({"cache_dir": str(root), "dry_run": bool(args.dry_run),
+                     "pruned": [{"file": p.path.name, "reason": p.reason} for p in pruned]})
+        return EXIT_OK
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"compile cache {root}: {verb} {len(pruned)} trace-memo file(s)")
+    for p in pruned:
+        print(f"  {p.path.name} ({p.reason})")
+    return EXIT_OK
+
+
 def _report_compare(args: argparse.Namespace) -> int:
     from neuron_args.report import Thresholds, compare_files
 
@@ -403,8 +423,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="also compare installed package versions")
     diff.set_defaults(run=_manifest_diff)
 
-    cache = groups.add_parser("cache", help="list, verify or explain compile-cache entries")
-    cache_commands = cache.add_subparsers(dest="command", metavar="{ls,verify,explain}")
+    cache = groups.add_parser("cache", help="list, verify or explain compile-cache entries; prune the trace memo")
+    cache_commands = cache.add_subparsers(dest="command", metavar="{ls,verify,explain,prune-memo}")
     cache_commands.required = True
     ls = cache_commands.add_parser(
         "ls", help="entries with graph type, -O level, status, size",
@@ -429,6 +449,18 @@ def _parser() -> argparse.ArgumentParser:
     _add_cache_dir(explain, positional=False)
     explain.add_argument("--json", action="store_true", help="machine-readable output")
     explain.set_defaults(run=_cache_explain)
+    prune_memo = cache_commands.add_parser(
+        "prune-memo", help="remove trace-memo files (<cache>/.trace-memo/) no entry can use",
+        description="A trace-memo file lets a warm re-trace skip aot_autograd and the lowering; it is used only "
+                    "while an entry with its graph digest exists. Removed: files whose digest no entry has, "
+                    "unreadable ones, and with --older-than DAYS those no trace read for that long. Removing "
+                    "a memo costs at most one full trace of its graph. Exit 0.")
+    _add_cache_dir(prune_memo, positional=True)
+    prune_memo.add_argument("--older-than", type=float, metavar="DAYS",
+                            help="also remove memos not read for DAYS days")
+    prune_memo.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    prune_memo.add_argument("--json", action="store_true", help="machine-readable output")
+    prune_memo.set_defaults(run=_cache_prune_memo)
 
     add_compile_command(groups)
     report = groups.add_parser("report", help="compare run reports (pytest --neuron-report=PATH)")

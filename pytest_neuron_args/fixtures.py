@@ -25,7 +25,7 @@ import pytest
 
 from neuron_args.cache import STATS, CacheStats
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
-from pytest_neuron_args import ci_report
+from pytest_neuron_args import ci_report, gc_policy
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines, env
@@ -158,6 +158,7 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
         except NeuronArgsError as exc:
             pytest.fail(f"{USER_FIXTURE} ({type(model).__name__}): {exc}", pytrace=False)
         runner.emit_manifests = False  # the session writes the manifest once, at its end
+        session.runners_made += 1
         if shared:
             session.runners[key] = runner
     runner.origin = request.node.nodeid
@@ -215,7 +216,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     else:
         progress = _progress_writer(pytestconfig, request.node)
         before = STATS.snapshot()
-        with env({MANIFEST_DIR_ENV: str(session.ledger_root())}):
+        with env({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused():
             report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
         if report.flow == "parallel":  # what children and workers did (graphs loaded here are in STATS already)
             here = CacheStats.since(before).snapshot()
@@ -445,7 +446,8 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     rank = int(os.environ.get("RANK", "0"))
     result: dict[str, Any] = {"rank": rank, "error": None}
     try:
-        report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
+        with gc_policy.paused():
+            report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
         if report.compile_report is not None:
             session.add_compile_report(report.compile_report)
         result.update(graphs=[g.as_dict() for g in report.graphs], export=session.export(),

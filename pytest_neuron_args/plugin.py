@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from pytest_neuron_args import markers
+from pytest_neuron_args import gc_policy, markers
 from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected from this module)
     CALL_FAILED,
+    MODEL_FIXTURES,
     PROGRESS_KEY,
     _neuron_graph_type_check,
     neuron_baseline,
@@ -142,6 +143,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     config = session.config
     state = get_session(config)
+    if not config.option.collectonly and any(MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
+                                             for item in session.items):
+        gc_policy.freeze(collect=True)  # imports and items live as long as the session
     if state.is_rank_worker:
         return
     s = state.settings
@@ -220,6 +224,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         tidy_session(state)
         state.report_written = write_json_report(state)
         write_step_summary(state)
+    if state.runners_made:  # pytest's collections and the interpreter's at exit skip the warmed-up heap
+        gc_policy.freeze(collect=True)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -20,6 +20,7 @@ import pytest
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
+from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
 
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
@@ -69,6 +70,7 @@ class NeuronSession:
         self.workers: dict[str, dict[str, Any]] = {}
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
         self.runners: dict[tuple[Any, ...], Any] = {}  # (model identity, settings) -> NeuronRunner
+        self.runners_made = 0  # shared or per-test
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
@@ -129,6 +131,7 @@ class NeuronSession:
 
     # -- session start / end --------------------------------------------------------------------------
     def start(self) -> None:
+        gc_policy.session_started()
         root = self.manifest_root()
         if root is not None:
             self._saved_env = (MANIFEST_DIR_ENV in os.environ, os.environ.get(MANIFEST_DIR_ENV))
@@ -140,6 +143,7 @@ class NeuronSession:
         self._records_before, self._stats_before = before["records"], before["stats"]
 
     def stop(self) -> None:
+        gc_policy.session_stopped()
         if self._saved_env is not None:
             present, value = self._saved_env
             if present:

@@ -425,3 +425,77 @@ def test_a_tiny_hf_llama_from_the_memo_matches_eager(tmp_path, counts):
         want = build()(ids).logits
     assert torch.equal(outs[0], outs[1])
     torch.testing.assert_close(outs[1], want, rtol=1e-4, atol=1e-4)
+
+
+def test_prune_memo_removes_what_no_warm_trace_can_use(tmp_path, mlp_built, capsys):
+    from neuron_args.cli import main
+
+    cache = tmp_path / "cache"
+    shutil.copytree(mlp_built[0], cache)  # other tests of this module add entries and memos: keep the MLP's
+    digest = CompileCache(cache).entry(mlp_built[1]).metadata()["key_components"]["graph"]
+    for entry in CompileCache(cache).entries():
+        if entry.key != mlp_built[1]:
+            shutil.rmtree(entry.path)
+    memo = next(p for p in memo_files(cache) if json.loads(p.read_text())["graph_sha256"] == digest)
+    for other in set(memo_files(cache)) - {memo}:
+        other.unlink()
+    folder = memo.parent
+    orphan = folder / ("0" * 64 + ".json")  # a well-formed memo whose graph no entry has (an edited model's)
+    orphan.write_text(json.dumps({**json.loads(memo.read_text()), "fingerprint": orphan.stem, "graph_sha256": "1" * 64}))
+    (folder / "foreign.json").write_text("{not json")
+    writing, stale_tmp = folder / ".a.json.x1.tmp", folder / ".b.json.x2.tmp"
+    writing.write_text("")
+    stale_tmp.write_text("")
+    os.utime(stale_tmp, (0, 0))
+
+    def prune(*extra):
+        assert main(["cache", "prune-memo", str(cache), "--json", *extra]) == 0
+        return {p["file"]: p["reason"] for p in json.loads(capsys.readouterr().out)["pruned"]}
+
+    expected = {orphan.name: "no entry", "foreign.json": "unreadable", stale_tmp.name: "unreadable"}
+    assert prune("--dry-run") == expected
+    assert orphan.exists() and stale_tmp.exists()
+    assert prune() == expected
+    assert sorted(p.name for p in folder.iterdir()) == sorted([memo.name, writing.name])
+    assert prune() == {}
+
+    # --older-than goes by the last read: trace_memo.load touches the file
+    old = 10 * 86400
+    os.utime(memo, (memo.stat().st_atime - old, memo.stat().st_mtime - old))
+    assert trace_memo.load(CompileCache(cache), memo.stem) is not None
+    assert prune("--older-than", "5") == {}
+    os.utime(memo, (memo.stat().st_atime - old, memo.stat().st_mtime - old))
+    assert prune("--older-than", "5", "--dry-run") == {memo.name: "unused"}
+
+    shutil.rmtree(CompileCache(cache).entry(mlp_built[1]).path)  # the entry is gone: its memo predicts nothing
+    assert prune() == {memo.name: "no entry"}
+    assert main(["cache", "prune-memo", str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_custom_ops_python_decomposition_is_in_the_fingerprint_and_a_cpp_held_one_gives_no_memo():
+    lib = torch.library.Library("neuron_args_memo_test", "FRAGMENT")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.define("held(Tensor x) -> Tensor")
+    lib.impl("held", lambda x: x * 2, "CompositeImplicitAutograd")  # the dispatcher (C++) keeps the function
+    twice, held = torch.ops.neuron_args_memo_test.twice.default, torch.ops.neuron_args_memo_test.held.default
+    cia = torch._C.DispatchKey.CompositeImplicitAutograd
+
+    def fingerprint(op):
+        g = torch.fx.Graph()
+        g.output(g.call_function(op, (g.placeholder("x"),)))
+        return trace_memo.fingerprint(torch.fx.GraphModule({}, g), [torch.zeros(3)])
+
+    seen = []
+    try:
+        for body in ("x * 2", "x + x", "x * 2"):  # the user edits the decomposition, then reverts the edit
+            namespace: dict = {"__name__": "user_ops"}
+            exec(f"def twice(x):\n    return {body}\n", namespace)
+            twice.py_kernels.pop(cia, None)
+            twice.py_impl(cia)(namespace["twice"])
+            seen.append(fingerprint(twice))
+        assert None not in seen and seen[0] != seen[1] and seen[0] == seen[2]
+        assert fingerprint(held) is None
+        assert fingerprint(torch.ops.aten.relu.default) is not None  # torch's own ops: by torch's version
+    finally:
+        twice.py_kernels.pop(cia, None)
+        lib._destroy()

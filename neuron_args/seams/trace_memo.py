@@ -35,6 +35,7 @@ import torch
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
 from neuron_args.seams.dispatch import OWNED, RecordedPlan
+from neuron_args.seams.memo_files import FORMAT, is_digest, memo_path
 from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.tensors import TensorSpec
 
@@ -42,7 +43,6 @@ log = logging.getLogger("neuron_args.seams")
 
 #: set to 0 to trace every graph in full (aot_autograd and lowering) even when the memo knows it
 ENV = "NEURON_ARGS_TRACE_MEMO"
-FORMAT = 1
 
 
 def enabled() -> bool:
@@ -71,7 +71,7 @@ class TraceMemo:
         if d.get("format") != FORMAT or d.get("fingerprint") != fp:
             raise ValueError("another format or fingerprint")
         digest = d["graph_sha256"]
-        if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= set("0123456789abcdef"):
+        if not is_digest(digest):
             raise ValueError("no graph digest")
         p = d["plan"]
         plan = RecordedPlan(
@@ -88,19 +88,21 @@ class TraceMemo:
         return cls(digest, specs, plan)
 
 
-def memo_path(cache: CompileCache, fp: str) -> Path:
-    return cache.trace_memo_dir / f"{fp}.json"
-
-
 def load(cache: CompileCache, fp: str) -> TraceMemo | None:
-    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error)."""
+    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error).
+
+    A memo read is touched (its mtime is when it was last used: :func:`prune` goes by it)."""
+    path = memo_path(cache, fp)
     try:
-        return TraceMemo.from_json(memo_path(cache, fp).read_text(), fp)
+        memo = TraceMemo.from_json(path.read_text(), fp)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.debug("trace memo %s ignored: %r", fp, exc)
         return None
+    with contextlib.suppress(OSError):  # a read-only cache keeps its dates
+        os.utime(path)
+    return memo
 
 
 def store(cache: CompileCache, fp: str, memo: TraceMemo) -> None:
@@ -180,12 +182,32 @@ def _function_digest(target: Any) -> str:
     """A graph node's function: torch's own by name (torch's version is hashed), a custom op by schema, a
     Python function of the user's (``allow_in_graph``) by its code too, which the graph's code only names."""
     if isinstance(target, torch._ops.OpOverload):
-        return f"op {target._schema}\n"
+        return f"op {target._schema}\n{_decomposition_digest(target)}"
     module = getattr(target, "__module__", None) or ""
     code = getattr(target, "__code__", None)
     if code is None or module.split(".")[0] in ("torch", "operator", "_operator", "math", "builtins"):
         return f"fn {module}.{getattr(target, '__qualname__', repr(target))}\n"
     return f"fn {module}.{target.__qualname__} {_code_digest(code)}\n"
+
+
+# namespaces of torch's own ops: their kernels are torch's (its version is hashed)
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional", "c10d", "c10d_functional", "quantized",
+                               "_quantized", "quantized_decomposed", "mkldnn", "higher_order"})
+
+
+def _decomposition_digest(op: torch._ops.OpOverload) -> str:
+    """A user's op decomposes through its CompositeImplicitAutograd kernel (aot_autograd and the lowering
+    run it), which the schema does not pin: its Python code is hashed; one held in C++ (registered with
+    ``Library.impl``) cannot be read, so such a graph gets no memo."""
+    if op.namespace in _TORCH_NAMESPACES:
+        return ""
+    cia = torch._C.DispatchKey.CompositeImplicitAutograd
+    kernel = op.py_kernels.get(cia)
+    if kernel is not None:
+        return f"decomposition {_callable_digest(kernel)}\n"
+    if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), cia):
+        raise NoFingerprint(f"custom op {op.name()} decomposes through a kernel registered in C++")
+    return ""
 
 
 def _code_digest(code: Any) -> str:

@@ -1,0 +1,92 @@
+"""The trace memo's files, without torch: where they live, their envelope, and pruning the stale ones.
+
+``<cache root>/.trace-memo/<fingerprint>.json`` (written by :mod:`neuron_args.seams.trace_memo`,
+which reads them in full). This module is what the ``neuron-args cache prune-memo`` command
+needs, so the CLI stays free of torch and jax.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuron_args.cache import CompileCache
+
+FORMAT = 1
+_WRITE_GRACE = 3600.0  # seconds a temporary file in the memo folder is left to its writer (write_atomic)
+
+
+def memo_path(cache: CompileCache, fp: str) -> Path:
+    return cache.trace_memo_dir / f"{fp}.json"
+
+
+def is_digest(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """One memo file :func:`prune` removed (or would remove), and why."""
+
+    path: Path
+    reason: str  # "unreadable" | "no entry" | "unused"
+
+
+def _digest(path: Path) -> str | None:
+    """The graph digest a memo file predicts, or None when it is not a memo this version reads."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != path.stem \
+            or path.suffix != ".json" or not is_digest(d.get("graph_sha256")):
+        return None
+    return d["graph_sha256"]
+
+
+def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bool = False) -> list[Pruned]:
+    """Remove the memo files no warm trace can use any more, or that no trace read for ``older_than_days``.
+
+    A memo predicts a graph digest (the key's ``graph`` component) and is used only when an entry
+    with that digest is complete; once no entry of the cache has it (a model edit made a new graph
+    and the old entries were removed), the memo only costs a file. Unreadable files (torn, foreign,
+    another format, a writer's temporary file older than an hour) are never used either.
+    ``older_than_days`` also removes memos not read for that long (``trace_memo.load`` touches each
+    file it reads). Removing a memo costs at most one full trace of its graph.
+    """
+    folder = cache.trace_memo_dir
+    try:
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    digests = set()
+    for entry in cache.entries():
+        comps = entry.metadata().get("key_components")
+        if isinstance(comps, dict) and is_digest(comps.get("graph")):
+            digests.add(comps["graph"])
+    now = time.time()
+    out = []
+    for path in files:
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:  # removed meanwhile
+            continue
+        if path.name.startswith(".") and mtime > now - _WRITE_GRACE:
+            continue  # perhaps still being written
+        digest = _digest(path)
+        if digest is None:
+            reason = "unreadable"
+        elif digest not in digests:
+            reason = "no entry"
+        elif older_than_days is not None and mtime < now - older_than_days * 86400:
+            reason = "unused"
+        else:
+            continue
+        if not dry_run:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        out.append(Pruned(path, reason))
+    return out

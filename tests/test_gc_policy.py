@@ -1,0 +1,102 @@
+"""The plugin's collector policy: only the outermost session freezes, a later session unfreezes, warmups pause."""
+from __future__ import annotations
+
+import gc
+import textwrap
+
+import pytest
+
+from pytest_neuron_args import gc_policy
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """A process with no plugin session open (this test runs inside one) and nothing frozen; restored after."""
+    monkeypatch.setattr(gc_policy, "_open", [0])
+    monkeypatch.setattr(gc_policy, "_frozen", [False])
+    monkeypatch.delenv(gc_policy.ENV, raising=False)
+    gc.unfreeze()  # the session running this test may have frozen its heap
+    yield
+    gc.unfreeze()
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_the_outermost_session_freezes_after_collecting_and_the_next_session_unfreezes(fresh):
+    import weakref
+
+    gc_policy.session_started()
+    dead = Cycle()
+    dead_ref = weakref.ref(dead)
+    del dead
+    alive = Cycle()
+    gc_policy.freeze(collect=True)
+    assert dead_ref() is None  # garbage is collected before the freeze, never frozen
+    assert gc.get_freeze_count() > 0
+    alive_ref = weakref.ref(alive)
+    del alive
+    gc.collect()
+    assert alive_ref() is not None  # frozen: left for the process's exit
+    gc_policy.session_stopped()
+    gc_policy.session_started()  # a later session in the same process
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert alive_ref() is None
+    gc_policy.session_stopped()
+
+
+def test_a_session_inside_another_and_the_switch_leave_the_heap_alone(fresh, monkeypatch):
+    gc_policy.session_started()
+    gc_policy.session_started()  # a pytester run inside
+    gc_policy.freeze(collect=False)
+    assert gc.get_freeze_count() == 0
+    gc_policy.session_stopped()
+    monkeypatch.setenv(gc_policy.ENV, "0")
+    gc_policy.freeze(collect=False)
+    assert gc.get_freeze_count() == 0
+    gc_policy.session_stopped()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_paused_restores_the_collector_state(enabled):
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with pytest.raises(RuntimeError), gc_policy.paused():
+            assert not gc.isenabled()
+            raise RuntimeError("a failing warmup")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_a_session_that_warms_up_freezes_after_collection_and_again_at_its_end(neuron_project, warm_cache):
+    """Wired into the plugin: in a process of its own (the outermost session) the heap is frozen when the
+    test runs, and more of it (the warmed-up runner) at session end; a warmup runs with the collector off."""
+    neuron_project.makeconftest(neuron_project.path.joinpath("conftest.py").read_text() + textwrap.dedent("""
+        import gc
+
+        def pytest_unconfigure(config):
+            print(f"FROZEN AT END {gc.get_freeze_count()}")
+    """))
+    neuron_project.makepyfile(test_frozen="""
+        import gc
+
+        def test_warm(neuron_runner):
+            print(f"FROZEN IN TEST {gc.get_freeze_count()}")
+
+        def test_warmup_pauses_the_collector(request, neuron_runner):
+            real = neuron_runner.warmup
+            seen = []
+            neuron_runner.warmup = lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k)
+            request.getfixturevalue("neuron_warmup")
+            assert seen == [False] and gc.isenabled()
+    """)
+    result = neuron_project.runpytest_subprocess("-s", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    in_test = int(next(line for line in result.outlines if "FROZEN IN TEST" in line).split()[-1])
+    at_end = int(next(line for line in result.outlines if "FROZEN AT END" in line).split()[-1])
+    assert 0 < in_test < at_end
