@@ -269,8 +269,7 @@ def parallel_trace(
     todo = [normalize_job(j) for j in jobs]
     # the record is the in-process tracer's (a job compiled by its caller may cache elsewhere)
     record = TraceRecord(cache_root(opts)) if in_process is not None else None
-    prints = [fingerprint(job, opts) for job in todo] if record is not None else [""] * len(todo)
-    known = record.complete_keys(prints) if record is not None else {}
+    prints, known = _recorded(todo, opts, record)
     here = [i for i, fp in enumerate(prints) if fp in known]
     children = [i for i, fp in enumerate(prints) if fp not in known]
     results: list[TraceResult | None] = [None] * len(todo)
@@ -310,9 +309,17 @@ def recorded_complete(jobs: Iterable[Sequence[Any]], options: Mapping[str, Any])
     from neuron_args.seams.options import check_options
 
     opts = check_options(options, "parallel_trace")
-    prints = [fingerprint(normalize_job(j), opts) for j in jobs]
-    known = TraceRecord(cache_root(opts)).complete_keys(prints)
+    prints, known = _recorded([normalize_job(j) for j in jobs], opts, TraceRecord(cache_root(opts)))
     return [fp in known for fp in prints]
+
+
+def _recorded(todo: list[TraceJob], opts: dict[str, Any], record: TraceRecord | None
+              ) -> tuple[list[str], dict[str, list[str]]]:
+    """Each job's fingerprint and, of those, the ones ``record`` lists complete (no record: none)."""
+    if record is None:
+        return [""] * len(todo), {}
+    prints = [fingerprint(job, opts) for job in todo]
+    return prints, record.complete_keys(prints)
 
 
 def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[TraceJob], list[str]],
