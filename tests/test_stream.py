@@ -79,6 +79,26 @@ def test_streamed_compile_reports_failures_and_the_feeders_error_after_the_compi
     assert [(e.graph.key, e.graph.status) for e in events] == [(bad, "failed")]  # what it fed ran first
 
 
+def test_cancel_from_another_thread_stops_parallel_trace_and_leaves_no_child(tmp_path):
+    """The runner's Ctrl-C path: parallel_trace runs on a thread of its own and is cancelled from the warmup's."""
+    import multiprocessing
+
+    from neuron_args.deferred import TraceJob, parallel_trace
+    from tests.trace_models import Hanging
+
+    cancel, seen = threading.Event(), []
+
+    def before_children():  # the children start right after this: cancel once one is tracing its hanging job
+        threading.Timer(1.0, cancel.set).start()
+
+    with pytest.raises(KeyboardInterrupt):
+        parallel_trace([TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "hang")] * 2,
+                       options={"cache_dir": str(tmp_path), "compiler": "local"}, workers=1, timeout=120,
+                       before_children=before_children, cancel=cancel, on_result=lambda i, r: seen.append(i))
+    assert seen == []  # no job settled
+    assert [p for p in multiprocessing.active_children() if p.name == "neuron-args-trace"] == []  # killed, joined
+
+
 # A fresh process, so the trace children fork and inherit the patched _run_job: the decode job's child waits
 # (bounded) until the runner's progress callback says prefill's compile finished. Without streaming, compiles
 # start after every capture, so that wait runs out first and the order below is reversed.
