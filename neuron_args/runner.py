@@ -15,6 +15,8 @@ import itertools
 import linecache
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +27,8 @@ import torch
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
+from neuron_args.deferred.parallel_compile import pending_keys
+from neuron_args.deferred.parallel_trace import recorded_complete
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
@@ -150,6 +154,10 @@ def _install_served_forward(module: torch.nn.Module) -> None:
 def _tensor_signature(kwargs: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
     return tuple(sorted((name, tuple(v.shape), str(v.dtype)) for name, v in kwargs.items()
                         if isinstance(v, torch.Tensor)))
+
+
+#: one trace at a time in this process, with its record bookkeeping (a streamed parallel warmup traces on two threads)
+_TRACING = threading.RLock()
 
 
 def _record_counts() -> dict[str, tuple[int, int, int]]:
@@ -371,15 +379,21 @@ class NeuronRunner:
         here: dict[int, list[WarmedGraph]] = {}  # jobs traced in this process: their entries were complete
         index = {id(job): i for i, job in enumerate(jobs)}
         before = STATS.snapshot()
-        traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
-                                before_children=lambda: prestart_compile_worker(self.options),
-                                in_process=None if self.backend != COMPILE_SEAM else
-                                lambda job: self._trace_here(job, buckets[index[id(job)]][1],
-                                                             here.setdefault(index[id(job)], [])))
-        ahead = _ServeAhead(self, jobs, traced, progress) if self.backend == COMPILE_SEAM else None
-        compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                          compiler=self.options["compiler"],
-                                          progress=progress if ahead is None else ahead.built)
+        in_process = None if self.backend != COMPILE_SEAM else (
+            lambda job: self._trace_here(job, buckets[index[id(job)]][1], here.setdefault(index[id(job)], [])))
+        ahead = _ServeAhead(self, jobs, progress) if self.backend == COMPILE_SEAM else None
+        if ahead is not None and not all(recorded_complete(jobs, self.options)):
+            traced, compile_report = self._trace_and_compile(jobs, in_process, ahead, trace_timeout)
+        else:  # a warm cache (each job traced here, no child) or a seam of the caller's: one step after the other
+            traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
+                                    before_children=lambda: prestart_compile_worker(self.options),
+                                    in_process=in_process)
+            for i, result in enumerate(traced):
+                if ahead is not None:
+                    ahead.captured(i, result)
+            compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
+                                              compiler=self.options["compiler"],
+                                              progress=progress if ahead is None else ahead.built)
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
         in_children = [t for t in traced if t.status != "loaded"]
         counts = self._record_deferred(in_children, compile_report, skip={w.key for ws in here.values() for w in ws})
@@ -401,15 +415,71 @@ class NeuronRunner:
                     one, self.origin))
         return compile_report, counts, traced
 
+    def _trace_and_compile(self, jobs: list[Any], in_process: Callable[[Any], list[str]], ahead: _ServeAhead,
+                           trace_timeout: float | None) -> tuple[list[Any], Any]:
+        """Trace in children and compile each capture as its child reports it, serving's trace of each job here.
+
+        ``parallel_trace`` runs on a thread of its own (its loop only talks to the children), and each
+        captured job's pending keys go to ``parallel_compile(keys=...)`` at once, so compiles run
+        while the children still trace; on this thread ``_ServeAhead`` traces each job as soon as its
+        keys are built, so this process does not idle while its children trace. After the children,
+        the scan of every other pending entry follows, as ``parallel_compile`` over the cache would.
+        A trace failure is raised after the captured jobs compiled (as before, the warmup raises it).
+        """
+        keys: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        cancel, box = threading.Event(), {}
+
+        def captured(i: int, result: Any) -> None:
+            ahead.captured(i, result)
+            for key in result.keys if result.status == "captured" else ():
+                if self.cache.entry(key).status == "pending":
+                    keys.put(key)
+
+        def trace() -> None:
+            try:
+                box["traced"] = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
+                                               before_children=lambda: prestart_compile_worker(self.options),
+                                               in_process=in_process, on_result=captured, cancel=cancel)
+            except BaseException as exc:  # noqa: BLE001 - raised on the warmup's thread below
+                box["error"] = exc
+            finally:
+                keys.put(None)
+
+        def streamed() -> Iterator[str]:
+            while (key := keys.get()) is not None:
+                yield key
+            yield from pending_keys(self.cache_dir)  # what else the scan of the cache would build (repeats skipped)
+
+        thread = threading.Thread(target=trace, name="neuron-args-trace", daemon=True)
+        thread.start()
+        try:
+            compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
+                                              compiler=self.options["compiler"], progress=ahead.built,
+                                              keys=streamed())
+        except Exception as exc:  # the trace's own error (if any) comes first, as when the compile followed it
+            thread.join()
+            if "error" in box:
+                raise box["error"] from exc
+            raise
+        except BaseException:  # Ctrl-C: no trace child outlives the warmup
+            cancel.set()
+            thread.join(30)
+            raise
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["traced"], compile_report
+
     def _trace_here(self, job: Any, bucket: str, warmed: list[WarmedGraph]) -> list[str]:
         """A trace job whose entries the trace record lists as complete: run it here, asserting a cache hit.
 
         Its keys come from this trace, not from the record; a miss raises ``CacheMissError`` (the
         job is then traced in a child and compiled, which counts the miss) and is not counted here.
         """
-        stats, recs = STATS.snapshot(), _record_counts()
-        self._run_asserting_hit(job)
-        warmed += self._touched(job.graph_type, bucket, recs, CacheStats.since(stats).snapshot())
+        with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
+            stats, recs = STATS.snapshot(), _record_counts()
+            self._run_asserting_hit(job)
+            warmed += self._touched(job.graph_type, bucket, recs, CacheStats.since(stats).snapshot())
         return [w.key for w in warmed]
 
     def _run_asserting_hit(self, job: Any) -> None:
@@ -574,12 +644,18 @@ class _ServeAhead:
     to serving, as without this (its error is raised there, against the test that calls it).
     """
 
-    def __init__(self, runner: NeuronRunner, jobs: list[Any], traced: list[Any],
-                 progress: Callable[[Any], None] | None) -> None:
+    def __init__(self, runner: NeuronRunner, jobs: list[Any], progress: Callable[[Any], None] | None) -> None:
         self.runner, self.jobs, self.progress = runner, jobs, progress
-        self.waiting = {i: set(t.keys) for i, t in enumerate(traced) if t.status == "captured" and t.keys}
+        self.waiting: dict[int, set[str]] = {}  # captured jobs whose keys are not all built yet
         self.done: set[str] = set()
         self.hits = 0
+        self.lock = threading.Lock()  # ``captured`` comes from the trace's thread when streaming
+
+    def captured(self, i: int, result: Any) -> None:
+        """``parallel_trace``'s result for job ``i``: a captured job waits for its keys (before they are queued)."""
+        if result.status == "captured" and result.keys:
+            with self.lock:
+                self.waiting[i] = set(result.keys)
 
     def built(self, event: Any) -> None:
         """``parallel_compile``'s progress callback: pass the event on, then trace the jobs it completed."""
@@ -587,19 +663,23 @@ class _ServeAhead:
             self.progress(event)
         if event.graph.status not in ("compiled", "already-complete"):
             return
-        self.done.add(event.graph.key)
-        for i in [i for i, keys in self.waiting.items() if keys <= self.done]:
-            del self.waiting[i]
+        with self.lock:
+            self.done.add(event.graph.key)
+            ready = [i for i, keys in self.waiting.items() if keys <= self.done]
+            for i in ready:
+                del self.waiting[i]
+        for i in ready:
             self._trace(self.jobs[i])
 
     def _trace(self, job: Any) -> None:
-        hits = STATS.hits
-        try:
-            self.runner._run_asserting_hit(job)
-        except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
-            log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
-                      str(exc).splitlines()[0] if str(exc) else "")
-        self.hits += STATS.hits - hits
+        with _TRACING:
+            hits = STATS.hits
+            try:
+                self.runner._run_asserting_hit(job)
+            except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
+                log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
+                          str(exc).splitlines()[0] if str(exc) else "")
+            self.hits += STATS.hits - hits
 
 
 def prestart_compile_worker(options: Mapping[str, Any]) -> None:

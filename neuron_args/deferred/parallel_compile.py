@@ -12,10 +12,11 @@ import concurrent.futures as cf
 import contextlib
 import logging
 import os
+import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,7 @@ def parallel_compile(
     quiet: bool = False,
     raise_on_error: bool = True,
     compile_timeout: float | None = None,
+    keys: Iterable[str] | None = None,
 ) -> CompileReport:
     """Compile every pending entry under ``cache_dir`` with its recorded arguments.
 
@@ -215,6 +217,12 @@ def parallel_compile(
     ``compile_timeout`` option recorded at capture, else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the
     compiler's default (see ``neuron_args.compilers.DEFAULT_TIMEOUTS``).
 
+    ``keys`` streams the work instead of the scan: each key is submitted as the iterable yields it
+    (it is read on a thread of its own, so it may block, e.g. on a queue that trace children fill
+    as they capture), repeats are skipped, and the call returns once it is exhausted and every
+    compile finished. ``progress`` is called on this thread as each graph finishes, while keys are
+    still arriving; ``total`` is the count submitted so far.
+
     Ctrl-C or SIGTERM cancels queued graphs at once, kills running compilers, logs what was
     built, failed and cancelled, and lets ``KeyboardInterrupt`` propagate (SIGTERM is then
     re-delivered); interrupted entries stay pending, so a rerun builds them.
@@ -223,34 +231,33 @@ def parallel_compile(
     if cache.root.exists() and not cache.root.is_dir():
         raise OptionsError(f"parallel_compile: cache_dir {cache.root} is not a directory; pass the compile cache "
                            "the capture wrote into (options['cache_dir'] of the capture seam)")
-    pending = [e.key for e in cache.entries() if e.status == "pending"]
+    pending = [e.key for e in cache.entries() if e.status == "pending"] if keys is None else []
     report = CompileReport()
     t0 = time.monotonic()
-    if not pending:
+    if keys is None and not pending:
         return report
     if compile_timeout is not None:
         check_timeout(compile_timeout, "parallel_compile(compile_timeout)")  # a bad value fails before any work
     base = split_compiler_args(base_compiler_args)
     own = executor is None
     scope = CancelScope()
-    pool = executor or cf.ThreadPoolExecutor(max_workers=workers or default_workers(len(pending)),
+    n_hint = len(pending) if keys is None else os.cpu_count() or 1  # streamed: as many as the machine runs
+    pool = executor or cf.ThreadPoolExecutor(max_workers=workers or default_workers(n_hint),
                                              thread_name_prefix="neuron-args-compile")
-    futures: dict[cf.Future, str] = {}
+    run = _CompileRun(cache.root, pool, own, base, compiler, compile_timeout, scope)
     terminated = False
     try:
         with _interrupts_cancel(scope) as received:
             try:
-                for key in pending:
-                    if own:
-                        futures[pool.submit(_compile_pending, str(cache.root), key, base, compiler, compile_timeout,
-                                            scope)] = key
-                    else:  # another executor (a cluster too): inputs shipped, results shipped back (farm.py)
-                        futures[submit_graph(pool, cache.root, key, base, compiler, timeout=compile_timeout)] = key
-                for n, fut in enumerate(cf.as_completed(futures), start=1):
-                    graph = fut.result()
+                if keys is None:
+                    run.submit_all(pending)
+                else:
+                    run.feed(keys)
+                for graph in run.finished():
                     report.graphs.append(graph)
-                    elapsed = time.monotonic() - t0
-                    event = CompileProgress(n, len(pending), graph, elapsed, elapsed / n * (len(pending) - n))
+                    n, elapsed = len(report.graphs), time.monotonic() - t0
+                    total = run.submitted
+                    event = CompileProgress(n, total, graph, elapsed, elapsed / n * (total - n))
                     if graph.used_base_args and not quiet:
                         log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
                                     "it with the base arguments %s", graph.key, base)
@@ -261,7 +268,11 @@ def parallel_compile(
             except KeyboardInterrupt as exc:
                 received.append(0)  # from here on a further Ctrl-C or SIGTERM only cancels again
                 terminated = isinstance(exc, _Terminated)
-                _cancel(scope, pool if own else None, futures, report, cache.root)
+                run.stop()
+                _cancel(scope, pool if own else None, run.futures, report, cache.root)
+                raise
+            except BaseException:  # a progress callback raised: nothing more starts, running compiles end
+                run.stop()
                 raise
             finally:
                 if own and not received:
@@ -269,12 +280,87 @@ def parallel_compile(
     finally:  # after the handlers are restored
         if terminated and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             os.kill(os.getpid(), signal.SIGTERM)  # die of SIGTERM, as the sender expects
+    if run.feed_error is not None:  # the caller's key iterable raised: its error, after the compiles it fed
+        raise run.feed_error
 
     report.seconds = round(time.monotonic() - t0, 3)
     report.graphs.sort(key=lambda g: g.key)
     if raise_on_error and report.failed:
         raise ParallelCompileError(report)
     return report
+
+
+class _CompileRun:
+    """The compiles of one :func:`parallel_compile` call: submitted as keys arrive, reported as they finish.
+
+    Each future puts itself on ``done`` when it finishes (on whichever thread completes it), so the
+    calling thread takes results in completion order while a feeder thread may still be submitting.
+    """
+
+    _END = object()
+
+    def __init__(self, root: Path, pool: cf.Executor, own: bool, base: list[str], compiler: str | None,
+                 timeout: float | None, scope: CancelScope) -> None:
+        self.root, self.pool, self.own, self.base = root, pool, own, base
+        self.compiler, self.timeout, self.scope = compiler, timeout, scope
+        self.futures: dict[cf.Future, str] = {}
+        self.done: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.feed_error: BaseException | None = None
+        self.feeding = False
+
+    @property
+    def submitted(self) -> int:
+        return len(self.futures)
+
+    def submit(self, key: str) -> None:
+        with self.lock:
+            if self.stopped or key in self.futures.values():
+                return
+            if self.own:
+                fut = self.pool.submit(_compile_pending, str(self.root), key, self.base, self.compiler, self.timeout,
+                                       self.scope)
+            else:  # another executor (a cluster too): inputs shipped, results shipped back (farm.py)
+                fut = submit_graph(self.pool, self.root, key, self.base, self.compiler, timeout=self.timeout)
+            self.futures[fut] = key
+        fut.add_done_callback(self.done.put)
+
+    def submit_all(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.submit(key)
+
+    def feed(self, keys: Iterable[str]) -> None:
+        """Submit what ``keys`` yields, from a thread of its own (the iterable may block between keys)."""
+        self.feeding = True
+
+        def body() -> None:
+            try:
+                for key in keys:
+                    if self.stopped:
+                        break
+                    self.submit(key)
+            except BaseException as exc:  # noqa: BLE001 - raised on the calling thread once the compiles end
+                self.feed_error = exc
+            finally:
+                self.done.put(self._END)
+
+        threading.Thread(target=body, name="neuron-args-compile-feed", daemon=True).start()
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+
+    def finished(self) -> Iterator[GraphCompileReport]:
+        """Each graph's report as its compile ends, until every key is submitted and every compile ended."""
+        taken = 0
+        while self.feeding or taken < len(self.futures):
+            item = self.done.get()
+            if item is self._END:
+                self.feeding = False
+                continue
+            taken += 1
+            yield item.result()
 
 
 def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Future, str], report: CompileReport,

@@ -32,6 +32,7 @@ import multiprocessing.connection
 import os
 import pickle
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -237,6 +238,8 @@ def parallel_trace(
     start_method: str | None = None,
     in_process: Callable[[TraceJob], list[str]] | None = None,
     before_children: Callable[[], None] | None = None,
+    on_result: Callable[[int, TraceResult], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[TraceResult]:
     """Capture each job in a trace child; raise :class:`TraceError` after all ran if any failed.
 
@@ -253,6 +256,11 @@ def parallel_trace(
 
     ``before_children()`` is called once, just before the first child starts (never when no job
     needs one): the runner starts a compile worker there, to be warm when the captures are built.
+
+    ``on_result(index, result)`` is called on this thread as each job settles (its index in
+    ``jobs``), before the others finish: the runner compiles a job's captured keys while the
+    children still trace the rest (see ``NeuronRunner``'s parallel warmup). ``cancel``, set from
+    another thread, stops the call as Ctrl-C does (no child outlives it; ``KeyboardInterrupt``).
     """
     from neuron_args.cache import cache_root
     from neuron_args.seams.options import check_options
@@ -261,8 +269,7 @@ def parallel_trace(
     todo = [normalize_job(j) for j in jobs]
     # the record is the in-process tracer's (a job compiled by its caller may cache elsewhere)
     record = TraceRecord(cache_root(opts)) if in_process is not None else None
-    prints = [fingerprint(job, opts) for job in todo] if record is not None else [""] * len(todo)
-    known = record.complete_keys(prints) if record is not None else {}
+    prints, known = _recorded(todo, opts, record)
     here = [i for i, fp in enumerate(prints) if fp in known]
     children = [i for i, fp in enumerate(prints) if fp not in known]
     results: list[TraceResult | None] = [None] * len(todo)
@@ -270,14 +277,15 @@ def parallel_trace(
     server = (sorted({type(getattr(j[0], "_orig_mod", j[0])).__module__ for j in todo} - {"__main__"})
               if in_process is not None else None)
     started: list[Callable[[], None] | None] = [before_children]
-    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server, started)
+    settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server, started, on_result,
+                cancel)
     how: list[str] = []
     if children and here and start_method is None and fork_is_safe():
         # fork the children before this process traces anything (its first lowering creates jax's client)
         how.append(_trace_in_children(todo, children, opts, *settings, results))
         children = []
     if in_process is not None:
-        children += _trace_here(todo, here, in_process, results)
+        children += _trace_here(todo, here, in_process, results, on_result)
     if children:
         how.append(_trace_in_children(todo, sorted(children), opts, *settings, results))
     if server is not None and "fork" in how:
@@ -294,8 +302,29 @@ def parallel_trace(
     return done
 
 
+def recorded_complete(jobs: Iterable[Sequence[Any]], options: Mapping[str, Any]) -> list[bool]:
+    """For each job, whether the trace record lists its keys as complete (with an ``in_process`` tracer,
+    :func:`parallel_trace` traces those in this process and starts no child for them)."""
+    from neuron_args.cache import cache_root
+    from neuron_args.seams.options import check_options
+
+    opts = check_options(options, "parallel_trace")
+    prints, known = _recorded([normalize_job(j) for j in jobs], opts, TraceRecord(cache_root(opts)))
+    return [fp in known for fp in prints]
+
+
+def _recorded(todo: list[TraceJob], opts: dict[str, Any], record: TraceRecord | None
+              ) -> tuple[list[str], dict[str, list[str]]]:
+    """Each job's fingerprint and, of those, the ones ``record`` lists complete (no record: none)."""
+    if record is None:
+        return [""] * len(todo), {}
+    prints = [fingerprint(job, opts) for job in todo]
+    return prints, record.complete_keys(prints)
+
+
 def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[TraceJob], list[str]],
-                results: list[TraceResult | None]) -> list[int]:
+                results: list[TraceResult | None], on_result: Callable[[int, TraceResult], None] | None = None
+                ) -> list[int]:
     """Trace the jobs the record knows complete in this process; the indices that missed (for children)."""
     missed = []
     for i in indices:
@@ -311,9 +340,11 @@ def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[
             results[i] = TraceResult(job.graph_type, job[2], "failed", round(time.monotonic() - t0, 3), [],
                                      f"trace of graph type {job.graph_type!r} raised in this process:\n"
                                      f"{traceback.format_exc()}", os.getpid())
-            continue
-        results[i] = TraceResult(job.graph_type, job[2], "loaded", round(time.monotonic() - t0, 3), list(keys),
-                                 pid=os.getpid())
+        else:
+            results[i] = TraceResult(job.graph_type, job[2], "loaded", round(time.monotonic() - t0, 3), list(keys),
+                                     pid=os.getpid())
+        if on_result is not None:
+            on_result(i, results[i])
     return missed
 
 
@@ -359,7 +390,8 @@ class _TraceChild:
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
                        deadline_s: float, start_method: str | None, server: list[str] | None,
-                       before: list[Callable[[], None] | None], results: list[TraceResult | None]) -> str:
+                       before: list[Callable[[], None] | None], on_result: Callable[[int, TraceResult], None] | None,
+                       cancel: threading.Event | None, results: list[TraceResult | None]) -> str:
     """Capture ``todo[i]`` for each index in at most ``workers`` long-lived children, each tracing job after job.
 
     A child that dies or passes a job's deadline fails that job only; the jobs still to go are
@@ -379,9 +411,15 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
         results[i] = TraceResult(job.graph_type, job[2], status, round(time.monotonic() - child.started, 3),
                                  keys or [], error, pid or child.proc.pid)
         child.job = None
+        if on_result is not None:
+            on_result(i, results[i])
 
     try:
         while pending or any(c.job is not None for c in children):
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt("parallel_trace cancelled")
+            if ctx.get_start_method() == "fork" and start_method is None and not fork_is_safe():
+                ctx = _context(None, server)  # a replacement child: this process made jax's client since
             while pending and sum(c.job is None for c in children) < len(pending) and len(children) < n_workers:
                 children.append(_TraceChild(ctx, todo, opts))
             for child in [c for c in children if c.job is None]:
@@ -390,7 +428,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
                 else:
                     child.stop()
                     children.remove(child)
-            _collect(children, todo, deadline_s, finish)
+            _collect(children, todo, deadline_s, finish, 1.0 if cancel is None else 0.2)
         for child in children:
             child.stop()
     except BaseException:  # Ctrl-C: no trace child outlives the call
@@ -427,14 +465,15 @@ def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any) -> None
                                 "children inherit the job)")
 
 
-def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: float, finish: Any) -> None:
+def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: float, finish: Any,
+             poll_s: float = 1.0) -> None:
     """Wait for an answer, a death or the nearest deadline; settle each busy child's job accordingly."""
     busy = [c for c in children if c.job is not None]
     if not busy:
         return
     now = time.monotonic()
     wait_s = max(0.0, min(c.started + deadline_s - now for c in busy))
-    mp.connection.wait([c.conn for c in busy] + [c.proc.sentinel for c in busy], timeout=min(wait_s, 1.0))
+    mp.connection.wait([c.conn for c in busy] + [c.proc.sentinel for c in busy], timeout=min(wait_s, poll_s))
     for child in busy:
         label = todo[child.job].graph_type
         alive = child.proc.is_alive()  # before the poll: what a child sent before it died is read first
