@@ -30,7 +30,7 @@ from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parall
 from neuron_args.deferred.parallel_compile import pending_keys
 from neuron_args.deferred.parallel_trace import recorded_complete
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
-from neuron_args.errors import CacheMissError, NeuronArgsError
+from neuron_args.errors import NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
 from neuron_args.resolver import CompilerArgsResolver
