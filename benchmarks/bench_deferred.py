@@ -15,7 +15,7 @@ fresh cache dir, so no flow inherits another's Dynamo state, jax client or cache
   ``--workers 2`` on the copies: the ``parallel_compile`` speed-up (target >= 1.8x on 2 cores).
 
 The small MLPs compile in ~0.05 s each on XLA:CPU, so with warm workers little is left to scale;
-``--model deep`` graphs (a ``DEEP_LAYERS``-layer MLP, same batch sizes) compile in ~0.5 s each, as a
+``--model deep`` graphs (a ``DEEP_LAYERS``-layer MLP, same batch sizes) compile in ~0.25-0.5 s each, as a
 neuronx-cc compile dominates its worker's time. Part 2 (``parallel_compile`` 1 vs 2 workers) and
 part 3 (the two flows) run them too, so both regimes are reported side by side.
 
@@ -55,7 +55,7 @@ def options(cache: str) -> dict[str, Any]:
 
 
 # -- phases (each in its own process) ------------------------------------------------------------
-#: Layers of the compile-bound model (``--model deep``): its XLA:CPU compile takes ~0.5-1 s a graph
+#: Layers of the compile-bound model (``--model deep``): its XLA:CPU compile takes ~0.25-0.5 s a graph
 #: on these machines, so a compile dominates its worker's time as a neuronx-cc compile (minutes) does.
 DEEP_LAYERS = 32
 
