@@ -567,3 +567,24 @@ def test_flag_changes_is_option_level_and_ignores_order():
                                  changed=(("--optlevel", "-O3", "-O1"),))
     assert change.as_dict()["changed"] == [{"option": "--optlevel", "old": "-O3", "new": "-O1"}]
     assert not flag_changes(["-O1", "--lnc=2"], ["--lnc=2", "-O1"])
+
+
+def test_a_target_in_the_arguments_that_disagrees_names_both_sources_and_the_fix(monkeypatch):
+    """The seams' platform step: where each target came from, and how to set it in one place."""
+    from neuron_args.seams.platform import NEURON_CC_FLAGS_ENV, TARGET_ENV, apply_platform_compiler_args
+
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    monkeypatch.setenv(NEURON_CC_FLAGS_ENV, "--target=trn1 -O2")
+    with pytest.raises(CompilerArgsError) as excinfo:
+        apply_platform_compiler_args({"target": "trn2"}, graph_type="decode")
+    text = str(excinfo.value)
+    assert text.startswith("graph type 'decode': $NEURON_CC_FLAGS say --target trn1 but options['target'] is 'trn2'")
+    assert "drop --target from $NEURON_CC_FLAGS" in text and "--neuron-target=trn1" in text
+    monkeypatch.setenv(TARGET_ENV, "inf2")  # below the arguments' own --target in precedence: no conflict
+    assert apply_platform_compiler_args({"compiler_args": ["--target", "trn1"]}).target == "trn1"
+    monkeypatch.delenv(TARGET_ENV)
+    with pytest.raises(CompilerArgsError, match=r"graph type 'decode': unknown target 'trn9' \(from options\['target'\]\)"):
+        apply_platform_compiler_args({"target": "trn9", "compiler_args": []}, graph_type="decode")
+    # one place is fine: the arguments alone, or the option alone
+    assert apply_platform_compiler_args({"compiler_args": ["--target=trn1", "-O2"]}).target == "trn1"
+    assert apply_platform_compiler_args({"target": "trn1", "compiler_args": ["-O2"]}).compiler_args == ("-O2",)

@@ -41,6 +41,16 @@ def base_compiler_args(options: Mapping[str, Any]) -> list[str]:
     return split_compiler_args(os.environ.get(NEURON_CC_FLAGS_ENV) or None)
 
 
+def _args_source(options: Mapping[str, Any]) -> str:
+    return "options['compiler_args']" if options.get("compiler_args") is not None else f"${NEURON_CC_FLAGS_ENV}"
+
+
+def _target_source(options: Mapping[str, Any]) -> str:
+    if options.get("target"):
+        return "options['target']"
+    return f"${TARGET_ENV}" if os.environ.get(TARGET_ENV) else f"the default target ({DEFAULT_TARGET})"
+
+
 def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None) -> PlatformArgs:
     """Resolve the target and strip the options the driver sets itself."""
     args = base_compiler_args(options)
@@ -48,11 +58,14 @@ def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str 
     target = options.get("target") or in_args or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
     if in_args is not None and in_args != target:
         raise CompilerArgsError(
-            f"compiler args for graph type {graph_type!r} say --target {in_args} but the compile options say "
-            f"target={target!r}; set the target in one place."
+            f"graph type {graph_type!r}: {_args_source(options)} say --target {in_args} but {_target_source(options)} "
+            f"is {target!r}. Fix: set the target in one place: drop --target from {_args_source(options)}, or make "
+            f"options['target'] (or ${TARGET_ENV}) {in_args!r} too (pytest: --neuron-target={in_args})."
         )
     if target not in KNOWN_TARGETS:
-        raise CompilerArgsError(f"unknown target {target!r}; neuronx-cc targets are {', '.join(KNOWN_TARGETS)}")
+        source = _args_source(options) if in_args is not None else _target_source(options)
+        raise CompilerArgsError(f"graph type {graph_type!r}: unknown target {target!r} (from {source}); neuronx-cc "
+                                f"targets are {', '.join(KNOWN_TARGETS)}")
     return PlatformArgs(tuple(remove_options(args, ["--target", "--framework"])), target)
 
 
