@@ -215,7 +215,6 @@ class NeuronSettings:
                 f"neuron_target, default {DEFAULT_TARGET}); remove --target from the base arguments (the plugin "
                 f"gives the compiler its target) or run with --neuron-target={given}")
 
-
     def check_directories(self) -> None:
         """An unusable cache or manifest folder is one usage error at start-up (not a test error per test)."""
         from neuron_args.atomic import directory_problem
