@@ -244,3 +244,29 @@ def test_bad_settings_of_the_deferred_flow_fail_up_front(tmp_path, monkeypatch):
         from neuron_args.deferred.parallel_compile import default_workers
 
         default_workers(3)
+
+
+def test_parallel_compile_says_what_it_cannot_build_instead_of_skipping_it_silently(tmp_path, caplog):
+    """A pending entry without its graph fails naming the fix; one with unreadable metadata is named in the log."""
+    import json
+
+    from neuron_args.compilers.local import local_version
+
+    root = tmp_path / "cache"
+    no_hlo, garbage = root / ("a" * 32), root / ("b" * 32)  # keys: 32 hex characters
+    no_hlo.mkdir(parents=True)
+    (no_hlo / "metadata.json").write_text(json.dumps({
+        "metadata_version": 1, "key": no_hlo.name, "status": "pending", "seam": "neuron_libtorch_graph_capture",
+        "graph_type": "decode", "compiler_args": ["-O1"], "target": "trn2",
+        "compiler": {"name": "local", "version": local_version(), "format": "xla-cpu-executable"}}))
+    garbage.mkdir()
+    (garbage / "graph.hlo").write_bytes(b"\x00hlo")
+    (garbage / "metadata.json").write_text("{not json")
+    with caplog.at_level("WARNING", logger="neuron_args"):
+        report = parallel_compile(root, quiet=True, raise_on_error=False)
+    (graph,) = report.graphs
+    assert (graph.key, graph.graph_type, graph.status) == (no_hlo.name, "decode", "failed")
+    assert "has no graph.hlo" in graph.error and "capture it again" in graph.error and str(no_hlo) in graph.error
+    said = [r.getMessage() for r in caplog.records if garbage.name in r.getMessage()]
+    assert len(said) == 1 and "no readable metadata.json" in said[0] and "capture it again" in said[0]
+    assert CompileCache(root).entry(garbage.name).path.is_dir()  # nothing is removed behind the user's back

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_args.cache import CompileCache, disk_error
+from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
 from neuron_args.compilers.build import compile_entry
 from neuron_args.compilers.lifetime import (
     CancelScope,
@@ -128,6 +128,10 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                 return report
             if scope is not None:
                 scope.check()
+            if not entry.hlo_path.is_file():
+                raise CompileError(
+                    f"entry {key} (graph type {graph_type!r}) is pending but has no {HLO_NAME}: its capture did not "
+                    f"finish writing it. Fix: capture it again (re-run the warmup or parallel_trace), or remove {entry.path}")
             recorded_compiler = (md.get("compiler") or {}).get("name")
             compiler = select_compiler({"compiler": compiler_name or recorded_compiler})
             if recorded_compiler and compiler.info.name != recorded_compiler:
@@ -151,6 +155,15 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
         report.status, report.error = "failed", f"{type(exc).__name__}: {exc}"
     report.seconds = round(time.monotonic() - t0, 3)
     return report
+
+
+def _say_unbuildable(entries: Iterable[Any]) -> None:
+    """Log the entries no compile can build: not complete, no readable metadata (their arguments are unknown)."""
+    for entry in entries:
+        if not entry.is_complete and entry.path.is_dir() and not entry.metadata() and entry.lock_pid() is None:
+            log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
+                        "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
+                        entry.key, METADATA_NAME, entry.path)
 
 
 def default_workers(n: int) -> int:
@@ -231,7 +244,9 @@ def parallel_compile(
     if cache.root.exists() and not cache.root.is_dir():
         raise OptionsError(f"parallel_compile: cache_dir {cache.root} is not a directory; pass the compile cache "
                            "the capture wrote into (options['cache_dir'] of the capture seam)")
-    pending = [e.key for e in cache.entries() if e.status == "pending"] if keys is None else []
+    entries = cache.entries() if keys is None else []
+    pending = [e.key for e in entries if e.status == "pending"]
+    _say_unbuildable(entries)
     report = CompileReport()
     t0 = time.monotonic()
     if keys is None and not pending:
