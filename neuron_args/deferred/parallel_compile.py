@@ -157,10 +157,10 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
     return report
 
 
-def _say_unbuildable(entries: Iterable[Any]) -> None:
-    """Log the entries no compile can build: not complete, no readable metadata (their arguments are unknown)."""
-    for entry in entries:
-        if not entry.is_complete and entry.path.is_dir() and not entry.metadata() and entry.lock_pid() is None:
+def _say_unbuildable(crashed: Iterable[Any]) -> None:
+    """Log the crashed entries no compile can build: no readable metadata (their arguments are unknown)."""
+    for entry in crashed:
+        if not entry.metadata():
             log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
                         "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
                         entry.key, METADATA_NAME, entry.path)
@@ -244,9 +244,9 @@ def parallel_compile(
     if cache.root.exists() and not cache.root.is_dir():
         raise OptionsError(f"parallel_compile: cache_dir {cache.root} is not a directory; pass the compile cache "
                            "the capture wrote into (options['cache_dir'] of the capture seam)")
-    entries = cache.entries() if keys is None else []
-    pending = [e.key for e in entries if e.status == "pending"]
-    _say_unbuildable(entries)
+    statuses = [(e, e.status) for e in cache.entries()] if keys is None else []
+    pending = [e.key for e, status in statuses if status == "pending"]
+    _say_unbuildable(e for e, status in statuses if status == "crashed")
     report = CompileReport()
     t0 = time.monotonic()
     if keys is None and not pending:
