@@ -16,9 +16,18 @@ with the exit status. The driver side keeps the one-shot contract (:func:`proces
   compiled again in a process of its own, which reports a crash as today;
 * one worker per concurrent compile: ``parallel_compile`` with N threads uses up to N workers.
 
+Workers are forked by the zygote (:mod:`neuron_args.compilers.zygote`: one process that imported
+jax once), so a new worker costs its XLA client (~0.01-0.03 s), not jax's start-up (0.25-1.4 s).
+A forked worker keeps the same shape: a leader heading its process group, the worker its child,
+dying with the zygote, which dies with this process. A zygote that cannot start or dies is logged
+and workers start as processes of their own from then on (``NEURON_ARGS_WARM_WORKER_ZYGOTE=0``
+does that from the start). A compile whose new worker is still starting takes whichever comes
+first, that worker or one another compile gives back, so two workers are never slower than one.
+
 ``NEURON_ARGS_WARM_WORKERS=0`` turns the pool off (one process per graph, for debugging). An idle
-worker (~240 MB) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE`` seconds (default 300), so a serving
-process does not keep it. A worker keeps the environment it started with: one started under other
+worker (~240 MB, mostly shared with the zygote when forked) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE``
+seconds (default 300), so a serving process does not keep it; the zygote leaves that long after its
+last worker. A worker (and the zygote) keeps the environment it started with: one started under other
 ``XLA_*``/``JAX_*``/``TF_*``/``PYTHON*``/``LD_*`` variables is retired, not reused. neuronx-cc
 always runs one process per graph.
 """
