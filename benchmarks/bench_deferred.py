@@ -200,7 +200,8 @@ def run_phase(ns: argparse.Namespace) -> int:
 #: zygote (started by the timed call itself), warm workers started as processes of their own
 #: (``no-zygote``), the same two with the workers already up (``prestarted``: parallel_compile only),
 #: and one process per graph (as before the warm workers).
-MODES = {"warm": {}, "no-zygote": {"NEURON_ARGS_WARM_WORKER_ZYGOTE": "0"}, "one-shot": {"NEURON_ARGS_WARM_WORKERS": "0"}}
+MODES = {"warm": {}, "no-zygote": {"NEURON_ARGS_WARM_WORKER_ZYGOTE": "0"},
+         "one-shot": {"NEURON_ARGS_WARM_WORKERS": "0"}}
 COMPILE_MODES = ("warm", "prestarted", "no-zygote", "prestarted, no-zygote", "one-shot")
 #: The modes of part 3 (the compile-bound flows).
 DEEP_MODES = ("warm", "no-zygote")

@@ -26,7 +26,8 @@ from neuron_args.compilers import LocalCompiler, workers
 from neuron_args.compilers.process import LOG_FILE
 from neuron_args.deferred.parallel_compile import parallel_compile
 from tests.faults.fault_helpers import REPO, alive, wait_until
-from tests.test_compile_workers import _children, _compile, _first_line, _kill_all, _local_pending, _run, hlo_file  # noqa: F401
+from tests.test_compile_workers import (  # noqa: F401  (hlo_file: the fixture)
+    _children, _compile, _first_line, _kill_all, _local_pending, _run, hlo_file)
 
 STAND_IN = textwrap.dedent("""
     # the real zygote; its workers wait for $STAND_IN_GATE (if set) before they start jax, and the first

@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from neuron_args.compilers import zygote as zygotes
+from neuron_args.compilers.forked import ZYGOTE_MODULE, ForkedProcess, Zygote, ZygoteGone
 from neuron_args.compilers.process import describe_exit, start_process
 from neuron_args.compilers.lifetime import current_scope, kill_process_group, supervised_argv
 from neuron_args.errors import OptionsError
@@ -110,12 +110,12 @@ class Worker:
     :class:`zygote.ForkedProcess` (forked by the zygote; its leader's pid is known once forked).
     """
 
-    def __init__(self, proc: subprocess.Popen | zygotes.ForkedProcess, idle: float = DEFAULT_IDLE_SECONDS) -> None:
+    def __init__(self, proc: subprocess.Popen | ForkedProcess, idle: float = DEFAULT_IDLE_SECONDS) -> None:
         self.proc = proc
         self.env = _env_key()
         self.ready = False  # it said it has started jax
         # the worker's own pid once it said so (proc is its leader)
-        self.worker_pid: int | None = proc.known_pid if isinstance(proc, zygotes.ForkedProcess) else proc.pid
+        self.worker_pid: int | None = proc.known_pid if isinstance(proc, ForkedProcess) else proc.pid
         self.idle = idle  # it leaves after that many seconds without a request
         self.last_used = time.monotonic()
         self._buffer = b""
@@ -131,8 +131,8 @@ class Worker:
         return self.proc.pid
 
     @property
-    def forked(self) -> zygotes.ForkedProcess | None:
-        return self.proc if isinstance(self.proc, zygotes.ForkedProcess) else None
+    def forked(self) -> ForkedProcess | None:
+        return self.proc if isinstance(self.proc, ForkedProcess) else None
 
     def name(self) -> str:
         """Its pid for a message, never waiting for it."""
@@ -244,9 +244,9 @@ class WorkerPool:
 
     def __init__(self, program: Sequence[str] | None = None, zygote: Sequence[str] | None = None) -> None:
         self.program = list(program) if program else [sys.executable, "-m", MODULE]
-        self.zygote_program = list(zygote) if zygote else (None if program else [sys.executable, "-m", zygotes.MODULE])
+        self.zygote_program = list(zygote) if zygote else (None if program else [sys.executable, "-m", ZYGOTE_MODULE])
         self.broken = False  # a worker died before it started jax: one process per graph from then on
-        self.zygote: zygotes.Zygote | None = None
+        self.zygote: Zygote | None = None
         self.zygote_off = False  # the zygote could not start or died: workers start as processes of their own
         self._idle: list[Worker] = []
         self._waiters: set[int] = set()  # wake-up pipes of the compiles waiting for a worker
@@ -284,19 +284,19 @@ class WorkerPool:
         idle = idle_seconds()
         return Worker(_spawner().call(lambda: self._start(idle)), idle)
 
-    def _start(self, idle: float) -> subprocess.Popen | zygotes.ForkedProcess:
+    def _start(self, idle: float) -> subprocess.Popen | ForkedProcess:
         """One new worker: forked by the zygote, else a process of its own (on the spawner thread)."""
         zygote = self._zygote(idle)
         if zygote is not None:
             try:
                 return zygote.fork(idle)
-            except zygotes.ZygoteGone:
+            except ZygoteGone:
                 self.zygote_lost(zygote)
         argv = supervised_argv([*self.program, f"{idle:g}"])
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 bufsize=0, start_new_session=True)
 
-    def _zygote(self, idle: float) -> zygotes.Zygote | None:
+    def _zygote(self, idle: float) -> Zygote | None:
         """The zygote to fork a new worker from (started, or replaced when retired): None when off."""
         if self.zygote_program is None or self.zygote_off or not zygote_enabled():
             return None
@@ -310,7 +310,7 @@ class WorkerPool:
                 return None
             old.retire()  # another environment, or about to leave: a fresh one
         try:
-            self.zygote = zygotes.Zygote(self.zygote_program, idle, env)
+            self.zygote = Zygote(self.zygote_program, idle, env)
         except OSError as exc:
             self.zygote_off, self.zygote = True, None
             log.warning("the warm-worker zygote could not start (%s); starting warm workers as processes of their own",
@@ -318,7 +318,7 @@ class WorkerPool:
             return None
         return self.zygote
 
-    def zygote_lost(self, zygote: zygotes.Zygote) -> None:
+    def zygote_lost(self, zygote: Zygote) -> None:
         """A zygote stopped taking requests: replaced if it left on its own, else off from now on (logged)."""
         code = zygote.ended(REAP_SECONDS)
         zygote.retire()
