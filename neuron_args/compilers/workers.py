@@ -107,7 +107,7 @@ class Worker:
     """One worker process (a leader heading its group, the worker inside) and its pipes.
 
     ``proc`` is the supervisor's ``Popen`` (a worker started as a process of its own) or a
-    :class:`zygote.ForkedProcess` (forked by the zygote; its leader's pid is known once forked).
+    :class:`forked.ForkedProcess` (forked by the zygote; its leader's pid is known once forked).
     """
 
     def __init__(self, proc: subprocess.Popen | ForkedProcess, idle: float = DEFAULT_IDLE_SECONDS) -> None:
