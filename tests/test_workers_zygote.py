@@ -23,6 +23,7 @@ import pytest
 
 from neuron_args import CompileError
 from neuron_args.compilers import LocalCompiler, workers
+from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.compilers.process import LOG_FILE
 from neuron_args.deferred.parallel_compile import parallel_compile
 from tests.faults.fault_helpers import REPO, alive, wait_until
@@ -186,6 +187,48 @@ def test_a_timeout_kills_the_forked_worker_s_group_and_the_zygote_forks_the_next
     assert "warm worker, compile 1" in _first_line(tmp_path / "next")
     assert alive(zygote) and _zygote_pid(stand_in) == zygote
     assert _parent(_parent(_worker_pid(tmp_path / "next"))) == zygote
+
+
+def test_a_forked_worker_killed_mid_compile_falls_back_and_a_cancel_kills_one(hlo_file, tmp_path, stand_in):
+    """Its leader passes the worker's death on (-9, as the supervisor does); a cancel kills the group at once."""
+    files = stand_in.files
+    files["gate"].touch()
+    files["once"].touch()
+    entry = tmp_path / "killed"
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(r=_compile(hlo_file, entry, LocalCompiler())))
+    thread.start()
+    wait_until(lambda: files["started"].exists() and files["started"].read_text().strip(), 60, "the compile started")
+    victim = int(files["started"].read_text())
+    os.kill(victim, signal.SIGKILL)
+    thread.join(120)
+    assert not thread.is_alive()
+    _run(result["r"].output_path)
+    log = (entry / LOG_FILE).read_text()
+    assert f"warm compile worker (pid {victim}) killed or out of memory (exit status -9) mid-compile" in log
+    assert "warm worker" not in log.splitlines()[0] and not stand_in.broken
+
+    files["started"].unlink()
+    files["once"].touch()
+    scope, outcome = CancelScope(), {}
+
+    def run() -> None:
+        with within(scope):
+            try:
+                _compile(hlo_file, tmp_path / "cancelled", LocalCompiler())
+            except CompileCancelled:
+                outcome["cancelled"] = True
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: files["started"].exists() and files["started"].read_text().strip(), 60, "the compile started")
+    victim = int(files["started"].read_text())
+    leader = _parent(victim)
+    scope.cancel()
+    thread.join(30)
+    assert not thread.is_alive() and outcome == {"cancelled": True}
+    wait_until(lambda: not alive(victim) and not alive(leader), 10, "the cancelled worker and its leader gone")
+    assert stand_in.idle_pids() == [] and alive(_zygote_pid(stand_in))
 
 
 def test_another_environment_retires_the_zygote_too(hlo_file, tmp_path, pool, monkeypatch):
