@@ -19,8 +19,10 @@ The small MLPs compile in ~0.05 s each on XLA:CPU, so with warm workers little i
 neuronx-cc compile dominates its worker's time. Part 2 (``parallel_compile`` 1 vs 2 workers) and
 part 3 (the two flows) run them too, so both regimes are reported side by side.
 
-Every flow and every ``parallel_compile`` runs twice, side by side: with the local compiler's warm
-workers (the default) and with one process per graph (``NEURON_ARGS_WARM_WORKERS=0``, as before).
+Every flow and every ``parallel_compile`` runs side by side: with the local compiler's warm
+workers (the default: forked by the jax-preloaded zygote), with warm workers started as processes of
+their own (``NEURON_ARGS_WARM_WORKER_ZYGOTE=0``, as before the zygote) and with one process per graph
+(``NEURON_ARGS_WARM_WORKERS=0``, as before the warm workers; small MLPs only in part 2).
 
 Every phase starts from the state of a process that uses the runner (``neuron_args.runner``
 imported: torch, Dynamo and the backends loaded, no jax), times its own work with
@@ -194,11 +196,15 @@ def run_phase(ns: argparse.Namespace) -> int:
 
 
 # -- orchestrator ----------------------------------------------------------------------------------
-#: The ways the local compiler runs, compared side by side in every run: warm workers (started by
-#: the timed call itself), the same with the workers already up (``prestarted``: parallel_compile
-#: only), and one process per graph (as before the warm workers).
-MODES = {"warm": {}, "one-shot": {"NEURON_ARGS_WARM_WORKERS": "0"}}
-COMPILE_MODES = ("warm", "prestarted", "one-shot")
+#: The ways the local compiler runs, compared side by side in every run: warm workers forked by the
+#: zygote (started by the timed call itself), warm workers started as processes of their own
+#: (``no-zygote``), the same two with the workers already up (``prestarted``: parallel_compile only),
+#: and one process per graph (as before the warm workers).
+MODES = {"warm": {}, "no-zygote": {"NEURON_ARGS_WARM_WORKER_ZYGOTE": "0"},
+         "one-shot": {"NEURON_ARGS_WARM_WORKERS": "0"}}
+COMPILE_MODES = ("warm", "prestarted", "no-zygote", "prestarted, no-zygote", "one-shot")
+#: The modes of part 3 (the compile-bound flows).
+DEEP_MODES = ("warm", "no-zygote")
 #: The models of part 2 and 3: the 8 small MLPs (as ever), and compile-bound graphs (one-shot skipped).
 MODELS = ("mlp", "deep")
 
@@ -209,11 +215,12 @@ def spawn(phase: str, cache: Path, n: int, workers: int | None = None, mode: str
             "--graphs", str(n), "--model", model]
     if workers is not None:
         argv += ["--workers", str(workers)]
-    if mode == "prestarted":
+    if mode.startswith("prestarted"):
         argv.append("--prestart")
-        mode = "warm"
+        mode = "warm" if mode == "prestarted" else "no-zygote"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    for name in ("NEURON_ARGS_COMPILE_WORKERS", "NEURON_ARGS_TRACE_WORKERS", "NEURON_ARGS_WARM_WORKERS"):
+    for name in ("NEURON_ARGS_COMPILE_WORKERS", "NEURON_ARGS_TRACE_WORKERS", "NEURON_ARGS_WARM_WORKERS",
+                 "NEURON_ARGS_WARM_WORKER_ZYGOTE"):
         env.pop(name, None)
     env.update(MODES[mode])
     t0 = time.perf_counter()
@@ -268,20 +275,23 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
     compiles = [(w, mode, model) for model in MODELS for mode in COMPILE_MODES for w in (1, 2)
                 if model == "mlp" or mode != "one-shot"]
     workers_runs: dict[tuple[int, str, str], list[dict[str, Any]]] = {c: [] for c in compiles}
-    deep_flows: dict[str, list[dict[str, Any]]] = {"sequential": [], "parallel": []}
+    deep_flows: dict[tuple[str, str], list[dict[str, Any]]] = {(p, m): [] for p in ("sequential", "parallel")
+                                                               for m in DEEP_MODES}
     loads: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-deferred-") as tmp:
         root = Path(tmp)
         for rep in range(reps):
             # rotate which flow goes first so a load drift does not favour one
-            for phase, mode in flows[rep % 4:] + flows[:rep % 4]:
+            for phase, mode in flows[rep % len(flows):] + flows[:rep % len(flows)]:
                 runs[phase, mode].append(spawn(phase, root / f"{phase}-{mode}-{rep}", n, mode=mode))
                 loads.append(f"after {phase} ({mode}) rep {rep}: {load()}")
             if compare_only:
                 continue
-            for phase in ("sequential", "parallel") if rep % 2 == 0 else ("parallel", "sequential"):
-                deep_flows[phase].append(spawn(phase, root / f"deep-{phase}-{rep}", n, model="deep"))
-                loads.append(f"after {phase} (deep model) rep {rep}: {load()}")
+            deep = list(deep_flows)
+            for phase, mode in deep if rep % 2 == 0 else deep[::-1]:
+                deep_flows[phase, mode].append(spawn(phase, root / f"deep-{phase}-{mode}-{rep}", n, mode=mode,
+                                                     model="deep"))
+                loads.append(f"after {phase} ({mode}, deep model) rep {rep}: {load()}")
             for model in MODELS:
                 captured = root / f"captured-{model}-{rep}"
                 captures[model].append(spawn("capture", captured, n, model=model))
@@ -294,7 +304,8 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
     print("\n1. warmup wall time of the whole set (timed inside each phase process)".ljust(63) + "  median      min")
     for mode in MODES:
         seq, par = runs["sequential", mode], runs["parallel", mode]
-        print(f"  local compiler: {mode}{' (NEURON_ARGS_WARM_WORKERS=0)' if MODES[mode] else ' workers'}")
+        print(f"  local compiler: {mode}" + (f" ({', '.join(f'{k}={v}' for k, v in MODES[mode].items())})"
+                                              if MODES[mode] else " workers (forked by the zygote)"))
         row("A sequential in-process (torch.compile'd call per shape)", [r["seconds"] for r in seq],
             f"complete {seq[-1]['complete']}/{n}")
         row("B parallel_trace + parallel_compile", [r["seconds"] for r in par], f"complete {par[-1]['complete']}/{n}")
@@ -305,8 +316,10 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
               + ", ".join(f"{b['seconds'] / a['seconds']:.2f}" for a, b in zip(seq, par)))
     seq, par = runs["sequential", "warm"], runs["parallel", "warm"]
     old_seq, old_par = runs["sequential", "one-shot"], runs["parallel", "one-shot"]
+    nz_seq, nz_par = runs["sequential", "no-zygote"], runs["parallel", "no-zygote"]
     figure(f"warmup of {n} static graphs: deferred flow (2 workers) / in-process", _med(par) / _med(seq),
-           "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s; one process per graph: "
+           "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s; without the zygote: "
+           f"{_med(nz_par) / _med(nz_seq):.2f} ({_med(nz_par):.1f} s vs {_med(nz_seq):.1f} s); one process per graph: "
            f"{_med(old_par) / _med(old_seq):.2f} ({_med(old_par):.1f} s vs {_med(old_seq):.1f} s)")
     figure(f"in-process warmup of {n} graphs: one process per graph / warm workers", _med(old_seq) / _med(seq),
            None, "x", note=f"{_med(old_seq):.1f} s vs {_med(seq):.1f} s")
@@ -319,25 +332,36 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
         row("(untimed above) parent import of neuron_args.runner", [r["backends_import"] for r in every],
             "torch + Dynamo; a worker pays it too if the parent has not")
         speedup, per_rep = speedups["mlp"]["warm"]
+        mlp, deep = speedups["mlp"], speedups["deep"]
         figure("parallel_compile speed-up 1 -> 2 workers", speedup, ">= 1.8", "x",
-               note=f"per rep: {per_rep}; one process per graph: {speedups['mlp']['one-shot'][0]:.2f}x")
-        figure("parallel_compile speed-up 1 -> 2 workers, workers already started", speedups["mlp"]["prestarted"][0],
-               ">= 1.8", "x", note=f"per rep: {speedups['mlp']['prestarted'][1]}")
+               note=f"per rep: {per_rep}; without the zygote: {mlp['no-zygote'][0]:.2f}x; one process per graph: "
+               f"{mlp['one-shot'][0]:.2f}x")
+        figure("parallel_compile speed-up 1 -> 2 workers, workers already started", mlp["prestarted"][0],
+               ">= 1.8", "x", note=f"per rep: {mlp['prestarted'][1]}; without the zygote: "
+               f"{mlp['prestarted, no-zygote'][0]:.2f}x")
         figure(f"parallel_compile speed-up 1 -> 2 workers, compile-bound graphs ({DEEP_LAYERS}-layer MLP)",
-               speedups["deep"]["warm"][0], ">= 1.8", "x",
-               note=f"per rep: {speedups['deep']['warm'][1]}; workers already started: "
-               f"{speedups['deep']['prestarted'][0]:.2f}x")
+               deep["warm"][0], ">= 1.8", "x",
+               note=f"per rep: {deep['warm'][1]}; workers already started: {deep['prestarted'][0]:.2f}x; without "
+               f"the zygote: {deep['no-zygote'][0]:.2f}x, {deep['prestarted, no-zygote'][0]:.2f}x")
         figure(f"parallel_compile of {n} graphs, 1 worker: one process per graph / warm workers",
                _med(workers_runs[1, "one-shot", "mlp"]) / _med(workers_runs[1, "warm", "mlp"]), None, "x")
-        seq, par = deep_flows["sequential"], deep_flows["parallel"]
         print(f"\n3. warmup of {n} compile-bound graphs ({DEEP_LAYERS}-layer MLP), warm workers".ljust(63)
               + "  median      min")
-        row("A sequential in-process", [r["seconds"] for r in seq], f"complete {seq[-1]['complete']}/{n}")
-        row("B parallel_trace + parallel_compile", [r["seconds"] for r in par], f"complete {par[-1]['complete']}/{n}")
-        row("    of which parallel_trace", [r["trace"] for r in par])
-        row("    of which parallel_compile", [r["compile"] for r in par])
+        for mode in DEEP_MODES:
+            seq, par = deep_flows["sequential", mode], deep_flows["parallel", mode]
+            print(f"  local compiler: {mode}")
+            row("A sequential in-process", [r["seconds"] for r in seq], f"complete {seq[-1]['complete']}/{n}")
+            row("B parallel_trace + parallel_compile", [r["seconds"] for r in par],
+                f"complete {par[-1]['complete']}/{n}")
+            row("    of which parallel_trace", [r["trace"] for r in par])
+            row("    of which parallel_compile", [r["compile"] for r in par])
+            print(f"  ratio B / A: {_med(par) / _med(seq):.2f}; per rep: "
+                  + ", ".join(f"{b['seconds'] / a['seconds']:.2f}" for a, b in zip(seq, par)))
+        seq, par = deep_flows["sequential", "warm"], deep_flows["parallel", "warm"]
+        nz_seq, nz_par = deep_flows["sequential", "no-zygote"], deep_flows["parallel", "no-zygote"]
         figure(f"warmup of {n} compile-bound graphs ({DEEP_LAYERS}-layer MLP): deferred flow / in-process",
-               _med(par) / _med(seq), "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s")
+               _med(par) / _med(seq), "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s; without the zygote: "
+               f"{_med(nz_par) / _med(nz_seq):.2f} ({_med(nz_par):.1f} s vs {_med(nz_seq):.1f} s)")
     print("\nload during the run:\n  " + "\n  ".join(loads))
     print(f"bench_deferred: {load()} (end)")
     return 0

@@ -80,13 +80,27 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
         os.kill(os.getpid(), sig)
 
 
+def kill_process_group(proc: Any) -> None:
+    """SIGKILL the process group ``proc`` leads: its own ``kill_group()`` when it has one (a warm worker's
+    compile, whose group changes hands), else ``os.killpg`` of its pid. Never waits."""
+    killer = getattr(proc, "kill_group", None)
+    if killer is not None:
+        killer()
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the child's process group (it leads one) and reap the child."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+    if hasattr(proc, "kill_group"):
+        proc.kill_group()
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
     proc.wait()
 
 
@@ -115,16 +129,14 @@ class CancelScope:
             self._event.set()
             procs = list(self._running)
         for proc in procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_process_group(proc)
 
     def add(self, proc: subprocess.Popen) -> None:
         with self._lock:
             self._running.add(proc)
             cancelled = self._event.is_set()
         if cancelled:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_process_group(proc)
 
     def discard(self, proc: subprocess.Popen) -> None:
         with self._lock:

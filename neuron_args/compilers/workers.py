@@ -16,9 +16,18 @@ with the exit status. The driver side keeps the one-shot contract (:func:`proces
   compiled again in a process of its own, which reports a crash as today;
 * one worker per concurrent compile: ``parallel_compile`` with N threads uses up to N workers.
 
+Workers are forked by the zygote (:mod:`neuron_args.compilers.zygote`: one process that imported
+jax once), so a new worker costs its XLA client (~0.01-0.03 s), not jax's start-up (0.25-1.4 s).
+A forked worker keeps the same shape: a leader heading its process group, the worker its child,
+dying with the zygote, which dies with this process. A zygote that cannot start or dies is logged
+and workers start as processes of their own from then on (``NEURON_ARGS_WARM_WORKER_ZYGOTE=0``
+does that from the start). A compile whose new worker is still starting takes whichever comes
+first, that worker or one another compile gives back, so two workers are never slower than one.
+
 ``NEURON_ARGS_WARM_WORKERS=0`` turns the pool off (one process per graph, for debugging). An idle
-worker (~240 MB) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE`` seconds (default 300), so a serving
-process does not keep it. A worker keeps the environment it started with: one started under other
+worker (~240 MB, mostly shared with the zygote when forked) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE``
+seconds (default 300), so a serving process does not keep it; the zygote leaves that long after its
+last worker. A worker (and the zygote) keeps the environment it started with: one started under other
 ``XLA_*``/``JAX_*``/``TF_*``/``PYTHON*``/``LD_*`` variables is retired, not reused. neuronx-cc
 always runs one process per graph.
 """
@@ -37,18 +46,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from neuron_args.compilers.forked import ZYGOTE_MODULE, ForkedProcess, Zygote, ZygoteGone
 from neuron_args.compilers.process import describe_exit, start_process
-from neuron_args.compilers.lifetime import current_scope, supervised_argv
+from neuron_args.compilers.lifetime import current_scope, kill_process_group, supervised_argv
 from neuron_args.errors import OptionsError
 
 log = logging.getLogger("neuron_args.compilers")
 
 MODULE = "neuron_args.compilers.workers"
 WARM_WORKERS_ENV = "NEURON_ARGS_WARM_WORKERS"
+ZYGOTE_ENV = "NEURON_ARGS_WARM_WORKER_ZYGOTE"
 IDLE_ENV = "NEURON_ARGS_WARM_WORKER_IDLE"
 DEFAULT_IDLE_SECONDS = 300.0
 #: Environment variables a worker reads at start-up (jax, XLA, the interpreter): a change retires it.
@@ -60,6 +71,11 @@ REAP_SECONDS = 5.0
 def enabled() -> bool:
     """False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``."""
     return os.environ.get(WARM_WORKERS_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+
+
+def zygote_enabled() -> bool:
+    """False when ``$NEURON_ARGS_WARM_WORKER_ZYGOTE`` is ``0``/``off``/``false``/``no`` (workers start as processes)."""
+    return os.environ.get(ZYGOTE_ENV, "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def idle_seconds() -> float:
@@ -88,13 +104,18 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """One worker process (the supervisor leading its group, the worker inside) and its pipe."""
+    """One worker process (a leader heading its group, the worker inside) and its pipes.
 
-    def __init__(self, proc: subprocess.Popen, idle: float = DEFAULT_IDLE_SECONDS) -> None:
+    ``proc`` is the supervisor's ``Popen`` (a worker started as a process of its own) or a
+    :class:`forked.ForkedProcess` (forked by the zygote; its leader's pid is known once forked).
+    """
+
+    def __init__(self, proc: subprocess.Popen | ForkedProcess, idle: float = DEFAULT_IDLE_SECONDS) -> None:
         self.proc = proc
         self.env = _env_key()
         self.ready = False  # it said it has started jax
-        self.worker_pid = proc.pid  # the worker's own pid once it said so (proc is its supervisor)
+        # the worker's own pid once it said so (proc is its leader)
+        self.worker_pid: int | None = proc.known_pid if isinstance(proc, ForkedProcess) else proc.pid
         self.idle = idle  # it leaves after that many seconds without a request
         self.last_used = time.monotonic()
         self._buffer = b""
@@ -105,13 +126,30 @@ class Worker:
         return fresh and self.proc.poll() is None and self.env == env
 
     @property
-    def pid(self) -> int:
+    def pid(self) -> int | None:
+        """Its leader's pid (the process group a timeout kills); None for a fork that never happened."""
         return self.proc.pid
+
+    @property
+    def forked(self) -> ForkedProcess | None:
+        return self.proc if isinstance(self.proc, ForkedProcess) else None
+
+    def name(self) -> str:
+        """Its pid for a message, never waiting for it."""
+        pid = self.worker_pid or (self.forked.known_pid if self.forked else None)
+        return str(pid) if pid is not None else "(not forked yet)"
+
+    def fileno(self) -> int:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.fileno()
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (OSError, ValueError) as exc:  # it died while idle (or was given up)
+            raise WorkerDied() from exc
 
     def receive_status(self, deadline: float | None) -> int | None:
         """The exit status of the request in flight; None when ``deadline`` passed first."""
@@ -135,12 +173,9 @@ class Worker:
             self.ready, self.worker_pid = True, int(message["ready"])
 
     def _receive(self, deadline: float | None) -> dict[str, Any] | None:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
+        fd = self.fileno()
         while b"\n" not in self._buffer:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())  # past: look once
             if not select.select([fd], [], [], remaining)[0]:
                 return None
             chunk = os.read(fd, 1 << 16)
@@ -159,8 +194,7 @@ class Worker:
             return self.proc.wait()
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_process_group(self.proc)
 
     def close(self) -> None:
         """Ask an idle worker to leave (end of its input), without waiting for it."""
@@ -170,7 +204,7 @@ class Worker:
 
 
 class _Spawner:
-    """Starts every worker from one long-lived daemon thread (see the module docstring)."""
+    """Starts every worker (and zygote) from one long-lived daemon thread (see the module docstring)."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -185,7 +219,7 @@ class _Spawner:
                 except BaseException as exc:  # handed to the caller
                     future.set_exception(exc)
 
-    def call(self, fn: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    def call(self, fn: Callable[[], Any]) -> Any:
         future: cf.Future = cf.Future()
         self._queue.put((fn, future))
         try:
@@ -201,34 +235,102 @@ def _kill_started(future: cf.Future) -> None:
 
 
 class WorkerPool:
-    """Idle warm workers of one worker program; a compile takes one or starts one, then gives it back."""
+    """Idle warm workers of one worker program; a compile takes one or starts one, then gives it back.
 
-    def __init__(self, program: Sequence[str] | None = None) -> None:
+    ``zygote``: the program of the zygote that forks this pool's workers (default: the real one for the
+    real worker program, none for another program); ``$NEURON_ARGS_WARM_WORKER_ZYGOTE=0`` starts
+    every worker as a process of its own.
+    """
+
+    def __init__(self, program: Sequence[str] | None = None, zygote: Sequence[str] | None = None) -> None:
         self.program = list(program) if program else [sys.executable, "-m", MODULE]
+        self.zygote_program = list(zygote) if zygote else (None if program else [sys.executable, "-m", ZYGOTE_MODULE])
         self.broken = False  # a worker died before it started jax: one process per graph from then on
+        self.zygote: Zygote | None = None
+        self.zygote_off = False  # the zygote could not start or died: workers start as processes of their own
         self._idle: list[Worker] = []
+        self._waiters: set[int] = set()  # wake-up pipes of the compiles waiting for a worker
         self._lock = threading.Lock()
 
-    def acquire(self) -> Worker:
-        env, stale = _env_key(), []
+    def take(self, ready_only: bool = False) -> Worker | None:
+        """An idle worker to use, one that started jax first (``ready_only``: only such one), or None."""
+        env, stale, chosen = _env_key(), [], None
         with self._lock:
-            while self._idle:
-                worker = self._idle.pop()
-                if worker.reusable(env):
-                    break
-                stale.append(worker)
-            else:
-                worker = None
+            for worker in reversed(self._idle):
+                if not worker.reusable(env):
+                    stale.append(worker)
+                    continue
+                if not worker.ready:
+                    try:
+                        worker.wait_ready(time.monotonic())  # it may have said so meanwhile (never waits)
+                    except WorkerDied:
+                        stale.append(worker)
+                        continue
+                if worker.ready or (chosen is None and not ready_only):
+                    chosen = worker
+                    if worker.ready:
+                        break
+            self._idle = [w for w in self._idle if w is not chosen and w not in stale]
         for old in stale:
             old.close()
+        return chosen
+
+    def acquire(self) -> Worker:
+        """An idle worker (one that started jax first), else a new one."""
+        worker = self.take()
         return worker if worker is not None else self._spawn()
 
     def _spawn(self) -> Worker:
         idle = idle_seconds()
+        return Worker(_spawner().call(lambda: self._start(idle)), idle)
+
+    def _start(self, idle: float) -> subprocess.Popen | ForkedProcess:
+        """One new worker: forked by the zygote, else a process of its own (on the spawner thread)."""
+        zygote = self._zygote(idle)
+        if zygote is not None:
+            try:
+                return zygote.fork(idle)
+            except ZygoteGone:
+                self.zygote_lost(zygote)
         argv = supervised_argv([*self.program, f"{idle:g}"])
-        return Worker(_spawner().call(lambda: subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            bufsize=0, start_new_session=True)), idle)
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                bufsize=0, start_new_session=True)
+
+    def _zygote(self, idle: float) -> Zygote | None:
+        """The zygote to fork a new worker from (started, or replaced when retired): None when off."""
+        if self.zygote_program is None or self.zygote_off or not zygote_enabled():
+            return None
+        env, old = _env_key(), self.zygote
+        if old is not None and old.usable(env):
+            return old
+        if old is not None:
+            code = old.proc.poll()
+            if code not in (None, 0):
+                self.zygote_lost(old)
+                return None
+            old.retire()  # another environment, or about to leave: a fresh one
+        try:
+            self.zygote = Zygote(self.zygote_program, idle, env)
+        except OSError as exc:
+            self.zygote_off, self.zygote = True, None
+            log.warning("the warm-worker zygote could not start (%s); starting warm workers as processes of their own",
+                        exc)
+            return None
+        return self.zygote
+
+    def zygote_lost(self, zygote: Zygote) -> None:
+        """A zygote stopped taking requests: replaced if it left on its own, else off from now on (logged)."""
+        code = zygote.ended(REAP_SECONDS)
+        zygote.retire()
+        with self._lock:
+            if self.zygote is zygote:
+                self.zygote = None
+            if code == 0 or self.zygote_off:
+                return
+            self.zygote_off = True
+        how = describe_exit(code) if code is not None else "stopped answering"
+        log.warning("the warm-worker zygote (process group %d) %s; starting warm workers as processes of their own "
+                    "from now on", zygote.proc.pid, how)
 
     def prestart(self, n: int, timeout: float = 300.0, wait: bool = True) -> int:
         """Start workers until ``n`` are idle with jax started (before a timed warmup, say); returns how many are.
@@ -260,21 +362,50 @@ class WorkerPool:
             return sum(w.reusable(env) for w in self._idle)
 
     def release(self, worker: Worker) -> None:
+        """Give a worker back (it waits for the next compile); wakes the compiles waiting for one."""
         worker.last_used = time.monotonic()
+        forked = worker.forked
+        if forked is not None:
+            forked.zygote.last_used = worker.last_used  # it stays while its workers do
         with self._lock:
             self._idle.append(worker)
+            waiters = list(self._waiters)
+        for fd in waiters:
+            with contextlib.suppress(OSError):
+                os.write(fd, b"w")
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[int]:
+        """A file descriptor that becomes readable when a worker is given back (drain it after a wake-up)."""
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        with self._lock:
+            self._waiters.add(w)
+        try:
+            yield r
+        finally:
+            with self._lock:
+                self._waiters.discard(w)
+            os.close(r)
+            os.close(w)
 
     def idle_pids(self) -> list[int]:
-        """The supervisor pids of the idle workers (each leads its worker's process group)."""
+        """The leader pids of the idle workers (each leads its worker's process group; waits for pending forks)."""
         with self._lock:
-            return [w.pid for w in self._idle]
+            idle = list(self._idle)
+        return [pid for pid in (w.pid for w in idle) if pid is not None]
 
     def close(self) -> None:
-        """Let every idle worker go (busy ones leave when their compile ends and they are not given back)."""
+        """Let every idle worker go (busy ones leave when their compile ends and they are not given back), and the
+        zygote once its workers have."""
         with self._lock:
             idle, self._idle = self._idle, []
+            zygote = self.zygote
         for worker in idle:
             worker.close()
+        if zygote is not None:
+            zygote.retire()
 
     def start(self, program_args: Sequence[str], argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> Any:
         """Start one compile on a warm worker: ``program_args`` is ``argv`` without the program part.
@@ -290,9 +421,12 @@ class WorkerPool:
 class PooledCompile:
     """One compile on a warm worker, shaped like the ``Popen`` :func:`process.run_compiler` waits on.
 
-    ``pid`` is the process group to kill (the worker's supervisor, or after a fallback the
-    one-shot process's), so a timeout (``kill_group``) and a cancel (``CancelScope``) work as on
-    a ``Popen``. A worker that dies while nobody asked it to is replaced by a one-shot process.
+    The worker it holds may still be starting: it then takes whichever comes first, that worker
+    ready or a ready one another compile gave back (which it uses; the starting one goes back to
+    the pool), so two workers are never slower than one. ``kill_group`` kills the process group of
+    the worker it holds (or after a fallback the one-shot process's), so a timeout (``kill_group``)
+    and a cancel (``CancelScope``) work as on a ``Popen``. A worker that dies while nobody asked it
+    to is replaced by a one-shot process; one whose zygote died before it started, by a new worker.
     """
 
     def __init__(self, pool: WorkerPool, worker: Worker, program_args: Sequence[str], argv: Sequence[str], *,
@@ -300,20 +434,24 @@ class PooledCompile:
         self.args = list(argv)
         self.returncode: int | None = None
         self._pool, self._worker, self._cwd, self._stdout = pool, worker, cwd, stdout
+        self._request = {"argv": list(program_args), "cwd": str(cwd), "capture": str(Path(stdout.name).absolute())}
+        self._sent = False
         self._fallback: subprocess.Popen | None = None
         self._stopping = False  # timed out or interrupted: the death that follows is ours
-        try:
-            worker.send({"argv": list(program_args), "cwd": str(cwd), "capture": str(Path(stdout.name).absolute())})
-        except OSError:  # it died while idle
-            self._replace(worker.reap())
 
     @property
-    def pid(self) -> int:
+    def pid(self) -> int | None:
         return self._fallback.pid if self._fallback is not None else self._worker.pid
 
+    def kill_group(self) -> None:
+        self._stopping = True
+        if self._fallback is not None:
+            kill_process_group(self._fallback)
+        else:
+            self._worker.kill()
+
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        self.kill_group()
 
     def poll(self) -> int | None:
         return self.returncode if self._fallback is None else self._fallback.poll()
@@ -324,7 +462,7 @@ class PooledCompile:
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._fallback is None:
             try:
-                status = self._worker.receive_status(deadline)
+                status = self._status(deadline)
             except WorkerDied:
                 code = self._worker.reap()
                 scope = current_scope()
@@ -347,16 +485,66 @@ class PooledCompile:
         self.returncode = self._fallback.wait(remaining)  # TimeoutExpired: the caller kills its group
         return self.returncode
 
+    def _status(self, deadline: float | None) -> int | None:
+        """The compile's exit status from the worker (sending the request once one is ready); None: timed out."""
+        if not self._sent:
+            if self._stopping:  # killed before it took the request: wait for it to go
+                raise WorkerDied()
+            if not self._await_worker(deadline):
+                return None
+            scope = current_scope()
+            if scope is not None and scope.cancelled:  # cancelled while it waited: the unused worker goes back
+                self._pool.release(self._worker)
+                return -signal.SIGKILL
+            self._worker.send(self._request)
+            self._sent = True
+        return self._worker.receive_status(deadline)
+
+    def _await_worker(self, deadline: float | None) -> bool:
+        """Until the held worker is ready or another one is given back ready, whichever first; False: timed out."""
+        if self._worker.ready:
+            return True
+        with self._pool.waiting() as wake:
+            while True:
+                other = self._pool.take(ready_only=True)
+                if other is not None:
+                    self._pool.release(self._worker)  # still starting: the next compile takes it
+                    self._worker = other
+                    return True
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                readable = select.select([self._worker.fileno(), wake], [], [], remaining)[0]
+                if wake in readable:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake, 4096)
+                if self._worker.fileno() in readable:
+                    try:
+                        if self._worker.wait_ready(time.monotonic()):
+                            return True
+                    except WorkerDied:
+                        forked = self._worker.forked
+                        if forked is None or self._stopping:
+                            raise
+                        self._worker.reap()
+                        if not forked.zygote_gone:
+                            raise
+                        self._pool.zygote_lost(forked.zygote)  # it died before forking this one: start another
+                        self._worker = self._pool._spawn()
+
     def _replace(self, code: int) -> None:
         """The worker died on its own: run this graph in a process of its own (the one-shot way)."""
         worker = self._worker
         if not worker.ready:
             self._pool.broken = True
-        how = describe_exit(code)
-        log.warning("warm local-compiler worker %d %s mid-compile; compiling %s in a process of its own%s", worker.worker_pid,
+        forked = worker.forked
+        if forked is not None and forked.zygote_gone:
+            self._pool.zygote_lost(forked.zygote)
+        how, name = describe_exit(code), worker.name()
+        log.warning("warm local-compiler worker %s %s mid-compile; compiling %s in a process of its own%s", name,
                     how, self._cwd, "" if worker.ready else " (it never started: the pool is off from now on)")
         self._stdout.seek(0, os.SEEK_END)
-        self._stdout.write(f"neuron-args: warm compile worker (pid {worker.worker_pid}) {how} mid-compile; this graph "
+        self._stdout.write(f"neuron-args: warm compile worker (pid {name}) {how} mid-compile; this graph "
                            "was compiled again in a process of its own\n".encode())
         self._stdout.flush()
         self._fallback = start_process(self.args, cwd=self._cwd, stdout=self._stdout)
