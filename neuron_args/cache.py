@@ -91,6 +91,7 @@ class EntryStatus(str, enum.Enum):
     PENDING = "pending"
     COMPILING = "compiling"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"
     CRASHED = "crashed"
     MISSING = "missing"
 
@@ -140,12 +141,14 @@ class CacheEntry:
 
     @property
     def status(self) -> EntryStatus:
-        """``complete``, ``corrupt``, ``pending``, ``compiling``, ``failed``, ``crashed`` or ``missing``.
+        """``complete``, ``corrupt``, ``pending``, ``compiling``, ``failed``, ``interrupted``, ``crashed``
+        or ``missing``.
 
         ``corrupt``: marked complete but its metadata is not a JSON object or its executable is
         missing or of another size than recorded (``verify`` also checks the sha256).
         ``compiling``: a live process holds the key's lock. ``failed``: the compiler failed (the
-        log says why). ``crashed``: a build started and its process died.
+        log says why). ``interrupted``: Ctrl-C stopped its build. ``crashed``: a build started and
+        its process died. All three incomplete states are rebuilt by the next compile of the key.
         """
         if self.is_complete:
             return EntryStatus.CORRUPT if self.problem(checksum=False) else EntryStatus.COMPLETE
@@ -154,7 +157,7 @@ class CacheEntry:
         state = self.metadata().get("status")
         if self.lock_pid() is not None:
             return EntryStatus.COMPILING
-        if state in ("pending", "failed"):
+        if state in ("pending", "failed", "interrupted"):
             return EntryStatus(state)
         return EntryStatus.CRASHED
 
@@ -231,6 +234,15 @@ class CacheEntry:
         with contextlib.suppress(OSError):
             if self.path.is_dir():
                 self.update_metadata(status="failed", error=(str(exc).splitlines() or [type(exc).__name__])[0][:500])
+
+    def record_interrupt(self) -> None:
+        """Say in the metadata that Ctrl-C stopped the build (``cache ls``: ``interrupted``, not ``crashed``).
+
+        A captured (pending) entry stays pending: ``parallel_compile`` builds those; only an entry
+        whose own build was running says it was interrupted."""
+        with contextlib.suppress(OSError):
+            if self.path.is_dir() and self.metadata().get("status") != "pending":
+                self.update_metadata(status="interrupted", error="interrupted (KeyboardInterrupt) while compiling")
 
     def mark_complete(self) -> None:
         write_atomic(self.marker_path, now_iso())
@@ -550,6 +562,9 @@ class CompileCache:
                     entry.mark_complete()
                 except CompileError as exc:
                     entry.record_failure(exc)
+                    raise
+                except KeyboardInterrupt:
+                    entry.record_interrupt()
                     raise
                 _verified.add((str(self.root), entry.key))
                 STATS.compiles += 1

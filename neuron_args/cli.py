@@ -430,7 +430,8 @@ def _parser() -> argparse.ArgumentParser:
         "ls", help="entries with graph type, -O level, status, size",
         description="STATUS: complete, corrupt (executable missing or not the recorded size), pending "
                     "(captured, not compiled), compiling (pid N) (a live process holds the key's lock), "
-                    "failed (the compiler failed), crashed (its build's process died).")
+                    "failed (the compiler failed), interrupted (Ctrl-C stopped its build), crashed (its build's process "
+                    "died). A rebuild of the key replaces the last three.")
     _add_cache_dir(ls, positional=True)
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(run=_cache_ls)
