@@ -19,11 +19,12 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from neuron_args.errors import CompilerArgsError
+from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
 
 __all__ = [
     "KNOWN_TARGETS",
@@ -32,6 +33,7 @@ __all__ = [
     "FlagChanges",
     "OptionSpec",
     "OPTIONS",
+    "RepeatedOption",
     "canonical_compiler_args",
     "closest_option",
     "flag_changes",
@@ -41,8 +43,10 @@ __all__ = [
     "option_value",
     "parse_compiler_args",
     "remove_options",
+    "repeated_options",
     "split_compiler_args",
     "validate_compiler_args",
+    "warn_repeated_options",
     "with_optimization_level",
 ]
 
@@ -540,6 +544,73 @@ def has_option(args: str | Sequence[str] | None, name: str) -> bool:
     """True when option ``name`` (any spelling) appears in ``args``."""
     (canonical,) = _resolve_names([name], what="has_option")
     return any(item.name == canonical for item in _scan(split_compiler_args(args)))
+
+
+# ----------------------------------------------------------------------------- repeats
+
+
+@dataclass(frozen=True)
+class RepeatedOption:
+    """An option given more than once with different values; neuronx-cc (argparse) keeps the last."""
+
+    name: str
+    given: tuple[str, ...]  # every occurrence as written, in order
+
+    @property
+    def effective(self) -> str:
+        return self.given[-1]
+
+
+def repeated_options(args: str | Sequence[str] | None) -> list[RepeatedOption]:
+    """The options ``args`` gives more than once with different values, in order of first use.
+
+    Lenient: unknown or malformed tokens are skipped (strict parsing reports them). Equal values in
+    different spellings (``-O3 --optlevel=3``), repeated switches and the order-sensitive option
+    strings handed to inner tools (``--internal-*``, ``--tensorizer-options``) are not conflicts.
+    """
+    tokens = split_compiler_args(args)
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for item in _scan(tokens):
+        if item.name is None or item.value is None or item.problem is not None or _is_opaque(item.name):
+            continue
+        spec = _spec_of(item.name)
+        value = str(int(item.value)) if spec is not None and spec.kind == INT and item.value.isdigit() else item.value
+        seen.setdefault(item.name, []).append((value, " ".join(tokens[item.start:item.end])))
+    return [RepeatedOption(name, tuple(given for _, given in uses))
+            for name, uses in seen.items() if len({value for value, _ in uses}) > 1]
+
+
+def warn_repeated_options(
+    args: str | Sequence[str] | None, *, source: str, graph_type: str | None = None, hint: str = "",
+    warn: Callable[[Warning], None] | None = None, once: bool = True,
+) -> list[RepeatedOption]:
+    """Warn (:class:`CompilerArgsWarning`) about each option ``args`` repeats with another value.
+
+    Last wins, as in neuronx-cc, and the cache key follows it; the warning names ``source`` (where
+    the list came from), every value given, the one in effect and the fix (``hint`` adds to it).
+    Each conflict is told once per process, by its first teller: the same list passes the plugin,
+    the runner, the scope and the seam (``once=False`` tells it again, as each pytest session's
+    start-up does). ``warn`` tells it (default ``warnings.warn``).
+    """
+    from neuron_args.activity import ACTIVITY
+
+    repeats = repeated_options(args)
+    for repeat in repeats:
+        first = ACTIVITY.say_once(f"repeated option {repeat.name}: {' '.join(repeat.given)}")
+        if once and not first:
+            continue
+        where = f"graph type {graph_type!r}: " if graph_type is not None else ""
+        dropped = ", ".join(repr(g) for g in repeat.given[:-1])
+        message = CompilerArgsWarning(
+            f"{where}{source} gives {repeat.name} {len(repeat.given)} times with different values "
+            f"({', '.join(repr(g) for g in repeat.given)}); neuronx-cc keeps the last, so {repeat.effective!r} "
+            f"is what compiles and what the cache key holds. Fix: give {repeat.name} once in {source} "
+            f"(remove {dropped}){'; ' + hint if hint else ''}.")
+        if warn is None:
+            warnings.warn(message, stacklevel=2)
+        else:
+            warn(message)
+    return repeats
 
 
 # ----------------------------------------------------------------------------- comparing two lists

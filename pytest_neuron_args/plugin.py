@@ -64,7 +64,10 @@ def pytest_configure(config: pytest.Config) -> None:
             "--neuron-compiler neuronx-cc: neuronx-cc is not on PATH. On a Neuron host activate the "
             "environment that has it (pip install neuronx-cc from the Neuron repository); elsewhere use "
             "--neuron-compiler local (or auto)")
-    settings.check_compiler_args()
+    # a repeated option is told once, by the controller (an xdist worker only notes it as told)
+    worker = getattr(config, "workerinput", None) is not None
+    settings.check_compiler_args(warn=(lambda w: None) if worker else (
+        lambda w: config.issue_config_time_warning(w, stacklevel=2)))
     settings.check_directories()
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session

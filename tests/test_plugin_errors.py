@@ -187,3 +187,20 @@ def test_a_session_under_the_serving_environment_warms_up_and_writes_its_manifes
     result.stdout.fnmatch_lines(["*2 compiles*serve: 1 call(s)*0 miss(es)*"])
     assert sorted(p.relative_to(manifests).as_posix() for p in manifests.rglob("*") if p.is_file()) == [
         "nodev/manifest.json"]
+
+
+def test_a_base_option_given_twice_is_one_warning_naming_its_source(neuron_project: pytest.Pytester) -> None:
+    """``-O3 -O1`` in the ini key: the session runs at -O1 (last wins: the warm cache's keys, all hits) and
+    the start-up says so once, although the list passes the runner, the policy and the seam too."""
+    neuron_project.makeini(neuron_project.path.joinpath("tox.ini").read_text().replace(
+        "neuron_compiler_args = -O1", "neuron_compiler_args = -O3 -O1"))
+    neuron_project.makepyfile(test_twice="import torch\n\ndef test_served(neuron_served):\n"
+                                         "    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n")
+    result = neuron_project.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert out.count("gives --optlevel 2 times") == 1, out
+    result.stdout.fnmatch_lines(["*CompilerArgsWarning: ini key neuron_compiler_args (*tox.ini) gives --optlevel 2 "
+                                 "times with different values ('-O3', '-O1'); neuronx-cc keeps the last, so '-O1' "
+                                 "is what compiles * Fix: give --optlevel once in ini key neuron_compiler_args * "
+                                 "(remove '-O3')."])
