@@ -106,6 +106,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--hlo2tensorizer-options", OPAQUE),
 )
 
+#: Flags other tools read from ``NEURON_CC_FLAGS`` and strip before neuronx-cc sees them (torch-neuronx's
+#: persistent cache): not passed on, and refused with what neuron-args does instead.
+FOREIGN_FLAGS: dict[str, str] = {
+    "--cache_dir": "torch-neuronx reads it for its own compile cache, and neuronx-cc would reject it. neuron-args "
+                   "keeps its own cache: remove it and give that folder as options['cache_dir'], "
+                   "$NEURON_LIBTORCH_CACHE_DIR or (pytest) --neuron-cache-dir",
+    "--retry_failed_compilation": "torch-neuronx reads it for its compile cache, and neuronx-cc would reject it. "
+                                  "Remove it: neuron-args never serves a failed build and compiles the graph "
+                                  "again on the next miss",
+}
+
 _BY_SPELLING: dict[str, OptionSpec] = {
     spelling: spec for spec in OPTIONS for spelling in (spec.name, *spec.aliases)
 }
@@ -298,6 +309,9 @@ def parse_compiler_args(
         if item.name is None:
             if item.problem == "unknown flag":
                 flag = token.split("=", 1)[0]
+                if flag in FOREIGN_FLAGS:
+                    raise CompilerArgsError(f"{ctx}'{flag}' (token {token!r}) is not a neuronx-cc flag: "
+                                            f"{FOREIGN_FLAGS[flag]}.")
                 near = closest_option(flag)
                 hint = f" Did you mean '{near}'?" if near else ""
                 raise CompilerArgsError(

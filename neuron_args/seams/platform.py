@@ -15,7 +15,8 @@ from typing import Any
 
 from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import (
-    KNOWN_TARGETS, manifest_compiler_flags, option_value, remove_options, split_compiler_args, warn_repeated_options,
+    KNOWN_TARGETS, manifest_compiler_flags, option_value, parse_compiler_args, remove_options, split_compiler_args,
+    warn_repeated_options,
 )
 from neuron_args.scope import apply_scoped_compiler_args, current_compiler_args
 
@@ -67,6 +68,10 @@ def _target_source(options: Mapping[str, Any]) -> str:
 def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None) -> PlatformArgs:
     """Resolve the target and strip the options the driver sets itself."""
     args = base_compiler_args(options, graph_type=graph_type)
+    try:  # here the error can say where the list came from
+        parse_compiler_args(args, graph_type=graph_type)
+    except CompilerArgsError as exc:
+        raise CompilerArgsError(f"{exc} (these arguments come from {_args_source(options)})") from None
     in_args = option_value(args, "--target")
     target = options.get("target") or in_args or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
     if in_args is not None and in_args != target:

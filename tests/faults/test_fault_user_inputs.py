@@ -3,6 +3,7 @@ than warmed up, a cache path with spaces in a copy-pasted fix, a read-only cache
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -273,3 +274,49 @@ def test_quarantining_one_key_twice_in_one_second_keeps_both_copies(tmp_path, mo
     kept = sorted(p.name for p in (tmp_path / ".corrupt").iterdir())
     stem = f"{key.key}-20260101T000000-{os.getpid()}"
     assert kept == [stem, f"{stem}~1", f"{stem}~2"]
+
+
+def test_torch_neuronx_cache_flags_in_neuron_cc_flags_are_refused_naming_the_fix(monkeypatch):
+    """``NEURON_CC_FLAGS="--cache_dir=..."`` (torch-neuronx's cache) through a seam: refused before any key, saying
+    whose flag it is, where the folder goes instead and where the list came from."""
+    from neuron_args.errors import CompilerArgsError
+    from neuron_args.seams.platform import apply_platform_compiler_args
+
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--cache_dir=/var/tmp/neuron-compile-cache -O2")
+    with pytest.raises(CompilerArgsError) as caught:
+        apply_platform_compiler_args({"target": "trn2"}, graph_type="decode")
+    text = str(caught.value)
+    assert text.startswith("compiler args for graph type 'decode': '--cache_dir' (token "
+                           "'--cache_dir=/var/tmp/neuron-compile-cache') is not a neuronx-cc flag: torch-neuronx")
+    assert "$NEURON_LIBTORCH_CACHE_DIR or (pytest) --neuron-cache-dir" in text
+    assert text.endswith("(these arguments come from $NEURON_CC_FLAGS)")
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--retry_failed_compilation")
+    with pytest.raises(CompilerArgsError, match="compiles the graph again on the next miss"):
+        apply_platform_compiler_args({"target": "trn2"})
+
+
+def test_output_logfile_and_workdir_in_the_arguments_keep_the_cache_layout(tmp_path, fake_env, monkeypatch):
+    """--output/--logfile are the cache's (dropped, and the user is told once where they go); a --workdir shared by
+    every compile gets one folder per key in it, so concurrent compiles never mix their files."""
+    from neuron_args.compilers import NeuronxCcCompiler
+    from neuron_args.compilers.build import compile_entry
+    from neuron_args.errors import CompilerArgsWarning
+    from tests.faults.fault_helpers import make_pending
+
+    monkeypatch.setattr(ACTIVITY, "said", set())
+    root, work = tmp_path / "cache", tmp_path / "shared work"
+    keys = make_pending(root, 2)
+    args = ["-O1", "--logfile=/tmp/mine.log", f"--workdir={work}", "--output", "/tmp/mine.neff"]
+    with pytest.warns(CompilerArgsWarning) as caught:
+        for key in keys:
+            entry = CompileCache(root).entry(key)
+            compile_entry(entry, NeuronxCcCompiler(), args, "trn2", "decode0", entry.metadata())
+    told = sorted(str(w.message) for w in caught)
+    assert len(told) == 2 and all(f"key {keys[0]}" in t for t in told), told  # once per option, not per compile
+    assert told[0].startswith("graph type 'decode0', key ") and "--logfile in the compiler arguments is ignored" in told[0]
+    assert "--output in the compiler arguments is ignored" in told[1] and "Fix: remove --output" in told[1]
+    ran = [json.loads(line) for line in fake_env.record.read_text().splitlines() if '"compile"' in line]
+    for key, argv in zip(keys, ran):
+        assert argv[10:] == ["-O1", f"--workdir={work / key}"]  # the driver's --output/--logfile only
+        assert argv[6:10] == ["--output", argv[7], "--logfile", str(root / key / "log-neuron-cc.txt")]
+    assert CompileCache(root).entry(keys[0]).metadata()["compiler_args"] == args  # recorded as given
