@@ -355,3 +355,22 @@ def test_four_parallel_compiles_on_one_cache_build_each_graph_once(tmp_path, fak
     compiles = [line for line in fake_env.record.read_text().splitlines() if '"compile"' in line]
     assert len(compiles) == 12
     assert _entries_consistent(root) == dict.fromkeys(keys, "complete")
+
+
+def test_a_flag_the_installed_neuronx_cc_rejects_names_the_flag_and_the_fix(tmp_path, fake_env, monkeypatch):
+    """An ``--internal-*`` flag passes our table (it is the compiler's to judge); a neuronx-cc that does not know it
+    fails as argparse does: the error keeps graph type, key and usage line, and says to remove the flag."""
+    monkeypatch.setenv("FAKE_NEURONX_CC_REJECT", "--internal-new-pass")
+    root = tmp_path / "cache"
+    (key,) = make_pending(root, 1)
+    entry = CompileCache(root).entry(key)
+    entry.update_metadata(compiler_args=["-O1", "--internal-new-pass=on"])
+    report = parallel_compile(root, workers=1, quiet=True, raise_on_error=False)
+    (graph,) = report.graphs
+    assert graph.status == "failed" and f"graph type 'decode0', key {key}: failed (exit status 2)" in graph.error
+    assert "error: unrecognized arguments: --internal-new-pass=on" in graph.error
+    assert graph.error.rstrip().endswith("fix: this compiler version rejects an argument named in the log above: "
+                                         "remove it from the compiler arguments ($NEURON_CC_FLAGS, "
+                                         "options['compiler_args'] or the model's policy), or install the compiler "
+                                         "version that has it")
+    assert entry.status == "pending" and not entry.executable_path.exists()  # nothing half-built is left
