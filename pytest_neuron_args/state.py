@@ -56,6 +56,7 @@ class NeuronSession:
         self._saved_env: tuple[bool, str | None] | None = None
         self._records_before: dict[str, dict[str, Any]] = {}
         self._stats_before: dict[str, int] = {}
+        self._corrupt_before: dict[str, str] = {}
         self.serve_calls: dict[str, int] = {}
         self.serve_misses = 0
         self.serve_sessions = 0
@@ -141,6 +142,7 @@ class NeuronSession:
             os.environ[MANIFEST_DIR_ENV] = str(root)
         before = ACTIVITY.snapshot()
         self._records_before, self._stats_before = before["records"], before["stats"]
+        self._corrupt_before = dict(ACTIVITY.corrupt)
 
     def stop(self) -> None:
         gc_policy.session_stopped()
@@ -244,6 +246,8 @@ class NeuronSession:
             "stats": self.stats(),
             "manifest_config": self.manifest_config,
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
+            # cache entries this session found corrupt, moved aside and rebuilt: key -> why
+            "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
         }
 
     def merged(self) -> dict[str, Any]:
@@ -274,6 +278,7 @@ class NeuronSession:
             "rank_processes": len(self.rank_parts),
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
+            "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
         }
 
 

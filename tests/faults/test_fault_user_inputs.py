@@ -320,3 +320,24 @@ def test_output_logfile_and_workdir_in_the_arguments_keep_the_cache_layout(tmp_p
         assert argv[10:] == ["-O1", f"--workdir={work / key}"]  # the driver's --output/--logfile only
         assert argv[6:10] == ["--output", argv[7], "--logfile", str(root / key / "log-neuron-cc.txt")]
     assert CompileCache(root).entry(keys[0]).metadata()["compiler_args"] == args  # recorded as given
+
+
+def test_a_corrupt_entry_the_session_rebuilt_is_named_in_its_summary(neuron_project, warm_cache, tmp_path):
+    """A truncated executable (zero bytes) in the session's cache: moved aside and rebuilt, as before, and the
+    summary now says so (it was only a log record pytest keeps to itself when the tests pass)."""
+    import shutil
+
+    cache = tmp_path / "copy of the warm cache"
+    shutil.copytree(warm_cache.path, cache)
+    key = warm_cache.keys["decode"]
+    CompileCache(cache).entry(key).executable_path.write_bytes(b"")
+    neuron_project.makepyfile(test_one="import torch\n\ndef test_decode(neuron_served):\n"
+                                       "    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n")
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={cache}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"cache entry {key} was corrupt (the executable has 0 bytes, * were recorded "
+                                 "(truncated or replaced)): moved to .corrupt/ in the cache and rebuilt; *"])
+    assert CompileCache(cache).entry(key).problem() is None and len(list((cache / ".corrupt").iterdir())) == 1
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={cache}")
+    result.assert_outcomes(passed=1)
+    assert "was corrupt" not in result.stdout.str()  # told by the session that found it, not by the next one
