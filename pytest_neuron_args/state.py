@@ -20,6 +20,9 @@ import pytest
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
+
+#: The lock file a pytest session holds in its manifest folder (a dot file: no engine's folder).
+MANIFEST_LOCK_NAME = ".session.lock"
 from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
 
@@ -54,6 +57,7 @@ class NeuronSession:
         self._workerinput: dict[str, Any] = dict(workerinput or {})
         self._cache_dir: Path | None = None
         self._saved_env: tuple[bool, str | None] | None = None
+        self._manifest_lock: Any = None  # the manifest folder's session lock, while this session holds it
         self._records_before: dict[str, dict[str, Any]] = {}
         self._stats_before: dict[str, int] = {}
         self._corrupt_before: dict[str, str] = {}
@@ -138,14 +142,43 @@ class NeuronSession:
             self._saved_env = (MANIFEST_DIR_ENV in os.environ, os.environ.get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
             if not self.is_worker and not self.is_rank_worker:  # a crashed session's lines are not ours
+                self._hold_manifest_dir(root)
                 shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
             os.environ[MANIFEST_DIR_ENV] = str(root)
         before = ACTIVITY.snapshot()
         self._records_before, self._stats_before = before["records"], before["stats"]
         self._corrupt_before = dict(ACTIVITY.corrupt)
 
+    def _hold_manifest_dir(self, root: Path) -> None:
+        """Hold the manifest folder for this session (a lock file its holder's death releases).
+
+        Two sessions on one folder would delete each other's ledger lines at start-up and write one
+        engine's manifest.json in turn, so the second one is a usage error naming the first."""
+        from filelock import FileLock, Timeout
+
+        from neuron_args.cache import lock_holder
+
+        path = root / MANIFEST_LOCK_NAME
+        lock = FileLock(path, thread_local=False)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            pid = lock_holder(path)
+            raise pytest.UsageError(
+                f"manifest folder {root} is in use by another pytest session (pid {pid or 'unknown'}): two sessions "
+                "there would delete each other's ledger lines and overwrite each other's manifest.json. Give each "
+                "session its own --neuron-manifest-dir (ini neuron_manifest_dir, else $VLLM_NEURON_MANIFEST_DIR), or "
+                "run them one after the other") from None
+        with open(path, "r+b") as handle:  # the holder's pid, for the message above
+            handle.truncate(0)
+            handle.write(str(os.getpid()).encode())
+        self._manifest_lock = lock
+
     def stop(self) -> None:
         gc_policy.session_stopped()
+        if self._manifest_lock is not None:
+            self._manifest_lock.release()
+            self._manifest_lock = None
         if self._saved_env is not None:
             present, value = self._saved_env
             if present:

@@ -341,3 +341,43 @@ def test_a_corrupt_entry_the_session_rebuilt_is_named_in_its_summary(neuron_proj
     result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={cache}")
     result.assert_outcomes(passed=1)
     assert "was corrupt" not in result.stdout.str()  # told by the session that found it, not by the next one
+
+
+HOLD_MANIFEST_DIR = """
+import sys, time
+from filelock import FileLock
+lock = FileLock(sys.argv[1], thread_local=False)
+lock.acquire(timeout=0)
+open(sys.argv[1], "w").write(str(__import__("os").getpid()))
+print("HOLDING", flush=True)
+time.sleep(120)
+"""
+
+
+def test_two_sessions_on_one_manifest_folder_the_second_is_a_usage_error(neuron_project, tmp_path):
+    """A live session's ledger lines are never deleted by a second session's start-up (it deleted them: the first
+    then failed with 'full disk or unwritable folder'); a holder that died leaves a lock that blocks nothing."""
+    import sys
+
+    from pytest_neuron_args.state import MANIFEST_LOCK_NAME
+
+    manifests = tmp_path / "manifests"
+    ledger = manifests / "ledger" / "nodev"
+    ledger.mkdir(parents=True)
+    (ledger / "1.jsonl").write_text("{}\n")  # the live session's line so far
+    neuron_project.makepyfile(test_one="def test_one():\n    pass\n")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_MANIFEST_DIR, str(manifests / MANIFEST_LOCK_NAME)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "HOLDING"
+        result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: manifest folder {manifests} is in use by another pytest session "
+                                     f"(pid {holder.pid}): *Give each session its own --neuron-manifest-dir*"])
+        assert (ledger / "1.jsonl").read_text() == "{}\n"
+    finally:
+        holder.kill()
+        holder.wait()
+    result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")  # the holder died: its lock is free
+    result.assert_outcomes(passed=1)
+    assert not ledger.exists()  # a dead session's lines are cleared, as before
