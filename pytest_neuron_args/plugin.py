@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,22 @@ _TRACE_FILTER = pytest.StashKey[logging.Filter]()
 class _DropAll(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return False
+
+
+#: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
+ENTRY_POINT_NAME = "neuron_args"
+
+
+def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
+    """This module has two names: its entry point's (autoload, ``-p neuron_args``) and its path (a conftest's
+    ``pytest_plugins = ["pytest_neuron_args.plugin"]``, ``-p pytest_neuron_args.plugin``, both usual where
+    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` is set). Registered under one, the other is marked as taken, so naming
+    it again is a no-op instead of pluggy's "Plugin already registered under a different name" crash."""
+    if plugin is not sys.modules[__name__]:
+        return
+    for name in {ENTRY_POINT_NAME, __name__} - {manager.get_name(plugin)}:
+        if manager.get_plugin(name) is None:
+            manager.set_blocked(name)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -204,3 +204,17 @@ def test_a_base_option_given_twice_is_one_warning_naming_its_source(neuron_proje
                                  "times with different values ('-O3', '-O1'); neuronx-cc keeps the last, so '-O1' "
                                  "is what compiles * Fix: give --optlevel once in ini key neuron_compiler_args * "
                                  "(remove '-O3')."])
+
+
+@pytest.mark.parametrize("how", ["conftest pytest_plugins", "-p by module path"])
+def test_naming_the_plugin_by_its_module_while_autoloaded_is_a_no_op(neuron_project: pytest.Pytester,
+                                                                      how: str) -> None:
+    """The spellings used where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set, in a project that also runs with autoload:
+    pluggy's "Plugin already registered under a different name" was an INTERNALERROR/crash before any test."""
+    if how == "conftest pytest_plugins":
+        conftest = neuron_project.path / "conftest.py"
+        conftest.write_text('pytest_plugins = ["pytest_neuron_args.plugin"]\n' + conftest.read_text())
+    neuron_project.makepyfile(test_named="def test_settings(neuron_settings):\n    assert neuron_settings.tp == 1\n")
+    result = neuron_project.runpytest(*(["-p", "pytest_neuron_args.plugin"] if how.startswith("-p") else []))
+    result.assert_outcomes(passed=1)
+    assert "already registered" not in result.stdout.str() + result.stderr.str()
