@@ -63,14 +63,31 @@ def assert_cache_hit_enabled() -> bool:
 
 
 def default_cache_dir() -> Path:
-    """The per-user cache (no option or variable set)."""
-    return Path(DEFAULT_CACHE_DIR).expanduser()
+    """The per-user cache (no option or variable set): ``$XDG_CACHE_HOME/neuron-args/compile-cache`` when that
+    variable holds an absolute path (the XDG rule), else ``~/.cache/neuron-args/compile-cache``."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "neuron-args" / "compile-cache"
+    return _expanded(DEFAULT_CACHE_DIR)
+
+
+def _expanded(path: str) -> Path:
+    """``path`` with ``~`` expanded; a home directory nobody can name is an :class:`OptionsError` saying what to set
+    (``HOME`` unset in a container whose user has no passwd entry: Python's own error is a bare RuntimeError)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise OptionsError(
+            f"compile cache folder {path}: no home directory to expand '~' in ($HOME is unset and user id "
+            f"{os.getuid() if hasattr(os, 'getuid') else '?'} has no passwd entry). Fix: give the folder as "
+            f"options['cache_dir'], ${CACHE_DIR_ENV} or (pytest) --neuron-cache-dir, or set $HOME or "
+            "$XDG_CACHE_HOME") from None
 
 
 def cache_root(options: Mapping[str, Any] | None = None) -> Path:
     """``options["cache_dir"]``, else ``$NEURON_LIBTORCH_CACHE_DIR``, else the per-user default."""
     given = (options or {}).get("cache_dir") or os.environ.get(CACHE_DIR_ENV)
-    return Path(given).expanduser() if given else default_cache_dir()
+    return _expanded(given) if given else default_cache_dir()
 
 
 def now_iso() -> str:

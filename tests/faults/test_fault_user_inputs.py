@@ -381,3 +381,33 @@ def test_two_sessions_on_one_manifest_folder_the_second_is_a_usage_error(neuron_
     result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")  # the holder died: its lock is free
     result.assert_outcomes(passed=1)
     assert not ledger.exists()  # a dead session's lines are cleared, as before
+
+
+def test_the_default_cache_folder_without_a_home_directory(monkeypatch, capsys):
+    """A container user with no passwd entry and no $HOME: Python's bare RuntimeError became an OptionsError (seams)
+    and a usage error (CLI) naming what to set; an absolute $XDG_CACHE_HOME is the per-user cache's parent."""
+    import pwd
+
+    from neuron_args.cache import CACHE_DIR_ENV, cache_root
+    from neuron_args.cli import main
+    from neuron_args.errors import OptionsError
+
+    for name in ("HOME", "XDG_CACHE_HOME", CACHE_DIR_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    with pytest.raises(OptionsError, match=r"no home directory to expand '~' in \(\$HOME is unset .*Fix: give the "
+                                           r"folder as options\['cache_dir'\], \$NEURON_LIBTORCH_CACHE_DIR"):
+        cache_root({})
+    assert main(["cache", "ls"]) == 2
+    assert "neuron-args: compile cache folder ~/.cache/neuron-args/compile-cache: no home directory" in \
+        capsys.readouterr().err
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG rule: only absolute paths count
+    with pytest.raises(OptionsError):
+        cache_root({})
+    monkeypatch.setenv("XDG_CACHE_HOME", "/var/cache/ci")
+    assert cache_root({}) == Path("/var/cache/ci/neuron-args/compile-cache")
+    assert cache_root({"cache_dir": "/srv/cache"}) == Path("/srv/cache")
