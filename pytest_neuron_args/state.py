@@ -8,6 +8,7 @@ xdist's ``workeroutput``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -169,10 +170,12 @@ class NeuronSession:
                 "there would delete each other's ledger lines and overwrite each other's manifest.json. Give each "
                 "session its own --neuron-manifest-dir (ini neuron_manifest_dir, else $VLLM_NEURON_MANIFEST_DIR), or "
                 "run them one after the other") from None
-        with open(path, "r+b") as handle:  # the holder's pid, for the message above
+        except OSError:  # no lock file on a full disk: the manifest's own write says what is wrong
+            return
+        self._manifest_lock = lock
+        with contextlib.suppress(OSError), open(path, "r+b") as handle:  # the holder's pid, for the message above
             handle.truncate(0)
             handle.write(str(os.getpid()).encode())
-        self._manifest_lock = lock
 
     def stop(self) -> None:
         gc_policy.session_stopped()
