@@ -8,7 +8,6 @@ xdist's ``workeroutput``.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -21,11 +20,47 @@ import pytest
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
-
-#: The lock file a pytest session holds in its manifest folder (a dot file: no engine's folder).
-MANIFEST_LOCK_NAME = ".session.lock"
 from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
+
+
+def lock_folder(root: Path) -> int | None:
+    """An exclusive ``flock`` on the folder itself (no file left in it; its holder's death releases it): the
+    descriptor to close, or None where folders cannot be locked. Raises BlockingIOError when another holds it."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no guard
+        return None
+    try:
+        fd = os.open(root, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:  # a file system without flock: no guard
+        os.close(fd)
+        return None
+    return fd
+
+
+def folder_lock_holder(root: Path) -> int | None:
+    """The pid holding a ``flock`` on ``root`` (Linux's /proc/locks: ``N: FLOCK ADVISORY WRITE pid MAJ:MIN:INODE``)."""
+    try:
+        st = os.stat(root)
+        with open("/proc/locks") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
 
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
@@ -58,7 +93,9 @@ class NeuronSession:
         self._workerinput: dict[str, Any] = dict(workerinput or {})
         self._cache_dir: Path | None = None
         self._saved_env: tuple[bool, str | None] | None = None
-        self._manifest_lock: Any = None  # the manifest folder's session lock, while this session holds it
+        self._manifest_lock: int | None = None  # the manifest folder's locked descriptor, while this session holds it
+        #: a session run inside another one of this process on the same manifest folder: the outer one emits
+        self.inner_session = False
         self._records_before: dict[str, dict[str, Any]] = {}
         self._stats_before: dict[str, int] = {}
         self._corrupt_before: dict[str, str] = {}
@@ -142,45 +179,37 @@ class NeuronSession:
         if root is not None:
             self._saved_env = (MANIFEST_DIR_ENV in os.environ, os.environ.get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
-            if not self.is_worker and not self.is_rank_worker:  # a crashed session's lines are not ours
-                self._hold_manifest_dir(root)
-                shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
+            if not self.is_worker and not self.is_rank_worker:
+                self.inner_session = not self._hold_manifest_dir(root)
+                if not self.inner_session:  # a crashed session's lines are not ours
+                    shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
             os.environ[MANIFEST_DIR_ENV] = str(root)
         before = ACTIVITY.snapshot()
         self._records_before, self._stats_before = before["records"], before["stats"]
         self._corrupt_before = dict(ACTIVITY.corrupt)
 
-    def _hold_manifest_dir(self, root: Path) -> None:
-        """Hold the manifest folder for this session (a lock file its holder's death releases).
+    def _hold_manifest_dir(self, root: Path) -> bool:
+        """Hold the manifest folder for this session: False when this process's outer session holds it.
 
         Two sessions on one folder would delete each other's ledger lines at start-up and write one
         engine's manifest.json in turn, so the second one is a usage error naming the first."""
-        from filelock import FileLock, Timeout
-
-        from neuron_args.cache import lock_holder
-
-        path = root / MANIFEST_LOCK_NAME
-        lock = FileLock(path, thread_local=False)
         try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            pid = lock_holder(path)
+            self._manifest_lock = lock_folder(root)
+        except BlockingIOError:
+            pid = folder_lock_holder(root)
+            if pid == os.getpid():  # a session run inside this one (pytester, pytest.main): the outer one's lines
+                return False
             raise pytest.UsageError(
                 f"manifest folder {root} is in use by another pytest session (pid {pid or 'unknown'}): two sessions "
                 "there would delete each other's ledger lines and overwrite each other's manifest.json. Give each "
                 "session its own --neuron-manifest-dir (ini neuron_manifest_dir, else $VLLM_NEURON_MANIFEST_DIR), or "
                 "run them one after the other") from None
-        except OSError:  # no lock file on a full disk: the manifest's own write says what is wrong
-            return
-        self._manifest_lock = lock
-        with contextlib.suppress(OSError), open(path, "r+b") as handle:  # the holder's pid, for the message above
-            handle.truncate(0)
-            handle.write(str(os.getpid()).encode())
+        return True
 
     def stop(self) -> None:
         gc_policy.session_stopped()
         if self._manifest_lock is not None:
-            self._manifest_lock.release()
+            os.close(self._manifest_lock)  # releases the folder's flock
             self._manifest_lock = None
         if self._saved_env is not None:
             present, value = self._saved_env
@@ -207,7 +236,7 @@ class NeuronSession:
     def emit_manifests(self) -> list[Path]:
         """The session manifest: one ``<DIR>/<engine-id>/manifest.json`` per engine that wrote ledger lines."""
         root = self.manifest_root()
-        if root is None or self.is_worker or self.is_rank_worker:
+        if root is None or self.is_worker or self.is_rank_worker or self.inner_session:
             return []
         from pytest_neuron_args.ledger_view import emit_engines
 

@@ -345,11 +345,10 @@ def test_a_corrupt_entry_the_session_rebuilt_is_named_in_its_summary(neuron_proj
 
 HOLD_MANIFEST_DIR = """
 import sys, time
-from filelock import FileLock
-lock = FileLock(sys.argv[1], thread_local=False)
-lock.acquire(timeout=0)
-open(sys.argv[1], "w").write(str(__import__("os").getpid()))
-print("HOLDING", flush=True)
+from pathlib import Path
+from pytest_neuron_args.state import lock_folder
+fd = lock_folder(Path(sys.argv[1]))
+print("HOLDING" if fd is not None else "CANNOT", flush=True)
 time.sleep(120)
 """
 
@@ -359,14 +358,12 @@ def test_two_sessions_on_one_manifest_folder_the_second_is_a_usage_error(neuron_
     then failed with 'full disk or unwritable folder'); a holder that died leaves a lock that blocks nothing."""
     import sys
 
-    from pytest_neuron_args.state import MANIFEST_LOCK_NAME
-
     manifests = tmp_path / "manifests"
     ledger = manifests / "ledger" / "nodev"
     ledger.mkdir(parents=True)
     (ledger / "1.jsonl").write_text("{}\n")  # the live session's line so far
     neuron_project.makepyfile(test_one="def test_one():\n    pass\n")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_MANIFEST_DIR, str(manifests / MANIFEST_LOCK_NAME)],
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_MANIFEST_DIR, str(manifests)],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "HOLDING"
@@ -381,6 +378,20 @@ def test_two_sessions_on_one_manifest_folder_the_second_is_a_usage_error(neuron_
     result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")  # the holder died: its lock is free
     result.assert_outcomes(passed=1)
     assert not ledger.exists()  # a dead session's lines are cleared, as before
+    assert not [p for p in manifests.rglob("*") if p.is_file()]  # the lock leaves no file behind
+    # a session inside a session of this process (pytest.main, pytester) on its folder: the outer one owns it
+    from pytest_neuron_args.state import lock_folder
+
+    ledger.mkdir(parents=True)
+    (ledger / "1.jsonl").write_text("{}\n")
+    outer = lock_folder(manifests)
+    try:
+        neuron_project.makepyfile(test_one="def test_one():\n    pass\n")
+        result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")
+        result.assert_outcomes(passed=1)
+        assert (ledger / "1.jsonl").read_text() == "{}\n" and not (manifests / "nodev").exists()
+    finally:
+        os.close(outer)
 
 
 def test_the_default_cache_folder_without_a_home_directory(monkeypatch, capsys):
