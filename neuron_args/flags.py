@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
 
 __all__ = [
@@ -606,8 +607,6 @@ def warn_repeated_options(
     the runner, the scope and the seam (``once=False`` tells it again, as each pytest session's
     start-up does). ``warn`` tells it (default ``warnings.warn``).
     """
-    from neuron_args.activity import ACTIVITY
-
     repeats = repeated_options(args)
     for repeat in repeats:
         first = ACTIVITY.say_once(f"repeated option {repeat.name}: {' '.join(repeat.given)}")
@@ -618,7 +617,8 @@ def warn_repeated_options(
         message = CompilerArgsWarning(
             f"{where}{source} gives {repeat.name} {len(repeat.given)} times with different values "
             f"({', '.join(repr(g) for g in repeat.given)}); neuronx-cc keeps the last, so {repeat.effective!r} "
-            f"is what compiles and what the cache key holds. Fix: give {repeat.name} once in {source} "
+            f"is what compiles{'' if repeat.name in MACHINE_SPECIFIC else ' and what the cache key holds'}. "
+            f"Fix: give {repeat.name} once in {source} "
             f"(remove {dropped}){'; ' + hint if hint else ''}.")
         if warn is None:
             warnings.warn(message, stacklevel=2)
