@@ -218,3 +218,18 @@ def test_naming_the_plugin_by_its_module_while_autoloaded_is_a_no_op(neuron_proj
     result = neuron_project.runpytest(*(["-p", "pytest_neuron_args.plugin"] if how.startswith("-p") else []))
     result.assert_outcomes(passed=1)
     assert "already registered" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_start_up_warning_under_w_error_is_a_usage_error(neuron_project: pytest.Pytester,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI suites often run with ``-W error`` / ``filterwarnings = error``: the plugin's start-up warnings were an
+    INTERNALERROR traceback there; now one usage error with the warning's text."""
+    monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 -O3")
+    neuron_project.makeini(neuron_project.path.joinpath("tox.ini").read_text().replace(
+        "neuron_compiler_args = -O1\n", ""))
+    neuron_project.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = neuron_project.runpytest("-W", "error")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: CompilerArgsWarning (an error under your warning filters): NEURON_CC_FLAGS "
+                                 "gives --optlevel 2 times * Fix: give --optlevel once in NEURON_CC_FLAGS *"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
