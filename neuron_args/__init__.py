@@ -16,6 +16,7 @@ from neuron_args.errors import (
     CacheMissError,
     CompileError,
     CompilerArgsError,
+    CompilerArgsWarning,
     LoweringError,
     NeuronArgsError,
     OptionsError,
@@ -55,7 +56,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "NEURON_LIBTORCH_ASSERT_CACHE_HIT", "NEURON_LIBTORCH_CACHE_DIR", "VLLM_NEURON_MANIFEST_DIR",
     "CacheKeyArgsConflict", "CacheMissError", "CompileCache", "CompileError", "CompilerArgsError",
-    "CompilerArgsResolver", "LoweringError", "NeuronArgsError", "OptionsError", "PolicyError", "TraceError",
+    "CompilerArgsResolver", "CompilerArgsWarning", "LoweringError", "NeuronArgsError", "OptionsError", "PolicyError",
+    "TraceError",
     "_assert_cache_key_args", "apply_scoped_compiler_args", "canonical_compiler_args", "create_cache_hash",
     "explain_components", "scoped_compiler_args", "validate_compiler_args", "with_optimization_level", *_LAZY,
 ]

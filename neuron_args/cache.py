@@ -63,14 +63,31 @@ def assert_cache_hit_enabled() -> bool:
 
 
 def default_cache_dir() -> Path:
-    """The per-user cache (no option or variable set)."""
-    return Path(DEFAULT_CACHE_DIR).expanduser()
+    """The per-user cache (no option or variable set): ``$XDG_CACHE_HOME/neuron-args/compile-cache`` when that
+    variable holds an absolute path (the XDG rule), else ``~/.cache/neuron-args/compile-cache``."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "neuron-args" / "compile-cache"
+    return _expanded(DEFAULT_CACHE_DIR)
+
+
+def _expanded(path: str) -> Path:
+    """``path`` with ``~`` expanded; a home directory nobody can name is an :class:`OptionsError` saying what to set
+    (``HOME`` unset in a container whose user has no passwd entry: Python's own error is a bare RuntimeError)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise OptionsError(
+            f"compile cache folder {path}: no home directory to expand '~' in ($HOME is unset and user id "
+            f"{os.getuid() if hasattr(os, 'getuid') else '?'} has no passwd entry). Fix: give the folder as "
+            f"options['cache_dir'], ${CACHE_DIR_ENV} or (pytest) --neuron-cache-dir, or set $HOME or "
+            "$XDG_CACHE_HOME") from None
 
 
 def cache_root(options: Mapping[str, Any] | None = None) -> Path:
     """``options["cache_dir"]``, else ``$NEURON_LIBTORCH_CACHE_DIR``, else the per-user default."""
     given = (options or {}).get("cache_dir") or os.environ.get(CACHE_DIR_ENV)
-    return Path(given).expanduser() if given else default_cache_dir()
+    return _expanded(given) if given else default_cache_dir()
 
 
 def now_iso() -> str:
@@ -91,6 +108,7 @@ class EntryStatus(str, enum.Enum):
     PENDING = "pending"
     COMPILING = "compiling"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"
     CRASHED = "crashed"
     MISSING = "missing"
 
@@ -140,12 +158,14 @@ class CacheEntry:
 
     @property
     def status(self) -> EntryStatus:
-        """``complete``, ``corrupt``, ``pending``, ``compiling``, ``failed``, ``crashed`` or ``missing``.
+        """``complete``, ``corrupt``, ``pending``, ``compiling``, ``failed``, ``interrupted``, ``crashed``
+        or ``missing``.
 
         ``corrupt``: marked complete but its metadata is not a JSON object or its executable is
         missing or of another size than recorded (``verify`` also checks the sha256).
         ``compiling``: a live process holds the key's lock. ``failed``: the compiler failed (the
-        log says why). ``crashed``: a build started and its process died.
+        log says why). ``interrupted``: Ctrl-C stopped its build. ``crashed``: a build started and
+        its process died. All three incomplete states are rebuilt by the next compile of the key.
         """
         if self.is_complete:
             return EntryStatus.CORRUPT if self.problem(checksum=False) else EntryStatus.COMPLETE
@@ -154,7 +174,7 @@ class CacheEntry:
         state = self.metadata().get("status")
         if self.lock_pid() is not None:
             return EntryStatus.COMPILING
-        if state in ("pending", "failed"):
+        if state in ("pending", "failed", "interrupted"):
             return EntryStatus(state)
         return EntryStatus.CRASHED
 
@@ -231,6 +251,15 @@ class CacheEntry:
         with contextlib.suppress(OSError):
             if self.path.is_dir():
                 self.update_metadata(status="failed", error=(str(exc).splitlines() or [type(exc).__name__])[0][:500])
+
+    def record_interrupt(self) -> None:
+        """Say in the metadata that Ctrl-C stopped the build (``cache ls``: ``interrupted``, not ``crashed``).
+
+        A captured (pending) entry stays pending: ``parallel_compile`` builds those; only an entry
+        whose own build was running says it was interrupted."""
+        with contextlib.suppress(OSError):
+            if self.path.is_dir() and self.metadata().get("status") != "pending":
+                self.update_metadata(status="interrupted", error="interrupted (KeyboardInterrupt) while compiling")
 
     def mark_complete(self) -> None:
         write_atomic(self.marker_path, now_iso())
@@ -550,6 +579,9 @@ class CompileCache:
                     entry.mark_complete()
                 except CompileError as exc:
                     entry.record_failure(exc)
+                    raise
+                except KeyboardInterrupt:
+                    entry.record_interrupt()
                     raise
                 _verified.add((str(self.root), entry.key))
                 STATS.compiles += 1

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
 from neuron_args.cache_key import explain_components
+from neuron_args.errors import OptionsError
 from neuron_args.farm_cli import add_compile_command
 
 __all__ = ["main"]
@@ -105,7 +106,7 @@ def _cache_arg(args: argparse.Namespace) -> str | None:
 
 
 def _require_cache(path: str | None) -> Path:
-    root = Path(path).expanduser() if path else cache_root()
+    root = cache_root({"cache_dir": path})
     if not root.is_dir():
         hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
         raise _Usage(f"no compile cache at {root}{hint}")
@@ -379,7 +380,7 @@ def _report_plot(args: argparse.Namespace) -> int:
 
 def _add_cache_dir(parser: argparse.ArgumentParser, *, positional: bool) -> None:
     """``--cache-dir DIR`` on every cache command; ``ls`` and ``verify`` also keep their positional ``DIR``."""
-    where = f"cache directory (default: ${CACHE_DIR_ENV}, else {DEFAULT_CACHE_DIR})"
+    where = f"cache directory (default: ${CACHE_DIR_ENV}, else $XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})"
     if positional:
         parser.add_argument("dir", nargs="?", metavar="DIR", help=where + "; same as --cache-dir")
     parser.add_argument("--cache-dir", metavar="DIR", help=where)
@@ -430,7 +431,8 @@ def _parser() -> argparse.ArgumentParser:
         "ls", help="entries with graph type, -O level, status, size",
         description="STATUS: complete, corrupt (executable missing or not the recorded size), pending "
                     "(captured, not compiled), compiling (pid N) (a live process holds the key's lock), "
-                    "failed (the compiler failed), crashed (its build's process died).")
+                    "failed (the compiler failed), interrupted (Ctrl-C stopped its build), crashed (its build's process "
+                    "died). A rebuild of the key replaces the last three.")
     _add_cache_dir(ls, positional=True)
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(run=_cache_ls)
@@ -498,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         return args.run(args)
-    except _Usage as exc:
+    except (_Usage, OptionsError) as exc:
         print(f"neuron-args: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `neuron-args cache ls | head`

@@ -14,6 +14,11 @@ class CompilerArgsError(NeuronArgsError, ValueError):
     """A neuronx-cc argument list is malformed or holds an unknown flag."""
 
 
+class CompilerArgsWarning(UserWarning):
+    """A neuronx-cc argument list neuronx-cc accepts but that is likely a mistake (an option given
+    twice with different values: the last one wins)."""
+
+
 class OptionsError(NeuronArgsError, ValueError):
     """A torch.compile option or environment setting of neuron-args is malformed (``cache_dir``,
     ``compile_timeout``, ``dynamic=True``...)."""

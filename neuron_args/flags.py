@@ -19,11 +19,13 @@ from __future__ import annotations
 import difflib
 import re
 import shlex
+import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from neuron_args.errors import CompilerArgsError
+from neuron_args.activity import ACTIVITY
+from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
 
 __all__ = [
     "KNOWN_TARGETS",
@@ -32,6 +34,7 @@ __all__ = [
     "FlagChanges",
     "OptionSpec",
     "OPTIONS",
+    "RepeatedOption",
     "canonical_compiler_args",
     "closest_option",
     "flag_changes",
@@ -41,8 +44,10 @@ __all__ = [
     "option_value",
     "parse_compiler_args",
     "remove_options",
+    "repeated_options",
     "split_compiler_args",
     "validate_compiler_args",
+    "warn_repeated_options",
     "with_optimization_level",
 ]
 
@@ -101,6 +106,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--tensorizer-options", OPAQUE),
     OptionSpec("--hlo2tensorizer-options", OPAQUE),
 )
+
+#: Flags other tools read from ``NEURON_CC_FLAGS`` and strip before neuronx-cc sees them (torch-neuronx's
+#: persistent cache): not passed on, and refused with what neuron-args does instead.
+FOREIGN_FLAGS: dict[str, str] = {
+    "--cache_dir": "torch-neuronx reads it for its own compile cache, and neuronx-cc would reject it. neuron-args "
+                   "keeps its own cache: remove it and give that folder as options['cache_dir'], "
+                   "$NEURON_LIBTORCH_CACHE_DIR or (pytest) --neuron-cache-dir",
+    "--retry_failed_compilation": "torch-neuronx reads it for its compile cache, and neuronx-cc would reject it. "
+                                  "Remove it: neuron-args never serves a failed build and compiles the graph "
+                                  "again on the next miss",
+}
 
 _BY_SPELLING: dict[str, OptionSpec] = {
     spelling: spec for spec in OPTIONS for spelling in (spec.name, *spec.aliases)
@@ -294,6 +310,9 @@ def parse_compiler_args(
         if item.name is None:
             if item.problem == "unknown flag":
                 flag = token.split("=", 1)[0]
+                if flag in FOREIGN_FLAGS:
+                    raise CompilerArgsError(f"{ctx}'{flag}' (token {token!r}) is not a neuronx-cc flag: "
+                                            f"{FOREIGN_FLAGS[flag]}.")
                 near = closest_option(flag)
                 hint = f" Did you mean '{near}'?" if near else ""
                 raise CompilerArgsError(
@@ -540,6 +559,72 @@ def has_option(args: str | Sequence[str] | None, name: str) -> bool:
     """True when option ``name`` (any spelling) appears in ``args``."""
     (canonical,) = _resolve_names([name], what="has_option")
     return any(item.name == canonical for item in _scan(split_compiler_args(args)))
+
+
+# ----------------------------------------------------------------------------- repeats
+
+
+@dataclass(frozen=True)
+class RepeatedOption:
+    """An option given more than once with different values; neuronx-cc (argparse) keeps the last."""
+
+    name: str
+    given: tuple[str, ...]  # every occurrence as written, in order
+
+    @property
+    def effective(self) -> str:
+        return self.given[-1]
+
+
+def repeated_options(args: str | Sequence[str] | None) -> list[RepeatedOption]:
+    """The options ``args`` gives more than once with different values, in order of first use.
+
+    Lenient: unknown or malformed tokens are skipped (strict parsing reports them). Equal values in
+    different spellings (``-O3 --optlevel=3``), repeated switches and the order-sensitive option
+    strings handed to inner tools (``--internal-*``, ``--tensorizer-options``) are not conflicts.
+    """
+    tokens = split_compiler_args(args)
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for item in _scan(tokens):
+        if item.name is None or item.value is None or item.problem is not None or _is_opaque(item.name):
+            continue
+        spec = _spec_of(item.name)
+        value = str(int(item.value)) if spec is not None and spec.kind == INT and item.value.isdigit() else item.value
+        seen.setdefault(item.name, []).append((value, " ".join(tokens[item.start:item.end])))
+    return [RepeatedOption(name, tuple(given for _, given in uses))
+            for name, uses in seen.items() if len({value for value, _ in uses}) > 1]
+
+
+def warn_repeated_options(
+    args: str | Sequence[str] | None, *, source: str, graph_type: str | None = None, hint: str = "",
+    warn: Callable[[Warning], None] | None = None, once: bool = True,
+) -> list[RepeatedOption]:
+    """Warn (:class:`CompilerArgsWarning`) about each option ``args`` repeats with another value.
+
+    Last wins, as in neuronx-cc, and the cache key follows it; the warning names ``source`` (where
+    the list came from), every value given, the one in effect and the fix (``hint`` adds to it).
+    Each conflict is told once per process, by its first teller: the same list passes the plugin,
+    the runner, the scope and the seam (``once=False`` tells it again, as each pytest session's
+    start-up does). ``warn`` tells it (default ``warnings.warn``).
+    """
+    repeats = repeated_options(args)
+    for repeat in repeats:
+        first = ACTIVITY.say_once(f"repeated option {repeat.name}: {' '.join(repeat.given)}")
+        if once and not first:
+            continue
+        where = f"graph type {graph_type!r}: " if graph_type is not None else ""
+        dropped = ", ".join(repr(g) for g in repeat.given[:-1])
+        message = CompilerArgsWarning(
+            f"{where}{source} gives {repeat.name} {len(repeat.given)} times with different values "
+            f"({', '.join(repr(g) for g in repeat.given)}); neuronx-cc keeps the last, so {repeat.effective!r} "
+            f"is what compiles{'' if repeat.name in MACHINE_SPECIFIC else ' and what the cache key holds'}. "
+            f"Fix: give {repeat.name} once in {source} "
+            f"(remove {dropped}){'; ' + hint if hint else ''}.")
+        if warn is None:
+            warnings.warn(message, stacklevel=2)
+        else:
+            warn(message)
+    return repeats
 
 
 # ----------------------------------------------------------------------------- comparing two lists

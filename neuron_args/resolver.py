@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from neuron_args.errors import CompilerArgsError, PolicyError
-from neuron_args.flags import split_compiler_args, validate_compiler_args, with_optimization_level
+from neuron_args.flags import (
+    split_compiler_args, validate_compiler_args, warn_repeated_options, with_optimization_level,
+)
 
 Policy = Callable[[str, Any, list[str]], Sequence[str]]
 
@@ -91,9 +93,13 @@ class CompilerArgsResolver:
                 f"{bad!r} in {list(result)!r}; every argument must be a str."
             )
         try:
-            return validate_compiler_args(list(result), graph_type=graph_type)
+            args = validate_compiler_args(list(result), graph_type=graph_type)
         except CompilerArgsError as exc:
             raise PolicyError(f"{self.owner}.compiler_args_for: {exc}") from exc
+        warn_repeated_options(args, source=f"{self.owner}.compiler_args_for", graph_type=graph_type,
+                              hint="to replace a base option, return with_optimization_level(base, N) or "
+                                   "remove_options(base, [name]) + [new]")
+        return args
 
 
 def _owner_name(policy: Any) -> str:

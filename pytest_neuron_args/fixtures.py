@@ -373,6 +373,7 @@ def _rank_argv(request: pytest.FixtureRequest, session: NeuronSession, out: Path
     nodeid = node.nodeid
     target = f"{node.path}{nodeid[nodeid.index('::'):]}" if "::" in nodeid else str(node.path)
     argv = ["-m", "pytest", target, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "-p", "pytest_neuron_args.plugin",  # also where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set
             f"--rootdir={config.rootpath}", f"{RANK_WORKER_OPTION}={out}",
             f"--neuron-rank-graph-types={','.join(graph_types)}", f"--neuron-tp={s.tp}",
             f"--neuron-cache-dir={session.cache_dir()}", f"--neuron-manifest-dir={session.ledger_root()}",

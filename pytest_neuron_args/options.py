@@ -7,6 +7,7 @@ torch: the plugin loads in every pytest session of an environment that has neuro
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,10 +196,11 @@ class NeuronSettings:
                                      or config.getini("neuron_allow_eager_outputs")),
         )
 
-    def check_compiler_args(self) -> None:
-        """A malformed base list is one usage error at start-up naming where it came from."""
+    def check_compiler_args(self, warn: Callable[[Warning], None] | None = None) -> None:
+        """A malformed base list is one usage error at start-up naming where it came from; an option given
+        twice with different values is one warning (``warn``) saying which value compiles."""
         from neuron_args.errors import CompilerArgsError
-        from neuron_args.flags import option_value, validate_compiler_args
+        from neuron_args.flags import option_value, validate_compiler_args, warn_repeated_options
 
         try:
             args = validate_compiler_args(self.compiler_args)
@@ -214,6 +216,8 @@ class NeuronSettings:
                 f"{given} disagrees with the session's compile target {self.target!r} (--neuron-target, ini "
                 f"neuron_target, default {DEFAULT_TARGET}); remove --target from the base arguments (the plugin "
                 f"gives the compiler its target) or run with --neuron-target={given}")
+        warn_repeated_options(args, source=self.compiler_args_source or "the base compiler arguments", warn=warn,
+                              once=False)
 
     def check_directories(self) -> None:
         """An unusable cache or manifest folder is one usage error at start-up (not a test error per test)."""

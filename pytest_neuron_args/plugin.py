@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,22 @@ class _DropAll(logging.Filter):
         return False
 
 
+#: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
+ENTRY_POINT_NAME = "neuron_args"
+
+
+def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
+    """This module has two names: its entry point's (autoload, ``-p neuron_args``) and its path (a conftest's
+    ``pytest_plugins = ["pytest_neuron_args.plugin"]``, ``-p pytest_neuron_args.plugin``, both usual where
+    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` is set). Registered under one, the other is marked as taken, so naming
+    it again is a no-op instead of pluggy's "Plugin already registered under a different name" crash."""
+    if plugin is not sys.modules[__name__]:
+        return
+    for name in {ENTRY_POINT_NAME, __name__} - {manager.get_name(plugin)}:
+        if manager.get_plugin(name) is None:
+            manager.set_blocked(name)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
@@ -64,7 +81,9 @@ def pytest_configure(config: pytest.Config) -> None:
             "--neuron-compiler neuronx-cc: neuronx-cc is not on PATH. On a Neuron host activate the "
             "environment that has it (pip install neuronx-cc from the Neuron repository); elsewhere use "
             "--neuron-compiler local (or auto)")
-    settings.check_compiler_args()
+    # a repeated option is told once, by the controller (an xdist worker only notes it as told)
+    worker = getattr(config, "workerinput", None) is not None
+    settings.check_compiler_args(warn=(lambda w: None) if worker else (lambda w: _config_warning(config, w)))
     settings.check_directories()
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
@@ -90,10 +109,19 @@ def _warn_split_path_options(config: pytest.Config) -> None:
     args = [str(a) for a in config.invocation_params.args]
     for flag, value in zip(args, args[1:]):
         if flag in _PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
-            config.issue_config_time_warning(pytest.PytestConfigWarning(
+            _config_warning(config, pytest.PytestConfigWarning(
                 f"write {flag}={value} (with '='): pytest looks for its ini file before it knows plugin "
                 f"options and takes the existing path {value} for a test path; rootdir is {config.rootpath}, "
-                f"ini file {config.inipath or '(none found)'}"), stacklevel=2)
+                f"ini file {config.inipath or '(none found)'}"))
+
+
+def _config_warning(config: pytest.Config, warning: Warning) -> None:
+    """A start-up warning in pytest's summary; under ``-W error`` (or ``filterwarnings = error``) a usage error
+    with its text, not pytest's INTERNALERROR traceback."""
+    try:
+        config.issue_config_time_warning(warning, stacklevel=3)
+    except Warning as exc:
+        raise pytest.UsageError(f"{type(exc).__name__} (an error under your warning filters): {exc}") from None
 
 
 def _join_tp_group() -> None:

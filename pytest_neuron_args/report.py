@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from neuron_args.cache import QUARANTINE_DIR
 from neuron_args.text import human_size, render_table
 from pytest_neuron_args.state import NeuronSession
 
@@ -128,6 +129,7 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
 
 def _has_content(data: dict[str, Any]) -> bool:
     return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
+                or data.get("corrupt")
                 or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed"))
 
 
@@ -145,6 +147,10 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         for line in table_lines(data):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+    for key, why in sorted((data.get("corrupt") or {}).items()):
+        terminalreporter.write_line(f"cache entry {key} was corrupt ({why}): moved to {QUARANTINE_DIR}/ in the cache "
+                                    "and rebuilt; if this repeats, check the disk (`neuron-args cache verify`)",
+                                    yellow=True)
     counts = baseline_counts(data)
     if any(counts.values()):
         terminalreporter.write_line("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))

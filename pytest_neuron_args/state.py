@@ -23,6 +23,45 @@ from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
 
+
+def lock_folder(root: Path) -> int | None:
+    """An exclusive ``flock`` on the folder itself (no file left in it; its holder's death releases it): the
+    descriptor to close, or None where folders cannot be locked. Raises BlockingIOError when another holds it."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no guard
+        return None
+    try:
+        fd = os.open(root, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:  # a file system without flock: no guard
+        os.close(fd)
+        return None
+    return fd
+
+
+def folder_lock_holder(root: Path) -> int | None:
+    """The pid holding a ``flock`` on ``root`` (Linux's /proc/locks: ``N: FLOCK ADVISORY WRITE pid MAJ:MIN:INODE``)."""
+    try:
+        st = os.stat(root)
+        with open("/proc/locks") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
 _COUNTED = ("loads", "serve_hits", "serve_misses")
@@ -54,8 +93,12 @@ class NeuronSession:
         self._workerinput: dict[str, Any] = dict(workerinput or {})
         self._cache_dir: Path | None = None
         self._saved_env: tuple[bool, str | None] | None = None
+        self._manifest_lock: int | None = None  # the manifest folder's locked descriptor, while this session holds it
+        #: a session run inside another one of this process on the same manifest folder: the outer one emits
+        self.inner_session = False
         self._records_before: dict[str, dict[str, Any]] = {}
         self._stats_before: dict[str, int] = {}
+        self._corrupt_before: dict[str, str] = {}
         self.serve_calls: dict[str, int] = {}
         self.serve_misses = 0
         self.serve_sessions = 0
@@ -136,14 +179,38 @@ class NeuronSession:
         if root is not None:
             self._saved_env = (MANIFEST_DIR_ENV in os.environ, os.environ.get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
-            if not self.is_worker and not self.is_rank_worker:  # a crashed session's lines are not ours
-                shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
+            if not self.is_worker and not self.is_rank_worker:
+                self.inner_session = not self._hold_manifest_dir(root)
+                if not self.inner_session:  # a crashed session's lines are not ours
+                    shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
             os.environ[MANIFEST_DIR_ENV] = str(root)
         before = ACTIVITY.snapshot()
         self._records_before, self._stats_before = before["records"], before["stats"]
+        self._corrupt_before = dict(ACTIVITY.corrupt)
+
+    def _hold_manifest_dir(self, root: Path) -> bool:
+        """Hold the manifest folder for this session: False when this process's outer session holds it.
+
+        Two sessions on one folder would delete each other's ledger lines at start-up and write one
+        engine's manifest.json in turn, so the second one is a usage error naming the first."""
+        try:
+            self._manifest_lock = lock_folder(root)
+        except BlockingIOError:
+            pid = folder_lock_holder(root)
+            if pid == os.getpid():  # a session run inside this one (pytester, pytest.main): the outer one's lines
+                return False
+            raise pytest.UsageError(
+                f"manifest folder {root} is in use by another pytest session (pid {pid or 'unknown'}): two sessions "
+                "there would delete each other's ledger lines and overwrite each other's manifest.json. Give each "
+                "session its own --neuron-manifest-dir (ini neuron_manifest_dir, else $VLLM_NEURON_MANIFEST_DIR), or "
+                "run them one after the other") from None
+        return True
 
     def stop(self) -> None:
         gc_policy.session_stopped()
+        if self._manifest_lock is not None:
+            os.close(self._manifest_lock)  # releases the folder's flock
+            self._manifest_lock = None
         if self._saved_env is not None:
             present, value = self._saved_env
             if present:
@@ -169,7 +236,7 @@ class NeuronSession:
     def emit_manifests(self) -> list[Path]:
         """The session manifest: one ``<DIR>/<engine-id>/manifest.json`` per engine that wrote ledger lines."""
         root = self.manifest_root()
-        if root is None or self.is_worker or self.is_rank_worker:
+        if root is None or self.is_worker or self.is_rank_worker or self.inner_session:
             return []
         from pytest_neuron_args.ledger_view import emit_engines
 
@@ -244,6 +311,8 @@ class NeuronSession:
             "stats": self.stats(),
             "manifest_config": self.manifest_config,
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
+            # cache entries this session found corrupt, moved aside and rebuilt: key -> why
+            "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
         }
 
     def merged(self) -> dict[str, Any]:
@@ -274,6 +343,7 @@ class NeuronSession:
             "rank_processes": len(self.rank_parts),
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
+            "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
         }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -588,3 +589,78 @@ def test_a_target_in_the_arguments_that_disagrees_names_both_sources_and_the_fix
     # one place is fine: the arguments alone, or the option alone
     assert apply_platform_compiler_args({"compiler_args": ["--target=trn1", "-O2"]}).target == "trn1"
     assert apply_platform_compiler_args({"target": "trn1", "compiler_args": ["-O2"]}).compiler_args == ("-O2",)
+
+
+# ----------------------------------------------------------------------------- an option given twice
+
+
+@pytest.fixture
+def told_afresh():
+    """This process has told no repeated option yet (the warnings are said once per process)."""
+    from neuron_args.activity import ACTIVITY
+
+    said = set(ACTIVITY.said)
+    ACTIVITY.said.clear()
+    yield
+    ACTIVITY.said.clear()
+    ACTIVITY.said.update(said)
+
+
+def test_repeated_options_are_the_conflicting_ones_in_any_spelling():
+    from neuron_args.flags import RepeatedOption, repeated_options
+
+    assert repeated_options("-O1 -O3") == [RepeatedOption("--optlevel", ("-O1", "-O3"))]
+    assert repeated_options("-O1 -O3")[0].effective == "-O3"
+    assert repeated_options(["--lnc", "2", "-O2", "--logical-nc-config=1"]) == [
+        RepeatedOption("--logical-nc-config", ("--lnc 2", "--logical-nc-config=1"))]
+    # equal values in other spellings, repeated switches, inner tools' option strings: not conflicts
+    assert repeated_options("-O3 --optlevel=3 -O 3 --jobs 4 --num-parallel-jobs=04") == []
+    assert repeated_options("--enable-saturate-infinity --enable-saturate-infinity") == []
+    assert repeated_options(["--internal-x=1", "--internal-x=2", "--tensorizer-options=--a", "--tensorizer-options=--b"]) == []
+
+
+def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix(monkeypatch, told_afresh):
+    """Last wins, as in neuronx-cc (and in the key), but the user is told once where and what compiles."""
+    from neuron_args.errors import CompilerArgsWarning
+    from neuron_args.seams.platform import NEURON_CC_FLAGS_ENV, TARGET_ENV, apply_platform_compiler_args
+
+    monkeypatch.delenv(TARGET_ENV, raising=False)
+    monkeypatch.setenv(NEURON_CC_FLAGS_ENV, "-O1 --auto-cast=none -O3")
+    with pytest.warns(CompilerArgsWarning) as caught:
+        args = apply_platform_compiler_args({}, graph_type="decode")
+    assert args.compiler_args == ("-O1", "--auto-cast=none", "-O3")  # handed on as given: neuronx-cc keeps -O3
+    (warning,) = caught
+    assert str(warning.message) == (
+        "graph type 'decode': $NEURON_CC_FLAGS gives --optlevel 2 times with different values ('-O1', '-O3'); "
+        "neuronx-cc keeps the last, so '-O3' is what compiles and what the cache key holds. Fix: give --optlevel "
+        "once in $NEURON_CC_FLAGS (remove '-O1').")
+    assert canonical_compiler_args(list(args.compiler_args)) == canonical_compiler_args(["--auto-cast=none", "-O3"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        apply_platform_compiler_args({}, graph_type="prefill")  # told once per process, not per graph
+        apply_platform_compiler_args({"compiler_args": "-O2 -O2"})  # the same value twice is no conflict
+    with pytest.warns(CompilerArgsWarning, match=r"^options\['compiler_args'\] gives --logical-nc-config 2 times"):
+        apply_platform_compiler_args({"compiler_args": ["--lnc=1", "--lnc=2"]})
+
+
+def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
+    from neuron_args.errors import CompilerArgsWarning
+    from neuron_args.resolver import CompilerArgsResolver
+    from neuron_args.scope import scoped_compiler_args
+    from neuron_args.seams.platform import resolve_request
+
+    with pytest.warns(CompilerArgsWarning, match=r"^graph type 'decode': scoped_compiler_args\(\.\.\.\) gives "
+                                                 r"--auto-cast 2 times .*'--auto-cast=all'"):
+        with scoped_compiler_args(["--auto-cast=none", "--auto-cast=all"], graph_type="decode"):
+            resolve_request({"compiler_args": ["-O1"], "target": "trn2"}, "decode")
+
+    class Appends:
+        def compiler_args_for(self, graph_type, example_inputs, base):
+            return base + ["-O3"]  # the base's -O1 stays in the list
+
+    resolver = CompilerArgsResolver.from_model(Appends(), "-O1")
+    with pytest.warns(CompilerArgsWarning) as caught:
+        assert resolver.resolve_graph_compiler_args("decode") == ["-O1", "-O3"]
+    text = str(caught[0].message)
+    assert text.startswith("graph type 'decode': Appends.compiler_args_for gives --optlevel 2 times")
+    assert "return with_optimization_level(base, N)" in text

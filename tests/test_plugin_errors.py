@@ -187,3 +187,49 @@ def test_a_session_under_the_serving_environment_warms_up_and_writes_its_manifes
     result.stdout.fnmatch_lines(["*2 compiles*serve: 1 call(s)*0 miss(es)*"])
     assert sorted(p.relative_to(manifests).as_posix() for p in manifests.rglob("*") if p.is_file()) == [
         "nodev/manifest.json"]
+
+
+def test_a_base_option_given_twice_is_one_warning_naming_its_source(neuron_project: pytest.Pytester) -> None:
+    """``-O3 -O1`` in the ini key: the session runs at -O1 (last wins: the warm cache's keys, all hits) and
+    the start-up says so once, although the list passes the runner, the policy and the seam too."""
+    neuron_project.makeini(neuron_project.path.joinpath("tox.ini").read_text().replace(
+        "neuron_compiler_args = -O1", "neuron_compiler_args = -O3 -O1"))
+    neuron_project.makepyfile(test_twice="import torch\n\ndef test_served(neuron_served):\n"
+                                         "    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n")
+    result = neuron_project.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert out.count("gives --optlevel 2 times") == 1, out
+    result.stdout.fnmatch_lines(["*CompilerArgsWarning: ini key neuron_compiler_args (*tox.ini) gives --optlevel 2 "
+                                 "times with different values ('-O3', '-O1'); neuronx-cc keeps the last, so '-O1' "
+                                 "is what compiles * Fix: give --optlevel once in ini key neuron_compiler_args * "
+                                 "(remove '-O3')."])
+
+
+@pytest.mark.parametrize("how", ["conftest pytest_plugins", "-p by module path"])
+def test_naming_the_plugin_by_its_module_while_autoloaded_is_a_no_op(neuron_project: pytest.Pytester,
+                                                                      how: str) -> None:
+    """The spellings used where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set, in a project that also runs with autoload:
+    pluggy's "Plugin already registered under a different name" was an INTERNALERROR/crash before any test."""
+    if how == "conftest pytest_plugins":
+        conftest = neuron_project.path / "conftest.py"
+        conftest.write_text('pytest_plugins = ["pytest_neuron_args.plugin"]\n' + conftest.read_text())
+    neuron_project.makepyfile(test_named="def test_settings(neuron_settings):\n    assert neuron_settings.tp == 1\n")
+    result = neuron_project.runpytest(*(["-p", "pytest_neuron_args.plugin"] if how.startswith("-p") else []))
+    result.assert_outcomes(passed=1)
+    assert "already registered" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_start_up_warning_under_w_error_is_a_usage_error(neuron_project: pytest.Pytester,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI suites often run with ``-W error`` / ``filterwarnings = error``: the plugin's start-up warnings were an
+    INTERNALERROR traceback there; now one usage error with the warning's text."""
+    monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 -O3")
+    neuron_project.makeini(neuron_project.path.joinpath("tox.ini").read_text().replace(
+        "neuron_compiler_args = -O1\n", ""))
+    neuron_project.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = neuron_project.runpytest("-W", "error")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: CompilerArgsWarning (an error under your warning filters): NEURON_CC_FLAGS "
+                                 "gives --optlevel 2 times * Fix: give --optlevel once in NEURON_CC_FLAGS *"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

@@ -79,3 +79,20 @@ def test_a_failing_rank_fails_the_test_with_its_error(neuron_project: pytest.Pyt
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["--neuron-tp 2: the warmup of [[]'decode'[]] failed in the rank processes (exit status 1)",
                                  "rank 1:", "*RuntimeError: rank 1 cannot build its shard*"])
+
+
+def test_rank_processes_load_the_plugin_where_autoload_is_disabled(neuron_project: pytest.Pytester,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI jobs often set PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 and load plugins with -p: the rank processes inherit the
+    variable, and failed with "unrecognized arguments: --neuron-rank-worker=..." before they loaded the plugin."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    neuron_project.makepyfile(test_tp="""
+        import pytest
+
+        @pytest.mark.graph_type("decode")
+        def test_decode(neuron_warmup):
+            pass
+    """)
+    result = neuron_project.runpytest("-p", "neuron_args", "-p", "no:randomly", "--neuron-tp=2")
+    result.assert_outcomes(passed=1)
+    assert "unrecognized arguments" not in result.stdout.str() + result.stderr.str()

@@ -8,6 +8,8 @@ only the ``program`` that starts it differs. The run itself lives in :mod:`.proc
 from __future__ import annotations
 
 import abc
+import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +17,13 @@ from typing import IO, Any
 
 from neuron_args.compilers.lifetime import resolve_compile_timeout
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
-from neuron_args.errors import CompilerArgsError
+from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
 
 #: Options the driver sets itself; a caller's copy is dropped (``--target`` must agree).
 DRIVER_OPTIONS = ("--target", "--framework", "--output", "--logfile")
+#: A work folder given in the arguments is shared by every compile (xdist workers, parallel_compile):
+#: each compile gets its own ``<folder>/<key>`` in it.
+WORKDIR_OPTIONS = ("--workdir", "--compile_workdir")
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,22 @@ def prepare_compiler_args(
             f"'--target {given}' but the compile target is {target!r}; remove --target from the "
             "compiler arguments (the driver sets it from the target) or change the target"
         )
-    return flags.remove_options(args, list(DRIVER_OPTIONS))
+    from neuron_args.activity import ACTIVITY
+
+    for name in ("--output", "--logfile"):
+        if flags.has_option(args, name) and ACTIVITY.say_once(f"driver option {name}"):
+            warnings.warn(CompilerArgsWarning(
+                f"graph type {graph_type!r}, key {key or '(none)'}: {name} in the compiler arguments is ignored: "
+                "the compile cache keeps each graph's executable and compiler log in its entry "
+                "(<cache>/<key>/graph_<key>.neff and log-neuron-cc.txt; `neuron-args cache ls` lists them). "
+                f"Fix: remove {name} from the compiler arguments ($NEURON_CC_FLAGS, options['compiler_args'] "
+                "or the model's policy)."), stacklevel=3)
+    args = flags.remove_options(args, list(DRIVER_OPTIONS))
+    for name in WORKDIR_OPTIONS:
+        folder = flags.option_value(args, name)
+        if folder is not None and key:
+            args = [*flags.remove_options(args, [name]), f"{name}={os.path.join(folder, key)}"]
+    return args
 
 
 class Compiler(abc.ABC):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -69,6 +70,11 @@ EXIT_CODES: dict[int, tuple[str, str]] = {
     -signal.SIGSEGV: ("crashed (segmentation fault)", _BUG_FIX),
 }
 _DEFAULT_FIX = "read the log above; fix the graph or its compiler arguments"
+#: neuronx-cc's command line is argparse's: a flag this version does not know is a usage error (exit 2)
+_ARGPARSE_ERROR = re.compile(r"error: (unrecognized arguments|argument \S+:)")
+_REJECTED_ARGS_FIX = ("this compiler version rejects an argument named in the log above: remove it from the compiler "
+                      "arguments ($NEURON_CC_FLAGS, options['compiler_args'] or the model's policy), or install the "
+                      "compiler version that has it")
 _TIMEOUT_FIX = ("raise the compile timeout (options['compile_timeout'] in seconds, "
                 f"${COMPILE_TIMEOUT_ENV} or pytest --neuron-compile-timeout), or lower the optimization "
                 "level of this graph")
@@ -94,6 +100,8 @@ def _hint(returncode: int | None, log_path: Path | None = None) -> str:
         return f"free space on the file system of {log_path.parent} or point the compile cache elsewhere"
     if returncode is None:
         return _TIMEOUT_FIX
+    if returncode == 2 and log_path is not None and _ARGPARSE_ERROR.search(log_tail(log_path, 200)):
+        return _REJECTED_ARGS_FIX
     return EXIT_CODES.get(returncode, ("", _DEFAULT_FIX))[1]
 
 

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuron_args.errors import CompilerArgsError
-from neuron_args.flags import KNOWN_TARGETS, manifest_compiler_flags, option_value, remove_options, split_compiler_args
-from neuron_args.scope import apply_scoped_compiler_args
+from neuron_args.flags import (
+    KNOWN_TARGETS, manifest_compiler_flags, option_value, parse_compiler_args, remove_options, split_compiler_args,
+    warn_repeated_options,
+)
+from neuron_args.scope import apply_scoped_compiler_args, current_compiler_args
 
 NEURON_CC_FLAGS_ENV = "NEURON_CC_FLAGS"
 TARGET_ENV = "NEURON_ARGS_TARGET"
@@ -34,15 +37,26 @@ class PlatformArgs:
         return manifest_compiler_flags(["--framework", "XLA", "--target", self.target, *self.compiler_args])
 
 
-def base_compiler_args(options: Mapping[str, Any]) -> list[str]:
-    """``options["compiler_args"]``, else ``$NEURON_CC_FLAGS`` (split shell-style), else none."""
+def base_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None) -> list[str]:
+    """``options["compiler_args"]``, else ``$NEURON_CC_FLAGS`` (split shell-style), else none.
+
+    An option given twice with different values is a warning naming where the list came from."""
     if options.get("compiler_args") is not None:
-        return split_compiler_args(options["compiler_args"])
-    return split_compiler_args(os.environ.get(NEURON_CC_FLAGS_ENV) or None)
+        args = split_compiler_args(options["compiler_args"])
+    else:
+        args = split_compiler_args(os.environ.get(NEURON_CC_FLAGS_ENV) or None)
+    warn_repeated_options(args, source=_args_source(options), graph_type=graph_type)
+    return args
 
 
 def _args_source(options: Mapping[str, Any]) -> str:
-    return "options['compiler_args']" if options.get("compiler_args") is not None else f"${NEURON_CC_FLAGS_ENV}"
+    if options.get("compiler_args") is None:
+        return f"${NEURON_CC_FLAGS_ENV}"
+    scoped = current_compiler_args()
+    given = options["compiler_args"]
+    if scoped is not None and list(scoped) == (list(given) if isinstance(given, (list, tuple)) else None):
+        return "scoped_compiler_args(...)"
+    return "options['compiler_args']"
 
 
 def _target_source(options: Mapping[str, Any]) -> str:
@@ -53,7 +67,11 @@ def _target_source(options: Mapping[str, Any]) -> str:
 
 def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None) -> PlatformArgs:
     """Resolve the target and strip the options the driver sets itself."""
-    args = base_compiler_args(options)
+    args = base_compiler_args(options, graph_type=graph_type)
+    try:  # here the error can say where the list came from
+        parse_compiler_args(args, graph_type=graph_type)
+    except CompilerArgsError as exc:
+        raise CompilerArgsError(f"{exc} (these arguments come from {_args_source(options)})") from None
     in_args = option_value(args, "--target")
     target = options.get("target") or in_args or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
     if in_args is not None and in_args != target:

@@ -7,6 +7,8 @@ It checks the neuronx-cc argv shape, records its argv, writes a log line and an 
 ``FAKE_NEURONX_CC_RECORD``: append the argv (one JSON list a line) to this file.
 ``FAKE_NEURONX_CC_PIDS``: a folder; each compile writes ``<pid>`` there (and ``<pid>.helper`` for
 its helper) so a test can find and reap what it started.
+``FAKE_NEURONX_CC_REJECT``: a flag this compiler version does not know: a compile giving it fails as
+argparse does (usage line, ``error: unrecognized arguments``, exit status 2) before writing anything.
 ``FAKE_NEURONX_CC_SLEEP``: seconds a compile sleeps *before* writing its output (a slow compile,
 or a hung one with a large value); ``FAKE_NEURONX_CC_HELPER=1`` first starts a helper process
 that sleeps as long, like neuronx-cc's own subprocesses.
@@ -38,6 +40,12 @@ def main(argv):
     if argv[:1] != ["compile"] or len(argv) < 10 or argv[2:4] != ["--framework", "XLA"]:
         print(f"fake neuronx-cc: unexpected argv {argv}", file=sys.stderr)
         return 64
+    reject = os.environ.get("FAKE_NEURONX_CC_REJECT")
+    unknown = [a for a in argv[10:] if reject and a.split("=", 1)[0] == reject]
+    if unknown:
+        print("usage: neuronx-cc compile [-h] --framework {XLA} --target TARGET [--output OUTPUT] ...\n"
+              f"neuronx-cc compile: error: unrecognized arguments: {' '.join(unknown)}", file=sys.stderr)
+        return 2
     opts = dict(zip(argv[4:10:2], argv[5:10:2]))
     if set(opts) != {"--target", "--output", "--logfile"} or not os.path.isfile(argv[1]):
         print(f"fake neuronx-cc: bad fixed options or missing input in {argv}", file=sys.stderr)

@@ -6,6 +6,7 @@ matters, starts a helper process of its own, as neuronx-cc does).
 """
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -294,6 +295,52 @@ def test_ctrl_c_during_a_single_compile_kills_the_compiler_and_the_entry_is_rebu
     assert f"DONE {key}" in out, err
 
 
+IN_PROCESS_SCRIPT = textwrap.dedent("""
+    import sys
+    from neuron_args.cache import CompileCache, new_metadata
+    from neuron_args.cache_key import create_cache_hash
+    from neuron_args.compilers import NeuronxCcCompiler
+    from neuron_args.compilers.build import compile_entry
+    cache, compiler = CompileCache(sys.argv[1]), NeuronxCcCompiler()
+    key = create_cache_hash(graph_text="HloModule decode", input_specs=[((4,), "float32")], compiler_args=["-O1"],
+                            target="trn2", tool_versions={"compiler": "neuronx-cc 2.21"})
+
+    def build(entry):  # what the compile seam does on a miss, without torch
+        entry.hlo_path.write_bytes(b"hlo module")
+        md = new_metadata(key, seam="neuron_libtorch", graph_type="decode", compiler_args=["-O1"], target="trn2",
+                          status="compiling")
+        entry.write_metadata(md)
+        compile_entry(entry, compiler, ["-O1"], "trn2", "decode", md)
+
+    entry, hit = cache.get_or_build(key, build, graph_type="decode")
+    print("DONE", entry.key, "hit" if hit else "built", flush=True)
+""")
+
+
+def test_ctrl_c_during_an_in_process_compile_says_interrupted_not_crashed(tmp_path, fake_env, reaper):
+    """A real SIGINT to a process compiling on a miss (the compile seam's path): the compiler is gone, ``cache ls``
+    says ``interrupted`` (the compiler did not crash), and the next run rebuilds the entry."""
+    root, script = tmp_path / "cache", tmp_path / "in_process.py"
+    script.write_text(IN_PROCESS_SCRIPT)
+    env = {**fake_env.env, "FAKE_NEURONX_CC_SLEEP": "30"}
+    proc = reaper.popen([sys.executable, str(script), str(root)], env)
+    wait_until(lambda: len(reaper.compiler_pids()) == 1, 30, "the compiler started")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err
+    (pid,) = reaper.compiler_pids()
+    wait_until(lambda: not alive(pid), 5, f"compiler {pid} gone")
+    (entry,) = CompileCache(root).entries()
+    assert entry.status == "interrupted" and not entry.executable_path.exists()
+    listed = subprocess.run([sys.executable, "-m", "neuron_args.cli", "cache", "ls", str(root), "--json"],
+                            env=fake_env.env, capture_output=True, text=True, timeout=60)
+    assert [row["status"] for row in json.loads(listed.stdout)["entries"]] == ["interrupted"], listed.stdout + listed.stderr
+    rerun = reaper.popen([sys.executable, str(script), str(root)], fake_env.env)
+    out, err = rerun.communicate(timeout=60)
+    assert f"DONE {entry.key} built" in out, err
+    assert entry.status == "complete" and entry.metadata()["status"] == "compiled"
+
+
 def test_four_parallel_compiles_on_one_cache_build_each_graph_once(tmp_path, fake_env, reaper):
     root = tmp_path / "cache"
     keys = make_pending(root, 12)
@@ -308,3 +355,22 @@ def test_four_parallel_compiles_on_one_cache_build_each_graph_once(tmp_path, fak
     compiles = [line for line in fake_env.record.read_text().splitlines() if '"compile"' in line]
     assert len(compiles) == 12
     assert _entries_consistent(root) == dict.fromkeys(keys, "complete")
+
+
+def test_a_flag_the_installed_neuronx_cc_rejects_names_the_flag_and_the_fix(tmp_path, fake_env, monkeypatch):
+    """An ``--internal-*`` flag passes our table (it is the compiler's to judge); a neuronx-cc that does not know it
+    fails as argparse does: the error keeps graph type, key and usage line, and says to remove the flag."""
+    monkeypatch.setenv("FAKE_NEURONX_CC_REJECT", "--internal-new-pass")
+    root = tmp_path / "cache"
+    (key,) = make_pending(root, 1)
+    entry = CompileCache(root).entry(key)
+    entry.update_metadata(compiler_args=["-O1", "--internal-new-pass=on"])
+    report = parallel_compile(root, workers=1, quiet=True, raise_on_error=False)
+    (graph,) = report.graphs
+    assert graph.status == "failed" and f"graph type 'decode0', key {key}: failed (exit status 2)" in graph.error
+    assert "error: unrecognized arguments: --internal-new-pass=on" in graph.error
+    assert graph.error.rstrip().endswith("fix: this compiler version rejects an argument named in the log above: "
+                                         "remove it from the compiler arguments ($NEURON_CC_FLAGS, "
+                                         "options['compiler_args'] or the model's policy), or install the compiler "
+                                         "version that has it")
+    assert entry.status == "pending" and not entry.executable_path.exists()  # nothing half-built is left

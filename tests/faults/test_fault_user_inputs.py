@@ -3,6 +3,7 @@ than warmed up, a cache path with spaces in a copy-pasted fix, a read-only cache
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -273,3 +274,151 @@ def test_quarantining_one_key_twice_in_one_second_keeps_both_copies(tmp_path, mo
     kept = sorted(p.name for p in (tmp_path / ".corrupt").iterdir())
     stem = f"{key.key}-20260101T000000-{os.getpid()}"
     assert kept == [stem, f"{stem}~1", f"{stem}~2"]
+
+
+def test_torch_neuronx_cache_flags_in_neuron_cc_flags_are_refused_naming_the_fix(monkeypatch):
+    """``NEURON_CC_FLAGS="--cache_dir=..."`` (torch-neuronx's cache) through a seam: refused before any key, saying
+    whose flag it is, where the folder goes instead and where the list came from."""
+    from neuron_args.errors import CompilerArgsError
+    from neuron_args.seams.platform import apply_platform_compiler_args
+
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--cache_dir=/var/tmp/neuron-compile-cache -O2")
+    with pytest.raises(CompilerArgsError) as caught:
+        apply_platform_compiler_args({"target": "trn2"}, graph_type="decode")
+    text = str(caught.value)
+    assert text.startswith("compiler args for graph type 'decode': '--cache_dir' (token "
+                           "'--cache_dir=/var/tmp/neuron-compile-cache') is not a neuronx-cc flag: torch-neuronx")
+    assert "$NEURON_LIBTORCH_CACHE_DIR or (pytest) --neuron-cache-dir" in text
+    assert text.endswith("(these arguments come from $NEURON_CC_FLAGS)")
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--retry_failed_compilation")
+    with pytest.raises(CompilerArgsError, match="compiles the graph again on the next miss"):
+        apply_platform_compiler_args({"target": "trn2"})
+
+
+def test_output_logfile_and_workdir_in_the_arguments_keep_the_cache_layout(tmp_path, fake_env, monkeypatch):
+    """--output/--logfile are the cache's (dropped, and the user is told once where they go); a --workdir shared by
+    every compile gets one folder per key in it, so concurrent compiles never mix their files."""
+    from neuron_args.compilers import NeuronxCcCompiler
+    from neuron_args.compilers.build import compile_entry
+    from neuron_args.errors import CompilerArgsWarning
+    from tests.faults.fault_helpers import make_pending
+
+    monkeypatch.setattr(ACTIVITY, "said", set())
+    root, work = tmp_path / "cache", tmp_path / "shared work"
+    keys = make_pending(root, 2)
+    args = ["-O1", "--logfile=/tmp/mine.log", f"--workdir={work}", "--output", "/tmp/mine.neff"]
+    with pytest.warns(CompilerArgsWarning) as caught:
+        for key in keys:
+            entry = CompileCache(root).entry(key)
+            compile_entry(entry, NeuronxCcCompiler(), args, "trn2", "decode0", entry.metadata())
+    told = sorted(str(w.message) for w in caught)
+    assert len(told) == 2 and all(f"key {keys[0]}" in t for t in told), told  # once per option, not per compile
+    assert told[0].startswith("graph type 'decode0', key ") and "--logfile in the compiler arguments is ignored" in told[0]
+    assert "--output in the compiler arguments is ignored" in told[1] and "Fix: remove --output" in told[1]
+    ran = [json.loads(line) for line in fake_env.record.read_text().splitlines() if '"compile"' in line]
+    for key, argv in zip(keys, ran):
+        assert argv[10:] == ["-O1", f"--workdir={work / key}"]  # the driver's --output/--logfile only
+        assert argv[6:10] == ["--output", argv[7], "--logfile", str(root / key / "log-neuron-cc.txt")]
+    assert CompileCache(root).entry(keys[0]).metadata()["compiler_args"] == args  # recorded as given
+
+
+def test_a_corrupt_entry_the_session_rebuilt_is_named_in_its_summary(neuron_project, warm_cache, tmp_path):
+    """A truncated executable (zero bytes) in the session's cache: moved aside and rebuilt, as before, and the
+    summary now says so (it was only a log record pytest keeps to itself when the tests pass)."""
+    import shutil
+
+    cache = tmp_path / "copy of the warm cache"
+    shutil.copytree(warm_cache.path, cache)
+    key = warm_cache.keys["decode"]
+    CompileCache(cache).entry(key).executable_path.write_bytes(b"")
+    neuron_project.makepyfile(test_one="import torch\n\ndef test_decode(neuron_served):\n"
+                                       "    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n")
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={cache}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"cache entry {key} was corrupt (the executable has 0 bytes, * were recorded "
+                                 "(truncated or replaced)): moved to .corrupt/ in the cache and rebuilt; *"])
+    assert CompileCache(cache).entry(key).problem() is None and len(list((cache / ".corrupt").iterdir())) == 1
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={cache}")
+    result.assert_outcomes(passed=1)
+    assert "was corrupt" not in result.stdout.str()  # told by the session that found it, not by the next one
+
+
+HOLD_MANIFEST_DIR = """
+import sys, time
+from pathlib import Path
+from pytest_neuron_args.state import lock_folder
+fd = lock_folder(Path(sys.argv[1]))
+print("HOLDING" if fd is not None else "CANNOT", flush=True)
+time.sleep(120)
+"""
+
+
+def test_two_sessions_on_one_manifest_folder_the_second_is_a_usage_error(neuron_project, tmp_path):
+    """A live session's ledger lines are never deleted by a second session's start-up (it deleted them: the first
+    then failed with 'full disk or unwritable folder'); a holder that died leaves a lock that blocks nothing."""
+    import sys
+
+    manifests = tmp_path / "manifests"
+    ledger = manifests / "ledger" / "nodev"
+    ledger.mkdir(parents=True)
+    (ledger / "1.jsonl").write_text("{}\n")  # the live session's line so far
+    neuron_project.makepyfile(test_one="def test_one():\n    pass\n")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_MANIFEST_DIR, str(manifests)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "HOLDING"
+        result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: manifest folder {manifests} is in use by another pytest session "
+                                     f"(pid {holder.pid}): *Give each session its own --neuron-manifest-dir*"])
+        assert (ledger / "1.jsonl").read_text() == "{}\n"
+    finally:
+        holder.kill()
+        holder.wait()
+    result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")  # the holder died: its lock is free
+    result.assert_outcomes(passed=1)
+    assert not ledger.exists()  # a dead session's lines are cleared, as before
+    assert not [p for p in manifests.rglob("*") if p.is_file()]  # the lock leaves no file behind
+    # a session inside a session of this process (pytest.main, pytester) on its folder: the outer one owns it
+    from pytest_neuron_args.state import lock_folder
+
+    ledger.mkdir(parents=True)
+    (ledger / "1.jsonl").write_text("{}\n")
+    outer = lock_folder(manifests)
+    try:
+        neuron_project.makepyfile(test_one="def test_one():\n    pass\n")
+        result = neuron_project.runpytest(f"--neuron-manifest-dir={manifests}")
+        result.assert_outcomes(passed=1)
+        assert (ledger / "1.jsonl").read_text() == "{}\n" and not (manifests / "nodev").exists()
+    finally:
+        os.close(outer)
+
+
+def test_the_default_cache_folder_without_a_home_directory(monkeypatch, capsys):
+    """A container user with no passwd entry and no $HOME: Python's bare RuntimeError became an OptionsError (seams)
+    and a usage error (CLI) naming what to set; an absolute $XDG_CACHE_HOME is the per-user cache's parent."""
+    import pwd
+
+    from neuron_args.cache import CACHE_DIR_ENV, cache_root
+    from neuron_args.cli import main
+    from neuron_args.errors import OptionsError
+
+    for name in ("HOME", "XDG_CACHE_HOME", CACHE_DIR_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    with pytest.raises(OptionsError, match=r"no home directory to expand '~' in \(\$HOME is unset .*Fix: give the "
+                                           r"folder as options\['cache_dir'\], \$NEURON_LIBTORCH_CACHE_DIR"):
+        cache_root({})
+    assert main(["cache", "ls"]) == 2
+    assert "neuron-args: compile cache folder ~/.cache/neuron-args/compile-cache: no home directory" in \
+        capsys.readouterr().err
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG rule: only absolute paths count
+    with pytest.raises(OptionsError):
+        cache_root({})
+    monkeypatch.setenv("XDG_CACHE_HOME", "/var/cache/ci")
+    assert cache_root({}) == Path("/var/cache/ci/neuron-args/compile-cache")
+    assert cache_root({"cache_dir": "/srv/cache"}) == Path("/srv/cache")
