@@ -44,6 +44,11 @@ LAYERS = [
      "`nn.EmbeddingBag` `scale_grad_by_freq` · backward (as `nn.Embedding`'s)"),
     ("test_recurrent_layer_forward_matches_eager", "recurrent {} · forward"),
     ("test_recurrent_layer_gradients_match_eager", "recurrent {} (LSTM 2 layers, GRU 1) · forward + backward"),
+    ("test_projected_lstm_gradients_match_eager", "recurrent LSTM `proj_size` (2 layers) · forward + backward"),
+    ("test_recurrent_layer_bfloat16_is_as_accurate_as_eager",
+     "recurrent {} bf16 · forward (eager bf16 within 2e-2; error against fp32 at most eager bf16's + 2^-8 of the size)"),
+    ("test_packed_sequences_are_refused_or_left_in_eager",
+     "packed sequences: refused by Dynamo (`fullgraph=True`) or left in eager; the LSTM lowering names the fix"),
     ("test_lstm_through_the_seam_traces_under_allow_rnn_and_serves_without_it",
      "`nn.LSTM` through `neuron_libtorch`: traced under `allow_rnn`, served without it"),
     ("test_recurrent_layer_without_allow_rnn_names_the_config", "RNN layer without `allow_rnn`: the error names it"),
@@ -70,8 +75,11 @@ LIMITS = [
     "factorizations (LU, Cholesky, QR, eigh, SVD) calls XLA:CPU's LAPACK kernels.",
     "`torch.linalg.lstsq`: Dynamo refuses it (its `rank` and `singular_values` outputs are data-dependent in size); "
     "use `torch.linalg.pinv(A) @ B` or `torch.linalg.solve(A.mT @ A, A.mT @ B)`.",
-    "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): Dynamo refuses to trace it (its batch sizes are data); "
-    "pad the sequences instead. The LSTM lowering refuses a packed layer with that fix too.",
+    "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): their batch sizes are data, which a static graph cannot "
+    "hold; pad the sequences instead (and mask the padded steps). Dynamo decides before the lowering sees the graph: "
+    "with `fullgraph=True` it raises its own error (\"Could not guard on data-dependent expression\", not naming "
+    "that fix), without it the packed layer runs in eager PyTorch (right values, no Neuron graph). The LSTM "
+    "lowering refuses packed batch sizes naming the fix.",
     "`nn.EmbeddingBag(sparse=True)`: Neuron graphs compute dense gradients (refused with the fix). "
     "`scale_grad_by_freq` follows `nn.Embedding`'s documented scaling; torch 2.13's CPU `embedding_bag` kernel "
     "miscounts repeated indices (an index three times in the batch gets 1.5 where `nn.Embedding` gives 1).",
