@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
-from neuron_args.tensors import TensorSpec, numpy_dtype, tensor_to_numpy
+from neuron_args.tensors import LOWERED_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
 
 _lock = threading.RLock()
 
@@ -145,7 +145,7 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
     for i, node in enumerate(values):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
         if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
-            raise LoweringError(f"graph output {i} ({node}) is the symbolic value {val}. {_STATIC_HINT}")
+            raise LoweringError(f"graph output {i} ({node}) is the symbolic value {val}. {_symbolic_hint(gm, val)}")
         if _is_token(node):
             constants.append((i, None))
             continue
@@ -159,10 +159,29 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
             )
         if any(not isinstance(d, int) for d in val.shape):
             raise LoweringError(
-                f"graph output {i} has symbolic shape {tuple(val.shape)}. {_STATIC_HINT}"
+                f"graph output {i} has symbolic shape {tuple(val.shape)}. {_symbolic_hint(gm, val.shape)}"
             )
         specs.append(TensorSpec.of(val))
     return tuple(specs), tuple(constants)
+
+
+def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
+    """Why ``value`` (a shape or a symbolic scalar) is not static, and the fix. A size Dynamo could not know while
+    tracing (an unbacked symbol, ``u0``) comes from tensor values, whatever ``dynamic=`` says: the message names the
+    first op that made one (boolean-mask indexing, ``nonzero``, ``.item()``) and the user's line."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    if not free_unbacked_symbols(value):
+        return _STATIC_HINT
+    origin = next((n for n in gm.graph.nodes if n.op == "call_function" and free_unbacked_symbols(n.meta.get("val"))),
+                  None)
+    made = ""
+    if origin is not None:
+        where = _user_source(origin)
+        made = f" (op {_op_name(origin)}" + (f", from {where})" if where else ")")
+    return (f"Its size depends on tensor values{made}, which a static Neuron graph cannot hold: keep sizes fixed "
+            "(a mask with torch.where instead of boolean indexing or nonzero), or compute that part outside the "
+            "compiled function.")
 
 
 #: graph outputs returned as they are, outside the HLO
@@ -322,7 +341,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             if n in checks:  # a compiled graph cannot raise: runtime checks of tensor values are left out
                 return None
             try:
-                return super().run_node(n)
+                return _as_traced_dtype(super().run_node(n), n.meta.get("val"))
             except (LoweringError, _NeedsRandomKey):
                 raise
             except Exception as e:
@@ -367,6 +386,29 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
         return tuple(result)
 
     return neuron_graph
+
+
+def _as_traced_dtype(out: Any, val: Any) -> Any:
+    """A node's value in the dtype torch traced it with (64-bit types as their 32-bit HLO types). torchax infers some
+    dtypes otherwise (``torch.full(size, 0)`` is int64 to torch, float32 to torchax), and a later op then fails
+    (an embedding indexed by floats) or computes in another precision."""
+    from torchax.tensor import Tensor
+
+    if isinstance(val, torch.Tensor) and isinstance(out, Tensor):
+        name = str(val.dtype).removeprefix("torch.")
+        try:
+            want = numpy_dtype(LOWERED_DTYPES.get(name, name))
+        except TypeError:  # no XLA type: the op's own lowering decides
+            return out
+        return out if out.jax().dtype == want else Tensor(out.jax().astype(want), out._env)
+    if isinstance(val, (tuple, list)) and isinstance(out, (tuple, list)) and len(val) == len(out):
+        items = [_as_traced_dtype(o, v) for o, v in zip(out, val)]
+        if all(a is b for a, b in zip(items, out)):
+            return out
+        if isinstance(out, list):
+            return items
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)  # a namedtuple, a tuple
+    return out
 
 
 def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
