@@ -503,6 +503,9 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     ]
     if op in _DATA_DEPENDENT:
         lines.append(f"  {_DATA_DEPENDENT[op]}")
+    elif _has_unbacked_size(n):
+        lines.append("  its output size depends on tensor values (a boolean mask index, nonzero): keep sizes fixed "
+                     "with torch.where, or compute it outside the compiled function")
     if where:
         lines.append(f"  it comes from {where}")
     lines.append(
@@ -511,6 +514,12 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         "jax lowering for the op with neuron_args.lowering.register_lowering"
     )
     return "\n".join(lines)
+
+
+def _has_unbacked_size(n: torch.fx.Node) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return bool(free_unbacked_symbols(n.meta.get("val")))
 
 
 def _first_line(error: Exception) -> str:
