@@ -194,6 +194,19 @@ def test_a_size_from_tensor_values_names_the_op_and_the_fix():
     assert "cannot lower op aten.index.Tensor" in inside and "its output size depends on tensor values" in inside
 
 
+def test_assert_async_is_left_out_as_a_runtime_check():
+    """``torch._assert_async`` (DBRX checks its expert indices so) is a runtime check of values: an executable cannot
+    raise, so it is left out like ``torch._check_tensor_all``."""
+    def checked(x):
+        torch._assert_async((x.abs() < 100).all(), "too large")
+        return x * 2
+
+    backend = Lowered()
+    with torch.inference_mode():
+        torch.testing.assert_close(backend(checked)(torch.full((3, 4), 500.0)), torch.full((3, 4), 1000.0))
+    assert "assert" not in backend.hlo[0].lower()
+
+
 def test_grouped_mm_of_transformers_moe_is_lowered_statically():
     pytest.importorskip("transformers")
     import transformers.integrations.moe  # noqa: F401  (registers the custom op)

@@ -412,8 +412,9 @@ def _as_traced_dtype(out: Any, val: Any) -> Any:
 
 
 def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """The nodes that only serve runtime assertions on tensor values: ``aten._assert_scalar`` and whatever feeds
-    nothing else (``torch._check_tensor_all(cond)``: ``_is_all_true``, ``.item()``, symbolic comparisons).
+    """The nodes that only serve runtime assertions on tensor values: ``aten._assert_scalar``,
+    ``aten._assert_async`` (``torch._assert_async``: DBRX checks its expert indices so) and whatever feeds nothing
+    else (``torch._check_tensor_all(cond)``: ``_is_all_true``, ``.item()``, symbolic comparisons).
 
     transformers checks its inputs so while tracing (an image token count, an attention mask's shape). An
     executable cannot raise, so these are not lowered (as ``TRANSFORMERS_DISABLE_TORCH_CHECK=1`` would leave
@@ -423,7 +424,7 @@ def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     for n in reversed(gm.graph.nodes):
         if n.op != "call_function":
             continue
-        if n.target is torch.ops.aten._assert_scalar.default or (n.users and all(u in checks for u in n.users)):
+        if n.target in _ASSERTS or (n.users and all(u in checks for u in n.users)):
             checks.add(n)
     return checks
 
@@ -442,6 +443,10 @@ def _with_effects(token: Any, op: Any, *args: Any, **kwargs: Any) -> tuple[Any, 
         f"{op} is an effect-ordered op (Python side effects in call order), which a Neuron graph cannot run; "
         "call it outside the compiled function")
 
+
+#: runtime assertions on values (they return nothing)
+_ASSERTS = frozenset({torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.default,
+                      torch.ops.aten._assert_async.msg})
 
 #: op namespaces torchax lowers itself; any other op (a custom op) needs a registered lowering
 _TORCHAX_NAMESPACES = ("aten", "prims", "_c10d_functional", "torchvision", "xla")
