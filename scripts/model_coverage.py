@@ -96,6 +96,52 @@ LIMITS = [
 ]
 
 
+#: ``tests/hf/probe_architectures.py`` run by hand (not by this script), outside the suite: one fp32 forward each,
+#: every output tensor equal to eager's (atol = rtol = 1e-4). Kind -> the architectures that lower as one graph.
+PROBED_ONE_GRAPH = {
+    "decoder": "deepseek-v2, olmoe, granite, granitemoe, granitemoehybrid (mamba2 + attention + experts), phimoe, "
+               "nemotron, glm, glm4, glm4-moe, helium, recurrent-gemma (RG-LRU), rwkv, mamba2, zamba2, bamba, falcon-h1, "
+               "llama4 (text: chunked attention, no-rope layers, experts), lfm2 (short convolutions), lfm2-moe, "
+               "smollm3, ernie4.5-moe, minimax (lightning attention), minimax-m2, exaone4, cohere2, mpt, codegen, "
+               "biogpt, persimmon, xglm, openai-gpt, diffllama, doge, olmo3, apertus, seed-oss, vaultgemma, bitnet, "
+               "flex-olmo, hunyuan-dense, arcee, xlstm",
+    "text-encoder": "xlnet, funnel, electra, modernbert, roformer, canine, convbert, yoso, mra, squeezebert, "
+                    "megatron-bert, ibert, ernie, rembert, fnet (Fourier mixing), mobilebert, xlm, luke, layoutlm, tapas",
+    "speech / audio": "hubert, wavlm, data2vec-audio, sew, unispeech, unispeech-sat, wav2vec2-conformer (relative and "
+                      "rotary positions), wav2vec2-bert, ast, moonshine, speecht5 (speech to text, with labels)",
+    "vision": "deit, vit-mae (its noise passed in), levit, regnet, efficientnet, mobilenet-v1, mobilenet-v2, swinv2, "
+              "poolformer, convnextv2, focalnet, pvt, pvt-v2, hiera, bit, dinov2 with registers, ijepa, vitdet, yolos, "
+              "dinov3-vit, dinov3-convnext, aimv2-vision, siglip2-vision (packed patches)",
+    "vision-language": "sam (image + point prompts), blip, clip, mllama (cross-attention to image tiles), paligemma",
+    "seq2seq": "pegasus, marian, mbart, blenderbot, plbart, umt5, prophetnet",
+    "time series / RL": "patchtst, time-series-transformer, informer, decision-transformer",
+}
+#: probed architectures that lower only with graph breaks: why ``fullgraph=True`` stops (every graph then matches)
+PROBED_GRAPH_BREAKS = [
+    ("qwen2-vl (m-rope)", "its vision attention splits by `cu_seqlens.tolist()`"),
+    ("idefics3", "it drops padding images by boolean-mask indexing (refused in one graph, naming the op and "
+                 "`torch.where`)"),
+    ("dbrx", "a size read from tensor values in its expert routing (`u0`)"),
+    ("big-bird (block sparse)", "`.item()`"),
+    ("jetmoe", "`.item()`"),
+    ("led", "a data-dependent guard (`Eq(u0, 1)`)"),
+    ("ctrl", "Dynamo cannot trace a `python_type()` call"),
+    ("xmod", "it picks each sample's language adapter by boolean-mask indexing"),
+    ("switch-transformers", "Dynamo stops at an exception raised in its forward (\"Observed exception\")"),
+    ("nllb-moe", "a size read from tensor values in its expert routing (`u0`)"),
+]
+#: probed architectures whose outcome is not a plain pass
+PROBED_OTHER = [
+    "reformer (LSH attention): its random rotations are drawn inside the graph, from jax's generator keyed from torch's "
+    "(as dropout is): repeatable, but not eager's numbers (every other output equal). Under `inference_mode` Dynamo "
+    "fails its own guard on a `torch.from_numpy` tensor (\"Guard failed on the same frame it was created\"); probed "
+    "under `no_grad` (big-bird too).",
+    "nystromformer: Dynamo's fake-tensor run of its forward fails (a broadcast eager does not make), before lowering.",
+    "paligemma: transformers' eager SDPA path of its bidirectional Gemma differs from its own eager attention and from "
+    "the compiled graph (which equals eager attention); probed with `attn_implementation=\"eager\"`.",
+]
+
+
 def outcomes(junit: Path) -> dict[tuple[str, str | None, str], str]:
     """(test function, seam or None, architecture) -> passed / failed / skipped."""
     result = {}
@@ -161,6 +207,13 @@ def table(results: dict[tuple[str, str | None, str], str]) -> str:
         cases = sorted((arch, state) for (f, _, arch), state in results.items() if f == func)
         for ident, state in cases or [("", None)]:
             lines.append(f"| {label.format(ident)} | {MARK.get(state, 'not run')} |")
+    lines += ["", "Probed (`tests/hf/probe_architectures.py`, run by hand, not in the suite): a tiny random config each, "
+              "one fp32 forward lowered and run on XLA:CPU in-process, every output tensor equal to eager's "
+              "(atol = rtol = 1e-4).", "", "| kind | one graph (`fullgraph=True`) |", "|---|---|"]
+    lines += [f"| {kind} | {names} |" for kind, names in PROBED_ONE_GRAPH.items()]
+    lines += ["", "With graph breaks (compiled without `fullgraph=True`, every graph lowered and equal to eager): "
+              + "; ".join(f"{name}: {why}" for name, why in PROBED_GRAPH_BREAKS) + "."]
+    lines += [""] + [f"- {other}" for other in PROBED_OTHER]
     lines += ["", "Known limits:", ""] + [f"- {limit}" for limit in LIMITS]
     return "\n".join(lines)
 
