@@ -72,7 +72,9 @@ LIMITS = [
     "`torch.linalg.inv`, `cholesky`, `solve`, `lu_factor` raise on a singular (not positive-definite) matrix in "
     "eager: that check is a runtime check of tensor values, left out of the executable (see below), so a compiled "
     "call returns inf/nan where eager raises. Their `*_ex` forms return `info` as eager does. The HLO of the "
-    "factorizations (LU, Cholesky, QR, eigh, SVD) calls XLA:CPU's LAPACK kernels.",
+    "factorizations (LU, Cholesky, QR, eigh, SVD) calls LAPACK kernels (custom calls `lapack_sgetrf_ffi`, "
+    "`lapack_spotrf_ffi`...) that XLA:CPU implements: the local compiler runs them; a Neuron target needs its "
+    "compiler to provide them.",
     "`torch.linalg.lstsq`: Dynamo refuses it (its `rank` and `singular_values` outputs are data-dependent in size); "
     "use `torch.linalg.pinv(A) @ B` or `torch.linalg.solve(A.mT @ A, A.mT @ B)`.",
     "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): their batch sizes are data, which a static graph cannot "
