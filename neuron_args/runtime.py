@@ -153,13 +153,17 @@ def graph_call(run: Callable[..., Sequence[Any]], lowered: Any) -> Callable[...,
     """``run`` (an executable's call, tensors in and out) as the call of the FX graph ``lowered``
     (a ``LoweredGraph``) was lowered from: a seeded graph gets a fresh random key from torch's
     generator as its last input (``torch.manual_seed`` makes runs repeat), and each output kept out of
-    the HLO (``lowered.constant_outputs``: ``None`` gradients, constants) is put back at its position.
-    ``run`` itself for a graph with neither (every inference graph without random ops)."""
+    the HLO (``lowered.constant_outputs``: ``None`` gradients, constants) is put back at its position;
+    the effect tokens aot_autograd passes (``None``, ``lowered.token_inputs``) are not executable inputs.
+    ``run`` itself for a graph with none of these (every inference graph without random ops)."""
     constants, seeded = tuple(lowered.constant_outputs), bool(lowered.seeded)
-    if not constants and not seeded:
+    tokens = frozenset(getattr(lowered, "token_inputs", ()))
+    if not constants and not seeded and not tokens:
         return run
 
     def call(*args: Any) -> list[Any]:
+        if tokens:
+            args = tuple(a for i, a in enumerate(args) if i not in tokens)
         if seeded:
             args = (*args, torch.randint(-2**31, 2**31 - 1, (2,), dtype=torch.int32))
         outs = list(run(*args))

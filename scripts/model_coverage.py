@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "MODEL_COVERAGE.md"
-TESTS = ["tests/hf", "tests/test_lowering_layers.py"]
+TESTS = ["tests/hf", "tests/test_lowering_layers.py", "tests/test_lowering_linalg.py"]
 
 #: (test function, seam in the parameter id or None) -> column heading: seam · dtype · cache kind
 COLUMNS = [
@@ -44,6 +44,11 @@ LAYERS = [
      "`nn.EmbeddingBag` `scale_grad_by_freq` · backward (as `nn.Embedding`'s)"),
     ("test_recurrent_layer_forward_matches_eager", "recurrent {} · forward"),
     ("test_recurrent_layer_gradients_match_eager", "recurrent {} (LSTM 2 layers, GRU 1) · forward + backward"),
+    ("test_projected_lstm_gradients_match_eager", "recurrent LSTM `proj_size` (2 layers) · forward + backward"),
+    ("test_recurrent_layer_bfloat16_is_as_accurate_as_eager",
+     "recurrent {} bf16 · forward (eager bf16 within 2e-2; error against fp32 at most eager bf16's + 2^-8 of the size)"),
+    ("test_packed_sequences_are_refused_or_left_in_eager",
+     "packed sequences: refused by Dynamo (`fullgraph=True`) or left in eager; the LSTM lowering names the fix"),
     ("test_lstm_through_the_seam_traces_under_allow_rnn_and_serves_without_it",
      "`nn.LSTM` through `neuron_libtorch`: traced under `allow_rnn`, served without it"),
     ("test_recurrent_layer_without_allow_rnn_names_the_config", "RNN layer without `allow_rnn`: the error names it"),
@@ -53,15 +58,30 @@ LAYERS = [
     ("test_antialiased_resize_and_adaptive_max_pool_gradients_match_eager",
      "antialiased resize + adaptive max pooling · backward"),
     ("test_runtime_checks_of_tensor_values_are_left_out", "`torch._check_tensor_all` in the graph: left out"),
+    ("test_linalg_ops_match_eager", "linalg: inv, det, slogdet, logdet, solve (left/right, vector, broadcast), "
+     "lu_factor, lu_solve, lu, cholesky (lower/upper), cholesky_solve, cholesky_inverse, matrix_exp, pinv, eigh, "
+     "svd, qr, solve_triangular (atol = rtol = 1e-4)"),
+    ("test_linalg_gradients_match_eager", "linalg: solve, inv, det, slogdet, logdet, lu_solve, cholesky, "
+     "cholesky_solve, pinv, matrix_exp, eigh · backward (atol = rtol = 1e-4)"),
+    ("test_singular_inputs_give_eager_info_and_no_error",
+     "linalg on singular matrices: `info` of inv_ex, lu_factor_ex, solve_ex, cholesky_ex as eager's; no error raised"),
 ]
 
 #: what does not lower, or lowers only in part, and why (checked by hand; each fails with a message naming the fix)
 LIMITS = [
-    "`torch.linalg.inv` and `cholesky`: their singularity check is an effect-ordered op (`with_effects`) whose token "
-    "aot_autograd passes as `None` at run time; `det` and `solve`: torchax has no working lowering. `qr`, "
-    "`eigvalsh`, `svdvals` and `solve_triangular` lower.",
-    "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): Dynamo refuses to trace it (its batch sizes are data); "
-    "pad the sequences instead. The LSTM lowering refuses a packed layer with that fix too.",
+    "`torch.linalg.inv`, `cholesky`, `solve`, `lu_factor` raise on a singular (not positive-definite) matrix in "
+    "eager: that check is a runtime check of tensor values, left out of the executable (see below), so a compiled "
+    "call returns inf/nan where eager raises. Their `*_ex` forms return `info` as eager does. The HLO of the "
+    "factorizations (LU, Cholesky, QR, eigh, SVD) calls LAPACK kernels (custom calls `lapack_sgetrf_ffi`, "
+    "`lapack_spotrf_ffi`...) that XLA:CPU implements: the local compiler runs them; a Neuron target needs its "
+    "compiler to provide them.",
+    "`torch.linalg.lstsq`: Dynamo refuses it (its `rank` and `singular_values` outputs are data-dependent in size); "
+    "use `torch.linalg.pinv(A) @ B` or `torch.linalg.solve(A.mT @ A, A.mT @ B)`.",
+    "Packed sequences (`nn.utils.rnn.pack_padded_sequence`): their batch sizes are data, which a static graph cannot "
+    "hold; pad the sequences instead (and mask the padded steps). Dynamo decides before the lowering sees the graph: "
+    "with `fullgraph=True` it raises its own error (\"Could not guard on data-dependent expression\", not naming "
+    "that fix), without it the packed layer runs in eager PyTorch (right values, no Neuron graph). The LSTM "
+    "lowering refuses packed batch sizes naming the fix.",
     "`nn.EmbeddingBag(sparse=True)`: Neuron graphs compute dense gradients (refused with the fix). "
     "`scale_grad_by_freq` follows `nn.Embedding`'s documented scaling; torch 2.13's CPU `embedding_bag` kernel "
     "miscounts repeated indices (an index three times in the batch gets 1.5 where `nn.Embedding` gives 1).",
@@ -75,6 +95,52 @@ LIMITS = [
     "first call under a lock Dynamo cannot enter.",
     "Longformer in one graph: its forward reads `is_global_attn` (`.item()`) into a Python `if`, so it runs as "
     "four graphs with that branch in eager (`fullgraph=True` stops at the `.item()`).",
+]
+
+
+#: ``tests/hf/probe_architectures.py`` run by hand (not by this script), outside the suite: one fp32 forward each,
+#: every output tensor equal to eager's (atol = rtol = 1e-4). Kind -> the architectures that lower as one graph.
+PROBED_ONE_GRAPH = {
+    "decoder": "deepseek-v2, olmoe, granite, granitemoe, granitemoehybrid (mamba2 + attention + experts), phimoe, "
+               "nemotron, glm, glm4, glm4-moe, helium, recurrent-gemma (RG-LRU), rwkv, mamba2, zamba2, bamba, falcon-h1, "
+               "llama4 (text: chunked attention, no-rope layers, experts), lfm2 (short convolutions), lfm2-moe, "
+               "smollm3, ernie4.5-moe, minimax (lightning attention), minimax-m2, exaone4, cohere2, mpt, codegen, "
+               "biogpt, persimmon, xglm, openai-gpt, diffllama, doge, olmo3, apertus, seed-oss, vaultgemma, bitnet, "
+               "flex-olmo, hunyuan-dense, arcee, xlstm",
+    "text-encoder": "xlnet, funnel, electra, modernbert, roformer, canine, convbert, yoso, mra, squeezebert, "
+                    "megatron-bert, ibert, ernie, rembert, fnet (Fourier mixing), mobilebert, xlm, luke, layoutlm, tapas",
+    "speech / audio": "hubert, wavlm, data2vec-audio, sew, unispeech, unispeech-sat, wav2vec2-conformer (relative and "
+                      "rotary positions), wav2vec2-bert, ast, moonshine, speecht5 (speech to text, with labels)",
+    "vision": "deit, vit-mae (its noise passed in), levit, regnet, efficientnet, mobilenet-v1, mobilenet-v2, swinv2, "
+              "poolformer, convnextv2, focalnet, pvt, pvt-v2, hiera, bit, dinov2 with registers, ijepa, vitdet, yolos, "
+              "dinov3-vit, dinov3-convnext, aimv2-vision, siglip2-vision (packed patches)",
+    "vision-language": "sam (image + point prompts), blip, clip, mllama (cross-attention to image tiles), paligemma",
+    "seq2seq": "pegasus, marian, mbart, blenderbot, plbart, umt5, prophetnet",
+    "time series / RL": "patchtst, time-series-transformer, informer, decision-transformer",
+}
+#: probed architectures that lower only with graph breaks: why ``fullgraph=True`` stops (every graph then matches)
+PROBED_GRAPH_BREAKS = [
+    ("qwen2-vl (m-rope)", "its vision attention splits by `cu_seqlens.tolist()`"),
+    ("idefics3", "it drops padding images by boolean-mask indexing (refused in one graph, naming the op and "
+                 "`torch.where`)"),
+    ("dbrx", "a size read from tensor values in its expert routing (`u0`)"),
+    ("big-bird (block sparse)", "`.item()`"),
+    ("jetmoe", "`.item()`"),
+    ("led", "a data-dependent guard (`Eq(u0, 1)`)"),
+    ("ctrl", "Dynamo cannot trace a `python_type()` call"),
+    ("xmod", "it picks each sample's language adapter by boolean-mask indexing"),
+    ("switch-transformers", "Dynamo stops at an exception raised in its forward (\"Observed exception\")"),
+    ("nllb-moe", "a size read from tensor values in its expert routing (`u0`)"),
+]
+#: probed architectures whose outcome is not a plain pass
+PROBED_OTHER = [
+    "reformer (LSH attention): its random rotations are drawn inside the graph, from jax's generator keyed from torch's "
+    "(as dropout is): repeatable, but not eager's numbers (every other output equal). Under `inference_mode` Dynamo "
+    "fails its own guard on a `torch.from_numpy` tensor (\"Guard failed on the same frame it was created\"); probed "
+    "under `no_grad` (big-bird too).",
+    "nystromformer: Dynamo's fake-tensor run of its forward fails (a broadcast eager does not make), before lowering.",
+    "paligemma: transformers' eager SDPA path of its bidirectional Gemma differs from its own eager attention and from "
+    "the compiled graph (which equals eager attention); probed with `attn_implementation=\"eager\"`.",
 ]
 
 
@@ -136,20 +202,27 @@ def table(results: dict[tuple[str, str | None, str], str]) -> str:
     lines += ["", "A bf16 training step of Llama (one layer, lowered and run on XLA:CPU in-process), measured against the "
               "same step in fp32: every parameter's gradient error at most twice eager bf16's plus one bf16 rounding "
               f"(2^-8) of the gradient's size, the loss within the bf16 tolerance: {MARK.get(bf16, 'not run')}."]
-    lines += ["", "Layers and ops (`tests/test_lowering_layers.py`): compiled on XLA:CPU in-process and compared with "
+    lines += ["", "Layers and ops (`tests/test_lowering_layers.py`, `tests/test_lowering_linalg.py`): compiled on XLA:CPU in-process and compared with "
               "eager (atol = rtol = 1e-5 unless the row says bit-exact; the op groups are four graphs of many ops "
               "each: convolutions and norms, resampling, indexing, math).", "", "| layer or op | result |", "|---|---|"]
     for func, label in LAYERS:
         cases = sorted((arch, state) for (f, _, arch), state in results.items() if f == func)
         for ident, state in cases or [("", None)]:
             lines.append(f"| {label.format(ident)} | {MARK.get(state, 'not run')} |")
+    lines += ["", "Probed (`tests/hf/probe_architectures.py`, run by hand, not in the suite): a tiny random config each, "
+              "one fp32 forward lowered and run on XLA:CPU in-process, every output tensor equal to eager's "
+              "(atol = rtol = 1e-4).", "", "| kind | one graph (`fullgraph=True`) |", "|---|---|"]
+    lines += [f"| {kind} | {names} |" for kind, names in PROBED_ONE_GRAPH.items()]
+    lines += ["", "With graph breaks (compiled without `fullgraph=True`, every graph lowered and equal to eager): "
+              + "; ".join(f"{name}: {why}" for name, why in PROBED_GRAPH_BREAKS) + "."]
+    lines += [""] + [f"- {other}" for other in PROBED_OTHER]
     lines += ["", "Known limits:", ""] + [f"- {limit}" for limit in LIMITS]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--junit", type=Path, help="JUnit XML of a `pytest tests/hf tests/test_lowering_layers.py` run "
+    p.add_argument("--junit", type=Path, help="JUnit XML of a `pytest` run of TESTS "
                                               "(default: run it now)")
     args = p.parse_args(argv)
     junit = args.junit
@@ -165,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     OUT.write_text(
         "# Model coverage\n\n"
         "Generated by `scripts/model_coverage.py` from a run of the model matrix (`tests/hf`) and the layer tests "
-        "(`tests/test_lowering_layers.py`) — do not edit by "
+        "(`tests/test_lowering_layers.py`, `tests/test_lowering_linalg.py`) — do not edit by "
         f"hand. Run of {datetime.now(timezone.utc):%Y-%m-%d} with {versions}.\n\n"
         "Each model is a `transformers` architecture built from a tiny random config. A cell passes when the "
         "compiled graph ran on the embedded local compiler (XLA:CPU) and matched eager PyTorch: fp32 within "

@@ -114,6 +114,65 @@ def test_recurrent_layer_gradients_match_eager(kind):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
+def test_projected_lstm_gradients_match_eager():
+    """``proj_size``: torch's decomposition unrolls the steps with the projection (oneDNN's layer op has none), the
+    second layer reading the first's projected output."""
+    kwargs = dict(num_layers=2, proj_size=4)
+    module, eager = _rnn("LSTM", **kwargs), _rnn("LSTM", **kwargs)
+    x, weights = randn(3, 2, 6, seed=1), randn(3, 2, 4, seed=4)
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend=aot_autograd(fw_compiler=run_on_xla_cpu, bw_compiler=run_on_xla_cpu),
+                             fullgraph=True, dynamic=False)
+    with torch._dynamo.config.patch(allow_rnn=True):
+        got = compiled(x)
+    want = eager(x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    (got[0] * weights).sum().backward()
+    (want[0] * weights).sum().backward()
+    for (name, p), (_, q) in zip(module.named_parameters(), eager.named_parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_layer_bfloat16_is_as_accurate_as_eager(kind):
+    """bf16 against eager bf16 within the matrix's bf16 tolerance (2e-2), and against the same layer in float32: each
+    output's error at most eager bf16's plus one bf16 rounding (2^-8) of the output's size. The LSTM computes as
+    oneDNN does (float32 gates and cell state); GRU unrolls in torch's decomposition, op by op in bf16."""
+    module = _rnn(kind, num_layers=2, batch_first=True)
+    x = randn(2, 5, 6, seed=1)
+    with torch.inference_mode(), torch._dynamo.config.patch(allow_rnn=True):
+        reference = module(x)
+        module.bfloat16()
+        got, want = Lowered()(module)(x.bfloat16()), module(x.bfloat16())
+    flat = torch.utils._pytree.tree_leaves
+    for g, w, r in zip(flat(got), flat(want), flat(reference), strict=True):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)
+        assert (g.float() - r).abs().max() <= (w.float() - r).abs().max() + 2**-8 * r.abs().max()
+
+
+def test_packed_sequences_are_refused_or_left_in_eager():
+    """Dynamo cannot trace a ``PackedSequence`` into a static graph (its batch sizes are data): with ``fullgraph=True``
+    it refuses the layer; without, the layer runs in eager PyTorch (right values, no graph). The LSTM lowering
+    refuses packed batch sizes naming the fix, should a graph ever hold them."""
+    from neuron_args.lowering.recurrent import mkldnn_rnn_layer
+
+    module = _rnn("LSTM")
+    packed = torch.nn.utils.rnn.pack_padded_sequence(randn(4, 2, 6), torch.tensor([4, 2]))
+    with torch.inference_mode(), torch._dynamo.config.patch(allow_rnn=True):
+        with pytest.raises(torch._dynamo.exc.UserError, match="data-dependent"):
+            Lowered()(module)(packed)
+        torch._dynamo.reset()
+        backend = Lowered()
+        loose = torch.compile(module, backend=aot_autograd(fw_compiler=backend.fw_compiler), dynamic=False)
+        torch.testing.assert_close(loose(packed)[0].data, module(packed)[0].data, atol=0.0, rtol=0.0)
+    assert backend.hlo == []
+    w = torch.zeros(32, 6).numpy()
+    with pytest.raises(ValueError, match="pad the sequences instead of packing them"):
+        mkldnn_rnn_layer(packed.data.numpy(), w, w[:, :8], w[:, 0], w[:, 0], None, None, False, [2, 1, 1, 1], 2, 8, 1,
+                         True, False, False, False)
+
+
 def test_lstm_through_the_seam_traces_under_allow_rnn_and_serves_without_it(tmp_path):
     """The patch is needed while Dynamo traces (the first call of a shape); later calls reuse the graph."""
     module = _rnn("LSTM")

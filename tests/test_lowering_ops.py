@@ -171,6 +171,42 @@ def test_convolution_with_valid_padding_string():
     compare(conv, randn(2, 3, 16, 16))
 
 
+def test_values_keep_the_dtype_torch_traced():
+    """``torch.full(size, 0)`` is int64 to torch, float32 to torchax: indexing an embedding with it (Idefics3's patch
+    positions) must see integers."""
+    table = randn(10, 3)
+    compare(lambda x, t: F.embedding(torch.where(x > 0, torch.arange(4) + 2, torch.full((4,), 0)), t) * 2,
+            randn(4), table)
+
+
+def test_a_size_from_tensor_values_names_the_op_and_the_fix():
+    """Boolean-mask indexing (Idefics3 drops its padding images so) makes a size Dynamo cannot know, whatever
+    ``dynamic=`` says: the error names the op, the user's line and the fix, not ``dynamic=False``."""
+    backend = Lowered()
+    with torch.inference_mode(), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        with pytest.raises(BackendCompilerFailed):
+            backend(lambda x: x[x > 0] * 2)(randn(8))  # returned
+        with pytest.raises(BackendCompilerFailed):
+            backend(lambda x: (x[x > 0] * 2).sum())(randn(8))  # inside the graph (XModel picks its adapters so)
+    returned, inside = map(str, backend.errors)
+    assert "depends on tensor values (op aten.index.Tensor" in returned and "lambda x: x[x > 0] * 2" in returned
+    assert "torch.where instead of boolean indexing" in returned and "dynamic=False" not in returned
+    assert "cannot lower op aten.index.Tensor" in inside and "its output size depends on tensor values" in inside
+
+
+def test_assert_async_is_left_out_as_a_runtime_check():
+    """``torch._assert_async`` (DBRX checks its expert indices so) is a runtime check of values: an executable cannot
+    raise, so it is left out like ``torch._check_tensor_all``."""
+    def checked(x):
+        torch._assert_async((x.abs() < 100).all(), "too large")
+        return x * 2
+
+    backend = Lowered()
+    with torch.inference_mode():
+        torch.testing.assert_close(backend(checked)(torch.full((3, 4), 500.0)), torch.full((3, 4), 1000.0))
+    assert "assert" not in backend.hlo[0].lower()
+
+
 def test_grouped_mm_of_transformers_moe_is_lowered_statically():
     pytest.importorskip("transformers")
     import transformers.integrations.moe  # noqa: F401  (registers the custom op)

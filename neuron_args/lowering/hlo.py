@@ -7,7 +7,9 @@ convert tensors. An output that is not a computed tensor (a ``None`` gradient of
 needs none, a constant) stays out of the HLO: :attr:`LoweredGraph.constant_outputs` holds it and
 the runtime call puts it back at its position. A graph that draws random numbers (dropout in a
 training forward) takes one more input, a random key the runtime draws from torch's generator on
-every call (:attr:`LoweredGraph.seeded`; both handled by :func:`neuron_args.runtime.graph_call`).
+every call (:attr:`LoweredGraph.seeded`). A graph with an effect-ordered op (``torch.linalg.inv``'s
+singularity check) takes effect tokens, which aot_autograd passes as ``None``: they are not HLO inputs
+(:attr:`LoweredGraph.token_inputs`). All three are handled by :func:`neuron_args.runtime.graph_call`.
 jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
 runtime casts on the way in and back out (see ``neuron_args.runtime``).
 
@@ -17,6 +19,7 @@ forked children).
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 import warnings
 from collections.abc import Sequence
@@ -26,7 +29,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
-from neuron_args.tensors import TensorSpec, numpy_dtype, tensor_to_numpy
+from neuron_args.tensors import LOWERED_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
 
 _lock = threading.RLock()
 
@@ -50,10 +53,13 @@ class LoweredGraph:
     constant_outputs: tuple[tuple[int, Any], ...] = ()
     #: the graph draws random numbers: its last input (:data:`SEED_SPEC`, not a graph input) is the key
     seeded: bool = False
+    #: positions of the graph inputs that are effect tokens (``None`` at run time), not in ``input_specs``
+    token_inputs: tuple[int, ...] = ()
 
     @property
     def graph_input_specs(self) -> tuple[TensorSpec, ...]:
-        """The specs of the FX graph's own inputs (``input_specs`` without the random key)."""
+        """The specs of the FX graph's tensor inputs (``input_specs`` without the random key; effect tokens are
+        in neither)."""
         return self.input_specs[:-1] if self.seeded else self.input_specs
 
 
@@ -67,7 +73,8 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     ``example_inputs`` may be FakeTensors: only their shapes and dtypes are read. Raises
     :class:`LoweringError` for symbolic sizes or any op torchax cannot lower (naming the node).
     """
-    input_specs = _input_specs(gm, example_inputs)
+    tokens = _effect_tokens(gm)
+    input_specs = _input_specs(gm, example_inputs, tokens)
     output_specs, constants = _output_specs(gm)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -76,12 +83,30 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     # torchax environment and its torch modes are shared by the process.
     with _lock, unset_fake_temporarily():
         try:
-            return _lower(gm, input_specs, output_specs, constants, seeded=False)
+            return _lower(gm, input_specs, output_specs, constants, tokens, seeded=False)
         except _NeedsRandomKey:  # an op drew random numbers: lower again, with a key input
-            return _lower(gm, input_specs + (SEED_SPEC,), output_specs, constants, seeded=True)
+            return _lower(gm, input_specs + (SEED_SPEC,), output_specs, constants, tokens, seeded=True)
 
 
-def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[TensorSpec, ...]:
+def _effect_tokens(gm: torch.fx.GraphModule) -> tuple[int, ...]:
+    """The positions of the graph inputs that are effect tokens: the ones ``with_effects`` nodes order on.
+
+    aot_autograd threads a token through each effect-ordered op (``aten._linalg_check_errors``, ``print``) and
+    passes ``None`` for it at run time; the token a graph returns is dropped by aot_autograd too.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return tuple(i for i, n in enumerate(placeholders)
+                 if n.users and all(u.target is _WITH_EFFECTS and u.args[0] is n for u in n.users))
+
+
+def _is_token(node: Any) -> bool:
+    """``node`` is the token a ``with_effects`` node returns (its item 0)."""
+    return (isinstance(node, torch.fx.Node) and node.target is operator.getitem and node.args[1] == 0
+            and isinstance(node.args[0], torch.fx.Node) and node.args[0].target is _WITH_EFFECTS)
+
+
+def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                 tokens: tuple[int, ...] = ()) -> tuple[TensorSpec, ...]:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise LoweringError(
@@ -89,7 +114,9 @@ def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tup
             "given; pass the example inputs the forward compiler received"
         )
     specs = []
-    for node, value in zip(placeholders, example_inputs):
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        if i in tokens:
+            continue
         if not isinstance(value, torch.Tensor):
             kind = "a symbolic size" if isinstance(value, torch.SymInt) else type(value).__name__
             raise LoweringError(
@@ -107,7 +134,8 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
     """The specs of the tensor outputs, and the outputs that are not tensors (kept out of the HLO).
 
     A backward graph returns ``None`` for every input that needs no gradient (the token ids, a
-    frozen parameter): aot_autograd must get ``None`` there, so it is not lowered.
+    frozen parameter): aot_autograd must get ``None`` there, so it is not lowered. An effect token
+    the graph returns is ``None`` too (aot_autograd drops it).
     """
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     values = output.args[0]
@@ -117,7 +145,10 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
     for i, node in enumerate(values):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
         if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
-            raise LoweringError(f"graph output {i} ({node}) is the symbolic value {val}. {_STATIC_HINT}")
+            raise LoweringError(f"graph output {i} ({node}) is the symbolic value {val}. {_symbolic_hint(gm, val)}")
+        if _is_token(node):
+            constants.append((i, None))
+            continue
         if node is None or (not isinstance(val, torch.Tensor) and isinstance(val, _CONSTANT_TYPES)):
             constants.append((i, val))
             continue
@@ -128,10 +159,29 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
             )
         if any(not isinstance(d, int) for d in val.shape):
             raise LoweringError(
-                f"graph output {i} has symbolic shape {tuple(val.shape)}. {_STATIC_HINT}"
+                f"graph output {i} has symbolic shape {tuple(val.shape)}. {_symbolic_hint(gm, val.shape)}"
             )
         specs.append(TensorSpec.of(val))
     return tuple(specs), tuple(constants)
+
+
+def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
+    """Why ``value`` (a shape or a symbolic scalar) is not static, and the fix. A size Dynamo could not know while
+    tracing (an unbacked symbol, ``u0``) comes from tensor values, whatever ``dynamic=`` says: the message names the
+    first op that made one (boolean-mask indexing, ``nonzero``, ``.item()``) and the user's line."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    if not free_unbacked_symbols(value):
+        return _STATIC_HINT
+    origin = next((n for n in gm.graph.nodes if n.op == "call_function" and free_unbacked_symbols(n.meta.get("val"))),
+                  None)
+    made = ""
+    if origin is not None:
+        where = _user_source(origin)
+        made = f" (op {_op_name(origin)}" + (f", from {where})" if where else ")")
+    return (f"Its size depends on tensor values{made}, which a static Neuron graph cannot hold: keep sizes fixed "
+            "(a mask with torch.where instead of boolean indexing or nonzero), or compute that part outside the "
+            "compiled function.")
 
 
 #: graph outputs returned as they are, outside the HLO
@@ -144,6 +194,7 @@ def _lower(
     input_specs: tuple[TensorSpec, ...],
     output_specs: tuple[TensorSpec, ...],
     constants: tuple[tuple[int, Any], ...],
+    tokens: tuple[int, ...],
     *,
     seeded: bool,
 ) -> LoweredGraph:
@@ -152,7 +203,7 @@ def _lower(
     import_torchax()  # before any torchax submodule import (see torchax_compat)
     import jax
 
-    graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), seeded)
+    graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), tokens, seeded)
     args = [jax.ShapeDtypeStruct(s.shape, _np_dtype(s.lowered_dtype)) for s in input_specs]
     try:
         # x64 off whatever the process set: int64 -> s32 is part of the graph (and its key).
@@ -173,6 +224,7 @@ def _lower(
         result_shapes=_result_shapes(computation.program_shape().result_shape()),
         constant_outputs=constants,
         seeded=seeded,
+        token_inputs=tokens,
     )
 
 
@@ -245,14 +297,14 @@ def _constant(env: Any, value: torch.Tensor) -> Any:
 
 
 def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...], constants: frozenset[int],
-                  seeded: bool) -> Any:
+                  tokens: tuple[int, ...], seeded: bool) -> Any:
     """``gm`` as a function of jax arrays, returning a tuple of jax arrays (one per tensor output;
-    the outputs at positions ``constants`` are left out). A seeded graph's last argument is the key
-    its random ops split from."""
+    the outputs at positions ``constants`` are left out). The effect tokens at input positions ``tokens``
+    are not arguments. A seeded graph's last argument is the key its random ops split from."""
     from torchax.tensor import Tensor
     from torchax.view import View
 
-    from neuron_args.lowering import ops, strided
+    from neuron_args.lowering import ops
 
     env = _environment()
     out_dtypes = [_np_dtype(s.lowered_dtype) for s in output_specs]
@@ -271,9 +323,11 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             args, kwargs = _plain_lists(args), _plain_lists(kwargs)
             if target in ops.FLOAT32_INSIDE:
                 return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
-            if target in strided.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
+            if target is _WITH_EFFECTS:
+                return _with_effects(*args, **kwargs)
+            if target in ops.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
-                return env.j2t_iso(strided.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
+                return env.j2t_iso(ops.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
             lowering = ops.lowering_for(target)
             if lowering is not None:
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
@@ -287,7 +341,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             if n in checks:  # a compiled graph cannot raise: runtime checks of tensor values are left out
                 return None
             try:
-                return super().run_node(n)
+                return _as_traced_dtype(super().run_node(n), n.meta.get("val"))
             except (LoweringError, _NeedsRandomKey):
                 raise
             except Exception as e:
@@ -299,9 +353,12 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
         if seeded:  # random ops split the key input
             *arrays, key_data = arrays
             env.graph_key = jax.random.wrap_key_data(jax.lax.bitcast_convert_type(key_data, jax.numpy.uint32))
+        inputs: list[Any] = [Tensor(a, env) for a in arrays]
+        for i in tokens:
+            inputs.insert(i, None)
         try:
             with env:
-                outs = ToJax(gm).run(*(Tensor(a, env) for a in arrays))
+                outs = ToJax(gm).run(*inputs)
         finally:
             env.graph_key = None
         if not isinstance(outs, (tuple, list)):
@@ -331,9 +388,33 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     return neuron_graph
 
 
+def _as_traced_dtype(out: Any, val: Any) -> Any:
+    """A node's value in the dtype torch traced it with (64-bit types as their 32-bit HLO types). torchax infers some
+    dtypes otherwise (``torch.full(size, 0)`` is int64 to torch, float32 to torchax), and a later op then fails
+    (an embedding indexed by floats) or computes in another precision."""
+    from torchax.tensor import Tensor
+
+    if isinstance(val, torch.Tensor) and isinstance(out, Tensor):
+        name = str(val.dtype).removeprefix("torch.")
+        try:
+            want = numpy_dtype(LOWERED_DTYPES.get(name, name))
+        except TypeError:  # no XLA type: the op's own lowering decides
+            return out
+        return out if out.jax().dtype == want else Tensor(out.jax().astype(want), out._env)
+    if isinstance(val, (tuple, list)) and isinstance(out, (tuple, list)) and len(val) == len(out):
+        items = [_as_traced_dtype(o, v) for o, v in zip(out, val)]
+        if all(a is b for a, b in zip(items, out)):
+            return out
+        if isinstance(out, list):
+            return items
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)  # a namedtuple, a tuple
+    return out
+
+
 def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """The nodes that only serve runtime assertions on tensor values: ``aten._assert_scalar`` and whatever feeds
-    nothing else (``torch._check_tensor_all(cond)``: ``_is_all_true``, ``.item()``, symbolic comparisons).
+    """The nodes that only serve runtime assertions on tensor values: ``aten._assert_scalar``,
+    ``aten._assert_async`` (``torch._assert_async``: DBRX checks its expert indices so) and whatever feeds nothing
+    else (``torch._check_tensor_all(cond)``: ``_is_all_true``, ``.item()``, symbolic comparisons).
 
     transformers checks its inputs so while tracing (an image token count, an attention mask's shape). An
     executable cannot raise, so these are not lowered (as ``TRANSFORMERS_DISABLE_TORCH_CHECK=1`` would leave
@@ -343,10 +424,29 @@ def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     for n in reversed(gm.graph.nodes):
         if n.op != "call_function":
             continue
-        if n.target is torch.ops.aten._assert_scalar.default or (n.users and all(u in checks for u in n.users)):
+        if n.target in _ASSERTS or (n.users and all(u in checks for u in n.users)):
             checks.add(n)
     return checks
 
+
+_WITH_EFFECTS = torch.ops.higher_order.with_effects
+
+
+def _with_effects(token: Any, op: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    """``with_effects(token, op, ...)``: ``aten._linalg_check_errors`` (``torch.linalg.inv``, ``cholesky``,
+    ``solve``... raising on a singular matrix) is a runtime check of tensor values, left out as the others
+    (:func:`_runtime_checks`): the ``info`` it reads is still an output of the op before it. Any other
+    effect-ordered op (``print``, a torchbind method) has no lowering."""
+    if op is torch.ops.aten._linalg_check_errors.default:
+        return (None,)
+    raise NoLowering(
+        f"{op} is an effect-ordered op (Python side effects in call order), which a Neuron graph cannot run; "
+        "call it outside the compiled function")
+
+
+#: runtime assertions on values (they return nothing)
+_ASSERTS = frozenset({torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.default,
+                      torch.ops.aten._assert_async.msg})
 
 #: op namespaces torchax lowers itself; any other op (a custom op) needs a registered lowering
 _TORCHAX_NAMESPACES = ("aten", "prims", "_c10d_functional", "torchvision", "xla")
@@ -408,6 +508,9 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     ]
     if op in _DATA_DEPENDENT:
         lines.append(f"  {_DATA_DEPENDENT[op]}")
+    elif _has_unbacked_size(n):
+        lines.append("  its output size depends on tensor values (a boolean mask index, nonzero): keep sizes fixed "
+                     "with torch.where, or compute it outside the compiled function")
     if where:
         lines.append(f"  it comes from {where}")
     lines.append(
@@ -416,6 +519,12 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         "jax lowering for the op with neuron_args.lowering.register_lowering"
     )
     return "\n".join(lines)
+
+
+def _has_unbacked_size(n: torch.fx.Node) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return bool(free_unbacked_symbols(n.meta.get("val")))
 
 
 def _first_line(error: Exception) -> str:

@@ -3,8 +3,10 @@
 A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
-strided, resampling, pooling) and are named in :data:`LOWERINGS` below; a user registers one for their own custom op with :func:`register_lowering`. They take
-precedence over torchax's table and decompositions, in the graph and inside decompositions.
+strided, resampling, pooling, linalg) and are named in :data:`LOWERINGS` below (those that read their
+input's memory layout in :data:`BY_LAYOUT`); a user registers one for their own custom op with
+:func:`register_lowering`. They take precedence over torchax's table and decompositions, in the
+graph and inside decompositions.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import torch
 
-from neuron_args.lowering import environments
+from neuron_args.lowering import environments, linalg, strided
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
@@ -88,9 +90,22 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::grid_sampler_2d_backward": backward_of(aten.grid_sampler_2d.default, 2, masked=True),
     "aten::grid_sampler_3d_backward": backward_of(aten.grid_sampler_3d.default, 2, masked=True),
     "aten::_weight_norm_interface_backward": weight_norm_backward,
+    "aten::linalg_lu_factor_ex": linalg.lu_factor_ex,
+    "aten::linalg_lu": linalg.lu,
+    "aten::lu_unpack": linalg.lu_unpack,
+    "aten::linalg_inv_ex": linalg.inv_ex,
+    "aten::_linalg_solve_ex": linalg.solve_ex,
+    "aten::linalg_cholesky_ex": linalg.cholesky_ex,
+    "aten::cholesky_solve": linalg.cholesky_solve,
+    "aten::linalg_pinv": linalg.pinv,
     "transformers::grouped_mm_fallback": grouped_mm,
     "transformers::grouped_mm_fallback_backward": grouped_mm_backward,
 }
+
+
+#: ops whose lowering needs the layout (meta value) of their first input: op -> lowering(x, *rest, layout=...)
+BY_LAYOUT: dict[Any, Callable[..., Any]] = {**strided.BY_LAYOUT, **linalg.BY_LAYOUT}
+
 
 def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: lower op ``op_name`` (e.g. ``"mylib::fused_rope"``) with a jax function.

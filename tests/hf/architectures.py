@@ -225,6 +225,17 @@ MORE = [
                                                decoder_start_token_id=2), supports_static_cache=False),
     # vision-language: image features scattered into the prompt's embeddings (its token-count check left out)
     Architecture("llava", "vision-language", _llava, supports_static_cache=False),
+    # decoders: multi-head latent attention (low-rank q/kv, split rope/nope heads) with sigmoid group-routed experts;
+    # gated delta-rule linear attention (a chunked recurrence) beside full attention
+    Architecture("deepseek-v3-mla", "decoder", _decoder(
+        "DeepseekV3Config", "DeepseekV3ForCausalLM", **_SMALL_LLAMA | dict(num_key_value_heads=4), q_lora_rank=16,
+        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, head_dim=8, n_routed_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=16, first_k_dense_replace=0, n_group=1, topk_group=1)),
+    Architecture("qwen3-next", "decoder", _decoder(
+        "Qwen3NextConfig", "Qwen3NextForCausalLM", **_SMALL_LLAMA | dict(num_hidden_layers=2), head_dim=8,
+        layer_types=["linear_attention", "full_attention"], linear_num_value_heads=4, linear_num_key_heads=2,
+        linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=16, shared_expert_intermediate_size=16), supports_static_cache=False),
 ]
 
 #: every architecture by name (the matrix runs DECODERS and ENCODERS; MORE has one fp32 forward each)

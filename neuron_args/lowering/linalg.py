@@ -1,0 +1,223 @@
+"""Dense linear algebra torchax lowers wrongly or not at all: LU-based ``det``, ``slogdet``, ``solve``, ``inv_ex``,
+``lu_factor_ex``, Cholesky with its ``info``, ``cholesky_solve`` and ``pinv``.
+
+torch's kernels return more than the user sees: the LU factors and pivots a backward formula reuses, and an
+``info`` tensor (LAPACK's: the 1-based index of the first zero pivot or failed minor, 0 when none) that
+``torch.linalg.inv``, ``cholesky``, ``solve``... check with ``aten._linalg_check_errors``. An executable cannot
+raise, so that check is left out of the graph (:mod:`~neuron_args.lowering.hlo`); the ``info`` values are computed
+as LAPACK's, so a ``*_ex`` call that reads them sees the same values as eager.
+
+``det`` and ``slogdet`` factor ``A^T`` instead of ``A`` when ``A`` is contiguous (LAPACK wants column-major input),
+and their backward formulas traced with the graph read ``LU`` and ``pivots`` so: those lowerings take the input's
+layout (its meta value) to factor the same matrix. ``solve``'s backward assumes the factors of ``A`` whenever ``A``
+is a traced tensor (a tensor subclass to it), so its lowering factors ``A``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _mT(x: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _lu(a: Any) -> tuple[Any, Any, Any]:
+    """LAPACK ``getrf`` as torch returns it: ``(LU, pivots, info)``, pivots 1-based int32, info the 1-based index of
+    the first exactly-zero pivot of ``U`` (0: none)."""
+    import jax
+    import jax.numpy as jnp
+
+    lu, pivots, _ = jax.lax.linalg.lu(a)
+    return lu, (pivots + 1).astype(jnp.int32), _first_true(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
+
+
+def _first_true(flags: Any) -> Any:
+    """The 1-based index of the first True along the last axis, 0 when there is none (int32)."""
+    import jax.numpy as jnp
+
+    return jnp.where(flags.any(-1), jnp.argmax(flags, -1) + 1, 0).astype(jnp.int32)
+
+
+def _permutation_sign(pivots: Any) -> Any:
+    """+1 or -1: the parity of the row swaps ``pivots`` (1-based) makes."""
+    import jax.numpy as jnp
+
+    swaps = (pivots != jnp.arange(1, pivots.shape[-1] + 1, dtype=pivots.dtype)).sum(-1)
+    return 1 - 2 * (swaps % 2)
+
+
+def _lu_solve(lu: Any, pivots: Any, b: Any, *, transposed: bool) -> Any:
+    """Solve ``A x = b`` (``A^T x = b`` when ``transposed``) with ``A``'s LU factors (pivots 1-based), batch dims
+    broadcast."""
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+
+    batch = jnp.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    lu = jnp.broadcast_to(lu, batch + lu.shape[-2:])
+    pivots = jnp.broadcast_to(pivots, batch + pivots.shape[-1:])
+    return jsl.lu_solve((lu, pivots - 1), jnp.broadcast_to(b, batch + b.shape[-2:]), trans=1 if transposed else 0)
+
+
+def _factors_transpose(layout: torch.Tensor) -> bool:
+    """Whether torch factors ``A^T`` for an input laid out as ``layout`` (contiguous real matrices)."""
+    return layout.is_contiguous() and not layout.is_complex()
+
+
+def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any]:
+    """``aten.linalg_lu_factor_ex``: ``(LU, pivots, info)``."""
+    if not pivot:
+        raise ValueError("torch.linalg.lu_factor(pivot=False) is not implemented on CPU; use pivot=True")
+    return _lu(a)
+
+
+def lu_unpack(lu: Any, pivots: Any, unpack_data: bool = True, unpack_pivots: bool = True) -> tuple[Any, Any, Any]:
+    """``aten.lu_unpack``: ``(P, L, U)`` with ``A = P L U`` (what the LU backward formulas use); an output not
+    asked for is empty (torchax slices with traced indices, which jax refuses)."""
+    import jax
+    import jax.numpy as jnp
+
+    *batch, m, n = lu.shape
+    k = min(m, n)
+    empty = jnp.zeros((0,), lu.dtype)
+    if unpack_pivots:
+        perm = jax.lax.linalg.lu_pivots_to_permutation(pivots - 1, m)  # A[perm] = L U
+        p = _mT(jax.nn.one_hot(perm, m, dtype=lu.dtype))
+    else:
+        p = empty
+    if not unpack_data:
+        return p, empty, empty
+    low = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+    return p, low, jnp.triu(lu[..., :k, :])
+
+
+def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
+    """``aten.linalg_lu``: ``(P, L, U)`` (torchax takes ``min(m, n)`` as a traced value)."""
+    factors, pivots, _ = lu_factor_ex(a, pivot)
+    return lu_unpack(factors, pivots)
+
+
+def det(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any]:
+    """``aten._linalg_det``: ``(det, LU, pivots)``; the product of ``U``'s diagonal times the pivots' sign."""
+    import jax.numpy as jnp
+
+    lu, pivots, _ = _lu(_mT(a) if _factors_transpose(layout) else a)
+    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    return diag.prod(-1) * _permutation_sign(pivots).astype(a.dtype), lu, pivots
+
+
+def slogdet(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any, Any]:
+    """``aten._linalg_slogdet``: ``(sign, logabsdet, LU, pivots)``; a singular matrix has sign 0, logabsdet -inf."""
+    import jax.numpy as jnp
+
+    lu, pivots, _ = _lu(_mT(a) if _factors_transpose(layout) else a)
+    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    sign = jnp.sign(diag).prod(-1) * _permutation_sign(pivots).astype(a.dtype)
+    return sign, jnp.log(jnp.abs(diag)).sum(-1), lu, pivots
+
+
+def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any, Any]:
+    """``aten._linalg_solve_ex``: ``(X, LU, pivots, info)`` with ``A X = B`` (``X A = B`` when not ``left``), ``LU``
+    the factors of ``A`` its backward solves with. ``B`` is a batch of vectors when it is 1-D or shaped
+    ``A.shape[:-1]`` (torch's rule; torchax guesses from the last dim and ignores ``left``)."""
+    vector = b.ndim == 1 or (b.ndim == a.ndim - 1 and tuple(b.shape) == tuple(a.shape[:-1]))
+    rhs = b[..., None] if vector else b
+    lu, pivots, info = _lu(a)
+    if left:
+        x = _lu_solve(lu, pivots, rhs, transposed=False)
+    else:  # X A = B  <=>  A^T X^T = B^T
+        x = _mT(_lu_solve(lu, pivots, _mT(rhs), transposed=True))
+    return (x[..., 0] if vector else x), lu, pivots, info
+
+
+def inv_ex(a: Any, check_errors: bool = False) -> tuple[Any, Any]:
+    """``aten.linalg_inv_ex``: ``(inverse, info)``, solving against the identity as torch does."""
+    import jax.numpy as jnp
+
+    lu, pivots, info = _lu(a)
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    return _lu_solve(lu, pivots, eye, transposed=False), info
+
+
+def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tuple[Any, Any]:
+    """``aten.linalg_cholesky_ex``: ``(L, info)`` (``U = L^H`` when ``upper``), reading only the lower (upper)
+    triangle as LAPACK's ``potrf`` does. ``info`` is the order of the first leading minor that is not positive
+    definite (0: none): computed, column by column, only when the factorization failed (jax returns NaN then)."""
+    import jax
+    import jax.numpy as jnp
+
+    half = jnp.triu(a) if upper else jnp.tril(a)
+    sym = half + _mT(jnp.triu(half, 1) if upper else jnp.tril(half, -1))
+    low = jax.lax.linalg.cholesky(sym, symmetrize_input=False)
+    failed = ~jnp.isfinite(jnp.diagonal(low, axis1=-2, axis2=-1)).all()
+    info = jax.lax.cond(failed, _cholesky_info, lambda s: jnp.zeros(s.shape[:-2], jnp.int32), sym)
+    return (_mT(low) if upper else low), info
+
+
+def _cholesky_info(a: Any) -> Any:
+    """The order of the first leading minor of ``a`` (symmetric) whose Cholesky pivot is not positive (0: none):
+    an unblocked right-looking Cholesky over the columns."""
+    import jax
+    import jax.numpy as jnp
+
+    n = a.shape[-1]
+    rows = jnp.arange(n)
+
+    def column(carry: tuple[Any, Any], j: Any) -> tuple[tuple[Any, Any], Any]:
+        work, bad = carry  # work: the trailing matrix, updated in place
+        pivot = work[..., j, j]
+        ok = pivot > 0
+        root = jnp.sqrt(jnp.where(ok, pivot, 1))
+        col = jnp.where(rows > j, work[..., :, j] / root[..., None], 0)
+        work = work - col[..., :, None] * col[..., None, :]
+        return (work, bad | ~ok[..., None] & (rows == j)), None
+
+    (_, bad), _ = jax.lax.scan(column, (a, jnp.zeros(a.shape[:-1], bool)), rows)
+    return _first_true(bad)
+
+
+def cholesky_solve(b: Any, factor: Any, upper: bool = False) -> Any:
+    """``aten.cholesky_solve``: ``X`` with ``A X = B`` for ``A = L L^H`` (``U^H U`` when ``upper``), batch dims
+    broadcast (torchax transposes every dim of an upper factor)."""
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+
+    batch = jnp.broadcast_shapes(factor.shape[:-2], b.shape[:-2])
+    factor = jnp.broadcast_to(factor, batch + factor.shape[-2:])
+    return jsl.cho_solve((factor, not upper), jnp.broadcast_to(b, batch + b.shape[-2:]))
+
+
+def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:
+    """``aten.linalg_pinv`` (``atol``/``rtol`` floats or tensors): singular values at most
+    ``max(atol, rtol * s_max)`` are dropped; ``rtol`` not given is 0 where ``atol`` is positive, else
+    ``eps * max(m, n)`` (torch's rule; torchax ignores ``atol``). ``hermitian`` only chooses torch's algorithm."""
+    import jax.numpy as jnp
+
+    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    atol = jnp.zeros((), s.dtype) if atol is None else _per_matrix(atol, s.dtype)
+    if rtol is None:
+        rtol = jnp.where(atol > 0, 0, jnp.finfo(a.dtype).eps * max(a.shape[-2:]))
+    else:
+        rtol = _per_matrix(rtol, s.dtype)
+    keep = s > jnp.maximum(atol, rtol * s.max(-1, keepdims=True, initial=0))
+    s_inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0)
+    return _mT(vh) @ (s_inv[..., None] * _mT(u))
+
+
+def _per_matrix(value: Any, dtype: Any) -> Any:
+    """A tolerance (a float, or a tensor over the batch) shaped to compare with the singular values."""
+    import jax.numpy as jnp
+
+    return jnp.asarray(value, dtype) if isinstance(value, (int, float)) else jnp.asarray(value, dtype)[..., None]
+
+
+#: linalg lowerings that need the layout (meta value) of their first input: op -> lowering(a, *rest, layout=...)
+BY_LAYOUT = {
+    aten._linalg_det.default: det,
+    aten._linalg_slogdet.default: slogdet,
+}
