@@ -53,7 +53,8 @@ SCRIPT = textwrap.dedent("""
     print("keys", keys(second) == keys(fresh), sorted(e.key for e in CompileCache(opts("b")["cache_dir"]).entries())
           == sorted(k for ks in keys(second) for k in ks), first[0].keys != second[0].keys)
     os.kill(kept[0], signal.SIGKILL)
-    while alive(kept[0]):
+    import multiprocessing  # reaped (waitpid sees a killed process once all its threads are gone)
+    while any(p.pid == kept[0] for p in multiprocessing.active_children()):
         time.sleep(0.05)
     third = parallel_trace(jobs(2), options=opts("d"), workers=1, timeout=300, keep_children=True,
                            in_process=lambda job: [])
