@@ -221,3 +221,22 @@ def test_children_kept_by_a_thread_outlive_it_but_not_their_parent(tmp_path):
     while any(running(int(p)) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in pids if running(int(p))] == []
+
+
+def test_no_more_children_are_kept_than_a_call_may_use_and_closing_stops_them_all():
+    from neuron_args.deferred.parallel_trace import _KeptChildren
+
+    class Child:
+        def __init__(self, name, stopped):
+            self.name, self.stopped = name, stopped
+
+        def stop(self):
+            self.stopped.append(self.name)
+
+    stopped: list[str] = []
+    kept = _KeptChildren()
+    for name in "abc":
+        kept.put(Child(name, stopped), cap=2)
+    assert [c.name for c in kept.children] == ["b", "c"] and stopped == ["a"]  # the oldest beyond the cap
+    kept.close()
+    assert stopped == ["a", "b", "c"] and kept.children == [] and kept.timer is None

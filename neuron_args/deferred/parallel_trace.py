@@ -17,9 +17,10 @@ A long-lived caller (the runner: ``keep_children=True``) keeps its children when
 returns, idle, for its next call in this process: a later runner's jobs are pickled to them (as
 to a fork server's children) instead of a new set of children starting, each paying its start
 again, from a fork server this process would start for them (an interpreter importing torch,
-jax and torchax). Kept children leave after ``$NEURON_ARGS_TRACE_IDLE_SECONDS`` (30) idle, at
-:func:`close_kept_children` (the pytest plugin calls it at the session's end), on an interrupt,
-and with this process; a kept child that died is replaced.
+jax and torchax). At most as many are kept as a call may use; they leave after
+``$NEURON_ARGS_TRACE_IDLE_SECONDS`` (30) idle, at :func:`close_kept_children` (the pytest plugin
+calls it at the session's end), on an interrupt of any call, and with this process; a kept child
+that died is replaced.
 
 Every job has a deadline and fails alone: a job that raises fails with the child's traceback
 and the child goes on; a child that hangs past the deadline is killed, and one that dies
@@ -459,18 +460,22 @@ class _KeptChildren:
         self.children: list[_TraceChild] = []
         self.timer: threading.Timer | None = None
 
-    def put(self, child: _TraceChild) -> None:
+    def put(self, child: _TraceChild, cap: int) -> None:
+        """Keep ``child``; the oldest kept beyond ``cap`` (the most a next call may use) are stopped."""
         idle = idle_seconds()
         if idle <= 0:
             child.stop()
             return
         with self.lock:
             self.children.append(child)
+            extra, self.children = self.children[:-cap], self.children[-cap:]
             if self.timer is not None:
                 self.timer.cancel()
             self.timer = threading.Timer(idle, self.close)
             self.timer.daemon = True
             self.timer.start()
+        for old in extra:
+            old.stop()
 
     def take(self, n: int) -> list[_TraceChild]:
         """Up to ``n`` live kept children (removed from the kept ones); dead ones are dropped."""
@@ -546,7 +551,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
     def leave(child: _TraceChild) -> None:
         children.remove(child)
         if keep:
-            _KEPT.put(child)
+            _KEPT.put(child, _worker_cap(workers))
         else:
             child.stop()
 
@@ -569,8 +574,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
     except BaseException:  # Ctrl-C: no trace child outlives the call, nor any kept one
         for child in children:
             child.kill()
-        if keep:
-            _KEPT.close()
+        _KEPT.close()
         raise
     return ctx.get_start_method()
 
