@@ -14,6 +14,11 @@ Figures: warm in-process / collect-only (target <= 3.0), warm parallel / warm in
 cold parallel / cold in-process (target <= 1.0). Each run is a fresh process; wall time by
 ``time.perf_counter`` around it; exit statuses are printed (a failing test does not stop the
 timing). Asserts nothing on speed.
+
+``--baseline DIR`` (a checkout of an earlier commit, e.g. ``git archive BASE | tar -x -C DIR``)
+runs every timed session there too, interleaved with this tree's, each tree on its own caches,
+and prints the earlier tree's figures beside this tree's (same venv: ``python -m pytest`` run
+in DIR imports DIR's packages first).
 """
 from __future__ import annotations
 
@@ -55,26 +60,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--cold", action="store_true", help="also time a cold session in each flow")
+    parser.add_argument("--baseline", type=Path, help="an earlier tree to time beside this one (interleaved)")
     ns = parser.parse_args()
     print(f"bench_session: {load()} (start)")
-    runs: dict[str, list[float]] = {"collect": [], "in-process": [], "parallel": []}
-    args = {"collect": ("--collect-only",), "in-process": (), "parallel": ("--neuron-flow", "parallel")}
-    if ns.cold:
-        runs.update({"cold in-process": [], "cold parallel": []})
-        args.update({"cold in-process": (), "cold parallel": ("--neuron-flow", "parallel")})
+    trees = {"": REPO} if ns.baseline is None else {"": REPO, "baseline ": ns.baseline.resolve()}
+    names = ["collect", "in-process", "parallel"] + (["cold in-process", "cold parallel"] if ns.cold else [])
+    args = {"collect": ("--collect-only",), "in-process": (), "parallel": ("--neuron-flow", "parallel"),
+            "cold in-process": (), "cold parallel": ("--neuron-flow", "parallel")}
+    runs: dict[str, list[float]] = {t + n: [] for t in trees for n in names}
     codes: dict[str, list[int]] = {k: [] for k in runs}
     with tempfile.TemporaryDirectory(prefix="bench-session-") as tmp:
-        cache = Path(tmp) / "cache"
-        cold, code = session(cache)
-        print(f"  cold session (warms the cache): {cold:.1f} s (exit {code})")
-        order = list(runs)
+        caches = {t: Path(tmp) / f"{t.strip() or 'this'}-cache" for t in trees}
+        for t, repo in trees.items():
+            cold, code = session(caches[t], repo=repo)
+            print(f"  {t}cold session (warms the cache): {cold:.1f} s (exit {code})")
+        order = [t + n for n in names for t in trees]
         for rep in range(ns.reps):
-            for name in order[rep % len(order):] + order[:rep % len(order)]:
-                where = Path(tmp) / f"{name.replace(' ', '-')}-{rep}" if name.startswith("cold") else cache
-                seconds, code = session(where, *args[name], name=name)
-                runs[name].append(seconds)
-                codes[name].append(code)
-                print(f"  rep {rep}: {name:<10} {seconds:6.1f} s (exit {code}); {load()}", flush=True)
+            for key in order[rep % len(order):] + order[:rep % len(order)]:
+                t = "baseline " if key.startswith("baseline ") else ""
+                name = key.removeprefix(t)
+                where = Path(tmp) / f"{key.replace(' ', '-')}-{rep}" if name.startswith("cold") else caches[t]
+                seconds, code = session(where, *args[name], repo=trees[t], name=key)
+                runs[key].append(seconds)
+                codes[key].append(code)
+                print(f"  rep {rep}: {key:<20} {seconds:6.1f} s (exit {code}); {load()}", flush=True)
+    if ns.baseline is not None:
+        b = {k.removeprefix("baseline "): statistics.median(v) for k, v in runs.items() if k.startswith("baseline ")}
+        print(f"\n  baseline {ns.baseline}: warm / collect-only {b['in-process'] / b['collect']:.2f} "
+              f"({b['in-process']:.1f} s vs {b['collect']:.1f} s; CPU {statistics.median(CPU['baseline in-process']):.1f}"
+              f" vs {statistics.median(CPU['baseline collect']):.1f} s); warm parallel / in-process "
+              f"{b['parallel'] / b['in-process']:.2f}" + (
+                  f"; cold parallel / in-process {b['cold parallel'] / b['cold in-process']:.2f} "
+                  f"({b['cold parallel']:.1f} s vs {b['cold in-process']:.1f} s; CPU "
+                  f"{statistics.median(CPU['baseline cold parallel']):.1f} vs "
+                  f"{statistics.median(CPU['baseline cold in-process']):.1f} s)" if ns.cold else ""))
+        runs = {k: v for k, v in runs.items() if not k.startswith("baseline ")}
     m = {k: statistics.median(v) for k, v in runs.items()}
     print(f"\n  {'pytest examples, warm persistent cache':<50} {'median':>8} {'min':>8}")
     for name, label in (("collect", "--collect-only"), ("in-process", "warm, in-process flow"),
@@ -83,7 +103,8 @@ def main() -> int:
               f"CPU {statistics.median(CPU[name]):.1f} s (user + system, children included)")
     if ns.cold:
         for name in ("cold in-process", "cold parallel"):
-            print(f"  {name + ' (an empty cache)':<50} {m[name]:>8.1f} {min(runs[name]):>8.1f} s  exit {codes[name]}")
+            print(f"  {name + ' (an empty cache)':<50} {m[name]:>8.1f} {min(runs[name]):>8.1f} s  exit {codes[name]}; "
+                  f"CPU {statistics.median(CPU[name]):.1f} s")
         cold_ratio = m["cold parallel"] / m["cold in-process"]
         print(f"  ratio cold parallel / cold in-process: {cold_ratio:.2f} (target <= 1.0)")
         figure("pytest examples --neuron-flow parallel / in-process, cold cache", cold_ratio, "<= 1.0",

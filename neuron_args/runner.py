@@ -387,7 +387,7 @@ class NeuronRunner:
         else:  # a warm cache (each job traced here, no child) or a seam of the caller's: one step after the other
             traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
                                     before_children=lambda: prestart_compile_worker(self.options),
-                                    in_process=in_process)
+                                    in_process=in_process, keep_children=True)
             for i, result in enumerate(traced):
                 if ahead is not None:
                     ahead.captured(i, result)
@@ -439,7 +439,8 @@ class NeuronRunner:
             try:
                 box["traced"] = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
                                                before_children=lambda: prestart_compile_worker(self.options),
-                                               in_process=in_process, on_result=captured, cancel=cancel)
+                                               in_process=in_process, on_result=captured, cancel=cancel,
+                                               keep_children=True)
             except BaseException as exc:  # noqa: BLE001 - raised on the warmup's thread below
                 box["error"] = exc
             finally:

@@ -25,7 +25,7 @@ import pytest
 
 from neuron_args.cache import STATS, CacheStats
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
-from pytest_neuron_args import ci_report, gc_policy
+from pytest_neuron_args import ci_report, gc_policy, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines, env
@@ -216,7 +216,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     else:
         progress = _progress_writer(pytestconfig, request.node)
         before = STATS.snapshot()
-        with env({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused():
+        with env({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
             report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
         if report.flow == "parallel":  # what children and workers did (graphs loaded here are in STATS already)
             here = CacheStats.since(before).snapshot()
@@ -447,7 +447,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     rank = int(os.environ.get("RANK", "0"))
     result: dict[str, Any] = {"rank": rank, "error": None}
     try:
-        with gc_policy.paused():
+        with gc_policy.paused(), trace_log.detached():
             report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
         if report.compile_report is not None:
             session.add_compile_report(report.compile_report)

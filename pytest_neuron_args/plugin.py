@@ -253,6 +253,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         state.report_written = write_json_report(state)
         write_step_summary(state)
     if state.runners_made:  # pytest's collections and the interpreter's at exit skip the warmed-up heap
+        from neuron_args.deferred.parallel_trace import close_kept_children
+
+        close_kept_children()  # the runners' idle trace children leave with the session
         gc_policy.freeze(collect=True)
 
 

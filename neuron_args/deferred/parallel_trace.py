@@ -13,6 +13,15 @@ hangs, so the trace then falls back to spawn (each job is pickled to its child) 
 once; with an ``in_process`` tracer (a long-lived runner) it starts them from a fork server
 instead, which imports torch, jax and torchax once for all of them (jobs are pickled too).
 
+A long-lived caller (the runner: ``keep_children=True``) keeps its children when the call
+returns, idle, for its next call in this process: a later runner's jobs are pickled to them (as
+to a fork server's children) instead of a new set of children starting, each paying its start
+again, from a fork server this process would start for them (an interpreter importing torch,
+jax and torchax). At most as many are kept as a call may use; they leave after
+``$NEURON_ARGS_TRACE_IDLE_SECONDS`` (30) idle, at :func:`close_kept_children` (the pytest plugin
+calls it at the session's end), on an interrupt of any call, and with this process; a kept child
+that died is replaced.
+
 Every job has a deadline and fails alone: a job that raises fails with the child's traceback
 and the child goes on; a child that hangs past the deadline is killed, and one that dies
 (a crash, a signal, an exit) fails the job it was tracing; the remaining jobs go on in a new
@@ -26,6 +35,7 @@ asserting a cache hit, so a changed model still misses and goes to a child (see
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
@@ -44,12 +54,15 @@ from typing import Any
 from neuron_args.activity import ACTIVITY
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
-from neuron_args.errors import CacheMissError, TraceError
+from neuron_args.errors import CacheMissError, OptionsError, TraceError
 
 log = logging.getLogger("neuron_args.deferred")
 
 WORKERS_ENV = "NEURON_ARGS_TRACE_WORKERS"
 DEFAULT_TIMEOUT = 600.0
+#: seconds a kept trace child waits idle for this process's next ``parallel_trace`` before it leaves
+IDLE_ENV = "NEURON_ARGS_TRACE_IDLE_SECONDS"
+DEFAULT_IDLE = 30.0
 
 
 @dataclass
@@ -139,9 +152,10 @@ def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
 def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any) -> None:
     """Child body: trace each job the parent sends, one at a time, until it sends None or closes the pipe.
 
-    A message is ``(index, pickled job)``; the job is None in a forked child, which takes
-    ``inherited[index]`` (the parent's list as it was at the fork: the model is not pickled). It is
-    unpickled here, so a job that does not unpickle fails alone. Each answer is
+    A message is ``(index, pickled job, options)``; the job is None when the child forked for this
+    call's list, and takes ``inherited[index]`` (the parent's list as it was at the fork: the model
+    is not pickled). It is unpickled here, so a job that does not unpickle fails alone. The options
+    are the call's (a kept child traces for later calls, whose options differ). Each answer is
     ``(index, status, keys or traceback, pid)``.
     """
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -155,20 +169,22 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any]
             return
         if message is None:
             return
-        index, blob = message
+        index, blob, job_options = message
         try:
             job = inherited[index] if blob is None else pickle.loads(blob)
         except BaseException:
             status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
         else:
-            status, payload = _run_job(job, options)
+            status, payload = _run_job(job, options if job_options is None else job_options)
         conn.send((index, status, payload, os.getpid()))
 
 
 def _child_main(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any,
-                parent: int | None = None) -> None:
+                parent: int | None = None, watch: bool = False) -> None:
     try:
-        if parent is not None:  # a killed parent takes its trace children with it
+        if parent and watch:
+            _watch_parent(parent)
+        elif parent is not None:  # a killed parent takes its trace children with it
             from neuron_args.compilers.lifetime import die_with_parent
 
             # 0: started by the fork server, which exits when the caller dies (its pipe closes)
@@ -176,6 +192,22 @@ def _child_main(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any]
         _serve_jobs(inherited, options, conn)
     finally:
         os._exit(0)
+
+
+def _watch_parent(parent: int, poll_s: float = 0.5) -> None:
+    """Leave when ``parent`` is gone: for a child forked by a thread other than the parent's main one.
+
+    The kernel's parent-death signal follows the thread that forked, not the process, so it would
+    kill a child kept for a later call as soon as the call's thread (the runner traces on one) ends.
+    """
+    import signal
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="neuron-args-parent-watch", daemon=True).start()
 
 
 def _preload_for_fork() -> None:
@@ -240,6 +272,7 @@ def parallel_trace(
     before_children: Callable[[], None] | None = None,
     on_result: Callable[[int, TraceResult], None] | None = None,
     cancel: threading.Event | None = None,
+    keep_children: bool = False,
 ) -> list[TraceResult]:
     """Capture each job in a trace child; raise :class:`TraceError` after all ran if any failed.
 
@@ -261,11 +294,16 @@ def parallel_trace(
     ``jobs``), before the others finish: the runner compiles a job's captured keys while the
     children still trace the rest (see ``NeuronRunner``'s parallel warmup). ``cancel``, set from
     another thread, stops the call as Ctrl-C does (no child outlives it; ``KeyboardInterrupt``).
+
+    ``keep_children`` keeps the children idle for this process's next call (see the module's
+    docstring); its next call takes them instead of starting new ones from a fork server.
     """
     from neuron_args.cache import cache_root
     from neuron_args.seams.options import check_options
 
     opts = check_options(options, "parallel_trace")  # a bad option fails here, not in every child
+    if keep_children:
+        idle_seconds()  # a bad $NEURON_ARGS_TRACE_IDLE_SECONDS fails here, not when a child is kept
     todo = [normalize_job(j) for j in jobs]
     # the record is the in-process tracer's (a job compiled by its caller may cache elsewhere)
     record = TraceRecord(cache_root(opts)) if in_process is not None else None
@@ -278,7 +316,7 @@ def parallel_trace(
               if in_process is not None else None)
     started: list[Callable[[], None] | None] = [before_children]
     settings = (workers, DEFAULT_TIMEOUT if timeout is None else timeout, start_method, server, started, on_result,
-                cancel)
+                cancel, keep_children)
     how: list[str] = []
     if children and here and start_method is None and fork_is_safe():
         # fork the children before this process traces anything (its first lowering creates jax's client)
@@ -288,8 +326,8 @@ def parallel_trace(
         children += _trace_here(todo, here, in_process, results, on_result)
     if children:
         how.append(_trace_in_children(todo, sorted(children), opts, *settings, results))
-    if server is not None and "fork" in how:
-        _start_fork_server(server)
+    if server is not None and "fork" in how and not (keep_children and _KEPT.count() >= _worker_cap(workers)):
+        _start_fork_server(server)  # unless the kept children are as many as a next call may use
     done = [r for r in results if r is not None]
     if record is not None:
         record.note({prints[i]: (r.graph_type, r.keys) for i, r in enumerate(results)
@@ -300,6 +338,11 @@ def parallel_trace(
         err.results = done  # every job's TraceResult, in job order (the captured ones' keys too)
         raise err
     return done
+
+
+def _worker_cap(workers: int | None) -> int:
+    """The most children any call of this process may use (``workers``, else the CPU count or the env's)."""
+    return workers or default_workers(sys.maxsize)
 
 
 def recorded_complete(jobs: Iterable[Sequence[Any]], options: Mapping[str, Any]) -> list[bool]:
@@ -349,29 +392,36 @@ def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[
 
 
 class _TraceChild:
-    """One long-lived trace child and the job it is tracing now (an index into the job list), if any."""
+    """One long-lived trace child and the job it is tracing now (an index into the job list), if any.
 
-    def __init__(self, ctx: Any, todo: list[TraceJob], opts: dict[str, Any]) -> None:
+    ``call`` is the ``parallel_trace`` call it forked for (its job list is the child's ``inherited``);
+    any other call, when the child is kept, pickles its jobs to it.
+    """
+
+    def __init__(self, ctx: Any, todo: list[TraceJob], opts: dict[str, Any], call: int) -> None:
         self.forked = ctx.get_start_method() == "fork"
+        self.call = call
         self.conn, child_conn = ctx.Pipe()
         parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
-        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent),
-                                daemon=True, name="neuron-args-trace")
+        watch = threading.current_thread() is not threading.main_thread()  # see _watch_parent
+        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent,
+                                                          watch), daemon=True, name="neuron-args-trace")
         self.proc.start()
         child_conn.close()
         self.job: int | None = None
         self.started = 0.0
 
-    def give(self, index: int, job: TraceJob) -> None:
-        """Send a job: its index when forked (the child has the list), else the job itself, pickled here.
+    def give(self, index: int, job: TraceJob, call: int, opts: dict[str, Any]) -> None:
+        """Send a job: its index when forked for this call (the child has the list), else the job itself,
+        pickled here, with the call's options.
 
         A job that does not pickle raises here (the child waits on); a child that died between
         jobs is not an error here: its job fails as a death when it is collected.
         """
         self.job, self.started = index, time.monotonic()
-        blob = None if self.forked else bytes(ForkingPickler.dumps(job))
+        blob = None if self.forked and self.call == call else bytes(ForkingPickler.dumps(job))
         with contextlib.suppress(OSError):
-            self.conn.send((index, blob))
+            self.conn.send((index, blob, opts))
 
     def stop(self) -> None:
         """No more jobs: the child leaves on reading None (not on the pipe's end: forked siblings hold it too)."""
@@ -388,14 +438,95 @@ class _TraceChild:
         self.conn.close()
 
 
+def idle_seconds() -> float:
+    """How long a kept trace child waits idle (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)."""
+    env = os.environ.get(IDLE_ENV, "").strip()
+    try:
+        return max(0.0, float(env)) if env else DEFAULT_IDLE
+    except ValueError:
+        raise OptionsError(f"{IDLE_ENV}={env!r} is not a number of seconds: give one (0 keeps no child idle), "
+                           f"or unset it (default {DEFAULT_IDLE:g})") from None
+
+
+class _KeptChildren:
+    """Idle trace children kept for this process's next ``parallel_trace`` (``keep_children=True``).
+
+    A timer stops them all once the last one put back waited :func:`idle_seconds`; a child taken
+    is checked alive (a dead one is dropped, and the call starts another in its place).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.children: list[_TraceChild] = []
+        self.timer: threading.Timer | None = None
+
+    def put(self, child: _TraceChild, cap: int) -> None:
+        """Keep ``child``; the oldest kept beyond ``cap`` (the most a next call may use) are stopped."""
+        idle = idle_seconds()
+        if idle <= 0:
+            child.stop()
+            return
+        with self.lock:
+            self.children.append(child)
+            extra, self.children = self.children[:-cap], self.children[-cap:]
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = threading.Timer(idle, self.close)
+            self.timer.daemon = True
+            self.timer.start()
+        for old in extra:
+            old.stop()
+
+    def take(self, n: int) -> list[_TraceChild]:
+        """Up to ``n`` live kept children (removed from the kept ones); dead ones are dropped."""
+        with self.lock:
+            alive = [c for c in self.children if c.proc.is_alive()]
+            for child in self.children:
+                if child not in alive:
+                    child.kill()
+            taken, self.children = alive[:n], alive[n:]
+        return taken
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.children)
+
+    def close(self) -> None:
+        with self.lock:
+            children, self.children = self.children, []
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+        for child in children:
+            child.stop()
+
+
+_KEPT = _KeptChildren()
+_CALLS = itertools.count(1)
+
+
+def close_kept_children() -> None:
+    """Stop the trace children kept idle for a next ``parallel_trace`` (none left running)."""
+    _KEPT.close()
+
+
+def kept_children() -> list[int]:
+    """The pids of the trace children kept idle now."""
+    with _KEPT.lock:
+        return [c.proc.pid for c in _KEPT.children]
+
+
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
                        deadline_s: float, start_method: str | None, server: list[str] | None,
                        before: list[Callable[[], None] | None], on_result: Callable[[int, TraceResult], None] | None,
-                       cancel: threading.Event | None, results: list[TraceResult | None]) -> str:
+                       cancel: threading.Event | None, keep: bool, results: list[TraceResult | None]) -> str:
     """Capture ``todo[i]`` for each index in at most ``workers`` long-lived children, each tracing job after job.
 
     A child that dies or passes a job's deadline fails that job only; the jobs still to go are
-    traced in a new child. On an interrupt no child outlives the call. Returns the start method used.
+    traced in a new child. On an interrupt no child outlives the call. With ``keep`` the children
+    kept by an earlier call are taken first whenever new ones would not fork (they would start from
+    a fork server or spawn, and get their jobs pickled all the same), and this call's children are
+    kept when it ends. Returns the start method used.
     """
     hook, before[:] = before[0], [None]  # once per parallel_trace call, before the preload it may overlap
     if hook is not None:
@@ -403,7 +534,10 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
     ctx = _context(start_method, server)
     n_workers = min(workers or default_workers(len(indices)), len(indices))
     pending = deque(indices)
+    call = next(_CALLS)
     children: list[_TraceChild] = []
+    if keep and start_method is None and ctx.get_start_method() != "fork":
+        children = _KEPT.take(n_workers)
 
     def finish(child: _TraceChild, status: str, error: str | None = None, keys: list[str] | None = None,
                pid: int | None = None) -> None:
@@ -414,6 +548,13 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
         if on_result is not None:
             on_result(i, results[i])
 
+    def leave(child: _TraceChild) -> None:
+        children.remove(child)
+        if keep:
+            _KEPT.put(child, _worker_cap(workers))
+        else:
+            child.stop()
+
     try:
         while pending or any(c.job is not None for c in children):
             if cancel is not None and cancel.is_set():
@@ -421,19 +562,19 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str,
             if ctx.get_start_method() == "fork" and start_method is None and not fork_is_safe():
                 ctx = _context(None, server)  # a replacement child: this process made jax's client since
             while pending and sum(c.job is None for c in children) < len(pending) and len(children) < n_workers:
-                children.append(_TraceChild(ctx, todo, opts))
+                children.append(_TraceChild(ctx, todo, opts, call))
             for child in [c for c in children if c.job is None]:
                 if pending:
-                    _give(child, pending.popleft(), todo, finish)
+                    _give(child, pending.popleft(), todo, finish, call, opts)
                 else:
-                    child.stop()
-                    children.remove(child)
+                    leave(child)
             _collect(children, todo, deadline_s, finish, 1.0 if cancel is None else 0.2)
-        for child in children:
-            child.stop()
-    except BaseException:  # Ctrl-C: no trace child outlives the call
+        for child in list(children):
+            leave(child)
+    except BaseException:  # Ctrl-C: no trace child outlives the call, nor any kept one
         for child in children:
             child.kill()
+        _KEPT.close()
         raise
     return ctx.get_start_method()
 
@@ -455,9 +596,9 @@ def _inputs_text(job: TraceJob) -> str:
     return "inputs " + (", ".join(shapes) or "without tensors")
 
 
-def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any) -> None:
+def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any, call: int, opts: dict[str, Any]) -> None:
     try:
-        child.give(i, todo[i])
+        child.give(i, todo[i], call, opts)
     except Exception as exc:  # spawn/fork server: the job is pickled, and this one does not pickle
         finish(child, "failed", f"trace job of graph type {todo[i].graph_type!r} cannot be sent to its child "
                                 f"({type(exc).__name__}: {exc}); fix: make the model and its inputs picklable, "

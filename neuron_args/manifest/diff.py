@@ -109,11 +109,11 @@ def _is_absolute_path(value: Any) -> bool:
 
 
 def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> list[ValueChange]:
+    if old == new:  # before importing deepdiff (~0.25 s): a matching baseline does not need it
+        return []
     from deepdiff import DeepDiff
     from deepdiff.helper import NotPresent
 
-    if old == new:
-        return []
     tree = DeepDiff(old, new, view="tree", verbose_level=2)
     changes: list[ValueChange] = []
     for report, levels in tree.items():

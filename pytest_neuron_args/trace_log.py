@@ -1,0 +1,40 @@
+"""Torch's structured trace log during a warmup: no handler on it unless ``TORCH_TRACE`` asks for the trace.
+
+torch builds a structured record for each step of a Dynamo trace (the graph's readable code,
+the guards' text, compile metrics) whenever its trace log (``torch.__trace``, always at DEBUG,
+meant for ``TORCH_TRACE`` files read by tlparse) has any handler. It has: pytest attaches its
+log-capture handlers to every logger that does not propagate, and torch's own handler, which
+removes itself on its first record when ``TORCH_TRACE`` is unset, never gets one, because the
+plugin drops every record of that logger then (``plugin._DropAll``). So each trace built records
+nobody reads: ~4 % of the CPU of a warm session's traces (``benchmarks/README.md``).
+
+During a warmup :func:`detached` takes the handlers off that logger and puts them back after:
+all of them when ``TORCH_TRACE`` is unset (none could receive a record), else only those the
+root logger also holds (pytest's), so the trace file is still written.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+#: torch's structured trace log (``torch._logging._internal.trace_log``), by name: no torch import here
+TRACE_LOG = "torch.__trace"
+
+
+@contextlib.contextmanager
+def detached() -> Iterator[list[logging.Handler]]:
+    """For the block, the trace log has no handler that would only drop its records (yields those taken off)."""
+    trace_log = logging.getLogger(TRACE_LOG)
+    root = logging.getLogger().handlers
+    wanted = bool(os.environ.get("TORCH_TRACE"))
+    taken = [h for h in trace_log.handlers if not wanted or h in root]
+    for h in taken:
+        trace_log.removeHandler(h)
+    try:
+        yield taken
+    finally:
+        for h in taken:
+            if h not in trace_log.handlers:
+                trace_log.addHandler(h)  # pytest's own end of the phase removes its handlers again

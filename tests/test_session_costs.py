@@ -1,0 +1,74 @@
+"""Work a warm pytest session no longer does: pytest's capture off torch's trace log, deepdiff for equal baselines."""
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from pytest_neuron_args import trace_log
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_detached_takes_every_handler_off_the_trace_log_without_torch_trace_and_puts_them_back(monkeypatch):
+    log = logging.getLogger(trace_log.TRACE_LOG)
+    shared, own = logging.NullHandler(), logging.NullHandler()
+    logging.getLogger().addHandler(shared)
+    log.addHandler(shared)
+    log.addHandler(own)  # e.g. torch's own TORCH_TRACE handler: not the root logger's
+    try:
+        before = list(log.handlers)
+        monkeypatch.delenv("TORCH_TRACE", raising=False)
+        with trace_log.detached() as taken:
+            assert log.handlers == [] and shared in taken and own in taken
+        assert log.handlers == before
+        monkeypatch.setenv("TORCH_TRACE", "/tmp/trace")  # the trace file is wanted: only pytest's handlers leave
+        with trace_log.detached() as taken:
+            assert shared in taken and own not in taken and own in log.handlers and shared not in log.handlers
+        assert sorted(map(id, log.handlers)) == sorted(map(id, before))
+    finally:
+        logging.getLogger().removeHandler(shared)
+        log.removeHandler(shared)
+        log.removeHandler(own)
+
+
+def test_a_dynamo_trace_inside_detached_builds_no_structured_trace_records(monkeypatch):
+    """pytest attached its capture to torch's trace log, so Dynamo builds each artifact's record (the plugin's
+    filter drops it afterwards): not inside ``detached``."""
+    log = logging.getLogger(trace_log.TRACE_LOG)
+    assert log.handlers
+    monkeypatch.delenv("TORCH_TRACE", raising=False)
+    built: list[logging.LogRecord] = []
+    monkeypatch.setattr(log, "handle", built.append)  # every record the logger made, before any filter
+
+    def f(x):
+        return torch.sin(x) + 1
+
+    torch._dynamo.reset()
+    torch.compile(f, backend="eager")(torch.ones(3))
+    assert built  # what a warmup paid for without the detach
+    built.clear()
+    torch._dynamo.reset()
+    with trace_log.detached():
+        torch.compile(f, backend="eager")(torch.ones(4))
+    torch._dynamo.reset()
+    assert built == []
+
+
+EQUAL_BASELINE = """
+import sys
+from neuron_args.manifest.diff import _value_changes
+assert _value_changes({"a": [1, {"b": "x"}]}, {"a": [1, {"b": "x"}]}, "config", ignore_paths=True) == []
+print("deepdiff" in sys.modules)
+print([c.line() for c in _value_changes({"a": 1}, {"a": 2}, "config", ignore_paths=True)])
+"""
+
+
+def test_equal_values_are_compared_without_importing_deepdiff_and_changes_still_are_found():
+    run = subprocess.run([sys.executable, "-c", EQUAL_BASELINE], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["False", "['config.a: 1 -> 2']"]
