@@ -139,9 +139,11 @@ def test_parallel_flow_gives_the_keys_of_the_in_process_flow(neuron_project: pyt
                                                 "nothing_but_the_warmup", "-p", "no:randomly")
     again.assert_outcomes(passed=1)
     again.stdout.fnmatch_lines(["2 graphs: 0 compiled, 2 loaded, 0 captured; *"])
+    # the keys stream in from the trace children: the first graph may finish before the second is
+    # captured ([1/1+], "more graphs arriving") or after ([1/2])
     result.stdout.fnmatch_lines([
-        "neuron-args parallel compile [[]1/2[]] * compiled in *s (elapsed *",
-        "neuron-args parallel compile [[]2/2[]] * compiled in *s (elapsed *",
+        "neuron-args parallel compile [[]1/[12]*[]] * compiled in *s (elapsed *",
+        "neuron-args parallel compile [[]2/2*[]] * compiled in *s (elapsed *",
     ])
     for graph_type, key in warm_cache.keys.items():
         row = _table_row(result.stdout.str(), graph_type, key)

@@ -51,12 +51,17 @@ def test_streamed_keys_compile_as_they_arrive(tmp_path):
         yield second
         yield first  # a repeat is compiled once
 
+    lines: list[str] = []
+
     def progress(event):
         order.append(f"built {event.graph.key} ({event.done}/{event.total})")
+        lines.append(event.line())
         built.set()
 
     report = parallel_compile(tmp_path, keys=keys(), progress=progress, workers=2, quiet=True)
     assert order == [f"built {first} (1/1)", "first built before the next key: True", f"built {second} (2/2)"]
+    # the first graph finished while keys were still arriving: its line claims no total and no time left
+    assert lines[0].startswith(f"[1/1+] - {first[:12]} compiled in ") and lines[0].endswith(", more graphs arriving)")
     assert sorted((g.key, g.status) for g in report.graphs) == [(first, "compiled"), (second, "compiled")]
     assert {e.status for e in CompileCache(tmp_path).entries()} == {"complete"}
 

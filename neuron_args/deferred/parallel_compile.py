@@ -83,18 +83,24 @@ class ParallelCompileError(CompileError):
 
 @dataclass(frozen=True)
 class CompileProgress:
-    """One finished graph: what the plugin routes to the terminal."""
+    """One finished graph: what the plugin routes to the terminal.
+
+    ``more``: keys are still arriving (``parallel_compile(keys=...)``), so ``total`` is only the
+    count submitted so far and no time left can be estimated: the line says ``[1/1+]``.
+    """
 
     done: int
     total: int
     graph: GraphCompileReport
     elapsed: float
     remaining_estimate: float
+    more: bool = False
 
     def line(self) -> str:
         g = self.graph
-        return (f"[{self.done}/{self.total}] {g.graph_type or '-'} {g.key[:12]} {g.status} in {g.seconds:.1f}s "
-                f"(elapsed {self.elapsed:.1f}s, ~{self.remaining_estimate:.0f}s left)")
+        left = "more graphs arriving" if self.more else f"~{self.remaining_estimate:.0f}s left"
+        return (f"[{self.done}/{self.total}{'+' if self.more else ''}] {g.graph_type or '-'} {g.key[:12]} {g.status} "
+                f"in {g.seconds:.1f}s (elapsed {self.elapsed:.1f}s, {left})")
 
 
 def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_name: str | None,
@@ -234,7 +240,7 @@ def parallel_compile(
     (it is read on a thread of its own, so it may block, e.g. on a queue that trace children fill
     as they capture), repeats are skipped, and the call returns once it is exhausted and every
     compile finished. ``progress`` is called on this thread as each graph finishes, while keys are
-    still arriving; ``total`` is the count submitted so far.
+    still arriving; ``total`` is the count submitted so far (``CompileProgress.more`` says so).
 
     Ctrl-C or SIGTERM cancels queued graphs at once, kills running compilers, logs what was
     built, failed and cancelled, and lets ``KeyboardInterrupt`` propagate (SIGTERM is then
@@ -272,7 +278,7 @@ def parallel_compile(
                     report.graphs.append(graph)
                     n, elapsed = len(report.graphs), time.monotonic() - t0
                     total = run.submitted
-                    event = CompileProgress(n, total, graph, elapsed, elapsed / n * (total - n))
+                    event = CompileProgress(n, total, graph, elapsed, elapsed / n * (total - n), more=run.feeding)
                     if graph.used_base_args and not quiet:
                         log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
                                     "it with the base arguments %s", graph.key, base)
