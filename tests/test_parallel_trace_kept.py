@@ -52,6 +52,16 @@ SCRIPT = textwrap.dedent("""
     fresh = parallel_trace(jobs(2), options=opts("c"), workers=1, timeout=300, start_method="spawn")
     print("keys", keys(second) == keys(fresh), sorted(e.key for e in CompileCache(opts("b")["cache_dir"]).entries())
           == sorted(k for ks in keys(second) for k in ks), first[0].keys != second[0].keys)
+    # the environment is the later call's too: a target from $NEURON_ARGS_TARGET set since the child forked
+    os.environ["NEURON_ARGS_TARGET"] = "trn1"
+    untargeted = {k: v for k, v in opts("f").items() if k != "target"}
+    env_kept = parallel_trace(jobs(2), options=untargeted, workers=1, timeout=300, keep_children=True,
+                              in_process=lambda job: [])
+    env_fresh = parallel_trace(jobs(2), options={**untargeted, "cache_dir": os.path.join(root, "g")}, workers=1,
+                               timeout=300, start_method="spawn")
+    del os.environ["NEURON_ARGS_TARGET"]
+    print("env", {r.pid for r in env_kept} == set(kept), keys(env_kept) == keys(env_fresh),
+          keys(env_kept) != keys(second))
     os.kill(kept[0], signal.SIGKILL)
     import multiprocessing  # reaped (waitpid sees a killed process once all its threads are gone)
     while any(p.pid == kept[0] for p in multiprocessing.active_children()):
@@ -80,6 +90,7 @@ def test_kept_children_trace_a_later_call_with_its_options_are_replaced_when_dea
         "first ['captured', 'captured'] 1 True",
         "second False ['captured', 'captured'] True True",  # the kept child: no fork server was started
         "keys True True True",
+        "env True True True",  # $NEURON_ARGS_TARGET set after the kept child forked reaches its key
         "replaced ['captured', 'captured'] True True True",
         "closed [] False",
         "idle ['captured', 'captured'] [] False",

@@ -152,11 +152,12 @@ def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
 def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any) -> None:
     """Child body: trace each job the parent sends, one at a time, until it sends None or closes the pipe.
 
-    A message is ``(index, pickled job, options)``; the job is None when the child forked for this
-    call's list, and takes ``inherited[index]`` (the parent's list as it was at the fork: the model
-    is not pickled). It is unpickled here, so a job that does not unpickle fails alone. The options
-    are the call's (a kept child traces for later calls, whose options differ). Each answer is
-    ``(index, status, keys or traceback, pid)``.
+    A message is ``(index, pickled job, options, environment)``; the job is None when the child forked
+    for this call's list, and takes ``inherited[index]`` (the parent's list as it was at the fork: the
+    model is not pickled). It is unpickled here, so a job that does not unpickle fails alone. The
+    options and the environment are the call's: a kept child, or one from a fork server started
+    earlier, traces for a later call, whose options and ``$NEURON_CC_FLAGS``/``$NEURON_ARGS_TARGET``
+    (read into the key) may differ. Each answer is ``(index, status, keys or traceback, pid)``.
     """
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
@@ -169,7 +170,9 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any]
             return
         if message is None:
             return
-        index, blob, job_options = message
+        index, blob, job_options, env = message
+        os.environ.clear()
+        os.environ.update(env, OMP_NUM_THREADS="1")
         try:
             job = inherited[index] if blob is None else pickle.loads(blob)
         except BaseException:
@@ -413,7 +416,7 @@ class _TraceChild:
 
     def give(self, index: int, job: TraceJob, call: int, opts: dict[str, Any]) -> None:
         """Send a job: its index when forked for this call (the child has the list), else the job itself,
-        pickled here, with the call's options.
+        pickled here, with the call's options and this process's environment now.
 
         A job that does not pickle raises here (the child waits on); a child that died between
         jobs is not an error here: its job fails as a death when it is collected.
@@ -421,7 +424,7 @@ class _TraceChild:
         self.job, self.started = index, time.monotonic()
         blob = None if self.forked and self.call == call else bytes(ForkingPickler.dumps(job))
         with contextlib.suppress(OSError):
-            self.conn.send((index, blob, opts))
+            self.conn.send((index, blob, opts, dict(os.environ)))
 
     def stop(self) -> None:
         """No more jobs: the child leaves on reading None (not on the pipe's end: forked siblings hold it too)."""
