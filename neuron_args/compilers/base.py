@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.compilers.lifetime import resolve_compile_timeout
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
 from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
@@ -60,8 +61,6 @@ def prepare_compiler_args(
             f"'--target {given}' but the compile target is {target!r}; remove --target from the "
             "compiler arguments (the driver sets it from the target) or change the target"
         )
-    from neuron_args.activity import ACTIVITY
-
     for name in ("--output", "--logfile"):
         if flags.has_option(args, name) and ACTIVITY.say_once(f"driver option {name}"):
             warnings.warn(CompilerArgsWarning(
