@@ -21,10 +21,9 @@ from collections.abc import Sequence
 from typing import IO
 
 from neuron_args.compilers.lifetime import supervised_argv
+from neuron_args.compilers.supervisor import EXIT_CANNOT_START  # the leader's status when the worker could not run
 
 ZYGOTE_MODULE = "neuron_args.compilers.zygote"
-#: The leader's status when the worker could not run at all (as the supervisor's).
-EXIT_CANNOT_START = 127
 
 
 class ZygoteGone(Exception):

@@ -62,6 +62,13 @@ def main(argv):
             print(f"neuron-args supervisor: cannot start {program[0]}: {exc}", file=sys.stderr, flush=True)
         os._exit(EXIT_CANNOT_START)
     _, status = os.waitpid(pid, 0)
+    return exit_as(status)
+
+
+def exit_as(status: int) -> int:
+    """The exit code to return for a child's wait ``status``; a signal death is re-raised on this process instead.
+
+    Also the zygote's leaders' (``zygote.py``), so a forked worker's death reads as a supervised one's."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be (and need not be) reset

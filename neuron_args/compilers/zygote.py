@@ -31,8 +31,8 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from neuron_args.compilers.forked import EXIT_CANNOT_START
 from neuron_args.compilers.lifetime import die_with_parent
+from neuron_args.compilers.supervisor import EXIT_CANNOT_START, exit_as
 
 
 def _reap(children: dict[int, int]) -> None:
@@ -90,13 +90,7 @@ def _lead(req_r: int, ans_w: int, idle: float, zygote: int, inherited: list[int]
     os.close(req_r)
     os.close(ans_w)
     _, status = os.waitpid(worker, 0)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(leader, sig)
-        os._exit(128 + sig)
-    os._exit(os.WEXITSTATUS(status))
+    os._exit(exit_as(status))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
