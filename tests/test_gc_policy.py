@@ -62,13 +62,17 @@ def test_a_session_inside_another_and_the_switch_leave_the_heap_alone(fresh, mon
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_paused_restores_the_collector_state(enabled):
+    from torch._dynamo import config as dynamo_config
+
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
     try:
         with pytest.raises(RuntimeError), gc_policy.paused():
             assert not gc.isenabled()
+            assert not dynamo_config.run_gc_after_compile  # nor Dynamo's collection after each compile
             raise RuntimeError("a failing warmup")
         assert gc.isenabled() is enabled
+        assert dynamo_config.run_gc_after_compile
     finally:
         (gc.enable if was else gc.disable)()
 

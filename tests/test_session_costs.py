@@ -58,6 +58,38 @@ def test_a_dynamo_trace_inside_detached_builds_no_structured_trace_records(monke
     assert built == []
 
 
+def test_detached_skips_dynamo_guard_latency_timing_unless_the_trace_or_the_guards_log_wants_it(monkeypatch):
+    from torch._dynamo import guards
+
+    timed: list[object] = []
+    real = guards.profile_guard_manager
+    monkeypatch.setattr(guards, "profile_guard_manager", lambda *a: timed.append(a) or real(*a))
+    monkeypatch.delenv("TORCH_TRACE", raising=False)
+
+    def f(x):
+        return torch.cos(x) * 2
+
+    def trace(n: int) -> None:
+        torch._dynamo.reset()
+        torch.compile(f, backend="eager")(torch.ones(n))
+        torch._dynamo.reset()
+
+    trace(3)
+    assert len(timed) == 1  # Dynamo times each graph's guards once after building them
+    with trace_log.detached():
+        trace(4)
+    assert len(timed) == 1
+    assert guards.profile_guard_manager is not real  # our counting wrapper is back after the block
+    monkeypatch.setattr(guards.guards_log, "isEnabledFor", lambda level: True)  # TORCH_LOGS=guards
+    with trace_log.detached():
+        trace(5)
+    assert len(timed) == 2
+    monkeypatch.undo()
+    monkeypatch.setenv("TORCH_TRACE", "/tmp/trace-unused")
+    with trace_log.detached():
+        assert guards.profile_guard_manager is real
+
+
 EQUAL_BASELINE = """
 import sys
 from neuron_args.manifest.diff import _value_changes
