@@ -188,7 +188,7 @@ class NeuronRunner:
         self.model = model
         declared = list(graphs) if graphs is not None else declared_graphs(model)
         self.graphs: dict[str, GraphSpec] = {g.graph_type: g for g in declared}
-        base = base_compiler_args({"compiler_args": compiler_args})
+        base = base_compiler_args({"compiler_args": compiler_args}, source="NeuronRunner(compiler_args=...)")
         # the design's load_model: base args at the caller level; the policy only without an explicit level
         self.resolver = CompilerArgsResolver.from_model(model, base, explicit_optimization_level=optimization_level)
         self.cache_dir = cache_root({"cache_dir": cache_dir})

@@ -664,3 +664,15 @@ def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     text = str(caught[0].message)
     assert text.startswith("graph type 'decode': Appends.compiler_args_for gives --optlevel 2 times")
     assert "return with_optimization_level(base, N)" in text
+
+
+def test_a_repeat_in_a_runners_compiler_args_names_the_runner(told_afresh, tmp_path):
+    import torch
+
+    from neuron_args.errors import CompilerArgsWarning
+    from neuron_args.runner import NeuronRunner
+
+    with pytest.warns(CompilerArgsWarning, match=r"^NeuronRunner\(compiler_args=\.\.\.\) gives --auto-cast 2 times .*"
+                                                 r"remove '--auto-cast=none'"):
+        NeuronRunner(torch.nn.Linear(2, 2), graphs=[], compiler_args="--auto-cast=none --auto-cast=all",
+                     cache_dir=tmp_path)

@@ -37,15 +37,18 @@ class PlatformArgs:
         return manifest_compiler_flags(["--framework", "XLA", "--target", self.target, *self.compiler_args])
 
 
-def base_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None) -> list[str]:
+def base_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None,
+                       source: str | None = None) -> list[str]:
     """``options["compiler_args"]``, else ``$NEURON_CC_FLAGS`` (split shell-style), else none.
 
-    An option given twice with different values is a warning naming where the list came from."""
+    An option given twice with different values is a warning naming where the list came from
+    (``source``: the caller's name for ``options["compiler_args"]``, when it has one)."""
     if options.get("compiler_args") is not None:
         args = split_compiler_args(options["compiler_args"])
     else:
         args = split_compiler_args(os.environ.get(NEURON_CC_FLAGS_ENV) or None)
-    warn_repeated_options(args, source=_args_source(options), graph_type=graph_type)
+    given = source if source is not None and options.get("compiler_args") is not None else _args_source(options)
+    warn_repeated_options(args, source=given, graph_type=graph_type)
     return args
 
 
