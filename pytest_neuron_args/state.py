@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,9 @@ class NeuronSession:
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
         self.runners: dict[tuple[Any, ...], Any] = {}  # (model identity, settings) -> NeuronRunner
         self.runners_made = 0  # shared or per-test
+        #: runner -> graph type -> (test id, error line) of a warmup that failed: not retried for the next tests
+        self.failed_warmups: weakref.WeakKeyDictionary[Any, dict[str, tuple[str, str]]] = \
+            weakref.WeakKeyDictionary()
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
