@@ -63,6 +63,16 @@ def folder_lock_holder(root: Path) -> int | None:
     return None
 
 
+def _graphs_without_executable(path: Path) -> tuple[int, int] | None:
+    """(graphs whose executable the cache does not hold, graphs) of a written manifest, when some lack it."""
+    try:
+        graphs = json.loads(path.read_text(encoding="utf-8")).get("graphs") or []
+        missing = sum(1 for g in graphs if not g.get("neff_path"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (missing, len(graphs)) if missing else None
+
+
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
 _COUNTED = ("loads", "serve_hits", "serve_misses")
@@ -121,6 +131,7 @@ class NeuronSession:
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
+        self.manifest_gaps: dict[str, tuple[int, int]] = {}  # manifest -> (graphs with no executable, graphs)
         self.manifest_failures: list[str] = []  # why an engine's manifest could not be written (a full disk...)
         self._ledger_root: Path | None = None
 
@@ -253,6 +264,7 @@ class NeuronSession:
             self.manifest_failures.append(f"none of the {len(graphs)} graph(s) of this session reached the ledger "
                                           f"in {root} (its writes failed: a full disk or an unwritable folder)")
         self.manifests_written = [str(p) for p in written]
+        self.manifest_gaps = {str(p): gap for p in written if (gap := _graphs_without_executable(p)) is not None}
         try:
             (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
         except OSError:

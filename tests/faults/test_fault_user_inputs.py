@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import signal
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -422,3 +423,25 @@ def test_the_default_cache_folder_without_a_home_directory(monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", "/var/cache/ci")
     assert cache_root({}) == Path("/var/cache/ci/neuron-args/compile-cache")
     assert cache_root({"cache_dir": "/srv/cache"}) == Path("/srv/cache")
+
+
+def test_a_manifest_whose_graphs_lost_their_executables_says_so(neuron_project, warm_cache, tmp_path):
+    """The cache removed during the session (`rm -rf` of it from another terminal, a cleanup job): the tests pass on
+    the executables already loaded, and the manifest was written with every NEFF path null, without a word."""
+    cache = tmp_path / "cache"
+    shutil.copytree(warm_cache.path, cache)
+    manifests = tmp_path / "manifests"
+    neuron_project.makepyfile(test_gone="""
+        import shutil
+
+        def test_warm(neuron_warmup, neuron_cache):
+            assert len(neuron_warmup.graphs) == 2
+            shutil.rmtree(neuron_cache.root)
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={cache}",
+                                      f"--neuron-manifest-dir={manifests}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"manifest written: {manifests / 'nodev' / 'manifest.json'}",
+                                 f"  2 of its 2 graph(s) have no executable in the cache {cache}: not built (a warmup "
+                                 "failed or was interrupted before their compile) or removed from the cache during the "
+                                 "session; rerun to build them *"])
