@@ -166,6 +166,9 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
                                     "of tests that no longer exist)")
     for path in data.get("manifests_written", []):
         terminalreporter.write_line(f"manifest written: {path}")
+        if session.interrupted:
+            terminalreporter.write_line("  the session was interrupted: it lists only the graphs the warmups reached "
+                                        "by then; rerun to write the whole manifest", yellow=True)
         missing, total = session.manifest_gaps.get(path, (0, 0))
         if missing:
             terminalreporter.write_line(

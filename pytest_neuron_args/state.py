@@ -132,6 +132,7 @@ class NeuronSession:
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
         self.manifest_gaps: dict[str, tuple[int, int]] = {}  # manifest -> (graphs with no executable, graphs)
+        self.interrupted = False  # Ctrl-C (or pytest.exit): the manifest holds only what the warmups reached
         self.manifest_failures: list[str] = []  # why an engine's manifest could not be written (a full disk...)
         self._ledger_root: Path | None = None
 

@@ -445,3 +445,26 @@ def test_a_manifest_whose_graphs_lost_their_executables_says_so(neuron_project, 
                                  f"  2 of its 2 graph(s) have no executable in the cache {cache}: not built (a warmup "
                                  "failed or was interrupted before their compile) or removed from the cache during the "
                                  "session; rerun to build them *"])
+
+
+def test_the_manifest_of_an_interrupted_session_says_it_is_partial(neuron_project, tmp_path):
+    """Ctrl-C after one graph type's warmup: the manifest written at the session's end lists only that one; it was
+    reported as 'manifest written' like a whole session's."""
+    manifests = tmp_path / "manifests"
+    neuron_project.makepyfile(test_stop="""
+        import pytest
+
+        @pytest.mark.graph_type("prefill")
+        def test_prefill(neuron_warmup):
+            raise KeyboardInterrupt  # Ctrl-C before the decode warmup of the next test
+
+        def test_all(neuron_warmup):
+            pass
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}", no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    doc = json.loads((manifests / "nodev" / "manifest.json").read_text())
+    assert list(doc["config"]["neuron_config"]["graph_types"].values()) == ["prefill"]
+    result.stdout.fnmatch_lines([f"manifest written: {manifests / 'nodev' / 'manifest.json'}",
+                                 "  the session was interrupted: it lists only the graphs the warmups reached by then; "
+                                 "rerun to write the whole manifest"])
