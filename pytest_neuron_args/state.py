@@ -21,6 +21,7 @@ import pytest
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
+from neuron_args.manifest.schema import MANIFEST_FILENAME
 from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
 
@@ -132,6 +133,7 @@ class NeuronSession:
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
         self.manifest_gaps: dict[str, tuple[int, int]] = {}  # manifest -> (graphs with no executable, graphs)
+        self.manifests_not_ours: list[str] = []  # other engines' manifests in the folder, from earlier sessions
         self.interrupted = False  # Ctrl-C (or pytest.exit): the manifest holds only what the warmups reached
         self.manifest_failures: list[str] = []  # why an engine's manifest could not be written (a full disk...)
         self._ledger_root: Path | None = None
@@ -266,6 +268,7 @@ class NeuronSession:
                                           f"in {root} (its writes failed: a full disk or an unwritable folder)")
         self.manifests_written = [str(p) for p in written]
         self.manifest_gaps = {str(p): gap for p in written if (gap := _graphs_without_executable(p)) is not None}
+        self.manifests_not_ours = sorted(str(p) for p in root.glob(f"*/{MANIFEST_FILENAME}") if p not in written)
         try:
             (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
         except OSError:

@@ -427,10 +427,13 @@ def test_the_default_cache_folder_without_a_home_directory(monkeypatch, capsys):
 
 def test_a_manifest_whose_graphs_lost_their_executables_says_so(neuron_project, warm_cache, tmp_path):
     """The cache removed during the session (`rm -rf` of it from another terminal, a cleanup job): the tests pass on
-    the executables already loaded, and the manifest was written with every NEFF path null, without a word."""
+    the executables already loaded, and the manifest was written with every NEFF path null, without a word. And an
+    older session's manifest of another engine, left in the folder, is named as not this session's."""
     cache = tmp_path / "cache"
     shutil.copytree(warm_cache.path, cache)
     manifests = tmp_path / "manifests"
+    (manifests / "dev0_1").mkdir(parents=True)  # an earlier session's other engine (--neuron-tp=2): not this one's
+    (manifests / "dev0_1" / "manifest.json").write_text("{}")
     neuron_project.makepyfile(test_gone="""
         import shutil
 
@@ -444,7 +447,9 @@ def test_a_manifest_whose_graphs_lost_their_executables_says_so(neuron_project, 
     result.stdout.fnmatch_lines([f"manifest written: {manifests / 'nodev' / 'manifest.json'}",
                                  f"  2 of its 2 graph(s) have no executable in the cache {cache}: not built (a warmup "
                                  "failed or was interrupted before their compile) or removed from the cache during the "
-                                 "session; rerun to build them *"])
+                                 "session; rerun to build them *",
+                                 f"not written by this session: {manifests / 'dev0_1' / 'manifest.json'} (another "
+                                 "engine's, from an earlier session: remove it if that engine is gone, *"])
 
 
 def test_the_manifest_of_an_interrupted_session_says_it_is_partial(neuron_project, tmp_path):
