@@ -237,7 +237,14 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
 
 
 def _first_line(text: object) -> str:
-    return next((line for line in str(text).splitlines() if line.strip()), "")
+    """An error's first line, with the next one when it ends in ':' (the source line a graph break names)."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
+
+
+def _last_line(text: object) -> str:
+    """A traceback's last line: the exception raised."""
+    return next((line.strip() for line in reversed(str(text).splitlines()) if line.strip()), "")
 
 
 def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> dict[str, str]:
@@ -249,7 +256,8 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
         named.setdefault(g.graph_type, _first_line(g.error))
     for r in getattr(exc, "results", None) or ():  # TraceError
         if getattr(r, "status", None) == "failed":
-            named.setdefault(r.graph_type, _first_line(getattr(r, "error", None) or exc))
+            named.setdefault(r.graph_type, f"trace of graph type {r.graph_type!r} failed: "
+                             + _last_line(getattr(r, "error", None) or exc))
     named = {g: line for g, line in named.items() if g in chosen}
     if named:
         return named

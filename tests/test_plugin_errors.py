@@ -65,6 +65,20 @@ def test_a_graph_break_fails_the_warmup_unless_allowed(neuron_project: pytest.Py
     result.assert_outcomes(passed=2)
 
 
+def test_a_graph_break_fails_the_parallel_warmup_too(neuron_project: pytest.Pytester) -> None:
+    """Under --neuron-flow=parallel the trace children capture without fullgraph, and the break only failed the
+    tests that served (a test of the manifest alone passed on a graph type that is not one graph)."""
+    neuron_project.makeconftest(BREAK_CONFTEST)
+    neuron_project.makepyfile(test_break=BREAK_TESTS)
+    result = neuron_project.runpytest("-p", "no:randomly", "--neuron-flow=parallel", "-k", "whole")
+    result.assert_outcomes(errors=1, deselected=1)
+    result.stdout.fnmatch_lines([
+        "*_ ERROR at setup of test_whole_graphs _*",
+        f"E *.GraphBreakError: graph break in graph type 'decode' at {neuron_project.path / 'conftest.py'}:*",
+        "E *   Neuron serves whole graphs: * Fix: remove the break, or allow graph breaks where you want them: *",
+    ])
+
+
 @pytest.mark.parametrize("where", ["option", "ini", "env"])
 def test_a_bad_base_argument_list_is_one_usage_error_naming_its_source(neuron_project: pytest.Pytester,
                                                                       monkeypatch: pytest.MonkeyPatch,
