@@ -333,11 +333,13 @@ class NeuronSession:
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
+            "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
         }
 
     def merged(self) -> dict[str, Any]:
         """This process's data merged with every xdist worker's (the controller's view)."""
-        parts = [self.export(), *self.workers.values(), *self.rank_parts]
+        ranks = [*self.rank_parts, *(r for w in self.workers.values() for r in w.get("rank_parts") or [])]
+        parts = [self.export(), *self.workers.values(), *ranks]
         rows: dict[str, dict[str, Any]] = {}
         calls: dict[str, int] = {}
         for part in parts:
@@ -360,7 +362,7 @@ class NeuronSession:
             "baselines_removed": list(self.baselines_removed),
             "stats": stats,
             "workers": sorted(self.workers),
-            "rank_processes": len(self.rank_parts),
+            "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
