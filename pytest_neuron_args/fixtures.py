@@ -311,7 +311,9 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     ci_report.record(request.node, ci_report.serve_properties(served.calls, served.counts.misses))
     if served.undeclared and not request.node.stash.get(CALL_FAILED, False):
         pytest.fail("while serving, " + f"{len(served.undeclared)} call(s) matched no declared graph (the test caught "
-                    "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared), pytrace=False)
+                    "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared)
+                    + "\n(a test that expects the error on purpose: call neuron_served.serving.undeclared.clear() after "
+                    "catching it)", pytrace=False)
 
 
 @pytest.fixture
