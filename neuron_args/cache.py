@@ -380,6 +380,8 @@ def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, c
         fix = f"free space on the file system of {where} or {elsewhere}"
     elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         fix = f"make {where} writable or {elsewhere}"
+    elif exc.errno == errno.EFBIG:  # a file-size limit (RLIMIT_FSIZE: `ulimit -f`), or the file system's own
+        fix = f"raise the job's file-size limit (`ulimit -f`) or {elsewhere}"
     else:
         fix = f"check the file system of {where}"
     what = (f"cache entry {key} (graph type {graph_type!r}) in {where} is corrupt ({corrupt}) and cannot be moved "

@@ -394,6 +394,8 @@ class NeuronRunner:
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
                                               compiler=self.options["compiler"],
                                               progress=progress if ahead is None else ahead.built)
+        if ahead is not None and ahead.graph_breaks:  # the graphs are built; the graph type is not one graph
+            raise ahead.graph_breaks[0]
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
         in_children = [t for t in traced if t.status != "loaded"]
         counts = self._record_deferred(in_children, compile_report, skip={w.key for ws in here.values() for w in ws})
@@ -650,6 +652,7 @@ class _ServeAhead:
         self.waiting: dict[int, set[str]] = {}  # captured jobs whose keys are not all built yet
         self.done: set[str] = set()
         self.hits = 0
+        self.graph_breaks: list[GraphBreakError] = []  # under fullgraph: the warmup fails, as in-process
         self.lock = threading.Lock()  # ``captured`` comes from the trace's thread when streaming
 
     def captured(self, i: int, result: Any) -> None:
@@ -677,6 +680,8 @@ class _ServeAhead:
             hits = STATS.hits
             try:
                 self.runner._run_asserting_hit(job)
+            except GraphBreakError as exc:  # the children capture without fullgraph: the break shows here
+                self.graph_breaks.append(exc)
             except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
                 log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
                           str(exc).splitlines()[0] if str(exc) else "")

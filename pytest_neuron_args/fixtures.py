@@ -211,21 +211,80 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     graph_types = marked_graph_types(request.node) or None
     if session.is_rank_worker:
         return _rank_worker_warmup(request, session, neuron_runner, graph_types)
-    if s.tp > 1:
-        report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
-    else:
-        progress = _progress_writer(pytestconfig, request.node)
-        before = STATS.snapshot()
-        with env({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
-            report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
-        if report.flow == "parallel":  # what children and workers did (graphs loaded here are in STATS already)
-            here = CacheStats.since(before).snapshot()
-            session.add_deferred_counts(CacheStats(**{k: getattr(report.counts, k) - v for k, v in here.items()}))
-        if report.compile_report is not None:
-            session.add_compile_report(report.compile_report)
-    session.note_manifest_config(neuron_runner.manifest_config_block())
+    _fail_if_failed_before(session, neuron_runner, graph_types)
+    try:
+        if s.tp > 1:
+            report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
+        else:
+            progress = _progress_writer(pytestconfig, request.node)
+            before = STATS.snapshot()
+            with env({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
+                report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
+            if report.flow == "parallel":  # what children and workers did (graphs loaded here are in STATS already)
+                here = CacheStats.since(before).snapshot()
+                session.add_deferred_counts(CacheStats(**{k: getattr(report.counts, k) - v for k, v in here.items()}))
+            if report.compile_report is not None:
+                session.add_compile_report(report.compile_report)
+    except Exception as exc:
+        if getattr(exc, "report", None) is not None:  # a ParallelCompileError: the graphs it did build count
+            session.add_compile_report(exc.report)
+        _note_failed_warmup(session, neuron_runner, graph_types, request.node.nodeid, exc)
+        raise
+    finally:  # a failed warmup's graphs are in the manifest too: with the model, target and graph types
+        session.note_manifest_config(neuron_runner.manifest_config_block())
     ci_report.record(request.node, ci_report.warmup_properties(report.graphs))
     return report
+
+
+def _first_line(text: object) -> str:
+    """An error's first line, with the next one when it ends in ':' (the source line a graph break names)."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
+
+
+def _last_line(text: object) -> str:
+    """A traceback's last line: the exception raised."""
+    return next((line.strip() for line in reversed(str(text).splitlines()) if line.strip()), "")
+
+
+def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> dict[str, str]:
+    """graph type -> its error's first line, for the graph types a failed warmup failed on: the failed graphs
+    of a parallel warmup, else the first one it had not warmed (the in-process flow warms one graph type after
+    the other and stops at the error)."""
+    named: dict[str, str] = {}
+    for g in getattr(exc, "failures", None) or ():  # ParallelCompileError
+        named.setdefault(g.graph_type, _first_line(g.error))
+    for r in getattr(exc, "results", None) or ():  # TraceError
+        if getattr(r, "status", None) == "failed":
+            named.setdefault(r.graph_type, f"trace of graph type {r.graph_type!r} failed: "
+                             + _last_line(getattr(r, "error", None) or exc))
+    named = {g: line for g, line in named.items() if g in chosen}
+    if named:
+        return named
+    return {g: _first_line(exc) for g in [g for g in chosen if g not in runner.warmed][:1]}
+
+
+def _note_failed_warmup(session: NeuronSession, runner: Any, graph_types: list[str] | None, nodeid: str,
+                        exc: Exception) -> None:
+    chosen = list(graph_types) if graph_types is not None else list(runner.graphs)
+    failed = session.failed_warmups.setdefault(runner, {})
+    for graph_type, line in _failed_graph_types(runner, chosen, exc).items():
+        failed.setdefault(graph_type, (nodeid, f"{type(exc).__name__}: {line}"))
+
+
+def _fail_if_failed_before(session: NeuronSession, runner: Any, graph_types: list[str] | None) -> None:
+    """A graph type whose warmup failed earlier in the session fails at once: compiling it again for each test
+    would repeat the same error (a neuronx-cc compile can take an hour). pytest does the same for a
+    higher-scoped fixture that raised."""
+    failed = session.failed_warmups.get(runner) or {}
+    chosen = list(graph_types) if graph_types is not None else list(runner.graphs)
+    for graph_type in chosen:
+        if graph_type in failed and graph_type not in runner.warmed:
+            nodeid, error = failed[graph_type]
+            pytest.fail(
+                f"graph type {graph_type!r} failed its warmup in {nodeid}, so it is not warmed up again in this "
+                f"session: {error}\n  fix: what that test's error names (it shows the whole "
+                "error and its fix), then rerun: the next session builds the failed graph again", pytrace=False)
 
 
 @pytest.fixture
@@ -252,7 +311,9 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     ci_report.record(request.node, ci_report.serve_properties(served.calls, served.counts.misses))
     if served.undeclared and not request.node.stash.get(CALL_FAILED, False):
         pytest.fail("while serving, " + f"{len(served.undeclared)} call(s) matched no declared graph (the test caught "
-                    "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared), pytrace=False)
+                    "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared)
+                    + "\n(a test that expects the error on purpose: call neuron_served.serving.undeclared.clear() after "
+                    "catching it)", pytrace=False)
 
 
 @pytest.fixture

@@ -246,6 +246,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if workeroutput is not None:
         workeroutput[WORKEROUTPUT_KEY] = state.export()
     else:
+        state.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
         state.emit_manifests()
         if state.manifest_failures and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # --neuron-manifest-dir asked for it

@@ -166,6 +166,19 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
                                     "of tests that no longer exist)")
     for path in data.get("manifests_written", []):
         terminalreporter.write_line(f"manifest written: {path}")
+        if session.interrupted:
+            terminalreporter.write_line("  the session was interrupted: it lists only the graphs the warmups reached "
+                                        "by then; rerun to write the whole manifest", yellow=True)
+        missing, total = session.manifest_gaps.get(path, (0, 0))
+        if missing:
+            terminalreporter.write_line(
+                f"  {missing} of its {total} graph(s) have no executable in the cache {session.cache_dir()}: not built "
+                "(a warmup failed or was interrupted before their compile) or removed from the cache during the "
+                "session; rerun to build them and write a manifest that lists their NEFFs", yellow=True)
+    for path in session.manifests_not_ours if data.get("manifests_written") else []:
+        terminalreporter.write_line(f"not written by this session: {path} (another engine's, from an earlier session: "
+                                    "remove it if that engine is gone, so the folder holds only this run's manifests)",
+                                    yellow=True)
     for reason in session.manifest_failures:
         terminalreporter.write_line(f"manifest NOT written (the session fails): {reason}; free space or make "
                                     "the folder writable (or give another --neuron-manifest-dir) and rerun", red=True)

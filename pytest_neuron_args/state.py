@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
+from neuron_args.manifest.schema import MANIFEST_FILENAME
 from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
 
@@ -60,6 +62,16 @@ def folder_lock_holder(root: Path) -> int | None:
         if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where and parts[4].isdigit():
             return int(parts[4])
     return None
+
+
+def _graphs_without_executable(path: Path) -> tuple[int, int] | None:
+    """(graphs whose executable the cache does not hold, graphs) of a written manifest, when some lack it."""
+    try:
+        graphs = json.loads(path.read_text(encoding="utf-8")).get("graphs") or []
+        missing = sum(1 for g in graphs if not g.get("neff_path"))
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (missing, len(graphs)) if missing else None
 
 
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
@@ -114,9 +126,15 @@ class NeuronSession:
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
         self.runners: dict[tuple[Any, ...], Any] = {}  # (model identity, settings) -> NeuronRunner
         self.runners_made = 0  # shared or per-test
+        #: runner -> graph type -> (test id, error line) of a warmup that failed: not retried for the next tests
+        self.failed_warmups: weakref.WeakKeyDictionary[Any, dict[str, tuple[str, str]]] = \
+            weakref.WeakKeyDictionary()
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
+        self.manifest_gaps: dict[str, tuple[int, int]] = {}  # manifest -> (graphs with no executable, graphs)
+        self.manifests_not_ours: list[str] = []  # other engines' manifests in the folder, from earlier sessions
+        self.interrupted = False  # Ctrl-C (or pytest.exit): the manifest holds only what the warmups reached
         self.manifest_failures: list[str] = []  # why an engine's manifest could not be written (a full disk...)
         self._ledger_root: Path | None = None
 
@@ -249,6 +267,8 @@ class NeuronSession:
             self.manifest_failures.append(f"none of the {len(graphs)} graph(s) of this session reached the ledger "
                                           f"in {root} (its writes failed: a full disk or an unwritable folder)")
         self.manifests_written = [str(p) for p in written]
+        self.manifest_gaps = {str(p): gap for p in written if (gap := _graphs_without_executable(p)) is not None}
+        self.manifests_not_ours = sorted(str(p) for p in root.glob(f"*/{MANIFEST_FILENAME}") if p not in written)
         try:
             (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
         except OSError:
@@ -313,11 +333,13 @@ class NeuronSession:
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
+            "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
         }
 
     def merged(self) -> dict[str, Any]:
         """This process's data merged with every xdist worker's (the controller's view)."""
-        parts = [self.export(), *self.workers.values(), *self.rank_parts]
+        ranks = [*self.rank_parts, *(r for w in self.workers.values() for r in w.get("rank_parts") or [])]
+        parts = [self.export(), *self.workers.values(), *ranks]
         rows: dict[str, dict[str, Any]] = {}
         calls: dict[str, int] = {}
         for part in parts:
@@ -340,7 +362,7 @@ class NeuronSession:
             "baselines_removed": list(self.baselines_removed),
             "stats": stats,
             "workers": sorted(self.workers),
-            "rank_processes": len(self.rank_parts),
+            "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},

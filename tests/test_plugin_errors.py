@@ -65,6 +65,20 @@ def test_a_graph_break_fails_the_warmup_unless_allowed(neuron_project: pytest.Py
     result.assert_outcomes(passed=2)
 
 
+def test_a_graph_break_fails_the_parallel_warmup_too(neuron_project: pytest.Pytester) -> None:
+    """Under --neuron-flow=parallel the trace children capture without fullgraph, and the break only failed the
+    tests that served (a test of the manifest alone passed on a graph type that is not one graph)."""
+    neuron_project.makeconftest(BREAK_CONFTEST)
+    neuron_project.makepyfile(test_break=BREAK_TESTS)
+    result = neuron_project.runpytest("-p", "no:randomly", "--neuron-flow=parallel", "-k", "whole")
+    result.assert_outcomes(errors=1, deselected=1)
+    result.stdout.fnmatch_lines([
+        "*_ ERROR at setup of test_whole_graphs _*",
+        f"E *.GraphBreakError: graph break in graph type 'decode' at {neuron_project.path / 'conftest.py'}:*",
+        "E *   Neuron serves whole graphs: * Fix: remove the break, or allow graph breaks where you want them: *",
+    ])
+
+
 @pytest.mark.parametrize("where", ["option", "ini", "env"])
 def test_a_bad_base_argument_list_is_one_usage_error_naming_its_source(neuron_project: pytest.Pytester,
                                                                       monkeypatch: pytest.MonkeyPatch,
@@ -233,3 +247,64 @@ def test_a_start_up_warning_under_w_error_is_a_usage_error(neuron_project: pytes
     result.stderr.fnmatch_lines(["ERROR: CompilerArgsWarning (an error under your warning filters): NEURON_CC_FLAGS "
                                  "gives --optlevel 2 times * Fix: give --optlevel once in NEURON_CC_FLAGS *"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+FAILS_DECODE_CONFTEST = '''
+import pytest
+import torch
+
+
+class FailsDecode(TinyTwoGraph):
+    def forward(self, x):
+        if x.shape[0] == 1:
+            raise ValueError("this head cannot decode one row")
+        return super().forward(x)
+
+
+@pytest.fixture(scope="session")
+def neuron_model():
+    return FailsDecode()
+'''
+
+
+def test_a_failed_warmup_is_not_retried_by_each_test_and_its_manifest_keeps_the_model(
+        neuron_project: pytest.Pytester) -> None:
+    """A graph type whose warmup failed (a compile failing only under -O3, a model raising for one bucket) was
+    warmed up again by every later test: the same error each time, an hour each with neuronx-cc. And the
+    session manifest of a failed warmup had no model, target or graph types."""
+    import json
+
+    conftest = neuron_project.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + FAILS_DECODE_CONFTEST)
+    neuron_project.makepyfile(test_three="""
+        import pytest
+
+        def test_first(neuron_served):
+            pass
+
+        def test_second(neuron_warmup):
+            pass
+
+        @pytest.mark.graph_type("prefill")
+        def test_prefill_alone(neuron_warmup):
+            assert neuron_warmup.graph_types == ["prefill"]
+
+        def test_third(neuron_served):
+            pass
+    """)
+    manifests = neuron_project.path / "manifests"
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}")
+    result.assert_outcomes(passed=1, errors=3)
+    out = result.stdout.str()
+    assert out.count("neuron-args: compiling decode b1") == 1, out  # traced once, by the first test only
+    assert "this head cannot decode one row" in out
+    result.stdout.fnmatch_lines([
+        "*_ ERROR at setup of test_second _*",
+        "graph type 'decode' failed its warmup in test_three.py::test_first, so it is not warmed up again in this "
+        "session: GraphBreakError: graph type 'decode': the model raised while it was traced, at *",
+        "  fix: what that test's error names (it shows the whole error and its fix), then rerun: the next session "
+        "builds the failed graph again",
+    ])
+    doc = json.loads((manifests / "nodev" / "manifest.json").read_text())
+    assert doc["config"]["model"] == "FailsDecode" and doc["config"]["target"] == "trn2"
+    assert list(doc["config"]["neuron_config"]["graph_types"].values()) == ["prefill"]

@@ -228,3 +228,29 @@ def test_calls_of_the_model_are_served_and_undeclared_shapes_reported(neuron_pro
         "bucket, so it would run eagerly *",
     ])
     result.stdout.fnmatch_lines(["*serve: 2 call(s) in 3 serve block(s) (decode 1, prefill 1), 0 miss(es)"])
+
+
+def test_a_test_may_expect_an_undeclared_call_on_purpose(neuron_project: pytest.Pytester) -> None:
+    """A test asserting that an undeclared shape is refused failed at teardown with no way to say it meant it."""
+    neuron_project.makepyfile(test_refused="""
+        import pytest
+        import torch
+
+        from neuron_args.runner import UndeclaredGraphError
+
+
+        def test_caught_and_forgotten(neuron_served, neuron_model):
+            with pytest.raises(UndeclaredGraphError):
+                neuron_model(torch.ones(3, 8))
+
+
+        def test_expected(neuron_served, neuron_model):
+            with pytest.raises(UndeclaredGraphError):
+                neuron_model(torch.ones(3, 8))
+            neuron_served.serving.undeclared.clear()
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*_ ERROR at teardown of test_caught_and_forgotten _*",
+                                 "(a test that expects the error on purpose: call neuron_served.serving.undeclared.clear() "
+                                 "after catching it)"])

@@ -96,3 +96,28 @@ def test_rank_processes_load_the_plugin_where_autoload_is_disabled(neuron_projec
     result = neuron_project.runpytest("-p", "neuron_args", "-p", "no:randomly", "--neuron-tp=2")
     result.assert_outcomes(passed=1)
     assert "unrecognized arguments" not in result.stdout.str() + result.stderr.str()
+
+
+def test_an_xdist_worker_s_rank_reports_reach_the_controller(pytestconfig: pytest.Config) -> None:
+    """`-n 2 --neuron-tp=2`: the graphs the workers' rank processes built were left out of the controller's summary
+    ("0 graphs: 0 compiled") and JSON report: a worker handed over its own rows, not its ranks'."""
+    from neuron_args.activity import ACTIVITY
+    from pytest_neuron_args.options import NeuronSettings
+    from pytest_neuron_args.state import NeuronSession
+
+    def session() -> NeuronSession:
+        s = NeuronSession(pytestconfig, NeuronSettings.from_config(pytestconfig))
+        before = ACTIVITY.snapshot()  # as start() takes it: this process's earlier records are not the session's
+        s._records_before, s._stats_before = before["records"], before["stats"]
+        return s
+
+    row = {"key": "ab" * 16, "graph_type": "decode", "input_shapes": ["1, 8"], "optimization_level": 3,
+           "compiler_args": ["-O3"], "compiled": True, "captured": False, "compile_seconds": 0.5,
+           "executable_size": 100, "loads": 1, "serve_hits": None, "serve_misses": None}
+    worker = session()
+    worker.rank_parts = [{"rows": [dict(row)], "stats": {"compiles": 1, "misses": 1}} for _ in range(2)]
+    controller = session()
+    controller.workers = {"gw0": worker.export()}  # what xdist's workeroutput carries
+    merged = controller.merged()
+    assert [r["key"] for r in merged["rows"]] == [row["key"]] and merged["rows"][0]["compiled"]
+    assert merged["rank_processes"] == 2 and merged["stats"]["compiles"] == 2

@@ -96,11 +96,15 @@ def describe_exit(returncode: int) -> str:
 
 def _hint(returncode: int | None, log_path: Path | None = None) -> str:
     """The fix for a failed compile: a full disk first, then the timeout, then the exit-code table."""
-    if log_path is not None and "No space left on device" in log_tail(log_path, 200):
+    tail = log_tail(log_path, 200) if log_path is not None else ""
+    if log_path is not None and ("No space left on device" in tail or "Disk quota exceeded" in tail):
         return f"free space on the file system of {log_path.parent} or point the compile cache elsewhere"
+    if log_path is not None and "File too large" in tail:  # EFBIG: a file-size limit (RLIMIT_FSIZE), not the graph
+        return (f"the compiler hit a file-size limit writing into {log_path.parent}: raise the job's limit "
+                "(`ulimit -f`) or point the compile cache to a file system that takes files this large")
     if returncode is None:
         return _TIMEOUT_FIX
-    if returncode == 2 and log_path is not None and _ARGPARSE_ERROR.search(log_tail(log_path, 200)):
+    if returncode == 2 and log_path is not None and _ARGPARSE_ERROR.search(tail):
         return _REJECTED_ARGS_FIX
     return EXIT_CODES.get(returncode, ("", _DEFAULT_FIX))[1]
 

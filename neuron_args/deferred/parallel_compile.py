@@ -286,6 +286,8 @@ def parallel_compile(
                         log.info("parallel_compile %s", event.line())
                     if progress is not None:
                         progress(event)
+                if received:  # the handler's exception was dropped where it landed (a __del__, a gc callback)
+                    raise _Terminated() if received[0] == signal.SIGTERM else KeyboardInterrupt()
             except KeyboardInterrupt as exc:
                 received.append(0)  # from here on a further Ctrl-C or SIGTERM only cancels again
                 terminated = isinstance(exc, _Terminated)

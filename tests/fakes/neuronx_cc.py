@@ -9,6 +9,8 @@ It checks the neuronx-cc argv shape, records its argv, writes a log line and an 
 its helper) so a test can find and reap what it started.
 ``FAKE_NEURONX_CC_REJECT``: a flag this compiler version does not know: a compile giving it fails as
 argparse does (usage line, ``error: unrecognized arguments``, exit status 2) before writing anything.
+``FAKE_NEURONX_CC_FILE_LIMIT``: a file-size limit (bytes, below the executable's 64) set before the output
+is written, so the write fails as under ``ulimit -f`` (EFBIG; Python ignores SIGXFSZ).
 ``FAKE_NEURONX_CC_SLEEP``: seconds a compile sleeps *before* writing its output (a slow compile,
 or a hung one with a large value); ``FAKE_NEURONX_CC_HELPER=1`` first starts a helper process
 that sleeps as long, like neuronx-cc's own subprocesses.
@@ -65,6 +67,17 @@ def main(argv):
             if pids:
                 open(os.path.join(pids, f"{helper.pid}.helper"), "w").close()
         time.sleep(delay)
+    limit = os.environ.get("FAKE_NEURONX_CC_FILE_LIMIT")
+    if limit:  # a job's file-size limit (ulimit -f) below the executable's size (not the log's): EFBIG
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), hard))
+        try:
+            with open(opts["--output"], "wb") as out:
+                out.write(b"NEFF" + b"\0" * 60)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # the traceback still reaches the log
     if mode != "no-output":
         with open(opts["--output"], "wb") as out:
             out.write(b"NEFF" + b"\0" * 60)  # a half-written executable the driver must discard

@@ -20,7 +20,8 @@ from neuron_args.errors import CompileError
 from neuron_args.manifest import ledger
 from neuron_args.manifest.emit import emit_manifest
 from neuron_args.manifest.ledger import record_graph
-from tests.faults.fault_helpers import fill
+from neuron_args.deferred.parallel_compile import parallel_compile
+from tests.faults.fault_helpers import fill, make_pending
 from tests.models import make_mlp, mlp_inputs
 
 pytestmark = pytest.mark.usefixtures("clean_ledger")
@@ -159,3 +160,39 @@ def test_a_full_disk_fails_the_compile_cleanly_and_a_rerun_completes(tiny_disk, 
     torch._dynamo.reset()
     (entry,) = CompileCache(cache_dir).entries()
     assert entry.status == "complete" and entry.problem() is None
+
+
+EFBIG_SCRIPT = """
+import resource, sys
+from neuron_args.cache import CompileCache
+from neuron_args.cache_key import create_cache_hash
+key = create_cache_hash(graph_sha256="cd" * 32, input_specs=[((4, 16), "float32")], compiler_args=["-O1"],
+                        target="trn2", tool_versions={"compiler": "local test"})
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    CompileCache(sys.argv[1]).get_or_build(key, lambda entry: entry.hlo_path.write_bytes(b"h" * 8192),
+                                           graph_type="prefill")
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_a_file_size_limit_is_named_as_such_not_blamed_on_the_graph(tmp_path, fake_env, monkeypatch):
+    """A job under `ulimit -f` (batch schedulers set one): the compiler's write of the executable and the cache's
+    own writes fail with EFBIG ("File too large"). The fix said "fix the graph or its compiler arguments"
+    (the compiler's failure) and "check the file system" (the cache's)."""
+    import subprocess
+
+    monkeypatch.setenv("FAKE_NEURONX_CC_FILE_LIMIT", "16")
+    root = tmp_path / "cache"
+    (key,) = make_pending(root, 1)
+    (graph,) = parallel_compile(root, workers=1, quiet=True, raise_on_error=False).graphs
+    assert graph.status == "failed" and key in graph.error and "'decode0'" in graph.error
+    assert "File too large" in graph.error  # the compiler's traceback, in the log tail
+    assert f"fix: the compiler hit a file-size limit writing into {root / key}: raise the job's limit (`ulimit -f`) " \
+           "or point the compile cache to a file system that takes files this large" in graph.error
+    done = subprocess.run([sys.executable, "-c", EFBIG_SCRIPT, str(tmp_path / "cache2")], capture_output=True,
+                          text=True, timeout=120, env=fake_env.env)
+    assert done.stdout.startswith("CompileError cannot write cache entry "), done.stdout + done.stderr
+    assert "(graph type 'prefill')" in done.stdout and "File too large (EFBIG)" in done.stdout
+    assert "fix: raise the job's file-size limit (`ulimit -f`) or point the cache elsewhere" in done.stdout

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import signal
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -422,3 +423,53 @@ def test_the_default_cache_folder_without_a_home_directory(monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", "/var/cache/ci")
     assert cache_root({}) == Path("/var/cache/ci/neuron-args/compile-cache")
     assert cache_root({"cache_dir": "/srv/cache"}) == Path("/srv/cache")
+
+
+def test_a_manifest_whose_graphs_lost_their_executables_says_so(neuron_project, warm_cache, tmp_path):
+    """The cache removed during the session (`rm -rf` of it from another terminal, a cleanup job): the tests pass on
+    the executables already loaded, and the manifest was written with every NEFF path null, without a word. And an
+    older session's manifest of another engine, left in the folder, is named as not this session's."""
+    cache = tmp_path / "cache"
+    shutil.copytree(warm_cache.path, cache)
+    manifests = tmp_path / "manifests"
+    (manifests / "dev0_1").mkdir(parents=True)  # an earlier session's other engine (--neuron-tp=2): not this one's
+    (manifests / "dev0_1" / "manifest.json").write_text("{}")
+    neuron_project.makepyfile(test_gone="""
+        import shutil
+
+        def test_warm(neuron_warmup, neuron_cache):
+            assert len(neuron_warmup.graphs) == 2
+            shutil.rmtree(neuron_cache.root)
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={cache}",
+                                      f"--neuron-manifest-dir={manifests}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"manifest written: {manifests / 'nodev' / 'manifest.json'}",
+                                 f"  2 of its 2 graph(s) have no executable in the cache {cache}: not built (a warmup "
+                                 "failed or was interrupted before their compile) or removed from the cache during the "
+                                 "session; rerun to build them *",
+                                 f"not written by this session: {manifests / 'dev0_1' / 'manifest.json'} (another "
+                                 "engine's, from an earlier session: remove it if that engine is gone, *"])
+
+
+def test_the_manifest_of_an_interrupted_session_says_it_is_partial(neuron_project, tmp_path):
+    """Ctrl-C after one graph type's warmup: the manifest written at the session's end lists only that one; it was
+    reported as 'manifest written' like a whole session's."""
+    manifests = tmp_path / "manifests"
+    neuron_project.makepyfile(test_stop="""
+        import pytest
+
+        @pytest.mark.graph_type("prefill")
+        def test_prefill(neuron_warmup):
+            raise KeyboardInterrupt  # Ctrl-C before the decode warmup of the next test
+
+        def test_all(neuron_warmup):
+            pass
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}", no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    doc = json.loads((manifests / "nodev" / "manifest.json").read_text())
+    assert list(doc["config"]["neuron_config"]["graph_types"].values()) == ["prefill"]
+    result.stdout.fnmatch_lines([f"manifest written: {manifests / 'nodev' / 'manifest.json'}",
+                                 "  the session was interrupted: it lists only the graphs the warmups reached by then; "
+                                 "rerun to write the whole manifest"])
