@@ -1,0 +1,122 @@
+"""Encoder-decoders generating through the runner: an encoder graph, a decoder prefill and decode steps with the cache.
+
+Whisper (T5 and BART too in ``sweep_generation.py``), tiny random configs, served as three graph types
+with their own arguments (encoder -O1, prefill the base -O2, decode -O3) on the embedded local
+compiler: greedy tokens and every step's logits equal transformers' own ``generate`` (fp32), the
+manifest names each graph with its level, and serving compiles nothing. ``model.generate()`` of a
+model whose forward and encoder are compiled gives eager's tokens.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuron_args.cache import CacheMissError
+from neuron_args.flags import optimization_level
+from neuron_args.runner import NeuronRunner
+from tests.hf.cells import FP32, compile_options
+from tests.hf.generation_models import BASE, LEVELS, NEW_TOKENS, SEQ2SEQ, ServedSeq2Seq, eager_generate
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+#: the suite's encoder-decoders (each costs ~4 s a graph on 2 busy cores); the sweep runs every one
+SUITE = ["whisper"]
+
+
+def serve_seq2seq(name: str, hf_cache: Path, manifests: Path) -> Iterator[dict]:
+    """Warm up one encoder-decoder's three graph types (manifest on), then generate through the served graphs.
+
+    Served as a serving loop runs, under ``inference_mode`` (the runner warms up with inference
+    tensors; other tensors fail Dynamo's guards and are traced again, from the cache).
+    """
+    spec = SEQ2SEQ[name]
+    torch._dynamo.reset()
+    lm = ServedSeq2Seq(spec)
+    runner = NeuronRunner(lm, compiler_args=BASE, compiler="local", cache_dir=hf_cache,
+                          manifest_config={"model": f"hf-{name}"})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_NEURON_MANIFEST_DIR", str(manifests))
+        mp.delenv("NEURON_LIBTORCH_ASSERT_CACHE_HIT", raising=False)
+        report = runner.warmup()
+    with runner.serve() as session, torch.inference_mode():
+        tokens, logits = lm.greedy(runner.run)
+    want_tokens, want_logits = eager_generate(lm.model, spec.encoder_inputs())
+    yield {"spec": spec, "runner": runner, "report": report, "session": session, "tokens": tokens,
+           "logits": logits, "want_tokens": want_tokens, "want_logits": want_logits}
+    torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module", params=SUITE)
+def served(request: pytest.FixtureRequest, hf_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    yield from serve_seq2seq(request.param, hf_cache, tmp_path_factory.mktemp(f"manifest-{request.param}"))
+
+
+def assert_same_generation(tokens: list[int], logits: list[torch.Tensor], want_tokens: list[int],
+                           want_logits: list[torch.Tensor]) -> None:
+    assert tokens == want_tokens
+    assert len(set(tokens)) > 1, "a repeated token would not show a decode step reading the wrong state"
+    for step, (got, want) in enumerate(zip(logits, want_logits, strict=True)):
+        torch.testing.assert_close(got, want, **FP32, msg=lambda m, step=step: f"step {step}: {m}")
+
+
+def test_tokens_and_logits_equal_transformers_generate(served):
+    assert_same_generation(served["tokens"], served["logits"], served["want_tokens"], served["want_logits"])
+
+
+def test_each_graph_has_its_own_arguments_and_serving_compiles_nothing(served):
+    graphs = {g.graph_type: g for g in served["report"].graphs}
+    assert {t: optimization_level(g.compiler_args) for t, g in graphs.items()} == LEVELS
+    assert len({g.key for g in graphs.values()}) == 3
+    session = served["session"]
+    assert session.calls == {"encoder": 1, "prefill": 1, "decode": NEW_TOKENS - 1}
+    assert (session.counts.compiles, session.counts.misses, session.counts.hits) == (0, 0, 0)
+
+
+def test_the_manifest_names_each_graph_with_its_level(served):
+    doc = json.loads(Path(served["report"].manifest_path).read_text())
+    assert doc["config"]["model"] == f"hf-{served['spec'].name}"
+    keys = {g.key: g.graph_type for g in served["report"].graphs}
+    named = doc["config"]["neuron_config"]["graph_types"]
+    assert {k: named.get(k) for k in keys} == keys
+    flags = {keys[g["graph_hash"]]: g["compiler_flags"] for g in doc["graphs"] if g["graph_hash"] in keys}
+    assert {t: optimization_level(f) for t, f in flags.items()} == LEVELS
+
+
+def test_a_prefill_of_another_length_is_a_miss_naming_the_graph_and_the_fix(served):
+    """Two decoder tokens are no declared bucket: serving refuses to compile, saying which graph and what to do."""
+    runner, lm = served["runner"], served["runner"].model
+    states = torch.zeros(1, lm.encoder_len, lm.hidden)
+    with runner.serve(), torch.inference_mode(), pytest.raises(CacheMissError) as caught:
+        runner.run("prefill", {"decoder_input_ids": torch.zeros(1, 2, dtype=torch.long),
+                               "encoder_hidden_states": states, "start": torch.tensor(0)})
+    message = str(caught.value)
+    assert "graph type 'prefill'" in message and "fix:" in message
+
+
+def check_compiled_generate(name: str, hf_cache: Path) -> None:
+    """``generate()`` with a static cache, the model's forward and its encoder compiled: eager's tokens and logits."""
+    spec = SEQ2SEQ[name]
+    model = spec.build()
+    want_tokens, want_logits = eager_generate(model, spec.encoder_inputs(), cache_implementation="static")
+    torch._dynamo.reset()
+    encoder = model.get_encoder()
+    for module in (model, encoder):
+        module.forward = torch.compile(module.forward, backend="neuron_libtorch", options=compile_options(hf_cache),
+                                       dynamic=False, fullgraph=True)
+    from neuron_args.seams import records
+
+    before = {r.key for r in records.records()}
+    tokens, logits = eager_generate(model, spec.encoder_inputs(), cache_implementation="static")
+    assert_same_generation(tokens, logits, want_tokens, want_logits)
+    # the encoder, the first decoder step (computes cross-attention) and every later step: three graphs
+    assert len({r.key for r in records.records()} - before) == 3
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["bart"])
+def test_generate_of_a_compiled_encoder_decoder_gives_eager_tokens(name, hf_cache):
+    check_compiled_generate(name, hf_cache)
