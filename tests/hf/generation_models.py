@@ -95,10 +95,10 @@ class ServedSeq2Seq(StaticSeq2SeqLM):
                 GraphSpec("prefill", self.prefill, {"p1": lambda: step(0)}),
                 GraphSpec("decode", self.decode, {"b1": lambda: step(1)})]
 
-    def greedy(self, run: Callable[[str, dict[str, Any]], torch.Tensor], new_tokens: int = NEW_TOKENS
-               ) -> tuple[list[int], list[torch.Tensor]]:
+    def greedy(self, run: Callable[[str, dict[str, Any]], torch.Tensor], new_tokens: int = NEW_TOKENS,
+               inputs: dict[str, torch.Tensor] | None = None) -> tuple[list[int], list[torch.Tensor]]:
         """Greedy tokens after the decoder start token and each step's last-position logits, through ``run``."""
-        states = run("encoder", self.spec.encoder_inputs())
+        states = run("encoder", inputs if inputs is not None else self.spec.encoder_inputs())
         tokens = [self.model.config.decoder_start_token_id]
         logits = []
         for i in range(new_tokens):

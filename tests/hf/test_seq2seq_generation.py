@@ -67,6 +67,17 @@ def test_tokens_and_logits_equal_transformers_generate(served):
     assert_same_generation(served["tokens"], served["logits"], served["want_tokens"], served["want_logits"])
 
 
+def test_a_second_request_reads_its_own_encoder_states(served, hf_cache):
+    """The cross-attention cache is rewritten by each request's prefill (transformers' own flags would keep the first)."""
+    runner, lm, spec = served["runner"], served["runner"].model, served["spec"]
+    with runner.serve() as session, torch.inference_mode():
+        other = {k: v.flip(-1) for k, v in spec.encoder_inputs().items()}
+        tokens, logits = lm.greedy(runner.run, inputs=other)
+    assert_same_generation(tokens, logits, *eager_generate(lm.model, other))
+    assert tokens != served["tokens"]
+    assert (session.counts.compiles, session.counts.misses, session.counts.hits) == (0, 0, 0)
+
+
 def test_each_graph_has_its_own_arguments_and_serving_compiles_nothing(served):
     graphs = {g.graph_type: g for g in served["report"].graphs}
     assert {t: optimization_level(g.compiler_args) for t, g in graphs.items()} == LEVELS
