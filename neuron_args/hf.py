@@ -25,14 +25,15 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
     Allocated eagerly, so its tensors are graph inputs that every graph reads and writes in place
     (not tensors a first compiled call creates). Each layer's heads, head size, dtype and device come
     from one eager one-token call of ``model`` with a ``DynamicCache``: configs name these
-    differently (multi-query, per-layer head counts), the cache the model fills does not.
+    differently (multi-query, per-layer head counts), the cache the model fills does not. That call
+    is eager even when ``model``'s forward is compiled already (it would compile a graph of its own).
     """
     from transformers import DynamicCache
     from transformers.cache_utils import StaticCache, StaticLayer
 
     param = next(model.parameters())
     probe = DynamicCache(config=model.config)
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
         model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), past_key_values=probe,
               use_cache=True)
     filled = [layer for layer in probe.layers if getattr(layer, "keys", None) is not None]
@@ -141,7 +142,7 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
     config = model.config
     hidden = getattr(config, "d_model", None) or config.hidden_size
     probe = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
         model(encoder_outputs=(torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device),),
               decoder_input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), cache=probe, use_cache=True)
     caches = []
