@@ -71,10 +71,10 @@ def test_a_second_request_reads_its_own_encoder_states(served, hf_cache):
     """The cross-attention cache is rewritten by each request's prefill (transformers' own flags would keep the first)."""
     runner, lm, spec = served["runner"], served["runner"].model, served["spec"]
     with runner.serve() as session, torch.inference_mode():
-        other = {k: v.flip(-1) for k, v in spec.encoder_inputs().items()}
+        other = spec.encoder_inputs(seed=2)
         tokens, logits = lm.greedy(runner.run, inputs=other)
     assert_same_generation(tokens, logits, *eager_generate(lm.model, other))
-    assert tokens != served["tokens"]
+    assert any(not torch.allclose(a, b) for a, b in zip(logits, served["logits"])), "the first request's states"
     assert (session.counts.compiles, session.counts.misses, session.counts.hits) == (0, 0, 0)
 
 
@@ -120,11 +120,11 @@ def check_compiled_generate(name: str, hf_cache: Path) -> None:
                                        dynamic=False, fullgraph=True)
     from neuron_args.seams import records
 
-    before = {r.key for r in records.records()}
+    before = {r.key: r.compiles + r.loads for r in records.records()}
     tokens, logits = eager_generate(model, spec.encoder_inputs(), cache_implementation="static")
     assert_same_generation(tokens, logits, want_tokens, want_logits)
     # the encoder, the first decoder step (computes cross-attention) and every later step: three graphs
-    assert len({r.key for r in records.records()} - before) == 3
+    assert len([r for r in records.records() if r.compiles + r.loads > before.get(r.key, 0)]) == 3
     torch._dynamo.reset()
 
 
