@@ -1,4 +1,4 @@
-"""Tiny encoder-decoders for generation (T5, BART, Whisper) and their served form, shared by the tests and the sweep.
+"""Tiny encoder-decoders for generation (T5, BART, Marian, Whisper) and their served form, shared by the tests and the sweep.
 
 Random configs whose greedy tokens vary from step to step (transformers' default initialization makes
 a tiny T5 emit its pad token forever, and a tiny BART or Whisper repeat one token): a repeated token
@@ -56,6 +56,16 @@ def _bart() -> torch.nn.Module:
         tie_word_embeddings=False, forced_eos_token_id=None)).eval()
 
 
+def _marian() -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    return transformers.MarianMTModel(transformers.MarianConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0,
+        decoder_start_token_id=0, eos_token_id=1, forced_eos_token_id=None, tie_word_embeddings=False)).eval()
+
+
 def _whisper() -> torch.nn.Module:
     import transformers
 
@@ -70,6 +80,7 @@ def _whisper() -> torch.nn.Module:
 SEQ2SEQ = {s.name: s for s in [
     Seq2Seq("t5", _t5, lambda seed=1: {"input_ids": token_ids(1, 8, seed) % (VOCAB - 3) + 3}, 8),
     Seq2Seq("bart", _bart, lambda seed=1: {"input_ids": token_ids(1, 8, seed) % (VOCAB - 3) + 3}, 8),
+    Seq2Seq("marian", _marian, lambda seed=1: {"input_ids": token_ids(1, 8, seed) % (VOCAB - 3) + 3}, 8),
     Seq2Seq("whisper", _whisper, lambda seed=1: {"input_features": audio_features(1, seed)}, 16),  # 32 frames: 16 states
 ]}
 
