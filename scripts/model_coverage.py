@@ -45,6 +45,7 @@ SEQ2SEQ_COLUMNS = [
     ("test_each_graph_has_its_own_arguments_and_serving_compiles_nothing", "runner · -O1 / -O2 / -O3, serve compiles nothing"),
     ("test_the_manifest_names_each_graph_with_its_level", "manifest names each graph"),
     ("test_a_prefill_of_another_length_is_a_miss_naming_the_graph_and_the_fix", "unknown shape: miss naming graph + fix"),
+    ("test_encoder_decoder_warmed_up_in_the_parallel_flow_generates_the_same", "parallel flow warmup, then serve"),
     ("test_generate_of_a_compiled_encoder_decoder_gives_eager_tokens", "compiled `generate()` · static cache"),
 ]
 #: decoders through a compiled ``generate()`` (tests/hf/test_decoder_generate.py, the sweep): (test, dtype) -> heading
