@@ -271,7 +271,7 @@ def generation_tables(results: dict[tuple[str, str | None, str], str]) -> list[s
     from tests.hf.test_decoder_generate import GENERATE, SLIDING
 
     lines = ["", "Generation (`tests/hf/test_seq2seq_generation.py`, `tests/hf/test_decoder_generate.py`; the suite runs "
-             "Whisper, compiled BART `generate()` and Llama fp32, `tests/hf/sweep_generation.py` every row). Encoder-"
+             "Whisper through the runner and Llama's fp32 `generate()`, `tests/hf/sweep_generation.py` every cell). Encoder-"
              "decoders as `neuron_args.hf.StaticSeq2SeqLM`: an `encoder` graph, a decoder `prefill` graph (computes the "
              "cross-attention cache) and a `decode` graph (reads it), one static `EncoderDecoderCache`, served through "
              "`NeuronRunner` with encoder -O1, prefill the base -O2, decode -O3; tokens and every step's logits equal "

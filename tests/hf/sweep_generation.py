@@ -18,7 +18,7 @@ import pytest
 from tests.hf.generation_models import SEQ2SEQ
 from tests.hf.test_decoder_generate import DTYPES, GENERATE, SLIDING, check_generate
 from tests.hf.test_seq2seq_generation import (  # noqa: F401 - collected here, with every model
-    check_compiled_generate, check_parallel_flow, serve_seq2seq, test_a_prefill_of_another_length_is_a_miss_naming_the_graph_and_the_fix,
+    TEXT_SEQ2SEQ, check_compiled_generate, check_padded_batch, check_parallel_flow, check_prefill_miss, serve_seq2seq,
     test_a_second_request_reads_its_own_encoder_states, test_each_graph_has_its_own_arguments_and_serving_compiles_nothing,
     test_the_manifest_names_each_graph_with_its_level, test_tokens_and_logits_equal_transformers_generate,
 )
@@ -29,6 +29,15 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 @pytest.fixture(scope="module", params=sorted(SEQ2SEQ))
 def served(request: pytest.FixtureRequest, hf_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     yield from serve_seq2seq(request.param, hf_cache, tmp_path_factory.mktemp(f"manifest-{request.param}"))
+
+
+def test_a_prefill_of_another_length_is_a_miss_naming_the_graph_and_the_fix(served):
+    check_prefill_miss(served)
+
+
+@pytest.mark.parametrize("name", TEXT_SEQ2SEQ)
+def test_a_padded_batch_with_its_encoder_mask_generates_like_transformers(name):
+    check_padded_batch(name)
 
 
 @pytest.mark.parametrize("name", sorted(SEQ2SEQ))
