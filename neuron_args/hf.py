@@ -25,14 +25,15 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
     Allocated eagerly, so its tensors are graph inputs that every graph reads and writes in place
     (not tensors a first compiled call creates). Each layer's heads, head size, dtype and device come
     from one eager one-token call of ``model`` with a ``DynamicCache``: configs name these
-    differently (multi-query, per-layer head counts), the cache the model fills does not.
+    differently (multi-query, per-layer head counts), the cache the model fills does not. That call
+    is eager even when ``model``'s forward is compiled already (it would compile a graph of its own).
     """
     from transformers import DynamicCache
     from transformers.cache_utils import StaticCache, StaticLayer
 
     param = next(model.parameters())
     probe = DynamicCache(config=model.config)
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
         model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), past_key_values=probe,
               use_cache=True)
     filled = [layer for layer in probe.layers if getattr(layer, "keys", None) is not None]
@@ -77,3 +78,145 @@ class StaticCausalLM(torch.nn.Module):
                          cache_position=positions, past_key_values=self.cache, use_cache=True,
                          attention_mask=self.attention_mask[: input_ids.shape[0]])
         return out.logits
+
+
+# -- encoder-decoders -------------------------------------------------------------------------------------------
+
+
+class CrossAttentionFlags:
+    """``EncoderDecoderCache.is_updated`` fixed for one graph: the cross-attention keys/values are computed or read.
+
+    transformers keeps a Python ``dict`` of per-layer flags that its forward flips on the first decoder
+    call, so the call after it is a different graph, and a second request (flags still set) would read
+    the last request's encoder states. A decoder graph instead decides once: ``prefill`` computes the
+    cross-attention keys and values from the encoder states and writes them; ``decode`` reads them.
+    transformers' writes to the flags are ignored (no Python state changes between calls).
+    """
+
+    def __init__(self, updated: bool) -> None:
+        self.updated = updated
+
+    def get(self, layer_idx: int, default: Any = None) -> bool:
+        return self.updated
+
+    def __getitem__(self, layer_idx: int) -> bool:
+        return self.updated
+
+    def __setitem__(self, layer_idx: int, value: bool) -> None:
+        pass
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __repr__(self) -> str:
+        return f"CrossAttentionFlags(updated={self.updated})"
+
+
+def _static_layers(filled: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
+    """A full-length ``StaticLayer`` of ``max_cache_len`` per filled dynamic layer, allocated with its heads and dtype."""
+    from transformers.cache_utils import StaticLayer
+
+    layers = []
+    for seen in filled:
+        layer = StaticLayer(max_cache_len=max_cache_len)
+        keys, values = seen.keys, seen.values
+        layer.lazy_initialization(
+            torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
+            torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
+        layers.append(layer)
+    return layers
+
+
+def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, encoder_len: int, *,
+                                 batch_size: int = 1) -> Any:
+    """An ``EncoderDecoderCache`` of static layers for ``model``: self-attention ``max_cache_len`` long, cross-attention
+    ``encoder_len`` long (the encoder bucket's output length), allocated now.
+
+    As :func:`static_cache`, each layer's heads, head size and dtype come from one eager call (one
+    decoder token over ``encoder_len`` zero encoder states) that fills dynamic caches.
+    """
+    from transformers import DynamicCache, EncoderDecoderCache
+    from transformers.cache_utils import Cache
+
+    param = next(model.parameters())
+    config = model.config
+    hidden = getattr(config, "d_model", None) or config.hidden_size
+    probe = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
+        model(encoder_outputs=(torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device),),
+              decoder_input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), cache=probe, use_cache=True)
+    caches = []
+    for part, length in ((probe.self_attention_cache, max_cache_len), (probe.cross_attention_cache, encoder_len)):
+        filled = [layer for layer in part.layers if getattr(layer, "keys", None) is not None]
+        if not filled:
+            raise ValueError(f"{type(model).__name__}: a decoder call filled no cache layers; "
+                             "static_encoder_decoder_cache handles models whose attention layers cache keys and values")
+        caches.append(Cache(layers=_static_layers(filled, length, batch_size)))
+    return EncoderDecoderCache(*caches)
+
+
+class Seq2SeqEncoder(torch.nn.Module):
+    """An encoder-decoder's encoder as an entry module: ``forward(**inputs) -> last_hidden_state``."""
+
+    def __init__(self, encoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+        return self.encoder(**inputs).last_hidden_state
+
+
+class Seq2SeqDecoderStep(torch.nn.Module):
+    """One decoder graph of an encoder-decoder: ``forward(decoder_input_ids, encoder_hidden_states, start) -> logits``.
+
+    ``computes_cross``: this graph computes the cross-attention keys and values from
+    ``encoder_hidden_states`` and writes them (prefill), or reads them from the cache (decode; its
+    ``encoder_hidden_states`` then only gives the shape). The self-attention cache is written at
+    ``start`` as :class:`StaticCausalLM` does.
+    """
+
+    def __init__(self, model: torch.nn.Module, cache: Any, *, computes_cross: bool) -> None:
+        from transformers import EncoderDecoderCache
+
+        super().__init__()
+        self.model = model
+        self.computes_cross = computes_cross
+        # its own view of the shared caches: the flags are this graph's, the tensors everyone's
+        self.cache = EncoderDecoderCache(cache.self_attention_cache, cache.cross_attention_cache)
+        self.cache.is_updated = CrossAttentionFlags(not computes_cross)
+        max_cache_len = cache.self_attention_cache.layers[0].max_cache_len
+        batch_size = cache.self_attention_cache.layers[0].keys.shape[0]
+        self.register_buffer("attention_mask", torch.ones(batch_size, max_cache_len, dtype=torch.long),
+                             persistent=False)
+
+    def forward(self, decoder_input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, start: torch.Tensor,
+                encoder_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.cache.self_attention_cache.layers:
+            layer.cumulative_length.copy_(start)
+        if self.computes_cross:
+            for layer in self.cache.cross_attention_cache.layers:
+                layer.cumulative_length.zero_()
+        out = self.model(encoder_outputs=(encoder_hidden_states,), attention_mask=encoder_attention_mask,
+                         decoder_input_ids=decoder_input_ids,
+                         decoder_attention_mask=self.attention_mask[: decoder_input_ids.shape[0]],
+                         cache=self.cache, use_cache=True)
+        return out.logits
+
+
+class StaticSeq2SeqLM(torch.nn.Module):
+    """An encoder-decoder and its static caches as three entry modules: ``encoder``, ``prefill`` and ``decode``.
+
+    ``encoder(**inputs)`` returns the encoder states; ``prefill(decoder_input_ids, encoder_hidden_states,
+    start)`` writes the cross-attention cache from them and the self-attention cache at ``start``;
+    ``decode(...)`` (one token) reads the cross-attention cache. All three share the model's weights and
+    one :func:`static_encoder_decoder_cache` (cross-attention ``encoder_len`` long: one encoder bucket).
+    """
+
+    def __init__(self, model: torch.nn.Module, *, max_cache_len: int, encoder_len: int, batch_size: int = 1) -> None:
+        super().__init__()
+        self.model = model
+        self.cache = static_encoder_decoder_cache(model, max_cache_len, encoder_len, batch_size=batch_size)
+        self.max_cache_len, self.encoder_len = max_cache_len, encoder_len
+        self.encoder = Seq2SeqEncoder(model.get_encoder())
+        self.prefill = Seq2SeqDecoderStep(model, self.cache, computes_cross=True)
+        self.decode = Seq2SeqDecoderStep(model, self.cache, computes_cross=False)

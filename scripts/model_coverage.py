@@ -1,7 +1,8 @@
 """Write docs/MODEL_COVERAGE.md from a run of the model matrix (tests/hf) and the layer tests.
 
     .venv/bin/python scripts/model_coverage.py              # runs pytest on TESTS, then writes the tables
-    .venv/bin/python scripts/model_coverage.py --junit F    # from an existing JUnit XML of that run
+    .venv/bin/python scripts/model_coverage.py --junit F    # from an existing JUnit XML of that run (or several:
+                                                            # --junit F --junit G, G's outcomes replacing F's)
 
 Rows are architectures, columns the matrix cells (seam x dtype x cache kind); each cell is the
 outcome of its test, so the table says what was run, not what was hoped.
@@ -20,7 +21,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "MODEL_COVERAGE.md"
-TESTS = ["tests/hf", "tests/test_lowering_layers.py", "tests/test_lowering_linalg.py"]
+# every file by path: tests/hf/sweep_generation.py is not collected from its folder (its name), and pytest drops a
+# file given next to its folder
+TESTS = [*sorted(p.relative_to(REPO).as_posix() for p in (REPO / "tests" / "hf").glob("test_*.py")),
+         "tests/hf/sweep_generation.py", "tests/test_lowering_layers.py", "tests/test_lowering_linalg.py"]
 
 #: (test function, seam in the parameter id or None) -> column heading: seam · dtype · cache kind
 COLUMNS = [
@@ -35,6 +39,46 @@ COLUMNS = [
 ]
 SEAMS = ("neuron_native_lite", "neuron_libtorch_graph_capture")
 MARK = {"passed": "pass", "failed": "**FAIL**", "skipped": "skip"}
+
+#: encoder-decoders served through the runner and generating (tests/hf/test_seq2seq_generation.py, the sweep)
+SEQ2SEQ_COLUMNS = [
+    ("test_tokens_and_logits_equal_transformers_generate", "runner · tokens + logits of 6 greedy steps"),
+    ("test_a_second_request_reads_its_own_encoder_states", "runner · a second request"),
+    ("test_each_graph_has_its_own_arguments_and_serving_compiles_nothing", "runner · -O1 / -O2 / -O3, serve compiles nothing"),
+    ("test_the_manifest_names_each_graph_with_its_level", "manifest names each graph"),
+    ("test_a_prefill_of_another_length_is_a_miss_naming_the_graph_and_the_fix", "unknown shape: miss naming graph + fix"),
+    ("test_encoder_decoder_warmed_up_in_the_parallel_flow_generates_the_same", "parallel flow warmup, then serve"),
+    ("test_generate_of_a_compiled_encoder_decoder_gives_eager_tokens", "compiled `generate()` · static cache"),
+    ("test_a_padded_batch_with_its_encoder_mask_generates_like_transformers",
+     "batch 2, padded prompt + encoder mask (eager wrapper)"),
+]
+#: decoders through a compiled ``generate()`` (tests/hf/test_decoder_generate.py, the sweep): (test, dtype) -> heading
+GENERATE_COLUMNS = [
+    (("test_static_cache_generate_of_a_compiled_decoder_gives_eager_tokens", "fp32"),
+     "fp32 · `cache_implementation=\"static\"`"),
+    (("test_static_cache_generate_of_a_compiled_decoder_gives_eager_tokens", "fp16"),
+     "fp16 · `cache_implementation=\"static\"`"),
+    (("test_generate_with_the_neuron_static_cache_keeps_one_decode_graph", "fp32"), "fp32 · `neuron_args.hf.static_cache`"),
+    (("test_generate_with_the_neuron_static_cache_keeps_one_decode_graph", "fp16"), "fp16 · `neuron_args.hf.static_cache`"),
+]
+#: tests/hf/test_served_encoders.py: test function -> what a row says
+SERVED_ENCODERS = [
+    ("test_every_bucket_is_its_own_graph_with_its_own_level",
+     "every bucket its own graph and key; a graph type per bucket that needs its own level (-O1, -O3), two batch "
+     "buckets of one type at -O2"),
+    ("test_served_under_the_hit_assertion_with_eager_outputs",
+     "warmup then serve under `NEURON_LIBTORCH_ASSERT_CACHE_HIT=1`: no miss, logits equal eager, a direct call of the "
+     "transformers module routed to its bucket"),
+    ("test_a_sequence_outside_the_buckets_names_the_graph_the_key_and_the_fix",
+     "a sequence length outside the buckets: `CacheMissError` naming the graph type, the key, the closest entry and the fix"),
+    ("test_a_direct_call_outside_the_buckets_lists_the_declared_ones",
+     "a direct call with an undeclared batch: `UndeclaredGraphError` listing the declared buckets and the fix"),
+]
+#: tests/hf/test_decoder_generate.py: checks of ``neuron_args.hf`` that are no model cell
+HF_HELPERS = [
+    ("test_a_static_cache_for_a_compiled_model_compiles_nothing",
+     "`static_cache` for a model whose forward is compiled already: its probe runs eagerly, no graph compiled"),
+]
 
 #: tests/test_lowering_layers.py: test function -> what a row says (``{}``: the parameter id)
 LAYERS = [
@@ -202,6 +246,7 @@ def table(results: dict[tuple[str, str | None, str], str]) -> str:
     lines += ["", "A bf16 training step of Llama (one layer, lowered and run on XLA:CPU in-process), measured against the "
               "same step in fp32: every parameter's gradient error at most twice eager bf16's plus one bf16 rounding "
               f"(2^-8) of the gradient's size, the loss within the bf16 tolerance: {MARK.get(bf16, 'not run')}."]
+    lines += generation_tables(results)
     lines += ["", "Layers and ops (`tests/test_lowering_layers.py`, `tests/test_lowering_linalg.py`): compiled on XLA:CPU in-process and compared with "
               "eager (atol = rtol = 1e-5 unless the row says bit-exact; the op groups are four graphs of many ops "
               "each: convolutions and norms, resampling, indexing, math).", "", "| layer or op | result |", "|---|---|"]
@@ -220,19 +265,61 @@ def table(results: dict[tuple[str, str | None, str], str]) -> str:
     return "\n".join(lines)
 
 
+def generation_tables(results: dict[tuple[str, str | None, str], str]) -> list[str]:
+    """Encoder-decoders and decoders generating, and encoders served with buckets: one row per model or check."""
+    from tests.hf.generation_models import SEQ2SEQ
+    from tests.hf.test_decoder_generate import GENERATE, SLIDING
+
+    lines = ["", "Generation (`tests/hf/test_seq2seq_generation.py`, `tests/hf/test_decoder_generate.py`; the suite runs "
+             "Whisper through the runner and Llama's fp32 `generate()`, `tests/hf/sweep_generation.py` every cell). Encoder-"
+             "decoders as `neuron_args.hf.StaticSeq2SeqLM`: an `encoder` graph, a decoder `prefill` graph (computes the "
+             "cross-attention cache) and a `decode` graph (reads it), one static `EncoderDecoderCache`, served through "
+             "`NeuronRunner` with encoder -O1, prefill the base -O2, decode -O3; tokens and every step's logits equal "
+             "transformers' greedy `generate` (fp32, atol = rtol = 1e-4).", "",
+             "| model | " + " | ".join(title for _, title in SEQ2SEQ_COLUMNS) + " |",
+             "|" + "---|" * (len(SEQ2SEQ_COLUMNS) + 1)]
+    for name in SEQ2SEQ:
+        cells = [MARK.get(results.get((func, None, name)), "n/a" if "padded" in func and name == "whisper" else "not run")
+                 for func, _ in SEQ2SEQ_COLUMNS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Decoders: `model.generate()` (greedy, 6 new tokens) with the model's forward compiled through "
+              "`neuron_libtorch`, each call in the scope of its graph (prompt: prefill -O1, one token: decode -O3); "
+              "tokens equal eager `generate`, logits within fp32 1e-4 / fp16 1e-2 (CPU eager computes fp16, so both "
+              "sides run it). transformers' own static sliding-window layers (Mistral, Gemma 2) count filled positions "
+              "in a Python int: every decode step is a graph of its own (tokens still equal); passing "
+              "`past_key_values=neuron_args.hf.static_cache(model, n)` keeps one decode graph (`n/a`: no sliding "
+              "layers).", "", "| model | " + " | ".join(title for _, title in GENERATE_COLUMNS) + " |",
+              "|" + "---|" * (len(GENERATE_COLUMNS) + 1)]
+    for name in GENERATE:
+        cells = [MARK.get(results.get((func, None, f"{name}-{dtype}")),
+                          "n/a" if "neuron" in func and name not in SLIDING else "not run")
+                 for (func, dtype), _ in GENERATE_COLUMNS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Encoders served with buckets (`tests/hf/test_served_encoders.py`): a BERT sequence classifier "
+              "(buckets batch 1 x 8 and batch 2 x 16 tokens) and a ViT image classifier (batch 1 and 2) through "
+              "`NeuronRunner` (fp32, atol = rtol = 1e-4). The policy selects by graph type (the runner passes it no "
+              "inputs), so a bucket with a level of its own is a graph type of its own.", "",
+              "| check | result |", "|---|---|"]
+    for func, label in SERVED_ENCODERS + HF_HELPERS:
+        lines.append(f"| {label} | {MARK.get(results.get((func, None, '')), 'not run')} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--junit", type=Path, help="JUnit XML of a `pytest` run of TESTS "
-                                              "(default: run it now)")
+    p.add_argument("--junit", type=Path, action="append", help="JUnit XML of a `pytest` run of TESTS (default: run "
+                   "it now); given again, a later file's outcome of a test replaces an earlier one's")
     args = p.parse_args(argv)
-    junit = args.junit
-    if junit is None:
-        junit = Path(tempfile.mkdtemp()) / "matrix.xml"
+    junits = args.junit
+    if not junits:
+        junits = [Path(tempfile.mkdtemp()) / "matrix.xml"]
         subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *TESTS,
-                        f"--junitxml={junit}"], cwd=REPO, check=False)
-    results = outcomes(junit)
+                        f"--junitxml={junits[0]}"], cwd=REPO, check=False)
+    results = {}
+    for junit in junits:
+        results.update(outcomes(junit))
     if not results:
-        print(f"no matrix results in {junit}", file=sys.stderr)
+        print(f"no matrix results in {', '.join(map(str, junits))}", file=sys.stderr)
         return 1
     versions = ", ".join(f"{d} {metadata.version(d)}" for d in ("torch", "transformers", "torchax", "jax"))
     OUT.write_text(
