@@ -157,12 +157,18 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
                 f"graph output {i} ({node}) is {type(val).__name__}, not a tensor with a recorded "
                 "value (meta['val']) or a constant; only aot_autograd graphs returning tensors lower"
             )
-        if any(not isinstance(d, int) for d in val.shape):
+        if not all(_static(d) for d in val.shape):
             raise LoweringError(
                 f"graph output {i} has symbolic shape {tuple(val.shape)}. {_symbolic_hint(gm, val.shape)}"
             )
         specs.append(TensorSpec.of(val))
     return tuple(specs), tuple(constants)
+
+
+def _static(size: Any) -> bool:
+    """A size known while tracing: an int, or a symbolic one whose expression is a constant (``narrow``'s length when
+    its start is a tensor value)."""
+    return isinstance(size, int) or (isinstance(size, torch.SymInt) and size.node.maybe_as_int() is not None)
 
 
 def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
