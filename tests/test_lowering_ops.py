@@ -313,6 +313,8 @@ SWEPT_OPS = {
     "linalg_of_empty_matrices": (lambda a: (torch.linalg.det(a), torch.linalg.inv(a), torch.linalg.slogdet(a),
                                             torch.linalg.cholesky(a)),
                                  lambda: (torch.zeros(3, 0, 0),)),
+    "repeat_interleave_output_size": (lambda x, r: x.repeat_interleave(r, dim=1, output_size=7) * 2,
+                                      lambda: (randn(2, 3), _int(2, 0, 5))),
     "embedding_max_norm": (lambda i, w: F.embedding(i, w, max_norm=1.0) * 2, lambda: (_int(0, 3, 3, 5), randn(6, 4))),
     "batch_norm_with_update": (lambda x, w, m, v: torch.ops.aten._batch_norm_with_update(x, w, w, m, v, 0.1, 1e-5),
                                lambda: (randn(2, 3, 4), randn(3, seed=1), randn(3, seed=2), randn(3, seed=3).abs())),
@@ -329,17 +331,21 @@ def test_op_found_by_the_opinfo_sweep_matches_eager(name):
     compare(fn, *inputs(), atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
-def test_exponential_cauchy_and_log_normal_draw_from_the_graph_key():
-    """``torch.empty_like(p).exponential_()`` samples (vLLM's sampler races ``p / exponential``): the draws come from
-    the graph's key input, so they are not eager's numbers; they follow the distribution and differ per call."""
+def test_random_draws_come_from_the_graph_key():
+    """``torch.empty_like(p).exponential_()`` samples (vLLM's sampler races ``p / exponential``), ``cauchy_``,
+    ``log_normal_``, ``normal_``, ``torch.normal(mean, std, size, dtype=...)``: the draws come from the graph's key
+    input, so they are not eager's numbers; they follow the distribution and differ per call."""
     draw = Lowered()(lambda x: (torch.empty_like(x).exponential_(2.0), torch.empty_like(x).cauchy_(1.0, 2.0),
-                                torch.empty_like(x).log_normal_(0.5, 0.25)))
+                                torch.empty_like(x).log_normal_(0.5, 0.25), torch.empty_like(x).normal_(-1.0, 3.0),
+                                torch.normal(2.0, 0.5, x.shape, dtype=torch.bfloat16)))
     with torch.inference_mode():
         torch.manual_seed(0)
-        (exp, cauchy, log_normal), (again, _, _) = draw(torch.zeros(20000)), draw(torch.zeros(20000))
+        (exp, cauchy, log_normal, normal, sized), (again, *_) = draw(torch.zeros(20000)), draw(torch.zeros(20000))
     assert exp.min() >= 0 and abs(exp.mean().item() - 0.5) < 0.02
     assert abs(cauchy.median().item() - 1.0) < 0.1 and abs(((cauchy - 1).abs().median() - 2.0).item()) < 0.15
     assert abs(log_normal.log().mean().item() - 0.5) < 0.01 and abs(log_normal.log().std().item() - 0.25) < 0.01
+    assert abs(normal.mean().item() + 1.0) < 0.1 and abs(normal.std().item() - 3.0) < 0.1
+    assert sized.dtype == torch.bfloat16 and abs(sized.float().mean().item() - 2.0) < 0.02
     assert not torch.equal(exp, again)
 
 

@@ -1,6 +1,6 @@
 """Indexing and searching ops torchax lowers wrongly or not at all: ``searchsorted`` (torchax drops ``right``,
 ``side`` and ``sorter`` and searches N-d sequences as one flat array), ``index_reduce`` and ``embedding_renorm``
-(no lowering), ``nonzero_static`` (torchax sizes it from the values, which a traced graph does not have)."""
+(no lowering), ``repeat_interleave`` with ``output_size`` (refused), ``nonzero_static`` (torchax sizes it from the values, which a traced graph does not have)."""
 from __future__ import annotations
 
 from typing import Any
@@ -71,3 +71,12 @@ def embedding_renorm(weight: Any, indices: Any, max_norm: float, norm_type: floa
     norm = jnp.linalg.norm(weight.astype(jnp.float32), ord=norm_type, axis=-1)
     scale = jnp.where(picked & (norm > max_norm), max_norm / (norm + 1e-7), 1.0)
     return (weight * scale[:, None].astype(weight.dtype)).astype(weight.dtype)
+
+
+def repeat_interleave_indices(repeats: Any, *, output_size: int | None = None) -> Any:
+    """``aten.repeat_interleave.Tensor`` (what ``x.repeat_interleave(tensor, dim, output_size=n)`` indexes with):
+    ``i`` repeated ``repeats[i]`` times, ``output_size`` long. torchax refuses ``output_size``; without it the size
+    depends on the values (refused, naming the fix)."""
+    import jax.numpy as jnp
+
+    return jnp.repeat(jnp.arange(repeats.shape[0], dtype=jnp.int32), repeats, total_repeat_length=output_size)
