@@ -358,3 +358,16 @@ def test_narrow_at_a_tensor_start_names_the_value_read_not_dynamic():
     message = str(backend.errors[0])
     assert "cannot lower op aten._local_scalar_dense" in message and ".item()" in message
     assert "dynamic=False" not in message
+
+
+@pytest.mark.parametrize("fn, fix", [
+    (lambda x: torch.nonzero(x > 0), "torch.nonzero_static(x, size=n)"),
+    (lambda x: torch.arange(3).repeat_interleave((x[:3] > 0).long() + 1), "pass output_size="),
+    (lambda x: x.to(torch.chalf), "compute in torch.complex64"),
+], ids=["nonzero", "repeat_interleave", "chalf"])
+def test_an_op_a_static_graph_cannot_hold_names_its_fix(fn, fix):
+    backend = Lowered()
+    with torch.inference_mode(), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), \
+            pytest.raises(BackendCompilerFailed):
+        backend(fn)(randn(6))
+    assert fix in str(backend.errors[0])

@@ -1,6 +1,7 @@
 """Indexing and searching ops torchax lowers wrongly or not at all: ``searchsorted`` (torchax drops ``right``,
 ``side`` and ``sorter`` and searches N-d sequences as one flat array), ``index_reduce`` and ``embedding_renorm``
-(no lowering), ``repeat_interleave`` with ``output_size`` (refused), ``nonzero_static`` (torchax sizes it from the values, which a traced graph does not have)."""
+(no lowering), ``repeat_interleave`` with ``output_size`` (refused), ``nonzero_static`` (torchax sizes it from the
+values, which a traced graph does not have)."""
 from __future__ import annotations
 
 from typing import Any
