@@ -1,8 +1,9 @@
 """Random draws torchax does not lower: ``exponential``, ``cauchy``, ``log_normal``, ``normal_functional`` (the
 functional forms aot_autograd's graphs hold; torchax has only ``exponential_`` and ``cauchy_``, drawing with one
-fixed key), and ``torch.normal(mean, std, size, dtype=...)`` (torchax refuses ``dtype``). Each draws from the graph's key
-input, as dropout does (:mod:`~neuron_args.lowering.hlo`): repeatable per torch seed, not eager's numbers. Sampling
-with the exponential race (``probs / torch.empty_like(probs).exponential_()``, vLLM's sampler) draws so."""
+fixed key), and ``torch.normal(mean, std, size, dtype=...)`` (torchax refuses ``dtype``). Each draws from the
+graph's key input, as dropout does (:mod:`~neuron_args.lowering.hlo`): repeatable per torch seed, not eager's
+numbers. Sampling with the exponential race (``probs / torch.empty_like(probs).exponential_()``, vLLM's sampler)
+draws so."""
 from __future__ import annotations
 
 from collections.abc import Callable
