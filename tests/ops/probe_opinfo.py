@@ -86,6 +86,14 @@ NOTES = {
     r"^sparse\.|^to_sparse": "sparse tensors: Dynamo refuses them",
     r"^resize_": "Dynamo refuses resize_",
     r"^(linalg\.lstsq|nn\.functional\.ctc_loss)": "Dynamo refuses a dynamic-shape operator",
+    # bfloat16 only (the float32 samples pass)
+    r"^renorm$": "bfloat16 only: torch's decomposition (a float32 norm of the bfloat16 input) trips torchax's "
+                 "environment check",
+    r"^addbmm$": "bfloat16 only: one element of 50 off by 0.22 (eager is within 0.03 of float32 rounded once): the "
+                 "graph rounds its batch sums differently from eager's kernel",
+    r"^(grid_sampler_2d|nn\.functional\.grid_sample)$": "bfloat16 only: eager's CPU kernel rounds its intermediates "
+                                                        "(grid coordinates) in bfloat16 its own way: eager itself is "
+                                                        "up to 0.17 from float32 rounded once",
     r"^nn\.functional\.gaussian_nll_loss$": "Dynamo cannot guard on a data-dependent expression (a var shape check)",
 }
 
@@ -367,7 +375,8 @@ def _report(r: dict[str, Any], done: int, total: int) -> None:
     print(f"[{done}/{total}] {r['op']}: {r['class']} {r.get('detail', '')[:200]}", flush=True)
 
 
-def write_doc(results: dict[str, dict[str, Any]], dtype: str, samples: int) -> None:
+def write_doc(results: dict[str, dict[str, Any]], dtype: str, samples: int,
+              half: dict[str, dict[str, Any]] | None = None) -> None:
     import jax
     import torch
 
@@ -417,6 +426,18 @@ def write_doc(results: dict[str, dict[str, Any]], dtype: str, samples: int) -> N
             lines.append(f"| `{r['op']}` | {note(r['op'])} | {_cell(r.get('detail', ''))} |")
     passed = sorted(r["op"] for r in results.values() if r["class"] == "pass")
     lines += ["", f"## pass ({len(passed)})", "", ", ".join(f"`{p}`" for p in passed), ""]
+    if half:
+        counts = Counter(r["class"] for r in half.values())
+        lines += ["## bfloat16", "",
+                  f"The float32 passes that support bfloat16 ({len(half)} ops), their first sample in bfloat16 "
+                  f"(`--dtype bfloat16 --only-passed --samples 1`), compared with eager bfloat16 (atol = rtol = "
+                  f"{TOL['bfloat16']:g}): " + ", ".join(f"{c} {counts.get(c, 0)}" for c in CLASSES) + ".", ""]
+        rows = sorted((r for r in half.values() if r["class"] != "pass"), key=lambda r: r["op"])
+        if rows:
+            lines += ["| op | class | why | error |", "|---|---|---|---|"]
+            lines += [f"| `{r['op']}` | {r['class']} | {note(r['op'])} | {_cell(r.get('detail', ''))} |"
+                      for r in rows]
+            lines.append("")
     DOC.write_text("\n".join(lines))
 
 
@@ -467,7 +488,9 @@ def main(argv: list[str]) -> int:
     counts = Counter(r["class"] for r in results.values())
     print(f"{len(results)} ops in {time.time() - t0:.0f}s: " + ", ".join(f"{c} {counts.get(c, 0)}" for c in CLASSES))
     if (args.doc_only or not args.ops and not args.no_doc) and args.dtype == "float32":
-        write_doc({n: known[n] for n in every if n in known}, args.dtype, args.samples)
+        half = args.cache / "bfloat16.json"
+        write_doc({n: known[n] for n in every if n in known}, args.dtype, args.samples,
+                  json.loads(half.read_text()) if half.exists() else None)
         print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 
