@@ -130,6 +130,10 @@ LIMITS = [
     "`scale_grad_by_freq` follows `nn.Embedding`'s documented scaling; torch 2.13's CPU `embedding_bag` kernel "
     "miscounts repeated indices (an index three times in the batch gets 1.5 where `nn.Embedding` gives 1).",
     "`F.rrelu` in training mode (a random slope per element): lowered in eval mode only (refused with the fix).",
+    "Op by op: [OP_COVERAGE.md](OP_COVERAGE.md) sweeps torch's OpInfo database through the lowering (619 of 677 "
+    "fp32 ops pass); it lists every op that does not, with the cause. Random draws (`exponential_`, `normal_`, "
+    "`cauchy_`, dropout) come from the graph's key, drawn from torch's generator per call: repeatable per seed, "
+    "not eager's numbers.",
     "`as_strided` over memory its input does not own, or over an input that does not fill one dense block "
     "(refused, naming `.contiguous()` or the owning tensor).",
     "Runtime checks of tensor values (`torch._check_tensor_all`, transformers' input checks such as LLaVA's "

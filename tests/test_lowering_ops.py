@@ -280,3 +280,94 @@ def test_through_a_seam_the_lowering_error_reaches_the_caller_as_itself(tmp_path
             pytest.raises(LoweringError, match="graph type 'encoder'") as caught:
         cm(torch.ones(3))
     assert "register_lowering('neuron_args_test::opaque')" in str(caught.value)
+
+
+# -- ops an OpInfo sweep found unlowered or wrong (tests/ops/probe_opinfo.py, docs/OP_COVERAGE.md)
+
+
+def _int(*values: int) -> torch.Tensor:
+    return torch.tensor(values)
+
+
+SWEPT_OPS = {
+    # torchax dropped right/side/sorter and searched an N-d sequence as one flat array
+    "searchsorted": (lambda s, v, perm: (
+        torch.searchsorted(s, v, right=True), torch.searchsorted(s, v, side="left"),
+        torch.searchsorted(s[0][perm], v[0], sorter=torch.argsort(perm))),
+        lambda: (torch.sort(randn(3, 6)).values.round(), randn(3, 4).round(), torch.randperm(
+            6, generator=torch.Generator().manual_seed(0)))),
+    "index_reduce": (lambda x, i, s: tuple(x.index_reduce(0, i, s, r, include_self=inc)
+                                           for r in ("prod", "mean", "amax", "amin") for inc in (True, False)),
+                     lambda: (randn(5, 3), _int(0, 4, 0, 2), randn(4, 3, seed=1))),
+    "index_reduce_int_mean": (lambda x, i, s: x.index_reduce(1, i, s, "mean"),
+                              lambda: (_int(7, -3, 9).expand(2, 3).contiguous(), _int(2, 2, 0), _int(4, 1, -8)
+                                       .expand(2, 3).contiguous())),
+    "nonzero_static": (lambda x: (torch.nonzero_static(x > 0, size=3), torch.nonzero_static(x > 0, size=20,
+                                                                                            fill_value=-7)),
+                       lambda: (randn(3, 4),)),
+    # torchax averaged A with its transpose: torch reads one triangle
+    "eigh_one_triangle": (lambda a: (torch.linalg.eigvalsh(a), torch.linalg.eigvalsh(a, UPLO="U"),
+                                     torch.linalg.eigh(a).eigenvectors.abs(),
+                                     torch.linalg.pinv(a, hermitian=True)),
+                          lambda: (randn(2, 4, 4) + 4 * torch.eye(4),)),
+    "linalg_of_empty_matrices": (lambda a: (torch.linalg.det(a), torch.linalg.inv(a), torch.linalg.slogdet(a),
+                                            torch.linalg.cholesky(a)),
+                                 lambda: (torch.zeros(3, 0, 0),)),
+    "repeat_interleave_output_size": (lambda x, r: x.repeat_interleave(r, dim=1, output_size=7) * 2,
+                                      lambda: (randn(2, 3), _int(2, 0, 5))),
+    "embedding_max_norm": (lambda i, w: F.embedding(i, w, max_norm=1.0) * 2, lambda: (_int(0, 3, 3, 5), randn(6, 4))),
+    "batch_norm_with_update": (lambda x, w, m, v: torch.ops.aten._batch_norm_with_update(x, w, w, m, v, 0.1, 1e-5),
+                               lambda: (randn(2, 3, 4), randn(3, seed=1), randn(3, seed=2), randn(3, seed=3).abs())),
+    "ldexp_angle_spherical_j0": (lambda x, e: (torch.ldexp(x, e), torch.angle(x), torch.angle(e),
+                                               torch.special.spherical_bessel_j0(x * 4)),
+                                 lambda: (torch.tensor([-2.0, -0.0, 0.0, 1.5, float("nan"), float("inf")]),
+                                          _int(-1, 0, 3, 2, 1, -4))),
+}
+
+
+@pytest.mark.parametrize("name", list(SWEPT_OPS))
+def test_op_found_by_the_opinfo_sweep_matches_eager(name):
+    fn, inputs = SWEPT_OPS[name]
+    compare(fn, *inputs(), atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+def test_random_draws_come_from_the_graph_key():
+    """``torch.empty_like(p).exponential_()`` samples (vLLM's sampler races ``p / exponential``), ``cauchy_``,
+    ``log_normal_``, ``normal_``, ``torch.normal(mean, std, size, dtype=...)``: the draws come from the graph's key
+    input, so they are not eager's numbers; they follow the distribution and differ per call."""
+    draw = Lowered()(lambda x: (torch.empty_like(x).exponential_(2.0), torch.empty_like(x).cauchy_(1.0, 2.0),
+                                torch.empty_like(x).log_normal_(0.5, 0.25), torch.empty_like(x).normal_(-1.0, 3.0),
+                                torch.normal(2.0, 0.5, x.shape, dtype=torch.bfloat16)))
+    with torch.inference_mode():
+        torch.manual_seed(0)
+        (exp, cauchy, log_normal, normal, sized), (again, *_) = draw(torch.zeros(20000)), draw(torch.zeros(20000))
+    assert exp.min() >= 0 and abs(exp.mean().item() - 0.5) < 0.02
+    assert abs(cauchy.median().item() - 1.0) < 0.1 and abs(((cauchy - 1).abs().median() - 2.0).item()) < 0.15
+    assert abs(log_normal.log().mean().item() - 0.5) < 0.01 and abs(log_normal.log().std().item() - 0.25) < 0.01
+    assert abs(normal.mean().item() + 1.0) < 0.1 and abs(normal.std().item() - 3.0) < 0.1
+    assert sized.dtype == torch.bfloat16 and abs(sized.float().mean().item() - 2.0) < 0.02
+    assert not torch.equal(exp, again)
+
+
+def test_narrow_at_a_tensor_start_names_the_value_read_not_dynamic():
+    """A start read from a tensor (``.item()``) with a fixed length: the output's size is known, the start is not;
+    the error names the read and its fix, not ``dynamic=False``."""
+    backend = Lowered()
+    with torch.inference_mode(), pytest.raises(BackendCompilerFailed):
+        backend(lambda x, s: torch.narrow(x, 1, s, 2))(randn(3, 5), torch.tensor(1))
+    message = str(backend.errors[0])
+    assert "cannot lower op aten._local_scalar_dense" in message and ".item()" in message
+    assert "dynamic=False" not in message
+
+
+@pytest.mark.parametrize("fn, fix", [
+    (lambda x: torch.nonzero(x > 0), "torch.nonzero_static(x, size=n)"),
+    (lambda x: torch.arange(3).repeat_interleave((x[:3] > 0).long() + 1), "pass output_size="),
+    (lambda x: x.to(torch.chalf), "compute in torch.complex64"),
+], ids=["nonzero", "repeat_interleave", "chalf"])
+def test_an_op_a_static_graph_cannot_hold_names_its_fix(fn, fix):
+    backend = Lowered()
+    with torch.inference_mode(), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), \
+            pytest.raises(BackendCompilerFailed):
+        backend(fn)(randn(6))
+    assert fix in str(backend.errors[0])

@@ -157,12 +157,18 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
                 f"graph output {i} ({node}) is {type(val).__name__}, not a tensor with a recorded "
                 "value (meta['val']) or a constant; only aot_autograd graphs returning tensors lower"
             )
-        if any(not isinstance(d, int) for d in val.shape):
+        if not all(_static(d) for d in val.shape):
             raise LoweringError(
                 f"graph output {i} has symbolic shape {tuple(val.shape)}. {_symbolic_hint(gm, val.shape)}"
             )
         specs.append(TensorSpec.of(val))
     return tuple(specs), tuple(constants)
+
+
+def _static(size: Any) -> bool:
+    """A size known while tracing: an int, or a symbolic one whose expression is a constant (``narrow``'s length when
+    its start is a tensor value)."""
+    return isinstance(size, int) or (isinstance(size, torch.SymInt) and size.node.maybe_as_int() is not None)
 
 
 def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
@@ -175,13 +181,14 @@ def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
         return _STATIC_HINT
     origin = next((n for n in gm.graph.nodes if n.op == "call_function" and free_unbacked_symbols(n.meta.get("val"))),
                   None)
-    made = ""
+    made, fix = "", None
     if origin is not None:
         where = _user_source(origin)
         made = f" (op {_op_name(origin)}" + (f", from {where})" if where else ")")
-    return (f"Its size depends on tensor values{made}, which a static Neuron graph cannot hold: keep sizes fixed "
-            "(a mask with torch.where instead of boolean indexing or nonzero), or compute that part outside the "
-            "compiled function.")
+        fix = _DATA_DEPENDENT.get(_op_name(origin))
+    return (f"Its size depends on tensor values{made}, which a static Neuron graph cannot hold: " + (fix or (
+        "keep sizes fixed (a mask with torch.where instead of boolean indexing or nonzero), or compute that part "
+        "outside the compiled function.")))
 
 
 #: graph outputs returned as they are, outside the HLO
@@ -488,9 +495,15 @@ _DATA_DEPENDENT = {
         "static graph cannot: derive it from shapes, keep it a tensor, or pass it in as a Python constant; a "
         "transformers decoder with a StaticCache reads the cache's filled length this way when it gets no "
         "attention_mask (pass one; neuron_args.hf.StaticCausalLM does)"),
-    "aten.nonzero.default": "its output size depends on tensor values; use a fixed-size mask (torch.where) instead",
+    "aten.nonzero.default": "its output size depends on tensor values; use torch.nonzero_static(x, size=n) (padded "
+                            "with fill_value) or a fixed-size mask (torch.where) instead",
     "aten.masked_select.default": "its output size depends on tensor values; use torch.where with a fixed size",
-    "aten.unique.default": "its output size depends on tensor values",
+    "aten._unique2.default": "its output size depends on tensor values; count over the known value range instead "
+                             "(a one-hot sum), or compute it outside the compiled function",
+    "aten.unique_consecutive.default": "its output size depends on tensor values; compute it outside the compiled "
+                                       "function",
+    "aten.repeat_interleave.Tensor": "its output size is the sum of the repeats; pass output_size= (the total, known "
+                                     "from shapes) to repeat_interleave",
 }
 
 
@@ -508,6 +521,8 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     ]
     if op in _DATA_DEPENDENT:
         lines.append(f"  {_DATA_DEPENDENT[op]}")
+    elif "complex32" in str(error):
+        lines.append("  torch.complex32 (chalf) has no XLA type: compute in torch.complex64")
     elif _has_unbacked_size(n):
         lines.append("  its output size depends on tensor values (a boolean mask index, nonzero): keep sizes fixed "
                      "with torch.where, or compute it outside the compiled function")

@@ -1,5 +1,5 @@
 """Dense linear algebra torchax lowers wrongly or not at all: LU-based ``det``, ``slogdet``, ``solve``, ``inv_ex``,
-``lu_factor_ex``, Cholesky with its ``info``, ``cholesky_solve`` and ``pinv``.
+``lu_factor_ex``, Cholesky with its ``info``, ``cholesky_solve``, ``pinv`` and ``eigh``.
 
 torch's kernels return more than the user sees: the LU factors and pivots a backward formula reuses, and an
 ``info`` tensor (LAPACK's: the 1-based index of the first zero pivot or failed minor, 0 when none) that
@@ -41,6 +41,8 @@ def _first_true(flags: Any) -> Any:
     """The 1-based index of the first True along the last axis, 0 when there is none (int32)."""
     import jax.numpy as jnp
 
+    if flags.shape[-1] == 0:  # 0 x 0 matrices: nothing to fail
+        return jnp.zeros(flags.shape[:-1], jnp.int32)
     return jnp.where(flags.any(-1), jnp.argmax(flags, -1) + 1, 0).astype(jnp.int32)
 
 
@@ -151,12 +153,32 @@ def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tupl
     import jax
     import jax.numpy as jnp
 
-    half = jnp.triu(a) if upper else jnp.tril(a)
-    sym = half + _mT(jnp.triu(half, 1) if upper else jnp.tril(half, -1))
+    if a.shape[-1] == 0:  # 0 x 0 matrices: nothing to factor
+        return a, jnp.zeros(a.shape[:-2], jnp.int32)
+    sym = _symmetric(a, upper)
     low = jax.lax.linalg.cholesky(sym, symmetrize_input=False)
     failed = ~jnp.isfinite(jnp.diagonal(low, axis1=-2, axis2=-1)).all()
     info = jax.lax.cond(failed, _cholesky_info, lambda s: jnp.zeros(s.shape[:-2], jnp.int32), sym)
     return (_mT(low) if upper else low), info
+
+
+def _symmetric(a: Any, upper: bool) -> Any:
+    """The symmetric matrix ``a``'s lower (upper) triangle stands for: what LAPACK's symmetric kernels read."""
+    import jax.numpy as jnp
+
+    half = jnp.triu(a) if upper else jnp.tril(a)
+    return half + _mT(jnp.triu(half, 1) if upper else jnp.tril(half, -1))
+
+
+def eigh(a: Any, uplo: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
+    """``aten._linalg_eigh``: ``(eigenvalues ascending, eigenvectors)`` of the symmetric matrix ``a``'s ``uplo``
+    triangle stands for (torchax averages ``a`` with its transpose, so an ``a`` that is not symmetric gave other
+    values); no eigenvectors (an empty tensor, as eager) without ``compute_v``."""
+    import jax
+    import jax.numpy as jnp
+
+    vectors, values = jax.lax.linalg.eigh(_symmetric(a, uplo.upper() == "U"), symmetrize_input=False)
+    return values, (vectors if compute_v else jnp.zeros((0,), a.dtype))
 
 
 def _cholesky_info(a: Any) -> Any:
@@ -195,9 +217,12 @@ def cholesky_solve(b: Any, factor: Any, upper: bool = False) -> Any:
 def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:
     """``aten.linalg_pinv`` (``atol``/``rtol`` floats or tensors): singular values at most
     ``max(atol, rtol * s_max)`` are dropped; ``rtol`` not given is 0 where ``atol`` is positive, else
-    ``eps * max(m, n)`` (torch's rule; torchax ignores ``atol``). ``hermitian`` only chooses torch's algorithm."""
+    ``eps * max(m, n)`` (torch's rule; torchax ignores ``atol``). ``hermitian``: ``a`` is the symmetric matrix its
+    lower triangle stands for (torch reads only that triangle then)."""
     import jax.numpy as jnp
 
+    if hermitian:
+        a = _symmetric(a, upper=False)
     u, s, vh = jnp.linalg.svd(a, full_matrices=False)
     atol = jnp.zeros((), s.dtype) if atol is None else _per_matrix(atol, s.dtype)
     if rtol is None:

@@ -3,10 +3,10 @@
 A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
-strided, resampling, pooling, linalg) and are named in :data:`LOWERINGS` below (those that read their
-input's memory layout in :data:`BY_LAYOUT`); a user registers one for their own custom op with
-:func:`register_lowering`. They take precedence over torchax's table and decompositions, in the
-graph and inside decompositions.
+strided, resampling, pooling, linalg, indexing, distributions, elementwise) and are named in
+:data:`LOWERINGS` below (those that read their input's memory layout in :data:`BY_LAYOUT`); a user
+registers one for their own custom op with :func:`register_lowering`. They take precedence over
+torchax's table and decompositions, in the graph and inside decompositions.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from neuron_args.lowering import environments, linalg, strided
+from neuron_args.lowering import distributions, elementwise, environments, indexing, linalg, strided
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
@@ -98,6 +98,19 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::linalg_cholesky_ex": linalg.cholesky_ex,
     "aten::cholesky_solve": linalg.cholesky_solve,
     "aten::linalg_pinv": linalg.pinv,
+    "aten::_linalg_eigh": linalg.eigh,
+    "aten::searchsorted": indexing.searchsorted,
+    "aten::index_reduce": indexing.index_reduce,
+    "aten::nonzero_static": indexing.nonzero_static,
+    "aten::embedding_renorm": indexing.embedding_renorm,
+    "aten::repeat_interleave.Tensor": indexing.repeat_interleave_indices,
+    "aten::normal_functional": distributions.normal,
+    "aten::normal.float_float": distributions.normal_of_size,
+    "aten::exponential": distributions.exponential,
+    "aten::cauchy": distributions.cauchy,
+    "aten::log_normal": distributions.log_normal,
+    "aten::angle": elementwise.angle,
+    "aten::special_spherical_bessel_j0": elementwise.spherical_bessel_j0,
     "transformers::grouped_mm_fallback": grouped_mm,
     "transformers::grouped_mm_fallback_backward": grouped_mm_backward,
 }
@@ -165,10 +178,12 @@ def in_float32(op: Any, args: Any, kwargs: Any, result: Any) -> Any:
     return out.to(result.dtype) if isinstance(result, torch.Tensor) else out
 
 
-#: ops torchax lowers wrongly, computed with torch's own decomposition instead: torchax's
+#: ops torchax lowers wrongly or not at all, computed with torch's own decomposition instead: torchax's
 #: ``native_layer_norm_backward`` calls a jax function that does not exist, its
-#: ``max_pool2d_with_indices_backward`` adds each gradient to a whole window instead of its argmax
-TORCH_DECOMPOSED: tuple[Any, ...] = (aten.native_layer_norm_backward, aten.max_pool2d_with_indices_backward)
+#: ``max_pool2d_with_indices_backward`` adds each gradient to a whole window instead of its argmax; it has no
+#: ``_batch_norm_with_update_functional`` (a training-mode batch norm) or ``ldexp``
+TORCH_DECOMPOSED: tuple[Any, ...] = (aten.native_layer_norm_backward, aten.max_pool2d_with_indices_backward,
+                                     aten._batch_norm_with_update_functional, aten.ldexp)
 
 
 def install(env: Any) -> None:

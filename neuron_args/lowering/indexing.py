@@ -1,0 +1,83 @@
+"""Indexing and searching ops torchax lowers wrongly or not at all: ``searchsorted`` (torchax drops ``right``,
+``side`` and ``sorter`` and searches N-d sequences as one flat array), ``index_reduce`` and ``embedding_renorm``
+(no lowering), ``repeat_interleave`` with ``output_size`` (refused), ``nonzero_static`` (torchax sizes it from the
+values, which a traced graph does not have)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def searchsorted(seq: Any, values: Any, *, out_int32: bool = False, right: bool = False, side: str | None = None,
+                 sorter: Any = None) -> Any:
+    """``aten.searchsorted.{Tensor,Scalar}``: the insertion points of ``values`` in the last dim of ``seq``, each row
+    of an N-d ``seq`` searched for the matching row of ``values``; ``side="right"`` (or ``right``) after equal
+    elements; ``sorter`` the indices that sort ``seq``."""
+    import jax
+    import jax.numpy as jnp
+
+    side = side or ("right" if right else "left")
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter.astype(jnp.int32), axis=-1)
+    values = jnp.asarray(values, seq.dtype)
+    if seq.ndim == 1:
+        found = jnp.searchsorted(seq, values, side=side)
+    else:  # one search per row of the leading dims
+        rows = seq.reshape(-1, seq.shape[-1])
+        found = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(
+            rows, values.reshape(rows.shape[0], -1)).reshape(values.shape)
+    return found.astype(jnp.int32)
+
+
+def index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, include_self: bool = True) -> Any:
+    """``aten.index_reduce``: slice ``index[i]`` of ``x`` along ``dim`` reduced (``prod``, ``mean``, ``amax``,
+    ``amin``) with slice ``i`` of ``source``; ``include_self=False`` leaves ``x``'s own values out of the slices
+    indexed. ``mean`` divides by the count (floor division for integers, as eager)."""
+    import jax.numpy as jnp
+
+    if x.ndim == 0:  # a scalar: one slice
+        return index_reduce(x.reshape(1), 0, index, source.reshape(1), reduce, include_self=include_self)[0]
+    out, src = jnp.moveaxis(x, dim, 0), jnp.moveaxis(source.astype(x.dtype), dim, 0)
+    index = index.astype(jnp.int32)
+    if reduce == "mean":
+        base = out if include_self else out.at[index].set(0)
+        counts = jnp.zeros(out.shape[0], x.dtype).at[index].add(1) + (1 if include_self else 0)
+        counts = jnp.maximum(counts, 1).reshape(-1, *([1] * (out.ndim - 1)))
+        total = base.at[index].add(src)
+        out = total // counts if jnp.issubdtype(x.dtype, jnp.integer) else total / counts
+    else:
+        integer = jnp.issubdtype(x.dtype, jnp.integer)
+        low, high = (jnp.iinfo(x.dtype).min, jnp.iinfo(x.dtype).max) if integer else (-jnp.inf, jnp.inf)
+        identity, method = {"prod": (1, "multiply"), "amax": (low, "max"), "amin": (high, "min")}[reduce]
+        base = out if include_self else out.at[index].set(identity)
+        out = getattr(base.at[index], method)(src)
+    return jnp.moveaxis(out, 0, dim)
+
+
+def nonzero_static(x: Any, *, size: int, fill_value: int = -1) -> Any:
+    """``aten.nonzero_static``: the indices of the first ``size`` nonzero elements (row-major), one row each,
+    rows past the last nonzero element filled with ``fill_value``: a fixed size, unlike ``nonzero``."""
+    import jax.numpy as jnp
+
+    if x.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int32)
+    return jnp.stack(jnp.nonzero(x, size=size, fill_value=fill_value), axis=-1).astype(jnp.int32)
+
+
+def embedding_renorm(weight: Any, indices: Any, max_norm: float, norm_type: float) -> Any:
+    """``aten.embedding_renorm`` (``nn.Embedding(max_norm=...)``): the rows ``indices`` picks whose ``norm_type``-norm
+    exceeds ``max_norm`` scaled to ``max_norm / (norm + 1e-7)``, as eager's kernel; the other rows unchanged."""
+    import jax.numpy as jnp
+
+    picked = jnp.zeros(weight.shape[0], bool).at[indices.reshape(-1).astype(jnp.int32)].set(True)
+    norm = jnp.linalg.norm(weight.astype(jnp.float32), ord=norm_type, axis=-1)
+    scale = jnp.where(picked & (norm > max_norm), max_norm / (norm + 1e-7), 1.0)
+    return (weight * scale[:, None].astype(weight.dtype)).astype(weight.dtype)
+
+
+def repeat_interleave_indices(repeats: Any, *, output_size: int | None = None) -> Any:
+    """``aten.repeat_interleave.Tensor`` (what ``x.repeat_interleave(tensor, dim, output_size=n)`` indexes with):
+    ``i`` repeated ``repeats[i]`` times, ``output_size`` long. torchax refuses ``output_size``; without it the size
+    depends on the values (refused, naming the fix)."""
+    import jax.numpy as jnp
+
+    return jnp.repeat(jnp.arange(repeats.shape[0], dtype=jnp.int32), repeats, total_repeat_length=output_size)
