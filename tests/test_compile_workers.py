@@ -423,3 +423,59 @@ def test_a_prestart_that_does_not_wait_hands_its_worker_to_the_next_compile(hlo_
     logs = [(root / k / LOG_FILE).read_text() for k in keys]
     assert {int(re.search(r"pid (\d+)", log).group(1)) for log in logs} == set(_children(leader))
     assert shared.idle_pids() == [leader]
+
+
+@pytest.fixture(scope="module")
+def lapack_hlo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """inv(a) @ b: a graph whose HLO calls LAPACK custom calls (lapack_sgetrf_ffi ...), lowered by jax."""
+    import jax
+    import jax.numpy as jnp
+
+    lowered = jax.jit(lambda a, b: jnp.linalg.inv(a) @ b).lower(
+        jax.ShapeDtypeStruct((4, 4), jnp.float32), jax.ShapeDtypeStruct((4, 4), jnp.float32))
+    assert "lapack_" in lowered.as_text("hlo")
+    path = tmp_path_factory.mktemp("lapack") / "graph.hlo"
+    path.write_bytes(lowered.compiler_ir("hlo").as_serialized_hlo_module_proto())
+    return path
+
+
+def _run_inv(blob: Path) -> None:
+    from neuron_args import xla_cpu
+
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((4, 4)) + 4 * np.eye(4)).astype(np.float32)
+    b = rng.standard_normal((4, 4), dtype=np.float32)
+    (out,) = xla_cpu.execute(xla_cpu.deserialize_executable(blob.read_bytes()), [a, b])
+    np.testing.assert_allclose(out, np.linalg.inv(a) @ b, rtol=1e-4, atol=1e-5)
+
+
+def test_worker_compiles_lapack_custom_calls_without_importing_jax(lapack_hlo: Path, shared, tmp_path: Path) -> None:
+    entry = tmp_path / "inv"
+    result = _compile(lapack_hlo, entry, LocalCompiler())
+    log = (entry / LOG_FILE).read_text()
+    assert "warm worker" in _first_line(entry)
+    assert "xla client: jaxlib's own (jax not imported)" in log
+    assert "importing jax" not in log
+    _run_inv(result.output_path)
+
+
+FALLBACK = textwrap.dedent("""
+    # the one-shot program with no custom-call targets queued: the compile must import jax for them
+    import sys
+    from neuron_args.compilers import local_xla
+    local_xla.preload = lambda: None
+    sys.exit(local_xla.main(sys.argv[1:]))
+""")
+
+
+def test_a_custom_call_only_jax_registers_is_compiled_after_importing_jax(lapack_hlo: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "no_targets.py"
+    script.write_text(FALLBACK)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    entry = tmp_path / "inv"
+    result = _compile(lapack_hlo, entry, LocalCompiler([sys.executable, str(script)]))
+    log = (entry / LOG_FILE).read_text()
+    assert re.search(r"importing jax for its custom-call targets \(.*lapack_\w+_ffi", log), log
+    assert "xla client: jaxlib's own (jax not imported)" in log  # the client came first; jax only for the targets
+    _run_inv(result.output_path)

@@ -624,7 +624,7 @@ def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
 
 
 def serve(argv: Sequence[str] | None = None) -> int:
-    """The worker: start jax, say so, then answer one ``{"status": N}`` line per request line.
+    """The worker: start its XLA client, say so, then answer one ``{"status": N}`` line per request line.
 
     ``argv``: ``[idle seconds]``; it leaves when no request came for that long, or its input ends.
     """
@@ -635,12 +635,11 @@ def serve(argv: Sequence[str] | None = None) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins (if jax is imported)
     start = time.perf_counter()
-    from neuron_args import xla_cpu
-    from neuron_args.compilers import local_xla  # noqa: F401
+    from neuron_args.compilers import local_xla
 
-    xla_cpu.cpu_client()
+    local_xla.compile_client()
     answers.write(json.dumps({"ready": os.getpid(), "seconds": round(time.perf_counter() - start, 3)}).encode() + b"\n")
     n = 0
     while select.select([requests], [], [], idle)[0]:  # one request at a time: none waits in the buffer
