@@ -10,7 +10,8 @@ the import its only other thread is OpenBLAS's, which handles fork itself.
 The driver asks over a ``SOCK_SEQPACKET`` socketpair (the zygote's stdin): one message per worker,
 ``{"idle": seconds}`` with three descriptors attached (``send_fds``): the worker's request pipe,
 its answer pipe and a status pipe the zygote keeps. For each request the zygote forks a *leader*,
-which leads a new session (the process group a timeout or cancel kills) and forks the worker; the
+which leads a new session (the process group a timeout or cancel kills; the zygote makes it a
+group leader before it tells the pid, so a kill sent at once reaches it) and forks the worker; the
 leader waits for the worker and exits as it did, as the supervisor does. The zygote writes
 ``pid <leader>`` on the status pipe at once and ``exit <status>`` when it reaps the leader.
 
@@ -65,7 +66,8 @@ def _lead(req_r: int, ans_w: int, idle: float, zygote: int, inherited: list[int]
     for fd in inherited:
         with contextlib.suppress(OSError):
             os.close(fd)
-    os.setsid()
+    with contextlib.suppress(PermissionError):  # the zygote made it a group leader first: a group is what counts
+        os.setsid()
     die_with_parent(zygote, signal.SIGKILL)
     leader = os.getpid()
     worker = os.fork()
@@ -150,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           [control.fileno(), wake_r, wake_w, status_w, *children.values()])
                 finally:
                     os._exit(EXIT_CANNOT_START)
+            with contextlib.suppress(OSError):  # it heads its group before its pid is told: a kill then reaches it
+                os.setpgid(leader, leader)  # (EPERM: its own setsid came first, as good)
             os.close(req_r)
             os.close(ans_w)
             os.write(status_w, f"pid {leader}\n".encode())
