@@ -12,7 +12,10 @@ fresh cache dir, so no flow inherits another's Dynamo state, jax client or cache
   (2 forked long-lived children capture pending entries, 4 each; the parent has no jax client, so
   fork is safe) then ``parallel_compile`` (default workers = CPU count);
 - ``--phase capture`` once, its cache copied for each run, then ``--phase compile --workers 1`` and
-  ``--workers 2`` on the copies: the ``parallel_compile`` speed-up (target >= 1.8x on 2 cores).
+  ``--workers 2`` on the copies: the ``parallel_compile`` speed-up (target >= 1.8x on 2 cores);
+- ``--phase start``: the time a runner process waits for its first warm compile worker to be ready
+  (``WorkerPool.prestart(1)``: the zygote's start-up and a fork, or a worker process's own start),
+  the T in "8 graphs of c seconds scale as (T + 8c) / (T + 4c)" when the call starts the workers.
 
 The small MLPs compile in ~0.05 s each on XLA:CPU, so with warm workers little is left to scale;
 ``--model deep`` graphs (a ``DEEP_LAYERS``-layer MLP, same batch sizes) compile in ~0.25-0.5 s each, as a
@@ -122,7 +125,7 @@ def _capture(cache: str, n: int, prestart: bool = False, model_kind: str = "mlp"
     t0 = time.perf_counter()
     if not fork_is_safe():
         raise SystemExit("the parent holds a jax client; parallel_trace would fall back to spawn")
-    # as the runner's parallel flow does: a compile worker starts jax while the children trace
+    # as the runner's parallel flow does: a compile worker starts while the children trace
     before = (lambda: prestart_compile_worker(options(cache))) if prestart else None
     results = parallel_trace(jobs, options=options(cache), timeout=600, before_children=before)
     return time.perf_counter() - t0, results
@@ -182,8 +185,20 @@ def phase_compile(cache: str, workers: int, prestart: bool = False) -> dict[str,
             "xla_compile": _log_seconds(entries, "compile seconds")}
 
 
+def phase_start() -> dict[str, Any]:
+    from neuron_args.compilers import workers as warm
+
+    import neuron_args.runner  # noqa: F401  (a runner process: torch and Dynamo loaded)
+
+    t0 = time.perf_counter()
+    assert warm.shared_pool().prestart(1) == 1
+    return {"seconds": time.perf_counter() - t0}
+
+
 def run_phase(ns: argparse.Namespace) -> int:
-    if ns.phase == "sequential":
+    if ns.phase == "start":
+        result = phase_start()
+    elif ns.phase == "sequential":
         result = phase_sequential(ns.cache, ns.graphs, ns.model)
     elif ns.phase == "parallel":
         result = phase_parallel(ns.cache, ns.graphs, ns.model)
@@ -278,9 +293,12 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
     deep_flows: dict[tuple[str, str], list[dict[str, Any]]] = {(p, m): [] for p in ("sequential", "parallel")
                                                                for m in DEEP_MODES}
     loads: list[str] = []
+    starts: dict[str, list[dict[str, Any]]] = {mode: [] for mode in ("warm", "no-zygote")}
     with tempfile.TemporaryDirectory(prefix="bench-deferred-") as tmp:
         root = Path(tmp)
         for rep in range(reps):
+            for mode in list(starts) if rep % 2 == 0 else list(starts)[::-1]:
+                starts[mode].append(spawn("start", root / f"start-{mode}-{rep}", n, mode=mode))
             # rotate which flow goes first so a load drift does not favour one
             for phase, mode in flows[rep % len(flows):] + flows[:rep % len(flows)]:
                 runs[phase, mode].append(spawn(phase, root / f"{phase}-{mode}-{rep}", n, mode=mode))
@@ -362,6 +380,12 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
         figure(f"warmup of {n} compile-bound graphs ({DEEP_LAYERS}-layer MLP): deferred flow / in-process",
                _med(par) / _med(seq), "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s; without the zygote: "
                f"{_med(nz_par) / _med(nz_seq):.2f} ({_med(nz_par):.1f} s vs {_med(nz_seq):.1f} s)")
+    print("\n4. a runner process waits for its first warm compile worker (prestart(1), wall)".ljust(63)
+          + "  median      min")
+    for mode, rs in starts.items():
+        row(f"first worker ready ({mode})", [r["seconds"] for r in rs])
+    figure("first warm compile worker ready (T), zygote / workers started as processes", _med(starts["warm"]),
+           None, "s", note=f"without the zygote {_med(starts['no-zygote']):.2f} s")
     print("\nload during the run:\n  " + "\n  ".join(loads))
     print(f"bench_deferred: {load()} (end)")
     return 0
@@ -373,7 +397,8 @@ def main() -> int:
     parser.add_argument("--graphs", type=int, default=8, help="number of graphs (>= 8 for the reported figure)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions of every phase (default 1)")
     parser.add_argument("--flows-only", action="store_true", help="only part 1 (skip the workers comparison)")
-    parser.add_argument("--phase", choices=("sequential", "parallel", "capture", "compile"), help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("sequential", "parallel", "capture", "compile", "start"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--cache", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--prestart", action="store_true", help=argparse.SUPPRESS)

@@ -339,11 +339,16 @@ def lock_holder(lock_path: Path) -> int | None:
 
 
 def _write_pid(lock_path: Path, pid: int | None) -> None:
-    """The holder's pid into its lock file (``cache ls`` shows it), or nothing; informative only."""
+    """The holder's pid into its lock file (``cache ls`` shows it), or blanks; informative only.
+
+    Overwritten in place, blank-padded over whatever it held, never truncated: ext4 flushes a file
+    truncated and written again when it is closed (``auto_da_alloc``), 1-5 ms per lock taken or given back."""
     with contextlib.suppress(OSError), open(lock_path, "r+b") as handle:
-        handle.truncate(0)
-        if pid is not None:
-            handle.write(str(pid).encode())
+        width = max(_PID_WIDTH, os.fstat(handle.fileno()).st_size)
+        handle.write(("" if pid is None else str(pid)).ljust(width).encode())
+
+
+_PID_WIDTH = 20
 
 
 class KeyLock:

@@ -337,6 +337,7 @@ class NeuronRunner:
         return report
 
     def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None) -> None:
+        prestart_compile_worker(self.options, unless_warm=True)  # it starts while the first graph is traced
         total = sum(len(self.spec(g).buckets) for g in graph_types)
         done = 0
         resolved: dict[str, tuple[str, list[str]]] = {}  # trace record: job fingerprint -> keys
@@ -688,18 +689,21 @@ class _ServeAhead:
             self.hits += STATS.hits - hits
 
 
-def prestart_compile_worker(options: Mapping[str, Any]) -> None:
-    """Start one warm local-compiler worker now, without waiting: it starts jax while the trace children run.
+def prestart_compile_worker(options: Mapping[str, Any], *, unless_warm: bool = False) -> None:
+    """Start one warm local-compiler worker now, without waiting: it starts while the traces run.
 
-    ``parallel_compile`` then takes it for its first compile instead of waiting 0.6-0.9 s for jax in
-    a new worker (measured: see benchmarks/README.md, the deferred flow). Nothing happens for
-    neuronx-cc (one process per graph) or with ``NEURON_ARGS_WARM_WORKERS=0``; a compiler that
-    cannot be chosen fails at compile time, as before.
+    ``parallel_compile`` (or the in-process flow's first miss) then takes it for its first compile instead of
+    waiting for a new worker (measured: see benchmarks/README.md, the deferred flow). Nothing happens for
+    neuronx-cc (one process per graph) or with ``NEURON_ARGS_WARM_WORKERS=0``; a compile worker already idle is
+    reused; ``unless_warm``: nor when the trace record of the options' cache lists every job complete (a warm
+    cache compiles nothing). A compiler that cannot be chosen fails at compile time, as before.
     """
     from neuron_args.compilers import select_compiler, workers
     from neuron_args.compilers.local import LocalCompiler
 
     if not workers.enabled():
+        return
+    if unless_warm and TraceRecord(cache_root(options)).all_complete():
         return
     with contextlib.suppress(NeuronArgsError):
         if isinstance(select_compiler(options), LocalCompiler):

@@ -65,7 +65,7 @@ def jaxlib_version() -> str:
 
 
 def compile_options(env_overrides: Sequence[tuple[str, Any]] = ()) -> Any:
-    from jax._src.lib import xla_client as xc
+    from jaxlib import xla_client as xc  # jax's own xla_client, without importing jax
 
     opts = xc.CompileOptions()
     opts.env_option_overrides = list(env_overrides)
@@ -73,16 +73,17 @@ def compile_options(env_overrides: Sequence[tuple[str, Any]] = ()) -> Any:
 
 
 def _device_list(client: Any) -> Any:
-    from jax._src.lib import xla_client as xc
+    from jaxlib import xla_client as xc
 
     return xc.DeviceList(tuple(client.devices()[:1]))
 
 
-def compile_hlo(hlo_module_proto: bytes, env_overrides: Sequence[tuple[str, Any]] = ()) -> bytes:
-    """Compile HloModuleProto bytes for XLA:CPU and return the serialized executable."""
-    from jax._src.lib import xla_client as xc
+def compile_hlo(hlo_module_proto: bytes, env_overrides: Sequence[tuple[str, Any]] = (), client: Any = None) -> bytes:
+    """Compile HloModuleProto bytes for XLA:CPU and return the serialized executable (on ``client``, default
+    :func:`cpu_client`)."""
+    from jaxlib import xla_client as xc
 
-    client = cpu_client()
+    client = client if client is not None else cpu_client()
     mlir = xc._xla.mlir.hlo_to_stablehlo(hlo_module_proto)
     exe = client.compile_and_load(mlir, _device_list(client), compile_options(env_overrides))
     return client.serialize_executable(exe)

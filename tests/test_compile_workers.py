@@ -423,3 +423,133 @@ def test_a_prestart_that_does_not_wait_hands_its_worker_to_the_next_compile(hlo_
     logs = [(root / k / LOG_FILE).read_text() for k in keys]
     assert {int(re.search(r"pid (\d+)", log).group(1)) for log in logs} == set(_children(leader))
     assert shared.idle_pids() == [leader]
+
+
+@pytest.fixture(scope="module")
+def lapack_hlo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """inv(a) @ b: a graph whose HLO calls LAPACK custom calls (lapack_sgetrf_ffi ...), lowered by jax."""
+    import jax
+    import jax.numpy as jnp
+
+    lowered = jax.jit(lambda a, b: jnp.linalg.inv(a) @ b).lower(
+        jax.ShapeDtypeStruct((4, 4), jnp.float32), jax.ShapeDtypeStruct((4, 4), jnp.float32))
+    assert "lapack_" in lowered.as_text("hlo")
+    path = tmp_path_factory.mktemp("lapack") / "graph.hlo"
+    path.write_bytes(lowered.compiler_ir("hlo").as_serialized_hlo_module_proto())
+    return path
+
+
+def _run_inv(blob: Path) -> None:
+    from neuron_args import xla_cpu
+
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((4, 4)) + 4 * np.eye(4)).astype(np.float32)
+    b = rng.standard_normal((4, 4), dtype=np.float32)
+    (out,) = xla_cpu.execute(xla_cpu.deserialize_executable(blob.read_bytes()), [a, b])
+    np.testing.assert_allclose(out, np.linalg.inv(a) @ b, rtol=1e-4, atol=1e-5)
+
+
+def test_worker_compiles_lapack_custom_calls_without_importing_jax(lapack_hlo: Path, shared, tmp_path: Path) -> None:
+    entry = tmp_path / "inv"
+    result = _compile(lapack_hlo, entry, LocalCompiler())
+    log = (entry / LOG_FILE).read_text()
+    assert "warm worker" in _first_line(entry)
+    assert "xla client: jaxlib's own (jax not imported)" in log
+    assert "importing jax" not in log
+    _run_inv(result.output_path)
+
+
+FALLBACK = textwrap.dedent("""
+    # the one-shot program with no custom-call targets queued: the compile must import jax for them
+    import sys
+    from neuron_args.compilers import local_xla
+    local_xla.preload = lambda: None
+    sys.exit(local_xla.main(sys.argv[1:]))
+""")
+
+
+def test_a_custom_call_only_jax_registers_is_compiled_after_importing_jax(lapack_hlo: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "no_targets.py"
+    script.write_text(FALLBACK)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    entry = tmp_path / "inv"
+    result = _compile(lapack_hlo, entry, LocalCompiler([sys.executable, str(script)]))
+    log = (entry / LOG_FILE).read_text()
+    assert re.search(r"importing jax for its custom-call targets \(.*lapack_\w+_ffi", log), log
+    assert "xla client: jaxlib's own (jax not imported)" in log  # the client came first; jax only for the targets
+    _run_inv(result.output_path)
+
+
+def _tiny_runner(cache: Path):
+    import torch
+
+    from neuron_args.runner import NeuronRunner
+    from tests.conftest import MODEL_CONFTEST
+
+    namespace: dict = {}
+    exec(compile(MODEL_CONFTEST, "<tiny model>", "exec"), namespace)
+    torch._dynamo.reset()
+    return NeuronRunner(namespace["TinyTwoGraph"](), compiler_args="-O1", target="trn2", compiler="local",
+                        cache_dir=cache)
+
+
+def test_in_process_warmup_starts_its_worker_before_the_first_compile_on_a_cold_cache_only(
+        shared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuron_args.cache import STATS
+
+    started = []
+    real = shared.prestart
+
+    def prestart(n, timeout=300.0, wait=True):
+        before = STATS.snapshot()
+        count = real(n, timeout, wait)
+        started.append((before, shared._idle[-1]))
+        return count
+
+    monkeypatch.setattr(shared, "prestart", prestart)
+    cache = tmp_path / "cache"
+    report = _tiny_runner(cache).warmup(emit=False)
+    assert report.counts.compiles == 2
+    [(before, worker)] = started
+    assert before["compiles"] == before["misses"] == STATS.compiles - 2 == STATS.misses - 2  # before any miss
+    logs = [entry.log_path.read_text().splitlines()[0] for entry in CompileCache(cache).entries()]
+    assert any(f"pid {worker.worker_pid}, warm worker, compile 1)" in line for line in logs), logs
+
+    warm = workers.WorkerPool()  # a later process on the warm cache: its record lists every job complete
+    monkeypatch.setitem(workers._state, "pool", warm)
+    try:
+        assert _tiny_runner(cache).warmup(emit=False).counts.compiles == 0
+        assert warm.zygote is None and warm.idle_pids() == []  # nothing started
+    finally:
+        _kill_all(warm)
+
+
+def test_a_session_that_will_compile_starts_a_worker_at_collection(neuron_project: pytest.Pytester, shared,
+                                                                   tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    neuron_project.makepyfile(test_up="""
+        from neuron_args.compilers import workers
+
+        def test_up(neuron_runner):
+            assert len(workers.shared_pool().idle_pids()) == 1  # up before any warmup of this test
+    """)
+    neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={tmp_path / 'cold'}").assert_outcomes(passed=1)
+    [leader] = shared.idle_pids()
+    assert alive(leader)
+    _kill_all(shared)
+    fresh = workers.WorkerPool()
+    monkeypatch.setitem(workers._state, "pool", fresh)
+    neuron_project.runpytest("-p", "no:randomly", "--collect-only", f"--neuron-cache-dir={tmp_path / 'cold2'}")
+    assert fresh.zygote is None and fresh.idle_pids() == []  # collecting compiles nothing: nothing started
+
+
+def test_a_session_on_a_warm_cache_starts_no_worker(neuron_project: pytest.Pytester, shared) -> None:
+    neuron_project.makepyfile(test_warm="""
+        from neuron_args.compilers import workers
+
+        def test_warm(neuron_warmup):
+            assert neuron_warmup.counts.compiles == 0
+            assert workers.shared_pool().zygote is None and workers.shared_pool().idle_pids() == []
+    """)
+    neuron_project.runpytest("-p", "no:randomly").assert_outcomes(passed=1)

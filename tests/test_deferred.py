@@ -270,3 +270,23 @@ def test_parallel_compile_says_what_it_cannot_build_instead_of_skipping_it_silen
     said = [r.getMessage() for r in caplog.records if garbage.name in r.getMessage()]
     assert len(said) == 1 and "no readable metadata.json" in said[0] and "capture it again" in said[0]
     assert CompileCache(root).entry(garbage.name).path.is_dir()  # nothing is removed behind the user's back
+
+
+def test_trace_record_all_complete_predicts_a_warm_cache(tmp_path):
+    import json
+
+    from neuron_args.deferred.trace_record import RECORD_NAME, RECORD_VERSION, TraceRecord
+
+    cache = CompileCache(tmp_path)
+    record = TraceRecord(tmp_path)
+    assert not record.all_complete()  # no record: a cold cache
+    keys = ["a" * 32, "b" * 32]
+    for key in keys:
+        cache.entry(key).path.mkdir(parents=True)
+    record.note({"fp1": ("prefill", [keys[0]]), "fp2": ("decode", [keys[1]])})
+    cache.entry(keys[0]).mark_complete()
+    assert not record.all_complete()  # decode's entry is not built
+    cache.entry(keys[1]).mark_complete()
+    assert record.all_complete()
+    (tmp_path / RECORD_NAME).write_text(json.dumps({"version": RECORD_VERSION, "jobs": {}}))
+    assert not record.all_complete()  # a record of no job predicts nothing

@@ -1,7 +1,8 @@
-"""Warm local-compiler workers: long-lived processes that import jax once and compile many graphs.
+"""Warm local-compiler workers: long-lived processes that start XLA:CPU once and compile many graphs.
 
-A one-shot local compile spends 0.6-0.9 s starting jax around a 0.1-0.2 s XLA compile. A worker
-(``python -m neuron_args.compilers.workers``) starts jax once, then runs each request it reads
+A one-shot local compile spends 0.2-0.4 s starting (the interpreter, jaxlib, its XLA:CPU client)
+around a 0.05-0.25 s XLA compile. A worker (``python -m neuron_args.compilers.workers``) starts them
+once, then runs each request it reads
 from a pipe exactly as the one-shot program would (:func:`local_xla.main` on the same argv, in the
 entry's folder, its stdout/stderr going to the file the driver appends to the log) and answers
 with the exit status. The driver side keeps the one-shot contract (:func:`process.run_compiler`):
@@ -17,7 +18,7 @@ with the exit status. The driver side keeps the one-shot contract (:func:`proces
 * one worker per concurrent compile: ``parallel_compile`` with N threads uses up to N workers.
 
 Workers are forked by the zygote (:mod:`neuron_args.compilers.zygote`: one process that imported
-jax once), so a new worker costs its XLA client (~0.01-0.03 s), not jax's start-up (0.25-1.4 s).
+jaxlib once), so a new worker costs its XLA client (~0.01-0.03 s), not the start-up (0.1-0.3 s).
 A forked worker keeps the same shape: a leader heading its process group, the worker its child,
 dying with the zygote, which dies with this process. A zygote that cannot start or dies is logged
 and workers start as processes of their own from then on (``NEURON_ARGS_WARM_WORKER_ZYGOTE=0``
@@ -93,8 +94,8 @@ def idle_seconds() -> float:
 
 def _env_key() -> tuple[tuple[str, str], ...]:
     env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
-    # importing jax sets it to "1" when unset, here and in every worker: a worker started before this
-    # process imported jax (prestarted, say) runs exactly as one started after
+    # importing jax (here) and every worker (local_xla.preload) set it to "1" when unset: a worker started
+    # before this process imported jax (prestarted, say) runs exactly as one started after
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     return tuple(sorted(env.items()))
 
@@ -113,7 +114,7 @@ class Worker:
     def __init__(self, proc: subprocess.Popen | ForkedProcess, idle: float = DEFAULT_IDLE_SECONDS) -> None:
         self.proc = proc
         self.env = _env_key()
-        self.ready = False  # it said it has started jax
+        self.ready = False  # it said it has started its XLA client
         # the worker's own pid once it said so (proc is its leader)
         self.worker_pid: int | None = proc.known_pid if isinstance(proc, ForkedProcess) else proc.pid
         self.idle = idle  # it leaves after that many seconds without a request
@@ -160,7 +161,7 @@ class Worker:
             self._note(message)
 
     def wait_ready(self, deadline: float | None) -> bool:
-        """True once it has started jax (before any request); False when ``deadline`` passed first."""
+        """True once it has started its XLA client (before any request); False when ``deadline`` passed first."""
         while not self.ready:
             message = self._receive(deadline)
             if message is None:
@@ -245,7 +246,7 @@ class WorkerPool:
     def __init__(self, program: Sequence[str] | None = None, zygote: Sequence[str] | None = None) -> None:
         self.program = list(program) if program else [sys.executable, "-m", MODULE]
         self.zygote_program = list(zygote) if zygote else (None if program else [sys.executable, "-m", ZYGOTE_MODULE])
-        self.broken = False  # a worker died before it started jax: one process per graph from then on
+        self.broken = False  # a worker died before it was ready: one process per graph from then on
         self.zygote: Zygote | None = None
         self.zygote_off = False  # the zygote could not start or died: workers start as processes of their own
         self._idle: list[Worker] = []
@@ -253,7 +254,7 @@ class WorkerPool:
         self._lock = threading.Lock()
 
     def take(self, ready_only: bool = False) -> Worker | None:
-        """An idle worker to use, one that started jax first (``ready_only``: only such one), or None."""
+        """An idle worker to use, one that is ready first (``ready_only``: only such one), or None."""
         env, stale, chosen = _env_key(), [], None
         with self._lock:
             for worker in reversed(self._idle):
@@ -276,7 +277,7 @@ class WorkerPool:
         return chosen
 
     def acquire(self) -> Worker:
-        """An idle worker (one that started jax first), else a new one."""
+        """An idle worker (one that is ready first), else a new one."""
         worker = self.take()
         return worker if worker is not None else self._spawn()
 
@@ -333,10 +334,10 @@ class WorkerPool:
                     "from now on", zygote.proc.pid, how)
 
     def prestart(self, n: int, timeout: float = 300.0, wait: bool = True) -> int:
-        """Start workers until ``n`` are idle with jax started (before a timed warmup, say); returns how many are.
+        """Start workers until ``n`` are idle and ready (before a timed warmup, say); returns how many are.
 
         A worker that dies or is not ready within ``timeout`` seconds is dropped (compiles then start their own).
-        ``wait=False`` returns at once: the new workers are idle already and start jax while this process
+        ``wait=False`` returns at once: the new workers are idle already and start while this process
         works on (a compile that takes one first waits for it; one that died is replaced as usual).
         """
         env = _env_key()
@@ -624,7 +625,7 @@ def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
 
 
 def serve(argv: Sequence[str] | None = None) -> int:
-    """The worker: start jax, say so, then answer one ``{"status": N}`` line per request line.
+    """The worker: start its XLA client, say so, then answer one ``{"status": N}`` line per request line.
 
     ``argv``: ``[idle seconds]``; it leaves when no request came for that long, or its input ends.
     """
@@ -635,12 +636,11 @@ def serve(argv: Sequence[str] | None = None) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins (if jax is imported)
     start = time.perf_counter()
-    from neuron_args import xla_cpu
-    from neuron_args.compilers import local_xla  # noqa: F401
+    from neuron_args.compilers import local_xla
 
-    xla_cpu.cpu_client()
+    local_xla.compile_client()
     answers.write(json.dumps({"ready": os.getpid(), "seconds": round(time.perf_counter() - start, 3)}).encode() + b"\n")
     n = 0
     while select.select([requests], [], [], idle)[0]:  # one request at a time: none waits in the buffer

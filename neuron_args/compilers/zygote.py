@@ -1,16 +1,17 @@
-"""The warm workers' zygote: one process that has imported jax (no XLA client) and forks workers on request.
+"""The warm workers' zygote: one process that has imported jaxlib (no XLA client) and forks workers on request.
 
-A warm worker spends nearly all of its start in ``import jax`` (0.25-1.4 s); creating the XLA:CPU
-client takes ~0.01-0.03 s. The zygote (``python -m neuron_args.compilers.zygote``, run under the
-supervisor like any compiler) pays the import once; each worker it forks only creates its client,
-so a second worker is ready while the first compiles its first graph. Forking is safe because the
-zygote never creates a client: after ``import jax`` its only other thread is OpenBLAS's, which
-handles fork itself.
+A warm worker spends most of its start importing jaxlib and numpy (0.1-0.3 s; it never imports jax,
+see :func:`local_xla.compile_client`); creating the XLA:CPU client takes ~0.01-0.03 s. The zygote
+(``python -m neuron_args.compilers.zygote``, run under the supervisor like any compiler) pays the
+import once; each worker it forks only creates its client, so a second worker is ready while the
+first compiles its first graph. Forking is safe because the zygote never creates a client: after
+the import its only other thread is OpenBLAS's, which handles fork itself.
 
 The driver asks over a ``SOCK_SEQPACKET`` socketpair (the zygote's stdin): one message per worker,
 ``{"idle": seconds}`` with three descriptors attached (``send_fds``): the worker's request pipe,
 its answer pipe and a status pipe the zygote keeps. For each request the zygote forks a *leader*,
-which leads a new session (the process group a timeout or cancel kills) and forks the worker; the
+which leads a new session (the process group a timeout or cancel kills; the zygote makes it a
+group leader before it tells the pid, so a kill sent at once reaches it) and forks the worker; the
 leader waits for the worker and exits as it did, as the supervisor does. The zygote writes
 ``pid <leader>`` on the status pipe at once and ``exit <status>`` when it reaps the leader.
 
@@ -65,7 +66,8 @@ def _lead(req_r: int, ans_w: int, idle: float, zygote: int, inherited: list[int]
     for fd in inherited:
         with contextlib.suppress(OSError):
             os.close(fd)
-    os.setsid()
+    with contextlib.suppress(PermissionError):  # the zygote made it a group leader first: a group is what counts
+        os.setsid()
     die_with_parent(zygote, signal.SIGKILL)
     leader = os.getpid()
     worker = os.fork()
@@ -94,7 +96,7 @@ def _lead(req_r: int, ans_w: int, idle: float, zygote: int, inherited: list[int]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The zygote: import jax, then fork a worker per request on stdin (a socket) until it may leave.
+    """The zygote: import jaxlib, then fork a worker per request on stdin (a socket) until it may leave.
 
     ``argv``: ``[idle seconds]``: with no worker alive and no request for that long, it leaves.
     """
@@ -106,10 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, fd)
     os.close(devnull)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # as the worker sets it, before jax reads it
-    import jax  # noqa: F401  (the start-up every forked worker skips)
-
     from neuron_args import xla_cpu  # noqa: F401
     from neuron_args.compilers import local_xla, workers  # noqa: F401
+
+    local_xla.preload()  # jaxlib and its custom-call targets: the start-up every forked worker skips
 
     zygote = os.getpid()
     wake_r, wake_w = os.pipe()
@@ -150,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           [control.fileno(), wake_r, wake_w, status_w, *children.values()])
                 finally:
                     os._exit(EXIT_CANNOT_START)
+            with contextlib.suppress(OSError):  # it heads its group before its pid is told: a kill then reaches it
+                os.setpgid(leader, leader)  # (EPERM: its own setsid came first, as good)
             os.close(req_r)
             os.close(ans_w)
             os.write(status_w, f"pid {leader}\n".encode())

@@ -94,6 +94,13 @@ class TraceRecord:
                 out[fp] = list(keys)
         return out
 
+    def all_complete(self) -> bool:
+        """True when the record lists jobs and each of their keys has a complete entry: a warmup on this cache
+        likely compiles nothing (a prediction, like the record itself; an empty or missing record says False)."""
+        jobs = self.read()
+        keys = {k for job in jobs.values() if isinstance(job, dict) for k in (job.get("keys") or ())}
+        return bool(keys) and all(isinstance(k, str) and self.cache.entry(k).is_complete for k in keys)
+
     def note(self, resolved: Mapping[str, tuple[str | None, list[str]]]) -> None:
         """Record ``{fingerprint: (graph_type, keys)}`` (merged with what other processes recorded)."""
         if not resolved:
