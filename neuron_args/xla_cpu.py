@@ -92,7 +92,21 @@ def compile_hlo(hlo_module_proto: bytes, env_overrides: Sequence[tuple[str, Any]
 def deserialize_executable(blob: bytes, client: Any = None) -> Any:
     """Load a serialized executable written by :func:`compile_hlo` (on :func:`runtime_client` by default)."""
     client = client if client is not None else runtime_client()
+    if b"lapack_" in blob:
+        _initialize_lapack()
     return client.deserialize_executable(blob, _device_list(client), compile_options())
+
+
+@functools.cache
+def _initialize_lapack() -> None:
+    """Fill jaxlib's LAPACK function table (from scipy), as jax's lowering of a linalg op does.
+
+    An executable calling LAPACK custom calls (``lapack_sgeqrf_ffi``…) crashes the process (SIGSEGV)
+    where nothing initialized that table: a fresh serving process whose graphs came from the
+    cache and the trace memo never lowered one."""
+    from jaxlib.lapack import _lapack
+
+    _lapack.initialize()
 
 
 def has_input_output_aliasing(executable: Any) -> bool:

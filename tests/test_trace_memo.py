@@ -360,6 +360,39 @@ def test_a_fresh_process_uses_the_memo_another_process_wrote(tmp_path):
     assert len(memo_files(tmp_path)) == 1
 
 
+def test_a_fresh_process_runs_a_lapack_graph_from_the_memo(tmp_path):
+    """QR and SVD lower to LAPACK custom calls, whose function table jax's lowering fills: a process that
+    takes the graph from the cache and the memo (lowering nothing) fills it before loading (it crashed)."""
+    script = textwrap.dedent(f"""
+        import torch
+        from neuron_args.lowering import hlo
+        n = {{"lower": 0}}
+        real = hlo.lower_fx_graph
+        def lower(*a, **k):
+            n["lower"] += 1
+            return real(*a, **k)
+        hlo.lower_fx_graph = lower
+        def f(a):
+            q, r = torch.linalg.qr(a)
+            return q @ r + torch.linalg.svdvals(a).sum()
+        x = torch.eye(4) * 2 + torch.arange(16.0).reshape(4, 4) / 10
+        cm = torch.compile(f, backend="neuron_libtorch", dynamic=False, options={{
+            "cache_dir": {str(tmp_path)!r}, "compiler": "local", "compiler_args": {BASE!r}, "target": "trn2"}})
+        with torch.inference_mode():
+            out = cm(x)
+        torch.testing.assert_close(out, f(x), rtol=1e-4, atol=1e-4)
+        print("lowered" if n["lower"] else "from the memo")
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "VLLM_NEURON"))}
+    got = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+        got.append(proc.stdout.strip().splitlines()[-1])
+    assert got == ["lowered", "from the memo"]
+
+
 def test_graphs_the_capture_seam_traced_are_known_to_the_compile_seam(tmp_path, counts):
     fresh()
     with torch.inference_mode():
