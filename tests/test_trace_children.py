@@ -99,7 +99,14 @@ def test_a_raising_job_fails_alone_and_its_child_goes_on(tmp_path):
     with pytest.raises(TraceError) as err:
         parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300)
     raised, ok = err.value.results
-    assert raised.status == "failed" and "ValueError: bad bucket" in raised.error and "'raises'" in raised.error
+    assert raised.status == "failed" and "'raises'" in raised.error
+    # what raised, on which inputs and the fix come before the traceback
+    assert raised.error.splitlines()[:3] == [
+        "trace of graph type 'raises' raised in the child: ValueError: bad bucket",
+        "  inputs: x=(2,) float32",
+        "  fix: the model raised on this graph's example inputs; call it eagerly with them to reproduce, then fix "
+        "the model or the inputs its bucket returns"]
+    assert raised.error.splitlines()[3] == "Traceback (most recent call last):"
     assert ok.status == "captured" and ok.pid == raised.pid
     assert args_by_key(tmp_path) == {ok.keys[0]: jobs[1][2]}
 

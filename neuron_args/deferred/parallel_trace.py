@@ -54,7 +54,8 @@ from typing import Any
 from neuron_args.activity import ACTIVITY
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
-from neuron_args.errors import CacheMissError, OptionsError, TraceError
+from neuron_args.errors import CacheMissError, NeuronArgsError, OptionsError, TraceError
+from neuron_args.text import clip
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -143,10 +144,30 @@ def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
             compiled(**kwargs)
         return "ok", [r.key for r in records.records()]
     except BaseException:
-        return "error", traceback.format_exc()
+        return "error", _raised(job)
     finally:
         torch._dynamo.reset()
         records.clear()
+
+
+def _raised(job: Any) -> str:
+    """The exception a job raised as its reader needs it first: what, on which inputs, the fix; then the traceback."""
+    exc = sys.exc_info()[1]
+    kwargs = job[1] if isinstance(job, tuple) and len(job) == 3 and isinstance(job[1], Mapping) else {}
+    inputs = ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items()) or "none"
+    head = f"{type(exc).__name__}: {clip(str(exc).splitlines()[0] if str(exc) else '', 300)}\n  inputs: {inputs}\n"
+    if not isinstance(exc, NeuronArgsError):  # ours carry their own fix
+        head += ("  fix: the model raised on this graph's example inputs; call it eagerly with them to reproduce, "
+                 "then fix the model or the inputs its bucket returns\n")
+    return head + traceback.format_exc()
+
+
+def _describe(value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    return clip(repr(value), 40)
 
 
 def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any) -> None:
@@ -384,8 +405,8 @@ def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[
             continue
         except Exception:
             results[i] = TraceResult(job.graph_type, job[2], "failed", round(time.monotonic() - t0, 3), [],
-                                     f"trace of graph type {job.graph_type!r} raised in this process:\n"
-                                     f"{traceback.format_exc()}", os.getpid())
+                                     f"trace of graph type {job.graph_type!r} raised in this process: {_raised(job)}",
+                                     os.getpid())
         else:
             results[i] = TraceResult(job.graph_type, job[2], "loaded", round(time.monotonic() - t0, 3), list(keys),
                                      pid=os.getpid())
@@ -630,7 +651,7 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
             if status == "ok":
                 finish(child, "captured", keys=payload, pid=pid)
             else:
-                finish(child, "failed", f"trace of graph type {label!r} raised in the child:\n{payload}", pid=pid)
+                finish(child, "failed", f"trace of graph type {label!r} raised in the child: {payload}", pid=pid)
             continue
         if answer == "died" or not alive:
             child.proc.join(5)
