@@ -328,19 +328,36 @@ def test_the_switch_off_traces_in_full(mlp_cache, counts, monkeypatch):
     assert counts.take() == (1, 1)
 
 
+# the start of a fresh process's script: counts the lowerings it runs in n["lower"]
+COUNTING_LOWERINGS = """
+import json, torch
+from neuron_args.lowering import hlo
+n = {"lower": 0}
+real = hlo.lower_fx_graph
+def lower(*a, **k):
+    n["lower"] += 1
+    return real(*a, **k)
+hlo.lower_fx_graph = lower
+"""
+
+
+def run_twice_fresh(script: str) -> list[str]:
+    """The last stdout line of ``script`` run in two fresh processes, one after the other."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "VLLM_NEURON"))}
+    lines = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", COUNTING_LOWERINGS + script], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+        lines.append(proc.stdout.strip().splitlines()[-1])
+    return lines
+
+
 def test_a_fresh_process_uses_the_memo_another_process_wrote(tmp_path):
     """Both processes fresh: this one's registered lowerings (other tests add some) are not theirs."""
     script = textwrap.dedent(f"""
-        import json, torch
-        from neuron_args.lowering import hlo
         from neuron_args.seams import records
         from tests.models import make_mlp, mlp_inputs
-        n = {{"lower": 0}}
-        real = hlo.lower_fx_graph
-        def lower(*a, **k):
-            n["lower"] += 1
-            return real(*a, **k)
-        hlo.lower_fx_graph = lower
         cm = torch.compile(make_mlp(), backend="neuron_libtorch", dynamic=False, options={{
             "cache_dir": {str(tmp_path)!r}, "compiler": "local", "compiler_args": {BASE!r}, "target": "trn2"}})
         with torch.inference_mode():
@@ -348,13 +365,7 @@ def test_a_fresh_process_uses_the_memo_another_process_wrote(tmp_path):
         torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
         print(json.dumps({{"lower": n["lower"], "rows": [(r.key, r.compiles, r.loads) for r in records.records()]}}))
     """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "VLLM_NEURON"))}
-    got = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        got.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    got = [json.loads(line) for line in run_twice_fresh(script)]
     (entry,) = CompileCache(tmp_path).entries()
     assert got == [{"lower": 1, "rows": [[entry.key, 1, 0]]}, {"lower": 0, "rows": [[entry.key, 0, 1]]}]
     assert len(memo_files(tmp_path)) == 1
@@ -364,14 +375,6 @@ def test_a_fresh_process_runs_a_lapack_graph_from_the_memo(tmp_path):
     """QR and SVD lower to LAPACK custom calls, whose function table jax's lowering fills: a process that
     takes the graph from the cache and the memo (lowering nothing) fills it before loading (it crashed)."""
     script = textwrap.dedent(f"""
-        import torch
-        from neuron_args.lowering import hlo
-        n = {{"lower": 0}}
-        real = hlo.lower_fx_graph
-        def lower(*a, **k):
-            n["lower"] += 1
-            return real(*a, **k)
-        hlo.lower_fx_graph = lower
         def f(a):
             q, r = torch.linalg.qr(a)
             return q @ r + torch.linalg.svdvals(a).sum()
@@ -383,14 +386,7 @@ def test_a_fresh_process_runs_a_lapack_graph_from_the_memo(tmp_path):
         torch.testing.assert_close(out, f(x), rtol=1e-4, atol=1e-4)
         print("lowered" if n["lower"] else "from the memo")
     """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "VLLM_NEURON"))}
-    got = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
-        got.append(proc.stdout.strip().splitlines()[-1])
-    assert got == ["lowered", "from the memo"]
+    assert run_twice_fresh(script) == ["lowered", "from the memo"]
 
 
 def test_graphs_the_capture_seam_traced_are_known_to_the_compile_seam(tmp_path, counts):
