@@ -137,6 +137,7 @@ def test_a_missing_cache_entry_is_listed_with_nulls(root, tmp_path):
     record_graph(key=KEY_B, input_shapes=["4,"], compiler_flags="-O2")
     record_graph(key=KEY_C, input_shapes=["8,"], compiler_flags="-O2")
     doc = json.loads(emit_manifest(cache_dir=cache).read_text())
+    assert doc["config"]["neuron_config"] == {"cache_dir": str(cache)}  # no config given: the cache is still named
     missing, pending = doc["graphs"]
     assert missing["graph_hash"] == KEY_B and missing["input_shapes"] == ["4,"]
     for name in ("hlo_path", "neff_path", "neff_size", "created_timestamp", "output_shapes"):

@@ -154,6 +154,15 @@ def dumps_manifest(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _with_cache_dir(block: dict, cache_dir: str | os.PathLike[str] | None) -> dict:
+    """The config block with ``neuron_config.cache_dir`` filled from ``cache_dir`` when the caller's config
+    has none (``neuron-args manifest show`` finds the cache through it, so its graph types show)."""
+    neuron = block.get("neuron_config")
+    if cache_dir is not None and (neuron is None or (isinstance(neuron, dict) and "cache_dir" not in neuron)):
+        block["neuron_config"] = {**(neuron or {}), "cache_dir": str(cache_dir)}
+    return block
+
+
 def emit_manifest(
     *,
     cache_dir: str | os.PathLike[str] | None,
@@ -196,7 +205,7 @@ def emit_manifest(
         stage = "collect the config and environment"
         doc = {
             "manifest_version": MANIFEST_VERSION,
-            "config": config_block(config),
+            "config": _with_cache_dir(config_block(config), cache_dir),
             "graphs": graphs,
             "environment": environment_snapshot(),
         }
