@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -307,3 +308,32 @@ def test_a_zygote_that_cannot_start_is_logged_and_the_switch_turns_it_off(hlo_fi
         assert off.zygote is None and _children(leader) == [_worker_pid(tmp_path / "b")]
     finally:
         _stop(off)
+
+
+def test_a_forked_child_lets_go_of_the_pool_so_a_closed_pool_leaves_while_it_lives(pool, monkeypatch):
+    """A kept trace child forks from the driver: were it to hold the pipes, an idle worker and its zygote
+    would live on after the driver let them go, until that child left."""
+    monkeypatch.setitem(workers._state, "pool", pool)
+    assert pool.prestart(1) == 1
+    zygote, (leader,) = _zygote_pid(pool), pool.idle_pids()
+    held = pool.inherited_fds()
+    assert len(held) == 3  # the zygote's socket, the worker's request and answer pipes
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports what its copies of the descriptors are, then waits
+        os.close(r)
+        os.write(w, json.dumps([os.readlink(f"/proc/self/fd/{fd}") for fd in held]).encode())
+        os.close(w)
+        time.sleep(120)
+        os._exit(0)
+    try:
+        os.close(w)
+        with os.fdopen(r) as f:
+            assert json.load(f) == [os.devnull] * 3
+        pool.close()
+        wait_until(lambda: not alive(leader) and not alive(zygote), 30,
+                   "the closed pool's worker and zygote left while the forked child lives")
+        assert alive(child)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)

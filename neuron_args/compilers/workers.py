@@ -397,6 +397,14 @@ class WorkerPool:
             idle = list(self._idle)
         return [pid for pid in (w.pid for w in idle) if pid is not None]
 
+    def inherited_fds(self) -> list[int]:
+        """The descriptors a forked child of this process got from this pool: the zygote's socket, the idle
+        workers' pipes (read without the lock: a fork leaves it as whichever thread held it)."""
+        fds = [] if self.zygote is None else [self.zygote.control.fileno()]
+        for worker in list(self._idle):
+            fds += [f.fileno() for f in (worker.proc.stdin, worker.proc.stdout) if f is not None and not f.closed]
+        return [fd for fd in fds if fd >= 0]
+
     def close(self) -> None:
         """Let every idle worker go (busy ones leave when their compile ends and they are not given back), and the
         zygote once its workers have."""
@@ -580,8 +588,19 @@ def shared_pool() -> WorkerPool:
 
 
 def _forget_after_fork() -> None:
-    """A forked child has none of the parent's threads: it starts its own spawner and workers."""
+    """A forked child has none of the parent's threads: it starts its own spawner and workers.
+
+    It also lets go of the parent's pipes to its workers and zygote (each now reads ``/dev/null``), so a
+    worker or zygote the parent closes sees its end of input then, not when a long-lived child (a kept
+    trace child) leaves. The numbers stay taken, so the forgotten objects never close a reused one."""
     global _state_lock
+    pool = _state.get("pool")
+    if pool is not None:
+        fds = pool.inherited_fds()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in fds:
+            os.dup2(devnull, fd, inheritable=False)
+        os.close(devnull)
     _state_lock = threading.Lock()
     _forgotten.append(dict(_state))  # the parent's pipes and Popen objects: never used, never collected
     _state.clear()
