@@ -225,10 +225,16 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
                 session.add_deferred_counts(CacheStats(**{k: getattr(report.counts, k) - v for k, v in here.items()}))
             if report.compile_report is not None:
                 session.add_compile_report(report.compile_report)
-    except Exception as exc:
-        if getattr(exc, "report", None) is not None:  # a ParallelCompileError: the graphs it did build count
-            session.add_compile_report(exc.report)
-        _note_failed_warmup(session, neuron_runner, graph_types, request.node.nodeid, exc)
+    except BaseException as exc:
+        # what a failed parallel warmup built before it raised (a ParallelCompileError's report; a trace failure's,
+        # a graph break's or Ctrl-C's compile_report): those graphs were compiled by this session
+        built = getattr(exc, "report", None) or getattr(exc, "compile_report", None)
+        if built is not None:
+            session.add_compile_report(built)
+            n = sum(g.status == "compiled" for g in built.graphs)
+            session.add_deferred_counts(CacheStats(misses=n, compiles=n, captures=n))
+        if isinstance(exc, Exception):
+            _note_failed_warmup(session, neuron_runner, graph_types, request.node.nodeid, exc)
         raise
     finally:  # a failed warmup's graphs are in the manifest too: with the model, target and graph types
         session.note_manifest_config(neuron_runner.manifest_config_block())
@@ -252,6 +258,8 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
     of a parallel warmup, else the first one it had not warmed (the in-process flow warms one graph type after
     the other and stops at the error)."""
     named: dict[str, str] = {}
+    if isinstance(getattr(exc, "graph_type", None), str):  # a graph break found by the parallel flow
+        named[exc.graph_type] = _first_line(exc)  # type: ignore[attr-defined]
     for g in getattr(exc, "failures", None) or ():  # ParallelCompileError
         named.setdefault(g.graph_type, _first_line(g.error))
     for r in getattr(exc, "results", None) or ():  # TraceError

@@ -64,6 +64,8 @@ def _how(row: dict[str, Any]) -> str:
         return "compiled"
     if row.get("loads"):
         return "loaded"
+    if row.get("failures"):
+        return "failed"
     if row.get("serve_misses"):
         return "missed"
     if row.get("captured"):
@@ -110,8 +112,9 @@ def table_lines(data: dict[str, Any]) -> list[str]:
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     rows = data["rows"]
     hows = [_how(r) for r in rows]
+    failed = f", {hows.count('failed')} failed" if "failed" in hows else ""
     parts = [f"{len(rows)} graph{'s' if len(rows) != 1 else ''}: {hows.count('compiled')} compiled, "
-             f"{hows.count('loaded')} loaded, {hows.count('captured')} captured; session cache {cache_dir}"]
+             f"{hows.count('loaded')} loaded, {hows.count('captured')} captured{failed}; session cache {cache_dir}"]
     stats = data.get("stats") or {}
     if any(stats.values()):
         parts.append("cache activity: " + ", ".join(f"{stats.get(n, 0)} {n}" for n in ("hits", "misses", "compiles", "captures")))
@@ -147,6 +150,12 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         for line in table_lines(data):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+    for row in data["rows"]:
+        if _how(row) == "failed":
+            error = row.get("error") or "see the test that warmed it"
+            where = "" if row["key"] in error else f" key {row['key']}"
+            terminalreporter.write_line(f"failed: {row.get('graph_type') or '-'} {shapes_text(row.get('input_shapes'))}"
+                                        f"{where}: {error}", red=True)
     for key, why in sorted((data.get("corrupt") or {}).items()):
         terminalreporter.write_line(f"cache entry {key} was corrupt ({why}): moved to {QUARANTINE_DIR}/ in the cache "
                                     "and rebuilt; if this repeats, check the disk (`neuron-args cache verify`)",

@@ -254,6 +254,10 @@ class CompileSeam(Seam):
             rec.serve_misses = int(ACTIVITY.serving is not None)
             records.record(rec)
             raise
+        except CompileError as exc:  # recorded: the session's table lists the graph as failed, with its key
+            rec.failures, rec.error = 1, next(iter(str(exc).splitlines()), type(exc).__name__)
+            records.record(rec)
+            raise
         graph.ledger(v)
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
