@@ -1,0 +1,36 @@
+"""Cache entries a later session finds damaged or misplaced: detected, named (key), rebuilt; never served wrong."""
+from __future__ import annotations
+
+from neuron_args.activity import ACTIVITY
+from neuron_args.cache import CompileCache, executable_fields
+from tests.test_cache import builder, make_key
+
+
+def _built(cache: CompileCache, key, payload: bytes):
+    def build(entry):
+        builder(key)(entry)
+        entry.executable_path.write_bytes(payload)
+        entry.update_metadata(**executable_fields(entry.executable_path))
+    entry, _ = cache.get_or_build(key, build)
+    return entry
+
+
+def test_entries_whose_folders_were_swapped_are_rebuilt_not_served(tmp_path):
+    """Two entries of one graph and inputs, -O1 and -O3, whose folders were swapped (a sync tool, a hand `mv`) with
+    their executables renamed to match: each executable's size and sha256 agree with the metadata beside it, so the
+    -O1 executable was served for the -O3 key (with other input shapes the call failed blaming the user's inputs)."""
+    ACTIVITY.reset()
+    cache = CompileCache(tmp_path)
+    o1, o3 = make_key(args=("-O1",)), make_key(args=("-O3",))
+    a, b = _built(cache, o1, b"exe -O1"), _built(cache, o3, b"exe -O3")
+    a.path.rename(tmp_path / "swap")
+    b.path.rename(a.path)
+    (tmp_path / "swap").rename(b.path)
+    (a.path / b.executable_path.name).rename(a.executable_path)
+    (b.path / a.executable_path.name).rename(b.executable_path)
+    ACTIVITY.verified.clear()  # a later session
+    assert a.problem() == (f"metadata.json is entry {o3.key}'s, not this one's (the entry's files were moved or copied "
+                           "from another entry)")
+    rebuilt, hit = cache.get_or_build(o1, builder(o1))
+    assert hit is False and rebuilt.executable_path.read_bytes() == b"exe"  # built again, not the -O3 executable
+    assert o1.key in ACTIVITY.corrupt and [p.name[:32] for p in (tmp_path / ".corrupt").iterdir()] == [o1.key]
