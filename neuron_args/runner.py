@@ -27,7 +27,7 @@ import torch
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
-from neuron_args.deferred.parallel_compile import CompileReport, pending_keys
+from neuron_args.deferred.parallel_compile import CompileReport, ParallelCompileError, pending_keys
 from neuron_args.deferred.parallel_trace import recorded_complete
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import NeuronArgsError
@@ -403,8 +403,9 @@ class NeuronRunner:
                 if ahead is not None:
                     ahead.captured(i, result)
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                              compiler=self.options["compiler"],
+                                              compiler=self.options["compiler"], raise_on_error=False,
                                               progress=progress if ahead is None else ahead.built)
+        compile_report = _own_failures_raised(compile_report, {k for t in traced for k in t.keys})
         if ahead is not None:
             ahead.settle()
         if ahead is not None and ahead.graph_breaks:  # the graphs are built; the graph type is not one graph
@@ -471,7 +472,7 @@ class NeuronRunner:
         try:
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
                                               compiler=self.options["compiler"], progress=ahead.built,
-                                              keys=streamed())
+                                              keys=streamed(), raise_on_error=False)
         except Exception as exc:  # the trace's own error (if any) comes first, as when the compile followed it
             thread.join()
             if "error" in box:
@@ -725,6 +726,20 @@ class _ServeAhead:
                 log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
                           str(exc).splitlines()[0] if str(exc) else "")
             self.hits += STATS.hits - hits
+
+
+def _own_failures_raised(report: Any, own: set[str]) -> Any:
+    """A warmup fails for its own graphs' compiles only: the other pending entries it builds as the scan of the cache
+    would (an earlier interrupted session's, another model's on a shared cache) are logged when they fail."""
+    for g in report.failed:
+        if g.key not in own:
+            log.warning("parallel warmup: pending entry %s (graph type %r) of the cache, not one of this warmup's graphs, "
+                        "did not compile (it stays pending; `neuron-args cache ls` shows it, removing its folder drops "
+                        "it): %s", g.key, g.graph_type, (str(g.error or "").splitlines() or ["failed"])[0])
+    if any(g.key in own for g in report.failed):
+        raise ParallelCompileError(CompileReport(graphs=[g for g in report.graphs if g.status != "failed"
+                                                         or g.key in own], seconds=report.seconds))
+    return report
 
 
 def prestart_compile_worker(options: Mapping[str, Any], *, unless_warm: bool = False) -> None:

@@ -34,3 +34,27 @@ def test_entries_whose_folders_were_swapped_are_rebuilt_not_served(tmp_path):
     rebuilt, hit = cache.get_or_build(o1, builder(o1))
     assert hit is False and rebuilt.executable_path.read_bytes() == b"exe"  # built again, not the -O3 executable
     assert o1.key in ACTIVITY.corrupt and [p.name[:32] for p in (tmp_path / ".corrupt").iterdir()] == [o1.key]
+
+
+def test_another_pending_entry_that_does_not_compile_fails_no_warmup_of_this_model(tmp_path, caplog):
+    """The parallel flow also builds every other pending entry of the cache (as parallel_compile's scan would). One
+    left by an earlier interrupted session, or another project's on a shared nightly cache, whose graph.hlo is torn,
+    failed this model's warmup with a ParallelCompileError about a graph it does not have."""
+    import torch
+
+    from neuron_args.graphs import GraphSpec
+    from neuron_args.runner import NeuronRunner
+    from tests.test_stream import capture
+
+    (foreign,) = capture(tmp_path, (3,))
+    CompileCache(tmp_path).entry(foreign).hlo_path.write_bytes(b"half an HloModuleProto")
+    torch._dynamo.reset()
+    model = torch.nn.Linear(8, 4)
+    graphs = [GraphSpec("decode", model, {"b1": lambda: {"input": torch.ones(1, 8)}})]
+    NeuronRunner(model, graphs=graphs, compiler="local", cache_dir=tmp_path).warmup(emit=False)  # the record: no child
+    torch._dynamo.reset()
+    report = NeuronRunner(model, graphs=graphs, compiler="local", cache_dir=tmp_path).warmup(flow="parallel", emit=False)
+    assert [(g.graph_type, g.how) for g in report.graphs] == [("decode", "loaded")]
+    assert CompileCache(tmp_path).entry(foreign).status == "pending"  # left for a rerun, as parallel_compile leaves it
+    assert f"pending entry {foreign} (graph type None) of the cache, not one of this warmup's graphs, did not " \
+           "compile" in caplog.text
