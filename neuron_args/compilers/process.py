@@ -104,6 +104,9 @@ def _hint(returncode: int | None, log_path: Path | None = None) -> str:
                 "(`ulimit -f`) or point the compile cache to a file system that takes files this large")
     if returncode is None:
         return _TIMEOUT_FIX
+    if log_path is not None and "Failed to deserialize HloModuleProto" in tail:  # XLA: not the graph, its file
+        return (f"{log_path.parent / 'graph.hlo'} is damaged (a capture cut short): capture it again (rerun the "
+                "warmup or parallel_trace), or remove that entry's folder")
     if returncode == 2 and log_path is not None and _ARGPARSE_ERROR.search(tail):
         return _REJECTED_ARGS_FIX
     return EXIT_CODES.get(returncode, ("", _DEFAULT_FIX))[1]

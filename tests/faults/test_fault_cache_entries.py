@@ -1,6 +1,8 @@
 """Cache entries a later session finds damaged or misplaced: detected, named (key), rebuilt; never served wrong."""
 from __future__ import annotations
 
+import pytest
+
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CompileCache, executable_fields
 from tests.test_cache import builder, make_key
@@ -58,3 +60,18 @@ def test_another_pending_entry_that_does_not_compile_fails_no_warmup_of_this_mod
     assert CompileCache(tmp_path).entry(foreign).status == "pending"  # left for a rerun, as parallel_compile leaves it
     assert f"pending entry {foreign} (graph type None) of the cache, not one of this warmup's graphs, did not " \
            "compile" in caplog.text
+
+
+def test_a_torn_graph_hlo_is_named_as_such_not_blamed_on_the_graph(tmp_path):
+    """A pending entry whose graph.hlo was cut short: the compile failed saying 'fix the graph or its compiler
+    arguments', which cannot help."""
+    from neuron_args.deferred import ParallelCompileError, parallel_compile
+    from tests.test_stream import capture
+
+    (key,) = capture(tmp_path, (3,))
+    hlo = CompileCache(tmp_path).entry(key).hlo_path
+    hlo.write_bytes(hlo.read_bytes()[:40])
+    with pytest.raises(ParallelCompileError) as err:
+        parallel_compile(tmp_path, quiet=True)
+    assert f"fix: {hlo} is damaged (a capture cut short): capture it again (rerun the warmup or parallel_trace), " \
+           "or remove that entry's folder" in str(err.value)
