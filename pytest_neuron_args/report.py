@@ -130,17 +130,18 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     return "; ".join(parts)
 
 
-def _has_content(data: dict[str, Any]) -> bool:
+def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> bool:
     return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
                 or data.get("corrupt")
-                or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed"))
+                or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
+                or (session is not None and (session.output_failures or session.manifest_failures)))
 
 
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     from neuron_args.executables import eager_outputs_notice
 
     data = session.merged()
-    if not _has_content(data):
+    if not _has_content(data, session):
         return
     terminalreporter.write_sep("=", SUMMARY_TITLE)
     notice = eager_outputs_notice(data.get("eager_outputs") or {})
@@ -191,6 +192,9 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     for reason in session.manifest_failures:
         terminalreporter.write_line(f"manifest NOT written (the session fails): {reason}; free space or make "
                                     "the folder writable (or give another --neuron-manifest-dir) and rerun", red=True)
+    for reason in session.output_failures:
+        terminalreporter.write_line(f"NOT written (the session fails): {reason}; free space or make the folder "
+                                    "writable (or give another path) and rerun", red=True)
     if session.report_written is not None:
         terminalreporter.write_line(f"report written: {session.report_written}")
 
@@ -230,7 +234,11 @@ def write_json_report(session: NeuronSession) -> Any:
     settings = {"target": s.target, "compiler": compiler, "flow": s.flow, "cache_dir": str(session.cache_dir()),
                 "optimization_level": s.optimization_level, "compiler_args": s.compiler_args, "tp": s.tp}
     graphs = [graph_record(row, _how(row) if _how(row) != "-" else "seen") for row in data["rows"]]
-    return write_report(path, build_report(settings, graphs, data.get("eager_outputs")))
+    try:
+        return write_report(path, build_report(settings, graphs, data.get("eager_outputs")))
+    except OSError as exc:  # a full disk, a read-only folder: said in the summary, and the session fails
+        session.output_failures.append(f"--neuron-report {path}: {exc.strerror or exc}")
+        return None
 
 
 __all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_lines", "table_rows",

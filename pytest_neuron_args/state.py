@@ -137,6 +137,7 @@ class NeuronSession:
         self.manifests_not_ours: list[str] = []  # other engines' manifests in the folder, from earlier sessions
         self.interrupted = False  # Ctrl-C (or pytest.exit): the manifest holds only what the warmups reached
         self.manifest_failures: list[str] = []  # why an engine's manifest could not be written (a full disk...)
+        self.output_failures: list[str] = []  # why the --neuron-report file or the step summary could not be written
         self._ledger_root: Path | None = None
 
     # -- directories --------------------------------------------------------------------------------

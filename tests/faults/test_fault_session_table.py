@@ -217,3 +217,22 @@ def test_a_graph_break_of_a_job_the_trace_record_lists_is_the_same_graph_break_e
     with pytest.raises(GraphBreakError, match=r"graph break in graph type 'decode' at <Broken>:"):
         NeuronRunner(Broken(), compiler="local", compiler_args="-O1", cache_dir=tmp_path).warmup(flow="parallel",
                                                                                                  emit=False)
+
+
+def test_a_report_the_session_cannot_write_fails_it_after_the_summary(neuron_project, tiny_disk, monkeypatch):
+    """--neuron-report and $GITHUB_STEP_SUMMARY on a full disk: pytest ended in a raw OSError traceback from its
+    sessionfinish, the graphs table was never printed and the trace children were not closed."""
+    from tests.faults.fault_helpers import fill
+
+    fill(tiny_disk)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tiny_disk / "summary.md"))
+    neuron_project.makepyfile(test_warm="def test_warm(neuron_warmup):\n    pass\n")
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-report={tiny_disk / 'report.json'}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "2 graphs: 0 compiled, 2 loaded, 0 captured; *",
+        f"NOT written (the session fails): --neuron-report {tiny_disk / 'report.json'}: No space left on device; free "
+        "space or make the folder writable (or give another path) and rerun",
+        f"NOT written (the session fails): $GITHUB_STEP_SUMMARY {tiny_disk / 'summary.md'}: No space left on device; *",
+    ])
