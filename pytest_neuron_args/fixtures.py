@@ -171,6 +171,26 @@ def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, n
     return session_runner(request, get_session(pytestconfig), neuron_model)
 
 
+def _ours(request: pytest.FixtureRequest, name: str, value: Any, kind: str) -> Any:
+    """``value`` of the plugin fixture ``name`` as another plugin fixture needs it; one of the project's own of that
+    name (it overrides the plugin's for every test below its conftest) fails the test naming where it is defined."""
+    from neuron_args import runner
+
+    if isinstance(value, getattr(runner, kind)):  # a subclass of the project's own is fine
+        return value
+    try:
+        import inspect
+
+        func = request._fixturemanager.getfixturedefs(name, request.node)[-1].func
+        where = f"{inspect.getsourcefile(func)}:{inspect.getsourcelines(func)[1]}"
+    except Exception:  # another pytest's private API, or no source
+        where = "a conftest or test module"
+    pytest.fail(f"{request.fixturename} needs the neuron-args plugin's `{name}` fixture (a {kind}), but this test gets "
+                f"the one defined at {where}, which returned {type(value).__name__}: it overrides the plugin's of that "
+                f"name. Rename that fixture (the plugin's fixtures are named neuron_*), or return a {kind} from it",
+                pytrace=False)
+
+
 @pytest.fixture
 def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> Any:
     """The arguments the marked graph type compiles with (a list); a dict ``{graph_type: list}`` for several.
@@ -179,6 +199,7 @@ def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> 
     (``resolve`` returned None: no policy, or an explicit ``--neuron-optimization-level``, which
     the base list then carries). Platform arguments (``--target``) are not included.
     """
+    neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     marked = marked_graph_types(request.node)
     if not marked:
         pytest.fail("neuron_compiler_args resolves the graph type(s) of the test's marker: add "
@@ -206,6 +227,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     the warmup runs in N rank processes. Returns the ``WarmupReport`` (``graphs``: every graph of
     the chosen graph types, with its key and how it got into the cache).
     """
+    neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     session = get_session(pytestconfig)
     s = session.settings
     graph_types = marked_graph_types(request.node) or None
@@ -306,6 +328,7 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     model's declared entry modules are served too (matched to a graph type by their shapes); a
     call that matches no declared bucket raises ``UndeclaredGraphError`` and fails the test.
     """
+    neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         yield neuron_runner
@@ -325,8 +348,8 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
 
 
 @pytest.fixture
-def neuron_manifest(neuron_warmup: Any, neuron_runner: Any, pytestconfig: pytest.Config,
-                    tmp_path: Path) -> ManifestView:
+def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_runner: Any,
+                    pytestconfig: pytest.Config, tmp_path: Path) -> ManifestView:
     """This test's view of the session manifest: the graphs its warmup covers, with every rank that built them.
 
     Written to ``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``; ``assert_complete(...)``,
@@ -335,6 +358,8 @@ def neuron_manifest(neuron_warmup: Any, neuron_runner: Any, pytestconfig: pytest
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         return None  # type: ignore[return-value]
+    neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
+    neuron_warmup = _ours(request, "neuron_warmup", neuron_warmup, "WarmupReport")
     paths = emit_engines(session.ledger_root(), tmp_path / "neuron-manifest", cache_dir=session.cache_dir(),
                          config=neuron_runner.manifest_config_block(), keys=neuron_warmup.keys)
     if not paths:
