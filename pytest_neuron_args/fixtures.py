@@ -299,6 +299,9 @@ def _note_failed_warmup(session: NeuronSession, runner: Any, graph_types: list[s
     chosen = list(graph_types) if graph_types is not None else list(runner.graphs)
     failed = session.failed_warmups.setdefault(runner, {})
     for graph_type, line in _failed_graph_types(runner, chosen, exc).items():
+        if graph_type not in failed:
+            session.warmup_failures.append({"graph_type": graph_type, "test": nodeid,
+                                            "error": f"{type(exc).__name__}: {line}"})
         failed.setdefault(graph_type, (nodeid, f"{type(exc).__name__}: {line}"))
 
 

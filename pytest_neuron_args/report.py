@@ -132,7 +132,7 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
 
 def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> bool:
     return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
-                or data.get("corrupt")
+                or data.get("corrupt") or data.get("warmup_failures")
                 or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
                 or (session is not None and (session.output_failures or session.manifest_failures)))
 
@@ -157,6 +157,11 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
             where = "" if row["key"] in error else f" key {row['key']}"
             terminalreporter.write_line(f"failed: {row.get('graph_type') or '-'} {shapes_text(row.get('input_shapes'))}"
                                         f"{where}: {error}", red=True)
+    listed = {row.get("graph_type") for row in data["rows"] if _how(row) == "failed"}
+    for failure in data.get("warmup_failures") or []:  # no key to list it by: its trace or lowering failed
+        if failure["graph_type"] not in listed:
+            terminalreporter.write_line(f"warmup failed: graph type {failure['graph_type']!r} in {failure['test']}: "
+                                        f"{failure['error']}", red=True)
     for key, why in sorted((data.get("corrupt") or {}).items()):
         terminalreporter.write_line(f"cache entry {key} was corrupt ({why}): moved to {QUARANTINE_DIR}/ in the cache "
                                     "and rebuilt; if this repeats, check the disk (`neuron-args cache verify`)",

@@ -130,6 +130,8 @@ class NeuronSession:
         #: runner -> graph type -> (test id, error line) of a warmup that failed: not retried for the next tests
         self.failed_warmups: weakref.WeakKeyDictionary[Any, dict[str, tuple[str, str]]] = \
             weakref.WeakKeyDictionary()
+        #: every graph type whose warmup failed ({graph_type, test, error}): the summary names those with no key
+        self.warmup_failures: list[dict[str, str]] = []
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
@@ -346,6 +348,7 @@ class NeuronSession:
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
             "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
+            "warmup_failures": list(self.warmup_failures),
         }
 
     def merged(self) -> dict[str, Any]:
@@ -378,6 +381,7 @@ class NeuronSession:
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
+            "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
         }
 
 

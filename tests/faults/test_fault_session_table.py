@@ -188,6 +188,8 @@ def test_the_parallel_flow_lists_what_it_built_before_it_failed_and_catches_ever
     - One of HalfTraceable's trace jobs raises: the other two graphs were captured and compiled by this session, yet
       the table said 'loaded' (the warmup's compile report was dropped with the TraceError).
     - Ctrl-C right after Other's first graph was built: the interrupted session's table listed it as 'loaded' too.
+
+    The summary also names the graph types whose warmup failed before they had a key (a trace, a graph break).
     """
     cache = tmp_path / "cache"
     _built_broken(cache, record=False)
@@ -207,7 +209,13 @@ def test_the_parallel_flow_lists_what_it_built_before_it_failed_and_catches_ever
                     for g in _report(report).values())
     assert graphs == [("decode", ["1, 8"], ["-O3"], "compiled"), ("prefill", ["4, 8"], ["-O1"], "compiled"),
                       ("prefill", ["4, 8"], ["-O1"], "compiled")]
-    result.stdout.fnmatch_lines(["3 graphs: 3 compiled, 0 loaded, 0 captured; *3 misses, 3 compiles, 3 captures*"])
+    result.stdout.fnmatch_lines([  # and the graph types that failed with no key to list them by
+        "3 graphs: 3 compiled, 0 loaded, 0 captured; *3 misses, 3 compiles, 3 captures*",
+        "warmup failed: graph type 'decode' in test_1_break.py::test_break: GraphBreakError: graph break in graph type "
+        "'decode' at *test_1_break.py:18 (in forward): torch._dynamo.graph_break()",
+        "warmup failed: graph type 'decode' in test_2_trace.py::test_trace: TraceError: trace of graph type 'decode' "
+        "failed: ValueError: a bucket of 3 rows is not supported",
+    ])
 
 
 def test_a_graph_break_of_a_job_the_trace_record_lists_is_the_same_graph_break_error(tmp_path):
