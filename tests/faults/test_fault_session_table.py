@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from neuron_args.deferred.trace_record import RECORD_NAME
-from neuron_args.graphs import GraphSpec
 from neuron_args.report import compare
 from neuron_args.runner import GraphBreakError, NeuronRunner
+from tests.test_plugin_errors import BREAK_CONFTEST
 
 def _report(path) -> dict[str, dict]:
     return {g["key"]: g for g in json.loads(path.read_text())["graphs"]}
@@ -56,22 +56,6 @@ def test_a_graph_whose_in_process_compile_failed_is_listed_as_failed_with_its_ke
     assert not compare(old, old).regression
 
 
-BROKEN = """
-class Broken(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.fc1 = torch.nn.Linear(8, 16)
-        self.fc2 = torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        y = self.fc1(x)
-        torch._dynamo.graph_break()
-        return self.fc2(y)
-
-    def neuron_graphs(self):
-        return [GraphSpec("decode", self, {"b1": lambda: {"x": torch.ones(1, 8)}})]
-"""
 HEADER = """
 import logging
 
@@ -81,25 +65,13 @@ import torch
 from neuron_args.flags import with_optimization_level
 from neuron_args.graphs import GraphSpec
 """
-# three modules of one pytester session, run in this order on a cold cache (but Broken's two graphs), the parallel
-# flow's one trace child kept from each warmup to the next
-BREAK_MODULE = HEADER + BROKEN + """
-
-@pytest.fixture(scope="module")
-def neuron_model():
-    return Broken()
-
-
-def test_break(neuron_warmup):
-    pass
-"""
 # decode's second bucket cannot be traced: the trace child captures the other two graphs, which compile
-TRACE_MODULE = HEADER + """
+HALF_TRACEABLE = HEADER + """
 
 class HalfTraceable(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, width):
         super().__init__()
-        self.fc = torch.nn.Linear(8, 4)
+        self.fc = torch.nn.Linear(8, width)
 
     def forward(self, x):
         if x.shape[0] == 3:
@@ -112,31 +84,27 @@ class HalfTraceable(torch.nn.Module):
 
     def compiler_args_for(self, graph_type, example_inputs, base):
         return with_optimization_level(base, 3) if graph_type == "decode" else list(base)
+"""
+# three modules of one pytester session, run in this order on a cold cache (but Broken's two graphs), the parallel
+# flow's one trace child kept from each warmup to the next
+BREAK_MODULE = BREAK_CONFTEST + """
 
+def test_break(neuron_warmup):
+    pass
+"""
+TRACE_MODULE = HALF_TRACEABLE + """
 
 @pytest.fixture(scope="module")
 def neuron_model():
-    return HalfTraceable()
+    return HalfTraceable(4)
 
 
 def test_trace(neuron_warmup):
     pass
 """
-# Ctrl-C right after the first graph of this warmup is built (a log handler raises it where the signal handler would)
-CTRL_C_MODULE = HEADER + """
-
-class Other(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.fc(x).relu()
-
-    def neuron_graphs(self):
-        return [GraphSpec("prefill", self, {"b4": lambda: {"x": torch.ones(4, 8)}}),
-                GraphSpec("decode", self, {"b1": lambda: {"x": torch.ones(1, 8)}})]
-
+# another width, so other keys: Ctrl-C right after its first graph is built (a log handler raises it where the signal
+# handler would)
+CTRL_C_MODULE = HALF_TRACEABLE + """
 
 class CtrlC(logging.Handler):
     def emit(self, record):
@@ -146,7 +114,7 @@ class CtrlC(logging.Handler):
 
 @pytest.fixture(scope="module")
 def neuron_model():
-    return Other()
+    return HalfTraceable(2)
 
 
 @pytest.fixture(autouse=True)
@@ -164,7 +132,7 @@ def test_interrupted(neuron_warmup):
     pass
 """
 namespace: dict = {}
-exec(compile(HEADER + BROKEN, "<Broken>", "exec"), namespace)
+exec(compile(BREAK_CONFTEST, "<Broken>", "exec"), namespace)
 Broken = namespace["Broken"]
 
 
@@ -212,7 +180,7 @@ def test_the_parallel_flow_lists_what_it_built_before_it_failed_and_catches_ever
     result.stdout.fnmatch_lines([  # and the graph types that failed with no key to list them by
         "3 graphs: 3 compiled, 0 loaded, 0 captured; *3 misses, 3 compiles, 3 captures*",
         "warmup failed: graph type 'decode' in test_1_break.py::test_break: GraphBreakError: graph break in graph type "
-        "'decode' at *test_1_break.py:18 (in forward): torch._dynamo.graph_break()",
+        "'decode' at *test_1_break.py:* (in forward): torch._dynamo.graph_break()",
         "warmup failed: graph type 'decode' in test_2_trace.py::test_trace: TraceError: trace of graph type 'decode' "
         "failed: ValueError: a bucket of 3 rows is not supported",
     ])
