@@ -519,6 +519,9 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
         errors = [f"rank {r['rank']}:\n{r['error']}" for r in results if r.get("error")]
         missing = [r["rank"] for r in results if "graphs" not in r and not r.get("error")]
         if code or errors or missing:
+            for result in results:  # what the ranks compiled, loaded or failed on: the session's table lists it
+                if result.get("export"):
+                    session.rank_parts.append(result["export"])
             pytest.fail(f"--neuron-tp {s.tp}: the warmup of {todo} failed in the rank processes (exit status {code})"
                         + ("".join(f"\n{e}" for e in errors) or
                            f"; ranks {missing} reported nothing (their output is in the captured stdout)"),
@@ -553,6 +556,8 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
         return report
     except BaseException:
         result["error"] = traceback.format_exc()
+        with contextlib.suppress(Exception):  # the graphs it got to (a failed compile's too) for the summary
+            result["export"] = session.export()
         raise
     finally:
         s.rank_worker.mkdir(parents=True, exist_ok=True)
