@@ -223,6 +223,9 @@ class CacheEntry:
             return f"metadata.json is unreadable ({type(exc).__name__}: {exc})"
         if not isinstance(md, dict):
             return f"metadata.json holds a JSON {type(md).__name__}, not an object"
+        if isinstance(md.get("key"), str) and md["key"] != self.key:  # a folder renamed, or files copied across
+            return (f"metadata.json is entry {md['key']}'s, not this one's (the entry's files were moved or copied "
+                    "from another entry)")
         try:
             size = self.executable_path.stat().st_size
         except OSError:

@@ -18,7 +18,7 @@ from typing import Any
 from neuron_args.text import format_shapes
 
 REPORT_VERSION = "1"
-STATUSES = ("compiled", "loaded", "captured", "missed", "seen")
+STATUSES = ("compiled", "loaded", "captured", "missed", "failed", "seen")
 
 
 def graph_record(row: Mapping[str, Any], status: str) -> dict[str, Any]:
@@ -33,6 +33,7 @@ def graph_record(row: Mapping[str, Any], status: str) -> dict[str, Any]:
         "executable_size": row.get("executable_size"),
         "serve_hits": int(row.get("serve_hits") or 0),
         "serve_misses": int(row.get("serve_misses") or 0),
+        "error": row.get("error") if status == "failed" else None,
     }
 
 
@@ -41,6 +42,8 @@ def build_report(settings: Mapping[str, Any], graphs: Sequence[Mapping[str, Any]
     """The report document: settings, graphs (as :func:`graph_record` makes them) and totals."""
     graphs = [dict(g) for g in graphs]
     totals = {status: sum(g["status"] == status for g in graphs) for status in STATUSES}
+    if not totals["failed"]:  # a report of a run whose graphs all built reads as before failures were listed
+        del totals["failed"]
     totals.update(
         graphs=len(graphs),
         compile_seconds=round(sum(g["compile_seconds"] or 0.0 for g in graphs), 3),
@@ -125,12 +128,17 @@ def _moved(old: float | None, new: float | None, ratio: float, minimum: float) -
 
 def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Thresholds | None = None) -> Comparison:
     """What changed from ``old`` to ``new``. Regressions: a graph gone, changed flags, a compile slower
-    or an executable larger beyond the thresholds, serve misses that were not there before."""
+    or an executable larger beyond the thresholds, serve misses that were not there before, a graph that
+    failed to build."""
     t = thresholds or Thresholds()
     before = {_identity(g): g for g in old.get("graphs", [])}
     after = {_identity(g): g for g in new.get("graphs", [])}
-    result = Comparison(added=[after[k] for k in after if k not in before],
+    result = Comparison(added=[after[k] for k in after if k not in before and after[k].get("status") != "failed"],
                         removed=[before[k] for k in before if k not in after])
+    for k in after.keys() - before.keys():  # a new graph that did not build is a regression, not an addition
+        if after[k].get("status") == "failed":
+            result.changed.append((after[k], [f"new graph, failed to build: {after[k].get('error') or 'see its run'}"],
+                                   True))
     for k in after.keys() & before.keys():
         a, b = before[k], after[k]
         changes, bad = [], False
@@ -147,6 +155,9 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Threshol
             bad = True
         elif _moved(b.get("executable_size"), a.get("executable_size"), t.size_ratio, t.size_abs):
             changes.append(f"executable {a['executable_size']} -> {b['executable_size']} bytes (smaller)")
+        if b.get("status") == "failed" and a.get("status") != "failed":
+            changes.append(f"failed to build ({a.get('status') or 'built'} before): {b.get('error') or 'see its run'}")
+            bad = True
         if (b.get("serve_misses") or 0) > (a.get("serve_misses") or 0):
             changes.append(f"serve misses {a.get('serve_misses') or 0} -> {b['serve_misses']}")
             bad = True

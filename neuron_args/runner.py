@@ -27,7 +27,7 @@ import torch
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
 from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
-from neuron_args.deferred.parallel_compile import pending_keys
+from neuron_args.deferred.parallel_compile import CompileReport, ParallelCompileError, pending_keys
 from neuron_args.deferred.parallel_trace import recorded_complete
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import NeuronArgsError
@@ -212,6 +212,7 @@ class NeuronRunner:
         #: who is warming up now, recorded on each graph's first warmup (the pytest plugin sets the test id)
         self.origin: str | None = None
         self.warmed: dict[str, list[WarmedGraph]] = {}
+        self._built_so_far: Any = None  # the running parallel warmup's CompileReport of the graphs built so far
         if tp_group is not None:
             from neuron_args.manifest.ledger import register_tp_group
 
@@ -326,7 +327,14 @@ class NeuronRunner:
                 ACTIVITY.assert_hit = was
             counts = CacheStats.since(before)
         elif todo:
-            compile_report, counts, traced = self._warmup_parallel(todo, progress, trace_timeout)
+            try:
+                compile_report, counts, traced = self._warmup_parallel(todo, progress, trace_timeout)
+            except BaseException as exc:  # what it built before it raised (a TraceError, a graph break, Ctrl-C)
+                if not any(getattr(exc, name, None) is not None for name in ("report", "compile_report")):
+                    exc.compile_report = self._built_so_far
+                raise
+            finally:
+                self._built_so_far = None
         for g in reused:
             REUSED.extend(self.warmed[g])
         graphs = [w for g in chosen for w in self.warmed.get(g, [])]
@@ -380,9 +388,11 @@ class NeuronRunner:
         here: dict[int, list[WarmedGraph]] = {}  # jobs traced in this process: their entries were complete
         index = {id(job): i for i, job in enumerate(jobs)}
         before = STATS.snapshot()
-        in_process = None if self.backend != COMPILE_SEAM else (
-            lambda job: self._trace_here(job, buckets[index[id(job)]][1], here.setdefault(index[id(job)], [])))
         ahead = _ServeAhead(self, jobs, progress) if self.backend == COMPILE_SEAM else None
+        in_process = None if ahead is None else (
+            lambda job: ahead.here(job, lambda: self._trace_here(job, buckets[index[id(job)]][1],
+                                                                 here.setdefault(index[id(job)], []))))
+        self._built_so_far = None if ahead is None else ahead.report
         if ahead is not None and not all(recorded_complete(jobs, self.options)):
             traced, compile_report = self._trace_and_compile(jobs, in_process, ahead, trace_timeout)
         else:  # a warm cache (each job traced here, no child) or a seam of the caller's: one step after the other
@@ -393,8 +403,11 @@ class NeuronRunner:
                 if ahead is not None:
                     ahead.captured(i, result)
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                              compiler=self.options["compiler"],
+                                              compiler=self.options["compiler"], raise_on_error=False,
                                               progress=progress if ahead is None else ahead.built)
+        compile_report = _own_failures_raised(compile_report, {k for t in traced for k in t.keys})
+        if ahead is not None:
+            ahead.settle()
         if ahead is not None and ahead.graph_breaks:  # the graphs are built; the graph type is not one graph
             raise ahead.graph_breaks[0]
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
@@ -459,7 +472,7 @@ class NeuronRunner:
         try:
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
                                               compiler=self.options["compiler"], progress=ahead.built,
-                                              keys=streamed())
+                                              keys=streamed(), raise_on_error=False)
         except Exception as exc:  # the trace's own error (if any) comes first, as when the compile followed it
             thread.join()
             if "error" in box:
@@ -654,6 +667,7 @@ class _ServeAhead:
         self.done: set[str] = set()
         self.hits = 0
         self.graph_breaks: list[GraphBreakError] = []  # under fullgraph: the warmup fails, as in-process
+        self.report = CompileReport()  # every graph parallel_compile finished so far (a warmup that raises names them)
         self.lock = threading.Lock()  # ``captured`` comes from the trace's thread when streaming
 
     def captured(self, i: int, result: Any) -> None:
@@ -664,6 +678,7 @@ class _ServeAhead:
 
     def built(self, event: Any) -> None:
         """``parallel_compile``'s progress callback: pass the event on, then trace the jobs it completed."""
+        self.report.graphs.append(event.graph)
         if self.progress is not None:
             self.progress(event)
         if event.graph.status not in ("compiled", "already-complete"):
@@ -676,17 +691,55 @@ class _ServeAhead:
         for i in ready:
             self._trace(self.jobs[i])
 
+    def here(self, job: Any, trace: Callable[[], list[str]]) -> list[str]:
+        """A job the trace record lists complete, traced in this process: a graph break fails the warmup as the
+        same GraphBreakError a child's capture gets (after the compiles), not as a trace failure."""
+        try:
+            return trace()
+        except GraphBreakError as exc:
+            exc.graph_type = job.graph_type
+            self.graph_breaks.append(exc)
+            return []
+
+    def settle(self) -> None:
+        """After the compiles: trace the captured jobs whose keys no compile finished here because their entries
+        were complete already (built by an earlier session whose trace record this warmup does not match, or by
+        another process). Their graph breaks show here too: a child captures a broken graph type as several
+        graphs, and only this process's fullgraph trace tells."""
+        with self.lock:
+            ready = [i for i, keys in self.waiting.items()
+                     if all(self.runner.cache.entry(k).is_complete for k in keys)]
+            for i in ready:
+                del self.waiting[i]
+        for i in ready:
+            self._trace(self.jobs[i])
+
     def _trace(self, job: Any) -> None:
         with _TRACING:
             hits = STATS.hits
             try:
                 self.runner._run_asserting_hit(job)
             except GraphBreakError as exc:  # the children capture without fullgraph: the break shows here
+                exc.graph_type = job.graph_type  # which graph type failed its warmup (the plugin names it)
                 self.graph_breaks.append(exc)
             except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
                 log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
                           str(exc).splitlines()[0] if str(exc) else "")
             self.hits += STATS.hits - hits
+
+
+def _own_failures_raised(report: Any, own: set[str]) -> Any:
+    """A warmup fails for its own graphs' compiles only: the other pending entries it builds as the scan of the cache
+    would (an earlier interrupted session's, another model's on a shared cache) are logged when they fail."""
+    for g in report.failed:
+        if g.key not in own:
+            log.warning("parallel warmup: pending entry %s (graph type %r) of the cache, not one of this warmup's graphs, "
+                        "did not compile (it stays pending; `neuron-args cache ls` shows it, removing its folder drops "
+                        "it): %s", g.key, g.graph_type, (str(g.error or "").splitlines() or ["failed"])[0])
+    if any(g.key in own for g in report.failed):
+        raise ParallelCompileError(CompileReport(graphs=[g for g in report.graphs if g.status != "failed"
+                                                         or g.key in own], seconds=report.seconds))
+    return report
 
 
 def prestart_compile_worker(options: Mapping[str, Any], *, unless_warm: bool = False) -> None:

@@ -146,10 +146,14 @@ def write_step_summary(session: NeuronSession) -> Any:
     if not _has_content(data):
         return None  # a session that used no neuron fixture adds nothing to the job's page
     counts = baseline_counts(data)
-    return append_step_summary(summary_markdown(
-        data, header_line(session), footer_line(data, str(session.cache_dir())),
-        baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
-        notice=eager_outputs_notice(data.get("eager_outputs") or {})))
+    try:
+        return append_step_summary(summary_markdown(
+            data, header_line(session), footer_line(data, str(session.cache_dir())),
+            baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
+            notice=eager_outputs_notice(data.get("eager_outputs") or {})))
+    except OSError as exc:  # a full disk: said in the terminal summary, and the session fails
+        session.output_failures.append(f"${STEP_SUMMARY_ENV} {os.environ[STEP_SUMMARY_ENV]}: {exc.strerror or exc}")
+        return None
 
 
 __all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "record", "serve_properties", "summary_markdown",

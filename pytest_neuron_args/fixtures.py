@@ -171,6 +171,26 @@ def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, n
     return session_runner(request, get_session(pytestconfig), neuron_model)
 
 
+def _ours(request: pytest.FixtureRequest, name: str, value: Any, kind: str) -> Any:
+    """``value`` of the plugin fixture ``name`` as another plugin fixture needs it; one of the project's own of that
+    name (it overrides the plugin's for every test below its conftest) fails the test naming where it is defined."""
+    from neuron_args import runner
+
+    if isinstance(value, getattr(runner, kind)):  # a subclass of the project's own is fine
+        return value
+    try:
+        import inspect
+
+        func = request._fixturemanager.getfixturedefs(name, request.node)[-1].func
+        where = f"{inspect.getsourcefile(func)}:{inspect.getsourcelines(func)[1]}"
+    except Exception:  # another pytest's private API, or no source
+        where = "a conftest or test module"
+    pytest.fail(f"{request.fixturename} needs the neuron-args plugin's `{name}` fixture (a {kind}), but this test gets "
+                f"the one defined at {where}, which returned {type(value).__name__}: it overrides the plugin's of that "
+                f"name. Rename that fixture (the plugin's fixtures are named neuron_*), or return a {kind} from it",
+                pytrace=False)
+
+
 @pytest.fixture
 def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> Any:
     """The arguments the marked graph type compiles with (a list); a dict ``{graph_type: list}`` for several.
@@ -179,6 +199,7 @@ def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> 
     (``resolve`` returned None: no policy, or an explicit ``--neuron-optimization-level``, which
     the base list then carries). Platform arguments (``--target``) are not included.
     """
+    neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     marked = marked_graph_types(request.node)
     if not marked:
         pytest.fail("neuron_compiler_args resolves the graph type(s) of the test's marker: add "
@@ -206,6 +227,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     the warmup runs in N rank processes. Returns the ``WarmupReport`` (``graphs``: every graph of
     the chosen graph types, with its key and how it got into the cache).
     """
+    neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     session = get_session(pytestconfig)
     s = session.settings
     graph_types = marked_graph_types(request.node) or None
@@ -225,10 +247,16 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
                 session.add_deferred_counts(CacheStats(**{k: getattr(report.counts, k) - v for k, v in here.items()}))
             if report.compile_report is not None:
                 session.add_compile_report(report.compile_report)
-    except Exception as exc:
-        if getattr(exc, "report", None) is not None:  # a ParallelCompileError: the graphs it did build count
-            session.add_compile_report(exc.report)
-        _note_failed_warmup(session, neuron_runner, graph_types, request.node.nodeid, exc)
+    except BaseException as exc:
+        # what a failed parallel warmup built before it raised (a ParallelCompileError's report; a trace failure's,
+        # a graph break's or Ctrl-C's compile_report): those graphs were compiled by this session
+        built = getattr(exc, "report", None) or getattr(exc, "compile_report", None)
+        if built is not None:
+            session.add_compile_report(built)
+            n = sum(g.status == "compiled" for g in built.graphs)
+            session.add_deferred_counts(CacheStats(misses=n, compiles=n, captures=n))
+        if isinstance(exc, Exception):
+            _note_failed_warmup(session, neuron_runner, graph_types, request.node.nodeid, exc)
         raise
     finally:  # a failed warmup's graphs are in the manifest too: with the model, target and graph types
         session.note_manifest_config(neuron_runner.manifest_config_block())
@@ -252,6 +280,8 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
     of a parallel warmup, else the first one it had not warmed (the in-process flow warms one graph type after
     the other and stops at the error)."""
     named: dict[str, str] = {}
+    if isinstance(getattr(exc, "graph_type", None), str):  # a graph break found by the parallel flow
+        named[exc.graph_type] = _first_line(exc)  # type: ignore[attr-defined]
     for g in getattr(exc, "failures", None) or ():  # ParallelCompileError
         named.setdefault(g.graph_type, _first_line(g.error))
     for r in getattr(exc, "results", None) or ():  # TraceError
@@ -269,6 +299,9 @@ def _note_failed_warmup(session: NeuronSession, runner: Any, graph_types: list[s
     chosen = list(graph_types) if graph_types is not None else list(runner.graphs)
     failed = session.failed_warmups.setdefault(runner, {})
     for graph_type, line in _failed_graph_types(runner, chosen, exc).items():
+        if graph_type not in failed:
+            session.warmup_failures.append({"graph_type": graph_type, "test": nodeid,
+                                            "error": f"{type(exc).__name__}: {line}"})
         failed.setdefault(graph_type, (nodeid, f"{type(exc).__name__}: {line}"))
 
 
@@ -298,6 +331,7 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     model's declared entry modules are served too (matched to a graph type by their shapes); a
     call that matches no declared bucket raises ``UndeclaredGraphError`` and fails the test.
     """
+    neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         yield neuron_runner
@@ -317,8 +351,8 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
 
 
 @pytest.fixture
-def neuron_manifest(neuron_warmup: Any, neuron_runner: Any, pytestconfig: pytest.Config,
-                    tmp_path: Path) -> ManifestView:
+def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_runner: Any,
+                    pytestconfig: pytest.Config, tmp_path: Path) -> ManifestView:
     """This test's view of the session manifest: the graphs its warmup covers, with every rank that built them.
 
     Written to ``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``; ``assert_complete(...)``,
@@ -327,6 +361,8 @@ def neuron_manifest(neuron_warmup: Any, neuron_runner: Any, pytestconfig: pytest
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         return None  # type: ignore[return-value]
+    neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
+    neuron_warmup = _ours(request, "neuron_warmup", neuron_warmup, "WarmupReport")
     paths = emit_engines(session.ledger_root(), tmp_path / "neuron-manifest", cache_dir=session.cache_dir(),
                          config=neuron_runner.manifest_config_block(), keys=neuron_warmup.keys)
     if not paths:
@@ -483,6 +519,9 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
         errors = [f"rank {r['rank']}:\n{r['error']}" for r in results if r.get("error")]
         missing = [r["rank"] for r in results if "graphs" not in r and not r.get("error")]
         if code or errors or missing:
+            for result in results:  # what the ranks compiled, loaded or failed on: the session's table lists it
+                if result.get("export"):
+                    session.rank_parts.append(result["export"])
             pytest.fail(f"--neuron-tp {s.tp}: the warmup of {todo} failed in the rank processes (exit status {code})"
                         + ("".join(f"\n{e}" for e in errors) or
                            f"; ranks {missing} reported nothing (their output is in the captured stdout)"),
@@ -517,6 +556,8 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
         return report
     except BaseException:
         result["error"] = traceback.format_exc()
+        with contextlib.suppress(Exception):  # the graphs it got to (a failed compile's too) for the summary
+            result["export"] = session.export()
         raise
     finally:
         s.rank_worker.mkdir(parents=True, exist_ok=True)

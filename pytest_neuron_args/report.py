@@ -64,6 +64,8 @@ def _how(row: dict[str, Any]) -> str:
         return "compiled"
     if row.get("loads"):
         return "loaded"
+    if row.get("failures"):
+        return "failed"
     if row.get("serve_misses"):
         return "missed"
     if row.get("captured"):
@@ -110,8 +112,9 @@ def table_lines(data: dict[str, Any]) -> list[str]:
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     rows = data["rows"]
     hows = [_how(r) for r in rows]
+    failed = f", {hows.count('failed')} failed" if "failed" in hows else ""
     parts = [f"{len(rows)} graph{'s' if len(rows) != 1 else ''}: {hows.count('compiled')} compiled, "
-             f"{hows.count('loaded')} loaded, {hows.count('captured')} captured; session cache {cache_dir}"]
+             f"{hows.count('loaded')} loaded, {hows.count('captured')} captured{failed}; session cache {cache_dir}"]
     stats = data.get("stats") or {}
     if any(stats.values()):
         parts.append("cache activity: " + ", ".join(f"{stats.get(n, 0)} {n}" for n in ("hits", "misses", "compiles", "captures")))
@@ -127,17 +130,18 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     return "; ".join(parts)
 
 
-def _has_content(data: dict[str, Any]) -> bool:
+def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> bool:
     return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
-                or data.get("corrupt")
-                or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed"))
+                or data.get("corrupt") or data.get("warmup_failures")
+                or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
+                or (session is not None and (session.output_failures or session.manifest_failures)))
 
 
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     from neuron_args.executables import eager_outputs_notice
 
     data = session.merged()
-    if not _has_content(data):
+    if not _has_content(data, session):
         return
     terminalreporter.write_sep("=", SUMMARY_TITLE)
     notice = eager_outputs_notice(data.get("eager_outputs") or {})
@@ -147,6 +151,17 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         for line in table_lines(data):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+    for row in data["rows"]:
+        if _how(row) == "failed":
+            error = row.get("error") or "see the test that warmed it"
+            where = "" if row["key"] in error else f" key {row['key']}"
+            terminalreporter.write_line(f"failed: {row.get('graph_type') or '-'} {shapes_text(row.get('input_shapes'))}"
+                                        f"{where}: {error}", red=True)
+    listed = {row.get("graph_type") for row in data["rows"] if _how(row) == "failed"}
+    for failure in data.get("warmup_failures") or []:  # no key to list it by: its trace or lowering failed
+        if failure["graph_type"] not in listed:
+            terminalreporter.write_line(f"warmup failed: graph type {failure['graph_type']!r} in {failure['test']}: "
+                                        f"{failure['error']}", red=True)
     for key, why in sorted((data.get("corrupt") or {}).items()):
         terminalreporter.write_line(f"cache entry {key} was corrupt ({why}): moved to {QUARANTINE_DIR}/ in the cache "
                                     "and rebuilt; if this repeats, check the disk (`neuron-args cache verify`)",
@@ -182,6 +197,9 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     for reason in session.manifest_failures:
         terminalreporter.write_line(f"manifest NOT written (the session fails): {reason}; free space or make "
                                     "the folder writable (or give another --neuron-manifest-dir) and rerun", red=True)
+    for reason in session.output_failures:
+        terminalreporter.write_line(f"NOT written (the session fails): {reason}; free space or make the folder "
+                                    "writable (or give another path) and rerun", red=True)
     if session.report_written is not None:
         terminalreporter.write_line(f"report written: {session.report_written}")
 
@@ -221,7 +239,11 @@ def write_json_report(session: NeuronSession) -> Any:
     settings = {"target": s.target, "compiler": compiler, "flow": s.flow, "cache_dir": str(session.cache_dir()),
                 "optimization_level": s.optimization_level, "compiler_args": s.compiler_args, "tp": s.tp}
     graphs = [graph_record(row, _how(row) if _how(row) != "-" else "seen") for row in data["rows"]]
-    return write_report(path, build_report(settings, graphs, data.get("eager_outputs")))
+    try:
+        return write_report(path, build_report(settings, graphs, data.get("eager_outputs")))
+    except OSError as exc:  # a full disk, a read-only folder: said in the summary, and the session fails
+        session.output_failures.append(f"--neuron-report {path}: {exc.strerror or exc}")
+        return None
 
 
 __all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_lines", "table_rows",

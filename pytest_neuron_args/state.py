@@ -8,6 +8,7 @@ xdist's ``workeroutput``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -76,7 +77,7 @@ def _graphs_without_executable(path: Path) -> tuple[int, int] | None:
 
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
-_COUNTED = ("loads", "serve_hits", "serve_misses")
+_COUNTED = ("loads", "serve_hits", "serve_misses", "failures")
 
 
 def get_session(config: pytest.Config) -> NeuronSession:
@@ -129,6 +130,8 @@ class NeuronSession:
         #: runner -> graph type -> (test id, error line) of a warmup that failed: not retried for the next tests
         self.failed_warmups: weakref.WeakKeyDictionary[Any, dict[str, tuple[str, str]]] = \
             weakref.WeakKeyDictionary()
+        #: every graph type whose warmup failed ({graph_type, test, error}): the summary names those with no key
+        self.warmup_failures: list[dict[str, str]] = []
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
@@ -136,6 +139,7 @@ class NeuronSession:
         self.manifests_not_ours: list[str] = []  # other engines' manifests in the folder, from earlier sessions
         self.interrupted = False  # Ctrl-C (or pytest.exit): the manifest holds only what the warmups reached
         self.manifest_failures: list[str] = []  # why an engine's manifest could not be written (a full disk...)
+        self.output_failures: list[str] = []  # why the --neuron-report file or the step summary could not be written
         self._ledger_root: Path | None = None
 
     # -- directories --------------------------------------------------------------------------------
@@ -288,11 +292,15 @@ class NeuronSession:
             self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
 
     def add_compile_report(self, report: Any) -> None:
-        """Remember the graphs a parallel warmup compiled (their records live in the compile workers)."""
+        """Remember the graphs a parallel warmup compiled or failed to compile (their records live in the compile
+        workers); also the part of a warmup that raised (a trace failure, a graph break, Ctrl-C) after it built some."""
         for g in getattr(report, "graphs", None) or []:
             if g.status == "compiled":
                 self.parallel_compiled[g.key] = {"seconds": g.seconds, "size": g.executable_size,
-                                                 "graph_type": g.graph_type}
+                                                 "graph_type": g.graph_type, "args": list(g.compiler_args)}
+            elif g.status == "failed" and g.key not in self.parallel_compiled:
+                self.parallel_compiled[g.key] = {"graph_type": g.graph_type, "args": list(g.compiler_args),
+                                                 "error": next(iter(str(g.error or "").splitlines()), "failed")}
 
     def stats(self) -> dict[str, int]:
         now = ACTIVITY.stats.snapshot()
@@ -310,6 +318,12 @@ class NeuronSession:
                 rows[key] = row
         for key, info in self.parallel_compiled.items():
             row = rows.setdefault(key, _empty_row(key, info.get("graph_type")))
+            if row["compiler_args"] is None:
+                row["compiler_args"] = info.get("args")
+            if info.get("error"):
+                row["failures"] = row["failures"] or 1
+                row["error"] = row["error"] or info["error"]
+                continue
             row["compiled"] = True
             row["compile_seconds"] = row["compile_seconds"] or info.get("seconds")
             row["executable_size"] = row["executable_size"] or info.get("size")
@@ -334,6 +348,7 @@ class NeuronSession:
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
             "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
+            "warmup_failures": list(self.warmup_failures),
         }
 
     def merged(self) -> dict[str, Any]:
@@ -366,6 +381,7 @@ class NeuronSession:
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
+            "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
         }
 
 
@@ -382,7 +398,8 @@ def row_order(row: dict[str, Any]) -> tuple[Any, ...]:
 def _empty_row(key: str, graph_type: str | None) -> dict[str, Any]:
     return {"key": key, "graph_type": graph_type, "input_shapes": None, "optimization_level": None,
             "compiler_args": None, "compiled": False, "captured": False, "compile_seconds": None,
-            "executable_size": None, "loads": 0, "serve_hits": None, "serve_misses": None}
+            "executable_size": None, "loads": 0, "serve_hits": None, "serve_misses": None, "failures": 0,
+            "error": None}
 
 
 def record_delta(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, int]:
@@ -401,7 +418,7 @@ def record_delta(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str
         else:
             changed = not before.get(flag) or (flag == "compiled" and now.get("compile_seconds") != before.get("compile_seconds"))
             out[count] = int(bool(now.get(flag)) and changed)
-    for count in ("serve_hits", "serve_misses"):
+    for count in ("serve_hits", "serve_misses", "failures"):
         if count in now:
             out[count] = int(now.get(count) or 0) - int(before.get(count) or 0)
     return out
@@ -414,23 +431,36 @@ def _row(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any] |
                compiler_args=list(now.get("compiler_args") or []), executable_size=now.get("executable_size"),
                compiled=delta["compiles"] > 0, captured=delta["captures"] > 0, loads=delta["loads"])
     row["compile_seconds"] = now.get("compile_seconds") if row["compiled"] else None
-    for name in ("serve_hits", "serve_misses"):
+    for name in ("serve_hits", "serve_misses", "failures"):
         if name in delta:
             row[name] = delta[name]
+    if row["failures"]:
+        row["error"] = now.get("error")
     changed = row["compiled"] or row["captured"] or any(delta.get(n) for n in _COUNTED)
     return row if changed or before is None else None
 
 
 def _fill_from_cache(row: dict[str, Any], cache_dir: Path | None) -> None:
-    if cache_dir is None or row.get("executable_size"):
+    """What a row from a compile report lacks (inputs, -O level, size), from the graph's cache entry."""
+    if cache_dir is None or (row.get("executable_size") and row.get("input_shapes") is not None):
         return
     from neuron_args.cache import CompileCache
+    from neuron_args.flags import optimization_level
 
     entry = CompileCache(cache_dir).lookup(row["key"])
-    try:
-        row["executable_size"] = entry.executable_path.stat().st_size  # type: ignore[union-attr]
-    except (AttributeError, OSError):  # not a key, or no executable
-        pass
+    if entry is None:  # not a key
+        return
+    if row.get("input_shapes") is None:
+        md = entry.metadata()
+        row["input_shapes"] = list(md.get("input_shapes") or []) if md else None
+        if row.get("optimization_level") is None and row.get("compiler_args"):
+            with contextlib.suppress(ValueError):  # a malformed level: shown as none
+                row["optimization_level"] = optimization_level(row["compiler_args"])
+    if not row.get("executable_size"):
+        try:
+            row["executable_size"] = entry.executable_path.stat().st_size
+        except OSError:  # no executable
+            pass
 
 
 def merge_row(rows: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
@@ -442,7 +472,7 @@ def merge_row(rows: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
     old["compiled"] = old["compiled"] or row["compiled"]
     old["captured"] = old["captured"] or row["captured"]
     for name in ("graph_type", "input_shapes", "optimization_level", "compiler_args", "compile_seconds",
-                 "executable_size"):
+                 "executable_size", "error"):
         if old.get(name) in (None, []) and row.get(name) not in (None, []):
             old[name] = row[name]
     for name in _COUNTED:

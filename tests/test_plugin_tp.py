@@ -79,6 +79,8 @@ def test_a_failing_rank_fails_the_test_with_its_error(neuron_project: pytest.Pyt
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["--neuron-tp 2: the warmup of [[]'decode'[]] failed in the rank processes (exit status 1)",
                                  "rank 1:", "*RuntimeError: rank 1 cannot build its shard*"])
+    # what rank 0 built is in the session's table all the same (it listed nothing)
+    result.stdout.fnmatch_lines(["decode * (1, 8) *", "1 graph: *; with 1 --neuron-tp rank process report(s)"])
 
 
 def test_rank_processes_load_the_plugin_where_autoload_is_disabled(neuron_project: pytest.Pytester,

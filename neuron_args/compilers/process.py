@@ -104,16 +104,28 @@ def _hint(returncode: int | None, log_path: Path | None = None) -> str:
                 "(`ulimit -f`) or point the compile cache to a file system that takes files this large")
     if returncode is None:
         return _TIMEOUT_FIX
+    if log_path is not None and "Failed to deserialize HloModuleProto" in tail:  # XLA: not the graph, its file
+        return (f"{log_path.parent / 'graph.hlo'} is damaged (a capture cut short): capture it again (rerun the "
+                "warmup or parallel_trace), or remove that entry's folder")
     if returncode == 2 and log_path is not None and _ARGPARSE_ERROR.search(tail):
         return _REJECTED_ARGS_FIX
     return EXIT_CODES.get(returncode, ("", _DEFAULT_FIX))[1]
 
 
+#: how much of a log's end is read for its tail (a compiler's log can be gigabytes at verbose levels)
+TAIL_BYTES = 256 * 1024
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
-        text = path.read_text(errors="replace")
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - TAIL_BYTES))
+            text = f.read().decode(errors="replace")
     except OSError:
         return "(no log)"
+    if size > TAIL_BYTES:
+        text = text.partition("\n")[2]  # the first line read is a part of one
     tail = text.rstrip("\n").splitlines()[-lines:]
     return "\n".join("  " + line for line in tail) if tail else "(log is empty)"
 
@@ -261,10 +273,7 @@ def _check_startable(compiler: str, argv: Sequence[str], graph_type: str | None,
 
 
 def _cannot_start(log_path: Path) -> bool:
-    try:
-        return "neuron-args supervisor: cannot start" in log_path.read_text(errors="replace")
-    except OSError:
-        return False
+    return "neuron-args supervisor: cannot start" in log_tail(log_path, 200)
 
 
 def _remove_leftovers(workdir: Path) -> None:
@@ -277,16 +286,22 @@ def _remove_leftovers(workdir: Path) -> None:
 def _append_output(captured: Path, log_path: Path) -> None:
     """Append the child's stdout/stderr to the log (after whatever the compiler logged itself)."""
     try:
-        data = captured.read_bytes()
+        size = captured.stat().st_size
+        with open(captured, "rb") as out:
+            head = out.read(4096)
+            if size <= len(head) and not head.strip():
+                if not log_path.exists():
+                    log_path.write_bytes(b"")
+                return
+            with open(log_path, "ab") as log:  # streamed: the output may be gigabytes
+                log.write(b"---- compiler stdout/stderr ----\n")
+                log.write(head)
+                shutil.copyfileobj(out, log, 1 << 20)
+                out.seek(max(0, size - 1))
+                if out.read(1) != b"\n":
+                    log.write(b"\n")
     except OSError:
         return
-    if not data.strip():
-        if not log_path.exists():
-            log_path.write_bytes(b"")
-        return
-    with open(log_path, "ab") as log:
-        log.write(b"---- compiler stdout/stderr ----\n")
-        log.write(data if data.endswith(b"\n") else data + b"\n")
 
 
 def temp_output_path(workdir: Path, output_path: Path) -> Path:

@@ -244,7 +244,8 @@ def parallel_compile(
 
     Ctrl-C or SIGTERM cancels queued graphs at once, kills running compilers, logs what was
     built, failed and cancelled, and lets ``KeyboardInterrupt`` propagate (SIGTERM is then
-    re-delivered); interrupted entries stay pending, so a rerun builds them.
+    re-delivered), its ``compile_report`` the graphs that finished; interrupted entries stay pending, so a
+    rerun builds them.
     """
     cache = CompileCache(cache_dir)
     if cache.root.exists() and not cache.root.is_dir():
@@ -293,6 +294,7 @@ def parallel_compile(
                 terminated = isinstance(exc, _Terminated)
                 run.stop()
                 _cancel(scope, pool if own else None, run.futures, report, cache.root)
+                exc.compile_report = report  # what was built before the interrupt (the pytest plugin lists it)
                 raise
             except BaseException:  # a progress callback raised: nothing more starts, running compiles end
                 run.stop()
@@ -403,6 +405,8 @@ def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Futur
         if key in seen:
             continue
         graph = fut.result() if fut in done and not fut.cancelled() and fut.exception() is None else None
+        if graph is not None:
+            report.graphs.append(graph)  # the interrupt's compile_report: what each graph came to
         if graph is None or graph.status == "cancelled":
             cancelled.append(key)
         elif graph.status == "failed":

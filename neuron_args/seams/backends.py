@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.atomic import write_atomic
 from neuron_args.cache import (
     STATS,
     CacheEntry,
@@ -254,6 +255,10 @@ class CompileSeam(Seam):
             rec.serve_misses = int(ACTIVITY.serving is not None)
             records.record(rec)
             raise
+        except CompileError as exc:  # recorded: the session's table lists the graph as failed, with its key
+            rec.failures, rec.error = 1, next(iter(str(exc).splitlines()), type(exc).__name__)
+            records.record(rec)
+            raise
         graph.ledger(v)
         rec.loads += int(hit)
         rec.executable_size = entry.executable_path.stat().st_size
@@ -288,7 +293,7 @@ class CompileSeam(Seam):
 
     @staticmethod
     def _compile_into(graph: CompiledGraph, v: Variant, entry: CacheEntry) -> None:
-        entry.hlo_path.write_bytes(graph.lowered.hlo_module_proto)
+        write_atomic(entry.hlo_path, graph.lowered.hlo_module_proto)  # never half a graph
         md = graph.metadata(v, status="compiling")
         entry.write_metadata(md)
         compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
@@ -346,7 +351,7 @@ class CaptureSeam(Seam):
                 if entry.is_complete:
                     return False
                 entry.reset()
-                entry.hlo_path.write_bytes(graph.lowered.hlo_module_proto)
+                write_atomic(entry.hlo_path, graph.lowered.hlo_module_proto)  # never half a graph
                 entry.write_metadata(graph.metadata(v, status="pending"))
                 STATS.captures += 1
                 return True

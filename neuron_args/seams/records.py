@@ -26,6 +26,8 @@ class GraphRecord:
     loads: int = 0  # variants resolved from an existing cache entry
     serve_hits: int = 0  # calls while a runner serves
     serve_misses: int = 0  # variants that missed the cache while a runner served
+    failures: int = 0  # builds of this key that raised (a CompileError: the compiler failed, a full disk...)
+    error: str | None = None  # the last failure's first line
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -42,7 +44,7 @@ class GraphRecord:
 
 #: this process's records, by key (``ACTIVITY.records``: ``ACTIVITY.reset()`` clears them)
 RECORDS: dict[str, GraphRecord] = ACTIVITY.records
-_COUNTERS = ("compiles", "captures", "loads", "serve_hits", "serve_misses")
+_COUNTERS = ("compiles", "captures", "loads", "serve_hits", "serve_misses", "failures")
 
 
 def record(rec: GraphRecord) -> GraphRecord:
@@ -56,6 +58,7 @@ def record(rec: GraphRecord) -> GraphRecord:
     old.compile_seconds = old.compile_seconds if rec.compile_seconds is None else rec.compile_seconds
     old.executable_size = rec.executable_size or old.executable_size
     old.graph_type = old.graph_type or rec.graph_type
+    old.error = rec.error or old.error
     return old
 
 

@@ -11,6 +11,8 @@ its helper) so a test can find and reap what it started.
 argparse does (usage line, ``error: unrecognized arguments``, exit status 2) before writing anything.
 ``FAKE_NEURONX_CC_FILE_LIMIT``: a file-size limit (bytes, below the executable's 64) set before the output
 is written, so the write fails as under ``ulimit -f`` (EFBIG; Python ignores SIGXFSZ).
+``FAKE_NEURONX_CC_OUTPUT_BYTES``: this many bytes of numbered lines on stdout first (a compiler chatty at a verbose
+level), then ``fake neuronx-cc: last line``.
 ``FAKE_NEURONX_CC_SLEEP``: seconds a compile sleeps *before* writing its output (a slow compile,
 or a hung one with a large value); ``FAKE_NEURONX_CC_HELPER=1`` first starts a helper process
 that sleeps as long, like neuronx-cc's own subprocesses.
@@ -58,6 +60,13 @@ def main(argv):
             log.write(f"log line {n}\n")
         log.flush()
     print("fake neuronx-cc: stderr says hello", file=sys.stderr, flush=True)
+    chatty = int(os.environ.get("FAKE_NEURONX_CC_OUTPUT_BYTES", "0") or 0)
+    if chatty:
+        line = b"x" * 99 + b"\n"
+        for _ in range(chatty // len(line)):
+            sys.stdout.buffer.write(line)
+        sys.stdout.buffer.write(b"fake neuronx-cc: last line\n")
+        sys.stdout.flush()
     delay = float(os.environ.get("FAKE_NEURONX_CC_SLEEP", "0") or 0)
     if delay:
         if os.environ.get("FAKE_NEURONX_CC_HELPER") == "1":
