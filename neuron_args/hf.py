@@ -18,6 +18,12 @@ from typing import Any
 
 import torch
 
+from neuron_args.errors import NeuronArgsError
+
+
+class StaticCacheError(NeuronArgsError, ValueError):
+    """A model's cache cannot be made static for Neuron graphs (the message names the layer and the fix)."""
+
 
 def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int = 1) -> Any:
     """A ``StaticCache`` for ``model`` with a full-length static layer per attention layer, allocated now.
@@ -27,27 +33,52 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
     from one eager one-token call of ``model`` with a ``DynamicCache``: configs name these
     differently (multi-query, per-layer head counts), the cache the model fills does not. That call
     is eager even when ``model``'s forward is compiled already (it would compile a graph of its own).
+    Layers are matched by index: a layer that stores nothing (transformers' ``DummyLayer``: KV shared
+    with another layer, no attention) stays one, and layers the config counts past the last one the
+    model fills (an encoder's layers in a decoder's config) are dropped.
     """
     from transformers import DynamicCache
-    from transformers.cache_utils import StaticCache, StaticLayer
+    from transformers.cache_utils import Cache, StaticCache
 
     param = next(model.parameters())
     probe = DynamicCache(config=model.config)
     with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
         model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), past_key_values=probe,
               use_cache=True)
-    filled = [layer for layer in probe.layers if getattr(layer, "keys", None) is not None]
-    cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
-    if len(filled) != len(cache.layers):
-        raise ValueError(f"{type(model).__name__}: {len(cache.layers)} cache layers in its config, {len(filled)} "
-                         "filled by a forward; static_cache handles models whose every layer caches keys and values")
-    cache.layers = [StaticLayer(max_cache_len=max_cache_len) for _ in cache.layers]
-    for layer, seen in zip(cache.layers, filled):
-        keys, values = seen.keys, seen.values
-        layer.lazy_initialization(
-            torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
-            torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
+    # a StaticCache of these layers (transformers' constructor would build its own from the config first)
+    cache = StaticCache.__new__(StaticCache)
+    Cache.__init__(cache, layers=_static_layers_like(type(model).__name__, probe.layers, max_cache_len, batch_size))
     return cache
+
+
+def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
+    """A full-length ``StaticLayer`` for each key/value layer a probe call filled, by index (see :func:`static_cache`)."""
+    from transformers.cache_utils import DummyLayer, DynamicLayer, DynamicSlidingWindowLayer
+
+    last = max((i for i, seen in enumerate(seen_layers) if getattr(seen, "keys", None) is not None), default=-1)
+    if last < 0:
+        kinds = sorted({type(seen).__name__ for seen in seen_layers}) or ["none"]
+        raise StaticCacheError(
+            f"{model_name}: a forward filled no key/value cache layer (its cache layers: {', '.join(kinds)}); "
+            "static_cache and StaticCausalLM hold attention keys and values. This model keeps recurrent "
+            "(state-space or linear-attention) state, which transformers initialises on the first call and "
+            "tracks in Python flags, so a prefill and a decode step are no fixed pair of graphs: fix: serve it "
+            "without a cache (one graph per sequence bucket, use_cache=False), or keep it in eager PyTorch")
+    layers = []
+    for i, seen in enumerate(seen_layers[: last + 1]):
+        if isinstance(seen, DummyLayer):
+            layers.append(seen)
+            continue
+        if type(seen) not in (DynamicLayer, DynamicSlidingWindowLayer) or seen.keys is None:
+            what = "was not filled by a forward" if getattr(seen, "keys", None) is None else "is not plain attention"
+            raise StaticCacheError(
+                f"{model_name}: cache layer {i} ({type(seen).__name__}) {what}; static_cache and StaticCausalLM "
+                "hold one full-length key/value layer per attention layer (with DummyLayer for layers that store "
+                "nothing). fix: serve this architecture without a cache (use_cache=False, one graph per sequence "
+                "bucket), or build its transformers StaticCache yourself and check that one decode step is one "
+                "graph (neuron_args.hf.StaticCausalLM's cache attribute)")
+        layers += _static_layers([seen], max_cache_len, batch_size)
+    return layers
 
 
 class StaticCausalLM(torch.nn.Module):
