@@ -272,8 +272,10 @@ class NeuronRunner:
                 "reached for this entry, past which it would silently run eager and skip the compiler. Too many "
                 "shapes or models of one class in this process: call torch._dynamo.reset() between models, or "
                 "raise torch._dynamo.config.recompile_limit.") from exc
-        except torch._dynamo.exc.Unsupported as exc:
-            if not self.fullgraph:
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as exc:
+            # UserError: a Python branch on a data-dependent size ("Could not guard on data-dependent expression")
+            if not self.fullgraph or not getattr(exc, "real_stack", None) and not isinstance(
+                    exc, torch._dynamo.exc.Unsupported):
                 raise
             raise GraphBreakError(graph_break_message(graph_type, exc)) from None
         finally:

@@ -156,6 +156,8 @@ def build(target: Target) -> torch.nn.Module:
             for param in model.parameters():
                 if param.dim() >= 2 and not param.any():
                     param.normal_(0, 0.5, generator=torch.Generator().manual_seed(param.numel()))
+    except Skip:
+        raise
     except ImportError as e:
         raise Skip(f"needs an extra dependency: {str(e).splitlines()[0][:200]}") from None
     except Exception as e:  # noqa: BLE001 - reported as a skip with its reason

@@ -1,14 +1,19 @@
-"""``neuron_args.hf.static_cache`` matches the cache layers a model fills, by index (eager, tiny configs: fast).
+"""What ``tests/hf/probe_served.py`` found serving architectures end to end, each in a tiny config (fast).
 
-Found by ``tests/hf/probe_served.py``: a decoder whose config counts more layers than it caches (BART's
-decoder as a causal LM: its config's layer count is the encoder's), and recurrent models, whose cache
-holds no keys and values, which must be refused with the fix rather than a bare mismatch.
+``neuron_args.hf.static_cache`` matches the cache layers a model fills, by index: a decoder whose config
+counts more layers than it caches (BART's decoder as a causal LM: its config's layer count is the
+encoder's) gets one static layer per decoder layer; recurrent models, whose cache holds no keys and values,
+are refused with the fix rather than a bare mismatch. A forward branching on a data-dependent size (LED's
+global attention) fails the warmup as a graph break naming the graph type, the line and the fix.
 """
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
+from neuron_args.graphs import GraphSpec
 from neuron_args.hf import StaticCacheError, StaticCausalLM, static_cache
 from tests.hf.architectures import VOCAB, token_ids
 
@@ -49,3 +54,26 @@ def test_a_model_without_key_value_layers_is_refused_naming_the_fix():
     message = str(caught.value)
     assert message.startswith("MambaForCausalLM: a forward filled no key/value cache layer")
     assert "fix: serve it without a cache" in message and "use_cache=False" in message
+
+
+def test_a_branch_on_a_data_dependent_size_is_a_graph_break_naming_the_graph_and_the_fix(tmp_path):
+    """Dynamo raises its UserError ("Could not guard on data-dependent expression"); the runner names where and why."""
+    from neuron_args.runner import GraphBreakError, NeuronRunner
+
+    class Branches(torch.nn.Module):
+        def forward(self, x):
+            if x.nonzero().shape[0] == 1:  # LED: `if is_global_attn:` on a count of global tokens
+                return x + 1
+            return x
+
+        def neuron_graphs(self):
+            return [GraphSpec("encoder", self, {"b1": lambda: {"x": torch.ones(4)}})]
+
+    torch._dynamo.reset()
+    with pytest.raises(GraphBreakError) as caught:
+        NeuronRunner(Branches(), compiler="local", cache_dir=tmp_path).warmup(emit=False)
+    message = str(caught.value)
+    assert re.search(r"graph break in graph type 'encoder' at .*test_served_refusals\.py:\d+ \(in forward\):\n"
+                     r"    if x\.nonzero\(\)\.shape\[0\] == 1:", message), message
+    assert "Could not guard on data-dependent expression" in message and "Fix: " in message
+    torch._dynamo.reset()
