@@ -158,6 +158,14 @@ def _static_layers(filled: list[Any], max_cache_len: int, batch_size: int) -> li
     return layers
 
 
+def _encoder_outputs(states: torch.Tensor) -> Any:
+    """The encoder states as a transformers output: models read them by index, or by name (NLLB-MoE), with the
+    expert routing fields a mixture-of-experts encoder's output has (``None``: the decoder graph does not use them)."""
+    from transformers.modeling_outputs import MoEModelOutput
+
+    return MoEModelOutput(last_hidden_state=states)
+
+
 def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, encoder_len: int, *,
                                  batch_size: int = 1) -> Any:
     """An ``EncoderDecoderCache`` of static layers for ``model``: self-attention ``max_cache_len`` long, cross-attention
@@ -174,7 +182,8 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
     hidden = getattr(config, "d_model", None) or config.hidden_size
     probe = EncoderDecoderCache(DynamicCache(), DynamicCache())
     with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
-        model(encoder_outputs=(torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device),),
+        states = torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device)
+        model(encoder_outputs=_encoder_outputs(states),
               decoder_input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), cache=probe, use_cache=True)
     caches = []
     for part, length in ((probe.self_attention_cache, max_cache_len), (probe.cross_attention_cache, encoder_len)):
@@ -227,7 +236,7 @@ class Seq2SeqDecoderStep(torch.nn.Module):
         if self.computes_cross:
             for layer in self.cache.cross_attention_cache.layers:
                 layer.cumulative_length.zero_()
-        out = self.model(encoder_outputs=(encoder_hidden_states,), attention_mask=encoder_attention_mask,
+        out = self.model(encoder_outputs=_encoder_outputs(encoder_hidden_states), attention_mask=encoder_attention_mask,
                          decoder_input_ids=decoder_input_ids,
                          decoder_attention_mask=self.attention_mask[: decoder_input_ids.shape[0]],
                          cache=self.cache, use_cache=True)

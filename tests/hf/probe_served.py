@@ -273,7 +273,9 @@ def calls(target: Target, lm: torch.nn.Module, run: Any) -> list[torch.Tensor]:
     if target.kind == "causal":
         return causal_calls(run)
     if target.kind == "seq2seq":
-        return seq2seq_calls(run, lm.model.config.decoder_start_token_id or 0)
+        start = getattr(lm.model.config, "decoder_start_token_id", None)
+        start = start if start is not None else getattr(lm.model.generation_config, "decoder_start_token_id", None)
+        return seq2seq_calls(run, start or 0)
     return [run("classify", kw) for kw in lm.buckets().values()]
 
 

@@ -3,7 +3,8 @@
 ``neuron_args.hf.static_cache`` matches the cache layers a model fills, by index: a decoder whose config
 counts more layers than it caches (BART's decoder as a causal LM: its config's layer count is the
 encoder's) gets one static layer per decoder layer; recurrent models, whose cache holds no keys and values,
-are refused with the fix rather than a bare mismatch. A forward branching on a data-dependent size (LED's
+are refused with the fix rather than a bare mismatch; the decoder graphs give the encoder states as a transformers output
+(NLLB-MoE reads them by name). A forward branching on a data-dependent size (LED's
 global attention) fails the warmup as a graph break naming the graph type, the line and the fix.
 """
 from __future__ import annotations
@@ -73,7 +74,29 @@ def test_a_branch_on_a_data_dependent_size_is_a_graph_break_naming_the_graph_and
     with pytest.raises(GraphBreakError) as caught:
         NeuronRunner(Branches(), compiler="local", cache_dir=tmp_path).warmup(emit=False)
     message = str(caught.value)
-    assert re.search(r"graph break in graph type 'encoder' at .*test_served_refusals\.py:\d+ \(in forward\):\n"
+    assert re.search(r"graph break in graph type 'encoder' at .*test_probed_architectures\.py:\d+ \(in forward\):\n"
                      r"    if x\.nonzero\(\)\.shape\[0\] == 1:", message), message
     assert "Could not guard on data-dependent expression" in message and "Fix: " in message
     torch._dynamo.reset()
+
+
+def test_an_encoder_decoder_reading_its_encoder_output_by_name_decodes_as_transformers():
+    """NLLB-MoE reads ``encoder_outputs.last_hidden_state`` and ``.router_logits`` (BART reads ``[0]``): the decoder
+    graphs pass the encoder states as a transformers output, and decode as the model's own forward does."""
+    import transformers
+
+    from neuron_args.hf import StaticSeq2SeqLM
+
+    torch.manual_seed(0)
+    model = transformers.NllbMoeForConditionalGeneration(transformers.NllbMoeConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_experts=4, expert_capacity=64,
+        max_position_embeddings=64, encoder_sparse_step=1, decoder_sparse_step=2)).eval()
+    lm = StaticSeq2SeqLM(model, max_cache_len=8, encoder_len=6)
+    ids, decoder_ids = token_ids(1, 6), token_ids(1, 3, seed=2)
+    with torch.inference_mode():
+        want = model(input_ids=ids, decoder_input_ids=decoder_ids, use_cache=False).logits
+        states = lm.encoder(input_ids=ids)
+        got = [lm.prefill(decoder_ids[:, :1], states, torch.tensor(0))]
+        got += [lm.decode(decoder_ids[:, i:i + 1], states, torch.tensor(i)) for i in (1, 2)]
+    torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
