@@ -21,6 +21,14 @@ import torch
 from neuron_args.errors import NeuronArgsError
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword ``model``'s forward takes its cache by: ``cache`` (transformers 5.24 renames it; Mamba takes only
+    that), else ``past_key_values`` (a model given the other name would build and fill a cache of its own)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class StaticCacheError(NeuronArgsError, ValueError):
     """A model's cache cannot be made static for Neuron graphs (the message names the layer and the fix)."""
 
@@ -42,9 +50,16 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
 
     param = next(model.parameters())
     probe = DynamicCache(config=model.config)
-    with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
-        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), past_key_values=probe,
-              use_cache=True)
+    try:
+        with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), **{cache_keyword(model): probe},
+                  use_cache=True, cache_position=torch.zeros(1, dtype=torch.long, device=param.device))
+    except Exception as exc:  # noqa: BLE001 - a model with a cache class of its own (xLSTM), named with the fix
+        raise StaticCacheError(
+            f"{type(model).__name__}: a one-token forward with transformers' DynamicCache failed ({type(exc).__name__}: "
+            f"{exc}); static_cache sizes its layers from that call, so this model's cache is not one transformers' "
+            "cache layers hold (it has a cache class of its own). fix: serve it without a cache (one graph per "
+            "sequence bucket, use_cache=False), or keep it in eager PyTorch") from exc
     # a StaticCache of these layers (transformers' constructor would build its own from the config first)
     cache = StaticCache.__new__(StaticCache)
     Cache.__init__(cache, layers=_static_layers_like(type(model).__name__, probe.layers, max_cache_len, batch_size))
@@ -52,33 +67,71 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
 
 
 def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
-    """A full-length ``StaticLayer`` for each key/value layer a probe call filled, by index (see :func:`static_cache`)."""
-    from transformers.cache_utils import DummyLayer, DynamicLayer, DynamicSlidingWindowLayer
+    """A static layer for each layer a probe call filled, by index (see :func:`static_cache`).
 
-    last = max((i for i, seen in enumerate(seen_layers) if getattr(seen, "keys", None) is not None), default=-1)
+    Key/value layers become full-length ``StaticLayer``\ s; recurrent layers (state-space, linear attention,
+    short convolutions: transformers' ``LinearAttentionLayer``, alone or with attention) get their states
+    allocated now, zero, in the probe's shapes (:class:`StaticCausalLM` tells them prefill from decode).
+    """
+    from transformers.cache_utils import (DummyLayer, DynamicLayer, DynamicSlidingWindowLayer,
+                                          LinearAttentionAndFullAttentionLayer, LinearAttentionAndStaticFullAttentionLayer,
+                                          LinearAttentionLayer)
+
+    def filled(seen: Any) -> bool:
+        return getattr(seen, "keys", None) is not None or any(getattr(seen, "is_conv_states_initialized", {}).values()) \
+            or any(getattr(seen, "is_recurrent_states_initialized", {}).values())
+
+    last = max((i for i, seen in enumerate(seen_layers) if filled(seen)), default=-1)
     if last < 0:
         kinds = sorted({type(seen).__name__ for seen in seen_layers}) or ["none"]
         raise StaticCacheError(
-            f"{model_name}: a forward filled no key/value cache layer (its cache layers: {', '.join(kinds)}); "
-            "static_cache and StaticCausalLM hold attention keys and values. This model keeps recurrent "
-            "(state-space or linear-attention) state, which transformers initialises on the first call and "
-            "tracks in Python flags, so a prefill and a decode step are no fixed pair of graphs: fix: serve it "
-            "without a cache (one graph per sequence bucket, use_cache=False), or keep it in eager PyTorch")
+            f"{model_name}: a one-token forward filled no cache layer (its cache layers: {', '.join(kinds)}); "
+            "static_cache and StaticCausalLM hold the keys and values or recurrent states of transformers' cache "
+            "layers, and this model keeps its state elsewhere: fix: serve it without a cache (one graph per "
+            "sequence bucket, use_cache=False), or keep it in eager PyTorch")
     layers = []
     for i, seen in enumerate(seen_layers[: last + 1]):
+        kind = type(seen)
         if isinstance(seen, DummyLayer):
             layers.append(seen)
-            continue
-        if type(seen) not in (DynamicLayer, DynamicSlidingWindowLayer) or seen.keys is None:
-            what = "was not filled by a forward" if getattr(seen, "keys", None) is None else "is not plain attention"
+        elif kind in (DynamicLayer, DynamicSlidingWindowLayer) and seen.keys is not None:
+            layers += _static_layers([seen], max_cache_len, batch_size)
+        elif kind is LinearAttentionLayer and filled(seen):
+            layers.append(_allocate_recurrent(LinearAttentionLayer(number_of_states=seen.number_of_states), seen,
+                                              batch_size))
+        elif isinstance(seen, LinearAttentionAndFullAttentionLayer) and seen.keys is not None:  # sliding too
+            layer = LinearAttentionAndStaticFullAttentionLayer(max_cache_len, number_of_states=seen.number_of_states)
+            _allocate_keys_values(layer, seen, batch_size)
+            layers.append(_allocate_recurrent(layer, seen, batch_size))
+        else:
+            what = "was not filled by a forward" if not filled(seen) else "is of a kind static_cache does not hold"
             raise StaticCacheError(
-                f"{model_name}: cache layer {i} ({type(seen).__name__}) {what}; static_cache and StaticCausalLM "
-                "hold one full-length key/value layer per attention layer (with DummyLayer for layers that store "
-                "nothing). fix: serve this architecture without a cache (use_cache=False, one graph per sequence "
-                "bucket), or build its transformers StaticCache yourself and check that one decode step is one "
-                "graph (neuron_args.hf.StaticCausalLM's cache attribute)")
-        layers += _static_layers([seen], max_cache_len, batch_size)
+                f"{model_name}: cache layer {i} ({kind.__name__}) {what}; static_cache and StaticCausalLM hold "
+                "key/value layers (full length), recurrent-state layers (LinearAttentionLayer, alone or with "
+                "attention) and DummyLayers. fix: serve this architecture without a cache (use_cache=False, one "
+                "graph per sequence bucket), or build its transformers StaticCache yourself and check that one "
+                "decode step is one graph (neuron_args.hf.StaticCausalLM's cache attribute)")
     return layers
+
+
+def _allocate_keys_values(layer: Any, seen: Any, batch_size: int) -> None:
+    keys, values = seen.keys, seen.values
+    layer.lazy_initialization(
+        torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
+        torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
+
+
+def _allocate_recurrent(layer: Any, seen: Any, batch_size: int) -> Any:
+    """``layer``'s conv and recurrent states, zero, shaped as the probe's ``seen`` ones (batch ``batch_size``)."""
+    for idx in range(seen.number_of_states):
+        conv, recurrent = seen.conv_states.get(idx), seen.recurrent_states.get(idx)
+        if conv is not None:
+            layer.lazy_initialization(conv_states=conv.new_zeros(batch_size, *conv.shape[1:]), state_idx=idx,
+                                      conv_kernel_size=seen.conv_kernel_size[idx])
+        if recurrent is not None:
+            layer.lazy_initialization(recurrent_states=recurrent.new_zeros(batch_size, *recurrent.shape[1:]),
+                                      state_idx=idx)
+    return layer
 
 
 class StaticCausalLM(torch.nn.Module):
@@ -95,20 +148,41 @@ class StaticCausalLM(torch.nn.Module):
         super().__init__()
         self.model = model
         self.cache = static_cache(model, max_cache_len, batch_size=batch_size)
+        self.cache_keyword = cache_keyword(model)
         self.max_cache_len = max_cache_len
         # every cache slot may be attended to (causality comes from the positions): passed so models that
-        # size a mask from the cache's filled length (OPT) do not read that tensor into a Python int
+        # size a mask from the cache's filled length (OPT) do not read that tensor into a Python int. Not to
+        # models with recurrent layers, which read the mask as the input's padding (one entry per input token)
+        self.recurrent = any(hasattr(layer, "has_previous_state") for layer in self.cache.layers)
         self.register_buffer("attention_mask", torch.ones(batch_size, max_cache_len, dtype=torch.long),
                              persistent=False)
 
     def forward(self, input_ids: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         positions = start + torch.arange(input_ids.shape[1], device=input_ids.device)
-        for layer in self.cache.layers:  # each layer writes at its own running length: set it
-            layer.cumulative_length.copy_(start)
+        for layer in self.cache.layers:
+            if hasattr(layer, "cumulative_length"):  # each layer writes at its own running length: set it
+                layer.cumulative_length.copy_(start)
+            if hasattr(layer, "has_previous_state"):
+                _continue_or_restart(layer, start, one_token=input_ids.shape[1] == 1)
         out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
-                         cache_position=positions, past_key_values=self.cache, use_cache=True,
-                         attention_mask=self.attention_mask[: input_ids.shape[0]])
+                         cache_position=positions, **{self.cache_keyword: self.cache}, use_cache=True,
+                         attention_mask=None if self.recurrent else self.attention_mask[: input_ids.shape[0]])
         return out.logits
+
+
+def _continue_or_restart(layer: Any, start: torch.Tensor, *, one_token: bool) -> None:
+    """A recurrent layer's state for this call: a prompt (several tokens) starts from none, a decode step continues.
+
+    transformers chooses the layer's path by a Python flag that its first call sets; here the graph's shape
+    sets it, so each graph is one path, and the states are zeroed in the graph when ``start`` is 0 (a
+    one-token prompt continues from zero states: the padding a prompt's convolution sees).
+    """
+    keep = (start > 0).to(layer.dtype or torch.float32)
+    for idx in range(layer.number_of_states):
+        layer.has_previous_state[idx] = one_token
+        for states in (layer.conv_states, layer.recurrent_states):
+            if states.get(idx) is not None:
+                states[idx].mul_(keep.to(states[idx].dtype))
 
 
 # -- encoder-decoders -------------------------------------------------------------------------------------------
@@ -149,12 +223,8 @@ def _static_layers(filled: list[Any], max_cache_len: int, batch_size: int) -> li
 
     layers = []
     for seen in filled:
-        layer = StaticLayer(max_cache_len=max_cache_len)
-        keys, values = seen.keys, seen.values
-        layer.lazy_initialization(
-            torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
-            torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
-        layers.append(layer)
+        layers.append(StaticLayer(max_cache_len=max_cache_len))
+        _allocate_keys_values(layers[-1], seen, batch_size)
     return layers
 
 

@@ -70,14 +70,25 @@ TINY = dict(
     # windows shorter than the prompt, so the static cache's full-length layers meet the model's sliding mask
     sliding_window=4, attention_window=4,
     # state-space and linear-attention layers
-    mamba_d_state=8, mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=1, state_size=8, ssm_state_size=8,
+    mamba_d_state=8, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=1, state_size=8, ssm_state_size=8,
     n_groups=1, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
     # vision towers of multimodal configs
     image_size=32, patch_size=8, num_channels=3,
     pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2, tie_word_embeddings=False,
 )
+#: the layer counts a config validator may tie to a per-layer list of its defaults
+LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers", "decoder_layers", "num_decoder_layers")
+ATTENTION = {"full_attention", "sliding_attention", "attention", "hybrid"}
 #: per model type: what the generic shrink gets wrong
-OVERRIDES: dict[str, dict[str, Any]] = {}
+OVERRIDES: dict[str, dict[str, Any]] = {
+    # block-sparse attention needs sequences of many blocks: at 8 or 16 tokens transformers warns (a graph break)
+    # and falls back to full attention; probed with full attention
+    "big_bird": {"attention_type": "original_full"}, "bigbird_pegasus": {"attention_type": "original_full"},
+    # hybrids: one recurrent and one attention layer in two
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
+    "bamba": {"attn_layer_indices": [1]},
+    "mamba2": {"num_heads": 8, "head_dim": 8},
+}
 
 
 @dataclass
@@ -119,16 +130,28 @@ def tiny_config(config_cls: type, extra: dict[str, Any] | None = None) -> Any:
     kw = {k: v for k, v in TINY.items() if k in known}
     if isinstance(getattr(default, "sliding_window", None), int) is False:
         kw.pop("sliding_window", None)  # None or a flag: the model has no window of its own
-    for attr, sub in (getattr(config_cls, "sub_configs", None) or {}).items():
-        if isinstance(sub, type) and getattr(default, attr, None) is not None:
+    for attr in getattr(config_cls, "sub_configs", None) or {}:
+        sub = getattr(default, attr, None)
+        if hasattr(sub, "to_dict"):  # the default's own sub-config class (an AutoConfig slot names none)
             try:
-                kw[attr] = tiny_config(sub).to_dict()
-            except Exception:  # noqa: BLE001 - an AutoConfig slot: the parent's default stays
+                kw[attr] = tiny_config(type(sub)).to_dict()
+            except Exception:  # noqa: BLE001 - the parent's default stays
                 pass
     if "kv_lora_rank" in kw:  # latent attention: every head has its own keys
         kw["num_key_value_heads"] = kw.get("num_attention_heads", 4)
+    types = getattr(default, "layer_types", None)
+    n = kw.get("num_hidden_layers")
+    if isinstance(types, list) and n and len(types) > n and not isinstance(getattr(config_cls, "layer_types", None),
+                                                                            property) and not ATTENTION & set(types[:n]) and ATTENTION & set(types):
+        # a hybrid whose first layers are all recurrent: keep one of each kind
+        kw["layer_types"] = [types[0], next(t for t in types if t in ATTENTION)]
     kw.update(extra or {})
-    return config_cls(**kw)
+    try:
+        return config_cls(**kw)
+    except Exception:  # noqa: BLE001 - a validator ties the layer count to a per-layer list: keep the default count
+        for key in LAYER_COUNTS:
+            kw.pop(key, None)
+        return config_cls(**kw)
 
 
 def build(target: Target) -> torch.nn.Module:
@@ -247,7 +270,10 @@ class ServedEncoder(torch.nn.Module):
         if self.inputs == "image":
             return {f"b{b}": {"pixel_values": torch.randn(b, 3, 32, 32, generator=torch.Generator().manual_seed(b))}
                     for b in (1, 2)}
-        return {f"b{b}s{s}": {"input_ids": torch.randint(3, V, (b, s), generator=torch.Generator().manual_seed(b)),
+        eos = self.model.config.eos_token_id  # classifiers of encoder-decoders pool at the end-of-sequence token
+        eos = eos[0] if isinstance(eos, list) else eos if eos is not None else 2
+        return {f"b{b}s{s}": {"input_ids": torch.cat([torch.randint(3, V, (b, s - 1), generator=torch.Generator()
+                                                                    .manual_seed(b)), torch.full((b, 1), eos)], 1),
                               "attention_mask": torch.ones(b, s, dtype=torch.long)} for b, s in ((1, 8), (2, 16))}
 
 
@@ -286,7 +312,12 @@ def cache_tensors(target: Target, lm: torch.nn.Module) -> list[torch.Tensor]:
         layers = lm.cache.self_attention_cache.layers + lm.cache.cross_attention_cache.layers
     else:
         return []
-    return [t for layer in layers for t in (layer.keys, layer.values)]
+    out = []
+    for layer in layers:  # keys and values, and a recurrent layer's states
+        out += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            out += [t for t in states.values() if t is not None]
+    return out
 
 
 def eager_run(lm: torch.nn.Module, target: Target):
@@ -348,6 +379,13 @@ def serve_once(target: Target, cache_dir: Path, manifests: Path, fresh: bool) ->
         ref_lm = served(target, reference)
         want = calls(target, ref_lm, eager_run(ref_lm, target))
         want_cache = cache_tensors(target, ref_lm)
+        if target.kind == "causal":  # the wrapper itself: its calls' logits are the model's over the whole sequence
+            stage = "wrapper"
+            tokens = torch.cat([torch.randint(3, V, (1, PROMPT), generator=torch.Generator().manual_seed(1))]
+                               + [step[:, -1:].argmax(-1) for step in want[:-1]], dim=1)
+            with torch.inference_mode():
+                whole = copy.deepcopy(model)(input_ids=tokens, use_cache=False).logits
+            compare([torch.cat(want, dim=1)], [whole], "eager wrapper against the model's own no-cache forward:")
         stage = "wrap"
         torch._dynamo.reset()
         lm = served(target, model)

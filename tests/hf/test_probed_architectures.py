@@ -2,10 +2,11 @@
 
 ``neuron_args.hf.static_cache`` matches the cache layers a model fills, by index: a decoder whose config
 counts more layers than it caches (BART's decoder as a causal LM: its config's layer count is the
-encoder's) gets one static layer per decoder layer; recurrent models, whose cache holds no keys and values,
-are refused with the fix rather than a bare mismatch; the decoder graphs give the encoder states as a transformers output
-(NLLB-MoE reads them by name). A forward branching on a data-dependent size (LED's
-global attention) fails the warmup as a graph break naming the graph type, the line and the fix.
+encoder's) gets one static layer per decoder layer; state-space layers get their states allocated up front
+and restarted by a prompt; a model keeping its state outside transformers' cache layers is refused with the
+fix. The decoder graphs give the encoder states as a transformers output (NLLB-MoE reads them by name). A
+forward branching on a data-dependent size (LED's global attention) fails the warmup as a graph break naming
+the graph type, the line and the fix.
 """
 from __future__ import annotations
 
@@ -44,16 +45,36 @@ def test_a_config_counting_encoder_layers_gets_one_static_layer_per_decoder_laye
     torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
 
 
-def test_a_model_without_key_value_layers_is_refused_naming_the_fix():
+def test_a_state_space_model_decodes_from_states_allocated_up_front():
+    """Mamba takes its cache as ``cache=`` (given ``past_key_values`` it fills one of its own) and keeps recurrent
+    states: they are allocated before any call (graph inputs), a prompt starts from zero states and each decode step
+    continues them, as the model's own forward over the whole sequence."""
     import transformers
 
     torch.manual_seed(0)
     model = transformers.MambaForCausalLM(transformers.MambaConfig(
         vocab_size=VOCAB, hidden_size=32, state_size=8, num_hidden_layers=2)).eval()
+    lm = StaticCausalLM(model, max_cache_len=16)
+    layer = lm.cache.layers[0]
+    assert [tuple(layer.conv_states[0].shape), tuple(layer.recurrent_states[0].shape)] == [(1, 64, 4), (1, 64, 8)]
+    ids = token_ids(1, 7)
+    with torch.inference_mode():
+        want = model(ids, use_cache=False).logits
+        for _ in range(2):  # a second request restarts from zero states
+            got = [lm(ids[:, :5], torch.tensor(0))] + [lm(ids[:, i:i + 1], torch.tensor(i)) for i in (5, 6)]
+            torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_with_a_cache_class_of_its_own_is_refused_naming_the_fix():
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.RwkvForCausalLM(transformers.RwkvConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, intermediate_size=64)).eval()
     with pytest.raises(StaticCacheError) as caught:
         static_cache(model, 16)
     message = str(caught.value)
-    assert message.startswith("MambaForCausalLM: a forward filled no key/value cache layer")
+    assert message.startswith("RwkvForCausalLM: a one-token forward filled no cache layer"), message
     assert "fix: serve it without a cache" in message and "use_cache=False" in message
 
 
