@@ -228,6 +228,17 @@ def _static_layers(filled: list[Any], max_cache_len: int, batch_size: int) -> li
     return layers
 
 
+def encoder_width(model: torch.nn.Module) -> int:
+    """The width of an encoder-decoder's encoder states: ``d_model`` or ``hidden_size`` of its config, or of the
+    encoder's own config (T5Gemma nests one per side)."""
+    for config in (model.config, getattr(model.config, "encoder", None), model.get_encoder().config):
+        width = getattr(config, "d_model", None) or getattr(config, "hidden_size", None)
+        if width:
+            return int(width)
+    raise StaticCacheError(f"{type(model).__name__}: no d_model or hidden_size in its config or its encoder's; "
+                           "fix: pass encoder states of the width its decoder's cross-attention takes")
+
+
 def _encoder_outputs(states: torch.Tensor) -> Any:
     """The encoder states as a transformers output: models read them by index, or by name (NLLB-MoE), with the
     expert routing fields a mixture-of-experts encoder's output has (``None``: the decoder graph does not use them)."""
@@ -248,8 +259,7 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
     from transformers.cache_utils import Cache
 
     param = next(model.parameters())
-    config = model.config
-    hidden = getattr(config, "d_model", None) or config.hidden_size
+    hidden = encoder_width(model)
     probe = EncoderDecoderCache(DynamicCache(), DynamicCache())
     with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
         states = torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device)

@@ -227,10 +227,10 @@ def causal_calls(run: Any) -> list[torch.Tensor]:
 
 def served_seq2seq(model: torch.nn.Module) -> torch.nn.Module:
     from neuron_args.graphs import GraphSpec
-    from neuron_args.hf import StaticSeq2SeqLM
+    from neuron_args.hf import StaticSeq2SeqLM, encoder_width
 
     lm = StaticSeq2SeqLM(model, max_cache_len=MAX_CACHE, encoder_len=ENCODER_LEN)
-    hidden = getattr(model.config, "d_model", None) or model.config.hidden_size
+    hidden = encoder_width(model)
 
     def step(start: int) -> dict[str, torch.Tensor]:
         return {"decoder_input_ids": torch.zeros(1, 1, dtype=torch.long),
