@@ -5,8 +5,9 @@ counts more layers than it caches (BART's decoder as a causal LM: its config's l
 encoder's) gets one static layer per decoder layer; state-space layers get their states allocated up front
 and restarted by a prompt; a model keeping its state outside transformers' cache layers is refused with the
 fix. The decoder graphs give the encoder states as a transformers output (NLLB-MoE reads them by name). A
-forward branching on a data-dependent size (LED's global attention) fails the warmup as a graph break naming
-the graph type, the line and the fix.
+forward branching on a data-dependent size (LED's global attention), or sizing a tensor from a tensor's value
+(TrOCR's positions from the cache's filled length: Dynamo's own internal error), fails the warmup naming the graph
+type, the line and the fix.
 """
 from __future__ import annotations
 
@@ -121,3 +122,25 @@ def test_an_encoder_decoder_reading_its_encoder_output_by_name_decodes_as_transf
         got = [lm.prefill(decoder_ids[:, :1], states, torch.tensor(0))]
         got += [lm.decode(decoder_ids[:, i:i + 1], states, torch.tensor(i)) for i in (1, 2)]
     torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_size_read_from_a_tensor_names_the_graph_the_line_and_the_fix(tmp_path):
+    """TrOCR, MPT, RoFormer: positions ``arange(cache_length, ...)`` from the cache's filled length, a tensor. Dynamo
+    itself fails (an internal error); the runner says which graph, where, and what to do instead."""
+    from neuron_args.runner import GraphBreakError, NeuronRunner
+
+    class Positions(torch.nn.Module):
+        def forward(self, x, start):
+            return x + torch.arange(start, start + x.shape[0])
+
+        def neuron_graphs(self):
+            return [GraphSpec("decode", self, {"b1": lambda: {"x": torch.ones(4), "start": torch.tensor(3)}})]
+
+    torch._dynamo.reset()
+    with pytest.raises(GraphBreakError) as caught:
+        NeuronRunner(Positions(), compiler="local", cache_dir=tmp_path).warmup(emit=False)
+    message = str(caught.value)
+    assert re.search(r"graph type 'decode' cannot be traced as one graph: Dynamo failed at .*test_probed_architectures"
+                     r"\.py:\d+ \(in forward\):\n    return x \+ torch\.arange\(start, start \+ x\.shape\[0\]\)", message)
+    assert "PendingUnbackedSymbolNotFound" in message and "Fix: compute sizes from shapes" in message
+    torch._dynamo.reset()
