@@ -42,8 +42,8 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
     differently (multi-query, per-layer head counts), the cache the model fills does not. That call
     is eager even when ``model``'s forward is compiled already (it would compile a graph of its own).
     Layers are matched by index: a layer that stores nothing (transformers' ``DummyLayer``: KV shared
-    with another layer, no attention) stays one, and layers the config counts past the last one the
-    model fills (an encoder's layers in a decoder's config) are dropped.
+    with another layer, no attention; or a layer the call did not write) is a ``DummyLayer``, and layers
+    the config counts past the last one the model fills (an encoder's layers in a decoder's config) are dropped.
     """
     from transformers import DynamicCache
     from transformers.cache_utils import Cache, StaticCache
@@ -74,8 +74,7 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
     allocated now, zero, in the probe's shapes (:class:`StaticCausalLM` tells them prefill from decode).
     """
     from transformers.cache_utils import (DummyLayer, DynamicLayer, DynamicSlidingWindowLayer,
-                                          LinearAttentionAndFullAttentionLayer, LinearAttentionAndStaticFullAttentionLayer,
-                                          LinearAttentionLayer)
+                                          LinearAttentionAndStaticFullAttentionLayer, LinearAttentionLayer)
 
     def filled(seen: Any) -> bool:
         return getattr(seen, "keys", None) is not None or any(getattr(seen, "is_conv_states_initialized", {}).values()) \
@@ -92,21 +91,21 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
     layers = []
     for i, seen in enumerate(seen_layers[: last + 1]):
         kind = type(seen)
-        if isinstance(seen, DummyLayer):
-            layers.append(seen)
+        if isinstance(seen, DummyLayer) or not filled(seen):  # a layer no forward writes (a feed-forward block's)
+            layers.append(seen if isinstance(seen, DummyLayer) else DummyLayer())
         elif kind in (DynamicLayer, DynamicSlidingWindowLayer) and seen.keys is not None:
             layers += _static_layers([seen], max_cache_len, batch_size)
         elif kind is LinearAttentionLayer and filled(seen):
             layers.append(_allocate_recurrent(LinearAttentionLayer(number_of_states=seen.number_of_states), seen,
                                               batch_size))
-        elif isinstance(seen, LinearAttentionAndFullAttentionLayer) and seen.keys is not None:  # sliding too
+        elif isinstance(seen, LinearAttentionLayer) and isinstance(seen, DynamicLayer) and seen.keys is not None:
+            # both kinds of state (full or sliding attention): a full-length hybrid
             layer = LinearAttentionAndStaticFullAttentionLayer(max_cache_len, number_of_states=seen.number_of_states)
             _allocate_keys_values(layer, seen, batch_size)
             layers.append(_allocate_recurrent(layer, seen, batch_size))
         else:
-            what = "was not filled by a forward" if not filled(seen) else "is of a kind static_cache does not hold"
             raise StaticCacheError(
-                f"{model_name}: cache layer {i} ({kind.__name__}) {what}; static_cache and StaticCausalLM hold "
+                f"{model_name}: cache layer {i} ({kind.__name__}) is of a kind static_cache does not hold; static_cache and StaticCausalLM hold "
                 "key/value layers (full length), recurrent-state layers (LinearAttentionLayer, alone or with "
                 "attention) and DummyLayers. fix: serve this architecture without a cache (use_cache=False, one "
                 "graph per sequence bucket), or build its transformers StaticCache yourself and check that one "

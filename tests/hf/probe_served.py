@@ -63,6 +63,7 @@ TINY = dict(
     n_inner=64, ffn_dim=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
     encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=64, max_target_positions=64,
     embedding_size=32, projection_dim=32, intermediate_multiple_size=1, rotary_dim=4,
+    vocab_size_per_layer_input=V, hidden_size_per_layer_input=8, global_head_dim=8,
     # mixture of experts and latent attention
     num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
     shared_expert_intermediate_size=16, n_shared_experts=1, first_k_dense_replace=0, n_group=1, topk_group=1,

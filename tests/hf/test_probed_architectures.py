@@ -144,3 +144,18 @@ def test_a_size_read_from_a_tensor_names_the_graph_the_line_and_the_fix(tmp_path
                      r"\.py:\d+ \(in forward\):\n    return x \+ torch\.arange\(start, start \+ x\.shape\[0\]\)", message)
     assert "PendingUnbackedSymbolNotFound" in message and "Fix: compute sizes from shapes" in message
     torch._dynamo.reset()
+
+
+def test_a_hybrid_of_linear_and_sliding_attention_layers_decodes_as_transformers():
+    """Inkling's layers hold a recurrent state and (sliding-window) keys and values each: full-length hybrids."""
+    from tests.hf.probe_served import Target, build
+
+    model = build(Target("causal", "inkling_text", "InklingForCausalLM"))  # the probe's tiny config
+    lm = StaticCausalLM(model, max_cache_len=16)
+    assert [type(layer).__name__ for layer in lm.cache.layers] == ["LinearAttentionAndStaticFullAttentionLayer"] * 2
+    assert model.config.layer_types == ["hybrid_sliding", "hybrid"] and model.config.sliding_window < 5
+    ids = token_ids(1, 7)
+    with torch.inference_mode():
+        want = model(ids, use_cache=False).logits
+        got = [lm(ids[:, :5], torch.tensor(0))] + [lm(ids[:, i:i + 1], torch.tensor(i)) for i in (5, 6)]
+    torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-4, rtol=1e-4)
