@@ -86,8 +86,8 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
         raise StaticCacheError(
             f"{model_name}: a one-token forward filled no cache layer (its cache layers: {', '.join(kinds)}); "
             "static_cache and StaticCausalLM hold the keys and values or recurrent states of transformers' cache "
-            "layers, and this model keeps its state elsewhere: fix: serve it without a cache (one graph per "
-            "sequence bucket, use_cache=False), or keep it in eager PyTorch")
+            "layers, and this model writes none (it caches nothing, or keeps a cache of its own): fix: serve it "
+            "without a cache (one graph per sequence bucket, use_cache=False), or keep it in eager PyTorch")
     layers = []
     for i, seen in enumerate(seen_layers[: last + 1]):
         kind = type(seen)
