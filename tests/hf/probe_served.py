@@ -26,8 +26,12 @@ On a failure the probe asks whether it is ours: the same calls through Dynamo's 
 (fullgraph, no lowering) -- if that fails too, transformers' model cannot run as a static graph.
 
 Each architecture runs in a worker process (restarted after a crash or a timeout), so one failure never
-ends the sweep. One line per architecture; ``--out`` writes them as JSON (``scripts/model_coverage.py
---served`` reads it for docs/MODEL_COVERAGE.md). Not a test: run by hand (``nice -n 10``), in parts.
+ends the sweep. One line per architecture; ``--out`` writes them as JSON, merged into an existing file
+(``--skip-passed`` reruns only what did not pass). ``tests/hf/served_architectures.json`` is the last run's,
+which ``scripts/model_coverage.py`` (``--served-only``: that section alone) turns into the "served end to
+end" table of docs/MODEL_COVERAGE.md. Not a test: run by hand (``nice -n 10``), in parts (``--kind``).
+Architectures that need remote code are not in the auto mappings; those whose config or model needs an
+extra package, or that the generic shrink cannot make tiny, are reported as skipped with the reason.
 """
 from __future__ import annotations
 
