@@ -34,7 +34,8 @@ class StaticCacheError(NeuronArgsError, ValueError):
 
 
 def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int = 1) -> Any:
-    """A ``StaticCache`` for ``model`` with a full-length static layer per attention layer, allocated now.
+    """A ``StaticCache`` for ``model`` with a full-length static layer per attention layer (and the states of its
+    recurrent layers), allocated now.
 
     Allocated eagerly, so its tensors are graph inputs that every graph reads and writes in place
     (not tensors a first compiled call creates). Each layer's heads, head size, dtype and device come
@@ -56,10 +57,10 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
                   use_cache=True, cache_position=torch.zeros(1, dtype=torch.long, device=param.device))
     except Exception as exc:  # noqa: BLE001 - a model with a cache class of its own (xLSTM), named with the fix
         raise StaticCacheError(
-            f"{type(model).__name__}: a one-token forward with transformers' DynamicCache failed ({type(exc).__name__}: "
-            f"{exc}); static_cache sizes its layers from that call, so this model's cache is not one transformers' "
-            "cache layers hold (it has a cache class of its own). fix: serve it without a cache (one graph per "
-            "sequence bucket, use_cache=False), or keep it in eager PyTorch") from exc
+            f"{type(model).__name__}: a one-token forward with transformers' DynamicCache failed "
+            f"({type(exc).__name__}: {exc}); static_cache sizes its layers from that call, so this model's cache "
+            "is not one transformers' cache layers hold (it has a cache class of its own). fix: serve it without a "
+            "cache (one graph per sequence bucket, use_cache=False), or keep it in eager PyTorch") from exc
     # a StaticCache of these layers (transformers' constructor would build its own from the config first)
     cache = StaticCache.__new__(StaticCache)
     Cache.__init__(cache, layers=_static_layers_like(type(model).__name__, probe.layers, max_cache_len, batch_size))
@@ -77,8 +78,9 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
                                           LinearAttentionAndStaticFullAttentionLayer, LinearAttentionLayer)
 
     def filled(seen: Any) -> bool:
-        return getattr(seen, "keys", None) is not None or any(getattr(seen, "is_conv_states_initialized", {}).values()) \
-            or any(getattr(seen, "is_recurrent_states_initialized", {}).values())
+        return getattr(seen, "keys", None) is not None or any(
+            getattr(seen, "is_conv_states_initialized", {}).values()) or any(
+            getattr(seen, "is_recurrent_states_initialized", {}).values())
 
     last = max((i for i, seen in enumerate(seen_layers) if filled(seen)), default=-1)
     if last < 0:
@@ -95,7 +97,7 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
             layers.append(seen if isinstance(seen, DummyLayer) else DummyLayer())
         elif kind in (DynamicLayer, DynamicSlidingWindowLayer) and seen.keys is not None:
             layers += _static_layers([seen], max_cache_len, batch_size)
-        elif kind is LinearAttentionLayer and filled(seen):
+        elif kind is LinearAttentionLayer:
             layers.append(_allocate_recurrent(LinearAttentionLayer(number_of_states=seen.number_of_states), seen,
                                               batch_size))
         elif isinstance(seen, LinearAttentionLayer) and isinstance(seen, DynamicLayer) and seen.keys is not None:
@@ -105,11 +107,11 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
             layers.append(_allocate_recurrent(layer, seen, batch_size))
         else:
             raise StaticCacheError(
-                f"{model_name}: cache layer {i} ({kind.__name__}) is of a kind static_cache does not hold; static_cache and StaticCausalLM hold "
-                "key/value layers (full length), recurrent-state layers (LinearAttentionLayer, alone or with "
-                "attention) and DummyLayers. fix: serve this architecture without a cache (use_cache=False, one "
-                "graph per sequence bucket), or build its transformers StaticCache yourself and check that one "
-                "decode step is one graph (neuron_args.hf.StaticCausalLM's cache attribute)")
+                f"{model_name}: cache layer {i} ({kind.__name__}) is of a kind static_cache does not hold; "
+                "static_cache and StaticCausalLM hold key/value layers (full length), recurrent-state layers "
+                "(LinearAttentionLayer, alone or with attention) and DummyLayers. fix: serve this architecture "
+                "without a cache (use_cache=False, one graph per sequence bucket), or build its transformers "
+                "StaticCache yourself and check that one decode step is one graph (StaticCausalLM's cache attribute)")
     return layers
 
 

@@ -350,7 +350,8 @@ def served_verdict(record: dict) -> tuple[str, str]:
     cause = cause.replace("no tiny config: Skip: ", "")
     short = short.replace("no tiny config: Skip: ", "")
     if "StaticCacheError" in cause or "GraphBreakError" in cause or (
-            "LoweringError" in cause and ("fix:" in cause or "_local_scalar_dense" in cause)
+            "LoweringError" in cause and ("fix:" in cause or "_local_scalar_dense" in cause
+                                          or "NonConcreteBooleanIndexError" in cause)
             and "no lowering exists" not in cause):
         return "refused with the fix", short
     alone = record.get("dynamo_alone")

@@ -146,8 +146,9 @@ def tiny_config(config_cls: type, extra: dict[str, Any] | None = None) -> Any:
         kw["num_key_value_heads"] = kw.get("num_attention_heads", 4)
     types = getattr(default, "layer_types", None)
     n = kw.get("num_hidden_layers")
-    if isinstance(types, list) and n and len(types) > n and not isinstance(getattr(config_cls, "layer_types", None),
-                                                                            property) and not ATTENTION & set(types[:n]) and ATTENTION & set(types):
+    settable = not isinstance(getattr(config_cls, "layer_types", None), property)
+    if settable and isinstance(types, list) and n and len(types) > n and not ATTENTION & set(types[:n]) \
+            and ATTENTION & set(types):
         # a hybrid whose first layers are all recurrent: keep one of each kind
         kw["layer_types"] = [types[0], next(t for t in types if t in ATTENTION)]
     kw.update(extra or {})

@@ -141,7 +141,8 @@ def test_a_size_read_from_a_tensor_names_the_graph_the_line_and_the_fix(tmp_path
         NeuronRunner(Positions(), compiler="local", cache_dir=tmp_path).warmup(emit=False)
     message = str(caught.value)
     assert re.search(r"graph type 'decode' cannot be traced as one graph: Dynamo failed at .*test_probed_architectures"
-                     r"\.py:\d+ \(in forward\):\n    return x \+ torch\.arange\(start, start \+ x\.shape\[0\]\)", message)
+                     r"\.py:\d+ \(in forward\):\n    return x \+ torch\.arange\(start, start \+ x\.shape\[0\]\)",
+                     message)
     assert "PendingUnbackedSymbolNotFound" in message and "Fix: compute sizes from shapes" in message
     torch._dynamo.reset()
 
