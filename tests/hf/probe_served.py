@@ -276,7 +276,7 @@ class ServedEncoder(torch.nn.Module):
         if self.inputs == "image":
             return {f"b{b}": {"pixel_values": torch.randn(b, 3, 32, 32, generator=torch.Generator().manual_seed(b))}
                     for b in (1, 2)}
-        eos = self.model.config.eos_token_id  # classifiers of encoder-decoders pool at the end-of-sequence token
+        eos = getattr(self.model.config, "eos_token_id", None)  # encoder-decoders pool at the end-of-sequence token
         eos = eos[0] if isinstance(eos, list) else eos if eos is not None else 2
         return {f"b{b}s{s}": {"input_ids": torch.cat([torch.randint(3, V, (b, s - 1), generator=torch.Generator()
                                                                     .manual_seed(b)), torch.full((b, 1), eos)], 1),
