@@ -314,6 +314,8 @@ def generation_tables(results: dict[tuple[str, str | None, str], str]) -> list[s
     return lines
 
 
+TINY_MISMATCH = ("not probed", "the generic tiny config is inconsistent for this model (a size it derives from "
+                 "others): its own eager forward fails on shapes before any graph")
 #: causes triaged by hand where the probe's own words do not say it: name -> (result, cause)
 SERVED_TRIAGE = {
     "causal:cpmant": ("eager fails", "CPM-Ant adds its own prompt tokens (`prompt_length`) to every input, so the "
@@ -331,6 +333,23 @@ SERVED_TRIAGE = {
                               "one-token forward with no attention layer fails in transformers (`get_seq_length`)"),
     "causal:xmod": ("not probed", "X-MOD needs a language per input (`set_default_language`), which the probe does "
                     "not set"),
+    "encoder:layoutlmv3": TINY_MISMATCH,
+    "encoder:lilt": TINY_MISMATCH,
+    "encoder:mistral4": TINY_MISMATCH,
+    "causal:inkling2_text": TINY_MISMATCH,
+    "causal:inkling2_loop_text": TINY_MISMATCH,
+    "encoder:convnext": TINY_MISMATCH,
+    "encoder:convnextv2": TINY_MISMATCH,
+    "encoder:mobilevitv2": TINY_MISMATCH,
+    "encoder:siglip2": TINY_MISMATCH,
+    "encoder:t5": ("not ours", "T5ForSequenceClassification reads `config.decoder_start_token_id`, which transformers "
+                   "5.24's T5Config no longer has (it moved to the generation config)"),
+    "encoder:pp_lcnet": ("not ours", "PPLCNetForImageClassification returns no `logits` (a BaseModelOutputWithNoAttention)"),
+    "encoder:imagegpt": ("not probed", "ImageGPT classifies token ids (quantized pixels), not the pixel values the probe "
+                         "gives image classifiers"),
+    "encoder:shieldgemma2": ("not probed", "ShieldGemma 2 classifies a prompt with an image: it needs token ids too"),
+    "encoder:xmod": ("not probed", "X-MOD needs a language per input (`set_default_language`), which the probe does "
+                     "not set"),
     "seq2seq:prophetnet": ("eager fails", "ProphetNet's n-gram self-attention builds masks of the input's length, "
                            "not of a static cache's (`max_cache_len`)"),
 }

@@ -114,12 +114,15 @@ def catalogue() -> list[Target]:
     """Every architecture of the auto mappings, by kind (an encoder once: its classifier, else its masked LM)."""
     from transformers.models.auto import modeling_auto as m
 
+    def first(names: Any) -> str:  # a mapping may name several classes (DeiT: with and without a teacher)
+        return names[0] if isinstance(names, (list, tuple)) else names
+
     out = [Target("causal", t, c) for t, c in m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()]
     out += [Target("seq2seq", t, c) for t, c in m.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.items()]
     text = dict(m.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
     text.update(m.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES)
-    out += [Target("encoder", t, c) for t, c in sorted(text.items())]
-    out += [Target("encoder", t, c, "image") for t, c in m.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES.items()
+    out += [Target("encoder", t, first(c)) for t, c in sorted(text.items())]
+    out += [Target("encoder", t, first(c), "image") for t, c in m.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES.items()
             if t not in text]
     return out
 
