@@ -18,36 +18,121 @@ from typing import Any
 
 import torch
 
+from neuron_args.errors import NeuronArgsError
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword ``model``'s forward takes its cache by: ``cache`` (transformers 5.24 renames it; Mamba takes only
+    that), else ``past_key_values`` (a model given the other name would build and fill a cache of its own)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+class StaticCacheError(NeuronArgsError, ValueError):
+    """A model's cache cannot be made static for Neuron graphs (the message names the layer and the fix)."""
+
 
 def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int = 1) -> Any:
-    """A ``StaticCache`` for ``model`` with a full-length static layer per attention layer, allocated now.
+    """A ``StaticCache`` for ``model`` with a full-length static layer per attention layer (and the states of its
+    recurrent layers), allocated now.
 
     Allocated eagerly, so its tensors are graph inputs that every graph reads and writes in place
     (not tensors a first compiled call creates). Each layer's heads, head size, dtype and device come
     from one eager one-token call of ``model`` with a ``DynamicCache``: configs name these
     differently (multi-query, per-layer head counts), the cache the model fills does not. That call
     is eager even when ``model``'s forward is compiled already (it would compile a graph of its own).
+    Layers are matched by index: a layer that stores nothing (transformers' ``DummyLayer``: KV shared
+    with another layer, no attention; or a layer the call did not write) is a ``DummyLayer``, and layers
+    the config counts past the last one the model fills (an encoder's layers in a decoder's config) are dropped.
     """
     from transformers import DynamicCache
-    from transformers.cache_utils import StaticCache, StaticLayer
+    from transformers.cache_utils import Cache, StaticCache
 
     param = next(model.parameters())
     probe = DynamicCache(config=model.config)
-    with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
-        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), past_key_values=probe,
-              use_cache=True)
-    filled = [layer for layer in probe.layers if getattr(layer, "keys", None) is not None]
-    cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
-    if len(filled) != len(cache.layers):
-        raise ValueError(f"{type(model).__name__}: {len(cache.layers)} cache layers in its config, {len(filled)} "
-                         "filled by a forward; static_cache handles models whose every layer caches keys and values")
-    cache.layers = [StaticLayer(max_cache_len=max_cache_len) for _ in cache.layers]
-    for layer, seen in zip(cache.layers, filled):
-        keys, values = seen.keys, seen.values
-        layer.lazy_initialization(
-            torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
-            torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
+    try:
+        with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), **{cache_keyword(model): probe},
+                  use_cache=True, cache_position=torch.zeros(1, dtype=torch.long, device=param.device))
+    except Exception as exc:  # noqa: BLE001 - a model with a cache class of its own (xLSTM), named with the fix
+        raise StaticCacheError(
+            f"{type(model).__name__}: a one-token forward with transformers' DynamicCache failed "
+            f"({type(exc).__name__}: {exc}); static_cache sizes its layers from that call, so this model's cache "
+            "is not one transformers' cache layers hold (it has a cache class of its own). fix: serve it without a "
+            "cache (one graph per sequence bucket, use_cache=False), or keep it in eager PyTorch") from exc
+    # a StaticCache of these layers (transformers' constructor would build its own from the config first)
+    cache = StaticCache.__new__(StaticCache)
+    Cache.__init__(cache, layers=_static_layers_like(type(model).__name__, probe.layers, max_cache_len, batch_size))
     return cache
+
+
+def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
+    """A static layer for each layer a probe call filled, by index (see :func:`static_cache`).
+
+    Key/value layers become full-length ``StaticLayer``\ s; recurrent layers (state-space, linear attention,
+    short convolutions: transformers' ``LinearAttentionLayer``, alone or with attention) get their states
+    allocated now, zero, in the probe's shapes (:class:`StaticCausalLM` tells them prefill from decode).
+    """
+    from transformers.cache_utils import (DummyLayer, DynamicLayer, DynamicSlidingWindowLayer,
+                                          LinearAttentionAndStaticFullAttentionLayer, LinearAttentionLayer)
+
+    def filled(seen: Any) -> bool:
+        return getattr(seen, "keys", None) is not None or any(
+            getattr(seen, "is_conv_states_initialized", {}).values()) or any(
+            getattr(seen, "is_recurrent_states_initialized", {}).values())
+
+    last = max((i for i, seen in enumerate(seen_layers) if filled(seen)), default=-1)
+    if last < 0:
+        kinds = sorted({type(seen).__name__ for seen in seen_layers}) or ["none"]
+        raise StaticCacheError(
+            f"{model_name}: a one-token forward filled no cache layer (its cache layers: {', '.join(kinds)}); "
+            "static_cache and StaticCausalLM hold the keys and values or recurrent states of transformers' cache "
+            "layers, and this model writes none (it caches nothing, or keeps a cache of its own): fix: serve it "
+            "without a cache (one graph per sequence bucket, use_cache=False), or keep it in eager PyTorch")
+    layers = []
+    for i, seen in enumerate(seen_layers[: last + 1]):
+        kind = type(seen)
+        if isinstance(seen, DummyLayer) or not filled(seen):  # a layer no forward writes (a feed-forward block's)
+            layers.append(seen if isinstance(seen, DummyLayer) else DummyLayer())
+        elif kind in (DynamicLayer, DynamicSlidingWindowLayer) and seen.keys is not None:
+            layers += _static_layers([seen], max_cache_len, batch_size)
+        elif kind is LinearAttentionLayer:
+            layers.append(_allocate_recurrent(LinearAttentionLayer(number_of_states=seen.number_of_states), seen,
+                                              batch_size))
+        elif isinstance(seen, LinearAttentionLayer) and isinstance(seen, DynamicLayer) and seen.keys is not None:
+            # both kinds of state (full or sliding attention): a full-length hybrid
+            layer = LinearAttentionAndStaticFullAttentionLayer(max_cache_len, number_of_states=seen.number_of_states)
+            _allocate_keys_values(layer, seen, batch_size)
+            layers.append(_allocate_recurrent(layer, seen, batch_size))
+        else:
+            raise StaticCacheError(
+                f"{model_name}: cache layer {i} ({kind.__name__}) is of a kind static_cache does not hold; "
+                "static_cache and StaticCausalLM hold key/value layers (full length), recurrent-state layers "
+                "(LinearAttentionLayer, alone or with attention) and DummyLayers. fix: serve this architecture "
+                "without a cache (use_cache=False, one graph per sequence bucket), or build its transformers "
+                "StaticCache yourself and check that one decode step is one graph (StaticCausalLM's cache attribute)")
+    return layers
+
+
+def _allocate_keys_values(layer: Any, seen: Any, batch_size: int) -> None:
+    keys, values = seen.keys, seen.values
+    layer.lazy_initialization(
+        torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
+        torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
+
+
+def _allocate_recurrent(layer: Any, seen: Any, batch_size: int) -> Any:
+    """``layer``'s conv and recurrent states, zero, shaped as the probe's ``seen`` ones (batch ``batch_size``)."""
+    for idx in range(seen.number_of_states):
+        conv, recurrent = seen.conv_states.get(idx), seen.recurrent_states.get(idx)
+        if conv is not None:
+            layer.lazy_initialization(conv_states=conv.new_zeros(batch_size, *conv.shape[1:]), state_idx=idx,
+                                      conv_kernel_size=seen.conv_kernel_size[idx])
+        if recurrent is not None:
+            layer.lazy_initialization(recurrent_states=recurrent.new_zeros(batch_size, *recurrent.shape[1:]),
+                                      state_idx=idx)
+    return layer
 
 
 class StaticCausalLM(torch.nn.Module):
@@ -64,20 +149,41 @@ class StaticCausalLM(torch.nn.Module):
         super().__init__()
         self.model = model
         self.cache = static_cache(model, max_cache_len, batch_size=batch_size)
+        self.cache_keyword = cache_keyword(model)
         self.max_cache_len = max_cache_len
         # every cache slot may be attended to (causality comes from the positions): passed so models that
-        # size a mask from the cache's filled length (OPT) do not read that tensor into a Python int
+        # size a mask from the cache's filled length (OPT) do not read that tensor into a Python int. Not to
+        # models with recurrent layers, which read the mask as the input's padding (one entry per input token)
+        self.recurrent = any(hasattr(layer, "has_previous_state") for layer in self.cache.layers)
         self.register_buffer("attention_mask", torch.ones(batch_size, max_cache_len, dtype=torch.long),
                              persistent=False)
 
     def forward(self, input_ids: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         positions = start + torch.arange(input_ids.shape[1], device=input_ids.device)
-        for layer in self.cache.layers:  # each layer writes at its own running length: set it
-            layer.cumulative_length.copy_(start)
+        for layer in self.cache.layers:
+            if hasattr(layer, "cumulative_length"):  # each layer writes at its own running length: set it
+                layer.cumulative_length.copy_(start)
+            if hasattr(layer, "has_previous_state"):
+                _continue_or_restart(layer, start, one_token=input_ids.shape[1] == 1)
         out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
-                         cache_position=positions, past_key_values=self.cache, use_cache=True,
-                         attention_mask=self.attention_mask[: input_ids.shape[0]])
+                         cache_position=positions, **{self.cache_keyword: self.cache}, use_cache=True,
+                         attention_mask=None if self.recurrent else self.attention_mask[: input_ids.shape[0]])
         return out.logits
+
+
+def _continue_or_restart(layer: Any, start: torch.Tensor, *, one_token: bool) -> None:
+    """A recurrent layer's state for this call: a prompt (several tokens) starts from none, a decode step continues.
+
+    transformers chooses the layer's path by a Python flag that its first call sets; here the graph's shape
+    sets it, so each graph is one path, and the states are zeroed in the graph when ``start`` is 0 (a
+    one-token prompt continues from zero states: the padding a prompt's convolution sees).
+    """
+    keep = (start > 0).to(layer.dtype or torch.float32)
+    for idx in range(layer.number_of_states):
+        layer.has_previous_state[idx] = one_token
+        for states in (layer.conv_states, layer.recurrent_states):
+            if states.get(idx) is not None:
+                states[idx].mul_(keep.to(states[idx].dtype))
 
 
 # -- encoder-decoders -------------------------------------------------------------------------------------------
@@ -118,13 +224,28 @@ def _static_layers(filled: list[Any], max_cache_len: int, batch_size: int) -> li
 
     layers = []
     for seen in filled:
-        layer = StaticLayer(max_cache_len=max_cache_len)
-        keys, values = seen.keys, seen.values
-        layer.lazy_initialization(
-            torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
-            torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
-        layers.append(layer)
+        layers.append(StaticLayer(max_cache_len=max_cache_len))
+        _allocate_keys_values(layers[-1], seen, batch_size)
     return layers
+
+
+def encoder_width(model: torch.nn.Module) -> int:
+    """The width of an encoder-decoder's encoder states: ``d_model`` or ``hidden_size`` of its config, or of the
+    encoder's own config (T5Gemma nests one per side)."""
+    for config in (model.config, getattr(model.config, "encoder", None), model.get_encoder().config):
+        width = getattr(config, "d_model", None) or getattr(config, "hidden_size", None)
+        if width:
+            return int(width)
+    raise StaticCacheError(f"{type(model).__name__}: no d_model or hidden_size in its config or its encoder's; "
+                           "fix: pass encoder states of the width its decoder's cross-attention takes")
+
+
+def _encoder_outputs(states: torch.Tensor) -> Any:
+    """The encoder states as a transformers output: models read them by index, or by name (NLLB-MoE), with the
+    expert routing fields a mixture-of-experts encoder's output has (``None``: the decoder graph does not use them)."""
+    from transformers.modeling_outputs import MoEModelOutput
+
+    return MoEModelOutput(last_hidden_state=states)
 
 
 def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, encoder_len: int, *,
@@ -139,11 +260,11 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
     from transformers.cache_utils import Cache
 
     param = next(model.parameters())
-    config = model.config
-    hidden = getattr(config, "d_model", None) or config.hidden_size
+    hidden = encoder_width(model)
     probe = EncoderDecoderCache(DynamicCache(), DynamicCache())
     with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
-        model(encoder_outputs=(torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device),),
+        states = torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device)
+        model(encoder_outputs=_encoder_outputs(states),
               decoder_input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), cache=probe, use_cache=True)
     caches = []
     for part, length in ((probe.self_attention_cache, max_cache_len), (probe.cross_attention_cache, encoder_len)):
@@ -196,7 +317,7 @@ class Seq2SeqDecoderStep(torch.nn.Module):
         if self.computes_cross:
             for layer in self.cache.cross_attention_cache.layers:
                 layer.cumulative_length.zero_()
-        out = self.model(encoder_outputs=(encoder_hidden_states,), attention_mask=encoder_attention_mask,
+        out = self.model(encoder_outputs=_encoder_outputs(encoder_hidden_states), attention_mask=encoder_attention_mask,
                          decoder_input_ids=decoder_input_ids,
                          decoder_attention_mask=self.attention_mask[: decoder_input_ids.shape[0]],
                          cache=self.cache, use_cache=True)

@@ -16,6 +16,7 @@ import linecache
 import logging
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -273,10 +274,14 @@ class NeuronRunner:
                 "reached for this entry, past which it would silently run eager and skip the compiler. Too many "
                 "shapes or models of one class in this process: call torch._dynamo.reset() between models, or "
                 "raise torch._dynamo.config.recompile_limit.") from exc
-        except torch._dynamo.exc.Unsupported as exc:
-            if not self.fullgraph:
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as exc:
+            # UserError: a Python branch on a data-dependent size ("Could not guard on data-dependent expression")
+            if not self.fullgraph or not getattr(exc, "real_stack", None) and not isinstance(
+                    exc, torch._dynamo.exc.Unsupported):
                 raise
             raise GraphBreakError(graph_break_message(graph_type, exc)) from None
+        except torch._dynamo.exc.InternalTorchDynamoError as exc:  # Dynamo's own failure: say where, and what to try
+            raise GraphBreakError(dynamo_failure_message(graph_type, exc)) from exc
         finally:
             _in_run.reset(token)
 
@@ -782,6 +787,23 @@ def graph_break_message(graph_type: str, exc: BaseException) -> str:
             + (f" ({explanation})" if explanation else "")
             + "\n  Neuron serves whole graphs: this graph type would become several graphs (and several compiles). "
             f"Fix: {ALLOW_BREAKS_HINT}.")
+
+
+def dynamo_failure_message(graph_type: str, exc: BaseException) -> str:
+    """What an internal Dynamo error says: the graph type, the user's last frame, Dynamo's words, the usual cause."""
+    text = str(exc)
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.*)', text.split("from user code:", 1)[-1]) \
+        if "from user code:" in text else []
+    where = "an unknown line"
+    if frames:
+        file, line, name, code = frames[-1]
+        where = f"{file}:{line} (in {name}):\n    {code.strip()}"
+    return (f"graph type {graph_type!r} cannot be traced as one graph: Dynamo failed at {where}\n  Dynamo's error: "
+            f"{text.strip().splitlines()[0] if text.strip() else type(exc).__name__}\n  Dynamo fails here by itself "
+            "(torch.compile(entry, backend='eager', fullgraph=True) fails the same way), most often on a size computed "
+            "from a tensor's value (torch.arange(n, n + length) with n read from a tensor, such as a cache's filled "
+            "length). Fix: compute sizes from shapes and pass positions as tensors (transformers' cache_position and "
+            "position_ids), or run this part of the model eagerly.")
 
 
 __all__ = ["CompileProgress", "GraphBreakError", "NeuronRunner", "REUSED", "ServeSession", "UndeclaredGraphError",

@@ -10,6 +10,7 @@ outcome of its test, so the table says what was run, not what was hoped.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -21,6 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "MODEL_COVERAGE.md"
+#: results of ``tests/hf/probe_served.py --out`` (run by hand, in parts): the "served end to end" table
+SERVED = REPO / "tests" / "hf" / "served_architectures.json"
+SERVED_BEGIN, SERVED_END = "<!-- served end to end: from tests/hf/served_architectures.json -->", "<!-- /served -->"
 # every file by path: tests/hf/sweep_generation.py is not collected from its folder (its name), and pytest drops a
 # file given next to its folder
 TESTS = [*sorted(p.relative_to(REPO).as_posix() for p in (REPO / "tests" / "hf").glob("test_*.py")),
@@ -251,6 +255,7 @@ def table(results: dict[tuple[str, str | None, str], str]) -> str:
               "same step in fp32: every parameter's gradient error at most twice eager bf16's plus one bf16 rounding "
               f"(2^-8) of the gradient's size, the loss within the bf16 tolerance: {MARK.get(bf16, 'not run')}."]
     lines += generation_tables(results)
+    lines += ["", served_table()]
     lines += ["", "Layers and ops (`tests/test_lowering_layers.py`, `tests/test_lowering_linalg.py`): compiled on XLA:CPU in-process and compared with "
               "eager (atol = rtol = 1e-5 unless the row says bit-exact; the op groups are four graphs of many ops "
               "each: convolutions and norms, resampling, indexing, math).", "", "| layer or op | result |", "|---|---|"]
@@ -309,11 +314,131 @@ def generation_tables(results: dict[tuple[str, str | None, str], str]) -> list[s
     return lines
 
 
+TINY_MISMATCH = ("not probed", "the generic tiny config is inconsistent for this model (a size it derives from "
+                 "others): its own eager forward fails on shapes before any graph")
+#: causes triaged by hand where the probe's own words do not say it: name -> (result, cause)
+SERVED_TRIAGE = {
+    "causal:cpmant": ("eager fails", "CPM-Ant adds its own prompt tokens (`prompt_length`) to every input, so the "
+                      "positions it writes run past the caller's `start` and the cache: not one position per token"),
+    "causal:dory": ("**FAIL**", "Dory loops over a block of layers and, on its first call, appends copies of their "
+                    "cache layers (`cache.layers += deepcopy(...)`): a cache that changes its structure is not one "
+                    "StaticCausalLM allocates; its prefill logits differ from its no-cache forward (7e-4)"),
+    "causal:prophetnet": ("eager fails", "ProphetNet's n-gram self-attention builds masks of the input's length, "
+                          "not of a static cache's (`max_cache_len`)"),
+    "causal:xlm": ("eager fails", "XLM reads `attention_mask` as the input's padding (asserts one entry per input "
+                   "token); StaticCausalLM passes one per cache slot"),
+    "causal:granitemoehybrid": ("not probed", "the tiny config's two layers are both state-space layers: a one-token "
+                                "forward with no attention layer fails in transformers (`get_seq_length`)"),
+    "causal:qwen4_exp_text": ("not probed", "the tiny config's two layers are both linear-attention layers: a "
+                              "one-token forward with no attention layer fails in transformers (`get_seq_length`)"),
+    "causal:xmod": ("not probed", "X-MOD needs a language per input (`set_default_language`), which the probe does "
+                    "not set"),
+    "encoder:layoutlmv3": TINY_MISMATCH,
+    "encoder:lilt": TINY_MISMATCH,
+    "encoder:mistral4": TINY_MISMATCH,
+    "causal:inkling2_text": TINY_MISMATCH,
+    "causal:inkling2_loop_text": TINY_MISMATCH,
+    "encoder:convnext": TINY_MISMATCH,
+    "encoder:convnextv2": TINY_MISMATCH,
+    "encoder:mobilevitv2": TINY_MISMATCH,
+    "encoder:siglip2": TINY_MISMATCH,
+    "encoder:t5": ("not ours", "T5ForSequenceClassification reads `config.decoder_start_token_id`, which transformers "
+                   "5.24's T5Config no longer has (it moved to the generation config)"),
+    "encoder:pp_lcnet": ("not ours", "PPLCNetForImageClassification returns no `logits` (a BaseModelOutputWithNoAttention)"),
+    "encoder:imagegpt": ("not probed", "ImageGPT classifies token ids (quantized pixels), not the pixel values the probe "
+                         "gives image classifiers"),
+    "encoder:shieldgemma2": ("not probed", "ShieldGemma 2 classifies a prompt with an image: it needs token ids too"),
+    "encoder:xmod": ("not probed", "X-MOD needs a language per input (`set_default_language`), which the probe does "
+                     "not set"),
+    "seq2seq:prophetnet": ("eager fails", "ProphetNet's n-gram self-attention builds masks of the input's length, "
+                           "not of a static cache's (`max_cache_len`)"),
+}
+
+
+def served_verdict(record: dict) -> tuple[str, str]:
+    """(result, cause) of one probed architecture: pass, refused (a clear error naming the fix), fail (ours), not ours,
+    or not probed."""
+    cause = re.sub(r"\s+", " ", record.get("cause", "")).replace("|", "/")
+    cause = cause.replace(str(REPO) + "/", "").replace(".venv/lib/python3.11/site-packages/", "")
+    short = cause if len(cause) <= 180 else cause[:177] + "..."
+    stage = record.get("stage", "")
+    if record["result"] == "pass":
+        return "pass", ""
+    if record["result"] == "skip":
+        return "not probed", short
+    cause = cause.replace("no tiny config: Skip: ", "")
+    short = short.replace("no tiny config: Skip: ", "")
+    if "StaticCacheError" in cause or "GraphBreakError" in cause or (
+            "LoweringError" in cause and ("fix:" in cause or "_local_scalar_dense" in cause
+                                          or "NonConcreteBooleanIndexError" in cause)
+            and "no lowering exists" not in cause):
+        return "refused with the fix", short
+    alone = record.get("dynamo_alone")
+    if alone and alone != "runs":
+        alone = re.sub(r"\s+", " ", alone).replace("|", "/")
+        return "not ours", "Dynamo alone (its eager backend, no lowering) fails too: " + (
+            alone if len(alone) <= 180 else alone[:177] + "...")
+    if stage == "eager":
+        return "eager fails", f"the wrapper's calls fail in eager PyTorch (no graph yet): {short}"
+    return "**FAIL**", f"[{stage}] {short}"
+
+
+def served_table(path: Path = SERVED) -> str:
+    """The served-end-to-end section from the probe's JSON (``tests/hf/probe_served.py --out``)."""
+    results = json.loads(path.read_text()) if path.exists() else {}
+    rows = sorted(results.items(), key=lambda item: (["causal", "seq2seq", "encoder"].index(item[0].split(":")[0]),
+                                                     item[0]))
+    verdicts = [(name, record, *(SERVED_TRIAGE.get(name) if record["result"] != "pass" and name in SERVED_TRIAGE
+                                 else served_verdict(record))) for name, record in rows]
+    counts: dict[str, dict[str, int]] = {}
+    for name, _, result, _ in verdicts:
+        kind = counts.setdefault(name.split(":")[0], {})
+        kind[result] = kind.get(result, 0) + 1
+    summary = "; ".join(f"{kind}: " + ", ".join(f"{n} {r}" for r, n in sorted(c.items(), key=lambda x: -x[1]))
+                        for kind, c in counts.items())
+    lines = [SERVED_BEGIN, "", "Served end to end (`tests/hf/probe_served.py`, run by hand, not in the suite): every "
+             "architecture of transformers' auto mappings (causal LM, seq2seq LM, sequence classification / masked LM, "
+             "image classification), a tiny random config each built in code from the config class's defaults, served as "
+             "a user serves it: `NeuronRunner` warmup (manifest on), then `runner.serve()` under the cache-hit assert; "
+             "causal LMs as `neuron_args.hf.StaticCausalLM` (prefill bucket of 8 at -O1, decode -O3, a prompt and 3 "
+             "decode steps), encoder-decoders as `StaticSeq2SeqLM` (encoder, prefill, decode; 4 greedy steps), encoders "
+             "with two batch buckets. A pass: every call's logits and the KV cache equal eager PyTorch's same calls "
+             "(fp32, atol = rtol = 1e-4), one cache entry per graph, the manifest names each graph, and a fresh process "
+             "warms up from the cache with `NEURON_LIBTORCH_ASSERT_CACHE_HIT=1` (no compile) and serves the same. "
+             "*not ours*: transformers' eager forward, or Dynamo alone (its `eager` backend, fullgraph, no lowering), "
+             "fails the same calls; *refused with the fix*: the user gets an error naming the graph or layer and what "
+             "to do; *not probed*: no tiny config here (remote code, an extra dependency, a config the generic shrink "
+             "does not fit).", "", f"Totals: {summary}.", "",
+             "| architecture | class | kind | result | cause |", "|---|---|---|---|---|"]
+    for name, record, result, cause in verdicts:
+        kind, model_type = name.split(":", 1)
+        lines.append(f"| {model_type} | {record.get('cls', '')} | {kind} | {result} | {cause} |")
+    return "\n".join(lines + ["", SERVED_END])
+
+
+def write_served_only(path: Path = SERVED) -> int:
+    """Replace the served section of the existing document (the other tables keep their last run)."""
+    text = OUT.read_text()
+    if SERVED_BEGIN in text:
+        head, rest = text.split(SERVED_BEGIN, 1)
+        text = head + served_table(path) + rest.split(SERVED_END, 1)[1]
+    else:
+        text = text.replace("\nLayers and ops (", "\n" + served_table(path) + "\n\nLayers and ops (", 1)
+    OUT.write_text(text)
+    print(f"wrote the served section of {OUT}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--junit", type=Path, action="append", help="JUnit XML of a `pytest` run of TESTS (default: run "
                    "it now); given again, a later file's outcome of a test replaces an earlier one's")
+    p.add_argument("--served", type=Path, default=SERVED, help="results of tests/hf/probe_served.py --out")
+    p.add_argument("--served-only", action="store_true", help="rewrite only the served-end-to-end section from "
+                   "--served (the other tables keep the run they were generated from)")
     args = p.parse_args(argv)
+    if args.served_only:
+        return write_served_only(args.served)
     junits = args.junit
     if not junits:
         junits = [Path(tempfile.mkdtemp()) / "matrix.xml"]
