@@ -116,6 +116,7 @@ class FastGraph:
     copy_back: Callable[[list[Any], Any], None]  # copies the mutated inputs' new values back (aot's epilogue)
     result: Callable[[Any], Any]
     writes: Callable[[Mapping[str, Any]], None] | None = None  # the constants Dynamo's bytecode writes after the graph
+    mutated_kwargs: frozenset[str] = frozenset()  # keyword arguments whose tensors the graph writes
     calls: int = 0
 
     def valid(self) -> bool:
@@ -169,9 +170,12 @@ class FastPath:
 
     def call(self, graph_type: str, kwargs: Mapping[str, Any]) -> Any:
         """The result of a warmed call, or :data:`MISS` (then take the guarded path)."""
+        kwargs, outside = serving_kwargs(kwargs)
         for fast in self.graphs.get(graph_type, ()):
             out = fast(kwargs)
             if out is not MISS:
+                if outside:
+                    _mutated(outside, fast.mutated_kwargs)
                 return out
         return MISS
 
@@ -185,11 +189,15 @@ class FastPath:
 
         Call inside the scope and inference mode the guarded call needs; returns its result.
         """
+        kwargs, outside = serving_kwargs(kwargs)
         signature = _signature(kwargs)
         if not self.enabled or (graph_type, signature) in self.refused:
-            return wrapper(**kwargs)
+            result = wrapper(**kwargs)
+            _mutated(outside, None)
+            return result
         seen: list[Observed] = []
         result = _observed_call(lambda: wrapper(**kwargs), seen)
+        mutated: frozenset[str] | None = None  # unknown: every tensor made outside inference mode counts as written
         try:
             fast = _learn(graph_type, wrapper, entry, kwargs, seen, result)
         except Refused as why:
@@ -202,7 +210,42 @@ class FastPath:
             # one fast graph per Dynamo cache entry (a shape, or the same shape with other guarded values)
             kept = [g for g in self.graphs.get(graph_type, ()) if g.valid() and g.guard_manager is not fast.guard_manager]
             self.graphs[graph_type] = [fast, *kept][:_MAX_PER_GRAPH_TYPE]
+            mutated = fast.mutated_kwargs
+        _mutated(outside, mutated)
         return result
+
+
+def _aliasable(value: Any) -> bool:
+    return type(value) is torch.Tensor and not value.is_inference() and not value.requires_grad \
+        and value.layout is torch.strided and not value.is_conj() and not value.is_neg() \
+        and not value.is_quantized and value.device.type != "meta"
+
+
+def serving_kwargs(kwargs: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, torch.Tensor]]:
+    """``kwargs`` with each tensor made outside ``torch.inference_mode()`` replaced by an inference tensor on the
+    same memory (no copy), and those originals by name.
+
+    Warmup traces with inference tensors, and Dynamo's guards tell the two kinds apart (dispatch keys:
+    ``ADInplaceOrView``): a served tensor from outside inference mode would otherwise be traced again,
+    once per graph. The graph reads and writes the same memory either way; the original of a tensor
+    the graph writes gets its version bumped (:func:`_mutated`), as an in-place write would.
+    """
+    if not any(_aliasable(v) for v in kwargs.values()):
+        return kwargs, {}
+    outside = {k: v for k, v in kwargs.items() if _aliasable(v)}
+    with torch.inference_mode():
+        aliases = {k: torch.empty(0, dtype=v.dtype, device=v.device).set_(v.untyped_storage(), v.storage_offset(),
+                                                                          v.size(), v.stride())
+                   for k, v in outside.items()}
+    return {**kwargs, **aliases}, outside
+
+
+def _mutated(outside: Mapping[str, torch.Tensor], written: frozenset[str] | None) -> None:
+    """Bump the version of the originals the graph wrote through their aliases (all of them when ``written`` is
+    unknown: autograd then refuses a stale saved tensor rather than use it)."""
+    bumped = [t for k, t in outside.items() if written is None or k in written]
+    if bumped:
+        torch.autograd.graph.increment_version(bumped)
 
 
 def _signature(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -308,27 +351,72 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     replay = _read_bytecode(entry_used.code, g)
 
     # arguments: the tensors Dynamo's bytecode passes the graph, read the same way afresh every call
-    sources: dict[int, str] = {}
+    sources: dict[int, _Path] = {}
     for value in replay.graph_args:
         if isinstance(value, _Path):
             tensor = _evaluate(value, frame, g)
             if isinstance(tensor, torch.Tensor) and not _module_attribute(value, frame, g):
-                sources.setdefault(id(tensor), value.source())
-    exprs = []
+                sources.setdefault(id(tensor), value)
+    paths = []
     for i, a in enumerate(obs.args):
-        expr = sources.get(id(a)) if isinstance(a, torch.Tensor) else None
-        if expr is None:
+        path = sources.get(id(a)) if isinstance(a, torch.Tensor) else None
+        if path is None:
             raise Refused(f"graph argument {i} is neither a keyword argument nor a parameter/buffer of the entry, "
                           "nor a tensor held by a non-module object the frame reaches (a KV cache)")
-        exprs.append(expr)
-    gather = _compile("def gather(f):\n    return [" + ", ".join(exprs) + "]\n", "gather", {"g": g})
+        paths.append(path)
+    mutated_kwargs = frozenset(name for i, _, _ in plan.mutated
+                               if (name := _keyword_of(paths[i], kwargs, star)) is not None)
+    gather = _compile(_gather_source(paths), "gather", {"g": g})
     shapes = tuple((k, v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor))
     return FastGraph(
         graph_type=graph_type, entry=entry, wrapper=wrapper, frame_self=frame_self, keys=frozenset(kwargs),
         shapes=shapes,
         defaults=defaults, star=star, guard_manager=entry_used.guard_manager, run=obs.run, gather=gather,
         mutated=plan.mutated, copy_back=plan.copy_back, result=make_result, writes=_writes(replay.writes, g),
+        mutated_kwargs=mutated_kwargs,
     )
+
+
+def _keyword_of(path: _Path, kwargs: Mapping[str, Any], star: tuple[str | None, str | None, frozenset[str]] | None
+                ) -> str | None:
+    """The keyword argument ``path`` reads as a whole (``f['x']``, or ``f['kwargs']['x']`` through ``**kwargs``)."""
+    if path.root != "f":
+        return None
+    if not path.steps:
+        return path.name if path.name in kwargs else None
+    if star is not None and path.name == star[1] and len(path.steps) == 1 and path.steps[0][0] == "[]":
+        key = path.steps[0][1]
+        return key if key in kwargs else None
+    return None
+
+
+def _gather_source(paths: list[_Path]) -> str:
+    """``def gather(f)`` reading ``paths`` in order, each shared prefix once (as Dynamo's bytecode keeps them in
+    temporaries: a decoder's 30 arguments share ``self.module._modules['model']...``)."""
+    def prefixes(p: _Path) -> list[_Path]:
+        return [_Path(p.root, p.name, p.steps[:k]) for k in range(len(p.steps))]
+
+    uses: dict[_Path, int] = {}
+    for p in paths:
+        for q in prefixes(p):
+            uses[q] = uses.get(q, 0) + 1
+    named: dict[_Path, str] = {}
+    lines = ["def gather(f):"]
+
+    def expr(p: _Path) -> str:
+        for k in range(len(p.steps), -1, -1):
+            base = named.get(_Path(p.root, p.name, p.steps[:k]))
+            if base is not None:
+                return base + "".join(f".{key}" if kind == "." else f"[{key!r}]" for kind, key in p.steps[k:])
+        return p.source()
+
+    for p in paths:
+        for q in prefixes(p):
+            if uses[q] > 1 and q not in named:
+                lines.append(f"    t{len(named)} = {expr(q)}")
+                named[q] = f"t{len(named)}"
+    lines.append("    return [" + ", ".join(expr(p) for p in paths) + "]")
+    return "\n".join(lines) + "\n"
 
 
 def _module_attribute(path: _Path, frame: Mapping[str, Any], g: Mapping[str, Any]) -> bool:
@@ -439,7 +527,7 @@ def _read_bytecode(code: types.CodeType, g: Mapping[str, Any]) -> _Replay:
     """Interpret Dynamo's bytecode symbolically, or :class:`Refused` for anything that is not: reads of frame
     locals and globals, one graph call, Dynamo's bookkeeping calls, writes of constants to objects reached from
     module globals (transformers' output capturing resets one after every call), and moving the outputs."""
-    after = sys.version_info >= (3, 13)  # CALL's stack: [callable, self_or_null, args], before: [null_or_fn, fn_or_self, ..]
+    after = sys.version_info >= (3, 13)  # CALL pops [callable, self_or_null, args] (3.13), before [null_or_fn, ...]
     n_in = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS) \
         + bool(code.co_flags & inspect.CO_VARKEYWORDS)
     local: dict[str, Any] = {name: _Path("f", name) for name in code.co_varnames[:n_in]}

@@ -184,3 +184,37 @@ def test_calls_that_do_not_match_take_the_guarded_path_and_stay_right(served):
     finally:
         attention.scaling = reference.model.model.layers[0].self_attn.scaling = scaling
         lm.cache = cache
+
+
+def dynamo_entries(runner: NeuronRunner) -> int:
+    """How many graphs Dynamo traced for the entry's frame (each trace adds a cache entry)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    forward = runner.model.__dict__["forward"]  # the runner's ServedForward: Dynamo compiled its __call__
+    return len(_debug_get_cache_entry_list(type(forward).__call__.__code__))
+
+
+def test_tensors_made_outside_inference_mode_are_served_without_a_new_trace(served):
+    """Warmup traced with inference tensors; a caller's ordinary tensors (a tokenizer's) are served as inference
+    tensors on the same memory: no new trace, fast or guarded."""
+    runner, reference = served
+    lm = runner.model
+    token = prefill(runner, lm, reference)
+    traced, before = dynamo_entries(runner), fast_calls(runner, "decode")
+    ids, start = torch.tensor([[token]]), torch.tensor(4)
+    assert not ids.is_inference()
+    got = runner.run("decode", {"input_ids": ids, "start": start})
+    with torch.inference_mode():
+        want = reference(**step([[token]], 4))
+    assert_same(got, want, lm, reference)
+    assert fast_calls(runner, "decode") == before + 1, "served by the fast path"
+    saved, runner.fast_path.graphs = runner.fast_path.graphs, {}
+    try:  # the guarded path: Dynamo's own guards accept the call too
+        got = runner.run("decode", {"input_ids": torch.tensor([[token]]), "start": torch.tensor(5)})
+        with torch.inference_mode():
+            want = reference(**step([[token]], 5))
+        assert_same(got, want, lm, reference)
+    finally:
+        runner.fast_path.graphs = saved
+    assert dynamo_entries(runner) == traced, "no graph was traced again"
+    assert (ids._version, start._version) == (0, 0), "inputs the graph only reads are left alone"
