@@ -133,7 +133,7 @@ def test_tiny_vlm_generation_is_served_fast_and_matches_eager(tmp_path_factory):
 
     cfg = TinyVLMConfig(prefill_buckets=(16,), decode_buckets=(4,))
     prompts, forced = [[5, 17, 42, 8, 99, 3], [255] * 4 + [7, 21, 64]], {0: [30, 31]}
-    with torch.inference_mode():  # as warmup made its example (a tensor from outside recompiles once)
+    with torch.inference_mode():  # as warmup made its example
         image = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(7))
     torch._dynamo.reset()
     model = TinyVLM(cfg, seed=0)
@@ -457,3 +457,37 @@ def test_star_args_and_kwargs_frames_are_guarded_as_python_builds_them(tmp_path_
         with torch.inference_mode():
             torch.testing.assert_close(runner.run("decode", kwargs), model(**kwargs))
     assert fast.calls == 2, "both orders of the same keywords replay; without shift is another graph"
+
+
+class Accumulate(torch.nn.Module):
+    """``total += x``, returning ``x * 2``: the graph writes one of its keyword arguments in place."""
+
+    def forward(self, x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        total.add_(x)
+        return x * 2
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 4), "total": torch.zeros(2, 4)}})]
+
+
+def test_tensors_made_outside_inference_mode_are_written_in_place_without_a_new_trace(tmp_path_factory):
+    """Warmup traced inference tensors; ordinary ones are served through inference tensors on their memory: the
+    write lands in the caller's tensor, whose version moves as an in-place write moves it (the read one's does not)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    torch._dynamo.reset()
+    model = Accumulate()
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-acc"))
+    runner.warmup(emit=False)
+    (fast,) = runner.fast_path.graphs["decode"]
+    assert fast.mutated_kwargs == {"total"}
+    code = type(model.__dict__["forward"]).__call__.__code__
+    traced = len(_debug_get_cache_entry_list(code))
+    x, total = torch.randn(2, 4), torch.zeros(2, 4)
+    assert not (x.is_inference() or total.is_inference())
+    for step in range(1, 4):
+        torch.testing.assert_close(runner.run("decode", {"x": x, "total": total}), x * 2)
+        torch.testing.assert_close(total, x * step)
+        assert (total._version, x._version) == (step, 0)
+    assert fast.calls == 3 and runner.fast_path.graphs["decode"] == [fast]
+    assert len(_debug_get_cache_entry_list(code)) == traced, "no graph was traced again"
