@@ -491,3 +491,49 @@ def test_tensors_made_outside_inference_mode_are_written_in_place_without_a_new_
         assert (total._version, x._version) == (step, 0)
     assert fast.calls == 3 and runner.fast_path.graphs["decode"] == [fast]
     assert len(_debug_get_cache_entry_list(code)) == traced, "no graph was traced again"
+
+
+class _Flags:
+    def __init__(self) -> None:
+        self.mode: str | None = None
+
+
+FLAGS = _Flags()
+LAST_MODE = "idle"
+
+
+class GlobalWrites(torch.nn.Module):
+    """Sets module-global state to constants, as transformers' output capturing resets its collector."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        global LAST_MODE
+        FLAGS.mode = "served"
+        LAST_MODE = "decode"
+        return self.fc(x)
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8)}})]
+
+
+def test_constant_writes_to_module_globals_are_replayed(tmp_path_factory):
+    global LAST_MODE
+    torch._dynamo.reset()
+    model = GlobalWrites()
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-glob"))
+    runner.warmup(emit=False)
+    assert runner.fast_path.refused == {}
+    (fast,) = runner.fast_path.graphs["decode"]
+    reference = GlobalWrites()
+    for _ in range(2):
+        x = inp(2, 8)
+        want = eager(reference, x)
+        FLAGS.mode, LAST_MODE = None, "idle"
+        got = run_x(runner, x)
+        assert (FLAGS.mode, LAST_MODE) == ("served", "decode"), "the fast call made the writes the guarded one makes"
+        torch.testing.assert_close(got, want)
+    assert fast.calls == 2
