@@ -5,7 +5,8 @@ cache's tensors are read through attribute chains and list items (``self.cache.l
 and Dynamo's bytecode resets transformers' output-capturing global after every call. Proven here:
 prefill and decode replay with logits and every cache tensor equal to eager over many steps; the
 reset still happens; a call that does not match (dtype, shape, another cache object, a module
-attribute the graph specialized on) takes the guarded path and is still right.
+attribute the graph specialized on) takes the guarded path and is still right; a caller's tensors made
+outside inference mode are served without a new trace.
 """
 from __future__ import annotations
 
