@@ -14,7 +14,7 @@ import torch
 
 from neuron_args import CacheMissError
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV
-from neuron_args.fastpath import ENV, MISS, FastPath
+from neuron_args.fastpath import ENV, MISS, FastGraph, FastPath
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
 from neuron_args.seams.backends import CAPTURE_SEAM
@@ -445,13 +445,19 @@ class StarKwargs(torch.nn.Module):
         return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8), "shift": torch.ones(4)}})]
 
 
-def test_star_args_and_kwargs_frames_are_guarded_as_python_builds_them(tmp_path_factory):
+def learned(model: torch.nn.Module, cache_dir) -> tuple[NeuronRunner, FastGraph]:
+    """A runner of ``model`` (capture seam) warmed up, and the one fast graph it learned."""
     torch._dynamo.reset()
-    model = StarKwargs()
-    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-star"))
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=cache_dir)
     runner.warmup(emit=False)
     assert runner.fast_path.refused == {}
     (fast,) = runner.fast_path.graphs["decode"]
+    return runner, fast
+
+
+def test_star_args_and_kwargs_frames_are_guarded_as_python_builds_them(tmp_path_factory):
+    model = StarKwargs()
+    runner, fast = learned(model, tmp_path_factory.mktemp("fp-star"))
     x, shift = inp(2, 8), inp(4)
     for kwargs in ({"x": x, "shift": shift}, {"shift": shift, "x": x}, {"x": x}):
         with torch.inference_mode():
@@ -475,11 +481,8 @@ def test_tensors_made_outside_inference_mode_are_written_in_place_without_a_new_
     write lands in the caller's tensor, whose version moves as an in-place write moves it (the read one's does not)."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    torch._dynamo.reset()
     model = Accumulate()
-    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-acc"))
-    runner.warmup(emit=False)
-    (fast,) = runner.fast_path.graphs["decode"]
+    runner, fast = learned(model, tmp_path_factory.mktemp("fp-acc"))
     assert fast.mutated_kwargs == {"total"}
     code = type(model.__dict__["forward"]).__call__.__code__
     traced = len(_debug_get_cache_entry_list(code))
@@ -522,12 +525,7 @@ class GlobalWrites(torch.nn.Module):
 
 def test_constant_writes_to_module_globals_are_replayed(tmp_path_factory):
     global LAST_MODE
-    torch._dynamo.reset()
-    model = GlobalWrites()
-    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-glob"))
-    runner.warmup(emit=False)
-    assert runner.fast_path.refused == {}
-    (fast,) = runner.fast_path.graphs["decode"]
+    runner, fast = learned(GlobalWrites(), tmp_path_factory.mktemp("fp-glob"))
     reference = GlobalWrites()
     for _ in range(2):
         x = inp(2, 8)
