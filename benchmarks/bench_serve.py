@@ -3,13 +3,15 @@ executable, and the runtime's execution choices (sync vs async XLA:CPU client, D
 
     python benchmarks/bench_serve.py [--quick]
 
-Two runner models, compiled once by the local compiler into a temp cache, both with one torch
+Three runner models, compiled once by the local compiler into a temp cache, all with one torch
 thread (as ``examples/tiny_vlm/main.py`` serves; spinning OpenMP threads on a busy 2-core machine
 make eager runs 5-20x slower and noisy):
 
 - the decoder block of ``tests/models.py`` (batch 2) with a ``prefill`` (T=5) and a ``decode``
   (T=1) graph type; the decode step writes its KV buffers in place (copy-back each call);
-- the MLP of ``tests/models.py`` (batch 4), one graph type.
+- the MLP of ``tests/models.py`` (batch 4), one graph type;
+- with ``transformers`` installed, the example Llama of ``examples/hf_llama`` (2 layers, batch 1,
+  a static KV cache of 64 positions written in place), its ``decode`` graph type.
 
 Per call, all interleaved repetition by repetition (median and min of the repetitions):
 
@@ -112,8 +114,7 @@ class LegacyExecutable:
 def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], eager_module: torch.nn.Module,
             calls: int, reps: int) -> dict[str, float]:
     fast = runner.fast_path.graphs[graph_type][0]
-    entry = runner.spec(graph_type).entry
-    args = fast.gather(entry, kwargs)
+    args = fast.arguments(kwargs)
     specs = [TensorSpec.of(a) for a in args]
     key, exe = next((k, e) for k, e in executables._loaded.items() if list(e.input_specs) == specs)
     blob = runner.cache.entry(key).executable_path.read_bytes()
@@ -168,7 +169,8 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
         "execute_async": execute_async,
     }
     around = {"guarded": fast_path_off, "guarded_skip_guards": skip_guards, "compiled_call": lambda: runner.scope(graph_type),
-              "compiled_call_aot": lambda: runner.scope(graph_type)}
+              "compiled_call_aot": lambda: runner.scope(graph_type), "seam_direct": lambda: runner.scope(graph_type),
+              "seam_aot": lambda: runner.scope(graph_type)}
     with torch.inference_mode(), runner.serve():
         same = torch.equal(runner.run(graph_type, kwargs), exe(*args)[-1]) and \
             torch.allclose(legacy(*args)[-1], exe(*args)[-1])
@@ -223,6 +225,27 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     return {**ratios, **{f"min: {k}": v for k, v in on_mins.items()}}
 
 
+def hf_decode(cache_dir: Path, calls: int, reps: int) -> dict[str, float] | None:
+    """The example transformers Llama (``examples/hf_llama``: 2 layers, static KV cache) decode step, or None
+    without transformers: its graphs reach the fast path through the cache's attribute chains and the
+    replayed output-capturing reset."""
+    try:
+        from examples.hf_llama.model import HFLlama
+    except ImportError:
+        print("3. transformers Llama: skipped (pip install -e '.[hf]')\n")
+        return None
+    model = HFLlama(seed=0, max_cache_len=64, prefill_buckets=(16,))
+    runner = NeuronRunner(model, compiler_args=BASE, compiler="local", cache_dir=cache_dir)
+    t0 = time.perf_counter()
+    runner.warmup(emit=False)
+    print(f"warmup (2 graphs of the transformers Llama): {time.perf_counter() - t0:.1f} s; fast path refused: "
+          f"{runner.fast_path.refused or 'none'}\n")
+    with torch.inference_mode():
+        kwargs = {"input_ids": torch.tensor([[5]]), "start": torch.tensor(16)}
+    return measure("3. decode step, transformers Llama (examples/hf_llama, static KV cache written in place)", runner,
+                   "decode", kwargs, copy.deepcopy(model), calls, reps)
+
+
 def dynamo_floor(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any]) -> Callable[..., Any]:
     """A copy of the entry compiled by a backend whose call costs nothing: what Dynamo alone costs per call."""
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
@@ -263,7 +286,7 @@ def seam_copy(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], dir
         del os.environ[dispatch.ENV]
     assert len(returned) == 1 and (getattr(returned[0], "plan", None) is not None) == direct
     call = getattr(returned[0], "_torchdynamo_orig_callable", returned[0])
-    return fn, call, tuple(runner.fast_path.graphs[graph_type][0].gather(entry, kwargs))
+    return fn, call, tuple(runner.fast_path.graphs[graph_type][0].arguments(kwargs, entry))
 
 
 def main() -> int:
@@ -287,6 +310,8 @@ def main() -> int:
                       {"tokens": tokens, "input_pos": pos}, copy.deepcopy(decoder.model.block), calls, reps)
         print(f"   ({load()})\n")
         mlp_r = measure("2. MLP 4x32 -> 64 -> 16", mlp, "mlp", {"x": x}, copy.deepcopy(mlp.model.mlp), calls, reps)
+        print(f"   ({load()})\n")
+        hf = hf_decode(Path(tmp) / "hf", calls, reps)
     def of_mins(r: dict[str, float], name: str) -> str:
         return f"ratio of mins {r['min: ' + name]:.2f}"
 
@@ -322,6 +347,13 @@ def main() -> int:
     figure("execute_sharded async client / sync client, decode step", dec["execute async / sync"], None, "x")
     figure("legacy executable / LoadedExecutable, MLP", mlp_r["legacy executable / executable"], None, "x")
     figure("legacy executable / LoadedExecutable, decode step", dec["legacy executable / executable"], None, "x")
+    if hf is not None:
+        figure("served decode step / eager (transformers Llama, examples/hf_llama)", hf["served / eager"], "<= 0.75",
+               note=of_mins(hf, "served / eager"))
+        figure("guarded served call / fast path, transformers Llama decode step", hf["guarded / served"], None, "x",
+               note=of_mins(hf, "guarded / served"))
+        figure("served call (fast path) / loaded executable, transformers Llama decode step",
+               hf["served / loaded executable"], "<= 1.10", note=of_mins(hf, "served / loaded executable"))
     print(f"bench_serve: {load()} (end)")
     return 0
 

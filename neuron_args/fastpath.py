@@ -9,22 +9,30 @@ skip_guard_eval_unsafe=True)`` saves 2-10 % of the call, and drops the guards' s
 :class:`FastPath` instead learns, from one call that went through the guarded path, how that call
 reached its compiled variant, and replays exactly that:
 
-- **arguments**: each flat graph argument is found by identity among the call's keyword arguments
-  and the entry module's parameters and buffers, then read the way Dynamo's bytecode reads it
-  (``self._modules['wq']._parameters['weight']``), afresh every call;
+- **arguments**: Dynamo's bytecode for the frame is read symbolically; the tensors it passes the graph
+  are reads of the frame's locals and module globals through attributes and constant subscripts
+  (``self._modules['wq']._parameters['weight']``, ``kwargs['input_ids']``, a KV cache's
+  ``self.cache.layers[0].keys``), replayed the same way afresh every call. Reads go through
+  instance dictionaries and ``dict``/``list``/``tuple`` items only (no code of their own runs);
+  a tensor a module holds outside its parameters and buffers is not replayed;
 - **check**: Dynamo's own guard manager for that compiled frame, run on the call's frame locals
   (shapes, dtypes, strides, devices, grad mode, the module attributes the graph specialized on);
 - **copy-back**: aot_autograd's metadata says which graph outputs are new values of mutated
   inputs (a KV cache written by ``index_put_``); they are copied into those inputs, as its runtime
   wrapper does;
-- **result**: the graph outputs the guarded call returned, in the same structure.
+- **result**: the graph outputs the guarded call returned, in the same structure;
+- **writes**: the constants Dynamo's bytecode writes to module-global state after the graph
+  (transformers' output capturing resets ``_active_collector.global_var``/``compiling`` after every
+  call), written the same way, after the graph.
 
 It is used only when the recorded call proves the replay is exact: one compiled graph per call (no
-graph break), Dynamo's bytecode for the frame only gathers arguments, calls the graph and returns
-its outputs (no side effects to replay), every argument and returned tensor is identified, every
-mutation is a plain data mutation, and the entry has no module hooks. Anything else, any call whose
-guards fail, and any Dynamo cache entry that was reset or invalidated, goes through the guarded
-path: the fast path never returns what the guarded path would not.
+graph break), Dynamo's bytecode for the frame only reads, calls that graph (and its own bookkeeping),
+writes constants to objects reached from module globals and returns the outputs (any other call,
+read of a computed value or write, e.g. to the module's own attributes, is refused), every argument
+and returned tensor is identified, every mutation is a plain data mutation, and the entry has no
+module hooks. Anything else, any call whose guards fail, and any Dynamo cache entry that was reset
+or invalidated, goes through the guarded path: the fast path never returns what the guarded path
+would not. ``FastPath.refused`` keeps why a recorded call was not learned.
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ import dis
 import inspect
 import logging
 import os
+import sys
 import threading
 import types
 from collections.abc import Callable, Mapping
@@ -53,21 +62,6 @@ ENV = "NEURON_ARGS_FAST_PATH"
 
 # per graph type: fast graphs kept (one per Dynamo cache entry; most recently learned first)
 _MAX_PER_GRAPH_TYPE = 32
-
-# Dynamo bytecode that only gathers arguments, calls the graph and unpacks its outputs
-_PURE_OPS = frozenset({
-    "RESUME", "NOP", "CACHE", "EXTENDED_ARG", "PUSH_NULL", "POP_TOP", "COPY", "SWAP", "DUP_TOP", "ROT_TWO",
-    "ROT_THREE", "ROT_FOUR", "ROT_N", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR",
-    "LOAD_FAST_LOAD_FAST", "LOAD_CONST", "LOAD_SMALL_INT", "LOAD_ATTR", "LOAD_METHOD", "BINARY_SUBSCR",
-    "STORE_FAST", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST", "DELETE_FAST", "BUILD_LIST", "BUILD_TUPLE",
-    "LIST_EXTEND", "LIST_APPEND", "LIST_TO_TUPLE", "UNPACK_SEQUENCE", "RETURN_VALUE", "RETURN_CONST",
-    "PRECALL", "CALL", "CALL_FUNCTION", "CALL_METHOD", "KW_NAMES", "MAKE_CELL", "COPY_FREE_VARS",
-})
-_CALL_OPS = frozenset({"CALL", "CALL_FUNCTION", "CALL_METHOD"})
-# attributes the prologue reads to reach parameters and buffers, and Dynamo's bookkeeping calls
-_READ_ATTRS = frozenset({"_modules", "_parameters", "_buffers"})
-_BOOKKEEPING_CALLS = frozenset({"record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit"})
-
 
 class Refused(Exception):
     """The recorded call cannot be replayed exactly; the reason says why (kept for inspection)."""
@@ -97,62 +91,8 @@ def _cache_entries(code: types.CodeType) -> list[Any]:
     return list(_debug_get_cache_entry_list(code))
 
 
-def _check_bytecode(code: types.CodeType, attrs: frozenset[str] = frozenset()) -> None:
-    """Refuse unless the frame's Dynamo bytecode only gathers arguments, calls one graph and returns.
-
-    ``attrs``: plain instance attributes of the frame's first local it may also read (the module a
-    per-instance forward object holds)."""
-    compiled: set[str] = set()
-    calls = bookkeeping = 0
-    for ins in dis.get_instructions(code):
-        op = ins.opname
-        if op not in _PURE_OPS:
-            raise Refused(f"Dynamo's bytecode for the frame does more than call the graph ({op} {ins.argval!r})")
-        if op == "LOAD_GLOBAL":
-            name = str(ins.argval).removeprefix("NULL + ")
-            if name.startswith("__compiled_fn"):
-                compiled.add(name)
-            elif not name.startswith("__import_"):
-                raise Refused(f"Dynamo's bytecode loads the global {name!r} (a graph break or side effect)")
-        elif op in ("LOAD_ATTR", "LOAD_METHOD"):
-            name = str(ins.argval).removeprefix("NULL|self + ")
-            if name in _BOOKKEEPING_CALLS:
-                bookkeeping += 1
-            elif name not in _READ_ATTRS and name not in attrs:
-                raise Refused(f"Dynamo's bytecode reads the attribute {name!r} outside the graph")
-        elif op in _CALL_OPS:
-            calls += 1
-    if len(compiled) != 1 or calls != 1 + bookkeeping:
-        raise Refused(f"Dynamo's bytecode calls {len(compiled)} compiled graphs and {calls - bookkeeping} "
-                      "functions; exactly one graph call replays")
-
-
-def _tensor_paths(value: Any, expr: str, depth: int = 2) -> list[tuple[int, str]]:
-    """``(id(tensor), python expression)`` for tensors in a keyword argument (lists/tuples/dicts inside)."""
-    if isinstance(value, torch.Tensor):
-        return [(id(value), expr)]
-    if depth == 0:
-        return []
-    if type(value) in (list, tuple):
-        return [p for i, v in enumerate(value) for p in _tensor_paths(v, f"{expr}[{i}]", depth - 1)]
-    if type(value) is dict:
-        return [p for k, v in value.items() if type(k) is str for p in _tensor_paths(v, f"{expr}[{k!r}]", depth - 1)]
-    return []
-
-
-def _state_paths(entry: torch.nn.Module) -> dict[int, str]:
-    """``id(tensor) -> expression reading it from `self``` for every parameter and buffer of ``entry``."""
-    paths: dict[int, str] = {}
-    for kind, named in (("_parameters", entry.named_parameters), ("_buffers", entry.named_buffers)):
-        for name, t in named(remove_duplicate=False):
-            *mods, attr = name.split(".")
-            expr = "self" + "".join(f"._modules[{m!r}]" for m in mods) + f".{kind}[{attr!r}]"
-            paths.setdefault(id(t), expr)
-    return paths
-
-
-def _compile(source: str, name: str) -> Callable[..., Any]:
-    namespace: dict[str, Any] = {}
+def _compile(source: str, name: str, namespace: dict[str, Any] | None = None) -> Callable[..., Any]:
+    namespace = dict(namespace or {})
     exec(compile(source, f"<neuron_args.fastpath {name}>", "exec"), namespace)  # noqa: S102 - generated above
     return namespace[name]
 
@@ -171,10 +111,12 @@ class FastGraph:
     star: tuple[str | None, str | None, frozenset[str]] | None  # forward's *args, **kwargs names; extra keys
     guard_manager: Any
     run: Callable[[list[Any]], Any]
-    gather: Callable[[torch.nn.Module, Mapping[str, Any]], list[Any]]
+    gather: Callable[[Mapping[str, Any]], list[Any]]  # the graph's arguments, read from the frame's locals
     mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
     copy_back: Callable[[list[Any], Any], None]  # copies the mutated inputs' new values back (aot's epilogue)
     result: Callable[[Any], Any]
+    writes: Callable[[Mapping[str, Any]], None] | None = None  # the constants Dynamo's bytecode writes after the graph
+    mutated_kwargs: frozenset[str] = frozenset()  # keyword arguments whose tensors the graph writes
     calls: int = 0
 
     def valid(self) -> bool:
@@ -195,17 +137,25 @@ class FastGraph:
                 or _module_hooks(self.wrapper) or not self.valid():
             return MISS
         if torch.is_inference_mode_enabled():
-            return self._dispatch(entry, kwargs)
+            return self._dispatch(kwargs)
         with torch.inference_mode():
-            return self._dispatch(entry, kwargs)
+            return self._dispatch(kwargs)
 
-    def _dispatch(self, entry: torch.nn.Module, kwargs: Mapping[str, Any]) -> Any:
+    def arguments(self, kwargs: Mapping[str, Any], entry: torch.nn.Module | None = None) -> list[Any]:
+        """The graph's flat arguments for a call with ``kwargs`` (of ``entry``: a copy of the entry, by default
+        the entry), read as a served call reads them (benchmarks call the variant on them)."""
+        frame_self = self.frame_self if entry is None else _compiled_frame(entry)[1]
+        return self.gather(_frame(self.defaults, kwargs, frame_self, self.star))
+
+    def _dispatch(self, kwargs: Mapping[str, Any]) -> Any:
         frame = _frame(self.defaults, kwargs, self.frame_self, self.star)
         if not self.guard_manager.check(frame):
             return MISS
-        args = self.gather(entry, kwargs)
+        args = self.gather(frame)
         outs = self.run(args)
         self.copy_back(args, outs)
+        if self.writes is not None:
+            self.writes(frame)
         self.calls += 1
         return self.result(outs)
 
@@ -220,9 +170,12 @@ class FastPath:
 
     def call(self, graph_type: str, kwargs: Mapping[str, Any]) -> Any:
         """The result of a warmed call, or :data:`MISS` (then take the guarded path)."""
+        kwargs, outside = serving_kwargs(kwargs)
         for fast in self.graphs.get(graph_type, ()):
             out = fast(kwargs)
             if out is not MISS:
+                if outside:
+                    _mutated(outside, fast.mutated_kwargs)
                 return out
         return MISS
 
@@ -236,11 +189,15 @@ class FastPath:
 
         Call inside the scope and inference mode the guarded call needs; returns its result.
         """
+        kwargs, outside = serving_kwargs(kwargs)
         signature = _signature(kwargs)
         if not self.enabled or (graph_type, signature) in self.refused:
-            return wrapper(**kwargs)
+            result = wrapper(**kwargs)
+            _mutated(outside, None)
+            return result
         seen: list[Observed] = []
         result = _observed_call(lambda: wrapper(**kwargs), seen)
+        mutated: frozenset[str] | None = None  # unknown: every tensor made outside inference mode counts as written
         try:
             fast = _learn(graph_type, wrapper, entry, kwargs, seen, result)
         except Refused as why:
@@ -253,7 +210,42 @@ class FastPath:
             # one fast graph per Dynamo cache entry (a shape, or the same shape with other guarded values)
             kept = [g for g in self.graphs.get(graph_type, ()) if g.valid() and g.guard_manager is not fast.guard_manager]
             self.graphs[graph_type] = [fast, *kept][:_MAX_PER_GRAPH_TYPE]
+            mutated = fast.mutated_kwargs
+        _mutated(outside, mutated)
         return result
+
+
+def _aliasable(value: Any) -> bool:
+    return type(value) is torch.Tensor and not value.is_inference() and not value.requires_grad \
+        and value.layout is torch.strided and not value.is_conj() and not value.is_neg() \
+        and not value.is_quantized and value.device.type != "meta"
+
+
+def serving_kwargs(kwargs: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, torch.Tensor]]:
+    """``kwargs`` with each tensor made outside ``torch.inference_mode()`` replaced by an inference tensor on the
+    same memory (no copy), and those originals by name.
+
+    Warmup traces with inference tensors, and Dynamo's guards tell the two kinds apart (dispatch keys:
+    ``ADInplaceOrView``): a served tensor from outside inference mode would otherwise be traced again,
+    once per graph. The graph reads and writes the same memory either way; the original of a tensor
+    the graph writes gets its version bumped (:func:`_mutated`), as an in-place write would.
+    """
+    if not any(_aliasable(v) for v in kwargs.values()):
+        return kwargs, {}
+    outside = {k: v for k, v in kwargs.items() if _aliasable(v)}
+    with torch.inference_mode():
+        aliases = {k: torch.empty(0, dtype=v.dtype, device=v.device).set_(v.untyped_storage(), v.storage_offset(),
+                                                                          v.size(), v.stride())
+                   for k, v in outside.items()}
+    return {**kwargs, **aliases}, outside
+
+
+def _mutated(outside: Mapping[str, torch.Tensor], written: frozenset[str] | None) -> None:
+    """Bump the version of the originals the graph wrote through their aliases (all of them when ``written`` is
+    unknown: autograd then refuses a stale saved tensor rather than use it)."""
+    bumped = [t for k, t in outside.items() if written is None or k in written]
+    if bumped:
+        torch.autograd.graph.increment_version(bumped)
 
 
 def _signature(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -313,18 +305,6 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     if outs is None or len(outs) != n_mut + plan.n_outputs:
         raise Refused("the graph's outputs are not the plain form aot_autograd metadata describes")
 
-    # arguments: keyword arguments first, then the entry's parameters and buffers
-    sources = {tid: expr for name, value in kwargs.items() for tid, expr in _tensor_paths(value, f"kw[{name!r}]")}
-    for tid, expr in _state_paths(entry).items():
-        sources.setdefault(tid, expr)
-    exprs = []
-    for i, a in enumerate(obs.args):
-        expr = sources.get(id(a)) if isinstance(a, torch.Tensor) else None
-        if expr is None:
-            raise Refused(f"graph argument {i} is neither a keyword argument nor a parameter/buffer of the entry")
-        exprs.append(expr)
-    gather = _compile("def gather(self, kw):\n    return [" + ", ".join(exprs) + "]\n", "gather")
-
     # result: the same tensors, in the same structure
     user = {id(o): k for k, o in enumerate(outs) if k >= n_mut}
 
@@ -367,14 +347,101 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     entry_used = next((e for e in _cache_entries(code) if e.guard_manager.check(frame)), None)
     if entry_used is None:
         raise Refused(f"no Dynamo cache entry of {type(entry).__name__}.forward accepts the call")
-    _check_bytecode(entry_used.code, _module_attrs(frame_self) if frame_self is not entry else frozenset())
+    g = forward.__globals__  # the globals of Dynamo's code for the frame (its compiled graph is one)
+    replay = _read_bytecode(entry_used.code, g)
+
+    # arguments: the tensors Dynamo's bytecode passes the graph, read the same way afresh every call
+    sources: dict[int, _Path] = {}
+    for value in replay.graph_args:
+        if isinstance(value, _Path):
+            tensor = _evaluate(value, frame, g)
+            if isinstance(tensor, torch.Tensor) and not _module_attribute(value, frame, g):
+                sources.setdefault(id(tensor), value)
+    paths = []
+    for i, a in enumerate(obs.args):
+        path = sources.get(id(a)) if isinstance(a, torch.Tensor) else None
+        if path is None:
+            raise Refused(f"graph argument {i} is neither a keyword argument nor a parameter/buffer of the entry, "
+                          "nor a tensor held by a non-module object the frame reaches (a KV cache)")
+        paths.append(path)
+    mutated_kwargs = frozenset(name for i, _, _ in plan.mutated
+                               if (name := _keyword_of(paths[i], kwargs, star)) is not None)
+    gather = _compile(_gather_source(paths), "gather", {"g": g})
     shapes = tuple((k, v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor))
     return FastGraph(
         graph_type=graph_type, entry=entry, wrapper=wrapper, frame_self=frame_self, keys=frozenset(kwargs),
         shapes=shapes,
         defaults=defaults, star=star, guard_manager=entry_used.guard_manager, run=obs.run, gather=gather,
-        mutated=plan.mutated, copy_back=plan.copy_back, result=make_result,
+        mutated=plan.mutated, copy_back=plan.copy_back, result=make_result, writes=_writes(replay.writes, g),
+        mutated_kwargs=mutated_kwargs,
     )
+
+
+def _keyword_of(path: _Path, kwargs: Mapping[str, Any], star: tuple[str | None, str | None, frozenset[str]] | None
+                ) -> str | None:
+    """The keyword argument ``path`` reads as a whole (``f['x']``, or ``f['kwargs']['x']`` through ``**kwargs``)."""
+    if path.root != "f":
+        return None
+    if not path.steps:
+        return path.name if path.name in kwargs else None
+    if star is not None and path.name == star[1] and len(path.steps) == 1 and path.steps[0][0] == "[]":
+        key = path.steps[0][1]
+        return key if key in kwargs else None
+    return None
+
+
+def _gather_source(paths: list[_Path]) -> str:
+    """``def gather(f)`` reading ``paths`` in order, each shared prefix once (as Dynamo's bytecode keeps them in
+    temporaries: a decoder's 30 arguments share ``self.module._modules['model']...``)."""
+    def prefixes(p: _Path) -> list[_Path]:
+        return [_Path(p.root, p.name, p.steps[:k]) for k in range(len(p.steps))]
+
+    uses: dict[_Path, int] = {}
+    for p in paths:
+        for q in prefixes(p):
+            uses[q] = uses.get(q, 0) + 1
+    named: dict[_Path, str] = {}
+    lines = ["def gather(f):"]
+
+    def expr(p: _Path) -> str:
+        for k in range(len(p.steps), -1, -1):
+            base = named.get(_Path(p.root, p.name, p.steps[:k]))
+            if base is not None:
+                return base + "".join(f".{key}" if kind == "." else f"[{key!r}]" for kind, key in p.steps[k:])
+        return p.source()
+
+    for p in paths:
+        for q in prefixes(p):
+            if uses[q] > 1 and q not in named:
+                lines.append(f"    t{len(named)} = {expr(q)}")
+                named[q] = f"t{len(named)}"
+    lines.append("    return [" + ", ".join(expr(p) for p in paths) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def _module_attribute(path: _Path, frame: Mapping[str, Any], g: Mapping[str, Any]) -> bool:
+    """True when ``path`` ends with a plain attribute of an ``nn.Module``: a tensor a module holds outside its
+    parameters and buffers (not replayed: a module's state is its registered tensors)."""
+    if not path.steps or path.steps[-1][0] != ".":
+        return False
+    return isinstance(_evaluate(_Path(path.root, path.name, path.steps[:-1]), frame, g), torch.nn.Module)
+
+
+def _writes(writes: list[tuple[str, _Path | None, str, Any]], g: Mapping[str, Any]) -> Callable[..., None] | None:
+    """The function replaying Dynamo's writes of constants after the graph call, or None when there are none."""
+    if not writes:
+        return None
+    namespace: dict[str, Any] = {"g": g, "set_attr": _dynamo_util(_SETATTR_CALL)}
+    lines = ["def writes(f):"]
+    for k, (kind, target, name, value) in enumerate(writes):
+        namespace[f"c{k}"] = value
+        if kind == "global":
+            lines.append(f"    g[{name!r}] = c{k}")
+        elif kind == "attr":
+            lines.append(f"    {target.source()}.{name} = c{k}")
+        else:
+            lines.append(f"    set_attr({target.source()}, {name!r}, c{k})")
+    return _compile("\n".join(lines) + "\n", "writes", namespace)
 
 
 def _compiled_frame(entry: torch.nn.Module) -> tuple[Callable[..., Any], Any]:
@@ -389,11 +456,6 @@ def _compiled_frame(entry: torch.nn.Module) -> tuple[Callable[..., Any], Any]:
     return type(entry).forward, entry
 
 
-def _module_attrs(obj: Any) -> frozenset[str]:
-    """Names of ``obj``'s plain instance attributes that hold modules (pure reads for Dynamo's prologue)."""
-    return frozenset(k for k, v in vars(obj).items() if isinstance(v, torch.nn.Module))
-
-
 def _frame(defaults: Mapping[str, Any], kwargs: Mapping[str, Any], frame_self: Any,
            star: tuple[str | None, str | None, frozenset[str]] | None) -> dict[str, Any]:
     """The compiled frame's locals for this call, as Dynamo's guards see them (``*args``/``**kwargs`` too)."""
@@ -406,3 +468,221 @@ def _frame(defaults: Mapping[str, Any], kwargs: Mapping[str, Any], frame_self: A
             frame[varkw] = {k: frame.pop(k) for k in kwargs if k in extra}
     return frame
 
+
+# -- reading Dynamo's bytecode for the frame ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Path:
+    """A value Dynamo's bytecode reads: a frame local (``f``) or a global of the frame's module (``g``), then
+    attribute (``.``) and constant-subscript (``[]``) steps."""
+
+    root: str
+    name: str
+    steps: tuple[tuple[str, Any], ...] = ()
+
+    def then(self, kind: str, key: Any) -> _Path:
+        return _Path(self.root, self.name, (*self.steps, (kind, key)))
+
+    def source(self) -> str:
+        """Python reading this value from the frame's locals ``f`` and globals ``g``."""
+        return f"{self.root}[{self.name!r}]" + "".join(
+            f".{key}" if kind == "." else f"[{key!r}]" for kind, key in self.steps)
+
+    def __str__(self) -> str:
+        return self.name + "".join(f".{key}" if kind == "." else f"[{key!r}]" for kind, key in self.steps)
+
+
+@dataclass(frozen=True)
+class _Const:
+    value: Any
+
+
+class _Opaque:
+    """A value the bytecode made (a graph output, a list, a bookkeeping call's result): moved, never read from."""
+
+
+_NULL, _OPAQUE = object(), _Opaque()
+# constants a replayed write may store (what transformers' output capturing resets its global to)
+_CONST_TYPES = (type(None), bool, int, float, str)
+_NO_EFFECT_CALLS = ("record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit")  # Dynamo's bookkeeping
+_SETATTR_CALL = "object_setattr_ignore_descriptor"  # how Dynamo replays ``obj.name = value`` on an object
+
+
+@dataclass
+class _Replay:
+    """What Dynamo's bytecode for the frame does: the graph call's arguments, then writes of constants."""
+
+    graph_args: list[Any]
+    writes: list[tuple[str, _Path | None, str, Any]]  # (how, object or None for a global, name, constant)
+
+
+def _dynamo_util(name: str) -> Any:
+    import torch._dynamo.utils as utils
+
+    return getattr(utils, name, None)
+
+
+def _read_bytecode(code: types.CodeType, g: Mapping[str, Any]) -> _Replay:
+    """Interpret Dynamo's bytecode symbolically, or :class:`Refused` for anything that is not: reads of frame
+    locals and globals, one graph call, Dynamo's bookkeeping calls, writes of constants to objects reached from
+    module globals (transformers' output capturing resets one after every call), and moving the outputs."""
+    after = sys.version_info >= (3, 13)  # CALL pops [callable, self_or_null, args] (3.13), before [null_or_fn, ...]
+    n_in = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS) \
+        + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    local: dict[str, Any] = {name: _Path("f", name) for name in code.co_varnames[:n_in]}
+    stack: list[Any] = []
+    kw_names: Any = ()
+    graph_args: list[Any] | None = None
+    writes: list[tuple[str, _Path | None, str, Any]] = []
+    no_effect = [f for f in map(_dynamo_util, _NO_EFFECT_CALLS) if f is not None]
+    setattr_fn = _dynamo_util(_SETATTR_CALL)
+
+    def pop(n: int = 1) -> list[Any]:
+        if len(stack) < n:
+            raise Refused("Dynamo's bytecode for the frame is not understood (stack underflow)")
+        taken = stack[len(stack) - n:]
+        del stack[len(stack) - n:]
+        return taken
+
+    def load(name: str) -> Any:
+        if name not in local:
+            raise Refused(f"Dynamo's bytecode reads the local {name!r} before setting it")
+        return local[name]
+
+    def resolve(value: Any) -> Any:
+        """The object a global-rooted path names (callees: Dynamo's own utilities, the compiled graph)."""
+        if not isinstance(value, _Path) or value.root != "g":
+            return _NULL
+        return _evaluate(value, {}, g)
+
+    def write(how: str, target: Any, name: str, value: Any) -> None:
+        where = f"{target}.{name}" if how != "global" else name
+        if not isinstance(value, _Const) or not isinstance(value.value, _CONST_TYPES):
+            raise Refused(f"Dynamo's bytecode writes {where} = a value the call computed, outside the graph")
+        if how != "global" and (not isinstance(target, _Path) or target.root != "g"):
+            raise Refused(f"Dynamo's bytecode writes {where} outside the graph (state the frame reaches; only "
+                          "writes of constants to module-global state replay)")
+        if graph_args is None:
+            raise Refused(f"Dynamo's bytecode writes {where} before the graph call, outside the graph")
+        writes.append((how, target if how != "global" else None, name, value.value))
+
+    for ins in dis.get_instructions(code):
+        op, arg, val = ins.opname, ins.arg, ins.argval
+        if op in ("RESUME", "NOP", "CACHE", "EXTENDED_ARG", "PRECALL", "MAKE_CELL", "COPY_FREE_VARS"):
+            continue
+        if op == "PUSH_NULL":
+            stack.append(_NULL)
+        elif op == "POP_TOP":
+            pop()
+        elif op == "COPY":
+            stack.append(stack[-arg])
+        elif op == "SWAP":
+            stack[-1], stack[-arg] = stack[-arg], stack[-1]
+        elif op in ("LOAD_CONST", "LOAD_SMALL_INT"):
+            stack.append(_Const(val))
+        elif op in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST"):
+            stack.extend(load(n) for n in (val if isinstance(val, tuple) else (val,)))
+        elif op in ("STORE_FAST", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST"):
+            names = val if isinstance(val, tuple) else (val,)
+            if op == "STORE_FAST_LOAD_FAST":
+                local[names[0]] = pop()[0]
+                stack.append(load(names[1]))
+            else:
+                for n in names:
+                    local[n] = pop()[0]
+        elif op == "DELETE_FAST":
+            local.pop(val, None)
+        elif op == "LOAD_GLOBAL":
+            if val not in g:
+                raise Refused(f"Dynamo's bytecode loads {val!r}, not a global of the frame's module")
+            pushed = [_Path("g", val)]
+            if arg & 1:
+                pushed = [*pushed, _NULL] if after else [_NULL, *pushed]
+            stack.extend(pushed)
+        elif op in ("LOAD_ATTR", "LOAD_METHOD"):
+            (obj,) = pop()
+            if not isinstance(obj, _Path):
+                raise Refused(f"Dynamo's bytecode reads the attribute {val!r} of a value it made, outside the graph")
+            attr = obj.then(".", val)
+            method = op == "LOAD_METHOD" or (sys.version_info >= (3, 12) and arg & 1)
+            stack.extend(([attr, _NULL] if after else [_NULL, attr]) if method else [attr])
+        elif op == "BINARY_SUBSCR":
+            obj, key = pop(2)
+            if not isinstance(key, _Const) or not isinstance(key.value, (str, int)):
+                raise Refused("Dynamo's bytecode subscripts with a computed key, outside the graph")
+            stack.append(obj.then("[]", key.value) if isinstance(obj, _Path) else _OPAQUE)
+        elif op in ("BUILD_LIST", "BUILD_TUPLE"):
+            pop(arg)
+            stack.append(_OPAQUE)
+        elif op in ("LIST_EXTEND", "LIST_APPEND"):
+            pop()
+        elif op == "LIST_TO_TUPLE":
+            pop()
+            stack.append(_OPAQUE)
+        elif op == "UNPACK_SEQUENCE":
+            pop()
+            stack.extend([_OPAQUE] * arg)
+        elif op == "KW_NAMES":
+            kw_names = val
+        elif op in ("CALL", "CALL_KW"):
+            if op == "CALL_KW":
+                (kw,) = pop()
+                kw_names = kw.value if isinstance(kw, _Const) else ("?",)
+            args = pop(arg)
+            first, second = pop(2)
+            if after:
+                callee, args = first, ([] if second is _NULL else [second]) + args
+            else:
+                callee, args = (second, args) if first is _NULL else (first, [second, *args])
+            kws, kw_names = kw_names, ()
+            fn = resolve(callee)
+            if isinstance(callee, _Path) and callee.root == "g" and not callee.steps \
+                    and callee.name.startswith("__compiled_fn"):
+                if graph_args is not None or kws:
+                    raise Refused("Dynamo's bytecode calls compiled graphs more than once; one graph call replays")
+                graph_args = args
+            elif any(fn is f for f in no_effect) and not kws:
+                pass
+            elif fn is setattr_fn and fn is not None and not kws and len(args) == 3 \
+                    and isinstance(args[1], _Const) and isinstance(args[1].value, str):
+                write("setattr", args[0], args[1].value, args[2])
+            else:
+                raise Refused(f"Dynamo's bytecode calls {callee if isinstance(callee, _Path) else 'a value'} "
+                              "outside the graph (a graph break or side effect)")
+            stack.append(_OPAQUE)
+        elif op == "STORE_ATTR":
+            value, obj = pop(2)
+            write("attr", obj, val, value)
+        elif op == "STORE_GLOBAL":
+            write("global", None, val, pop()[0])
+        elif op in ("RETURN_VALUE", "RETURN_CONST"):
+            break
+        else:
+            raise Refused(f"Dynamo's bytecode for the frame does more than call the graph ({op} {val!r})")
+    if graph_args is None:
+        raise Refused("Dynamo's bytecode for the frame calls no compiled graph")
+    return _Replay(graph_args, writes)
+
+
+def _evaluate(path: _Path, f: Mapping[str, Any], g: Mapping[str, Any]) -> Any:
+    """``path``'s value now, read only through instance/module dictionaries and ``dict``/``list``/``tuple``
+    items (so reading it runs no code of its own: skipping or reordering Dynamo's reads changes nothing)."""
+    root = f if path.root == "f" else g
+    if path.name not in root:
+        raise Refused(f"{path} is not there to read")
+    obj = root[path.name]
+    for kind, key in path.steps:
+        if kind == "[]":
+            if type(obj) not in (dict, list, tuple):
+                raise Refused(f"{path}: Dynamo's bytecode subscripts a {type(obj).__name__} (code of its own)")
+            obj = obj[key]
+            continue
+        cls = type(obj)
+        static = inspect.getattr_static(cls, key, None)
+        if cls.__getattribute__ not in (object.__getattribute__, types.ModuleType.__getattribute__) \
+                or hasattr(type(static), "__set__") or hasattr(type(static), "__delete__") \
+                or key not in getattr(obj, "__dict__", ()):
+            raise Refused(f"{path}: .{key} of a {cls.__name__} is not a plain instance attribute")
+        obj = obj.__dict__[key]
+    return obj

@@ -14,7 +14,7 @@ import torch
 
 from neuron_args import CacheMissError
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV
-from neuron_args.fastpath import ENV, MISS, FastPath
+from neuron_args.fastpath import ENV, MISS, FastGraph, FastPath
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
 from neuron_args.seams.backends import CAPTURE_SEAM
@@ -133,7 +133,7 @@ def test_tiny_vlm_generation_is_served_fast_and_matches_eager(tmp_path_factory):
 
     cfg = TinyVLMConfig(prefill_buckets=(16,), decode_buckets=(4,))
     prompts, forced = [[5, 17, 42, 8, 99, 3], [255] * 4 + [7, 21, 64]], {0: [30, 31]}
-    with torch.inference_mode():  # as warmup made its example (a tensor from outside recompiles once)
+    with torch.inference_mode():  # as warmup made its example
         image = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(7))
     torch._dynamo.reset()
     model = TinyVLM(cfg, seed=0)
@@ -445,15 +445,93 @@ class StarKwargs(torch.nn.Module):
         return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8), "shift": torch.ones(4)}})]
 
 
-def test_star_args_and_kwargs_frames_are_guarded_as_python_builds_them(tmp_path_factory):
+def learned(model: torch.nn.Module, cache_dir) -> tuple[NeuronRunner, FastGraph]:
+    """A runner of ``model`` (capture seam) warmed up, and the one fast graph it learned."""
     torch._dynamo.reset()
-    model = StarKwargs()
-    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=tmp_path_factory.mktemp("fp-star"))
+    runner = NeuronRunner(model, compiler_args=BASE, backend=CAPTURE_SEAM, cache_dir=cache_dir)
     runner.warmup(emit=False)
     assert runner.fast_path.refused == {}
     (fast,) = runner.fast_path.graphs["decode"]
+    return runner, fast
+
+
+def test_star_args_and_kwargs_frames_are_guarded_as_python_builds_them(tmp_path_factory):
+    model = StarKwargs()
+    runner, fast = learned(model, tmp_path_factory.mktemp("fp-star"))
     x, shift = inp(2, 8), inp(4)
     for kwargs in ({"x": x, "shift": shift}, {"shift": shift, "x": x}, {"x": x}):
         with torch.inference_mode():
             torch.testing.assert_close(runner.run("decode", kwargs), model(**kwargs))
     assert fast.calls == 2, "both orders of the same keywords replay; without shift is another graph"
+
+
+class Accumulate(torch.nn.Module):
+    """``total += x``, returning ``x * 2``: the graph writes one of its keyword arguments in place."""
+
+    def forward(self, x: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+        total.add_(x)
+        return x * 2
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 4), "total": torch.zeros(2, 4)}})]
+
+
+def test_tensors_made_outside_inference_mode_are_written_in_place_without_a_new_trace(tmp_path_factory):
+    """Warmup traced inference tensors; ordinary ones are served through inference tensors on their memory: the
+    write lands in the caller's tensor, whose version moves as an in-place write moves it (the read one's does not)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    model = Accumulate()
+    runner, fast = learned(model, tmp_path_factory.mktemp("fp-acc"))
+    assert fast.mutated_kwargs == {"total"}
+    code = type(model.__dict__["forward"]).__call__.__code__
+    traced = len(_debug_get_cache_entry_list(code))
+    x, total = torch.randn(2, 4), torch.zeros(2, 4)
+    assert not (x.is_inference() or total.is_inference())
+    for step in range(1, 4):
+        torch.testing.assert_close(runner.run("decode", {"x": x, "total": total}), x * 2)
+        torch.testing.assert_close(total, x * step)
+        assert (total._version, x._version) == (step, 0)
+    assert fast.calls == 3 and runner.fast_path.graphs["decode"] == [fast]
+    assert len(_debug_get_cache_entry_list(code)) == traced, "no graph was traced again"
+
+
+class _Flags:
+    def __init__(self) -> None:
+        self.mode: str | None = None
+
+
+FLAGS = _Flags()
+LAST_MODE = "idle"
+
+
+class GlobalWrites(torch.nn.Module):
+    """Sets module-global state to constants, as transformers' output capturing resets its collector."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        global LAST_MODE
+        FLAGS.mode = "served"
+        LAST_MODE = "decode"
+        return self.fc(x)
+
+    def neuron_graphs(self) -> list[GraphSpec]:
+        return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8)}})]
+
+
+def test_constant_writes_to_module_globals_are_replayed(tmp_path_factory):
+    global LAST_MODE
+    runner, fast = learned(GlobalWrites(), tmp_path_factory.mktemp("fp-glob"))
+    reference = GlobalWrites()
+    for _ in range(2):
+        x = inp(2, 8)
+        want = eager(reference, x)
+        FLAGS.mode, LAST_MODE = None, "idle"
+        got = run_x(runner, x)
+        assert (FLAGS.mode, LAST_MODE) == ("served", "decode"), "the fast call made the writes the guarded one makes"
+        torch.testing.assert_close(got, want)
+    assert fast.calls == 2
