@@ -198,7 +198,8 @@ def test_dumps_manifest_is_pinned_for_awkward_values():
         "manifest_version": "1",
         "config": {"s": "\u2028 \x00 \\ / \ud7ff é", "f": [1.5, -0.0, 1e300, 3], "t": True, "n": None, "e": []},
         "graphs": [{"graph_hash": "k", "ranks": [0], "input_shapes": ["4,"], "nested": {"a": [1, {"b": None}]},
-                    "flags": "--x=\"y\""}],
+                    "flags": "--x=\"y\"", "mixed": ["a", 1, True, None], "on": True, "x": 1.5,
+                    "ints": [3, -1, 2**70]}],
         "environment": {},
     }
     assert dumps_manifest(doc) == (
@@ -222,7 +223,11 @@ def test_dumps_manifest_is_pinned_for_awkward_values():
         '      "ranks": [0],\n'
         '      "input_shapes": ["4,"],\n'
         '      "nested": {"a": [1, {"b": null}]},\n'
-        '      "flags": "--x=\\"y\\""\n'
+        '      "flags": "--x=\\"y\\"",\n'
+        '      "mixed": ["a", 1, true, null],\n'
+        '      "on": true,\n'
+        '      "x": 1.5,\n'
+        '      "ints": [3, -1, 1180591620717411303424]\n'
         '    }\n'
         '  ],\n'
         '  "environment": {}\n'
