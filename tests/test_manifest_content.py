@@ -50,15 +50,16 @@ def _fixed_input(root: Path, cache: Path) -> None:
     _entry(cache, KEY_A, {"status": "compiled", "output_shapes": ["4", "4, 16"], "graph_type": "decode"}, neff=949)
     _entry(cache, KEY_C, {"status": "pending", "output_shapes": ["8,"]})  # captured, not compiled
     _entry(cache, KEY_D, {"output_shapes": ["4x4"]}, neff=1)  # not shape strings: null
-    _entry(cache, KEY_E, "{not json", neff=12)  # unreadable metadata: null output shapes
+    _entry(cache, KEY_E, "{not json")  # unreadable metadata, no executable yet
     flags = "--framework XLA --target trn2 -O1 --output /tmp/x.neff --lnc 2"
     for rank in (3, 0, 2, 1):
         register_tp_group([0, 1, 2, 3], rank)
         record_graph(key=KEY_A, input_shapes=[(4,), (4, 16)], compiler_flags=flags, graph_type="decode")
         record_graph(key=KEY_B, input_shapes=["1,"], compiler_flags=["-O3", "--lnc=2"], graph_type="prefill")
-    register_tp_group([0, 1, 2, 3, 4, 5], 5)
-    for key in (KEY_C, KEY_D, KEY_E):
-        record_graph(key=key, input_shapes=[(), (2, 3, 4)], compiler_flags="-O2 --verbose=35", graph_type="é")
+    for key, rank, shapes, flags in ((KEY_C, 5, [(), (2, 3, 4)], "-O2 --verbose=35"), (KEY_D, 5, ["7, 7"], "-O3"),
+                                     (KEY_E, 4, [(1,)], ["--lnc=1", "--output", "/tmp/e.neff"])):
+        register_tp_group([0, 1, 2, 3, 4, 5], rank)
+        record_graph(key=key, input_shapes=shapes, compiler_flags=flags, graph_type="é")
     # another writer's file, rank 4 of KEY_A with other flags: the lowest rank's record wins
     other = root / "ledger" / "nodev" / "7.jsonl"
     other.write_text(json.dumps({"key": KEY_A, "rank": 4, "input_shapes": ["9,"], "compiler_flags": "-O3"}) + "\n")
@@ -147,9 +148,9 @@ EXPECTED = """\
       "neff_path": "3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d/graph_3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d3d.neff",
       "neff_size": 1,
       "created_timestamp": "2026-01-01T00:00:00.250000+00:00",
-      "input_shapes": ["", "2, 3, 4"],
+      "input_shapes": ["7, 7"],
       "output_shapes": null,
-      "compiler_flags": "-O2 --verbose=35",
+      "compiler_flags": "-O3",
       "ranks": [5],
       "input_snapshot_paths": [],
       "output_snapshot_paths": []
@@ -157,13 +158,13 @@ EXPECTED = """\
     {
       "graph_hash": "4e4e4e4e4e4e4e4e4e4e4e4e4e4e4e4e",
       "hlo_path": "4e4e4e4e4e4e4e4e4e4e4e4e4e4e4e4e/graph.hlo",
-      "neff_path": "4e4e4e4e4e4e4e4e4e4e4e4e4e4e4e4e/graph_4e4e4e4e4e4e4e4e4e4e4e4e4e4e4e4e.neff",
-      "neff_size": 12,
-      "created_timestamp": "2026-01-01T00:00:00.250000+00:00",
-      "input_shapes": ["", "2, 3, 4"],
+      "neff_path": null,
+      "neff_size": null,
+      "created_timestamp": null,
+      "input_shapes": ["1,"],
       "output_shapes": null,
-      "compiler_flags": "-O2 --verbose=35",
-      "ranks": [5],
+      "compiler_flags": "--lnc=1",
+      "ranks": [14],
       "input_snapshot_paths": [],
       "output_snapshot_paths": []
     }
