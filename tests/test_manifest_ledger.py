@@ -331,3 +331,67 @@ def test_read_ledger_groups_a_graphs_ranks_and_still_checks_every_other_line(tmp
     assert read.dropped == {"torn or non-JSON": 1, "input_shapes is not a list of shape strings": 1}
     assert read.lines({KEY_B}) == [{"key": KEY_B, "rank": 2, "input_shapes": [""], "compiler_flags": "-O1",
                                     "graph_type": "decode"}]
+
+
+def _reference_read(folder) -> tuple[dict, dict]:
+    """What read_ledger means, line by line with no shortcut: decode (or recover after a torn
+    fragment), drop what cannot be a manifest graph, group by key, the lowest rank's record."""
+    graphs: dict[str, list] = {}
+    dropped: dict[str, int] = {}
+    decode = json.JSONDecoder().decode
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".jsonl")):
+        for line in (folder / name).read_bytes().decode("utf-8", errors="replace").splitlines():
+            try:
+                record = decode(line)
+            except ValueError:
+                if not line.strip():
+                    continue
+                record, _ = ledger._decode_line(line, decode)
+                dropped["torn or non-JSON"] = dropped.get("torn or non-JSON", 0) + 1
+                if record is None:
+                    continue
+            problem = ledger._problem(record)
+            if problem is not None:
+                dropped[problem] = dropped.get(problem, 0) + 1
+                continue
+            ranks, best, rank = graphs.setdefault(record["key"], [set(), record, record["rank"]])
+            ranks.add(record["rank"])
+            if record["rank"] < rank:
+                graphs[record["key"]][1:] = [record, record["rank"]]
+    return {k: (r, rec, rank) for k, (r, rec, rank) in graphs.items()}, dropped
+
+
+def _rank_file(rank, keys, shapes=("4, 16",), rank_text=None) -> str:
+    text = "".join(ledger._encode(k, rank, list(shapes), "-O1 --lnc 2", "decode").decode() for k in keys)
+    return text if rank_text is None else text.replace(f'"rank":{rank},', f'"rank":{rank_text},')
+
+
+KEYS = [f"{i:032x}" for i in range(5)]
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        [_rank_file(r, KEYS) for r in (3, 0, 2, 1, 12, 10)],  # one TP group: every file but the first by template
+        [_rank_file(2, KEYS), _rank_file(1, KEYS[:4]), _rank_file(0, KEYS + [KEYS[0]])],  # fewer, more lines
+        [_rank_file(2, KEYS), _rank_file(1, KEYS[::-1]), _rank_file(5, KEYS, shapes=("4, 8",))],  # order, content
+        [_rank_file(2, KEYS), _rank_file(1, KEYS, rank_text="01"), _rank_file(3, KEYS, rank_text="-3")],  # bad ranks
+        [_rank_file(2, KEYS), _rank_file(1, KEYS).replace("\n", "\r\n"), _rank_file(4, KEYS) + "\n",
+         _rank_file(5, KEYS).rstrip("\n")],  # other line breaks, a blank line, no final newline
+        [_rank_file(2, KEYS)[:-30] + _rank_file(2, KEYS)[-30:].replace("}", ""), _rank_file(1, KEYS),
+         _rank_file(0, KEYS)],  # a torn last line in the first file
+        [_rank_file(7, KEYS[:1]) + _rank_file(8, KEYS[1:]), _rank_file(1, KEYS[:1]) + _rank_file(6, KEYS[1:]),
+         _rank_file(0, KEYS)],  # two ranks in one file
+        [_rank_file(2, KEYS), _rank_file(1, KEYS, shapes=("4,16",)), _rank_file(0, KEYS, shapes=("4,16",))],  # bad
+        ["", _rank_file(1, KEYS), "\n", _rank_file(0, KEYS)],  # empty files
+    ],
+)
+def test_read_ledger_equals_a_line_by_line_read(tmp_path, files):
+    folder = tmp_path / "ledger"
+    folder.mkdir()
+    for i, text in enumerate(files):
+        (folder / f"{100 + i}.jsonl").write_bytes(text.encode())
+    read = ledger.read_ledger(folder)
+    graphs, dropped = _reference_read(folder)
+    assert {k: (g.ranks, g.record, g.rank) for k, g in read.graphs.items()} == graphs
+    assert dict(read.dropped) == dropped

@@ -49,21 +49,24 @@ def _shape_list(value: Any) -> list[str] | None:
     return None
 
 
-def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
-    """The cache-derived fields of one graph; each null when its source is missing."""
+_NO_ENTRY = (None, None, None, None, None)
+
+
+def _enrich(cache: CompileCache | None, key: str) -> tuple[str | None, str | None, int | None, str | None, list | None]:
+    """The cache-derived fields of one graph (hlo_path, neff_path, neff_size, created_timestamp,
+    output_shapes); each None when its source is missing."""
     entry = None if cache is None else cache.lookup(key)
     if entry is None:
-        return {"hlo_path": None, "neff_path": None, "neff_size": None,
-                "created_timestamp": None, "output_shapes": None}
+        return _NO_ENTRY
     found = entry.artifacts()
     mtime = found.executable_mtime
-    return {
-        "hlo_path": found.hlo_path,
-        "neff_path": found.executable_path,
-        "neff_size": found.executable_size,
-        "created_timestamp": None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat(),
-        "output_shapes": _shape_list(found.metadata.get("output_shapes")),
-    }
+    return (
+        found.hlo_path,
+        found.executable_path,
+        found.executable_size,
+        None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat(),
+        _shape_list(found.metadata.get("output_shapes")),
+    )
 
 
 def _flags_line(flags: Any) -> str:
@@ -106,15 +109,15 @@ def _graph_entries(
         if ranks is None:
             ranks = mapped_sets[frozen] = global_ranks(local_ranks)
         shapes = record.get("input_shapes")
-        enriched = _enrich(cache, key)
+        hlo_path, neff_path, neff_size, created, output_shapes = _enrich(cache, key)
         entries.append({
             "graph_hash": key,
-            "hlo_path": enriched["hlo_path"],
-            "neff_path": enriched["neff_path"],
-            "neff_size": enriched["neff_size"],
-            "created_timestamp": enriched["created_timestamp"],
+            "hlo_path": hlo_path,
+            "neff_path": neff_path,
+            "neff_size": neff_size,
+            "created_timestamp": created,
             "input_shapes": [str(s) for s in shapes] if isinstance(shapes, list) else [],
-            "output_shapes": enriched["output_shapes"],
+            "output_shapes": output_shapes,
             "compiler_flags": _memo_flags(flag_lines, record.get("compiler_flags")),
             "ranks": list(ranks),
             "input_snapshot_paths": [],
@@ -128,13 +131,39 @@ def _graph_entries(
 
 _VALUE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 _INDENTED = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=2).encode
+_STR = json.encoder.encode_basestring  # what _VALUE does with a str (ensure_ascii=False)
+
+
+def _graph_value(value: Any) -> str:
+    """``_VALUE(value)``, without the encoder's set-up per call for a graph's usual values: None, a
+    str, an int, a list of str or of int (exact types only; anything else goes to ``_VALUE``)."""
+    kind = type(value)
+    if kind is str:
+        return _STR(value)
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is list:
+        if all(type(v) is str for v in value):
+            return "[" + ", ".join(map(_STR, value)) + "]"
+        if all(type(v) is int for v in value):
+            return "[" + ", ".join(map(int.__repr__, value)) + "]"
+    return _VALUE(value)
+
+
+def _field(fields: dict[str, str], name: Any) -> str:
+    text = f"      {_VALUE(name)}: "
+    if type(name) is str:  # 1 == True == 1.0 as dict keys, but not as JSON names
+        fields[name] = text
+    return text
 
 
 def dumps_manifest(doc: Mapping[str, Any]) -> str:
     """Manifest JSON text: indented, one field per line, lists of a graph on one line.
 
     Readable and line-diffable, and fast for thousands of graphs (the stdlib's indenting
-    encoder is pure Python; this keeps each graph field on the C encoder).
+    encoder is pure Python; this keeps each graph field on the C encoder or a plain join).
     """
     key = _VALUE
     lines = ["{"]
@@ -144,8 +173,9 @@ def dumps_manifest(doc: Mapping[str, Any]) -> str:
         if name == "graphs" and isinstance(value, list) and value:
             lines.append(f"  {key(name)}: [")
             last = len(value) - 1
+            fields: dict[str, str] = {}  # a field's indent and encoded name: graphs share a few names
             for j, graph in enumerate(value):
-                body = ",\n".join(f"      {key(k)}: {_VALUE(v)}" for k, v in graph.items())
+                body = ",\n".join((fields.get(k) or _field(fields, k)) + _graph_value(v) for k, v in graph.items())
                 lines.append("    {\n" + body + ("\n    }," if j < last else "\n    }"))
             lines.append("  ]" + comma)
         else:

@@ -401,7 +401,10 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
 
     The hot loop of an emit. Every rank writes the same line for a graph but for its rank, so a
     line equal to an already checked one except for the rank's digits is that graph on another
-    rank: it costs a dict lookup, not a parse and a check (a regex match per shape).
+    rank: it costs a dict lookup, not a parse and a check (a regex match per shape). And the ranks
+    of a TP group record the same graphs in the same order, so a whole file equal to an already
+    read one but for its rank (one string comparison, :class:`_RankTemplate`) adds that rank to
+    the same graphs without splitting it into lines.
     """
     found = Ledger()
     graphs, dropped = found.graphs, found.dropped
@@ -410,17 +413,21 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
     except FileNotFoundError:
         return found
     checked: dict[tuple[str, str], LedgerGraph] = {}  # _rank_slot of a checked line -> its graph
+    ranks: dict[str, int] = {}  # a rank's digits (a non-negative integer, no leading zero) -> the rank
     decode = json.JSONDecoder().decode
+    template: _RankTemplate | None = None
     for name in names:
         with open(os.path.join(directory, name), "rb") as handle:
             text = handle.read().decode("utf-8", errors="replace")
-        for line in text.splitlines():
+        if template is not None and template.apply(text, ranks):
+            continue
+        lines = text.splitlines()
+        for line in lines:
             end = line.find(",", _RANK_AT)
             entry = checked.get((line[:_RANK_AT], line[end:])) if end > _RANK_AT else None
             if entry is not None:
-                digits = line[_RANK_AT:end]
-                if digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1):
-                    rank = int(digits)
+                rank = _rank_digits(line[_RANK_AT:end], ranks)  # a writer's lines share its rank: checked once
+                if rank is not None:
                     entry.ranks.add(rank)
                     if rank < entry.rank:
                         entry.record, entry.rank = {**entry.record, "rank": rank}, rank
@@ -449,4 +456,57 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             slot = _rank_slot(line, key, rank) if whole else None
             if slot is not None:
                 checked[slot] = entry
+        if template is None:
+            template = _RankTemplate.of(lines, checked)
     return found
+
+
+def _rank_digits(digits: str, ranks: dict[str, int]) -> int | None:
+    """The rank written as ``digits`` (a non-negative integer without a leading zero), else None."""
+    rank = ranks.get(digits)
+    if rank is None and digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1):
+        rank = ranks[digits] = int(digits)
+    return rank
+
+
+@dataclass(slots=True)
+class _RankTemplate:
+    """The lines of a ledger file, all of one rank and each equal but for it to a checked line, cut
+    at the rank's digits and joined by newlines. A file equal to ``digits.join(pieces)`` is those
+    lines at another rank: the per-line loop would find each in ``checked`` and add that rank to
+    its graph, which is what :meth:`apply` does without splitting the file."""
+
+    pieces: list[str]
+    graphs: list[LedgerGraph]
+
+    @classmethod
+    def of(cls, lines: list[str], checked: Mapping[tuple[str, str], LedgerGraph]) -> _RankTemplate | None:
+        if not lines:
+            return None
+        end = lines[0].find(",", _RANK_AT)
+        if end <= _RANK_AT:
+            return None
+        digits = lines[0][_RANK_AT:end]
+        cut = _RANK_AT + len(digits)
+        pieces, graphs, tail = [], [], ""
+        for line in lines:
+            entry = checked.get((line[:_RANK_AT], line[cut:])) if line[_RANK_AT:cut] == digits else None
+            if entry is None or line[cut:cut + 1] != ",":
+                return None
+            pieces.append(tail + line[:_RANK_AT])
+            graphs.append(entry)
+            tail = line[cut:] + "\n"
+        pieces.append(tail)
+        return cls(pieces, graphs)
+
+    def apply(self, text: str, ranks: dict[str, int]) -> bool:
+        """Add the rank of ``text`` to the template's graphs when ``text`` is the template at that rank."""
+        end = text.find(",", _RANK_AT)
+        rank = _rank_digits(text[_RANK_AT:end], ranks) if end > _RANK_AT else None
+        if rank is None or text != text[_RANK_AT:end].join(self.pieces):
+            return False
+        for entry in self.graphs:
+            entry.ranks.add(rank)
+            if rank < entry.rank:
+                entry.record, entry.rank = {**entry.record, "rank": rank}, rank
+        return True
