@@ -32,7 +32,8 @@ def serve_seq2seq(name: str, hf_cache: Path, manifests: Path) -> Iterator[dict]:
     """Warm up one encoder-decoder's three graph types (manifest on), then generate through the served graphs.
 
     Served as a serving loop runs, under ``inference_mode`` (the runner warms up with inference
-    tensors; other tensors fail Dynamo's guards and are traced again, from the cache).
+    tensors; the serve fast path also takes ordinary tensors, which the guarded path would trace
+    again, from the cache).
     """
     spec = SEQ2SEQ[name]
     torch._dynamo.reset()
