@@ -47,6 +47,11 @@ METADATA_NAME = "metadata.json"
 #: default compile timeout (neuronx-cc, 2 h), so only a stuck holder makes it give up.
 LOCK_TIMEOUT = 3 * 3600.0
 _LOCK_POLL = 0.2
+#: Seconds a wait for another process's key lock stays silent before it logs what it waits for
+#: (then again every ``LOCK_NOTICE_REPEAT`` seconds, with the time waited).
+LOCK_NOTICE_ENV = "NEURON_ARGS_LOCK_NOTICE_SECONDS"
+DEFAULT_LOCK_NOTICE = 5.0
+LOCK_NOTICE_REPEAT = 600.0
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
 QUARANTINE_DIR = ".corrupt"
 TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace_memo): not an entry
@@ -393,6 +398,56 @@ class KeyLock:
             self._lock.release()
 
 
+def lock_notice_seconds() -> float:
+    """``$NEURON_ARGS_LOCK_NOTICE_SECONDS`` (default 5): how long a lock wait stays silent."""
+    env = os.environ.get(LOCK_NOTICE_ENV, "").strip()
+    try:
+        return max(0.0, float(env)) if env else DEFAULT_LOCK_NOTICE
+    except ValueError:
+        raise OptionsError(f"{LOCK_NOTICE_ENV}={env!r} is not a number of seconds: give one (0 tells at once), "
+                           f"or unset it (default {DEFAULT_LOCK_NOTICE:g})") from None
+
+
+class LockWait:
+    """Says what a wait for another process's key lock waits for, so a blocked job is never silent.
+
+    A build of the same key elsewhere (another rank, a CI job on a shared cache) may hold the lock
+    for hours; :meth:`tick`, called between tries, logs a warning once :func:`lock_notice_seconds`
+    have passed and again every ``LOCK_NOTICE_REPEAT`` seconds: the graph type, the key, the lock,
+    the holder's pid and what to do when the holder is stuck.
+    """
+
+    def __init__(self, entry: CacheEntry, *, graph_type: str | None = None, timeout: float | None = None) -> None:
+        self.entry, self.graph_type, self.timeout = entry, graph_type, timeout
+        self.started = time.monotonic()
+        self.due = self.started + lock_notice_seconds()
+
+    def next_in(self) -> float:
+        """Seconds until the next notice is due (0 when it is)."""
+        return max(0.0, self.due - time.monotonic())
+
+    def tick(self) -> None:
+        """Log the notice when it is due and the lock still has a live holder."""
+        now = time.monotonic()
+        if now < self.due:
+            return
+        self.due = now + LOCK_NOTICE_REPEAT
+        pid = self.entry.lock_pid()
+        if pid is not None:
+            log.warning("%s", self.message(pid, now - self.started))
+
+    def message(self, pid: int, waited: float) -> str:
+        entry = self.entry
+        holder = f"process {pid}" if pid else "another process"
+        limit = "" if self.timeout is None else f", gives up after {self.timeout:.0f} s"
+        stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
+        return (f"waiting for the lock {entry.lock_path} of cache entry {entry.key} (graph type "
+                f"{self.graph_type or entry.graph_type!r}): {holder} holds it while it builds that entry "
+                f"(waited {waited:.0f} s{limit}); this run uses the entry once it is built.\n"
+                f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
+                f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
+
+
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, corrupt: str | None = None) -> CompileError:
     """A file-system failure while writing an entry (or moving a ``corrupt`` one aside), as the error a user can act on."""
     elsewhere = f"point the cache elsewhere (options['cache_dir'] or ${CACHE_DIR_ENV})"
@@ -494,33 +549,38 @@ class CompileCache:
 
     @contextlib.contextmanager
     def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None,
-             timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+             timeout: float = LOCK_TIMEOUT, graph_type: str | None = None) -> Iterator[None]:
         """Exclusive per-key lock across processes on ``<root>/.<key>.lock`` (released when the holder
         dies, too).
 
         The holder's pid is written into the lock file (``cache ls`` shows it). ``stop(seconds)``
         makes the wait interruptible: it is polled and a True return raises ``InterruptedError``.
-        A wait longer than ``timeout`` raises :class:`CompileError` naming the holder.
+        A wait logs what it waits for (:class:`LockWait`); one longer than ``timeout`` raises
+        :class:`CompileError` naming the holder.
         """
         entry = self.entry(key)
         key_lock = KeyLock(entry)
         deadline = time.monotonic() + timeout
-        while not key_lock.acquire(0 if stop is not None else min(timeout, 60.0)):
-            if time.monotonic() >= deadline:
-                raise self.lock_timeout_error(entry, timeout)
-            if stop is not None and stop(_LOCK_POLL):
-                raise InterruptedError(f"stopped waiting for the lock of {key}")
+        if not key_lock.acquire(0):
+            wait = LockWait(entry, graph_type=graph_type, timeout=timeout)
+            while not key_lock.acquire(0 if stop is not None else
+                                       min(max(0.0, deadline - time.monotonic()), wait.next_in(), 60.0)):
+                if time.monotonic() >= deadline:
+                    raise self.lock_timeout_error(entry, timeout, graph_type)
+                wait.tick()
+                if stop is not None and stop(_LOCK_POLL):
+                    raise InterruptedError(f"stopped waiting for the lock of {key}")
         try:
             yield
         finally:
             key_lock.release()
 
-    def lock_timeout_error(self, entry: CacheEntry, timeout: float) -> CompileError:
+    def lock_timeout_error(self, entry: CacheEntry, timeout: float, graph_type: str | None = None) -> CompileError:
         pid = entry.lock_pid()
         holder = f"process {pid}" if pid else "another process"
         return CompileError(
             f"waited {timeout:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
-            f"(graph type {entry.graph_type!r}): {holder} has been building it all that time.\n"
+            f"(graph type {graph_type or entry.graph_type!r}): {holder} has been building it all that time.\n"
             f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
             "a build that legitimately takes longer needs a longer compile timeout.")
 
@@ -589,7 +649,7 @@ class CompileCache:
             STATS.misses += 1
             raise self.miss_error(key, graph_type)
         try:
-            with self.lock(key):
+            with self.lock(key, graph_type=graph_type):
                 if entry.is_complete and entry.problem() is None:  # another process built it while we waited
                     _verified.add((str(self.root), entry.key))
                     STATS.hits += 1
