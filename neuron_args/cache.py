@@ -29,7 +29,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
-from neuron_args.atomic import write_atomic
+from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, OptionsError
 from neuron_args.flags import canonical_compiler_args
@@ -375,10 +375,13 @@ class KeyLock:
     """The lock file ``<root>/.<key>.lock`` of one entry (``filelock``), its holder's pid written in it.
 
     Not tied to a thread: the compile farm takes it on submission and releases it on a callback thread.
+    Every writer of an entry holds it, so whoever takes it removes the temporary files a writer
+    killed mid-write left in the entry's folder (:func:`~neuron_args.atomic.remove_temporaries`).
     """
 
     def __init__(self, entry: CacheEntry) -> None:
         self.path = entry.lock_path
+        self.entry_path = entry.path
         self._lock = FileLock(self.path, thread_local=False)
 
     def acquire(self, timeout: float = 0) -> bool:
@@ -389,6 +392,9 @@ class KeyLock:
         except Timeout:
             return False
         _write_pid(self.path, os.getpid())
+        for name in remove_temporaries(self.entry_path):
+            log.info("removed %s from cache entry %s: a write killed before it finished left it", name,
+                     self.entry_path.name)
         return True
 
     def release(self) -> None:

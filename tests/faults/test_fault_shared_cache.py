@@ -1,15 +1,20 @@
-"""Faults of a shared compile cache: a build waiting for another process's key lock says what it waits for.
+"""Faults of a shared compile cache: a build waiting for another process's key lock says what it waits
+for; a writer killed mid-write leaves no temporary file behind once the key is built again.
 
-The holder is a real child process; the waiter is this one (the cache API, the compile farm).
+The holder (or the killed writer) is a real child process; the waiter (the next build) is this one.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +121,57 @@ def test_a_bad_lock_notice_setting_names_the_variable_and_the_fix(monkeypatch):
         lock_notice_seconds()
     monkeypatch.delenv(LOCK_NOTICE_ENV)
     assert lock_notice_seconds() == 5.0
+
+
+STALL_METADATA_WRITE = textwrap.dedent("""
+    import os, sys, time
+    real_replace = os.replace
+
+    def stall(src, dst):  # killed here: the temporary file is written, the rename never happens
+        if os.path.basename(dst) == "metadata.json" and "compiled" in open(src).read():
+            print("STALLED", src, flush=True)
+            time.sleep(600)
+        real_replace(src, dst)
+
+    os.replace = stall
+    from neuron_args.deferred.parallel_compile import parallel_compile
+    parallel_compile(sys.argv[1], workers=1, quiet=True)
+""")
+
+
+def test_a_build_killed_mid_write_leaves_no_temporary_file_after_the_next_build(tmp_path, fake_env, reaper):
+    from neuron_args.deferred.parallel_compile import parallel_compile
+
+    root = tmp_path / "cache"
+    [key] = make_pending(root, 1)
+    script = tmp_path / "stall.py"
+    script.write_text(STALL_METADATA_WRITE)
+    proc = reaper.popen([sys.executable, str(script), str(root)], fake_env.env)
+    line = proc.stdout.readline().split()
+    assert line[:1] == ["STALLED"], (line, proc.stderr.read() if proc.poll() is not None else "")
+    os.killpg(proc.pid, signal.SIGKILL)  # kill -9 between the temporary file and the rename
+    proc.wait(30)
+    entry = CompileCache(root).entry(key)
+    left = [p.name for p in entry.path.iterdir() if p.name.endswith(".tmp")]
+    assert left == [Path(line[1]).name] and left[0].startswith(".metadata.json.")
+    assert entry.status == "pending"  # the metadata still says so: the next parallel_compile builds it
+
+    report = parallel_compile(root, workers=1, quiet=True)
+    assert [(g.key, g.status) for g in report.graphs] == [(key, "compiled")], report.graphs
+    assert entry.status == "complete" and entry.problem() is None
+    assert [p.name for p in entry.path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_write_sweeps_its_own_names_stale_temporary_files_and_spares_young_ones(tmp_path):
+    """Where no lock tells a dead writer from a live one (the trace record, a manifest): by age."""
+    from neuron_args.atomic import STALE_AFTER, write_atomic
+
+    dead, young, other = (tmp_path / n for n in (".record.json.ab12.tmp", ".record.json.cd34.tmp",
+                                                  ".manifest.json.ef56.tmp"))
+    for path in (dead, young, other):
+        path.write_text("half")
+    old = time.time() - STALE_AFTER - 60
+    os.utime(dead, (old, old))
+    os.utime(other, (old, old))
+    write_atomic(tmp_path / "record.json", "{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([young.name, other.name, "record.json"])
