@@ -49,8 +49,7 @@ LOCK_TIMEOUT = 3 * 3600.0
 _LOCK_POLL = 0.2
 #: Seconds a wait for another process's key lock stays silent before it logs what it waits for
 #: (then again every ``LOCK_NOTICE_REPEAT`` seconds, with the time waited).
-LOCK_NOTICE_ENV = "NEURON_ARGS_LOCK_NOTICE_SECONDS"
-DEFAULT_LOCK_NOTICE = 5.0
+LOCK_NOTICE_AFTER = 5.0
 LOCK_NOTICE_REPEAT = 600.0
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
 QUARANTINE_DIR = ".corrupt"
@@ -404,21 +403,11 @@ class KeyLock:
             self._lock.release()
 
 
-def lock_notice_seconds() -> float:
-    """``$NEURON_ARGS_LOCK_NOTICE_SECONDS`` (default 5): how long a lock wait stays silent."""
-    env = os.environ.get(LOCK_NOTICE_ENV, "").strip()
-    try:
-        return max(0.0, float(env)) if env else DEFAULT_LOCK_NOTICE
-    except ValueError:
-        raise OptionsError(f"{LOCK_NOTICE_ENV}={env!r} is not a number of seconds: give one (0 tells at once), "
-                           f"or unset it (default {DEFAULT_LOCK_NOTICE:g})") from None
-
-
 class LockWait:
     """Says what a wait for another process's key lock waits for, so a blocked job is never silent.
 
     A build of the same key elsewhere (another rank, a CI job on a shared cache) may hold the lock
-    for hours; :meth:`tick`, called between tries, logs a warning once :func:`lock_notice_seconds`
+    for hours; :meth:`tick`, called between tries, logs a warning once ``LOCK_NOTICE_AFTER`` seconds
     have passed and again every ``LOCK_NOTICE_REPEAT`` seconds: the graph type, the key, the lock,
     the holder's pid and what to do when the holder is stuck.
     """
@@ -426,7 +415,7 @@ class LockWait:
     def __init__(self, entry: CacheEntry, *, graph_type: str | None = None, timeout: float | None = None) -> None:
         self.entry, self.graph_type, self.timeout = entry, graph_type, timeout
         self.started = time.monotonic()
-        self.due = self.started + lock_notice_seconds()
+        self.due = self.started + LOCK_NOTICE_AFTER
 
     def next_in(self) -> float:
         """Seconds until the next notice is due (0 when it is)."""
@@ -449,7 +438,7 @@ class LockWait:
         stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
         return (f"waiting for the lock {entry.lock_path} of cache entry {entry.key} (graph type "
                 f"{self.graph_type or entry.graph_type!r}): {holder} holds it while it builds that entry "
-                f"(waited {waited:.0f} s{limit}); this run uses the entry once it is built.\n"
+                f"(waited {waited:.0f} s{limit}); this run uses the entry once it is built (builds it itself if that process dies first).\n"
                 f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
                 f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
 

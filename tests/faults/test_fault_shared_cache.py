@@ -18,27 +18,30 @@ from pathlib import Path
 
 import pytest
 
-from neuron_args.cache import LOCK_NOTICE_ENV, CompileCache, executable_fields, lock_notice_seconds
+import neuron_args.cache as cache_module
+from neuron_args.cache import CompileCache
 from neuron_args.cache_key import create_cache_hash
-from neuron_args.errors import CompileError, OptionsError
+from neuron_args.errors import CompileError
 from tests.faults.fault_helpers import make_pending, wait_until
 
 HOLD_THEN_BUILD = textwrap.dedent("""
     import sys
     from neuron_args.cache import CompileCache, executable_fields
-    cache = CompileCache(sys.argv[1])
-    entry = cache.entry(sys.argv[2])
-    with cache.lock(entry.key):
-        entry.reset()
+    from neuron_args.cache_key import create_cache_hash
+
+    def build(entry):  # under the key's lock; the test says when (and whether) to finish
         entry.write_metadata({"key": entry.key, "status": "compiling", "graph_type": "decode"})
         print("LOCKED", flush=True)
-        if sys.stdin.readline().strip() == "build":  # the test says when (and whether) to finish
-            entry.hlo_path.write_bytes(b"hlo")
-            entry.executable_path.write_bytes(b"exe")
-            entry.write_metadata({"key": entry.key, "status": "compiled", "graph_type": "decode",
-                                  **executable_fields(entry.executable_path)})
-            entry.mark_complete()
+        if sys.stdin.readline().strip() != "build":
+            raise SystemExit(0)
+        entry.hlo_path.write_bytes(b"hlo")
+        entry.executable_path.write_bytes(b"exe")
+        entry.update_metadata(status="compiled", **executable_fields(entry.executable_path))
+
+    CompileCache(sys.argv[1]).get_or_build(create_cache_hash(**KEY_FIELDS), build, graph_type="decode")
 """)
+KEY_FIELDS = dict(graph_text="HloModule decode", input_specs=[((4,), "float32")], compiler_args=["-O1"],
+                  target="trn2", tool_versions={"neuronx-cc": "2.21"})
 
 
 def _notices(caplog) -> list[str]:
@@ -46,10 +49,11 @@ def _notices(caplog) -> list[str]:
             if r.name == "neuron_args.cache" and r.getMessage().startswith("waiting for the lock")]
 
 
-def _hold(tmp_path, reaper, fake_env, key: str):
+def _hold(tmp_path, reaper, fake_env):
+    """A child process building the key of ``KEY_FIELDS``, holding its lock until told on stdin."""
     script = tmp_path / "hold.py"
-    script.write_text(HOLD_THEN_BUILD)
-    proc = reaper.popen([sys.executable, str(script), str(tmp_path / "cache"), key], fake_env.env,
+    script.write_text(f"KEY_FIELDS = {KEY_FIELDS!r}\n" + HOLD_THEN_BUILD)
+    proc = reaper.popen([sys.executable, str(script), str(tmp_path / "cache")], fake_env.env,
                         stdin=subprocess.PIPE)
     assert proc.stdout.readline().strip() == "LOCKED"
     return proc
@@ -63,11 +67,10 @@ def _assert_names_holder(message: str, cache: CompileCache, key: str, pid: int) 
 
 def test_a_lock_wait_says_once_whom_it_waits_for_then_uses_the_holders_entry(
         tmp_path, fake_env, reaper, monkeypatch, caplog):
-    monkeypatch.setenv(LOCK_NOTICE_ENV, "0.1")
+    monkeypatch.setattr(cache_module, "LOCK_NOTICE_AFTER", 0.1)
     cache = CompileCache(tmp_path / "cache")
-    key = create_cache_hash(graph_text="HloModule decode", input_specs=[((4,), "float32")], compiler_args=["-O1"],
-                            target="trn2", tool_versions={"neuronx-cc": "2.21"})
-    holder = _hold(tmp_path, reaper, fake_env, key.key)
+    key = create_cache_hash(**KEY_FIELDS)
+    holder = _hold(tmp_path, reaper, fake_env)
     caplog.set_level(logging.WARNING, logger="neuron_args.cache")
 
     with pytest.raises(CompileError) as caught, cache.lock(key, timeout=0.6):  # the timeout error still holds
@@ -99,10 +102,9 @@ def test_a_lock_wait_says_once_whom_it_waits_for_then_uses_the_holders_entry(
 def test_the_compile_farm_waiting_for_a_key_says_whom_it_waits_for(tmp_path, fake_env, reaper, monkeypatch, caplog):
     from neuron_args.deferred.farm import submit_graph
 
-    monkeypatch.setenv(LOCK_NOTICE_ENV, "0")
-    root = tmp_path / "cache"
-    [key] = make_pending(root, 1)
-    holder = _hold(tmp_path, reaper, fake_env, key)  # rewrites the entry's metadata: graph type 'decode'
+    monkeypatch.setattr(cache_module, "LOCK_NOTICE_AFTER", 0.0)
+    root, key = tmp_path / "cache", create_cache_hash(**KEY_FIELDS).key
+    holder = _hold(tmp_path, reaper, fake_env)
     caplog.set_level(logging.WARNING, logger="neuron_args.cache")
     with cf.ThreadPoolExecutor(1) as pool:
         future = submit_graph(pool, root, key, ["-O1"], "neuronx-cc")
@@ -113,14 +115,6 @@ def test_the_compile_farm_waiting_for_a_key_says_whom_it_waits_for(tmp_path, fak
     holder.stdin.write("stop\n")
     holder.stdin.flush()
     assert holder.wait(30) == 0
-
-
-def test_a_bad_lock_notice_setting_names_the_variable_and_the_fix(monkeypatch):
-    monkeypatch.setenv(LOCK_NOTICE_ENV, "soon")
-    with pytest.raises(OptionsError, match=rf"{LOCK_NOTICE_ENV}='soon' is not a number of seconds.*unset it"):
-        lock_notice_seconds()
-    monkeypatch.delenv(LOCK_NOTICE_ENV)
-    assert lock_notice_seconds() == 5.0
 
 
 STALL_METADATA_WRITE = textwrap.dedent("""
