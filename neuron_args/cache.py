@@ -438,7 +438,8 @@ class LockWait:
         stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
         return (f"waiting for the lock {entry.lock_path} of cache entry {entry.key} (graph type "
                 f"{self.graph_type or entry.graph_type!r}): {holder} holds it while it builds that entry "
-                f"(waited {waited:.0f} s{limit}); this run uses the entry once it is built (builds it itself if that process dies first).\n"
+                f"(waited {waited:.0f} s{limit}); this run uses the entry once it is built (or builds it itself "
+                "if that process dies first).\n"
                 f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
                 f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
 
