@@ -390,5 +390,6 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
         start()
     else:
         wait = LockWait(entry, graph_type=entry.graph_type)
-        threading.Thread(target=wait_for_lock, args=(wait,), name=f"neuron-args-farm-lock-{key[:8]}", daemon=True).start()
+        threading.Thread(target=wait_for_lock, args=(wait,), name=f"neuron-args-farm-lock-{key[:8]}",
+                         daemon=True).start()
     return outer
