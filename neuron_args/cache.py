@@ -29,7 +29,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
-from neuron_args.atomic import write_atomic
+from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, OptionsError
 from neuron_args.flags import canonical_compiler_args
@@ -47,6 +47,10 @@ METADATA_NAME = "metadata.json"
 #: default compile timeout (neuronx-cc, 2 h), so only a stuck holder makes it give up.
 LOCK_TIMEOUT = 3 * 3600.0
 _LOCK_POLL = 0.2
+#: Seconds a wait for another process's key lock stays silent before it logs what it waits for
+#: (then again every ``LOCK_NOTICE_REPEAT`` seconds, with the time waited).
+LOCK_NOTICE_AFTER = 5.0
+LOCK_NOTICE_REPEAT = 600.0
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
 QUARANTINE_DIR = ".corrupt"
 TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace_memo): not an entry
@@ -370,10 +374,13 @@ class KeyLock:
     """The lock file ``<root>/.<key>.lock`` of one entry (``filelock``), its holder's pid written in it.
 
     Not tied to a thread: the compile farm takes it on submission and releases it on a callback thread.
+    Every writer of an entry holds it, so whoever takes it removes the temporary files a writer
+    killed mid-write left in the entry's folder (:func:`~neuron_args.atomic.remove_temporaries`).
     """
 
     def __init__(self, entry: CacheEntry) -> None:
         self.path = entry.lock_path
+        self.entry_path = entry.path
         self._lock = FileLock(self.path, thread_local=False)
 
     def acquire(self, timeout: float = 0) -> bool:
@@ -384,6 +391,9 @@ class KeyLock:
         except Timeout:
             return False
         _write_pid(self.path, os.getpid())
+        for name in remove_temporaries(self.entry_path):
+            log.info("removed %s from cache entry %s: a write killed before it finished left it", name,
+                     self.entry_path.name)
         return True
 
     def release(self) -> None:
@@ -391,6 +401,47 @@ class KeyLock:
         if self._lock.is_locked:
             _write_pid(self.path, None)
             self._lock.release()
+
+
+class LockWait:
+    """Says what a wait for another process's key lock waits for, so a blocked job is never silent.
+
+    A build of the same key elsewhere (another rank, a CI job on a shared cache) may hold the lock
+    for hours; :meth:`tick`, called between tries, logs a warning once ``LOCK_NOTICE_AFTER`` seconds
+    have passed and again every ``LOCK_NOTICE_REPEAT`` seconds: the graph type, the key, the lock,
+    the holder's pid and what to do when the holder is stuck.
+    """
+
+    def __init__(self, entry: CacheEntry, *, graph_type: str | None = None, timeout: float | None = None) -> None:
+        self.entry, self.graph_type, self.timeout = entry, graph_type, timeout
+        self.started = time.monotonic()
+        self.due = self.started + LOCK_NOTICE_AFTER
+
+    def next_in(self) -> float:
+        """Seconds until the next notice is due (0 when it is)."""
+        return max(0.0, self.due - time.monotonic())
+
+    def tick(self) -> None:
+        """Log the notice when it is due and the lock still has a live holder."""
+        now = time.monotonic()
+        if now < self.due:
+            return
+        self.due = now + LOCK_NOTICE_REPEAT
+        pid = self.entry.lock_pid()
+        if pid is not None:
+            log.warning("%s", self.message(pid, now - self.started))
+
+    def message(self, pid: int, waited: float) -> str:
+        entry = self.entry
+        holder = f"process {pid}" if pid else "another process"
+        limit = "" if self.timeout is None else f", gives up after {self.timeout:.0f} s"
+        stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
+        return (f"waiting for the lock {entry.lock_path} of cache entry {entry.key} (graph type "
+                f"{self.graph_type or entry.graph_type!r}): {holder} holds it while it builds that entry "
+                f"(waited {waited:.0f} s{limit}); this run uses the entry once it is built (or builds it itself "
+                "if that process dies first).\n"
+                f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
+                f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
 
 
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, corrupt: str | None = None) -> CompileError:
@@ -494,33 +545,38 @@ class CompileCache:
 
     @contextlib.contextmanager
     def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None,
-             timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+             timeout: float = LOCK_TIMEOUT, graph_type: str | None = None) -> Iterator[None]:
         """Exclusive per-key lock across processes on ``<root>/.<key>.lock`` (released when the holder
         dies, too).
 
         The holder's pid is written into the lock file (``cache ls`` shows it). ``stop(seconds)``
         makes the wait interruptible: it is polled and a True return raises ``InterruptedError``.
-        A wait longer than ``timeout`` raises :class:`CompileError` naming the holder.
+        A wait logs what it waits for (:class:`LockWait`); one longer than ``timeout`` raises
+        :class:`CompileError` naming the holder.
         """
         entry = self.entry(key)
         key_lock = KeyLock(entry)
         deadline = time.monotonic() + timeout
-        while not key_lock.acquire(0 if stop is not None else min(timeout, 60.0)):
-            if time.monotonic() >= deadline:
-                raise self.lock_timeout_error(entry, timeout)
-            if stop is not None and stop(_LOCK_POLL):
-                raise InterruptedError(f"stopped waiting for the lock of {key}")
+        if not key_lock.acquire(0):
+            wait = LockWait(entry, graph_type=graph_type, timeout=timeout)
+            while not key_lock.acquire(0 if stop is not None else
+                                       min(max(0.0, deadline - time.monotonic()), wait.next_in(), 60.0)):
+                if time.monotonic() >= deadline:
+                    raise self.lock_timeout_error(entry, timeout, graph_type)
+                wait.tick()
+                if stop is not None and stop(_LOCK_POLL):
+                    raise InterruptedError(f"stopped waiting for the lock of {key}")
         try:
             yield
         finally:
             key_lock.release()
 
-    def lock_timeout_error(self, entry: CacheEntry, timeout: float) -> CompileError:
+    def lock_timeout_error(self, entry: CacheEntry, timeout: float, graph_type: str | None = None) -> CompileError:
         pid = entry.lock_pid()
         holder = f"process {pid}" if pid else "another process"
         return CompileError(
             f"waited {timeout:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
-            f"(graph type {entry.graph_type!r}): {holder} has been building it all that time.\n"
+            f"(graph type {graph_type or entry.graph_type!r}): {holder} has been building it all that time.\n"
             f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
             "a build that legitimately takes longer needs a longer compile timeout.")
 
@@ -589,7 +645,7 @@ class CompileCache:
             STATS.misses += 1
             raise self.miss_error(key, graph_type)
         try:
-            with self.lock(key):
+            with self.lock(key, graph_type=graph_type):
                 if entry.is_complete and entry.problem() is None:  # another process built it while we waited
                     _verified.add((str(self.root), entry.key))
                     STATS.hits += 1

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
-from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, executable_file_name
+from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
 from neuron_args.compilers.build import compiled_metadata
 from neuron_args.errors import CompileError, NeuronArgsError
 
@@ -373,11 +373,12 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
         outer.inner = inner
         inner.add_done_callback(lambda f: _commit_pool().submit(collect, f, md, task, report, t0))
 
-    def wait_for_lock() -> None:
-        """Another process builds this key: wait (cancellable), then it is complete or ours to build."""
+    def wait_for_lock(wait: LockWait) -> None:
+        """Another process builds this key: wait (cancellable, saying so), then it is complete or ours to build."""
         while not lock.acquire():
             if outer.cancelled():
                 return
+            wait.tick()
             time.sleep(0.2)
         try:
             start()
@@ -388,5 +389,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
     if lock.acquire():
         start()
     else:
-        threading.Thread(target=wait_for_lock, name=f"neuron-args-farm-lock-{key[:8]}", daemon=True).start()
+        wait = LockWait(entry, graph_type=entry.graph_type)
+        threading.Thread(target=wait_for_lock, args=(wait,), name=f"neuron-args-farm-lock-{key[:8]}",
+                         daemon=True).start()
     return outer

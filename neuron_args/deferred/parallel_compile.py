@@ -128,7 +128,7 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
     try:
         if scope is not None:
             scope.check()
-        with cache.lock(key, stop=None if scope is None else scope.wait):
+        with cache.lock(key, stop=None if scope is None else scope.wait, graph_type=graph_type):
             if entry.is_complete:
                 report.status = "already-complete"
                 return report

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neuron_args.atomic import STALE_AFTER
 from neuron_args.cache import CompileCache
 
 FORMAT = 1
-_WRITE_GRACE = 3600.0  # seconds a temporary file in the memo folder is left to its writer (write_atomic)
+_WRITE_GRACE = STALE_AFTER  # seconds a temporary file in the memo folder is left to its writer (write_atomic)
 
 
 def memo_path(cache: CompileCache, fp: str) -> Path:
