@@ -176,6 +176,16 @@ class LoadedExecutable:
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         """Run on CPU tensors shaped like ``input_specs``; fresh writable tensors out."""
+        result = self._execute(self.input_buffers(args))
+        outs = result.disassemble_into_single_device_arrays()
+        if self._wait:
+            for o in outs:
+                o[0].block_until_ready()
+        return [f(o[0]) for f, o in zip(self._convert_out, outs)]
+
+    def input_buffers(self, args: Sequence[torch.Tensor]) -> list[Any]:
+        """The device buffers for a call's inputs: the stable ones' held buffers after one bulk check, each
+        other input through its own converter."""
         convert = self._convert_in
         if len(args) != len(convert):
             raise TypeError(f"executable takes {len(convert)} tensors, got {len(args)}")
@@ -183,16 +193,11 @@ class LoadedExecutable:
         bufs = None if stable is None else stable.buffers(args)
         if bufs is None:
             bufs = [f(a) for f, a in zip(convert, args)]
-            self._learn(args, bufs)
+            self._learn(tuple(args), bufs)
         else:
             for i in stable.rest:
                 bufs[i] = convert[i](args[i])
-        result = self._execute(bufs)
-        outs = result.disassemble_into_single_device_arrays()
-        if self._wait:
-            for o in outs:
-                o[0].block_until_ready()
-        return [f(o[0]) for f, o in zip(self._convert_out, outs)]
+        return bufs
 
     def _learn(self, args: tuple[torch.Tensor, ...], bufs: list[Any]) -> None:
         """After a call checked input by input: the inputs that are the previous call's tensors again, dense
