@@ -30,6 +30,8 @@ Per call, all interleaved repetition by repetition (median and min of the repeti
   direct call, and aot_autograd's runtime wrapper;
 - ``variant``: the graph's ``CompiledGraph`` variant on its flat arguments (what the fast path calls);
 - ``executable``: the ``LoadedExecutable`` on the flat arguments (DLPack in/out, synchronous client);
+- where a served call goes: each step of the fast path's call timed alone on the real objects (guard
+  manager, argument gather, variant, the executable's input buffers, execute, outputs, copy-back);
 - ``legacy executable``: the runtime before this change, inline (numpy conversions, jax's
   asynchronous client, one copy per output);
 - ``execute sync`` / ``execute async``: ``execute_sharded`` alone on device buffers prepared once,
@@ -61,7 +63,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from figures import figure, load, per_call_us  # noqa: E402
-from neuron_args import executables, xla_cpu  # noqa: E402
+from neuron_args import executables, fastpath, xla_cpu  # noqa: E402
 from neuron_args.graphs import GraphSpec  # noqa: E402
 from neuron_args.runner import NeuronRunner  # noqa: E402
 from neuron_args.runtime import LoadedExecutable  # noqa: E402
@@ -181,6 +183,7 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
         fast_before = fast.calls
         times = per_call_us(fns, calls, reps, around)
         assert fast.calls - fast_before == calls * reps, "the served calls took the fast path"
+        parts_times = breakdown(fast, exe, kwargs, args, calls, reps)
     m = {k: statistics.median(v) for k, v in times.items()}
     lo = {k: min(v) for k, v in times.items()}
     print(f"{title} ({reps} reps x {calls} calls, interleaved; served == executable: {same})")
@@ -218,11 +221,39 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     }
     ratios = {name: m[a] / m[b] for name, (a, b) in parts.items()}
     on_mins = {name: lo[a] / lo[b] for name, (a, b) in parts.items()}
+    print(f"  {'where a served call goes: each part alone (steps of the one below are its parts)':<64} "
+          f"{'median':>8} {'min':>8}")
+    for name, (med, low) in parts_times.items():
+        print(f"  {name:<64} {med:>8.1f} {low:>8.1f} us")
     print(f"  {'ratio (of medians; of mins)':<64} {'median':>8} {'min':>8}")
     for name, value in ratios.items():
         print(f"  {name:<64} {value:>8.2f} {on_mins[name]:>8.2f}")
     print()
     return {**ratios, **{f"min: {k}": v for k, v in on_mins.items()}}
+
+
+def breakdown(fast: Any, exe: LoadedExecutable, kwargs: dict[str, Any], args: list[Any], calls: int, reps: int
+              ) -> dict[str, tuple[float, float]]:
+    """Each step of a served call timed alone on the real objects (median, min us), interleaved. Alone each
+    step runs warm in the CPU's caches, so the steps sum to less than the served call (``served``)."""
+    frame = fastpath._frame(fast.defaults, kwargs, fast.frame_self, fast.star)
+    outs = fast.run(args)
+    bufs = [f(a) for f, a in zip(exe._convert_in, args)]
+    results = exe.executable.execute_sharded(bufs).disassemble_into_single_device_arrays()
+    fns: dict[str, Callable[[], Any]] = {
+        "FastGraph call (the served call without runner.run, serving_kwargs)": lambda: fast(kwargs),
+        "  Dynamo's guard manager on the frame's locals": lambda: fast.guard_manager.check(frame),
+        "  the frame's locals and the graph's arguments (gather)": lambda: fast.arguments(kwargs),
+        "  the variant (CompiledGraph's call on the flat arguments)": lambda: fast.run(args),
+        "    LoadedExecutable": lambda: exe(*args),
+        "      input buffers (bulk check of weights/caches, casts)": lambda: exe.input_buffers(args),
+        "      execute_sharded + disassemble": lambda: exe.executable.execute_sharded(bufs)
+        .disassemble_into_single_device_arrays(),
+        "      outputs to torch (DLPack)": lambda: [f(o[0]) for f, o in zip(exe._convert_out, results)],
+        "  copy-back of the mutated inputs (KV cache)": lambda: fast.copy_back(args, outs),
+    }
+    times = per_call_us(fns, calls, reps)
+    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
 
 
 def hf_decode(cache_dir: Path, calls: int, reps: int) -> dict[str, float] | None:

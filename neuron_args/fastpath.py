@@ -54,6 +54,7 @@ import torch.nn.modules.module as _nn_module
 from neuron_args.seams import dispatch
 
 log = logging.getLogger("neuron_args.fastpath")
+_InferenceMode = torch._C._InferenceMode
 
 #: returned by :meth:`FastPath.call` when the call must take the guarded path
 MISS: Any = object()
@@ -77,12 +78,16 @@ class Observed:
     outs: Any
 
 
-def _module_hooks(module: torch.nn.Module) -> bool:
-    """True when calling ``module`` runs hooks around its forward (the fast path would skip them)."""
+def _module_hooks(module: torch.nn.Module, other: torch.nn.Module | None = None) -> bool:
+    """True when calling ``module`` (or ``other``) runs hooks around its forward (the fast path would skip them)."""
     m = _nn_module
-    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks or m._global_forward_hooks or m._global_forward_pre_hooks
-                or m._global_backward_hooks or m._global_backward_pre_hooks)
+    if m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks \
+            or m._global_backward_pre_hooks:
+        return True
+    if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks:
+        return True
+    return other is not None and bool(other._forward_hooks or other._forward_pre_hooks or other._backward_hooks
+                                      or other._backward_pre_hooks)
 
 
 def _cache_entries(code: types.CodeType) -> list[Any]:
@@ -131,14 +136,13 @@ class FastGraph:
             value = kwargs[name]
             if not isinstance(value, torch.Tensor) or value.shape != shape:
                 return MISS
-        entry = self.entry
         stance = _eval_frame._stance  # torch.compiler.set_stance("force_eager") etc.: Dynamo decides
-        if stance.stance != "default" or stance.backend is not None or _module_hooks(entry) \
-                or _module_hooks(self.wrapper) or not self.valid():
+        if stance.stance != "default" or stance.backend is not None or _module_hooks(self.entry, self.wrapper) \
+                or not self.valid():
             return MISS
         if torch.is_inference_mode_enabled():
             return self._dispatch(kwargs)
-        with torch.inference_mode():
+        with _InferenceMode(True):  # torch.inference_mode()'s own guard, without its Python layers (~2 us)
             return self._dispatch(kwargs)
 
     def arguments(self, kwargs: Mapping[str, Any], entry: torch.nn.Module | None = None) -> list[Any]:
@@ -230,6 +234,11 @@ def serving_kwargs(kwargs: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[s
     once per graph. The graph reads and writes the same memory either way; the original of a tensor
     the graph writes gets its version bumped (:func:`_mutated`), as an in-place write would.
     """
+    for v in kwargs.values():  # the common case (inference tensors, ints) in one plain loop
+        if isinstance(v, torch.Tensor) and not v.is_inference():
+            break
+    else:
+        return kwargs, {}
     if not any(_aliasable(v) for v in kwargs.values()):
         return kwargs, {}
     outside = {k: v for k, v in kwargs.items() if _aliasable(v)}
@@ -294,7 +303,7 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     if len(seen) != 1:
         raise Refused(f"the call ran {len(seen)} compiled graphs (graph breaks or nested compiles); one replays")
     obs = seen[0]
-    if _module_hooks(entry) or _module_hooks(wrapper):
+    if _module_hooks(entry, wrapper):
         raise Refused("the entry module has hooks")
     try:
         plan = dispatch.plan(obs.graph.fw_metadata, len(obs.args))

@@ -228,6 +228,32 @@ def test_parameters_are_read_afresh_and_seen_when_updated_in_place(scaled):
     torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
 
 
+def test_weights_passed_again_reuse_their_buffers_and_every_change_is_seen(scaled):
+    """After a few served calls the executable checks the weights in bulk and reuses their buffers; a weight
+    written in place, given new storage or replaced by a new module between calls still gives eager's result."""
+    from neuron_args import executables
+
+    x = inp(2, 8)
+    fast = scaled.fast_path.graphs["decode"][0]
+    for _ in range(3):
+        torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+    (exe,) = [e for e in executables._loaded.values() if any(t is scaled.model.fc.weight for t in
+                                                               getattr(e._stable, "tensors", ()))]
+    weight, bias = scaled.model.fc.weight, scaled.model.fc.bias
+    assert {id(t) for t in exe._stable.tensors} >= {id(weight), id(bias)}
+    for step in range(6):
+        x = inp(2, 8)  # a new input each call, the same weights
+        with torch.no_grad():
+            bias.add_(0.25)  # written in place: the held buffer aliases it
+        torch.testing.assert_close(run_x(scaled, x), eager(scaled.model, x))
+        if step == 2:
+            weight.data = torch.randn(4, 8)  # the same parameter object, new storage
+        if step == 4:
+            scaled.model.fc = torch.nn.Linear(8, 4)  # new parameter objects
+            weight, bias = scaled.model.fc.weight, scaled.model.fc.bias
+    assert fast.calls == 9, "every call took the fast path"
+
+
 def test_other_shapes_layouts_hooks_and_resets_fall_back(scaled, monkeypatch):
     x = inp(2, 8)
     run_x(scaled, x)

@@ -82,6 +82,41 @@ def test_an_aliased_input_updated_in_place_is_seen_by_the_next_call(matmul):
     torch.testing.assert_close(matmul(a, b4)[0], a @ b4, rtol=1e-5, atol=1e-5)
 
 
+def test_inputs_passed_again_are_checked_in_bulk_and_every_change_is_seen():
+    """Weights and KV caches passed call after call reuse their buffers through one bulk check; an
+    in-place write, new storage, another layout or shape of the same tensor object is still seen."""
+    def fn(ids, w, kv):
+        return ids + 1, kv @ w
+
+    exe = build(fn, [spec((2,), "int64"), spec((8, 3)), spec((4, 8))], [spec((2,), "int64"), spec((4, 3))])
+    w, kv = torch.randn(8, 3), torch.randn(4, 8)
+
+    def check(ids: torch.Tensor) -> None:
+        out_ids, out = exe(ids, w, kv)
+        assert torch.equal(out_ids, ids + 1)
+        torch.testing.assert_close(out, kv @ w, rtol=1e-5, atol=1e-5)
+
+    for step in range(3):  # a new token each step, the same weight and cache
+        check(torch.tensor([step, step + 1]))
+    stable = exe._stable
+    assert stable is not None and stable.tensors == (w, kv) and stable.rest == (0,)
+    held = list(stable.held)
+    kv.add_(1.0)  # the cache written in place: the same buffer sees it
+    check(torch.tensor([7, 8]))
+    assert exe._stable is stable and stable.held == held
+    w.set_(torch.randn(8, 3))  # same object, new storage
+    check(torch.tensor([1, 2]))
+    check(torch.tensor([1, 2]))
+    w.set_(torch.randn(3, 8).untyped_storage(), 0, (8, 3), (1, 8))  # same object, transposed layout
+    check(torch.tensor([1, 2]))
+    w.data = torch.randn(8, 3)  # same object, another tensor's data
+    check(torch.tensor([3, 4]))
+    check(torch.tensor([3, 4]))
+    kv.resize_(2, 8)  # same object, same memory (shrunk in place), other shape: refused, not read as [4, 8]
+    with pytest.raises(TypeError, match=r"input 2 expects float32\[4, 8\], got float32\[2, 8\]"):
+        exe(torch.tensor([0, 1]), w, kv)
+
+
 def test_non_contiguous_offset_and_grad_requiring_inputs(matmul):
     base = torch.randn(9, 8)
     a = base[1:5]  # storage offset
