@@ -311,7 +311,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     from torchax.tensor import Tensor
     from torchax.view import View
 
-    from neuron_args.lowering import ops
+    from neuron_args.lowering import ops, scalars
 
     env = _environment()
     out_dtypes = [_np_dtype(s.lowered_dtype) for s in output_specs]
@@ -332,6 +332,8 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
             if target is _WITH_EFFECTS:
                 return _with_effects(*args, **kwargs)
+            if (out := scalars.lower(target, self._node, args, kwargs)) is not NotImplemented:
+                return out
             if target in ops.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
                 return env.j2t_iso(ops.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
