@@ -14,6 +14,7 @@ A Neuron graph has fixed shapes and no Python state that changes between calls. 
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -47,7 +48,6 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
     the config counts past the last one the model fills (an encoder's layers in a decoder's config) are dropped.
     """
     from transformers import DynamicCache
-    from transformers.cache_utils import Cache, StaticCache
 
     param = next(model.parameters())
     probe = DynamicCache(config=model.config)
@@ -61,10 +61,63 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
             f"({type(exc).__name__}: {exc}); static_cache sizes its layers from that call, so this model's cache "
             "is not one transformers' cache layers hold (it has a cache class of its own). fix: serve it without a "
             "cache (one graph per sequence bucket, use_cache=False), or keep it in eager PyTorch") from exc
-    # a StaticCache of these layers (transformers' constructor would build its own from the config first)
-    cache = StaticCache.__new__(StaticCache)
-    Cache.__init__(cache, layers=_static_layers_like(type(model).__name__, probe.layers, max_cache_len, batch_size))
+    return _positioned_cache(_static_layers_like(type(model).__name__, probe.layers, max_cache_len, batch_size))
+
+
+def _positioned_cache(layers: list[Any]) -> Any:
+    """A StaticCache of ``layers`` (transformers' constructor would build its own from the config first)."""
+    from transformers.cache_utils import Cache
+
+    cache = positioned_cache_class().__new__(positioned_cache_class())
+    Cache.__init__(cache, layers=layers)
     return cache
+
+
+@functools.cache
+def positioned_cache_class() -> type:
+    """transformers' ``StaticCache`` with the call's start position as its filled length (a class made on first use:
+    transformers is imported only then)."""
+    from transformers.cache_utils import StaticCache
+
+    class PositionedCache(StaticCache):
+        """A ``StaticCache`` whose filled length, while :class:`StaticCausalLM` calls its model, is the call's start
+        position as a Python int.
+
+        Models that compute positions from ``cache.get_seq_length()`` (``torch.arange(length, length + n)``: MVP,
+        RoFormer, TrOCR; ``n + length``: MPT) get a 0-d tensor from a ``StaticLayer``, which Dynamo reads with one
+        ``.item()`` per bound, not knowing their difference: the graph breaks. While a call runs (:meth:`at`), this
+        cache reads ``start`` once (bounded by the cache length) and counts the tokens each layer writes, so such an
+        ``arange`` is ``n`` long in one static graph and the position stays a traced value
+        (``neuron_args.lowering.scalars``). Outside a call it is transformers' ``StaticCache``.
+        """
+
+        _start: torch.Tensor | None = None
+        _bound = 0
+        _length: int | None = None
+        _written: dict[int, int] | None = None
+
+        def at(self, start: torch.Tensor | None, max_cache_len: int = 0) -> None:
+            """Calls from now on start at ``start``, at most ``max_cache_len`` (None: the call is over)."""
+            self._start, self._bound, self._length = start, max_cache_len, None
+            self._written = {} if start is not None else None
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
+                   **kwargs: Any) -> Any:
+            if self._written is not None:
+                self._written[layer_idx] = self._written.get(layer_idx, 0) + key_states.shape[-2]
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+        def get_seq_length(self, layer_idx: int = 0) -> Any:
+            if self._start is None:
+                return super().get_seq_length(layer_idx)
+            if self._length is None:  # read once per call: one symbol, so arange(p, p + n) is n long
+                length = self._start.item()
+                torch._check(length >= 0)
+                torch._check(length <= self._bound)
+                self._length = length
+            return self._length + self._written.get(layer_idx, 0)
+
+    return PositionedCache
 
 
 def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
@@ -165,9 +218,13 @@ class StaticCausalLM(torch.nn.Module):
                 layer.cumulative_length.copy_(start)
             if hasattr(layer, "has_previous_state"):
                 _continue_or_restart(layer, start, one_token=input_ids.shape[1] == 1)
-        out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
-                         cache_position=positions, **{self.cache_keyword: self.cache}, use_cache=True,
-                         attention_mask=None if self.recurrent else self.attention_mask[: input_ids.shape[0]])
+        self.cache.at(start, self.max_cache_len)
+        try:
+            out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
+                             cache_position=positions, **{self.cache_keyword: self.cache}, use_cache=True,
+                             attention_mask=None if self.recurrent else self.attention_mask[: input_ids.shape[0]])
+        finally:
+            self.cache.at(None)
         return out.logits
 
 
@@ -232,7 +289,7 @@ def _static_layers(filled: list[Any], max_cache_len: int, batch_size: int) -> li
 def encoder_width(model: torch.nn.Module) -> int:
     """The width of an encoder-decoder's encoder states: ``d_model`` or ``hidden_size`` of its config, or of the
     encoder's own config (T5Gemma nests one per side)."""
-    for config in (model.config, getattr(model.config, "encoder", None), model.get_encoder().config):
+    for config in (model.config, getattr(model.config, "encoder", None), getattr(model.get_encoder(), "config", None)):
         width = getattr(config, "d_model", None) or getattr(config, "hidden_size", None)
         if width:
             return int(width)
@@ -272,7 +329,9 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
         if not filled:
             raise ValueError(f"{type(model).__name__}: a decoder call filled no cache layers; "
                              "static_encoder_decoder_cache handles models whose attention layers cache keys and values")
-        caches.append(Cache(layers=_static_layers(filled, length, batch_size)))
+        layers = _static_layers(filled, length, batch_size)
+        # the self-attention cache's filled length gives positions (see positioned_cache_class)
+        caches.append(Cache(layers=layers) if caches else _positioned_cache(layers))
     return EncoderDecoderCache(*caches)
 
 
@@ -317,10 +376,14 @@ class Seq2SeqDecoderStep(torch.nn.Module):
         if self.computes_cross:
             for layer in self.cache.cross_attention_cache.layers:
                 layer.cumulative_length.zero_()
-        out = self.model(encoder_outputs=_encoder_outputs(encoder_hidden_states), attention_mask=encoder_attention_mask,
-                         decoder_input_ids=decoder_input_ids,
-                         decoder_attention_mask=self.attention_mask[: decoder_input_ids.shape[0]],
-                         cache=self.cache, use_cache=True)
+        self.cache.self_attention_cache.at(start, self.attention_mask.shape[1])
+        try:
+            out = self.model(encoder_outputs=_encoder_outputs(encoder_hidden_states),
+                             attention_mask=encoder_attention_mask, decoder_input_ids=decoder_input_ids,
+                             decoder_attention_mask=self.attention_mask[: decoder_input_ids.shape[0]],
+                             cache=self.cache, use_cache=True)
+        finally:
+            self.cache.self_attention_cache.at(None)
         return out.logits
 
 
