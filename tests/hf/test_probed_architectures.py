@@ -5,9 +5,10 @@ counts more layers than it caches (BART's decoder as a causal LM: its config's l
 encoder's) gets one static layer per decoder layer; state-space layers get their states allocated up front
 and restarted by a prompt; a model keeping its state outside transformers' cache layers is refused with the
 fix. The decoder graphs give the encoder states as a transformers output (NLLB-MoE reads them by name). A
-forward branching on a data-dependent size (LED's global attention), or sizing a tensor from a tensor's value
-(TrOCR's positions from the cache's filled length: Dynamo's own internal error), fails the warmup naming the graph
-type, the line and the fix.
+model computing positions from the cache's filled length (TrOCR, MVP, RoFormer, MPT) reads it once as the call's
+start (a traced value in the HLO): one graph per bucket. A forward branching on a data-dependent size (LED's global
+attention), or sizing a tensor from a tensor's value (``arange(t, t + n)`` of a tensor ``t``: Dynamo's own internal
+error), fails the warmup naming the graph type, the line and the fix.
 """
 from __future__ import annotations
 
@@ -145,6 +146,24 @@ def test_a_size_read_from_a_tensor_names_the_graph_the_line_and_the_fix(tmp_path
                      message)
     assert "PendingUnbackedSymbolNotFound" in message and "Fix: compute sizes from shapes" in message
     torch._dynamo.reset()
+
+
+def test_positions_from_the_caches_filled_length_are_one_graph_per_bucket(compiled, graph_keys):
+    """TrOCR computes its positions as ``arange(cache.get_seq_length(), ... + n)``: the static cache gives the call's
+    start, read once, so prefill and every decode step are two graphs, and decode as the model's own forward."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.TrOCRForCausalLM(transformers.TrOCRConfig(
+        vocab_size=VOCAB, d_model=32, decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=64,
+        max_position_embeddings=64, use_learned_position_embeddings=True)).eval()
+    lm = compiled(StaticCausalLM(model, max_cache_len=16))
+    ids = token_ids(1, 8)
+    with torch.inference_mode():
+        want = model(ids, use_cache=False).logits
+        got = [lm(ids[:, :6], torch.tensor(0))] + [lm(ids[:, i:i + 1], torch.tensor(i)) for i in (6, 7)]
+    torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
+    assert len(graph_keys()) == 2
 
 
 def test_a_hybrid_of_linear_and_sliding_attention_layers_decodes_as_transformers():
