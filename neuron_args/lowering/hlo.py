@@ -525,6 +525,8 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         lines.append(f"  {_DATA_DEPENDENT[op]}")
     elif "complex32" in str(error):
         lines.append("  torch.complex32 (chalf) has no XLA type: compute in torch.complex64")
+    elif _boolean_index(n):
+        lines.append(f"  {_BOOLEAN_INDEX_FIX}")
     elif _has_unbacked_size(n):
         lines.append("  its output size depends on tensor values (a boolean mask index, nonzero): keep sizes fixed "
                      "with torch.where, or compute it outside the compiled function")
@@ -536,6 +538,22 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         "jax lowering for the op with neuron_args.lowering.register_lowering"
     )
     return "\n".join(lines)
+
+
+#: a boolean-mask index keeps as many rows as the mask has true values; picking known rows by position is static
+_BOOLEAN_INDEX_FIX = (
+    "x[mask] keeps as many elements as the mask has true values, unknown while tracing: index by position "
+    "instead, e.g. the last true of each row: last = torch.where(mask, torch.arange(mask.shape[-1]), -1).argmax(-1); "
+    "x[torch.arange(x.shape[0]), last]. In a model you do not edit (a transformers sequence classifier picking its "
+    "last eos token so), compile the part before the selection (its base model) and pick the rows and apply the head "
+    "outside the compiled graph, or wrap the model so that its forward selects by index")
+
+
+def _boolean_index(n: torch.fx.Node) -> bool:
+    """``n`` indexes by a boolean mask (``aten.index.Tensor`` with a bool index)."""
+    return n.target is torch.ops.aten.index.Tensor and any(
+        isinstance(i, torch.fx.Node) and getattr(i.meta.get("val"), "dtype", None) is torch.bool
+        for i in (n.args[1] if len(n.args) > 1 else ()))
 
 
 def _has_unbacked_size(n: torch.fx.Node) -> bool:
