@@ -166,6 +166,23 @@ def test_positions_from_the_caches_filled_length_are_one_graph_per_bucket(compil
     assert len(graph_keys()) == 2
 
 
+def test_a_boolean_mask_selection_names_the_op_the_line_and_a_selection_by_index(compiled):
+    """BART-family sequence classifiers pick the last eos token by a boolean mask (``hidden[eos_mask, :]``), a size
+    from tensor values: refused naming the op, the line and a static selection the user can write instead."""
+    from neuron_args.errors import LoweringError
+
+    def last_eos(hidden, ids):  # BartForSequenceClassification's selection
+        return hidden[ids.eq(2), :].view(hidden.size(0), -1, hidden.size(-1))[:, -1, :]
+
+    with pytest.raises(LoweringError) as caught, torch.inference_mode(), \
+            torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        compiled(last_eos)(torch.randn(1, 4, 3), torch.tensor([[5, 2, 7, 2]]))
+    message = str(caught.value)
+    assert "cannot lower op aten.index.Tensor" in message and "hidden[ids.eq(2), :]" in message
+    assert "last = torch.where(mask, torch.arange(mask.shape[-1]), -1).argmax(-1)" in message
+    assert "compile the part before the selection (its base model)" in message
+
+
 def test_a_hybrid_of_linear_and_sliding_attention_layers_decodes_as_transformers():
     """Inkling's layers hold a recurrent state and (sliding-window) keys and values each: full-length hybrids."""
     from tests.hf.probe_served import Target, build
