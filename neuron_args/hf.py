@@ -10,7 +10,9 @@ A Neuron graph has fixed shapes and no Python state that changes between calls. 
   tensor; the model's sliding-window *mask* still applies, from absolute positions.
 - positions: padding a prompt to its bucket must not move the next token's position.
   :class:`StaticCausalLM` takes the start position as a tensor and writes the cache there, so a
-  padded prefill is followed by a decode at the real prompt length.
+  padded prefill is followed by a decode at the real prompt length. Models that compute positions
+  from ``cache.get_seq_length()`` get that start as a Python int read once per call (a traced value
+  in the graph), not the tensor a ``StaticLayer`` holds, which Dynamo cannot size an ``arange`` by.
 """
 from __future__ import annotations
 
