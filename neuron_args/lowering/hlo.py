@@ -525,11 +525,11 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         lines.append(f"  {_DATA_DEPENDENT[op]}")
     elif "complex32" in str(error):
         lines.append("  torch.complex32 (chalf) has no XLA type: compute in torch.complex64")
-    elif _boolean_index(n):
-        lines.append(f"  {_BOOLEAN_INDEX_FIX}")
     elif _has_unbacked_size(n):
         lines.append("  its output size depends on tensor values (a boolean mask index, nonzero): keep sizes fixed "
                      "with torch.where, or compute it outside the compiled function")
+        if _boolean_index(n):
+            lines.append(f"  {_BOOLEAN_INDEX_FIX}")
     if where:
         lines.append(f"  it comes from {where}")
     lines.append(
