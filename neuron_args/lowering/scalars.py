@@ -27,7 +27,7 @@ def _scalar(node: torch.fx.Node, tensor: Any) -> Any:
     uses it as a value only (:func:`_used_as_value`)."""
     misuse = _used_as_value(node)
     if misuse is not None:
-        raise ValueError(f"the value read sets more than values: {misuse}")
+        raise ValueError(f"the value read is used as more than a value (a size, a slice bound, a branch): {misuse}")
     return tensor.reshape(())
 
 
@@ -51,9 +51,9 @@ def _used_as_value(read: torch.fx.Node) -> str | None:
                 pending.append(user)
             elif target in _COMPARISONS or target in TRACED or target is aten._assert_scalar.default:
                 if target in _COMPARISONS and any(u.target is not aten._assert_scalar.default for u in user.users):
-                    return f"a comparison used by {[u.name for u in user.users]} (a branch on the value)"
+                    return f"FX node {user.name!r} (a comparison: a branch on the value)"
             elif not (isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags):
-                return f"{user.name} ({target})"
+                return f"FX node {user.name!r} ({getattr(target, '__name__', target)})"
     return None
 
 
