@@ -11,8 +11,8 @@ A Neuron graph has fixed shapes and no Python state that changes between calls. 
 - positions: padding a prompt to its bucket must not move the next token's position.
   :class:`StaticCausalLM` takes the start position as a tensor and writes the cache there, so a
   padded prefill is followed by a decode at the real prompt length. Models that compute positions
-  from ``cache.get_seq_length()`` get that start as a Python int read once per call (a traced value
-  in the graph), not the tensor a ``StaticLayer`` holds, which Dynamo cannot size an ``arange`` by.
+  from ``cache.get_seq_length()`` get the filled length as a Python int (a traced value in the
+  graph), not the tensor a ``StaticLayer`` holds, which Dynamo cannot size an ``arange`` by.
 """
 from __future__ import annotations
 
@@ -77,47 +77,29 @@ def _positioned_cache(layers: list[Any]) -> Any:
 
 @functools.cache
 def positioned_cache_class() -> type:
-    """transformers' ``StaticCache`` with the call's start position as its filled length (a class made on first use:
-    transformers is imported only then)."""
+    """transformers' ``StaticCache`` whose filled length is a Python int (a class made on first use: transformers is
+    imported only then)."""
     from transformers.cache_utils import StaticCache
 
     class PositionedCache(StaticCache):
-        """A ``StaticCache`` whose filled length, while :class:`StaticCausalLM` calls its model, is the call's start
-        position as a Python int.
+        """A ``StaticCache`` whose ``get_seq_length()`` is a Python int, read from the layer's filled length.
 
-        Models that compute positions from ``cache.get_seq_length()`` (``torch.arange(length, length + n)``: MVP,
-        RoFormer, TrOCR; ``n + length``: MPT) get a 0-d tensor from a ``StaticLayer``, which Dynamo reads with one
-        ``.item()`` per bound, not knowing their difference: the graph breaks. While a call runs (:meth:`at`), this
-        cache reads ``start`` once (bounded by the cache length) and counts the tokens each layer writes, so such an
-        ``arange`` is ``n`` long in one static graph and the position stays a traced value
-        (``neuron_args.lowering.scalars``). Outside a call it is transformers' ``StaticCache``.
+        Models that compute positions from it (``torch.arange(length, length + n)``: MVP, RoFormer, TrOCR;
+        ``n + length``: MPT) get a 0-d tensor from a ``StaticLayer``, which Dynamo reads with one ``.item()`` per
+        bound, not knowing their difference: the graph breaks. Read once here (bounded by the cache length), such an
+        ``arange`` is ``n`` long in one static graph and the length stays a traced value
+        (``neuron_args.lowering.scalars``). No Python state changes: :class:`StaticCausalLM` sets the layers' filled
+        length (a tensor) to the call's start, and the graph replays as it is.
         """
 
-        _start: torch.Tensor | None = None
-        _bound = 0
-        _length: int | None = None
-        _written: dict[int, int] | None = None
-
-        def at(self, start: torch.Tensor | None, max_cache_len: int = 0) -> None:
-            """Calls from now on start at ``start``, at most ``max_cache_len`` (None: the call is over)."""
-            self._start, self._bound, self._length = start, max_cache_len, None
-            self._written = {} if start is not None else None
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
-                   **kwargs: Any) -> Any:
-            if self._written is not None:
-                self._written[layer_idx] = self._written.get(layer_idx, 0) + key_states.shape[-2]
-            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
-
         def get_seq_length(self, layer_idx: int = 0) -> Any:
-            if self._start is None:
-                return super().get_seq_length(layer_idx)
-            if self._length is None:  # read once per call: one symbol, so arange(p, p + n) is n long
-                length = self._start.item()
-                torch._check(length >= 0)
-                torch._check(length <= self._bound)
-                self._length = length
-            return self._length + self._written.get(layer_idx, 0)
+            length = super().get_seq_length(layer_idx)
+            if not isinstance(length, torch.Tensor):
+                return length
+            length = length.item()
+            torch._check(length >= 0)
+            torch._check(length <= max(getattr(layer, "max_cache_len", 0) for layer in self.layers))
+            return length
 
     return PositionedCache
 
@@ -220,13 +202,9 @@ class StaticCausalLM(torch.nn.Module):
                 layer.cumulative_length.copy_(start)
             if hasattr(layer, "has_previous_state"):
                 _continue_or_restart(layer, start, one_token=input_ids.shape[1] == 1)
-        self.cache.at(start, self.max_cache_len)
-        try:
-            out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
-                             cache_position=positions, **{self.cache_keyword: self.cache}, use_cache=True,
-                             attention_mask=None if self.recurrent else self.attention_mask[: input_ids.shape[0]])
-        finally:
-            self.cache.at(None)
+        out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
+                         cache_position=positions, **{self.cache_keyword: self.cache}, use_cache=True,
+                         attention_mask=None if self.recurrent else self.attention_mask[: input_ids.shape[0]])
         return out.logits
 
 
@@ -378,14 +356,10 @@ class Seq2SeqDecoderStep(torch.nn.Module):
         if self.computes_cross:
             for layer in self.cache.cross_attention_cache.layers:
                 layer.cumulative_length.zero_()
-        self.cache.self_attention_cache.at(start, self.attention_mask.shape[1])
-        try:
-            out = self.model(encoder_outputs=_encoder_outputs(encoder_hidden_states),
-                             attention_mask=encoder_attention_mask, decoder_input_ids=decoder_input_ids,
-                             decoder_attention_mask=self.attention_mask[: decoder_input_ids.shape[0]],
-                             cache=self.cache, use_cache=True)
-        finally:
-            self.cache.self_attention_cache.at(None)
+        out = self.model(encoder_outputs=_encoder_outputs(encoder_hidden_states), attention_mask=encoder_attention_mask,
+                         decoder_input_ids=decoder_input_ids,
+                         decoder_attention_mask=self.attention_mask[: decoder_input_ids.shape[0]],
+                         cache=self.cache, use_cache=True)
         return out.logits
 
 
