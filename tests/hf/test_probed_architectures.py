@@ -5,8 +5,8 @@ counts more layers than it caches (BART's decoder as a causal LM: its config's l
 encoder's) gets one static layer per decoder layer; state-space layers get their states allocated up front
 and restarted by a prompt; a model keeping its state outside transformers' cache layers is refused with the
 fix. The decoder graphs give the encoder states as a transformers output (NLLB-MoE reads them by name). A
-model computing positions from the cache's filled length (TrOCR, MVP, RoFormer, MPT) reads it once as the call's
-start (a traced value in the HLO): one graph per bucket. A forward branching on a data-dependent size (LED's global
+model computing positions from the cache's filled length (TrOCR, MVP, RoFormer, MPT) reads it as a Python int (a
+traced value in the HLO): one graph per bucket. A forward branching on a data-dependent size (LED's global
 attention), or sizing a tensor from a tensor's value (``arange(t, t + n)`` of a tensor ``t``: Dynamo's own internal
 error), fails the warmup naming the graph type, the line and the fix.
 """
@@ -149,8 +149,8 @@ def test_a_size_read_from_a_tensor_names_the_graph_the_line_and_the_fix(tmp_path
 
 
 def test_positions_from_the_caches_filled_length_are_one_graph_per_bucket(compiled, graph_keys):
-    """TrOCR computes its positions as ``arange(cache.get_seq_length(), ... + n)``: the static cache gives the call's
-    start, read once, so prefill and every decode step are two graphs, and decode as the model's own forward."""
+    """TrOCR computes its positions as ``arange(cache.get_seq_length(), ... + n)``: the static cache gives its filled
+    length as one Python int, so prefill and every decode step are two graphs, and decode as the model's own forward."""
     import transformers
 
     torch.manual_seed(0)
