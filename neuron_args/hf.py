@@ -101,6 +101,10 @@ def positioned_cache_class() -> type:
             torch._check(length <= max(getattr(layer, "max_cache_len", 0) for layer in self.layers))
             return length
 
+        def get_query_offset(self, layer_idx: int = 0) -> Any:
+            # the tensor: transformers' masks take a static cache's offset so and never branch on it
+            return super().get_seq_length(layer_idx)
+
     return PositionedCache
 
 
