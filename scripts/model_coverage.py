@@ -317,7 +317,15 @@ def generation_tables(results: dict[tuple[str, str | None, str], str]) -> list[s
 TINY_MISMATCH = ("not probed", "the generic tiny config is inconsistent for this model (a size it derives from "
                  "others): its own eager forward fails on shapes before any graph")
 #: causes triaged by hand where the probe's own words do not say it: name -> (result, cause)
+#: RoBERTa-family decoders: positions offset by the padding index, which StaticCausalLM's position_ids do not carry
+ROBERTA_POSITIONS = ("**FAIL**", "StaticCausalLM passes `position_ids = start + arange(n)`; RoBERTa-family learned "
+                     "positions start at `padding_idx + 1` (the model adds it only when it computes them itself), so "
+                     "its logits differ from its no-cache forward (the earlier pass predates the probe's comparison "
+                     "with that forward)")
+
 SERVED_TRIAGE = {
+    **{f"causal:{name}": ROBERTA_POSITIONS for name in (
+        "camembert", "data2vec-text", "roberta", "roberta-prelayernorm", "xlm-roberta", "xlm-roberta-xl")},
     "causal:cpmant": ("eager fails", "CPM-Ant adds its own prompt tokens (`prompt_length`) to every input, so the "
                       "positions it writes run past the caller's `start` and the cache: not one position per token"),
     "causal:prophetnet": ("eager fails", "ProphetNet's n-gram self-attention builds masks of the input's length, "
