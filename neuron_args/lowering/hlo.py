@@ -516,7 +516,7 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
-    where = _user_source(n)
+    where = _user_source(getattr(error, "node", None) or n)  # a read's use (lowering.scalars.NotAValue): its line
     lines = [
         f"cannot lower op {op} (FX node {n.name!r}) of graph type {graph_type!r} to HLO: "
         + (f"no lowering exists for it ({error})" if missing else f"{type(error).__name__}: {_first_line(error)}"),

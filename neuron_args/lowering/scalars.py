@@ -27,8 +27,17 @@ def _scalar(node: torch.fx.Node, tensor: Any) -> Any:
     uses it as a value only (:func:`_used_as_value`)."""
     misuse = _used_as_value(node)
     if misuse is not None:
-        raise ValueError(f"the value read is used as more than a value (a size, a slice bound, a branch): {misuse}")
+        raise NotAValue(*misuse)
     return tensor.reshape(())
+
+
+class NotAValue(ValueError):
+    """A value read from a tensor that the graph uses as more than a value; ``node`` is that use (its line is the
+    user's, where the read may be a library's)."""
+
+    def __init__(self, use: str, node: torch.fx.Node) -> None:
+        super().__init__(f"the value read is used as more than a value (a size, a slice bound, a branch): {use}")
+        self.node = node
 
 
 #: Python arithmetic on a read scalar (Dynamo records it as these FX targets): its result is a traced scalar too
@@ -37,10 +46,11 @@ _ARITHMETIC = frozenset({operator.add, operator.sub, operator.mul, operator.neg,
 _COMPARISONS = frozenset({operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge})
 
 
-def _used_as_value(read: torch.fx.Node) -> str | None:
+def _used_as_value(read: torch.fx.Node) -> tuple[str, torch.fx.Node] | None:
     """None if every use of ``read``'s value is a value use (arithmetic, a pointwise op's scalar operand, an
-    ``arange`` bound, a runtime check); else the first other use (a size, a slice bound, a branch), named."""
-    pending, seen = [read], {read}
+    ``arange`` bound, a runtime check); else the first other use in the graph (a size, a slice bound, a branch),
+    named, and its node."""
+    pending, seen, misuses = [read], {read}, []
     while pending:
         for user in pending.pop().users:
             if user in seen:
@@ -51,10 +61,13 @@ def _used_as_value(read: torch.fx.Node) -> str | None:
                 pending.append(user)
             elif target in _COMPARISONS or target in TRACED or target is aten._assert_scalar.default:
                 if target in _COMPARISONS and any(u.target is not aten._assert_scalar.default for u in user.users):
-                    return f"FX node {user.name!r} (a comparison: a branch on the value)"
+                    misuses.append((f"FX node {user.name!r} (a comparison: a branch on the value)", user))
             elif not (isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags):
-                return f"FX node {user.name!r} ({getattr(target, '__name__', target)})"
-    return None
+                misuses.append((f"FX node {user.name!r} ({getattr(target, '__name__', target)})", user))
+    if not misuses:
+        return None
+    order = {node: i for i, node in enumerate(read.graph.nodes)}
+    return min(misuses, key=lambda misuse: order[misuse[1]])
 
 
 def _arange(node: torch.fx.Node, start: Any, end: Any = None, step: Any = 1, **_: Any) -> Any:
