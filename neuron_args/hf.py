@@ -10,10 +10,13 @@ A Neuron graph has fixed shapes and no Python state that changes between calls. 
   tensor; the model's sliding-window *mask* still applies, from absolute positions.
 - positions: padding a prompt to its bucket must not move the next token's position.
   :class:`StaticCausalLM` takes the start position as a tensor and writes the cache there, so a
-  padded prefill is followed by a decode at the real prompt length.
+  padded prefill is followed by a decode at the real prompt length. Models that compute positions
+  from ``cache.get_seq_length()`` get the filled length as a Python int (a traced value in the
+  graph), not the tensor a ``StaticLayer`` holds, which Dynamo cannot size an ``arange`` by.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -47,7 +50,6 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
     the config counts past the last one the model fills (an encoder's layers in a decoder's config) are dropped.
     """
     from transformers import DynamicCache
-    from transformers.cache_utils import Cache, StaticCache
 
     param = next(model.parameters())
     probe = DynamicCache(config=model.config)
@@ -61,10 +63,49 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
             f"({type(exc).__name__}: {exc}); static_cache sizes its layers from that call, so this model's cache "
             "is not one transformers' cache layers hold (it has a cache class of its own). fix: serve it without a "
             "cache (one graph per sequence bucket, use_cache=False), or keep it in eager PyTorch") from exc
-    # a StaticCache of these layers (transformers' constructor would build its own from the config first)
-    cache = StaticCache.__new__(StaticCache)
-    Cache.__init__(cache, layers=_static_layers_like(type(model).__name__, probe.layers, max_cache_len, batch_size))
+    return _positioned_cache(_static_layers_like(type(model).__name__, probe.layers, max_cache_len, batch_size))
+
+
+def _positioned_cache(layers: list[Any]) -> Any:
+    """A StaticCache of ``layers`` (transformers' constructor would build its own from the config first)."""
+    from transformers.cache_utils import Cache
+
+    cache = positioned_cache_class().__new__(positioned_cache_class())
+    Cache.__init__(cache, layers=layers)
     return cache
+
+
+@functools.cache
+def positioned_cache_class() -> type:
+    """transformers' ``StaticCache`` whose filled length is a Python int (a class made on first use: transformers is
+    imported only then)."""
+    from transformers.cache_utils import StaticCache
+
+    class PositionedCache(StaticCache):
+        """A ``StaticCache`` whose ``get_seq_length()`` is a Python int, read from the layer's filled length.
+
+        Models that compute positions from it (``torch.arange(length, length + n)``: MVP, RoFormer, TrOCR;
+        ``n + length``: MPT) get a 0-d tensor from a ``StaticLayer``, which Dynamo reads with one ``.item()`` per
+        bound, not knowing their difference: the graph breaks. Read once here (bounded by the cache length), such an
+        ``arange`` is ``n`` long in one static graph and the length stays a traced value
+        (``neuron_args.lowering.scalars``). No Python state changes: :class:`StaticCausalLM` sets the layers' filled
+        length (a tensor) to the call's start, and the graph replays as it is.
+        """
+
+        def get_seq_length(self, layer_idx: int = 0) -> Any:
+            length = super().get_seq_length(layer_idx)
+            if not isinstance(length, torch.Tensor):
+                return length
+            length = length.item()
+            torch._check(length >= 0)
+            torch._check(length <= max(getattr(layer, "max_cache_len", 0) for layer in self.layers))
+            return length
+
+        def get_query_offset(self, layer_idx: int = 0) -> Any:
+            # the tensor: transformers' masks take a static cache's offset so and never branch on it
+            return super().get_seq_length(layer_idx)
+
+    return PositionedCache
 
 
 def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
@@ -232,7 +273,7 @@ def _static_layers(filled: list[Any], max_cache_len: int, batch_size: int) -> li
 def encoder_width(model: torch.nn.Module) -> int:
     """The width of an encoder-decoder's encoder states: ``d_model`` or ``hidden_size`` of its config, or of the
     encoder's own config (T5Gemma nests one per side)."""
-    for config in (model.config, getattr(model.config, "encoder", None), model.get_encoder().config):
+    for config in (model.config, getattr(model.config, "encoder", None), getattr(model.get_encoder(), "config", None)):
         width = getattr(config, "d_model", None) or getattr(config, "hidden_size", None)
         if width:
             return int(width)
@@ -272,7 +313,9 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
         if not filled:
             raise ValueError(f"{type(model).__name__}: a decoder call filled no cache layers; "
                              "static_encoder_decoder_cache handles models whose attention layers cache keys and values")
-        caches.append(Cache(layers=_static_layers(filled, length, batch_size)))
+        layers = _static_layers(filled, length, batch_size)
+        # the self-attention cache's filled length gives positions (see positioned_cache_class)
+        caches.append(Cache(layers=layers) if caches else _positioned_cache(layers))
     return EncoderDecoderCache(*caches)
 
 

@@ -311,7 +311,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     from torchax.tensor import Tensor
     from torchax.view import View
 
-    from neuron_args.lowering import ops
+    from neuron_args.lowering import ops, scalars
 
     env = _environment()
     out_dtypes = [_np_dtype(s.lowered_dtype) for s in output_specs]
@@ -332,6 +332,8 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
             if target is _WITH_EFFECTS:
                 return _with_effects(*args, **kwargs)
+            if (out := scalars.lower(target, self._node, args, kwargs)) is not NotImplemented:
+                return out
             if target in ops.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
                 return env.j2t_iso(ops.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
@@ -514,7 +516,7 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
-    where = _user_source(n)
+    where = _user_source(getattr(error, "node", None) or n)  # a read's use (lowering.scalars.NotAValue): its line
     lines = [
         f"cannot lower op {op} (FX node {n.name!r}) of graph type {graph_type!r} to HLO: "
         + (f"no lowering exists for it ({error})" if missing else f"{type(error).__name__}: {_first_line(error)}"),
@@ -526,6 +528,8 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     elif _has_unbacked_size(n):
         lines.append("  its output size depends on tensor values (a boolean mask index, nonzero): keep sizes fixed "
                      "with torch.where, or compute it outside the compiled function")
+        if _boolean_index(n):
+            lines.append(f"  {_BOOLEAN_INDEX_FIX}")
     if where:
         lines.append(f"  it comes from {where}")
     lines.append(
@@ -534,6 +538,22 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         "jax lowering for the op with neuron_args.lowering.register_lowering"
     )
     return "\n".join(lines)
+
+
+#: a boolean-mask index keeps as many rows as the mask has true values; picking known rows by position is static
+_BOOLEAN_INDEX_FIX = (
+    "x[mask] keeps as many elements as the mask has true values, unknown while tracing: index by position "
+    "instead, e.g. the last true of each row: last = torch.where(mask, torch.arange(mask.shape[-1]), -1).argmax(-1); "
+    "x[torch.arange(x.shape[0]), last]. In a model you do not edit (a transformers sequence classifier picking its "
+    "last eos token so), compile the part before the selection (its base model) and pick the rows and apply the head "
+    "outside the compiled graph, or wrap the model so that its forward selects by index")
+
+
+def _boolean_index(n: torch.fx.Node) -> bool:
+    """``n`` indexes by a boolean mask (``aten.index.Tensor`` with a bool index)."""
+    return n.target is torch.ops.aten.index.Tensor and any(
+        isinstance(i, torch.fx.Node) and getattr(i.meta.get("val"), "dtype", None) is torch.bool
+        for i in (n.args[1] if len(n.args) > 1 else ()))
 
 
 def _has_unbacked_size(n: torch.fx.Node) -> bool:

@@ -93,6 +93,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     "bamba": {"attn_layer_indices": [1]},
     "mamba2": {"num_heads": 8, "head_dim": 8},
+    # input, recurrent (looped) and output sections of one layer each: the defaults (8 + 8 around the rest) leave two
+    # layers a recurrent section of -14 that transformers accepts, running each layer twice into one cache layer
+    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1},
 }
 
 

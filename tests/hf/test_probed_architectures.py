@@ -5,9 +5,10 @@ counts more layers than it caches (BART's decoder as a causal LM: its config's l
 encoder's) gets one static layer per decoder layer; state-space layers get their states allocated up front
 and restarted by a prompt; a model keeping its state outside transformers' cache layers is refused with the
 fix. The decoder graphs give the encoder states as a transformers output (NLLB-MoE reads them by name). A
-forward branching on a data-dependent size (LED's global attention), or sizing a tensor from a tensor's value
-(TrOCR's positions from the cache's filled length: Dynamo's own internal error), fails the warmup naming the graph
-type, the line and the fix.
+model computing positions from the cache's filled length (TrOCR, MVP, RoFormer, MPT) reads it as a Python int (a
+traced value in the HLO): one graph per bucket. A forward branching on a data-dependent size (LED's global
+attention), or sizing a tensor from a tensor's value (``arange(t, t + n)`` of a tensor ``t``: Dynamo's own internal
+error), fails the warmup naming the graph type, the line and the fix.
 """
 from __future__ import annotations
 
@@ -145,6 +146,41 @@ def test_a_size_read_from_a_tensor_names_the_graph_the_line_and_the_fix(tmp_path
                      message)
     assert "PendingUnbackedSymbolNotFound" in message and "Fix: compute sizes from shapes" in message
     torch._dynamo.reset()
+
+
+def test_positions_from_the_caches_filled_length_are_one_graph_per_bucket(compiled, graph_keys):
+    """TrOCR computes its positions as ``arange(cache.get_seq_length(), ... + n)``: the static cache gives its filled
+    length as one Python int, so prefill and every decode step are two graphs, and decode as the model's own forward."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.TrOCRForCausalLM(transformers.TrOCRConfig(
+        vocab_size=VOCAB, d_model=32, decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=64,
+        max_position_embeddings=64, use_learned_position_embeddings=True)).eval()
+    lm = compiled(StaticCausalLM(model, max_cache_len=16))
+    ids = token_ids(1, 8)
+    with torch.inference_mode():
+        want = model(ids, use_cache=False).logits
+        got = [lm(ids[:, :6], torch.tensor(0))] + [lm(ids[:, i:i + 1], torch.tensor(i)) for i in (6, 7)]
+    torch.testing.assert_close(torch.cat(got, dim=1), want, atol=1e-5, rtol=1e-5)
+    assert len(graph_keys()) == 2
+
+
+def test_a_boolean_mask_selection_names_the_op_the_line_and_a_selection_by_index(compiled):
+    """BART-family sequence classifiers pick the last eos token by a boolean mask (``hidden[eos_mask, :]``), a size
+    from tensor values: refused naming the op, the line and a static selection the user can write instead."""
+    from neuron_args.errors import LoweringError
+
+    def last_eos(hidden, ids):  # BartForSequenceClassification's selection
+        return hidden[ids.eq(2), :].view(hidden.size(0), -1, hidden.size(-1))[:, -1, :]
+
+    with pytest.raises(LoweringError) as caught, torch.inference_mode(), \
+            torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        compiled(last_eos)(torch.randn(1, 4, 3), torch.tensor([[5, 2, 7, 2]]))
+    message = str(caught.value)
+    assert "cannot lower op aten.index.Tensor" in message and "hidden[ids.eq(2), :]" in message
+    assert "last = torch.where(mask, torch.arange(mask.shape[-1]), -1).argmax(-1)" in message
+    assert "compile the part before the selection (its base model)" in message
 
 
 def test_a_hybrid_of_linear_and_sliding_attention_layers_decodes_as_transformers():

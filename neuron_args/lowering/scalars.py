@@ -1,0 +1,108 @@
+"""Tensor values read into Python scalars (``.item()``) that stay traced values in the HLO.
+
+A graph that reads a 0-d tensor input into a Python int (a position: ``start.item()``) and uses it as
+a *value* -- an offset added to a range (``torch.arange(p, p + n)``: ``n`` long whatever ``p`` is), a
+``max``, a scalar operand -- is still one static graph: only its sizes must not depend on the value.
+Dynamo records the read as ``aten._local_scalar_dense`` and the Python arithmetic on it as
+``operator``/``torch.sym_*`` nodes; these lower to 0-d arrays, and ``arange`` with such a bound to the
+static length torch traced plus the traced start. A size taken from the value still fails, at the op
+whose output size it is (the message names it).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _is_traced(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def _scalar(node: torch.fx.Node, tensor: Any) -> Any:
+    """``aten._local_scalar_dense``: the value as a traced 0-d array (not read out of the trace), when the graph
+    uses it as a value only (:func:`_used_as_value`)."""
+    misuse = _used_as_value(node)
+    if misuse is not None:
+        raise NotAValue(*misuse)
+    return tensor.reshape(())
+
+
+class NotAValue(ValueError):
+    """A value read from a tensor that the graph uses as more than a value; ``node`` is that use (its line is the
+    user's, where the read may be a library's)."""
+
+    def __init__(self, use: str, node: torch.fx.Node) -> None:
+        super().__init__(f"the value read is used as more than a value (a size, a slice bound, a branch): {use}")
+        self.node = node
+
+
+#: Python arithmetic on a read scalar (Dynamo records it as these FX targets): its result is a traced scalar too
+_ARITHMETIC = frozenset({operator.add, operator.sub, operator.mul, operator.neg, operator.floordiv, operator.mod,
+                         torch.sym_max, torch.sym_min})
+_COMPARISONS = frozenset({operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge})
+
+
+def _used_as_value(read: torch.fx.Node) -> tuple[str, torch.fx.Node] | None:
+    """None if every use of ``read``'s value is a value use (arithmetic, a pointwise op's scalar operand, an
+    ``arange`` bound, a runtime check); else the first other use in the graph (a size, a slice bound, a branch),
+    named, and its node."""
+    pending, seen, misuses = [read], {read}, []
+    while pending:
+        for user in pending.pop().users:
+            if user in seen:
+                continue
+            seen.add(user)
+            target = user.target
+            if target in _ARITHMETIC:
+                pending.append(user)
+            elif target in _COMPARISONS or target in TRACED or target is aten._assert_scalar.default:
+                if target in _COMPARISONS and any(u.target is not aten._assert_scalar.default for u in user.users):
+                    misuses.append((f"FX node {user.name!r} (a comparison: a branch on the value)", user))
+            elif not (isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags):
+                misuses.append((f"FX node {user.name!r} ({getattr(target, '__name__', target)})", user))
+    if not misuses:
+        return None
+    order = {node: i for i, node in enumerate(read.graph.nodes)}
+    return min(misuses, key=lambda misuse: order[misuse[1]])
+
+
+def _arange(node: torch.fx.Node, start: Any, end: Any = None, step: Any = 1, **_: Any) -> Any:
+    """``aten.arange.start{,_step}`` with a traced bound: ``start + step * iota(n)``, ``n`` the length torch traced
+    (static: the bounds differ by a constant)."""
+    val = node.meta["val"]
+    n = val.shape[0]
+    if not isinstance(n, int):
+        raise ValueError(f"arange's length {n} depends on tensor values; keep end - start a constant")
+    start = start if _is_traced(start) else torch.full((), start, dtype=val.dtype)
+    return (start.to(val.dtype) + torch.arange(n, dtype=val.dtype) * step).to(val.dtype)
+
+
+def _extremum(pick: Any) -> Any:
+    def lower(node: torch.fx.Node, a: Any, b: Any) -> Any:
+        like = a if _is_traced(a) else b
+        a, b = (x if _is_traced(x) else torch.full((), x, dtype=like.dtype) for x in (a, b))
+        return pick(a, b)
+    return lower
+
+
+#: FX targets that take or make a traced scalar, and their lowering ``(node, *args, **kwargs)``; used when an
+#: argument is traced (or always, for the read itself)
+TRACED: dict[Any, Any] = {
+    aten.arange.start: _arange,
+    aten.arange.start_step: _arange,
+    torch.sym_max: _extremum(torch.maximum),
+    torch.sym_min: _extremum(torch.minimum),
+}
+
+
+def lower(target: Any, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+    """The lowering of ``target`` when it reads or takes a traced scalar, else ``NotImplemented``."""
+    if target is aten._local_scalar_dense.default:
+        return _scalar(node, *args)
+    if target in TRACED and any(_is_traced(a) for a in (*args, *kwargs.values())):
+        return TRACED[target](node, *args, **kwargs)
+    return NotImplemented
