@@ -317,11 +317,11 @@ def generation_tables(results: dict[tuple[str, str | None, str], str]) -> list[s
 TINY_MISMATCH = ("not probed", "the generic tiny config is inconsistent for this model (a size it derives from "
                  "others): its own eager forward fails on shapes before any graph")
 #: causes triaged by hand where the probe's own words do not say it: name -> (result, cause)
-#: RoBERTa-family decoders: positions offset by the padding index, which StaticCausalLM's position_ids do not carry
-ROBERTA_POSITIONS = ("**FAIL**", "StaticCausalLM passes `position_ids = start + arange(n)`; RoBERTa-family learned "
-                     "positions start at `padding_idx + 1` (the model adds it only when it computes them itself), so "
-                     "its logits differ from its no-cache forward (the earlier pass predates the probe's comparison "
-                     "with that forward)")
+#: RoBERTa-family decoders: transformers' own generate() gives them the positions StaticCausalLM gives
+ROBERTA_POSITIONS = ("not ours", "StaticCausalLM passes `position_ids = start + arange(n)`, as transformers' own "
+                     "`generate()` does (`_prepare_position_ids_for_generation`: its logits equal these to 5e-8); "
+                     "RoBERTa-family learned positions start at `padding_idx + 1` only when the model computes them "
+                     "itself, so its no-cache forward differs from its own generate() (0.22 on a tiny RoBERTa)")
 
 SERVED_TRIAGE = {
     **{f"causal:{name}": ROBERTA_POSITIONS for name in (
