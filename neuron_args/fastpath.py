@@ -652,7 +652,7 @@ def _read_bytecode(code: types.CodeType, g: Mapping[str, Any]) -> _Replay:
                     raise Refused("Dynamo's bytecode calls compiled graphs more than once; one graph call replays")
                 graph_args = args
             elif any(fn is f for f in no_effect) and not kws:
-                pass
+                pass  # Dynamo's bookkeeping call (no effect on the module): nothing to replay
             elif fn is setattr_fn and fn is not None and not kws and len(args) == 3 \
                     and isinstance(args[1], _Const) and isinstance(args[1].value, str):
                 write("setattr", args[0], args[1].value, args[2])

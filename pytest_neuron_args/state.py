@@ -457,10 +457,8 @@ def _fill_from_cache(row: dict[str, Any], cache_dir: Path | None) -> None:
             with contextlib.suppress(ValueError):  # a malformed level: shown as none
                 row["optimization_level"] = optimization_level(row["compiler_args"])
     if not row.get("executable_size"):
-        try:
+        with contextlib.suppress(OSError):  # no executable
             row["executable_size"] = entry.executable_path.stat().st_size
-        except OSError:  # no executable
-            pass
 
 
 def merge_row(rows: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
