@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuron_args import CacheMissError, CompileError, TraceError, scoped_compiler_args
+from neuron_args import CacheMissError, CompileError, scoped_compiler_args
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.deferred import TraceJob, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.resolver import CompilerArgsResolver
 from tests.models import make_mlp, mlp_inputs
-from tests.trace_models import Crashing, Hanging, Raising
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["--auto-cast=none", "-O1"]
@@ -161,21 +160,8 @@ def test_parallel_compile_error_carries_the_failed_graphs_as_data():
     assert str(again) == text and again.failures == [bad]
 
 
-@pytest.mark.parametrize("model, expected", [
-    (Crashing(), "killed by signal 11"),
-    (Raising(), "ValueError: bad bucket"),
-])
-def test_failing_trace_children_name_the_graph_type(tmp_path, model, expected):
-    jobs = [TraceJob(model, {"x": torch.zeros(2)}, ["-O3"], "encoder")]
-    with pytest.raises(TraceError) as err:
-        parallel_trace(jobs, options=opts(tmp_path), timeout=120)
-    assert "'encoder'" in str(err.value) and expected in str(err.value)
-
-
-def test_hung_trace_child_hits_its_deadline(tmp_path):
-    with pytest.raises(TraceError) as err:
-        parallel_trace([TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "jf")], options=opts(tmp_path), timeout=8)
-    assert "'jf'" in str(err.value) and "deadline of 8s" in str(err.value)
+# trace children that crash, raise or hang: their TraceError names the graph type and what happened in
+# tests/test_trace_children.py (the same children also prove the jobs after the failed one are traced)
 
 
 FORK_CHOICE = textwrap.dedent("""

@@ -98,6 +98,7 @@ def test_a_raising_job_fails_alone_and_its_child_goes_on(tmp_path):
     jobs = [TraceJob(Raising(), {"x": torch.zeros(2)}, ["-O3"], "raises"), mlp_job(model, 4, 2)]
     with pytest.raises(TraceError) as err:
         parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300)
+    assert "'raises'" in str(err.value) and "ValueError: bad bucket" in str(err.value)  # the TraceError says it too
     raised, ok = err.value.results
     assert raised.status == "failed" and "'raises'" in raised.error
     # what raised, on which inputs and the fix come before the traceback
@@ -112,12 +113,18 @@ def test_a_raising_job_fails_alone_and_its_child_goes_on(tmp_path):
 
 
 def test_a_hung_job_fails_at_its_deadline_and_a_new_child_traces_the_rest(tmp_path):
+    """A hung job is killed at its deadline: the TraceError and the job's result name its graph type and the
+    deadline (what tests/test_deferred.py checked with a lone hung job), and a new child traces the jobs after it.
+
+    6 s: ten times what the later jobs' traces take (a forked child's MLP: 0.3-0.6 s at load 3); each second of it is
+    waited out by the hung job."""
     model = make_mlp()
     jobs = [TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "hangs"), mlp_job(model, 5, 2), mlp_job(model, 6, 3)]
     with pytest.raises(TraceError) as err:
-        parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=20)
+        parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=6)
+    assert "'hangs'" in str(err.value) and "deadline of 6s" in str(err.value)
     hung, *rest = err.value.results
-    assert hung.status == "failed" and "'hangs'" in hung.error and "deadline of 20s" in hung.error
+    assert hung.status == "failed" and "'hangs'" in hung.error and "deadline of 6s" in hung.error
     assert [r.status for r in rest] == ["captured", "captured"]
     assert rest[0].pid == rest[1].pid != hung.pid
     assert sorted(args_by_key(tmp_path).values()) == sorted([jobs[1][2], jobs[2][2]])
