@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -39,9 +40,15 @@ class Policy:
         return with_optimization_level(base, 3) if graph_type == "decode" else list(base)
 
 
+# Pending entries other tests start from. They are captured with the `traced` graphs in one parallel_trace call
+# (each call costs its trace children) and moved aside before those are compiled; a test copies the ones it uses
+# into a cache of its own.
+PENDING_JOBS = {"b3 -O2": (3, ["-O2"]), "b5 -O3": (5, ["-O3"]), "b6 -O2": (6, ["-O2"]), "b7 -O3": (7, ["-O3"])}
+
+
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory):
-    """Two graphs (decode at -O3 via the policy, prefill at base) plus a 2-element job, captured and compiled."""
+def captured(tmp_path_factory):
+    """The `traced` jobs captured into one cache, PENDING_JOBS' entries moved aside: (root, results, {name: path})."""
     root = tmp_path_factory.mktemp("deferred")
     resolver = CompilerArgsResolver.from_model(Policy(), BASE)
     model = make_mlp()
@@ -50,12 +57,35 @@ def traced(tmp_path_factory):
         build_trace_job(resolver, model, {"x": mlp_inputs(batch=4)[0]}, "prefill"),
         (model, {"x": mlp_inputs(batch=2)[0]}),  # the native path's 2-element job: no override
     ]
-    traced = parallel_trace(jobs, options=opts(root), timeout=300)
+    extra = [(model, {"x": mlp_inputs(batch=batch)[0]}, args) for batch, args in PENDING_JOBS.values()]
+    results = parallel_trace(jobs + extra, options=opts(root), timeout=300)
+    aside = tmp_path_factory.mktemp("deferred-pending")
+    moved = {}
+    for name, result in zip(PENDING_JOBS, results[len(jobs):]):
+        (key,) = result.keys
+        moved[name] = shutil.move(root / key, aside / key)
+    return root, results[:len(jobs)], moved
+
+
+@pytest.fixture(scope="module")
+def traced(captured):
+    """Two graphs (decode at -O3 via the policy, prefill at base) plus a 2-element job, captured and compiled."""
+    root, traced, _ = captured
     pending = {e.key: e.metadata() for e in CompileCache(root).entries()}
     statuses = {e.key: e.status for e in CompileCache(root).entries()}
     events = []
     report = parallel_compile(root, progress=events.append, workers=2)
     return root, traced, pending, statuses, report, events
+
+
+@pytest.fixture
+def pending_entry(captured, tmp_path):
+    """``pending_entry(name)``: a copy in ``tmp_path`` of that PENDING_JOBS entry, as parallel_trace left it."""
+    def copy(name):
+        path = Path(captured[2][name])
+        shutil.copytree(path, tmp_path / path.name)
+        return CompileCache(tmp_path).entry(path.name)
+    return copy
 
 
 def test_build_trace_job_resolves_before_the_fork():
@@ -102,9 +132,9 @@ def test_both_flows_share_one_entry_and_serve_hits(traced, monkeypatch):
     assert {e.key for e in CompileCache(root).entries()} == before
 
 
-def test_pending_entries_never_load(tmp_path, monkeypatch):
+def test_pending_entries_never_load(tmp_path, monkeypatch, pending_entry):
     model, (x,) = make_mlp(), mlp_inputs(batch=3)
-    parallel_trace([(model, {"x": x}, ["-O2"])], options=opts(tmp_path), timeout=300)
+    pending_entry("b3 -O2")  # parallel_trace([(model, {"x": x}, ["-O2"])]) into tmp_path
     (entry,) = CompileCache(tmp_path).entries()
     assert entry.status == "pending"
     monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "1")
@@ -113,9 +143,8 @@ def test_pending_entries_never_load(tmp_path, monkeypatch):
         cm(x)
 
 
-def test_old_cache_entry_without_recorded_args_uses_base(tmp_path):
-    model, (x,) = make_mlp(), mlp_inputs(batch=5)
-    parallel_trace([(model, {"x": x}, ["-O3"])], options=opts(tmp_path), timeout=300)
+def test_old_cache_entry_without_recorded_args_uses_base(tmp_path, pending_entry):
+    pending_entry("b5 -O3")  # parallel_trace([(make_mlp(), {"x": batch 5}, ["-O3"])]) into tmp_path
     (entry,) = CompileCache(tmp_path).entries()
     md = entry.metadata()
     del md["compiler_args"]
@@ -127,10 +156,9 @@ def test_old_cache_entry_without_recorded_args_uses_base(tmp_path):
     assert entry.command_path.read_text().split()[-1] == "-O2"
 
 
-def test_one_failing_graph_does_not_stop_the_others(tmp_path):
-    model = make_mlp()
-    parallel_trace([(model, {"x": mlp_inputs(batch=6)[0]}, ["-O2"]), (model, {"x": mlp_inputs(batch=7)[0]}, ["-O3"])],
-                   options=opts(tmp_path), timeout=300)
+def test_one_failing_graph_does_not_stop_the_others(tmp_path, pending_entry):
+    pending_entry("b6 -O2")  # parallel_trace of the MLP at batch 6 under -O2 and batch 7 under -O3 into tmp_path
+    pending_entry("b7 -O3")
     bad = next(e for e in CompileCache(tmp_path).entries() if e.metadata()["compiler_args"] == ["-O3"])
     bad.hlo_path.write_bytes(b"not an hlo module")
     with pytest.raises(CompileError) as err:
