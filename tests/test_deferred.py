@@ -17,6 +17,7 @@ from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.deferred import TraceJob, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.resolver import CompilerArgsResolver
 from tests.models import make_mlp, mlp_inputs
+from tests.trace_models import fork_server
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["--auto-cast=none", "-O1"]
@@ -58,7 +59,7 @@ def captured(tmp_path_factory):
         (model, {"x": mlp_inputs(batch=2)[0]}),  # the native path's 2-element job: no override
     ]
     extra = [(model, {"x": mlp_inputs(batch=batch)[0]}, args) for batch, args in PENDING_JOBS.values()]
-    results = parallel_trace(jobs + extra, options=opts(root), timeout=300)
+    results = parallel_trace(jobs + extra, options=opts(root), timeout=300, start_method=fork_server())
     aside = tmp_path_factory.mktemp("deferred-pending")
     moved = {}
     for name, result in zip(PENDING_JOBS, results[len(jobs):]):
@@ -225,7 +226,8 @@ def test_a_job_compiled_by_the_user_keeps_its_own_options(tmp_path, monkeypatch)
     model = make_mlp()
     compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", dynamic=False,
                              options={**opts(user_dir), "compiler_args": ["--auto-cast=none", "-O1"]})
-    (result,) = parallel_trace([(compiled, {"x": mlp_inputs(batch=9)[0]}, ["--auto-cast=none", "-O3"])], timeout=300)
+    (result,) = parallel_trace([(compiled, {"x": mlp_inputs(batch=9)[0]}, ["--auto-cast=none", "-O3"])], timeout=300,
+                               start_method=fork_server())  # the job, pickled, is the compiled object
     (entry,) = CompileCache(user_dir).entries()
     assert result.keys == [entry.key] and entry.status == "pending"
     assert entry.metadata()["compiler_args"] == ["--auto-cast=none", "-O3"]  # the job's scope still applies

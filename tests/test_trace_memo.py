@@ -384,7 +384,8 @@ def test_fresh_processes_use_the_memo_another_process_wrote_lapack_graphs_includ
             out = cm(*mlp_inputs())
         torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
         print(json.dumps({{"lower": n["lower"], "lapack": lapack,
-                          "rows": [(r.key, r.compiles, r.loads) for r in records.records() if r.key not in lapack_keys]}}))
+                          "rows": [(r.key, r.compiles, r.loads) for r in records.records()
+                                   if r.key not in lapack_keys]}}))
     """)
     got = [json.loads(line) for line in run_twice_fresh(script)]
     (entry,) = CompileCache(mlp_cache).entries()
