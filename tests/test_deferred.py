@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,12 +11,11 @@ import torch
 from neuron_args import CacheMissError, CompileError, scoped_compiler_args
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
-from neuron_args.deferred import TraceJob, build_trace_job, parallel_compile, parallel_trace
+from neuron_args.deferred import build_trace_job, parallel_compile, parallel_trace
 from neuron_args.resolver import CompilerArgsResolver
 from tests.models import make_mlp, mlp_inputs
 from tests.trace_models import fork_server
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = ["--auto-cast=none", "-O1"]
 
 
@@ -193,29 +189,8 @@ def test_parallel_compile_error_carries_the_failed_graphs_as_data():
 # tests/test_trace_children.py (the same children also prove the jobs after the failed one are traced)
 
 
-FORK_CHOICE = textwrap.dedent("""
-    import sys, logging, torch
-    sys.path.insert(0, sys.argv[2])
-    logging.basicConfig(level=logging.WARNING)
-    from neuron_args.deferred.parallel_trace import fork_is_safe, parallel_trace
-    from tests.models import make_mlp, mlp_inputs
-    print("before", fork_is_safe())
-    from neuron_args import xla_cpu
-    xla_cpu.cpu_client()   # the jax client now exists: forked children would hang
-    print("after", fork_is_safe())
-    opts = {"cache_dir": sys.argv[1], "compiler_args": ["-O1"], "target": "trn2", "compiler": "local"}
-    r = parallel_trace([(make_mlp(), {"x": mlp_inputs(batch=2)[0]}, ["-O2"])], options=opts, timeout=300)
-    print("status", r[0].status)
-""")
-
-
-def test_spawn_fallback_once_the_jax_client_exists(tmp_path):
-    run = subprocess.run([sys.executable, "-c", FORK_CHOICE, str(tmp_path), str(REPO)], capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split() == ["before", "True", "after", "False", "status", "captured"]
-    assert "starting trace children with spawn" in run.stderr
-    assert [e.status for e in CompileCache(tmp_path).entries()] == ["pending"]
+# the spawn fallback once jax's client exists (a plain call): tests/test_trace_record.py, in the fresh process that
+# checks the runner's fork server
 
 
 def test_a_job_compiled_by_the_user_keeps_its_own_options(tmp_path, monkeypatch):
