@@ -2,23 +2,20 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import subprocess
-import sys
-import textwrap
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from neuron_args import CacheMissError, CompileError, TraceError, scoped_compiler_args
+from neuron_args import CacheMissError, CompileError, scoped_compiler_args
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
-from neuron_args.deferred import TraceJob, build_trace_job, parallel_compile, parallel_trace
+from neuron_args.deferred import build_trace_job, parallel_compile, parallel_trace
 from neuron_args.resolver import CompilerArgsResolver
 from tests.models import make_mlp, mlp_inputs
-from tests.trace_models import Crashing, Hanging, Raising
+from tests.trace_models import fork_server
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = ["--auto-cast=none", "-O1"]
 
 
@@ -40,9 +37,15 @@ class Policy:
         return with_optimization_level(base, 3) if graph_type == "decode" else list(base)
 
 
+# Pending entries other tests start from. They are captured with the `traced` graphs in one parallel_trace call
+# (each call costs its trace children) and moved aside before those are compiled; a test copies the ones it uses
+# into a cache of its own.
+PENDING_JOBS = {"b3 -O2": (3, ["-O2"]), "b5 -O3": (5, ["-O3"]), "b6 -O2": (6, ["-O2"]), "b7 -O3": (7, ["-O3"])}
+
+
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory):
-    """Two graphs (decode at -O3 via the policy, prefill at base) plus a 2-element job, captured and compiled."""
+def captured(tmp_path_factory):
+    """The `traced` jobs captured into one cache, PENDING_JOBS' entries moved aside: (root, results, {name: path})."""
     root = tmp_path_factory.mktemp("deferred")
     resolver = CompilerArgsResolver.from_model(Policy(), BASE)
     model = make_mlp()
@@ -51,12 +54,35 @@ def traced(tmp_path_factory):
         build_trace_job(resolver, model, {"x": mlp_inputs(batch=4)[0]}, "prefill"),
         (model, {"x": mlp_inputs(batch=2)[0]}),  # the native path's 2-element job: no override
     ]
-    traced = parallel_trace(jobs, options=opts(root), timeout=300)
+    extra = [(model, {"x": mlp_inputs(batch=batch)[0]}, args) for batch, args in PENDING_JOBS.values()]
+    results = parallel_trace(jobs + extra, options=opts(root), timeout=300, start_method=fork_server())
+    aside = tmp_path_factory.mktemp("deferred-pending")
+    moved = {}
+    for name, result in zip(PENDING_JOBS, results[len(jobs):]):
+        (key,) = result.keys
+        moved[name] = shutil.move(root / key, aside / key)
+    return root, results[:len(jobs)], moved
+
+
+@pytest.fixture(scope="module")
+def traced(captured):
+    """Two graphs (decode at -O3 via the policy, prefill at base) plus a 2-element job, captured and compiled."""
+    root, traced, _ = captured
     pending = {e.key: e.metadata() for e in CompileCache(root).entries()}
     statuses = {e.key: e.status for e in CompileCache(root).entries()}
     events = []
     report = parallel_compile(root, progress=events.append, workers=2)
     return root, traced, pending, statuses, report, events
+
+
+@pytest.fixture
+def pending_entry(captured, tmp_path):
+    """``pending_entry(name)``: a copy in ``tmp_path`` of that PENDING_JOBS entry, as parallel_trace left it."""
+    def copy(name):
+        path = Path(captured[2][name])
+        shutil.copytree(path, tmp_path / path.name)
+        return CompileCache(tmp_path).entry(path.name)
+    return copy
 
 
 def test_build_trace_job_resolves_before_the_fork():
@@ -103,9 +129,9 @@ def test_both_flows_share_one_entry_and_serve_hits(traced, monkeypatch):
     assert {e.key for e in CompileCache(root).entries()} == before
 
 
-def test_pending_entries_never_load(tmp_path, monkeypatch):
+def test_pending_entries_never_load(tmp_path, monkeypatch, pending_entry):
     model, (x,) = make_mlp(), mlp_inputs(batch=3)
-    parallel_trace([(model, {"x": x}, ["-O2"])], options=opts(tmp_path), timeout=300)
+    pending_entry("b3 -O2")  # parallel_trace([(model, {"x": x}, ["-O2"])]) into tmp_path
     (entry,) = CompileCache(tmp_path).entries()
     assert entry.status == "pending"
     monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "1")
@@ -114,9 +140,8 @@ def test_pending_entries_never_load(tmp_path, monkeypatch):
         cm(x)
 
 
-def test_old_cache_entry_without_recorded_args_uses_base(tmp_path):
-    model, (x,) = make_mlp(), mlp_inputs(batch=5)
-    parallel_trace([(model, {"x": x}, ["-O3"])], options=opts(tmp_path), timeout=300)
+def test_old_cache_entry_without_recorded_args_uses_base(tmp_path, pending_entry):
+    pending_entry("b5 -O3")  # parallel_trace([(make_mlp(), {"x": batch 5}, ["-O3"])]) into tmp_path
     (entry,) = CompileCache(tmp_path).entries()
     md = entry.metadata()
     del md["compiler_args"]
@@ -128,10 +153,9 @@ def test_old_cache_entry_without_recorded_args_uses_base(tmp_path):
     assert entry.command_path.read_text().split()[-1] == "-O2"
 
 
-def test_one_failing_graph_does_not_stop_the_others(tmp_path):
-    model = make_mlp()
-    parallel_trace([(model, {"x": mlp_inputs(batch=6)[0]}, ["-O2"]), (model, {"x": mlp_inputs(batch=7)[0]}, ["-O3"])],
-                   options=opts(tmp_path), timeout=300)
+def test_one_failing_graph_does_not_stop_the_others(tmp_path, pending_entry):
+    pending_entry("b6 -O2")  # parallel_trace of the MLP at batch 6 under -O2 and batch 7 under -O3 into tmp_path
+    pending_entry("b7 -O3")
     bad = next(e for e in CompileCache(tmp_path).entries() if e.metadata()["compiler_args"] == ["-O3"])
     bad.hlo_path.write_bytes(b"not an hlo module")
     with pytest.raises(CompileError) as err:
@@ -161,46 +185,12 @@ def test_parallel_compile_error_carries_the_failed_graphs_as_data():
     assert str(again) == text and again.failures == [bad]
 
 
-@pytest.mark.parametrize("model, expected", [
-    (Crashing(), "killed by signal 11"),
-    (Raising(), "ValueError: bad bucket"),
-])
-def test_failing_trace_children_name_the_graph_type(tmp_path, model, expected):
-    jobs = [TraceJob(model, {"x": torch.zeros(2)}, ["-O3"], "encoder")]
-    with pytest.raises(TraceError) as err:
-        parallel_trace(jobs, options=opts(tmp_path), timeout=120)
-    assert "'encoder'" in str(err.value) and expected in str(err.value)
+# trace children that crash, raise or hang: their TraceError names the graph type and what happened in
+# tests/test_trace_children.py (the same children also prove the jobs after the failed one are traced)
 
 
-def test_hung_trace_child_hits_its_deadline(tmp_path):
-    with pytest.raises(TraceError) as err:
-        parallel_trace([TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "jf")], options=opts(tmp_path), timeout=8)
-    assert "'jf'" in str(err.value) and "deadline of 8s" in str(err.value)
-
-
-FORK_CHOICE = textwrap.dedent("""
-    import sys, logging, torch
-    sys.path.insert(0, sys.argv[2])
-    logging.basicConfig(level=logging.WARNING)
-    from neuron_args.deferred.parallel_trace import fork_is_safe, parallel_trace
-    from tests.models import make_mlp, mlp_inputs
-    print("before", fork_is_safe())
-    from neuron_args import xla_cpu
-    xla_cpu.cpu_client()   # the jax client now exists: forked children would hang
-    print("after", fork_is_safe())
-    opts = {"cache_dir": sys.argv[1], "compiler_args": ["-O1"], "target": "trn2", "compiler": "local"}
-    r = parallel_trace([(make_mlp(), {"x": mlp_inputs(batch=2)[0]}, ["-O2"])], options=opts, timeout=300)
-    print("status", r[0].status)
-""")
-
-
-def test_spawn_fallback_once_the_jax_client_exists(tmp_path):
-    run = subprocess.run([sys.executable, "-c", FORK_CHOICE, str(tmp_path), str(REPO)], capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split() == ["before", "True", "after", "False", "status", "captured"]
-    assert "starting trace children with spawn" in run.stderr
-    assert [e.status for e in CompileCache(tmp_path).entries()] == ["pending"]
+# the spawn fallback once jax's client exists (a plain call): tests/test_trace_record.py, in the fresh process that
+# checks the runner's fork server
 
 
 def test_a_job_compiled_by_the_user_keeps_its_own_options(tmp_path, monkeypatch):
@@ -211,7 +201,8 @@ def test_a_job_compiled_by_the_user_keeps_its_own_options(tmp_path, monkeypatch)
     model = make_mlp()
     compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", dynamic=False,
                              options={**opts(user_dir), "compiler_args": ["--auto-cast=none", "-O1"]})
-    (result,) = parallel_trace([(compiled, {"x": mlp_inputs(batch=9)[0]}, ["--auto-cast=none", "-O3"])], timeout=300)
+    (result,) = parallel_trace([(compiled, {"x": mlp_inputs(batch=9)[0]}, ["--auto-cast=none", "-O3"])], timeout=300,
+                               start_method=fork_server())  # the job, pickled, is the compiled object
     (entry,) = CompileCache(user_dir).entries()
     assert result.keys == [entry.key] and entry.status == "pending"
     assert entry.metadata()["compiler_args"] == ["--auto-cast=none", "-O3"]  # the job's scope still applies

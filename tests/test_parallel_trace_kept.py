@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
-    import os, signal, sys, time, multiprocessing.forkserver as forkserver
+    import os, signal, sys, threading, time, multiprocessing.forkserver as forkserver
     sys.path.insert(0, sys.argv[2])
     import torch
     from neuron_args import xla_cpu
@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent("""
     from neuron_args.deferred import TraceJob, parallel_trace
     from neuron_args.deferred.parallel_trace import close_kept_children, kept_children, fork_is_safe
     from tests.models import make_mlp, mlp_inputs
+    from tests.trace_models import Hanging
 
     root = sys.argv[1]
     def opts(name):
@@ -79,10 +80,26 @@ SCRIPT = textwrap.dedent("""
     while (kept_children() or alive(idle[0].pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     print("idle", [r.status for r in idle], kept_children(), alive(idle[0].pid))
+    # an interrupt (the cancel event: what Ctrl-C sets) while a kept child is busy: none is left kept or busy
+    del os.environ["NEURON_ARGS_TRACE_IDLE_SECONDS"]
+    parallel_trace(jobs(1)[:1], options=opts("h"), workers=1, timeout=300, keep_children=True,
+                   in_process=lambda job: [])
+    print("kept", len(kept_children()))
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    try:
+        parallel_trace([TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "hang")], options=opts("h"), workers=1,
+                       timeout=120, keep_children=True, cancel=cancel, in_process=lambda job: [])
+    except KeyboardInterrupt:
+        print("interrupted", kept_children(),
+              [p for p in multiprocessing.active_children() if p.name == "neuron-args-trace"])
 """)
 
 
 def test_kept_children_trace_a_later_call_with_its_options_are_replaced_when_dead_and_leave(tmp_path):
+    """One fresh process for every kept-child contract (each fresh interpreter costs its imports and first
+    children): a later call's jobs and options, a dead child replaced, close, idle, and an interrupt that leaves
+    no trace child kept or busy."""
     run = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), str(REPO)], capture_output=True, text=True,
                          timeout=900)
     assert run.returncode == 0, run.stderr[-4000:]
@@ -94,40 +111,9 @@ def test_kept_children_trace_a_later_call_with_its_options_are_replaced_when_dea
         "replaced ['captured', 'captured'] True True True",
         "closed [] False",
         "idle ['captured', 'captured'] [] False",
+        "kept 1",
+        "interrupted [] []",  # the interrupt: no trace child kept or busy (what a Ctrl-C of a runner's trace leaves)
     ]
-
-
-INTERRUPTED = textwrap.dedent("""
-    import sys, threading, multiprocessing
-    sys.path.insert(0, sys.argv[2])
-    import torch
-    from neuron_args import xla_cpu
-    from neuron_args.deferred import TraceJob, parallel_trace
-    from neuron_args.deferred.parallel_trace import kept_children
-    from tests.models import make_mlp, mlp_inputs
-    from tests.trace_models import Hanging
-
-    opts = {"cache_dir": sys.argv[1], "compiler": "local"}
-    parallel_trace([TraceJob(make_mlp(), {"x": mlp_inputs(batch=1)[0]}, None, "b1")], options=opts, workers=1,
-                   timeout=300, keep_children=True)
-    print("kept", len(kept_children()))
-    xla_cpu.sync_client()
-    cancel = threading.Event()
-    threading.Timer(3.0, cancel.set).start()
-    try:
-        parallel_trace([TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "hang")], options=opts, workers=1,
-                       timeout=120, keep_children=True, cancel=cancel, in_process=lambda job: [])
-    except KeyboardInterrupt:
-        print("interrupted", kept_children(),
-              [p for p in multiprocessing.active_children() if p.name == "neuron-args-trace"])
-""")
-
-
-def test_an_interrupt_leaves_no_trace_child_kept_or_busy(tmp_path):
-    run = subprocess.run([sys.executable, "-c", INTERRUPTED, str(tmp_path), str(REPO)], capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    assert run.stdout.splitlines() == ["kept 1", "interrupted [] []"]
 
 
 RUNNERS = textwrap.dedent('''

@@ -89,7 +89,7 @@ def test_cancel_from_another_thread_stops_parallel_trace_and_leaves_no_child(tmp
     import multiprocessing
 
     from neuron_args.deferred import TraceJob, parallel_trace
-    from tests.trace_models import Hanging
+    from tests.trace_models import Hanging, fork_server
 
     cancel, seen = threading.Event(), []
 
@@ -99,7 +99,8 @@ def test_cancel_from_another_thread_stops_parallel_trace_and_leaves_no_child(tmp
     with pytest.raises(KeyboardInterrupt):
         parallel_trace([TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "hang")] * 2,
                        options={"cache_dir": str(tmp_path), "compiler": "local"}, workers=1, timeout=120,
-                       before_children=before_children, cancel=cancel, on_result=lambda i, r: seen.append(i))
+                       before_children=before_children, cancel=cancel, on_result=lambda i, r: seen.append(i),
+                       start_method=fork_server())
     assert seen == []  # no job settled
     assert [p for p in multiprocessing.active_children() if p.name == "neuron-args-trace"] == []  # killed, joined
 

@@ -3,7 +3,8 @@
 Each test checks what the children report (which process traced each job, its keys) against
 the cache entries they wrote (each job's own resolved arguments), and that a failing job fails
 alone: the jobs after it still get traced, in the same child (an exception) or a new one (a
-crash, a hang).
+crash, a hang). In this process the children start from a preloaded fork server (see
+``tests.trace_models.fork_server``); spawn and fork are tested by name below and in fresh processes.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CompileCache
 from neuron_args.deferred import TraceJob, parallel_trace
 from tests.models import make_mlp, mlp_inputs
-from tests.trace_models import Crashing, FailsToUnpickle, Hanging, Raising, Unpicklable
+from tests.trace_models import Crashing, FailsToUnpickle, Hanging, Raising, Unpicklable, fork_server
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["--auto-cast=none", "-O1"]
@@ -49,7 +50,7 @@ def args_by_key(root):
 def test_n_jobs_on_two_workers_start_exactly_two_children_each_job_keeping_its_args(tmp_path):
     model = make_mlp()
     jobs = [mlp_job(model, batch, 1 + batch % 3) for batch in range(1, 7)]
-    results = parallel_trace(jobs, options=opts(tmp_path), workers=2, timeout=300)
+    results = parallel_trace(jobs, options=opts(tmp_path), workers=2, timeout=300, start_method=fork_server())
     assert [r.status for r in results] == ["captured"] * 6
     pids = {r.pid for r in results}
     assert len(pids) == 2 and os.getpid() not in pids
@@ -67,8 +68,8 @@ def test_dynamo_state_does_not_leak_between_jobs_of_one_child(tmp_path):
     model = make_mlp()
     jobs = [mlp_job(model, batch, 2) for batch in range(1, 13)]
     jobs += [mlp_job(model, 3, 3, "again-O3")]
-    with torch._dynamo.config.patch(recompile_limit=8):  # the child forks with it
-        results = parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300)
+    with torch._dynamo.config.patch(recompile_limit=8):  # a forked child inherits it; the fork server's has 8 too
+        results = parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300, start_method=fork_server())
     assert len({r.pid for r in results}) == 1
     assert [len(r.keys) for r in results] == [1] * 13
     stored = args_by_key(tmp_path)
@@ -83,7 +84,7 @@ def test_a_dying_child_fails_only_its_job_and_a_new_child_traces_the_rest(tmp_pa
     jobs = [mlp_job(model, 1, 2), TraceJob(Crashing(), {"x": torch.zeros(2)}, ["-O3"], "crash"),
             mlp_job(model, 2, 3), mlp_job(model, 3, 1)]
     with pytest.raises(TraceError) as err:
-        parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300)
+        parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300, start_method=fork_server())
     assert "1 of 4 trace jobs failed" in str(err.value) and "'crash'" in str(err.value)
     assert "killed by signal 11" in str(err.value)
     first, crashed, after, last = err.value.results
@@ -97,7 +98,8 @@ def test_a_raising_job_fails_alone_and_its_child_goes_on(tmp_path):
     model = make_mlp()
     jobs = [TraceJob(Raising(), {"x": torch.zeros(2)}, ["-O3"], "raises"), mlp_job(model, 4, 2)]
     with pytest.raises(TraceError) as err:
-        parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300)
+        parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=300, start_method=fork_server())
+    assert "'raises'" in str(err.value) and "ValueError: bad bucket" in str(err.value)  # the TraceError says it too
     raised, ok = err.value.results
     assert raised.status == "failed" and "'raises'" in raised.error
     # what raised, on which inputs and the fix come before the traceback
@@ -112,12 +114,18 @@ def test_a_raising_job_fails_alone_and_its_child_goes_on(tmp_path):
 
 
 def test_a_hung_job_fails_at_its_deadline_and_a_new_child_traces_the_rest(tmp_path):
+    """A hung job is killed at its deadline: the TraceError and the job's result name its graph type and the
+    deadline (what tests/test_deferred.py checked with a lone hung job), and a new child traces the jobs after it.
+
+    6 s: ten times what the later jobs' traces take (a forked child's MLP: 0.3-0.6 s at load 3); each second of it is
+    waited out by the hung job."""
     model = make_mlp()
     jobs = [TraceJob(Hanging(), {"x": torch.zeros(2)}, None, "hangs"), mlp_job(model, 5, 2), mlp_job(model, 6, 3)]
     with pytest.raises(TraceError) as err:
-        parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=20)
+        parallel_trace(jobs, options=opts(tmp_path), workers=1, timeout=6, start_method=fork_server())
+    assert "'hangs'" in str(err.value) and "deadline of 6s" in str(err.value)
     hung, *rest = err.value.results
-    assert hung.status == "failed" and "'hangs'" in hung.error and "deadline of 20s" in hung.error
+    assert hung.status == "failed" and "'hangs'" in hung.error and "deadline of 6s" in hung.error
     assert [r.status for r in rest] == ["captured", "captured"]
     assert rest[0].pid == rest[1].pid != hung.pid
     assert sorted(args_by_key(tmp_path).values()) == sorted([jobs[1][2], jobs[2][2]])
@@ -141,7 +149,8 @@ def test_before_children_runs_once_before_the_first_child_and_never_without_one(
     calls = []
     model = make_mlp()
     jobs = [mlp_job(model, 1, 2), mlp_job(model, 2, 2), mlp_job(model, 3, 2)]
-    parallel_trace(jobs, options=opts(tmp_path), workers=2, timeout=300, before_children=lambda: calls.append(1))
+    parallel_trace(jobs, options=opts(tmp_path), workers=2, timeout=300, before_children=lambda: calls.append(1),
+                   start_method=fork_server())
     assert calls == [1]
     parallel_trace([], options=opts(tmp_path), before_children=lambda: calls.append(2))
     assert calls == [1]

@@ -353,40 +353,46 @@ def run_twice_fresh(script: str) -> list[str]:
     return lines
 
 
-def test_a_fresh_process_uses_the_memo_another_process_wrote(tmp_path):
-    """Both processes fresh: this one's registered lowerings (other tests add some) are not theirs."""
+def test_fresh_processes_use_the_memo_another_process_wrote_lapack_graphs_included(tmp_path):
+    """Two contracts, one pair of fresh processes (each costs an import of torch and jax):
+
+    - a fresh process uses the memo another process wrote (both fresh: this one's registered lowerings, which
+      other tests add to, are not theirs): the second lowers nothing and loads what the first compiled;
+    - QR and SVD lower to LAPACK custom calls, whose function table jax's lowering fills: a process that takes
+      the graph from the cache and the memo (lowering nothing) fills it before loading (it crashed). The LAPACK
+      graph runs first, so nothing this process did before has filled the table.
+    """
+    mlp_cache, lapack_cache = tmp_path / "mlp", tmp_path / "lapack"
     script = textwrap.dedent(f"""
         from neuron_args.seams import records
         from tests.models import make_mlp, mlp_inputs
-        cm = torch.compile(make_mlp(), backend="neuron_libtorch", dynamic=False, options={{
-            "cache_dir": {str(tmp_path)!r}, "compiler": "local", "compiler_args": {BASE!r}, "target": "trn2"}})
-        with torch.inference_mode():
-            out = cm(*mlp_inputs())
-        torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
-        print(json.dumps({{"lower": n["lower"], "rows": [(r.key, r.compiles, r.loads) for r in records.records()]}}))
-    """)
-    got = [json.loads(line) for line in run_twice_fresh(script)]
-    (entry,) = CompileCache(tmp_path).entries()
-    assert got == [{"lower": 1, "rows": [[entry.key, 1, 0]]}, {"lower": 0, "rows": [[entry.key, 0, 1]]}]
-    assert len(memo_files(tmp_path)) == 1
-
-
-def test_a_fresh_process_runs_a_lapack_graph_from_the_memo(tmp_path):
-    """QR and SVD lower to LAPACK custom calls, whose function table jax's lowering fills: a process that
-    takes the graph from the cache and the memo (lowering nothing) fills it before loading (it crashed)."""
-    script = textwrap.dedent(f"""
         def f(a):
             q, r = torch.linalg.qr(a)
             return q @ r + torch.linalg.svdvals(a).sum()
         x = torch.eye(4) * 2 + torch.arange(16.0).reshape(4, 4) / 10
-        cm = torch.compile(f, backend="neuron_libtorch", dynamic=False, options={{
-            "cache_dir": {str(tmp_path)!r}, "compiler": "local", "compiler_args": {BASE!r}, "target": "trn2"}})
+        cf = torch.compile(f, backend="neuron_libtorch", dynamic=False, options={{
+            "cache_dir": {str(lapack_cache)!r}, "compiler": "local", "compiler_args": {BASE!r}, "target": "trn2"}})
         with torch.inference_mode():
-            out = cm(x)
+            out = cf(x)
         torch.testing.assert_close(out, f(x), rtol=1e-4, atol=1e-4)
-        print("lowered" if n["lower"] else "from the memo")
+        lapack = "lowered" if n["lower"] else "from the memo"
+        lapack_keys = {{r.key for r in records.records()}}
+        n["lower"] = 0
+        cm = torch.compile(make_mlp(), backend="neuron_libtorch", dynamic=False, options={{
+            "cache_dir": {str(mlp_cache)!r}, "compiler": "local", "compiler_args": {BASE!r}, "target": "trn2"}})
+        with torch.inference_mode():
+            out = cm(*mlp_inputs())
+        torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
+        print(json.dumps({{"lower": n["lower"], "lapack": lapack,
+                          "rows": [(r.key, r.compiles, r.loads) for r in records.records()
+                                   if r.key not in lapack_keys]}}))
     """)
-    assert run_twice_fresh(script) == ["lowered", "from the memo"]
+    got = [json.loads(line) for line in run_twice_fresh(script)]
+    (entry,) = CompileCache(mlp_cache).entries()
+    assert [g["lapack"] for g in got] == ["lowered", "from the memo"]
+    assert [{k: v for k, v in g.items() if k != "lapack"} for g in got] == [
+        {"lower": 1, "rows": [[entry.key, 1, 0]]}, {"lower": 0, "rows": [[entry.key, 0, 1]]}]
+    assert len(memo_files(mlp_cache)) == 1
 
 
 def test_graphs_the_capture_seam_traced_are_known_to_the_compile_seam(tmp_path, counts):

@@ -166,27 +166,41 @@ def test_a_damaged_record_or_an_incomplete_key_predicts_nothing(tmp_path, caplog
 
 FORK_SERVER = textwrap.dedent("""
     import sys, logging, multiprocessing.forkserver as forkserver, torch
-    sys.path.insert(0, sys.argv[2])
+    sys.path.insert(0, sys.argv[3])
     logging.basicConfig(level=logging.WARNING)
     from neuron_args import xla_cpu
     from neuron_args.deferred.parallel_trace import fork_is_safe, parallel_trace
     from tests.models import make_mlp, mlp_inputs
+    print("before", fork_is_safe())
     xla_cpu.cpu_client()   # the jax client now exists: forked children would hang
-    opts = {"cache_dir": sys.argv[1], "compiler_args": ["-O1"], "target": "trn2", "compiler": "local"}
+    print("after", fork_is_safe())
+    def opts(root):
+        return {"cache_dir": root, "compiler_args": ["-O1"], "target": "trn2", "compiler": "local"}
     jobs = [(make_mlp(), {"x": mlp_inputs(batch=b)[0]}, ["-O2"]) for b in (2, 3)]
-    r = parallel_trace(jobs, options=opts, timeout=300, in_process=lambda job: [])
+    r = parallel_trace(jobs, options=opts(sys.argv[1]), timeout=300, in_process=lambda job: [])
     print("safe", fork_is_safe(), "server", forkserver._forkserver._forkserver_pid is not None,
           "status", *[t.status for t in r])
+    print("--- plain call ---", file=sys.stderr, flush=True)
+    r = parallel_trace(jobs[:1], options=opts(sys.argv[2]), timeout=300)
+    print("plain", r[0].status)
 """)
 
 
-def test_once_forking_is_unsafe_the_runners_children_start_from_a_fork_server(tmp_path):
-    run = subprocess.run([sys.executable, "-c", FORK_SERVER, str(tmp_path), str(REPO)], capture_output=True,
+def test_once_forking_is_unsafe_the_runners_children_start_from_a_fork_server_and_a_plain_call_spawns(tmp_path):
+    """One fresh process (each costs an import of torch and jax) for both start methods once jax's client exists:
+    a runner's call (an in-process tracer) starts the fork server and never spawns; a plain parallel_trace call
+    (no fork server of its own) falls back to spawn and says so (what tests/test_deferred.py checked alone)."""
+    runner, plain = tmp_path / "runner", tmp_path / "plain"
+    run = subprocess.run([sys.executable, "-c", FORK_SERVER, str(runner), str(plain), str(REPO)], capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split() == ["safe", "False", "server", "True", "status", "captured", "captured"]
-    assert "spawn" not in run.stderr
-    assert sorted(e.status for e in CompileCache(tmp_path).entries()) == ["pending", "pending"]
+    assert run.stdout.split() == ["before", "True", "after", "False", "safe", "False", "server", "True",
+                                  "status", "captured", "captured", "plain", "captured"]
+    runner_said, plain_said = run.stderr.split("--- plain call ---")
+    assert "spawn" not in runner_said
+    assert "starting trace children with spawn" in plain_said
+    assert sorted(e.status for e in CompileCache(runner).entries()) == ["pending", "pending"]
+    assert [e.status for e in CompileCache(plain).entries()] == ["pending"]
 
 
 def test_a_warm_parallel_session_starts_no_child_and_counts_each_graph_once(neuron_project):

@@ -49,3 +49,18 @@ class FailsToUnpickle(torch.nn.Module):
 
     def __reduce__(self) -> tuple:
         return (_refuse_to_unpickle, ())
+
+
+def fork_server() -> str:
+    """The ``start_method`` of the tests' in-process trace children: a fork server that imported the lowering stack.
+
+    Once an earlier test ran a graph in the pytest process (jax's client exists), forking is unsafe and a plain
+    ``parallel_trace`` falls back to spawn: every child a fresh interpreter importing torch, jax and torchax again
+    (several seconds each). Children from the fork server (the path a runner takes then) get the same pickled jobs,
+    options and environment; the fork and spawn paths keep fresh-process tests of their own.
+    """
+    import multiprocessing
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(
+        ["neuron_args.deferred.trace_preload", "tests.models", "tests.trace_models"])  # until the server starts
+    return "forkserver"

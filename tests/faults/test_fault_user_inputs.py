@@ -187,11 +187,13 @@ class _KilledInForward(torch.nn.Module):
 def test_a_trace_child_killed_by_a_signal_names_the_bucket_and_the_likely_cause(tmp_path):
     from neuron_args import TraceError
     from neuron_args.deferred import TraceJob, parallel_trace
+    from tests.trace_models import fork_server
 
     torch._dynamo.reset()
     job = TraceJob(_KilledInForward(), {"x": torch.zeros(2, 4)}, ["-O1"], "decode")
     with pytest.raises(TraceError) as caught:
-        parallel_trace([job], options={"cache_dir": str(tmp_path), "compiler": "local"}, workers=1, timeout=300)
+        parallel_trace([job], options={"cache_dir": str(tmp_path), "compiler": "local"}, workers=1, timeout=300,
+                       start_method=fork_server())
     message = str(caught.value)
     assert "trace child of graph type 'decode' died without a result (killed by signal 9) while tracing inputs " \
            "x=[2, 4]; fix: a signal ended it (SIGKILL with no one sending it is mostly the kernel's out-of-memory " \
