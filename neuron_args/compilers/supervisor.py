@@ -6,8 +6,11 @@ The driver starts this script as the leader of a new process group (``start_new_
 asks the kernel for SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``), then runs the
 compiler in the same group and waits. When the parent is gone (``kill -9`` included) or this
 script gets SIGTERM/SIGINT/SIGHUP, it SIGKILLs the whole group: the compiler and every helper
-process neuronx-cc started. The compiler's exit status is passed on unchanged (a signal death is
-re-raised on this process), so the driver decodes it as if it had run the compiler itself.
+process neuronx-cc started. When the compiler exits by itself, what it left running (a helper it never
+waited for, which would write on into the cache entry) is killed too: this script is a child subreaper
+(``PR_SET_CHILD_SUBREAPER``), so those become its children. The compiler's exit status is passed on
+unchanged (a signal death is re-raised on this process), so the driver decodes it as if it had run the
+compiler itself.
 
 Kept to the standard library and run with ``-I -S`` (no site, no imports of this package), so it
 costs a few milliseconds per compile. It is a script, not an import: nothing here runs in the
@@ -18,6 +21,7 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 EXIT_CANNOT_START = 127
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -44,6 +48,32 @@ def _die_with_parent(parent: int) -> None:
               "the compiler may outlive a killed parent", file=sys.stderr)
     if os.getppid() != parent:  # the parent died before the request took effect
         _kill_group(signal.SIGTERM)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of the compiler come here, not to init
+
+
+def _kill_leftovers() -> None:
+    """SIGKILL and reap this process's remaining children: what the compiler left running when it exited.
+
+    Killing one hands its own children to this process (the subreaper), so it goes on until none is left."""
+    path = f"/proc/self/task/{os.getpid()}/children"
+    for _ in range(1000):
+        try:
+            with open(path) as f:
+                pids = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):  # no such file (a kernel without it): nothing to go on
+            return
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def main(argv):
@@ -62,6 +92,7 @@ def main(argv):
             print(f"neuron-args supervisor: cannot start {program[0]}: {exc}", file=sys.stderr, flush=True)
         os._exit(EXIT_CANNOT_START)
     _, status = os.waitpid(pid, 0)
+    _kill_leftovers()
     return exit_as(status)
 
 
