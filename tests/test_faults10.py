@@ -6,6 +6,7 @@ compiler on a one-op graph.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -185,7 +186,7 @@ def test_a_helper_the_compiler_leaves_running_is_killed_when_it_exits(tmp_path):
     """A compiler exiting 0 while a helper it started runs on: the helper was left with ppid 1, in the cache entry's
     folder (seen with a neuronx-cc stand-in that forks)."""
     pid_file = tmp_path / "helper.pid"
-    done = subprocess.run(supervised_argv(["/bin/sh", "-c", f"sleep 60 & echo $! > {pid_file}; exit 3"]),
+    done = subprocess.run(supervised_argv(["/bin/sh", "-c", f"sleep 60 & echo $! > {pid_file}; exit 3"], reap=True),
                           timeout=30, start_new_session=True)
     assert done.returncode == 3  # the compiler's own status, unchanged
     helper = int(pid_file.read_text())
@@ -195,3 +196,25 @@ def test_a_helper_the_compiler_leaves_running_is_killed_when_it_exits(tmp_path):
         return  # killed and reaped by the supervisor
     os.kill(helper, signal.SIGKILL)
     pytest.fail(f"the compiler's helper {helper} outlived it")
+
+
+@pytest.mark.parametrize("farm", [False, True], ids=["threads", "farm"])
+def test_a_pending_entry_whose_arguments_disagree_with_its_key_is_not_built(tmp_path, farm):
+    """A captured entry whose metadata lost its compiler_args (not a list: damaged) was built with the base arguments
+    (none) under a key made for -O1: one key, an executable of another argument set, served as a hit later."""
+    import concurrent.futures as cf
+
+    from neuron_args.deferred.parallel_compile import parallel_compile
+
+    torch._dynamo.reset()
+    opts = {"cache_dir": str(tmp_path), "compiler": "local", "compiler_args": ["-O1"]}
+    torch.compile(_double, backend="neuron_libtorch_graph_capture", options=opts, dynamic=False)(X)
+    (entry,) = CompileCache(tmp_path).entries()
+    _edit_metadata(entry, compiler_args=5)
+    with cf.ThreadPoolExecutor(1) if farm else contextlib.nullcontext() as pool:
+        report = parallel_compile(tmp_path, executor=pool, quiet=True, raise_on_error=False)
+    (graph,) = report.graphs
+    assert graph.status == "failed" and entry.status == "pending" and not entry.executable_path.exists()
+    assert f"key {entry.key}: not compiled with compiler arguments [] (the key holds ['-O1'])" in graph.error
+    assert f"fix: capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder " \
+           f"{entry.path}" in graph.error

@@ -38,7 +38,7 @@ def lookup_version(executable: str = NAME, timeout: float = 60.0) -> str:
 @functools.cache
 def _version_of(resolved: str, timeout: float) -> str:
     try:  # its own process group, killed whole on timeout: a helper holding the pipe cannot hang us
-        proc = subprocess.Popen(supervised_argv([resolved, "--version"]), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(supervised_argv([resolved, "--version"], reap=True), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
                                 start_new_session=True)  # a wrapper printing non-UTF-8 bytes is no version, not a crash
     except OSError:
