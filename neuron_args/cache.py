@@ -463,6 +463,8 @@ def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, c
         fix = f"make {where} writable or {elsewhere}"
     elif exc.errno == errno.EFBIG:  # a file-size limit (RLIMIT_FSIZE: `ulimit -f`), or the file system's own
         fix = f"raise the job's file-size limit (`ulimit -f`) or {elsewhere}"
+    elif exc.errno in (errno.EISDIR, errno.ENOTDIR) and exc.filename:  # e.g. a folder at the lock file's place
+        fix = f"remove {shlex.quote(os.fsdecode(exc.filename))} (it is in the way of the cache's own file) or {elsewhere}"
     else:
         fix = f"check the file system of {where}"
     what = (f"cache entry {key} (graph type {graph_type!r}) in {where} is corrupt ({corrupt}) and cannot be moved "

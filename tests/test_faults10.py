@@ -218,3 +218,26 @@ def test_a_pending_entry_whose_arguments_disagree_with_its_key_is_not_built(tmp_
     assert f"key {entry.key}: not compiled with compiler arguments [] (the key holds ['-O1'])" in graph.error
     assert f"fix: capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder " \
            f"{entry.path}" in graph.error
+
+
+def test_a_folder_at_the_lock_file_s_place_is_named_with_the_fix(tmp_path):
+    """A directory at ``<root>/.<key>.lock`` failed with EISDIR and 'check the file system of <entry>'."""
+    from neuron_args import CompileError
+
+    cache, key = CompileCache(tmp_path), make_key()
+    cache.entry(key).lock_path.mkdir()
+    with pytest.raises(CompileError) as info:
+        cache.get_or_build(key, builder(key))
+    assert f"cannot write cache entry {key.key}" in str(info.value) and "(EISDIR)" in str(info.value)
+    assert f"fix: remove {cache.entry(key).lock_path} (it is in the way of the cache's own file)" in str(info.value)
+
+
+def test_an_unclosed_quote_in_neuron_cc_flags_names_the_variable(monkeypatch):
+    """Every other bad $NEURON_CC_FLAGS says where it came from; an unclosed quote did not."""
+    from neuron_args.errors import CompilerArgsError
+    from neuron_args.seams.platform import apply_platform_compiler_args
+
+    monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 '--auto-cast=none")
+    with pytest.raises(CompilerArgsError) as info:
+        apply_platform_compiler_args({})
+    assert "No closing quotation" in str(info.value) and "(these arguments come from $NEURON_CC_FLAGS)" in str(info.value)
