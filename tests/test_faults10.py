@@ -241,3 +241,18 @@ def test_an_unclosed_quote_in_neuron_cc_flags_names_the_variable(monkeypatch):
     with pytest.raises(CompilerArgsError) as info:
         apply_platform_compiler_args({})
     assert "No closing quotation" in str(info.value) and "(these arguments come from $NEURON_CC_FLAGS)" in str(info.value)
+
+
+def test_a_neuronx_cc_version_probe_that_fails_says_so_once_with_what_it_costs(tmp_path, caplog):
+    """A failing `neuronx-cc --version` (a broken install, a license check) silently put 'unknown' into every key:
+    a warm cache missed everything and compiled again with no word why."""
+    from neuron_args.compilers.neuronx_cc import lookup_version
+
+    exe = tmp_path / "neuronx-cc"
+    exe.write_text("#!/bin/sh\necho 'ERROR: libneuronxla not found' >&2\nexit 3\n")
+    exe.chmod(0o755)
+    ACTIVITY.reset()
+    assert lookup_version(str(exe)) == lookup_version(str(exe)) == "unknown"
+    (record,) = [r for r in caplog.records if "--version` gave no version" in r.getMessage()]
+    assert f"`{exe} --version` gave no version (exit status 3: ERROR: libneuronxla not found)" in record.getMessage()
+    assert "carry compiler version 'unknown'" in record.getMessage() and "fix: check that" in record.getMessage()
