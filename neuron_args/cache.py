@@ -106,8 +106,12 @@ _corrupt = ACTIVITY.corrupt
 
 class CorruptEntryError(NeuronArgsError):
     """A complete entry cannot be loaded as recorded (its metadata lacks what the loader reads): the seam
-    moves it aside and rebuilds it, as any corrupt entry. The message says what is wrong, not where (the
-    caller names the graph and key)."""
+    moves it aside and rebuilds it, as any corrupt entry. ``problem`` says what is wrong, without the entry's
+    name (the seam's messages add it)."""
+
+    def __init__(self, message: str, *, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem or message
 
 
 class EntryStatus(str, enum.Enum):

@@ -53,7 +53,10 @@ def recorded_specs(metadata: Mapping[str, Any], key: str) -> tuple[list[TensorSp
             [TensorSpec(tuple(int(d) for d in s["shape"]), str(s["dtype"])) for s in metadata[name]]
             for name in ("input_specs", "output_specs"))
     except (KeyError, TypeError, ValueError) as exc:  # a damaged metadata.json, or another neuron-args's: rebuilt
-        raise CorruptEntryError(f"metadata.json records no valid input_specs/output_specs ({exc!r})") from exc
+        problem = f"metadata.json records no valid input_specs/output_specs ({exc!r})"
+        raise CorruptEntryError(
+            f"cache entry {key} (graph type {metadata.get('graph_type')!r}): {problem}; it was written by another "
+            f"neuron-args or damaged: remove the entry ({key}) so it is rebuilt", problem=problem) from exc
 
 
 def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
@@ -66,9 +69,11 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
     md = entry.metadata()
     compiler = md.get("compiler")
     fmt = compiler.get("format") if isinstance(compiler, dict) else None
-    if fmt not in FORMATS:  # a damaged metadata.json, or another neuron-args's: moved aside and rebuilt
-        raise CorruptEntryError(f"metadata.json records executable format {fmt!r}; this neuron-args runs "
-                                f"{', '.join(FORMATS)}")
+    if fmt not in FORMATS:  # a damaged metadata.json, or another neuron-args's: the seam moves it aside, rebuilds
+        problem = f"metadata.json records executable format {fmt!r}; this neuron-args runs {', '.join(FORMATS)}"
+        raise CorruptEntryError(
+            f"cache entry {entry.key} (graph type {graph_type!r}) records executable format {fmt!r}; this "
+            f"neuron-args runs {', '.join(FORMATS)}: remove the entry ({entry.path}) so it is rebuilt", problem=problem)
     inputs, outputs = recorded_specs(md, entry.key)
     if fmt == XLA_CPU_FORMAT:
         from neuron_args.runtime import LoadedExecutable

@@ -285,7 +285,7 @@ class CompileSeam(Seam):
         except Exception as exc:
             if isinstance(exc, NeuronArgsError) and not isinstance(exc, CorruptEntryError):
                 raise
-            problem = (str(exc) if isinstance(exc, CorruptEntryError) else
+            problem = (exc.problem if isinstance(exc, CorruptEntryError) else
                        f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})")
             if not hit:
                 raise CompileError(
