@@ -31,7 +31,7 @@ from filelock import FileLock, Timeout
 from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
-from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, OptionsError
+from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import canonical_compiler_args
 
 log = logging.getLogger("neuron_args.cache")
@@ -102,6 +102,16 @@ STATS = ACTIVITY.stats
 #: (cache root, key) of entries this process verified; corrupt entries it moved aside, with why
 _verified = ACTIVITY.verified
 _corrupt = ACTIVITY.corrupt
+
+
+class CorruptEntryError(NeuronArgsError):
+    """A complete entry cannot be loaded as recorded (its metadata lacks what the loader reads): the seam
+    moves it aside and rebuilds it, as any corrupt entry. ``problem`` says what is wrong, without the entry's
+    name (the seam's messages add it)."""
+
+    def __init__(self, message: str, *, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem or message
 
 
 class EntryStatus(str, enum.Enum):
@@ -272,8 +282,12 @@ class CacheEntry:
         write_atomic(self.marker_path, now_iso())
 
     def reset(self) -> None:
-        """Drop whatever an earlier, unfinished build left; the caller holds the key's lock."""
-        if self.path.exists():
+        """Drop whatever an earlier, unfinished build left; the caller holds the key's lock.
+
+        A file or link where the folder belongs (a bad copy, a sync tool) goes too: it is nothing but in the way."""
+        if self.path.is_symlink() or self.path.is_file():
+            self.path.unlink()
+        elif self.path.exists():
             shutil.rmtree(self.path)
         self.path.mkdir(parents=True)
 
@@ -453,6 +467,8 @@ def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, c
         fix = f"make {where} writable or {elsewhere}"
     elif exc.errno == errno.EFBIG:  # a file-size limit (RLIMIT_FSIZE: `ulimit -f`), or the file system's own
         fix = f"raise the job's file-size limit (`ulimit -f`) or {elsewhere}"
+    elif exc.errno in (errno.EISDIR, errno.ENOTDIR) and exc.filename:  # e.g. a folder at the lock file's place
+        fix = f"remove {shlex.quote(os.fsdecode(exc.filename))} (it is in the way of the cache's own file) or {elsewhere}"
     else:
         fix = f"check the file system of {where}"
     what = (f"cache entry {key} (graph type {graph_type!r}) in {where} is corrupt ({corrupt}) and cannot be moved "
@@ -600,6 +616,9 @@ class CompileCache:
             if not entry.path.exists() or _marker_stamp(entry) != seen:  # rebuilt by another process
                 return None
             dest = self.root / QUARANTINE_DIR / f"{entry.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+            if dest.parent.is_symlink() or dest.parent.is_file():  # not ours to keep: it would block every rebuild
+                log.warning("%s is not a folder; removed it to move corrupt cache entries aside there", dest.parent)
+                dest.parent.unlink()
             dest.parent.mkdir(parents=True, exist_ok=True)
             for n in range(1, 1000):  # the same second twice (a clock set back): never onto an earlier copy
                 if not dest.exists():
@@ -619,6 +638,7 @@ class CompileCache:
         *,
         graph_type: str | None = None,
         assert_hit: bool | None = None,
+        on_hit: Callable[[CacheEntry], None] | None = None,
     ) -> tuple[CacheEntry, bool]:
         """Return ``(entry, hit)``; on a miss run ``build`` under the key's lock, then mark complete.
 
@@ -626,12 +646,16 @@ class CompileCache:
         verified (metadata, executable size and sha256) the first time this process uses it; a
         corrupt one is moved aside and rebuilt. A miss (a corrupt entry included) under
         ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises :class:`CacheMissError` instead.
+        ``on_hit(entry)`` runs before any hit is taken, also one another process built while this
+        one waited for the lock (the native seam checks there that the entry has its argument set); it may raise.
         """
         entry = self.entry(key)
         asserting = assert_cache_hit_enabled() if assert_hit is None else assert_hit
         if entry.is_complete:
             problem = self.verified(entry)
             if problem is None:
+                if on_hit is not None:
+                    on_hit(entry)
                 STATS.hits += 1
                 return entry, True
             if asserting:
@@ -648,6 +672,8 @@ class CompileCache:
             with self.lock(key, graph_type=graph_type):
                 if entry.is_complete and entry.problem() is None:  # another process built it while we waited
                     _verified.add((str(self.root), entry.key))
+                    if on_hit is not None:
+                        on_hit(entry)
                     STATS.hits += 1
                     return entry, True
                 STATS.misses += 1

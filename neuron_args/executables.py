@@ -21,10 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from neuron_args.activity import ACTIVITY
-from neuron_args.cache import CacheEntry
+from neuron_args.cache import CacheEntry, CorruptEntryError
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
-from neuron_args.errors import NeuronArgsError
 from neuron_args.tensors import TensorSpec
 
 log = logging.getLogger("neuron_args.executables")
@@ -53,10 +52,11 @@ def recorded_specs(metadata: Mapping[str, Any], key: str) -> tuple[list[TensorSp
         return tuple(  # type: ignore[return-value]
             [TensorSpec(tuple(int(d) for d in s["shape"]), str(s["dtype"])) for s in metadata[name]]
             for name in ("input_specs", "output_specs"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise NeuronArgsError(
-            f"cache entry {key} (graph type {metadata.get('graph_type')!r}) records no valid input_specs/output_specs "
-            f"({exc!r}); it was written by another neuron-args: remove the entry ({key}) so it is rebuilt") from exc
+    except (KeyError, TypeError, ValueError) as exc:  # a damaged metadata.json, or another neuron-args's: rebuilt
+        problem = f"metadata.json records no valid input_specs/output_specs ({exc!r})"
+        raise CorruptEntryError(
+            f"cache entry {key} (graph type {metadata.get('graph_type')!r}): {problem}; it was written by another "
+            f"neuron-args or damaged: remove the entry ({key}) so it is rebuilt", problem=problem) from exc
 
 
 def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
@@ -67,11 +67,13 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
     if entry.key in _eager:
         return None
     md = entry.metadata()
-    fmt = (md.get("compiler") or {}).get("format")
-    if fmt not in FORMATS:
-        raise NeuronArgsError(
+    compiler = md.get("compiler")
+    fmt = compiler.get("format") if isinstance(compiler, dict) else None
+    if fmt not in FORMATS:  # a damaged metadata.json, or another neuron-args's: the seam moves it aside, rebuilds
+        problem = f"metadata.json records executable format {fmt!r}; this neuron-args runs {', '.join(FORMATS)}"
+        raise CorruptEntryError(
             f"cache entry {entry.key} (graph type {graph_type!r}) records executable format {fmt!r}; this "
-            f"neuron-args runs {', '.join(FORMATS)}: remove the entry ({entry.path}) so it is rebuilt")
+            f"neuron-args runs {', '.join(FORMATS)}: remove the entry ({entry.path}) so it is rebuilt", problem=problem)
     inputs, outputs = recorded_specs(md, entry.key)
     if fmt == XLA_CPU_FORMAT:
         from neuron_args.runtime import LoadedExecutable

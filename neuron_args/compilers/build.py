@@ -10,6 +10,8 @@ from typing import Any
 
 from neuron_args.cache import CacheEntry, executable_fields, now_iso
 from neuron_args.compilers.base import Compiler
+from neuron_args.errors import CompileError, CompilerArgsError
+from neuron_args.flags import canonical_compiler_args
 
 
 def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence[str], target: str,
@@ -19,6 +21,7 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
     The executable's size and sha256 go into the metadata: loads verify them. ``timeout`` None
     means the compiler's default (``$NEURON_ARGS_COMPILE_TIMEOUT`` first).
     """
+    check_keyed_build(entry, metadata, compiler_args, target, graph_type)
     result = compiler.compile(
         hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
         compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
@@ -27,6 +30,37 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
     entry.write_metadata(compiled_metadata(
         metadata, compiler_args=compiler_args, command=result.argv, seconds=round(result.seconds, 4),
         compiler=compiler.info.as_dict(), executable=executable_fields(entry.executable_path)))
+
+
+def check_keyed_build(entry: CacheEntry, metadata: Mapping[str, Any], compiler_args: Sequence[str], target: str,
+                      graph_type: str | None) -> None:
+    """Refuse to build a key with other compiler arguments or another target than its key was made of.
+
+    A pending entry whose recorded ``compiler_args`` are damaged (not a list) would be built with the caller's base
+    arguments; its ``key_components`` say what the key stands for, and one key must never hold an executable of
+    another argument set. Not checked on the arguments: a key that leaves them out (the native seam: null), and an
+    entry that records none at all (an older cache: built with the base arguments, with a warning, as documented).
+    """
+    comps = metadata.get("key_components")
+    if not isinstance(comps, Mapping):
+        return
+    keyed_args, keyed_target = comps.get("compiler_args"), comps.get("target")
+    problems = []
+    if isinstance(keyed_args, list) and "compiler_args" in metadata:
+        try:
+            given = canonical_compiler_args(list(compiler_args))
+        except (CompilerArgsError, TypeError) as exc:
+            given = [f"<invalid: {exc}>"]
+        if given != keyed_args:
+            problems.append(f"compiler arguments {list(compiler_args)} (the key holds {keyed_args})")
+    if isinstance(keyed_target, str) and keyed_target != target:
+        problems.append(f"target {target!r} (the key holds {keyed_target!r})")
+    if problems:
+        raise CompileError(
+            f"graph type {graph_type!r}, key {entry.key}: not compiled with {' and '.join(problems)}: the entry's "
+            f"metadata.json does not agree with its key (damaged, or edited by hand), and one key never holds an "
+            f"executable built another way.\nfix: capture the graph again (re-run the warmup or parallel_trace), "
+            f"or remove the entry's folder {entry.path}")
 
 
 def compiled_metadata(metadata: Mapping[str, Any], *, compiler_args: Sequence[str], command: Sequence[str],

@@ -58,11 +58,13 @@ def resolve_compile_timeout(options: Mapping[str, Any] | None, compiler_name: st
     return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
 
 
-def supervised_argv(argv: list[str]) -> list[str]:
-    """``argv`` wrapped in the supervisor (Linux), so the compiler dies with this process."""
+def supervised_argv(argv: list[str], *, reap: bool = False) -> list[str]:
+    """``argv`` wrapped in the supervisor (Linux), so the compiler dies with this process.
+
+    ``reap``: a one-shot program; what it leaves running when it exits is killed too (not for the zygote)."""
     if not SUPERVISED:
         return argv
-    return [sys.executable, "-I", "-S", str(SUPERVISOR), str(os.getpid()), *argv]
+    return [sys.executable, "-I", "-S", str(SUPERVISOR), *(["--reap"] if reap else []), str(os.getpid()), *argv]
 
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:

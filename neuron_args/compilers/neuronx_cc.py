@@ -7,6 +7,7 @@ directory stay with the graph they belong to.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ import sys
 from neuron_args.activity import cleared_on_reset
 from neuron_args.compilers.base import Compiler, CompilerInfo
 from neuron_args.compilers.lifetime import kill_group, supervised_argv
+
+log = logging.getLogger("neuron_args.compilers")
 
 NAME = "neuronx-cc"
 FORMAT = "neff"
@@ -38,11 +41,12 @@ def lookup_version(executable: str = NAME, timeout: float = 60.0) -> str:
 @functools.cache
 def _version_of(resolved: str, timeout: float) -> str:
     try:  # its own process group, killed whole on timeout: a helper holding the pipe cannot hang us
-        proc = subprocess.Popen(supervised_argv([resolved, "--version"]), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(supervised_argv([resolved, "--version"], reap=True), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                                start_new_session=True)  # a wrapper printing non-UTF-8 bytes is no version, not a crash
     except OSError:
         proc = None
+    why = ""
     try:
         out, err = proc.communicate(timeout=timeout) if proc else ("", "")
     except BaseException:  # a timeout, or Ctrl-C: never leave the probe running
@@ -50,9 +54,18 @@ def _version_of(resolved: str, timeout: float) -> str:
         proc.communicate()
         if not isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
             raise
-        out = err = ""
+        out, err, why = "", "", f"no answer within {timeout:g} s"
     ok = proc is not None and proc.returncode == 0
-    return parse_version(out + "\n" + err) if ok else "unknown"
+    version = parse_version(out + "\n" + err) if ok else "unknown"
+    if version == "unknown":  # once per process and path (memoized): every key of this run carries it
+        why = why or ("it could not start" if proc is None else f"exit status {proc.returncode}" if not ok
+                      else "no version number in its output")
+        tail = (err or out).strip().splitlines()[-1:]
+        log.warning("`%s --version` gave no version (%s%s): the cache keys of this run carry compiler version "
+                    "'unknown', so entries built with a known neuronx-cc version miss (and compile again). "
+                    "fix: check that this neuronx-cc runs (`%s --version`) and run again", resolved, why,
+                    f": {tail[0][:200]}" if tail else "", resolved)
+    return version
 
 
 class NeuronxCcCompiler(Compiler):

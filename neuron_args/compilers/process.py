@@ -165,7 +165,7 @@ def _move_into_place(tmp: Path, output_path: Path) -> None:
 
 def start_process(argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> subprocess.Popen:
     """One compiler process under the supervisor, leading its own process group (a timeout kills all of it)."""
-    return subprocess.Popen(supervised_argv(list(argv)), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
+    return subprocess.Popen(supervised_argv(list(argv), reap=True), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -1,13 +1,17 @@
 """Runs one compiler so that it never outlives the Python process that asked for it (Linux).
 
-    python -I -S supervisor.py <parent pid> <program> [args...]
+    python -I -S supervisor.py [--reap] <parent pid> <program> [args...]
 
 The driver starts this script as the leader of a new process group (``start_new_session``); it
 asks the kernel for SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``), then runs the
 compiler in the same group and waits. When the parent is gone (``kill -9`` included) or this
 script gets SIGTERM/SIGINT/SIGHUP, it SIGKILLs the whole group: the compiler and every helper
-process neuronx-cc started. The compiler's exit status is passed on unchanged (a signal death is
-re-raised on this process), so the driver decodes it as if it had run the compiler itself.
+process neuronx-cc started. With ``--reap`` (a one-shot compile), what the compiler left running when it
+exits by itself (a helper it never waited for, which would write on into the cache entry) is killed too:
+this script is then a child subreaper (``PR_SET_CHILD_SUBREAPER``), so those become its children. Not for
+the warm workers' zygote, whose workers outlive their leaders by design. The compiler's exit status is passed on
+unchanged (a signal death is re-raised on this process), so the driver decodes it as if it had run the
+compiler itself.
 
 Kept to the standard library and run with ``-I -S`` (no site, no imports of this package), so it
 costs a few milliseconds per compile. It is a script, not an import: nothing here runs in the
@@ -18,6 +22,7 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 EXIT_CANNOT_START = 127
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -35,7 +40,7 @@ def _kill_group(signum, frame=None):
         os._exit(128 + signum)
 
 
-def _die_with_parent(parent: int) -> None:
+def _die_with_parent(parent: int, reap: bool) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -44,13 +49,42 @@ def _die_with_parent(parent: int) -> None:
               "the compiler may outlive a killed parent", file=sys.stderr)
     if os.getppid() != parent:  # the parent died before the request took effect
         _kill_group(signal.SIGTERM)
+    if reap:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of the compiler come here, not to init
+
+
+def _kill_leftovers() -> None:
+    """SIGKILL and reap this process's remaining children: what the compiler left running when it exited.
+
+    Killing one hands its own children to this process (the subreaper), so it goes on until none is left."""
+    path = f"/proc/self/task/{os.getpid()}/children"
+    for _ in range(1000):
+        try:
+            with open(path) as f:
+                pids = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):  # no such file (a kernel without it): nothing to go on
+            return
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def main(argv):
+    reap = argv[0] == "--reap"
+    argv = argv[1:] if reap else argv
     parent, program = int(argv[0]), argv[1:]
     for sig in _FORWARDED:
         signal.signal(sig, _kill_group)
-    _die_with_parent(parent)
+    _die_with_parent(parent, reap)
     global _child
     pid = _child = os.fork()
     if pid == 0:
@@ -62,6 +96,8 @@ def main(argv):
             print(f"neuron-args supervisor: cannot start {program[0]}: {exc}", file=sys.stderr, flush=True)
         os._exit(EXIT_CANNOT_START)
     _, status = os.waitpid(pid, 0)
+    if reap:
+        _kill_leftovers()
     return exit_as(status)
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
-from neuron_args.compilers.build import compiled_metadata
+from neuron_args.compilers.build import check_keyed_build, compiled_metadata
 from neuron_args.errors import CompileError, NeuronArgsError
 
 __all__ = ["CompileOutcome", "CompileTask", "GraphCompileReport", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
@@ -119,6 +119,7 @@ def prepare_task(entry: CacheEntry, metadata: dict[str, Any], compiler_args: Seq
             f"entry {entry.key} (graph type {graph_type!r}) was captured for compiler {name!r}, whose "
             f"name is part of its key; compiling it with {compiler_name!r} would store a mismatched "
             "executable. Capture again with the same compiler option.")
+    check_keyed_build(entry, metadata, compiler_args, metadata.get("target") or "trn2", graph_type)
     try:
         hlo = entry.hlo_path.read_bytes()
     except OSError as exc:

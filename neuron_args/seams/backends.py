@@ -33,6 +33,7 @@ from neuron_args.cache import (
     STATS,
     CacheEntry,
     CompileCache,
+    CorruptEntryError,
     _assert_cache_key_args,
     assert_cache_hit_enabled,
     disk_error,
@@ -245,11 +246,12 @@ class CompileSeam(Seam):
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
         build = functools.partial(self._compile_into, graph, v)
         rec = v.rec
+        on_hit = self.hit_check(v)
         try:
-            entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type)
+            entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
             run = self._load(graph, entry, hit, v)
             if run is None:  # the entry's executable did not load: it was moved aside, build it again
-                entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type)
+                entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
                 run = self._load(graph, entry, False, v)  # a second failure is an error
         except CacheMissError:
             rec.serve_misses = int(ACTIVITY.serving is not None)
@@ -268,6 +270,10 @@ class CompileSeam(Seam):
         # a graph built from the trace memo and found built is a plain inference graph: nothing to add
         return _counted(run if graph._lowered is None else graph_call(run, graph._lowered), rec)
 
+    def hit_check(self, v: Variant) -> Callable[[CacheEntry], None] | None:
+        """What a cache hit must pass besides the key (the native seam: the entry's argument set)."""
+        return None
+
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
         """The loaded executable (once per process, by the entry's recorded format); :data:`EAGER` for a
@@ -276,10 +282,11 @@ class CompileSeam(Seam):
         graph_type = v.graph_type
         try:
             exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(graph.options))
-        except NeuronArgsError:
-            raise
         except Exception as exc:
-            problem = f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})"
+            if isinstance(exc, NeuronArgsError) and not isinstance(exc, CorruptEntryError):
+                raise
+            problem = (exc.problem if isinstance(exc, CorruptEntryError) else
+                       f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})")
             if not hit:
                 raise CompileError(
                     f"graph type {graph_type!r}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
@@ -323,6 +330,11 @@ class NativeSeam(CompileSeam):
             )
         _assert_cache_key_args(graph.cache.entry(v.key), args, graph_type=v.graph_type)
         return super().variant(graph, v)
+
+    def hit_check(self, v: Variant) -> Callable[[CacheEntry], None] | None:
+        """Checked again on the hit: another process may have built the key with other arguments meanwhile."""
+        args = list(v.request.compiler_args)
+        return lambda entry: _assert_cache_key_args(entry, args, graph_type=v.graph_type)
 
 
 class CaptureSeam(Seam):

@@ -46,7 +46,10 @@ def base_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = N
     if options.get("compiler_args") is not None:
         args = split_compiler_args(options["compiler_args"])
     else:
-        args = split_compiler_args(os.environ.get(NEURON_CC_FLAGS_ENV) or None)
+        try:
+            args = split_compiler_args(os.environ.get(NEURON_CC_FLAGS_ENV) or None)
+        except CompilerArgsError as exc:  # an unclosed quote: say where the string came from
+            raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
     given = source if source is not None and options.get("compiler_args") is not None else _args_source(options)
     warn_repeated_options(args, source=given, graph_type=graph_type)
     return args
