@@ -184,7 +184,14 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         if session.interrupted:
             terminalreporter.write_line("  the session was interrupted: it lists only the graphs the warmups reached "
                                         "by then; rerun to write the whole manifest", yellow=True)
-        missing, total = session.manifest_gaps.get(path, (0, 0))
+        missing, total, elsewhere = session.manifest_gaps.get(path, (0, 0, {}))
+        for cache, n in elsewhere.items():
+            test = (data.get("other_caches") or {}).get(cache, "a test")
+            terminalreporter.write_line(
+                f"  {n} of its {total} graph(s) were built into {cache}, the cache of a project's own neuron_runner "
+                f"(first warmed in {test}), not the session cache {session.cache_dir()}: a manifest names one cache, so "
+                "it lists them without their NEFF; build that runner with cache_dir=neuron_cache.root (the plugin's "
+                "neuron_cache fixture) to have them listed", yellow=True)
         if missing:
             terminalreporter.write_line(
                 f"  {missing} of its {total} graph(s) have no executable in the cache {session.cache_dir()}: not built "
