@@ -1,0 +1,120 @@
+"""The plugin on projects users bring (session 10): what a user's own layout and CI environment got wrong.
+
+Each test builds a small project of the kind a user writes (its own ini file, conftest fixtures, environment)
+and runs pytest on it the way CI does; the model is the shared tiny one, served from the shared warm cache.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import MODEL_CONFTEST
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_module_imports_under_warnings_as_errors() -> None:
+    """``filterwarnings = error`` (or ``-W error``) is common in users' ini files: an invalid escape in a docstring
+    is a SyntaxError there, so ``from neuron_args.hf import StaticCausalLM`` failed in their conftest."""
+    bad = []
+    for package in ("neuron_args", "pytest_neuron_args"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                try:
+                    compile(path.read_text(encoding="utf-8"), str(path), "exec")
+                except SyntaxError as exc:
+                    bad.append(f"{path.relative_to(ROOT)}:{exc.lineno}: {exc.msg}")
+    assert bad == []
+
+
+_OWN_RUNNER_CONFTEST = '''
+import pytest
+from neuron_args.runner import NeuronRunner
+
+
+@pytest.fixture
+def neuron_runner(neuron_model):
+    """The team's own runner, on the team's own compile cache."""
+    return NeuronRunner(neuron_model, compiler_args="-O1", compiler="local", cache_dir={cache!r})
+'''
+
+_OWN_RUNNER_TESTS = '''
+def test_team_manifest(neuron_manifest):
+    neuron_manifest.assert_complete(["prefill", "decode"])
+    assert [g["neff_path"] is not None for g in neuron_manifest.graphs] == [True, True]
+'''
+
+
+def test_setup_cfg_project_with_its_own_runner_and_cache(neuron_project: pytest.Pytester,
+                                                         warm_cache: SimpleNamespace, tmp_path: Path) -> None:
+    """A setup.cfg project: its ini key ``neuron_report`` is honoured (it was ignored), and a sub-folder whose
+    conftest overrides ``neuron_runner`` with the team's own cache gets a manifest view listing its NEFFs; the
+    session manifest (one cache) names that cache instead of calling its graphs 'not built'."""
+    team_cache = tmp_path / "team-cache"
+    shutil.copytree(warm_cache.path, team_cache)  # loads, no compile
+    (neuron_project.path / "tox.ini").unlink()
+    neuron_project.makefile(".cfg", setup=(
+        "[tool:pytest]\naddopts = -p no:cacheprovider\nneuron_compiler = local\nneuron_compiler_args = -O1\n"
+        f"neuron_cache_dir = {warm_cache.path}\nneuron_report = out/neuron-report.json\n"))
+    team = neuron_project.mkpydir("team")
+    (team / "conftest.py").write_text(_OWN_RUNNER_CONFTEST.format(cache=str(team_cache)))
+    (team / "test_team.py").write_text(_OWN_RUNNER_TESTS)
+    neuron_project.makepyfile(test_plain="def test_plain(neuron_warmup):\n    assert len(neuron_warmup.graphs) == 2\n")
+
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={tmp_path / 'manifests'}")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    report = neuron_project.path / "out" / "neuron-report.json"
+    assert f"report written: {report}" in out
+    assert {g["graph_type"] for g in json.loads(report.read_text())["graphs"]} == {"prefill", "decode"}
+    # both runners warmed the same two keys (same model, args and compiler): the session cache holds them all
+    assert "were built into" not in out and "not built" not in out
+
+    # the team's tests alone, the session on an empty cache: their graphs are only in the team's cache (the old
+    # view was emitted against the session cache, so the team's own assertion on neff_path failed)
+    shutil.rmtree(tmp_path / "manifests")
+    result = neuron_project.runpytest("-p", "no:randomly", "team", f"--neuron-cache-dir={tmp_path / 'empty'}",
+                                      f"--neuron-manifest-dir={tmp_path / 'manifests'}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        f"  2 of its 2 graph(s) were built into {team_cache.resolve()}, the cache of a project's own neuron_runner "
+        "(first warmed in team/test_team.py::test_team_manifest), not the session cache *: a manifest names one "
+        "cache, so it lists them without their NEFF; build that runner with cache_dir=neuron_cache.root*"])
+    assert "not built" not in result.stdout.str()
+
+
+def test_compiler_and_manifest_folder_from_the_environment_are_start_up_errors(
+        neuron_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A CI job exporting ``NEURON_ARGS_COMPILER`` or ``VLLM_NEURON_MANIFEST_DIR`` that cannot work here: one usage
+    error at start-up naming that variable and the fix (was: every warmup failing with a long traceback, and a
+    message blaming --neuron-manifest-dir, which the user never gave)."""
+    neuron_project.makepyfile(test_a="def test_a(neuron_runner):\n    pass\n")
+    neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\n")  # no neuron_compiler: the variable decides
+    monkeypatch.setenv("NEURON_ARGS_COMPILER", "xla")
+    result = neuron_project.runpytest("--neuron-compiler=local")  # the option wins over the variable
+    result.assert_outcomes(passed=1)
+    result = neuron_project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: $NEURON_ARGS_COMPILER='xla': use one of auto, local, neuronx-cc (or unset it*"])
+    if shutil.which("neuronx-cc") is None:
+        monkeypatch.setenv("NEURON_ARGS_COMPILER", "neuronx-cc")
+        result = neuron_project.runpytest()
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["ERROR: $NEURON_ARGS_COMPILER neuronx-cc: neuronx-cc is not on PATH.*"
+                                     "elsewhere unset it or set it to local (or auto)"])
+    monkeypatch.delenv("NEURON_ARGS_COMPILER")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(blocker / "manifests"))
+    result = neuron_project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: $VLLM_NEURON_MANIFEST_DIR={blocker / 'manifests'} (the session manifest's "
+                                 "folder when no --neuron-manifest-dir or ini neuron_manifest_dir is given) has a parent "
+                                 "that is a regular file; *give --neuron-manifest-dir=DIR, or unset it"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
