@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from neuron_args.cache import QUARANTINE_DIR
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, QUARANTINE_DIR, assert_cache_hit_enabled
 from neuron_args.text import human_size, render_table
 from pytest_neuron_args.state import NeuronSession
 
@@ -151,6 +151,13 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         for line in table_lines(data):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+    compiled = (data.get("stats") or {}).get("compiles", 0)
+    if compiled and assert_cache_hit_enabled():  # no serve block is open: the variable's value
+        terminalreporter.write_line(
+            f"{ASSERT_CACHE_HIT_ENV} is set, and the warmups compiled {compiled} graph(s): a warmup builds what the "
+            "cache lacks whatever the variable says (it asserts after warmup, while serving). To fail when the cache "
+            "lacks a graph, assert it in a test: with neuron_compile_counter.expect(compiles=0): "
+            "neuron_runner.warmup()", yellow=True)
     for row in data["rows"]:
         if _how(row) == "failed":
             error = row.get("error") or "see the test that warmed it"

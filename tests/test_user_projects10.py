@@ -118,3 +118,28 @@ def test_compiler_and_manifest_folder_from_the_environment_are_start_up_errors(
                                  "folder when no --neuron-manifest-dir or ini neuron_manifest_dir is given) has a parent "
                                  "that is a regular file; *give --neuron-manifest-dir=DIR, or unset it"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_assert_cache_hit_on_a_cold_cache_says_the_warmup_compiled_and_how_to_fail(
+        neuron_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A CI job exporting NEURON_LIBTORCH_ASSERT_CACHE_HIT=1 on a cold cache expects a failure; the warmup compiles by
+    contract (the variable asserts after warmup), so the summary says so, and the test it points to does fail,
+    naming each graph and key."""
+    monkeypatch.setenv("NEURON_LIBTORCH_ASSERT_CACHE_HIT", "1")
+    neuron_project.makepyfile(test_warm="""
+        def test_cache_is_warm(neuron_runner, neuron_compile_counter):
+            with neuron_compile_counter.expect(compiles=0):
+                neuron_runner.warmup()
+    """)
+    result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir={tmp_path / 'cold'}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*compiles: expected 0, got 2*",
+        "*graphs compiled inside the block (2):*",
+        "*prefill  key * inputs (4, 8)  args *-O1*",  # (no [...]: a character class to fnmatch)
+        "*NEURON_LIBTORCH_ASSERT_CACHE_HIT is set, and the warmups compiled 2 graph(s): a warmup builds what the cache "
+        "lacks whatever the variable says (it asserts after warmup, while serving). To fail when the cache lacks a "
+        "graph, assert it in a test: with neuron_compile_counter.expect(compiles=0): neuron_runner.warmup()"])
+    result = neuron_project.runpytest("-p", "no:randomly")  # the warm cache: nothing compiled, nothing said
+    result.assert_outcomes(passed=1)
+    assert "NEURON_LIBTORCH_ASSERT_CACHE_HIT is set" not in result.stdout.str()
