@@ -151,6 +151,11 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         for line in table_lines(data):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+    if data.get("workers_silent"):
+        terminalreporter.write_line(
+            f"xdist worker(s) {', '.join(data['workers_silent'])} did not report (the session was interrupted, or they "
+            "crashed): the table and counts lack what they compiled or loaded; the cache and any manifest written below "
+            f"hold it (`neuron-args cache ls {session.cache_dir()}`)", yellow=True)
     compiled = (data.get("stats") or {}).get("compiles", 0)
     if compiled and assert_cache_hit_enabled():  # no serve block is open: the variable's value
         terminalreporter.write_line(

@@ -136,6 +136,7 @@ class NeuronSession:
         self.baselines_unused: list[str] | None = None  # set by the controller at session end
         self.baselines_removed: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
+        self.workers_started: set[str] = set()  # xdist workers the controller configured (all report, unless stopped)
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
         self.runners: dict[tuple[Any, ...], Any] = {}  # (model identity, settings) -> NeuronRunner
         self.runners_made = 0  # shared or per-test
@@ -402,6 +403,7 @@ class NeuronSession:
             "baselines_removed": list(self.baselines_removed),
             "stats": stats,
             "workers": sorted(self.workers),
+            "workers_silent": sorted(self.workers_started - set(self.workers)),
             "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},

@@ -143,3 +143,35 @@ def test_assert_cache_hit_on_a_cold_cache_says_the_warmup_compiled_and_how_to_fa
     result = neuron_project.runpytest("-p", "no:randomly")  # the warm cache: nothing compiled, nothing said
     result.assert_outcomes(passed=1)
     assert "NEURON_LIBTORCH_ASSERT_CACHE_HIT is set" not in result.stdout.str()
+
+
+def test_xdist_workers_that_never_reported_are_named_in_the_summary(pytestconfig: pytest.Config,
+                                                                     tmp_path: Path) -> None:
+    """Ctrl-C under ``-n 2``: the workers never send their results, so the table read '0 graphs' next to a written
+    manifest listing graphs. The summary now names the silent workers and where their work is."""
+    from pytest_neuron_args.options import NeuronSettings
+    from pytest_neuron_args.report import write_summary
+    from pytest_neuron_args.state import NeuronSession
+    from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
+
+    session = NeuronSession(pytestconfig, NeuronSettings(cache_dir=tmp_path / "cache"))
+    hooks = XdistHooks(session)
+    nodes = {w: SimpleNamespace(gateway=SimpleNamespace(id=w), workerinput={}, workeroutput={}) for w in ("gw0", "gw1")}
+    for node in nodes.values():
+        hooks.pytest_configure_node(node)
+    nodes["gw1"].workeroutput[WORKEROUTPUT_KEY] = {"rows": [], "stats": {}}
+    hooks.pytest_testnodedown(nodes["gw1"], None)
+    session.manifests_written = [str(tmp_path / "m" / "nodev" / "manifest.json")]
+    lines: list[str] = []
+    reporter = SimpleNamespace(write_sep=lambda sep, title: lines.append(title),
+                               write_line=lambda line, **kw: lines.append(line))
+    write_summary(reporter, session)
+    assert (f"xdist worker(s) gw0 did not report (the session was interrupted, or they crashed): the table and counts "
+            f"lack what they compiled or loaded; the cache and any manifest written below hold it (`neuron-args cache "
+            f"ls {tmp_path / 'cache'}`)") in lines
+    hooks.pytest_testnodedown(nodes["gw0"], None)  # no output: still silent
+    nodes["gw0"].workeroutput[WORKEROUTPUT_KEY] = {"rows": []}
+    hooks.pytest_testnodedown(nodes["gw0"], None)
+    lines.clear()
+    write_summary(reporter, session)
+    assert not any("did not report" in line for line in lines)
