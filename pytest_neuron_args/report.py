@@ -21,6 +21,11 @@ def compiler_description(compiler: str | None) -> str:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"{compiler or 'auto'} (unavailable: {first})"
     how = "" if compiler not in (None, "auto") else " (auto)"
+    if info.version == "unknown" and info.name == "neuronx-cc":  # every graph would fail to compile: say it first
+        import shutil
+
+        return (f"neuronx-cc{how}, version unknown: `{shutil.which('neuronx-cc') or 'neuronx-cc'} --version` failed, "
+                "so compiles will likely fail too (fix that environment, or use --neuron-compiler=local)")
     return f"{info.name} {info.version}{how}"
 
 

@@ -175,3 +175,23 @@ def test_xdist_workers_that_never_reported_are_named_in_the_summary(pytestconfig
     lines.clear()
     write_summary(reporter, session)
     assert not any("did not report" in line for line in lines)
+
+
+def test_a_neuronx_cc_on_path_that_cannot_start_is_said_in_the_header_and_each_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU CI image with a broken neuronx-cc wrapper on PATH (a missing libnrt): auto picks it, and every graph
+    failed with 'fix the graph or its compiler arguments'. The header and the fix now blame the installation."""
+    from neuron_args.compilers.process import _hint, describe_exit
+    from pytest_neuron_args.report import compiler_description
+
+    fake = tmp_path / "bin" / "neuronx-cc"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'neuronx-cc: error while loading shared libraries: libnrt.so.1' >&2\nexit 127\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{__import__('os').environ['PATH']}")
+    assert compiler_description(None) == (
+        f"neuronx-cc (auto), version unknown: `{fake} --version` failed, so compiles will likely fail too (fix that "
+        "environment, or use --neuron-compiler=local)")
+    assert describe_exit(127) == "could not start (a missing program or shared library) (exit status 127)"
+    assert _hint(127).startswith("the compiler's installation is broken: run `neuronx-cc --version`")
+    assert _hint(126).startswith("the compiler's installation is broken")
