@@ -266,7 +266,7 @@ class NeuronSettings:
             problem = None if path is None else directory_problem(path, writable=writable)
             if problem:
                 ini = option.removeprefix("--").replace("-", "_")
-                where = f"{option} (ini {ini})"
+                where = f"{option} (ini {ini}, else ${MANIFEST_DIR_ENV})" if writable else f"{option} (ini {ini})"
                 if writable and self.manifest_dir_source.startswith("$"):  # nothing given to the plugin: the env's
                     raise pytest.UsageError(
                         f"{self.manifest_dir_source}={path} (the session manifest's folder when no {option} or ini "
