@@ -260,6 +260,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
         raise
     finally:  # a failed warmup's graphs are in the manifest too: with the model, target and graph types
         session.note_manifest_config(neuron_runner.manifest_config_block())
+        session.note_runner_cache(neuron_runner.cache_dir, request.node.nodeid)
     ci_report.record(request.node, ci_report.warmup_properties(report.graphs))
     return report
 
@@ -363,7 +364,7 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
         return None  # type: ignore[return-value]
     neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     neuron_warmup = _ours(request, "neuron_warmup", neuron_warmup, "WarmupReport")
-    paths = emit_engines(session.ledger_root(), tmp_path / "neuron-manifest", cache_dir=session.cache_dir(),
+    paths = emit_engines(session.ledger_root(), tmp_path / "neuron-manifest", cache_dir=neuron_runner.cache_dir,
                          config=neuron_runner.manifest_config_block(), keys=neuron_warmup.keys)
     if not paths:
         pytest.fail(f"the warmup of {neuron_warmup.graph_types} left no ledger lines for its {len(neuron_warmup.keys)} "

@@ -35,6 +35,7 @@ _INI = {
     "neuron_tp": "neuron_tp",
     "neuron_compile_timeout": "neuron_compile_timeout",
     "neuron_allow_graph_breaks": "neuron_allow_graph_breaks",
+    "neuron_report": "neuron_report",
 }
 RANK_WORKER_OPTION = "--neuron-rank-worker"  # internal: a --neuron-tp rank process (see fixtures.tp_warmup)
 
@@ -112,8 +113,10 @@ class NeuronSettings:
 
     target: str = DEFAULT_TARGET
     compiler: str | None = None  # None: $NEURON_ARGS_COMPILER, else auto
+    compiler_source: str = ""  # where ``compiler`` came from, for errors: the option or the ini key
     cache_dir: Path | None = None  # None: a fresh directory per session
     manifest_dir: Path | None = None
+    manifest_dir_source: str = ""  # the option, the ini key or $VLLM_NEURON_MANIFEST_DIR, for errors
     optimization_level: int | None = None
     flow: str = DEFAULT_FLOW
     baseline: Path | None = None
@@ -151,6 +154,8 @@ class NeuronSettings:
     def from_config(cls, config: pytest.Config) -> NeuronSettings:
         target = _choice(config, "neuron_target", TARGETS) or DEFAULT_TARGET
         compiler = _choice(config, "neuron_compiler", COMPILERS)
+        compiler_source = "--neuron-compiler" if config.getoption("neuron_compiler") is not None else (
+            f"ini key neuron_compiler ({config.inipath})")
         flow = _choice(config, "neuron_flow", FLOWS) or DEFAULT_FLOW
         level = config.getoption("neuron_optimization_level")
         if level is not None and level not in OPT_LEVELS:
@@ -178,6 +183,12 @@ class NeuronSettings:
         if timeout is not None and not timeout > 0:
             raise pytest.UsageError(f"--neuron-compile-timeout {timeout_text}: give a number of seconds above 0")
         breaks, _ = _raw(config, "neuron_allow_graph_breaks")
+        manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir"), ""
+        if manifest_dir is not None:
+            manifest_dir_source = "--neuron-manifest-dir" if config.getoption("neuron_manifest_dir") is not None else (
+                f"ini key neuron_manifest_dir ({config.inipath})")
+        elif (manifest_dir := _env_manifest_dir()) is not None:
+            manifest_dir_source = f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
         return cls(
             compiler_args=args, compiler_args_source=source, tp=tp, compile_timeout=timeout,
@@ -185,8 +196,10 @@ class NeuronSettings:
             rank_worker=Path(worker) if worker else None,
             target=target,
             compiler=compiler,
+            compiler_source=compiler_source if compiler is not None else "",
             cache_dir=_path(config, "neuron_cache_dir"),
-            manifest_dir=_path(config, "neuron_manifest_dir") or _env_manifest_dir(),
+            manifest_dir=manifest_dir,
+            manifest_dir_source=manifest_dir_source,
             optimization_level=level,
             flow=flow,
             baseline=_path(config, "neuron_baseline"),
@@ -219,6 +232,29 @@ class NeuronSettings:
         warn_repeated_options(args, source=self.compiler_args_source or "the base compiler arguments", warn=warn,
                               once=False)
 
+    def check_compiler(self) -> None:
+        """A compiler that cannot run here (neuronx-cc not on PATH, an unknown name) is one usage error at
+        start-up naming where it was asked for, not the same error in every test that warms a graph."""
+        import shutil
+
+        from neuron_args.compilers import COMPILER_ENV
+
+        name, source = self.compiler, self.compiler_source or "--neuron-compiler"
+        if name is None:
+            name, source = os.environ.get(COMPILER_ENV, "").strip(), f"${COMPILER_ENV}"
+            if not name:
+                return
+            if name.lower() not in COMPILERS:
+                raise pytest.UsageError(f"{source}={name!r}: use one of {', '.join(COMPILERS)} (or unset it: auto "
+                                        "picks neuronx-cc when it is on PATH, else the local compiler)")
+            name = name.lower()
+        if name == "neuronx-cc" and shutil.which("neuronx-cc") is None:
+            fix = "unset it or set it to local (or auto)" if source.startswith("$") else (
+                "use --neuron-compiler=local (or auto)")
+            raise pytest.UsageError(
+                f"{source} neuronx-cc: neuronx-cc is not on PATH. On a Neuron host activate the environment that has "
+                f"it (pip install neuronx-cc from the Neuron repository); elsewhere {fix}")
+
     def check_directories(self) -> None:
         """An unusable cache or manifest folder is one usage error at start-up (not a test error per test)."""
         from neuron_args.atomic import directory_problem
@@ -231,6 +267,10 @@ class NeuronSettings:
             if problem:
                 ini = option.removeprefix("--").replace("-", "_")
                 where = f"{option} (ini {ini}, else ${MANIFEST_DIR_ENV})" if writable else f"{option} (ini {ini})"
+                if writable and self.manifest_dir_source.startswith("$"):  # nothing given to the plugin: the env's
+                    raise pytest.UsageError(
+                        f"{self.manifest_dir_source}={path} (the session manifest's folder when no {option} or ini "
+                        f"{ini} is given) {problem}; point it at {fix}, give {option}=DIR, or unset it")
                 raise pytest.UsageError(f"{where} {path} {problem}; give {fix}, or leave the option out")
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -76,11 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
     settings = NeuronSettings.from_config(config)
-    if settings.compiler == "neuronx-cc" and shutil.which("neuronx-cc") is None:
-        raise pytest.UsageError(
-            "--neuron-compiler neuronx-cc: neuronx-cc is not on PATH. On a Neuron host activate the "
-            "environment that has it (pip install neuronx-cc from the Neuron repository); elsewhere use "
-            "--neuron-compiler local (or auto)")
+    settings.check_compiler()
     # a repeated option is told once, by the controller (an xdist worker only notes it as told)
     worker = getattr(config, "workerinput", None) is not None
     settings.check_compiler_args(warn=(lambda w: None) if worker else (lambda w: _config_warning(config, w)))

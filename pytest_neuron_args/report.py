@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from neuron_args.cache import QUARANTINE_DIR
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, QUARANTINE_DIR, assert_cache_hit_enabled
 from neuron_args.text import human_size, render_table
 from pytest_neuron_args.state import NeuronSession
 
@@ -21,6 +21,11 @@ def compiler_description(compiler: str | None) -> str:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"{compiler or 'auto'} (unavailable: {first})"
     how = "" if compiler not in (None, "auto") else " (auto)"
+    if info.version == "unknown" and info.name == "neuronx-cc":  # every graph would fail to compile: say it first
+        import shutil
+
+        return (f"neuronx-cc{how}, version unknown: `{shutil.which('neuronx-cc') or 'neuronx-cc'} --version` failed, "
+                "so compiles will likely fail too (fix that environment, or use --neuron-compiler=local)")
     return f"{info.name} {info.version}{how}"
 
 
@@ -151,6 +156,18 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         for line in table_lines(data):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+    if data.get("workers_silent"):
+        terminalreporter.write_line(
+            f"xdist worker(s) {', '.join(data['workers_silent'])} did not report (the session was interrupted, or they "
+            "crashed): the table and counts lack what they compiled or loaded; the cache and any manifest written below "
+            f"hold it (`neuron-args cache ls {session.cache_dir()}`)", yellow=True)
+    compiled = (data.get("stats") or {}).get("compiles", 0)
+    if compiled and assert_cache_hit_enabled():  # no serve block is open: the variable's value
+        terminalreporter.write_line(
+            f"{ASSERT_CACHE_HIT_ENV} is set, and the warmups compiled {compiled} graph(s): a warmup builds what the "
+            "cache lacks whatever the variable says (it asserts after warmup, while serving). To fail when the cache "
+            "lacks a graph, assert it in a test: with neuron_compile_counter.expect(compiles=0): "
+            "neuron_runner.warmup()", yellow=True)
     for row in data["rows"]:
         if _how(row) == "failed":
             error = row.get("error") or "see the test that warmed it"
@@ -184,7 +201,14 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         if session.interrupted:
             terminalreporter.write_line("  the session was interrupted: it lists only the graphs the warmups reached "
                                         "by then; rerun to write the whole manifest", yellow=True)
-        missing, total = session.manifest_gaps.get(path, (0, 0))
+        missing, total, elsewhere = session.manifest_gaps.get(path, (0, 0, {}))
+        for cache, n in elsewhere.items():
+            test = (data.get("other_caches") or {}).get(cache, "a test")
+            terminalreporter.write_line(
+                f"  {n} of its {total} graph(s) were built into {cache}, the cache of a project's own neuron_runner "
+                f"(first warmed in {test}), not the session cache {session.cache_dir()}: a manifest names one cache, so "
+                "it lists them without their NEFF; build that runner with cache_dir=neuron_cache.root (the plugin's "
+                "neuron_cache fixture) to have them listed", yellow=True)
         if missing:
             terminalreporter.write_line(
                 f"  {missing} of its {total} graph(s) have no executable in the cache {session.cache_dir()}: not built "

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,25 @@ def folder_lock_holder(root: Path) -> int | None:
     return None
 
 
-def _graphs_without_executable(path: Path) -> tuple[int, int] | None:
-    """(graphs whose executable the cache does not hold, graphs) of a written manifest, when some lack it."""
+def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> tuple[int, int, dict[str, int]] | None:
+    """(graphs whose executable the cache does not hold, graphs, {other cache: how many of those it holds}) of a
+    written manifest, when some lack it. ``other_caches``: caches of the project's own runners (a manifest names
+    one cache, so their graphs are listed without an executable although they were built)."""
+    from neuron_args.cache import CompileCache
+
     try:
         graphs = json.loads(path.read_text(encoding="utf-8")).get("graphs") or []
-        missing = sum(1 for g in graphs if not g.get("neff_path"))
+        missing = [g.get("graph_hash") for g in graphs if not g.get("neff_path")]
     except (OSError, ValueError, AttributeError):
         return None
-    return (missing, len(graphs)) if missing else None
+    elsewhere: dict[str, int] = {}
+    for root in other_caches:
+        cache = CompileCache(root)
+        found = [k for k in missing if isinstance(k, str) and (e := cache.lookup(k)) is not None and e.is_complete]
+        if found:
+            elsewhere[root] = len(found)
+            missing = [k for k in missing if k not in found]
+    return (len(missing), len(graphs), elsewhere) if missing or elsewhere else None
 
 
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
@@ -124,6 +136,7 @@ class NeuronSession:
         self.baselines_unused: list[str] | None = None  # set by the controller at session end
         self.baselines_removed: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
+        self.workers_started: set[str] = set()  # xdist workers the controller configured (all report, unless stopped)
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
         self.runners: dict[tuple[Any, ...], Any] = {}  # (model identity, settings) -> NeuronRunner
         self.runners_made = 0  # shared or per-test
@@ -135,7 +148,11 @@ class NeuronSession:
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
-        self.manifest_gaps: dict[str, tuple[int, int]] = {}  # manifest -> (graphs with no executable, graphs)
+        #: manifest -> (graphs with no executable, graphs, {another cache: graphs built there})
+        self.manifest_gaps: dict[str, tuple[int, int, dict[str, int]]] = {}
+        #: caches other than the session's that runners of the session warmed into (a project's own neuron_runner)
+        #: -> the first test that did
+        self.other_caches: dict[str, str] = {}
         self.manifests_not_ours: list[str] = []  # other engines' manifests in the folder, from earlier sessions
         self.interrupted = False  # Ctrl-C (or pytest.exit): the manifest holds only what the warmups reached
         self.manifest_failures: list[str] = []  # why an engine's manifest could not be written (a full disk...)
@@ -266,12 +283,14 @@ class NeuronSession:
                                                if w.get("manifest_config")), None)
         written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config,
                                failures=self.manifest_failures)
-        graphs = {row.get("key") for row in self.merged()["rows"]} - {None}
+        merged = self.merged()
+        graphs = {row.get("key") for row in merged["rows"]} - {None}
         if graphs and not written and not self.manifest_failures:  # every ledger write failed (logged once each)
             self.manifest_failures.append(f"none of the {len(graphs)} graph(s) of this session reached the ledger "
                                           f"in {root} (its writes failed: a full disk or an unwritable folder)")
         self.manifests_written = [str(p) for p in written]
-        self.manifest_gaps = {str(p): gap for p in written if (gap := _graphs_without_executable(p)) is not None}
+        self.manifest_gaps = {str(p): gap for p in written
+                              if (gap := _graphs_without_executable(p, merged["other_caches"])) is not None}
         self.manifests_not_ours = sorted(str(p) for p in root.glob(f"*/{MANIFEST_FILENAME}") if p not in written)
         try:
             (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
@@ -280,6 +299,12 @@ class NeuronSession:
         return written
 
     # -- what the session did ---------------------------------------------------------------------------
+    def note_runner_cache(self, cache_dir: Any, nodeid: str) -> None:
+        """A runner warmed up into ``cache_dir``: remembered when it is not the session's cache."""
+        path = str(Path(cache_dir).resolve())
+        if path != str(self.cache_dir()):
+            self.other_caches.setdefault(path, nodeid)
+
     def add_serve(self, calls: dict[str, int], misses: int) -> None:
         self.serve_sessions += 1
         self.serve_misses += int(misses)
@@ -349,6 +374,7 @@ class NeuronSession:
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
             "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
             "warmup_failures": list(self.warmup_failures),
+            "other_caches": dict(self.other_caches),
         }
 
     def merged(self) -> dict[str, Any]:
@@ -377,11 +403,13 @@ class NeuronSession:
             "baselines_removed": list(self.baselines_removed),
             "stats": stats,
             "workers": sorted(self.workers),
+            "workers_silent": sorted(self.workers_started - set(self.workers)),
             "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
             "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
+            "other_caches": {c: t for p in reversed(parts) for c, t in (p.get("other_caches") or {}).items()},
         }
 
 

@@ -27,14 +27,18 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         # a fresh per-session cache must be one directory for all workers, not one per worker
         node.workerinput[WORKER_CACHE_KEY] = str(self.session.cache_dir())
+        self.session.workers_started.add(_worker_id(node, self.session))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         output = getattr(node, "workeroutput", None) or {}
         data = output.get(WORKEROUTPUT_KEY)
         if isinstance(data, dict):
-            worker = getattr(getattr(node, "gateway", None), "id", None) or str(len(self.session.workers))
-            self.session.workers[worker] = data
+            self.session.workers[_worker_id(node, self.session)] = data
+
+
+def _worker_id(node: Any, session: NeuronSession) -> str:
+    return getattr(getattr(node, "gateway", None), "id", None) or str(len(session.workers))
 
 
 __all__ = ["WORKEROUTPUT_KEY", "XdistHooks"]

@@ -68,6 +68,12 @@ EXIT_CODES: dict[int, tuple[str, str]] = {
     70: ("killed or out of memory", _OOM_FIX),
     -signal.SIGABRT: ("aborted", _BUG_FIX),
     -signal.SIGSEGV: ("crashed (segmentation fault)", _BUG_FIX),
+    # the shell's and the dynamic loader's "could not run it": the installation, not the graph
+    126: ("could not be executed", "the compiler's installation is broken: run `neuronx-cc --version` in this "
+          "environment and fix what the log names, or use the local compiler"),
+    127: ("could not start (a missing program or shared library)", "the compiler's installation is broken: run "
+          "`neuronx-cc --version` in this environment and fix what the log names (a missing library: activate the "
+          "Neuron environment), or use the local compiler"),
 }
 _DEFAULT_FIX = "read the log above; fix the graph or its compiler arguments"
 #: neuronx-cc's command line is argparse's: a flag this version does not know is a usage error (exit 2)
