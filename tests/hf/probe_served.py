@@ -72,6 +72,10 @@ TINY = dict(
     num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
     shared_expert_intermediate_size=16, n_shared_experts=1, first_k_dense_replace=0, n_group=1, topk_group=1,
     kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+    # sparse attention (DeepSeek V3.2, GLM-5): the indexer's top-k (2048) keeps every key here. With fewer keys
+    # than the sequence, ties in its scores (ReLU zeros, repeated greedy tokens) pick keys by torch's and XLA's
+    # own tie order, and by the buffer's length: such runs differ without a fault
+    index_head_dim=8, index_n_heads=2,
     # windows shorter than the prompt, so the static cache's full-length layers meet the model's sliding mask
     sliding_window=4, attention_window=4,
     # state-space and linear-attention layers
@@ -83,7 +87,7 @@ TINY = dict(
 )
 #: the layer counts a config validator may tie to a per-layer list of its defaults
 LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers", "decoder_layers", "num_decoder_layers")
-ATTENTION = {"full_attention", "sliding_attention", "attention", "hybrid"}
+ATTENTION = {"full_attention", "sliding_attention", "attention", "hybrid", "indexed_attention"}
 #: per model type: what the generic shrink gets wrong
 OVERRIDES: dict[str, dict[str, Any]] = {
     # block-sparse attention needs sequences of many blocks: at 8 or 16 tokens transformers warns (a graph break)
@@ -96,6 +100,37 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # input, recurrent (looped) and output sections of one layer each: the defaults (8 + 8 around the rest) leave two
     # layers a recurrent section of -14 that transformers accepts, running each layer twice into one cache layer
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1},
+    # hand-made where the shrink cannot build one (a composite's text config is taken from the model class):
+    # a chunked layer with rope then a full one without (Llama 4's pattern), chunks shorter than the prompt
+    "llama4": {"attention_chunk_size": 4, "no_rope_layers": [1, 0],
+               "layer_types": ["chunked_attention", "full_attention"]},
+    # DBRX's model reads `attn_config.rope_theta`, which its sub-config class no longer declares
+    "dbrx": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+             "ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2}},
+    # the state-space width must be heads x head size
+    "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_chunk_size": 8},
+    # sliding and full layers, the last two reusing the first two's keys and values (KV sharing), the first one
+    # with a sparse activation (its Gaussian top-k)
+    "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2, "laurel_rank": 8,
+                "layer_types": ["sliding_attention", "full_attention"] * 2,
+                "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0]},
+    "granitemoehybrid": {"layer_types": ["mamba", "attention"], "mamba_n_heads": 4, "mamba_d_head": 16,
+                         "mamba_chunk_size": 8},
+    # one codebook: the probe's token ids are (batch, sequence), Musicgen's (batch x codebooks, sequence)
+    "musicgen": {"num_codebooks": 1}, "musicgen_melody": {"num_codebooks": 1},
+    # a linear-attention layer, then an indexed one (its block selection: a budget of 4 keys in blocks of 2)
+    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), {
+        "layer_types": ["linear_attention", "indexed_attention"], "indexer_n_heads": 2, "indexer_kv_heads": 1,
+        "indexer_head_dim": 8, "indexer_budget": 4, "indexer_compress_ratio": 2}),
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    # rope per layer type: a sliding layer with (multimodal) rope, a full one without
+    "cohere_compass_text": {"layer_types": ["sliding_attention", "full_attention"], "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
+        "full_attention": None}},
+    "gemma4_assistant": {"hidden_size_per_layer_input": 0},
+    "zaya": {"num_experts_per_tok": 1},
+    # a dense short-convolution layer, then an attention layer with experts
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
 }
 
 
@@ -152,7 +187,8 @@ def tiny_config(config_cls: type, extra: dict[str, Any] | None = None) -> Any:
         kw["num_key_value_heads"] = kw.get("num_attention_heads", 4)
     types = getattr(default, "layer_types", None)
     n = kw.get("num_hidden_layers")
-    settable = not isinstance(getattr(config_cls, "layer_types", None), property)
+    name = getattr(config_cls, "attribute_map", {}).get("layer_types", "layer_types")
+    settable = not isinstance(getattr(config_cls, name, None), property)  # RecurrentGemma derives its types
     if settable and isinstance(types, list) and n and len(types) > n and not ATTENTION & set(types[:n]) \
             and ATTENTION & set(types):
         # a hybrid whose first layers are all recurrent: keep one of each kind
@@ -173,6 +209,10 @@ def build(target: Target) -> torch.nn.Module:
     try:
         config_cls = CONFIG_MAPPING[target.model_type]
         model_cls = getattr(transformers, target.cls)
+        # a composite config's causal LM (Llama 4, Qwen 3.5, Emu3, Musicgen) takes its text sub-config
+        own = getattr(model_cls, "config_class", None)
+        if own in (getattr(config_cls, "sub_configs", None) or {}).values():
+            config_cls = own
     except (KeyError, AttributeError, ImportError) as e:
         raise Skip(f"not importable here: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
     try:
