@@ -111,7 +111,7 @@ def positioned_cache_class() -> type:
 def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
     """A static layer for each layer a probe call filled, by index (see :func:`static_cache`).
 
-    Key/value layers become full-length ``StaticLayer``\ s; recurrent layers (state-space, linear attention,
+    Key/value layers become full-length ``StaticLayer`` layers; recurrent layers (state-space, linear attention,
     short convolutions: transformers' ``LinearAttentionLayer``, alone or with attention) get their states
     allocated now, zero, in the probe's shapes (:class:`StaticCausalLM` tells them prefill from decode).
     """
