@@ -107,6 +107,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     "bamba": {"attn_layer_indices": [1]},
     "mamba2": {"num_heads": 8, "head_dim": 8},
+    "zamba2": {"hybrid_layer_ids": [1]},  # its shared attention block's layer ids: the hybrid layer's
     # input, recurrent (looped) and output sections of one layer each: the defaults (8 + 8 around the rest) leave two
     # layers a recurrent section of -14 that transformers accepts, running each layer twice into one cache layer
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1},
@@ -152,10 +153,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "xmod": {"languages": ["en_XX"], "default_language": "en_XX"},
     "luke": {"entity_vocab_size": 16, "entity_emb_size": 16},
     # vision classifiers with per-stage sizes (two or three small stages for a 32 x 32 image)
-    "levit": {"hidden_sizes": [16, 32, 48], "num_attention_heads": [1, 2, 3], "depths": [1, 1, 1],
+    # a tiny LeViT at the default initializer (0.02) gives logits of 4e-11: 0.2 keeps them near 0.3
+    "levit": {"initializer_range": 0.2, "hidden_sizes": [16, 32, 48], "num_attention_heads": [1, 2, 3], "depths": [1, 1, 1],
               "key_dim": [8, 8, 8], "patch_size": 16, "kernel_size": 3, "stride": 2,
               "down_ops": [["Subsample", 8, 1, 4, 2, 2], ["Subsample", 8, 2, 4, 2, 2]]},
-    "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.25, "hidden_dim": 320},
+    # its default initializer (0.02) fades a random tiny net to logits of 1e-23 (a vacuous comparison); 0.6 keeps
+    # them near 0.1
+    "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.25, "hidden_dim": 320, "initializer_range": 0.6},
     **dict.fromkeys(("swin", "swinv2", "donut-swin"), {"patch_size": 4, "embed_dim": 16, "depths": [1, 1],
                                                       "num_heads": [2, 2], "window_size": 4}),
     **dict.fromkeys(("convnext", "convnextv2"), {"hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2}),
