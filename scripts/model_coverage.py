@@ -338,6 +338,7 @@ SERVED_TRIAGE = {
                       "first call in eval mode: the warmup's first graph (batch 1, filling it) is not the graph the same "
                       "bucket serves later (reading it), so serving misses (CacheMissError naming the graph and the key; "
                       "its fix does not name this cause). A user's fix: one eager call before the warmup"),
+    **dict.fromkeys(("encoder:layoutlmv3", "encoder:lilt", "encoder:mistral4", "encoder:siglip2"), TINY_MISMATCH),
     "encoder:mobilevitv2": ("not probed", "its stages bring a 32 x 32 image below its 8 x 8 pooling window: its own "
                             "eager forward fails before any graph at the probe's image size"),
     "encoder:t5": ("not ours", "T5ForSequenceClassification reads `config.decoder_start_token_id`, which transformers "
