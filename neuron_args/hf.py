@@ -115,7 +115,7 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
     short convolutions: transformers' ``LinearAttentionLayer``, alone or with attention) get their states
     allocated now, zero, in the probe's shapes (:class:`StaticCausalLM` tells them prefill from decode).
     """
-    from transformers.cache_utils import (DummyLayer, DynamicLayer, DynamicSlidingWindowLayer,
+    from transformers.cache_utils import (DummyLayer, DynamicIndexedLayer, DynamicLayer, DynamicSlidingWindowLayer,
                                           LinearAttentionAndStaticFullAttentionLayer, LinearAttentionLayer)
 
     def filled(seen: Any) -> bool:
@@ -138,6 +138,8 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
             layers.append(seen if isinstance(seen, DummyLayer) else DummyLayer())
         elif kind in (DynamicLayer, DynamicSlidingWindowLayer) and seen.keys is not None:
             layers += _static_layers([seen], max_cache_len, batch_size)
+        elif kind is DynamicIndexedLayer and seen.keys is not None:
+            layers.append(_static_indexed_layer(model_name, i, seen, max_cache_len, batch_size))
         elif kind is LinearAttentionLayer:
             layers.append(_allocate_recurrent(LinearAttentionLayer(number_of_states=seen.number_of_states), seen,
                                               batch_size))
@@ -154,6 +156,25 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
                 "without a cache (use_cache=False, one graph per sequence bucket), or build its transformers "
                 "StaticCache yourself and check that one decode step is one graph (StaticCausalLM's cache attribute)")
     return layers
+
+
+def _static_indexed_layer(model_name: str, i: int, seen: Any, max_cache_len: int, batch_size: int) -> Any:
+    """transformers' ``StaticIndexedLayer`` for a sparse-attention layer (DeepSeek V3.2, GLM-5: keys, values and the
+    indexer's keys, full length), allocated in the probe's shapes."""
+    from transformers.cache_utils import StaticIndexedLayer
+
+    if seen.indexer_position_ids is not None:  # Qwen4-Exp: a Python attribute the forward grows by concatenation
+        raise StaticCacheError(
+            f"{model_name}: cache layer {i} (DynamicIndexedLayer) keeps the position of every token so far "
+            "(`indexer_position_ids`, concatenated on each call), so each decode step would be a graph of its own "
+            "shape; static_cache holds fixed-size states only. fix: serve this architecture without a cache "
+            "(use_cache=False, one graph per sequence bucket), or keep it in eager PyTorch")
+    layer = StaticIndexedLayer(max_cache_len=max_cache_len)
+    _allocate_keys_values(layer, seen, batch_size)
+    if seen.is_indexer_initialized:
+        keys = seen.indexer_keys
+        layer.lazy_initialization_indexer(keys.new_empty(batch_size, 0, keys.shape[-1]))
+    return layer
 
 
 def _allocate_keys_values(layer: Any, seen: Any, batch_size: int) -> None:
@@ -204,6 +225,8 @@ class StaticCausalLM(torch.nn.Module):
         for layer in self.cache.layers:
             if hasattr(layer, "cumulative_length"):  # each layer writes at its own running length: set it
                 layer.cumulative_length.copy_(start)
+            if getattr(layer, "indexer_cumulative_length", None) is not None:  # a sparse-attention indexer's too
+                layer.indexer_cumulative_length.copy_(start)
             if hasattr(layer, "has_previous_state"):
                 _continue_or_restart(layer, start, one_token=input_ids.shape[1] == 1)
         out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),

@@ -7,8 +7,10 @@
 Architectures come from transformers' own auto mappings (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``,
 ``MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES``, the sequence classification, masked LM and image
 classification mappings), each built from a tiny random config made in code (no download): the config
-class's defaults with every size attribute it has shrunk (:func:`tiny_config`). Each kind is served
-as a user serves it:
+class's defaults with every size attribute it has shrunk (:func:`tiny_config`), a per-stage list left as it is;
+a composite config's causal LM (Llama 4, Qwen 3.5) takes its text sub-config, and ``OVERRIDES`` hand-makes what
+the shrink gets wrong (layer types with one layer of each kind, sizes a validator ties together, per-stage
+sizes of vision models). Each kind is served as a user serves it:
 
 - ``causal``: :class:`neuron_args.hf.StaticCausalLM`, graph types ``prefill`` (a prompt bucket of 8, base
   -O1) and ``decode`` (one token, -O3); a prompt then 3 decode steps;
@@ -31,7 +33,8 @@ ends the sweep. One line per architecture; ``--out`` writes them as JSON, merged
 which ``scripts/model_coverage.py`` (``--served-only``: that section alone) turns into the "served end to
 end" table of docs/MODEL_COVERAGE.md. Not a test: run by hand (``nice -n 10``), in parts (``--kind``).
 Architectures that need remote code are not in the auto mappings; those whose config or model needs an
-extra package, or that the generic shrink cannot make tiny, are reported as skipped with the reason.
+extra package, that no tiny config here fits, or that are no model served alone (``NOT_ALONE``: a draft
+model reading another model's cache) are reported as skipped with the reason.
 """
 from __future__ import annotations
 
@@ -72,18 +75,29 @@ TINY = dict(
     num_experts=4, num_local_experts=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
     shared_expert_intermediate_size=16, n_shared_experts=1, first_k_dense_replace=0, n_group=1, topk_group=1,
     kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+    # sparse attention (DeepSeek V3.2, GLM-5): the indexer's top-k (2048) keeps every key here. With fewer keys
+    # than the sequence, ties in its scores (ReLU zeros, repeated greedy tokens) pick keys by torch's and XLA's
+    # own tie order, and by the buffer's length: such runs differ without a fault
+    index_head_dim=8, index_n_heads=2,
     # windows shorter than the prompt, so the static cache's full-length layers meet the model's sliding mask
     sliding_window=4, attention_window=4,
     # state-space and linear-attention layers
     mamba_d_state=8, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=1, state_size=8, ssm_state_size=8,
     n_groups=1, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+    # BLT's byte-level encoder and decoder feed its global transformer (cross-attention over 2 x 32 wide)
+    hidden_size_global=64, encoder_hash_byte_group_vocab=64,
     # vision towers of multimodal configs
     image_size=32, patch_size=8, num_channels=3,
     pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2, tie_word_embeddings=False,
 )
 #: the layer counts a config validator may tie to a per-layer list of its defaults
 LAYER_COUNTS = ("num_hidden_layers", "num_layers", "n_layer", "encoder_layers", "decoder_layers", "num_decoder_layers")
-ATTENTION = {"full_attention", "sliding_attention", "attention", "hybrid"}
+ATTENTION = {"full_attention", "sliding_attention", "attention", "hybrid", "indexed_attention"}
+INKLING = {"unpadded_vocab_size": V, "eos_token_id": 2, "swa_num_attention_heads": 4, "swa_num_key_value_heads": 2,
+           "swa_head_dim": 8, "sliding_window_size": 4, "d_rel": 4, "rel_extent": 16, "log_scaling_n_floor": 16,
+           "n_layers_per_attn_res_block": 1, "layer_types": ["hybrid_sliding", "hybrid"]}
+PVT = {"num_encoder_blocks": 2, "depths": [1, 1], "hidden_sizes": [16, 32], "strides": [4, 2],
+       "num_attention_heads": [1, 2], "mlp_ratios": [2, 2]}
 #: per model type: what the generic shrink gets wrong
 OVERRIDES: dict[str, dict[str, Any]] = {
     # block-sparse attention needs sequences of many blocks: at 8 or 16 tokens transformers warns (a graph break)
@@ -93,9 +107,86 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
     "bamba": {"attn_layer_indices": [1]},
     "mamba2": {"num_heads": 8, "head_dim": 8},
+    "zamba2": {"hybrid_layer_ids": [1]},  # its shared attention block's layer ids: the hybrid layer's
     # input, recurrent (looped) and output sections of one layer each: the defaults (8 + 8 around the rest) leave two
     # layers a recurrent section of -14 that transformers accepts, running each layer twice into one cache layer
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_recurrent_layers": 1, "n_output_layers": 1},
+    # hand-made where the shrink cannot build one (a composite's text config is taken from the model class):
+    # a chunked layer with rope then a full one without (Llama 4's pattern), chunks shorter than the prompt
+    "llama4": {"attention_chunk_size": 4, "no_rope_layers": [1, 0],
+               "layer_types": ["chunked_attention", "full_attention"]},
+    # DBRX's model reads `attn_config.rope_theta`, which its sub-config class no longer declares
+    "dbrx": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+             "ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2}},
+    # the state-space width must be heads x head size
+    "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_chunk_size": 8},
+    # sliding and full layers, the last two reusing the first two's keys and values (KV sharing), the first one
+    # with a sparse activation (its Gaussian top-k)
+    "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2, "laurel_rank": 8,
+                     "layer_types": ["sliding_attention", "full_attention"] * 2,
+                     "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0]},
+    "granitemoehybrid": {"layer_types": ["mamba", "attention"], "mamba_n_heads": 4, "mamba_d_head": 16,
+                         "mamba_chunk_size": 8},
+    # one codebook: the probe's token ids are (batch, sequence), Musicgen's (batch x codebooks, sequence)
+    "musicgen": {"num_codebooks": 1}, "musicgen_melody": {"num_codebooks": 1},
+    # a linear-attention layer, then an indexed one (its block selection: a budget of 4 keys in blocks of 2)
+    **dict.fromkeys(("qwen4_exp", "qwen4_exp_text"), {
+        "layer_types": ["linear_attention", "indexed_attention"], "indexer_n_heads": 2, "indexer_kv_heads": 1,
+        "indexer_head_dim": 8, "indexer_budget": 4, "indexer_compress_ratio": 2}),
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    # rope per layer type: a sliding layer with (multimodal) rope, a full one without
+    "cohere_compass_text": {"layer_types": ["sliding_attention", "full_attention"], "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
+        "full_attention": None}},
+    "zaya": {"num_experts_per_tok": 1},
+    # Inkling 2: a sliding and a full hybrid layer (attention + short convolution), its own sliding-attention sizes;
+    # the looped variant runs its middle layer twice
+    "inkling2_text": INKLING,
+    "inkling2_loop_text": {**INKLING, "num_hidden_layers": 3, "loop_layer_index_start": 1, "loop_layer_index_end": 2,
+                           "layer_types": ["hybrid_sliding", "hybrid", "hybrid_sliding"], "loop_num_passes": 2,
+                           "loop_gate_rank": 4},
+    # a local and a hashed (LSH, fixed seed) attention layer; axial positions that multiply to 64 and sum to 32 wide
+    "reformer": {"attn_layers": ["local", "lsh"], "axial_pos_shape": [8, 8], "axial_pos_embds_dim": [16, 16],
+                 "attention_head_size": 8, "feed_forward_size": 64, "local_attn_chunk_length": 4,
+                 "lsh_attn_chunk_length": 4, "num_buckets": 2, "hash_seed": 0},
+    # X-MOD's adapters are chosen per language: one, the default
+    "xmod": {"languages": ["en_XX"], "default_language": "en_XX"},
+    "luke": {"entity_vocab_size": 16, "entity_emb_size": 16},
+    # vision classifiers with per-stage sizes (two or three small stages for a 32 x 32 image)
+    # a tiny LeViT at the default initializer (0.02) gives logits of 4e-11: 0.2 keeps them near 0.3
+    "levit": {"initializer_range": 0.2, "hidden_sizes": [16, 32, 48], "num_attention_heads": [1, 2, 3], "depths": [1, 1, 1],
+              "key_dim": [8, 8, 8], "patch_size": 16, "kernel_size": 3, "stride": 2,
+              "down_ops": [["Subsample", 8, 1, 4, 2, 2], ["Subsample", 8, 2, 4, 2, 2]]},
+    # its default initializer (0.02) fades a random tiny net to logits of 1e-23 (a vacuous comparison); 0.6 keeps
+    # them near 0.1
+    "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.25, "hidden_dim": 320, "initializer_range": 0.6},
+    **dict.fromkeys(("swin", "swinv2", "donut-swin"), {"patch_size": 4, "embed_dim": 16, "depths": [1, 1],
+                                                      "num_heads": [2, 2], "window_size": 4}),
+    **dict.fromkeys(("convnext", "convnextv2"), {"hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2}),
+    "focalnet": {"patch_size": 4, "embed_dim": 16, "depths": [1, 1], "focal_levels": [2, 2], "focal_windows": [3, 3]},
+    "pvt": {**PVT, "sequence_reduction_ratios": [2, 1], "patch_sizes": [4, 2]},
+    "pvt_v2": {**PVT, "sr_ratios": [2, 1], "patch_sizes": [7, 3]},
+    "hiera": {"image_size": [32, 32], "patch_size": [3, 3], "patch_stride": [2, 2], "patch_padding": [1, 1],
+              "embed_dim": 16, "num_heads": [1, 2], "depths": [1, 1], "query_stride": [2, 2],
+              "masked_unit_size": [4, 4], "masked_unit_attention": [True, False], "num_query_pool": 1},
+    "bit": {"embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1], "layer_type": "bottleneck",
+            "global_padding": "SAME", "num_groups": 8},
+    "resnet": {"embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1]},
+    # CvT indexes its per-layer drop-path rates by stage: stage i needs i + 1 layers
+    "cvt": {"embed_dim": [16, 32, 48], "num_heads": [1, 2, 3], "depth": [1, 2, 3]},
+    "esmc": {"num_key_value_heads": 4},  # no grouped-query attention
+    "neomme": {"head_dim": 16},  # its multimodal rope turns a quarter of each head, in pairs of two
+    "perceiver": {"d_latents": 32, "num_latents": 8, "num_self_attends_per_block": 1, "num_self_attention_heads": 2,
+                  "num_cross_attention_heads": 2},
+    "mobilevitv2": {"width_multiplier": 0.25},
+    # a dense short-convolution layer, then an attention layer with experts
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+}
+
+#: architectures that are no model a user serves alone: why the probe does not build them
+NOT_ALONE = {
+    "gemma4_assistant": "Gemma 4 Assistant is a draft model: it attends to the target model's keys and values "
+                        "(`shared_kv_states`), has no cache of its own and ignores its input ids",
 }
 
 
@@ -134,12 +225,22 @@ class Skip(Exception):
     """Not probed: the architecture cannot be built here (remote code, an extra dependency, no tiny config)."""
 
 
+def _attr(config: Any, name: str) -> Any:
+    """``config.name``, or None where the config refuses a global read (NeoMME: a per-layer attribute)."""
+    try:
+        return getattr(config, name, None)
+    except Exception:  # noqa: BLE001 - transformers' AmbiguousGlobalPerLayerAttributeError
+        return None
+
+
 def tiny_config(config_cls: type, extra: dict[str, Any] | None = None) -> Any:
     """``config_cls``'s defaults with every size attribute it has shrunk to ``TINY`` (sub-configs too)."""
     default = config_cls()
     known = set(default.to_dict()) | set(getattr(config_cls, "attribute_map", {}))
-    kw = {k: v for k, v in TINY.items() if k in known}
-    if isinstance(getattr(default, "sliding_window", None), int) is False:
+    # a per-stage list (Swin's heads, PVT's sizes) keeps its default rather than become one number
+    kw = {k: v for k, v in TINY.items() if k in known and (k.endswith("_token_id") or k == "image_size"
+                                                           or not isinstance(_attr(default, k), (list, tuple)))}
+    if isinstance(_attr(default, "sliding_window"), int) is False:
         kw.pop("sliding_window", None)  # None or a flag: the model has no window of its own
     for attr in getattr(config_cls, "sub_configs", None) or {}:
         sub = getattr(default, attr, None)
@@ -152,7 +253,8 @@ def tiny_config(config_cls: type, extra: dict[str, Any] | None = None) -> Any:
         kw["num_key_value_heads"] = kw.get("num_attention_heads", 4)
     types = getattr(default, "layer_types", None)
     n = kw.get("num_hidden_layers")
-    settable = not isinstance(getattr(config_cls, "layer_types", None), property)
+    name = getattr(config_cls, "attribute_map", {}).get("layer_types", "layer_types")
+    settable = not isinstance(getattr(config_cls, name, None), property)  # RecurrentGemma derives its types
     if settable and isinstance(types, list) and n and len(types) > n and not ATTENTION & set(types[:n]) \
             and ATTENTION & set(types):
         # a hybrid whose first layers are all recurrent: keep one of each kind
@@ -173,8 +275,14 @@ def build(target: Target) -> torch.nn.Module:
     try:
         config_cls = CONFIG_MAPPING[target.model_type]
         model_cls = getattr(transformers, target.cls)
+        # a composite config's causal LM (Llama 4, Qwen 3.5, Emu3, Musicgen) takes its text sub-config
+        own = getattr(model_cls, "config_class", None)
+        if own in (getattr(config_cls, "sub_configs", None) or {}).values():
+            config_cls = own
     except (KeyError, AttributeError, ImportError) as e:
         raise Skip(f"not importable here: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    if target.model_type in NOT_ALONE:
+        raise Skip(NOT_ALONE[target.model_type])
     try:
         config = tiny_config(config_cls, OVERRIDES.get(target.model_type))
         if target.kind == "encoder" and "SequenceClassification" in target.cls:
