@@ -5,9 +5,21 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import signal
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests start and interrupt (tests/faults, the farm's Ctrl-C test).
+
+    A shell without job control starts a background job (``cmd &`` in a script, ``nohup``) with SIGINT
+    ignored, and every process it starts inherits that: their SIGINT would then do nothing. A handled
+    SIGINT is reset to the default in each child's exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The conftest of every pytester project in tests/test_plugin_*.py: two graph types of a 2-layer MLP,
 # one bucket each, and a policy giving decode -O3 (the projects' ini sets the base to -O1).
