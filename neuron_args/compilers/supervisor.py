@@ -17,6 +17,7 @@ Kept to the standard library and run with ``-I -S`` (no site, no imports of this
 costs a few milliseconds per compile. It is a script, not an import: nothing here runs in the
 library's own process.
 """
+import contextlib
 import os
 import signal
 import sys
@@ -67,15 +68,11 @@ def _kill_leftovers() -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for pid in pids:
-            try:
+            with contextlib.suppress(ChildProcessError):  # already reaped
                 os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
 
 
 def main(argv):
