@@ -19,6 +19,7 @@ import queue
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -214,6 +215,7 @@ class NeuronRunner:
         self.origin: str | None = None
         self.warmed: dict[str, list[WarmedGraph]] = {}
         self._built_so_far: Any = None  # the running parallel warmup's CompileReport of the graphs built so far
+        self._manifest_hold: Any = None  # the manifest folder this job holds from its first warmup to its emit
         if tp_group is not None:
             from neuron_args.manifest.ledger import register_tp_group
 
@@ -315,6 +317,7 @@ class NeuronRunner:
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
         chosen = self._selected(graph_types)
+        self._hold_manifest_folder()
         todo = [g for g in chosen if g not in self.warmed]
         reused = [g for g in chosen if g in self.warmed]
         before, t0 = STATS.snapshot(), time.monotonic()
@@ -623,13 +626,38 @@ class NeuronRunner:
 
     # -- manifest ------------------------------------------------------------------------------------
     def emit_manifest(self) -> Any:
-        """Write this engine's manifest when ``VLLM_NEURON_MANIFEST_DIR`` is set (local rank 0 only)."""
+        """Write this engine's manifest when ``VLLM_NEURON_MANIFEST_DIR`` is set (local rank 0 only); then another
+        job of this engine waiting for the manifest folder goes on."""
         from neuron_args.manifest.emit import emit_manifest
         from neuron_args.manifest.engine import manifest_root
 
-        if manifest_root() is None:
-            return None
-        return emit_manifest(cache_dir=self.cache_dir, config=self.manifest_config_block(), local_rank=self.local_rank)
+        try:
+            if manifest_root() is None:
+                return None
+            return emit_manifest(cache_dir=self.cache_dir, config=self.manifest_config_block(),
+                                 local_rank=self.local_rank)
+        finally:
+            hold, self._manifest_hold = self._manifest_hold, None
+            if hold is not None:
+                hold.release()
+
+    def _hold_manifest_folder(self) -> None:
+        """From its first warmup to its emit, a job that emits holds its engine's manifest folder, so a second job
+        of the engine on the folder waits instead of losing its ledger lines to this one's emit
+        (:mod:`neuron_args.manifest.folder_lock`)."""
+        from neuron_args.manifest.engine import get_server_prefix, manifest_root
+        from neuron_args.manifest.folder_lock import hold_engine
+
+        root = manifest_root()
+        if self._manifest_hold is not None or root is None or not self.emit_manifests or self.local_rank != 0:
+            return
+        try:
+            self._manifest_hold = hold_engine(root, get_server_prefix())
+        except (OSError, ValueError) as exc:  # the manifest never breaks warmup: its emit says what went wrong
+            log.warning("manifest folder %s could not be held for this job (%s: %s); a second job emitting there at "
+                        "once could lose this one's graphs", root, type(exc).__name__, exc)
+            return
+        weakref.finalize(self, self._manifest_hold.release)
 
     def manifest_config_block(self) -> dict[str, Any] | None:
         """The manifest's ``config`` block for this runner (None, with a warning, when it cannot be built)."""

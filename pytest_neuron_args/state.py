@@ -22,48 +22,11 @@ import pytest
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.manifest.folder_lock import folder_lock_holder, lock_folder, unlock_folder
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from neuron_args.manifest.schema import MANIFEST_FILENAME
 from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
-
-
-def lock_folder(root: Path) -> int | None:
-    """An exclusive ``flock`` on the folder itself (no file left in it; its holder's death releases it): the
-    descriptor to close, or None where folders cannot be locked. Raises BlockingIOError when another holds it."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no guard
-        return None
-    try:
-        fd = os.open(root, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise
-    except OSError:  # a file system without flock: no guard
-        os.close(fd)
-        return None
-    return fd
-
-
-def folder_lock_holder(root: Path) -> int | None:
-    """The pid holding a ``flock`` on ``root`` (Linux's /proc/locks: ``N: FLOCK ADVISORY WRITE pid MAJ:MIN:INODE``)."""
-    try:
-        st = os.stat(root)
-        with open("/proc/locks") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where and parts[4].isdigit():
-            return int(parts[4])
-    return None
 
 
 def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> tuple[int, int, dict[str, int]] | None:
@@ -248,7 +211,7 @@ class NeuronSession:
     def stop(self) -> None:
         gc_policy.session_stopped()
         if self._manifest_lock is not None:
-            os.close(self._manifest_lock)  # releases the folder's flock
+            unlock_folder(self._manifest_lock)  # releases the folder's flock
             self._manifest_lock = None
         if self._saved_env is not None:
             present, value = self._saved_env
