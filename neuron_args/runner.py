@@ -28,6 +28,7 @@ import torch
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
+from neuron_args.compile_start import on_compile_start
 from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.deferred.parallel_compile import CompileReport, ParallelCompileError, pending_keys
 from neuron_args.deferred.parallel_trace import recorded_complete
@@ -102,15 +103,22 @@ class WarmupReport:
 
 @dataclass(frozen=True)
 class WarmupProgress:
-    """One in-process warmup step, reported before the bucket runs."""
+    """One in-process warmup step: ``compiling`` as its compiler starts, else ``loaded`` (the cache held it) or
+    ``captured`` (a pending entry for ``parallel_compile``) once the bucket ran."""
 
     done: int
     total: int
     graph_type: str
     bucket: str
+    how: str = "compiling"
 
     def line(self) -> str:
-        return f"compiling {self.graph_type} {self.bucket} ({self.done}/{self.total})\u2026"
+        where = f"{self.graph_type} {self.bucket} ({self.done}/{self.total})"
+        if self.how == "loaded":
+            return f"loaded {where} from the cache"
+        if self.how == "captured":
+            return f"captured {where} for parallel_compile"
+        return f"compiling {where}\u2026"
 
 
 @dataclass
@@ -361,12 +369,22 @@ class NeuronRunner:
             warmed: list[WarmedGraph] = []
             for bucket, make in self.spec(g).buckets.items():
                 done += 1
-                if progress is not None:
-                    progress(WarmupProgress(done, total, g, bucket))
                 kwargs = self._example(make, g, bucket)
                 stats, recs = STATS.snapshot(), _record_counts()
-                self.run(g, kwargs)
+                started: list[str] = []  # the keys whose compile this bucket started
+
+                def starting(_graph_type: str | None, key: str, step: WarmupProgress = WarmupProgress(
+                        done, total, g, bucket), started: list[str] = started) -> None:
+                    if progress is not None and not started:
+                        progress(step)
+                    started.append(key)
+
+                with on_compile_start(starting):
+                    self.run(g, kwargs)
                 touched = self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+                if progress is not None and not started and touched:
+                    how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
+                    progress(WarmupProgress(done, total, g, bucket, how))
                 warmed += touched
                 resolved[fingerprint(build_trace_job(self.resolver, self.spec(g).entry, kwargs, g), self.options)] = (
                     g, [w.key for w in touched])
