@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.manifest.config import merge_configs
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.folder_lock import folder_lock_holder, lock_folder, unlock_folder
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
@@ -232,8 +233,10 @@ class NeuronSession:
             path.write_text(json.dumps({"rank": int(os.environ.get("RANK", "0")), "error": error}), encoding="utf-8")
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
-        if self.manifest_config is None and config is not None:
-            self.manifest_config = json.loads(json.dumps(config, default=str))
+        """A runner's config block: the session manifest's is the first one, naming every model (merge_configs)."""
+        if config is not None:
+            config = json.loads(json.dumps(config, default=str))
+            self.manifest_config = config if self.manifest_config is None else merge_configs(self.manifest_config, config)
 
     def emit_manifests(self) -> list[Path]:
         """The session manifest: one ``<DIR>/<engine-id>/manifest.json`` per engine that wrote ledger lines."""
@@ -242,8 +245,10 @@ class NeuronSession:
             return []
         from pytest_neuron_args.ledger_view import emit_engines
 
-        config = self.manifest_config or next((w["manifest_config"] for w in self.workers.values()
-                                               if w.get("manifest_config")), None)
+        config = self.manifest_config
+        for worker in self.workers.values():  # xdist workers' runners: their models too
+            if worker.get("manifest_config"):
+                config = worker["manifest_config"] if config is None else merge_configs(config, worker["manifest_config"])
         written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config,
                                failures=self.manifest_failures)
         merged = self.merged()
