@@ -16,21 +16,14 @@ import torch
 from neuron_args.graphs import GraphSpec
 
 
-class WideModel(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 32)
-
-    def forward(self, x):
-        return self.fc(x)
-
+class WideModel(torch.nn.Sequential):  # another model, with a graph type and shapes of its own
     def neuron_graphs(self):
-        return [GraphSpec("encoder", self, {"b2": lambda: {"x": torch.ones(2, 8)}})]
+        return [GraphSpec("encoder", self, {"b2": lambda: {"input": torch.ones(2, 8)}})]
 
 
 @pytest.fixture(scope="session")
 def neuron_model():
-    return WideModel()
+    return WideModel(torch.nn.Linear(8, 32))
 '''
 
 
