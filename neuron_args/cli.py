@@ -3,9 +3,10 @@
     neuron-args manifest show PATH [--cache-dir DIR] [--json]
     neuron-args manifest validate PATH [--cache-dir DIR] [--json]   exit 0 valid, 1 invalid, 2 unreadable
     neuron-args manifest diff OLD NEW [--json] [--include-environment]   exit 0 same, 1 different
-    neuron-args cache ls [DIR | --cache-dir DIR] [--json]
+    neuron-args cache ls [DIR | --cache-dir DIR] [--status S,S] [--json]
+    neuron-args cache logs [DIR | --cache-dir DIR] --out OUT [--status S,S] [--json]   logs of unbuilt entries
     neuron-args cache verify [DIR | --cache-dir DIR] [--fix] [--json]   exit 0 all sound, 1 corrupt found
-    neuron-args cache explain KEY_A KEY_B [--cache-dir DIR] [--json]    (unique key prefixes accepted)
+    neuron-args cache explain [DIR] KEY_A KEY_B [--cache-dir DIR] [--json]   (unique key prefixes accepted)
     neuron-args cache prune-memo [DIR | --cache-dir DIR] [--older-than DAYS] [--dry-run] [--json]
     neuron-args report compare OLD NEW [--json] [thresholds]  exit 0 no regression, 1 regression
     neuron-args report plot REPORT... -o trend.png          compile seconds and sizes per graph over runs
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -103,6 +105,25 @@ def _cache_arg(args: argparse.Namespace) -> str | None:
     if positional and option and Path(positional).expanduser().resolve() != Path(option).expanduser().resolve():
         raise _Usage(f"cache {args.command}: the directory {positional} and --cache-dir {option} differ; give one")
     return positional or option
+
+
+#: The statuses of an entry whose build did not end in an executable (``cache logs``' default).
+UNBUILT = (EntryStatus.FAILED, EntryStatus.CRASHED, EntryStatus.INTERRUPTED)
+#: What ``cache logs`` copies of an entry: what a compile left to read.
+ENTRY_LOG_FILES = ("log-neuron-cc.txt", "command.txt", "metadata.json")
+
+
+def _statuses(text: str | None, default: Sequence[EntryStatus] | None) -> set[EntryStatus] | None:
+    """``--status failed,crashed``, parsed once: an unknown name is a usage error listing the statuses."""
+    if text is None:
+        return None if default is None else set(default)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = {s.value: s for s in EntryStatus}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise _Usage(f"--status {text!r}: {', '.join(map(repr, unknown)) or 'no status'} is not an entry status; "
+                     f"give a comma-separated list of {', '.join(known)}")
+    return {known[n] for n in names}
 
 
 def _require_cache(path: str | None) -> Path:
@@ -240,7 +261,8 @@ def _cache_ls(args: argparse.Namespace) -> int:
     from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
 
     root = _require_cache(_cache_arg(args))
-    entries = cache_entries(CompileCache(root))
+    wanted = _statuses(args.status, None)
+    entries = [e for e in cache_entries(CompileCache(root)) if wanted is None or e.status in wanted]
     if args.json:
         _print_json({"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
                      "counts": status_counts([e.status for e in entries]),
@@ -248,6 +270,50 @@ def _cache_ls(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"compile cache {root}")
     print(cache_table(entries) if entries else "no entries")
+    return EXIT_OK
+
+
+def _copy_regular(source: Path, target: Path) -> bool:
+    """Copy ``source`` when it is a regular file (a cache is untrusted: a symlink is not followed)."""
+    try:
+        if not source.is_file() or source.is_symlink():
+            return False
+        shutil.copyfile(source, target, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _cache_logs(args: argparse.Namespace) -> int:
+    """Copy the compiler log, command and metadata of every unbuilt entry (failed, crashed, interrupted by
+    default) into ``OUT/<key>/``: what a CI job uploads after a run whose compiles failed."""
+    from neuron_args.manifest.show import cache_entries
+
+    root = _require_cache(_cache_arg(args))
+    wanted = _statuses(args.status, UNBUILT)
+    out = Path(args.out).expanduser()
+    collected = []
+    for info in cache_entries(CompileCache(root)):
+        if info.status not in wanted:
+            continue
+        folder = out / info.key
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _Usage(f"cache logs: cannot create {folder}: {exc.strerror or exc}") from None
+        files = [name for name in ENTRY_LOG_FILES if _copy_regular(root / info.key / name, folder / name)]
+        collected.append({"key": info.key, "graph_type": info.graph_type, "status": info.status.value,
+                          "folder": str(folder), "files": files})
+    statuses = ",".join(sorted(s.value for s in wanted))
+    if args.json:
+        _print_json({"cache_dir": str(root), "out": str(out), "statuses": statuses.split(","),
+                     "entries": collected})
+        return EXIT_OK
+    print(f"compile cache {root}: {len(collected)} entr{'y' if len(collected) == 1 else 'ies'} {statuses}"
+          + (f", logs copied to {out}" if collected else ""))
+    for item in collected:
+        print(f"  {item['status']} {item['key']} (graph type {item['graph_type'] or '-'}): "
+              f"{', '.join(item['files']) or 'no log left'}")
     return EXIT_OK
 
 
@@ -294,6 +360,13 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 def _cache_explain(args: argparse.Namespace) -> int:
     """Why two entries' keys differ, component by component (unique key prefixes accepted)."""
+    if len(args.operands) == 3:
+        args.dir, args.key_a, args.key_b = args.operands
+    elif len(args.operands) == 2 and not Path(args.operands[0]).expanduser().is_dir():
+        args.dir, (args.key_a, args.key_b) = None, args.operands
+    else:
+        raise _Usage(f"cache explain takes DIR KEY_A KEY_B (or KEY_A KEY_B with --cache-dir DIR or "
+                     f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, args.operands)) or 'nothing'}")
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = []
@@ -379,7 +452,8 @@ def _report_plot(args: argparse.Namespace) -> int:
 
 
 def _add_cache_dir(parser: argparse.ArgumentParser, *, positional: bool) -> None:
-    """``--cache-dir DIR`` on every cache command; ``ls`` and ``verify`` also keep their positional ``DIR``."""
+    """``--cache-dir DIR`` on every cache command; ``ls``, ``logs``, ``verify`` and ``prune-memo`` also take a
+    positional ``DIR`` (``explain`` takes it before its keys)."""
     where = f"cache directory (default: ${CACHE_DIR_ENV}, else $XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})"
     if positional:
         parser.add_argument("dir", nargs="?", metavar="DIR", help=where + "; same as --cache-dir")
@@ -424,8 +498,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="also compare installed package versions")
     diff.set_defaults(run=_manifest_diff)
 
-    cache = groups.add_parser("cache", help="list, verify or explain compile-cache entries; prune the trace memo")
-    cache_commands = cache.add_subparsers(dest="command", metavar="{ls,verify,explain,prune-memo}")
+    cache = groups.add_parser("cache", help="list, verify or explain compile-cache entries, collect failed compiles' "
+                              "logs; prune the trace memo")
+    cache_commands = cache.add_subparsers(dest="command", metavar="{ls,logs,verify,explain,prune-memo}")
     cache_commands.required = True
     ls = cache_commands.add_parser(
         "ls", help="entries with graph type, -O level, status, size",
@@ -434,8 +509,19 @@ def _parser() -> argparse.ArgumentParser:
                     "failed (the compiler failed), interrupted (Ctrl-C stopped its build), crashed (its build's process "
                     "died). A rebuild of the key replaces the last three.")
     _add_cache_dir(ls, positional=True)
+    ls.add_argument("--status", metavar="S,S", help="only entries of these statuses (comma-separated)")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(run=_cache_ls)
+    logs = cache_commands.add_parser(
+        "logs", help="copy the compiler logs of entries whose build failed, crashed or was interrupted",
+        description="Copies log-neuron-cc.txt, command.txt and metadata.json of each chosen entry into OUT/<key>/ "
+                    "(regular files only). Exit 0, whether or not an entry matched.")
+    _add_cache_dir(logs, positional=True)
+    logs.add_argument("--out", required=True, metavar="OUT", help="folder to copy into (created)")
+    logs.add_argument("--status", metavar="S,S",
+                      help=f"entry statuses to collect (default: {','.join(s.value for s in UNBUILT)})")
+    logs.add_argument("--json", action="store_true", help="machine-readable output")
+    logs.set_defaults(run=_cache_logs)
     verify = cache_commands.add_parser(
         "verify", help="check every entry's executable against its recorded size and sha256",
         description="Exit 0 when no entry is corrupt (or --fix moved them aside), 1 otherwise.",
@@ -445,9 +531,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="move corrupt entries aside (to <cache>/.corrupt/) so the next run rebuilds them")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.set_defaults(run=_cache_verify)
-    explain = cache_commands.add_parser("explain", help="why two keys differ (key components)")
-    explain.add_argument("key_a", metavar="KEY_A", help="a key or unique key prefix")
-    explain.add_argument("key_b", metavar="KEY_B", help="a key or unique key prefix")
+    explain = cache_commands.add_parser(
+        "explain", help="why two keys differ (key components)", usage="%(prog)s [DIR] KEY_A KEY_B [--cache-dir DIR] [--json]",
+        description="DIR KEY_A KEY_B, or KEY_A KEY_B with --cache-dir DIR (else $" + CACHE_DIR_ENV + "). "
+                    "A key may be a unique prefix.")
+    explain.add_argument("operands", nargs="+", metavar="[DIR] KEY", help="the cache directory, then two keys")
     _add_cache_dir(explain, positional=False)
     explain.add_argument("--json", action="store_true", help="machine-readable output")
     explain.set_defaults(run=_cache_explain)

@@ -19,6 +19,7 @@ import queue
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ import torch
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
+from neuron_args.compile_start import on_compile_start
 from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.deferred.parallel_compile import CompileReport, ParallelCompileError, pending_keys
 from neuron_args.deferred.parallel_trace import recorded_complete
@@ -101,15 +103,22 @@ class WarmupReport:
 
 @dataclass(frozen=True)
 class WarmupProgress:
-    """One in-process warmup step, reported before the bucket runs."""
+    """One in-process warmup step: ``compiling`` as its compiler starts, else ``loaded`` (the cache held it) or
+    ``captured`` (a pending entry for ``parallel_compile``) once the bucket ran."""
 
     done: int
     total: int
     graph_type: str
     bucket: str
+    how: str = "compiling"
 
     def line(self) -> str:
-        return f"compiling {self.graph_type} {self.bucket} ({self.done}/{self.total})\u2026"
+        where = f"{self.graph_type} {self.bucket} ({self.done}/{self.total})"
+        if self.how == "loaded":
+            return f"loaded {where} from the cache"
+        if self.how == "captured":
+            return f"captured {where} for parallel_compile"
+        return f"compiling {where}\u2026"
 
 
 @dataclass
@@ -214,6 +223,7 @@ class NeuronRunner:
         self.origin: str | None = None
         self.warmed: dict[str, list[WarmedGraph]] = {}
         self._built_so_far: Any = None  # the running parallel warmup's CompileReport of the graphs built so far
+        self._manifest_hold: Any = None  # the manifest folder this job holds from its first warmup to its emit
         if tp_group is not None:
             from neuron_args.manifest.ledger import register_tp_group
 
@@ -315,6 +325,7 @@ class NeuronRunner:
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
         chosen = self._selected(graph_types)
+        self._hold_manifest_folder()
         todo = [g for g in chosen if g not in self.warmed]
         reused = [g for g in chosen if g in self.warmed]
         before, t0 = STATS.snapshot(), time.monotonic()
@@ -358,12 +369,22 @@ class NeuronRunner:
             warmed: list[WarmedGraph] = []
             for bucket, make in self.spec(g).buckets.items():
                 done += 1
-                if progress is not None:
-                    progress(WarmupProgress(done, total, g, bucket))
                 kwargs = self._example(make, g, bucket)
                 stats, recs = STATS.snapshot(), _record_counts()
-                self.run(g, kwargs)
+                started: list[str] = []  # the keys whose compile this bucket started
+
+                def starting(_graph_type: str | None, key: str, step: WarmupProgress = WarmupProgress(
+                        done, total, g, bucket), started: list[str] = started) -> None:
+                    if progress is not None and not started:
+                        progress(step)
+                    started.append(key)
+
+                with on_compile_start(starting):
+                    self.run(g, kwargs)
                 touched = self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+                if progress is not None and not started and touched:
+                    how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
+                    progress(WarmupProgress(done, total, g, bucket, how))
                 warmed += touched
                 resolved[fingerprint(build_trace_job(self.resolver, self.spec(g).entry, kwargs, g), self.options)] = (
                     g, [w.key for w in touched])
@@ -623,13 +644,38 @@ class NeuronRunner:
 
     # -- manifest ------------------------------------------------------------------------------------
     def emit_manifest(self) -> Any:
-        """Write this engine's manifest when ``VLLM_NEURON_MANIFEST_DIR`` is set (local rank 0 only)."""
+        """Write this engine's manifest when ``VLLM_NEURON_MANIFEST_DIR`` is set (local rank 0 only); then another
+        job of this engine waiting for the manifest folder goes on."""
         from neuron_args.manifest.emit import emit_manifest
         from neuron_args.manifest.engine import manifest_root
 
-        if manifest_root() is None:
-            return None
-        return emit_manifest(cache_dir=self.cache_dir, config=self.manifest_config_block(), local_rank=self.local_rank)
+        try:
+            if manifest_root() is None:
+                return None
+            return emit_manifest(cache_dir=self.cache_dir, config=self.manifest_config_block(),
+                                 local_rank=self.local_rank)
+        finally:
+            hold, self._manifest_hold = self._manifest_hold, None
+            if hold is not None:
+                hold.release()
+
+    def _hold_manifest_folder(self) -> None:
+        """From its first warmup to its emit, a job that emits holds its engine's manifest folder, so a second job
+        of the engine on the folder waits instead of losing its ledger lines to this one's emit
+        (:mod:`neuron_args.manifest.folder_lock`)."""
+        from neuron_args.manifest.engine import get_server_prefix, manifest_root
+        from neuron_args.manifest.folder_lock import hold_engine
+
+        root = manifest_root()
+        if self._manifest_hold is not None or root is None or not self.emit_manifests or self.local_rank != 0:
+            return
+        try:
+            self._manifest_hold = hold_engine(root, get_server_prefix())
+        except (OSError, ValueError) as exc:  # the manifest never breaks warmup: its emit says what went wrong
+            log.warning("manifest folder %s could not be held for this job (%s: %s); a second job emitting there at "
+                        "once could lose this one's graphs", root, type(exc).__name__, exc)
+            return
+        weakref.finalize(self, self._manifest_hold.release)
 
     def manifest_config_block(self) -> dict[str, Any] | None:
         """The manifest's ``config`` block for this runner (None, with a warning, when it cannot be built)."""

@@ -21,49 +21,13 @@ from typing import Any
 import pytest
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.manifest.config import merge_configs
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.manifest.folder_lock import folder_lock_holder, lock_folder, unlock_folder
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from neuron_args.manifest.schema import MANIFEST_FILENAME
 from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
-
-
-def lock_folder(root: Path) -> int | None:
-    """An exclusive ``flock`` on the folder itself (no file left in it; its holder's death releases it): the
-    descriptor to close, or None where folders cannot be locked. Raises BlockingIOError when another holds it."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no guard
-        return None
-    try:
-        fd = os.open(root, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise
-    except OSError:  # a file system without flock: no guard
-        os.close(fd)
-        return None
-    return fd
-
-
-def folder_lock_holder(root: Path) -> int | None:
-    """The pid holding a ``flock`` on ``root`` (Linux's /proc/locks: ``N: FLOCK ADVISORY WRITE pid MAJ:MIN:INODE``)."""
-    try:
-        st = os.stat(root)
-        with open("/proc/locks") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where and parts[4].isdigit():
-            return int(parts[4])
-    return None
 
 
 def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> tuple[int, int, dict[str, int]] | None:
@@ -248,7 +212,7 @@ class NeuronSession:
     def stop(self) -> None:
         gc_policy.session_stopped()
         if self._manifest_lock is not None:
-            os.close(self._manifest_lock)  # releases the folder's flock
+            unlock_folder(self._manifest_lock)  # releases the folder's flock
             self._manifest_lock = None
         if self._saved_env is not None:
             present, value = self._saved_env
@@ -269,8 +233,10 @@ class NeuronSession:
             path.write_text(json.dumps({"rank": int(os.environ.get("RANK", "0")), "error": error}), encoding="utf-8")
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
-        if self.manifest_config is None and config is not None:
-            self.manifest_config = json.loads(json.dumps(config, default=str))
+        """A runner's config block: the session manifest's is the first one, naming every model (merge_configs)."""
+        if config is not None:
+            config = json.loads(json.dumps(config, default=str))
+            self.manifest_config = config if self.manifest_config is None else merge_configs(self.manifest_config, config)
 
     def emit_manifests(self) -> list[Path]:
         """The session manifest: one ``<DIR>/<engine-id>/manifest.json`` per engine that wrote ledger lines."""
@@ -279,8 +245,10 @@ class NeuronSession:
             return []
         from pytest_neuron_args.ledger_view import emit_engines
 
-        config = self.manifest_config or next((w["manifest_config"] for w in self.workers.values()
-                                               if w.get("manifest_config")), None)
+        config = self.manifest_config
+        for worker in self.workers.values():  # xdist workers' runners: their models too
+            if worker.get("manifest_config"):
+                config = worker["manifest_config"] if config is None else merge_configs(config, worker["manifest_config"])
         written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config,
                                failures=self.manifest_failures)
         merged = self.merged()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: an example model through warmup and serve on the embedded local compiler
 # (sets up .venv first). `--model tiny-vlm` (default) or `--model hf-llama` (a transformers Llama);
-# other arguments go to that model's main (--flow parallel, --out DIR; tiny-vlm also --tp 2, --dp 2).
+# other arguments go to that model's main (--flow parallel, --out DIR, default neuron-args-run/<model>; tiny-vlm
+# also --tp 2, --dp 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

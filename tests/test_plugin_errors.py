@@ -296,7 +296,7 @@ def test_a_failed_warmup_is_not_retried_by_each_test_and_its_manifest_keeps_the_
     result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-manifest-dir={manifests}")
     result.assert_outcomes(passed=1, errors=3)
     out = result.stdout.str()
-    assert out.count("neuron-args: compiling decode b1") == 1, out  # traced once, by the first test only
+    assert "neuron-args: compiling decode b1" not in out, out  # its trace failed: no compile started
     assert "this head cannot decode one row" in out
     result.stdout.fnmatch_lines([
         "*_ ERROR at setup of test_second _*",

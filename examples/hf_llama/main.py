@@ -24,7 +24,8 @@ BASE_COMPILER_ARGS = ["--model-type=transformer", "--auto-cast=none"]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m examples.hf_llama.main", description=__doc__.split("\n\n")[0])
     p.add_argument("--flow", choices=["in-process", "parallel"], default="in-process")
-    p.add_argument("--out", default="neuron-args-run", help="where the compile cache and manifests go")
+    p.add_argument("--out", default="neuron-args-run/hf-llama",
+                   help="where the compile cache and manifests go (each model its own default: one manifest per run)")
     p.add_argument("--target", default="trn2")
     p.add_argument("--compiler", default="local", choices=["auto", "local", "neuronx-cc"])
     p.add_argument("--optimization-level", type=int, default=None, help="explicit caller level (disables the policy)")

@@ -28,7 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--flow", choices=["in-process", "parallel"], default="in-process")
     p.add_argument("--tp", type=int, default=1, choices=[1, 2], help="tensor-parallel ranks per engine")
     p.add_argument("--dp", type=int, default=1, help="data-parallel engines (each its own manifest)")
-    p.add_argument("--out", default="neuron-args-run", help="where the compile cache and manifests go")
+    p.add_argument("--out", default="neuron-args-run/tiny-vlm",
+                   help="where the compile cache and manifests go (each model its own default: one manifest per run)")
     p.add_argument("--target", default="trn2")
     p.add_argument("--compiler", default="local", choices=["auto", "local", "neuronx-cc"])
     p.add_argument("--optimization-level", type=int, default=None, help="explicit caller level (disables the policy)")

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from neuron_args.cache import CacheEntry, executable_fields, now_iso
+from neuron_args.compile_start import compile_starting
 from neuron_args.compilers.base import Compiler
 from neuron_args.errors import CompileError, CompilerArgsError
 from neuron_args.flags import canonical_compiler_args
@@ -22,6 +23,7 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
     means the compiler's default (``$NEURON_ARGS_COMPILE_TIMEOUT`` first).
     """
     check_keyed_build(entry, metadata, compiler_args, target, graph_type)
+    compile_starting(graph_type, entry.key)
     result = compiler.compile(
         hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
         compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,

@@ -16,7 +16,7 @@ from typing import Any
 from neuron_args.manifest.jsonable import to_jsonable
 from neuron_args.manifest.schema import CONFIG_FIELDS, TOPOLOGY_DEFAULTS
 
-__all__ = ["build_config", "config_block", "environment_snapshot"]
+__all__ = ["MODEL_SEPARATOR", "build_config", "config_block", "environment_snapshot", "merge_configs"]
 
 logger = logging.getLogger("neuron_args.manifest")
 
@@ -40,6 +40,28 @@ def _dtype_string(dtype: Any) -> str | None:
         return None
     value = to_jsonable(dtype)
     return value if isinstance(value, str) else str(dtype)
+
+
+#: Between the models a manifest's graphs come from, in ``config.model`` (a pytest session over two models).
+MODEL_SEPARATOR = " + "
+_PER_MODEL = ("dtype", "max_num_seqs", "max_model_len")
+
+
+def merge_configs(first: Mapping[str, Any], other: Mapping[str, Any] | None) -> dict:
+    """The config block of a manifest whose graphs come from the runners of ``first`` and ``other``: ``first``,
+    its ``model`` naming every model (joined by :data:`MODEL_SEPARATOR`, each once, in order), and a per-model
+    value (dtype, max_num_seqs, max_model_len) the two disagree on left out (None) rather than the first's."""
+    merged = dict(first)
+    if not isinstance(other, Mapping):
+        return merged
+    names = [n for n in str(first.get("model") or "").split(MODEL_SEPARATOR) if n]
+    extra = other.get("model")
+    if extra and str(extra) not in names:
+        merged["model"] = MODEL_SEPARATOR.join([*names, str(extra)])
+        for name in _PER_MODEL:
+            if merged.get(name) != other.get(name):
+                merged[name] = None
+    return merged
 
 
 def build_config(

@@ -5,7 +5,9 @@ each graph from its compile-cache entry (:meth:`neuron_args.cache.CacheEntry.art
 relative to the cache root, NEFF size and mtime from one ``os.stat``, output shapes from the
 entry's metadata; join the config and a package-version snapshot; write atomically (temp file in
 the same folder + ``os.replace``, so relaunching overwrites and nothing accumulates); remove this
-engine's ledger folder, and only it.
+engine's ledger folder, and only it. All of it under the engine's folder lock
+(:mod:`neuron_args.manifest.folder_lock`), which a NeuronRunner job holds from its first warmup: a second job of
+the engine on the same folder waits for this emit, so no emit removes ledger lines another job still writes.
 
 Best-effort throughout: any failure is logged once with its cause and :func:`emit_manifest`
 returns None. Nothing here may break warmup or serving.
@@ -26,6 +28,7 @@ from neuron_args.cache import CompileCache
 from neuron_args.flags import manifest_compiler_flags
 from neuron_args.manifest.config import config_block, environment_snapshot
 from neuron_args.manifest.engine import get_server_prefix, manifest_root
+from neuron_args.manifest.folder_lock import hold_engine
 from neuron_args.manifest.ledger import (
     SHAPE_RE,
     LedgerGraph,
@@ -213,8 +216,11 @@ def emit_manifest(
     if root is None or local_rank != 0:
         return None
     stage = "resolve the engine id"
+    hold = None
     try:
         engine_id = get_server_prefix()
+        stage = f"hold the manifest folder {root / engine_id}"
+        hold = hold_engine(root, engine_id)  # none when this process holds it (a runner's job, a pytest session)
         source = ledger_dir(root, engine_id)
         stage = f"read the ledger {source}"
         ledger = read_ledger(source)
@@ -243,6 +249,8 @@ def emit_manifest(
         stage = f"write {target}"
         write_atomic(target, dumps_manifest(doc), durable=True)
     except Exception as exc:  # best-effort: never break warmup or serving
+        if hold is not None:
+            hold.release()
         reason = f"could not {stage} ({type(exc).__name__}: {exc})"
         logger.warning("manifest emit failed: %s; no manifest written this run. "
                        "Compilation and serving are unaffected.", reason)
@@ -259,4 +267,6 @@ def emit_manifest(
             "manifest written to %s, but its ledger %s could not be removed (%s: %s)",
             target, source, type(exc).__name__, exc,
         )
+    finally:
+        hold.release()
     return target

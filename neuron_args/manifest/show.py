@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.cache import CompileCache, EntryStatus
+from neuron_args.manifest.config import MODEL_SEPARATOR
 from neuron_args.text import format_shapes, human_size, render_table
 
 __all__ = [
@@ -144,7 +145,8 @@ def _config_summary(doc: Mapping) -> str:
     parts = [f"manifest v{doc.get('manifest_version', '?')}"]
     for name in ("model", "target", "dtype", "max_num_seqs", "max_model_len"):
         if config.get(name) is not None:
-            parts.append(f"{name}={config[name]}")
+            several = name == "model" and MODEL_SEPARATOR in str(config[name])  # a session over several models
+            parts.append(f"{'models' if several else name}={config[name]}")
     short = {"world_size": "world", "tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
              "data_parallel_size": "dp", "ep_degree": "ep"}
     for name, label in short.items():

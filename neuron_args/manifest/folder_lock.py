@@ -1,0 +1,185 @@
+"""Who writes into a manifest folder: ``flock`` on the folder itself, taken by the pytest plugin and NeuronRunner jobs.
+
+An emit reads an engine's ledger and then removes it, so a second writer of the same engine at the same
+time loses its lines to the first one's emit (two jobs on one ``--out`` once left a manifest listing 2 of 6
+graphs, each job saying "valid"). So:
+
+* a pytest session holds ``<root>`` exclusively for the whole session (a second session there is a usage
+  error naming the first);
+* a :class:`~neuron_args.runner.NeuronRunner` job that emits holds ``<root>`` shared and its engine's folder
+  ``<root>/<engine-id>/`` exclusively from its first warmup to its emit (:func:`hold_engine`): a second
+  job of the same engine waits for the first one's manifest (then writes its own, as a relaunch does), jobs
+  of other engines (``--dp``) run side by side, and none runs into a pytest session's folder;
+* a plain :func:`~neuron_args.manifest.emit.emit_manifest` takes the same hold for the emit itself.
+
+A lock this process holds already is never waited for (one process's writers share one ledger file). The
+locks leave no file behind and die with their holder; where folders cannot be locked there is no guard.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["EngineHold", "folder_lock_holder", "held_here", "hold_engine", "lock_folder", "unlock_folder"]
+
+logger = logging.getLogger("neuron_args.manifest")
+
+#: seconds between tries while another process holds a folder, and between "still waiting" lines
+POLL_SECONDS = 0.2
+REPEAT_NOTICE_SECONDS = 600.0
+
+_HELD: dict[tuple[int, int], list[int]] = {}  # (st_dev, st_ino) of a folder -> descriptors this process locked it by
+
+
+def _identity(root: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def held_here(root: Path) -> bool:
+    """Whether this process holds a lock on ``root`` (taken through this module)."""
+    ident = _identity(root)
+    return ident is not None and bool(_HELD.get(ident))
+
+
+def lock_folder(root: Path, *, shared: bool = False) -> int | None:
+    """A ``flock`` on the folder itself, without waiting: the descriptor to pass to :func:`unlock_folder`, or None
+    where folders cannot be locked. Raises BlockingIOError when another holder's lock conflicts."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no guard
+        return None
+    try:
+        fd = os.open(root, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:  # a file system without flock: no guard
+        os.close(fd)
+        return None
+    try:
+        st = os.fstat(fd)
+        _HELD.setdefault((st.st_dev, st.st_ino), []).append(fd)
+    except OSError:
+        pass
+    return fd
+
+
+def unlock_folder(fd: int | None) -> None:
+    """Release a lock :func:`lock_folder` took (closing its descriptor releases the ``flock``)."""
+    if fd is None:
+        return
+    for ident, fds in list(_HELD.items()):
+        if fd in fds:
+            fds.remove(fd)
+            if not fds:
+                del _HELD[ident]
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def folder_lock_holder(root: Path) -> int | None:
+    """The pid holding a ``flock`` on ``root`` (Linux's /proc/locks: ``N: FLOCK ADVISORY WRITE pid MAJ:MIN:INODE``)."""
+    try:
+        st = os.stat(root)
+        with open("/proc/locks") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
+def _ancestors() -> set[int]:
+    """The pids of this process's parents (Linux's /proc; empty elsewhere)."""
+    found: set[int] = set()
+    pid = os.getppid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                pid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return found
+
+
+def _wait_for(folder: Path, *, shared: bool, why: str) -> int | None:
+    """:func:`lock_folder`, waiting while another process holds a conflicting lock; says once (and every
+    ten minutes) who holds it and why this process waits. None (no hold) when the holder is a parent of this
+    process: a pytest session's xdist worker or rank process writes into the session's folder, which the session
+    holds for them."""
+    start = last_notice = None
+    while True:
+        try:
+            return lock_folder(folder, shared=shared)
+        except BlockingIOError:
+            now = time.monotonic()
+            if last_notice is None:
+                holder = folder_lock_holder(folder)
+                if holder is not None and holder in _ancestors():
+                    return None
+            if last_notice is None or now - last_notice >= REPEAT_NOTICE_SECONDS:
+                start = now if start is None else start
+                holder = folder_lock_holder(folder)
+                logger.warning("manifest folder %s is held by pid %s: %s; waiting for it%s", folder,
+                               holder or "unknown", why,
+                               f" (waited {now - start:.0f} s)" if now > start else "")
+                last_notice = now
+            time.sleep(POLL_SECONDS)
+
+
+@dataclass
+class EngineHold:
+    """What :func:`hold_engine` took: release it once the engine's manifest is written."""
+
+    fds: list[int | None] = field(default_factory=list)
+
+    def release(self) -> None:
+        while self.fds:
+            unlock_folder(self.fds.pop())
+
+
+def hold_engine(root: Path, engine_id: str) -> EngineHold:
+    """Hold ``root`` shared and ``root/engine_id`` exclusively (creating both), waiting for other processes'
+    holds; nothing where this process holds the engine's folder already (a second runner of the engine), and no
+    shared hold of ``root`` where it holds that (a pytest session's runners and emit)."""
+    engine = root / engine_id
+    hold = EngineHold()
+    try:
+        engine.mkdir(parents=True, exist_ok=True)
+    except OSError:  # an unwritable folder: nothing to guard, the manifest's write says what is wrong
+        return hold
+    if held_here(engine):
+        return hold
+    if not held_here(root):
+        hold.fds.append(_wait_for(
+            root, shared=True,
+            why="a pytest session writes this folder's manifests until it ends (one writer at a time: give this job "
+                "another manifest folder to run it alongside)"))
+    try:
+        hold.fds.append(_wait_for(
+            engine, shared=False,
+            why=f"another job warms up engine {engine_id} into this folder until it writes its manifest (two jobs at once "
+                "would lose each other's ledger lines; give each job its own manifest folder, e.g. its own --out, to run "
+                "them side by side)"))
+    except BaseException:
+        hold.release()
+        raise
+    return hold
