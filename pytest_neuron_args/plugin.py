@@ -7,7 +7,6 @@ session of an environment that has neuron-args installed.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
 from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
+from neuron_args import envs
 
 
 # torch's structured-trace logger logs every Dynamo step at DEBUG for TORCH_TRACE files and does not
@@ -89,7 +89,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session.start()
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
-    if not os.environ.get("TORCH_TRACE"):
+    if not envs.is_set("TORCH_TRACE"):
         config.stash[_TRACE_FILTER] = _DropAll()  # one per session: a pytester run inside keeps ours
         logging.getLogger(_TORCH_TRACE_LOGGER).addFilter(config.stash[_TRACE_FILTER])
 
@@ -121,14 +121,14 @@ def _config_warning(config: pytest.Config, warning: Warning) -> None:
 
 def _join_tp_group() -> None:
     """A ``--neuron-tp`` rank process: join the gloo group the launcher set up and tell the ledger our rank."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = int(envs.text("WORLD_SIZE") or 1)
     if world <= 1:
         return
     import torch.distributed as dist
 
     from neuron_args.manifest.ledger import register_tp_group
 
-    rank = int(os.environ["RANK"])
+    rank = int(envs.text("RANK"))
     if not dist.is_initialized():
         import datetime
 

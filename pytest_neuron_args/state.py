@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
@@ -216,13 +217,13 @@ class NeuronSession:
         gc_policy.session_started()
         root = self.manifest_root()
         if root is not None:
-            self._saved_env = (MANIFEST_DIR_ENV in os.environ, os.environ.get(MANIFEST_DIR_ENV))
+            self._saved_env = (MANIFEST_DIR_ENV in envs.environ(), envs.environ().get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
             if not self.is_worker and not self.is_rank_worker:
                 self.inner_session = not self._hold_manifest_dir(root)
                 if not self.inner_session:  # a crashed session's lines are not ours
                     shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
-            os.environ[MANIFEST_DIR_ENV] = str(root)
+            envs.put(MANIFEST_DIR_ENV, str(root))
         before = ACTIVITY.snapshot()
         self._records_before, self._stats_before = before["records"], before["stats"]
         self._corrupt_before = dict(ACTIVITY.corrupt)
@@ -253,9 +254,9 @@ class NeuronSession:
         if self._saved_env is not None:
             present, value = self._saved_env
             if present:
-                os.environ[MANIFEST_DIR_ENV] = value or ""
+                envs.put(MANIFEST_DIR_ENV, value or "")
             else:
-                os.environ.pop(MANIFEST_DIR_ENV, None)
+                envs.put(MANIFEST_DIR_ENV, None)
             self._saved_env = None
 
     def report_rank_failure(self, error: str) -> None:
@@ -263,10 +264,10 @@ class NeuronSession:
         out = self.settings.rank_worker
         if out is None:
             return
-        path = out / f"rank{int(os.environ.get('RANK', '0'))}.json"
+        path = out / f"rank{int(envs.text('RANK') or 0)}.json"
         if not path.exists():
             out.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"rank": int(os.environ.get("RANK", "0")), "error": error}), encoding="utf-8")
+            path.write_text(json.dumps({"rank": int(envs.text("RANK") or 0), "error": error}), encoding="utf-8")
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
         if self.manifest_config is None and config is not None:

@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from neuron_args import envs
 from neuron_args.compilers.forked import ZYGOTE_MODULE, ForkedProcess, Zygote, ZygoteGone
 from neuron_args.compilers.process import describe_exit, start_process
 from neuron_args.compilers.lifetime import current_scope, kill_process_group, supervised_argv
@@ -71,17 +72,17 @@ REAP_SECONDS = 5.0
 
 def enabled() -> bool:
     """False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``."""
-    return os.environ.get(WARM_WORKERS_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+    return envs.flag(WARM_WORKERS_ENV)
 
 
 def zygote_enabled() -> bool:
     """False when ``$NEURON_ARGS_WARM_WORKER_ZYGOTE`` is ``0``/``off``/``false``/``no`` (workers start as processes)."""
-    return os.environ.get(ZYGOTE_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+    return envs.flag(ZYGOTE_ENV)
 
 
 def idle_seconds() -> float:
     """How long an idle worker stays (``$NEURON_ARGS_WARM_WORKER_IDLE``, default 300 s)."""
-    value = os.environ.get(IDLE_ENV, "").strip()
+    value = envs.text(IDLE_ENV)
     try:
         seconds = float(value) if value else DEFAULT_IDLE_SECONDS
     except ValueError:
@@ -93,7 +94,7 @@ def idle_seconds() -> float:
 
 
 def _env_key() -> tuple[tuple[str, str], ...]:
-    env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+    env = envs.snapshot(ENV_PREFIXES)
     # importing jax (here) and every worker (local_xla.preload) set it to "1" when unset: a worker started
     # before this process imported jax (prestarted, say) runs exactly as one started after
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -655,7 +656,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins (if jax is imported)
+    envs.put_default("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins (if jax is imported)
     start = time.perf_counter()
     from neuron_args.compilers import local_xla
 

@@ -5,6 +5,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from neuron_args import envs
 from neuron_args.errors import OptionsError
 
 
@@ -33,7 +34,7 @@ def build_trace_job(resolver: Any, target_model: Any, kwargs: Mapping[str, Any],
 
 def workers_from_env(name: str, n_jobs: int) -> int:
     """``$name`` (a positive count), else the CPU count capped at ``n_jobs``; a bad value is an OptionsError."""
-    env = os.environ.get(name, "").strip()
+    env = envs.text(name)
     if not env:
         return max(1, min(os.cpu_count() or 1, n_jobs))
     if not env.isascii() or not env.isdigit() or int(env) < 1:
