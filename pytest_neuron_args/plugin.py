@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from neuron_args import eager_fallback, envs
 from pytest_neuron_args import gc_policy, markers
 from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected from this module)
     CALL_FAILED,
@@ -37,7 +38,6 @@ from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
 from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
-from neuron_args import envs
 
 
 # torch's structured-trace logger logs every Dynamo step at DEBUG for TORCH_TRACE files and does not
@@ -45,6 +45,7 @@ from neuron_args import envs
 # test would print thousands of empty "DEBUG torch.__trace" lines. Dropped unless TORCH_TRACE is set.
 _TORCH_TRACE_LOGGER = "torch.__trace"
 _TRACE_FILTER = pytest.StashKey[logging.Filter]()
+_EAGER_DEFAULT = pytest.StashKey[bool]()
 
 
 class _DropAll(logging.Filter):
@@ -87,6 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not session.is_worker:
         _warn_split_path_options(config)
     session.start()
+    config.stash[_EAGER_DEFAULT] = eager_fallback.error_by_default(True)  # a recompile-limit fallback fails the test
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
     if not envs.is_set("TORCH_TRACE"):
@@ -149,6 +151,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     trace_filter = config.stash.get(_TRACE_FILTER, None)
     if trace_filter is not None:
         logging.getLogger(_TORCH_TRACE_LOGGER).removeFilter(trace_filter)
+    if _EAGER_DEFAULT in config.stash:
+        eager_fallback.error_by_default(config.stash[_EAGER_DEFAULT])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

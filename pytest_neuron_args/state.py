@@ -371,6 +371,7 @@ class NeuronSession:
             "stats": self.stats(),
             "manifest_config": self.manifest_config,
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
+            "eager_fallbacks": dict(ACTIVITY.eager_fallbacks),  # frames Dynamo's recompile limit stopped compiling
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
             "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
@@ -408,6 +409,7 @@ class NeuronSession:
             "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
+            "eager_fallbacks": {k: h for p in parts for k, h in (p.get("eager_fallbacks") or {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
             "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
             "other_caches": {c: t for p in reversed(parts) for c, t in (p.get("other_caches") or {}).items()},
