@@ -126,3 +126,32 @@ def test_a_session_of_many_models_is_not_stopped_by_the_accumulated_limit(tmp_pa
         for n in range(1, 301):
             compiled(torch.ones(n))
     assert len(backend_calls) == 300
+
+
+SHAPES_TEST = '''
+import torch
+
+def test_two_shapes_past_a_limit_of_one():
+    def double(x):
+        return x * 2
+
+    compiled = torch.compile(double, backend="neuron_libtorch", dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=False):
+        compiled(torch.ones(2))
+        assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 2.0))
+'''
+
+
+def test_the_plugin_fails_the_test_by_default_and_its_summary_counts_fallbacks(neuron_project, monkeypatch):
+    neuron_project.makepyfile(test_shapes=SHAPES_TEST)
+    failed = neuron_project.runpytest("-p", "no:randomly")
+    failed.assert_outcomes(failed=1)
+    failed.stdout.fnmatch_lines(["*EagerFallbackError*recompile limit (1) was reached for 'double'*",
+                                 "eager fallbacks: 0 frame(s) ran in eager PyTorch and 1 failed past Dynamo's "
+                                 "recompile limit: 'double' (*test_shapes.py:*) (neuron_libtorch, recompile_limit 1)*"])
+    ACTIVITY.eager_fallbacks.clear()
+    torch._dynamo.reset()
+    monkeypatch.setenv(MODE_ENV, "warn")
+    warned = neuron_project.runpytest("-p", "no:randomly")
+    warned.assert_outcomes(passed=1, warnings=1)
+    warned.stdout.fnmatch_lines(["eager fallbacks: 1 frame(s) ran in eager PyTorch and 0 failed*"])
