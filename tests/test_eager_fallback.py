@@ -1,6 +1,8 @@
 """Dynamo's recompile limit never turns a neuron backend off without a word (neuron_args.eager_fallback)."""
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -73,14 +75,18 @@ def test_mode_error_under_the_plugin_assert_cache_hit_or_a_runner_call_else_warn
         eager_fallback.error_by_default(previous)
 
 
-def test_another_backend_past_the_limit_is_left_to_dynamo():
-    def triple(x):
-        return x * 3
+def two_shapes_past_a_limit_of_one(backend="neuron_libtorch"):
+    def double(x):
+        return x * 2
 
-    compiled = torch.compile(triple, backend="eager", dynamic=False)
+    compiled = torch.compile(double, backend=backend, dynamic=False)
     with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=False):
         compiled(torch.ones(2))
-        assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 3.0))
+        assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 2.0))
+
+
+def test_another_backend_past_the_limit_is_left_to_dynamo():
+    two_shapes_past_a_limit_of_one("eager")
     assert ACTIVITY.eager_fallbacks == {}
 
 
@@ -128,18 +134,8 @@ def test_a_session_of_many_models_is_not_stopped_by_the_accumulated_limit(tmp_pa
     assert len(backend_calls) == 300
 
 
-SHAPES_TEST = '''
-import torch
-
-def test_two_shapes_past_a_limit_of_one():
-    def double(x):
-        return x * 2
-
-    compiled = torch.compile(double, backend="neuron_libtorch", dynamic=False)
-    with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=False):
-        compiled(torch.ones(2))
-        assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 2.0))
-'''
+SHAPES_TEST = ("import torch\n\n\n" + inspect.getsource(two_shapes_past_a_limit_of_one)
+               + "\n\ndef test_two_shapes_past_a_limit_of_one():\n    two_shapes_past_a_limit_of_one()\n")
 
 
 def test_the_plugin_fails_the_test_by_default_and_its_summary_counts_fallbacks(neuron_project, monkeypatch):
