@@ -12,6 +12,7 @@ helpers at the end, the one other place that touches ``os.environ``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
@@ -84,11 +85,11 @@ VARIABLES: tuple[EnvVar, ...] = (
     _v("NEURON_ARGS_WARM_WORKERS", "bool", True,
        "false value: the local compiler starts one process per graph (default: warm worker processes that start "
        "their XLA:CPU client once, one per concurrent compile)"),
-    _v("NEURON_ARGS_WARM_WORKER_IDLE", "seconds", 300, "seconds an idle warm worker stays before it exits"),
+    _v("NEURON_ARGS_WARM_WORKER_IDLE", "seconds", 300.0, "seconds an idle warm worker stays before it exits"),
     _v("NEURON_ARGS_WARM_WORKER_ZYGOTE", "bool", True,
        "false value: warm workers start as processes of their own (default: a zygote process that imported "
        "jaxlib once forks them, so a new worker is ready in ~0.05 s)"),
-    _v("NEURON_ARGS_TRACE_IDLE_SECONDS", "seconds", 30,
+    _v("NEURON_ARGS_TRACE_IDLE_SECONDS", "seconds", 30.0,
        "seconds a runner's idle trace children wait for its next parallel warmup before they exit (0 keeps none)"),
     _v("NEURON_ARGS_FAST_PATH", "bool", True,
        "false value: serve every runner call through `torch.compile`'s guarded path (default: warmed calls take "
@@ -154,6 +155,33 @@ def text(name: str, environ: Mapping[str, str] | None = None) -> str:
     """A declared variable's value, stripped; ``""`` when unset."""
     variable(name)
     return (os.environ if environ is None else environ).get(name, "").strip()
+
+
+def seconds(name: str, *, zero_ok: bool = False, hint: str = "") -> float:
+    """A ``seconds`` variable: a finite positive number (zero too when ``zero_ok``), else its default."""
+    var = variable(name)
+    raw = text(name)
+    if not raw:
+        return var.default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise OptionsError(f"{name}={raw!r} is not a number of seconds: give a {'non-negative' if zero_ok else 'positive'} "
+                           f"number{hint}, or unset it (default {var.default:g})")
+    return value
+
+
+def count(name: str, *, hint: str = "") -> int | None:
+    """A ``count`` variable: a positive integer, else its default."""
+    var = variable(name)
+    raw = text(name)
+    if not raw:
+        return var.default
+    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+        raise OptionsError(f"{name}={raw!r} is not a count: give a positive integer, or unset it{hint}")
+    return int(raw)
 
 
 def is_set(name: str) -> bool:

@@ -106,3 +106,26 @@ def test_the_environment_is_touched_in_envs_alone():
                   for p in (REPO / pkg).rglob("*.py")
                   if re.search(r"os\.environ|os\.getenv", p.read_text(encoding="utf-8")))
     assert hits == ["neuron_args/envs.py"]
+
+
+def test_numbers_are_validated_once_where_they_enter(monkeypatch):
+    import importlib
+
+    trace = importlib.import_module("neuron_args.deferred.parallel_trace")
+    jobs = importlib.import_module("neuron_args.deferred.jobs")
+    from neuron_args.compilers import workers
+
+    monkeypatch.setenv(trace.IDLE_ENV, "0")
+    assert trace.idle_seconds() == 0.0
+    monkeypatch.setenv(trace.IDLE_ENV, "-5")  # was taken as 0 without a word
+    with pytest.raises(OptionsError, match=r"NEURON_ARGS_TRACE_IDLE_SECONDS='-5' is not a number of seconds: give a "
+                                           r"non-negative number \(0 keeps no child idle\), or unset it \(default 30\)"):
+        trace.idle_seconds()
+    monkeypatch.setenv(workers.IDLE_ENV, "0")
+    with pytest.raises(OptionsError, match="give a positive number"):
+        workers.idle_seconds()
+    monkeypatch.setenv("NEURON_ARGS_TRACE_WORKERS", "two")
+    with pytest.raises(OptionsError, match="NEURON_ARGS_TRACE_WORKERS='two' is not a count"):
+        jobs.workers_from_env("NEURON_ARGS_TRACE_WORKERS", 4)
+    monkeypatch.setenv("NEURON_ARGS_TRACE_WORKERS", "3")
+    assert jobs.workers_from_env("NEURON_ARGS_TRACE_WORKERS", 8) == 3

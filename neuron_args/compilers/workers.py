@@ -38,7 +38,6 @@ import concurrent.futures as cf
 import contextlib
 import json
 import logging
-import math
 import os
 import queue
 import select
@@ -55,7 +54,7 @@ from neuron_args import envs
 from neuron_args.compilers.forked import ZYGOTE_MODULE, ForkedProcess, Zygote, ZygoteGone
 from neuron_args.compilers.process import describe_exit, start_process
 from neuron_args.compilers.lifetime import current_scope, kill_process_group, supervised_argv
-from neuron_args.errors import OptionsError
+from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
 
 log = logging.getLogger("neuron_args.compilers")
 
@@ -63,7 +62,7 @@ MODULE = "neuron_args.compilers.workers"
 WARM_WORKERS_ENV = "NEURON_ARGS_WARM_WORKERS"
 ZYGOTE_ENV = "NEURON_ARGS_WARM_WORKER_ZYGOTE"
 IDLE_ENV = "NEURON_ARGS_WARM_WORKER_IDLE"
-DEFAULT_IDLE_SECONDS = 300.0
+DEFAULT_IDLE_SECONDS: float = envs.variable(IDLE_ENV).default
 #: Environment variables a worker reads at start-up (jax, XLA, the interpreter): a change retires it.
 ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "PYTHON", "LD_")
 #: How long a worker's process may take to go after its pipe reported it gone.
@@ -82,15 +81,7 @@ def zygote_enabled() -> bool:
 
 def idle_seconds() -> float:
     """How long an idle worker stays (``$NEURON_ARGS_WARM_WORKER_IDLE``, default 300 s)."""
-    value = envs.text(IDLE_ENV)
-    try:
-        seconds = float(value) if value else DEFAULT_IDLE_SECONDS
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise OptionsError(f"{IDLE_ENV}={value!r} is not a number of seconds: give a positive number "
-                           f"(the default is {DEFAULT_IDLE_SECONDS:g}); to turn the warm workers off set {WARM_WORKERS_ENV}=0")
-    return seconds
+    return envs.seconds(IDLE_ENV, hint=f" (to turn the warm workers off set {WARM_WORKERS_ENV}=0)")
 
 
 def _env_key() -> tuple[tuple[str, str], ...]:

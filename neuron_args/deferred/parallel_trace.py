@@ -55,7 +55,7 @@ from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
-from neuron_args.errors import CacheMissError, NeuronArgsError, OptionsError, TraceError
+from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
 from neuron_args.text import clip
 
 log = logging.getLogger("neuron_args.deferred")
@@ -64,7 +64,7 @@ WORKERS_ENV = "NEURON_ARGS_TRACE_WORKERS"
 DEFAULT_TIMEOUT = 600.0
 #: seconds a kept trace child waits idle for this process's next ``parallel_trace`` before it leaves
 IDLE_ENV = "NEURON_ARGS_TRACE_IDLE_SECONDS"
-DEFAULT_IDLE = 30.0
+DEFAULT_IDLE: float = envs.variable(IDLE_ENV).default
 
 
 @dataclass
@@ -464,12 +464,7 @@ class _TraceChild:
 
 def idle_seconds() -> float:
     """How long a kept trace child waits idle (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)."""
-    env = envs.text(IDLE_ENV)
-    try:
-        return max(0.0, float(env)) if env else DEFAULT_IDLE
-    except ValueError:
-        raise OptionsError(f"{IDLE_ENV}={env!r} is not a number of seconds: give one (0 keeps no child idle), "
-                           f"or unset it (default {DEFAULT_IDLE:g})") from None
+    return envs.seconds(IDLE_ENV, zero_ok=True, hint=" (0 keeps no child idle)")
 
 
 class _KeptChildren:
