@@ -105,11 +105,11 @@ VARIABLES: tuple[EnvVar, ...] = (
        "end it collects once and freezes the heap, so later full collections skip it; see docs/ARCHITECTURE.md)"),
     _v("NEURON_ARGS_XLA_CPU_ASYNC", "bool", False,
        "true value: run local executables on jax's asynchronous XLA:CPU client instead of the synchronous one"),
-    _v("NEURON_ARGS_ENGINE", "count", 0, "this process's engine index (set by `neuron_args.launch`)"),
+    _v("NEURON_ARGS_ENGINE", "index", 0, "this process's engine index (set by `neuron_args.launch`)"),
     _v("NEURON_ARGS_DP", "count", 1, "how many engines run side by side (set by `neuron_args.launch`)"),
-    _v("RANK", "count", 0, "tensor-parallel rank (torchrun, `neuron_args.launch`)", documented=False),
+    _v("RANK", "index", 0, "tensor-parallel rank (torchrun, `neuron_args.launch`)", documented=False),
     _v("WORLD_SIZE", "count", 1, "tensor-parallel world size (torchrun, `neuron_args.launch`)", documented=False),
-    _v("LOCAL_RANK", "count", None, "rank within this host (torchrun)", documented=False),
+    _v("LOCAL_RANK", "index", None, "rank within this host (torchrun)", documented=False),
     _v("LOCAL_WORLD_SIZE", "count", None, "ranks on this host (torchrun)", documented=False),
     _v("TORCH_TRACE", "path", None, "torch's structured trace folder: the plugin keeps its trace log on",
        documented=False),
@@ -174,13 +174,16 @@ def seconds(name: str, *, zero_ok: bool = False, hint: str = "") -> float:
 
 
 def count(name: str, *, hint: str = "") -> int | None:
-    """A ``count`` variable: a positive integer, else its default."""
+    """A ``count`` variable: a positive integer (an ``index`` variable: zero too), else its default."""
     var = variable(name)
     raw = text(name)
     if not raw:
         return var.default
-    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
-        raise OptionsError(f"{name}={raw!r} is not a count: give a positive integer, or unset it{hint}")
+    least = 0 if var.kind == "index" else 1
+    if not raw.isascii() or not raw.isdigit() or int(raw) < least:
+        what = "a non-negative integer" if least == 0 else "a positive integer"
+        raise OptionsError(f"{name}={raw!r} is not {'an index' if least == 0 else 'a count'}: give {what}, or unset "
+                           f"it{hint}")
     return int(raw)
 
 
@@ -191,8 +194,11 @@ def is_set(name: str) -> bool:
 
 def __getattr__(name: str) -> Any:  # envs.NEURON_ARGS_FAST_PATH -> bool, envs.NEURON_CC_FLAGS -> str
     if name in _BY_NAME:
-        return flag(name) if _BY_NAME[name].kind == "bool" else text(name)
+        return _READERS.get(_BY_NAME[name].kind, text)(name)
     raise AttributeError(name)
+
+
+_READERS: dict[str, Any] = {"bool": flag, "seconds": seconds, "count": count, "index": count}
 
 
 def markdown_table() -> str:
@@ -248,7 +254,3 @@ def overridden(values: Mapping[str, str | None]) -> Iterator[None]:
     finally:
         for name, value in old.items():
             put(name, value)
-
-
-if __name__ == "__main__":  # python -m neuron_args.envs: print README's table
-    print(markdown_table())
