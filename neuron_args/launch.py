@@ -34,8 +34,7 @@ class WorkerInfo:
 
 
 def worker_info() -> WorkerInfo:
-    return WorkerInfo(int(envs.text("RANK") or 0), int(envs.text("WORLD_SIZE") or 1), int(envs.text(ENGINE_ENV) or 0),
-                      int(envs.text(DP_ENV) or 1))
+    return WorkerInfo(envs.RANK, envs.WORLD_SIZE, envs.NEURON_ARGS_ENGINE, envs.NEURON_ARGS_DP)
 
 
 def _free_port() -> int:

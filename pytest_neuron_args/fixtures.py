@@ -545,7 +545,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     assert s.rank_worker is not None
     asked = request.config.getoption("neuron_rank_graph_types")
     chosen = asked.split(",") if asked else graph_types
-    rank = int(envs.text("RANK") or 0)
+    rank = envs.RANK
     result: dict[str, Any] = {"rank": rank, "error": None}
     try:
         with gc_policy.paused(), trace_log.detached():

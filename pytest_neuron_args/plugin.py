@@ -123,14 +123,14 @@ def _config_warning(config: pytest.Config, warning: Warning) -> None:
 
 def _join_tp_group() -> None:
     """A ``--neuron-tp`` rank process: join the gloo group the launcher set up and tell the ledger our rank."""
-    world = int(envs.text("WORLD_SIZE") or 1)
+    world = envs.WORLD_SIZE
     if world <= 1:
         return
     import torch.distributed as dist
 
     from neuron_args.manifest.ledger import register_tp_group
 
-    rank = int(envs.text("RANK"))
+    rank = envs.RANK
     if not dist.is_initialized():
         import datetime
 

@@ -264,10 +264,10 @@ class NeuronSession:
         out = self.settings.rank_worker
         if out is None:
             return
-        path = out / f"rank{int(envs.text('RANK') or 0)}.json"
+        path = out / f"rank{envs.RANK}.json"
         if not path.exists():
             out.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"rank": int(envs.text("RANK") or 0), "error": error}), encoding="utf-8")
+            path.write_text(json.dumps({"rank": envs.RANK, "error": error}), encoding="utf-8")
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
         if self.manifest_config is None and config is not None:
