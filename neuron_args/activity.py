@@ -78,6 +78,8 @@ class Activity:
     loaded: dict[str, Callable[..., Any]] = field(default_factory=dict)
     #: NEFFs whose outputs come from eager PyTorch (no runtime binding): key -> graph type
     eager_outputs: dict[str, str | None] = field(default_factory=dict)
+    #: frames of a neuron backend Dynamo's recompile limit stopped compiling -> "error" or "warn" (eager)
+    eager_fallbacks: dict[str, str] = field(default_factory=dict)
     #: (cache root, key) of entries verified; corrupt entries moved aside, with why
     verified: set[tuple[str, str]] = field(default_factory=set)
     corrupt: dict[str, str] = field(default_factory=dict)
@@ -108,14 +110,15 @@ class Activity:
             "reused": list(self.reused),
             "loaded": sorted(self.loaded),
             "eager_outputs": dict(self.eager_outputs),
+            "eager_fallbacks": dict(self.eager_fallbacks),
             "serving": self.serving is not None,
         }
 
     def reset(self) -> None:
         """Start over as a fresh process would (tests); caches registered with :func:`cleared_on_reset` too."""
         self.stats.reset()
-        for held in (self.records, self.reused, self.loaded, self.eager_outputs, self.verified, self.corrupt,
-                     self.native_args, self.said):
+        for held in (self.records, self.reused, self.loaded, self.eager_outputs, self.eager_fallbacks, self.verified,
+                     self.corrupt, self.native_args, self.said):
             held.clear()
         self.ledger.reset()
         self.serving = self.assert_hit = None

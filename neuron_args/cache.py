@@ -28,6 +28,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from neuron_args import envs
 from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
@@ -55,7 +56,6 @@ LOCK_NOTICE_REPEAT = 600.0
 QUARANTINE_DIR = ".corrupt"
 TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace_memo): not an entry
 _HASH_CHUNK = 1 << 20
-_TRUE = {"1", "true", "yes", "on"}
 
 
 def assert_cache_hit_enabled() -> bool:
@@ -63,13 +63,13 @@ def assert_cache_hit_enabled() -> bool:
     ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` holds a true value (1/true/yes/on)."""
     if ACTIVITY.assert_hit is not None:
         return ACTIVITY.assert_hit
-    return os.environ.get(ASSERT_CACHE_HIT_ENV, "").strip().lower() in _TRUE
+    return envs.flag(ASSERT_CACHE_HIT_ENV)
 
 
 def default_cache_dir() -> Path:
     """The per-user cache (no option or variable set): ``$XDG_CACHE_HOME/neuron-args/compile-cache`` when that
     variable holds an absolute path (the XDG rule), else ``~/.cache/neuron-args/compile-cache``."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    xdg = envs.text("XDG_CACHE_HOME")
     if os.path.isabs(xdg):
         return Path(xdg) / "neuron-args" / "compile-cache"
     return _expanded(DEFAULT_CACHE_DIR)
@@ -90,7 +90,7 @@ def _expanded(path: str) -> Path:
 
 def cache_root(options: Mapping[str, Any] | None = None) -> Path:
     """``options["cache_dir"]``, else ``$NEURON_LIBTORCH_CACHE_DIR``, else the per-user default."""
-    given = (options or {}).get("cache_dir") or os.environ.get(CACHE_DIR_ENV)
+    given = (options or {}).get("cache_dir") or (envs.text(CACHE_DIR_ENV) or None)
     return _expanded(given) if given else default_cache_dir()
 
 

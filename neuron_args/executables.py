@@ -16,10 +16,10 @@ session summary can say so.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CacheEntry, CorruptEntryError
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
@@ -43,7 +43,7 @@ def allow_eager_outputs(options: Mapping[str, Any] | None = None) -> bool:
     value = (options or {}).get(ALLOW_EAGER_OPTION)
     if value is not None:
         return bool(value)
-    return os.environ.get(ALLOW_EAGER_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return envs.flag(ALLOW_EAGER_ENV)
 
 
 def recorded_specs(metadata: Mapping[str, Any], key: str) -> tuple[list[TensorSpec], list[TensorSpec]]:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import dis
 import inspect
 import logging
-import os
 import sys
 import threading
 import types
@@ -51,6 +50,7 @@ import torch
 import torch._dynamo.eval_frame as _eval_frame
 import torch.nn.modules.module as _nn_module
 
+from neuron_args import envs
 from neuron_args.seams import dispatch
 
 log = logging.getLogger("neuron_args.fastpath")
@@ -170,7 +170,7 @@ class FastPath:
 
     graphs: dict[str, list[FastGraph]] = field(default_factory=dict)
     refused: dict[tuple[str, Any], str] = field(default_factory=dict)
-    enabled: bool = field(default_factory=lambda: os.environ.get(ENV, "1") != "0")
+    enabled: bool = field(default_factory=lambda: envs.flag(ENV))
 
     def call(self, graph_type: str, kwargs: Mapping[str, Any]) -> Any:
         """The result of a warmed call, or :data:`MISS` (then take the guarded path)."""

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from neuron_args import envs
+
 ENGINE_ENV = "NEURON_ARGS_ENGINE"
 DP_ENV = "NEURON_ARGS_DP"
 
@@ -32,9 +34,7 @@ class WorkerInfo:
 
 
 def worker_info() -> WorkerInfo:
-    env = os.environ
-    return WorkerInfo(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get(ENGINE_ENV, 0)),
-                      int(env.get(DP_ENV, 1)))
+    return WorkerInfo(envs.RANK, envs.WORLD_SIZE, envs.NEURON_ARGS_ENGINE, envs.NEURON_ARGS_DP)
 
 
 def _free_port() -> int:
@@ -65,7 +65,7 @@ def launch(
         port = _free_port()
         for rank in range(tp):
             child_env = {
-                **os.environ, **(env or {}),
+                **envs.snapshot(), **(env or {}),
                 "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(tp),
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                 "NEURON_VISIBLE_DEVICES": device_window(engine, cores),

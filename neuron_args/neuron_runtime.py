@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from neuron_args import envs
 from neuron_args.errors import NeuronArgsError
 from neuron_args.tensors import TensorSpec
 
@@ -96,7 +97,7 @@ def core_window(environ: Mapping[str, str] | None = None) -> str | None:
     """
     from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, parse_visible_devices
 
-    env = os.environ if environ is None else environ
+    env = envs.environ() if environ is None else environ
     value = env.get(VISIBLE_DEVICES_ENV, "").strip()
     if not value:
         return None
@@ -126,7 +127,7 @@ def apply_core_window(environ: MutableMapping[str, str] | None = None) -> str | 
     An explicit ``NEURON_RT_VISIBLE_CORES`` that names other cores than the window is an error:
     the manifest would be named after cores the engine does not run on.
     """
-    env = os.environ if environ is None else environ
+    env = envs.environ() if environ is None else environ
     window = core_window(env)
     if window is None:
         return env.get(RUNTIME_CORES_ENV)
@@ -192,7 +193,7 @@ class NeffExecutable:
         except RuntimeError as exc:  # nrt_load failed: no free core, a NEFF for another target...
             raise RuntimeBindingError(
                 f"the Neuron runtime could not load {path} ({exc}); check the NEFF's target against this host "
-                f"and that {RUNTIME_CORES_ENV}={os.environ.get(RUNTIME_CORES_ENV, '<all>')} names free cores "
+                f"and that {RUNTIME_CORES_ENV}={envs.text(RUNTIME_CORES_ENV) or '<all>'} names free cores "
                 "(neuron-ls lists them)") from exc
         return cls(model, binding.forward, input_specs, output_specs)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from neuron_args import eager_fallback
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
 from neuron_args.compile_start import on_compile_start
@@ -46,8 +47,11 @@ from neuron_args.seams.platform import base_compiler_args
 log = logging.getLogger("neuron_args.runner")
 
 # Every bucket is a static graph, so one entry recompiles once per shape; Dynamo's default limit (8 per
-# code object, shared by every torch.compile of the same class in a process) would silently fall back to eager.
+# code object, shared by every torch.compile of the same class in a process) would fall back to eager
+# (neuron_args.eager_fallback makes that an error). Its accumulated limit (256 compiles of one code object
+# per process, freed models included) would stop a session serving many models of one class.
 RECOMPILE_LIMIT = 256
+ACCUMULATED_RECOMPILE_LIMIT = 1 << 16
 ALLOW_BREAKS_HINT = ("remove the break, or allow graph breaks where you want them: NeuronRunner(fullgraph=False), "
                      "@pytest.mark.neuron_allow_graph_breaks or --neuron-allow-graph-breaks")
 
@@ -235,6 +239,8 @@ class NeuronRunner:
             _install_served_forward(spec.entry)
         self.fast_path = FastPath()
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
+                                                               ACCUMULATED_RECOMPILE_LIMIT)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
 
     # -- the compile sites -----------------------------------------------------------------------
@@ -276,14 +282,8 @@ class NeuronRunner:
         fn = self.compiled(graph_type)
         token = _in_run.set(True)
         try:
-            with self.scope(graph_type), torch.inference_mode():
+            with self.scope(graph_type), torch.inference_mode(), eager_fallback.strict():
                 return self.fast_path.record(graph_type, fn, self.spec(graph_type).entry, kwargs)
-        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
-            raise NeuronArgsError(
-                f"graph type {graph_type!r}: Dynamo's recompile limit ({torch._dynamo.config.recompile_limit}) was "
-                "reached for this entry, past which it would silently run eager and skip the compiler. Too many "
-                "shapes or models of one class in this process: call torch._dynamo.reset() between models, or "
-                "raise torch._dynamo.config.recompile_limit.") from exc
         except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as exc:
             # UserError: a Python branch on a data-dependent size ("Could not guard on data-dependent expression")
             if not self.fullgraph or not getattr(exc, "real_stack", None) and not isinstance(

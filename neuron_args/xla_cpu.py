@@ -16,11 +16,11 @@ gets children that hang (``deferred.parallel_trace`` checks :func:`clients_creat
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from neuron_args import envs
 
 #: set to 1 to execute on jax's asynchronous CPU client instead of the synchronous one
 ASYNC_ENV = "NEURON_ARGS_XLA_CPU_ASYNC"
@@ -54,7 +54,7 @@ def is_sync_client(client: Any) -> bool:
 def runtime_client(asynchronous: bool | None = None) -> Any:
     """The client executables are loaded on and run by: synchronous unless ``NEURON_ARGS_XLA_CPU_ASYNC=1``."""
     if asynchronous is None:
-        asynchronous = os.environ.get(ASYNC_ENV, "") not in ("", "0")
+        asynchronous = envs.flag(ASYNC_ENV)
     return cpu_client() if asynchronous else sync_client()
 
 

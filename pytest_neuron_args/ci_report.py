@@ -8,13 +8,13 @@ to ``$GITHUB_STEP_SUMMARY`` when that variable is set, from the data merged acro
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from neuron_args import envs
 from neuron_args.text import format_shapes
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -123,7 +123,7 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str,
 
 def append_step_summary(markdown: str, environ: Mapping[str, str] | None = None) -> Path | None:
     """Append ``markdown`` to ``$GITHUB_STEP_SUMMARY`` when set; the path, or None."""
-    target = (environ if environ is not None else os.environ).get(STEP_SUMMARY_ENV)
+    target = envs.text(STEP_SUMMARY_ENV, environ) or None
     if not target:
         return None
     path = Path(target)
@@ -137,7 +137,7 @@ def write_step_summary(session: NeuronSession) -> Any:
     """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
     import os
 
-    if session.is_worker or session.is_rank_worker or not os.environ.get(STEP_SUMMARY_ENV):
+    if session.is_worker or session.is_rank_worker or not envs.is_set(STEP_SUMMARY_ENV):
         return None
     from neuron_args.executables import eager_outputs_notice
     from pytest_neuron_args.report import _has_content, baseline_counts, footer_line, header_line
@@ -152,7 +152,7 @@ def write_step_summary(session: NeuronSession) -> Any:
             baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
             notice=eager_outputs_notice(data.get("eager_outputs") or {})))
     except OSError as exc:  # a full disk: said in the terminal summary, and the session fails
-        session.output_failures.append(f"${STEP_SUMMARY_ENV} {os.environ[STEP_SUMMARY_ENV]}: {exc.strerror or exc}")
+        session.output_failures.append(f"${STEP_SUMMARY_ENV} {envs.text(STEP_SUMMARY_ENV)}: {exc.strerror or exc}")
         return None
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
 import time
 import traceback
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from neuron_args import envs
 from neuron_args.cache import STATS, CacheStats
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from pytest_neuron_args import ci_report, gc_policy, trace_log
@@ -545,7 +545,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     assert s.rank_worker is not None
     asked = request.config.getoption("neuron_rank_graph_types")
     chosen = asked.split(",") if asked else graph_types
-    rank = int(os.environ.get("RANK", "0"))
+    rank = envs.RANK
     result: dict[str, Any] = {"rank": rank, "error": None}
     try:
         with gc_policy.paused(), trace_log.detached():

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 from collections.abc import Iterator
+from neuron_args import envs
 
 #: set to 0 to leave the collector alone (no freezes; warmups still pause it)
 ENV = "NEURON_ARGS_GC_FREEZE"
@@ -37,7 +37,7 @@ _frozen = [False]
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return envs.flag(ENV)
 
 
 def session_started() -> None:

@@ -10,35 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from neuron_args import envs
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV, VISIBLE_DEVICES_ENV
 from neuron_args.manifest.ledger import Ledger, ledger_dir, ledger_engines, read_ledger
 
 _ENGINE = re.compile(r"^dev(\d+)_(\d+)$")
 
 
-@contextlib.contextmanager
-def env(values: Mapping[str, str | None]) -> Iterator[None]:
+def env(values: Mapping[str, str | None]) -> contextlib.AbstractContextManager[None]:
     """Set (or, for None, unset) environment variables for a block; restore them after."""
-    old = {name: os.environ.get(name) for name in values}
-    try:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        yield
-    finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return envs.overridden(values)
 
 
 def engine_devices(engine_id: str) -> str | None:

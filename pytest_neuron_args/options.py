@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from neuron_args import envs
 from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
 from neuron_args.deferred import FLOWS
 from neuron_args.flags import KNOWN_TARGETS as TARGETS
@@ -166,8 +167,8 @@ class NeuronSettings:
         args, args_source = _raw(config, "neuron_compiler_args")
         source = {"cli": "--neuron-compiler-args", "ini": f"ini key neuron_compiler_args ({config.inipath})"}.get(
             args_source, "")
-        if args is None and os.environ.get("NEURON_CC_FLAGS", "").strip():
-            args, source = os.environ["NEURON_CC_FLAGS"], "NEURON_CC_FLAGS"
+        if args is None and envs.is_set("NEURON_CC_FLAGS"):
+            args, source = envs.text("NEURON_CC_FLAGS"), "NEURON_CC_FLAGS"
         tp_text, _ = _raw(config, "neuron_tp")
         try:
             tp = int(tp_text) if tp_text is not None else 1
@@ -241,7 +242,7 @@ class NeuronSettings:
 
         name, source = self.compiler, self.compiler_source or "--neuron-compiler"
         if name is None:
-            name, source = os.environ.get(COMPILER_ENV, "").strip(), f"${COMPILER_ENV}"
+            name, source = envs.text(COMPILER_ENV), f"${COMPILER_ENV}"
             if not name:
                 return
             if name.lower() not in COMPILERS:
@@ -294,7 +295,7 @@ def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
 def _env_manifest_dir() -> Path | None:
     """``$VLLM_NEURON_MANIFEST_DIR`` as the session starts (a conftest may set it): the session manifest's
     folder when no option or ini key names one, so its ledger lines end in a manifest, not left behind."""
-    value = os.environ.get(MANIFEST_DIR_ENV, "").strip()
+    value = envs.text(MANIFEST_DIR_ENV)
     return Path(os.path.expanduser(value)).absolute() if value else None
 
 

@@ -7,13 +7,13 @@ session of an environment that has neuron-args installed.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from neuron_args import eager_fallback, envs
 from pytest_neuron_args import gc_policy, markers
 from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected from this module)
     CALL_FAILED,
@@ -45,6 +45,7 @@ from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 # test would print thousands of empty "DEBUG torch.__trace" lines. Dropped unless TORCH_TRACE is set.
 _TORCH_TRACE_LOGGER = "torch.__trace"
 _TRACE_FILTER = pytest.StashKey[logging.Filter]()
+_EAGER_DEFAULT = pytest.StashKey[bool]()
 
 
 class _DropAll(logging.Filter):
@@ -87,9 +88,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if not session.is_worker:
         _warn_split_path_options(config)
     session.start()
+    config.stash[_EAGER_DEFAULT] = eager_fallback.error_by_default(True)  # a recompile-limit fallback fails the test
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
-    if not os.environ.get("TORCH_TRACE"):
+    if not envs.is_set("TORCH_TRACE"):
         config.stash[_TRACE_FILTER] = _DropAll()  # one per session: a pytester run inside keeps ours
         logging.getLogger(_TORCH_TRACE_LOGGER).addFilter(config.stash[_TRACE_FILTER])
 
@@ -121,14 +123,14 @@ def _config_warning(config: pytest.Config, warning: Warning) -> None:
 
 def _join_tp_group() -> None:
     """A ``--neuron-tp`` rank process: join the gloo group the launcher set up and tell the ledger our rank."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = envs.WORLD_SIZE
     if world <= 1:
         return
     import torch.distributed as dist
 
     from neuron_args.manifest.ledger import register_tp_group
 
-    rank = int(os.environ["RANK"])
+    rank = envs.RANK
     if not dist.is_initialized():
         import datetime
 
@@ -149,6 +151,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     trace_filter = config.stash.get(_TRACE_FILTER, None)
     if trace_filter is not None:
         logging.getLogger(_TORCH_TRACE_LOGGER).removeFilter(trace_filter)
+    if _EAGER_DEFAULT in config.stash:
+        eager_fallback.error_by_default(config.stash[_EAGER_DEFAULT])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -137,7 +137,7 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
 
 def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> bool:
     return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
-                or data.get("corrupt") or data.get("warmup_failures")
+                or data.get("corrupt") or data.get("warmup_failures") or data.get("eager_fallbacks")
                 or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
                 or (session is not None and (session.output_failures or session.manifest_failures)))
 
@@ -152,6 +152,13 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     notice = eager_outputs_notice(data.get("eager_outputs") or {})
     if notice:
         terminalreporter.write_line(notice, red=True, bold=True)
+    fallbacks = data.get("eager_fallbacks") or {}
+    if fallbacks:  # frames of a neuron backend Dynamo's recompile limit stopped compiling
+        ran = sum(how == "warn" for how in fallbacks.values())
+        terminalreporter.write_line(
+            f"eager fallbacks: {ran} frame(s) ran in eager PyTorch and {len(fallbacks) - ran} failed past Dynamo's "
+            f"recompile limit: {'; '.join(sorted(fallbacks))}; fix: torch._dynamo.reset() between models, a higher "
+            "recompile_limit, or bucketing", red=True, bold=True)
     if data["rows"]:
         for line in table_lines(data):
             terminalreporter.write_line(line)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.manifest.config import merge_configs
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
@@ -180,13 +181,13 @@ class NeuronSession:
         gc_policy.session_started()
         root = self.manifest_root()
         if root is not None:
-            self._saved_env = (MANIFEST_DIR_ENV in os.environ, os.environ.get(MANIFEST_DIR_ENV))
+            self._saved_env = (MANIFEST_DIR_ENV in envs.environ(), envs.environ().get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
             if not self.is_worker and not self.is_rank_worker:
                 self.inner_session = not self._hold_manifest_dir(root)
                 if not self.inner_session:  # a crashed session's lines are not ours
                     shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
-            os.environ[MANIFEST_DIR_ENV] = str(root)
+            envs.put(MANIFEST_DIR_ENV, str(root))
         before = ACTIVITY.snapshot()
         self._records_before, self._stats_before = before["records"], before["stats"]
         self._corrupt_before = dict(ACTIVITY.corrupt)
@@ -217,9 +218,9 @@ class NeuronSession:
         if self._saved_env is not None:
             present, value = self._saved_env
             if present:
-                os.environ[MANIFEST_DIR_ENV] = value or ""
+                envs.put(MANIFEST_DIR_ENV, value or "")
             else:
-                os.environ.pop(MANIFEST_DIR_ENV, None)
+                envs.put(MANIFEST_DIR_ENV, None)
             self._saved_env = None
 
     def report_rank_failure(self, error: str) -> None:
@@ -227,10 +228,10 @@ class NeuronSession:
         out = self.settings.rank_worker
         if out is None:
             return
-        path = out / f"rank{int(os.environ.get('RANK', '0'))}.json"
+        path = out / f"rank{envs.RANK}.json"
         if not path.exists():
             out.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"rank": int(os.environ.get("RANK", "0")), "error": error}), encoding="utf-8")
+            path.write_text(json.dumps({"rank": envs.RANK, "error": error}), encoding="utf-8")
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
         """A runner's config block: the session manifest's is the first one, naming every model (merge_configs)."""
@@ -338,6 +339,7 @@ class NeuronSession:
             "stats": self.stats(),
             "manifest_config": self.manifest_config,
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
+            "eager_fallbacks": dict(ACTIVITY.eager_fallbacks),  # frames Dynamo's recompile limit stopped compiling
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
             "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
@@ -375,6 +377,7 @@ class NeuronSession:
             "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
+            "eager_fallbacks": {k: h for p in parts for k, h in (p.get("eager_fallbacks") or {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
             "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
             "other_caches": {c: t for p in reversed(parts) for c, t in (p.get("other_caches") or {}).items()},

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
+from neuron_args import envs
 
 #: torch's structured trace log (``torch._logging._internal.trace_log``), by name: no torch import here
 TRACE_LOG = "torch.__trace"
@@ -38,7 +38,7 @@ def detached() -> Iterator[list[logging.Handler]]:
     """For the block, the trace log has no handler that would only drop its records (yields those taken off)."""
     trace_log = logging.getLogger(TRACE_LOG)
     root = logging.getLogger().handlers
-    wanted = bool(os.environ.get("TORCH_TRACE"))
+    wanted = envs.is_set("TORCH_TRACE")
     taken = [h for h in trace_log.handlers if not wanted or h in root]
     for h in taken:
         trace_log.removeHandler(h)

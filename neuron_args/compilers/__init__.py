@@ -6,10 +6,10 @@ the local compiler runs in its own process.
 """
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Mapping
 
+from neuron_args import envs
 from neuron_args.compilers.base import Compiler, CompilerInfo
 from neuron_args.compilers.lifetime import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
 from neuron_args.compilers.local import LocalCompiler
@@ -40,7 +40,7 @@ def select_compiler(options: Mapping | None = None) -> Compiler:
     requested = (options or {}).get("compiler")
     source = "options['compiler']"
     if requested is None:
-        requested, source = os.environ.get(COMPILER_ENV) or "auto", COMPILER_ENV
+        requested, source = envs.text(COMPILER_ENV) or "auto", COMPILER_ENV
     if not isinstance(requested, str) or requested.strip().lower() not in COMPILER_CHOICES:
         raise CompilerArgsError(
             f"unknown compiler {requested!r} (from {source}); choose one of "

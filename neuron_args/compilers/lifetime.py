@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from neuron_args import envs
 from neuron_args.errors import OptionsError
 
 COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
@@ -52,8 +53,8 @@ def resolve_compile_timeout(options: Mapping[str, Any] | None, compiler_name: st
     given = (options or {}).get("compile_timeout")
     if given is not None:
         return check_timeout(given, "options['compile_timeout']")
-    env = os.environ.get(COMPILE_TIMEOUT_ENV, "")
-    if env.strip():
+    env = envs.text(COMPILE_TIMEOUT_ENV)
+    if env:
         return check_timeout(env, COMPILE_TIMEOUT_ENV)
     return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from neuron_args import flags
+from neuron_args import envs, flags
 from neuron_args.errors import CompilerArgsError
 
 MODULE = "neuron_args.compilers.local_xla"
@@ -76,7 +76,7 @@ class _Log:
 def preload() -> None:
     """Import what a compile needs (jaxlib, not jax) and queue jaxlib's CPU custom-call targets; starts no thread
     (the zygote calls it before it forks workers)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as `import jax` sets it: XLA's info lines stay out of logs
+    envs.put_default("TF_CPP_MIN_LOG_LEVEL", "1")  # as `import jax` sets it: XLA's info lines stay out of logs
     from jaxlib import lapack
     from jaxlib import xla_client as xc
 

@@ -38,7 +38,6 @@ import concurrent.futures as cf
 import contextlib
 import json
 import logging
-import math
 import os
 import queue
 import select
@@ -51,10 +50,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from neuron_args import envs
 from neuron_args.compilers.forked import ZYGOTE_MODULE, ForkedProcess, Zygote, ZygoteGone
 from neuron_args.compilers.process import describe_exit, start_process
 from neuron_args.compilers.lifetime import current_scope, kill_process_group, supervised_argv
-from neuron_args.errors import OptionsError
+from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
 
 log = logging.getLogger("neuron_args.compilers")
 
@@ -62,7 +62,7 @@ MODULE = "neuron_args.compilers.workers"
 WARM_WORKERS_ENV = "NEURON_ARGS_WARM_WORKERS"
 ZYGOTE_ENV = "NEURON_ARGS_WARM_WORKER_ZYGOTE"
 IDLE_ENV = "NEURON_ARGS_WARM_WORKER_IDLE"
-DEFAULT_IDLE_SECONDS = 300.0
+DEFAULT_IDLE_SECONDS: float = envs.variable(IDLE_ENV).default
 #: Environment variables a worker reads at start-up (jax, XLA, the interpreter): a change retires it.
 ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "PYTHON", "LD_")
 #: How long a worker's process may take to go after its pipe reported it gone.
@@ -71,29 +71,21 @@ REAP_SECONDS = 5.0
 
 def enabled() -> bool:
     """False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``."""
-    return os.environ.get(WARM_WORKERS_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+    return envs.flag(WARM_WORKERS_ENV)
 
 
 def zygote_enabled() -> bool:
     """False when ``$NEURON_ARGS_WARM_WORKER_ZYGOTE`` is ``0``/``off``/``false``/``no`` (workers start as processes)."""
-    return os.environ.get(ZYGOTE_ENV, "").strip().lower() not in ("0", "off", "false", "no")
+    return envs.flag(ZYGOTE_ENV)
 
 
 def idle_seconds() -> float:
     """How long an idle worker stays (``$NEURON_ARGS_WARM_WORKER_IDLE``, default 300 s)."""
-    value = os.environ.get(IDLE_ENV, "").strip()
-    try:
-        seconds = float(value) if value else DEFAULT_IDLE_SECONDS
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise OptionsError(f"{IDLE_ENV}={value!r} is not a number of seconds: give a positive number "
-                           f"(the default is {DEFAULT_IDLE_SECONDS:g}); to turn the warm workers off set {WARM_WORKERS_ENV}=0")
-    return seconds
+    return envs.seconds(IDLE_ENV, hint=f" (to turn the warm workers off set {WARM_WORKERS_ENV}=0)")
 
 
 def _env_key() -> tuple[tuple[str, str], ...]:
-    env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+    env = envs.snapshot(ENV_PREFIXES)
     # importing jax (here) and every worker (local_xla.preload) set it to "1" when unset: a worker started
     # before this process imported jax (prestarted, say) runs exactly as one started after
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -655,7 +647,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins (if jax is imported)
+    envs.put_default("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins (if jax is imported)
     start = time.perf_counter()
     from neuron_args.compilers import local_xla
 

@@ -32,6 +32,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
+from neuron_args import envs
 from neuron_args.compilers.lifetime import die_with_parent
 from neuron_args.compilers.supervisor import EXIT_CANNOT_START, exit_as
 
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # as the worker sets it, before jax reads it
+    envs.put_default("JAX_PLATFORMS", "cpu")  # as the worker sets it, before jax reads it
     from neuron_args import xla_cpu  # noqa: F401
     from neuron_args.compilers import local_xla, workers  # noqa: F401
 

@@ -5,7 +5,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neuron_args.errors import OptionsError
+from neuron_args import envs
 
 
 class TraceJob(tuple):
@@ -33,13 +33,8 @@ def build_trace_job(resolver: Any, target_model: Any, kwargs: Mapping[str, Any],
 
 def workers_from_env(name: str, n_jobs: int) -> int:
     """``$name`` (a positive count), else the CPU count capped at ``n_jobs``; a bad value is an OptionsError."""
-    env = os.environ.get(name, "").strip()
-    if not env:
-        return max(1, min(os.cpu_count() or 1, n_jobs))
-    if not env.isascii() or not env.isdigit() or int(env) < 1:
-        raise OptionsError(f"{name}={env!r} is not a worker count: give a positive integer, or unset it "
-                           "(default: the CPU count)")
-    return int(env)
+    given = envs.count(name, hint=" (default: the CPU count)")
+    return max(1, min(os.cpu_count() or 1, n_jobs)) if given is None else given
 
 
 def normalize_job(job: Sequence[Any]) -> TraceJob:

@@ -51,10 +51,11 @@ from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
-from neuron_args.errors import CacheMissError, NeuronArgsError, OptionsError, TraceError
+from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
 from neuron_args.text import clip
 
 log = logging.getLogger("neuron_args.deferred")
@@ -63,7 +64,7 @@ WORKERS_ENV = "NEURON_ARGS_TRACE_WORKERS"
 DEFAULT_TIMEOUT = 600.0
 #: seconds a kept trace child waits idle for this process's next ``parallel_trace`` before it leaves
 IDLE_ENV = "NEURON_ARGS_TRACE_IDLE_SECONDS"
-DEFAULT_IDLE = 30.0
+DEFAULT_IDLE: float = envs.variable(IDLE_ENV).default
 
 
 @dataclass
@@ -180,7 +181,7 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any]
     earlier, traces for a later call, whose options and ``$NEURON_CC_FLAGS``/``$NEURON_ARGS_TARGET``
     (read into the key) may differ. Each answer is ``(index, status, keys or traceback, pid)``.
     """
-    os.environ["OMP_NUM_THREADS"] = "1"
+    envs.put("OMP_NUM_THREADS", "1")
     import torch
 
     torch.set_num_threads(1)
@@ -192,8 +193,7 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any]
         if message is None:
             return
         index, blob, job_options, env = message
-        os.environ.clear()
-        os.environ.update(env, OMP_NUM_THREADS="1")
+        envs.replace({**env, "OMP_NUM_THREADS": "1"})
         try:
             job = inherited[index] if blob is None else pickle.loads(blob)
         except BaseException:
@@ -445,7 +445,7 @@ class _TraceChild:
         self.job, self.started = index, time.monotonic()
         blob = None if self.forked and self.call == call else bytes(ForkingPickler.dumps(job))
         with contextlib.suppress(OSError):
-            self.conn.send((index, blob, opts, dict(os.environ)))
+            self.conn.send((index, blob, opts, envs.snapshot()))
 
     def stop(self) -> None:
         """No more jobs: the child leaves on reading None (not on the pipe's end: forked siblings hold it too)."""
@@ -464,12 +464,7 @@ class _TraceChild:
 
 def idle_seconds() -> float:
     """How long a kept trace child waits idle (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)."""
-    env = os.environ.get(IDLE_ENV, "").strip()
-    try:
-        return max(0.0, float(env)) if env else DEFAULT_IDLE
-    except ValueError:
-        raise OptionsError(f"{IDLE_ENV}={env!r} is not a number of seconds: give one (0 keeps no child idle), "
-                           f"or unset it (default {DEFAULT_IDLE:g})") from None
+    return envs.seconds(IDLE_ENV, zero_ok=True, hint=" (0 keeps no child idle)")
 
 
 class _KeptChildren:

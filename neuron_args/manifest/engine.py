@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from neuron_args import envs
 
 __all__ = [
     "MANIFEST_DIR_ENV",
@@ -29,7 +30,7 @@ _INDEX_RE = re.compile(r"[0-9]+\Z")  # ASCII digits only: "²" or "٣" are not d
 
 def manifest_root_str() -> str | None:
     """:func:`manifest_root` as a plain string (the ledger's per-line fast path)."""
-    value = os.environ.get(MANIFEST_DIR_ENV)
+    value = envs.text(MANIFEST_DIR_ENV)
     if not value or value.isspace():
         return None
     return os.path.expanduser(value) if value.startswith("~") else value
@@ -83,7 +84,7 @@ def get_server_prefix() -> str:
     The same value scopes the compile cache's per-rank folders, so a manifest named by it
     correlates directly with the cache it describes. A malformed value raises ValueError.
     """
-    value = os.environ.get(VISIBLE_DEVICES_ENV, "")
+    value = envs.text(VISIBLE_DEVICES_ENV)
     if not value.strip():
         return NO_DEVICE_PREFIX
     devices = parse_visible_devices(value)

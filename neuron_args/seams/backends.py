@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from neuron_args import eager_fallback
 from neuron_args.activity import ACTIVITY
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import (
@@ -511,3 +512,6 @@ _BACKENDS = {b.seam: b for b in (neuron_libtorch, neuron_libtorch_graph_capture,
 
 def backend_for(seam: str) -> NeuronBackend:
     return _BACKENDS[seam]
+
+
+eager_fallback.install(lambda fn: fn.seam if isinstance(fn, NeuronBackend) else None)

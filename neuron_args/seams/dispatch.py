@@ -18,12 +18,12 @@ graph directly; every other graph keeps aot_autograd's wrapper.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from neuron_args import envs
 
 log = logging.getLogger("neuron_args.seams")
 
@@ -128,7 +128,7 @@ def inputs_need_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) -> 
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-    if os.environ.get(ENV, "1") == "0":
+    if not envs.flag(ENV):
         return f"{ENV}=0"
     tracing = torch._guards.TracingContext.try_get()
     if tracing is not None and getattr(tracing, "fakify_first_call", False):

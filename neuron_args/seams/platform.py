@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from neuron_args import envs
 from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import (
     KNOWN_TARGETS, manifest_compiler_flags, option_value, parse_compiler_args, remove_options, split_compiler_args,
@@ -47,7 +47,7 @@ def base_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = N
         args = split_compiler_args(options["compiler_args"])
     else:
         try:
-            args = split_compiler_args(os.environ.get(NEURON_CC_FLAGS_ENV) or None)
+            args = split_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None)
         except CompilerArgsError as exc:  # an unclosed quote: say where the string came from
             raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
     given = source if source is not None and options.get("compiler_args") is not None else _args_source(options)
@@ -68,7 +68,7 @@ def _args_source(options: Mapping[str, Any]) -> str:
 def _target_source(options: Mapping[str, Any]) -> str:
     if options.get("target"):
         return "options['target']"
-    return f"${TARGET_ENV}" if os.environ.get(TARGET_ENV) else f"the default target ({DEFAULT_TARGET})"
+    return f"${TARGET_ENV}" if envs.is_set(TARGET_ENV) else f"the default target ({DEFAULT_TARGET})"
 
 
 def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None) -> PlatformArgs:
@@ -79,7 +79,7 @@ def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str 
     except CompilerArgsError as exc:
         raise CompilerArgsError(f"{exc} (these arguments come from {_args_source(options)})") from None
     in_args = option_value(args, "--target")
-    target = options.get("target") or in_args or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
+    target = options.get("target") or in_args or envs.text(TARGET_ENV) or DEFAULT_TARGET
     if in_args is not None and in_args != target:
         raise CompilerArgsError(
             f"graph type {graph_type!r}: {_args_source(options)} say --target {in_args} but {_target_source(options)} "

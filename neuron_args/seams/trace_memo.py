@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from neuron_args import envs
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
 from neuron_args.seams.dispatch import OWNED, RecordedPlan
@@ -46,7 +47,7 @@ ENV = "NEURON_ARGS_TRACE_MEMO"
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return envs.flag(ENV)
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def _lowering_identity() -> str:
     ones included)."""
     from neuron_args.lowering import ops
 
-    jax_env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("JAX_", "TORCHAX_")))
+    jax_env = sorted(envs.snapshot(("JAX_", "TORCHAX_")).items())
     lines = [repr(lowering_tool_versions()), _lowering_sources(), repr(jax_env)]
     for name, fn in sorted(ops.LOWERINGS.items()):
         lines.append(f"{name} {_callable_digest(fn)}")

@@ -1,0 +1,144 @@
+"""Dynamo's recompile limit, never silent for a neuron backend.
+
+Past ``torch._dynamo.config.recompile_limit`` compiles of one frame (8 by default; every
+``torch.compile`` of one function or module class shares the frame) or
+``accumulated_recompile_limit`` compiles of it in the process, Dynamo stops calling the backend and
+runs the frame in eager PyTorch: no error, no cache entry, right outputs. On a Neuron host that is
+the model running on the host CPU while the tests pass. Dynamo logs one warning and says nothing
+for later calls, and its log does not name the backend, so :func:`install` wraps its limit check
+(``convert_frame.exceeds_recompile_limit``, looked up at each compile) and, when the frame's backend
+is a neuron seam, records the frame in ``ACTIVITY.eager_fallbacks`` and raises
+:class:`EagerFallbackError` or warns :class:`EagerFallbackWarning` (see :func:`mode`).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+from neuron_args import envs
+from neuron_args.activity import ACTIVITY
+from neuron_args.errors import NeuronArgsError, OptionsError
+from neuron_args.scope import current_graph_type
+
+log = logging.getLogger("neuron_args.eager_fallback")
+
+MODE_ENV = "NEURON_ARGS_EAGER_FALLBACK"
+MODES = ("error", "warn")
+
+_error_by_default = [False]  # the pytest plugin's default
+_strict = contextvars.ContextVar("neuron_args_eager_fallback_strict", default=False)
+
+
+class EagerFallbackError(NeuronArgsError):
+    """Dynamo's recompile limit stopped compiling a frame whose backend is a neuron seam."""
+
+
+class EagerFallbackWarning(UserWarning):
+    """A frame compiled by a neuron backend runs in eager PyTorch from now on (``NEURON_ARGS_EAGER_FALLBACK=warn``)."""
+
+
+def error_by_default(on: bool = True) -> bool:
+    """Make a fallback an error unless ``NEURON_ARGS_EAGER_FALLBACK=warn`` (the pytest plugin does); returns
+    the previous default, to put back."""
+    previous, _error_by_default[0] = _error_by_default[0], on
+    return previous
+
+
+@contextlib.contextmanager
+def strict() -> Iterator[None]:
+    """A fallback in this block is an error unless the variable says ``warn`` (a ``NeuronRunner`` call)."""
+    token = _strict.set(True)
+    try:
+        yield
+    finally:
+        _strict.reset(token)
+
+
+def mode() -> str:
+    """``error`` or ``warn``: ``$NEURON_ARGS_EAGER_FALLBACK`` when set, else ``error`` under the pytest plugin,
+    under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` or in :func:`strict`, else ``warn``."""
+    from neuron_args.cache import assert_cache_hit_enabled
+
+    given = envs.text(MODE_ENV).lower()
+    if given and given not in MODES:
+        raise OptionsError(f"{MODE_ENV}={given!r} is not one of {', '.join(MODES)}: give error or warn, or unset it")
+    if given:
+        return given
+    return "error" if _error_by_default[0] or _strict.get() or assert_cache_hit_enabled() else "warn"
+
+
+def message(frame: str, limit_type: str, limit: int, seam: str, graph_type: str | None) -> str:
+    where = f"graph type {graph_type!r}" if graph_type else f"torch.compile(backend={seam!r})"
+    return (
+        f"{where}: Dynamo's {limit_type.replace('_', ' ')} ({limit}) was reached for {frame}, so Dynamo stops "
+        f"calling the {seam} backend for it: this call and every later new shape of that frame would run in "
+        "eager PyTorch on the host (no compile, no cache entry, no manifest line).\n"
+        "  fix: call torch._dynamo.reset() between models; or raise "
+        f"torch._dynamo.config.{limit_type} (or torch.compile(..., recompile_limit=N)) to the number of shapes "
+        "the frame serves; or bucket the inputs so fewer shapes reach the compiler "
+        f"({MODE_ENV}=warn lets it run eager with a warning)")
+
+
+def _compile_frame(frame: FrameType | None) -> FrameType | None:
+    """Dynamo's ``_compile`` frame (the caller of the limit check): it holds ``compiler_fn`` and ``code``."""
+    for _ in range(4):
+        if frame is None or "compiler_fn" in frame.f_locals:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _seam(compiler_fn: Any, seam_of: Callable[[Any], str | None]) -> str | None:
+    from torch._dynamo.eval_frame import innermost_backend
+
+    fn = innermost_backend(compiler_fn)
+    fn = innermost_backend(getattr(fn, "compiler_fn", fn))  # torch._TorchCompileWrapper (torch.compile(options=))
+    return seam_of(fn)
+
+
+def _on_limit(frame: FrameType | None, limit_type: str, seam_of: Callable[[Any], str | None]) -> None:
+    import torch
+
+    caller = _compile_frame(frame)
+    if caller is None:
+        return
+    local = caller.f_locals
+    seam = _seam(local.get("compiler_fn"), seam_of)
+    if seam is None:
+        return  # another backend's frame: Dynamo's own warning stands
+    code = local.get("code")
+    where = f"'{code.co_name}' ({code.co_filename}:{code.co_firstlineno})" if code is not None else "a frame"
+    limit = getattr(torch._dynamo.config, limit_type, "?")
+    text = message(where, limit_type, limit, seam, current_graph_type())
+    # with fullgraph=True (or fail_on_recompile_limit_hit) Dynamo raises anyway: raise the error that says why
+    fails = bool(local.get("one_graph")) or torch._dynamo.config.fail_on_recompile_limit_hit
+    how = "error" if fails else mode()
+    ACTIVITY.eager_fallbacks[f"{where} ({seam}, {limit_type} {limit})"] = how
+    if how == "error":
+        raise EagerFallbackError(text)
+    log.warning("%s", text)
+    warnings.warn(text, EagerFallbackWarning, stacklevel=2)
+
+
+def install(seam_of: Callable[[Any], str | None]) -> None:
+    """Wrap Dynamo's limit check once per process; ``seam_of(backend)`` names a neuron seam, else None."""
+    import torch._dynamo.convert_frame as convert_frame
+
+    original = convert_frame.exceeds_recompile_limit
+    if getattr(original, "_neuron_args", False):
+        return
+
+    def exceeds_recompile_limit(*args: Any, **kwargs: Any) -> tuple[bool, str]:
+        exceeded, limit_type = original(*args, **kwargs)
+        if exceeded:
+            _on_limit(sys._getframe(1), limit_type, seam_of)
+        return exceeded, limit_type
+
+    exceeds_recompile_limit._neuron_args = True  # type: ignore[attr-defined]
+    convert_frame.exceeds_recompile_limit = exceeds_recompile_limit

@@ -1,0 +1,256 @@
+"""Every environment variable neuron-args reads, in one table (the vLLM ``envs.py`` idea).
+
+Each variable has one :class:`EnvVar` row: name, type, default, a doc line. Code reads a variable
+through :func:`flag` (booleans, one parser: 1/true/yes/on, 0/false/no/off, anything else an
+:class:`OptionsError` naming the variable) or :func:`text` (the stripped value, ``""`` when unset;
+numbers are validated by the one module that reads them), or as an attribute
+(``envs.NEURON_ARGS_FAST_PATH``). Reading a name not in the table is a ``KeyError``, so a new
+variable is declared here first. README's "Environment variables" table is :func:`markdown_table`
+(a test checks they agree). Writes of this or a child process's environment go through the
+helpers at the end, the one other place that touches ``os.environ``.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from neuron_args.errors import OptionsError
+
+TRUE_VALUES = ("1", "true", "yes", "on")
+FALSE_VALUES = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable: ``kind`` is ``bool`` (read with :func:`flag`) or what its text holds."""
+
+    name: str
+    kind: str
+    default: Any
+    doc: str
+    secret: bool = False  # never logged or shown with its value
+    documented: bool = True  # in README's table; False: set by another tool (torchrun, GitHub Actions, XDG)
+
+
+def _v(name: str, kind: str, default: Any, doc: str, **kw: Any) -> EnvVar:
+    return EnvVar(name, kind, default, doc, **kw)
+
+
+VARIABLES: tuple[EnvVar, ...] = (
+    _v("NEURON_LIBTORCH_ASSERT_CACHE_HIT", "bool", False,
+       "true value: a cache miss raises `CacheMissError` instead of compiling (the default; `NeuronRunner.serve()` "
+       "asserts for its block without setting it, `serve(assert_cache_hit=False)` leaves it to this variable; a "
+       "runner's warmup compiles regardless: the variable asserts after warmup, and the pytest summary says how "
+       "many graphs the warmups compiled under it; to fail on a cold cache, assert `with "
+       "neuron_compile_counter.expect(compiles=0): neuron_runner.warmup()`); a true value also makes Dynamo's "
+       "recompile limit an error (see `NEURON_ARGS_EAGER_FALLBACK`)"),
+    _v("NEURON_LIBTORCH_CACHE_DIR", "path", None,
+       "compile-cache root (else `options[\"cache_dir\"]`, else `$XDG_CACHE_HOME/neuron-args/compile-cache` when "
+       "that is an absolute path, else `~/.cache/neuron-args/compile-cache`; no home directory at all is an "
+       "`OptionsError` saying what to set)"),
+    _v("NEURON_ARGS_CACHE_SIGNING_KEY", "text", None,
+       "HMAC key for a signed cache; see Sharing a cache safely (a secret: never logged)", secret=True),
+    _v("VLLM_NEURON_MANIFEST_DIR", "path", None,
+       "enables the ledger and manifests under this directory; unset or empty: nothing is written"),
+    _v("NEURON_VISIBLE_DEVICES", "text", None,
+       "the engine's core window: `dev{first}_{last}` names its manifest (`nodev` when unset)"),
+    _v("NEURON_RT_VISIBLE_CORES", "text", None,
+       "the Neuron runtime's cores; set from this rank's share of `NEURON_VISIBLE_DEVICES` (an explicit value "
+       "naming other cores is an error)"),
+    _v("NEURON_CC_FLAGS", "text", None,
+       "base compiler args when the compile options give none (split shell-style); an option given twice with "
+       "different values (`-O1 -O3`) compiles with the last, as neuronx-cc does, and is one `CompilerArgsWarning` "
+       "naming both values"),
+    _v("NEURON_ARGS_COMPILER", "text", "auto",
+       "`local`, `neuronx-cc` or `auto` (default: neuronx-cc when on PATH, else local); in a pytest session "
+       "without `--neuron-compiler` or its ini key, another value, or `neuronx-cc` not on PATH, is a usage error "
+       "at start-up"),
+    _v("NEURON_ARGS_TARGET", "text", "trn2",
+       "compile target when neither `options[\"target\"]` nor `--target` in the compiler args gives one"),
+    _v("NEURON_ARGS_ALLOW_EAGER_OUTPUTS", "bool", False,
+       "true value: NEFFs with no torch-neuronx runtime binding take eager outputs instead of failing"),
+    _v("NEURON_ARGS_EAGER_FALLBACK", "text", None,
+       "`error` or `warn`: what a frame compiled by a neuron backend does when Dynamo's recompile limit stops "
+       "compiling it (it would run in eager PyTorch); default `error` under the pytest plugin, with "
+       "`NEURON_LIBTORCH_ASSERT_CACHE_HIT` or in a `NeuronRunner` call, else `warn`"),
+    _v("NEURON_ARGS_TRACE_WORKERS", "count", None, "parallel trace worker count (default: the CPU count)"),
+    _v("NEURON_ARGS_COMPILE_WORKERS", "count", None, "parallel compile worker count (default: the CPU count)"),
+    _v("NEURON_ARGS_COMPILE_TIMEOUT", "seconds", None,
+       "seconds a compile may run when `options[\"compile_timeout\"]` is not given (defaults: neuronx-cc 7200, "
+       "local 1800)"),
+    _v("NEURON_ARGS_WARM_WORKERS", "bool", True,
+       "false value: the local compiler starts one process per graph (default: warm worker processes that start "
+       "their XLA:CPU client once, one per concurrent compile)"),
+    _v("NEURON_ARGS_WARM_WORKER_IDLE", "seconds", 300.0, "seconds an idle warm worker stays before it exits"),
+    _v("NEURON_ARGS_WARM_WORKER_ZYGOTE", "bool", True,
+       "false value: warm workers start as processes of their own (default: a zygote process that imported "
+       "jaxlib once forks them, so a new worker is ready in ~0.05 s)"),
+    _v("NEURON_ARGS_TRACE_IDLE_SECONDS", "seconds", 30.0,
+       "seconds a runner's idle trace children wait for its next parallel warmup before they exit (0 keeps none)"),
+    _v("NEURON_ARGS_FAST_PATH", "bool", True,
+       "false value: serve every runner call through `torch.compile`'s guarded path (default: warmed calls take "
+       "the fast path)"),
+    _v("NEURON_ARGS_DIRECT_CALL", "bool", True,
+       "false value: every compiled graph keeps aot_autograd's runtime wrapper (default: inference graphs that "
+       "only copy mutated inputs back are called directly)"),
+    _v("NEURON_ARGS_TRACE_MEMO", "bool", True,
+       "false value: trace every graph in full (default: a re-trace whose memoized key is built skips "
+       "aot_autograd and the lowering; memo in `<cache>/.trace-memo/`)"),
+    _v("NEURON_ARGS_GC_FREEZE", "bool", True,
+       "false value: the pytest plugin leaves Python's collector alone (default: after collection and at session "
+       "end it collects once and freezes the heap, so later full collections skip it; see docs/ARCHITECTURE.md)"),
+    _v("NEURON_ARGS_XLA_CPU_ASYNC", "bool", False,
+       "true value: run local executables on jax's asynchronous XLA:CPU client instead of the synchronous one"),
+    _v("NEURON_ARGS_ENGINE", "index", 0, "this process's engine index (set by `neuron_args.launch`)"),
+    _v("NEURON_ARGS_DP", "count", 1, "how many engines run side by side (set by `neuron_args.launch`)"),
+    _v("RANK", "index", 0, "tensor-parallel rank (torchrun, `neuron_args.launch`)", documented=False),
+    _v("WORLD_SIZE", "count", 1, "tensor-parallel world size (torchrun, `neuron_args.launch`)", documented=False),
+    _v("LOCAL_RANK", "index", None, "rank within this host (torchrun)", documented=False),
+    _v("LOCAL_WORLD_SIZE", "count", None, "ranks on this host (torchrun)", documented=False),
+    _v("TORCH_TRACE", "path", None, "torch's structured trace folder: the plugin keeps its trace log on",
+       documented=False),
+    _v("GITHUB_STEP_SUMMARY", "path", None, "GitHub Actions' step summary file the plugin appends to",
+       documented=False),
+    _v("XDG_CACHE_HOME", "path", None, "per-user cache root for the default compile cache", documented=False),
+)
+_BY_NAME = {v.name: v for v in VARIABLES}
+BOOLEAN_HELP = f"one of {', '.join(TRUE_VALUES)} (true) or {', '.join(FALSE_VALUES)} (false)"
+
+
+def variable(name: str) -> EnvVar:
+    """The table's row for ``name``; a name not in the table is a ``KeyError`` (declare it here)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"{name} is not declared in neuron_args/envs.py") from None
+
+
+def parse_bool(name: str, raw: str | None, default: bool) -> bool:
+    """The one boolean parser: unset or empty gives ``default``; an unknown value is an OptionsError."""
+    value = (raw or "").strip().lower()
+    if not value:
+        return default
+    if value in TRUE_VALUES:
+        return True
+    if value in FALSE_VALUES:
+        return False
+    shown = "<secret>" if variable(name).secret else repr(raw)
+    raise OptionsError(f"{name}={shown} is not a boolean: give {BOOLEAN_HELP}, or unset it "
+                       f"(default: {'true' if default else 'false'})")
+
+
+def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """A boolean variable's value (its default when unset or empty)."""
+    var = variable(name)
+    if var.kind != "bool":
+        raise TypeError(f"{name} is a {var.kind} variable, not a bool")
+    return parse_bool(name, (os.environ if environ is None else environ).get(name), var.default)
+
+
+def text(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """A declared variable's value, stripped; ``""`` when unset."""
+    variable(name)
+    return (os.environ if environ is None else environ).get(name, "").strip()
+
+
+def seconds(name: str, *, zero_ok: bool = False, hint: str = "") -> float:
+    """A ``seconds`` variable: a finite positive number (zero too when ``zero_ok``), else its default."""
+    var = variable(name)
+    raw = text(name)
+    if not raw:
+        return var.default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise OptionsError(f"{name}={raw!r} is not a number of seconds: give a {'non-negative' if zero_ok else 'positive'} "
+                           f"number{hint}, or unset it (default {var.default:g})")
+    return value
+
+
+def count(name: str, *, hint: str = "") -> int | None:
+    """A ``count`` variable: a positive integer (an ``index`` variable: zero too), else its default."""
+    var = variable(name)
+    raw = text(name)
+    if not raw:
+        return var.default
+    least = 0 if var.kind == "index" else 1
+    if not raw.isascii() or not raw.isdigit() or int(raw) < least:
+        what = "a non-negative integer" if least == 0 else "a positive integer"
+        raise OptionsError(f"{name}={raw!r} is not {'an index' if least == 0 else 'a count'}: give {what}, or unset "
+                           f"it{hint}")
+    return int(raw)
+
+
+def is_set(name: str) -> bool:
+    """Whether a declared variable holds a non-blank value."""
+    return bool(text(name))
+
+
+def __getattr__(name: str) -> Any:  # envs.NEURON_ARGS_FAST_PATH -> bool, envs.NEURON_CC_FLAGS -> str
+    if name in _BY_NAME:
+        return _READERS.get(_BY_NAME[name].kind, text)(name)
+    raise AttributeError(name)
+
+
+_READERS: dict[str, Any] = {"bool": flag, "seconds": seconds, "count": count, "index": count}
+
+
+def markdown_table() -> str:
+    """README's "Environment variables" table: the documented rows, in table order."""
+    rows = ["| variable | type | meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{v.name}` | {v.kind} | {v.doc} |" for v in VARIABLES if v.documented]
+    return "\n".join(rows)
+
+
+# -- writes: this process's environment and the environments of the children it starts -------------
+
+def environ() -> MutableMapping[str, str]:
+    """This process's environment, for APIs that take an environment mapping (default argument)."""
+    return os.environ
+
+
+def snapshot(prefixes: tuple[str, ...] | None = None) -> dict[str, str]:
+    """A copy of this process's environment (only names starting with ``prefixes`` when given)."""
+    return {k: v for k, v in os.environ.items() if prefixes is None or k.startswith(prefixes)}
+
+
+def child_environment(**overrides: str) -> dict[str, str]:
+    """The environment a child process starts with: this one's, with ``overrides``."""
+    return {**os.environ, **overrides}
+
+
+def put(name: str, value: str | None) -> None:
+    """Set ``name`` in this process's environment; None removes it."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def put_default(name: str, value: str) -> None:
+    os.environ.setdefault(name, value)
+
+
+def replace(env: Mapping[str, str]) -> None:
+    """Make this process's environment exactly ``env`` (a forked child taking its parent's)."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
+@contextlib.contextmanager
+def overridden(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set ``values`` (None: unset) for the block, then put back what was there."""
+    old = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            put(name, value)
+        yield
+    finally:
+        for name, value in old.items():
+            put(name, value)
