@@ -6,6 +6,7 @@ session of an environment that has neuron-args installed.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -160,6 +161,27 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
         get_session(items[0].config).collection_complete = False
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """A module or folder skipped at collection (``importorskip`` in it or its conftest): its tests exist."""
+    report = yield
+    if report.skipped and getattr(collector, "path", None) is not None:
+        get_session(collector.config).skipped_collectors.append(Path(collector.path).resolve())
+    return report
+
+
+def _skipped_prefixes(state: NeuronSession, anchors: set[Path]) -> list[str]:
+    """The test-part prefixes (as baseline files name tests) of the skipped modules and folders below ``anchors``."""
+    from pytest_neuron_args.state import safe_name
+
+    out = set()
+    for path in state.skipped_collectors:
+        for anchor in anchors:
+            with contextlib.suppress(ValueError):  # not below this anchor
+                out.add(safe_name(path.relative_to(anchor.resolve()).as_posix()))
+    return sorted(out - {"test"})  # the anchor itself skipped: safe_name's placeholder, never a prefix
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, owner_name
     from pytest_neuron_args.fixtures import baseline_location, model_fixturedef_of
@@ -197,7 +219,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     default_folder = (s.baseline if s.baseline is not None else default_anchor / BASELINE_DIRNAME).resolve()
     anchors.setdefault(str(default_folder), set()).add(default_anchor)
     state.baseline_inventory = {
-        folder: {"tests": sorted(tests.get(folder, ())), "covered": all(covers(args, a) for a in folder_anchors)}
+        folder: {"tests": sorted(tests.get(folder, ())), "covered": all(covers(args, a) for a in folder_anchors),
+                 "skipped": _skipped_prefixes(state, folder_anchors)}
         for folder, folder_anchors in anchors.items()}
 
 

@@ -139,6 +139,7 @@ def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> 
     return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
                 or data.get("corrupt") or data.get("warmup_failures")
                 or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
+                or data.get("baselines_unchecked")
                 or (session is not None and (session.output_failures or session.manifest_failures)))
 
 
@@ -193,6 +194,9 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     unused = data.get("baselines_unused") or []
     for path in unused:
         terminalreporter.write_line(f"baseline unused: {path}")
+    for path in data.get("baselines_unchecked") or []:
+        terminalreporter.write_line(f"baseline not checked (its test exists but was skipped, failed before its check "
+                                    f"or did not run): {path}")
     if unused and not session.settings.update_baseline:
         terminalreporter.write_line("(re-run the whole suite with --neuron-update-baseline to remove the baselines "
                                     "of tests that no longer exist)")
@@ -229,17 +233,19 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
 
 
 def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
-    """Baselines written, updated, unused (and removed), then the checks' outcomes (merged data).
+    """Baselines written, updated, unused (their test no longer exists), not checked (the test exists but did not
+    reach its check) and removed, then the checks' outcomes (merged data).
 
     Written/updated/unused are always listed once anything is counted, as snapshot tools do; the
     rest only when non-zero. ``unused`` is known only where tests were collected (see ``tidy``).
     """
-    order = ("written", "updated", "unused", "removed", "unchanged", "match", "differs", "missing", "unreadable")
+    order = ("written", "updated", "unused", "not checked", "removed", "unchanged", "match", "differs", "missing", "unreadable")
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
         counts[check["status"]] = counts.get(check["status"], 0) + 1
     counts["unused"] = len(data.get("baselines_unused") or [])
     counts["removed"] = len(data.get("baselines_removed") or [])
+    counts["not checked"] = len(data.get("baselines_unchecked") or [])
     always = ("written", "updated", "unused")
     return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in always}
 

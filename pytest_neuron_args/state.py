@@ -134,6 +134,9 @@ class NeuronSession:
         self.baseline_inventory: dict[str, dict[str, Any]] | None = None  # set where tests were collected
         self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error
         self.baselines_unused: list[str] | None = None  # set by the controller at session end
+        self.baselines_unchecked: list[str] = []  # baselines of tests that exist but did not check (skipped...)
+        #: modules and folders whose collection was skipped (an importorskip): their tests exist
+        self.skipped_collectors: list[Path] = []
         self.baselines_removed: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.workers_started: set[str] = set()  # xdist workers the controller configured (all report, unless stopped)
@@ -400,6 +403,7 @@ class NeuronSession:
             "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
             "baseline_checks": [c for p in parts for c in p.get("baseline_checks", [])],
             "baselines_unused": self.baselines_unused,
+            "baselines_unchecked": list(self.baselines_unchecked),
             "baselines_removed": list(self.baselines_removed),
             "stats": stats,
             "workers": sorted(self.workers),
