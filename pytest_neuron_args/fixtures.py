@@ -166,9 +166,16 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
 
 
 @pytest.fixture
-def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Any:
-    """A :class:`neuron_args.runner.NeuronRunner` for ``neuron_model`` with the session's options (shared, see above)."""
-    return session_runner(request, get_session(pytestconfig), neuron_model)
+def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Iterator[Any]:
+    """A :class:`neuron_args.runner.NeuronRunner` for ``neuron_model`` with the session's options (shared, see above).
+
+    For the test's duration its graphs go to the session's ledger (the manifest folder, else a private one), so a
+    warmup the test calls itself (README's cold-cache check) is in the manifest a later ``neuron_manifest`` reads.
+    """
+    session = get_session(pytestconfig)
+    runner = session_runner(request, session, neuron_model)
+    with env({MANIFEST_DIR_ENV: str(session.ledger_root())}):
+        yield runner
 
 
 def _ours(request: pytest.FixtureRequest, name: str, value: Any, kind: str) -> Any:
