@@ -230,8 +230,17 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """A ``--neuron-tp`` rank process runs a test's fixtures (its warmup), not the test itself."""
-    return True if get_session(pyfuncitem.config).is_rank_worker else None
+    """Under ``--neuron-tp``: a rank process runs a test's fixtures (its warmup), not the test itself, unless the
+    test serves; the pytest process runs a serving test in every rank process instead of here (no shard here)."""
+    session = get_session(pyfuncitem.config)
+    if session.is_rank_worker:
+        return None if session.settings.rank_serve else True
+    if session.settings.tp > 1 and "neuron_served" in pyfuncitem.fixturenames:
+        from pytest_neuron_args.fixtures import tp_serve
+
+        tp_serve(pyfuncitem, session)
+        return True
+    return None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -239,8 +248,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if call.when == "call" and report.failed:
         item.stash[CALL_FAILED] = True
-    if report.failed and get_session(item.config).is_rank_worker:  # tell the pytest process what it was
-        get_session(item.config).report_rank_failure(str(report.longrepr))
+    session = get_session(item.config)
+    if report.failed and session.is_rank_worker:  # tell the pytest process what it was
+        session.report_rank_failure(str(report.longrepr))
+    if session.settings.rank_serve and session.settings.rank_worker is not None:
+        from pytest_neuron_args.ranks import note_phase
+
+        note_phase(session.settings.rank_worker, report, session.export())
     lines = item.stash.get(PROGRESS_KEY, None)
     if lines:  # an xdist worker's warmup progress, printed by the controller (pytest_runtest_logreport)
         report.neuron_progress = list(lines)

@@ -6,6 +6,7 @@ from typing import Any
 
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, QUARANTINE_DIR, assert_cache_hit_enabled
 from neuron_args.text import human_size, render_table
+from pytest_neuron_args.ranks import rank_line
 from pytest_neuron_args.state import NeuronSession
 
 SUMMARY_TITLE = "neuron-args: graphs of this session"
@@ -139,7 +140,7 @@ def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> 
     return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
                 or data.get("corrupt") or data.get("warmup_failures")
                 or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
-                or data.get("baselines_unchecked")
+                or data.get("baselines_unchecked") or data.get("tp_serves")
                 or (session is not None and (session.output_failures or session.manifest_failures)))
 
 
@@ -184,6 +185,10 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         terminalreporter.write_line(f"cache entry {key} was corrupt ({why}): moved to {QUARANTINE_DIR}/ in the cache "
                                     "and rebuilt; if this repeats, check the disk (`neuron-args cache verify`)",
                                     yellow=True)
+    for serve in data.get("tp_serves") or []:
+        failed = any(r.get("outcome") != "passed" or r.get("serve_misses") for r in serve["ranks"])
+        terminalreporter.write_line(f"--neuron-tp {serve['tp']} served in the rank processes: {serve['test']}: "
+                                    + "; ".join(rank_line(r) for r in serve["ranks"]), red=failed)
     counts = baseline_counts(data)
     if any(counts.values()):
         terminalreporter.write_line("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
@@ -269,8 +274,11 @@ def write_json_report(session: NeuronSession) -> Any:
     settings = {"target": s.target, "compiler": compiler, "flow": s.flow, "cache_dir": str(session.cache_dir()),
                 "optimization_level": s.optimization_level, "compiler_args": s.compiler_args, "tp": s.tp}
     graphs = [graph_record(row, _how(row) if _how(row) != "-" else "seen") for row in data["rows"]]
+    report = build_report(settings, graphs, data.get("eager_outputs"))
+    if data.get("tp_serves"):  # each serving test run in the --neuron-tp rank processes, rank by rank
+        report["tp_serve"] = data["tp_serves"]
     try:
-        return write_report(path, build_report(settings, graphs, data.get("eager_outputs")))
+        return write_report(path, report)
     except OSError as exc:  # a full disk, a read-only folder: said in the summary, and the session fails
         session.output_failures.append(f"--neuron-report {path}: {exc.strerror or exc}")
         return None

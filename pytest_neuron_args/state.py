@@ -149,6 +149,8 @@ class NeuronSession:
         #: every graph type whose warmup failed ({graph_type, test, error}): the summary names those with no key
         self.warmup_failures: list[dict[str, str]] = []
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
+        self.tp_weights: dict[tuple[Any, ...], dict[int, dict[str, str]]] = {}  # same key -> rank -> its weights' digests
+        self.tp_serves: list[dict[str, Any]] = []  # serving tests run in the rank processes: each rank's result
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
         #: manifest -> (graphs with no executable, graphs, {another cache: graphs built there})
@@ -376,6 +378,7 @@ class NeuronSession:
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
             "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
+            "tp_serves": list(self.tp_serves),
             "warmup_failures": list(self.warmup_failures),
             "other_caches": dict(self.other_caches),
         }
@@ -413,6 +416,7 @@ class NeuronSession:
             "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
             "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
+            "tp_serves": [t for p in parts for t in p.get("tp_serves") or []],
             "other_caches": {c: t for p in reversed(parts) for c, t in (p.get("other_caches") or {}).items()},
         }
 
