@@ -151,7 +151,7 @@ def covers(args: list[str], anchor: Path) -> bool:
 
 def _skipped_owner(name: str, prefixes: list[str]) -> bool:
     """Whether a baseline's test part lies in a module or folder whose collection was skipped."""
-    return any(name == p or name.startswith(p + "_") for p in prefixes)
+    return any(not p or name == p or name.startswith(p + "_") for p in prefixes)
 
 
 def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,

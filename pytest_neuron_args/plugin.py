@@ -6,7 +6,6 @@ session of an environment that has neuron-args installed.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -176,10 +175,12 @@ def _skipped_prefixes(state: NeuronSession, anchors: set[Path]) -> list[str]:
 
     out = set()
     for path in state.skipped_collectors:
-        for anchor in anchors:
-            with contextlib.suppress(ValueError):  # not below this anchor
-                out.add(safe_name(path.relative_to(anchor.resolve()).as_posix()))
-    return sorted(out - {"test"})  # the anchor itself skipped: safe_name's placeholder, never a prefix
+        for anchor in (a.resolve() for a in anchors):
+            if path == anchor or path in anchor.parents:
+                out.add("")  # the whole folder skipped: every baseline there is kept
+            elif anchor in path.parents:
+                out.add(safe_name(path.relative_to(anchor).as_posix()))
+    return sorted(out)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -85,3 +85,4 @@ def test_an_interrupted_update_run_removes_nothing(project_with_baselines: pytes
     assert result.ret == pytest.ExitCode.INTERRUPTED
     out = result.stdout.str()
     assert stale.exists() and "baseline removed" not in out and REMOVE_HINT not in out, out
+
