@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
-from examples.tiny_vlm.generate import generate
+from examples.tiny_vlm.generate import dist_gather_logits, generate
 from examples.tiny_vlm.model import TinyVLM
 from neuron_args.flags import optimization_level
 
@@ -34,9 +35,11 @@ def test_prefill_keeps_the_base_arguments(neuron_compiler_args, neuron_runner):
 
 
 def test_warmup_then_serve_generates_eager_tokens_without_a_cache_miss(neuron_served, neuron_compile_counter):
+    # under --neuron-tp N this runs in each rank process: its logits are its vocabulary slice, gathered before argmax
+    gather = dist_gather_logits if dist.is_available() and dist.is_initialized() else (lambda t: t)
     with neuron_compile_counter.expect(compiles=0, misses=0), torch.inference_mode():
         tokens = generate(neuron_served.model, PROMPTS, image=image(), max_new_tokens=4, forced={0: [30, 31]},
-                          run=neuron_served.run)
+                          run=neuron_served.run, gather_logits=gather)
     assert tokens == generate(TinyVLM(seed=0), PROMPTS, image=image(), max_new_tokens=4, forced={0: [30, 31]})
 
 

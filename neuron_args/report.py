@@ -3,7 +3,8 @@
 A report is one JSON object: the run's settings, one record per graph and the totals. Nightly CI
 keeps each night's report and compares it with the previous one (``neuron-args report compare``):
 graphs are matched by graph type and input shapes (a key changes with the compiler version, the
-graph does not), so a comparison says what appeared, what vanished, whose flags changed and whose
+graph does not), so a comparison says first which run settings differ (tp, target, optimization
+level, compiler: two such runs compile different things), then what appeared, what vanished, whose flags changed and whose
 compile time or executable size moved beyond a threshold.
 """
 from __future__ import annotations
@@ -88,8 +89,34 @@ class Thresholds:
     size_abs: int = 64 * 1024
 
 
+#: run settings that change what is compiled: a comparison names each one that differs before its graph diff
+COMPARED_SETTINGS = (("tp", "tp"), ("target", "target"), ("optimization_level", "optimization level"),
+                     ("compiler", "compiler"), ("compiler_args", "compiler args"))
+
+
+def _setting_text(name: str, value: Any) -> str:
+    """A setting as a comparison shows it (a compiler as ``name version``, a missing value as ``-``)."""
+    if name == "compiler" and isinstance(value, Mapping):
+        return " ".join(str(value[k]) for k in ("name", "version") if value.get(k)) or "-"
+    if name == "tp" and value is None:
+        return "1"  # reports written before tp was recorded ran one rank
+    return "-" if value is None or value == "" else str(value)
+
+
+def settings_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``tp: 1 -> 2``...: the compared settings whose values differ between two reports' ``settings``."""
+    old, new = old if isinstance(old, Mapping) else {}, new if isinstance(new, Mapping) else {}
+    out = []
+    for name, label in COMPARED_SETTINGS:
+        a, b = _setting_text(name, old.get(name)), _setting_text(name, new.get(name))
+        if a != b:
+            out.append(f"{label}: {a} -> {b}")
+    return out
+
+
 @dataclass
 class Comparison:
+    settings: list[str] = field(default_factory=list)  # changed run settings (tp, target, -O level, compiler)
     added: list[dict[str, Any]] = field(default_factory=list)
     removed: list[dict[str, Any]] = field(default_factory=list)
     changed: list[tuple[dict[str, Any], list[str], bool]] = field(default_factory=list)  # graph, lines, regression
@@ -99,14 +126,15 @@ class Comparison:
         return bool(self.removed) or any(bad for _, _, bad in self.changed)
 
     def lines(self) -> list[str]:
-        out = [f"+ {graph_name(g)}: new graph ({' '.join(g['compiler_args'])})" for g in self.added]
+        out = [f"~ settings {c}" for c in self.settings]
+        out += [f"+ {graph_name(g)}: new graph ({' '.join(g['compiler_args'])})" for g in self.added]
         out += [f"- {graph_name(g)}: gone" for g in self.removed]
         for g, changes, bad in self.changed:
             out += [f"{'!' if bad else '~'} {graph_name(g)}: {c}" for c in changes]
         return out or ["no change"]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"regression": self.regression, "added": self.added, "removed": self.removed,
+        return {"regression": self.regression, "settings": self.settings, "added": self.added, "removed": self.removed,
                 "changed": [{"graph": g, "changes": c, "regression": bad} for g, c, bad in self.changed]}
 
 
@@ -133,7 +161,8 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Threshol
     t = thresholds or Thresholds()
     before = {_identity(g): g for g in old.get("graphs", [])}
     after = {_identity(g): g for g in new.get("graphs", [])}
-    result = Comparison(added=[after[k] for k in after if k not in before and after[k].get("status") != "failed"],
+    result = Comparison(settings=settings_changes(old.get("settings") or {}, new.get("settings") or {}),
+                        added=[after[k] for k in after if k not in before and after[k].get("status") != "failed"],
                         removed=[before[k] for k in before if k not in after])
     for k in after.keys() - before.keys():  # a new graph that did not build is a regression, not an addition
         if after[k].get("status") == "failed":

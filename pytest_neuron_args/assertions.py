@@ -14,6 +14,7 @@ from typing import Any
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.text import format_shapes
+from pytest_neuron_args.ranks import unsharded_reason
 from pytest_neuron_args.state import record_delta
 
 COUNT_NAMES = ("compiles", "misses", "hits", "captures")
@@ -148,13 +149,20 @@ class ManifestView:
     ``graph_types`` maps each graph's key to its graph type, from the manifest's
     ``config.neuron_config.graph_types`` and, for keys it lacks, the compile-cache metadata.
     ``expected_graphs`` (graph type -> number of declared buckets) makes ``assert_complete``
-    require every bucket, not just one graph per type.
+    require every bucket, not just one graph per type. ``rank_weights`` (rank -> digest of its model's
+    weights, from ``--neuron-tp`` rank processes) and ``single_rank_layout`` (the weights' names and shapes of
+    the model built outside a tensor-parallel group) let ``assert_ranks`` tell a model that ignores its rank.
     """
 
     def __init__(self, doc: Mapping[str, Any], path: str | os.PathLike[str] | None = None, *,
                  cache_dir: str | os.PathLike[str] | None = None,
-                 expected_graphs: Mapping[str, int] | None = None) -> None:
+                 expected_graphs: Mapping[str, int] | None = None,
+                 rank_weights: Mapping[int, Mapping[str, str]] | None = None,
+                 single_rank_layout: str | None = None) -> None:
         self.doc = dict(doc)
+        #: ``--neuron-tp`` rank -> digests of the weights its model held (the plugin's view only, see ranks.py)
+        self.rank_weights = {int(r): dict(w) for r, w in (rank_weights or {}).items()}
+        self.single_rank_layout = single_rank_layout  # the layout digest of the model built outside a TP group
         self.path = Path(path) if path is not None else None
         self.expected_graphs = dict(expected_graphs or {})
         neuron_config = (self.doc.get("config") or {}).get("neuron_config") or {}
@@ -246,8 +254,15 @@ class ManifestView:
                 f"the manifest holds {len(self.graphs)} graph(s):", *self.holdings(),
             ]))
 
-    def assert_ranks(self, world_size: int | None = None, *, ranks: Iterable[int] | None = None) -> None:
-        """Every graph was traced by every expected rank (``range(world_size)`` or ``ranks``), and no other."""
+    def assert_ranks(self, world_size: int | None = None, *, ranks: Iterable[int] | None = None,
+                     replicated: bool = False) -> None:
+        """Every graph was traced by every expected rank (``range(world_size)`` or ``ranks``), and no other.
+
+        With several ranks, the ranks must hold shards: not the weights (names and shapes) of the model built
+        outside a tensor-parallel group, nor byte-identical weights on every rank (either way every rank built
+        the whole model's graphs: the model ignored its rank); ``replicated=True`` accepts a model replicated
+        on purpose. Checked where the ranks' weights are known (the plugin's ``neuron_manifest``).
+        """
         __tracebackhide__ = True
         if (world_size is None) == (ranks is None):
             raise TypeError("assert_ranks() takes a world size or ranks=[...], exactly one of them")
@@ -273,6 +288,14 @@ class ManifestView:
                 f"{self.where()}: rank gap in {len(gaps)} of {len(self.graphs)} graph(s); expected every graph "
                 f"on ranks {sorted(expected)}:", *gaps,
             ]))
+        weights = {r: self.rank_weights[r] for r in expected if r in self.rank_weights}
+        why = unsharded_reason(weights, self.single_rank_layout) if set(weights) == expected else None
+        if len(expected) > 1 and not replicated and why:
+            raise AssertionError(
+                f"{self.where()}: ranks {sorted(expected)} built their {len(self.graphs)} graph(s) from no shard: "
+                f"{why}. The model ignores its rank, so every rank runs the whole model. Build the shard in neuron_model from torch.distributed.get_rank() and "
+                "get_world_size() (the rank processes initialize torch.distributed first; see examples/conftest.py), "
+                "or pass assert_ranks(..., replicated=True) for a model replicated on purpose")
 
     def __repr__(self) -> str:
         return f"ManifestView({str(self.path)!r}, {len(self.graphs)} graphs)"

@@ -149,29 +149,40 @@ def covers(args: list[str], anchor: Path) -> bool:
     return False
 
 
+def _skipped_owner(name: str, prefixes: list[str]) -> bool:
+    """Whether a baseline's test part lies in a module or folder whose collection was skipped."""
+    return any(not p or name == p or name.startswith(p + "_") for p in prefixes)
+
+
 def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,
-         complete: bool) -> tuple[list[str], list[str]]:
-    """Baseline files this session left unused, and those it removed.
+         complete: bool) -> tuple[list[str], list[str], list[str]]:
+    """Baseline files this session left unused, those it did not check, and those it removed.
 
     ``inventory`` maps each baseline folder to ``{"tests": [test parts of collected tests using
-    neuron_baseline], "covered": bool}`` (every test below the folder's anchor was collected). Unused:
-    a file of a collected test for these settings that no check used, or - when the folder's tests
-    were all collected - a file whose test no longer exists. Only the latter are removed, and only
-    under ``--neuron-update-baseline`` (a ``-k``/partial run never removes anything, as in syrupy).
+    neuron_baseline], "covered": bool, "skipped": [test-part prefixes of modules and folders whose
+    collection was skipped]}`` (covered: every test below the folder's anchor was collected).
+    Not checked: a file of a collected test for these settings that no check used (skipped, failed
+    before its check, interrupted), or of a test in a skipped module (an ``importorskip`` in a
+    conftest): those tests exist, their baselines are kept. Unused: when the folder's tests were
+    all collected, a file whose test no longer exists. Only those are removed, and only under
+    ``--neuron-update-baseline`` (a ``-k``/partial run never removes anything, as in syrupy).
     """
     unused: list[str] = []
+    unchecked: list[str] = []
     removed: list[str] = []
     for folder, info in sorted(inventory.items()):
         root = Path(folder)
         if not root.is_dir():
             continue
         tests = set(info.get("tests", []))
+        skipped = list(info.get("skipped", []))
         for path in sorted(root.glob("*.json")):
             if str(path) in used:
                 continue
-            if owner_name(path) in tests:
-                if variant_part(path) == variant:  # collected, these settings, but not checked (skipped, failed early)
-                    unused.append(str(path))
+            name = owner_name(path)
+            if name in tests or _skipped_owner(name, skipped):
+                if variant_part(path) == variant:
+                    unchecked.append(str(path))
                 continue
             if not (complete and info.get("covered")):
                 continue  # its test may exist and simply not be collected this time
@@ -180,7 +191,7 @@ def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, 
                 removed.append(str(path))
             else:
                 unused.append(str(path))
-    return unused, removed
+    return unused, unchecked, removed
 
 
 def tidy_session(session: NeuronSession) -> None:
@@ -192,17 +203,20 @@ def tidy_session(session: NeuronSession) -> None:
         return  # one file for every test: nothing to tidy
     parts = [session.export(), *session.workers.values()]
     inventories = [p["baseline_inventory"] for p in parts if p.get("baseline_inventory") is not None]
-    if not inventories:
-        return  # nothing collected here or in any worker (e.g. --collect-only under xdist)
+    if not inventories or session.config.option.collectonly:
+        return  # nothing collected (e.g. --collect-only under xdist), or nothing ran: no check to count
     inventory: dict[str, dict[str, Any]] = {}
     for inv in inventories:
         for folder, info in inv.items():
-            into = inventory.setdefault(folder, {"tests": [], "covered": True})
-            into["tests"] = sorted(set(into["tests"]) | set(info.get("tests", [])))
+            into = inventory.setdefault(folder, {"tests": [], "covered": True, "skipped": []})
+            for name in ("tests", "skipped"):
+                into[name] = sorted(set(into[name]) | set(info.get(name, [])))
             into["covered"] = into["covered"] and bool(info.get("covered"))
-    complete = all(p.get("collection_complete", True) for p in parts if p.get("baseline_inventory") is not None)
+    # Ctrl-C: the tests that did not run still exist; nothing is removed on their account
+    complete = not session.interrupted and all(
+        p.get("collection_complete", True) for p in parts if p.get("baseline_inventory") is not None)
     used = {c["path"] for p in parts for c in p.get("baseline_checks", [])}
-    session.baselines_unused, session.baselines_removed = tidy(
+    session.baselines_unused, session.baselines_unchecked, session.baselines_removed = tidy(
         inventory, used, s.baseline_variant(), update=s.update_baseline, complete=complete)
 
 

@@ -25,12 +25,12 @@ import pytest
 from neuron_args import envs
 from neuron_args.cache import STATS, CacheStats
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
-from pytest_neuron_args import ci_report, gc_policy, trace_log
+from pytest_neuron_args import ci_report, gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines, env
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
-from pytest_neuron_args.options import RANK_WORKER_OPTION, NeuronSettings
+from pytest_neuron_args.options import RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
 USER_FIXTURE = "neuron_model"
@@ -166,9 +166,16 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
 
 
 @pytest.fixture
-def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Any:
-    """A :class:`neuron_args.runner.NeuronRunner` for ``neuron_model`` with the session's options (shared, see above)."""
-    return session_runner(request, get_session(pytestconfig), neuron_model)
+def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Iterator[Any]:
+    """A :class:`neuron_args.runner.NeuronRunner` for ``neuron_model`` with the session's options (shared, see above).
+
+    For the test's duration its graphs go to the session's ledger (the manifest folder, else a private one), so a
+    warmup the test calls itself (README's cold-cache check) is in the manifest a later ``neuron_manifest`` reads.
+    """
+    session = get_session(pytestconfig)
+    runner = session_runner(request, session, neuron_model)
+    with env({MANIFEST_DIR_ENV: str(session.ledger_root())}):
+        yield runner
 
 
 def _ours(request: pytest.FixtureRequest, name: str, value: Any, kind: str) -> Any:
@@ -326,7 +333,9 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
                   pytestconfig: pytest.Config) -> Iterator[Any]:
     """The runner after warmup, serving: a call that misses the cache raises ``CacheMissError``.
 
-    Cache misses raise for the test's duration (``serve()`` hands its ``assert_cache_hit`` to the seams; the
+    Under ``--neuron-tp N`` the test runs in each of N rank processes against its shard, and passes only when
+    every rank passed with no cache miss (the pytest process runs its fixtures, not its body). Cache misses
+    raise for the test's duration (``serve()`` hands its ``assert_cache_hit`` to the seams; the
     environment, ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` included, is left alone); the error names the graph
     type, the key, the closest warmed-up entry and the components that differ. Calls of the
     model's declared entry modules are served too (matched to a graph type by their shapes); a
@@ -334,12 +343,11 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     """
     neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     session = get_session(pytestconfig)
-    if session.is_rank_worker:
+    if session.is_rank_worker and not session.settings.rank_serve or not session.is_rank_worker and session.settings.tp > 1:
+        # a rank's warmup-only run; or the pytest process under --neuron-tp, which holds no shard: the test's body
+        # runs in every rank process, serving there (tp_serve, from pytest_pyfunc_call)
         yield neuron_runner
         return
-    if session.settings.tp > 1:
-        pytest.skip(f"neuron_served serves in the pytest process, which holds no tensor-parallel shard: under "
-                    f"--neuron-tp {session.settings.tp} only the warmup runs in the rank processes")
     with neuron_runner.serve() as served:
         yield neuron_runner
     session.add_serve(served.calls, served.counts.misses)
@@ -372,7 +380,10 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
                     f"neuron_args.manifest logger in the captured log)", pytrace=False)
     path = max(paths, key=lambda p: len(json.loads(p.read_text()).get("graphs", [])))
     expected = {g: len(neuron_runner.spec(g).buckets) for g in neuron_warmup.graph_types}
-    return ManifestView.load(path, cache_dir=neuron_runner.cache_dir, expected_graphs=expected)
+    return ManifestView.load(path, cache_dir=neuron_runner.cache_dir, expected_graphs=expected,
+                             rank_weights=session.tp_weights.get(_tp_key(request, session)),
+                             single_rank_layout=ranks.weights_digest(neuron_runner.model)["layout"]
+                             if session.settings.tp > 1 else None)
 
 
 @pytest.fixture
@@ -464,10 +475,9 @@ def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any
     return (owner, _fullgraph(session.settings, request.node), session.settings.runner_key())
 
 
-def _rank_argv(request: pytest.FixtureRequest, session: NeuronSession, out: Path, graph_types: list[str]) -> list[str]:
-    config = request.config
+def _rank_argv(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str]) -> list[str]:
+    config = node.config
     s = session.settings
-    node = request.node
     nodeid = node.nodeid
     target = f"{node.path}{nodeid[nodeid.index('::'):]}" if "::" in nodeid else str(node.path)
     argv = ["-m", "pytest", target, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -512,7 +522,7 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
     t0 = time.monotonic()
     if todo:
         out = tmp_path_factory.mktemp("neuron-tp")
-        code = launch(_rank_argv(request, session, out, todo), tp=s.tp, cwd=str(request.config.invocation_params.dir))
+        code = launch(_rank_argv(request.node, session, out, todo), tp=s.tp, cwd=str(request.config.invocation_params.dir))
         results = []
         for rank in range(s.tp):
             path = out / f"rank{rank}.json"
@@ -527,8 +537,11 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
                         + ("".join(f"\n{e}" for e in errors) or
                            f"; ranks {missing} reported nothing (their output is in the captured stdout)"),
                         pytrace=False)
+        weights = session.tp_weights.setdefault(_tp_key(request, session), {})
         for result in results:
             session.rank_parts.append(result.get("export") or {})
+            if isinstance(result.get("weights"), dict):
+                weights[int(result["rank"])] = {k: str(v) for k, v in result["weights"].items()}
             for g in todo:
                 known = {d["key"] for d in done.setdefault(g, [])}
                 done[g] += [d for d in result["graphs"] if d["graph_type"] == g and d["key"] not in known]
@@ -536,6 +549,34 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
     graphs = [WarmedGraph(**d) for g in chosen for d in done[g]]
     return WarmupReport(s.flow, chosen, round(time.monotonic() - t0, 3), CacheStats(), graphs=graphs,
                         reused=[g for g in chosen if g not in todo])
+
+
+def tp_serve(item: pytest.Function, session: NeuronSession) -> None:
+    """``--neuron-tp N``, a test using ``neuron_served``: run it in N rank processes, each serving its own shard.
+
+    The ranks run the whole test (fixtures, warmup - loads of what ``tp_warmup`` built -, serving and the body)
+    and report their outcome; the test passes only when every rank passed with no cache miss, and fails
+    naming each rank that failed, missed or reported nothing. Their results go to the summary and the report.
+    """
+    from neuron_args.launch import launch
+
+    s = session.settings
+    warmup = item.funcargs.get("neuron_warmup")
+    graph_types = list(getattr(warmup, "graph_types", None) or marked_graph_types(item) or [])
+    out = item.config._tmp_path_factory.mktemp("neuron-tp-serve")
+    argv = [*_rank_argv(item, session, out, graph_types), RANK_SERVE_OPTION]
+    code = launch(argv, tp=s.tp, cwd=str(item.config.invocation_params.dir))
+    results = ranks.read_serves(out, s.tp)
+    session.rank_parts += [r.pop("export") for r in results]
+    session.tp_serves.append({"test": item.nodeid, "tp": s.tp, "exit_status": code, "ranks": results})
+    problems = ranks.serve_problems(results)
+    if not problems and code:
+        problems = [f"the rank processes exited with status {code} although every rank reported a pass"]
+    if problems:
+        pytest.fail(f"--neuron-tp {s.tp}: the test ran in each rank process against its shard; "
+                    + "\n".join(problems), pytrace=False)
+    if all(r["outcome"] == "skipped" for r in results):
+        pytest.skip(f"--neuron-tp {s.tp}: skipped in every rank: {results[0].get('error')}")
 
 
 def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: Any,
@@ -553,6 +594,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
         if report.compile_report is not None:
             session.add_compile_report(report.compile_report)
         result.update(graphs=[g.as_dict() for g in report.graphs], export=session.export(),
+                      weights=ranks.weights_digest(runner.model),
                       config=json.loads(json.dumps(runner.manifest_config_block(), default=str)))
         return report
     except BaseException:
@@ -567,5 +609,5 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
 
 __all__ = [
     "neuron_baseline", "neuron_cache", "neuron_model", "neuron_compile_counter", "neuron_compiler_args", "neuron_manifest",
-    "neuron_runner", "neuron_served", "neuron_settings", "neuron_target", "neuron_warmup",
+    "neuron_runner", "neuron_served", "neuron_settings", "neuron_target", "neuron_warmup", "tp_serve",
 ]

@@ -39,6 +39,7 @@ _INI = {
     "neuron_report": "neuron_report",
 }
 RANK_WORKER_OPTION = "--neuron-rank-worker"  # internal: a --neuron-tp rank process (see fixtures.tp_warmup)
+RANK_SERVE_OPTION = "--neuron-rank-serve"  # internal: that rank process runs the test itself (fixtures.tp_serve)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -86,6 +87,7 @@ def add_options(parser: pytest.Parser) -> None:
                          "merged across xdist workers (ini: neuron_report)")
     group.addoption(RANK_WORKER_OPTION, default=None, help=argparse_suppress())
     group.addoption("--neuron-rank-graph-types", default=None, help=argparse_suppress())
+    group.addoption(RANK_SERVE_OPTION, action="store_true", default=False, help=argparse_suppress())
     group.addoption("--neuron-allow-eager-outputs", action="store_true", default=None,
                     help="where NEFFs cannot run (no torch-neuronx runtime binding), take graph outputs from "
                          "eager PyTorch instead of failing; compiling, cache and manifest checks still run "
@@ -130,6 +132,7 @@ class NeuronSettings:
     compile_timeout: float | None = None
     allow_eager_outputs: bool = False  # NEFFs without a runtime binding: eager outputs instead of an error
     rank_worker: Path | None = None  # set in a --neuron-tp rank process: where it reports its warmup
+    rank_serve: bool = False  # that rank process runs a serving test's body against its shard
 
     def runner_key(self) -> tuple[Any, ...]:
         """The settings a runner is built from (runners are shared by tests with equal keys)."""
@@ -195,6 +198,7 @@ class NeuronSettings:
             compiler_args=args, compiler_args_source=source, tp=tp, compile_timeout=timeout,
             allow_graph_breaks=str(breaks).strip().lower() in ("1", "true", "yes", "on") if breaks else False,
             rank_worker=Path(worker) if worker else None,
+            rank_serve=bool(worker) and bool(config.getoption("neuron_rank_serve", False)),
             target=target,
             compiler=compiler,
             compiler_source=compiler_source if compiler is not None else "",

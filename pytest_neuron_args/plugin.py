@@ -164,6 +164,29 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
         get_session(items[0].config).collection_complete = False
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """A module or folder skipped at collection (``importorskip`` in it or its conftest): its tests exist."""
+    report = yield
+    if report.skipped and getattr(collector, "path", None) is not None:
+        get_session(collector.config).skipped_collectors.append(Path(collector.path).resolve())
+    return report
+
+
+def _skipped_prefixes(state: NeuronSession, anchors: set[Path]) -> list[str]:
+    """The test-part prefixes (as baseline files name tests) of the skipped modules and folders below ``anchors``."""
+    from pytest_neuron_args.state import safe_name
+
+    out = set()
+    for path in state.skipped_collectors:
+        for anchor in (a.resolve() for a in anchors):
+            if path == anchor or path in anchor.parents:
+                out.add("")  # the whole folder skipped: every baseline there is kept
+            elif anchor in path.parents:
+                out.add(safe_name(path.relative_to(anchor).as_posix()))
+    return sorted(out)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, owner_name
     from pytest_neuron_args.fixtures import baseline_location, model_fixturedef_of
@@ -201,7 +224,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     default_folder = (s.baseline if s.baseline is not None else default_anchor / BASELINE_DIRNAME).resolve()
     anchors.setdefault(str(default_folder), set()).add(default_anchor)
     state.baseline_inventory = {
-        folder: {"tests": sorted(tests.get(folder, ())), "covered": all(covers(args, a) for a in folder_anchors)}
+        folder: {"tests": sorted(tests.get(folder, ())), "covered": all(covers(args, a) for a in folder_anchors),
+                 "skipped": _skipped_prefixes(state, folder_anchors)}
         for folder, folder_anchors in anchors.items()}
 
 
@@ -211,8 +235,17 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """A ``--neuron-tp`` rank process runs a test's fixtures (its warmup), not the test itself."""
-    return True if get_session(pyfuncitem.config).is_rank_worker else None
+    """Under ``--neuron-tp``: a rank process runs a test's fixtures (its warmup), not the test itself, unless the
+    test serves; the pytest process runs a serving test in every rank process instead of here (no shard here)."""
+    session = get_session(pyfuncitem.config)
+    if session.is_rank_worker:
+        return None if session.settings.rank_serve else True
+    if session.settings.tp > 1 and "neuron_served" in pyfuncitem.fixturenames:
+        from pytest_neuron_args.fixtures import tp_serve
+
+        tp_serve(pyfuncitem, session)
+        return True
+    return None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -220,8 +253,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if call.when == "call" and report.failed:
         item.stash[CALL_FAILED] = True
-    if report.failed and get_session(item.config).is_rank_worker:  # tell the pytest process what it was
-        get_session(item.config).report_rank_failure(str(report.longrepr))
+    session = get_session(item.config)
+    if report.failed and session.is_rank_worker:  # tell the pytest process what it was
+        session.report_rank_failure(str(report.longrepr))
+    if session.settings.rank_serve and session.settings.rank_worker is not None:
+        from pytest_neuron_args.ranks import note_phase
+
+        note_phase(session.settings.rank_worker, report, session.export())
     lines = item.stash.get(PROGRESS_KEY, None)
     if lines:  # an xdist worker's warmup progress, printed by the controller (pytest_runtest_logreport)
         report.neuron_progress = list(lines)

@@ -6,6 +6,7 @@ from typing import Any
 
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, QUARANTINE_DIR, assert_cache_hit_enabled
 from neuron_args.text import human_size, render_table
+from pytest_neuron_args.ranks import rank_line
 from pytest_neuron_args.state import NeuronSession
 
 SUMMARY_TITLE = "neuron-args: graphs of this session"
@@ -139,6 +140,7 @@ def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> 
     return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
                 or data.get("corrupt") or data.get("warmup_failures") or data.get("eager_fallbacks")
                 or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
+                or data.get("baselines_unchecked") or data.get("tp_serves")
                 or (session is not None and (session.output_failures or session.manifest_failures)))
 
 
@@ -190,6 +192,10 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         terminalreporter.write_line(f"cache entry {key} was corrupt ({why}): moved to {QUARANTINE_DIR}/ in the cache "
                                     "and rebuilt; if this repeats, check the disk (`neuron-args cache verify`)",
                                     yellow=True)
+    for serve in data.get("tp_serves") or []:
+        failed = any(r.get("outcome") != "passed" or r.get("serve_misses") for r in serve["ranks"])
+        terminalreporter.write_line(f"--neuron-tp {serve['tp']} served in the rank processes: {serve['test']}: "
+                                    + "; ".join(rank_line(r) for r in serve["ranks"]), red=failed)
     counts = baseline_counts(data)
     if any(counts.values()):
         terminalreporter.write_line("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
@@ -200,6 +206,9 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     unused = data.get("baselines_unused") or []
     for path in unused:
         terminalreporter.write_line(f"baseline unused: {path}")
+    for path in data.get("baselines_unchecked") or []:
+        terminalreporter.write_line(f"baseline not checked (its test exists but was skipped, failed before its check "
+                                    f"or did not run): {path}")
     if unused and not session.settings.update_baseline:
         terminalreporter.write_line("(re-run the whole suite with --neuron-update-baseline to remove the baselines "
                                     "of tests that no longer exist)")
@@ -236,17 +245,19 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
 
 
 def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
-    """Baselines written, updated, unused (and removed), then the checks' outcomes (merged data).
+    """Baselines written, updated, unused (their test no longer exists), not checked (the test exists but did not
+    reach its check) and removed, then the checks' outcomes (merged data).
 
     Written/updated/unused are always listed once anything is counted, as snapshot tools do; the
     rest only when non-zero. ``unused`` is known only where tests were collected (see ``tidy``).
     """
-    order = ("written", "updated", "unused", "removed", "unchanged", "match", "differs", "missing", "unreadable")
+    order = ("written", "updated", "unused", "not checked", "removed", "unchanged", "match", "differs", "missing", "unreadable")
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
         counts[check["status"]] = counts.get(check["status"], 0) + 1
     counts["unused"] = len(data.get("baselines_unused") or [])
     counts["removed"] = len(data.get("baselines_removed") or [])
+    counts["not checked"] = len(data.get("baselines_unchecked") or [])
     always = ("written", "updated", "unused")
     return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in always}
 
@@ -270,8 +281,11 @@ def write_json_report(session: NeuronSession) -> Any:
     settings = {"target": s.target, "compiler": compiler, "flow": s.flow, "cache_dir": str(session.cache_dir()),
                 "optimization_level": s.optimization_level, "compiler_args": s.compiler_args, "tp": s.tp}
     graphs = [graph_record(row, _how(row) if _how(row) != "-" else "seen") for row in data["rows"]]
+    report = build_report(settings, graphs, data.get("eager_outputs"))
+    if data.get("tp_serves"):  # each serving test run in the --neuron-tp rank processes, rank by rank
+        report["tp_serve"] = data["tp_serves"]
     try:
-        return write_report(path, build_report(settings, graphs, data.get("eager_outputs")))
+        return write_report(path, report)
     except OSError as exc:  # a full disk, a read-only folder: said in the summary, and the session fails
         session.output_failures.append(f"--neuron-report {path}: {exc.strerror or exc}")
         return None

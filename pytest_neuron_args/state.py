@@ -99,6 +99,9 @@ class NeuronSession:
         self.baseline_inventory: dict[str, dict[str, Any]] | None = None  # set where tests were collected
         self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error
         self.baselines_unused: list[str] | None = None  # set by the controller at session end
+        self.baselines_unchecked: list[str] = []  # baselines of tests that exist but did not check (skipped...)
+        #: modules and folders whose collection was skipped (an importorskip): their tests exist
+        self.skipped_collectors: list[Path] = []
         self.baselines_removed: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.workers_started: set[str] = set()  # xdist workers the controller configured (all report, unless stopped)
@@ -111,6 +114,8 @@ class NeuronSession:
         #: every graph type whose warmup failed ({graph_type, test, error}): the summary names those with no key
         self.warmup_failures: list[dict[str, str]] = []
         self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
+        self.tp_weights: dict[tuple[Any, ...], dict[int, dict[str, str]]] = {}  # same key -> rank -> its weights' digests
+        self.tp_serves: list[dict[str, Any]] = []  # serving tests run in the rank processes: each rank's result
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
         #: manifest -> (graphs with no executable, graphs, {another cache: graphs built there})
@@ -343,6 +348,7 @@ class NeuronSession:
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
             "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
+            "tp_serves": list(self.tp_serves),
             "warmup_failures": list(self.warmup_failures),
             "other_caches": dict(self.other_caches),
         }
@@ -370,6 +376,7 @@ class NeuronSession:
             "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
             "baseline_checks": [c for p in parts for c in p.get("baseline_checks", [])],
             "baselines_unused": self.baselines_unused,
+            "baselines_unchecked": list(self.baselines_unchecked),
             "baselines_removed": list(self.baselines_removed),
             "stats": stats,
             "workers": sorted(self.workers),
@@ -380,6 +387,7 @@ class NeuronSession:
             "eager_fallbacks": {k: h for p in parts for k, h in (p.get("eager_fallbacks") or {}).items()},
             "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
             "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
+            "tp_serves": [t for p in parts for t in p.get("tp_serves") or []],
             "other_caches": {c: t for p in reversed(parts) for c, t in (p.get("other_caches") or {}).items()},
         }
 

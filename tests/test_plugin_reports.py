@@ -216,7 +216,7 @@ def test_baselines_of_tests_that_no_longer_exist_are_removed_only_by_a_whole_upd
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", a.name, o2.name]
 
 
-def test_a_collected_test_that_did_not_check_leaves_its_baseline_unused_never_removed(
+def test_a_collected_test_that_did_not_check_leaves_its_baseline_not_checked_never_removed(
         neuron_project: pytest.Pytester) -> None:
     neuron_project.makepyfile(test_base=TWO_BASELINE_TESTS)
     neuron_project.runpytest("--neuron-update-baseline").assert_outcomes(passed=2)
@@ -225,7 +225,8 @@ def test_a_collected_test_that_did_not_check_leaves_its_baseline_unused_never_re
     result = neuron_project.runpytest("--neuron-update-baseline")
     result.assert_outcomes(passed=1, skipped=1)
     b = neuron_project.path / ".neuron-baseline" / "test_base.py__test_b.json"
-    result.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 1 unused, 1 unchanged", f"baseline unused: {b}"])
+    result.stdout.fnmatch_lines(["baselines: 0 written, 0 updated, 0 unused, 1 not checked, 1 unchanged",
+                                 f"baseline not checked (*): {b}"])
     assert b.exists()
 
 

@@ -1,4 +1,6 @@
-"""``--neuron-tp N``: the warmup runs in N rank processes (gloo), and the manifest lists every rank."""
+"""``--neuron-tp N``: the warmup runs in N rank processes (gloo), and the manifest lists every rank.
+
+Serving tests run in the rank processes too (tests/test_plugin_tp_serve.py)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +24,7 @@ def test_tensor_parallel_warmup_runs_in_rank_processes(neuron_project: pytest.Py
             assert neuron_settings.tp == 2
             assert not dist.is_initialized()  # this process is no rank: the ranks are their own processes
             neuron_manifest.assert_complete(["prefill", "decode"])
-            neuron_manifest.assert_ranks(2)
+            neuron_manifest.assert_ranks(2, replicated=True)  # this model ignores its rank: every rank is whole
             assert neuron_manifest.path.parent.name == "dev0_1"
             assert neuron_manifest.doc["config"]["topology"]["tensor_parallel_size"] == 2
 
@@ -33,21 +35,22 @@ def test_tensor_parallel_warmup_runs_in_rank_processes(neuron_project: pytest.Py
 
 
         def test_serve(neuron_served):
-            pass
+            assert dist.get_world_size() == 2  # the test runs in the rank processes
 
 
         def test_rank_side_effects_stay_in_the_ranks(neuron_model):
             assert "RANK" not in os.environ
     """)
     result = neuron_project.runpytest("-p", "no:randomly", "--neuron-tp=2", f"--neuron-manifest-dir={manifests}", "-rs")
-    result.assert_outcomes(passed=3, skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED * neuron_served serves in the pytest process, which holds no tensor-parallel "
-                                 "shard: under --neuron-tp 2 only the warmup runs in the rank processes"])
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["--neuron-tp 2 served in the rank processes: test_tp.py::test_serve: rank 0 passed "
+                                 "(0 calls, 0 misses); rank 1 passed (0 calls, 0 misses)"])
     doc = json.loads((manifests / "dev0_1" / "manifest.json").read_text())
     assert sorted(g["graph_hash"] for g in doc["graphs"]) == sorted(warm_cache.keys.values())
     assert [g["ranks"] for g in doc["graphs"]] == [[0, 1], [0, 1]]
-    result.stdout.fnmatch_lines(["2 graphs: 0 compiled, 2 loaded, 0 captured; *with 2 --neuron-tp rank process "
-                                 "report(s)"])
+    # 2 ranks warmed up, then 2 ranks ran test_serve (loading what the warmup built)
+    result.stdout.fnmatch_lines(["2 graphs: 0 compiled, 2 loaded, 0 captured; *serve: 0 call(s) in 2 serve block(s), "
+                                 "0 miss(es); with 4 --neuron-tp rank process report(s)"])
 
 
 def test_a_failing_rank_fails_the_test_with_its_error(neuron_project: pytest.Pytester) -> None:

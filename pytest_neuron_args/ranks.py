@@ -1,0 +1,122 @@
+"""What ``--neuron-tp`` rank processes hand back besides their graphs, and how the pytest process reads it.
+
+Each rank reports digests of its model's weights: a model that ignores its rank (no shard) holds
+the weights of the unsharded model (the pytest process's, built outside a tensor-parallel group), or
+the same weights on every rank, and builds the same graphs: ``assert_ranks(N)`` refuses it. A
+serving test runs in every rank (see ``fixtures.tp_serve``); each rank writes its outcome, phase
+by phase, to ``serve<rank>.json``, and the pytest process passes the test only when every rank passed
+with no cache miss.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SAMPLE = 4096  # elements hashed per tensor: enough to tell shards apart, cheap for a large model
+
+
+def weights_digest(model: Any) -> dict[str, str]:
+    """Digests of ``model``'s parameters and buffers: ``layout`` (names, shapes, dtypes) and ``values`` (the
+    layout and a strided sample of every tensor's values)."""
+    import torch
+
+    layout, values = hashlib.sha256(), hashlib.sha256()
+    state = model.state_dict() if isinstance(model, torch.nn.Module) else {}
+    for name in sorted(state):
+        tensor = state[name]
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        text = f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode()
+        layout.update(text)
+        values.update(text)
+        flat = tensor.detach().reshape(-1)
+        if flat.numel() and flat.device.type != "meta":
+            sample = flat[::max(1, flat.numel() // SAMPLE)][:SAMPLE].contiguous().cpu()
+            values.update(sample.view(torch.uint8).numpy().tobytes())
+    return {"layout": layout.hexdigest()[:16], "values": values.hexdigest()[:16]}
+
+
+def unsharded_reason(rank_weights: dict[int, dict[str, str]], single_layout: str | None) -> str | None:
+    """Why these ranks' models look like no shard (None when they look sharded): every rank holds the weights
+    of the model built outside a tensor-parallel group, or all ranks hold byte-identical weights."""
+    if len(rank_weights) < 2:
+        return None
+    layouts = {w.get("layout") for w in rank_weights.values()}
+    if single_layout is not None and layouts == {single_layout}:
+        return ("every rank holds weights of the same names and shapes as the model built outside a "
+                "tensor-parallel group (the pytest process's)")
+    if len({w.get("values") for w in rank_weights.values()}) == 1:
+        return "every rank holds byte-identical weights"
+    return None
+
+
+def serve_file(out: Path, rank: int) -> Path:
+    return out / f"serve{rank}.json"
+
+
+def this_rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
+    """In a rank running a serving test: its outcome so far (a failed phase wins) and what it served."""
+    path = serve_file(out, this_rank())
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        result = {"rank": this_rank(), "outcome": None, "error": None}
+    if report.failed and result["outcome"] != "failed":  # the first failure is the one to show
+        result["outcome"], result["error"] = "failed", f"{report.when}: {report.longrepr}"
+    elif report.skipped and result["outcome"] is None:
+        result["outcome"], result["error"] = "skipped", str(report.longrepr)
+    elif report.when == "call" and result["outcome"] is None:
+        result["outcome"] = "passed"
+    result["export"] = export
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, default=str), encoding="utf-8")
+
+
+def read_serves(out: Path, tp: int) -> list[dict[str, Any]]:
+    """Each rank's ``serve<rank>.json`` (untrusted: a rank that wrote nothing or garbage has outcome None)."""
+    results = []
+    for rank in range(tp):
+        try:
+            doc = json.loads(serve_file(out, rank).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            doc = None
+        if not isinstance(doc, dict):
+            doc = {"outcome": None, "error": None}
+        export = doc.get("export") if isinstance(doc.get("export"), dict) else {}
+        calls = export.get("serve_calls") if isinstance(export.get("serve_calls"), dict) else {}
+        results.append({"rank": rank, "outcome": doc.get("outcome") if isinstance(doc.get("outcome"), str) else None,
+                        "error": str(doc["error"]) if doc.get("error") else None,
+                        "serve_calls": sum(int(n) for n in calls.values() if isinstance(n, int)),
+                        "serve_misses": int(export.get("serve_misses") or 0), "export": export})
+    return results
+
+
+def rank_line(r: dict[str, Any]) -> str:
+    """``rank 1 failed (3 calls, 1 miss)``: one rank's result as the summary and failures say it."""
+    outcome = r.get("outcome") or "reported nothing"
+    return f"rank {r['rank']} {outcome} ({r.get('serve_calls', 0)} calls, {r.get('serve_misses', 0)} misses)"
+
+
+def serve_problems(results: list[dict[str, Any]]) -> list[str]:
+    """Why a serving test failed across its ranks (empty: every rank passed with no miss)."""
+    out = []
+    for r in results:
+        if r["outcome"] in ("failed", None):
+            out.append(f"{rank_line(r)}" + (f":\n{r['error']}" if r.get("error") else
+                                            ": its output is in the captured stdout"))
+        elif r["serve_misses"]:
+            out.append(f"{rank_line(r)}: a served call missed the cache (the test caught the CacheMissError)")
+    skipped = [r for r in results if r["outcome"] == "skipped"]
+    if skipped and len(skipped) < len(results):
+        out += [f"{rank_line(r)}, while other ranks ran it: {r.get('error') or ''}" for r in skipped]
+    return out
+
+
+__all__ = ["note_phase", "rank_line", "read_serves", "serve_file", "serve_problems", "unsharded_reason", "weights_digest"]
