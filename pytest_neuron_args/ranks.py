@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+from neuron_args import envs
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def serve_file(out: Path, rank: int) -> Path:
 
 
 def this_rank() -> int:
-    return int(os.environ.get("RANK", "0"))
+    return envs.RANK
 
 
 def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
