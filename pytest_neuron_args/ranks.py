@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from neuron_args import envs
 from pathlib import Path
 from typing import Any
+
+from neuron_args import envs
 
 SAMPLE = 4096  # elements hashed per tensor: enough to tell shards apart, cheap for a large model
 
