@@ -38,6 +38,7 @@ from neuron_args.seams.dispatch import OWNED, RecordedPlan
 from neuron_args.seams.memo_files import FORMAT, is_digest, memo_path
 from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.tensors import TensorSpec
+from neuron_args.untrusted import RECORD_LIMIT, load_json, read_bounded
 
 log = logging.getLogger("neuron_args.seams")
 
@@ -67,8 +68,8 @@ class TraceMemo:
 
     @classmethod
     def from_json(cls, text: str, fp: str) -> TraceMemo:
-        d = json.loads(text)
-        if d.get("format") != FORMAT or d.get("fingerprint") != fp:
+        d = load_json(text, "trace memo")
+        if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != fp:
             raise ValueError("another format or fingerprint")
         digest = d["graph_sha256"]
         if not is_digest(digest):
@@ -94,7 +95,7 @@ def load(cache: CompileCache, fp: str) -> TraceMemo | None:
     A memo read is touched (its mtime is when it was last used: :func:`prune` goes by it)."""
     path = memo_path(cache, fp)
     try:
-        memo = TraceMemo.from_json(path.read_text(), fp)
+        memo = TraceMemo.from_json(read_bounded(path, RECORD_LIMIT), fp)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
