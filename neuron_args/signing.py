@@ -44,6 +44,13 @@ def signed(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def signature_matches(doc: Mapping[str, Any]) -> bool:
+    """Whether ``doc`` (a trace memo) carries the signature of this secret; True when signing is off."""
+    secret = signing_key()
+    given = doc.get(SIGNATURE_FIELD)
+    return secret is None or (isinstance(given, str) and hmac.compare_digest(given, _digest(doc, secret)))
+
+
 def signature_problem(metadata: Mapping[str, Any], key: str) -> str | None:
     """Why the metadata of the complete entry ``key`` is not trusted when signing is on (None: signing off,
     or signed by the same secret for this key and holding the executable's sha256 the signature vouches for)."""
@@ -52,10 +59,9 @@ def signature_problem(metadata: Mapping[str, Any], key: str) -> str | None:
         return None
     fix = (f"fix: rebuild it with the same {SIGNING_KEY_ENV} as this run (a run that can write the cache moves it "
            "aside and rebuilds it), or let only writers you trust, holding that key, write the cache")
-    given = metadata.get(SIGNATURE_FIELD)
-    if not isinstance(given, str):
+    if not isinstance(metadata.get(SIGNATURE_FIELD), str):
         return f"it is not signed while {SIGNING_KEY_ENV} is set (written without the key, or tampered with); {fix}"
-    if not hmac.compare_digest(given, _digest(metadata, secret)):
+    if not signature_matches(metadata):
         return (f"its signature does not match its metadata under this {SIGNING_KEY_ENV} (tampered with, or signed "
                 f"with another key); {fix}")
     if metadata.get("key") != key:
