@@ -35,7 +35,7 @@ from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import canonical_compiler_args
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
-from neuron_args.untrusted import METADATA_LIMIT, read_json
+from neuron_args.untrusted import METADATA_LIMIT, read_bounded, read_json
 
 log = logging.getLogger("neuron_args.cache")
 
@@ -360,8 +360,8 @@ def lock_holder(lock_path: Path) -> int | None:
         probe.acquire(timeout=0)
     except Timeout:
         try:
-            text = lock_path.read_text(errors="replace").strip()[:32]
-        except OSError:  # a lock file the holder keeps unreadable (Windows)
+            text = read_bounded(lock_path, 4096).decode(errors="replace").strip()[:32]
+        except (OSError, ValueError):  # a lock file the holder keeps unreadable (Windows), or no regular file
             text = ""
         return int(text) if text.isdigit() else 0
     except OSError:  # unreadable or vanished: nobody we can see holds it
