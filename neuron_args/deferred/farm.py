@@ -243,7 +243,8 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
 #: Caps on what a worker may send back (a worker is another host: its answer is untrusted input).
 MAX_ARGV_BYTES = 1 << 20
 MAX_LOG_BYTES = 256 << 20
-MAX_TEXT = 64 << 10  # an error message, a worker's name, the compiler's name and version
+MAX_ERROR = 1 << 20  # an error message (it may quote a log's tail)
+MAX_TEXT = 64 << 10  # an argv item
 _STATUSES = ("compiled", "failed", "cancelled")
 
 
@@ -276,7 +277,7 @@ def outcome_problem(outcome: object, task: CompileTask) -> str | None:
         (isinstance(o.compiler, dict) and len(o.compiler) <= 32
          and all(_text(k, 64) and _text(v, 1024) for k, v in o.compiler.items()), "its compiler record is not short strings"),
         (all(type(t) in (int, float) and 0 <= t < 1e9 for t in seconds), "its timings are not seconds"),
-        (o.error is None or _text(o.error), "its error is not a short string"),
+        (o.error is None or _text(o.error, MAX_ERROR), f"its error is not a string of at most {MAX_ERROR}"),
     )
     return next((why for ok, why in checks if not ok), None)
 
