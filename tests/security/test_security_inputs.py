@@ -13,7 +13,7 @@ from neuron_args.errors import CompileError, NeuronArgsError
 from neuron_args.flags import validate_compiler_args
 from neuron_args.manifest.ledger import read_ledger
 
-from conftest import make_key
+from tests.security.security_helpers import make_key
 
 KEY = "ab" * 16
 GOOD_LINE = json.dumps({"key": KEY, "rank": 0, "input_shapes": ["4,"], "compiler_flags": "-O1"}, separators=(",", ":"))

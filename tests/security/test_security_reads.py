@@ -14,7 +14,7 @@ from neuron_args.cli import main
 from neuron_args.deferred.trace_record import TraceRecord
 from neuron_args.manifest.ledger import read_ledger
 
-from conftest import DEEP_JSON, builder
+from tests.security.security_helpers import DEEP_JSON, builder
 
 KEY = "ab" * 16
 GOOD_LINE = json.dumps({"key": KEY, "rank": 0, "input_shapes": ["4,"], "compiler_flags": "-O1"}, separators=(",", ":"))
