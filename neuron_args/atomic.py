@@ -1,4 +1,4 @@
-"""Atomic file writes: a temp file in the same folder, then ``os.replace``.
+"""Atomic file writes: a temp file in the same folder, then ``os.replace``; links are never followed.
 
 Readers (another rank, a later run, the manifest reader) see the old file or the new one, never
 half of one: the compile cache's metadata and marker, the manifest and the plugin's baselines.
@@ -6,12 +6,16 @@ A writer killed between the two (``kill -9``, out of memory) leaves its ``.<name
 behind: :func:`remove_temporaries` drops such files, at once where a lock says no writer is alive
 (a cache entry under its key lock), else once they are ``STALE_AFTER`` seconds old (each write
 sweeps its own name's). :func:`directory_problem` says up front why a folder cannot hold them.
+
+The folders written (a shared cache, a manifest dir) may be writable by others: the temporary file
+is created with ``O_EXCL | O_NOFOLLOW`` and renamed over the name (a link there is replaced, not
+followed), and :func:`open_for_writing` is the one way to write a file in place (a log, a ledger).
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 import time
 from pathlib import Path
 
@@ -20,24 +24,40 @@ TMP_SUFFIX = ".tmp"
 #: Seconds after which a temporary file of :func:`write_atomic` is taken for a dead writer's when no
 #: lock tells (a live write takes milliseconds; an hour leaves room for a stalled network file system).
 STALE_AFTER = 3600.0
+#: New files get 0666 less the umask, as any program's files (the umask of a shared cache's users decides).
+_MODE = 0o666
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_for_writing(path: str | os.PathLike[str], *, append: bool = False) -> int:
+    """A descriptor writing ``path`` in place (truncated, or appended to), never through a link at ``path``:
+    a link planted there (``command.txt`` pointing at a file of the user's) is replaced by a fresh file."""
+    flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        return os.open(path, flags, _MODE)
+    except OSError:
+        if not os.path.islink(path):
+            raise
+    os.unlink(path)
+    return os.open(path, flags | os.O_EXCL, _MODE)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = False) -> None:
-    """Write ``data`` to ``path`` atomically (mode 0644); ``durable`` also fsyncs before the rename.
+    """Write ``data`` to ``path`` atomically (mode 0666 less the umask); ``durable`` also fsyncs before the rename.
 
     Then removes the temporary files of earlier writes of ``path`` killed mid-write (older than ``STALE_AFTER``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    tmp = os.path.join(path.parent, f".{path.name}.{secrets.token_hex(6)}{TMP_SUFFIX}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, _MODE)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -20,6 +20,7 @@ import logging
 import os
 import shlex
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import canonical_compiler_args
+from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
+from neuron_args.untrusted import METADATA_LIMIT, read_bounded, read_json
 
 log = logging.getLogger("neuron_args.cache")
 
@@ -228,9 +231,12 @@ class CacheEntry:
         """Why this complete entry cannot be loaded, or None: metadata, executable size and sha256.
 
         An entry from before checksums were recorded is checked for a non-empty executable only.
+        A metadata.json that is no regular file, too large or too deeply nested is unreadable (see
+        :mod:`neuron_args.untrusted`); with ``NEURON_ARGS_CACHE_SIGNING_KEY`` set, an entry not signed
+        with it is untrusted (:mod:`neuron_args.signing`).
         """
         try:
-            md = json.loads(self.metadata_path.read_text())
+            md = read_json(self.metadata_path, METADATA_LIMIT)
         except FileNotFoundError:
             return "metadata.json is missing"
         except (OSError, ValueError) as exc:
@@ -240,10 +246,16 @@ class CacheEntry:
         if isinstance(md.get("key"), str) and md["key"] != self.key:  # a folder renamed, or files copied across
             return (f"metadata.json is entry {md['key']}'s, not this one's (the entry's files were moved or copied "
                     "from another entry)")
+        untrusted = signature_problem(md, self.key)
+        if untrusted is not None:
+            return untrusted
         try:
-            size = self.executable_path.stat().st_size
+            st = self.executable_path.stat()
         except OSError:
             return f"the executable {self.executable_path.name} is missing"
+        if not stat.S_ISREG(st.st_mode):
+            return f"the executable {self.executable_path.name} is not a regular file"
+        size = st.st_size
         want_size, want_sha = md.get("executable_size"), md.get("executable_sha256")
         if isinstance(want_size, int) and size != want_size:
             return f"the executable has {size} bytes, {want_size} were recorded (truncated or replaced)"
@@ -256,7 +268,7 @@ class CacheEntry:
         return None
 
     def write_metadata(self, metadata: Mapping[str, Any]) -> None:
-        write_atomic(self.metadata_path, json.dumps(dict(metadata), indent=2, sort_keys=True))
+        write_atomic(self.metadata_path, json.dumps(signed(metadata), indent=2, sort_keys=True))
 
     def update_metadata(self, **fields: Any) -> dict[str, Any]:
         md = {**self.metadata(), **fields}
@@ -310,23 +322,10 @@ class CacheEntry:
 
 def _json_object(path: str) -> dict[str, Any]:
     try:
-        value = json.loads(_read_bytes(path))
+        value = read_json(path, METADATA_LIMIT)
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _read_bytes(path: str) -> bytes:
-    """A small file's bytes through the raw descriptor, without ``open()``'s buffered file object
-    (a manifest emit reads every entry's metadata: 5-9 us less a file)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
 
 
 def file_sha256(path: Path) -> str:
@@ -361,8 +360,8 @@ def lock_holder(lock_path: Path) -> int | None:
         probe.acquire(timeout=0)
     except Timeout:
         try:
-            text = lock_path.read_text(errors="replace").strip()[:32]
-        except OSError:  # a lock file the holder keeps unreadable (Windows)
+            text = read_bounded(lock_path, 4096).decode(errors="replace").strip()[:32]
+        except (OSError, ValueError):  # a lock file the holder keeps unreadable (Windows), or no regular file
             text = ""
         return int(text) if text.isdigit() else 0
     except OSError:  # unreadable or vanished: nobody we can see holds it
@@ -496,6 +495,35 @@ def new_metadata(
     }
 
 
+_warned_roots: set[Path] = set()
+#: The logger of :func:`warn_if_shared`: ``logging.getLogger("neuron_args.cache.trust").setLevel(logging.ERROR)`` silences it.
+trust_log = logging.getLogger("neuron_args.cache.trust")
+
+
+def warn_if_shared(root: Path) -> str | None:
+    """Warn once per process and root (as pip does for its cache) when the cache root is owned by another
+    user or writable by others, without signing on: anyone who can write it decides what this process
+    loads and runs. Returns the warning (None: none due)."""
+    if root in _warned_roots or signing_key() is not None or not hasattr(os, "getuid"):
+        return None
+    try:
+        st = root.stat()
+    except OSError:
+        return None
+    owner = st.st_uid != os.getuid()
+    if not owner and not st.st_mode & stat.S_IWOTH:  # a group-writable team cache (umask 002) is a choice
+        return None
+    _warned_roots.add(root)
+    who = (f"owned by user id {st.st_uid}, not by this user ({os.getuid()})" if owner else
+           f"writable by every user (mode {stat.filemode(st.st_mode)})")
+    message = (f"compile cache {root} is {who}: whoever can write it chooses the executables this process loads "
+               f"(see README 'Sharing a cache safely'). Fix: use a cache only you write, or set {SIGNING_KEY_ENV} "
+               "to load only entries signed with your key; silence with "
+               "logging.getLogger('neuron_args.cache.trust').setLevel(logging.ERROR)")
+    trust_log.warning("%s", message)
+    return message
+
+
 class CompileCache:
     """A compile-cache directory."""
 
@@ -543,7 +571,8 @@ class CompileCache:
         return matches[0]
 
     def check_root(self) -> None:
-        """Raise :class:`OptionsError` when the cache root cannot be a directory (a file, say)."""
+        """Raise :class:`OptionsError` when the cache root cannot be a directory (a file, say); warn once
+        when others may write it (:func:`warn_if_shared`)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
@@ -558,6 +587,7 @@ class CompileCache:
             raise OptionsError(
                 f"cache_dir {self.root} cannot be created ({exc.strerror or exc}); pass a writable "
                 f"directory as options['cache_dir'] (or ${CACHE_DIR_ENV})") from None
+        warn_if_shared(self.root)
 
     @contextlib.contextmanager
     def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None,

@@ -31,6 +31,7 @@ from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, 
 from neuron_args.cache_key import explain_components
 from neuron_args.errors import OptionsError
 from neuron_args.farm_cli import add_compile_command
+from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
 __all__ = ["main"]
 
@@ -57,7 +58,9 @@ def _load_manifest(path: str) -> dict:
                          + ", ".join(str(e) for e in engines))
         target = engines[0] if not (target / "manifest.json").exists() and engines else target / "manifest.json"
     try:
-        text = target.read_text(encoding="utf-8")
+        text = read_bounded(target, MANIFEST_LIMIT)
+    except UntrustedFileError as exc:
+        raise _Usage(f"cannot read manifest {target}: {exc}") from None
     except OSError as exc:
         from neuron_args.manifest.ledger import ledger_engines
 
@@ -68,9 +71,9 @@ def _load_manifest(path: str) -> dict:
                 f"pytest with --neuron-manifest-dir={shlex.quote(str(given))}") if pending else ""
         raise _Usage(f"cannot read manifest {target}: {exc.strerror or exc}{hint}") from None
     try:
-        doc = json.loads(text)
+        doc = load_json(text, target)
     except ValueError as exc:
-        raise _Usage(f"{target} is not JSON ({exc})") from None
+        raise _Usage(str(exc)) from None
     if not isinstance(doc, dict):
         raise _Usage(f"{target} holds a JSON {type(doc).__name__}, not a manifest object")
     return doc

@@ -53,7 +53,8 @@ VARIABLES: tuple[EnvVar, ...] = (
        "that is an absolute path, else `~/.cache/neuron-args/compile-cache`; no home directory at all is an "
        "`OptionsError` saying what to set)"),
     _v("NEURON_ARGS_CACHE_SIGNING_KEY", "text", None,
-       "HMAC key for a signed cache; see Sharing a cache safely (a secret: never logged)", secret=True),
+       "HMAC key for a signed cache: entries written are signed (HMAC-SHA256) and entries not signed with it are "
+       "never loaded; see Sharing a cache safely (a secret: never logged)", secret=True),
     _v("VLLM_NEURON_MANIFEST_DIR", "path", None,
        "enables the ledger and manifests under this directory; unset or empty: nothing is written"),
     _v("NEURON_VISIBLE_DEVICES", "text", None,

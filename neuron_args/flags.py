@@ -159,12 +159,13 @@ def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
         return []
     if isinstance(args, str):
         try:
-            return shlex.split(args)
+            tokens = shlex.split(args)
         except ValueError as exc:
             raise CompilerArgsError(
                 f"cannot split compiler args {args!r} shell-style ({exc}); "
                 "close the quote or pass a list of tokens"
             ) from None
+        return _checked_text(tokens)
     if isinstance(args, (bytes, bytearray)) or not isinstance(args, Sequence):
         raise TypeError(
             "compiler args must be a string, a list or tuple of strings, or None; "
@@ -177,6 +178,21 @@ def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
                 "compiler args must be a list or tuple of strings; item "
                 f"{index} is {type(token).__name__} {token!r}"
             )
+    return _checked_text(tokens)
+
+
+def _checked_text(tokens: list[str]) -> list[str]:
+    """``tokens``, when each can be an argv item: UTF-8 text (an environment variable holding another
+    encoding's byte decodes to a lone surrogate) without a NUL; else :class:`CompilerArgsError`."""
+    for token in tokens:
+        try:
+            token.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CompilerArgsError(
+                f"compiler argument {token!r} is not UTF-8 text (a byte of another encoding); write it in "
+                "UTF-8 (ASCII for flags)") from None
+        if "\0" in token:
+            raise CompilerArgsError(f"compiler argument {token!r} holds a NUL character, which no argv item can")
     return tokens
 
 

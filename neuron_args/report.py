@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.text import format_shapes
+from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 
 REPORT_VERSION = "1"
 STATUSES = ("compiled", "loaded", "captured", "missed", "failed", "seen")
@@ -69,8 +70,8 @@ def write_report(path: str | Path, report: Mapping[str, Any]) -> Path:
 def read_report(path: str | Path) -> dict[str, Any]:
     """A report from disk; a file that is not one is a ``ValueError`` naming the file."""
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        doc = read_json(path, MANIFEST_LIMIT)
+    except (OSError, ValueError) as exc:  # too deep a nesting, not a regular file, too large: unreadable too
         raise ValueError(f"{path}: not a neuron-args report ({exc})") from exc
     if not isinstance(doc, dict) or "graphs" not in doc or "report_version" not in doc:
         raise ValueError(f"{path}: not a neuron-args report (write one with pytest --neuron-report=PATH)")

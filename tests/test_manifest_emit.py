@@ -211,7 +211,9 @@ def test_relaunch_overwrites_and_an_empty_ledger_still_writes(root, tmp_path):
     assert doc["graphs"] == []
     assert validate_manifest(doc) == []
     assert os.listdir(path.parent) == ["manifest.json"]  # no temp files accumulate
-    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~umask)  # as any program's files: the umask decides
 
 
 def test_only_local_rank_zero_emits(root, tmp_path):

@@ -346,7 +346,7 @@ def _reference_read(folder) -> tuple[dict, dict]:
             except ValueError:
                 if not line.strip():
                     continue
-                record, _ = ledger._decode_line(line, decode)
+                record = ledger._after_torn(line)
                 dropped["torn or non-JSON"] = dropped.get("torn or non-JSON", 0) + 1
                 if record is None:
                     continue

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from neuron_args.atomic import write_atomic
 from neuron_args.compilers.lifetime import (
     COMPILE_TIMEOUT_ENV,
     CompileCancelled,
@@ -203,7 +204,7 @@ def run_compiler(
     _check_startable(compiler, argv, graph_type, key)
     workdir.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(workdir)
-    (workdir / COMMAND_FILE).write_text(shlex.join(recorded_argv) + "\n")
+    write_atomic(workdir / COMMAND_FILE, shlex.join(recorded_argv) + "\n")  # never through a link planted there
     output_path.unlink(missing_ok=True)  # a failed rebuild must not leave the old result behind
     log_path.unlink(missing_ok=True)
     captured = workdir / f".compiler-output.{uuid.uuid4().hex}.tmp"

@@ -240,13 +240,66 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
 
 # ----------------------------------------------------------------------------- caller side
 
+#: Caps on what a worker may send back (a worker is another host: its answer is untrusted input).
+MAX_ARGV_BYTES = 1 << 20
+MAX_LOG_BYTES = 256 << 20
+MAX_ERROR = 1 << 20  # an error message (it may quote a log's tail)
+MAX_TEXT = 64 << 10  # an argv item
+_STATUSES = ("compiled", "failed", "cancelled")
+
+
+def _text(value: object, limit: int = MAX_TEXT) -> bool:
+    return isinstance(value, str) and len(value) <= limit and "\0" not in value
+
+
+def outcome_problem(outcome: object, task: CompileTask) -> str | None:
+    """Why a worker's answer to ``task`` is not a :class:`CompileOutcome` the caller may write, or None.
+
+    Every field is checked (types, names, sizes) before anything is written: an empty ``workdir``
+    would make the path rewriting insert the entry's path between every character of a 2 MB argv."""
+    o = outcome
+    if not isinstance(o, CompileOutcome):
+        return f"it sent a {type(o).__name__}, not a CompileOutcome"
+    seconds = (o.compile_seconds, o.worker_seconds)
+    checks = (
+        (o.key == task.key, f"its key {str(o.key)[:40]!r} is not the task's"),
+        (o.status in _STATUSES, f"its status {str(o.status)[:40]!r} is not one of {', '.join(_STATUSES)}"),
+        (_text(o.worker, 256), "its worker name is not a short string"),
+        (_text(o.workdir, 4096) and os.path.isabs(o.workdir) and len(o.workdir) > 1,
+         "its workdir is not an absolute folder path"),
+        (o.executable is None or isinstance(o.executable, bytes), "its executable is not bytes"),
+        (o.executable_sha256 is None or (isinstance(o.executable_sha256, str) and len(o.executable_sha256) == 64
+                                         and all(c in "0123456789abcdef" for c in o.executable_sha256)),
+         "its executable_sha256 is not 64 hex characters"),
+        (isinstance(o.log, bytes) and len(o.log) <= MAX_LOG_BYTES, f"its log is not bytes of at most {MAX_LOG_BYTES}"),
+        (isinstance(o.argv, (tuple, list)) and all(_text(a) for a in o.argv)
+         and sum(len(a) for a in o.argv) <= MAX_ARGV_BYTES, f"its argv is not strings of at most {MAX_ARGV_BYTES} in all"),
+        (isinstance(o.compiler, dict) and len(o.compiler) <= 32
+         and all(_text(k, 64) and _text(v, 1024) for k, v in o.compiler.items()), "its compiler record is not short strings"),
+        (all(type(t) in (int, float) and 0 <= t < 1e9 for t in seconds), "its timings are not seconds"),
+        (o.error is None or _text(o.error, MAX_ERROR), f"its error is not a string of at most {MAX_ERROR}"),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+def check_outcome(outcome: object, task: CompileTask) -> None:
+    """Raise :class:`CompileError` naming the graph when :func:`outcome_problem` finds one."""
+    problem = outcome_problem(outcome, task)
+    if problem is not None:
+        raise CompileError(
+            f"graph type {task.graph_type!r}, key {task.key}: the worker's result is invalid ({problem}); nothing "
+            "was written and the entry stays pending. fix: run the same neuron-args version on every worker, and "
+            "only workers you trust")
+
 
 def commit_outcome(entry: CacheEntry, metadata: dict[str, Any], task: CompileTask, outcome: CompileOutcome) -> int:
     """Write a compiled outcome into ``entry`` (the caller holds the key's lock); returns its size.
 
     Each file is written atomically; the executable is checked against the worker's sha256, its
     size and sha256 go into the metadata (the cache's integrity check), the marker comes last.
+    Nothing is written for an invalid outcome (:func:`check_outcome`).
     """
+    check_outcome(outcome, task)
     blob = outcome.executable or b""
     sha = hashlib.sha256(blob).hexdigest()
     if not blob or sha != outcome.executable_sha256:
@@ -338,6 +391,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
                     "stays pending")
             else:
                 outcome: CompileOutcome = inner.result()
+                check_outcome(outcome, task)
                 if outcome.status == "compiled":
                     report.executable_size = commit_outcome(entry, md, task, outcome)
                 else:

@@ -22,6 +22,7 @@ from typing import Any
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
 from neuron_args.deferred.jobs import TraceJob
+from neuron_args.untrusted import RECORD_LIMIT, read_json
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -73,7 +74,7 @@ class TraceRecord:
 
     def read(self) -> dict[str, dict[str, Any]]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = read_json(self.path, RECORD_LIMIT)
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:  # a damaged record only costs children: trace as if cold

@@ -29,8 +29,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.atomic import open_for_writing
 from neuron_args.cache_key import KEY_LENGTH, is_cache_key
 from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, get_server_prefix, manifest_root_str
+from neuron_args.untrusted import LEDGER_LIMIT, load_json, read_bounded
 
 __all__ = [
     "LEDGER_DIRNAME",
@@ -52,7 +54,6 @@ logger = logging.getLogger("neuron_args.manifest")
 
 LEDGER_DIRNAME = "ledger"
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
-_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 
 # Process state is ACTIVITY.ledger (keyed by pid, so a forked child starts its files clean).
 _lock = threading.Lock()
@@ -209,12 +210,11 @@ def _append(path: str, data: bytes) -> None:
             state.started_paths.clear()
             state.torn_paths.clear()
         first = path not in state.started_paths
-        flags = _OPEN_FLAGS | (os.O_TRUNC if first else 0)
         try:
-            fd = os.open(path, flags, 0o644)
+            fd = open_for_writing(path, append=not first)  # a link planted at <pid>.jsonl is replaced, not followed
         except FileNotFoundError:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, flags, 0o644)
+            fd = open_for_writing(path, append=not first)
         state.started_paths.add(path)
         if path in state.torn_paths and not first:  # end the torn fragment: it must not swallow this line
             data = b"\n" + data
@@ -362,19 +362,18 @@ def _problem(record: object) -> str | None:
     return None
 
 
-def _decode_line(line: str, decode: object) -> tuple[object | None, bool]:
-    """``(record, torn)``: a whole line, or the record written after a torn fragment on the same line."""
+def _after_torn(line: str) -> object | None:
+    """The record written after a torn fragment on ``line``, else None.
+
+    :func:`_encode` writes ``{"key":`` only at a record's start (a quote in a value is escaped), so
+    that record begins at the line's last ``{"key":``: one search and one parse, linear in the line."""
+    start = line.rfind(_RECORD_START, 1)
+    if start == -1:
+        return None
     try:
-        return decode(line), False  # type: ignore[operator]
+        return load_json(line[start:])
     except ValueError:
-        pass
-    start = line.find(_RECORD_START, 1)
-    while start != -1:
-        try:
-            return decode(line[start:]), True  # type: ignore[operator]
-        except ValueError:
-            start = line.find(_RECORD_START, start + 1)
-    return None, True
+        return None
 
 
 #: Where :func:`_encode` puts a rank's digits: after ``{"key":"<32 hex>","rank":``.
@@ -414,11 +413,13 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
         return found
     checked: dict[tuple[str, str], LedgerGraph] = {}  # _rank_slot of a checked line -> its graph
     ranks: dict[str, int] = {}  # a rank's digits (a non-negative integer, no leading zero) -> the rank
-    decode = json.JSONDecoder().decode
     template: _RankTemplate | None = None
     for name in names:
-        with open(os.path.join(directory, name), "rb") as handle:
-            text = handle.read().decode("utf-8", errors="replace")
+        try:
+            text = read_bounded(os.path.join(directory, name), LEDGER_LIMIT).decode("utf-8", errors="replace")
+        except ValueError:  # not a regular file, or larger than any ledger: a planted file, not a writer's
+            dropped["unreadable ledger file (not a regular file or too large)"] += 1
+            continue
         if template is not None and template.apply(text, ranks):
             continue
         lines = text.splitlines()
@@ -433,11 +434,11 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
                         entry.record, entry.rank = {**entry.record, "rank": rank}, rank
                     continue
             try:
-                record, whole = decode(line), True
-            except ValueError:
+                record, whole = load_json(line), True
+            except ValueError:  # too deep a nesting too: one such line loses no other
                 if not line.strip():
                     continue
-                (record, _), whole = _decode_line(line, decode), False
+                record, whole = _after_torn(line), False
                 dropped["torn or non-JSON"] += 1
                 if record is None:
                     continue

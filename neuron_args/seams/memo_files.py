@@ -7,7 +7,6 @@ needs, so the CLI stays free of torch and jax.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from neuron_args.atomic import STALE_AFTER
 from neuron_args.cache import CompileCache
+from neuron_args.untrusted import RECORD_LIMIT, read_json
 
 FORMAT = 1
 _WRITE_GRACE = STALE_AFTER  # seconds a temporary file in the memo folder is left to its writer (write_atomic)
@@ -39,7 +39,7 @@ class Pruned:
 def _digest(path: Path) -> str | None:
     """The graph digest a memo file predicts, or None when it is not a memo this version reads."""
     try:
-        d = json.loads(path.read_text())
+        d = read_json(path, RECORD_LIMIT)
     except (OSError, ValueError):
         return None
     if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != path.stem \

@@ -38,7 +38,9 @@ from neuron_args.cache import CompileCache
 from neuron_args.seams.dispatch import OWNED, RecordedPlan
 from neuron_args.seams.memo_files import FORMAT, is_digest, memo_path
 from neuron_args.seams.platform import lowering_tool_versions
+from neuron_args.signing import signature_matches, signed
 from neuron_args.tensors import TensorSpec
+from neuron_args.untrusted import RECORD_LIMIT, load_json, read_bounded
 
 log = logging.getLogger("neuron_args.seams")
 
@@ -59,18 +61,20 @@ class TraceMemo:
     plan: RecordedPlan
 
     def as_json(self, fp: str) -> str:
-        return json.dumps({
+        return json.dumps(signed({  # signed too: a memo chooses which entry a call loads
             "format": FORMAT, "fingerprint": fp, "graph_sha256": self.graph_sha256,
             "input_specs": [[list(s.shape), s.dtype] for s in self.input_specs],
             "plan": {"n_args": self.plan.n_args, "n_outputs": self.plan.n_outputs,
                      "mutated": [list(m) for m in self.plan.mutated], "kinds": list(self.plan.kinds)},
-        }, sort_keys=True)
+        }), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, fp: str) -> TraceMemo:
-        d = json.loads(text)
-        if d.get("format") != FORMAT or d.get("fingerprint") != fp:
+        d = load_json(text, "trace memo")
+        if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != fp:
             raise ValueError("another format or fingerprint")
+        if not signature_matches(d):
+            raise ValueError("not signed with this NEURON_ARGS_CACHE_SIGNING_KEY")
         digest = d["graph_sha256"]
         if not is_digest(digest):
             raise ValueError("no graph digest")
@@ -95,7 +99,7 @@ def load(cache: CompileCache, fp: str) -> TraceMemo | None:
     A memo read is touched (its mtime is when it was last used: :func:`prune` goes by it)."""
     path = memo_path(cache, fp)
     try:
-        memo = TraceMemo.from_json(path.read_text(), fp)
+        memo = TraceMemo.from_json(read_bounded(path, RECORD_LIMIT), fp)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -1,0 +1,79 @@
+"""Bounded reads and JSON of files in folders others may write: cache entries, manifests, reports, ledgers.
+
+A shared cache (a CI volume, an artifact restored from a store, a farm) is untrusted input: a
+``metadata.json`` may be a FIFO (an ordinary ``open`` blocks forever), a link to ``/dev/zero`` (a
+read never ends), or JSON nested a million levels deep (``json`` raises ``RecursionError``, which
+no ``except ValueError`` catches). :func:`read_bounded` reads regular files only, opened without
+blocking, up to a size cap per kind of file; :func:`load_json` turns any failure to parse into a
+``ValueError``. Both raise :class:`UntrustedFileError` (an ``OSError``-free ``ValueError``) naming
+the file, so callers that treat an unreadable file as corrupt keep doing so with one ``except``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+from neuron_args.errors import NeuronArgsError
+
+#: Size caps (bytes) per kind of file: far above what this library writes, far below a memory exhaustion.
+METADATA_LIMIT = 16 << 20
+RECORD_LIMIT = 64 << 20  # the trace record, the trace memo
+MANIFEST_LIMIT = 512 << 20  # manifests and reports: one line per graph
+LEDGER_LIMIT = 512 << 20  # one process's ledger file
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class UntrustedFileError(NeuronArgsError, ValueError):
+    """A file that is not what it should be: not a regular file, larger than its cap, or not parseable."""
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    Opened without blocking (a FIFO answers at once) and checked with ``fstat`` on the open
+    descriptor (no race with a swap after a check); a device, FIFO, socket or folder, or a file
+    larger than ``limit``, raises :class:`UntrustedFileError`. A missing file is ``FileNotFoundError``.
+    """
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFileError(f"{os.fsdecode(path)} is not a regular file ({_kind(st.st_mode)})")
+        if st.st_size > limit:
+            raise UntrustedFileError(f"{os.fsdecode(path)} has {st.st_size} bytes, more than the {limit} allowed")
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    if left <= 0:  # grew while read
+        raise UntrustedFileError(f"{os.fsdecode(path)} has more than the {limit} bytes allowed")
+    return b"".join(chunks)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def load_json(data: bytes | str, what: object = "JSON") -> Any:
+    """``json.loads`` for untrusted text: every failure (too deep a nesting included) is an
+    :class:`UntrustedFileError` naming ``what`` (the file)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise UntrustedFileError(f"{what} is not JSON (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long
+        raise UntrustedFileError(f"{what} is not JSON ({exc})") from None
+
+
+def read_json(path: str | os.PathLike[str], limit: int) -> Any:
+    """The JSON value of the file ``path``: :func:`read_bounded` then :func:`load_json`."""
+    return load_json(read_bounded(path, limit), os.fsdecode(path))
