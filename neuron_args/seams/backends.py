@@ -8,8 +8,8 @@ serve path is a contextvar read and a dict lookup: no hashing, no file I/O.
 
 What a variant's first call does is its seam's, one class each:
 
-- ``neuron_libtorch`` (:class:`CompileSeam`): key = graph, input specs, canonical compiler args,
-  target, tool versions; compiles on a miss.
+- ``neuron_libtorch`` (:class:`CompileSeam`): key = graph, input and output specs, autograd mode,
+  canonical compiler args, target, tool versions; compiles on a miss.
 - ``neuron_libtorch_graph_capture`` (:class:`CaptureSeam`): same key; writes ``graph.hlo`` and a
   *pending* entry with the resolved args and runs the graph eagerly; ``parallel_compile`` builds it later.
 - ``neuron_native_lite`` (:class:`NativeSeam`): key leaves the args out (graph structure and I/O
@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.autograd_modes import autograd_mode, current_autograd_mode
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import (
     STATS,
@@ -76,7 +77,7 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, seam: str, gm: torch.fx.GraphModule | None, lowered: Any, options: Mapping[str, Any],
-                 user_inputs: Sequence[bool] | None, *, memo: trace_memo.TraceMemo | None = None,
+                 user_inputs: Sequence[bool] | None, *, autograd: str, memo: trace_memo.TraceMemo | None = None,
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None) -> None:
         self.seam = seam
@@ -87,6 +88,7 @@ class CompiledGraph:
         self._fw_inputs: Sequence[Any] | None = None
         self._materializing = threading.Lock()  # two scopes' first calls may need the graph at once
         self.options = dict(options)
+        self.autograd = autograd  # the mode Dynamo traced the graph in (a key component)
         self.cache = CompileCache.from_options(options)
         self.cache.check_root()
         self.compiler = select_compiler(options)
@@ -94,11 +96,13 @@ class CompiledGraph:
         if memo is None:
             self.graph_sha256 = graph_digest(lowered.hlo_text)
             self.input_specs = lowered.input_specs
+            self.output_specs = lowered.output_specs
             # aot_autograd's view/mutation metadata of this graph (which outputs are mutated inputs)
             self.fw_metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
         else:  # the memo's prediction; its plan stands for aot's metadata (dispatch.plan reads either)
             self.graph_sha256 = memo.graph_sha256
             self.input_specs = memo.input_specs
+            self.output_specs = memo.output_specs
             self.fw_metadata = memo.plan
         specs = self.input_specs if lowered is None else lowered.graph_input_specs  # not a random key input
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
@@ -158,6 +162,8 @@ class CompiledGraph:
         return create_cache_hash(
             graph_sha256=self.graph_sha256,
             input_specs=input_spec_pairs(self.input_specs),
+            output_specs=input_spec_pairs(self.output_specs),
+            autograd=self.autograd,
             compiler_args=self.kind.key_compiler_args(request),
             target=request.target,
             tool_versions=tool_versions(self.compiler.info),
@@ -429,6 +435,7 @@ class NeuronBackend:
 
         from neuron_args.lowering.hlo import lower_fx_graph
 
+        mode = current_autograd_mode()  # Dynamo calls its backend in the caller's mode
         try:
             opts = check_options(options, self.seam)
             _refuse_symbolic(example_inputs, self.seam)
@@ -438,13 +445,14 @@ class NeuronBackend:
             if fp is not None:
                 memo = trace_memo.load(CompileCache.from_options(opts), fp)
                 if memo is not None:
-                    fast = self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs)
+                    fast = self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs, mode)
                     if fast is not None:
                         return fast
             graphs: list[CompiledGraph] = []
 
             def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
-                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs))
+                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs,
+                                            autograd=mode))
                 return graphs[-1]
 
             aot_result = aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
@@ -454,6 +462,7 @@ class NeuronBackend:
                 return aot_result
             if fp is not None:
                 fresh = trace_memo.TraceMemo(graphs[0].graph_sha256, tuple(graphs[0].input_specs),
+                                             tuple(graphs[0].output_specs),
                                              dispatch.RecordedPlan.of(p, len(example_inputs)))
                 if fresh != memo:
                     trace_memo.store(graphs[0].cache, fp, fresh)
@@ -463,14 +472,13 @@ class NeuronBackend:
 
     def _from_memo(self, memo: trace_memo.TraceMemo, fp: str, gm: torch.fx.GraphModule,
                    example_inputs: Sequence[Any], opts: Mapping[str, Any],
-                   user_inputs: Sequence[bool] | None) -> Callable[..., Any] | None:
+                   user_inputs: Sequence[bool] | None, mode: str) -> Callable[..., Any] | None:
         """The direct call of a graph built from the memo, when the current scope's predicted key is built
         and the trace is one Dynamo calls directly; None: trace in full."""
         if len(example_inputs) != memo.plan.n_args or dispatch.inputs_need_aot(example_inputs, gm) is not None:
             return None
-        graph = CompiledGraph(self.seam, None, None, opts, user_inputs, memo=memo,
-                              trace=functools.partial(_aot_forward, gm, list(example_inputs), torch.is_grad_enabled(),
-                                                      torch.is_inference_mode_enabled()),
+        graph = CompiledGraph(self.seam, None, None, opts, user_inputs, autograd=mode, memo=memo,
+                              trace=functools.partial(_aot_forward, gm, list(example_inputs), mode),
                               forget=functools.partial(trace_memo.forget, CompileCache.from_options(opts), fp))
         if not graph.predicted_built():
             log.debug("trace memo %s not used: the predicted key's entry is not built", fp[:12])
@@ -483,10 +491,10 @@ class NeuronBackend:
         return dispatch.direct_call(graph, p)
 
 
-def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], grad: bool,
-                 inference: bool) -> tuple[torch.fx.GraphModule, Sequence[Any]]:
+def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                 mode: str) -> tuple[torch.fx.GraphModule, Sequence[Any]]:
     """aot_autograd's forward graph of a Dynamo graph and its inputs, traced later than Dynamo's call
-    (after a memo hit), in the grad and inference modes of that call."""
+    (after a memo hit), in the autograd mode of that call."""
     from torch._dynamo.backends.common import aot_autograd
 
     got: list[tuple[torch.fx.GraphModule, Sequence[Any]]] = []
@@ -495,7 +503,7 @@ def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], grad: 
         got.append((fx_gm, list(fw_inputs)))
         return fx_gm
 
-    with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+    with autograd_mode(mode):
         aot_autograd(fw_compiler=grab)(gm, example_inputs)
     if len(got) != 1:
         raise LoweringError(f"aot_autograd compiled {len(got)} graphs where the trace memo recorded one; "
