@@ -77,7 +77,7 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, seam: str, gm: torch.fx.GraphModule | None, lowered: Any, options: Mapping[str, Any],
-                 user_inputs: Sequence[bool] | None, *, autograd: str, memo: trace_memo.TraceMemo | None = None,
+                 user_inputs: Sequence[bool] | None, *, grad: bool, memo: trace_memo.TraceMemo | None = None,
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None) -> None:
         self.seam = seam
@@ -88,7 +88,7 @@ class CompiledGraph:
         self._fw_inputs: Sequence[Any] | None = None
         self._materializing = threading.Lock()  # two scopes' first calls may need the graph at once
         self.options = dict(options)
-        self.autograd = autograd  # the mode Dynamo traced the graph in (a key component)
+        self.grad = grad  # Dynamo traced the graph with grad enabled (see autograd)
         self.cache = CompileCache.from_options(options)
         self.cache.check_root()
         self.compiler = select_compiler(options)
@@ -158,12 +158,20 @@ class CompiledGraph:
             self._forget()
         return digest
 
-    def _key(self, request: PlatformArgs) -> CacheKey:
+    def autograd(self) -> str:
+        """The autograd mode the graph serves in (a key component): ``grad`` when Dynamo traced it with grad
+        enabled (aot_autograd then calls it under no_grad); else the caller's, read at call time: Dynamo turns
+        inference mode off while it compiles (and guards on it), so only the call sees ``inference_mode``."""
+        if self.grad:
+            return "grad"
+        return "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
+
+    def _key(self, request: PlatformArgs, autograd: str | None = None) -> CacheKey:
         return create_cache_hash(
             graph_sha256=self.graph_sha256,
             input_specs=input_spec_pairs(self.input_specs),
             output_specs=input_spec_pairs(self.output_specs),
-            autograd=self.autograd,
+            autograd=autograd or self.autograd(),
             compiler_args=self.kind.key_compiler_args(request),
             target=request.target,
             tool_versions=tool_versions(self.compiler.info),
@@ -176,11 +184,14 @@ class CompiledGraph:
 
     def predicted_built(self) -> bool:
         """Whether the key of the current scope's variant is built (False when the scope does not resolve:
-        the full path then raises the error at call time, as without a memo)."""
+        the full path then raises the error at call time, as without a memo). Without grad, Dynamo's call does
+        not tell no_grad from inference mode: either built will do (a call whose own key misses lowers then)."""
         try:
-            return self.built(self._key(resolve_request(self.options, current_graph_type())))
+            request = resolve_request(self.options, current_graph_type())
         except NeuronArgsError:
             return False
+        return any(self.built(self._key(request, mode)) for mode in (("grad",) if self.grad else
+                                                                      ("inference_mode", "no_grad")))
 
     # -- resolving a variant (first call under an argument set) -------------------------------
     def _build_variant(self) -> Callable[[list[Any]], Any]:
@@ -435,7 +446,7 @@ class NeuronBackend:
 
         from neuron_args.lowering.hlo import lower_fx_graph
 
-        mode = current_autograd_mode()  # Dynamo calls its backend in the caller's mode
+        mode = current_autograd_mode()  # Dynamo calls its backend in the caller's grad mode (inference mode off)
         try:
             opts = check_options(options, self.seam)
             _refuse_symbolic(example_inputs, self.seam)
@@ -452,7 +463,7 @@ class NeuronBackend:
 
             def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
                 graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs,
-                                            autograd=mode))
+                                            grad=mode == "grad"))
                 return graphs[-1]
 
             aot_result = aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
@@ -477,7 +488,7 @@ class NeuronBackend:
         and the trace is one Dynamo calls directly; None: trace in full."""
         if len(example_inputs) != memo.plan.n_args or dispatch.inputs_need_aot(example_inputs, gm) is not None:
             return None
-        graph = CompiledGraph(self.seam, None, None, opts, user_inputs, autograd=mode, memo=memo,
+        graph = CompiledGraph(self.seam, None, None, opts, user_inputs, grad=mode == "grad", memo=memo,
                               trace=functools.partial(_aot_forward, gm, list(example_inputs), mode),
                               forget=functools.partial(trace_memo.forget, CompileCache.from_options(opts), fp))
         if not graph.predicted_built():
