@@ -3,8 +3,8 @@
 At most ``workers`` long-lived children trace the jobs, each job after job: for each one a
 child opens ``scoped_compiler_args(job[2])`` and calls the model compiled with the capture seam, in
 the autograd mode of the ``parallel_trace`` call (or the one the job records: the runner's jobs say
-``inference_mode``, the mode it serves in), so the keys are the ones the caller's serve resolves,
-so ``graph.hlo`` and a pending entry with the resolved arguments land in the cache and nothing is
+``inference_mode``, the mode it serves in): so the keys are the ones the caller's serve resolves,
+``graph.hlo`` and a pending entry with the resolved arguments land in the cache and nothing is
 compiled; then it resets Dynamo, so the next job starts from no compiled frames or guards, and
 reports that job's keys alone. A child pays its start-up (Dynamo's first compile, jax's client)
 once for all its jobs instead of once per job.

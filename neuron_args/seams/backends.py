@@ -52,6 +52,7 @@ from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import dispatch, records, trace_memo
 from neuron_args.seams.options import check_options, deferred_raise
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
+from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.seams")
 
@@ -137,8 +138,8 @@ class CompiledGraph:
         """The graph lowered to HLO (the compiler's input); lowered on first use after a memo hit."""
         if self._lowered is None and self._lower() != self.graph_sha256:
             raise LoweringError(
-                f"{self.seam}: the trace memo predicted HLO sha256 {self.graph_sha256[:12]} for a graph of type "
-                f"{current_graph_type()!r}, which now lowers to {graph_digest(self._lowered.hlo_text)[:12]} "
+                f"{self.seam}: the trace memo predicted HLO sha256 {self.graph_sha256[:12]} for "
+                f"{graph_label(current_graph_type())}, which now lowers to {graph_digest(self._lowered.hlo_text)[:12]} "
                 f"(its lowering changed, or is not deterministic); the memo entry was removed.\nfix: run again, "
                 f"or set {trace_memo.ENV}=0")
         return self._lowered
@@ -306,7 +307,7 @@ class CompileSeam(Seam):
                        f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})")
             if not hit:
                 raise CompileError(
-                    f"graph type {graph_type!r}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
+                    f"{graph_label(graph_type)}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
                     f"{entry.executable_path} but it does not load: {problem}\nfix: report it with graph.hlo "
                     "and command.txt of that entry") from exc
             if assert_cache_hit_enabled():
@@ -340,7 +341,7 @@ class NativeSeam(CompileSeam):
         first = ACTIVITY.native_args.setdefault(v.key.key, args)
         if canonical_compiler_args(first) != canonical_compiler_args(args):
             raise CacheKeyArgsConflict(
-                f"cache key {v.key.key} (graph type {v.graph_type!r}) was compiled in this process with\n"
+                f"cache key {v.key.key} ({graph_label(v.graph_type)}) was compiled in this process with\n"
                 f"    {first}\n  and is now requested with\n    {args}\n"
                 "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
                 "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
