@@ -530,7 +530,7 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
-    where = _user_source(getattr(error, "node", None) or n)  # a read's use (lowering.scalars.NotAValue): its line
+    where = _nearest_user_source(getattr(error, "node", None) or n)  # a read's use (scalars.NotAValue): its line
     of_type = "" if graph_type is None else f" of graph type {graph_type!r}"  # none: a plain torch.compile
     lines = [
         f"cannot lower op {op} (FX node {n.name!r}){of_type} to HLO: "
@@ -591,6 +591,19 @@ def _user_source(n: torch.fx.Node) -> str:
         if line.startswith('File "'):
             code = lines[i + 1].strip() if i + 1 < len(lines) else ""
             return f"{line.removeprefix('File ')}: {code}" if code else line.removeprefix("File ")
+    return ""
+
+
+def _nearest_user_source(n: torch.fx.Node) -> str:
+    """:func:`_user_source` of ``n``, else of the nearest node around it that has one: aot_autograd's own nodes (a
+    cast it adds around a value read) carry no stack trace, their neighbours do."""
+    seen, ring = {n}, [n]
+    while ring:
+        for node in ring:
+            if where := _user_source(node):
+                return where
+        ring = [m for node in ring for m in (*node.all_input_nodes, *node.users) if m not in seen]
+        seen.update(ring)
     return ""
 
 
