@@ -37,6 +37,7 @@ from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileErro
 from neuron_args.flags import canonical_compiler_args
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
 from neuron_args.untrusted import METADATA_LIMIT, read_bounded, read_json
+from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.cache")
 
@@ -470,8 +471,8 @@ def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, c
         fix = f"remove {shlex.quote(os.fsdecode(exc.filename))} (it is in the way of the cache's own file) or {elsewhere}"
     else:
         fix = f"check the file system of {where}"
-    what = (f"cache entry {key} (graph type {graph_type!r}) in {where} is corrupt ({corrupt}) and cannot be moved "
-            "aside to be rebuilt" if corrupt else f"cannot write cache entry {key} (graph type {graph_type!r}) in {where}")
+    what = (f"cache entry {key} ({graph_label(graph_type)}) in {where} is corrupt ({corrupt}) and cannot be moved "
+            "aside to be rebuilt" if corrupt else f"cannot write cache entry {key} ({graph_label(graph_type)}) in {where}")
     after = ("It is never loaded; a run that can write the cache moves it aside and rebuilds it." if corrupt else
              "The entry is left incomplete and is rebuilt by the next run.")
     return CompileError(
@@ -725,7 +726,7 @@ class CompileCache:
 
     def corrupt_error(self, entry: CacheEntry, problem: str, graph_type: str | None) -> CacheMissError:
         return CacheMissError(
-            f"cache entry {entry.key} (graph type {graph_type!r}) in {self.root} is corrupt: {problem}; "
+            f"cache entry {entry.key} ({graph_label(graph_type)}) in {self.root} is corrupt: {problem}; "
             f"while {ASSERT_CACHE_HIT_ENV} is set it would be rebuilt at serve time.\n"
             f"  fix: run the warmup again without {ASSERT_CACHE_HIT_ENV} (it moves the corrupt entry aside "
             f"and rebuilds it), or delete {entry.path}; `neuron-args cache verify {shlex.quote(str(self.root))}` "
@@ -755,7 +756,7 @@ class CompileCache:
     def miss_error(self, key: CacheKey, graph_type: str | None) -> CacheMissError:
         """Explain a miss: the graph, the key, the closest entry and what differs, and the fix."""
         lines = [
-            f"cache miss for graph type {graph_type!r} (key {key.key}) in {self.root} "
+            f"cache miss for {graph_label(graph_type)} (key {key.key}) in {self.root} "
             f"while {ASSERT_CACHE_HIT_ENV} is set: this graph would compile at serve time."
         ]
         if key.key in _corrupt:
@@ -818,7 +819,7 @@ def _assert_cache_key_args(
         return
     if canonical_compiler_args(list(recorded)) != canonical_compiler_args(list(compiler_args or [])):
         raise CacheKeyArgsConflict(
-            f"cache key {entry.key} (graph type {graph_type!r}) was compiled with\n"
+            f"cache key {entry.key} ({graph_label(graph_type)}) was compiled with\n"
             f"    {list(recorded)}\n  and is now requested with\n    {list(compiler_args or [])}\n"
             "  The native cache keys on graph structure and I/O shapes, not on compiler flags, so one NEFF "
             "cannot serve both. Give the graph one argument set (a deterministic policy, the same scope at "

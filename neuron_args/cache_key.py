@@ -1,8 +1,14 @@
 """Cache keys built from named, separately hashed components (after JAX's ``cache_key.py``).
 
 Keeping the components (not only the digest) lets a miss be explained by construction: two keys
-differ in the graph, the input specs, the compiler arguments, the target or a tool version, and
-:func:`explain_components` says which and how.
+differ in the graph, the input or output specs, the autograd mode, the compiler arguments, the target or
+a tool version, and :func:`explain_components` says which and how.
+
+The HLO alone does not pin what a call returns: it is lowered with 64-bit types as their 32-bit type, and
+the runtime converts the executable's inputs and outputs to the torch dtypes of the graph's specs
+(``x * 2`` and ``(x * 2).double()`` lower to one HLO). So the specs torch expects, inputs and outputs, are
+components of their own, and so is the autograd mode the graph was traced in (``grad``, ``no_grad``,
+``inference_mode``: a serve in another mode than the warmup misses, and the miss says so).
 """
 from __future__ import annotations
 
@@ -16,17 +22,22 @@ from neuron_args.flags import canonical_compiler_args, flag_changes
 
 KEY_LENGTH = 32
 _HEX = frozenset("0123456789abcdef")
-COMPONENT_ORDER = ("graph", "input_specs", "compiler_args", "target", "tool_versions")
+COMPONENT_ORDER = ("graph", "input_specs", "output_specs", "autograd", "compiler_args", "target", "tool_versions")
+#: the autograd modes a graph is traced and keyed in (``neuron_args.autograd_modes`` reads torch's)
+AUTOGRAD_MODES = ("grad", "no_grad", "inference_mode")
 
 InputSpec = tuple[tuple[int, ...], str]
 
 
 @dataclass(frozen=True)
 class KeyComponents:
-    """What a cache key is made of. ``compiler_args`` is ``None`` for a key that leaves them out."""
+    """What a cache key is made of. ``compiler_args`` is ``None`` for a key that leaves them out;
+    ``output_specs`` and ``autograd`` are ``None`` only for a key made outside a seam (no traced graph)."""
 
     graph: str
     input_specs: tuple[InputSpec, ...]
+    output_specs: tuple[InputSpec, ...] | None
+    autograd: str | None
     compiler_args: tuple[str, ...] | None
     target: str
     tool_versions: tuple[tuple[str, str], ...]
@@ -34,7 +45,9 @@ class KeyComponents:
     def as_dict(self) -> dict[str, Any]:
         return {
             "graph": self.graph,
-            "input_specs": [{"shape": list(s), "dtype": d} for s, d in self.input_specs],
+            "input_specs": _specs_json(self.input_specs),
+            "output_specs": None if self.output_specs is None else _specs_json(self.output_specs),
+            "autograd": self.autograd,
             "compiler_args": None if self.compiler_args is None else list(self.compiler_args),
             "target": self.target,
             "tool_versions": dict(self.tool_versions),
@@ -58,6 +71,14 @@ class CacheKey:
 
     def __str__(self) -> str:
         return self.key
+
+
+def _specs_json(specs: Sequence[InputSpec]) -> list[dict[str, Any]]:
+    return [{"shape": list(s), "dtype": d} for s, d in specs]
+
+
+def _specs(specs: Sequence[tuple[Sequence[int], str]]) -> tuple[InputSpec, ...]:
+    return tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype in specs)
 
 
 def is_cache_key(name: object) -> bool:
@@ -90,17 +111,25 @@ def create_cache_hash(
     compiler_args: Sequence[str] | None,
     target: str,
     tool_versions: Mapping[str, str],
+    output_specs: Sequence[tuple[Sequence[int], str]] | None = None,
+    autograd: str | None = None,
 ) -> CacheKey:
-    """Key a graph on its content, input specs, canonical compiler args, target and tool versions.
+    """Key a graph on its content, input and output specs (shape, torch dtype), autograd mode, canonical
+    compiler args, target and tool versions.
 
     Pass ``compiler_args=None`` for a key that ignores the arguments (the native seam); pass the
-    graph either as text or as a digest already computed by :func:`graph_digest`.
+    graph either as text or as a digest already computed by :func:`graph_digest`. The seams always pass
+    ``output_specs`` and ``autograd`` (one of :data:`AUTOGRAD_MODES`).
     """
     if (graph_text is None) == (graph_sha256 is None):
         raise TypeError("create_cache_hash needs exactly one of graph_text or graph_sha256")
+    if autograd is not None and autograd not in AUTOGRAD_MODES:
+        raise ValueError(f"autograd mode {autograd!r} is not one of {', '.join(AUTOGRAD_MODES)}")
     components = KeyComponents(
         graph=graph_sha256 if graph_sha256 is not None else graph_digest(graph_text),  # type: ignore[arg-type]
-        input_specs=tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype in input_specs),
+        input_specs=_specs(input_specs),
+        output_specs=None if output_specs is None else _specs(output_specs),
+        autograd=autograd,
         compiler_args=None if compiler_args is None else tuple(canonical_compiler_args(list(compiler_args))),
         target=target,
         tool_versions=tuple(sorted((str(k), str(v)) for k, v in tool_versions.items())),
@@ -108,8 +137,27 @@ def create_cache_hash(
     return CacheKey(components.digest(), components)
 
 
-def _spec_str(spec: Mapping[str, Any]) -> str:
+def _spec_str(spec: Any) -> str:
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("shape", []), list):  # read from a metadata.json
+        return repr(spec)
     return f"{spec.get('dtype')}[{', '.join(str(d) for d in spec.get('shape', []))}]"
+
+
+def _explain_specs(kind: str, a: Any, b: Any) -> list[str]:
+    """``output_specs: output 0 float32[4] -> float64[4]``: the specs that differ, one line each."""
+    name = f"{kind}_specs"
+    if a == b:
+        return []
+    def count(v: Any) -> str:  # None: a key made without them (outside a seam)
+        return f"{len(v)} {kind}s" if isinstance(v, list) else "unrecorded" if v is None else repr(v)
+
+    if not isinstance(a, list) or not isinstance(b, list):
+        return [f"{name}: {count(a)} -> {count(b)}"]
+    lines = [f"{name}: {count(a)} -> {count(b)}"] if len(a) != len(b) else []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            lines.append(f"{name}: {kind} {i} {_spec_str(x)} -> {_spec_str(y)}")
+    return lines
 
 
 def explain_compiler_args(a: Sequence[str] | None, b: Sequence[str] | None) -> list[str]:
@@ -130,13 +178,10 @@ def explain_components(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     lines: list[str] = []
     if a.get("graph") != b.get("graph"):
         lines.append(f"graph: different graph content (sha256 {str(a.get('graph'))[:12]} -> {str(b.get('graph'))[:12]})")
-    sa, sb = list(a.get("input_specs") or []), list(b.get("input_specs") or [])
-    if sa != sb:
-        if len(sa) != len(sb):
-            lines.append(f"input_specs: {len(sa)} inputs -> {len(sb)} inputs")
-        for i, (x, y) in enumerate(zip(sa, sb)):
-            if x != y:
-                lines.append(f"input_specs: input {i} {_spec_str(x)} -> {_spec_str(y)}")
+    lines += _explain_specs("input", a.get("input_specs"), b.get("input_specs"))
+    lines += _explain_specs("output", a.get("output_specs"), b.get("output_specs"))
+    if a.get("autograd") != b.get("autograd"):
+        lines.append(f"autograd: {a.get('autograd')} -> {b.get('autograd')}")
     if a.get("compiler_args") != b.get("compiler_args"):
         lines += explain_compiler_args(a.get("compiler_args"), b.get("compiler_args"))
     if a.get("target") != b.get("target"):

@@ -25,6 +25,7 @@ from neuron_args.cache import CacheEntry, CorruptEntryError
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
 from neuron_args.tensors import TensorSpec
+from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.executables")
 
@@ -72,7 +73,7 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
     if fmt not in FORMATS:  # a damaged metadata.json, or another neuron-args's: the seam moves it aside, rebuilds
         problem = f"metadata.json records executable format {fmt!r}; this neuron-args runs {', '.join(FORMATS)}"
         raise CorruptEntryError(
-            f"cache entry {entry.key} (graph type {graph_type!r}) records executable format {fmt!r}; this "
+            f"cache entry {entry.key} ({graph_label(graph_type)}) records executable format {fmt!r}; this "
             f"neuron-args runs {', '.join(FORMATS)}: remove the entry ({entry.path}) so it is rebuilt", problem=problem)
     inputs, outputs = recorded_specs(md, entry.key)
     if fmt == XLA_CPU_FORMAT:
@@ -96,7 +97,7 @@ def _load_neff(entry: CacheEntry, inputs: Sequence[TensorSpec], outputs: Sequenc
     except RuntimeBindingError as exc:
         if not allow_eager:
             raise RuntimeBindingError(
-                f"graph type {graph_type!r} (key {entry.key}) compiled to a NEFF, and this process has no Neuron "
+                f"{graph_label(graph_type)} (key {entry.key}) compiled to a NEFF, and this process has no Neuron "
                 f"runtime binding to execute it: {exc}.\n  fix: {INSTALL_HINT}; or, to check compiler "
                 f"arguments, cache and manifest with outputs from eager PyTorch, pass --neuron-allow-eager-outputs "
                 f"(NeuronRunner(allow_eager_outputs=True), {ALLOW_EAGER_ENV}=1)") from exc

@@ -386,11 +386,15 @@ class NeuronRunner:
                     how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
                     progress(WarmupProgress(done, total, g, bucket, how))
                 warmed += touched
-                resolved[fingerprint(build_trace_job(self.resolver, self.spec(g).entry, kwargs, g), self.options)] = (
+                resolved[fingerprint(self._job(g, kwargs), self.options)] = (
                     g, [w.key for w in touched])
             self.warmed[g] = warmed
         if self.backend == COMPILE_SEAM:  # the capture seam's keys: a parallel warmup of this cache starts no child
             TraceRecord(self.cache_dir).note(resolved)
+
+    def _job(self, graph_type: str, kwargs: dict[str, Any]) -> Any:
+        """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
+        return build_trace_job(self.resolver, self.spec(graph_type).entry, kwargs, graph_type, "inference_mode")
 
     def _touched(self, graph_type: str, bucket: str, before: Mapping[str, tuple[int, int, int]],
                  counts: dict[str, int]) -> list[WarmedGraph]:
@@ -410,7 +414,7 @@ class NeuronRunner:
     def _warmup_parallel(self, graph_types: list[str], progress: Callable[[Any], None] | None,
                          trace_timeout: float | None) -> tuple[Any, CacheStats, list[Any]]:
         buckets = [(g, b, self._example(make, g, b)) for g in graph_types for b, make in self.spec(g).buckets.items()]
-        jobs = [build_trace_job(self.resolver, self.spec(g).entry, kwargs, g) for g, _, kwargs in buckets]
+        jobs = [self._job(g, kwargs) for g, _, kwargs in buckets]
         here: dict[int, list[WarmedGraph]] = {}  # jobs traced in this process: their entries were complete
         index = {id(job): i for i, job in enumerate(jobs)}
         before = STATS.snapshot()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["clip", "format_shapes", "human_size", "render_table"]
+__all__ = ["clip", "format_shapes", "graph_label", "human_size", "render_table"]
 
 ELLIPSIS = "\u2026"
 
@@ -25,6 +25,12 @@ def human_size(size: int | float | None) -> str:
         if value < 1024 or unit == "TiB":
             break
     return f"{value:.1f} {unit}"
+
+
+def graph_label(graph_type: str | None) -> str:
+    """``graph type 'decode'`` in a message; a graph compiled outside any graph type (a plain torch.compile, no
+    runner or ``scoped_compiler_args(graph_type=...)``) is ``a graph with no graph type``, never ``graph type None``."""
+    return "a graph with no graph type" if graph_type is None else f"graph type {graph_type!r}"
 
 
 def clip(text: str, limit: int) -> str:

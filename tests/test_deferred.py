@@ -55,7 +55,8 @@ def captured(tmp_path_factory):
         (model, {"x": mlp_inputs(batch=2)[0]}),  # the native path's 2-element job: no override
     ]
     extra = [(model, {"x": mlp_inputs(batch=batch)[0]}, args) for batch, args in PENDING_JOBS.values()]
-    results = parallel_trace(jobs + extra, options=opts(root), timeout=300, start_method=fork_server())
+    with torch.inference_mode():  # the mode the tests serve in: parallel_trace traces in its caller's mode
+        results = parallel_trace(jobs + extra, options=opts(root), timeout=300, start_method=fork_server())
     aside = tmp_path_factory.mktemp("deferred-pending")
     moved = {}
     for name, result in zip(PENDING_JOBS, results[len(jobs):]):

@@ -51,7 +51,7 @@ def test_serve_time_miss_names_graph_key_closest_entry_and_flag(neuron_project: 
     decode = warm_cache.keys["decode"]
     result.stdout.fnmatch_lines([
         "*test_unscoped_call_fails_the_test*",
-        "E *CacheMissError: cache miss for graph type None (key *) in * while NEURON_LIBTORCH_ASSERT_CACHE_HIT "
+        "E *CacheMissError: cache miss for a graph with no graph type (key *) in * while NEURON_LIBTORCH_ASSERT_CACHE_HIT "
         "is set: this graph would compile at serve time.",
         f"E * closest warmed-up entry: {decode} (graph type 'decode'); it differs in:",
         "E * compiler_args: changed -O3 -> -O1",

@@ -19,6 +19,7 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.compilers.lifetime import resolve_compile_timeout
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
 from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
+from neuron_args.text import graph_label
 
 #: Options the driver sets itself; a caller's copy is dropped (``--target`` must agree).
 DRIVER_OPTIONS = ("--target", "--framework", "--output", "--logfile")
@@ -50,21 +51,21 @@ def prepare_compiler_args(
 
     if target not in flags.KNOWN_TARGETS:
         raise CompilerArgsError(
-            f"graph type {graph_type!r}, key {key or '(none)'}: unknown compile target "
+            f"{graph_label(graph_type)}, key {key or '(none)'}: unknown compile target "
             f"{target!r}; use one of {', '.join(flags.KNOWN_TARGETS)}"
         )
     args = flags.validate_compiler_args(compiler_args, graph_type=graph_type)
     given = flags.option_value(args, "--target")
     if given is not None and given != target:
         raise CompilerArgsError(
-            f"graph type {graph_type!r}, key {key or '(none)'}: compiler_args hold "
+            f"{graph_label(graph_type)}, key {key or '(none)'}: compiler_args hold "
             f"'--target {given}' but the compile target is {target!r}; remove --target from the "
             "compiler arguments (the driver sets it from the target) or change the target"
         )
     for name in ("--output", "--logfile"):
         if flags.has_option(args, name) and ACTIVITY.say_once(f"driver option {name}"):
             warnings.warn(CompilerArgsWarning(
-                f"graph type {graph_type!r}, key {key or '(none)'}: {name} in the compiler arguments is ignored: "
+                f"{graph_label(graph_type)}, key {key or '(none)'}: {name} in the compiler arguments is ignored: "
                 "the compile cache keeps each graph's executable and compiler log in its entry "
                 "(<cache>/<key>/graph_<key>.neff and log-neuron-cc.txt; `neuron-args cache ls` lists them). "
                 f"Fix: remove {name} from the compiler arguments ($NEURON_CC_FLAGS, options['compiler_args'] "

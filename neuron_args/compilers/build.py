@@ -13,6 +13,7 @@ from neuron_args.compile_start import compile_starting
 from neuron_args.compilers.base import Compiler
 from neuron_args.errors import CompileError, CompilerArgsError
 from neuron_args.flags import canonical_compiler_args
+from neuron_args.text import graph_label
 
 
 def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence[str], target: str,
@@ -59,7 +60,7 @@ def check_keyed_build(entry: CacheEntry, metadata: Mapping[str, Any], compiler_a
         problems.append(f"target {target!r} (the key holds {keyed_target!r})")
     if problems:
         raise CompileError(
-            f"graph type {graph_type!r}, key {entry.key}: not compiled with {' and '.join(problems)}: the entry's "
+            f"{graph_label(graph_type)}, key {entry.key}: not compiled with {' and '.join(problems)}: the entry's "
             f"metadata.json does not agree with its key (damaged, or edited by hand), and one key never holds an "
             f"executable built another way.\nfix: capture the graph again (re-run the warmup or parallel_trace), "
             f"or remove the entry's folder {entry.path}")

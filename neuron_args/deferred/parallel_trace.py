@@ -1,8 +1,10 @@
 """Capture every graph in child processes (the design's ``parallel_trace.py``).
 
 At most ``workers`` long-lived children trace the jobs, each job after job: for each one a
-child opens ``scoped_compiler_args(job[2])`` and calls the model compiled with the capture seam,
-so ``graph.hlo`` and a pending entry with the resolved arguments land in the cache and nothing is
+child opens ``scoped_compiler_args(job[2])`` and calls the model compiled with the capture seam, in
+the autograd mode of the ``parallel_trace`` call (or the one the job records: the runner's jobs say
+``inference_mode``, the mode it serves in): so the keys are the ones the caller's serve resolves,
+``graph.hlo`` and a pending entry with the resolved arguments land in the cache and nothing is
 compiled; then it resets Dynamo, so the next job starts from no compiled frames or guards, and
 reports that job's keys alone. A child pays its start-up (Dynamo's first compile, jax's client)
 once for all its jobs instead of once per job.
@@ -133,6 +135,8 @@ def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
     from neuron_args.scope import scoped_compiler_args
     from neuron_args.seams import records
 
+    from neuron_args.autograd_modes import autograd_mode
+
     try:
         model, kwargs, compiler_args = job
         records.clear()
@@ -141,7 +145,9 @@ def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
             model = getattr(model, "_orig_mod", model)
             compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", options=dict(options),
                                      dynamic=False)
-        with torch.inference_mode(), scoped_compiler_args(compiler_args, graph_type=job.graph_type):
+        # the caller's mode: its serve finds the keys only if the graph was traced as it serves
+        with autograd_mode(job.autograd or "inference_mode"), \
+                scoped_compiler_args(compiler_args, graph_type=job.graph_type):
             compiled(**kwargs)
         return "ok", [r.key for r in records.records()]
     except BaseException:
@@ -325,10 +331,12 @@ def parallel_trace(
     from neuron_args.cache import cache_root
     from neuron_args.seams.options import check_options
 
+    from neuron_args.autograd_modes import current_autograd_mode
+
     opts = check_options(options, "parallel_trace")  # a bad option fails here, not in every child
     if keep_children:
         idle_seconds()  # a bad $NEURON_ARGS_TRACE_IDLE_SECONDS fails here, not when a child is kept
-    todo = [normalize_job(j) for j in jobs]
+    todo = [normalize_job(j, current_autograd_mode()) for j in jobs]  # each traced in this call's mode
     # the record is the in-process tracer's (a job compiled by its caller may cache elsewhere)
     record = TraceRecord(cache_root(opts)) if in_process is not None else None
     prints, known = _recorded(todo, opts, record)
@@ -375,8 +383,11 @@ def recorded_complete(jobs: Iterable[Sequence[Any]], options: Mapping[str, Any])
     from neuron_args.cache import cache_root
     from neuron_args.seams.options import check_options
 
+    from neuron_args.autograd_modes import current_autograd_mode
+
     opts = check_options(options, "parallel_trace")
-    prints, known = _recorded([normalize_job(j) for j in jobs], opts, TraceRecord(cache_root(opts)))
+    prints, known = _recorded([normalize_job(j, current_autograd_mode()) for j in jobs], opts,
+                              TraceRecord(cache_root(opts)))
     return [fp in known for fp in prints]
 
 

@@ -4,7 +4,7 @@ A trace job's keys are only known after tracing it (the key hashes the lowered g
 record, ``<cache>/.trace-record.json`` (a dot name: never listed as a cache entry), maps a job's
 *fingerprint* to the keys its last trace resolved. The fingerprint is a cheap description of the
 job: the model's class, module tree and parameter shapes, the input specs, the resolved
-arguments and the capture options. It is only a prediction: a job whose recorded keys are all
+arguments, the autograd mode and the capture options. It is only a prediction: a job whose recorded keys are all
 complete is traced in the caller's own process instead of a child, where the seam computes its
 key again from the real graph and asserts a cache hit. A changed model that kept its
 fingerprint therefore still gets its own key, and its miss sends the job to a child as before.
@@ -61,7 +61,7 @@ def fingerprint(job: TraceJob, options: Mapping[str, Any]) -> str:
     """A job's description for the record (not a cache key: see the module docstring)."""
     opts = {k: v for k, v in options.items() if k not in _NOT_FINGERPRINTED}
     described = {"model": _model_description(job[0]), "kwargs": _describe(job[1]), "compiler_args": job[2],
-                 "graph_type": job.graph_type, "options": _describe(opts)}
+                 "graph_type": job.graph_type, "autograd": job.autograd, "options": _describe(opts)}
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -1,7 +1,19 @@
-"""Elementwise ops of real tensors torchax has no lowering for: ``angle`` and ``special.spherical_bessel_j0``."""
+"""Elementwise ops torchax has no lowering for: ``angle`` and ``special.spherical_bessel_j0`` of real tensors,
+``prims.convert_element_type``."""
 from __future__ import annotations
 
 from typing import Any
+
+import torch
+
+from neuron_args.tensors import LOWERED_DTYPES, numpy_dtype
+
+
+def convert_element_type(x: Any, dtype: torch.dtype) -> Any:
+    """``prims.convert_element_type`` (aot_autograd's cast of a value read with ``.item()`` to a Python float,
+    ``x / t.max().item()``): the cast in the HLO type of ``dtype`` (64-bit types as their 32-bit ones)."""
+    name = str(dtype).removeprefix("torch.")
+    return x.astype(numpy_dtype(LOWERED_DTYPES.get(name, name)))
 
 
 def angle(x: Any) -> Any:

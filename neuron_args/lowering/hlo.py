@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 import threading
 import warnings
 from collections.abc import Sequence
@@ -185,7 +186,7 @@ def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
     if origin is not None:
         where = _user_source(origin)
         made = f" (op {_op_name(origin)}" + (f", from {where})" if where else ")")
-        fix = _DATA_DEPENDENT.get(_op_name(origin))
+        fix = _data_dependent_fix(_op_name(origin), gm.graph)
     return (f"Its size depends on tensor values{made}, which a static Neuron graph cannot hold: " + (fix or (
         "keep sizes fixed (a mask with torch.where instead of boolean indexing or nonzero), or compute that part "
         "outside the compiled function.")))
@@ -493,10 +494,9 @@ def _plain_lists(value: Any) -> Any:
 #: ops that cannot be static, and what the model can do instead
 _DATA_DEPENDENT = {
     "aten._local_scalar_dense.default": (
-        "the graph reads a tensor's value into Python (.item(), int(t), .tolist(), a tensor in an if), which a "
-        "static graph cannot: derive it from shapes, keep it a tensor, or pass it in as a Python constant; a "
-        "transformers decoder with a StaticCache reads the cache's filled length this way when it gets no "
-        "attention_mask (pass one; neuron_args.hf.StaticCausalLM does)"),
+        "the graph reads a tensor's value into Python (.item(), int(t), .tolist(), a tensor in an if) and uses it "
+        "as more than a value (a size, a slice bound, a branch), which a static graph cannot: derive it from "
+        "shapes, keep it a tensor, or pass it in as a Python constant"),
     "aten.nonzero.default": "its output size depends on tensor values; use torch.nonzero_static(x, size=n) (padded "
                             "with fill_value) or a fixed-size mask (torch.where) instead",
     "aten.masked_select.default": "its output size depends on tensor values; use torch.where with a fixed size",
@@ -508,6 +508,20 @@ _DATA_DEPENDENT = {
                                      "from shapes) to repeat_interleave",
 }
 
+#: said after the fix of a value read in a graph traced through transformers' code only
+_STATIC_CACHE_HINT = ("a transformers decoder with a StaticCache reads the cache's filled length this way when it gets "
+                      "no attention_mask (pass one; neuron_args.hf.StaticCausalLM does)")
+
+
+def _data_dependent_fix(op: str, graph: torch.fx.Graph) -> str | None:
+    """The fix for a data-dependent op; a value read also names transformers' StaticCache when the graph ran
+    transformers' code (its nodes' stack traces say so)."""
+    fix = _DATA_DEPENDENT.get(op)
+    if fix is not None and op == "aten._local_scalar_dense.default" and any(
+            f"{os.sep}transformers{os.sep}" in (n.meta.get("stack_trace") or "") for n in graph.nodes):
+        fix = f"{fix}; {_STATIC_CACHE_HINT}"
+    return fix
+
 
 def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
@@ -516,13 +530,14 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
-    where = _user_source(getattr(error, "node", None) or n)  # a read's use (lowering.scalars.NotAValue): its line
+    where = _nearest_user_source(getattr(error, "node", None) or n)  # a read's use (scalars.NotAValue): its line
+    of_type = "" if graph_type is None else f" of graph type {graph_type!r}"  # none: a plain torch.compile
     lines = [
-        f"cannot lower op {op} (FX node {n.name!r}) of graph type {graph_type!r} to HLO: "
+        f"cannot lower op {op} (FX node {n.name!r}){of_type} to HLO: "
         + (f"no lowering exists for it ({error})" if missing else f"{type(error).__name__}: {_first_line(error)}"),
     ]
     if op in _DATA_DEPENDENT:
-        lines.append(f"  {_DATA_DEPENDENT[op]}")
+        lines.append(f"  {_data_dependent_fix(op, n.graph)}")
     elif "complex32" in str(error):
         lines.append("  torch.complex32 (chalf) has no XLA type: compute in torch.complex64")
     elif _has_unbacked_size(n):
@@ -576,6 +591,19 @@ def _user_source(n: torch.fx.Node) -> str:
         if line.startswith('File "'):
             code = lines[i + 1].strip() if i + 1 < len(lines) else ""
             return f"{line.removeprefix('File ')}: {code}" if code else line.removeprefix("File ")
+    return ""
+
+
+def _nearest_user_source(n: torch.fx.Node) -> str:
+    """:func:`_user_source` of ``n``, else of the nearest node around it that has one: aot_autograd's own nodes (a
+    cast it adds around a value read) carry no stack trace, their neighbours do."""
+    seen, ring = {n}, [n]
+    while ring:
+        for node in ring:
+            if where := _user_source(node):
+                return where
+        ring = [m for node in ring for m in (*node.all_input_nodes, *node.users) if m not in seen]
+        seen.update(ring)
     return ""
 
 

@@ -111,6 +111,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::log_normal": distributions.log_normal,
     "aten::angle": elementwise.angle,
     "aten::special_spherical_bessel_j0": elementwise.spherical_bessel_j0,
+    "prims::convert_element_type": elementwise.convert_element_type,
     "transformers::grouped_mm_fallback": grouped_mm,
     "transformers::grouped_mm_fallback_backward": grouped_mm_backward,
 }

@@ -4,8 +4,9 @@ A graph that reads a 0-d tensor input into a Python int (a position: ``start.ite
 a *value* -- an offset added to a range (``torch.arange(p, p + n)``: ``n`` long whatever ``p`` is), a
 ``max``, a scalar operand -- is still one static graph: only its sizes must not depend on the value.
 Dynamo records the read as ``aten._local_scalar_dense`` and the Python arithmetic on it as
-``operator``/``torch.sym_*`` nodes; these lower to 0-d arrays, and ``arange`` with such a bound to the
-static length torch traced plus the traced start. A size taken from the value still fails, at the op
+``operator``/``torch.sym_*`` nodes; these lower to 0-d arrays, ``arange`` with such a bound to the
+static length torch traced plus the traced start, and ``scalar_tensor`` of one (a graph returning
+``t.item()``, or dividing by it) to the value in its dtype. A size taken from the value still fails, at the op
 whose output size it is (the message names it).
 """
 from __future__ import annotations
@@ -81,6 +82,11 @@ def _arange(node: torch.fx.Node, start: Any, end: Any = None, step: Any = 1, **_
     return (start.to(val.dtype) + torch.arange(n, dtype=val.dtype) * step).to(val.dtype)
 
 
+def _scalar_tensor(node: torch.fx.Node, value: Any, **_: Any) -> Any:
+    """``aten.scalar_tensor`` of a traced scalar: the value as a 0-d tensor of the dtype torch traced."""
+    return value.to(node.meta["val"].dtype)
+
+
 def _extremum(pick: Any) -> Any:
     def lower(node: torch.fx.Node, a: Any, b: Any) -> Any:
         like = a if _is_traced(a) else b
@@ -94,6 +100,7 @@ def _extremum(pick: Any) -> Any:
 TRACED: dict[Any, Any] = {
     aten.arange.start: _arange,
     aten.arange.start_step: _arange,
+    aten.scalar_tensor.default: _scalar_tensor,
     torch.sym_max: _extremum(torch.maximum),
     torch.sym_min: _extremum(torch.minimum),
 }

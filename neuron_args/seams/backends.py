@@ -8,8 +8,8 @@ serve path is a contextvar read and a dict lookup: no hashing, no file I/O.
 
 What a variant's first call does is its seam's, one class each:
 
-- ``neuron_libtorch`` (:class:`CompileSeam`): key = graph, input specs, canonical compiler args,
-  target, tool versions; compiles on a miss.
+- ``neuron_libtorch`` (:class:`CompileSeam`): key = graph, input and output specs, autograd mode,
+  canonical compiler args, target, tool versions; compiles on a miss.
 - ``neuron_libtorch_graph_capture`` (:class:`CaptureSeam`): same key; writes ``graph.hlo`` and a
   *pending* entry with the resolved args and runs the graph eagerly; ``parallel_compile`` builds it later.
 - ``neuron_native_lite`` (:class:`NativeSeam`): key leaves the args out (graph structure and I/O
@@ -29,6 +29,7 @@ import torch
 
 from neuron_args import eager_fallback
 from neuron_args.activity import ACTIVITY
+from neuron_args.autograd_modes import autograd_mode, current_autograd_mode
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import (
     STATS,
@@ -52,6 +53,7 @@ from neuron_args.scope import _scoped_compiler_args, current_graph_type
 from neuron_args.seams import dispatch, records, trace_memo
 from neuron_args.seams.options import check_options, deferred_raise
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
+from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.seams")
 
@@ -77,7 +79,7 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, seam: str, gm: torch.fx.GraphModule | None, lowered: Any, options: Mapping[str, Any],
-                 user_inputs: Sequence[bool] | None, *, memo: trace_memo.TraceMemo | None = None,
+                 user_inputs: Sequence[bool] | None, *, grad: bool, memo: trace_memo.TraceMemo | None = None,
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None) -> None:
         self.seam = seam
@@ -88,6 +90,7 @@ class CompiledGraph:
         self._fw_inputs: Sequence[Any] | None = None
         self._materializing = threading.Lock()  # two scopes' first calls may need the graph at once
         self.options = dict(options)
+        self.grad = grad  # Dynamo traced the graph with grad enabled (see autograd)
         self.cache = CompileCache.from_options(options)
         self.cache.check_root()
         self.compiler = select_compiler(options)
@@ -95,11 +98,13 @@ class CompiledGraph:
         if memo is None:
             self.graph_sha256 = graph_digest(lowered.hlo_text)
             self.input_specs = lowered.input_specs
+            self.output_specs = lowered.output_specs
             # aot_autograd's view/mutation metadata of this graph (which outputs are mutated inputs)
             self.fw_metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
         else:  # the memo's prediction; its plan stands for aot's metadata (dispatch.plan reads either)
             self.graph_sha256 = memo.graph_sha256
             self.input_specs = memo.input_specs
+            self.output_specs = memo.output_specs
             self.fw_metadata = memo.plan
         specs = self.input_specs if lowered is None else lowered.graph_input_specs  # not a random key input
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
@@ -134,8 +139,8 @@ class CompiledGraph:
         """The graph lowered to HLO (the compiler's input); lowered on first use after a memo hit."""
         if self._lowered is None and self._lower() != self.graph_sha256:
             raise LoweringError(
-                f"{self.seam}: the trace memo predicted HLO sha256 {self.graph_sha256[:12]} for a graph of type "
-                f"{current_graph_type()!r}, which now lowers to {graph_digest(self._lowered.hlo_text)[:12]} "
+                f"{self.seam}: the trace memo predicted HLO sha256 {self.graph_sha256[:12]} for "
+                f"{graph_label(current_graph_type())}, which now lowers to {graph_digest(self._lowered.hlo_text)[:12]} "
                 f"(its lowering changed, or is not deterministic); the memo entry was removed.\nfix: run again, "
                 f"or set {trace_memo.ENV}=0")
         return self._lowered
@@ -155,10 +160,20 @@ class CompiledGraph:
             self._forget()
         return digest
 
-    def _key(self, request: PlatformArgs) -> CacheKey:
+    def autograd(self) -> str:
+        """The autograd mode the graph serves in (a key component): ``grad`` when Dynamo traced it with grad
+        enabled (aot_autograd then calls it under no_grad); else the caller's, read at call time: Dynamo turns
+        inference mode off while it compiles (and guards on it), so only the call sees ``inference_mode``."""
+        if self.grad:
+            return "grad"
+        return "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
+
+    def _key(self, request: PlatformArgs, autograd: str | None = None) -> CacheKey:
         return create_cache_hash(
             graph_sha256=self.graph_sha256,
             input_specs=input_spec_pairs(self.input_specs),
+            output_specs=input_spec_pairs(self.output_specs),
+            autograd=autograd or self.autograd(),
             compiler_args=self.kind.key_compiler_args(request),
             target=request.target,
             tool_versions=tool_versions(self.compiler.info),
@@ -171,11 +186,14 @@ class CompiledGraph:
 
     def predicted_built(self) -> bool:
         """Whether the key of the current scope's variant is built (False when the scope does not resolve:
-        the full path then raises the error at call time, as without a memo)."""
+        the full path then raises the error at call time, as without a memo). Without grad, Dynamo's call does
+        not tell no_grad from inference mode: either built will do (a call whose own key misses lowers then)."""
         try:
-            return self.built(self._key(resolve_request(self.options, current_graph_type())))
+            request = resolve_request(self.options, current_graph_type())
         except NeuronArgsError:
             return False
+        return any(self.built(self._key(request, mode)) for mode in (("grad",) if self.grad else
+                                                                      ("inference_mode", "no_grad")))
 
     # -- resolving a variant (first call under an argument set) -------------------------------
     def _build_variant(self) -> Callable[[list[Any]], Any]:
@@ -290,7 +308,7 @@ class CompileSeam(Seam):
                        f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})")
             if not hit:
                 raise CompileError(
-                    f"graph type {graph_type!r}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
+                    f"{graph_label(graph_type)}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
                     f"{entry.executable_path} but it does not load: {problem}\nfix: report it with graph.hlo "
                     "and command.txt of that entry") from exc
             if assert_cache_hit_enabled():
@@ -324,7 +342,7 @@ class NativeSeam(CompileSeam):
         first = ACTIVITY.native_args.setdefault(v.key.key, args)
         if canonical_compiler_args(first) != canonical_compiler_args(args):
             raise CacheKeyArgsConflict(
-                f"cache key {v.key.key} (graph type {v.graph_type!r}) was compiled in this process with\n"
+                f"cache key {v.key.key} ({graph_label(v.graph_type)}) was compiled in this process with\n"
                 f"    {first}\n  and is now requested with\n    {args}\n"
                 "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
                 "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
@@ -430,6 +448,7 @@ class NeuronBackend:
 
         from neuron_args.lowering.hlo import lower_fx_graph
 
+        mode = current_autograd_mode()  # Dynamo calls its backend in the caller's grad mode (inference mode off)
         try:
             opts = check_options(options, self.seam)
             _refuse_symbolic(example_inputs, self.seam)
@@ -439,13 +458,14 @@ class NeuronBackend:
             if fp is not None:
                 memo = trace_memo.load(CompileCache.from_options(opts), fp)
                 if memo is not None:
-                    fast = self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs)
+                    fast = self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs, mode)
                     if fast is not None:
                         return fast
             graphs: list[CompiledGraph] = []
 
             def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
-                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs))
+                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs,
+                                            grad=mode == "grad"))
                 return graphs[-1]
 
             aot_result = aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
@@ -455,6 +475,7 @@ class NeuronBackend:
                 return aot_result
             if fp is not None:
                 fresh = trace_memo.TraceMemo(graphs[0].graph_sha256, tuple(graphs[0].input_specs),
+                                             tuple(graphs[0].output_specs),
                                              dispatch.RecordedPlan.of(p, len(example_inputs)))
                 if fresh != memo:
                     trace_memo.store(graphs[0].cache, fp, fresh)
@@ -464,14 +485,13 @@ class NeuronBackend:
 
     def _from_memo(self, memo: trace_memo.TraceMemo, fp: str, gm: torch.fx.GraphModule,
                    example_inputs: Sequence[Any], opts: Mapping[str, Any],
-                   user_inputs: Sequence[bool] | None) -> Callable[..., Any] | None:
+                   user_inputs: Sequence[bool] | None, mode: str) -> Callable[..., Any] | None:
         """The direct call of a graph built from the memo, when the current scope's predicted key is built
         and the trace is one Dynamo calls directly; None: trace in full."""
         if len(example_inputs) != memo.plan.n_args or dispatch.inputs_need_aot(example_inputs, gm) is not None:
             return None
-        graph = CompiledGraph(self.seam, None, None, opts, user_inputs, memo=memo,
-                              trace=functools.partial(_aot_forward, gm, list(example_inputs), torch.is_grad_enabled(),
-                                                      torch.is_inference_mode_enabled()),
+        graph = CompiledGraph(self.seam, None, None, opts, user_inputs, grad=mode == "grad", memo=memo,
+                              trace=functools.partial(_aot_forward, gm, list(example_inputs), mode),
                               forget=functools.partial(trace_memo.forget, CompileCache.from_options(opts), fp))
         if not graph.predicted_built():
             log.debug("trace memo %s not used: the predicted key's entry is not built", fp[:12])
@@ -484,10 +504,10 @@ class NeuronBackend:
         return dispatch.direct_call(graph, p)
 
 
-def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], grad: bool,
-                 inference: bool) -> tuple[torch.fx.GraphModule, Sequence[Any]]:
+def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                 mode: str) -> tuple[torch.fx.GraphModule, Sequence[Any]]:
     """aot_autograd's forward graph of a Dynamo graph and its inputs, traced later than Dynamo's call
-    (after a memo hit), in the grad and inference modes of that call."""
+    (after a memo hit), in the autograd mode of that call."""
     from torch._dynamo.backends.common import aot_autograd
 
     got: list[tuple[torch.fx.GraphModule, Sequence[Any]]] = []
@@ -496,7 +516,7 @@ def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], grad: 
         got.append((fx_gm, list(fw_inputs)))
         return fx_gm
 
-    with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+    with autograd_mode(mode):
         aot_autograd(fw_compiler=grab)(gm, example_inputs)
     if len(got) != 1:
         raise LoweringError(f"aot_autograd compiled {len(got)} graphs where the trace memo recorded one; "

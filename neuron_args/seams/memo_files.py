@@ -16,7 +16,7 @@ from neuron_args.atomic import STALE_AFTER
 from neuron_args.cache import CompileCache
 from neuron_args.untrusted import RECORD_LIMIT, read_json
 
-FORMAT = 1
+FORMAT = 2  # 2: output specs (a key component)
 _WRITE_GRACE = STALE_AFTER  # seconds a temporary file in the memo folder is left to its writer (write_atomic)
 
 

@@ -19,6 +19,7 @@ from neuron_args.flags import (
     warn_repeated_options,
 )
 from neuron_args.scope import apply_scoped_compiler_args, current_compiler_args
+from neuron_args.text import graph_label
 
 NEURON_CC_FLAGS_ENV = "NEURON_CC_FLAGS"
 TARGET_ENV = "NEURON_ARGS_TARGET"
@@ -82,13 +83,13 @@ def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str 
     target = options.get("target") or in_args or envs.text(TARGET_ENV) or DEFAULT_TARGET
     if in_args is not None and in_args != target:
         raise CompilerArgsError(
-            f"graph type {graph_type!r}: {_args_source(options)} say --target {in_args} but {_target_source(options)} "
+            f"{graph_label(graph_type)}: {_args_source(options)} say --target {in_args} but {_target_source(options)} "
             f"is {target!r}. Fix: set the target in one place: drop --target from {_args_source(options)}, or make "
             f"options['target'] (or ${TARGET_ENV}) {in_args!r} too (pytest: --neuron-target={in_args})."
         )
     if target not in KNOWN_TARGETS:
         source = _args_source(options) if in_args is not None else _target_source(options)
-        raise CompilerArgsError(f"graph type {graph_type!r}: unknown target {target!r} (from {source}); neuronx-cc "
+        raise CompilerArgsError(f"{graph_label(graph_type)}: unknown target {target!r} (from {source}); neuronx-cc "
                                 f"targets are {', '.join(KNOWN_TARGETS)}")
     return PlatformArgs(tuple(remove_options(args, ["--target", "--framework"])), target)
 

@@ -5,7 +5,7 @@ to HLO, only to compute a key whose entry already exists. The memo maps a **fing
 the backend receives from Dynamo (the FX graph's code and constants, each input's
 shape/stride/dtype/device/requires_grad, grad, inference and autocast mode, the versions and
 sources of everything that shapes the HLO) to what the key and the call need: the
-HLO digest (the key's ``graph`` component), the input specs, and the plan of
+HLO digest (the key's ``graph`` component), the input and output specs, and the plan of
 :func:`neuron_args.seams.dispatch.direct_call` (which inputs the graph mutates, its output kinds).
 
 It is a prediction only. A seam uses it when the key it predicts for the current scope has a
@@ -58,12 +58,14 @@ class TraceMemo:
 
     graph_sha256: str
     input_specs: tuple[TensorSpec, ...]
+    output_specs: tuple[TensorSpec, ...]
     plan: RecordedPlan
 
     def as_json(self, fp: str) -> str:
         return json.dumps(signed({  # signed too: a memo chooses which entry a call loads
             "format": FORMAT, "fingerprint": fp, "graph_sha256": self.graph_sha256,
             "input_specs": [[list(s.shape), s.dtype] for s in self.input_specs],
+            "output_specs": [[list(s.shape), s.dtype] for s in self.output_specs],
             "plan": {"n_args": self.plan.n_args, "n_outputs": self.plan.n_outputs,
                      "mutated": [list(m) for m in self.plan.mutated], "kinds": list(self.plan.kinds)},
         }), sort_keys=True)
@@ -83,14 +85,16 @@ class TraceMemo:
             n_args=int(p["n_args"]), n_outputs=int(p["n_outputs"]),
             mutated=tuple((int(i), int(j), bool(leaf)) for i, j, leaf in p["mutated"]),
             kinds=tuple(str(k) for k in p["kinds"]))
-        specs = tuple(TensorSpec(tuple(int(n) for n in shape), str(dtype)) for shape, dtype in d["input_specs"])
+        specs, outs = (tuple(TensorSpec(tuple(int(n) for n in shape), str(dtype)) for shape, dtype in d[name])
+                       for name in ("input_specs", "output_specs"))
         # a valid JSON file that is not a direct call's memo must not reach the call
-        if len(specs) != plan.n_args or any(not isinstance(getattr(torch, s.dtype, None), torch.dtype) for s in specs):
+        if len(specs) != plan.n_args or any(not isinstance(getattr(torch, s.dtype, None), torch.dtype)
+                                            for s in specs + outs):
             raise ValueError("input specs and plan disagree")
         if any(not 0 <= i < plan.n_args or j != k for k, (i, j, _) in enumerate(plan.mutated)) \
                 or len(plan.kinds) != plan.n_outputs or not OWNED.issuperset(plan.kinds):
             raise ValueError("not a direct call's plan")
-        return cls(digest, specs, plan)
+        return cls(digest, specs, outs, plan)
 
 
 def load(cache: CompileCache, fp: str) -> TraceMemo | None:
