@@ -79,7 +79,8 @@ def test_trace_memo_not_signed_with_the_key_is_ignored(monkeypatch):
     from neuron_args.seams.trace_memo import TraceMemo
     from neuron_args.tensors import TensorSpec
 
-    memo = TraceMemo("a" * 64, (TensorSpec((4,), "float32"),), RecordedPlan(1, 1, (), ("non_alias",)))
+    spec = (TensorSpec((4,), "float32"),)
+    memo = TraceMemo("a" * 64, spec, spec, RecordedPlan(1, 1, (), ("non_alias",)))
     unsigned = memo.as_json("fp")
     monkeypatch.setenv(SIGNING, "team-secret")
     with pytest.raises(ValueError, match="not signed"):
