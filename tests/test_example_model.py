@@ -328,6 +328,7 @@ with open(sys.argv[3] + str(rank), "w") as f:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch built without distributed")
 def test_dist_gather_logits_across_two_processes(model, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

@@ -292,6 +292,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_warmup_then_serve_in_fresh_processes_load_each_neff_once(tmp_path, fake_cc):
     script = tmp_path / "serve.py"
     script.write_text(SCRIPT)
@@ -324,6 +325,7 @@ def test_warmup_then_serve_in_fresh_processes_load_each_neff_once(tmp_path, fake
     assert len(calls) >= 6  # every served call ran a NEFF (warmup calls too)
 
 
+@pytest.mark.slow
 def test_deferred_flow_serves_its_neffs_through_the_runtime(tmp_path, fake_cc):
     script = tmp_path / "serve.py"
     script.write_text(SCRIPT)

@@ -143,6 +143,7 @@ def test_step_summary_of_a_baseline_check_and_baseline_counts(neuron_project: py
     assert "```diff" in text and "compiler_flags -O3 -> -O2" in text
 
 
+@pytest.mark.slow
 def test_xdist_junit_properties_and_one_merged_step_summary(neuron_project: pytest.Pytester, tmp_path: Path,
                                                             warm_cache: SimpleNamespace,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:

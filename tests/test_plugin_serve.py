@@ -107,6 +107,7 @@ def test_compile_counter_and_a_persistent_cache_reused_with_zero_compiles(neuron
                                  "1 graph: 0 compiled, 1 loaded, 0 captured; session cache *"])
 
 
+@pytest.mark.slow
 def test_parallel_flow_gives_the_keys_of_the_in_process_flow(neuron_project: pytest.Pytester,
                                                              warm_cache: SimpleNamespace) -> None:
     neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\nneuron_compiler = local\n"
@@ -150,6 +151,7 @@ def test_parallel_flow_gives_the_keys_of_the_in_process_flow(neuron_project: pyt
         assert row[4] == "compiled" and row[5].endswith("s") and row[6].endswith("KiB"), row
 
 
+@pytest.mark.slow
 def test_xdist_workers_merge_into_one_summary(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
                                               tmp_path: Path) -> None:
     pytest.importorskip("xdist")

@@ -172,6 +172,7 @@ def test_shapes_text_and_row_order() -> None:
     assert [r["key"] for r in sorted(rows, key=row_order)] == ["c", "b", "e", "a", "d"]
 
 
+@pytest.mark.slow
 def test_the_plugin_works_without_pytest_xdist(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """pytest-xdist is an extra: with no other plugin loaded the plugin loads, warms and summarises."""

@@ -160,6 +160,7 @@ FRESH = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_serving_from_the_cache_in_a_fresh_process_hits_every_graph(warm_cache):
     run = subprocess.run([sys.executable, "-c", FRESH, str(warm_cache), str(REPO)], capture_output=True, text=True,
                          timeout=300)

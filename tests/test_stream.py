@@ -171,6 +171,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_cold_parallel_warmup_compiles_a_capture_while_the_other_child_still_traces(tmp_path):
     script, events = tmp_path / "stream.py", tmp_path / "events.txt"
     script.write_text(SCRIPT)

@@ -170,6 +170,7 @@ SERVER_AFTER_FORK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_runner_whose_children_forked_starts_the_fork_server_for_its_next_trace(tmp_path):
     """Once its children forked, a runner's trace starts the fork server its next call needs (after jax's client
     exists in the runner's process); a plain parallel_trace call starts none."""
@@ -191,6 +192,7 @@ UNGUARDED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_child_that_dies_importing_an_unguarded_script_names_the_fix(tmp_path):
     script = tmp_path / "warm.py"
     script.write_text(UNGUARDED.format(repo=str(REPO), cache=str(tmp_path / "c")))

@@ -353,6 +353,7 @@ def run_twice_fresh(script: str) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_fresh_processes_use_the_memo_another_process_wrote_lapack_graphs_included(tmp_path):
     """Two contracts, one pair of fresh processes (each costs an import of torch and jax):
 

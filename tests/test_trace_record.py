@@ -186,6 +186,7 @@ FORK_SERVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_once_forking_is_unsafe_the_runners_children_start_from_a_fork_server_and_a_plain_call_spawns(tmp_path):
     """One fresh process (each costs an import of torch and jax) for both start methods once jax's client exists:
     a runner's call (an in-process tracer) starts the fork server and never spawns; a plain parallel_trace call
@@ -203,6 +204,7 @@ def test_once_forking_is_unsafe_the_runners_children_start_from_a_fork_server_an
     assert [e.status for e in CompileCache(plain).entries()] == ["pending"]
 
 
+@pytest.mark.slow
 def test_a_warm_parallel_session_starts_no_child_and_counts_each_graph_once(neuron_project):
     neuron_project.makepyfile(test_warm="""
         def test_warm(neuron_warmup):

@@ -356,6 +356,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 def test_two_sessions_on_one_manifest_folder_the_second_is_a_usage_error(neuron_project, tmp_path):
     """A live session's ledger lines are never deleted by a second session's start-up (it deleted them: the first
     then failed with 'full disk or unwritable folder'); a holder that died leaves a lock that blocks nothing."""

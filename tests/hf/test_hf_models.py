@@ -164,6 +164,7 @@ def fresh_process(hf_cache) -> dict:
     return {"warmed": warmed, "fresh": json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL)
 def test_fresh_process_hits_under_the_cache_hit_assert(name, fresh_process):
     fresh = fresh_process["fresh"][name]
