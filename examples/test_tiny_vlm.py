@@ -33,6 +33,7 @@ def test_prefill_keeps_the_base_arguments(neuron_compiler_args, neuron_runner):
     assert neuron_compiler_args == neuron_runner.resolver.base_args
 
 
+@pytest.mark.slow
 def test_warmup_then_serve_generates_eager_tokens_without_a_cache_miss(neuron_served, neuron_compile_counter):
     with neuron_compile_counter.expect(compiles=0, misses=0), torch.inference_mode():
         tokens = generate(neuron_served.model, PROMPTS, image=image(), max_new_tokens=4, forced={0: [30, 31]},

@@ -150,6 +150,7 @@ def test_same_scope_in_a_fresh_process_hits_the_same_key(mlp_cache):
     assert got["diff"] < 1e-5
 
 
+@pytest.mark.slow
 def test_decoder_block_matches_eager_over_prefill_and_decode_steps(tmp_path):
     model, ref = make_decoder(), make_decoder()
     cm = compile_(model, tmp_path)

@@ -501,6 +501,7 @@ def _tiny_runner(cache: Path):
                         cache_dir=cache)
 
 
+@pytest.mark.slow
 def test_in_process_warmup_starts_its_worker_before_the_first_compile_on_a_cold_cache_only(
         shared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from neuron_args.cache import STATS

@@ -452,6 +452,7 @@ def test_every_bucket_runs_eagerly(model):
             assert out.dtype == torch.float32 and not torch.isnan(out).any()
 
 
+@pytest.mark.slow
 def test_every_bucket_traces_fullgraph_without_breaks():
     torch._dynamo.reset()
     compiled_model, eager_model = TinyVLM(seed=0), TinyVLM(seed=0)

@@ -182,6 +182,7 @@ def serve_all_hits(root: Path, monkeypatch) -> None:
 # ----------------------------------------------------------------------------- LocalCluster
 
 
+@pytest.mark.slow
 def test_cli_compiles_on_a_local_cluster_and_serve_hits(pending_mlp, client, capsys, monkeypatch):
     address = client.scheduler.address
     worker_pids = set(client.run(os.getpid).values())
@@ -394,6 +395,7 @@ def test_workers_that_cannot_see_the_cache_folder(pending_mlp, tmp_path_factory,
 # ----------------------------------------------------------------------------- more faults, output forms
 
 
+@pytest.mark.slow
 def test_a_graph_whose_workers_keep_dying_is_reported_failed_with_no_half_entry(tmp_path, fake_bin):
     """allowed-failures 0: the first dead worker fails the task (KilledWorker), reported, entry pending."""
     bindir, state = fake_bin
@@ -451,6 +453,7 @@ def test_timeout_and_nothing_pending(tmp_path, fake_path, capsys):
     assert "no pending entries" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_progress_is_a_bar_on_a_terminal(tmp_path, fake_path, monkeypatch, capsys):
     import io
 

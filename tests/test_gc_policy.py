@@ -25,6 +25,7 @@ class Cycle:
         self.me = self
 
 
+@pytest.mark.slow
 def test_the_outermost_session_freezes_after_collecting_and_the_next_session_unfreezes(fresh):
     import weakref
 

@@ -132,6 +132,7 @@ def test_mlp_matches_eager(mlp_run: dict[str, Any]) -> None:
     assert graph.lowered.result_shapes == ("4, 16",)
 
 
+@pytest.mark.slow
 def test_decoder_prefill_and_decode_match_eager(decoder_run: dict[str, Any]) -> None:
     steps = decoder_run["steps"]
     shapes = [tuple(got.shape) for got, _ in steps]

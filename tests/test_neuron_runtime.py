@@ -381,6 +381,7 @@ SERVED_TEST = """
 """
 
 
+@pytest.mark.slow
 def test_plugin_serves_neffs_through_the_runtime(neuron_project: pytest.Pytester, tmp_path, fake_cc,
                                                  fake_runtime) -> None:
     neuron_project.makepyfile(test_served=SERVED_TEST)
@@ -389,6 +390,7 @@ def test_plugin_serves_neffs_through_the_runtime(neuron_project: pytest.Pytester
     assert len(fake_runtime.LOADS) == 2 and fake_runtime.CALLS  # both graphs warmed up, loaded once
 
 
+@pytest.mark.slow
 def test_plugin_run_without_the_binding_fails_with_what_to_install(neuron_project: pytest.Pytester, tmp_path,
                                                                     fake_cc) -> None:
     neuron_project.makepyfile(test_served=SERVED_TEST)

@@ -88,6 +88,7 @@ def test_tests_sharing_the_model_share_one_warmup(neuron_project: pytest.Pyteste
     assert "compiling decode b1 (1/1)" not in out  # test_rewarm did not trace decode again
 
 
+@pytest.mark.slow
 def test_compile_counts_do_not_depend_on_test_order(neuron_project: pytest.Pytester, tmp_path: Path) -> None:
     neuron_project.makepyfile(test_shared=SHARED)
     alone = neuron_project.runpytest("-p", "no:randomly", "-k", "rewarm")
@@ -140,6 +141,7 @@ def neuron_model():
 '''
 
 
+@pytest.mark.slow
 def test_summary_sorts_shapes_as_numbers_and_abbreviates_long_input_lists(neuron_project: pytest.Pytester) -> None:
     neuron_project.makeconftest(BUCKETS_CONFTEST)
     neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\nneuron_compiler = local\n"

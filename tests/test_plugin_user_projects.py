@@ -32,6 +32,7 @@ def test_team_manifest(neuron_manifest):
 '''
 
 
+@pytest.mark.slow
 def test_setup_cfg_project_with_its_own_runner_and_cache(neuron_project: pytest.Pytester,
                                                          warm_cache: SimpleNamespace, tmp_path: Path) -> None:
     """A setup.cfg project: its ini key ``neuron_report`` is honoured (it was ignored), and a sub-folder whose
@@ -101,6 +102,7 @@ def test_compiler_and_manifest_folder_from_the_environment_are_start_up_errors(
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.slow
 def test_assert_cache_hit_on_a_cold_cache_says_the_warmup_compiled_and_how_to_fail(
         neuron_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A CI job exporting NEURON_LIBTORCH_ASSERT_CACHE_HIT=1 on a cold cache expects a failure; the warmup compiles by

@@ -72,6 +72,7 @@ def cold(tmp_path_factory):
     return root, report, {g.graph_type: g.key for g in in_process.graphs}, in_process_root
 
 
+@pytest.mark.slow
 def test_a_cold_parallel_warmup_traces_in_children_and_records_the_keys(cold):
     root, report, in_process, _ = cold
     assert [t.status for t in report.traced] == ["captured", "captured"]

@@ -124,6 +124,7 @@ def test_corrupt_entries_are_a_miss_then_moved_aside_and_rebuilt(warm, tmp_path,
     assert cli(["cache", "verify", str(roots["truncated"])]) == 0
 
 
+@pytest.mark.slow
 def test_verify_fix_moves_corrupt_entries_aside(warm, tmp_path, capsys):
     root = tmp_path / "cache"
     shutil.copytree(warm, root)

@@ -184,6 +184,7 @@ class _KilledInForward(torch.nn.Module):
         return x
 
 
+@pytest.mark.slow
 def test_a_trace_child_killed_by_a_signal_names_the_bucket_and_the_likely_cause(tmp_path):
     from neuron_args import TraceError
     from neuron_args.deferred import TraceJob, parallel_trace
