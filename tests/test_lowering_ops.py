@@ -333,7 +333,6 @@ def test_op_found_by_the_opinfo_sweep_matches_eager(name):
     compare(fn, *inputs(), atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
-@pytest.mark.slow
 def test_random_draws_come_from_the_graph_key():
     """``torch.empty_like(p).exponential_()`` samples (vLLM's sampler races ``p / exponential``), ``cauchy_``,
     ``log_normal_``, ``normal_``, ``torch.normal(mean, std, size, dtype=...)``: the draws come from the graph's key

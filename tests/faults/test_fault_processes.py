@@ -21,6 +21,8 @@ from neuron_args.cache import CompileCache
 from neuron_args.deferred.parallel_compile import parallel_compile
 from tests.faults.fault_helpers import alive, compile_script, make_pending, wait_until
 
+pytestmark = pytest.mark.slow  # fault processes: compilers hung, killed, interrupted, raced
+
 
 def _entries_consistent(root) -> dict[str, str]:
     """Every entry complete and sound, or pending with no executable and no leftovers; status by key."""
@@ -41,7 +43,6 @@ def _entries_consistent(root) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ 1. timeout
 
 
-@pytest.mark.slow
 def test_hung_compiler_times_out_and_its_whole_group_is_killed(tmp_path, fake_env, reaper):
     """parallel_compile(compile_timeout=1) on a neuronx-cc that hangs (with a helper process)."""
     root = tmp_path / "cache"
@@ -104,7 +105,6 @@ SINGLE_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("flow", ["single", "parallel_compile"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_a_killed_parent_takes_its_compiler_with_it(tmp_path, fake_env, reaper, sig, flow):
@@ -146,7 +146,6 @@ def test_a_killed_parent_takes_its_compiler_with_it(tmp_path, fake_env, reaper, 
 # ------------------------------------------------------------------------------------------ 3. Ctrl-C
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("signals", [(signal.SIGINT,), (signal.SIGINT, signal.SIGINT), (signal.SIGTERM,)],
                          ids=["ctrl-c", "ctrl-c-twice", "sigterm"])
 def test_interrupting_parallel_compile_of_12_graphs(tmp_path, fake_env, reaper, signals):
@@ -240,7 +239,6 @@ RACE_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
 def test_four_processes_racing_one_key_compile_it_once(tmp_path, fake_env, reaper):
     root = tmp_path / "cache"
     script = tmp_path / "race.py"
@@ -297,7 +295,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.slow
 def test_a_killed_parent_takes_its_trace_children_with_it(tmp_path, fake_env, reaper):
     script = tmp_path / "trace.py"
     script.write_text(TRACE_SCRIPT)
@@ -311,7 +308,6 @@ def test_a_killed_parent_takes_its_trace_children_with_it(tmp_path, fake_env, re
     wait_until(lambda: not any(alive(c) for c in children), 5, f"trace children {children} gone")
 
 
-@pytest.mark.slow
 def test_ctrl_c_during_a_single_compile_kills_the_compiler_and_the_entry_is_rebuilt(tmp_path, fake_env, reaper):
     root = tmp_path / "cache"
     (key,) = make_pending(root, 1)
@@ -353,7 +349,6 @@ IN_PROCESS_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
 def test_ctrl_c_during_an_in_process_compile_says_interrupted_not_crashed(tmp_path, fake_env, reaper):
     """A real SIGINT to a process compiling on a miss (the compile seam's path): the compiler is gone, ``cache ls``
     says ``interrupted`` (the compiler did not crash), and the next run rebuilds the entry."""
@@ -378,7 +373,6 @@ def test_ctrl_c_during_an_in_process_compile_says_interrupted_not_crashed(tmp_pa
     assert entry.status == "complete" and entry.metadata()["status"] == "compiled"
 
 
-@pytest.mark.slow
 def test_four_parallel_compiles_on_one_cache_build_each_graph_once(tmp_path, fake_env, reaper):
     root = tmp_path / "cache"
     keys = make_pending(root, 12)
