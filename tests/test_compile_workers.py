@@ -516,6 +516,7 @@ def test_in_process_warmup_starts_its_worker_before_the_first_compile_on_a_cold_
         return count
 
     monkeypatch.setattr(shared, "prestart", prestart)
+    STATS.reset()  # counted from zero, as in a fresh process (earlier tests in this one may have missed without compiling)
     cache = tmp_path / "cache"
     report = _tiny_runner(cache).warmup(emit=False)
     assert report.counts.compiles == 2
