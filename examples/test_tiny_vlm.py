@@ -34,6 +34,7 @@ def test_prefill_keeps_the_base_arguments(neuron_compiler_args, neuron_runner):
     assert neuron_compiler_args == neuron_runner.resolver.base_args
 
 
+@pytest.mark.slow
 def test_warmup_then_serve_generates_eager_tokens_without_a_cache_miss(neuron_served, neuron_compile_counter):
     # under --neuron-tp N this runs in each rank process: its logits are its vocabulary slice, gathered before argmax
     gather = dist_gather_logits if dist.is_available() and dist.is_initialized() else (lambda t: t)

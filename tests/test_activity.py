@@ -5,6 +5,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+import pytest
+
 from neuron_args import cache
 from neuron_args.activity import ACTIVITY
 from neuron_args.compilers import local
@@ -45,6 +47,7 @@ def test_reset_clears_what_was_said_and_the_registered_caches(monkeypatch):
     ACTIVITY.reset()  # the real version again once the patch is gone
 
 
+@pytest.mark.slow
 def test_the_plugin_reads_the_activity_without_importing_torch():
     code = ("import sys, pytest_neuron_args.plugin, pytest_neuron_args.assertions\n"
             "from pytest_neuron_args.assertions import CompileCounter\n"

@@ -138,6 +138,7 @@ FRESH = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_same_scope_in_a_fresh_process_hits_the_same_key(mlp_cache):
     env = {**os.environ, ASSERT_CACHE_HIT_ENV: "1"}
     run = subprocess.run([sys.executable, "-c", FRESH, str(mlp_cache), str(REPO)], capture_output=True, text=True,
@@ -149,6 +150,7 @@ def test_same_scope_in_a_fresh_process_hits_the_same_key(mlp_cache):
     assert got["diff"] < 1e-5
 
 
+@pytest.mark.slow
 def test_decoder_block_matches_eager_over_prefill_and_decode_steps(tmp_path):
     model, ref = make_decoder(), make_decoder()
     cm = compile_(model, tmp_path)
@@ -206,6 +208,7 @@ NATIVE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_native_seam_conflict_across_processes(tmp_path):
     """This process builds the entry under -O3 (the options NATIVE uses); a fresh one asking -O2 finds it on disk.
     One fresh process, not two: what matters is that the second process never saw the first's scope."""
@@ -255,6 +258,7 @@ def test_fake_neuronx_cc_gets_the_scoped_args(tmp_path, monkeypatch):
     assert entry.metadata()["compiler"]["name"] == "neuronx-cc"
 
 
+@pytest.mark.slow
 def test_import_does_not_load_jax_and_plain_torch_compile_still_works():
     code = ("import sys, torch, neuron_args, neuron_args.seams.backends;"
             "assert 'jax' not in sys.modules and 'torchax' not in sys.modules, 'jax imported';"

@@ -130,6 +130,7 @@ RACE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_processes_racing_on_one_key_compile_it_once(tmp_path):
     log = tmp_path / "builds.log"
     procs = [subprocess.Popen([sys.executable, "-c", RACE, str(tmp_path / "cache"), str(log)],
@@ -155,6 +156,7 @@ CONFLICT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_native_conflict_is_caught_across_processes(tmp_path):
     run = lambda *args: subprocess.run([sys.executable, "-c", CONFLICT, str(tmp_path), *args],
                                        capture_output=True, text=True, timeout=60)
@@ -241,6 +243,7 @@ HOLD_LOCK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_waiting_for_a_held_lock_times_out_naming_the_holder_and_the_lock_file(tmp_path):
     from neuron_args.errors import CompileError
 
@@ -280,6 +283,7 @@ def test_a_key_lock_is_released_from_another_thread(tmp_path):
     again.release()
 
 
+@pytest.mark.slow
 def test_neuron_args_imports_and_locks_without_fcntl(tmp_path):
     """Off POSIX there is no fcntl: the cache's lock falls back to filelock's portable lock."""
     code = textwrap.dedent("""

@@ -146,6 +146,7 @@ def _children(pid: int) -> list[int]:
 # ----------------------------------------------------------------------------- the one-shot contract
 
 
+@pytest.mark.slow
 def test_a_warm_worker_writes_what_a_process_of_its_own_writes(hlo_file, tmp_path, pool, monkeypatch):
     """Same command.txt, same entry files, same log (but the first line), same numbers; the worker is reused."""
     warm = [_compile(hlo_file, tmp_path / f"warm{i}", LocalCompiler(pool=pool), ["-O3", "--auto-cast=none"])
@@ -208,6 +209,7 @@ def test_a_bad_option_exits_2_on_a_warm_worker_with_the_program_s_own_message(hl
     assert prepare_compiler_args(["-O1"], target="trn2", graph_type="decode", key=KEY) == ["-O1"]
 
 
+@pytest.mark.slow
 def test_the_pool_can_be_turned_off_and_a_stand_in_program_runs_one_process_per_graph(hlo_file, tmp_path, shared,
                                                                                        monkeypatch):
     monkeypatch.setenv(workers.WARM_WORKERS_ENV, "0")
@@ -244,6 +246,7 @@ def test_an_idle_worker_leaves_after_its_idle_time(hlo_file, tmp_path, pool, mon
 # ----------------------------------------------------------------------------- faults
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_compile_falls_back_to_a_process_of_its_own(hlo_file, tmp_path, slow, caplog):
     slow.arm(300)
     entry = tmp_path / "entry"
@@ -278,6 +281,7 @@ def test_an_idle_worker_that_died_is_replaced_by_a_new_one(hlo_file, tmp_path, p
     assert len(pool.idle_pids()) == 1 and pool.idle_pids() != [leader] and not pool.broken
 
 
+@pytest.mark.slow
 def test_a_hung_worker_times_out_like_a_process_and_is_replaced(hlo_file, tmp_path, slow):
     slow.arm(300)
     assert slow.prestart(1) == 1  # up before the 1 s timeout starts, so it expires in the request
@@ -295,6 +299,7 @@ def test_a_hung_worker_times_out_like_a_process_and_is_replaced(hlo_file, tmp_pa
     assert "warm worker, compile 1" in _first_line(tmp_path / "next")
 
 
+@pytest.mark.slow
 def test_cancel_kills_a_busy_worker_at_once_and_starts_no_fallback(hlo_file, tmp_path, slow):
     slow.arm(300)
     scope, outcome = CancelScope(), {}
@@ -336,6 +341,7 @@ PARENT_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_warm_workers_outlive_the_thread_that_started_them_but_not_the_parent(hlo_file, tmp_path):
     """kill -9 of the parent: its idle worker and the worker's supervisor are gone within seconds."""
     script = tmp_path / "parent.py"
@@ -468,6 +474,7 @@ FALLBACK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_custom_call_only_jax_registers_is_compiled_after_importing_jax(lapack_hlo: Path, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     script = tmp_path / "no_targets.py"
@@ -494,6 +501,7 @@ def _tiny_runner(cache: Path):
                         cache_dir=cache)
 
 
+@pytest.mark.slow
 def test_in_process_warmup_starts_its_worker_before_the_first_compile_on_a_cold_cache_only(
         shared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from neuron_args.cache import STATS
@@ -508,6 +516,7 @@ def test_in_process_warmup_starts_its_worker_before_the_first_compile_on_a_cold_
         return count
 
     monkeypatch.setattr(shared, "prestart", prestart)
+    STATS.reset()  # counted from zero, as in a fresh process (earlier tests in this one may have missed without compiling)
     cache = tmp_path / "cache"
     report = _tiny_runner(cache).warmup(emit=False)
     assert report.counts.compiles == 2

@@ -95,6 +95,7 @@ def _run_reference(blob_path: Path) -> None:
 # ----------------------------------------------------------------------------- local compiler
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("compiler_args", "level", "ignored"),
     [
@@ -174,6 +175,7 @@ def test_bad_flag_fails_before_any_process_starts(tmp_path: Path, fake_cc: Path)
     assert not entry.exists()
 
 
+@pytest.mark.slow
 def test_local_program_rejects_a_bad_flag_with_exit_2(hlo_file: Path, tmp_path: Path) -> None:
     """Run by hand (or by a caller that skipped validation), the program itself validates."""
     log = tmp_path / "log.txt"
@@ -210,6 +212,7 @@ def test_local_compile_of_a_corrupt_hlo_fails_cleanly(tmp_path: Path) -> None:
     assert sorted(p.name for p in entry.iterdir()) == ["command.txt", "log-neuron-cc.txt"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "decoded"),
     [("segv", "crashed (segmentation fault) (exit status -11)"),
@@ -375,6 +378,7 @@ def test_select_errors(no_neuronx_cc: None, monkeypatch: pytest.MonkeyPatch) -> 
         select_compiler()
 
 
+@pytest.mark.slow
 def test_import_does_not_start_jax() -> None:
     code = (
         "import sys, neuron_args.compilers, neuron_args.compilers.local_xla; "
@@ -416,6 +420,7 @@ def test_compile_timeout_precedence_and_defaults(monkeypatch: pytest.MonkeyPatch
         resolve_compile_timeout({}, "local")
 
 
+@pytest.mark.slow
 def test_compilers_run_under_the_supervisor_and_a_missing_program_cannot_start(tmp_path: Path, fake_cc: Path) -> None:
     from neuron_args.compilers.lifetime import SUPERVISOR, supervised_argv
 

@@ -93,6 +93,7 @@ def test_build_trace_job_resolves_before_the_fork():
     assert tuple(job) == ("model", {"x": 1}, ["--auto-cast=none", "-O3"])
 
 
+@pytest.mark.slow
 def test_capture_writes_pending_entries_with_resolved_args(traced):
     root, results, pending, statuses, report, events = traced
     assert [r.status for r in results] == ["captured"] * 3

@@ -74,6 +74,7 @@ def decode_steps(call: Callable[..., torch.Tensor], steps: int) -> list[torch.Te
     return logits
 
 
+@pytest.mark.slow
 def test_decode_steps_match_eager_logits_and_kv_cache(cache_dir):
     block = make_decoder()
     reference = copy.deepcopy(block)
@@ -95,6 +96,7 @@ def test_decode_steps_match_eager_logits_and_kv_cache(cache_dir):
     assert block.k_cache[:, :, 28].abs().sum() > 0, "the last step wrote its position"
 
 
+@pytest.mark.slow
 def test_direct_call_and_aot_wrapper_give_identical_results(cache_dir, monkeypatch):
     """Same executables either way: bit-identical logits and KV caches over many steps."""
     results = {}
@@ -110,6 +112,7 @@ def test_direct_call_and_aot_wrapper_give_identical_results(cache_dir, monkeypat
     assert torch.equal(k_a, k_b) and torch.equal(v_a, v_b)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 def test_hf_static_causal_lm_decode_matches_eager(cache_dir):
     pytest.importorskip("transformers", reason="the Hugging Face case needs transformers (pip install -e '.[hf]')")

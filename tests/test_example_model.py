@@ -328,6 +328,7 @@ with open(sys.argv[3] + str(rank), "w") as f:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch built without distributed")
 def test_dist_gather_logits_across_two_processes(model, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -451,6 +452,7 @@ def test_every_bucket_runs_eagerly(model):
             assert out.dtype == torch.float32 and not torch.isnan(out).any()
 
 
+@pytest.mark.slow
 def test_every_bucket_traces_fullgraph_without_breaks():
     torch._dynamo.reset()
     compiled_model, eager_model = TinyVLM(seed=0), TinyVLM(seed=0)

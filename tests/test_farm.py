@@ -182,6 +182,7 @@ def serve_all_hits(root: Path, monkeypatch) -> None:
 # ----------------------------------------------------------------------------- LocalCluster
 
 
+@pytest.mark.slow
 def test_cli_compiles_on_a_local_cluster_and_serve_hits(pending_mlp, client, capsys, monkeypatch):
     address = client.scheduler.address
     worker_pids = set(client.run(os.getpid).values())
@@ -308,6 +309,7 @@ def test_scheduler_without_the_farm_extra_says_how_to_install_it(pending_mlp, mo
     assert "pip install 'neuron-args[farm]'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_remote_compiles(tmp_path, client, fake_bin):
     _, state = fake_bin
     root = tmp_path / "cache"
@@ -352,6 +354,7 @@ def _unshare_can_mount(path: Path) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_workers_that_cannot_see_the_cache_folder(pending_mlp, tmp_path_factory, monkeypatch):
     hidden = tmp_path_factory.getbasetemp()  # every test folder, the cache's included
     assert hidden in pending_mlp.parents
@@ -392,6 +395,7 @@ def test_workers_that_cannot_see_the_cache_folder(pending_mlp, tmp_path_factory,
 # ----------------------------------------------------------------------------- more faults, output forms
 
 
+@pytest.mark.slow
 def test_a_graph_whose_workers_keep_dying_is_reported_failed_with_no_half_entry(tmp_path, fake_bin):
     """allowed-failures 0: the first dead worker fails the task (KilledWorker), reported, entry pending."""
     bindir, state = fake_bin
@@ -449,6 +453,7 @@ def test_timeout_and_nothing_pending(tmp_path, fake_path, capsys):
     assert "no pending entries" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_progress_is_a_bar_on_a_terminal(tmp_path, fake_path, monkeypatch, capsys):
     import io
 
@@ -467,6 +472,7 @@ def test_progress_is_a_bar_on_a_terminal(tmp_path, fake_path, monkeypatch, capsy
     assert "[1/3]" not in text  # not the plain lines
 
 
+@pytest.mark.slow
 def test_losing_the_scheduler_mid_run_fails_the_graphs_clearly(tmp_path, fake_bin, capsys):
     """A ``dask scheduler`` process killed while its worker compiles: exit 1, the graph listed, entry pending."""
     bindir, state = fake_bin

@@ -79,6 +79,7 @@ def decode(runner: NeuronRunner | None, model: torch.nn.Module, steps: int, chec
     return logits
 
 
+@pytest.mark.slow
 def test_decode_steps_match_eager_logits_and_kv_cache(decoder_runner):
     block = decoder_runner.model.block
     block.reset_cache()
@@ -126,6 +127,7 @@ def test_fast_and_guarded_paths_give_identical_results(decoder_runner):
     assert torch.equal(fast_cache[0], block.k_cache) and torch.equal(fast_cache[1], block.v_cache)
 
 
+@pytest.mark.slow
 def test_tiny_vlm_generation_is_served_fast_and_matches_eager(tmp_path_factory):
     """Four graph types, three on one entry with different compiler arguments (variants); KV slots by index_put."""
     from examples.tiny_vlm.generate import generate

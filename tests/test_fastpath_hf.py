@@ -99,6 +99,7 @@ def prefill(runner: NeuronRunner, lm: StaticCausalLM, reference: StaticCausalLM)
     return int(want[0, -1].argmax())
 
 
+@pytest.mark.slow
 def test_prefill_and_decode_replay_with_logits_and_kv_cache_equal_to_eager(served):
     runner, reference = served
     lm = runner.model
@@ -151,6 +152,7 @@ def copy_of_cache(lm: StaticCausalLM, inference: bool) -> object:
     return fresh
 
 
+@pytest.mark.slow
 def test_calls_that_do_not_match_take_the_guarded_path_and_stay_right(served):
     """Each changes what the graph was traced for: no fast graph learned so far serves it; the guarded call
     (a new Dynamo entry, then learned) gives eager's logits and cache. A cache object Dynamo's guards accept

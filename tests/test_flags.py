@@ -549,6 +549,7 @@ def test_closest_option(name, expected):
     assert closest_option(name) == expected
 
 
+@pytest.mark.slow
 def test_importing_flags_pulls_in_neither_torch_nor_jax():
     code = (
         "import sys, neuron_args.flags; "

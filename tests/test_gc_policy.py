@@ -25,6 +25,7 @@ class Cycle:
         self.me = self
 
 
+@pytest.mark.slow
 def test_the_outermost_session_freezes_after_collecting_and_the_next_session_unfreezes(fresh):
     import weakref
 
@@ -77,6 +78,7 @@ def test_paused_restores_the_collector_state(enabled):
         (gc.enable if was else gc.disable)()
 
 
+@pytest.mark.slow
 def test_a_session_that_warms_up_freezes_after_collection_and_again_at_its_end(neuron_project, warm_cache):
     """Wired into the plugin: in a process of its own (the outermost session) the heap is frozen when the
     test runs, and more of it (the warmed-up runner) at session end; a warmup runs with the collector off."""

@@ -132,6 +132,7 @@ def test_mlp_matches_eager(mlp_run: dict[str, Any]) -> None:
     assert graph.lowered.result_shapes == ("4, 16",)
 
 
+@pytest.mark.slow
 def test_decoder_prefill_and_decode_match_eager(decoder_run: dict[str, Any]) -> None:
     steps = decoder_run["steps"]
     shapes = [tuple(got.shape) for got, _ in steps]
@@ -402,9 +403,9 @@ _SHIM_PROBE = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def _fresh_process_started() -> Any:
-    """Start the fresh-interpreter probe at module setup so it overlaps the in-process compiles."""
+    """The fresh-interpreter probe, started when its first (slow) test sets up; the fast tier starts none."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.Popen(
         [sys.executable, "-c", _SHIM_PROBE, os.path.dirname(os.path.abspath(__file__))],
@@ -424,6 +425,7 @@ def fresh_process(_fresh_process_started: subprocess.Popen[str]) -> dict[str, An
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_shim_keeps_torch_state_and_other_backends(fresh_process: dict[str, Any]) -> None:
     assert fresh_process["after"] == fresh_process["before"]
     assert fresh_process["after"]["accelerator"] is False  # CPU torch: no accelerator, as before
@@ -433,6 +435,7 @@ def test_shim_keeps_torch_state_and_other_backends(fresh_process: dict[str, Any]
     assert all("name" in m.lower() for m in fresh_process["missing"])
 
 
+@pytest.mark.slow
 def test_hlo_text_stable_across_processes(
     fresh_process: dict[str, Any], mlp_run: dict[str, Any]
 ) -> None:

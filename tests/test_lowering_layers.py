@@ -85,6 +85,7 @@ RNN_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(RNN_CASES))
 def test_recurrent_layer_forward_matches_eager(name):
     """An LSTM whose input needs no gradient runs oneDNN's layer op (lowered as a scan over time); GRU and RNN
@@ -94,6 +95,7 @@ def test_recurrent_layer_forward_matches_eager(name):
         compare(module, randn(2, 3, 6, seed=1), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_recurrent_layer_gradients_match_eager(kind):
     """The backward graph is compiled too. torch's LSTM decomposition runs oneDNN's layer op while the layer's input
@@ -114,6 +116,7 @@ def test_recurrent_layer_gradients_match_eager(kind):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
+@pytest.mark.slow
 def test_projected_lstm_gradients_match_eager():
     """``proj_size``: torch's decomposition unrolls the steps with the projection (oneDNN's layer op has none), the
     second layer reading the first's projected output."""
@@ -133,6 +136,7 @@ def test_projected_lstm_gradients_match_eager():
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_recurrent_layer_bfloat16_is_as_accurate_as_eager(kind):
     """bf16 against eager bf16 within the matrix's bf16 tolerance (2e-2), and against the same layer in float32: each
@@ -297,12 +301,14 @@ OP_GROUPS = {"convolutions-and-norms": _convolutions_and_norms, "resampling": _r
              "math": _math}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", list(OP_GROUPS))
 def test_op_group_matches_eager(group):
     args = (_x(2, 4, 9), _x(2, 4, 6, 6, seed=1), _x(1, 2, 4, 4, 4, seed=2))
     compare(OP_GROUPS[group](*args), *args, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_antialiased_resize_and_adaptive_max_pool_gradients_match_eager():
     x = _x(2, 3, 9, 8).requires_grad_()
     weights = _x(2, 3, 4, 3, seed=1)

@@ -39,6 +39,7 @@ def _ops(a, s, b, v, w):
 ARGS = (randn(2, 4, 4, seed=1), _spd(2), randn(2, 4, 3, seed=2), randn(2, 4, seed=3), randn(3, 4, seed=4))
 
 
+@pytest.mark.slow
 def test_linalg_ops_match_eager():
     compare(_ops, *ARGS, **TOL)
 
@@ -53,6 +54,7 @@ def _losses(a, s, b):
             + torch.linalg.matrix_exp(0.3 * a).sum() + torch.linalg.eigh(s)[0].sum())
 
 
+@pytest.mark.slow
 def test_linalg_gradients_match_eager():
     """det and slogdet factor A^T when A is contiguous, and their backward reads those factors (``det(a.mT * 2)``
     is not contiguous); solve's backward reads the factors of A."""
@@ -66,6 +68,7 @@ def test_linalg_gradients_match_eager():
         torch.testing.assert_close(g, w, **TOL, msg=lambda m, name=name: f"d/d{name}: {m}")
 
 
+@pytest.mark.slow
 def test_singular_inputs_give_eager_info_and_no_error():
     """``info`` as LAPACK's: the first zero pivot of LU, the first leading minor that is not positive definite.
     ``torch.linalg.inv`` of a singular matrix raises in eager; compiled, its check is left out (an executable cannot

@@ -76,6 +76,7 @@ def test_sdpa_for_cpu_returns_output_and_logsumexp_like_the_kernel(masked):
     assert lse.shape == (2, 4, 6) and lse.dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_gradient_enabled_attention_layer_lowers_and_matches():
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=True)
     x = randn(2, 5, 32)
@@ -117,6 +118,7 @@ BACKWARD_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BACKWARD_CASES))
 def test_backward_op_gradients_match_eager(name):
     torch.manual_seed(0)

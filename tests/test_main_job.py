@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_two_engines_of_two_tp_ranks_write_two_manifests_with_both_ranks(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_NEURON_MANIFEST_DIR", "NEURON_LIBTORCH_ASSERT_CACHE_HIT")}
     run = subprocess.run([sys.executable, "-m", "examples.tiny_vlm.main", "--tp", "2", "--dp", "2", "--out", str(tmp_path)],
@@ -30,6 +33,7 @@ def test_two_engines_of_two_tp_ranks_write_two_manifests_with_both_ranks(tmp_pat
     assert not (tmp_path / "manifests" / "ledger" / "dev0_1").exists()  # each engine cleaned its own ledger
 
 
+@pytest.mark.slow
 def test_hf_llama_main_job_in_the_deferred_flow_matches_transformers_generate(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_NEURON_MANIFEST_DIR", "NEURON_LIBTORCH_ASSERT_CACHE_HIT")}
     run = subprocess.run([sys.executable, "-m", "examples.hf_llama.main", "--flow", "parallel", "--out", str(tmp_path)],

@@ -415,6 +415,7 @@ def test_cache_explain_needs_key_components(cache, capsys):
 # ----------------------------------------------------------------------------- console script
 
 
+@pytest.mark.slow
 def test_the_console_script(deployment):
     script = Path(sys.executable).with_name("neuron-args")
     if not script.exists():
@@ -598,6 +599,7 @@ def test_baseline_constants_match_the_plugin():
     assert show.BASELINE_DIRNAME == baseline.BASELINE_DIRNAME
 
 
+@pytest.mark.slow
 def test_consistency_through_python_m(deployment, tmp_path):
     """The same flags through a real process: ``python -m neuron_args.cli``."""
     env = {k: v for k, v in os.environ.items() if k not in ("VLLM_NEURON_MANIFEST_DIR", "NEURON_LIBTORCH_CACHE_DIR")}

@@ -292,6 +292,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_warmup_then_serve_in_fresh_processes_load_each_neff_once(tmp_path, fake_cc):
     script = tmp_path / "serve.py"
     script.write_text(SCRIPT)
@@ -324,6 +325,7 @@ def test_warmup_then_serve_in_fresh_processes_load_each_neff_once(tmp_path, fake
     assert len(calls) >= 6  # every served call ran a NEFF (warmup calls too)
 
 
+@pytest.mark.slow
 def test_deferred_flow_serves_its_neffs_through_the_runtime(tmp_path, fake_cc):
     script = tmp_path / "serve.py"
     script.write_text(SCRIPT)
@@ -379,6 +381,7 @@ SERVED_TEST = """
 """
 
 
+@pytest.mark.slow
 def test_plugin_serves_neffs_through_the_runtime(neuron_project: pytest.Pytester, tmp_path, fake_cc,
                                                  fake_runtime) -> None:
     neuron_project.makepyfile(test_served=SERVED_TEST)
@@ -387,6 +390,7 @@ def test_plugin_serves_neffs_through_the_runtime(neuron_project: pytest.Pytester
     assert len(fake_runtime.LOADS) == 2 and fake_runtime.CALLS  # both graphs warmed up, loaded once
 
 
+@pytest.mark.slow
 def test_plugin_run_without_the_binding_fails_with_what_to_install(neuron_project: pytest.Pytester, tmp_path,
                                                                     fake_cc) -> None:
     neuron_project.makepyfile(test_served=SERVED_TEST)

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
@@ -96,6 +98,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_kept_children_trace_a_later_call_with_its_options_are_replaced_when_dead_and_leave(tmp_path):
     """One fresh process for every kept-child contract (each fresh interpreter costs its imports and first
     children): a later call's jobs and options, a dead child replaced, close, idle, and an interrupt that leaves
@@ -158,6 +161,7 @@ RUNNERS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_second_runner_traces_in_the_first_runners_children_and_serves_what_eager_computes(tmp_path):
     import json
     import os
@@ -198,6 +202,7 @@ ORPHANS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_children_kept_by_a_thread_outlive_it_but_not_their_parent(tmp_path):
     import os
     import time

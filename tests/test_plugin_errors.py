@@ -65,6 +65,7 @@ def test_a_graph_break_fails_the_warmup_unless_allowed(neuron_project: pytest.Py
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_a_graph_break_fails_the_parallel_warmup_too(neuron_project: pytest.Pytester) -> None:
     """Under --neuron-flow=parallel the trace children capture without fullgraph, and the break only failed the
     tests that served (a test of the manifest alone passed on a graph type that is not one graph)."""

@@ -81,6 +81,7 @@ def test_decode_baseline(neuron_manifest, neuron_baseline):
 """
 
 
+@pytest.mark.slow
 def test_baseline_create_pass_change_fail_update(neuron_project: pytest.Pytester,
                                                  warm_cache: SimpleNamespace) -> None:
     neuron_project.makepyfile(test_base=BASELINE_TEST)
@@ -123,6 +124,7 @@ def test_baseline_create_pass_change_fail_update(neuron_project: pytest.Pytester
     neuron_project.runpytest().assert_outcomes(failed=1)  # and back: -O3 is now the difference
 
 
+@pytest.mark.slow
 def test_baselines_are_kept_per_setting_that_changes_the_compiled_set(neuron_project: pytest.Pytester) -> None:
     neuron_project.makepyfile(test_base=BASELINE_TEST)
     folder = neuron_project.path / ".neuron-baseline"

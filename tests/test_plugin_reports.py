@@ -143,6 +143,7 @@ def test_step_summary_of_a_baseline_check_and_baseline_counts(neuron_project: py
     assert "```diff" in text and "compiler_flags -O3 -> -O2" in text
 
 
+@pytest.mark.slow
 def test_xdist_junit_properties_and_one_merged_step_summary(neuron_project: pytest.Pytester, tmp_path: Path,
                                                             warm_cache: SimpleNamespace,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,6 +183,7 @@ def test_b(neuron_manifest, neuron_baseline):
 """
 
 
+@pytest.mark.slow
 def test_baselines_of_tests_that_no_longer_exist_are_removed_only_by_a_whole_update_run(
         neuron_project: pytest.Pytester) -> None:
     folder = neuron_project.path / ".neuron-baseline"
@@ -239,6 +241,7 @@ def test_a_module_that_fails_to_import_keeps_its_baselines(neuron_project: pytes
     assert len(list((neuron_project.path / ".neuron-baseline").glob("*.json"))) == 2
 
 
+@pytest.mark.slow
 def test_the_ini_testpaths_count_as_the_whole_suite_a_sub_folder_does_not(neuron_project: pytest.Pytester) -> None:
     sub = neuron_project.mkpydir("suite")
     (sub / "test_base.py").write_text(BASELINE_TEST)

@@ -75,6 +75,7 @@ def test_serve_time_miss_names_graph_key_closest_entry_and_flag(neuron_project: 
                                  "(decode 1, prefill 1), 2 miss(es)"])
 
 
+@pytest.mark.slow
 def test_compile_counter_and_a_persistent_cache_reused_with_zero_compiles(neuron_project: pytest.Pytester,
                                                                           tmp_path: Path) -> None:
     cache = tmp_path / "persistent-cache"
@@ -107,6 +108,7 @@ def test_compile_counter_and_a_persistent_cache_reused_with_zero_compiles(neuron
                                  "1 graph: 0 compiled, 1 loaded, 0 captured; session cache *"])
 
 
+@pytest.mark.slow
 def test_parallel_flow_gives_the_keys_of_the_in_process_flow(neuron_project: pytest.Pytester,
                                                              warm_cache: SimpleNamespace) -> None:
     neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\nneuron_compiler = local\n"
@@ -150,6 +152,7 @@ def test_parallel_flow_gives_the_keys_of_the_in_process_flow(neuron_project: pyt
         assert row[4] == "compiled" and row[5].endswith("s") and row[6].endswith("KiB"), row
 
 
+@pytest.mark.slow
 def test_xdist_workers_merge_into_one_summary(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
                                               tmp_path: Path) -> None:
     pytest.importorskip("xdist")
@@ -187,6 +190,7 @@ def test_xdist_workers_merge_into_one_summary(neuron_project: pytest.Pytester, w
     assert not (manifests / "ledger").exists()  # consumed by the emit
 
 
+@pytest.mark.slow
 def test_calls_of_the_model_are_served_and_undeclared_shapes_reported(neuron_project: pytest.Pytester) -> None:
     neuron_project.makepyfile(test_direct="""
         import pytest

@@ -88,6 +88,7 @@ def test_tests_sharing_the_model_share_one_warmup(neuron_project: pytest.Pyteste
     assert "decode b1 (1/1)" not in out and "compiling" not in out  # test_rewarm did not trace decode again
 
 
+@pytest.mark.slow
 def test_compile_counts_do_not_depend_on_test_order(neuron_project: pytest.Pytester, tmp_path: Path) -> None:
     neuron_project.makepyfile(test_shared=SHARED)
     alone = neuron_project.runpytest("-p", "no:randomly", "-k", "rewarm")
@@ -140,6 +141,7 @@ def neuron_model():
 '''
 
 
+@pytest.mark.slow
 def test_summary_sorts_shapes_as_numbers_and_abbreviates_long_input_lists(neuron_project: pytest.Pytester) -> None:
     neuron_project.makeconftest(BUCKETS_CONFTEST)
     neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\nneuron_compiler = local\n"
@@ -172,6 +174,7 @@ def test_shapes_text_and_row_order() -> None:
     assert [r["key"] for r in sorted(rows, key=row_order)] == ["c", "b", "e", "a", "d"]
 
 
+@pytest.mark.slow
 def test_the_plugin_works_without_pytest_xdist(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """pytest-xdist is an extra: with no other plugin loaded the plugin loads, warms and summarises."""

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 
+@pytest.mark.slow
 def test_tensor_parallel_warmup_runs_in_rank_processes(neuron_project: pytest.Pytester, warm_cache: SimpleNamespace,
                                                        tmp_path: Path) -> None:
     manifests = tmp_path / "manifests"
@@ -53,6 +54,7 @@ def test_tensor_parallel_warmup_runs_in_rank_processes(neuron_project: pytest.Py
                                  "0 miss(es); with 4 --neuron-tp rank process report(s)"])
 
 
+@pytest.mark.slow
 def test_a_failing_rank_fails_the_test_with_its_error(neuron_project: pytest.Pytester) -> None:
     neuron_project.makeconftest('''
         import os
@@ -86,6 +88,7 @@ def test_a_failing_rank_fails_the_test_with_its_error(neuron_project: pytest.Pyt
     result.stdout.fnmatch_lines(["decode * (1, 8) *", "1 graph: *; with 1 --neuron-tp rank process report(s)"])
 
 
+@pytest.mark.slow
 def test_rank_processes_load_the_plugin_where_autoload_is_disabled(neuron_project: pytest.Pytester,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """CI jobs often set PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 and load plugins with -p: the rank processes inherit the

@@ -4,6 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import neuron_args
 
 SEED_NAMES = ["scoped_compiler_args", "apply_scoped_compiler_args", "with_optimization_level", "create_cache_hash",
@@ -20,6 +22,7 @@ def test_seed_names_are_importable():
     assert issubclass(neuron_args.CacheKeyArgsConflict, neuron_args.NeuronArgsError)
 
 
+@pytest.mark.slow
 def test_import_loads_neither_torch_nor_jax():
     code = "import sys, neuron_args; print(sorted(m for m in ('torch', 'jax', 'torchax') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -33,12 +36,14 @@ def python_prints(code: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_the_deferred_build_imports_neither_torch_nor_the_seams():
     assert python_prints("import sys, neuron_args.deferred.parallel_compile, neuron_args.compilers.build;"
                          "print(sorted(m for m in ('torch', 'jax', 'neuron_args.seams.backends') if m in sys.modules))"
                          ) == "[]"
 
 
+@pytest.mark.slow
 def test_torch_compile_finds_a_seam_by_name_in_a_fresh_process(tmp_path):
     """The entry points are the only registration: importing the seams writes nothing into torch's registry,
     and ``backend="neuron_libtorch"`` works in a process that never imported neuron_args itself; each of the

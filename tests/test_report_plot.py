@@ -46,6 +46,7 @@ def test_series_orders_runs_by_creation_and_leaves_gaps(nights: list[Path]):
     }
 
 
+@pytest.mark.slow
 def test_cli_plot_writes_a_png(nights: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     pytest.importorskip("matplotlib", reason="the plot extra (scripts/setup.sh installs it)")
     out = tmp_path / "trend" / "trend.png"

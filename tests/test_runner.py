@@ -110,6 +110,7 @@ def test_serve_asserts_where_the_environment_does_not_and_false_leaves_it_to_the
             assert assert_cache_hit_enabled() is asserting
 
 
+@pytest.mark.slow
 def test_parallel_flow_gives_the_same_keys_as_in_process(warm_cache, tmp_path):
     report = make_runner(tmp_path).warmup(flow="parallel")
     assert {e.key for e in CompileCache(tmp_path).entries()} == {e.key for e in CompileCache(warm_cache).entries()}
@@ -117,6 +118,7 @@ def test_parallel_flow_gives_the_same_keys_as_in_process(warm_cache, tmp_path):
     assert sorted(r.graph_type for r in records.records()) == ["decode", "prefill"]
 
 
+@pytest.mark.slow
 def test_parallel_flow_traces_each_captured_graph_here_once_built_so_serving_traces_nothing(tmp_path):
     runner = make_runner(tmp_path)
     report = runner.warmup(flow="parallel")
@@ -160,6 +162,7 @@ FRESH = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_serving_from_the_cache_in_a_fresh_process_hits_every_graph(warm_cache):
     run = subprocess.run([sys.executable, "-c", FRESH, str(warm_cache), str(REPO)], capture_output=True, text=True,
                          timeout=300)
@@ -192,6 +195,7 @@ def test_a_second_warmup_traces_nothing_and_replays_the_first(warm_cache):
     assert {g.graph_type: g.origin for g in second.graphs} == {"decode": "first", "prefill": "second"}
 
 
+@pytest.mark.slow
 def test_a_graph_break_is_an_error_naming_the_line_unless_allowed(tmp_path):
     from neuron_args.runner import GraphBreakError
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from pytest_neuron_args import trace_log
@@ -99,6 +100,7 @@ print([c.line() for c in _value_changes({"a": 1}, {"a": 2}, "config", ignore_pat
 """
 
 
+@pytest.mark.slow
 def test_equal_values_are_compared_without_importing_deepdiff_and_changes_still_are_found():
     run = subprocess.run([sys.executable, "-c", EQUAL_BASELINE], cwd=REPO, capture_output=True, text=True,
                          timeout=120)

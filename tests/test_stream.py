@@ -39,6 +39,7 @@ def capture(root: Path, batches: tuple[int, ...]) -> list[str]:
     return sorted(e.key for e in entries)
 
 
+@pytest.mark.slow
 def test_streamed_keys_compile_as_they_arrive(tmp_path):
     """The second key is only yielded once the first one's compile has reported: it must start before the rest arrive."""
     first, second = capture(tmp_path, (1, 2))
@@ -66,6 +67,7 @@ def test_streamed_keys_compile_as_they_arrive(tmp_path):
     assert {e.status for e in CompileCache(tmp_path).entries()} == {"complete"}
 
 
+@pytest.mark.slow
 def test_streamed_compile_reports_failures_and_the_feeders_error_after_the_compiles(tmp_path):
     good, bad = capture(tmp_path, (3, 5))
     CompileCache(tmp_path).entry(bad).hlo_path.write_bytes(b"not an hlo module")
@@ -171,6 +173,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_cold_parallel_warmup_compiles_a_capture_while_the_other_child_still_traces(tmp_path):
     script, events = tmp_path / "stream.py", tmp_path / "events.txt"
     script.write_text(SCRIPT)

@@ -47,6 +47,7 @@ def args_by_key(root):
     return {e.key: e.metadata()["compiler_args"] for e in CompileCache(root).entries()}
 
 
+@pytest.mark.slow
 def test_n_jobs_on_two_workers_start_exactly_two_children_each_job_keeping_its_args(tmp_path):
     model = make_mlp()
     jobs = [mlp_job(model, batch, 1 + batch % 3) for batch in range(1, 7)]
@@ -62,6 +63,7 @@ def test_n_jobs_on_two_workers_start_exactly_two_children_each_job_keeping_its_a
         assert CompileCache(tmp_path).entry(result.keys[0]).metadata()["graph_type"] == job.graph_type
 
 
+@pytest.mark.slow
 def test_dynamo_state_does_not_leak_between_jobs_of_one_child(tmp_path):
     """One child, one model: twelve shapes (past Dynamo's default recompile limit of 8 per code object, which a
     child that kept its compiled frames would hit and run eagerly) and one shape under two argument sets."""
@@ -79,6 +81,7 @@ def test_dynamo_state_does_not_leak_between_jobs_of_one_child(tmp_path):
     assert results[2].keys != results[12].keys
 
 
+@pytest.mark.slow
 def test_a_dying_child_fails_only_its_job_and_a_new_child_traces_the_rest(tmp_path):
     model = make_mlp()
     jobs = [mlp_job(model, 1, 2), TraceJob(Crashing(), {"x": torch.zeros(2)}, ["-O3"], "crash"),
@@ -113,6 +116,7 @@ def test_a_raising_job_fails_alone_and_its_child_goes_on(tmp_path):
     assert args_by_key(tmp_path) == {ok.keys[0]: jobs[1][2]}
 
 
+@pytest.mark.slow
 def test_a_hung_job_fails_at_its_deadline_and_a_new_child_traces_the_rest(tmp_path):
     """A hung job is killed at its deadline: the TraceError and the job's result name its graph type and the
     deadline (what tests/test_deferred.py checked with a lone hung job), and a new child traces the jobs after it.
@@ -131,6 +135,7 @@ def test_a_hung_job_fails_at_its_deadline_and_a_new_child_traces_the_rest(tmp_pa
     assert sorted(args_by_key(tmp_path).values()) == sorted([jobs[1][2], jobs[2][2]])
 
 
+@pytest.mark.slow
 def test_spawned_children_get_each_job_pickled_and_an_unpicklable_one_fails_alone(tmp_path):
     model = make_mlp()
     jobs = [mlp_job(model, 2, 2), TraceJob(Unpicklable(), {"x": torch.zeros(2)}, None, "lambda"),
@@ -145,6 +150,7 @@ def test_spawned_children_get_each_job_pickled_and_an_unpicklable_one_fails_alon
     assert args_by_key(tmp_path) == {first.keys[0]: jobs[0][2], last.keys[0]: jobs[3][2]}
 
 
+@pytest.mark.slow
 def test_before_children_runs_once_before_the_first_child_and_never_without_one(tmp_path):
     calls = []
     model = make_mlp()
@@ -170,6 +176,7 @@ SERVER_AFTER_FORK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_runner_whose_children_forked_starts_the_fork_server_for_its_next_trace(tmp_path):
     """Once its children forked, a runner's trace starts the fork server its next call needs (after jax's client
     exists in the runner's process); a plain parallel_trace call starts none."""
@@ -191,6 +198,7 @@ UNGUARDED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_child_that_dies_importing_an_unguarded_script_names_the_fix(tmp_path):
     script = tmp_path / "warm.py"
     script.write_text(UNGUARDED.format(repo=str(REPO), cache=str(tmp_path / "c")))

@@ -139,6 +139,7 @@ def test_a_memo_hit_skips_aot_and_lowering_with_the_keys_records_and_ledger_of_t
     assert len(memo_files(mlp_cache)) == 1, "the full path of a known graph writes no second memo"
 
 
+@pytest.mark.slow
 def test_the_decoder_decode_steps_mutate_the_kv_cache_as_eager_does(tmp_path, counts):
     def steps(cache: Path) -> tuple[list[torch.Tensor], torch.nn.Module]:
         fresh()
@@ -175,6 +176,7 @@ class Scaled(torch.nn.Module):
         return self.mlp(x) * self.scale
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["constant", "parameter shape", "dtype", "grad mode"])
 def test_a_changed_trace_does_not_use_the_memo(mlp_cache, counts, change):
     run_mlp(mlp_cache)
@@ -250,6 +252,7 @@ def test_registered_lowerings_count_by_what_they_run_not_by_their_address():
     assert digest(_closure(abs)) != digest(_closure(_scaled)), "a closure's cells count"
 
 
+@pytest.mark.slow
 def test_a_corrupt_memo_file_is_ignored_and_rewritten(tmp_path, counts):
     mlp_cache = tmp_path
     run_mlp(mlp_cache)
@@ -267,6 +270,7 @@ def test_a_corrupt_memo_file_is_ignored_and_rewritten(tmp_path, counts):
         torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_missing_or_corrupt_entry_takes_the_full_path_and_is_rebuilt(tmp_path, counts):
     run_mlp(tmp_path)
     (entry,) = CompileCache(tmp_path).entries()
@@ -284,6 +288,7 @@ def test_a_missing_or_corrupt_entry_takes_the_full_path_and_is_rebuilt(tmp_path,
     torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_two_scopes_on_one_graph_get_two_keys_the_second_lowered_when_it_misses(tmp_path, counts, monkeypatch):
     model, (x,) = make_mlp(), mlp_inputs()
     run_mlp(tmp_path)
@@ -353,6 +358,7 @@ def run_twice_fresh(script: str) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_fresh_processes_use_the_memo_another_process_wrote_lapack_graphs_included(tmp_path):
     """Two contracts, one pair of fresh processes (each costs an import of torch and jax):
 
@@ -417,6 +423,7 @@ class DecoderModel(torch.nn.Module):
                 GraphSpec("decode", self.block, {"t1": lambda: kw(*decoder_inputs(seq=1, start=5))})]
 
 
+@pytest.mark.slow
 def test_the_runner_serves_memo_graphs_through_the_fast_path(tmp_path, counts, monkeypatch):
     monkeypatch.delenv(FASTPATH_ENV, raising=False)
     runners = []
@@ -444,6 +451,7 @@ def test_the_runner_serves_memo_graphs_through_the_fast_path(tmp_path, counts, m
     torch.testing.assert_close(block.k_cache, reference.k_cache, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_tiny_hf_llama_from_the_memo_matches_eager(tmp_path, counts):
     pytest.importorskip("transformers", reason="the Hugging Face model needs transformers (pip install -e '.[hf]')")
     from tests.hf.architectures import DECODERS, token_ids

@@ -72,6 +72,7 @@ def cold(tmp_path_factory):
     return root, report, {g.graph_type: g.key for g in in_process.graphs}, in_process_root
 
 
+@pytest.mark.slow
 def test_a_cold_parallel_warmup_traces_in_children_and_records_the_keys(cold):
     root, report, in_process, _ = cold
     assert [t.status for t in report.traced] == ["captured", "captured"]
@@ -186,6 +187,7 @@ FORK_SERVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_once_forking_is_unsafe_the_runners_children_start_from_a_fork_server_and_a_plain_call_spawns(tmp_path):
     """One fresh process (each costs an import of torch and jax) for both start methods once jax's client exists:
     a runner's call (an in-process tracer) starts the fork server and never spawns; a plain parallel_trace call
@@ -203,6 +205,7 @@ def test_once_forking_is_unsafe_the_runners_children_start_from_a_fork_server_an
     assert [e.status for e in CompileCache(plain).entries()] == ["pending"]
 
 
+@pytest.mark.slow
 def test_a_warm_parallel_session_starts_no_child_and_counts_each_graph_once(neuron_project):
     neuron_project.makepyfile(test_warm="""
         def test_warm(neuron_warmup):

@@ -164,6 +164,7 @@ class Dropout(torch.nn.Module):
         return torch.nn.functional.dropout(x * self.scale, p=0.5, training=True)
 
 
+@pytest.mark.slow
 def test_dropout_draws_a_new_mask_each_call_and_backward_uses_it(tmp_path, lowered):
     """A seeded graph takes a random key the runtime draws from torch's generator: masks differ per call,
     repeat under torch.manual_seed, and the backward graph scales by the forward's own mask."""

@@ -124,6 +124,7 @@ def test_workers_forked_by_the_zygote_compile_and_run_right(hlo_file, tmp_path, 
     assert b"neuron_args.compilers.zygote" in Path(f"/proc/{zygote}/cmdline").read_bytes()
 
 
+@pytest.mark.slow
 def test_a_compile_takes_a_worker_given_back_rather_than_wait_for_its_new_one(hlo_file, tmp_path, stand_in):
     """Worker A is up; B is forked for the second thread but held at start: every graph goes to A."""
     files = stand_in.files
@@ -171,6 +172,7 @@ def test_a_killed_zygote_is_logged_and_workers_start_as_processes_of_their_own(h
     assert pool.zygote_off and pool.zygote is None
 
 
+@pytest.mark.slow
 def test_a_timeout_kills_the_forked_worker_s_group_and_the_zygote_forks_the_next(hlo_file, tmp_path, stand_in):
     files = stand_in.files
     files["gate"].touch()
@@ -190,6 +192,7 @@ def test_a_timeout_kills_the_forked_worker_s_group_and_the_zygote_forks_the_next
     assert _parent(_parent(_worker_pid(tmp_path / "next"))) == zygote
 
 
+@pytest.mark.slow
 def test_a_forked_worker_killed_mid_compile_falls_back_and_a_cancel_kills_one(hlo_file, tmp_path, stand_in):
     """Its leader passes the worker's death on (-9, as the supervisor does); a cancel kills the group at once."""
     files = stand_in.files
@@ -258,6 +261,7 @@ PARENT_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_parent_leaves_no_zygote_and_no_worker(hlo_file, tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(PARENT_SCRIPT)
@@ -289,6 +293,7 @@ def test_kill_9_of_the_parent_leaves_no_zygote_and_no_worker(hlo_file, tmp_path)
         proc.communicate(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_zygote_that_cannot_start_is_logged_and_the_switch_turns_it_off(hlo_file, tmp_path, monkeypatch, caplog):
     broken = workers.WorkerPool(zygote=[sys.executable, "-c", "import sys; sys.exit(3)"])
     try:

@@ -27,6 +27,7 @@ def test_prefill_keeps_the_base_arguments(neuron_compiler_args, neuron_runner):
     assert neuron_compiler_args == neuron_runner.resolver.base_args
 
 
+@pytest.mark.slow
 def test_serve_generates_the_tokens_of_transformers_generate(neuron_served, neuron_compile_counter):
     with neuron_compile_counter.expect(compiles=0, misses=0), torch.inference_mode():
         tokens = [generate(neuron_served.model, p, max_new_tokens=8, run=neuron_served.run) for p in PROMPTS]

@@ -58,3 +58,20 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.fixture
+def fresh_activity(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process starts over as a new one would (counters, memoized versions, verified entries), with no
+    cache-hit assert and no $NEURON_CC_FLAGS; Dynamo's compiled code and the counters are dropped afterwards."""
+    import torch
+
+    from neuron_args.activity import ACTIVITY
+    from neuron_args.cache import ASSERT_CACHE_HIT_ENV
+
+    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
+    ACTIVITY.reset()
+    yield
+    torch._dynamo.reset()
+    ACTIVITY.reset()

@@ -87,6 +87,7 @@ def _damage(root, case):
     return entry.key
 
 
+@pytest.mark.slow
 def test_corrupt_entries_are_a_miss_then_moved_aside_and_rebuilt(warm, tmp_path, fake_env, reaper, capsys):
     roots, keys = {}, {}
     for case in CASES:
@@ -123,6 +124,7 @@ def test_corrupt_entries_are_a_miss_then_moved_aside_and_rebuilt(warm, tmp_path,
     assert cli(["cache", "verify", str(roots["truncated"])]) == 0
 
 
+@pytest.mark.slow
 def test_verify_fix_moves_corrupt_entries_aside(warm, tmp_path, capsys):
     root = tmp_path / "cache"
     shutil.copytree(warm, root)
@@ -146,6 +148,7 @@ HOLD_LOCK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_cache_ls_tells_a_compile_in_progress_from_a_crashed_one(tmp_path, fake_env, reaper, capsys):
     root, key = tmp_path / "cache", "5e" * 16
     script = tmp_path / "hold.py"

@@ -38,6 +38,7 @@ def test_entries_whose_folders_were_swapped_are_rebuilt_not_served(tmp_path):
     assert o1.key in ACTIVITY.corrupt and [p.name[:32] for p in (tmp_path / ".corrupt").iterdir()] == [o1.key]
 
 
+@pytest.mark.slow
 def test_another_pending_entry_that_does_not_compile_fails_no_warmup_of_this_model(tmp_path, caplog):
     """The parallel flow also builds every other pending entry of the cache (as parallel_compile's scan would). One
     left by an earlier interrupted session, or another project's on a shared nightly cache, whose graph.hlo is torn,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import tracemalloc
 
+import pytest
+
 from neuron_args.cache import CompileCache
 from neuron_args.deferred import parallel_compile
 from tests.faults.fault_helpers import make_pending
@@ -10,6 +12,7 @@ from tests.faults.fault_helpers import make_pending
 MB = 1 << 20
 
 
+@pytest.mark.slow
 def test_a_failed_compile_with_a_huge_output_names_its_tail_without_reading_it_whole(tmp_path, fake_env, monkeypatch):
     """40 MB of compiler output, then exit 70: the driver read the captured output and the log into memory whole,
     several times (the append, the hint's tail, the error's tail), a few hundred MB at neuronx-cc's verbose levels."""

@@ -47,6 +47,7 @@ def _key(i: int) -> str:
     return f"{i:02x}" * 16
 
 
+@pytest.mark.slow
 def test_a_torn_line_does_not_swallow_the_graphs_written_after_it(tmp_path, fake_env, reaper, monkeypatch, caplog,
                                                                 capsys):
     root = tmp_path / "manifests"
@@ -177,6 +178,7 @@ except Exception as exc:
 """
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_is_named_as_such_not_blamed_on_the_graph(tmp_path, fake_env, monkeypatch):
     """A job under `ulimit -f` (batch schedulers set one): the compiler's write of the executable and the cache's
     own writes fail with EFBIG ("File too large"). The fix said "fix the graph or its compiler arguments"

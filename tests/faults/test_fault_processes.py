@@ -21,6 +21,8 @@ from neuron_args.cache import CompileCache
 from neuron_args.deferred.parallel_compile import parallel_compile
 from tests.faults.fault_helpers import alive, compile_script, make_pending, wait_until
 
+pytestmark = pytest.mark.slow  # fault processes: compilers hung, killed, interrupted, raced
+
 
 def _entries_consistent(root) -> dict[str, str]:
     """Every entry complete and sound, or pending with no executable and no leftovers; status by key."""

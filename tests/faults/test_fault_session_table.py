@@ -20,6 +20,7 @@ def _report(path) -> dict[str, dict]:
     return {g["key"]: g for g in json.loads(path.read_text())["graphs"]}
 
 
+@pytest.mark.slow
 def test_a_graph_whose_in_process_compile_failed_is_listed_as_failed_with_its_key(neuron_project, fake_env, tmp_path,
                                                                                   monkeypatch):
     """neuronx-cc dies (exit 70) on decode's graph: the test fails with the CompileError, and the summary table and
@@ -147,6 +148,7 @@ def _built_broken(cache, record: bool) -> None:
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_the_parallel_flow_lists_what_it_built_before_it_failed_and_catches_every_graph_break(neuron_project,
                                                                                               tmp_path, monkeypatch):
     """Three warmups of the parallel flow fail, each its own way.

@@ -65,6 +65,7 @@ def _assert_names_holder(message: str, cache: CompileCache, key: str, pid: int) 
     assert f"fix: if process {pid} is stuck" in message and f"`kill {pid}`" in message, message
 
 
+@pytest.mark.slow
 def test_a_lock_wait_says_once_whom_it_waits_for_then_uses_the_holders_entry(
         tmp_path, fake_env, reaper, monkeypatch, caplog):
     monkeypatch.setattr(cache_module, "LOCK_NOTICE_AFTER", 0.1)
@@ -99,6 +100,7 @@ def test_a_lock_wait_says_once_whom_it_waits_for_then_uses_the_holders_entry(
     _assert_names_holder(notice, cache, key.key, holder.pid)
 
 
+@pytest.mark.slow
 def test_the_compile_farm_waiting_for_a_key_says_whom_it_waits_for(tmp_path, fake_env, reaper, monkeypatch, caplog):
     from neuron_args.deferred.farm import submit_graph
 
@@ -133,6 +135,7 @@ STALL_METADATA_WRITE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_build_killed_mid_write_leaves_no_temporary_file_after_the_next_build(tmp_path, fake_env, reaper):
     from neuron_args.deferred.parallel_compile import parallel_compile
 

@@ -184,6 +184,7 @@ class _KilledInForward(torch.nn.Module):
         return x
 
 
+@pytest.mark.slow
 def test_a_trace_child_killed_by_a_signal_names_the_bucket_and_the_likely_cause(tmp_path):
     from neuron_args import TraceError
     from neuron_args.deferred import TraceJob, parallel_trace
@@ -356,6 +357,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 def test_two_sessions_on_one_manifest_folder_the_second_is_a_usage_error(neuron_project, tmp_path):
     """A live session's ledger lines are never deleted by a second session's start-up (it deleted them: the first
     then failed with 'full disk or unwritable folder'); a holder that died leaves a lock that blocks nothing."""

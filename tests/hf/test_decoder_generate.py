@@ -23,7 +23,8 @@ from neuron_args.seams import records
 from tests.hf.architectures import ARCHITECTURES, token_ids
 from tests.hf.cells import BASE_ARGS, FP32, compile_options
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+pytestmark = [pytest.mark.slow,  # the transformers matrix
+              pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]
 
 FP16 = {"atol": 1e-2, "rtol": 1e-2}
 DTYPES = {"fp32": (torch.float32, FP32), "fp16": (torch.float16, FP16)}

@@ -28,7 +28,8 @@ from tests.hf.cells import BASE_ARGS, BF16, FP32, SIZES, compile_options, first_
 
 REPO = Path(__file__).resolve().parents[2]
 # transformers 5.24 renames the cache keyword to `cache`; `past_key_values` works until 5.40
-pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+pytestmark = [pytest.mark.slow,  # the transformers matrix
+              pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")]
 ALL = [a.name for a in DECODERS + ENCODERS]
 DECODER_NAMES = [a.name for a in DECODERS]
 

@@ -18,7 +18,8 @@ from tests.hf.architectures import ARCHITECTURES, MORE
 from tests.hf.cells import FP32, SIZES, inputs, output
 from tests.xla_run import run_on_xla_cpu
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+pytestmark = [pytest.mark.slow,  # the transformers matrix
+              pytest.mark.filterwarnings("ignore::FutureWarning")]
 
 #: forward and backward: grouped-mm experts, weight-norm and 1-d convolutions, depthwise convolutions and layer
 #: norms, batch norm and pooling, disentangled attention, an encoder-decoder's cross-entropy

@@ -21,7 +21,8 @@ from neuron_args.graphs import GraphSpec
 from neuron_args.hf import StaticCacheError, StaticCausalLM, static_cache
 from tests.hf.architectures import VOCAB, token_ids
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+pytestmark = [pytest.mark.slow,  # the transformers matrix
+              pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]
 
 
 def _bart_decoder() -> torch.nn.Module:

@@ -22,7 +22,8 @@ from neuron_args.runner import NeuronRunner
 from tests.hf.cells import FP32, compile_options
 from tests.hf.generation_models import BASE, LEVELS, NEW_TOKENS, SEQ2SEQ, ServedSeq2Seq, eager_generate
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+pytestmark = [pytest.mark.slow,  # the transformers matrix
+              pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]
 
 #: the suite's encoder-decoders (each costs ~4 s a graph on 2 busy cores); the sweep runs every one
 SUITE = ["whisper"]

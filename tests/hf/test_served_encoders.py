@@ -20,7 +20,8 @@ from neuron_args.runner import NeuronRunner, UndeclaredGraphError
 from tests.hf.architectures import _BERT_LIKE, _SMALL_VISION, pixel_values, token_ids
 from tests.hf.cells import FP32
 
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+pytestmark = [pytest.mark.slow,  # the transformers matrix
+              pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")]
 
 #: the classifier's sequence buckets, each declared as its own graph type so it gets its own level (the policy
 #: selects by graph type: the runner passes it no inputs): graph type -> (batch, sequence length, level)

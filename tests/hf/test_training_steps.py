@@ -19,6 +19,8 @@ from tests.hf.architectures import _LLAMA_LIKE, _VISION, VOCAB, pixel_values, to
 from tests.hf.cells import BF16, FP32
 from tests.xla_run import run_on_xla_cpu
 
+pytestmark = pytest.mark.slow  # the transformers matrix
+
 STEPS = 3
 # given, so the first call does not set it (a Python attribute Dynamo guards on: a recompile on the second step)
 _SINGLE = "single_label_classification"

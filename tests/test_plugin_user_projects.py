@@ -1,36 +1,17 @@
-"""The plugin on projects users bring (session 10): what a user's own layout and CI environment got wrong.
+"""The plugin on projects users bring: what a user's own layout (ini file, conftest fixtures, own runner) and CI
+environment (exported variables, xdist, a broken neuronx-cc on PATH) got wrong.
 
-Each test builds a small project of the kind a user writes (its own ini file, conftest fixtures, environment)
-and runs pytest on it the way CI does; the model is the shared tiny one, served from the shared warm cache.
+Each test builds a small project of the kind a user writes and runs pytest on it the way CI does; the model is the
+shared tiny one, served from the shared warm cache.
 """
 from __future__ import annotations
 
 import json
 import shutil
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-from tests.conftest import MODEL_CONFTEST
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_every_module_imports_under_warnings_as_errors() -> None:
-    """``filterwarnings = error`` (or ``-W error``) is common in users' ini files: an invalid escape in a docstring
-    is a SyntaxError there, so ``from neuron_args.hf import StaticCausalLM`` failed in their conftest."""
-    bad = []
-    for package in ("neuron_args", "pytest_neuron_args"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                try:
-                    compile(path.read_text(encoding="utf-8"), str(path), "exec")
-                except SyntaxError as exc:
-                    bad.append(f"{path.relative_to(ROOT)}:{exc.lineno}: {exc.msg}")
-    assert bad == []
 
 
 _OWN_RUNNER_CONFTEST = '''
@@ -51,6 +32,7 @@ def test_team_manifest(neuron_manifest):
 '''
 
 
+@pytest.mark.slow
 def test_setup_cfg_project_with_its_own_runner_and_cache(neuron_project: pytest.Pytester,
                                                          warm_cache: SimpleNamespace, tmp_path: Path) -> None:
     """A setup.cfg project: its ini key ``neuron_report`` is honoured (it was ignored), and a sub-folder whose
@@ -120,6 +102,7 @@ def test_compiler_and_manifest_folder_from_the_environment_are_start_up_errors(
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.slow
 def test_assert_cache_hit_on_a_cold_cache_says_the_warmup_compiled_and_how_to_fail(
         neuron_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A CI job exporting NEURON_LIBTORCH_ASSERT_CACHE_HIT=1 on a cold cache expects a failure; the warmup compiles by

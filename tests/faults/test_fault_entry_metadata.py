@@ -1,5 +1,6 @@
-"""Faults beyond the fault suite's: damaged entries that only the loader could tell, an argument set raced in
-by another process, things in the way of the cache layout, a compiler's leftovers and its odd version output.
+"""Cache entries whose metadata disagrees with what the loader or the key needs: fields of another shape (a hand
+edit, a sync tool, another neuron-args), an argument set raced in by another process, a captured entry whose
+arguments no longer match its key.
 
 Each case reproduces what a real run did before its fix (see the docstrings); the real compiles use the local
 compiler on a one-op graph.
@@ -10,8 +11,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,8 +22,8 @@ import torch
 from neuron_args import CacheKeyArgsConflict, CacheMissError
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, QUARANTINE_DIR, CompileCache, KeyLock
-from neuron_args.compilers.lifetime import supervised_argv
-from tests.test_cache import builder, make_key
+
+pytestmark = pytest.mark.usefixtures("fresh_activity")
 
 
 def _double(x):
@@ -42,20 +41,11 @@ def _run(root: Path, backend: str = "neuron_libtorch", args: tuple[str, ...] = (
     return torch.compile(_double, backend=backend, options=opts, dynamic=False)(X)
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
-    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
-    ACTIVITY.reset()
-    yield
-    torch._dynamo.reset()
-    ACTIVITY.reset()
-
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory) -> Path:
     """A cache holding the one-op graph, really compiled (copied by each case before it damages it)."""
-    root = tmp_path_factory.mktemp("faults10") / "warm"
+    root = tmp_path_factory.mktemp("entry-metadata") / "warm"
     assert torch.equal(_run(root), _double(X))
     torch._dynamo.reset()
     return root
@@ -100,6 +90,7 @@ def test_metadata_of_another_shape_is_a_corrupt_entry_moved_aside_and_rebuilt(wa
     assert [p.name[:32] for p in (root / QUARANTINE_DIR).iterdir()] == [entry.key]
     assert entry.status == "complete" and entry.metadata()["input_specs"] == [{"shape": [4], "dtype": "float32"}]
     assert torch.equal(_run(root), _double(X)) and ACTIVITY.stats.compiles == 0  # and the next run loads it
+
 
 
 def _in_lock_wait(thread_id: int) -> bool:
@@ -149,55 +140,6 @@ def test_native_key_built_with_other_arguments_while_this_one_waited_is_a_confli
     assert ACTIVITY.stats.hits == 0 and ACTIVITY.stats.compiles == 0
 
 
-def test_a_file_where_an_entry_folder_belongs_is_replaced_by_the_rebuilt_entry(tmp_path):
-    """A file at ``<root>/<key>`` (a bad copy) failed every run with ENOTDIR and 'check the file system'."""
-    cache, key = CompileCache(tmp_path), make_key()
-    cache.entry(key).path.write_text("not an entry")
-    entry, hit = cache.get_or_build(key, builder(key))
-    assert hit is False and entry.status == "complete" and entry.executable_path.read_bytes() == b"exe"
-
-
-def test_a_file_where_the_corrupt_folder_belongs_does_not_block_moving_entries_aside(tmp_path, caplog):
-    """A file at ``<root>/.corrupt`` failed every rebuild of a corrupt entry with EEXIST and 'check the file system'."""
-    cache, key = CompileCache(tmp_path), make_key()
-    entry, _ = cache.get_or_build(key, builder(key))
-    entry.executable_path.write_bytes(b"")  # corrupt: empty
-    (tmp_path / QUARANTINE_DIR).write_text("in the way")
-    ACTIVITY.verified.clear()  # a later process
-    entry, hit = cache.get_or_build(key, builder(key))
-    assert hit is False and entry.status == "complete"
-    assert [p.name[:32] for p in (tmp_path / QUARANTINE_DIR).iterdir()] == [key.key]
-    assert f"{tmp_path / QUARANTINE_DIR} is not a folder; removed it" in caplog.text
-
-
-def test_a_neuronx_cc_whose_version_output_is_not_utf8_has_an_unknown_version(tmp_path):
-    """A wrapper printing non-UTF-8 bytes for ``--version`` made every compile a Dynamo BackendCompilerFailed
-    (UnicodeDecodeError) before anything was compiled."""
-    from neuron_args.compilers.neuronx_cc import lookup_version
-
-    exe = tmp_path / "neuronx-cc"
-    exe.write_text("#!/bin/sh\nprintf 'NeuronX Compiler version 2.21\\377\\376\\n'\n")
-    exe.chmod(0o755)
-    ACTIVITY.reset()  # the version is memoized per process
-    assert lookup_version(str(exe)) == "2.21"
-
-
-def test_a_helper_the_compiler_leaves_running_is_killed_when_it_exits(tmp_path):
-    """A compiler exiting 0 while a helper it started runs on: the helper was left with ppid 1, in the cache entry's
-    folder (seen with a neuronx-cc stand-in that forks)."""
-    pid_file = tmp_path / "helper.pid"
-    done = subprocess.run(supervised_argv(["/bin/sh", "-c", f"sleep 60 & echo $! > {pid_file}; exit 3"], reap=True),
-                          timeout=30, start_new_session=True)
-    assert done.returncode == 3  # the compiler's own status, unchanged
-    helper = int(pid_file.read_text())
-    try:
-        os.kill(helper, 0)
-    except ProcessLookupError:
-        return  # killed and reaped by the supervisor
-    os.kill(helper, signal.SIGKILL)
-    pytest.fail(f"the compiler's helper {helper} outlived it")
-
-
 @pytest.mark.parametrize("farm", [False, True], ids=["threads", "farm"])
 def test_a_pending_entry_whose_arguments_disagree_with_its_key_is_not_built(tmp_path, farm):
     """A captured entry whose metadata lost its compiler_args (not a list: damaged) was built with the base arguments
@@ -220,39 +162,3 @@ def test_a_pending_entry_whose_arguments_disagree_with_its_key_is_not_built(tmp_
            f"{entry.path}" in graph.error
 
 
-def test_a_folder_at_the_lock_file_s_place_is_named_with_the_fix(tmp_path):
-    """A directory at ``<root>/.<key>.lock`` failed with EISDIR and 'check the file system of <entry>'."""
-    from neuron_args import CompileError
-
-    cache, key = CompileCache(tmp_path), make_key()
-    cache.entry(key).lock_path.mkdir()
-    with pytest.raises(CompileError) as info:
-        cache.get_or_build(key, builder(key))
-    assert f"cannot write cache entry {key.key}" in str(info.value) and "(EISDIR)" in str(info.value)
-    assert f"fix: remove {cache.entry(key).lock_path} (it is in the way of the cache's own file)" in str(info.value)
-
-
-def test_an_unclosed_quote_in_neuron_cc_flags_names_the_variable(monkeypatch):
-    """Every other bad $NEURON_CC_FLAGS says where it came from; an unclosed quote did not."""
-    from neuron_args.errors import CompilerArgsError
-    from neuron_args.seams.platform import apply_platform_compiler_args
-
-    monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 '--auto-cast=none")
-    with pytest.raises(CompilerArgsError) as info:
-        apply_platform_compiler_args({})
-    assert "No closing quotation" in str(info.value) and "(these arguments come from $NEURON_CC_FLAGS)" in str(info.value)
-
-
-def test_a_neuronx_cc_version_probe_that_fails_says_so_once_with_what_it_costs(tmp_path, caplog):
-    """A failing `neuronx-cc --version` (a broken install, a license check) silently put 'unknown' into every key:
-    a warm cache missed everything and compiled again with no word why."""
-    from neuron_args.compilers.neuronx_cc import lookup_version
-
-    exe = tmp_path / "neuronx-cc"
-    exe.write_text("#!/bin/sh\necho 'ERROR: libneuronxla not found' >&2\nexit 3\n")
-    exe.chmod(0o755)
-    ACTIVITY.reset()
-    assert lookup_version(str(exe)) == lookup_version(str(exe)) == "unknown"
-    (record,) = [r for r in caplog.records if "--version` gave no version" in r.getMessage()]
-    assert f"`{exe} --version` gave no version (exit status 3: ERROR: libneuronxla not found)" in record.getMessage()
-    assert "carry compiler version 'unknown'" in record.getMessage() and "fix: check that" in record.getMessage()
