@@ -525,6 +525,14 @@ def warn_if_shared(root: Path) -> str | None:
     return message
 
 
+def _warmed_keys() -> set[str]:
+    """The keys the runner whose ``serve()`` is open warmed up (none open: every key this process loaded or built)."""
+    serving = ACTIVITY.serving
+    if serving is not None:
+        return {g.key for graphs in serving.warmed.values() for g in graphs}
+    return set(ACTIVITY.loaded) | set(ACTIVITY.records)
+
+
 class CompileCache:
     """A compile-cache directory."""
 
@@ -733,9 +741,11 @@ class CompileCache:
             "lists every corrupt entry.")
 
     def closest(self, key: CacheKey, graph_type: str | None = None) -> tuple[CacheEntry, list[str]] | None:
-        """The complete entry most like ``key``: same graph first, then same graph type, fewest differences."""
+        """The complete entry most like ``key``: same graph first, then same graph type, fewest differences, then
+        one the runner now serving warmed up (a shared cache may hold other runs' variants as close), then the key's order."""
         target = key.components.as_dict()
-        best: tuple[tuple[int, int, int], CacheEntry, list[str]] | None = None
+        warmed_here = _warmed_keys()
+        best: tuple[tuple[int, int, int, int, str], CacheEntry, list[str]] | None = None
         for entry in self.entries():
             if entry.key == key.key or not entry.is_complete:
                 continue
@@ -748,6 +758,8 @@ class CompileCache:
                 0 if comps.get("graph") == target["graph"] else 1,
                 0 if graph_type is not None and md.get("graph_type") == graph_type else 1,
                 len(diff),
+                0 if entry.key in warmed_here else 1,
+                entry.key,
             )
             if best is None or score < best[0]:
                 best = (score, entry, diff)

@@ -107,6 +107,24 @@ def test_assert_cache_hit_names_graph_key_closest_and_difference(tmp_path, monke
     assert cache.get_or_build(warm, builder(warm))[1] is True
 
 
+def test_closest_entry_prefers_what_the_serving_runner_warmed_among_equally_close(tmp_path, monkeypatch):
+    """A shared cache may hold another run's -O2 variant exactly as close as this runner's -O3 one: the miss
+    explains against the serving runner's entry, whatever the order of the keys on disk."""
+    from types import SimpleNamespace
+
+    cache = CompileCache(tmp_path)
+    o2, o3 = make_key(("-O2",)), make_key(("-O3",))
+    cache.get_or_build(o2, builder(o2, args=("-O2",)))
+    cache.get_or_build(o3, builder(o3))
+    cold = make_key(("-O1",))
+    for warmed in (o2, o3):
+        monkeypatch.setattr(ACTIVITY, "serving",
+                            SimpleNamespace(warmed={"decode": [SimpleNamespace(key=warmed.key)]}))
+        entry, diff = cache.closest(cold, None)
+        assert entry.key == warmed.key
+        assert diff == [f"compiler_args: changed {warmed.components.as_dict()['compiler_args'][0]} -> -O1"]
+
+
 def test_assert_cache_hit_accepts_only_true_values(tmp_path, monkeypatch):
     cache, key = CompileCache(tmp_path), make_key()
     monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "0")
