@@ -5,7 +5,6 @@ which graphs (graph type, key, arguments) are involved, so a red test reads like
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -14,6 +13,7 @@ from typing import Any
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.text import format_shapes
+from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args.ranks import unsharded_reason
 from pytest_neuron_args.state import record_delta
 
@@ -175,8 +175,7 @@ class ManifestView:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> ManifestView:
-        with open(path, encoding="utf-8") as f:
-            return cls(json.load(f), path, **kwargs)
+        return cls(read_json(path, MANIFEST_LIMIT), path, **kwargs)  # a manifest is untrusted input
 
     @property
     def graphs(self) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
+from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args.assertions import ManifestView
 from pytest_neuron_args.state import NeuronSession
 
@@ -100,7 +101,7 @@ class Baseline:
                 f"no manifest baseline for {self.nodeid} at {self.path}.\n"
                 f"Create it (then review and commit it) with:\n    {self.update_hint}")
         try:
-            old = json.loads(self.path.read_text(encoding="utf-8"))
+            old = read_json(self.path, MANIFEST_LIMIT)
         except (OSError, ValueError) as exc:
             self._note("unreadable")
             raise AssertionError(f"manifest baseline {self.path} is unreadable ({type(exc).__name__}: {exc}); "

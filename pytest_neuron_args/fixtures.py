@@ -25,6 +25,7 @@ import pytest
 from neuron_args import envs
 from neuron_args.cache import STATS, CacheStats
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args import ci_report, gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
@@ -378,7 +379,7 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
         pytest.fail(f"the warmup of {neuron_warmup.graph_types} left no ledger lines for its {len(neuron_warmup.keys)} "
                     "graph(s), so there is no manifest (look for 'manifest ledger write failed' warnings of the "
                     f"neuron_args.manifest logger in the captured log)", pytrace=False)
-    path = max(paths, key=lambda p: len(json.loads(p.read_text()).get("graphs", [])))
+    path = max(paths, key=lambda p: len(read_json(p, MANIFEST_LIMIT).get("graphs", [])))
     expected = {g: len(neuron_runner.spec(g).buckets) for g in neuron_warmup.graph_types}
     return ManifestView.load(path, cache_dir=neuron_runner.cache_dir, expected_graphs=expected,
                              rank_weights=session.tp_weights.get(_tp_key(request, session)),

@@ -27,6 +27,7 @@ from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.folder_lock import folder_lock_holder, lock_folder, unlock_folder
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from neuron_args.manifest.schema import MANIFEST_FILENAME
+from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
 
@@ -38,7 +39,7 @@ def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> 
     from neuron_args.cache import CompileCache
 
     try:
-        graphs = json.loads(path.read_text(encoding="utf-8")).get("graphs") or []
+        graphs = read_json(path, MANIFEST_LIMIT).get("graphs") or []
         missing = [g.get("graph_hash") for g in graphs if not g.get("neff_path")]
     except (OSError, ValueError, AttributeError):
         return None
