@@ -56,9 +56,6 @@ UNCHECKED_VALUES = re.compile(
 
 #: why an op that does not pass is left so (the doc's cause column; the first pattern matching the op's name wins)
 NOTES = {
-    r"^(polygamma|special\.polygamma)": "jax's polygamma (n >= 1) is wrong below about x = -8 (its Hurwitz zeta with a "
-                                        "negative q): polygamma(1, -8.48) is 7.74, eager (and float64) 9.80; "
-                                        "right elsewhere",
     r"^matrix_exp$": "a matrix of 1-norm ~30 (entries ~1e5): fp32 rounding; the compiled result is closer to the "
                      "float64 one than eager's",
     r"^(nonzero|argwhere|masked_select|unique|unique_consecutive|combinations)$": "the output size depends on tensor "
