@@ -56,6 +56,8 @@ UNCHECKED_VALUES = re.compile(
 
 #: why an op that does not pass is left so (the doc's cause column; the first pattern matching the op's name wins)
 NOTES = {
+    r"^(float_power|(log_)?softmax\.with_dtype|nn\.functional\.softmin\.with_dtype)$": "computes in float64, which "
+        "Neuron devices cannot (jax x64 is off): refused, naming the tensor and the fix (.float())",
     r"^matrix_exp$": "a matrix of 1-norm ~30 (entries ~1e5): fp32 rounding; the compiled result is closer to the "
                      "float64 one than eager's",
     r"^(nonzero|argwhere|masked_select|unique|unique_consecutive|combinations)$": "the output size depends on tensor "
