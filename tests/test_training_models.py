@@ -98,7 +98,8 @@ def test_five_training_steps_equal_eager(make, loss_of, tmp_path, fresh_dynamo):
     for (name, b), (_, c) in zip(got_model.named_buffers(), want_model.named_buffers(), strict=True):
         torch.testing.assert_close(b, c, **TOL, msg=lambda m, n=name: f"buffer {n}: {m}")  # batchnorm's running stats
     metadata = [e.metadata() for e in CompileCache(tmp_path).entries()]
-    assert sorted(str(md["graph_type"]) for md in metadata) == ["None", "backward"]  # compiled once each, outside a scope
+    # compiled once each, outside a scope: the backward labelled as such
+    assert sorted(str(md["graph_type"]) for md in metadata) == ["None", "backward"]
 
 
 def test_backward_outside_the_scope_is_compiled_with_its_forward_scope(tmp_path, fresh_dynamo, monkeypatch):
