@@ -1,4 +1,4 @@
-"""``polygamma`` and ``digamma`` compiled equal eager on the whole real line, in the input's dtype.
+"""``polygamma``, ``digamma`` and the scaled Bessel K functions compiled equal eager on their whole domain.
 
 jax's polygamma (n >= 1) is wrong for x below about -8 (polygamma(1, -8.48) came out 7.74, eager 9.80): the
 lowering reflects below 0.5 (``neuron_args.lowering.special``).
@@ -34,3 +34,11 @@ def test_cot_derivatives_are_the_polynomials_in_cot():
     assert cot_derivative(0) == (0, 1)
     assert cot_derivative(1) == (-1, 0, -1)  # -(1 + c^2)
     assert cot_derivative(2) == (0, 2, 0, 2)  # 2c(1 + c^2)
+
+
+@pytest.mark.parametrize("name", ["scaled_modified_bessel_k0", "scaled_modified_bessel_k1"])
+def test_scaled_modified_bessel_k_matches_eager(name):
+    """``exp(x) K(x)`` from the series: no 0 * inf at large x, inf at 0, NaN below it, as eager."""
+    x = torch.cat([torch.linspace(-1, 30, 311), torch.tensor(
+        [0.0, 1e-4, 2.0, 2.0001, 100.0, 1e4, float("inf"), float("nan")])])
+    compare(getattr(torch.special, name), x, atol=1e-4, rtol=1e-4, equal_nan=True)

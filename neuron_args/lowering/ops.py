@@ -3,9 +3,9 @@
 A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
-strided, resampling, pooling, linalg, indexing, distributions, elementwise, special, orthogonal) and are named in
-:data:`LOWERINGS` below (those that read their input's memory layout in :data:`BY_LAYOUT`); a user
-registers one for their own custom op with :func:`register_lowering`. They take precedence over
+strided, resampling, pooling, linalg, indexing, distributions, elementwise, special, orthogonal,
+bessel) and are named in :data:`LOWERINGS` below (those that read their input's memory layout in
+:data:`BY_LAYOUT`); a user registers one for their own custom op with :func:`register_lowering`. They take precedence over
 torchax's table and decompositions, in the graph and inside decompositions.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from neuron_args.lowering import (
-    distributions, elementwise, environments, indexing, linalg, orthogonal, special, strided)
+    bessel, distributions, elementwise, environments, indexing, linalg, orthogonal, special, strided)
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
@@ -115,6 +115,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::polygamma": special.polygamma,
     "aten::digamma": special.digamma,
     **{f"aten::special_{name}": getattr(orthogonal, name) for name in orthogonal.NAMES},
+    "aten::special_scaled_modified_bessel_k0": bessel.scaled_modified_bessel_k0,
+    "aten::special_scaled_modified_bessel_k1": bessel.scaled_modified_bessel_k1,
     "transformers::grouped_mm_fallback": grouped_mm,
     "transformers::grouped_mm_fallback_backward": grouped_mm_backward,
 }
