@@ -42,3 +42,10 @@ def test_scaled_modified_bessel_k_matches_eager(name):
     x = torch.cat([torch.linspace(-1, 30, 311), torch.tensor(
         [0.0, 1e-4, 2.0, 2.0001, 100.0, 1e4, float("inf"), float("nan")])])
     compare(getattr(torch.special, name), x, atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+def test_airy_ai_matches_eager_on_every_branch():
+    """The oscillating side (x < -2.09), the power series, the decaying side, 0 past 103.892, NaN at +-inf."""
+    x = torch.cat([torch.linspace(-30, 30, 601), torch.tensor(
+        [-2.09, 2.09, 8.3203353, 104.0, float("inf"), -float("inf"), float("nan")])])
+    compare(torch.special.airy_ai, x, atol=1e-4, rtol=1e-4, equal_nan=True)

@@ -5,8 +5,8 @@ the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
 strided, resampling, pooling, linalg, indexing, distributions, elementwise, special, orthogonal,
 bessel) and are named in :data:`LOWERINGS` below (those that read their input's memory layout in
-:data:`BY_LAYOUT`); a user registers one for their own custom op with :func:`register_lowering`. They take precedence over
-torchax's table and decompositions, in the graph and inside decompositions.
+:data:`BY_LAYOUT`); a user registers one for their own custom op with :func:`register_lowering`. They take
+precedence over torchax's table and decompositions, in the graph and inside decompositions.
 """
 from __future__ import annotations
 
@@ -115,6 +115,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::polygamma": special.polygamma,
     "aten::digamma": special.digamma,
     **{f"aten::special_{name}": getattr(orthogonal, name) for name in orthogonal.NAMES},
+    "aten::special_airy_ai": bessel.airy_ai,
     "aten::special_scaled_modified_bessel_k0": bessel.scaled_modified_bessel_k0,
     "aten::special_scaled_modified_bessel_k1": bessel.scaled_modified_bessel_k1,
     "transformers::grouped_mm_fallback": grouped_mm,
