@@ -68,7 +68,7 @@ NOTES = {
                             "with the fix); with output_size it lowers",
     r"^nn\.functional\.rrelu$": "training mode draws a random slope per element: refused with the fix (eval mode "
                                  "lowers)",
-    r"^(geqrf|ormqr|linalg\.ldl_solve)$": "LAPACK-level factorization op no model calls (no lowering; the op named)",
+    r"^linalg\.ldl_solve$": "LAPACK-level factorization op no model calls (no lowering; the op named)",
     r"^(histogram|histogramdd)$": "no lowering (the op named); torch.histc lowers",
     r"^_segment_reduce": "segment_reduce: no lowering (the op named)",
     r"^hash_tensor$": "no lowering (the op named)",
