@@ -70,7 +70,6 @@ NOTES = {
                                  "lowers)",
     r"^linalg\.ldl_solve$": "LAPACK-level factorization op no model calls (no lowering; the op named)",
     r"^(histogram|histogramdd)$": "no lowering (the op named); torch.histc lowers",
-    r"^_segment_reduce": "segment_reduce: no lowering (the op named)",
     r"^hash_tensor$": "no lowering (the op named)",
     r"^chalf$": "complex32 has no XLA type (complex64 lowers)",
     r"^nn\.functional\.linear_cross_entropy\.chunked": "the opt-in chunked custom op (torch_nn namespace) has no "
