@@ -4,9 +4,10 @@ A lowering is a jax function with the op's signature (jax arrays in place of ten
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
 strided, resampling, pooling, linalg, householder, indexing, segments, histograms, distributions,
-elementwise, special, orthogonal, bessel) and are named in :data:`LOWERINGS` below (those that read their input's memory layout in
-:data:`BY_LAYOUT`); a user registers one for their own custom op with :func:`register_lowering`. They take
-precedence over torchax's table and decompositions, in the graph and inside decompositions.
+elementwise, special, orthogonal, bessel) and are named in :data:`LOWERINGS` below (those that
+read their input's memory layout in :data:`BY_LAYOUT`); a user registers one for their own custom
+op with :func:`register_lowering`. They take precedence over torchax's table and decompositions,
+in the graph and inside decompositions.
 """
 from __future__ import annotations
 
