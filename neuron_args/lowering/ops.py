@@ -3,11 +3,11 @@
 A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
-strided, resampling, pooling, linalg, householder, indexing, segments, histograms, distributions,
-elementwise, special, orthogonal, bessel) and are named in :data:`LOWERINGS` below (those that
-read their input's memory layout in :data:`BY_LAYOUT`); a user registers one for their own custom
-op with :func:`register_lowering`. They take precedence over torchax's table and decompositions,
-in the graph and inside decompositions.
+strided, resampling, pooling, fractional_pooling, linalg, householder, indexing, segments,
+histograms, distributions, elementwise, special, orthogonal, bessel) and are named in
+:data:`LOWERINGS` below (those that read their input's memory layout in :data:`BY_LAYOUT`); a user
+registers one for their own custom op with :func:`register_lowering`. They take precedence over
+torchax's table and decompositions, in the graph and inside decompositions.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from neuron_args.lowering import (
-    bessel, distributions, elementwise, environments, histograms, householder, indexing, linalg, orthogonal, segments,
-    special, strided)
+    bessel, distributions, elementwise, environments, fractional_pooling, histograms, householder, indexing, linalg,
+    orthogonal, segments, special, strided)
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
@@ -107,6 +107,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::segment_reduce": segments.segment_reduce,
     "aten::histogram.bin_ct": histograms.histogram_bin_ct,
     "aten::histogram.bins_tensor": histograms.histogram_bins_tensor,
+    "aten::fractional_max_pool2d": fractional_pooling.fractional_max_pool2d,
+    "aten::fractional_max_pool3d": fractional_pooling.fractional_max_pool3d,
     "aten::searchsorted": indexing.searchsorted,
     "aten::index_reduce": indexing.index_reduce,
     "aten::nonzero_static": indexing.nonzero_static,

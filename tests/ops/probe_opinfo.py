@@ -74,7 +74,6 @@ NOTES = {
     r"^chalf$": "complex32 has no XLA type (complex64 lowers)",
     r"^nn\.functional\.linear_cross_entropy\.chunked": "the opt-in chunked custom op (torch_nn namespace) has no "
                                                         "lowering; the default F.linear_cross_entropy lowers",
-    r"^nn\.functional\.fractional_max_pool": "random pooling windows: no lowering (the op named)",
     r"^linalg\.vector_norm$": "ord=0 of a 0-d tensor: torchax reads the value into Python (other orders and shapes "
                               "pass)",
     r"^jiterator_": "CUDA-only",
