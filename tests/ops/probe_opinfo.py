@@ -69,7 +69,6 @@ NOTES = {
     r"^nn\.functional\.rrelu$": "training mode draws a random slope per element: refused with the fix (eval mode "
                                  "lowers)",
     r"^linalg\.ldl_solve$": "LAPACK-level factorization op no model calls (no lowering; the op named)",
-    r"^histogramdd$": "no lowering (the op named); torch.histogram and torch.histc lower",
     r"^hash_tensor$": "no lowering (the op named)",
     r"^chalf$": "complex32 has no XLA type (complex64 lowers)",
     r"^nn\.functional\.linear_cross_entropy\.chunked": "the opt-in chunked custom op (torch_nn namespace) has no "
