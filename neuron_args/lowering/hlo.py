@@ -11,7 +11,8 @@ every call (:attr:`LoweredGraph.seeded`). A graph with an effect-ordered op (``t
 singularity check) takes effect tokens, which aot_autograd passes as ``None``: they are not HLO inputs
 (:attr:`LoweredGraph.token_inputs`). All three are handled by :func:`neuron_args.runtime.graph_call`.
 jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
-runtime casts on the way in and back out (see ``neuron_args.runtime``).
+runtime casts on the way in and back out (see ``neuron_args.runtime``); a graph that computes in
+float64 is refused (:mod:`neuron_args.lowering.precision`).
 
 jax and torchax are imported on the first lowering only (a jax client in the parent breaks
 forked children).
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
+from neuron_args.lowering import precision
 from neuron_args.tensors import LOWERED_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
 
 _lock = threading.RLock()
@@ -74,6 +76,11 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     ``example_inputs`` may be FakeTensors: only their shapes and dtypes are read. Raises
     :class:`LoweringError` for symbolic sizes or any op torchax cannot lower (naming the node).
     """
+    wide = precision.first_float64_compute(gm)
+    if wide is not None:
+        from neuron_args.scope import current_graph_type
+
+        raise LoweringError(precision.float64_refusal(*wide, current_graph_type(), _user_source(wide[0])))
     tokens = _effect_tokens(gm)
     input_specs = _input_specs(gm, example_inputs, tokens)
     output_specs, constants = _output_specs(gm)

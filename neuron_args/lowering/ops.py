@@ -3,7 +3,8 @@
 A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
-strided, resampling, pooling, linalg, indexing, distributions, elementwise) and are named in
+strided, resampling, pooling, fractional_pooling, linalg, householder, indexing, segments,
+histograms, distributions, elementwise, special, orthogonal, bessel) and are named in
 :data:`LOWERINGS` below (those that read their input's memory layout in :data:`BY_LAYOUT`); a user
 registers one for their own custom op with :func:`register_lowering`. They take precedence over
 torchax's table and decompositions, in the graph and inside decompositions.
@@ -16,7 +17,9 @@ from typing import Any
 
 import torch
 
-from neuron_args.lowering import distributions, elementwise, environments, indexing, linalg, strided
+from neuron_args.lowering import (
+    bessel, distributions, elementwise, environments, fractional_pooling, histograms, householder, indexing, linalg,
+    orthogonal, segments, special, strided)
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
@@ -99,6 +102,16 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::cholesky_solve": linalg.cholesky_solve,
     "aten::linalg_pinv": linalg.pinv,
     "aten::_linalg_eigh": linalg.eigh,
+    "aten::geqrf": householder.geqrf,
+    "aten::ormqr": householder.ormqr,
+    "aten::segment_reduce": segments.segment_reduce,
+    "aten::histogram.bin_ct": histograms.histogram_bin_ct,
+    "aten::histogram.bins_tensor": histograms.histogram_bins_tensor,
+    "aten::_histogramdd_bin_edges": histograms.histogramdd_bin_edges,
+    "aten::_histogramdd_from_bin_cts": histograms.histogramdd_from_bin_cts,
+    "aten::_histogramdd_from_bin_tensors": histograms.histogramdd_from_bin_tensors,
+    "aten::fractional_max_pool2d": fractional_pooling.fractional_max_pool2d,
+    "aten::fractional_max_pool3d": fractional_pooling.fractional_max_pool3d,
     "aten::searchsorted": indexing.searchsorted,
     "aten::index_reduce": indexing.index_reduce,
     "aten::nonzero_static": indexing.nonzero_static,
@@ -112,6 +125,12 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::angle": elementwise.angle,
     "aten::special_spherical_bessel_j0": elementwise.spherical_bessel_j0,
     "prims::convert_element_type": elementwise.convert_element_type,
+    "aten::polygamma": special.polygamma,
+    "aten::digamma": special.digamma,
+    **{f"aten::special_{name}": getattr(orthogonal, name) for name in orthogonal.NAMES},
+    "aten::special_airy_ai": bessel.airy_ai,
+    "aten::special_scaled_modified_bessel_k0": bessel.scaled_modified_bessel_k0,
+    "aten::special_scaled_modified_bessel_k1": bessel.scaled_modified_bessel_k1,
     "transformers::grouped_mm_fallback": grouped_mm,
     "transformers::grouped_mm_fallback_backward": grouped_mm_backward,
 }

@@ -49,7 +49,7 @@ from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.runtime import graph_call
-from neuron_args.scope import _scoped_compiler_args, current_graph_type
+from neuron_args.scope import _scoped_compiler_args, _scoped_graph_type, current_graph_type, scoped_compiler_args
 from neuron_args.seams import dispatch, records, trace_memo
 from neuron_args.seams.options import check_options, deferred_raise
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
@@ -81,8 +81,12 @@ class CompiledGraph:
     def __init__(self, seam: str, gm: torch.fx.GraphModule | None, lowered: Any, options: Mapping[str, Any],
                  user_inputs: Sequence[bool] | None, *, grad: bool, memo: trace_memo.TraceMemo | None = None,
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
-                 forget: Callable[[], None] | None = None) -> None:
+                 forget: Callable[[], None] | None = None, forward: CompiledGraph | None = None) -> None:
         self.seam = seam
+        # a backward graph's forward: the backward resolves its variant with the scope of that forward's
+        # latest call (``last_scope``), so a loss.backward() outside the scope still gets its arguments
+        self.forward = forward
+        self.last_scope: tuple[tuple[str, ...] | None, str | None] = (None, None)
         self.kind = SEAM_KINDS[seam]
         self._gm = gm
         self._lowered = lowered
@@ -115,7 +119,11 @@ class CompiledGraph:
         self._boxed_call = True
 
     def __call__(self, args: list[Any]) -> Any:
-        scoped = _scoped_compiler_args.get()
+        if self.forward is None:
+            scoped = _scoped_compiler_args.get()
+            self.last_scope = scoped, _scoped_graph_type.get()
+        else:
+            scoped = self.forward.last_scope[0]
         run = self._variants.get(scoped)
         if run is None:
             run = self._variants[scoped] = self._build_variant()
@@ -197,6 +205,13 @@ class CompiledGraph:
 
     # -- resolving a variant (first call under an argument set) -------------------------------
     def _build_variant(self) -> Callable[[list[Any]], Any]:
+        if self.forward is None:
+            return self._resolve_variant()
+        scoped, graph_type = self.forward.last_scope
+        with scoped_compiler_args(scoped, graph_type=backward_graph_type(graph_type)):
+            return self._resolve_variant()
+
+    def _resolve_variant(self) -> Callable[[list[Any]], Any]:
         graph_type = current_graph_type()
         request = resolve_request(self.options, graph_type)
         key = self._key(request)
@@ -403,6 +418,11 @@ def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list
     return run
 
 
+def backward_graph_type(graph_type: str | None) -> str:
+    """A backward graph's label: its forward's graph type (the scope's) with ``.backward`` appended."""
+    return "backward" if graph_type is None else f"{graph_type}.backward"
+
+
 def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
     """Which Dynamo graph inputs are the caller's (not lifted parameters or buffers), for the manifest."""
     mask = []
@@ -468,7 +488,12 @@ class NeuronBackend:
                                             grad=mode == "grad"))
                 return graphs[-1]
 
-            aot_result = aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+            def bw_compiler(fx_gm: torch.fx.GraphModule, bw_inputs: Sequence[Any]) -> CompiledGraph:
+                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, bw_inputs), opts, None,
+                                            forward=graphs[0]))
+                return graphs[-1]
+
+            aot_result = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)(gm, example_inputs)
             # aot's runtime wrapper only when the graph needs more than a copy-back of mutated inputs
             p = dispatch.direct_plan(graphs, gm, example_inputs)
             if p is None:

@@ -36,7 +36,7 @@ def test_served_as_declared(neuron_served):
 
 def test_other_dtype_through_run(neuron_served):
     with pytest.raises(CacheMissError) as caught:
-        neuron_served.run("decode", {"x": torch.ones(1, 8, dtype=torch.float64)})
+        neuron_served.run("decode", {"x": torch.ones(1, 8, dtype=torch.bfloat16)})
     print("MISS:", str(caught.value).replace("\\n", " | "))
 
 
@@ -94,7 +94,7 @@ def test_a_user_serving_other_dtypes_is_told_to_cast(neuron_project):
     result.assert_outcomes(passed=3, errors=1)  # the plugin fails a test that swallowed an UndeclaredGraphError
     result.stdout.fnmatch_lines([
         "*MISS: cache miss for graph type 'decode' (key *) * | *fix: pass inputs of the dtypes warmed up (input * is "
-        "float64, warmed up as float32: .to(torch.float32)), or declare a bucket with these dtypes for 'decode'*",
+        "bfloat16, warmed up as float32: .to(torch.float32)), or declare a bucket with these dtypes for 'decode'*",
         "*UNDECLARED: TinyTwoGraph called while serving with x=[[]1, 8[]]: the call matches no declared bucket*. "
         "The shapes match decode b1 but not the dtypes (x is torch.float16, declared torch.float32): cast the inputs "
         "to them",

@@ -56,9 +56,8 @@ UNCHECKED_VALUES = re.compile(
 
 #: why an op that does not pass is left so (the doc's cause column; the first pattern matching the op's name wins)
 NOTES = {
-    r"^(polygamma|special\.polygamma)": "jax's polygamma (n >= 1) is wrong below about x = -8 (its Hurwitz zeta with a "
-                                        "negative q): polygamma(1, -8.48) is 7.74, eager (and float64) 9.80; "
-                                        "right elsewhere",
+    r"^(float_power|(log_)?softmax\.with_dtype|nn\.functional\.softmin\.with_dtype)$": "computes in float64, which "
+        "Neuron devices cannot (jax x64 is off): refused, naming the tensor and the fix (.float())",
     r"^matrix_exp$": "a matrix of 1-norm ~30 (entries ~1e5): fp32 rounding; the compiled result is closer to the "
                      "float64 one than eager's",
     r"^(nonzero|argwhere|masked_select|unique|unique_consecutive|combinations)$": "the output size depends on tensor "
@@ -69,16 +68,11 @@ NOTES = {
                             "with the fix); with output_size it lowers",
     r"^nn\.functional\.rrelu$": "training mode draws a random slope per element: refused with the fix (eval mode "
                                  "lowers)",
-    r"^special\.(chebyshev_polynomial_[vw]|shifted_chebyshev_polynomial_\w|legendre_polynomial_p|airy_ai"
-    r"|scaled_modified_bessel_k[01])$": "rare special function with no jax counterpart (no lowering; the op named)",
-    r"^(geqrf|ormqr|linalg\.ldl_solve)$": "LAPACK-level factorization op no model calls (no lowering; the op named)",
-    r"^(histogram|histogramdd)$": "no lowering (the op named); torch.histc lowers",
-    r"^_segment_reduce": "segment_reduce: no lowering (the op named)",
+    r"^linalg\.ldl_solve$": "LAPACK-level factorization op no model calls (no lowering; the op named)",
     r"^hash_tensor$": "no lowering (the op named)",
     r"^chalf$": "complex32 has no XLA type (complex64 lowers)",
     r"^nn\.functional\.linear_cross_entropy\.chunked": "the opt-in chunked custom op (torch_nn namespace) has no "
                                                         "lowering; the default F.linear_cross_entropy lowers",
-    r"^nn\.functional\.fractional_max_pool": "random pooling windows: no lowering (the op named)",
     r"^linalg\.vector_norm$": "ord=0 of a 0-d tensor: torchax reads the value into Python (other orders and shapes "
                               "pass)",
     r"^jiterator_": "CUDA-only",
