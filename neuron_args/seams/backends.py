@@ -490,7 +490,7 @@ class NeuronBackend:
 
             def bw_compiler(fx_gm: torch.fx.GraphModule, bw_inputs: Sequence[Any]) -> CompiledGraph:
                 graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, bw_inputs), opts, None,
-                                            forward=graphs[0]))
+                                            grad=mode == "grad", forward=graphs[0]))
                 return graphs[-1]
 
             aot_result = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)(gm, example_inputs)
