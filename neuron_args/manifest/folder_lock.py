@@ -17,6 +17,7 @@ locks leave no file behind and die with their holder; where folders cannot be lo
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -67,11 +68,9 @@ def lock_folder(root: Path, *, shared: bool = False) -> int | None:
     except OSError:  # a file system without flock: no guard
         os.close(fd)
         return None
-    try:
+    with contextlib.suppress(OSError):  # not remembered: this process may then wait for its own hold
         st = os.fstat(fd)
         _HELD.setdefault((st.st_dev, st.st_ino), []).append(fd)
-    except OSError:
-        pass
     return fd
 
 
@@ -84,10 +83,8 @@ def unlock_folder(fd: int | None) -> None:
             fds.remove(fd)
             if not fds:
                 del _HELD[ident]
-    try:
+    with contextlib.suppress(OSError):
         os.close(fd)
-    except OSError:
-        pass
 
 
 def folder_lock_holder(root: Path) -> int | None:

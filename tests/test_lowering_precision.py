@@ -40,7 +40,7 @@ def test_a_float64_computation_is_refused_naming_the_tensor_line_and_fix(compile
     message = str(caught.value)
     assert f"FX node {node!r}" in message and "of graph type 'decode'" in message
     assert "which a Neuron graph cannot run" in message  # the probe's refused class
-    assert "test_lowering_float64.py" in message  # the user's line
+    assert "test_lowering_precision.py" in message  # the user's line
     assert "fix: compute in float32 (.float()" in message or "fix: compute in complex64" in message
 
 
