@@ -426,8 +426,9 @@ class PooledCompile:
     ready or a ready one another compile gave back (which it uses; the starting one goes back to
     the pool), so two workers are never slower than one. ``kill_group`` kills the process group of
     the worker it holds (or after a fallback the one-shot process's), so a timeout (``kill_group``)
-    and a cancel (``CancelScope``) work as on a ``Popen``. A worker that dies while nobody asked it
-    to is replaced by a one-shot process; one whose zygote died before it started, by a new worker.
+    and a cancel (``CancelScope``) work as on a ``Popen``. A worker that dies mid-compile while nobody
+    asked it to is replaced by a one-shot process; one that died idle (its request cannot be sent) or
+    whose zygote died before it started, by another worker.
     """
 
     def __init__(self, pool: WorkerPool, worker: Worker, program_args: Sequence[str], argv: Sequence[str], *,
@@ -497,7 +498,12 @@ class PooledCompile:
             if scope is not None and scope.cancelled:  # cancelled while it waited: the unused worker goes back
                 self._pool.release(self._worker)
                 return -signal.SIGKILL
-            self._worker.send(self._request)
+            try:
+                self._worker.send(self._request)
+            except WorkerDied:  # it died while idle, before its exit reached the pool: another worker
+                self._worker.reap()
+                self._worker = self._pool.acquire()
+                return self._status(deadline)
             self._sent = True
         return self._worker.receive_status(deadline)
 
