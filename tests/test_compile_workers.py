@@ -29,7 +29,7 @@ from neuron_args.compilers.process import LOG_FILE, run_compiler, temp_output_pa
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.compilers.local import local_version
 from neuron_args.deferred.parallel_compile import parallel_compile
-from tests.faults.fault_helpers import REPO, alive, wait_until
+from tests.faults.fault_helpers import REPO, alive, group_alive, wait_until
 
 KEY = "0123456789abcdef0123456789abcdef"
 X_SHAPE, Y_SHAPE = (4, 8), (8, 3)
@@ -274,7 +274,7 @@ def test_an_idle_worker_that_died_is_replaced_by_a_new_one(hlo_file, tmp_path, p
     _compile(hlo_file, tmp_path / "a", LocalCompiler(pool=pool))
     (leader,) = pool.idle_pids()
     os.killpg(leader, signal.SIGKILL)  # an OOM kill, say, while it waited for work
-    wait_until(lambda: not alive(leader), 10, "the idle worker gone")
+    wait_until(lambda: not group_alive(leader), 10, "the idle worker's process group gone")
     _compile(hlo_file, tmp_path / "b", LocalCompiler(pool=pool))
     log = (tmp_path / "b" / LOG_FILE).read_text()
     assert "warm worker, compile 1" in log.splitlines()[0] and "compiled again" not in log
@@ -286,7 +286,7 @@ def test_an_idle_worker_that_died_before_the_pool_heard_is_replaced_not_run_one_
     (dead,) = pool._idle
     dead.reusable = lambda env: True  # its exit has not reached the pool yet (the zygote reports it late)
     os.killpg(dead.pid, signal.SIGKILL)
-    wait_until(lambda: not alive(dead.pid), 10, "the idle worker gone")
+    wait_until(lambda: not group_alive(dead.pid), 10, "the idle worker's process group gone")
     _compile(hlo_file, tmp_path / "b", LocalCompiler(pool=pool))
     log = (tmp_path / "b" / LOG_FILE).read_text()
     assert "warm worker, compile 1" in log.splitlines()[0] and "compiled again" not in log

@@ -27,6 +27,18 @@ def alive(pid: int) -> bool:
         return False
 
 
+def group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` exists and is not a zombie (a killed group's members die one by one)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
+
+
 def wait_until(predicate, seconds: float, what: str) -> None:
     """Poll ``predicate`` up to ``seconds``; fail naming ``what``. A bound, not a speed measurement."""
     deadline = time.monotonic() + seconds
