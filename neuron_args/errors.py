@@ -32,6 +32,16 @@ class CacheMissError(NeuronArgsError):
     """A graph was not in the compile cache while ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` was set."""
 
 
+class CorruptEntryError(NeuronArgsError):
+    """A cache entry cannot be used as recorded (a metadata field of another type, or missing what the loader
+    reads): the seam moves it aside and rebuilds it, as any corrupt entry. ``problem`` says what is wrong,
+    without the entry's name (the seam's messages add it)."""
+
+    def __init__(self, message: str, *, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem or message
+
+
 class CacheKeyArgsConflict(NeuronArgsError):
     """One cache key (native seam: graph and shapes only) was compiled with two argument sets."""
 

@@ -452,12 +452,12 @@ class NeuronRunner:
                 self.warmed.setdefault(g, []).extend(here[i])
                 continue
             for key in result.keys:
-                md = self.cache.entry(key).metadata()
+                md = self.cache.entry(key).info()
                 how = "compiled" if key in built else "loaded"
                 one = ({"hits": 0, "misses": 1, "compiles": 1, "captures": 1} if key in built
                        else {"hits": 1, "misses": 0, "compiles": 0, "captures": 0})
                 self.warmed.setdefault(g, []).append(WarmedGraph(
-                    g, bucket, key, list(md.get("input_shapes") or []), list(md.get("compiler_args") or []), how,
+                    g, bucket, key, list(md.input_shapes or []), list(md.compiler_args or []), how,
                     one, self.origin))
         return compile_report, counts, traced
 
@@ -547,12 +547,12 @@ class NeuronRunner:
         keys = sorted({k for t in traced for k in t.keys} - set(skip))
         for key in keys:
             entry = self.cache.entry(key)
-            md = entry.metadata()
-            args = md.get("compiler_args") or []
+            md = entry.info()
+            args = list(md.compiler_args or [])
             records.record(records.GraphRecord(
-                key=key, seam=md.get("seam", CAPTURE_SEAM), graph_type=md.get("graph_type"),
-                input_shapes=md.get("input_shapes", []), compiler_args=args,
-                optimization_level=optimization_level(args), target=md.get("target", self.options["target"]),
+                key=key, seam=md.seam or CAPTURE_SEAM, graph_type=md.graph_type,
+                input_shapes=list(md.input_shapes or []), compiler_args=args,
+                optimization_level=optimization_level(args), target=md.target or self.options["target"],
                 compiles=int(key in built), captures=int(key in built),
                 loads=int(key not in built and entry.is_complete),
                 compile_seconds=built[key].seconds if key in built else None,

@@ -44,6 +44,7 @@ from neuron_args.cache import (
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import resolve_compile_timeout, select_compiler
 from neuron_args.compilers.build import compile_entry
+from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
@@ -232,7 +233,7 @@ class CompiledGraph:
         record_graph(key=v.key.key, input_shapes=self.input_shapes, compiler_flags=v.request.compiler_flags(),
                      graph_type=v.graph_type)
 
-    def metadata(self, v: Variant, status: str) -> dict[str, Any]:
+    def metadata(self, v: Variant, status: str) -> EntryMetadata:
         """The entry's ``metadata.json`` as the graph is captured (``pending``) or compiled."""
         lowered = self.lowered
         return new_metadata(
@@ -340,7 +341,7 @@ class CompileSeam(Seam):
         compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
                       timeout=graph.compile_timeout)
         v.rec.compiles += 1
-        v.rec.compile_seconds = entry.metadata().get("compile_seconds")
+        v.rec.compile_seconds = entry.info().compile_seconds
 
 
 class NativeSeam(CompileSeam):
