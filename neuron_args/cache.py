@@ -30,7 +30,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from neuron_args import envs
-from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
+from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
@@ -63,11 +63,13 @@ _HASH_CHUNK = 1 << 20
 
 
 def assert_cache_hit_enabled() -> bool:
-    """The open ``NeuronRunner.serve()``'s ``assert_cache_hit`` (``ACTIVITY.assert_hit``), else whether
+    """The open ``NeuronRunner.serve()``'s ``assert_cache_hit`` (``ACTIVITY.assert_hit``, every thread), else the
+    innermost open block's (:func:`~neuron_args.activity.tally`: a warmup, a trace ahead of serving), else whether
     ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` holds a true value (1/true/yes/on)."""
     if ACTIVITY.assert_hit is not None:
         return ACTIVITY.assert_hit
-    return envs.flag(ASSERT_CACHE_HIT_ENV)
+    block = block_assert_hit()
+    return envs.flag(ASSERT_CACHE_HIT_ENV) if block is None else block
 
 
 def default_cache_dir() -> Path:
@@ -704,17 +706,17 @@ class CompileCache:
             if problem is None:
                 if on_hit is not None:
                     on_hit(entry)
-                STATS.hits += 1
+                count("hits")
                 return entry, True
             if asserting:
-                STATS.misses += 1
+                count("misses")
                 raise self.corrupt_error(entry, problem, graph_type)
             try:
                 self.quarantine(entry, problem)
             except OSError as exc:  # a read-only or full cache: its lock file or the move
                 raise disk_error(exc, self.root, key=key.key, graph_type=graph_type, corrupt=problem) from exc
         if asserting:
-            STATS.misses += 1
+            count("misses")
             raise self.miss_error(key, graph_type)
         try:
             with self.lock(key, graph_type=graph_type):
@@ -722,9 +724,9 @@ class CompileCache:
                     _verified.add((str(self.root), entry.key))
                     if on_hit is not None:
                         on_hit(entry)
-                    STATS.hits += 1
+                    count("hits")
                     return entry, True
-                STATS.misses += 1
+                count("misses")
                 try:
                     entry.reset()
                     build(entry)
@@ -736,7 +738,7 @@ class CompileCache:
                     entry.record_interrupt()
                     raise
                 _verified.add((str(self.root), entry.key))
-                STATS.compiles += 1
+                count("compiles")
         except OSError as exc:  # the lock, the entry folder or a file in it: a full or read-only disk
             raise disk_error(exc, entry.path, key=key.key, graph_type=graph_type) from exc
         return entry, False

@@ -5,6 +5,9 @@ library raises on purpose. Each message names the graph type, the key and what t
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class NeuronArgsError(Exception):
     """Base of every error neuron-args raises on purpose."""
@@ -55,4 +58,12 @@ class LoweringError(NeuronArgsError):
 
 
 class TraceError(NeuronArgsError):
-    """A parallel-trace child crashed, hung past its deadline, or raised."""
+    """A parallel-trace child crashed, hung past its deadline, or raised; ``results`` holds every job's
+    ``TraceResult`` in job order (the captured ones' keys too)."""
+
+    def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.results = list(results)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.results))

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neuron_args.activity import note_compile_report
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
 from neuron_args.compilers.build import compile_entry
 from neuron_args.compilers.lifetime import (
@@ -254,6 +255,7 @@ def parallel_compile(
     pending = [e.key for e, status in statuses if status == "pending"]
     _say_unbuildable(e for e, status in statuses if status == "crashed")
     report = CompileReport()
+    note_compile_report(report)  # a warmup that raises (Ctrl-C, a trace failure) still lists what this built
     t0 = time.monotonic()
     if keys is None and not pending:
         return report
@@ -293,7 +295,6 @@ def parallel_compile(
                 terminated = isinstance(exc, _Terminated)
                 run.stop()
                 _cancel(scope, pool if own else None, run.futures, report, cache.root)
-                exc.compile_report = report  # what was built before the interrupt (the pytest plugin lists it)
                 raise
             except BaseException:  # a progress callback raised: nothing more starts, running compiles end
                 run.stop()

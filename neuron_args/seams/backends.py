@@ -28,11 +28,10 @@ from typing import Any
 import torch
 
 from neuron_args import eager_fallback
-from neuron_args.activity import ACTIVITY
+from neuron_args.activity import ACTIVITY, count
 from neuron_args.autograd_modes import autograd_mode, current_autograd_mode
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import (
-    STATS,
     CacheEntry,
     CompileCache,
     CorruptEntryError,
@@ -400,7 +399,7 @@ class CaptureSeam(Seam):
                 entry.reset()
                 write_atomic(entry.hlo_path, graph.lowered.hlo_module_proto)  # never half a graph
                 entry.write_metadata(graph.metadata(v, status="pending"))
-                STATS.captures += 1
+                count("captures")
                 return True
         except OSError as exc:
             raise disk_error(exc, entry.path, key=key.key, graph_type=v.graph_type) from exc
