@@ -11,12 +11,12 @@ older neuron-args, an entry captured but not compiled yet) is None. Needs neithe
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from neuron_args.errors import CorruptEntryError
+from neuron_args.text import graph_label
 
 METADATA_VERSION = 1
 
@@ -24,64 +24,42 @@ METADATA_VERSION = 1
 RecordedSpec = tuple[tuple[int, ...], str]
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError("a string")
-    return value
-
-
-def _size(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TypeError("a count of bytes")
-    return value
-
-
-def _seconds(value: Any) -> float:
-    """A number of seconds; ``compile_timeout`` records the option as given, which may be a numeric string."""
-    try:
-        seconds = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else math.nan
-    except ValueError:
-        seconds = math.nan
-    if not seconds >= 0:
-        raise TypeError("a number of seconds")
-    return seconds
-
-
-def _texts(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise TypeError("a list of strings")
-    return tuple(value)
-
-
-def _object(value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError("an object")
-    return value
-
-
-def _specs(value: Any) -> tuple[RecordedSpec, ...]:
-    what = 'a list of {"shape": [int, ...], "dtype": str}'
-    if not isinstance(value, list):
+def _checked(test: Callable[[Any], bool], what: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
+    """A field's parser: ``convert(value)`` when ``test(value)``, else a TypeError saying what the field must be."""
+    def parse(value: Any) -> Any:
+        try:
+            if test(value):
+                return convert(value)
+        except ValueError:
+            pass
         raise TypeError(what)
-    out = []
-    for spec in value:
-        shape = spec.get("shape") if isinstance(spec, dict) else None
-        if (not isinstance(shape, list) or not isinstance(spec.get("dtype"), str)
-                or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape)):
-            raise TypeError(what)
-        out.append((tuple(shape), spec["dtype"]))
-    return tuple(out)
+    return parse
 
 
-#: attribute -> (document field, parser): a parser raises TypeError naming what the field must be
-_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "key": ("key", _text), "status": ("status", _text), "seam": ("seam", _text), "graph_type": ("graph_type", _text),
-    "target": ("target", _text), "error": ("error", _text), "compiler_args": ("compiler_args", _texts),
-    "key_components": ("key_components", _object), "compiler": ("compiler", _object),
-    "input_specs": ("input_specs", _specs), "output_specs": ("output_specs", _specs),
-    "input_shapes": ("input_shapes", _texts), "output_shapes": ("output_shapes", _texts),
-    "compile_timeout": ("compile_timeout", _seconds), "compile_seconds": ("compile_seconds", _seconds),
-    "executable_size": ("executable_size", _size), "executable_sha256": ("executable_sha256", _text),
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _spec(s: Any) -> bool:
+    return (isinstance(s, dict) and isinstance(s.get("dtype"), str) and isinstance(s.get("shape"), list)
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in s["shape"]))
+
+
+_TEXT = _checked(lambda v: isinstance(v, str), "a string")
+_TEXTS = _checked(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings", tuple)
+_OBJECT = _checked(lambda v: isinstance(v, dict), "an object")
+# compile_timeout records the option as given, which may be a numeric string
+_SECONDS = _checked(lambda v: (_number(v) or isinstance(v, str)) and float(v) >= 0, "a number of seconds", float)
+_SPECS = _checked(lambda v: isinstance(v, list) and all(map(_spec, v)), 'a list of {"shape": [int, ...], "dtype": str}',
+                  lambda v: tuple((tuple(s["shape"]), s["dtype"]) for s in v))
+
+#: each typed field and its parser (a parser raises TypeError naming what the field must be)
+_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "key": _TEXT, "status": _TEXT, "seam": _TEXT, "graph_type": _TEXT, "target": _TEXT, "error": _TEXT,
+    "compiler_args": _TEXTS, "key_components": _OBJECT, "compiler": _OBJECT, "input_specs": _SPECS,
+    "output_specs": _SPECS, "input_shapes": _TEXTS, "output_shapes": _TEXTS, "compile_timeout": _SECONDS,
+    "compile_seconds": _SECONDS, "executable_sha256": _TEXT,
+    "executable_size": _checked(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of bytes"),
 }
 
 
@@ -112,8 +90,8 @@ class EntryMetadata:
     def parse(cls, doc: Mapping[str, Any], key: str) -> EntryMetadata:
         """The fields of the document of entry ``key``; a field of another type raises :class:`CorruptEntryError`."""
         values = {}
-        for name, (field_name, parse) in _FIELDS.items():
-            value = doc.get(field_name)
+        for name, parse in _FIELDS.items():
+            value = doc.get(name)
             if value is None:
                 continue
             try:
@@ -121,27 +99,25 @@ class EntryMetadata:
             except TypeError as exc:
                 shown = repr(value)
                 shown = shown if len(shown) <= 80 else shown[:77] + "..."
-                problem = f"metadata.json field {field_name!r} is {shown}, not {exc}"
+                problem = f"metadata.json field {name!r} is {shown}, not {exc}"
+                graph_type = doc.get("graph_type")
                 raise CorruptEntryError(
-                    f"cache entry {key}: {problem}; it was written by another neuron-args or damaged: remove the "
-                    "entry so it is rebuilt", problem=problem) from None
+                    f"cache entry {key} ({graph_label(graph_type if isinstance(graph_type, str) else None)}): "
+                    f"{problem}; it was written by another neuron-args or damaged: a run that can write the cache "
+                    "moves it aside and rebuilds it, or remove the entry", problem=problem) from None
         return cls(doc=dict(doc), **values)
 
     def __bool__(self) -> bool:
         """False for an entry with no readable metadata (absent, unreadable, or not a JSON object)."""
         return bool(self.doc)
 
-    @property
-    def compiler_name(self) -> str | None:
-        return _optional_text((self.compiler or {}).get("name"))
+    compiler_name = property(lambda self: self._compiler("name"))
+    compiler_version = property(lambda self: self._compiler("version"))
+    executable_format = property(lambda self: self._compiler("format"))
 
-    @property
-    def compiler_version(self) -> str | None:
-        return _optional_text((self.compiler or {}).get("version"))
-
-    @property
-    def executable_format(self) -> str | None:
-        return _optional_text((self.compiler or {}).get("format"))
+    def _compiler(self, what: str) -> str | None:
+        value = (self.compiler or {}).get(what)
+        return value if isinstance(value, str) else None
 
     def with_fields(self, **fields: Any) -> EntryMetadata:
         """This metadata with ``fields`` set (their values as JSON writes them), validated as any read is."""
@@ -155,10 +131,6 @@ class EntryMetadata:
         return self.with_fields(status="compiled", compiler_args=list(compiler_args), command=list(command),
                                 compiled=now_iso(), compile_seconds=seconds, compiler=dict(compiler), **executable,
                                 **extra)
-
-
-def _optional_text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def now_iso() -> str:

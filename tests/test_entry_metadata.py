@@ -63,7 +63,8 @@ def test_a_field_of_another_type_is_a_corrupt_entry_naming_key_and_field(tmp_pat
     entry.metadata_path.write_text(json.dumps(doc))
     with pytest.raises(CorruptEntryError) as info:
         entry.info()
-    assert f"cache entry {entry.key}: metadata.json field {field!r} is {value!r}, {said}" in str(info.value)
+    label = "graph type 'decode'" if field != "graph_type" else "a graph with no graph type"
+    assert f"cache entry {entry.key} ({label}): metadata.json field {field!r} is {value!r}, {said}" in str(info.value)
     assert info.value.problem.startswith(f"metadata.json field {field!r}")
     assert entry.problem() == info.value.problem and entry.status is EntryStatus.CORRUPT  # found when verified
 
