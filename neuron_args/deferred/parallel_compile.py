@@ -244,8 +244,8 @@ def parallel_compile(
 
     Ctrl-C or SIGTERM cancels queued graphs at once, kills running compilers, logs what was
     built, failed and cancelled, and lets ``KeyboardInterrupt`` propagate (SIGTERM is then
-    re-delivered), its ``compile_report`` the graphs that finished; interrupted entries stay pending, so a
-    rerun builds them.
+    re-delivered); the report of the graphs that finished is listed in the open ``activity.tally`` blocks (a
+    warmup's) from the start; interrupted entries stay pending, so a rerun builds them.
     """
     cache = CompileCache(cache_dir)
     if cache.root.exists() and not cache.root.is_dir():
