@@ -3,7 +3,9 @@
 Cache counters, graph records, executables loaded, entries verified, warnings said once, the
 manifest ledger's per-process files, the serve block that is open: everything a test or the pytest
 plugin reads as "this process" lives here, so it is read with :meth:`Activity.snapshot` and started
-over with :meth:`Activity.reset`, never through module globals. Lazy per-process singletons (jax's
+over with :meth:`Activity.reset`, never through module globals. What one warmup, serve or trace
+counts is its own: it opens a :func:`tally` block (context-local, ``contextvars``), and each cache
+event (:func:`count`) goes into the blocks open in its context and into the process's totals. Lazy per-process singletons (jax's
 clients, torchax, compiler versions) are ``functools.cache`` functions in their own modules; those
 a test must be able to start over register with :func:`cleared_on_reset`.
 
@@ -14,7 +16,9 @@ package, so every module can import it.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,11 +40,68 @@ class CacheStats:
     def reset(self) -> None:
         self.hits = self.misses = self.compiles = self.captures = 0
 
-    @classmethod
-    def since(cls, before: Mapping[str, int]) -> CacheStats:
-        """This process's activity since ``before`` (an earlier ``ACTIVITY.stats.snapshot()``)."""
-        now = ACTIVITY.stats.snapshot()
-        return cls(**{k: now[k] - before[k] for k in now})
+    def add(self, counts: Mapping[str, int]) -> None:
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
+
+
+@dataclass
+class Tally:
+    """What one block (a warmup, a serve, a trace ahead of serving) did: its cache counts, the hit assertion it
+    sets for its context, and the ``parallel_compile`` reports it started (finished or cut short: what a failed
+    warmup built before it raised)."""
+
+    counts: CacheStats = field(default_factory=CacheStats)
+    assert_hit: bool | None = None  # None: the enclosing block's, else the open serve's, else the environment's
+    held: bool = False  # its counts stay in it (see :func:`tally`)
+    compile_reports: list[Any] = field(default_factory=list)
+
+
+_OPEN: contextvars.ContextVar[tuple[Tally, ...]] = contextvars.ContextVar("neuron_args_tallies", default=())
+
+
+@contextlib.contextmanager
+def tally(*, assert_hit: bool | None = None, held: bool = False) -> Iterator[Tally]:
+    """Count this block's cache activity (this thread, and threads started with its context copied).
+
+    Events count into every block open around it too, and into the process's totals (``ACTIVITY.stats``); a
+    ``held`` block keeps them to itself (:func:`commit` passes them on): a trace that only probes the cache.
+    ``assert_hit`` makes a cache miss in the block raise (True) or not (False) whatever the environment says."""
+    block = Tally(assert_hit=assert_hit, held=held)
+    token = _OPEN.set((*_OPEN.get(), block))
+    try:
+        yield block
+    finally:
+        _OPEN.reset(token)
+
+
+def _add(counts: Mapping[str, int], blocks: tuple[Tally, ...]) -> None:
+    for block in reversed(blocks):
+        block.counts.add(counts)
+        if block.held:
+            return
+    ACTIVITY.stats.add(counts)
+
+
+def count(name: str) -> None:
+    """One cache event (``hits``, ``misses``, ``compiles`` or ``captures``) of this context."""
+    _add({name: 1}, _OPEN.get())
+
+
+def commit(counts: CacheStats) -> None:
+    """A held block's counts, passed on after all: into the blocks open around it and the process's totals."""
+    _add(counts.snapshot(), _OPEN.get())
+
+
+def note_compile_report(report: Any) -> None:
+    """A ``parallel_compile`` run started in this context: every open block lists it (it fills as graphs finish)."""
+    for block in _OPEN.get():
+        block.compile_reports.append(report)
+
+
+def block_assert_hit() -> bool | None:
+    """The hit assertion of the innermost open block that sets one (None: none does)."""
+    return next((b.assert_hit for b in reversed(_OPEN.get()) if b.assert_hit is not None), None)
 
 
 @dataclass
@@ -90,8 +151,8 @@ class Activity:
     ledger: LedgerActivity = field(default_factory=LedgerActivity)
     #: the ``NeuronRunner`` whose ``serve()`` is open (its compiled graphs count their calls), else None
     serving: Any = None
-    #: ``serve(assert_cache_hit=True)`` sets True for its block: a miss raises whatever the environment
-    #: says; None: ``$NEURON_LIBTORCH_ASSERT_CACHE_HIT`` decides (``cache.assert_cache_hit_enabled``)
+    #: ``serve(assert_cache_hit=True)`` sets True while it is open, in every thread: a miss raises whatever the
+    #: environment says; None: a block's own (:func:`tally`), else ``$NEURON_LIBTORCH_ASSERT_CACHE_HIT``
     assert_hit: bool | None = None
 
     def say_once(self, what: str) -> bool:
@@ -138,4 +199,5 @@ def cleared_on_reset(fn: F) -> F:
 #: This process's activity (one per process; reset, never replaced, so aliases such as ``cache.STATS`` stay valid).
 ACTIVITY = Activity()
 
-__all__ = ["ACTIVITY", "Activity", "CacheStats", "LedgerActivity", "cleared_on_reset"]
+__all__ = ["ACTIVITY", "Activity", "CacheStats", "LedgerActivity", "Tally", "block_assert_hit", "cleared_on_reset",
+           "commit", "count", "note_compile_report", "tally"]

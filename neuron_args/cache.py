@@ -5,13 +5,13 @@ Two processes building the same key serialize on the lock file ``<root>/.<key>.l
 with a timeout); the second finds the entry complete and counts a hit.
 ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` turns a miss into a :class:`CacheMissError` that names the
 closest entry and the components that differ. This module is the only code that knows the
-``<root>/<key>/`` layout and reads ``metadata.json``: the CLI, the manifest and the pytest plugin
-go through :class:`CompileCache` and :class:`CacheEntry`.
+``<root>/<key>/`` layout and reads or writes ``metadata.json``: the CLI, the manifest, the seams and
+the pytest plugin go through :class:`CompileCache` and :class:`CacheEntry`, and read the entry's
+metadata as one typed :class:`~neuron_args.entry_metadata.EntryMetadata` (:meth:`CacheEntry.info`).
 """
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import enum
 import errno
 import hashlib
@@ -30,10 +30,11 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from neuron_args import envs
-from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
+from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
-from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, NeuronArgsError, OptionsError
+from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
+from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, CorruptEntryError, OptionsError
 from neuron_args.flags import canonical_compiler_args
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
 from neuron_args.untrusted import METADATA_LIMIT, read_bounded, read_json
@@ -44,7 +45,6 @@ log = logging.getLogger("neuron_args.cache")
 CACHE_DIR_ENV = "NEURON_LIBTORCH_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/neuron-args/compile-cache"
 ASSERT_CACHE_HIT_ENV = "NEURON_LIBTORCH_ASSERT_CACHE_HIT"
-METADATA_VERSION = 1
 MARKER = "COMPLETE"
 HLO_NAME = "graph.hlo"
 METADATA_NAME = "metadata.json"
@@ -63,11 +63,13 @@ _HASH_CHUNK = 1 << 20
 
 
 def assert_cache_hit_enabled() -> bool:
-    """The open ``NeuronRunner.serve()``'s ``assert_cache_hit`` (``ACTIVITY.assert_hit``), else whether
+    """The open ``NeuronRunner.serve()``'s ``assert_cache_hit`` (``ACTIVITY.assert_hit``, every thread), else the
+    innermost open block's (:func:`~neuron_args.activity.tally`: a warmup, a trace ahead of serving), else whether
     ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` holds a true value (1/true/yes/on)."""
     if ACTIVITY.assert_hit is not None:
         return ACTIVITY.assert_hit
-    return envs.flag(ASSERT_CACHE_HIT_ENV)
+    block = block_assert_hit()
+    return envs.flag(ASSERT_CACHE_HIT_ENV) if block is None else block
 
 
 def default_cache_dir() -> Path:
@@ -98,24 +100,10 @@ def cache_root(options: Mapping[str, Any] | None = None) -> Path:
     return _expanded(given) if given else default_cache_dir()
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()
-
-
 STATS = ACTIVITY.stats
 #: (cache root, key) of entries this process verified; corrupt entries it moved aside, with why
 _verified = ACTIVITY.verified
 _corrupt = ACTIVITY.corrupt
-
-
-class CorruptEntryError(NeuronArgsError):
-    """A complete entry cannot be loaded as recorded (its metadata lacks what the loader reads): the seam
-    moves it aside and rebuilds it, as any corrupt entry. ``problem`` says what is wrong, without the entry's
-    name (the seam's messages add it)."""
-
-    def __init__(self, message: str, *, problem: str | None = None) -> None:
-        super().__init__(message)
-        self.problem = problem or message
 
 
 class EntryStatus(str, enum.Enum):
@@ -142,7 +130,7 @@ class EntryArtifacts:
     executable_path: str | None
     executable_size: int | None
     executable_mtime: float | None
-    metadata: dict[str, Any]
+    output_shapes: tuple[str, ...] | None  # as metadata.json records them (None: not recorded, or corrupt)
 
 
 def executable_file_name(key: str) -> str:
@@ -189,7 +177,7 @@ class CacheEntry:
             return EntryStatus.CORRUPT if self.problem(checksum=False) else EntryStatus.COMPLETE
         if not self.path.is_dir():
             return EntryStatus.MISSING
-        state = self.metadata().get("status")
+        state = self.metadata().get("status")  # not parsed: a damaged field must not hide a live build
         if self.lock_pid() is not None:
             return EntryStatus.COMPILING
         if state in ("pending", "failed", "interrupted"):
@@ -201,8 +189,19 @@ class CacheEntry:
         return lock_holder(self.lock_path)
 
     def metadata(self) -> dict[str, Any]:
-        """The entry's metadata, ``{}`` when absent, unreadable or not a JSON object."""
+        """The ``metadata.json`` document as written, ``{}`` when absent, unreadable or not a JSON object (what a
+        tool prints or a test edits; readers use :meth:`info`)."""
         return _json_object(os.path.join(os.fspath(self.path), METADATA_NAME))
+
+    @property
+    def has_metadata(self) -> bool:
+        """Whether the entry has a readable ``metadata.json`` holding a JSON object with fields."""
+        return bool(self.metadata())
+
+    def info(self) -> EntryMetadata:
+        """The entry's typed metadata (empty when absent, unreadable or not a JSON object); a field of another
+        type raises :class:`CorruptEntryError` naming the key and the field."""
+        return EntryMetadata.parse(self.metadata(), self.key)
 
     @property
     def graph_type(self) -> str | None:
@@ -211,8 +210,8 @@ class CacheEntry:
         return value if isinstance(value, str) else None
 
     def artifacts(self) -> EntryArtifacts:
-        """The graph, the executable (size and mtime from one ``stat``) and the metadata, each None
-        (``{}``) when missing: what a manifest records of the entry."""
+        """The graph, the executable (size and mtime from one ``stat``) and the output shapes, each None
+        when missing: what a manifest records of the entry."""
         folder = os.fspath(self.path)
         hlo = os.path.isfile(os.path.join(folder, HLO_NAME))
         exe = self.executable_name
@@ -225,8 +224,14 @@ class CacheEntry:
             executable_path=None if st is None else f"{self.key}/{exe}",
             executable_size=None if st is None else st.st_size,
             executable_mtime=None if st is None else st.st_mtime,
-            metadata=_json_object(os.path.join(folder, METADATA_NAME)),
+            output_shapes=self._output_shapes(),
         )
+
+    def _output_shapes(self) -> tuple[str, ...] | None:
+        try:
+            return self.info().output_shapes
+        except CorruptEntryError:
+            return None
 
     def problem(self, *, checksum: bool = True) -> str | None:
         """Why this complete entry cannot be loaded, or None: metadata, executable size and sha256.
@@ -244,10 +249,14 @@ class CacheEntry:
             return f"metadata.json is unreadable ({type(exc).__name__}: {exc})"
         if not isinstance(md, dict):
             return f"metadata.json holds a JSON {type(md).__name__}, not an object"
-        if isinstance(md.get("key"), str) and md["key"] != self.key:  # a folder renamed, or files copied across
-            return (f"metadata.json is entry {md['key']}'s, not this one's (the entry's files were moved or copied "
+        try:
+            recorded = EntryMetadata.parse(md, self.key)
+        except CorruptEntryError as exc:
+            return exc.problem
+        if recorded.key is not None and recorded.key != self.key:  # a folder renamed, or files copied across
+            return (f"metadata.json is entry {recorded.key}'s, not this one's (the entry's files were moved or copied "
                     "from another entry)")
-        untrusted = signature_problem(md, self.key)
+        untrusted = signature_problem(recorded, self.key)
         if untrusted is not None:
             return untrusted
         try:
@@ -257,19 +266,21 @@ class CacheEntry:
         if not stat.S_ISREG(st.st_mode):
             return f"the executable {self.executable_path.name} is not a regular file"
         size = st.st_size
-        want_size, want_sha = md.get("executable_size"), md.get("executable_sha256")
-        if isinstance(want_size, int) and size != want_size:
+        want_size, want_sha = recorded.executable_size, recorded.executable_sha256
+        if want_size is not None and size != want_size:
             return f"the executable has {size} bytes, {want_size} were recorded (truncated or replaced)"
         if size == 0:
             return "the executable is empty"
-        if checksum and isinstance(want_sha, str):
+        if checksum and want_sha is not None:
             got = file_sha256(self.executable_path)
             if got != want_sha:
                 return f"the executable's sha256 is {got[:16]}..., {want_sha[:16]}... was recorded"
         return None
 
-    def write_metadata(self, metadata: Mapping[str, Any]) -> None:
-        write_atomic(self.metadata_path, json.dumps(signed(metadata), indent=2, sort_keys=True))
+    def write_metadata(self, metadata: EntryMetadata | Mapping[str, Any]) -> None:
+        """Write the document (signed when signing is on); a mapping is written as given (tests damage entries so)."""
+        doc = metadata.doc if isinstance(metadata, EntryMetadata) else metadata
+        write_atomic(self.metadata_path, json.dumps(signed(doc), indent=2, sort_keys=True))
 
     def update_metadata(self, **fields: Any) -> dict[str, Any]:
         md = {**self.metadata(), **fields}
@@ -481,9 +492,9 @@ def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, c
 
 def new_metadata(
     key: CacheKey, *, seam: str, graph_type: str | None, compiler_args: Sequence[str] | None, target: str, **extra: Any
-) -> dict[str, Any]:
+) -> EntryMetadata:
     """The versioned metadata.json of a fresh entry (see docs/ARCHITECTURE.md)."""
-    return {
+    return EntryMetadata.parse({
         "metadata_version": METADATA_VERSION,
         "key": key.key,
         "seam": seam,
@@ -493,7 +504,7 @@ def new_metadata(
         "key_components": key.components.as_dict(),
         "created": now_iso(),
         **extra,
-    }
+    }, key.key)
 
 
 _warned_roots: set[Path] = set()
@@ -695,17 +706,17 @@ class CompileCache:
             if problem is None:
                 if on_hit is not None:
                     on_hit(entry)
-                STATS.hits += 1
+                count("hits")
                 return entry, True
             if asserting:
-                STATS.misses += 1
+                count("misses")
                 raise self.corrupt_error(entry, problem, graph_type)
             try:
                 self.quarantine(entry, problem)
             except OSError as exc:  # a read-only or full cache: its lock file or the move
                 raise disk_error(exc, self.root, key=key.key, graph_type=graph_type, corrupt=problem) from exc
         if asserting:
-            STATS.misses += 1
+            count("misses")
             raise self.miss_error(key, graph_type)
         try:
             with self.lock(key, graph_type=graph_type):
@@ -713,9 +724,9 @@ class CompileCache:
                     _verified.add((str(self.root), entry.key))
                     if on_hit is not None:
                         on_hit(entry)
-                    STATS.hits += 1
+                    count("hits")
                     return entry, True
-                STATS.misses += 1
+                count("misses")
                 try:
                     entry.reset()
                     build(entry)
@@ -727,7 +738,7 @@ class CompileCache:
                     entry.record_interrupt()
                     raise
                 _verified.add((str(self.root), entry.key))
-                STATS.compiles += 1
+                count("compiles")
         except OSError as exc:  # the lock, the entry folder or a file in it: a full or read-only disk
             raise disk_error(exc, entry.path, key=key.key, graph_type=graph_type) from exc
         return entry, False
@@ -749,14 +760,17 @@ class CompileCache:
         for entry in self.entries():
             if entry.key == key.key or not entry.is_complete:
                 continue
-            md = entry.metadata()
-            comps = md.get("key_components")
-            if not isinstance(comps, dict):
+            try:
+                md = entry.info()
+            except CorruptEntryError:
+                continue
+            comps = md.key_components
+            if comps is None:
                 continue
             diff = explain_components(comps, target)
             score = (
                 0 if comps.get("graph") == target["graph"] else 1,
-                0 if graph_type is not None and md.get("graph_type") == graph_type else 1,
+                0 if graph_type is not None and md.graph_type == graph_type else 1,
                 len(diff),
                 0 if entry.key in warmed_here else 1,
                 entry.key,
@@ -789,7 +803,7 @@ class CompileCache:
             lines.append(
                 f"  fix: run this call inside scoped_compiler_args(resolve_graph_compiler_args({label})) so it "
                 "resolves the same arguments as warmup (or make the policy deterministic).")
-        casts = [] if near is None else _dtype_changes(near[0].metadata().get("key_components"), key)
+        casts = [] if near is None else _dtype_changes(near[0].info().key_components, key)
         if casts:
             lines.append(f"  fix: pass inputs of the dtypes warmed up ({'; '.join(casts)}), "
                          f"or declare a bucket with these dtypes for {label} and warm it up.")
@@ -826,7 +840,10 @@ def _assert_cache_key_args(
     """
     if not entry.is_complete:
         return
-    recorded = entry.metadata().get("compiler_args")
+    try:
+        recorded = entry.info().compiler_args
+    except CorruptEntryError:  # not loaded: the cache moves it aside and rebuilds it
+        return
     if recorded is None:
         return
     if canonical_compiler_args(list(recorded)) != canonical_compiler_args(list(compiler_args or [])):

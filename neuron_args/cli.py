@@ -29,7 +29,7 @@ from pathlib import Path
 
 from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
 from neuron_args.cache_key import explain_components
-from neuron_args.errors import OptionsError
+from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.farm_cli import add_compile_command
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
@@ -335,7 +335,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
         counts[status.value] = counts.get(status.value, 0) + 1
     found = []
     for entry, problem in corrupt:
-        label = entry.metadata().get("graph_type")
+        label = entry.graph_type
         try:
             moved = cache.quarantine(entry, problem) if args.fix else None
         except OSError as exc:  # a read-only or full cache: its lock file or the move
@@ -379,20 +379,23 @@ def _cache_explain(args: argparse.Namespace) -> int:
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None
     keys = [e.key for e in entries]
-    metadata = [e.metadata() for e in entries]
-    components = []
-    for key, md in zip(keys, metadata):
-        value = md.get("key_components")
-        if not isinstance(value, Mapping):
+    metadata = []
+    for entry in entries:
+        try:
+            md = entry.info()
+        except CorruptEntryError as exc:
+            raise _Usage(f"{exc}; `neuron-args cache verify --fix` moves it aside") from None
+        metadata.append(md)
+        if md.key_components is None:
             raise _Usage(
-                f"cache entry {key} has no key_components in its metadata.json "
+                f"cache entry {entry.key} has no key_components in its metadata.json "
                 "(written before keys recorded their components, or unreadable); recompile it"
             )
-        components.append(value)
+    components = [md.key_components for md in metadata]
     lines = explain_components(components[0], components[1])
     if args.json:
         _print_json({"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
-                     "graph_types": [md.get("graph_type") for md in metadata],
+                     "graph_types": [md.graph_type for md in metadata],
                      "identical": not lines, "differences": lines})
         return EXIT_OK
     print(f"{keys[0]} vs {keys[1]}")

@@ -5,6 +5,9 @@ library raises on purpose. Each message names the graph type, the key and what t
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class NeuronArgsError(Exception):
     """Base of every error neuron-args raises on purpose."""
@@ -32,6 +35,16 @@ class CacheMissError(NeuronArgsError):
     """A graph was not in the compile cache while ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` was set."""
 
 
+class CorruptEntryError(NeuronArgsError):
+    """A cache entry cannot be used as recorded (a metadata field of another type, or missing what the loader
+    reads): the seam moves it aside and rebuilds it, as any corrupt entry. ``problem`` says what is wrong,
+    without the entry's name (the seam's messages add it)."""
+
+    def __init__(self, message: str, *, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem or message
+
+
 class CacheKeyArgsConflict(NeuronArgsError):
     """One cache key (native seam: graph and shapes only) was compiled with two argument sets."""
 
@@ -45,4 +58,12 @@ class LoweringError(NeuronArgsError):
 
 
 class TraceError(NeuronArgsError):
-    """A parallel-trace child crashed, hung past its deadline, or raised."""
+    """A parallel-trace child crashed, hung past its deadline, or raised; ``results`` holds every job's
+    ``TraceResult`` in job order (the captured ones' keys too)."""
+
+    def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.results = list(results)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.results))

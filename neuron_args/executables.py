@@ -22,6 +22,7 @@ from typing import Any
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CacheEntry, CorruptEntryError
+from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
 from neuron_args.tensors import TensorSpec
@@ -47,17 +48,14 @@ def allow_eager_outputs(options: Mapping[str, Any] | None = None) -> bool:
     return envs.flag(ALLOW_EAGER_ENV)
 
 
-def recorded_specs(metadata: Mapping[str, Any], key: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """The entry's ``input_specs`` and ``output_specs`` as :class:`TensorSpec` lists."""
-    try:
-        return tuple(  # type: ignore[return-value]
-            [TensorSpec(tuple(int(d) for d in s["shape"]), str(s["dtype"])) for s in metadata[name]]
-            for name in ("input_specs", "output_specs"))
-    except (KeyError, TypeError, ValueError) as exc:  # a damaged metadata.json, or another neuron-args's: rebuilt
-        problem = f"metadata.json records no valid input_specs/output_specs ({exc!r})"
+def recorded_specs(metadata: EntryMetadata, key: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The entry's ``input_specs`` and ``output_specs`` as :class:`TensorSpec` lists (typed when the metadata was read)."""
+    if metadata.input_specs is None or metadata.output_specs is None:  # an older or another neuron-args's: rebuilt
+        problem = "metadata.json records no valid input_specs/output_specs"
         raise CorruptEntryError(
-            f"cache entry {key} (graph type {metadata.get('graph_type')!r}): {problem}; it was written by another "
-            f"neuron-args or damaged: remove the entry ({key}) so it is rebuilt", problem=problem) from exc
+            f"cache entry {key} (graph type {metadata.graph_type!r}): {problem}; it was written by another "
+            f"neuron-args or damaged: remove the entry ({key}) so it is rebuilt", problem=problem)
+    return ([TensorSpec(*s) for s in metadata.input_specs], [TensorSpec(*s) for s in metadata.output_specs])
 
 
 def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
@@ -67,9 +65,8 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
         return exe
     if entry.key in _eager:
         return None
-    md = entry.metadata()
-    compiler = md.get("compiler")
-    fmt = compiler.get("format") if isinstance(compiler, dict) else None
+    md = entry.info()
+    fmt = md.executable_format
     if fmt not in FORMATS:  # a damaged metadata.json, or another neuron-args's: the seam moves it aside, rebuilds
         problem = f"metadata.json records executable format {fmt!r}; this neuron-args runs {', '.join(FORMATS)}"
         raise CorruptEntryError(

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from neuron_args import eager_fallback
-from neuron_args.activity import ACTIVITY
-from neuron_args.cache import STATS, CacheStats, CompileCache, cache_root
+from neuron_args.activity import ACTIVITY, Tally, commit, tally
+from neuron_args.cache import CacheStats, CompileCache, cache_root
 from neuron_args.compile_start import on_compile_start
 from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.deferred.parallel_compile import CompileReport, ParallelCompileError, pending_keys
@@ -57,7 +57,15 @@ ALLOW_BREAKS_HINT = ("remove the break, or allow graph breaks where you want the
 
 
 class GraphBreakError(NeuronArgsError):
-    """Dynamo split a graph type's forward into several graphs (Neuron serves whole graphs)."""
+    """Dynamo split a graph type's forward into several graphs (Neuron serves whole graphs); ``graph_type`` is the
+    graph type whose warmup fails (the pytest plugin names it)."""
+
+    def __init__(self, message: str, graph_type: str | None = None) -> None:
+        super().__init__(message)
+        self.graph_type = graph_type
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.graph_type))
 
 
 class UndeclaredGraphError(NeuronArgsError):
@@ -96,6 +104,7 @@ class WarmupReport:
     counts: CacheStats
     compile_report: Any = None
     manifest_path: Any = None
+    deferred_counts: CacheStats = field(default_factory=CacheStats)  # the part trace children and compile workers did
     graphs: list[WarmedGraph] = field(default_factory=list)  # every graph of the chosen graph types
     reused: list[str] = field(default_factory=list)  # graph types warmed before by this runner
     traced: list[Any] = field(default_factory=list)  # the parallel flow's TraceResults ("loaded": no child)
@@ -226,7 +235,6 @@ class NeuronRunner:
         #: who is warming up now, recorded on each graph's first warmup (the pytest plugin sets the test id)
         self.origin: str | None = None
         self.warmed: dict[str, list[WarmedGraph]] = {}
-        self._built_so_far: Any = None  # the running parallel warmup's CompileReport of the graphs built so far
         self._manifest_hold: Any = None  # the manifest folder this job holds from its first warmup to its emit
         if tp_group is not None:
             from neuron_args.manifest.ledger import register_tp_group
@@ -289,9 +297,9 @@ class NeuronRunner:
             if not self.fullgraph or not getattr(exc, "real_stack", None) and not isinstance(
                     exc, torch._dynamo.exc.Unsupported):
                 raise
-            raise GraphBreakError(graph_break_message(graph_type, exc)) from None
+            raise GraphBreakError(graph_break_message(graph_type, exc), graph_type=graph_type) from None
         except torch._dynamo.exc.InternalTorchDynamoError as exc:  # Dynamo's own failure: say where, and what to try
-            raise GraphBreakError(dynamo_failure_message(graph_type, exc)) from exc
+            raise GraphBreakError(dynamo_failure_message(graph_type, exc), graph_type=graph_type) from exc
         finally:
             _in_run.reset(token)
 
@@ -328,34 +336,24 @@ class NeuronRunner:
         self._hold_manifest_folder()
         todo = [g for g in chosen if g not in self.warmed]
         reused = [g for g in chosen if g in self.warmed]
-        before, t0 = STATS.snapshot(), time.monotonic()
+        t0 = time.monotonic()
         compile_report = None
-        counts = CacheStats()
+        deferred = CacheStats()
         traced: list[Any] = []
-        if todo and flow == "in-process":
-            # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
-            # asserts after it, and a conftest or CI job that exports it must not fail the warmup
-            was = ACTIVITY.assert_hit
-            ACTIVITY.assert_hit = False if was is None else was
-            try:
+        # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
+        # asserts after it, and a conftest or CI job that exports it must not fail the warmup
+        with tally(assert_hit=False) as here:
+            if todo and flow == "in-process":
                 self._warmup_in_process(todo, progress)
-            finally:
-                ACTIVITY.assert_hit = was
-            counts = CacheStats.since(before)
-        elif todo:
-            try:
-                compile_report, counts, traced = self._warmup_parallel(todo, progress, trace_timeout)
-            except BaseException as exc:  # what it built before it raised (a TraceError, a graph break, Ctrl-C)
-                if not any(getattr(exc, name, None) is not None for name in ("report", "compile_report")):
-                    exc.compile_report = self._built_so_far
-                raise
-            finally:
-                self._built_so_far = None
+            elif todo:
+                compile_report, deferred, traced = self._warmup_parallel(todo, progress, trace_timeout)
+        counts = CacheStats(**here.counts.snapshot())
+        counts.add(deferred.snapshot())
         for g in reused:
             REUSED.extend(self.warmed[g])
         graphs = [w for g in chosen for w in self.warmed.get(g, [])]
         report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
-                              graphs=graphs, reused=reused, traced=traced)
+                              graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
         if self.emit_manifests if emit is None else emit:
             report.manifest_path = self.emit_manifest()
         return report
@@ -370,7 +368,7 @@ class NeuronRunner:
             for bucket, make in self.spec(g).buckets.items():
                 done += 1
                 kwargs = self._example(make, g, bucket)
-                stats, recs = STATS.snapshot(), _record_counts()
+                recs = _record_counts()
                 started: list[str] = []  # the keys whose compile this bucket started
 
                 def starting(_graph_type: str | None, key: str, step: WarmupProgress = WarmupProgress(
@@ -379,9 +377,9 @@ class NeuronRunner:
                         progress(step)
                     started.append(key)
 
-                with on_compile_start(starting):
+                with on_compile_start(starting), tally() as bucket_tally:
                     self.run(g, kwargs)
-                touched = self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+                touched = self._touched(g, bucket, recs, bucket_tally.counts.snapshot())
                 if progress is not None and not started and touched:
                     how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
                     progress(WarmupProgress(done, total, g, bucket, how))
@@ -417,12 +415,10 @@ class NeuronRunner:
         jobs = [self._job(g, kwargs) for g, _, kwargs in buckets]
         here: dict[int, list[WarmedGraph]] = {}  # jobs traced in this process: their entries were complete
         index = {id(job): i for i, job in enumerate(jobs)}
-        before = STATS.snapshot()
         ahead = _ServeAhead(self, jobs, progress) if self.backend == COMPILE_SEAM else None
         in_process = None if ahead is None else (
             lambda job: ahead.here(job, lambda: self._trace_here(job, buckets[index[id(job)]][1],
                                                                  here.setdefault(index[id(job)], []))))
-        self._built_so_far = None if ahead is None else ahead.report
         if ahead is not None and not all(recorded_complete(jobs, self.options)):
             traced, compile_report = self._trace_and_compile(jobs, in_process, ahead, trace_timeout)
         else:  # a warm cache (each job traced here, no child) or a seam of the caller's: one step after the other
@@ -443,21 +439,17 @@ class NeuronRunner:
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
         in_children = [t for t in traced if t.status != "loaded"]
         counts = self._record_deferred(in_children, compile_report, skip={w.key for ws in here.values() for w in ws})
-        since = CacheStats.since(before).snapshot()
-        if ahead is not None:  # serving's own hits, taken early: not the warmup's
-            since["hits"] -= ahead.hits
-        counts = CacheStats(**{k: v + getattr(counts, k) for k, v in since.items()})
         for i, ((g, bucket, _), result) in enumerate(zip(buckets, traced)):
             if result.status == "loaded":
                 self.warmed.setdefault(g, []).extend(here[i])
                 continue
             for key in result.keys:
-                md = self.cache.entry(key).metadata()
+                md = self.cache.entry(key).info()
                 how = "compiled" if key in built else "loaded"
                 one = ({"hits": 0, "misses": 1, "compiles": 1, "captures": 1} if key in built
                        else {"hits": 1, "misses": 0, "compiles": 0, "captures": 0})
                 self.warmed.setdefault(g, []).append(WarmedGraph(
-                    g, bucket, key, list(md.get("input_shapes") or []), list(md.get("compiler_args") or []), how,
+                    g, bucket, key, list(md.input_shapes or []), list(md.compiler_args or []), how,
                     one, self.origin))
         return compile_report, counts, traced
 
@@ -497,7 +489,9 @@ class NeuronRunner:
                 yield key
             yield from pending_keys(self.cache_dir)  # what else the scan of the cache would build (repeats skipped)
 
-        thread = threading.Thread(target=trace, name="neuron-args-trace", daemon=True)
+        # in the warmup's context: the jobs it traces here count into the warmup's tally
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(trace,), name="neuron-args-trace",
+                                  daemon=True)
         thread.start()
         try:
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
@@ -524,22 +518,18 @@ class NeuronRunner:
         job is then traced in a child and compiled, which counts the miss) and is not counted here.
         """
         with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
-            stats, recs = STATS.snapshot(), _record_counts()
-            self._run_asserting_hit(job)
-            warmed += self._touched(job.graph_type, bucket, recs, CacheStats.since(stats).snapshot())
+            recs = _record_counts()
+            counts = self._run_asserting_hit(job).counts
+            commit(counts)  # the warmup's: it loaded these graphs
+            warmed += self._touched(job.graph_type, bucket, recs, counts.snapshot())
         return [w.key for w in warmed]
 
-    def _run_asserting_hit(self, job: Any) -> None:
-        """Run a trace job's graph here under the hit assertion; a miss (or any failure) counts no miss."""
-        misses = STATS.misses
-        was, ACTIVITY.assert_hit = ACTIVITY.assert_hit, True
-        try:
+    def _run_asserting_hit(self, job: Any) -> Tally:
+        """Run a trace job's graph here under the hit assertion; its counts are held, for the caller to pass on or
+        not (a miss, or any failure, counts nowhere: the job is then traced in a child, which counts it)."""
+        with tally(assert_hit=True, held=True) as probe:
             self.run(job.graph_type, job[1])
-        except Exception:
-            STATS.misses = misses
-            raise
-        finally:
-            ACTIVITY.assert_hit = was
+        return probe
 
     def _record_deferred(self, traced: Any, compile_report: Any, skip: Iterable[str] = ()) -> CacheStats:
         """The graphs the trace children and the compile workers handled, as this process's records."""
@@ -547,12 +537,12 @@ class NeuronRunner:
         keys = sorted({k for t in traced for k in t.keys} - set(skip))
         for key in keys:
             entry = self.cache.entry(key)
-            md = entry.metadata()
-            args = md.get("compiler_args") or []
+            md = entry.info()
+            args = list(md.compiler_args or [])
             records.record(records.GraphRecord(
-                key=key, seam=md.get("seam", CAPTURE_SEAM), graph_type=md.get("graph_type"),
-                input_shapes=md.get("input_shapes", []), compiler_args=args,
-                optimization_level=optimization_level(args), target=md.get("target", self.options["target"]),
+                key=key, seam=md.seam or CAPTURE_SEAM, graph_type=md.graph_type,
+                input_shapes=list(md.input_shapes or []), compiler_args=args,
+                optimization_level=optimization_level(args), target=md.target or self.options["target"],
                 compiles=int(key in built), captures=int(key in built),
                 loads=int(key not in built and entry.is_complete),
                 compile_seconds=built[key].seconds if key in built else None,
@@ -577,18 +567,18 @@ class NeuronRunner:
         :meth:`run`; a call matching no declared bucket raises :class:`UndeclaredGraphError`.
         """
         session = ServeSession()
-        before = STATS.snapshot()
         self._serving = session
         was = ACTIVITY.serving, ACTIVITY.assert_hit
         ACTIVITY.serving = self
         if assert_cache_hit:
             ACTIVITY.assert_hit = True
         try:
-            yield session
+            with tally() as served:
+                yield session
         finally:
             ACTIVITY.serving, ACTIVITY.assert_hit = was
             self._serving = None
-            session.counts = CacheStats.since(before)
+            session.counts = served.counts
 
     def _signatures(self, module: torch.nn.Module) -> list[tuple[str, str, tuple[Any, ...]]]:
         """``(graph_type, bucket, tensor signature)`` of every declared bucket running through ``module``."""
@@ -720,9 +710,7 @@ class _ServeAhead:
         self.runner, self.jobs, self.progress = runner, jobs, progress
         self.waiting: dict[int, set[str]] = {}  # captured jobs whose keys are not all built yet
         self.done: set[str] = set()
-        self.hits = 0
         self.graph_breaks: list[GraphBreakError] = []  # under fullgraph: the warmup fails, as in-process
-        self.report = CompileReport()  # every graph parallel_compile finished so far (a warmup that raises names them)
         self.lock = threading.Lock()  # ``captured`` comes from the trace's thread when streaming
 
     def captured(self, i: int, result: Any) -> None:
@@ -733,7 +721,6 @@ class _ServeAhead:
 
     def built(self, event: Any) -> None:
         """``parallel_compile``'s progress callback: pass the event on, then trace the jobs it completed."""
-        self.report.graphs.append(event.graph)
         if self.progress is not None:
             self.progress(event)
         if event.graph.status not in ("compiled", "already-complete"):
@@ -752,7 +739,6 @@ class _ServeAhead:
         try:
             return trace()
         except GraphBreakError as exc:
-            exc.graph_type = job.graph_type
             self.graph_breaks.append(exc)
             return []
 
@@ -770,17 +756,15 @@ class _ServeAhead:
             self._trace(self.jobs[i])
 
     def _trace(self, job: Any) -> None:
+        """Serving's own trace, taken early: its counts are not the warmup's (held, never passed on)."""
         with _TRACING:
-            hits = STATS.hits
             try:
                 self.runner._run_asserting_hit(job)
             except GraphBreakError as exc:  # the children capture without fullgraph: the break shows here
-                exc.graph_type = job.graph_type  # which graph type failed its warmup (the plugin names it)
                 self.graph_breaks.append(exc)
             except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
                 log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
                           str(exc).splitlines()[0] if str(exc) else "")
-            self.hits += STATS.hits - hits
 
 
 def _own_failures_raised(report: Any, own: set[str]) -> Any:

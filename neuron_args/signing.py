@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from neuron_args import envs
+from neuron_args.entry_metadata import EntryMetadata
 
 SIGNING_KEY_ENV = "NEURON_ARGS_CACHE_SIGNING_KEY"
 SIGNATURE_FIELD = "signature"
@@ -52,7 +53,7 @@ def signature_matches(doc: Mapping[str, Any]) -> bool:
     return secret is None or (isinstance(given, str) and hmac.compare_digest(given, _digest(doc, secret)))
 
 
-def signature_problem(metadata: Mapping[str, Any], key: str) -> str | None:
+def signature_problem(metadata: EntryMetadata, key: str) -> str | None:
     """Why the metadata of the complete entry ``key`` is not trusted when signing is on (None: signing off,
     or signed by the same secret for this key and holding the executable's sha256 the signature vouches for)."""
     secret = signing_key()
@@ -60,13 +61,13 @@ def signature_problem(metadata: Mapping[str, Any], key: str) -> str | None:
         return None
     fix = (f"fix: rebuild it with the same {SIGNING_KEY_ENV} as this run (a run that can write the cache moves it "
            "aside and rebuilds it), or let only writers you trust, holding that key, write the cache")
-    if not isinstance(metadata.get(SIGNATURE_FIELD), str):
+    if not isinstance(metadata.doc.get(SIGNATURE_FIELD), str):
         return f"it is not signed while {SIGNING_KEY_ENV} is set (written without the key, or tampered with); {fix}"
-    if not signature_matches(metadata):
+    if not signature_matches(metadata.doc):
         return (f"its signature does not match its metadata under this {SIGNING_KEY_ENV} (tampered with, or signed "
                 f"with another key); {fix}")
-    if metadata.get("key") != key:
-        return f"its signed metadata is entry {metadata.get('key')!r}'s (copied from another entry); {fix}"
-    if not isinstance(metadata.get("executable_sha256"), str):
+    if metadata.key != key:
+        return f"its signed metadata is entry {metadata.key!r}'s (copied from another entry); {fix}"
+    if metadata.executable_sha256 is None:
         return f"its signed metadata records no executable sha256, so the executable is not vouched for; {fix}"
     return None

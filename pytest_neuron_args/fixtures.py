@@ -23,7 +23,10 @@ from typing import Any
 import pytest
 
 from neuron_args import envs
-from neuron_args.cache import STATS, CacheStats
+from neuron_args.activity import tally
+from neuron_args.cache import CacheStats
+from neuron_args.deferred.parallel_compile import ParallelCompileError
+from neuron_args.errors import TraceError
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args import ci_report, gc_policy, ranks, trace_log
@@ -243,23 +246,20 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
         return _rank_worker_warmup(request, session, neuron_runner, graph_types)
     _fail_if_failed_before(session, neuron_runner, graph_types)
     try:
-        if s.tp > 1:
-            report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
-        else:
-            progress = _progress_writer(pytestconfig, request.node)
-            before = STATS.snapshot()
-            with env({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
-                report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
-            if report.flow == "parallel":  # what children and workers did (graphs loaded here are in STATS already)
-                here = CacheStats.since(before).snapshot()
-                session.add_deferred_counts(CacheStats(**{k: getattr(report.counts, k) - v for k, v in here.items()}))
-            if report.compile_report is not None:
-                session.add_compile_report(report.compile_report)
+        with tally() as warming:
+            if s.tp > 1:
+                report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
+            else:
+                progress = _progress_writer(pytestconfig, request.node)
+                with env({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
+                    report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
+                session.add_deferred_counts(report.deferred_counts)  # graphs loaded here are in ACTIVITY.stats already
+                if report.compile_report is not None:
+                    session.add_compile_report(report.compile_report)
     except BaseException as exc:
-        # what a failed parallel warmup built before it raised (a ParallelCompileError's report; a trace failure's,
-        # a graph break's or Ctrl-C's compile_report): those graphs were compiled by this session
-        built = getattr(exc, "report", None) or getattr(exc, "compile_report", None)
-        if built is not None:
+        # what a failed parallel warmup built before it raised (a ParallelCompileError's report; the parallel_compile
+        # a trace failure, a graph break or Ctrl-C cut short): those graphs were compiled by this session
+        for built in [exc.report] if isinstance(exc, ParallelCompileError) else warming.compile_reports:
             session.add_compile_report(built)
             n = sum(g.status == "compiled" for g in built.graphs)
             session.add_deferred_counts(CacheStats(misses=n, compiles=n, captures=n))
@@ -288,15 +288,16 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
     """graph type -> its error's first line, for the graph types a failed warmup failed on: the failed graphs
     of a parallel warmup, else the first one it had not warmed (the in-process flow warms one graph type after
     the other and stops at the error)."""
+    from neuron_args.runner import GraphBreakError
+
     named: dict[str, str] = {}
-    if isinstance(getattr(exc, "graph_type", None), str):  # a graph break found by the parallel flow
-        named[exc.graph_type] = _first_line(exc)  # type: ignore[attr-defined]
-    for g in getattr(exc, "failures", None) or ():  # ParallelCompileError
+    if isinstance(exc, GraphBreakError) and exc.graph_type is not None:
+        named[exc.graph_type] = _first_line(exc)
+    for g in exc.failures if isinstance(exc, ParallelCompileError) else ():
         named.setdefault(g.graph_type, _first_line(g.error))
-    for r in getattr(exc, "results", None) or ():  # TraceError
-        if getattr(r, "status", None) == "failed":
-            named.setdefault(r.graph_type, f"trace of graph type {r.graph_type!r} failed: "
-                             + _last_line(getattr(r, "error", None) or exc))
+    for r in exc.results if isinstance(exc, TraceError) else ():
+        if r.status == "failed":
+            named.setdefault(r.graph_type, f"trace of graph type {r.graph_type!r} failed: " + _last_line(r.error or exc))
     named = {g: line for g, line in named.items() if g in chosen}
     if named:
         return named

@@ -453,14 +453,16 @@ def _fill_from_cache(row: dict[str, Any], cache_dir: Path | None) -> None:
     if cache_dir is None or (row.get("executable_size") and row.get("input_shapes") is not None):
         return
     from neuron_args.cache import CompileCache
+    from neuron_args.errors import CorruptEntryError
     from neuron_args.flags import optimization_level
 
     entry = CompileCache(cache_dir).lookup(row["key"])
     if entry is None:  # not a key
         return
     if row.get("input_shapes") is None:
-        md = entry.metadata()
-        row["input_shapes"] = list(md.get("input_shapes") or []) if md else None
+        with contextlib.suppress(CorruptEntryError):  # a damaged entry: shown without its inputs
+            md = entry.info()
+            row["input_shapes"] = list(md.input_shapes or []) if md else None
         if row.get("optimization_level") is None and row.get("compiler_args"):
             with contextlib.suppress(ValueError):  # a malformed level: shown as none
                 row["optimization_level"] = optimization_level(row["compiler_args"])

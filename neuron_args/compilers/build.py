@@ -5,19 +5,19 @@ captured entries); it needs neither torch nor the seams, so a compile worker imp
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from neuron_args.cache import CacheEntry, executable_fields, now_iso
+from neuron_args.cache import CacheEntry, executable_fields
 from neuron_args.compile_start import compile_starting
 from neuron_args.compilers.base import Compiler
+from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CompilerArgsError
 from neuron_args.flags import canonical_compiler_args
 from neuron_args.text import graph_label
 
 
 def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence[str], target: str,
-                  graph_type: str | None, metadata: Mapping[str, Any], *, timeout: float | None = None) -> None:
+                  graph_type: str | None, metadata: EntryMetadata, *, timeout: float | None = None) -> None:
     """Compile ``entry``'s graph.hlo into its executable and record how (the marker is the caller's).
 
     The executable's size and sha256 go into the metadata: loads verify them. ``timeout`` None
@@ -30,26 +30,26 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
         compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
         timeout=timeout,
     )
-    entry.write_metadata(compiled_metadata(
-        metadata, compiler_args=compiler_args, command=result.argv, seconds=round(result.seconds, 4),
+    entry.write_metadata(metadata.compiled(
+        compiler_args=compiler_args, command=result.argv, seconds=round(result.seconds, 4),
         compiler=compiler.info.as_dict(), executable=executable_fields(entry.executable_path)))
 
 
-def check_keyed_build(entry: CacheEntry, metadata: Mapping[str, Any], compiler_args: Sequence[str], target: str,
+def check_keyed_build(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], target: str,
                       graph_type: str | None) -> None:
     """Refuse to build a key with other compiler arguments or another target than its key was made of.
 
-    A pending entry whose recorded ``compiler_args`` are damaged (not a list) would be built with the caller's base
-    arguments; its ``key_components`` say what the key stands for, and one key must never hold an executable of
-    another argument set. Not checked on the arguments: a key that leaves them out (the native seam: null), and an
-    entry that records none at all (an older cache: built with the base arguments, with a warning, as documented).
+    An entry's ``key_components`` say what the key stands for, and one key must never hold an executable of another
+    argument set (its recorded ``compiler_args`` edited by hand). Not checked on the arguments: a key that leaves them
+    out (the native seam: null), and an entry that records none (an older cache: built with the base arguments, with
+    a warning, as documented).
     """
-    comps = metadata.get("key_components")
-    if not isinstance(comps, Mapping):
+    comps = metadata.key_components
+    if comps is None:
         return
     keyed_args, keyed_target = comps.get("compiler_args"), comps.get("target")
     problems = []
-    if isinstance(keyed_args, list) and "compiler_args" in metadata:
+    if isinstance(keyed_args, list) and metadata.compiler_args is not None:
         try:
             given = canonical_compiler_args(list(compiler_args))
         except (CompilerArgsError, TypeError) as exc:
@@ -65,13 +65,3 @@ def check_keyed_build(entry: CacheEntry, metadata: Mapping[str, Any], compiler_a
             f"executable built another way.\nfix: capture the graph again (re-run the warmup or parallel_trace), "
             f"or remove the entry's folder {entry.path}")
 
-
-def compiled_metadata(metadata: Mapping[str, Any], *, compiler_args: Sequence[str], command: Sequence[str],
-                      seconds: float | None, compiler: Mapping[str, Any], executable: Mapping[str, Any],
-                      **extra: Any) -> dict[str, Any]:
-    """A built entry's ``metadata.json``: how it was compiled and the executable's size and sha256.
-
-    One shape whether the graph was built here or on a farm worker (``extra`` says where).
-    """
-    return {**metadata, "status": "compiled", "compiler_args": list(compiler_args), "command": list(command),
-            "compiled": now_iso(), "compile_seconds": seconds, "compiler": dict(compiler), **executable, **extra}

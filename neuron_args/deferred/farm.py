@@ -31,8 +31,10 @@ from typing import Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
-from neuron_args.compilers.build import check_keyed_build, compiled_metadata
-from neuron_args.errors import CompileError, NeuronArgsError
+from neuron_args.compilers.build import check_keyed_build
+from neuron_args.entry_metadata import EntryMetadata
+from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
+from neuron_args.text import graph_label
 
 __all__ = ["CompileOutcome", "CompileTask", "GraphCompileReport", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
 
@@ -52,6 +54,21 @@ class GraphCompileReport:
     executable_size: int | None = None
     used_base_args: bool = False
     error: str | None = None
+
+
+def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[EntryMetadata | None, GraphCompileReport]:
+    """A pending entry's metadata and the report of its build: built with its recorded arguments, else the base ones
+    (an older cache). Metadata with a damaged field: None and a failed report (the entry stays pending)."""
+    try:
+        md = entry.info()
+    except CorruptEntryError as exc:
+        return None, GraphCompileReport(
+            entry.key, entry.graph_type, list(base_args or []), "failed",
+            error=f"{graph_label(entry.graph_type)}, key {entry.key}: {exc.problem}; the entry stays pending.\nfix: "
+                  f"capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder {entry.path}")
+    recorded = md.compiler_args
+    args = list(recorded) if recorded is not None else list(base_args or [])
+    return md, GraphCompileReport(entry.key, md.graph_type, args, "compiled", used_base_args=recorded is None)
 
 
 @dataclass(frozen=True)
@@ -90,15 +107,15 @@ class CompileOutcome:
         return len(self.executable or b"") + len(self.log)
 
 
-def expected_compiler(metadata: dict[str, Any]) -> tuple[str | None, str | None]:
+def expected_compiler(metadata: EntryMetadata) -> tuple[str | None, str | None]:
     """``(name, version)`` of the compiler the entry's key was computed with.
 
     The key's ``tool_versions["compiler"]`` ("<name> <version>") is what the key hashed; the
     metadata's ``compiler`` record is the fallback for entries that lack key components.
     """
-    recorded = metadata.get("compiler") if isinstance(metadata.get("compiler"), dict) else {}
-    name, version = recorded.get("name"), recorded.get("version")
-    keyed = ((metadata.get("key_components") or {}).get("tool_versions") or {}).get("compiler")
+    name, version = metadata.compiler_name, metadata.compiler_version
+    tools = (metadata.key_components or {}).get("tool_versions")
+    keyed = tools.get("compiler") if isinstance(tools, dict) else None
     if isinstance(keyed, str) and " " in keyed:
         keyed_name, keyed_version = keyed.split(" ", 1)
         if name in (None, keyed_name):
@@ -106,10 +123,10 @@ def expected_compiler(metadata: dict[str, Any]) -> tuple[str | None, str | None]
     return name, version
 
 
-def prepare_task(entry: CacheEntry, metadata: dict[str, Any], compiler_args: Sequence[str], *,
+def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], *,
                  compiler_name: str | None = None, timeout: float | None = None) -> CompileTask:
     """The task for one pending entry, read in the caller's process (which holds the cache)."""
-    graph_type = metadata.get("graph_type")
+    graph_type = metadata.graph_type
     name, version = expected_compiler(metadata)
     compiler_name = (compiler_name or "").strip().lower() or None
     if compiler_name == "auto":  # the entry's own compiler: its name is part of the key
@@ -119,23 +136,17 @@ def prepare_task(entry: CacheEntry, metadata: dict[str, Any], compiler_args: Seq
             f"entry {entry.key} (graph type {graph_type!r}) was captured for compiler {name!r}, whose "
             f"name is part of its key; compiling it with {compiler_name!r} would store a mismatched "
             "executable. Capture again with the same compiler option.")
-    check_keyed_build(entry, metadata, compiler_args, metadata.get("target") or "trn2", graph_type)
+    check_keyed_build(entry, metadata, compiler_args, metadata.target or "trn2", graph_type)
     try:
         hlo = entry.hlo_path.read_bytes()
     except OSError as exc:
         raise CompileError(
             f"cannot read the HLO module of entry {entry.key} (graph type {graph_type!r}) at {entry.hlo_path}: "
             f"{exc.strerror or exc}. Capture the graph again (it writes graph.hlo) or remove the entry.") from None
-    if timeout is None and metadata.get("compile_timeout") is not None:  # the capture's own option
-        try:
-            timeout = float(metadata["compile_timeout"])
-        except (TypeError, ValueError):
-            raise CompileError(
-                f"entry {entry.key} (graph type {graph_type!r}) records compile_timeout="
-                f"{metadata['compile_timeout']!r}, not a number of seconds; pass compile_timeout= (or --timeout) "
-                "or capture again with a valid option") from None
+    if timeout is None:  # the capture's own option
+        timeout = metadata.compile_timeout
     return CompileTask(key=entry.key, graph_type=graph_type, hlo=hlo, compiler_args=tuple(compiler_args),
-                       target=metadata.get("target") or "trn2", compiler=compiler_name or name or "auto",
+                       target=metadata.target or "trn2", compiler=compiler_name or name or "auto",
                        compiler_version=version, timeout=timeout)
 
 
@@ -292,7 +303,7 @@ def check_outcome(outcome: object, task: CompileTask) -> None:
             "only workers you trust")
 
 
-def commit_outcome(entry: CacheEntry, metadata: dict[str, Any], task: CompileTask, outcome: CompileOutcome) -> int:
+def commit_outcome(entry: CacheEntry, metadata: EntryMetadata, task: CompileTask, outcome: CompileOutcome) -> int:
     """Write a compiled outcome into ``entry`` (the caller holds the key's lock); returns its size.
 
     Each file is written atomically; the executable is checked against the worker's sha256, its
@@ -311,8 +322,8 @@ def commit_outcome(entry: CacheEntry, metadata: dict[str, Any], task: CompileTas
     write_atomic(entry.executable_path, blob, durable=True)
     write_atomic(entry.log_path, outcome.log)
     write_atomic(entry.command_path, shlex.join(argv) + "\n")
-    entry.write_metadata(compiled_metadata(
-        metadata, compiler_args=task.compiler_args, command=argv, seconds=outcome.compile_seconds,
+    entry.write_metadata(metadata.compiled(
+        compiler_args=task.compiler_args, command=argv, seconds=outcome.compile_seconds,
         compiler=outcome.compiler, executable={"executable_size": len(blob), "executable_sha256": sha},
         compiled_on={"worker": outcome.worker, "seconds": outcome.worker_seconds}))
     entry.mark_complete()
@@ -365,12 +376,6 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
     outer = _FarmFuture()
     lock = KeyLock(entry)  # held from submission to commit (across threads): two runs build a graph once
 
-    def report_for(md: dict[str, Any]) -> GraphCompileReport:
-        recorded = md.get("compiler_args")
-        args = list(recorded) if isinstance(recorded, list) else list(base_args or [])
-        return GraphCompileReport(key, md.get("graph_type"), args, "compiled",
-                                  used_base_args=not isinstance(recorded, list))
-
     def finish(report: GraphCompileReport, t0: float) -> None:
         lock.release()
         report.seconds = round(time.monotonic() - t0, 3)
@@ -378,7 +383,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
             with contextlib.suppress(cf.InvalidStateError):
                 outer.set_result(report)
 
-    def collect(inner: cf.Future, md: dict[str, Any], task: CompileTask, report: GraphCompileReport,
+    def collect(inner: cf.Future, md: EntryMetadata, task: CompileTask, report: GraphCompileReport,
                 t0: float) -> None:
         try:
             if inner.cancelled():
@@ -409,12 +414,13 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
 
     def start() -> None:
         t0 = time.monotonic()
-        md = entry.metadata()
-        report = report_for(md)
+        md, report = pending_graph(entry, base_args)
         if outer.cancelled():
             return lock.release()
         if entry.is_complete:
-            report.status = "already-complete"
+            report.status, report.error = "already-complete", None
+            return finish(report, t0)
+        if md is None:
             return finish(report, t0)
         try:
             task = prepare_task(entry, md, report.compiler_args, compiler_name=compiler_name, timeout=timeout)

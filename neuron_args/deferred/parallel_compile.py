@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neuron_args.activity import note_compile_report
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
 from neuron_args.compilers.build import compile_entry
 from neuron_args.compilers.lifetime import (
@@ -31,7 +32,7 @@ from neuron_args.compilers.lifetime import (
     resolve_compile_timeout,
     within,
 )
-from neuron_args.deferred.farm import GraphCompileReport, submit_graph
+from neuron_args.deferred.farm import GraphCompileReport, pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
@@ -119,11 +120,10 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
     scope = current_scope()
     cache = CompileCache(root)
     entry = cache.entry(key)
-    md = entry.metadata()
-    graph_type = md.get("graph_type")
-    recorded = md.get("compiler_args")
-    args = list(recorded) if isinstance(recorded, list) else list(base_args or [])
-    report = GraphCompileReport(key, graph_type, args, "compiled", used_base_args=not isinstance(recorded, list))
+    md, report = pending_graph(entry, base_args)
+    if md is None:
+        return report
+    graph_type, args = report.graph_type, report.compiler_args
     t0 = time.monotonic()
     try:
         if scope is not None:
@@ -138,17 +138,17 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                 raise CompileError(
                     f"entry {key} (graph type {graph_type!r}) is pending but has no {HLO_NAME}: its capture did not "
                     f"finish writing it. Fix: capture it again (re-run the warmup or parallel_trace), or remove {entry.path}")
-            recorded_compiler = (md.get("compiler") or {}).get("name")
+            recorded_compiler = md.compiler_name
             compiler = select_compiler({"compiler": compiler_name or recorded_compiler})
             if recorded_compiler and compiler.info.name != recorded_compiler:
                 raise CompileError(
                     f"entry {key} (graph type {graph_type!r}) was captured for compiler {recorded_compiler!r}, whose "
                     f"name is part of its key; compiling it with {compiler.info.name!r} would store a mismatched "
                     "executable. Capture again with the same compiler option.")
-            if timeout is None and md.get("compile_timeout") is not None:  # the capture's own option
-                timeout = resolve_compile_timeout({"compile_timeout": md["compile_timeout"]}, compiler.info.name)
+            if timeout is None and md.compile_timeout is not None:  # the capture's own option
+                timeout = resolve_compile_timeout({"compile_timeout": md.compile_timeout}, compiler.info.name)
             try:
-                compile_entry(entry, compiler, args, md.get("target") or "trn2", graph_type, md, timeout=timeout)
+                compile_entry(entry, compiler, args, md.target or "trn2", graph_type, md, timeout=timeout)
                 entry.mark_complete()
             except OSError as exc:
                 raise disk_error(exc, entry.path, key=key, graph_type=graph_type) from exc
@@ -166,7 +166,7 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
 def _say_unbuildable(crashed: Iterable[Any]) -> None:
     """Log the crashed entries no compile can build: no readable metadata (their arguments are unknown)."""
     for entry in crashed:
-        if not entry.metadata():
+        if not entry.has_metadata:
             log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
                         "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
                         entry.key, METADATA_NAME, entry.path)
@@ -244,8 +244,8 @@ def parallel_compile(
 
     Ctrl-C or SIGTERM cancels queued graphs at once, kills running compilers, logs what was
     built, failed and cancelled, and lets ``KeyboardInterrupt`` propagate (SIGTERM is then
-    re-delivered), its ``compile_report`` the graphs that finished; interrupted entries stay pending, so a
-    rerun builds them.
+    re-delivered); the report of the graphs that finished is listed in the open ``activity.tally`` blocks (a
+    warmup's) from the start; interrupted entries stay pending, so a rerun builds them.
     """
     cache = CompileCache(cache_dir)
     if cache.root.exists() and not cache.root.is_dir():
@@ -255,6 +255,7 @@ def parallel_compile(
     pending = [e.key for e, status in statuses if status == "pending"]
     _say_unbuildable(e for e, status in statuses if status == "crashed")
     report = CompileReport()
+    note_compile_report(report)  # a warmup that raises (Ctrl-C, a trace failure) still lists what this built
     t0 = time.monotonic()
     if keys is None and not pending:
         return report
@@ -294,7 +295,6 @@ def parallel_compile(
                 terminated = isinstance(exc, _Terminated)
                 run.stop()
                 _cancel(scope, pool if own else None, run.futures, report, cache.root)
-                exc.compile_report = report  # what was built before the interrupt (the pytest plugin lists it)
                 raise
             except BaseException:  # a progress callback raised: nothing more starts, running compiles end
                 run.stop()

@@ -366,9 +366,8 @@ def parallel_trace(
                      if r is not None and r.status != "failed"})
     failed = [r for r in done if r.status == "failed"]
     if failed:
-        err = TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed))
-        err.results = done  # every job's TraceResult, in job order (the captured ones' keys too)
-        raise err
+        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed),
+                         done)
     return done
 
 

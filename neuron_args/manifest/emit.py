@@ -46,8 +46,8 @@ logger = logging.getLogger("neuron_args.manifest")
 
 # ----------------------------------------------------------------------------- enrichment
 
-def _shape_list(value: Any) -> list[str] | None:
-    if isinstance(value, list) and all(isinstance(s, str) and SHAPE_RE.match(s) for s in value):
+def _shape_list(value: Sequence[str] | None) -> list[str] | None:
+    if value is not None and all(SHAPE_RE.match(s) for s in value):
         return list(value)
     return None
 
@@ -68,7 +68,7 @@ def _enrich(cache: CompileCache | None, key: str) -> tuple[str | None, str | Non
         found.executable_path,
         found.executable_size,
         None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat(),
-        _shape_list(found.metadata.get("output_shapes")),
+        _shape_list(found.output_shapes),
     )
 
 

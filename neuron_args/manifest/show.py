@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuron_args.cache import CompileCache, EntryStatus
+from neuron_args.cache import CacheEntry, CompileCache, EntryStatus
+from neuron_args.errors import CorruptEntryError
 from neuron_args.manifest.config import MODEL_SEPARATOR
 from neuron_args.text import format_shapes, human_size, render_table
 
@@ -85,7 +86,6 @@ class CacheEntryInfo:
     status: EntryStatus
     lock_pid: int | None  # the builder's pid while ``compiling`` (when it wrote one)
     size: int
-    metadata: dict
 
     @property
     def status_text(self) -> str:
@@ -93,29 +93,29 @@ class CacheEntryInfo:
         return f"{self.status.value} (pid {self.lock_pid})" if self.lock_pid else self.status.value
 
 
-def _entry_opt_level(metadata: Mapping) -> str:
-    args = metadata.get("compiler_args")
-    if not isinstance(args, list):
-        components = metadata.get("key_components")
-        args = components.get("compiler_args") if isinstance(components, Mapping) else None
-    return opt_level(args) if isinstance(args, (list, str)) else "-"
+def _entry_opt_level(entry: CacheEntry) -> str:
+    try:
+        md = entry.info()
+    except CorruptEntryError:  # shown as corrupt
+        return "-"
+    args: Any = md.compiler_args
+    if args is None:
+        args = (md.key_components or {}).get("compiler_args")
+    return opt_level(list(args)) if isinstance(args, (tuple, list, str)) else "-"
 
 
 def cache_entries(cache: CompileCache) -> list[CacheEntryInfo]:
     """Every entry of a compile cache, sorted by graph type then key."""
     entries = []
     for entry in cache.entries():
-        metadata = entry.metadata()
-        graph_type = metadata.get("graph_type")
         status = entry.status
         entries.append(CacheEntryInfo(
             key=entry.key,
-            graph_type=graph_type if isinstance(graph_type, str) else None,
-            opt_level=_entry_opt_level(metadata),
+            graph_type=entry.graph_type,
+            opt_level=_entry_opt_level(entry),
             status=status,
             lock_pid=entry.lock_pid() if status is EntryStatus.COMPILING else None,
             size=entry.size_bytes(),
-            metadata=metadata,
         ))
     return sorted(entries, key=lambda e: (e.graph_type is None, e.graph_type or "", e.key))
 

@@ -28,11 +28,10 @@ from typing import Any
 import torch
 
 from neuron_args import eager_fallback
-from neuron_args.activity import ACTIVITY
+from neuron_args.activity import ACTIVITY, count
 from neuron_args.autograd_modes import autograd_mode, current_autograd_mode
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import (
-    STATS,
     CacheEntry,
     CompileCache,
     CorruptEntryError,
@@ -44,6 +43,7 @@ from neuron_args.cache import (
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import resolve_compile_timeout, select_compiler
 from neuron_args.compilers.build import compile_entry
+from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.flags import canonical_compiler_args, optimization_level
@@ -232,7 +232,7 @@ class CompiledGraph:
         record_graph(key=v.key.key, input_shapes=self.input_shapes, compiler_flags=v.request.compiler_flags(),
                      graph_type=v.graph_type)
 
-    def metadata(self, v: Variant, status: str) -> dict[str, Any]:
+    def metadata(self, v: Variant, status: str) -> EntryMetadata:
         """The entry's ``metadata.json`` as the graph is captured (``pending``) or compiled."""
         lowered = self.lowered
         return new_metadata(
@@ -340,7 +340,7 @@ class CompileSeam(Seam):
         compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
                       timeout=graph.compile_timeout)
         v.rec.compiles += 1
-        v.rec.compile_seconds = entry.metadata().get("compile_seconds")
+        v.rec.compile_seconds = entry.info().compile_seconds
 
 
 class NativeSeam(CompileSeam):
@@ -399,7 +399,7 @@ class CaptureSeam(Seam):
                 entry.reset()
                 write_atomic(entry.hlo_path, graph.lowered.hlo_module_proto)  # never half a graph
                 entry.write_metadata(graph.metadata(v, status="pending"))
-                STATS.captures += 1
+                count("captures")
                 return True
         except OSError as exc:
             raise disk_error(exc, entry.path, key=key.key, graph_type=v.graph_type) from exc

@@ -14,6 +14,7 @@ from typing import Any
 
 from neuron_args.atomic import STALE_AFTER
 from neuron_args.cache import CompileCache
+from neuron_args.errors import CorruptEntryError
 from neuron_args.untrusted import RECORD_LIMIT, read_json
 
 FORMAT = 2  # 2: output specs (a key component)
@@ -65,8 +66,11 @@ def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bo
         return []
     digests = set()
     for entry in cache.entries():
-        comps = entry.metadata().get("key_components")
-        if isinstance(comps, dict) and is_digest(comps.get("graph")):
+        try:
+            comps = entry.info().key_components
+        except CorruptEntryError:  # never loaded: moved aside when used
+            continue
+        if comps is not None and is_digest(comps.get("graph")):
             digests.add(comps["graph"])
     now = time.time()
     out = []

@@ -71,7 +71,8 @@ def _edit_metadata(entry, **fields):
 @pytest.mark.parametrize("damage, said", [
     (dict(input_specs=None, output_specs=None), "records no valid input_specs/output_specs"),
     (dict(compiler={"name": "local", "version": "9", "format": "xla-gpu"}), "records executable format 'xla-gpu'"),
-    (dict(compiler="local"), "records executable format None"),
+    (dict(compiler="local"), "field 'compiler' is 'local', not an object"),
+    (dict(executable_size="12"), "field 'executable_size' is '12', not a count of bytes"),
 ])
 def test_metadata_of_another_shape_is_a_corrupt_entry_moved_aside_and_rebuilt(warm, tmp_path, monkeypatch, damage,
                                                                                said):
@@ -157,7 +158,7 @@ def test_a_pending_entry_whose_arguments_disagree_with_its_key_is_not_built(tmp_
         report = parallel_compile(tmp_path, executor=pool, quiet=True, raise_on_error=False)
     (graph,) = report.graphs
     assert graph.status == "failed" and entry.status == "pending" and not entry.executable_path.exists()
-    assert f"key {entry.key}: not compiled with compiler arguments [] (the key holds ['-O1'])" in graph.error
+    assert f"key {entry.key}: metadata.json field 'compiler_args' is 5, not a list of strings" in graph.error
     assert f"fix: capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder " \
            f"{entry.path}" in graph.error
 

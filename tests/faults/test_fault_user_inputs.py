@@ -314,7 +314,7 @@ def test_output_logfile_and_workdir_in_the_arguments_keep_the_cache_layout(tmp_p
     with pytest.warns(CompilerArgsWarning) as caught:
         for key in keys:
             entry = CompileCache(root).entry(key)
-            compile_entry(entry, NeuronxCcCompiler(), args, "trn2", "decode0", entry.metadata())
+            compile_entry(entry, NeuronxCcCompiler(), args, "trn2", "decode0", entry.info())
     told = sorted(str(w.message) for w in caught)
     assert len(told) == 2 and all(f"key {keys[0]}" in t for t in told), told  # once per option, not per compile
     assert told[0].startswith("graph type 'decode0', key ") and "--logfile in the compiler arguments is ignored" in told[0]

@@ -1,0 +1,140 @@
+"""The ``metadata.json`` of one cache entry as one typed value, parsed and validated once where it is read.
+
+Only :mod:`neuron_args.cache` reads and writes the file; every other module reads the attributes of
+:class:`EntryMetadata`. The document itself is kept as written (``doc``): it is what is signed and
+written back, so the file's bytes do not change with this type. Each field a reader uses is checked
+for its type once, in :meth:`EntryMetadata.parse`: a field of another type (a hand edit, a sync tool,
+another neuron-args) is a :class:`~neuron_args.errors.CorruptEntryError` naming the key and the field,
+so a complete entry holding one is corrupt (moved aside and rebuilt). A field the document lacks (an
+older neuron-args, an entry captured but not compiled yet) is None. Needs neither torch nor jax.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from neuron_args.errors import CorruptEntryError
+from neuron_args.text import graph_label
+
+METADATA_VERSION = 1
+
+#: ``(shape, dtype)`` of one recorded input or output (``metadata.json``: ``{"shape": [...], "dtype": "..."}``)
+RecordedSpec = tuple[tuple[int, ...], str]
+
+
+def _checked(test: Callable[[Any], bool], what: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
+    """A field's parser: ``convert(value)`` when ``test(value)``, else a TypeError saying what the field must be."""
+    def parse(value: Any) -> Any:
+        try:
+            if test(value):
+                return convert(value)
+        except ValueError:
+            pass
+        raise TypeError(what)
+    return parse
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _spec(s: Any) -> bool:
+    return (isinstance(s, dict) and isinstance(s.get("dtype"), str) and isinstance(s.get("shape"), list)
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in s["shape"]))
+
+
+_TEXT = _checked(lambda v: isinstance(v, str), "a string")
+_TEXTS = _checked(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings", tuple)
+_OBJECT = _checked(lambda v: isinstance(v, dict), "an object")
+# compile_timeout records the option as given, which may be a numeric string
+_SECONDS = _checked(lambda v: (_number(v) or isinstance(v, str)) and float(v) >= 0, "a number of seconds", float)
+_SPECS = _checked(lambda v: isinstance(v, list) and all(map(_spec, v)), 'a list of {"shape": [int, ...], "dtype": str}',
+                  lambda v: tuple((tuple(s["shape"]), s["dtype"]) for s in v))
+
+#: each typed field and its parser (a parser raises TypeError naming what the field must be)
+_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "key": _TEXT, "status": _TEXT, "seam": _TEXT, "graph_type": _TEXT, "target": _TEXT, "error": _TEXT,
+    "compiler_args": _TEXTS, "key_components": _OBJECT, "compiler": _OBJECT, "input_specs": _SPECS,
+    "output_specs": _SPECS, "input_shapes": _TEXTS, "output_shapes": _TEXTS, "compile_timeout": _SECONDS,
+    "compile_seconds": _SECONDS, "executable_sha256": _TEXT,
+    "executable_size": _checked(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of bytes"),
+}
+
+
+@dataclass(frozen=True)
+class EntryMetadata:
+    """One entry's ``metadata.json``: its typed fields (None: not recorded) and the document as written."""
+
+    doc: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    key: str | None = None
+    status: str | None = None  # "pending" | "compiling" | "compiled" | "failed" | "interrupted"
+    seam: str | None = None
+    graph_type: str | None = None
+    target: str | None = None
+    error: str | None = None
+    compiler_args: tuple[str, ...] | None = None  # None: not recorded (an older cache: built with the base arguments)
+    key_components: Mapping[str, Any] | None = None
+    compiler: Mapping[str, Any] | None = None  # {"name", "version", "format"}
+    input_specs: tuple[RecordedSpec, ...] | None = None
+    output_specs: tuple[RecordedSpec, ...] | None = None
+    input_shapes: tuple[str, ...] | None = None
+    output_shapes: tuple[str, ...] | None = None
+    compile_timeout: float | None = None  # the capture's own option (None: the environment, else the default)
+    compile_seconds: float | None = None
+    executable_size: int | None = None
+    executable_sha256: str | None = None
+
+    @classmethod
+    def parse(cls, doc: Mapping[str, Any], key: str) -> EntryMetadata:
+        """The fields of the document of entry ``key``; a field of another type raises :class:`CorruptEntryError`."""
+        values = {}
+        for name, parse in _FIELDS.items():
+            value = doc.get(name)
+            if value is None:
+                continue
+            try:
+                values[name] = parse(value)
+            except TypeError as exc:
+                shown = repr(value)
+                shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                problem = f"metadata.json field {name!r} is {shown}, not {exc}"
+                graph_type = doc.get("graph_type")
+                raise CorruptEntryError(
+                    f"cache entry {key} ({graph_label(graph_type if isinstance(graph_type, str) else None)}): "
+                    f"{problem}; it was written by another neuron-args or damaged: a run that can write the cache "
+                    "moves it aside and rebuilds it, or remove the entry", problem=problem) from None
+        return cls(doc=dict(doc), **values)
+
+    def __bool__(self) -> bool:
+        """False for an entry with no readable metadata (absent, unreadable, or not a JSON object)."""
+        return bool(self.doc)
+
+    compiler_name = property(lambda self: self._compiler("name"))
+    compiler_version = property(lambda self: self._compiler("version"))
+    executable_format = property(lambda self: self._compiler("format"))
+
+    def _compiler(self, what: str) -> str | None:
+        value = (self.compiler or {}).get(what)
+        return value if isinstance(value, str) else None
+
+    def with_fields(self, **fields: Any) -> EntryMetadata:
+        """This metadata with ``fields`` set (their values as JSON writes them), validated as any read is."""
+        return EntryMetadata.parse({**self.doc, **fields}, self.key or "?")
+
+    def compiled(self, *, compiler_args: Sequence[str], command: Sequence[str], seconds: float | None,
+                 compiler: Mapping[str, Any], executable: Mapping[str, Any], **extra: Any) -> EntryMetadata:
+        """A built entry's metadata: how it was compiled and the executable's size and sha256.
+
+        One shape whether the graph was built here or on a farm worker (``extra`` says where)."""
+        return self.with_fields(status="compiled", compiler_args=list(compiler_args), command=list(command),
+                                compiled=now_iso(), compile_seconds=seconds, compiler=dict(compiler), **executable,
+                                **extra)
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+
+
+__all__ = ["METADATA_VERSION", "EntryMetadata", "RecordedSpec", "now_iso"]
