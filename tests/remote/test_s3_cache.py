@@ -197,3 +197,32 @@ def test_refused_credentials_are_a_clear_error(monkeypatch, tmp_path):
     text = str(info.value)
     assert key.key in text and "'decode'" in text and "127.0.0.1" in text and "InvalidAccessKeyId" in text
     assert "fix:" in text and calls == [] and not cache.entry(key).path.exists()
+
+
+@pytest.mark.slow  # compiles a real graph (the local compiler's warm worker processes)
+def test_torch_compile_model_on_two_hosts(monkeypatch, tmp_path):
+    import torch
+
+    from tests.models import make_mlp, mlp_inputs
+
+    url = f"s3://{BUCKET}/torch"
+    model, (x,) = make_mlp(), mlp_inputs()
+    with torch.inference_mode():
+        want = model(x)
+    outs = []
+    for name in ("a", "b"):  # host A compiles and publishes; host B loads it
+        monkeypatch.setenv(COPY_ENV, str(tmp_path / name))
+        torch._dynamo.reset()
+        ACTIVITY.reset()
+        compiled = torch.compile(model, backend="neuron_libtorch", dynamic=False, options={
+            "cache_dir": url, "compiler_args": ["--auto-cast=none", "-O1"], "target": "trn2", "compiler": "local"})
+        with torch.inference_mode():
+            outs.append(compiled(x))
+        outs.append((STATS.compiles, STATS.hits))
+    (out_a, (compiles_a, _)), (out_b, (compiles_b, hits_b)) = (outs[0], outs[1]), (outs[2], outs[3])
+    assert compiles_a == 1 and compiles_b == 0 and hits_b == 1
+    torch.testing.assert_close(out_a, want)
+    torch.testing.assert_close(out_b, want)
+    local_b = CompileCache(url)
+    assert local_b.root == (tmp_path / "b" / BUCKET / "torch").resolve()
+    assert [e.status for e in local_b.entries()] == ["complete"]
