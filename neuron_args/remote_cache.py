@@ -402,6 +402,59 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
     return True
 
 
+class CacheLike(Protocol):
+    """What :func:`sync` needs of a :class:`~neuron_args.cache.CompileCache`."""
+
+    root: Path
+
+    def entry(self, key: str) -> Any: ...
+
+    def pull(self, entry: Any, graph_type: str | None = None) -> bool: ...
+
+
+@dataclass
+class SyncReport:
+    """What :func:`sync` did: the remote's complete entries, those copied now, those that did not check out."""
+
+    url: str
+    listed: int = 0
+    copied: int = 0
+    not_loaded: list[str] | None = None
+    error: str | None = None
+
+    def line(self) -> str:
+        if self.error is not None:
+            return f"remote cache {self.url}: not listed ({self.error}); showing the local copy only"
+        bad = self.not_loaded or []
+        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'}, "
+                f"{self.copied} copied to the local copy now"
+                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
+
+
+def sync(cache: CacheLike) -> SyncReport | None:
+    """Copy every complete remote entry that the local copy lacks (the CLI's ``cache ls|verify|explain|logs``
+    run on the local copy after this), each checked as a lookup checks it. None for a plain local cache."""
+    store = store_for(cache.root)
+    if store is None:
+        return None
+    report = SyncReport(store.loc.url, not_loaded=[])
+    try:
+        keys = store.keys()
+    except _Unavailable as exc:
+        report.error = f"endpoint {store.endpoint} is unreachable: {exc}"
+        return report
+    report.listed = len(keys)
+    for key in keys:
+        entry = cache.entry(key)
+        if entry.is_complete:
+            continue
+        if cache.pull(entry):
+            report.copied += 1
+        else:
+            report.not_loaded.append(key)
+    return report
+
+
 def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
