@@ -14,7 +14,6 @@ import contextlib
 import datetime as _dt
 import enum
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from neuron_args import envs, remote_cache
 from neuron_args.activity import ACTIVITY, CacheStats  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
+from neuron_args.digests import file_sha256
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import canonical_compiler_args
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
@@ -59,7 +59,6 @@ LOCK_NOTICE_REPEAT = 600.0
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
 QUARANTINE_DIR = ".corrupt"
 TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace_memo): not an entry
-_HASH_CHUNK = 1 << 20
 
 
 def assert_cache_hit_enabled() -> bool:
@@ -332,14 +331,6 @@ def _json_object(path: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def executable_fields(path: Path) -> dict[str, Any]:

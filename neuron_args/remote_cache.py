@@ -53,7 +53,8 @@ from typing import Any, Protocol
 
 from neuron_args import envs
 from neuron_args.atomic import write_atomic
-from neuron_args.errors import NeuronArgsError, OptionsError
+from neuron_args.digests import file_sha256
+from neuron_args.errors import OptionsError
 from neuron_args.text import graph_label
 from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json
 
@@ -455,14 +456,6 @@ def sync(cache: CacheLike) -> SyncReport | None:
     return report
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
     """Upload the complete local ``entry`` (its files, then the marker last, conditionally); True when this
     host's marker was written. Never raises for the remote's sake: a failed upload is a warning."""
@@ -474,7 +467,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
         names = sorted(p.name for p in entry.path.iterdir()
                        if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
                        and not p.name.startswith(".") and _NAME.match(p.name))
-        files = {n: {"size": (entry.path / n).stat().st_size, "sha256": _file_sha256(entry.path / n)} for n in names}
+        files = {n: {"size": (entry.path / n).stat().st_size, "sha256": file_sha256(entry.path / n)} for n in names}
         folder = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:32]
         for name in names:
             store.put(store.loc.object_key(key, folder, name), entry.path / name, key, graph_type)

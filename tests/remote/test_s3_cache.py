@@ -4,6 +4,7 @@ moto's server mode on 127.0.0.1 (HTTP, in a thread of this process), never a moc
 Two local copies of one bucket stand for two hosts (``NEURON_ARGS_REMOTE_CACHE_COPY`` differs)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import socket
@@ -79,7 +80,7 @@ def builder(key, calls, exe=b"neff bytes"):
         entry.executable_path.write_bytes(exe)
         entry.write_metadata(new_metadata(key, seam="neuron_libtorch", graph_type="decode", compiler_args=["-O1"],
                                           target="trn2", status="compiled", executable_size=len(exe),
-                                          executable_sha256=__import__("hashlib").sha256(exe).hexdigest()))
+                                          executable_sha256=hashlib.sha256(exe).hexdigest()))
     return build
 
 
