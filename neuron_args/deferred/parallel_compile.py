@@ -425,4 +425,4 @@ def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Futur
 
 
 def pending_keys(cache_dir: str | os.PathLike[str]) -> list[str]:
-    return [e.key for e in CompileCache(Path(cache_dir)).entries() if e.status == "pending"]
+    return [e.key for e in CompileCache(cache_dir).entries() if e.status == "pending"]

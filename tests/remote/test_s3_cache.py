@@ -266,3 +266,13 @@ def test_manifest_records_the_remote_location(monkeypatch, tmp_path, clean_ledge
     assert doc["config"]["neuron_config"] == {"cache_dir": str(cache.root), "remote_cache": url}
     assert doc["graphs"][0]["neff_path"] == f"{key}/graph_{key}.neff"
     assert validate_manifest(doc) == []
+
+
+def test_plugin_option_takes_an_s3_url(monkeypatch, tmp_path, pytester):
+    from pytest_neuron_args.options import NeuronSettings
+
+    monkeypatch.setenv(COPY_ENV, str(tmp_path / "copies"))
+    config = pytester.parseconfig(f"--neuron-cache-dir=s3://{BUCKET}/plugin", "--neuron-compiler=local")
+    settings = NeuronSettings.from_config(config)
+    assert settings.cache_dir == (tmp_path / "copies" / BUCKET / "plugin").resolve()
+    assert remote_cache.remote_url(settings.cache_dir) == f"s3://{BUCKET}/plugin"
