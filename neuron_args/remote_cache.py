@@ -215,11 +215,17 @@ class S3Store:
     def __init__(self, loc: RemoteLocation) -> None:
         self.loc = loc
         self._client: Any = None
+        self._client_lock = threading.Lock()
         self.down: str | None = None  # why this process went local-only
+        self.upload_refused = False  # a read-only host: its first refused upload warns, later ones are info
         self.replace: set[str] = set()  # keys whose remote entry a reader found corrupt
 
     @property
     def client(self) -> Any:
+        with self._client_lock:
+            return self._make_client() if self._client is None else self._client
+
+    def _make_client(self) -> Any:
         if self._client is None:
             try:
                 import boto3
@@ -481,7 +487,8 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
                  graph_label(graph_type), store.loc.url)
         return False
     except (_Unavailable, RemoteCacheError, OSError) as exc:
-        log.warning("cache entry %s (%s) was built here but not uploaded to %s (endpoint %s): %s. It is used from "
+        refused, store.upload_refused = store.upload_refused, store.upload_refused or isinstance(exc, RemoteCacheError)
+        log.log(logging.INFO if refused else logging.WARNING, "cache entry %s (%s) was built here but not uploaded to %s (endpoint %s): %s. It is used from "
                     "this host's copy; other hosts build it themselves. fix: check the endpoint and this host's "
                     "write permission on the bucket", key, graph_label(graph_type), store.loc.url, store.endpoint, exc)
         return False

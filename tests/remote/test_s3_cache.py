@@ -276,3 +276,37 @@ def test_plugin_option_takes_an_s3_url(monkeypatch, tmp_path, pytester):
     settings = NeuronSettings.from_config(config)
     assert settings.cache_dir == (tmp_path / "copies" / BUCKET / "plugin").resolve()
     assert remote_cache.remote_url(settings.cache_dir) == f"s3://{BUCKET}/plugin"
+
+
+def test_a_silent_endpoint_times_out_and_builds_locally(monkeypatch, tmp_path, caplog):
+    """An endpoint that accepts connections and never answers (a stalled network): bounded by the read timeout
+    and AWS_MAX_ATTEMPTS, then the same loud local-only fallback, never a hang."""
+    import threading
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held: list[socket.socket] = []
+
+    def hold() -> None:
+        while True:
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=hold, daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+    monkeypatch.setenv(TIMEOUT_ENV, "0.5")
+    cache, calls, key = host(monkeypatch, tmp_path, "a", f"s3://{BUCKET}/slow"), [], make_key("HloModule slow")
+    try:
+        with caplog.at_level(logging.WARNING, logger="neuron_args.remote_cache"):
+            _, hit = cache.get_or_build(key, builder(key, calls), graph_type="decode")
+    finally:
+        silent.close()
+        for conn in held:
+            conn.close()
+    assert hit is False and calls == [cache.root] and cache.entry(key).status == "complete"
+    assert len(held) == 2  # AWS_MAX_ATTEMPTS attempts, each ended by the read timeout
+    assert "unreachable" in caplog.text and "ReadTimeout" in caplog.text and TIMEOUT_ENV in caplog.text
