@@ -86,16 +86,21 @@ def _graphs(doc: Mapping) -> list:
 
 
 def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
-    """The cache to cross-check against: ``--cache-dir``, else the recorded one; plus a note
-    when a recorded cache is not on this machine."""
-    from neuron_args.manifest.show import recorded_cache_dir
+    """The cache to cross-check against: ``--cache-dir``, else the recorded one (the local copy of the recorded
+    ``neuron_config.remote_cache`` where that folder is not on this machine); plus a note when neither is here."""
+    from neuron_args.manifest.show import recorded_cache_dir, recorded_remote_cache
 
+    if given is not None and remote_cache.is_remote(given):
+        return _open_cache(given)[0], None
     if given is not None:
         path = Path(given).expanduser()
         if not path.is_dir():
             raise _Usage(f"--cache-dir {given}: no such directory")
         return path, None
     recorded = recorded_cache_dir(doc)
+    remote = recorded_remote_cache(doc)
+    if (recorded is None or not recorded.is_dir()) and remote_cache.is_remote(remote):
+        return _open_cache(remote)[0], None
     if recorded is None:
         return None, None
     if not recorded.is_dir():

@@ -251,7 +251,10 @@ def test_cli_ls_and_verify_on_an_s3_cache(monkeypatch, tmp_path, client, capsys,
     assert f"corrupt remote entry {url}/{bad.key}/" in out and "1 complete" in out
 
 
-def test_manifest_records_the_remote_location(monkeypatch, tmp_path, clean_ledger):
+def test_manifest_records_the_remote_location(monkeypatch, tmp_path, clean_ledger, capsys):
+    import shutil
+
+    from neuron_args.cli import main
     from neuron_args.manifest.emit import emit_manifest
     from neuron_args.manifest.ledger import record_graph
     from neuron_args.manifest.schema import validate_manifest
@@ -262,10 +265,18 @@ def test_manifest_records_the_remote_location(monkeypatch, tmp_path, clean_ledge
     cache.get_or_build(key, builder(key, calls))
     monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(tmp_path / "manifests"))
     record_graph(key=key.key, input_shapes=["4,"], compiler_flags="-O1")
-    doc = json.loads(emit_manifest(cache_dir=url).read_text())
+    path = emit_manifest(cache_dir=url)
+    doc = json.loads(path.read_text())
     assert doc["config"]["neuron_config"] == {"cache_dir": str(cache.root), "remote_cache": url}
     assert doc["graphs"][0]["neff_path"] == f"{key}/graph_{key}.neff"
     assert validate_manifest(doc) == []
+    # on another host the recorded folder is absent: the manifest is checked against its copy of the remote
+    shutil.rmtree(cache.root)
+    monkeypatch.setenv(COPY_ENV, str(tmp_path / "b"))
+    assert main(["manifest", "validate", "--json", str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cache_dir"] == str((tmp_path / "b" / BUCKET / "manifest").resolve()) and out["note"] is None
+    assert (tmp_path / "b" / BUCKET / "manifest" / key.key / f"graph_{key}.neff").is_file()
 
 
 def test_plugin_option_takes_an_s3_url(monkeypatch, tmp_path, pytester):
