@@ -265,7 +265,7 @@ class S3Store:
             raise self.refused(what, key, graph_type, f"{code or status}: {err.get('Message', '')}") from None
         except (NoCredentialsError, PartialCredentialsError) as exc:
             raise self.refused(what, key, graph_type, str(exc)) from None
-        except (BotoCoreError, OSError) as exc:  # connection refused, timeouts, a connection closed mid-body
+        except BotoCoreError as exc:  # connection refused, timeouts, a connection closed mid-body
             raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
 
     def refused(self, what: str, key: str, graph_type: str | None, why: str) -> RemoteCacheError:
@@ -374,6 +374,9 @@ def pull(entry: EntryLike, *, lock: Callable[[], AbstractContextManager[Any]], g
             return _download(store, entry, raw, graph_type)
     except _Unavailable as exc:
         store.go_down(str(exc), key, graph_type)
+        return False
+    except OSError as exc:  # this host's disk (full, read-only): the build that follows reports it
+        log.warning("cache entry %s (%s) was not copied from %s: %s", key, graph_label(graph_type), store.loc.url, exc)
         return False
 
 
