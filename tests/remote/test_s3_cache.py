@@ -16,7 +16,7 @@ moto_server = pytest.importorskip("moto.server", reason="moto[server] is not ins
 
 from neuron_args import remote_cache  # noqa: E402
 from neuron_args.activity import ACTIVITY  # noqa: E402
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache, cache_root, new_metadata  # noqa: E402
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, CACHE_DIR_ENV, STATS, CompileCache, cache_root, new_metadata  # noqa: E402
 from neuron_args.cache_key import create_cache_hash  # noqa: E402
 from neuron_args.remote_cache import COPY_ENV, TIMEOUT_ENV, RemoteCacheError  # noqa: E402
 
@@ -94,6 +94,13 @@ def test_url_maps_to_a_bound_local_copy(monkeypatch, tmp_path):
     assert root == (tmp_path / "copies" / "neuron-cache" / "team" / "nightly").resolve()
     assert remote_cache.remote_url(root) == "s3://neuron-cache/team/nightly"
     assert CompileCache("s3://neuron-cache/team/nightly").root == root
+    monkeypatch.setenv(CACHE_DIR_ENV, "s3://neuron-cache/team/nightly")
+    assert cache_root({}) == root
+    import torch
+
+    from neuron_args.runner import NeuronRunner
+
+    assert NeuronRunner(torch.nn.Linear(2, 2), graphs=[], cache_dir="s3://neuron-cache/team/nightly").cache_dir == root
     for bad in ("s3://UPPER/x", "s3://ok-bucket/../etc", "s3://a"):
         with pytest.raises(remote_cache.OptionsError, match="cache_dir"):
             cache_root({"cache_dir": bad})
