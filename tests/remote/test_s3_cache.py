@@ -234,6 +234,15 @@ def test_torch_compile_model_on_two_hosts(monkeypatch, tmp_path):
     local_b = CompileCache(url)
     assert local_b.root == (tmp_path / "b" / BUCKET / "torch").resolve()
     assert [e.status for e in local_b.entries()] == ["complete"]
+    # host C captures for a deferred build: the remote entry is copied, nothing is captured to compile later
+    monkeypatch.setenv(COPY_ENV, str(tmp_path / "c"))
+    torch._dynamo.reset()
+    ACTIVITY.reset()
+    captured = torch.compile(model, backend="neuron_libtorch_graph_capture", dynamic=False, options={
+        "cache_dir": url, "compiler_args": ["--auto-cast=none", "-O1"], "target": "trn2", "compiler": "local"})
+    with torch.inference_mode():
+        captured(x)
+    assert STATS.captures == 0 and [e.status for e in CompileCache(url).entries()] == ["complete"]
 
 
 def test_cli_ls_and_verify_on_an_s3_cache(monkeypatch, tmp_path, client, capsys, caplog):
