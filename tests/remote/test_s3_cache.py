@@ -337,3 +337,21 @@ def test_a_silent_endpoint_times_out_and_builds_locally(monkeypatch, tmp_path, c
     assert hit is False and calls == [cache.root] and cache.entry(key).status == "complete"
     assert len(held) == 2  # AWS_MAX_ATTEMPTS attempts, each ended by the read timeout
     assert "unreachable" in caplog.text and "ReadTimeout" in caplog.text and TIMEOUT_ENV in caplog.text
+
+
+def test_parallel_compile_copies_a_pending_entry_another_host_built(monkeypatch, tmp_path):
+    from neuron_args.deferred.parallel_compile import parallel_compile
+
+    url = f"s3://{BUCKET}/deferred"
+    key, calls = make_key("HloModule deferred"), []
+    host(monkeypatch, tmp_path, "a", url).get_or_build(key, builder(key, calls))
+    b = host(monkeypatch, tmp_path, "b", url)
+    pending = b.entry(key)  # host B captured the same graph for a deferred build
+    pending.reset()
+    pending.hlo_path.write_bytes(b"hlo")
+    pending.write_metadata(new_metadata(key, seam="neuron_libtorch_graph_capture", graph_type="decode",
+                                        compiler_args=["-O1"], target="trn2", status="pending"))
+    assert pending.status == "pending"
+    report = parallel_compile(url, quiet=True, workers=1)
+    assert [(g.key, g.status) for g in report.graphs] == [(key.key, "already-complete")]
+    assert pending.status == "complete" and pending.executable_path.read_bytes() == b"neff bytes"
