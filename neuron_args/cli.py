@@ -477,7 +477,7 @@ def _report_plot(args: argparse.Namespace) -> int:
 def _add_cache_dir(parser: argparse.ArgumentParser, *, positional: bool) -> None:
     """``--cache-dir DIR`` on every cache command; ``ls``, ``logs``, ``verify`` and ``prune-memo`` also take a
     positional ``DIR`` (``explain`` takes it before its keys)."""
-    where = f"cache directory (default: ${CACHE_DIR_ENV}, else $XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})"
+    where = f"cache directory or s3://bucket/prefix (default: ${CACHE_DIR_ENV}, else $XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})"
     if positional:
         parser.add_argument("dir", nargs="?", metavar="DIR", help=where + "; same as --cache-dir")
     parser.add_argument("--cache-dir", metavar="DIR", help=where)

@@ -53,7 +53,7 @@ def add_options(parser: pytest.Parser) -> None:
                     help="compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
                          "default: $NEURON_ARGS_COMPILER, else auto (ini: neuron_compiler)")
     group.addoption("--neuron-cache-dir", default=None, metavar="DIR",
-                    help="compile cache directory, kept across runs (default: a fresh directory per "
+                    help="compile cache directory or s3://bucket/prefix, kept across runs (default: a fresh directory per "
                          "session under pytest's base temp; ini: neuron_cache_dir)")
     group.addoption("--neuron-manifest-dir", default=None, metavar="DIR",
                     help="VLLM_NEURON_MANIFEST_DIR for the session (restored after; default: that variable as "
