@@ -355,3 +355,23 @@ def test_parallel_compile_copies_a_pending_entry_another_host_built(monkeypatch,
     report = parallel_compile(url, quiet=True, workers=1)
     assert [(g.key, g.status) for g in report.graphs] == [(key.key, "already-complete")]
     assert pending.status == "complete" and pending.executable_path.read_bytes() == b"neff bytes"
+
+
+@pytest.mark.slow  # two pytest sessions that compile a model (in-process)
+def test_pytest_sessions_on_two_hosts_share_the_bucket(monkeypatch, tmp_path, neuron_project):
+    """The plugin with --neuron-cache-dir=s3://...: host A's session compiles, host B's loads everything."""
+    neuron_project.makepyfile(test_serve="""
+        import torch
+
+        def test_serve(neuron_served):
+            neuron_served.run("decode", {"x": torch.ones(1, 8)})
+    """)
+    outs = []
+    for name in ("a", "b"):
+        monkeypatch.setenv(COPY_ENV, str(tmp_path / name))
+        result = neuron_project.runpytest("-p", "no:randomly", f"--neuron-cache-dir=s3://{BUCKET}/plugin-e2e")
+        result.assert_outcomes(passed=1)
+        outs.append(result.stdout.str())
+    assert "2 graphs: 2 compiled, 0 loaded" in outs[0], outs[0]
+    assert "2 graphs: 0 compiled, 2 loaded" in outs[1], outs[1]
+    assert f"session cache {(tmp_path / 'b' / BUCKET / 'plugin-e2e').resolve()}" in outs[1]
