@@ -247,7 +247,7 @@ class S3Store:
             return "<no client>"
 
     @contextlib.contextmanager
-    def _call(self, what: str, key: str, graph_type: str | None) -> Iterator[None]:
+    def _call(self, what: str, key: str | None, graph_type: str | None) -> Iterator[None]:
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
         try:
@@ -268,12 +268,13 @@ class S3Store:
         except BotoCoreError as exc:  # connection refused, timeouts, a connection closed mid-body
             raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
 
-    def refused(self, what: str, key: str, graph_type: str | None, why: str) -> RemoteCacheError:
+    def refused(self, what: str, key: str | None, graph_type: str | None, why: str) -> RemoteCacheError:
+        target = "its entries" if key is None else f"cache entry {key} ({graph_label(graph_type)})"
         return RemoteCacheError(
-            f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) refused to {what} cache entry {key} "
-            f"({graph_label(graph_type)}): {why}.\nfix: give this host credentials that may read and write "
-            f"{self.loc.url} (the standard AWS configuration: AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-            f"an instance role; AWS_ENDPOINT_URL for an S3-compatible server) and check that bucket "
+            f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) refused to {what} {target}: {why}.\n"
+            f"fix: give this host credentials that may read and write {self.loc.url} (the standard AWS "
+            "configuration: AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, an instance role; "
+            f"AWS_ENDPOINT_URL for an S3-compatible server) and check that bucket "
             f"{self.loc.bucket!r} exists, or use a local cache_dir")
 
     def go_down(self, why: str, key: str, graph_type: str | None) -> None:
@@ -329,7 +330,7 @@ class S3Store:
         """The keys whose remote marker exists (a listing: no marker, no entry)."""
         out = []
         start = self.loc.object_key("")
-        with self._call("list", "<all>", None):
+        with self._call("list", None, None):
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.loc.bucket, Prefix=start):
                 for obj in page.get("Contents", []):
                     parts = obj["Key"][len(start):].split("/")
