@@ -375,3 +375,15 @@ def test_pytest_sessions_on_two_hosts_share_the_bucket(monkeypatch, tmp_path, ne
     assert "2 graphs: 2 compiled, 0 loaded" in outs[0], outs[0]
     assert "2 graphs: 0 compiled, 2 loaded" in outs[1], outs[1]
     assert f"session cache {(tmp_path / 'b' / BUCKET / 'plugin-e2e').resolve()}" in outs[1]
+
+
+def test_signing_host_does_not_load_an_unsigned_remote_entry(monkeypatch, tmp_path, caplog):
+    url = f"s3://{BUCKET}/signed"
+    key, calls = make_key("HloModule signed"), []
+    host(monkeypatch, tmp_path, "a", url).get_or_build(key, builder(key, calls))  # written without a key
+    monkeypatch.setenv("NEURON_ARGS_CACHE_SIGNING_KEY", "team secret")
+    b = host(monkeypatch, tmp_path, "b", url)
+    with caplog.at_level(logging.WARNING, logger="neuron_args.remote_cache"):
+        entry, hit = b.get_or_build(key, builder(key, calls))
+    assert hit is False and len(calls) == 2 and "not signed" in caplog.text
+    assert json.loads(entry.metadata_path.read_text())["signature"].startswith("hmac-sha256:")
