@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -29,10 +28,11 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from neuron_args import envs
+from neuron_args import envs, remote_cache
 from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
+from neuron_args.digests import file_sha256
 from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, CorruptEntryError, OptionsError
 from neuron_args.flags import canonical_compiler_args
@@ -59,7 +59,6 @@ LOCK_NOTICE_REPEAT = 600.0
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
 QUARANTINE_DIR = ".corrupt"
 TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace_memo): not an entry
-_HASH_CHUNK = 1 << 20
 
 
 def assert_cache_hit_enabled() -> bool:
@@ -95,8 +94,11 @@ def _expanded(path: str) -> Path:
 
 
 def cache_root(options: Mapping[str, Any] | None = None) -> Path:
-    """``options["cache_dir"]``, else ``$NEURON_LIBTORCH_CACHE_DIR``, else the per-user default."""
+    """``options["cache_dir"]``, else ``$NEURON_LIBTORCH_CACHE_DIR``, else the per-user default; an
+    ``s3://bucket/prefix`` is its local read-through copy (:mod:`neuron_args.remote_cache`)."""
     given = (options or {}).get("cache_dir") or (envs.text(CACHE_DIR_ENV) or None)
+    if remote_cache.is_remote(given):
+        return remote_cache.local_copy(str(given), default_cache_dir().parent / "remote")
     return _expanded(given) if given else default_cache_dir()
 
 
@@ -303,7 +305,9 @@ class CacheEntry:
                 self.update_metadata(status="interrupted", error="interrupted (KeyboardInterrupt) while compiling")
 
     def mark_complete(self) -> None:
+        """Write the marker, then publish the entry when its cache copies a remote one (:func:`remote_cache.publish`)."""
         write_atomic(self.marker_path, now_iso())
+        remote_cache.publish(self, self.graph_type)
 
     def reset(self) -> None:
         """Drop whatever an earlier, unfinished build left; the caller holds the key's lock.
@@ -338,14 +342,6 @@ def _json_object(path: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def executable_fields(path: Path) -> dict[str, Any]:
@@ -548,7 +544,7 @@ class CompileCache:
     """A compile-cache directory."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).expanduser().resolve()
+        self.root = cache_root({"cache_dir": root}) if remote_cache.is_remote(root) else Path(root).expanduser().resolve()
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None) -> CompileCache:
@@ -637,6 +633,10 @@ class CompileCache:
         finally:
             key_lock.release()
 
+    def pull(self, entry: CacheEntry, graph_type: str | None = None) -> bool:
+        """Copy ``entry`` from the remote cache this folder copies, if any and if there (:func:`remote_cache.pull`)."""
+        return remote_cache.pull(entry, lock=lambda: self.lock(entry.key, graph_type=graph_type), graph_type=graph_type)
+
     def lock_timeout_error(self, entry: CacheEntry, timeout: float, graph_type: str | None = None) -> CompileError:
         pid = entry.lock_pid()
         holder = f"process {pid}" if pid else "another process"
@@ -701,6 +701,8 @@ class CompileCache:
         """
         entry = self.entry(key)
         asserting = assert_cache_hit_enabled() if assert_hit is None else assert_hit
+        if not entry.is_complete:
+            self.pull(entry, graph_type)
         if entry.is_complete:
             problem = self.verified(entry)
             if problem is None:

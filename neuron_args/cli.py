@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
+from neuron_args import remote_cache
 from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.farm_cli import add_compile_command
@@ -85,16 +86,21 @@ def _graphs(doc: Mapping) -> list:
 
 
 def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
-    """The cache to cross-check against: ``--cache-dir``, else the recorded one; plus a note
-    when a recorded cache is not on this machine."""
-    from neuron_args.manifest.show import recorded_cache_dir
+    """The cache to cross-check against: ``--cache-dir``, else the recorded one (the local copy of the recorded
+    ``neuron_config.remote_cache`` where that folder is not on this machine); plus a note when neither is here."""
+    from neuron_args.manifest.show import recorded_cache_dir, recorded_remote_cache
 
+    if given is not None and remote_cache.is_remote(given):
+        return _open_cache(given)[0], None
     if given is not None:
         path = Path(given).expanduser()
         if not path.is_dir():
             raise _Usage(f"--cache-dir {given}: no such directory")
         return path, None
     recorded = recorded_cache_dir(doc)
+    remote = recorded_remote_cache(doc)
+    if (recorded is None or not recorded.is_dir()) and remote_cache.is_remote(remote):
+        return _open_cache(remote)[0], None
     if recorded is None:
         return None, None
     if not recorded.is_dir():
@@ -130,11 +136,20 @@ def _statuses(text: str | None, default: Sequence[EntryStatus] | None) -> set[En
 
 
 def _require_cache(path: str | None) -> Path:
+    return _open_cache(path)[0]
+
+
+def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]:
+    """The cache folder; the local copy of an ``s3://`` cache, brought up to date with the remote first
+    (what that did: None for a plain local cache)."""
     root = cache_root({"cache_dir": path})
     if not root.is_dir():
         hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
         raise _Usage(f"no compile cache at {root}{hint}")
-    return root
+    synced = remote_cache.sync(CompileCache(root))
+    if synced is not None:
+        print(f"{synced.line()}; local copy {root}", file=sys.stderr)
+    return root, synced
 
 
 # ----------------------------------------------------------------------------- commands
@@ -322,10 +337,11 @@ def _cache_logs(args: argparse.Namespace) -> int:
 
 def _cache_verify(args: argparse.Namespace) -> int:
     """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
-    root = _require_cache(_cache_arg(args))
+    root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
     corrupt, counts = [], {}
+    remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded or []]
     for entry in entries:
         status = entry.status
         problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None
@@ -346,8 +362,9 @@ def _cache_verify(args: argparse.Namespace) -> int:
                       "moved_to": str(moved) if moved else None})
     if args.json:
         _print_json({"cache_dir": str(root), "checked": len(entries), "counts": dict(sorted(counts.items())),
-                     "corrupt": found, "fixed": bool(args.fix), "ok": not corrupt or bool(args.fix)})
-        return EXIT_FAIL if corrupt and not args.fix else EXIT_OK
+                     "corrupt": found, "fixed": bool(args.fix), "ok": (not corrupt or bool(args.fix)) and not remote_bad,
+                     **({} if synced is None else {"remote_cache": synced.url, "remote_not_loaded": remote_bad})})
+        return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
     print(f"compile cache {root}: {len(entries)} entries checked")
     for item in found:
         line = f"  corrupt {item['key']} (graph type {item['graph_type']!r}): {item['problem']}"
@@ -355,10 +372,13 @@ def _cache_verify(args: argparse.Namespace) -> int:
             line += f"; moved to {item['moved_to']}" if item["moved_to"] else "; already replaced"
         print(line)
     print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) if counts else "  no entries")
+    for item in remote_bad:
+        print(f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
+              "replaces it")
     if corrupt and not args.fix:
         print(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
               "or run this command with --fix")
-    return EXIT_FAIL if corrupt and not args.fix else EXIT_OK
+    return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
 
 
 def _cache_explain(args: argparse.Namespace) -> int:
@@ -460,7 +480,7 @@ def _report_plot(args: argparse.Namespace) -> int:
 def _add_cache_dir(parser: argparse.ArgumentParser, *, positional: bool) -> None:
     """``--cache-dir DIR`` on every cache command; ``ls``, ``logs``, ``verify`` and ``prune-memo`` also take a
     positional ``DIR`` (``explain`` takes it before its keys)."""
-    where = f"cache directory (default: ${CACHE_DIR_ENV}, else $XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})"
+    where = f"cache directory or s3://bucket/prefix (default: ${CACHE_DIR_ENV}, else $XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})"
     if positional:
         parser.add_argument("dir", nargs="?", metavar="DIR", help=where + "; same as --cache-dir")
     parser.add_argument("--cache-dir", metavar="DIR", help=where)

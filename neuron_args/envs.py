@@ -52,6 +52,12 @@ VARIABLES: tuple[EnvVar, ...] = (
        "compile-cache root (else `options[\"cache_dir\"]`, else `$XDG_CACHE_HOME/neuron-args/compile-cache` when "
        "that is an absolute path, else `~/.cache/neuron-args/compile-cache`; no home directory at all is an "
        "`OptionsError` saying what to set)"),
+    _v("NEURON_ARGS_REMOTE_CACHE_COPY", "path", None,
+       "folder of the local read-through copies of `s3://` caches: `<folder>/<bucket>/<prefix>` (default "
+       "`~/.cache/neuron-args/remote`, under `$XDG_CACHE_HOME` when set); see Sharing a cache across hosts"),
+    _v("NEURON_ARGS_REMOTE_CACHE_TIMEOUT", "seconds", 20.0,
+       "connect and read timeout of the S3 client of an `s3://` cache (retries: the AWS standard mode, "
+       "`AWS_MAX_ATTEMPTS`); an endpoint that does not answer in time makes the process go on local-only, warned"),
     _v("NEURON_ARGS_CACHE_SIGNING_KEY", "text", None,
        "HMAC key for a signed cache: entries written are signed (HMAC-SHA256) and entries not signed with it are "
        "never loaded; see Sharing a cache safely (a secret: never logged)", secret=True),

@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 
 from neuron_args import envs
+from neuron_args.cache import cache_root
 from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
 from neuron_args.deferred import FLOWS
 from neuron_args.flags import KNOWN_TARGETS as TARGETS
 from neuron_args.flags import OPT_LEVELS
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.remote_cache import is_remote
 from neuron_args.seams.platform import DEFAULT_TARGET
 
 DEFAULT_FLOW = FLOWS[0]
@@ -51,7 +53,7 @@ def add_options(parser: pytest.Parser) -> None:
                     help="compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
                          "default: $NEURON_ARGS_COMPILER, else auto (ini: neuron_compiler)")
     group.addoption("--neuron-cache-dir", default=None, metavar="DIR",
-                    help="compile cache directory, kept across runs (default: a fresh directory per "
+                    help="compile cache directory or s3://bucket/prefix, kept across runs (default: a fresh directory per "
                          "session under pytest's base temp; ini: neuron_cache_dir)")
     group.addoption("--neuron-manifest-dir", default=None, metavar="DIR",
                     help="VLLM_NEURON_MANIFEST_DIR for the session (restored after; default: that variable as "
@@ -316,6 +318,8 @@ def _path(config: pytest.Config, dest: str) -> Path | None:
     value, source = _raw(config, dest)
     if value is None:
         return None
+    if dest == "neuron_cache_dir" and is_remote(value):  # s3://bucket/prefix: its local read-through copy
+        return cache_root({"cache_dir": value})
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():
         base: Any = config.invocation_params.dir if source == "cli" else (

@@ -15,5 +15,5 @@ echo "setting up $VENV (torch 2.13 CPU, torchax, jax[cpu], the project) ..." >&2
 "$VENV/bin/python" -m pip install -q --upgrade pip >&2
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q "torch==2.13.0" >&2
-"$VENV/bin/python" -m pip install -q -e ".[hf,farm,plot,test]" >&2
+"$VENV/bin/python" -m pip install -q -e ".[hf,farm,plot,s3,test]" >&2
 echo "$want" > "$stamp"

@@ -306,6 +306,7 @@ def _stable_config(doc: Mapping) -> Any:
         return config
     neuron_config = dict(config["neuron_config"])
     neuron_config.pop("cache_dir", None)
+    neuron_config.pop("remote_cache", None)
     if isinstance(neuron_config.get("graph_types"), Mapping):
         keys = set(_graphs_by_hash(doc))
         neuron_config["graph_types"] = {k: v for k, v in neuron_config["graph_types"].items() if k in keys}

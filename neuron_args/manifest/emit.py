@@ -38,6 +38,7 @@ from neuron_args.manifest.ledger import (
     read_ledger,
 )
 from neuron_args.manifest.schema import MANIFEST_FILENAME, MANIFEST_VERSION
+from neuron_args.remote_cache import is_remote, remote_url
 
 __all__ = ["dumps_manifest", "emit_manifest"]
 
@@ -187,12 +188,18 @@ def dumps_manifest(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _with_cache_dir(block: dict, cache_dir: str | os.PathLike[str] | None) -> dict:
-    """The config block with ``neuron_config.cache_dir`` filled from ``cache_dir`` when the caller's config
-    has none (``neuron-args manifest show`` finds the cache through it, so its graph types show)."""
+def _with_cache_dir(block: dict, cache_dir: str | os.PathLike[str] | None, cache: CompileCache | None) -> dict:
+    """The config block with ``neuron_config.cache_dir`` filled from ``cache_dir`` (an ``s3://`` one: its local copy) when the caller's config
+    has none (``neuron-args manifest show`` finds the cache through it, so its graph types show), and
+    ``neuron_config.remote_cache`` (``s3://bucket/prefix``: an entry's remote location is
+    ``<remote_cache>/<graph_hash>/``) when that cache is the local copy of a remote one."""
     neuron = block.get("neuron_config")
-    if cache_dir is not None and (neuron is None or (isinstance(neuron, dict) and "cache_dir" not in neuron)):
-        block["neuron_config"] = {**(neuron or {}), "cache_dir": str(cache_dir)}
+    if cache is not None and (neuron is None or (isinstance(neuron, dict) and "cache_dir" not in neuron)):
+        shown = cache.root if is_remote(cache_dir) else cache_dir
+        block["neuron_config"] = neuron = {**(neuron or {}), "cache_dir": str(shown)}
+    remote = None if cache is None else remote_url(cache.root)
+    if remote is not None and isinstance(neuron, dict):
+        block["neuron_config"] = {**neuron, "remote_cache": remote}
     return block
 
 
@@ -241,7 +248,7 @@ def emit_manifest(
         stage = "collect the config and environment"
         doc = {
             "manifest_version": MANIFEST_VERSION,
-            "config": _with_cache_dir(config_block(config), cache_dir),
+            "config": _with_cache_dir(config_block(config), cache_dir, cache),
             "graphs": graphs,
             "environment": environment_snapshot(),
         }

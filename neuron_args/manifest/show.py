@@ -183,14 +183,24 @@ def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = 
     return f"{_config_summary(doc)}\n{count}\n{table}"
 
 
-def recorded_cache_dir(doc: Mapping) -> Path | None:
-    """``config.neuron_config.cache_dir`` when the manifest recorded one (a baseline's placeholder is none)."""
+def _neuron_config_text(doc: Mapping, name: str) -> str | None:
     config = doc.get("config")
     neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
-    value = neuron.get("cache_dir") if isinstance(neuron, Mapping) else None
-    if not isinstance(value, str) or not value or value == BASELINE_CACHE_DIR_PLACEHOLDER:
+    value = neuron.get(name) if isinstance(neuron, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+def recorded_cache_dir(doc: Mapping) -> Path | None:
+    """``config.neuron_config.cache_dir`` when the manifest recorded one (a baseline's placeholder is none)."""
+    value = _neuron_config_text(doc, "cache_dir")
+    if value is None or value == BASELINE_CACHE_DIR_PLACEHOLDER:
         return None
     return Path(value).expanduser()
+
+
+def recorded_remote_cache(doc: Mapping) -> str | None:
+    """``config.neuron_config.remote_cache`` (``s3://bucket/prefix``) when the manifest recorded one."""
+    return _neuron_config_text(doc, "remote_cache")
 
 
 # ----------------------------------------------------------------------------- baselines

@@ -387,6 +387,8 @@ class CaptureSeam(Seam):
         """Write a pending entry unless the key is already built; True when written."""
         cache, key = graph.cache, v.key
         entry = cache.entry(key)
+        if not entry.is_complete:
+            cache.pull(entry, v.graph_type)  # a remote cache that holds it: nothing to capture
         if entry.is_complete:
             problem = cache.verified(entry)
             if problem is None:

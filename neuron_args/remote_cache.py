@@ -1,0 +1,500 @@
+"""A compile cache shared across hosts through S3-compatible storage (``cache_dir="s3://bucket/prefix"``).
+
+The local folder stays the working store. An ``s3://`` cache_dir maps to a local read-through copy
+(``$NEURON_ARGS_REMOTE_CACHE_COPY/<bucket>/<prefix>``, default ``~/.cache/neuron-args/remote/...``)
+that records its remote in ``<copy>/.remote.json``, so every :class:`~neuron_args.cache.CompileCache`
+on that folder (the CLI, the farm, trace records, other processes) finds it. The cache calls two hooks:
+
+* :func:`pull` on a local miss: the remote entry exists only once its marker ``<prefix>/<key>/COMPLETE``
+  exists. The marker names an upload folder ``<prefix>/<key>/<id>/`` and each file's size and sha256;
+  the files are downloaded with bounded reads into a dot folder, checked against the marker and then by
+  the cache's own check (metadata, executable size and sha256, signature when a signing key is set), and
+  renamed into place with the local marker already in it: a local entry is whole or absent. Any mismatch
+  is a miss that rebuilds (logged), never a half entry.
+* :func:`publish` after a local entry is complete: the files go to a folder named by the hash of their
+  contents, then the marker LAST with ``If-None-Match: *`` (an S3 conditional write). Two hosts that
+  build one key both succeed: the first marker wins and names a folder that only ever holds its own
+  bytes (the same contents upload to the same folder with identical bytes). No lock across hosts is
+  needed. A remote entry a reader found corrupt is replaced (its marker overwritten) by the rebuild.
+
+Faults. An endpoint that does not answer (refused, timed out: ``NEURON_ARGS_REMOTE_CACHE_TIMEOUT``
+bounds connect and read, botocore's standard retry mode bounds the attempts) is one loud warning naming
+the endpoint, then this process works local-only (it builds what it misses; serving never waits on the
+network again). Credentials refused, a missing bucket or no credentials at all is a
+:class:`RemoteCacheError` naming the key, the graph type, the endpoint and the fix: a configuration
+error, not a reason to rebuild everything silently. A failed upload is a warning: the entry is built
+and used here; other hosts build it themselves.
+
+Client: boto3 (``pip install 'neuron-args[s3]'``) rather than s3fs, measured on this project's machines:
+boto3 is 7 distributions and 39 MB installed, s3fs 20 distributions and 54 MB (aiobotocore pins an older
+botocore, plus aiohttp and fsspec); ``import boto3`` took 0.52-0.95 s, ``import s3fs`` 0.83-1.26 s; both
+send conditional writes (boto3 ``put_object(IfNoneMatch="*")``, s3fs mode ``"xb"``). The cache is
+synchronous code, so s3fs's asyncio layer buys nothing. The client is made from a default
+``boto3.session.Session``: ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, the credential chain and
+``AWS_MAX_ATTEMPTS`` apply as for any AWS tool; nothing project-specific is needed.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from neuron_args import envs
+from neuron_args.atomic import write_atomic
+from neuron_args.digests import file_sha256
+from neuron_args.errors import OptionsError
+from neuron_args.text import graph_label
+from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json
+
+log = logging.getLogger("neuron_args.remote_cache")
+
+SCHEME = "s3://"
+COPY_ENV = "NEURON_ARGS_REMOTE_CACHE_COPY"
+TIMEOUT_ENV = "NEURON_ARGS_REMOTE_CACHE_TIMEOUT"
+BINDING_FILE = ".remote.json"
+INCOMING_DIR = ".remote-incoming"  # a dot folder: never listed as an entry
+REMOTE_MARKER = "COMPLETE"
+MARKER_FORMAT = 1
+MARKER_LIMIT = 1 << 20
+#: The largest file a remote entry may hold (an executable: far above any NEFF, far below a full disk).
+FILE_LIMIT = 64 << 30
+_CHUNK = 1 << 20
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+_PART = re.compile(r"^[A-Za-z0-9._\-=+@]+$")
+_NAME = re.compile(r"^[A-Za-z0-9._\-]{1,200}$")
+_KEY = re.compile(r"^[0-9a-f]{16,128}$")
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class RemoteCacheError(OptionsError):
+    """The remote cache refused this process (credentials, permissions, no such bucket) or its client is
+    not installed: a configuration error, named with the key, the graph type, the endpoint and the fix."""
+
+
+class EntryLike(Protocol):
+    """What the hooks need of a :class:`~neuron_args.cache.CacheEntry` (this module never imports the cache)."""
+
+    root: Path
+    key: str
+    path: Path
+
+    @property
+    def marker_path(self) -> Path: ...
+
+    def problem(self, *, checksum: bool = True) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class RemoteLocation:
+    """``s3://bucket/prefix``, parsed and validated once where it enters."""
+
+    bucket: str
+    prefix: str  # "" or "a/b" (no leading or trailing slash)
+
+    @classmethod
+    def parse(cls, url: str) -> RemoteLocation:
+        if not is_remote(url):
+            raise OptionsError(f"cache_dir {url!r} is not an s3:// URL")
+        rest = url[len(SCHEME):].strip("/")
+        bucket, _, prefix = rest.partition("/")
+        parts = [p for p in prefix.split("/") if p]
+        if not _BUCKET.match(bucket) or ".." in bucket:
+            raise OptionsError(f"cache_dir {url!r}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, "
+                               "dots and hyphens). Fix: give cache_dir as s3://BUCKET/PREFIX")
+        bad = [p for p in parts if p in (".", "..") or not _PART.match(p)]
+        if bad:
+            raise OptionsError(f"cache_dir {url!r}: the prefix part {bad[0]!r} is not allowed (letters, digits and "
+                               "._-=+@ only, no '.' or '..'). Fix: give cache_dir as s3://BUCKET/PREFIX")
+        return cls(bucket, "/".join(parts))
+
+    @property
+    def url(self) -> str:
+        return f"{SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
+
+    def object_key(self, *names: str) -> str:
+        return "/".join([p for p in (self.prefix,) if p] + list(names))
+
+    def entry_url(self, key: str) -> str:
+        """Where an entry lives remotely (what a manifest records)."""
+        return f"{self.url}/{key}/"
+
+
+def is_remote(value: object) -> bool:
+    """Whether a cache_dir value names a remote cache (``s3://...``)."""
+    return isinstance(value, str) and value.strip().lower().startswith(SCHEME)
+
+
+def local_copy(url: str, default_base: Path) -> Path:
+    """The local read-through folder of the remote cache ``url`` (created, and bound to it):
+    ``$NEURON_ARGS_REMOTE_CACHE_COPY/<bucket>/<prefix>``, else ``default_base/<bucket>/<prefix>``."""
+    loc = RemoteLocation.parse(url.strip())
+    given = envs.text(COPY_ENV)
+    base = Path(given).expanduser() if given else default_base
+    root = (base / loc.bucket).joinpath(*loc.prefix.split("/")) if loc.prefix else base / loc.bucket
+    bind(root, loc)
+    return root.resolve()
+
+
+def bind(root: Path, loc: RemoteLocation) -> None:
+    """Record in ``root`` that it is the local copy of ``loc`` (one folder copies one remote)."""
+    path = root / BINDING_FILE
+    current = _binding(root)
+    if current == loc:
+        return
+    if current is not None:
+        raise OptionsError(f"{root} is already the local copy of {current.url}, not of {loc.url}. Fix: point "
+                           f"${COPY_ENV} at another folder, or remove {path}")
+    try:
+        write_atomic(path, json.dumps({"url": loc.url}) + "\n")
+    except OSError as exc:
+        raise OptionsError(f"cannot create the local copy {root} of the remote cache {loc.url} ({exc.strerror or exc}). "
+                           f"Fix: point ${COPY_ENV} at a writable folder") from None
+    _stores.pop(str(root.resolve()), None)
+
+
+def _binding(root: Path) -> RemoteLocation | None:
+    try:
+        doc = read_json(root / BINDING_FILE, 4096)
+        return RemoteLocation.parse(doc["url"]) if isinstance(doc, dict) and is_remote(doc.get("url")) else None
+    except (OSError, ValueError):
+        return None
+
+
+def remote_url(root: Path) -> str | None:
+    """The ``s3://`` URL the cache folder ``root`` copies, or None (a plain local cache)."""
+    loc = _binding(root)
+    return None if loc is None else loc.url
+
+
+_stores: dict[str, S3Store | None] = {}
+_stores_lock = threading.Lock()
+
+
+def store_for(root: Path) -> S3Store | None:
+    """The remote store of the cache folder ``root`` (None: a plain local cache), one per process and folder."""
+    ident = str(root)
+    with _stores_lock:
+        if ident not in _stores:
+            loc = _binding(root)
+            _stores[ident] = None if loc is None else S3Store(loc)
+        return _stores[ident]
+
+
+def _timeout() -> float:
+    return envs.seconds(TIMEOUT_ENV, hint=" (the S3 client's connect and read timeout)")
+
+
+class _Absent(Exception):
+    """The object does not exist (404)."""
+
+
+class _Exists(Exception):
+    """A conditional write found the object there already (412)."""
+
+
+class _Unavailable(Exception):
+    """The endpoint did not answer (refused, timed out, 5xx after retries)."""
+
+
+class S3Store:
+    """One remote cache: its objects, read and written with boto3, every fault sorted into absent, exists,
+    unavailable or :class:`RemoteCacheError`."""
+
+    def __init__(self, loc: RemoteLocation) -> None:
+        self.loc = loc
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+        self.down: str | None = None  # why this process went local-only
+        self.upload_refused = False  # a read-only host: its first refused upload warns, later ones are info
+        self.replace: set[str] = set()  # keys whose remote entry a reader found corrupt
+
+    @property
+    def client(self) -> Any:
+        with self._client_lock:
+            return self._make_client() if self._client is None else self._client
+
+    def _make_client(self) -> Any:
+        if self._client is None:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError:
+                raise RemoteCacheError(
+                    f"the compile cache {self.loc.url} is on S3, and boto3 is not installed. "
+                    "Fix: pip install 'neuron-args[s3]'") from None
+            t = _timeout()
+            self._client = boto3.session.Session().client(
+                "s3", config=Config(connect_timeout=t, read_timeout=t, retries={"mode": "standard"}))
+        return self._client
+
+    @property
+    def endpoint(self) -> str:
+        try:
+            return str(self.client.meta.endpoint_url)
+        except RemoteCacheError:
+            return "<no client>"
+
+    @contextlib.contextmanager
+    def _call(self, what: str, key: str | None, graph_type: str | None) -> Iterator[None]:
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
+
+        try:
+            yield
+        except ClientError as exc:
+            err = exc.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("NoSuchKey", "404", "NotFound") or (status == 404 and code != "NoSuchBucket"):
+                raise _Absent() from None
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict") or status in (409, 412):
+                raise _Exists() from None
+            if isinstance(status, int) and status >= 500:
+                raise _Unavailable(f"{code or status}: {err.get('Message', '')}") from None
+            raise self.refused(what, key, graph_type, f"{code or status}: {err.get('Message', '')}") from None
+        except (NoCredentialsError, PartialCredentialsError) as exc:
+            raise self.refused(what, key, graph_type, str(exc)) from None
+        except BotoCoreError as exc:  # connection refused, timeouts, a connection closed mid-body
+            raise _Unavailable(f"{type(exc).__name__}: {exc}") from None
+
+    def refused(self, what: str, key: str | None, graph_type: str | None, why: str) -> RemoteCacheError:
+        target = "its entries" if key is None else f"cache entry {key} ({graph_label(graph_type)})"
+        return RemoteCacheError(
+            f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) refused to {what} {target}: {why}.\n"
+            f"fix: give this host credentials that may read and write {self.loc.url} (the standard AWS "
+            "configuration: AWS_PROFILE, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, an instance role; "
+            f"AWS_ENDPOINT_URL for an S3-compatible server) and check that bucket "
+            f"{self.loc.bucket!r} exists, or use a local cache_dir")
+
+    def go_down(self, why: str, key: str, graph_type: str | None) -> None:
+        """Warn once, loudly, and work local-only for the rest of this process."""
+        if self.down is None:
+            self.down = why
+            log.warning(
+                "remote compile cache %s (endpoint %s) is unreachable while looking up cache entry %s (%s): %s. "
+                "This process goes on with its local copy only: graphs it misses are built here and not shared. "
+                "fix: check the endpoint (AWS_ENDPOINT_URL, the network) and %s, then run again",
+                self.loc.url, self.endpoint, key, graph_label(graph_type), why, TIMEOUT_ENV)
+
+    # -- objects --------------------------------------------------------------------------------------------
+
+    def get_bytes(self, name: str, limit: int, key: str, graph_type: str | None) -> bytes:
+        with self._call("read", key, graph_type):
+            body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
+            try:
+                data = body.read(limit + 1)
+            finally:
+                body.close()
+        if len(data) > limit:
+            raise ValueError(f"{name} has more than the {limit} bytes allowed")
+        return data
+
+    def get_file(self, name: str, dest: Path, size: int, key: str, graph_type: str | None) -> str:
+        """Download ``name`` into ``dest``, reading at most ``size`` + 1 bytes; returns its sha256."""
+        digest, got = hashlib.sha256(), 0
+        with self._call("read", key, graph_type):
+            body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
+            try:
+                with open(dest, "wb") as f:
+                    while got <= size and (chunk := body.read(min(_CHUNK, size + 1 - got))):
+                        got += len(chunk)
+                        digest.update(chunk)
+                        f.write(chunk)
+            finally:
+                body.close()
+        if got != size:
+            raise ValueError(f"{name} has {'more than ' if got > size else ''}{got} bytes, {size} were recorded")
+        return digest.hexdigest()
+
+    def put(self, name: str, data: bytes | Path, key: str, graph_type: str | None, *, create: bool = False) -> None:
+        extra = {"IfNoneMatch": "*"} if create else {}
+        with self._call("write", key, graph_type):
+            if isinstance(data, Path):
+                with open(data, "rb") as f:
+                    self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=f, **extra)
+            else:
+                self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=data, **extra)
+
+    def keys(self) -> list[str]:
+        """The keys whose remote marker exists (a listing: no marker, no entry)."""
+        out = []
+        start = self.loc.object_key("")
+        with self._call("list", None, None):
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.loc.bucket, Prefix=start):
+                for obj in page.get("Contents", []):
+                    parts = obj["Key"][len(start):].split("/")
+                    if len(parts) == 2 and parts[1] == REMOTE_MARKER and _KEY.match(parts[0]):
+                        out.append(parts[0])
+        return sorted(out)
+
+
+def _marker_files(doc: Any, key: str) -> tuple[str, dict[str, tuple[int, str]]]:
+    """The upload folder and ``{name: (size, sha256)}`` of a remote marker (untrusted: every field checked)."""
+    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
+        raise ValueError("the marker is not a neuron-args remote marker of this key")
+    folder, files = doc.get("folder"), doc.get("files")
+    if not isinstance(folder, str) or not _ID.match(folder) or not isinstance(files, dict) or not files:
+        raise ValueError("the marker names no upload folder or no files")
+    out = {}
+    for name, info in files.items():
+        size, sha = (info.get("size"), info.get("sha256")) if isinstance(info, dict) else (None, None)
+        if (not _NAME.match(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
+                or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not isinstance(sha, str)
+                or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
+            raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
+        out[name] = (size, sha)
+    return folder, out
+
+
+def pull(entry: EntryLike, *, lock: Callable[[], AbstractContextManager[Any]], graph_type: str | None = None) -> bool:
+    """Copy the remote entry of ``entry.key`` into the local cache when the remote marker exists; True when
+    the local entry is complete afterwards. A remote entry that does not check out is a miss (logged)."""
+    store = store_for(entry.root)
+    if store is None or store.down is not None:
+        return False
+    key = entry.key
+    try:
+        try:
+            raw = store.get_bytes(store.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, graph_type)
+        except _Absent:
+            return False
+        with lock():
+            if entry.marker_path.exists():  # another process of this host copied or built it meanwhile
+                return True
+            return _download(store, entry, raw, graph_type)
+    except _Unavailable as exc:
+        store.go_down(str(exc), key, graph_type)
+        return False
+    except OSError as exc:  # this host's disk (full, read-only): the build that follows reports it
+        log.warning("cache entry %s (%s) was not copied from %s: %s", key, graph_label(graph_type), store.loc.url, exc)
+        return False
+
+
+def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | None) -> bool:
+    key = entry.key
+    incoming = entry.root / INCOMING_DIR / f"{os.getpid()}-{secrets.token_hex(4)}"
+    staged = incoming / key
+    try:
+        folder, files = _marker_files(load_json(raw, f"{store.loc.url}/{key}/{REMOTE_MARKER}"), key)
+        staged.mkdir(parents=True)
+        for name, (size, sha) in sorted(files.items()):
+            got = store.get_file(store.loc.object_key(key, folder, name), staged / name, size, key, graph_type)
+            if got != sha:
+                raise ValueError(f"{name}'s sha256 is {got[:16]}..., the marker recorded {sha[:16]}...")
+        write_atomic(staged / entry.marker_path.name, raw)
+        problem = type(entry)(incoming, key).problem()  # the cache's own check: metadata, size, sha256, signature
+        if problem is not None:
+            raise ValueError(problem)
+        if entry.path.is_symlink() or entry.path.is_file():
+            entry.path.unlink()
+        elif entry.path.exists():  # an incomplete local entry (pending, failed): the remote one replaces it
+            shutil.rmtree(entry.path)
+        os.replace(staged, entry.path)
+    except (_Absent, ValueError) as exc:
+        store.replace.add(key)
+        log.warning("remote cache entry %s (%s) is not loaded: %s; it is a miss and is rebuilt here (and the "
+                    "rebuild replaces it remotely)", store.loc.entry_url(key), graph_label(graph_type),
+                    exc if not isinstance(exc, _Absent) else "a file its marker names is missing")
+        return False
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+    log.info("copied cache entry %s (%s) from %s", key, graph_label(graph_type), store.loc.url)
+    return True
+
+
+class CacheLike(Protocol):
+    """What :func:`sync` needs of a :class:`~neuron_args.cache.CompileCache`."""
+
+    root: Path
+
+    def entry(self, key: str) -> Any: ...
+
+    def pull(self, entry: Any, graph_type: str | None = None) -> bool: ...
+
+
+@dataclass
+class SyncReport:
+    """What :func:`sync` did: the remote's complete entries, those copied now, those that did not check out."""
+
+    url: str
+    listed: int = 0
+    copied: int = 0
+    not_loaded: list[str] | None = None
+    error: str | None = None
+
+    def line(self) -> str:
+        if self.error is not None:
+            return f"remote cache {self.url}: not listed ({self.error}); showing the local copy only"
+        bad = self.not_loaded or []
+        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'}, "
+                f"{self.copied} copied to the local copy now"
+                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
+
+
+def sync(cache: CacheLike) -> SyncReport | None:
+    """Copy every complete remote entry that the local copy lacks (the CLI's ``cache ls|verify|explain|logs``
+    run on the local copy after this), each checked as a lookup checks it. None for a plain local cache."""
+    store = store_for(cache.root)
+    if store is None:
+        return None
+    report = SyncReport(store.loc.url, not_loaded=[])
+    try:
+        keys = store.keys()
+    except _Unavailable as exc:
+        report.error = f"endpoint {store.endpoint} is unreachable: {exc}"
+        return report
+    report.listed = len(keys)
+    for key in keys:
+        entry = cache.entry(key)
+        if entry.is_complete:
+            continue
+        if cache.pull(entry):
+            report.copied += 1
+        else:
+            report.not_loaded.append(key)
+    return report
+
+
+def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
+    """Upload the complete local ``entry`` (its files, then the marker last, conditionally); True when this
+    host's marker was written. Never raises for the remote's sake: a failed upload is a warning."""
+    store = store_for(entry.root)
+    if store is None or store.down is not None:
+        return False
+    key = entry.key
+    try:
+        names = sorted(p.name for p in entry.path.iterdir()
+                       if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
+                       and not p.name.startswith(".") and _NAME.match(p.name))
+        files = {n: {"size": (entry.path / n).stat().st_size, "sha256": file_sha256(entry.path / n)} for n in names}
+        folder = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:32]
+        for name in names:
+            store.put(store.loc.object_key(key, folder, name), entry.path / name, key, graph_type)
+        marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
+                             "host": socket.gethostname()}, sort_keys=True).encode()
+        replacing = key in store.replace
+        store.put(store.loc.object_key(key, REMOTE_MARKER), marker, key, graph_type, create=not replacing)
+        store.replace.discard(key)
+    except _Exists:
+        log.info("cache entry %s (%s) is already in %s (another host published it first)", key,
+                 graph_label(graph_type), store.loc.url)
+        return False
+    except (_Unavailable, RemoteCacheError, OSError) as exc:
+        refused, store.upload_refused = store.upload_refused, store.upload_refused or isinstance(exc, RemoteCacheError)
+        log.log(logging.INFO if refused else logging.WARNING, "cache entry %s (%s) was built here but not uploaded to %s (endpoint %s): %s. It is used from "
+                    "this host's copy; other hosts build it themselves. fix: check the endpoint and this host's "
+                    "write permission on the bucket", key, graph_label(graph_type), store.loc.url, store.endpoint, exc)
+        return False
+    return True
+
