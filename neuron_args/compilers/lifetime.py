@@ -62,7 +62,7 @@ def resolve_compile_timeout(options: Mapping[str, Any] | None, compiler_name: st
 def supervised_argv(argv: list[str], *, reap: bool = False) -> list[str]:
     """``argv`` wrapped in the supervisor (Linux), so the compiler dies with this process.
 
-    ``reap``: a one-shot program; what it leaves running when it exits is killed too (not for the zygote)."""
+    ``reap``: a one-shot program; what it leaves running when it exits is killed too."""
     if not SUPERVISED:
         return argv
     return [sys.executable, "-I", "-S", str(SUPERVISOR), *(["--reap"] if reap else []), str(os.getpid()), *argv]
