@@ -95,15 +95,8 @@ def kill_process_group(proc: Any) -> None:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (it leads one) and reap the child."""
-    if hasattr(proc, "kill_group"):
-        proc.kill_group()
-    else:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+    """SIGKILL the child's process group (every compiler starts in a session of its own) and reap the child."""
+    kill_process_group(proc)
     proc.wait()
 
 
