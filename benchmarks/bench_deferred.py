@@ -14,7 +14,7 @@ fresh cache dir, so no flow inherits another's Dynamo state, jax client or cache
 - ``--phase capture`` once, its cache copied for each run, then ``--phase compile --workers 1`` and
   ``--workers 2`` on the copies: the ``parallel_compile`` speed-up (target >= 1.8x on 2 cores);
 - ``--phase start``: the time a runner process waits for its first warm compile worker to be ready
-  (``WorkerPool.prestart(1)``: the zygote's start-up and a fork, or a worker process's own start),
+  (``WorkerPool.prestart(1)``: a worker process's start),
   the T in "8 graphs of c seconds scale as (T + 8c) / (T + 4c)" when the call starts the workers.
 
 The small MLPs compile in ~0.05 s each on XLA:CPU, so with warm workers little is left to scale;
@@ -23,9 +23,8 @@ neuronx-cc compile dominates its worker's time. Part 2 (``parallel_compile`` 1 v
 part 3 (the two flows) run them too, so both regimes are reported side by side.
 
 Every flow and every ``parallel_compile`` runs side by side: with the local compiler's warm
-workers (the default: forked by the jax-preloaded zygote), with warm workers started as processes of
-their own (``NEURON_ARGS_WARM_WORKER_ZYGOTE=0``, as before the zygote) and with one process per graph
-(``NEURON_ARGS_WARM_WORKERS=0``, as before the warm workers; small MLPs only in part 2).
+workers (the default) and with one process per graph (``NEURON_ARGS_WARM_WORKERS=0``, as before
+the warm workers; small MLPs only in part 2).
 
 Every phase starts from the state of a process that uses the runner (``neuron_args.runner``
 imported: torch, Dynamo and the backends loaded, no jax), times its own work with
@@ -211,15 +210,13 @@ def run_phase(ns: argparse.Namespace) -> int:
 
 
 # -- orchestrator ----------------------------------------------------------------------------------
-#: The ways the local compiler runs, compared side by side in every run: warm workers forked by the
-#: zygote (started by the timed call itself), warm workers started as processes of their own
-#: (``no-zygote``), the same two with the workers already up (``prestarted``: parallel_compile only),
+#: The ways the local compiler runs, compared side by side in every run: warm workers (started by the
+#: timed call itself), the same with the workers already up (``prestarted``: parallel_compile only),
 #: and one process per graph (as before the warm workers).
-MODES = {"warm": {}, "no-zygote": {"NEURON_ARGS_WARM_WORKER_ZYGOTE": "0"},
-         "one-shot": {"NEURON_ARGS_WARM_WORKERS": "0"}}
-COMPILE_MODES = ("warm", "prestarted", "no-zygote", "prestarted, no-zygote", "one-shot")
+MODES = {"warm": {}, "one-shot": {"NEURON_ARGS_WARM_WORKERS": "0"}}
+COMPILE_MODES = ("warm", "prestarted", "one-shot")
 #: The modes of part 3 (the compile-bound flows).
-DEEP_MODES = ("warm", "no-zygote")
+DEEP_MODES = ("warm",)
 #: The models of part 2 and 3: the 8 small MLPs (as ever), and compile-bound graphs (one-shot skipped).
 MODELS = ("mlp", "deep")
 
@@ -230,12 +227,11 @@ def spawn(phase: str, cache: Path, n: int, workers: int | None = None, mode: str
             "--graphs", str(n), "--model", model]
     if workers is not None:
         argv += ["--workers", str(workers)]
-    if mode.startswith("prestarted"):
+    if mode == "prestarted":
         argv.append("--prestart")
-        mode = "warm" if mode == "prestarted" else "no-zygote"
+        mode = "warm"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    for name in ("NEURON_ARGS_COMPILE_WORKERS", "NEURON_ARGS_TRACE_WORKERS", "NEURON_ARGS_WARM_WORKERS",
-                 "NEURON_ARGS_WARM_WORKER_ZYGOTE"):
+    for name in ("NEURON_ARGS_COMPILE_WORKERS", "NEURON_ARGS_TRACE_WORKERS", "NEURON_ARGS_WARM_WORKERS"):
         env.pop(name, None)
     env.update(MODES[mode])
     t0 = time.perf_counter()
@@ -293,12 +289,11 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
     deep_flows: dict[tuple[str, str], list[dict[str, Any]]] = {(p, m): [] for p in ("sequential", "parallel")
                                                                for m in DEEP_MODES}
     loads: list[str] = []
-    starts: dict[str, list[dict[str, Any]]] = {mode: [] for mode in ("warm", "no-zygote")}
+    starts: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-deferred-") as tmp:
         root = Path(tmp)
         for rep in range(reps):
-            for mode in list(starts) if rep % 2 == 0 else list(starts)[::-1]:
-                starts[mode].append(spawn("start", root / f"start-{mode}-{rep}", n, mode=mode))
+            starts.append(spawn("start", root / f"start-{rep}", n))
             # rotate which flow goes first so a load drift does not favour one
             for phase, mode in flows[rep % len(flows):] + flows[:rep % len(flows)]:
                 runs[phase, mode].append(spawn(phase, root / f"{phase}-{mode}-{rep}", n, mode=mode))
@@ -323,7 +318,7 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
     for mode in MODES:
         seq, par = runs["sequential", mode], runs["parallel", mode]
         print(f"  local compiler: {mode}" + (f" ({', '.join(f'{k}={v}' for k, v in MODES[mode].items())})"
-                                              if MODES[mode] else " workers (forked by the zygote)"))
+                                              if MODES[mode] else " workers"))
         row("A sequential in-process (torch.compile'd call per shape)", [r["seconds"] for r in seq],
             f"complete {seq[-1]['complete']}/{n}")
         row("B parallel_trace + parallel_compile", [r["seconds"] for r in par], f"complete {par[-1]['complete']}/{n}")
@@ -334,10 +329,8 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
               + ", ".join(f"{b['seconds'] / a['seconds']:.2f}" for a, b in zip(seq, par)))
     seq, par = runs["sequential", "warm"], runs["parallel", "warm"]
     old_seq, old_par = runs["sequential", "one-shot"], runs["parallel", "one-shot"]
-    nz_seq, nz_par = runs["sequential", "no-zygote"], runs["parallel", "no-zygote"]
     figure(f"warmup of {n} static graphs: deferred flow (2 workers) / in-process", _med(par) / _med(seq),
-           "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s; without the zygote: "
-           f"{_med(nz_par) / _med(nz_seq):.2f} ({_med(nz_par):.1f} s vs {_med(nz_seq):.1f} s); one process per graph: "
+           "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s; one process per graph: "
            f"{_med(old_par) / _med(old_seq):.2f} ({_med(old_par):.1f} s vs {_med(old_seq):.1f} s)")
     figure(f"in-process warmup of {n} graphs: one process per graph / warm workers", _med(old_seq) / _med(seq),
            None, "x", note=f"{_med(old_seq):.1f} s vs {_med(seq):.1f} s")
@@ -352,15 +345,12 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
         speedup, per_rep = speedups["mlp"]["warm"]
         mlp, deep = speedups["mlp"], speedups["deep"]
         figure("parallel_compile speed-up 1 -> 2 workers", speedup, ">= 1.8", "x",
-               note=f"per rep: {per_rep}; without the zygote: {mlp['no-zygote'][0]:.2f}x; one process per graph: "
-               f"{mlp['one-shot'][0]:.2f}x")
+               note=f"per rep: {per_rep}; one process per graph: {mlp['one-shot'][0]:.2f}x")
         figure("parallel_compile speed-up 1 -> 2 workers, workers already started", mlp["prestarted"][0],
-               ">= 1.8", "x", note=f"per rep: {mlp['prestarted'][1]}; without the zygote: "
-               f"{mlp['prestarted, no-zygote'][0]:.2f}x")
+               ">= 1.8", "x", note=f"per rep: {mlp['prestarted'][1]}")
         figure(f"parallel_compile speed-up 1 -> 2 workers, compile-bound graphs ({DEEP_LAYERS}-layer MLP)",
                deep["warm"][0], ">= 1.8", "x",
-               note=f"per rep: {deep['warm'][1]}; workers already started: {deep['prestarted'][0]:.2f}x; without "
-               f"the zygote: {deep['no-zygote'][0]:.2f}x, {deep['prestarted, no-zygote'][0]:.2f}x")
+               note=f"per rep: {deep['warm'][1]}; workers already started: {deep['prestarted'][0]:.2f}x")
         figure(f"parallel_compile of {n} graphs, 1 worker: one process per graph / warm workers",
                _med(workers_runs[1, "one-shot", "mlp"]) / _med(workers_runs[1, "warm", "mlp"]), None, "x")
         print(f"\n3. warmup of {n} compile-bound graphs ({DEEP_LAYERS}-layer MLP), warm workers".ljust(63)
@@ -376,16 +366,12 @@ def orchestrate(n: int, reps: int, compare_only: bool = False) -> int:
             print(f"  ratio B / A: {_med(par) / _med(seq):.2f}; per rep: "
                   + ", ".join(f"{b['seconds'] / a['seconds']:.2f}" for a, b in zip(seq, par)))
         seq, par = deep_flows["sequential", "warm"], deep_flows["parallel", "warm"]
-        nz_seq, nz_par = deep_flows["sequential", "no-zygote"], deep_flows["parallel", "no-zygote"]
         figure(f"warmup of {n} compile-bound graphs ({DEEP_LAYERS}-layer MLP): deferred flow / in-process",
-               _med(par) / _med(seq), "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s; without the zygote: "
-               f"{_med(nz_par) / _med(nz_seq):.2f} ({_med(nz_par):.1f} s vs {_med(nz_seq):.1f} s)")
+               _med(par) / _med(seq), "<= 0.35", note=f"{_med(par):.1f} s vs {_med(seq):.1f} s")
     print("\n4. a runner process waits for its first warm compile worker (prestart(1), wall)".ljust(63)
           + "  median      min")
-    for mode, rs in starts.items():
-        row(f"first worker ready ({mode})", [r["seconds"] for r in rs])
-    figure("first warm compile worker ready (T), zygote / workers started as processes", _med(starts["warm"]),
-           None, "s", note=f"without the zygote {_med(starts['no-zygote']):.2f} s")
+    row("first worker ready", [r["seconds"] for r in starts])
+    figure("first warm compile worker ready (T)", _med(starts), None, "s")
     print("\nload during the run:\n  " + "\n  ".join(loads))
     print(f"bench_deferred: {load()} (end)")
     return 0

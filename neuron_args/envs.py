@@ -93,9 +93,6 @@ VARIABLES: tuple[EnvVar, ...] = (
        "false value: the local compiler starts one process per graph (default: warm worker processes that start "
        "their XLA:CPU client once, one per concurrent compile)"),
     _v("NEURON_ARGS_WARM_WORKER_IDLE", "seconds", 300.0, "seconds an idle warm worker stays before it exits"),
-    _v("NEURON_ARGS_WARM_WORKER_ZYGOTE", "bool", True,
-       "false value: warm workers start as processes of their own (default: a zygote process that imported "
-       "jaxlib once forks them, so a new worker is ready in ~0.05 s)"),
     _v("NEURON_ARGS_TRACE_IDLE_SECONDS", "seconds", 30.0,
        "seconds a runner's idle trace children wait for its next parallel warmup before they exit (0 keeps none)"),
     _v("NEURON_ARGS_FAST_PATH", "bool", True,

@@ -51,6 +51,7 @@ import torch._dynamo.eval_frame as _eval_frame
 import torch.nn.modules.module as _nn_module
 
 from neuron_args import envs
+from neuron_args.activity import ACTIVITY
 from neuron_args.seams import dispatch
 
 log = logging.getLogger("neuron_args.fastpath")
@@ -66,6 +67,12 @@ _MAX_PER_GRAPH_TYPE = 32
 
 class Refused(Exception):
     """The recorded call cannot be replayed exactly; the reason says why (kept for inspection)."""
+
+
+class UnknownBytecode(Refused):
+    """Dynamo's bytecode holds an opcode :func:`_read_bytecode` does not interpret: most likely a Python or
+    torch it was not written for (``tests/test_fastpath_bytecode.py`` fails then), else work outside the graph.
+    Warned, not silent: the fast path is off for that graph."""
 
 
 @dataclass
@@ -204,12 +211,15 @@ class FastPath:
         mutated: frozenset[str] | None = None  # unknown: every tensor made outside inference mode counts as written
         try:
             fast = _learn(graph_type, wrapper, entry, kwargs, seen, result)
-        except Refused as why:
-            self.refused[(graph_type, signature)] = str(why)
-            log.debug("graph type %r %s: no fast path: %s", graph_type, signature, why)
         except Exception as exc:  # learning never breaks a served call
-            self.refused[(graph_type, signature)] = f"{type(exc).__name__}: {exc}"
-            log.debug("graph type %r: fast path not learned", graph_type, exc_info=True)
+            why = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"
+            self.refused[(graph_type, signature)] = why
+            if isinstance(exc, Refused) and not isinstance(exc, UnknownBytecode):  # the model's own call
+                log.debug("graph type %r %s: no fast path: %s", graph_type, signature, why)
+            elif ACTIVITY.say_once(f"fastpath: {why}"):  # this code met a Python or torch it does not know: said
+                log.warning("graph type %r %s: the serve fast path is off for this graph (its calls take Dynamo's "
+                            "guarded path: right, slower): %s", graph_type, signature, why,
+                            exc_info=not isinstance(exc, Refused))
         else:
             # one fast graph per Dynamo cache entry (a shape, or the same shape with other guarded values)
             kept = [g for g in self.graphs.get(graph_type, ()) if g.valid() and g.guard_manager is not fast.guard_manager]
@@ -526,6 +536,10 @@ class _Replay:
     writes: list[tuple[str, _Path | None, str, Any]]  # (how, object or None for a global, name, constant)
 
 
+_VERSIONS = (f" (Python {sys.version_info.major}.{sys.version_info.minor}, torch {torch.__version__}: on a new one, "
+             "teach neuron_args/fastpath.py's _read_bytecode the opcode; or the frame does work outside the graph)")
+
+
 def _dynamo_util(name: str) -> Any:
     import torch._dynamo.utils as utils
 
@@ -549,7 +563,7 @@ def _read_bytecode(code: types.CodeType, g: Mapping[str, Any]) -> _Replay:
 
     def pop(n: int = 1) -> list[Any]:
         if len(stack) < n:
-            raise Refused("Dynamo's bytecode for the frame is not understood (stack underflow)")
+            raise UnknownBytecode(f"Dynamo's bytecode for the frame is not understood (stack underflow){_VERSIONS}")
         taken = stack[len(stack) - n:]
         del stack[len(stack) - n:]
         return taken
@@ -668,7 +682,8 @@ def _read_bytecode(code: types.CodeType, g: Mapping[str, Any]) -> _Replay:
         elif op in ("RETURN_VALUE", "RETURN_CONST"):
             break
         else:
-            raise Refused(f"Dynamo's bytecode for the frame does more than call the graph ({op} {val!r})")
+            raise UnknownBytecode(f"Dynamo's bytecode for the frame has {op} {val!r}, an opcode the fast path's reader "
+                                  f"does not interpret{_VERSIONS}")
     if graph_args is None:
         raise Refused("Dynamo's bytecode for the frame calls no compiled graph")
     return _Replay(graph_args, writes)

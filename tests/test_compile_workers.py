@@ -1,8 +1,10 @@
 """Warm local-compiler workers: the one-shot contract kept (command.txt, log, exit statuses, errors),
-timeouts, cancel, a worker killed mid-compile, no orphans, parallel_compile's N workers.
+timeouts, cancel, a worker killed mid-compile, no orphans, parallel_compile's N workers, a compile
+taking a worker given back rather than wait for its new one.
 
 Every case runs real processes: workers of the real program, or of a stand-in that runs the real
-worker loop but sleeps first (``SLOW_WORKER``), so a test can kill it or time it out mid-compile.
+worker loop but can be held at start or in its first compile (``SLOW_WORKER``), so a test can kill it
+or time it out mid-compile and decides who is ready when, not the clock.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,20 +38,27 @@ KEY = "0123456789abcdef0123456789abcdef"
 X_SHAPE, Y_SHAPE = (4, 8), (8, 3)
 
 SLOW_WORKER = textwrap.dedent("""
-    # the real worker loop; the first request of a worker sleeps $SLOW_WORKER_SLEEP s while the file
-    # $SLOW_WORKER_ONCE exists (it is removed), after writing the worker's pid to $SLOW_WORKER_STARTED
+    # the real worker loop; the first request of a worker sleeps $SLOW_WORKER_SLEEP s (or until the file
+    # $SLOW_WORKER_GO exists) while the file $SLOW_WORKER_ONCE exists (it is removed), after writing the
+    # worker's pid to $SLOW_WORKER_STARTED; a worker waits for the file $SLOW_WORKER_GATE (if set) to start
     import os, sys, time
     from neuron_args.compilers import workers
     real = workers._run_request
+    def wait_for(path, seconds):
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.01)
     def slow(request, devnull, n):
         once = os.environ["SLOW_WORKER_ONCE"]
         if os.path.exists(once):
             os.unlink(once)
             with open(os.environ["SLOW_WORKER_STARTED"], "w") as f:
                 f.write(str(os.getpid()))
-            time.sleep(float(os.environ["SLOW_WORKER_SLEEP"]))
+            wait_for(os.environ.get("SLOW_WORKER_GO", "/nonexistent"), float(os.environ["SLOW_WORKER_SLEEP"]))
         return real(request, devnull, n)
     workers._run_request = slow
+    if os.environ.get("SLOW_WORKER_GATE"):
+        wait_for(os.environ["SLOW_WORKER_GATE"], 300)
     sys.exit(workers.serve())
 """)
 
@@ -99,7 +109,7 @@ def slow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("SLOW_WORKER_SLEEP", str(seconds))
         once.touch()
 
-    p.arm, p.started = arm, started
+    p.arm, p.started, p.script = arm, started, script
     yield p
     _kill_all(p)
 
@@ -141,6 +151,11 @@ def _children(pid: int) -> list[int]:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+def _worker_pid(entry: Path) -> int:
+    """The pid of the warm worker that compiled ``entry`` (its log's first line names it)."""
+    return int(re.search(r"pid (\d+)", _first_line(entry)).group(1))
 
 
 # ----------------------------------------------------------------------------- the one-shot contract
@@ -284,7 +299,7 @@ def test_an_idle_worker_that_died_is_replaced_by_a_new_one(hlo_file, tmp_path, p
 def test_an_idle_worker_that_died_before_the_pool_heard_is_replaced_not_run_one_shot(hlo_file, tmp_path, pool):
     _compile(hlo_file, tmp_path / "a", LocalCompiler(pool=pool))
     (dead,) = pool._idle
-    dead.reusable = lambda env: True  # its exit has not reached the pool yet (the zygote reports it late)
+    dead.reusable = lambda env: True  # it dies between the pool's look at it and the request being sent
     os.killpg(dead.pid, signal.SIGKILL)
     wait_until(lambda: not group_alive(dead.pid), 10, "the idle worker's process group gone")
     _compile(hlo_file, tmp_path / "b", LocalCompiler(pool=pool))
@@ -541,7 +556,7 @@ def test_in_process_warmup_starts_its_worker_before_the_first_compile_on_a_cold_
     monkeypatch.setitem(workers._state, "pool", warm)
     try:
         assert _tiny_runner(cache).warmup(emit=False).counts.compiles == 0
-        assert warm.zygote is None and warm.idle_pids() == []  # nothing started
+        assert warm.idle_pids() == []  # nothing started
     finally:
         _kill_all(warm)
 
@@ -562,7 +577,7 @@ def test_a_session_that_will_compile_starts_a_worker_at_collection(neuron_projec
     fresh = workers.WorkerPool()
     monkeypatch.setitem(workers._state, "pool", fresh)
     neuron_project.runpytest("-p", "no:randomly", "--collect-only", f"--neuron-cache-dir={tmp_path / 'cold2'}")
-    assert fresh.zygote is None and fresh.idle_pids() == []  # collecting compiles nothing: nothing started
+    assert fresh.idle_pids() == []  # collecting compiles nothing: nothing started
 
 
 def test_a_session_on_a_warm_cache_starts_no_worker(neuron_project: pytest.Pytester, shared) -> None:
@@ -571,6 +586,76 @@ def test_a_session_on_a_warm_cache_starts_no_worker(neuron_project: pytest.Pytes
 
         def test_warm(neuron_warmup):
             assert neuron_warmup.counts.compiles == 0
-            assert workers.shared_pool().zygote is None and workers.shared_pool().idle_pids() == []
+            assert workers.shared_pool().idle_pids() == []
     """)
     neuron_project.runpytest("-p", "no:randomly").assert_outcomes(passed=1)
+
+
+# ----------------------------------------------------------------------------- first come, and forked children
+
+
+@pytest.mark.slow
+def test_a_compile_takes_a_worker_given_back_rather_than_wait_for_its_new_one(hlo_file, tmp_path, slow, monkeypatch):
+    """Worker A is up; B is started for the second thread but held at start: every graph goes to A."""
+    gate, go = tmp_path / "slow-gate", tmp_path / "slow-go"
+    monkeypatch.setenv("SLOW_WORKER_GATE", str(gate))
+    monkeypatch.setenv("SLOW_WORKER_GO", str(go))
+    monkeypatch.setitem(workers._state, "pool", slow)
+    monkeypatch.delenv(workers.WARM_WORKERS_ENV, raising=False)
+    slow.arm(300)  # A's first compile waits for "go" ... (armed before A starts: it reads the sleep at start)
+    gate.touch()
+    assert slow.prestart(1) == 1
+    (leader_a,) = slow.idle_pids()
+    (worker_a,) = _children(leader_a)
+    gate.unlink()  # from now on a new worker does not start
+    root = tmp_path / "cache"
+    keys = _local_pending(root, hlo_file, 4)
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(r=parallel_compile(root, workers=2, quiet=True)))
+    thread.start()
+
+    def leaders() -> set[int]:  # the stand-in's supervisors this process started (from the pool's spawner thread)
+        pids = {int(c) for task in Path("/proc/self/task").iterdir() for c in (task / "children").read_text().split()}
+        return {pid for pid in pids
+                if alive(pid) and str(slow.script).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()}
+
+    # ... until the second thread had B started (held at its gate, so never ready)
+    wait_until(lambda: slow.started.exists() and len(leaders()) == 2, 60, "a second worker started for the 2nd thread")
+    (leader_b,) = leaders() - {leader_a}
+    go.touch()
+    thread.join(120)
+    assert not thread.is_alive() and result["r"].ok
+    assert {k: _worker_pid(root / k) for k in keys} == {k: worker_a for k in keys}
+    assert sorted(slow.idle_pids()) == sorted([leader_a, leader_b])  # B was given back, still starting
+    (worker_b,) = [w for w in slow._idle if w.pid == leader_b]
+    assert not worker_b.ready
+    gate.touch()
+    assert worker_b.wait_ready(time.monotonic() + 120)  # and it starts once let go
+
+
+def test_a_forked_child_lets_go_of_the_pool_so_a_closed_pool_leaves_while_it_lives(pool, monkeypatch):
+    """A kept trace child forks from the driver: were it to hold the pipes, an idle worker would live on after
+    the driver let it go, until that child left."""
+    monkeypatch.setitem(workers._state, "pool", pool)
+    assert pool.prestart(1) == 1
+    (leader,) = pool.idle_pids()
+    held = pool.inherited_fds()
+    assert len(held) == 2  # the worker's request and answer pipes
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports what its copies of the descriptors are, then waits
+        os.close(r)
+        os.write(w, json.dumps([os.readlink(f"/proc/self/fd/{fd}") for fd in held]).encode())
+        os.close(w)
+        time.sleep(120)
+        os._exit(0)
+    try:
+        os.close(w)
+        with os.fdopen(r) as f:
+            assert json.load(f) == [os.devnull] * 2
+        pool.close()
+        wait_until(lambda: not alive(leader), 30, "the closed pool's worker left while the forked child lives")
+        assert alive(child)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)

@@ -37,7 +37,6 @@ def _readers():
         "NEURON_LIBTORCH_ASSERT_CACHE_HIT": cache.assert_cache_hit_enabled,
         "NEURON_ARGS_ALLOW_EAGER_OUTPUTS": executables.allow_eager_outputs,
         "NEURON_ARGS_WARM_WORKERS": workers.enabled,
-        "NEURON_ARGS_WARM_WORKER_ZYGOTE": workers.zygote_enabled,
         "NEURON_ARGS_FAST_PATH": lambda: fastpath.FastPath().enabled,
         "NEURON_ARGS_DIRECT_CALL": direct_call_on,
         "NEURON_ARGS_TRACE_MEMO": trace_memo.enabled,

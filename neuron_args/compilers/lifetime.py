@@ -62,7 +62,7 @@ def resolve_compile_timeout(options: Mapping[str, Any] | None, compiler_name: st
 def supervised_argv(argv: list[str], *, reap: bool = False) -> list[str]:
     """``argv`` wrapped in the supervisor (Linux), so the compiler dies with this process.
 
-    ``reap``: a one-shot program; what it leaves running when it exits is killed too (not for the zygote)."""
+    ``reap``: a one-shot program; what it leaves running when it exits is killed too."""
     if not SUPERVISED:
         return argv
     return [sys.executable, "-I", "-S", str(SUPERVISOR), *(["--reap"] if reap else []), str(os.getpid()), *argv]
@@ -95,15 +95,8 @@ def kill_process_group(proc: Any) -> None:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (it leads one) and reap the child."""
-    if hasattr(proc, "kill_group"):
-        proc.kill_group()
-    else:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+    """SIGKILL the child's process group (every compiler starts in a session of its own) and reap the child."""
+    kill_process_group(proc)
     proc.wait()
 
 

@@ -74,8 +74,7 @@ class _Log:
 
 
 def preload() -> None:
-    """Import what a compile needs (jaxlib, not jax) and queue jaxlib's CPU custom-call targets; starts no thread
-    (the zygote calls it before it forks workers)."""
+    """Import what a compile needs (jaxlib, not jax) and queue jaxlib's CPU custom-call targets; starts no thread."""
     envs.put_default("TF_CPP_MIN_LOG_LEVEL", "1")  # as `import jax` sets it: XLA's info lines stay out of logs
     from jaxlib import lapack
     from jaxlib import xla_client as xc

@@ -8,8 +8,7 @@ compiler in the same group and waits. When the parent is gone (``kill -9`` inclu
 script gets SIGTERM/SIGINT/SIGHUP, it SIGKILLs the whole group: the compiler and every helper
 process neuronx-cc started. With ``--reap`` (a one-shot compile), what the compiler left running when it
 exits by itself (a helper it never waited for, which would write on into the cache entry) is killed too:
-this script is then a child subreaper (``PR_SET_CHILD_SUBREAPER``), so those become its children. Not for
-the warm workers' zygote, whose workers outlive their leaders by design. The compiler's exit status is passed on
+this script is then a child subreaper (``PR_SET_CHILD_SUBREAPER``), so those become its children. The compiler's exit status is passed on
 unchanged (a signal death is re-raised on this process), so the driver decodes it as if it had run the
 compiler itself.
 
@@ -99,9 +98,7 @@ def main(argv):
 
 
 def exit_as(status: int) -> int:
-    """The exit code to return for a child's wait ``status``; a signal death is re-raised on this process instead.
-
-    Also the zygote's leaders' (``zygote.py``), so a forked worker's death reads as a supervised one's."""
+    """The exit code to return for a child's wait ``status``; a signal death is re-raised on this process instead."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be (and need not be) reset

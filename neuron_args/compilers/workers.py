@@ -17,18 +17,12 @@ with the exit status. The driver side keeps the one-shot contract (:func:`proces
   compiled again in a process of its own, which reports a crash as today;
 * one worker per concurrent compile: ``parallel_compile`` with N threads uses up to N workers.
 
-Workers are forked by the zygote (:mod:`neuron_args.compilers.zygote`: one process that imported
-jaxlib once), so a new worker costs its XLA client (~0.01-0.03 s), not the start-up (0.1-0.3 s).
-A forked worker keeps the same shape: a leader heading its process group, the worker its child,
-dying with the zygote, which dies with this process. A zygote that cannot start or dies is logged
-and workers start as processes of their own from then on (``NEURON_ARGS_WARM_WORKER_ZYGOTE=0``
-does that from the start). A compile whose new worker is still starting takes whichever comes
-first, that worker or one another compile gives back, so two workers are never slower than one.
+A compile whose new worker is still starting takes whichever comes first, that worker or one another
+compile gives back, so two workers are never slower than one.
 
 ``NEURON_ARGS_WARM_WORKERS=0`` turns the pool off (one process per graph, for debugging). An idle
-worker (~240 MB, mostly shared with the zygote when forked) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE``
-seconds (default 300), so a serving process does not keep it; the zygote leaves that long after its
-last worker. A worker (and the zygote) keeps the environment it started with: one started under other
+worker (~240 MB) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE`` seconds (default 300), so a serving
+process does not keep it. A worker keeps the environment it started with: one started under other
 ``XLA_*``/``JAX_*``/``TF_*``/``PYTHON*``/``LD_*`` variables is retired, not reused. neuronx-cc
 always runs one process per graph.
 """
@@ -51,7 +45,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args import envs
-from neuron_args.compilers.forked import ZYGOTE_MODULE, ForkedProcess, Zygote, ZygoteGone
 from neuron_args.compilers.process import describe_exit, start_process
 from neuron_args.compilers.lifetime import current_scope, kill_process_group, supervised_argv
 from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
@@ -60,7 +53,6 @@ log = logging.getLogger("neuron_args.compilers")
 
 MODULE = "neuron_args.compilers.workers"
 WARM_WORKERS_ENV = "NEURON_ARGS_WARM_WORKERS"
-ZYGOTE_ENV = "NEURON_ARGS_WARM_WORKER_ZYGOTE"
 IDLE_ENV = "NEURON_ARGS_WARM_WORKER_IDLE"
 DEFAULT_IDLE_SECONDS: float = envs.variable(IDLE_ENV).default
 #: Environment variables a worker reads at start-up (jax, XLA, the interpreter): a change retires it.
@@ -72,11 +64,6 @@ REAP_SECONDS = 5.0
 def enabled() -> bool:
     """False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``."""
     return envs.flag(WARM_WORKERS_ENV)
-
-
-def zygote_enabled() -> bool:
-    """False when ``$NEURON_ARGS_WARM_WORKER_ZYGOTE`` is ``0``/``off``/``false``/``no`` (workers start as processes)."""
-    return envs.flag(ZYGOTE_ENV)
 
 
 def idle_seconds() -> float:
@@ -97,18 +84,13 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """One worker process (a leader heading its group, the worker inside) and its pipes.
+    """One worker process (its supervisor heading its group, the worker inside) and its pipes."""
 
-    ``proc`` is the supervisor's ``Popen`` (a worker started as a process of its own) or a
-    :class:`forked.ForkedProcess` (forked by the zygote; its leader's pid is known once forked).
-    """
-
-    def __init__(self, proc: subprocess.Popen | ForkedProcess, idle: float = DEFAULT_IDLE_SECONDS) -> None:
+    def __init__(self, proc: subprocess.Popen, idle: float = DEFAULT_IDLE_SECONDS) -> None:
         self.proc = proc
         self.env = _env_key()
         self.ready = False  # it said it has started its XLA client
-        # the worker's own pid once it said so (proc is its leader)
-        self.worker_pid: int | None = proc.known_pid if isinstance(proc, ForkedProcess) else proc.pid
+        self.worker_pid: int = proc.pid  # the worker's own pid once it said so (proc is its supervisor)
         self.idle = idle  # it leaves after that many seconds without a request
         self.last_used = time.monotonic()
         self._buffer = b""
@@ -119,18 +101,9 @@ class Worker:
         return fresh and self.proc.poll() is None and self.env == env
 
     @property
-    def pid(self) -> int | None:
-        """Its leader's pid (the process group a timeout kills); None for a fork that never happened."""
+    def pid(self) -> int:
+        """Its supervisor's pid (the process group a timeout kills)."""
         return self.proc.pid
-
-    @property
-    def forked(self) -> ForkedProcess | None:
-        return self.proc if isinstance(self.proc, ForkedProcess) else None
-
-    def name(self) -> str:
-        """Its pid for a message, never waiting for it."""
-        pid = self.worker_pid or (self.forked.known_pid if self.forked else None)
-        return str(pid) if pid is not None else "(not forked yet)"
 
     def fileno(self) -> int:
         assert self.proc.stdout is not None
@@ -197,7 +170,7 @@ class Worker:
 
 
 class _Spawner:
-    """Starts every worker (and zygote) from one long-lived daemon thread (see the module docstring)."""
+    """Starts every worker from one long-lived daemon thread (see the module docstring)."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -228,19 +201,11 @@ def _kill_started(future: cf.Future) -> None:
 
 
 class WorkerPool:
-    """Idle warm workers of one worker program; a compile takes one or starts one, then gives it back.
+    """Idle warm workers of one worker program; a compile takes one or starts one, then gives it back."""
 
-    ``zygote``: the program of the zygote that forks this pool's workers (default: the real one for the
-    real worker program, none for another program); ``$NEURON_ARGS_WARM_WORKER_ZYGOTE=0`` starts
-    every worker as a process of its own.
-    """
-
-    def __init__(self, program: Sequence[str] | None = None, zygote: Sequence[str] | None = None) -> None:
+    def __init__(self, program: Sequence[str] | None = None) -> None:
         self.program = list(program) if program else [sys.executable, "-m", MODULE]
-        self.zygote_program = list(zygote) if zygote else (None if program else [sys.executable, "-m", ZYGOTE_MODULE])
         self.broken = False  # a worker died before it was ready: one process per graph from then on
-        self.zygote: Zygote | None = None
-        self.zygote_off = False  # the zygote could not start or died: workers start as processes of their own
         self._idle: list[Worker] = []
         self._waiters: set[int] = set()  # wake-up pipes of the compiles waiting for a worker
         self._lock = threading.Lock()
@@ -277,53 +242,11 @@ class WorkerPool:
         idle = idle_seconds()
         return Worker(_spawner().call(lambda: self._start(idle)), idle)
 
-    def _start(self, idle: float) -> subprocess.Popen | ForkedProcess:
-        """One new worker: forked by the zygote, else a process of its own (on the spawner thread)."""
-        zygote = self._zygote(idle)
-        if zygote is not None:
-            try:
-                return zygote.fork(idle)
-            except ZygoteGone:
-                self.zygote_lost(zygote)
+    def _start(self, idle: float) -> subprocess.Popen:
+        """One new worker under the supervisor, in a process group of its own (on the spawner thread)."""
         argv = supervised_argv([*self.program, f"{idle:g}"])
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 bufsize=0, start_new_session=True)
-
-    def _zygote(self, idle: float) -> Zygote | None:
-        """The zygote to fork a new worker from (started, or replaced when retired): None when off."""
-        if self.zygote_program is None or self.zygote_off or not zygote_enabled():
-            return None
-        env, old = _env_key(), self.zygote
-        if old is not None and old.usable(env):
-            return old
-        if old is not None:
-            code = old.proc.poll()
-            if code not in (None, 0):
-                self.zygote_lost(old)
-                return None
-            old.retire()  # another environment, or about to leave: a fresh one
-        try:
-            self.zygote = Zygote(self.zygote_program, idle, env)
-        except OSError as exc:
-            self.zygote_off, self.zygote = True, None
-            log.warning("the warm-worker zygote could not start (%s); starting warm workers as processes of their own",
-                        exc)
-            return None
-        return self.zygote
-
-    def zygote_lost(self, zygote: Zygote) -> None:
-        """A zygote stopped taking requests: replaced if it left on its own, else off from now on (logged)."""
-        code = zygote.ended(REAP_SECONDS)
-        zygote.retire()
-        with self._lock:
-            if self.zygote is zygote:
-                self.zygote = None
-            if code == 0 or self.zygote_off:
-                return
-            self.zygote_off = True
-        how = describe_exit(code) if code is not None else "stopped answering"
-        log.warning("the warm-worker zygote (process group %d) %s; starting warm workers as processes of their own "
-                    "from now on", zygote.proc.pid, how)
 
     def prestart(self, n: int, timeout: float = 300.0, wait: bool = True) -> int:
         """Start workers until ``n`` are idle and ready (before a timed warmup, say); returns how many are.
@@ -357,9 +280,6 @@ class WorkerPool:
     def release(self, worker: Worker) -> None:
         """Give a worker back (it waits for the next compile); wakes the compiles waiting for one."""
         worker.last_used = time.monotonic()
-        forked = worker.forked
-        if forked is not None:
-            forked.zygote.last_used = worker.last_used  # it stays while its workers do
         with self._lock:
             self._idle.append(worker)
             waiters = list(self._waiters)
@@ -384,29 +304,24 @@ class WorkerPool:
             os.close(w)
 
     def idle_pids(self) -> list[int]:
-        """The leader pids of the idle workers (each leads its worker's process group; waits for pending forks)."""
+        """The supervisor pids of the idle workers (each leads its worker's process group)."""
         with self._lock:
-            idle = list(self._idle)
-        return [pid for pid in (w.pid for w in idle) if pid is not None]
+            return [w.pid for w in self._idle]
 
     def inherited_fds(self) -> list[int]:
-        """The descriptors a forked child of this process got from this pool: the zygote's socket, the idle
-        workers' pipes (read without the lock: a fork leaves it as whichever thread held it)."""
-        fds = [] if self.zygote is None else [self.zygote.control.fileno()]
+        """The descriptors a forked child of this process got from this pool: the idle workers' pipes
+        (read without the lock: a fork leaves it as whichever thread held it)."""
+        fds: list[int] = []
         for worker in list(self._idle):
             fds += [f.fileno() for f in (worker.proc.stdin, worker.proc.stdout) if f is not None and not f.closed]
         return [fd for fd in fds if fd >= 0]
 
     def close(self) -> None:
-        """Let every idle worker go (busy ones leave when their compile ends and they are not given back), and the
-        zygote once its workers have."""
+        """Let every idle worker go (busy ones leave when their compile ends and they are not given back)."""
         with self._lock:
             idle, self._idle = self._idle, []
-            zygote = self.zygote
         for worker in idle:
             worker.close()
-        if zygote is not None:
-            zygote.retire()
 
     def start(self, program_args: Sequence[str], argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> Any:
         """Start one compile on a warm worker: ``program_args`` is ``argv`` without the program part.
@@ -427,8 +342,8 @@ class PooledCompile:
     the pool), so two workers are never slower than one. ``kill_group`` kills the process group of
     the worker it holds (or after a fallback the one-shot process's), so a timeout (``kill_group``)
     and a cancel (``CancelScope``) work as on a ``Popen``. A worker that dies mid-compile while nobody
-    asked it to is replaced by a one-shot process; one that died idle (its request cannot be sent) or
-    whose zygote died before it started, by another worker.
+    asked it to is replaced by a one-shot process; one that died idle (its request cannot be sent), by
+    another worker.
     """
 
     def __init__(self, pool: WorkerPool, worker: Worker, program_args: Sequence[str], argv: Sequence[str], *,
@@ -442,7 +357,7 @@ class PooledCompile:
         self._stopping = False  # timed out or interrupted: the death that follows is ours
 
     @property
-    def pid(self) -> int | None:
+    def pid(self) -> int:
         return self._fallback.pid if self._fallback is not None else self._worker.pid
 
     def kill_group(self) -> None:
@@ -525,29 +440,15 @@ class PooledCompile:
                 if wake in readable:
                     with contextlib.suppress(BlockingIOError):
                         os.read(wake, 4096)
-                if self._worker.fileno() in readable:
-                    try:
-                        if self._worker.wait_ready(time.monotonic()):
-                            return True
-                    except WorkerDied:
-                        forked = self._worker.forked
-                        if forked is None or self._stopping:
-                            raise
-                        self._worker.reap()
-                        if not forked.zygote_gone:
-                            raise
-                        self._pool.zygote_lost(forked.zygote)  # it died before forking this one: start another
-                        self._worker = self._pool._spawn()
+                if self._worker.fileno() in readable and self._worker.wait_ready(time.monotonic()):
+                    return True
 
     def _replace(self, code: int) -> None:
         """The worker died on its own: run this graph in a process of its own (the one-shot way)."""
         worker = self._worker
         if not worker.ready:
             self._pool.broken = True
-        forked = worker.forked
-        if forked is not None and forked.zygote_gone:
-            self._pool.zygote_lost(forked.zygote)
-        how, name = describe_exit(code), worker.name()
+        how, name = describe_exit(code), worker.worker_pid
         log.warning("warm local-compiler worker %s %s mid-compile; compiling %s in a process of its own%s", name,
                     how, self._cwd, "" if worker.ready else " (it never started: the pool is off from now on)")
         self._stdout.seek(0, os.SEEK_END)
@@ -588,8 +489,8 @@ def shared_pool() -> WorkerPool:
 def _forget_after_fork() -> None:
     """A forked child has none of the parent's threads: it starts its own spawner and workers.
 
-    It also lets go of the parent's pipes to its workers and zygote (each now reads ``/dev/null``), so a
-    worker or zygote the parent closes sees its end of input then, not when a long-lived child (a kept
+    It also lets go of the parent's pipes to its workers (each now reads ``/dev/null``), so a worker the
+    parent closes sees its end of input then, not when a long-lived child (a kept
     trace child) leaves. The numbers stay taken, so the forgotten objects never close a reused one."""
     global _state_lock
     pool = _state.get("pool")
