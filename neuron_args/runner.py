@@ -174,10 +174,6 @@ def _tensor_signature(kwargs: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, 
 _TRACING = threading.RLock()
 
 
-def _record_counts() -> dict[str, tuple[int, int, int]]:
-    return {r.key: (r.compiles, r.captures, r.loads) for r in records.records()}
-
-
 class NeuronRunner:
     """Compile, warm up and serve a model's declared graphs with per-graph compiler arguments."""
 
@@ -370,7 +366,7 @@ class NeuronRunner:
             for bucket, make in self.spec(g).buckets.items():
                 done += 1
                 kwargs = self._example(make, g, bucket)
-                stats, recs = STATS.snapshot(), _record_counts()
+                stats = STATS.snapshot()
                 started: list[str] = []  # the keys whose compile this bucket started
 
                 def starting(_graph_type: str | None, key: str, step: WarmupProgress = WarmupProgress(
@@ -379,9 +375,9 @@ class NeuronRunner:
                         progress(step)
                     started.append(key)
 
-                with on_compile_start(starting):
+                with on_compile_start(starting), records.watching() as events:
                     self.run(g, kwargs)
-                touched = self._touched(g, bucket, recs, CacheStats.since(stats).snapshot())
+                touched = self._touched(g, bucket, events, CacheStats.since(stats).snapshot())
                 if progress is not None and not started and touched:
                     how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
                     progress(WarmupProgress(done, total, g, bucket, how))
@@ -396,16 +392,20 @@ class NeuronRunner:
         """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
         return build_trace_job(self.resolver, self.spec(graph_type).entry, kwargs, graph_type, "inference_mode")
 
-    def _touched(self, graph_type: str, bucket: str, before: Mapping[str, tuple[int, int, int]],
+    def _touched(self, graph_type: str, bucket: str, events: Sequence[records.Event],
                  counts: dict[str, int]) -> list[WarmedGraph]:
-        """The graphs one bucket's run built (a graph break allowed by the caller makes several)."""
+        """The graphs one bucket's run built (a graph break allowed by the caller makes several), from the
+        records merged during the run (:func:`records.watching`)."""
+        deltas: dict[str, list[int]] = {}
+        for key, *delta in events:
+            deltas[key] = [a + b for a, b in zip(deltas.get(key, (0, 0, 0)), delta)]
         out = []
-        for rec in records.records():
-            old = before.get(rec.key)
-            now = (rec.compiles, rec.captures, rec.loads)
-            if old == now:
+        for key, delta in deltas.items():
+            if not any(delta):
                 continue
-            delta = [a - b for a, b in zip(now, old or (0, 0, 0))]
+            rec = records.RECORDS.get(key)
+            if rec is None:  # the records were cleared meanwhile (ACTIVITY.reset)
+                continue
             how = "compiled" if delta[0] > 0 else "captured" if delta[1] > 0 else "loaded"
             out.append(WarmedGraph(graph_type, bucket, rec.key, list(rec.input_shapes), list(rec.compiler_args),
                                    how, counts, self.origin))
@@ -524,9 +524,10 @@ class NeuronRunner:
         job is then traced in a child and compiled, which counts the miss) and is not counted here.
         """
         with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
-            stats, recs = STATS.snapshot(), _record_counts()
-            self._run_asserting_hit(job)
-            warmed += self._touched(job.graph_type, bucket, recs, CacheStats.since(stats).snapshot())
+            stats = STATS.snapshot()
+            with records.watching() as events:
+                self._run_asserting_hit(job)
+            warmed += self._touched(job.graph_type, bucket, events, CacheStats.since(stats).snapshot())
         return [w.key for w in warmed]
 
     def _run_asserting_hit(self, job: Any) -> None:
