@@ -25,11 +25,9 @@ Figures: total / (N*T/W) per flow (target <= 1.10) and the scheduling overhead p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from figures import figure, load  # noqa: E402
+from phases import answer, run_phase  # noqa: E402
 
 FAKE = REPO / "tests" / "fakes" / "neuronx_cc.py"
 BASE = ["--auto-cast=none", "-O1"]
@@ -70,8 +69,7 @@ def install_fake(bindir: Path, kind: str = "sh") -> dict[str, str]:
     exe = bindir / "neuronx-cc"
     exe.write_text(f"#!{sys.executable}\n" + FAKE.read_text() if kind == "python" else SH_STAND_IN)
     exe.chmod(0o755)
-    return {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
 
 
 def phase_capture(cache: str, n: int) -> dict[str, Any]:
@@ -125,12 +123,7 @@ def phase_build(kind: str, cache: str, workers: int) -> dict[str, Any]:
 
 
 def spawn(phase: str, cache: Path, env: dict[str, str], *extra: str) -> dict[str, Any]:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--cache", str(cache), *extra]
-    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env}, timeout=3600)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"phase {phase} failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_phase(__file__, ["--phase", phase, "--cache", str(cache), *extra], env)
 
 
 def main() -> int:
@@ -146,11 +139,9 @@ def main() -> int:
     parser.add_argument("--cache")
     ns = parser.parse_args()
     if ns.phase == "capture":
-        print("RESULT " + json.dumps(phase_capture(ns.cache, ns.graphs)), flush=True)
-        return 0
+        return answer(phase_capture(ns.cache, ns.graphs))
     if ns.phase:
-        print("RESULT " + json.dumps(phase_build(ns.phase, ns.cache, ns.workers)), flush=True)
-        return 0
+        return answer(phase_build(ns.phase, ns.cache, ns.workers))
     flows = [f for f in ns.flows.split(",") if f]
     print(f"bench_orchestration: {ns.graphs} graphs, {ns.workers} workers, T = {ns.seconds:g} s, {ns.stand_in} stand-in; "
           f"{load()}", flush=True)
@@ -174,22 +165,26 @@ def main() -> int:
                 times[kind].append(result["seconds"])
                 per_graph[kind].extend(result["per_graph"])
                 shutil.rmtree(copy, ignore_errors=True)
-        ideal = ns.graphs * ns.seconds / ns.workers
-        print(f"  ideal N*T/W = {ideal:.2f} s")
-        print(f"  {'flow':<8} {'median s':>9} {'min s':>7} {'total/ideal':>12} {'overhead/graph':>15}  per-graph report s (median)")
-        for kind in flows:
-            med = statistics.median(times[kind])
-            ratio, overhead = (med / ideal if ideal else float("inf")), (med - ideal) * ns.workers / ns.graphs
-            print(f"  {kind:<8} {med:9.2f} {min(times[kind]):7.2f} {ratio:12.3f} {overhead * 1000:12.0f} ms  "
-                  f"{statistics.median(per_graph[kind]):.2f}")
-            if ideal:
-                figure(f"parallel_compile {ns.graphs} graphs / {ns.workers} workers, T={ns.seconds:g} s, {kind}: "
-                       "total / (N*T/W)", ratio, "<= 1.10")
-            figure(f"parallel_compile scheduling overhead per graph, {kind}", overhead * 1000, unit="ms")
-        print(f"  ({load()})")
+        report(ns, times, per_graph)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def report(ns: argparse.Namespace, times: dict[str, list[float]], per_graph: dict[str, list[float]]) -> None:
+    ideal = ns.graphs * ns.seconds / ns.workers
+    print(f"  ideal N*T/W = {ideal:.2f} s")
+    print(f"  {'flow':<8} {'median s':>9} {'min s':>7} {'total/ideal':>12} {'overhead/graph':>15}  per-graph report s (median)")
+    for kind, runs in times.items():
+        med = statistics.median(runs)
+        ratio, overhead = (med / ideal if ideal else float("inf")), (med - ideal) * ns.workers / ns.graphs
+        print(f"  {kind:<8} {med:9.2f} {min(runs):7.2f} {ratio:12.3f} {overhead * 1000:12.0f} ms  "
+              f"{statistics.median(per_graph[kind]):.2f}")
+        if ideal:
+            figure(f"parallel_compile {ns.graphs} graphs / {ns.workers} workers, T={ns.seconds:g} s, {kind}: "
+                   "total / (N*T/W)", ratio, "<= 1.10")
+        figure(f"parallel_compile scheduling overhead per graph, {kind}", overhead * 1000, unit="ms")
+    print(f"  ({load()})")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from figures import figure, load  # noqa: E402
+from phases import answer, run_phase  # noqa: E402
 
 BASE = ["--auto-cast=none", "-O1"]
 FLAGS = "--auto-cast=none -O1"
@@ -64,13 +64,7 @@ def phase_warmup(cache: str, buckets: int) -> dict[str, Any]:
 
 
 def spawn(argv: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], capture_output=True, text=True,
-                          env=env, timeout=3600)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{argv} failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_phase(__file__, argv)
 
 
 def part_warmup(tmp: Path, sizes: list[int], reps: int) -> None:
@@ -195,21 +189,18 @@ def main() -> int:
     parser.add_argument("--cache")
     ns = parser.parse_args()
     if ns.phase == "warmup":
-        print("RESULT " + json.dumps(phase_warmup(ns.cache, int(ns.buckets))), flush=True)
-        return 0
+        return answer(phase_warmup(ns.cache, int(ns.buckets)))
     parts = ns.part.split(",")
     print(f"bench_scale: {', '.join(parts)}; {load()}", flush=True)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
+        tmp = Path(folder)
         if "warmup" in parts:
             print(f"warm warmup, buckets {ns.buckets}, {ns.reps} reps", flush=True)
             part_warmup(tmp, [int(b) for b in ns.buckets.split(",")], ns.reps)
         if "listing" in parts:
             print(f"manifest emit and cache ls, entries {ns.entries}, {ns.reps} reps", flush=True)
             part_listing(tmp, [int(n) for n in ns.entries.split(",")], ns.reps)
-        print(f"  ({load()})")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"  ({load()})")
     return 0
 
 
