@@ -2,7 +2,6 @@
 and bench_scale.py measure them; here each is checked by what it does: calls, imports, files read)."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time

@@ -190,8 +190,12 @@ def wait_child(proc: Any, timeout: float | None) -> int:
     except OSError:  # reaped already, or a kernel without pidfds
         return proc.wait(timeout=timeout)
     try:
-        if not select.select([fd], [], [], timeout)[0]:
-            raise subprocess.TimeoutExpired(proc.args, timeout)
+        poller = select.poll()  # not select(): a descriptor past 1023 is fine
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while not poller.poll(int(min(max(0.0, deadline - time.monotonic()), 3600.0) * 1000)):  # ms, a C int
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
     finally:
         os.close(fd)
     return proc.wait()
