@@ -25,6 +25,7 @@ Figures: total / (N*T/W) per flow (target <= 1.10) and the scheduling overhead p
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -143,6 +144,9 @@ def main() -> int:
     if ns.phase:
         return answer(phase_build(ns.phase, ns.cache, ns.workers))
     flows = [f for f in ns.flows.split(",") if f]
+    if "cluster" in flows and importlib.util.find_spec("distributed") is None:
+        flows.remove("cluster")
+        print("bench_orchestration: no Dask cluster flow: the farm extra is not installed (pip install -e '.[farm]')")
     print(f"bench_orchestration: {ns.graphs} graphs, {ns.workers} workers, T = {ns.seconds:g} s, {ns.stand_in} stand-in; "
           f"{load()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-orchestration-"))
