@@ -34,6 +34,8 @@ SCRIPTS: dict[str, tuple[list[str], list[str]]] = {
     "bench_deferred": ([], ["--graphs", "8"]),
     "bench_session": ([], []),
     "bench_lowering": ([], ["--quick"]),
+    "bench_orchestration": ([], ["--reps", "1", "--flows", "pool,cluster"]),  # N=64, W=8, T=2 s in both
+    "bench_scale": ([], ["--reps", "1"]),
 }
 
 

@@ -183,10 +183,6 @@ def _tensor_signature(kwargs: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, 
 _TRACING = threading.RLock()
 
 
-def _record_counts() -> dict[str, tuple[int, int, int]]:
-    return {r.key: (r.compiles, r.captures, r.loads) for r in records.records()}
-
-
 class NeuronRunner:
     """Compile, warm up and serve a model's declared graphs with per-graph compiler arguments."""
 
@@ -368,7 +364,6 @@ class NeuronRunner:
             for bucket, make in self.spec(g).buckets.items():
                 done += 1
                 kwargs = self._example(make, g, bucket)
-                recs = _record_counts()
                 started: list[str] = []  # the keys whose compile this bucket started
 
                 def starting(_graph_type: str | None, key: str, step: WarmupProgress = WarmupProgress(
@@ -377,9 +372,9 @@ class NeuronRunner:
                         progress(step)
                     started.append(key)
 
-                with on_compile_start(starting), tally() as bucket_tally:
+                with on_compile_start(starting), tally() as bucket_tally, records.watching() as events:
                     self.run(g, kwargs)
-                touched = self._touched(g, bucket, recs, bucket_tally.counts.snapshot())
+                touched = self._touched(g, bucket, events, bucket_tally.counts.snapshot())
                 if progress is not None and not started and touched:
                     how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
                     progress(WarmupProgress(done, total, g, bucket, how))
@@ -394,16 +389,20 @@ class NeuronRunner:
         """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
         return build_trace_job(self.resolver, self.spec(graph_type).entry, kwargs, graph_type, "inference_mode")
 
-    def _touched(self, graph_type: str, bucket: str, before: Mapping[str, tuple[int, int, int]],
+    def _touched(self, graph_type: str, bucket: str, events: Sequence[records.Event],
                  counts: dict[str, int]) -> list[WarmedGraph]:
-        """The graphs one bucket's run built (a graph break allowed by the caller makes several)."""
+        """The graphs one bucket's run built (a graph break allowed by the caller makes several), from the
+        records merged during the run (:func:`records.watching`)."""
+        deltas: dict[str, list[int]] = {}
+        for key, *delta in events:
+            deltas[key] = [a + b for a, b in zip(deltas.get(key, (0, 0, 0)), delta)]
         out = []
-        for rec in records.records():
-            old = before.get(rec.key)
-            now = (rec.compiles, rec.captures, rec.loads)
-            if old == now:
+        for key, delta in deltas.items():
+            if not any(delta):
                 continue
-            delta = [a - b for a, b in zip(now, old or (0, 0, 0))]
+            rec = records.RECORDS.get(key)
+            if rec is None:  # the records were cleared meanwhile (ACTIVITY.reset)
+                continue
             how = "compiled" if delta[0] > 0 else "captured" if delta[1] > 0 else "loaded"
             out.append(WarmedGraph(graph_type, bucket, rec.key, list(rec.input_shapes), list(rec.compiler_args),
                                    how, counts, self.origin))
@@ -518,10 +517,10 @@ class NeuronRunner:
         job is then traced in a child and compiled, which counts the miss) and is not counted here.
         """
         with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
-            recs = _record_counts()
-            counts = self._run_asserting_hit(job).counts
+            with records.watching() as events:
+                counts = self._run_asserting_hit(job).counts
             commit(counts)  # the warmup's: it loaded these graphs
-            warmed += self._touched(job.graph_type, bucket, recs, counts.snapshot())
+            warmed += self._touched(job.graph_type, bucket, events, counts.snapshot())
         return [w.key for w in warmed]
 
     def _run_asserting_hit(self, job: Any) -> Tally:

@@ -251,3 +251,21 @@ def test_models_that_declare_nothing_usable_are_told_what_to_return(tmp_path):
     plain.neuron_graphs = lambda: [GraphSpec("decode", plain, {"b1": lambda: (torch.ones(1, 8),)})]
     with pytest.raises(NeuronArgsError, match=r"bucket 'b1': the bucket factory returned tuple .*must return a dict"):
         NeuronRunner(plain, compiler="local", cache_dir=tmp_path).warmup(emit=False)
+
+
+def test_a_warmup_bucket_reads_only_the_records_it_touched(warm_cache, monkeypatch):
+    # each bucket of a warmup scanned every record of the process before and after it: N buckets, N x N
+    for i in range(50):
+        records.record(records.GraphRecord(key=f"{i:032x}", seam="other", graph_type="other", input_shapes=[],
+                                           compiler_args=[], optimization_level=None, target="trn2", loads=1))
+    scans = []
+    real = records.records
+    monkeypatch.setattr(records, "records", lambda: scans.append(1) or real())
+    try:
+        report = make_runner(warm_cache).warmup(emit=False)
+    finally:
+        for i in range(50):  # not the session's graphs (its table lists this process's records)
+            records.RECORDS.pop(f"{i:032x}", None)
+    assert sorted((g.graph_type, g.how, g.input_shapes) for g in report.graphs) == [
+        ("decode", "loaded", ["1, 8"]), ("prefill", "loaded", ["4, 8"])]
+    assert scans == []

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -176,6 +177,30 @@ def start_process(argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> subpr
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def wait_child(proc: Any, timeout: float | None) -> int:
+    """``proc.wait(timeout)``, woken by the child's exit itself when ``proc`` is a ``Popen``.
+
+    ``Popen.wait`` with a timeout polls, sleeping up to 50 ms between looks, so each compile would end
+    ~25 ms after its compiler did (1 % of a 2 s graph); a pidfd (Linux) becomes readable when the child
+    exits. Raises ``subprocess.TimeoutExpired`` as ``Popen.wait`` does."""
+    if timeout is None or not isinstance(proc, subprocess.Popen) or not hasattr(os, "pidfd_open"):
+        return proc.wait(timeout=timeout)
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except OSError:  # reaped already, or a kernel without pidfds
+        return proc.wait(timeout=timeout)
+    try:
+        poller = select.poll()  # not select(): a descriptor past 1023 is fine
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while not poller.poll(int(min(max(0.0, deadline - time.monotonic()), 3600.0) * 1000)):  # ms, a C int
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    return proc.wait()
+
+
 def run_compiler(
     *,
     compiler: str,
@@ -222,7 +247,7 @@ def run_compiler(
             if scope is not None:
                 scope.add(proc)
             try:
-                returncode = proc.wait(timeout=timeout)
+                returncode = wait_child(proc, timeout)
             except subprocess.TimeoutExpired:
                 kill_group(proc)
             except BaseException:  # KeyboardInterrupt: leave no orphan compiler behind

@@ -21,6 +21,7 @@ import shlex
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -154,7 +155,12 @@ def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequ
 
 
 def _dask_cancelled() -> Callable[[], bool] | None:
-    """On a Dask worker, a check that this task was cancelled (its client let go of it)."""
+    """On a Dask worker, a check that this task was cancelled (its client let go of it).
+
+    A Dask worker has ``distributed`` imported already; any other executor's worker (a process pool's)
+    is not one, and importing it there (~1 s of CPU per worker) would delay its first compile."""
+    if "distributed" not in sys.modules:
+        return None
     try:
         from distributed import get_worker
         from distributed.worker import thread_state

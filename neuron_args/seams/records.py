@@ -1,6 +1,8 @@
 """What this process compiled or loaded, graph by graph (read by the runner and the pytest plugin)."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,8 +49,28 @@ RECORDS: dict[str, GraphRecord] = ACTIVITY.records
 _COUNTERS = ("compiles", "captures", "loads", "serve_hits", "serve_misses", "failures")
 
 
+#: (key, compiles, captures, loads) of each :func:`record` while a :func:`watching` block is open
+Event = tuple[str, int, int, int]
+_watchers: list[list[Event]] = []
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[list[Event]]:
+    """The records merged during the block, as events: what one warmup bucket built, captured or loaded,
+    found without scanning every record of the process before and after (a warmup of N buckets would
+    scan N records per bucket)."""
+    events: list[Event] = []
+    _watchers.append(events)
+    try:
+        yield events
+    finally:
+        _watchers.remove(events)
+
+
 def record(rec: GraphRecord) -> GraphRecord:
     """Merge ``rec`` into the process's records (one row per key)."""
+    for events in _watchers:
+        events.append((rec.key, rec.compiles, rec.captures, rec.loads))
     old = RECORDS.get(rec.key)
     if old is None:
         RECORDS[rec.key] = rec
