@@ -4,7 +4,7 @@ A lowering is a jax function with the op's signature (jax arrays in place of ten
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
 strided, resampling, pooling, fractional_pooling, linalg, householder, ldl, indexing, segments,
-histograms, distributions, elementwise, special, orthogonal, bessel, linear_cross_entropy) and are named in
+histograms, hashing, distributions, elementwise, special, orthogonal, bessel, linear_cross_entropy) and are named in
 :data:`LOWERINGS` below (those that read their input's memory layout in :data:`BY_LAYOUT`); a user
 registers one for their own custom op with :func:`register_lowering`. They take precedence over
 torchax's table and decompositions, in the graph and inside decompositions.
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from neuron_args.lowering import (
-    bessel, distributions, elementwise, environments, fractional_pooling, histograms, householder, indexing, ldl,
+    bessel, distributions, elementwise, environments, fractional_pooling, hashing, histograms, householder, indexing, ldl,
     linalg, linear_cross_entropy, orthogonal, segments, special, strided)
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
@@ -103,6 +103,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::linalg_pinv": linalg.pinv,
     "aten::_linalg_eigh": linalg.eigh,
     "aten::linalg_ldl_solve": ldl.ldl_solve,
+    "aten::hash_tensor": hashing.hash_tensor,
     "aten::geqrf": householder.geqrf,
     "aten::ormqr": householder.ormqr,
     "aten::segment_reduce": segments.segment_reduce,
