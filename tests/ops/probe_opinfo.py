@@ -494,7 +494,7 @@ def write_doc(results: dict[str, dict[str, Any]], dtype: str, meta: dict[str, An
         "not-ours": "Dynamo or aot_autograd refused it before the lowering saw a graph (data-dependent output "
                     "sizes, ops Dynamo does not trace); with graph breaks, what it made passed",
         "refused": "our lowering refused it, naming the op and the fix: a limit of static graphs (an output size "
-                   "that depends on tensor values)",
+                   "that depends on tensor values) or of Neuron devices (64-bit arithmetic)",
         "lowering-error": "our lowering raised otherwise (the aten op named)",
         "wrong": "the compiled result differs from eager's",
         "crash": "XLA:CPU refused the HLO, the executable failed, or the op timed out",
@@ -513,19 +513,26 @@ def write_doc(results: dict[str, dict[str, Any]], dtype: str, meta: dict[str, An
     lines += ["", f"## pass ({len(passed)})", "", ", ".join(f"`{p}`" for p in passed), ""]
     if seq:
         lines += _sequential_section({n: seq[n] for n in results if n in seq}, seq_meta or {})
-    if half:
+    if not half:
+        lines += ["## bfloat16", "", "Not swept with this run (`--dtype bfloat16 --only-passed --samples 1` adds it).",
+                  ""]
+    else:
         counts = Counter(r["class"] for r in half.values())
         lines += ["## bfloat16", "",
                   f"The float32 passes that support bfloat16 ({len(half)} ops), their first sample in bfloat16 "
                   f"(`--dtype bfloat16 --only-passed --samples 1`), compared with eager bfloat16 (atol = rtol = "
                   f"{TOL['bfloat16']:g}): " + ", ".join(f"{c} {counts.get(c, 0)}" for c in CLASSES) + ".", ""]
-        rows = sorted((r for r in half.values() if r["class"] != "pass"), key=lambda r: r["op"])
-        if rows:
-            lines += ["| op | class | why | error |", "|---|---|---|---|"]
-            lines += [f"| `{r['op']}` | {r['class']} | {note(r['op'])} | {_cell(r.get('detail', ''))} |"
-                      for r in rows]
-            lines.append("")
+        lines += _failures(half, "class", lambda r: note(r["op"]))
     DOC.write_text("\n".join(lines))
+
+
+def _failures(results: dict[str, dict[str, Any]], middle: str, last: Any) -> list[str]:
+    """A table of the ops that did not pass: op, class, ``middle`` (a column name), error."""
+    rows = sorted((r for r in results.values() if r["class"] != "pass"), key=lambda r: r["op"])
+    if not rows:
+        return []
+    return ["| op | class | " + ("why" if middle == "class" else middle) + " | error |", "|---|---|---|---|",
+            *(f"| `{r['op']}` | {r['class']} | {last(r)} | {_cell(r.get('detail', ''))} |" for r in rows), ""]
 
 
 def _duration(meta: dict[str, Any]) -> str:
@@ -548,13 +555,7 @@ def _sequential_section(seq: dict[str, dict[str, Any]], meta: dict[str, Any]) ->
              f"depends on what was compiled before.", "",
              f"{len(seq)} ops: " + ", ".join(f"{c} {counts.get(c, 0)}" for c in CLASSES) +
              f"; order-dependent: {len(dependent)}.", ""]
-    rows = sorted((r for r in seq.values() if r["class"] != "pass"), key=lambda r: r["op"])
-    if rows:
-        lines += ["| op | class | alone | error |", "|---|---|---|---|"]
-        lines += [f"| `{r['op']}` | {r['class']} | {r.get('alone', '?')} | {_cell(r.get('detail', ''))} |"
-                  for r in rows]
-        lines.append("")
-    return lines
+    return lines + _failures(seq, "alone", lambda r: r.get("alone", "?"))
 
 
 def _cell(text: str) -> str:
