@@ -35,7 +35,9 @@ import json
 import os
 import re
 import select
+import shutil
 import subprocess
+import tempfile
 import sys
 import time
 import traceback
@@ -45,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the sequential workers' compile caches (one per process, so an op rerun alone starts from an empty one)
+COMPILE_CACHES = Path(tempfile.gettempdir()) / f"opinfo-compile-caches-{os.getpid()}"
 DOC = ROOT / "docs" / "OP_COVERAGE.md"
 CLASSES = ("pass", "float64-pass", "not-ours", "refused", "lowering-error", "wrong", "crash")
 #: a lowering error that is the project's refusal of an op a static graph cannot hold (it names the op and the fix)
@@ -151,12 +155,13 @@ class SequentialCompile:
     ``neuron_libtorch`` backend (the local compiler, one compile cache for the process), one op after another,
     Dynamo never reset. Each op gets a code object of its own, as each of a suite's tests has."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path) -> None:
         import tempfile
 
         import neuron_args  # noqa: F401 - registers the backends
 
-        self.options = {"cache_dir": tempfile.mkdtemp(prefix="opinfo-sequential-"), "compiler": "local",
+        root.mkdir(parents=True, exist_ok=True)  # the parent removes it after the sweep (workers are killed)
+        self.options = {"cache_dir": tempfile.mkdtemp(dir=root), "compiler": "local",
                         "target": "trn2", "compiler_args": ["--auto-cast=none"]}
 
     def compile(self, fn: Any, name: str, probe: Probe, fullgraph: bool) -> Any:
@@ -351,7 +356,7 @@ def _severity(kind: str) -> int:
             "crash": 6}[kind]
 
 
-def worker(dtype_name: str, samples: int, sequential: bool = False) -> None:
+def worker(dtype_name: str, samples: int, sequential: Path | None = None) -> None:
     """Read op names from stdin; print one JSON result line per op (``sequential``: see
     :class:`SequentialCompile`)."""
     import torch
@@ -363,7 +368,7 @@ def worker(dtype_name: str, samples: int, sequential: bool = False) -> None:
     torch._dynamo.config.suppress_errors = False
     dtype = getattr(torch, dtype_name)
     ops = _ops(dtype)
-    compiler = SequentialCompile() if sequential else None
+    compiler = SequentialCompile(sequential) if sequential else None
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         name = line.strip()
@@ -384,7 +389,8 @@ class Worker:
     def __init__(self, dtype: str, samples: int, sequential: bool = False) -> None:
         env = {**os.environ, "PYTHONWARNINGS": "ignore", "TORCHDYNAMO_VERBOSE": "0"}
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.ops.probe_opinfo", "--worker", "--dtype", dtype,
-                                      "--samples", str(samples)] + ["--sequential"] * sequential,
+                                      "--samples", str(samples)] + ["--sequential"] * sequential
+                                     + ["--compile-caches", str(COMPILE_CACHES)],
                                      cwd=ROOT, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.op: str | None = None
@@ -580,10 +586,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-doc", action="store_true")
     parser.add_argument("--doc-only", action="store_true", help="write the doc from the cached results")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compile-caches", type=Path, default=COMPILE_CACHES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     samples = args.samples or (1 if args.sequential else 3)
     if args.worker:
-        worker(args.dtype, samples, args.sequential)
+        worker(args.dtype, samples, args.compile_caches if args.sequential else None)
         return 0
     import torch
 
@@ -604,12 +611,15 @@ def main(argv: list[str]) -> int:
         passed = json.loads((args.cache / "float32.json").read_text())
         names = [n for n in names if passed.get(n, {}).get("class") == "pass"]
     t0 = time.time()
-    results = sweep(names, args.dtype, samples, args.jobs, args.timeout, args.sequential)
-    if args.sequential:  # what did not pass, alone in a fresh process: a different class depends on the order
-        alone = sweep([n for n, r in results.items() if r["class"] != "pass"], args.dtype, samples, 1, args.timeout,
-                      True, fresh=True)
-        for n, r in alone.items():
-            results[n]["alone"] = r["class"]
+    try:
+        results = sweep(names, args.dtype, samples, args.jobs, args.timeout, args.sequential)
+        if args.sequential:  # what did not pass, alone in a fresh process: a different class depends on the order
+            alone = sweep([n for n, r in results.items() if r["class"] != "pass"], args.dtype, samples, 1,
+                          args.timeout, True, fresh=True)
+            for n, r in alone.items():
+                results[n]["alone"] = r["class"]
+    finally:
+        shutil.rmtree(COMPILE_CACHES, ignore_errors=True)
     seconds = time.time() - t0
     known.update(results)
     args.cache.mkdir(parents=True, exist_ok=True)
