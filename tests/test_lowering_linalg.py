@@ -88,3 +88,15 @@ def test_singular_inputs_give_eager_info_and_no_error():
     with torch.inference_mode():
         got = Lowered()(torch.linalg.inv)(singular)
     assert not torch.isfinite(got[0]).all() and torch.equal(got[1], torch.linalg.inv(singular[1]))
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_ldl_solve_matches_eager_with_2x2_pivot_blocks(batch):
+    """Bunch-Kaufman factors of symmetric indefinite matrices (negative pivots: 2x2 blocks of D), batched (eager
+    crashes on batch dims that broadcast, so they do not here)."""
+    a = randn(*batch, 7, 7, seed=3)
+    a = a + a.mT
+    ld, pivots = torch.linalg.ldl_factor(a)
+    assert (pivots < 0).any()  # the sample exercises the 2x2 blocks
+    b = randn(*batch, 7, 3, seed=4)
+    compare(lambda ld, pivots, b: torch.linalg.ldl_solve(ld, pivots, b), ld, pivots, b, **TOL)

@@ -1,5 +1,5 @@
 """Elementwise ops torchax has no lowering for: ``angle`` and ``special.spherical_bessel_j0`` of real tensors,
-``prims.convert_element_type``."""
+``prims.convert_element_type``, conversions to ``complex32`` (``chalf``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +12,22 @@ from neuron_args.tensors import LOWERED_DTYPES, numpy_dtype
 def convert_element_type(x: Any, dtype: torch.dtype) -> Any:
     """``prims.convert_element_type`` (aot_autograd's cast of a value read with ``.item()`` to a Python float,
     ``x / t.max().item()``): the cast in the HLO type of ``dtype`` (64-bit types as their 32-bit ones)."""
+    if dtype is torch.complex32:
+        return to_complex32(x)
     name = str(dtype).removeprefix("torch.")
     return x.astype(numpy_dtype(LOWERED_DTYPES.get(name, name)))
+
+
+def to_complex32(x: Any) -> Any:
+    """A conversion to ``complex32`` (``chalf``), which XLA has no type for: complex64 holding the value eager's
+    complex32 holds (real and imaginary parts each rounded to float16)."""
+    import jax
+    import jax.numpy as jnp
+
+    def half(part: Any) -> Any:
+        return part.astype(jnp.float16).astype(jnp.float32)
+
+    return jax.lax.complex(half(jnp.real(x)), half(jnp.imag(x)))
 
 
 def angle(x: Any) -> Any:

@@ -292,6 +292,11 @@ def _environment() -> Any:
             # the traced world; a device move means nothing inside one graph, so keep the dtype only
             if isinstance(the_tensor, torch.Tensor) and not isinstance(the_tensor, (Tensor, View)):
                 the_tensor = _constant(self, the_tensor)
+            if new_dtype is torch.complex32:  # no XLA type: complex64 holding complex32's values
+                from neuron_args.lowering.elementwise import to_complex32
+
+                wide = super()._to_copy(the_tensor, torch.complex64, None)
+                return Tensor(to_complex32(wide.jax()), self)
             return super()._to_copy(the_tensor, new_dtype, None)
 
     from neuron_args.lowering import ops

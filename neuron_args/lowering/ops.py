@@ -3,8 +3,8 @@
 A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
-strided, resampling, pooling, fractional_pooling, linalg, householder, indexing, segments,
-histograms, distributions, elementwise, special, orthogonal, bessel) and are named in
+strided, resampling, pooling, fractional_pooling, linalg, householder, ldl, indexing, segments,
+histograms, hashing, distributions, elementwise, special, orthogonal, bessel, linear_cross_entropy) and are named in
 :data:`LOWERINGS` below (those that read their input's memory layout in :data:`BY_LAYOUT`); a user
 registers one for their own custom op with :func:`register_lowering`. They take precedence over
 torchax's table and decompositions, in the graph and inside decompositions.
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from neuron_args.lowering import (
-    bessel, distributions, elementwise, environments, fractional_pooling, histograms, householder, indexing, linalg,
-    orthogonal, segments, special, strided)
+    bessel, distributions, elementwise, environments, fractional_pooling, hashing, histograms, householder, indexing, ldl,
+    linalg, linear_cross_entropy, orthogonal, segments, special, strided)
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
@@ -102,6 +102,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::cholesky_solve": linalg.cholesky_solve,
     "aten::linalg_pinv": linalg.pinv,
     "aten::_linalg_eigh": linalg.eigh,
+    "aten::linalg_ldl_solve": ldl.ldl_solve,
+    "aten::hash_tensor": hashing.hash_tensor,
     "aten::geqrf": householder.geqrf,
     "aten::ormqr": householder.ormqr,
     "aten::segment_reduce": segments.segment_reduce,
@@ -131,6 +133,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::special_airy_ai": bessel.airy_ai,
     "aten::special_scaled_modified_bessel_k0": bessel.scaled_modified_bessel_k0,
     "aten::special_scaled_modified_bessel_k1": bessel.scaled_modified_bessel_k1,
+    "torch_nn::_linear_cross_entropy_batch_chunked": linear_cross_entropy.batch_chunked,
+    "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction": linear_cross_entropy.batch_chunked_no_reduction,
     "transformers::grouped_mm_fallback": grouped_mm,
     "transformers::grouped_mm_fallback_backward": grouped_mm_backward,
 }
