@@ -51,6 +51,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from figures import figure, load  # noqa: E402
 BASE = ["--auto-cast=none", "-O1"]
+#: The autograd mode both flows build their graphs in (a key component): a runner's, which serves in inference mode.
+SERVE_MODE = "inference_mode"
 
 
 def options(cache: str) -> dict[str, Any]:
@@ -97,6 +99,7 @@ def _models(n: int, model: str = "mlp") -> tuple[Any, list[Any]]:
 def phase_sequential(cache: str, n: int, model_kind: str = "mlp") -> dict[str, Any]:
     import torch
 
+    from neuron_args.autograd_modes import autograd_mode
     from neuron_args.cache import STATS, CompileCache
 
     model, xs = _models(n, model_kind)
@@ -104,7 +107,7 @@ def phase_sequential(cache: str, n: int, model_kind: str = "mlp") -> dict[str, A
     cm = torch.compile(model, backend="neuron_libtorch", options=options(cache), dynamic=False)
     per_graph = []
     t0 = time.perf_counter()
-    with torch.inference_mode():
+    with autograd_mode(SERVE_MODE):
         for x in xs:
             t1 = time.perf_counter()
             cm(x)
@@ -114,13 +117,23 @@ def phase_sequential(cache: str, n: int, model_kind: str = "mlp") -> dict[str, A
     return {"seconds": seconds, "per_graph": per_graph, "complete": complete, "compiles": STATS.compiles}
 
 
+def trace_jobs(model: Any, xs: list[Any]) -> list[Any]:
+    """The deferred flow's jobs, as a runner builds them: traced in :data:`SERVE_MODE`, the mode the in-process
+    flow compiles in. A plain ``(model, kwargs, args)`` job is traced in the ``parallel_trace`` call's mode (here
+    ``grad``: a training forward that also returns what its backward saves), so the two flows would build
+    different graphs."""
+    from neuron_args.deferred.jobs import TraceJob
+
+    return [TraceJob(model, {"x": x}, BASE, autograd=SERVE_MODE) for x in xs]
+
+
 def _capture(cache: str, n: int, prestart: bool = False, model_kind: str = "mlp") -> tuple[float, list[Any]]:
     from neuron_args.deferred import parallel_trace
     from neuron_args.deferred.parallel_trace import fork_is_safe
     from neuron_args.runner import prestart_compile_worker
 
     model, xs = _models(n, model_kind)
-    jobs = [(model, {"x": x}, BASE) for x in xs]
+    jobs = trace_jobs(model, xs)
     t0 = time.perf_counter()
     if not fork_is_safe():
         raise SystemExit("the parent holds a jax client; parallel_trace would fall back to spawn")

@@ -201,6 +201,44 @@ def fast_calls(runner: NeuronRunner) -> int:
     return sum(f.calls for fs in runner.fast_path.graphs.values() for f in fs)
 
 
+#: modules a served call must not enter: resolving a variant (scope, flags, keys), the cache, records, manifests
+_RESOLUTION = ("cache", "cache_key", "scope", "flags", "manifest", "seams/records", "seams/platform", "seams/trace_memo")
+
+
+def _neuron_args_calls(fn) -> list[tuple[str, str]]:
+    """The neuron_args Python functions ``fn()`` calls, in order (``sys.setprofile``: counts, never times)."""
+    import sys
+
+    seen: list[tuple[str, str]] = []
+
+    def profile(frame, event, _arg):
+        if event == "call" and "neuron_args" in frame.f_code.co_filename:
+            seen.append((frame.f_code.co_filename.split("neuron_args", 1)[1].lstrip("/."), frame.f_code.co_qualname))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_a_served_call_does_the_same_work_every_call_and_no_resolution(scaled):
+    """The fast path replays the variant: each call the same neuron_args steps, none resolving the scope's variant
+    (``CompiledGraph.__call__``), keying, reading the cache or writing records and manifests."""
+    x = inp(2, 8)
+    with scaled.serve():
+        run_x(scaled, x)
+        calls = [_neuron_args_calls(lambda: run_x(scaled, x)) for _ in range(3)]
+    assert fast_calls(scaled) == 4
+    assert calls[0] == calls[1] == calls[2], calls
+    names = {name for _, name in calls[0]}
+    assert {"NeuronRunner.run", "FastPath.call", "FastGraph._dispatch"} <= names, names
+    assert "CompiledGraph.__call__" not in names
+    entered = sorted({f for f, _ in calls[0] if f.startswith(_RESOLUTION)})
+    assert entered == [], entered
+
+
 def test_a_failed_guard_takes_the_guarded_path_never_a_stale_graph(scaled):
     x = inp(2, 8)
     first = scaled.fast_path.graphs["decode"][0]
