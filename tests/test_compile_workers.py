@@ -296,18 +296,6 @@ def test_an_idle_worker_that_died_is_replaced_by_a_new_one(hlo_file, tmp_path, p
     assert len(pool.idle_pids()) == 1 and pool.idle_pids() != [leader] and not pool.broken
 
 
-def test_an_idle_worker_that_died_before_the_pool_heard_is_replaced_not_run_one_shot(hlo_file, tmp_path, pool):
-    _compile(hlo_file, tmp_path / "a", LocalCompiler(pool=pool))
-    (dead,) = pool._idle
-    dead.reusable = lambda env: True  # it dies between the pool's look at it and the request being sent
-    os.killpg(dead.pid, signal.SIGKILL)
-    wait_until(lambda: not group_alive(dead.pid), 10, "the idle worker's process group gone")
-    _compile(hlo_file, tmp_path / "b", LocalCompiler(pool=pool))
-    log = (tmp_path / "b" / LOG_FILE).read_text()
-    assert "warm worker, compile 1" in log.splitlines()[0] and "compiled again" not in log
-    assert pool.idle_pids() != [dead.pid] and not pool.broken
-
-
 @pytest.mark.slow
 def test_a_hung_worker_times_out_like_a_process_and_is_replaced(hlo_file, tmp_path, slow):
     slow.arm(300)

@@ -342,8 +342,7 @@ class PooledCompile:
     the pool), so two workers are never slower than one. ``kill_group`` kills the process group of
     the worker it holds (or after a fallback the one-shot process's), so a timeout (``kill_group``)
     and a cancel (``CancelScope``) work as on a ``Popen``. A worker that dies mid-compile while nobody
-    asked it to is replaced by a one-shot process; one that died idle (its request cannot be sent), by
-    another worker.
+    asked it to is replaced by a one-shot process (one the pool saw die while idle is never taken).
     """
 
     def __init__(self, pool: WorkerPool, worker: Worker, program_args: Sequence[str], argv: Sequence[str], *,
@@ -413,12 +412,7 @@ class PooledCompile:
             if scope is not None and scope.cancelled:  # cancelled while it waited: the unused worker goes back
                 self._pool.release(self._worker)
                 return -signal.SIGKILL
-            try:
-                self._worker.send(self._request)
-            except WorkerDied:  # it died while idle, before its exit reached the pool: another worker
-                self._worker.reap()
-                self._worker = self._pool.acquire()
-                return self._status(deadline)
+            self._worker.send(self._request)
             self._sent = True
         return self._worker.receive_status(deadline)
 
