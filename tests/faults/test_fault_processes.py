@@ -97,9 +97,8 @@ SINGLE_SCRIPT = textwrap.dedent("""
     from neuron_args.compilers import NeuronxCcCompiler
     cache = CompileCache(sys.argv[1])
     entry = cache.entry(sys.argv[2])
-    md = entry.metadata()
     with cache.lock(entry.key):  # what the compile seam does on a miss (without torch)
-        compile_entry(entry, NeuronxCcCompiler(), ["-O1"], "trn2", "decode0", md)
+        compile_entry(entry, NeuronxCcCompiler(), ["-O1"], "trn2", "decode0", entry.info())
         entry.mark_complete()
     print("DONE", entry.key)
 """)
@@ -231,7 +230,7 @@ RACE_SCRIPT = textwrap.dedent("""
         entry.hlo_path.write_bytes(b"hlo")
         md = {"key": key.key, "status": "compiling", "graph_type": "decode", "compiler_args": ["-O1"]}
         entry.write_metadata(md)
-        compile_entry(entry, NeuronxCcCompiler(), ["-O1"], "trn2", "decode", md)
+        compile_entry(entry, NeuronxCcCompiler(), ["-O1"], "trn2", "decode", entry.info())
     while time.time() < start:
         time.sleep(0.005)
     entry, hit = CompileCache(root).get_or_build(key, build, graph_type="decode")
