@@ -35,9 +35,8 @@ __all__ = [
 ]
 
 
-def select_compiler(options: Mapping | None = None) -> Compiler:
-    """The compiler the options (or the environment, or PATH detection) ask for."""
-    requested = (options or {}).get("compiler")
+def select_compiler(requested: str | None = None) -> Compiler:
+    """The compiler ``requested`` (``options["compiler"]``; else the environment, else PATH detection) names."""
     source = "options['compiler']"
     if requested is None:
         requested, source = envs.text(COMPILER_ENV) or "auto", COMPILER_ENV

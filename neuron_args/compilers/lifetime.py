@@ -48,9 +48,8 @@ def check_timeout(value: Any, source: str) -> float:
     return seconds
 
 
-def resolve_compile_timeout(options: Mapping[str, Any] | None, compiler_name: str) -> float:
-    """``options["compile_timeout"]``, else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler default."""
-    given = (options or {}).get("compile_timeout")
+def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
+    """``given`` (``options["compile_timeout"]``), else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler default."""
     if given is not None:
         return check_timeout(given, "options['compile_timeout']")
     env = envs.text(COMPILE_TIMEOUT_ENV)
