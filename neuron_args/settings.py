@@ -10,17 +10,46 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from neuron_args import envs
 from neuron_args.activity import ACTIVITY
-from neuron_args.compilers.lifetime import check_timeout
 from neuron_args.errors import CompilerArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
 
 log = logging.getLogger("neuron_args.seams")
+
+COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
+#: Default compile timeout in seconds per compiler name: neuronx-cc builds of large graphs at -O3
+#: take tens of minutes; the embedded XLA:CPU compiler takes seconds.
+DEFAULT_TIMEOUTS = {"neuronx-cc": 7200.0, "local": 1800.0}
+
+def check_timeout(value: Any, source: str) -> float:
+    """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
+    try:
+        seconds = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (math.isfinite(seconds) and seconds > 0):
+        raise OptionsError(
+            f"{source}={value!r} is not a compile timeout: give a positive number of seconds "
+            f"(e.g. 3600); the defaults are {', '.join(f'{k} {v:g} s' for k, v in DEFAULT_TIMEOUTS.items())}"
+        )
+    return seconds
+
+
+def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
+    """``given`` (``options["compile_timeout"]``), else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler default."""
+    if given is not None:
+        return check_timeout(given, "options['compile_timeout']")
+    env = envs.text(COMPILE_TIMEOUT_ENV)
+    if env:
+        return check_timeout(env, COMPILE_TIMEOUT_ENV)
+    return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
 
 #: The options the seams read; anything else is reported once (a typo is silently ignored otherwise).
 #: ``allow_eager_outputs``: NEFFs without a runtime binding run eagerly (neuron_args.executables);

@@ -27,15 +27,14 @@ from neuron_args.compilers.build import compile_entry
 from neuron_args.compilers.lifetime import (
     CancelScope,
     CompileCancelled,
-    check_timeout,
     current_scope,
-    resolve_compile_timeout,
     within,
 )
 from neuron_args.deferred.farm import GraphCompileReport, pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
+from neuron_args.settings import check_timeout, resolve_compile_timeout
 
 log = logging.getLogger("neuron_args.deferred")
 

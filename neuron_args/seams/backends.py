@@ -41,7 +41,7 @@ from neuron_args.cache import (
     new_metadata,
 )
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
-from neuron_args.compilers import resolve_compile_timeout, select_compiler
+from neuron_args.compilers import select_compiler
 from neuron_args.compilers.build import compile_entry
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
@@ -53,7 +53,7 @@ from neuron_args.scope import _scoped_compiler_args, _scoped_graph_type, current
 from neuron_args.seams import dispatch, records, trace_memo
 from neuron_args.seams.options import deferred_raise
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
-from neuron_args.settings import CompileSettings
+from neuron_args.settings import CompileSettings, resolve_compile_timeout
 from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.seams")
