@@ -288,7 +288,7 @@ def compile_level(lowered: Any, level: int, workdir: Path) -> tuple[float, float
     hlo = workdir / "graph.hlo"
     hlo.write_bytes(lowered.hlo_module_proto)
     out = workdir / "graph.neff"
-    result = select_compiler({"compiler": "local"}).compile(
+    result = select_compiler("local").compile(
         hlo_path=hlo, output_path=out, target="trn2", compiler_args=["--auto-cast=none", f"-O{level}"],
         workdir=workdir)
     log = result.log_path.read_text()

@@ -131,6 +131,7 @@ def _capture(cache: str, n: int, prestart: bool = False, model_kind: str = "mlp"
     from neuron_args.deferred import parallel_trace
     from neuron_args.deferred.parallel_trace import fork_is_safe
     from neuron_args.runner import prestart_compile_worker
+    from neuron_args.settings import CompileSettings
 
     model, xs = _models(n, model_kind)
     jobs = trace_jobs(model, xs)
@@ -138,7 +139,7 @@ def _capture(cache: str, n: int, prestart: bool = False, model_kind: str = "mlp"
     if not fork_is_safe():
         raise SystemExit("the parent holds a jax client; parallel_trace would fall back to spawn")
     # as the runner's parallel flow does: a compile worker starts while the children trace
-    before = (lambda: prestart_compile_worker(options(cache))) if prestart else None
+    before = (lambda: prestart_compile_worker(CompileSettings.from_options(options(cache), "bench"))) if prestart else None
     results = parallel_trace(jobs, options=options(cache), timeout=600, before_children=before)
     return time.perf_counter() - t0, results
 

@@ -38,6 +38,7 @@ from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileErro
 from neuron_args.flags import canonical_compiler_args
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
 from neuron_args.untrusted import METADATA_LIMIT, read_bounded, read_json
+from neuron_args.settings import CompileSettings
 from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.cache")
@@ -93,10 +94,10 @@ def _expanded(path: str) -> Path:
             "$XDG_CACHE_HOME") from None
 
 
-def cache_root(options: Mapping[str, Any] | None = None) -> Path:
-    """``options["cache_dir"]``, else ``$NEURON_LIBTORCH_CACHE_DIR``, else the per-user default; an
-    ``s3://bucket/prefix`` is its local read-through copy (:mod:`neuron_args.remote_cache`)."""
-    given = (options or {}).get("cache_dir") or (envs.text(CACHE_DIR_ENV) or None)
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``cache_dir`` (``options["cache_dir"]``), else ``$NEURON_LIBTORCH_CACHE_DIR``, else the per-user default;
+    an ``s3://bucket/prefix`` is its local read-through copy (:mod:`neuron_args.remote_cache`)."""
+    given = cache_dir or (envs.text(CACHE_DIR_ENV) or None)
     if remote_cache.is_remote(given):
         return remote_cache.local_copy(str(given), default_cache_dir().parent / "remote")
     return _expanded(given) if given else default_cache_dir()
@@ -544,11 +545,16 @@ class CompileCache:
     """A compile-cache directory."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = cache_root({"cache_dir": root}) if remote_cache.is_remote(root) else Path(root).expanduser().resolve()
+        self.root = cache_root(root) if remote_cache.is_remote(root) else Path(root).expanduser().resolve()
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None) -> CompileCache:
-        return cls(cache_root(options))
+        """The cache of torch.compile ``options`` (checked as the seams check them)."""
+        return cls.from_settings(CompileSettings.from_options(options, "CompileCache.from_options"))
+
+    @classmethod
+    def from_settings(cls, settings: CompileSettings) -> CompileCache:
+        return cls(cache_root(settings.cache_dir))
 
     def entry(self, key: CacheKey | str) -> CacheEntry:
         return CacheEntry(self.root, str(key))

@@ -142,7 +142,7 @@ def _require_cache(path: str | None) -> Path:
 def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]:
     """The cache folder; the local copy of an ``s3://`` cache, brought up to date with the remote first
     (what that did: None for a plain local cache)."""
-    root = cache_root({"cache_dir": path})
+    root = cache_root(path)
     if not root.is_dir():
         hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
         raise _Usage(f"no compile cache at {root}{hint}")

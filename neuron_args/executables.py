@@ -32,7 +32,6 @@ log = logging.getLogger("neuron_args.executables")
 
 FORMATS = (XLA_CPU_FORMAT, NEFF_FORMAT)
 ALLOW_EAGER_ENV = "NEURON_ARGS_ALLOW_EAGER_OUTPUTS"
-ALLOW_EAGER_OPTION = "allow_eager_outputs"
 
 # executables this process loaded, by cache key (one load per process, even when Dynamo recompiles);
 # NEFFs whose outputs come from eager PyTorch in this process: key -> graph type
@@ -40,9 +39,8 @@ _loaded = ACTIVITY.loaded
 _eager = ACTIVITY.eager_outputs
 
 
-def allow_eager_outputs(options: Mapping[str, Any] | None = None) -> bool:
-    """``options["allow_eager_outputs"]`` when given, else ``$NEURON_ARGS_ALLOW_EAGER_OUTPUTS``."""
-    value = (options or {}).get(ALLOW_EAGER_OPTION)
+def allow_eager_outputs(value: bool | None = None) -> bool:
+    """``value`` (``options["allow_eager_outputs"]``) when given, else ``$NEURON_ARGS_ALLOW_EAGER_OUTPUTS``."""
     if value is not None:
         return bool(value)
     return envs.flag(ALLOW_EAGER_ENV)

@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     from neuron_args.cache import CompileCache, cache_root
     from neuron_args.deferred.parallel_compile import default_workers, parallel_compile, pending_keys
 
-    root = cache_root({"cache_dir": args.cache_dir})  # an s3:// cache: its local copy
+    root = cache_root(args.cache_dir)  # an s3:// cache: its local copy
     if not root.is_dir():
         raise FarmUsage(f"no compile cache at {root}; pass the cache_dir the capture wrote into")
     pending = pending_keys(root)

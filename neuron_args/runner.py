@@ -43,6 +43,7 @@ from neuron_args.seams import records
 from neuron_args.flags import optimization_level
 from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM
 from neuron_args.seams.platform import base_compiler_args
+from neuron_args.settings import CompileSettings
 
 log = logging.getLogger("neuron_args.runner")
 
@@ -207,21 +208,20 @@ class NeuronRunner:
         self.model = model
         declared = list(graphs) if graphs is not None else declared_graphs(model)
         self.graphs: dict[str, GraphSpec] = {g.graph_type: g for g in declared}
-        base = base_compiler_args({"compiler_args": compiler_args}, source="NeuronRunner(compiler_args=...)")
+        base = base_compiler_args(compiler_args, source="NeuronRunner(compiler_args=...)")
         # the design's load_model: base args at the caller level; the policy only without an explicit level
         self.resolver = CompilerArgsResolver.from_model(model, base, explicit_optimization_level=optimization_level)
-        self.cache_dir = cache_root({"cache_dir": cache_dir})
-        self.options: dict[str, Any] = {
-            "compiler_args": list(self.resolver.base_args), "target": target, "cache_dir": str(self.cache_dir),
-            "compiler": compiler,
-        }
-        if compile_timeout is not None:
-            self.options["compile_timeout"] = float(compile_timeout)
-        # Dynamo shares compiled frames between torch.compile calls with equal options (and so another
-        # runner's graphs, its variants and records); a runner of its own traces its own graphs
-        self.options["runner"] = f"{os.getpid():x}-{next(_RUNNER_IDS)}"
-        if allow_eager_outputs is not None:  # None: $NEURON_ARGS_ALLOW_EAGER_OUTPUTS (neuron_args.executables)
-            self.options["allow_eager_outputs"] = allow_eager_outputs
+        self.cache_dir = cache_root(cache_dir)
+        self.settings = CompileSettings(
+            compiler_args=tuple(self.resolver.base_args), target=target, cache_dir=str(self.cache_dir),
+            compiler=compiler, compile_timeout=None if compile_timeout is None else float(compile_timeout),
+            # None: $NEURON_ARGS_ALLOW_EAGER_OUTPUTS (neuron_args.executables)
+            allow_eager_outputs=None if allow_eager_outputs is None else bool(allow_eager_outputs),
+            # Dynamo shares compiled frames between torch.compile calls with equal options (and so another
+            # runner's graphs, its variants and records); a runner of its own traces its own graphs
+            runner=f"{os.getpid():x}-{next(_RUNNER_IDS)}")
+        #: what the runner's torch.compile calls get (each backend call turns them back into settings)
+        self.options: dict[str, Any] = self.settings.as_options()
         self.backend = backend
         self.fullgraph = fullgraph
         self.manifest_config = dict(manifest_config or {})
@@ -355,7 +355,7 @@ class NeuronRunner:
         return report
 
     def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None) -> None:
-        prestart_compile_worker(self.options, unless_warm=True)  # it starts while the first graph is traced
+        prestart_compile_worker(self.settings, unless_warm=True)  # it starts while the first graph is traced
         total = sum(len(self.spec(g).buckets) for g in graph_types)
         done = 0
         resolved: dict[str, tuple[str, list[str]]] = {}  # trace record: job fingerprint -> keys
@@ -379,7 +379,7 @@ class NeuronRunner:
                     how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
                     progress(WarmupProgress(done, total, g, bucket, how))
                 warmed += touched
-                resolved[fingerprint(self._job(g, kwargs), self.options)] = (
+                resolved[fingerprint(self._job(g, kwargs), self.settings)] = (
                     g, [w.key for w in touched])
             self.warmed[g] = warmed
         if self.backend == COMPILE_SEAM:  # the capture seam's keys: a parallel warmup of this cache starts no child
@@ -418,17 +418,17 @@ class NeuronRunner:
         in_process = None if ahead is None else (
             lambda job: ahead.here(job, lambda: self._trace_here(job, buckets[index[id(job)]][1],
                                                                  here.setdefault(index[id(job)], []))))
-        if ahead is not None and not all(recorded_complete(jobs, self.options)):
+        if ahead is not None and not all(recorded_complete(jobs, self.settings)):
             traced, compile_report = self._trace_and_compile(jobs, in_process, ahead, trace_timeout)
         else:  # a warm cache (each job traced here, no child) or a seam of the caller's: one step after the other
             traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
-                                    before_children=lambda: prestart_compile_worker(self.options),
+                                    before_children=lambda: prestart_compile_worker(self.settings),
                                     in_process=in_process, keep_children=True)
             for i, result in enumerate(traced):
                 if ahead is not None:
                     ahead.captured(i, result)
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                              compiler=self.options["compiler"], raise_on_error=False,
+                                              compiler=self.settings.compiler, raise_on_error=False,
                                               progress=progress if ahead is None else ahead.built)
         compile_report = _own_failures_raised(compile_report, {k for t in traced for k in t.keys})
         if ahead is not None:
@@ -475,7 +475,7 @@ class NeuronRunner:
         def trace() -> None:
             try:
                 box["traced"] = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
-                                               before_children=lambda: prestart_compile_worker(self.options),
+                                               before_children=lambda: prestart_compile_worker(self.settings),
                                                in_process=in_process, on_result=captured, cancel=cancel,
                                                keep_children=True)
             except BaseException as exc:  # noqa: BLE001 - raised on the warmup's thread below
@@ -494,7 +494,7 @@ class NeuronRunner:
         thread.start()
         try:
             compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                              compiler=self.options["compiler"], progress=ahead.built,
+                                              compiler=self.settings.compiler, progress=ahead.built,
                                               keys=streamed(), raise_on_error=False)
         except Exception as exc:  # the trace's own error (if any) comes first, as when the compile followed it
             thread.join()
@@ -541,7 +541,7 @@ class NeuronRunner:
             records.record(records.GraphRecord(
                 key=key, seam=md.seam or CAPTURE_SEAM, graph_type=md.graph_type,
                 input_shapes=list(md.input_shapes or []), compiler_args=args,
-                optimization_level=optimization_level(args), target=md.target or self.options["target"],
+                optimization_level=optimization_level(args), target=md.target or self.settings.target,
                 compiles=int(key in built), captures=int(key in built),
                 loads=int(key not in built and entry.is_complete),
                 compile_seconds=built[key].seconds if key in built else None,
@@ -682,7 +682,7 @@ class NeuronRunner:
 
     def _manifest_config(self, cfg: dict[str, Any], build_config: Any) -> dict[str, Any]:
         return build_config(
-            model=cfg.pop("model", type(self.model).__name__), target=self.options["target"],
+            model=cfg.pop("model", type(self.model).__name__), target=self.settings.target,
             dtype=cfg.pop("dtype", None), max_num_seqs=cfg.pop("max_num_seqs", None),
             max_model_len=cfg.pop("max_model_len", None), topology=cfg.pop("topology", None),
             neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args,
@@ -780,13 +780,13 @@ def _own_failures_raised(report: Any, own: set[str]) -> Any:
     return report
 
 
-def prestart_compile_worker(options: Mapping[str, Any], *, unless_warm: bool = False) -> None:
+def prestart_compile_worker(settings: CompileSettings, *, unless_warm: bool = False) -> None:
     """Start one warm local-compiler worker now, without waiting: it starts while the traces run.
 
     ``parallel_compile`` (or the in-process flow's first miss) then takes it for its first compile instead of
     waiting for a new worker (measured: see benchmarks/README.md, the deferred flow). Nothing happens for
     neuronx-cc (one process per graph) or with ``NEURON_ARGS_WARM_WORKERS=0``; a compile worker already idle is
-    reused; ``unless_warm``: nor when the trace record of the options' cache lists every job complete (a warm
+    reused; ``unless_warm``: nor when the trace record of the settings' cache lists every job complete (a warm
     cache compiles nothing). A compiler that cannot be chosen fails at compile time, as before.
     """
     from neuron_args.compilers import select_compiler, workers
@@ -794,10 +794,10 @@ def prestart_compile_worker(options: Mapping[str, Any], *, unless_warm: bool = F
 
     if not workers.enabled():
         return
-    if unless_warm and TraceRecord(cache_root(options)).all_complete():
+    if unless_warm and TraceRecord(cache_root(settings.cache_dir)).all_complete():
         return
     with contextlib.suppress(NeuronArgsError):
-        if isinstance(select_compiler(options), LocalCompiler):
+        if isinstance(select_compiler(settings.compiler), LocalCompiler):
             workers.shared_pool().prestart(1, wait=False)
 
 

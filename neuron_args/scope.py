@@ -1,8 +1,8 @@
 """The per-graph compiler-argument scope (libtorch-neuronx-lite's ``compile/compiler_args.py`` in the design).
 
 The runner resolves a graph's arguments eagerly and opens this scope around the call that
-compiles it; every backend seam reads it through :func:`apply_scoped_compiler_args` before the
-cache key. A ``ContextVar`` keeps a scope inside its own thread or asyncio task.
+compiles it; every backend seam reads it (``seams.platform.resolve_request``; for options dicts,
+:func:`apply_scoped_compiler_args`) before the cache key. A ``ContextVar`` keeps a scope inside its own thread or asyncio task.
 
 ``graph_type`` is an optional label the runner may attach. It never enters the cache key; it only
 lets errors, cache metadata and the manifest name the graph.

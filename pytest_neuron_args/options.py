@@ -319,7 +319,7 @@ def _path(config: pytest.Config, dest: str) -> Path | None:
     if value is None:
         return None
     if dest == "neuron_cache_dir" and is_remote(value):  # s3://bucket/prefix: its local read-through copy
-        return cache_root({"cache_dir": value})
+        return cache_root(value)
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():
         base: Any = config.invocation_params.dir if source == "cli" else (

@@ -198,7 +198,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         gc_policy.freeze(collect=True)  # imports and items live as long as the session
         from neuron_args.runner import prestart_compile_worker  # the first compile's worker starts during the traces
 
-        prestart_compile_worker({"compiler": state.settings.compiler, "cache_dir": str(state.cache_dir())},
+        from neuron_args.settings import CompileSettings
+
+        prestart_compile_worker(CompileSettings(compiler=state.settings.compiler, cache_dir=str(state.cache_dir())),
                                 unless_warm=True)
     if state.is_rank_worker:
         return

@@ -17,7 +17,7 @@ def compiler_description(compiler: str | None) -> str:
     try:
         from neuron_args.compilers import select_compiler
 
-        info = select_compiler({"compiler": compiler}).info
+        info = select_compiler(compiler).info
     except Exception as exc:  # the header must not break a session; fixtures report the error
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"{compiler or 'auto'} (unavailable: {first})"
@@ -274,7 +274,7 @@ def write_json_report(session: NeuronSession) -> Any:
     try:
         from neuron_args.compilers import select_compiler
 
-        info = select_compiler({"compiler": s.compiler}).info
+        info = select_compiler(s.compiler).info
         compiler = {"name": info.name, "version": info.version}
     except Exception as exc:  # a report names what it could not find rather than failing the session
         compiler = {"name": s.compiler or "auto", "version": None, "error": str(exc).splitlines()[0]}

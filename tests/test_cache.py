@@ -42,10 +42,10 @@ def _clean_stats(monkeypatch):
 def test_cache_root_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    assert cache_root({}) == Path.home() / ".cache" / "neuron-args" / "compile-cache"
+    assert cache_root() == Path.home() / ".cache" / "neuron-args" / "compile-cache"
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "env"))
-    assert cache_root({}) == tmp_path / "env"
-    assert cache_root({"cache_dir": str(tmp_path / "opt")}) == tmp_path / "opt"
+    assert cache_root() == tmp_path / "env"
+    assert cache_root(str(tmp_path / "opt")) == tmp_path / "opt"
 
 
 def test_miss_builds_then_hit_loads(tmp_path):

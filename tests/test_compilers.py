@@ -348,29 +348,29 @@ def test_neuronx_cc_version_unknown_on_failure(fake_cc: Path, monkeypatch: pytes
 def test_select_auto_follows_path(fake_cc: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(COMPILER_ENV, raising=False)
     assert isinstance(select_compiler(), NeuronxCcCompiler)
-    assert isinstance(select_compiler({"compiler": "auto"}), NeuronxCcCompiler)
+    assert isinstance(select_compiler("auto"), NeuronxCcCompiler)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert isinstance(select_compiler({}), LocalCompiler)
+    assert isinstance(select_compiler(), LocalCompiler)
 
 
 def test_select_precedence_options_over_env_over_path(fake_cc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(COMPILER_ENV, "local")
     assert isinstance(select_compiler(), LocalCompiler)  # env beats PATH detection
-    assert isinstance(select_compiler({"compiler": None}), LocalCompiler)
-    assert isinstance(select_compiler({"compiler": "neuronx-cc"}), NeuronxCcCompiler)  # options beat env
+    assert isinstance(select_compiler(None), LocalCompiler)
+    assert isinstance(select_compiler("neuronx-cc"), NeuronxCcCompiler)  # options beat env
     monkeypatch.setenv(COMPILER_ENV, "neuronx-cc")
-    assert isinstance(select_compiler({"compiler": "local"}), LocalCompiler)
+    assert isinstance(select_compiler("local"), LocalCompiler)
     assert isinstance(select_compiler(), NeuronxCcCompiler)
 
 
 def test_select_errors(no_neuronx_cc: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(COMPILER_ENV, raising=False)
     with pytest.raises(CompileError) as excinfo:
-        select_compiler({"compiler": "neuronx-cc"})
+        select_compiler("neuronx-cc")
     assert "not on PATH" in str(excinfo.value) and "compiler='local'" in str(excinfo.value)
     assert "Neuron" in str(excinfo.value)
     with pytest.raises(CompilerArgsError) as excinfo:
-        select_compiler({"compiler": "gcc"})
+        select_compiler("gcc")
     assert "'gcc'" in str(excinfo.value)
     assert all(choice in str(excinfo.value) for choice in ("'auto'", "'local'", "'neuronx-cc'"))
     monkeypatch.setenv(COMPILER_ENV, "xla")
@@ -405,19 +405,19 @@ def test_compile_timeout_precedence_and_defaults(monkeypatch: pytest.MonkeyPatch
     from neuron_args.errors import OptionsError
 
     monkeypatch.delenv(COMPILE_TIMEOUT_ENV, raising=False)
-    assert resolve_compile_timeout({}, "neuronx-cc") == DEFAULT_TIMEOUTS["neuronx-cc"] == 7200
+    assert resolve_compile_timeout(None, "neuronx-cc") == DEFAULT_TIMEOUTS["neuronx-cc"] == 7200
     assert resolve_compile_timeout(None, "local") == DEFAULT_TIMEOUTS["local"] == 1800
     assert NeuronxCcCompiler().default_timeout == 7200 and LocalCompiler().default_timeout == 1800
     monkeypatch.setenv(COMPILE_TIMEOUT_ENV, " 90 ")
-    assert resolve_compile_timeout({}, "neuronx-cc") == 90.0
-    assert resolve_compile_timeout({"compile_timeout": 5}, "neuronx-cc") == 5.0
+    assert resolve_compile_timeout(None, "neuronx-cc") == 90.0
+    assert resolve_compile_timeout(5, "neuronx-cc") == 5.0
     assert NeuronxCcCompiler().default_timeout == 90.0
     for bad in (0, -1, "x", True, float("inf")):
         with pytest.raises(OptionsError, match="compile timeout"):
-            resolve_compile_timeout({"compile_timeout": bad}, "local")
+            resolve_compile_timeout(bad, "local")
     monkeypatch.setenv(COMPILE_TIMEOUT_ENV, "forever")
     with pytest.raises(OptionsError, match=COMPILE_TIMEOUT_ENV):
-        resolve_compile_timeout({}, "local")
+        resolve_compile_timeout(None, "local")
 
 
 @pytest.mark.slow

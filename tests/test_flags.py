@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 from neuron_args.errors import CompilerArgsError, NeuronArgsError
+from neuron_args.settings import CompileSettings
 from neuron_args.flags import (
     KNOWN_TARGETS,
     OPT_LEVELS,
@@ -578,18 +579,18 @@ def test_a_target_in_the_arguments_that_disagrees_names_both_sources_and_the_fix
     monkeypatch.delenv(TARGET_ENV, raising=False)
     monkeypatch.setenv(NEURON_CC_FLAGS_ENV, "--target=trn1 -O2")
     with pytest.raises(CompilerArgsError) as excinfo:
-        apply_platform_compiler_args({"target": "trn2"}, graph_type="decode")
+        apply_platform_compiler_args(CompileSettings.from_options({"target": "trn2"}, "test"), graph_type="decode")
     text = str(excinfo.value)
     assert text.startswith("graph type 'decode': $NEURON_CC_FLAGS say --target trn1 but options['target'] is 'trn2'")
     assert "drop --target from $NEURON_CC_FLAGS" in text and "--neuron-target=trn1" in text
     monkeypatch.setenv(TARGET_ENV, "inf2")  # below the arguments' own --target in precedence: no conflict
-    assert apply_platform_compiler_args({"compiler_args": ["--target", "trn1"]}).target == "trn1"
+    assert apply_platform_compiler_args(CompileSettings.from_options({"compiler_args": ["--target", "trn1"]}, "test")).target == "trn1"
     monkeypatch.delenv(TARGET_ENV)
     with pytest.raises(CompilerArgsError, match=r"graph type 'decode': unknown target 'trn9' \(from options\['target'\]\)"):
-        apply_platform_compiler_args({"target": "trn9", "compiler_args": []}, graph_type="decode")
+        apply_platform_compiler_args(CompileSettings.from_options({"target": "trn9", "compiler_args": []}, "test"), graph_type="decode")
     # one place is fine: the arguments alone, or the option alone
-    assert apply_platform_compiler_args({"compiler_args": ["--target=trn1", "-O2"]}).target == "trn1"
-    assert apply_platform_compiler_args({"target": "trn1", "compiler_args": ["-O2"]}).compiler_args == ("-O2",)
+    assert apply_platform_compiler_args(CompileSettings.from_options({"compiler_args": ["--target=trn1", "-O2"]}, "test")).target == "trn1"
+    assert apply_platform_compiler_args(CompileSettings.from_options({"target": "trn1", "compiler_args": ["-O2"]}, "test")).compiler_args == ("-O2",)
 
 
 # ----------------------------------------------------------------------------- an option given twice
@@ -628,7 +629,7 @@ def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix
     monkeypatch.delenv(TARGET_ENV, raising=False)
     monkeypatch.setenv(NEURON_CC_FLAGS_ENV, "-O1 --auto-cast=none -O3")
     with pytest.warns(CompilerArgsWarning) as caught:
-        args = apply_platform_compiler_args({}, graph_type="decode")
+        args = apply_platform_compiler_args(CompileSettings.from_options({}, "test"), graph_type="decode")
     assert args.compiler_args == ("-O1", "--auto-cast=none", "-O3")  # handed on as given: neuronx-cc keeps -O3
     (warning,) = caught
     assert str(warning.message) == (
@@ -638,10 +639,10 @@ def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix
     assert canonical_compiler_args(list(args.compiler_args)) == canonical_compiler_args(["--auto-cast=none", "-O3"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        apply_platform_compiler_args({}, graph_type="prefill")  # told once per process, not per graph
-        apply_platform_compiler_args({"compiler_args": "-O2 -O2"})  # the same value twice is no conflict
+        apply_platform_compiler_args(CompileSettings.from_options({}, "test"), graph_type="prefill")  # told once per process, not per graph
+        apply_platform_compiler_args(CompileSettings.from_options({"compiler_args": "-O2 -O2"}, "test"))  # the same value twice is no conflict
     with pytest.warns(CompilerArgsWarning, match=r"^options\['compiler_args'\] gives --logical-nc-config 2 times"):
-        apply_platform_compiler_args({"compiler_args": ["--lnc=1", "--lnc=2"]})
+        apply_platform_compiler_args(CompileSettings.from_options({"compiler_args": ["--lnc=1", "--lnc=2"]}, "test"))
 
 
 def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
@@ -653,7 +654,7 @@ def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     with pytest.warns(CompilerArgsWarning, match=r"^graph type 'decode': scoped_compiler_args\(\.\.\.\) gives "
                                                  r"--auto-cast 2 times .*'--auto-cast=all'"):
         with scoped_compiler_args(["--auto-cast=none", "--auto-cast=all"], graph_type="decode"):
-            resolve_request({"compiler_args": ["-O1"], "target": "trn2"}, "decode")
+            resolve_request(CompileSettings.from_options({"compiler_args": ["-O1"], "target": "trn2"}, "test"), "decode")
 
     class Appends:
         def compiler_args_for(self, graph_type, example_inputs, base):

@@ -238,8 +238,8 @@ def test_eager_outputs_notice_for_the_session_summary():
 
 def test_option_false_overrides_the_environment(monkeypatch):
     monkeypatch.setenv(executables.ALLOW_EAGER_ENV, "1")
-    assert executables.allow_eager_outputs({}) is True
-    assert executables.allow_eager_outputs({"allow_eager_outputs": False}) is False
+    assert executables.allow_eager_outputs() is True
+    assert executables.allow_eager_outputs(False) is False
     monkeypatch.setenv(executables.ALLOW_EAGER_ENV, "0")
     assert executables.allow_eager_outputs(None) is False
 

@@ -22,6 +22,7 @@ from neuron_args.deferred.trace_record import RECORD_NAME, TraceRecord, fingerpr
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
 from neuron_args.seams import records
+from neuron_args.settings import CompileSettings
 from tests.test_runner import _fresh  # noqa: F401  (autouse: a fresh Dynamo, records and STATS per test)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,8 +117,8 @@ def test_changed_arguments_are_another_job_and_compile(cold):
 
 def test_a_changed_model_with_the_same_fingerprint_misses_here_and_compiles_in_the_flow(cold):
     root, _, in_process, _ = cold
-    old = fingerprint(TraceJob(Scaled(1.0), {"input": torch.ones(1, 8)}, ARGS, "decode"), {})
-    assert fingerprint(TraceJob(Scaled(3.0), {"input": torch.ones(1, 8)}, ARGS, "decode"), {}) == old
+    old = fingerprint(TraceJob(Scaled(1.0), {"input": torch.ones(1, 8)}, ARGS, "decode"), CompileSettings())
+    assert fingerprint(TraceJob(Scaled(3.0), {"input": torch.ones(1, 8)}, ARGS, "decode"), CompileSettings()) == old
     r = runner(root, scale=3.0)
     report = r.warmup(["decode"], flow="parallel", emit=False)
     assert [t.status for t in report.traced] == ["captured"]  # the in-process trace missed: a child captured it
@@ -142,9 +143,9 @@ def test_parallel_trace_without_an_in_process_tracer_always_uses_children(cold, 
 
 def test_the_fingerprint_names_what_the_keys_depend_on():
     job = TraceJob(Scaled(), {"input": torch.ones(1, 8)}, ARGS, "decode")
-    fp = fingerprint(job, {"compiler_args": ARGS, "runner": "a", "cache_dir": "/x"})
+    fp = fingerprint(job, CompileSettings(compiler_args=tuple(ARGS), runner="a", cache_dir="/x"))
     assert fp == fingerprint(TraceJob(Scaled(), {"input": torch.zeros(1, 8)}, ARGS, "decode"),
-                             {"compiler_args": ARGS, "runner": "b", "cache_dir": "/y"})  # values, process, folder
+                             CompileSettings(compiler_args=tuple(ARGS), runner="b", cache_dir="/y"))  # values, process, folder
     changed = [
         TraceJob(Scaled(), {"input": torch.ones(2, 8)}, ARGS, "decode"),
         TraceJob(Scaled(), {"input": torch.ones(1, 8, dtype=torch.float64)}, ARGS, "decode"),
@@ -152,8 +153,8 @@ def test_the_fingerprint_names_what_the_keys_depend_on():
         TraceJob(Scaled(), {"input": torch.ones(1, 8)}, ARGS, "prefill"),
         TraceJob(torch.nn.Linear(8, 8), {"input": torch.ones(1, 8)}, ARGS, "decode"),
     ]
-    assert fp not in {fingerprint(j, {"compiler_args": ARGS}) for j in changed}
-    assert fp != fingerprint(job, {"compiler_args": ARGS, "target": "inf2"})
+    assert fp not in {fingerprint(j, CompileSettings(compiler_args=tuple(ARGS))) for j in changed}
+    assert fp != fingerprint(job, CompileSettings(compiler_args=tuple(ARGS), target="inf2"))
 
 
 def test_a_damaged_record_or_an_incomplete_key_predicts_nothing(tmp_path, caplog):

@@ -7,15 +7,14 @@ the local compiler runs in its own process.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
 
 from neuron_args import envs
 from neuron_args.compilers.base import Compiler, CompilerInfo
-from neuron_args.compilers.lifetime import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
 from neuron_args.compilers.local import LocalCompiler
 from neuron_args.compilers.neuronx_cc import NeuronxCcCompiler
 from neuron_args.compilers.process import CompileResult
 from neuron_args.errors import CompileError, CompilerArgsError
+from neuron_args.settings import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
 
 COMPILER_ENV = "NEURON_ARGS_COMPILER"
 COMPILER_CHOICES = ("auto", "local", "neuronx-cc")
@@ -35,9 +34,8 @@ __all__ = [
 ]
 
 
-def select_compiler(options: Mapping | None = None) -> Compiler:
-    """The compiler the options (or the environment, or PATH detection) ask for."""
-    requested = (options or {}).get("compiler")
+def select_compiler(requested: str | None = None) -> Compiler:
+    """The compiler ``requested`` (``options["compiler"]``; else the environment, else PATH detection) names."""
     source = "options['compiler']"
     if requested is None:
         requested, source = envs.text(COMPILER_ENV) or "auto", COMPILER_ENV

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.activity import ACTIVITY
-from neuron_args.compilers.lifetime import resolve_compile_timeout
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
 from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
+from neuron_args.settings import resolve_compile_timeout
 from neuron_args.text import graph_label
 
 #: Options the driver sets itself; a caller's copy is dropped (``--target`` must agree).
@@ -96,7 +96,7 @@ class Compiler(abc.ABC):
 
     @property
     def default_timeout(self) -> float:
-        """Seconds a compile may take when no timeout is given (see :data:`lifetime.DEFAULT_TIMEOUTS`)."""
+        """Seconds a compile may take when no timeout is given (see :data:`neuron_args.settings.DEFAULT_TIMEOUTS`)."""
         return resolve_compile_timeout(None, self.name)
 
     def start_compiler(self, argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> Any:

@@ -1,7 +1,7 @@
 """How long a compiler may run and when it must stop: timeouts, parent death, cancellation.
 
 * **Timeout**: ``options["compile_timeout"]`` (seconds), else ``$NEURON_ARGS_COMPILE_TIMEOUT``,
-  else the compiler's default (:data:`DEFAULT_TIMEOUTS`). On expiry the compiler's whole process
+  else the compiler's default (:func:`neuron_args.settings.resolve_compile_timeout`). On expiry the compiler's whole process
   group is killed and the compile fails with "timed out after N s".
 * **No orphans** (Linux): each compiler runs under :mod:`neuron_args.compilers.supervisor`, which
   kills the compiler's process group when this process dies, ``kill -9`` included.
@@ -12,51 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from neuron_args import envs
-from neuron_args.errors import OptionsError
-
-COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
-#: Default compile timeout in seconds per compiler name: neuronx-cc builds of large graphs at -O3
-#: take tens of minutes; the embedded XLA:CPU compiler takes seconds.
-DEFAULT_TIMEOUTS = {"neuronx-cc": 7200.0, "local": 1800.0}
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 SUPERVISED = sys.platform.startswith("linux")
 PR_SET_PDEATHSIG = 1
-
-
-def check_timeout(value: Any, source: str) -> float:
-    """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
-    try:
-        seconds = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if isinstance(value, bool) or not (math.isfinite(seconds) and seconds > 0):
-        raise OptionsError(
-            f"{source}={value!r} is not a compile timeout: give a positive number of seconds "
-            f"(e.g. 3600); the defaults are {', '.join(f'{k} {v:g} s' for k, v in DEFAULT_TIMEOUTS.items())}"
-        )
-    return seconds
-
-
-def resolve_compile_timeout(options: Mapping[str, Any] | None, compiler_name: str) -> float:
-    """``options["compile_timeout"]``, else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler default."""
-    given = (options or {}).get("compile_timeout")
-    if given is not None:
-        return check_timeout(given, "options['compile_timeout']")
-    env = envs.text(COMPILE_TIMEOUT_ENV)
-    if env:
-        return check_timeout(env, COMPILE_TIMEOUT_ENV)
-    return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
 
 
 def supervised_argv(argv: list[str], *, reap: bool = False) -> list[str]:

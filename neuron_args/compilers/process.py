@@ -25,14 +25,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.atomic import write_atomic
-from neuron_args.compilers.lifetime import (
-    COMPILE_TIMEOUT_ENV,
-    CompileCancelled,
-    current_scope,
-    kill_group,
-    supervised_argv,
-)
+from neuron_args.compilers.lifetime import CompileCancelled, current_scope, kill_group, supervised_argv
 from neuron_args.errors import CompileError
+from neuron_args.settings import COMPILE_TIMEOUT_ENV
 
 #: File names inside the work directory (the cache entry); see docs/ARCHITECTURE.md.
 COMMAND_FILE = "command.txt"

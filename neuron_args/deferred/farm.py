@@ -212,7 +212,7 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
 
     try:
         try:
-            compiler = select_compiler({"compiler": task.compiler})
+            compiler = select_compiler(task.compiler)
             info = compiler.info
         except NeuronArgsError as exc:
             return outcome("failed", error=f"{where}: {exc}")

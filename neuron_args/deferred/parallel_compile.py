@@ -27,15 +27,14 @@ from neuron_args.compilers.build import compile_entry
 from neuron_args.compilers.lifetime import (
     CancelScope,
     CompileCancelled,
-    check_timeout,
     current_scope,
-    resolve_compile_timeout,
     within,
 )
 from neuron_args.deferred.farm import GraphCompileReport, pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import split_compiler_args
+from neuron_args.settings import check_timeout, resolve_compile_timeout
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -139,14 +138,14 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                     f"entry {key} (graph type {graph_type!r}) is pending but has no {HLO_NAME}: its capture did not "
                     f"finish writing it. Fix: capture it again (re-run the warmup or parallel_trace), or remove {entry.path}")
             recorded_compiler = md.compiler_name
-            compiler = select_compiler({"compiler": compiler_name or recorded_compiler})
+            compiler = select_compiler(compiler_name or recorded_compiler)
             if recorded_compiler and compiler.info.name != recorded_compiler:
                 raise CompileError(
                     f"entry {key} (graph type {graph_type!r}) was captured for compiler {recorded_compiler!r}, whose "
                     f"name is part of its key; compiling it with {compiler.info.name!r} would store a mismatched "
                     "executable. Capture again with the same compiler option.")
             if timeout is None and md.compile_timeout is not None:  # the capture's own option
-                timeout = resolve_compile_timeout({"compile_timeout": md.compile_timeout}, compiler.info.name)
+                timeout = resolve_compile_timeout(md.compile_timeout, compiler.info.name)
             try:
                 compile_entry(entry, compiler, args, md.target or "trn2", graph_type, md, timeout=timeout)
                 entry.mark_complete()

@@ -51,7 +51,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
@@ -59,6 +59,9 @@ from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
 from neuron_args.text import clip
+
+if TYPE_CHECKING:
+    from neuron_args.settings import CompileSettings
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -122,12 +125,12 @@ def neuron_compiled(obj: Any) -> Any | None:
     return None
 
 
-def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
+def _run_job(job: TraceJob, settings: CompileSettings) -> tuple[str, Any]:
     """Capture one job under its own scope: ``("ok", keys)`` or ``("error", traceback)``.
 
     A job whose model is already compiled with a neuron seam is called as it is, with its own
     backend and options (its ``cache_dir`` included); any other model is compiled here with the
-    capture seam and ``options``. Afterwards Dynamo is reset, so the next job in this child
+    capture seam and ``settings`` (as torch.compile options). Afterwards Dynamo is reset, so the next job in this child
     starts from no compiled frames or guards (its graphs are traced and keyed afresh).
     """
     import torch
@@ -143,7 +146,7 @@ def _run_job(job: TraceJob, options: Mapping[str, Any]) -> tuple[str, Any]:
         compiled = neuron_compiled(model)
         if compiled is None:
             model = getattr(model, "_orig_mod", model)
-            compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", options=dict(options),
+            compiled = torch.compile(model, backend="neuron_libtorch_graph_capture", options=settings.as_options(),
                                      dynamic=False)
         # the caller's mode: its serve finds the keys only if the graph was traced as it serves
         with autograd_mode(job.autograd or "inference_mode"), \
@@ -177,7 +180,7 @@ def _describe(value: Any) -> str:
     return clip(repr(value), 40)
 
 
-def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any) -> None:
+def _serve_jobs(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any) -> None:
     """Child body: trace each job the parent sends, one at a time, until it sends None or closes the pipe.
 
     A message is ``(index, pickled job, options, environment)``; the job is None when the child forked
@@ -198,18 +201,18 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any]
             return
         if message is None:
             return
-        index, blob, job_options, env = message
+        index, blob, job_settings, env = message
         envs.replace({**env, "OMP_NUM_THREADS": "1"})
         try:
             job = inherited[index] if blob is None else pickle.loads(blob)
         except BaseException:
             status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
         else:
-            status, payload = _run_job(job, options if job_options is None else job_options)
+            status, payload = _run_job(job, settings if job_settings is None else job_settings)
         conn.send((index, status, payload, os.getpid()))
 
 
-def _child_main(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any], conn: Any,
+def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any,
                 parent: int | None = None, watch: bool = False) -> None:
     try:
         if parent and watch:
@@ -219,7 +222,7 @@ def _child_main(inherited: Sequence[TraceJob] | None, options: Mapping[str, Any]
 
             # 0: started by the fork server, which exits when the caller dies (its pipe closes)
             die_with_parent(parent or os.getppid())
-        _serve_jobs(inherited, options, conn)
+        _serve_jobs(inherited, settings, conn)
     finally:
         os._exit(0)
 
@@ -329,16 +332,16 @@ def parallel_trace(
     docstring); its next call takes them instead of starting new ones from a fork server.
     """
     from neuron_args.cache import cache_root
-    from neuron_args.seams.options import check_options
+    from neuron_args.settings import CompileSettings
 
     from neuron_args.autograd_modes import current_autograd_mode
 
-    opts = check_options(options, "parallel_trace")  # a bad option fails here, not in every child
+    opts = CompileSettings.from_options(options, "parallel_trace")  # a bad option fails here, not in every child
     if keep_children:
         idle_seconds()  # a bad $NEURON_ARGS_TRACE_IDLE_SECONDS fails here, not when a child is kept
     todo = [normalize_job(j, current_autograd_mode()) for j in jobs]  # each traced in this call's mode
     # the record is the in-process tracer's (a job compiled by its caller may cache elsewhere)
-    record = TraceRecord(cache_root(opts)) if in_process is not None else None
+    record = TraceRecord(cache_root(opts.cache_dir)) if in_process is not None else None
     prints, known = _recorded(todo, opts, record)
     here = [i for i, fp in enumerate(prints) if fp in known]
     children = [i for i, fp in enumerate(prints) if fp not in known]
@@ -376,21 +379,18 @@ def _worker_cap(workers: int | None) -> int:
     return workers or default_workers(sys.maxsize)
 
 
-def recorded_complete(jobs: Iterable[Sequence[Any]], options: Mapping[str, Any]) -> list[bool]:
+def recorded_complete(jobs: Iterable[Sequence[Any]], settings: CompileSettings) -> list[bool]:
     """For each job, whether the trace record lists its keys as complete (with an ``in_process`` tracer,
     :func:`parallel_trace` traces those in this process and starts no child for them)."""
     from neuron_args.cache import cache_root
-    from neuron_args.seams.options import check_options
-
     from neuron_args.autograd_modes import current_autograd_mode
 
-    opts = check_options(options, "parallel_trace")
-    prints, known = _recorded([normalize_job(j, current_autograd_mode()) for j in jobs], opts,
-                              TraceRecord(cache_root(opts)))
+    prints, known = _recorded([normalize_job(j, current_autograd_mode()) for j in jobs], settings,
+                              TraceRecord(cache_root(settings.cache_dir)))
     return [fp in known for fp in prints]
 
 
-def _recorded(todo: list[TraceJob], opts: dict[str, Any], record: TraceRecord | None
+def _recorded(todo: list[TraceJob], opts: CompileSettings, record: TraceRecord | None
               ) -> tuple[list[str], dict[str, list[str]]]:
     """Each job's fingerprint and, of those, the ones ``record`` lists complete (no record: none)."""
     if record is None:
@@ -432,7 +432,7 @@ class _TraceChild:
     any other call, when the child is kept, pickles its jobs to it.
     """
 
-    def __init__(self, ctx: Any, todo: list[TraceJob], opts: dict[str, Any], call: int) -> None:
+    def __init__(self, ctx: Any, todo: list[TraceJob], opts: CompileSettings, call: int) -> None:
         self.forked = ctx.get_start_method() == "fork"
         self.call = call
         self.conn, child_conn = ctx.Pipe()
@@ -445,7 +445,7 @@ class _TraceChild:
         self.job: int | None = None
         self.started = 0.0
 
-    def give(self, index: int, job: TraceJob, call: int, opts: dict[str, Any]) -> None:
+    def give(self, index: int, job: TraceJob, call: int, opts: CompileSettings) -> None:
         """Send a job: its index when forked for this call (the child has the list), else the job itself,
         pickled here, with the call's options and this process's environment now.
 
@@ -545,7 +545,7 @@ def kept_children() -> list[int]:
         return [c.proc.pid for c in _KEPT.children]
 
 
-def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: dict[str, Any], workers: int | None,
+def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSettings, workers: int | None,
                        deadline_s: float, start_method: str | None, server: list[str] | None,
                        before: list[Callable[[], None] | None], on_result: Callable[[int, TraceResult], None] | None,
                        cancel: threading.Event | None, keep: bool, results: list[TraceResult | None]) -> str:
@@ -625,7 +625,7 @@ def _inputs_text(job: TraceJob) -> str:
     return "inputs " + (", ".join(shapes) or "without tensors")
 
 
-def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any, call: int, opts: dict[str, Any]) -> None:
+def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any, call: int, opts: CompileSettings) -> None:
     try:
         child.give(i, todo[i], call, opts)
     except Exception as exc:  # spawn/fork server: the job is pickled, and this one does not pickle

@@ -22,6 +22,7 @@ from typing import Any
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
 from neuron_args.deferred.jobs import TraceJob
+from neuron_args.settings import CompileSettings
 from neuron_args.untrusted import RECORD_LIMIT, read_json
 
 log = logging.getLogger("neuron_args.deferred")
@@ -57,9 +58,9 @@ def _model_description(model: Any) -> list[Any]:
     return out
 
 
-def fingerprint(job: TraceJob, options: Mapping[str, Any]) -> str:
+def fingerprint(job: TraceJob, settings: CompileSettings) -> str:
     """A job's description for the record (not a cache key: see the module docstring)."""
-    opts = {k: v for k, v in options.items() if k not in _NOT_FINGERPRINTED}
+    opts = {k: v for k, v in settings.as_options().items() if k not in _NOT_FINGERPRINTED}
     described = {"model": _model_description(job[0]), "kwargs": _describe(job[1]), "compiler_args": job[2],
                  "graph_type": job.graph_type, "autograd": job.autograd, "options": _describe(opts)}
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()

@@ -41,7 +41,7 @@ from neuron_args.cache import (
     new_metadata,
 )
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
-from neuron_args.compilers import resolve_compile_timeout, select_compiler
+from neuron_args.compilers import select_compiler
 from neuron_args.compilers.build import compile_entry
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
@@ -51,8 +51,9 @@ from neuron_args.manifest.ledger import record_graph
 from neuron_args.runtime import graph_call
 from neuron_args.scope import _scoped_compiler_args, _scoped_graph_type, current_graph_type, scoped_compiler_args
 from neuron_args.seams import dispatch, records, trace_memo
-from neuron_args.seams.options import check_options, deferred_raise
+from neuron_args.seams.options import deferred_raise
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
+from neuron_args.settings import CompileSettings, resolve_compile_timeout
 from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.seams")
@@ -78,7 +79,7 @@ class CompiledGraph:
 
     _boxed_call = True
 
-    def __init__(self, seam: str, gm: torch.fx.GraphModule | None, lowered: Any, options: Mapping[str, Any],
+    def __init__(self, seam: str, gm: torch.fx.GraphModule | None, lowered: Any, settings: CompileSettings,
                  user_inputs: Sequence[bool] | None, *, grad: bool, memo: trace_memo.TraceMemo | None = None,
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None, forward: CompiledGraph | None = None) -> None:
@@ -93,12 +94,12 @@ class CompiledGraph:
         self._trace, self._forget = trace, forget
         self._fw_inputs: Sequence[Any] | None = None
         self._materializing = threading.Lock()  # two scopes' first calls may need the graph at once
-        self.options = dict(options)
+        self.settings = settings
         self.grad = grad  # Dynamo traced the graph with grad enabled (see autograd)
-        self.cache = CompileCache.from_options(options)
+        self.cache = CompileCache.from_settings(settings)
         self.cache.check_root()
-        self.compiler = select_compiler(options)
-        self.compile_timeout = resolve_compile_timeout(options, self.compiler.info.name)
+        self.compiler = select_compiler(settings.compiler)
+        self.compile_timeout = resolve_compile_timeout(settings.compile_timeout, self.compiler.info.name)
         if memo is None:
             self.graph_sha256 = graph_digest(lowered.hlo_text)
             self.input_specs = lowered.input_specs
@@ -197,7 +198,7 @@ class CompiledGraph:
         the full path then raises the error at call time, as without a memo). Without grad, Dynamo's call does
         not tell no_grad from inference mode: either built will do (a call whose own key misses lowers then)."""
         try:
-            request = resolve_request(self.options, current_graph_type())
+            request = resolve_request(self.settings, current_graph_type())
         except NeuronArgsError:
             return False
         return any(self.built(self._key(request, mode)) for mode in (("grad",) if self.grad else
@@ -213,7 +214,7 @@ class CompiledGraph:
 
     def _resolve_variant(self) -> Callable[[list[Any]], Any]:
         graph_type = current_graph_type()
-        request = resolve_request(self.options, graph_type)
+        request = resolve_request(self.settings, graph_type)
         key = self._key(request)
         if self._lowered is None and not self.built(key):  # the memo's key misses: lower, key the real HLO
             digest = self._lower()
@@ -245,7 +246,7 @@ class CompiledGraph:
             compiler_flags=v.request.compiler_flags(),
             compiler=self.compiler.info.as_dict(),
             # parallel_compile honours the capture's own timeout option (None: the environment, else the default)
-            compile_timeout=self.options.get("compile_timeout"),
+            compile_timeout=self.settings.compile_timeout,
         )
 
 
@@ -315,7 +316,7 @@ class CompileSeam(Seam):
         (corrupt) for the caller to rebuild."""
         graph_type = v.graph_type
         try:
-            exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(graph.options))
+            exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))
         except Exception as exc:
             if isinstance(exc, NeuronArgsError) and not isinstance(exc, CorruptEntryError):
                 raise
@@ -472,13 +473,13 @@ class NeuronBackend:
 
         mode = current_autograd_mode()  # Dynamo calls its backend in the caller's grad mode (inference mode off)
         try:
-            opts = check_options(options, self.seam)
+            opts = CompileSettings.from_options(options, self.seam)
             _refuse_symbolic(example_inputs, self.seam)
             user_inputs = _user_input_mask(gm)
             fp = trace_memo.fingerprint(gm, example_inputs) if trace_memo.enabled() else None
             memo = None
             if fp is not None:
-                memo = trace_memo.load(CompileCache.from_options(opts), fp)
+                memo = trace_memo.load(CompileCache.from_settings(opts), fp)
                 if memo is not None:
                     fast = self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs, mode)
                     if fast is not None:
@@ -511,7 +512,7 @@ class NeuronBackend:
             return deferred_raise(exc)
 
     def _from_memo(self, memo: trace_memo.TraceMemo, fp: str, gm: torch.fx.GraphModule,
-                   example_inputs: Sequence[Any], opts: Mapping[str, Any],
+                   example_inputs: Sequence[Any], opts: CompileSettings,
                    user_inputs: Sequence[bool] | None, mode: str) -> Callable[..., Any] | None:
         """The direct call of a graph built from the memo, when the current scope's predicted key is built
         and the trace is one Dynamo calls directly; None: trace in full."""
@@ -519,7 +520,7 @@ class NeuronBackend:
             return None
         graph = CompiledGraph(self.seam, None, None, opts, user_inputs, grad=mode == "grad", memo=memo,
                               trace=functools.partial(_aot_forward, gm, list(example_inputs), mode),
-                              forget=functools.partial(trace_memo.forget, CompileCache.from_options(opts), fp))
+                              forget=functools.partial(trace_memo.forget, CompileCache.from_settings(opts), fp))
         if not graph.predicted_built():
             log.debug("trace memo %s not used: the predicted key's entry is not built", fp[:12])
             return None

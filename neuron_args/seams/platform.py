@@ -1,4 +1,4 @@
-"""From torch.compile options to the concrete compile request of one graph.
+"""From the compile settings (torch.compile options, typed) to the concrete compile request of one graph.
 
 The order is the design's: the scope first (``apply_scoped_compiler_args``), then the platform
 arguments (the target), then the key. ``--target``/``--framework`` are set by the compiler
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,8 @@ from neuron_args.flags import (
     KNOWN_TARGETS, manifest_compiler_flags, option_value, parse_compiler_args, remove_options, split_compiler_args,
     warn_repeated_options,
 )
-from neuron_args.scope import apply_scoped_compiler_args, current_compiler_args
+from neuron_args.scope import current_compiler_args
+from neuron_args.settings import CompileSettings
 from neuron_args.text import graph_label
 
 NEURON_CC_FLAGS_ENV = "NEURON_CC_FLAGS"
@@ -38,65 +39,68 @@ class PlatformArgs:
         return manifest_compiler_flags(["--framework", "XLA", "--target", self.target, *self.compiler_args])
 
 
-def base_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None,
+def base_compiler_args(given: str | Sequence[str] | None, *, graph_type: str | None = None,
                        source: str | None = None) -> list[str]:
-    """``options["compiler_args"]``, else ``$NEURON_CC_FLAGS`` (split shell-style), else none.
+    """``given`` (``options["compiler_args"]``), else ``$NEURON_CC_FLAGS`` (split shell-style), else none.
 
     An option given twice with different values is a warning naming where the list came from
-    (``source``: the caller's name for ``options["compiler_args"]``, when it has one)."""
-    if options.get("compiler_args") is not None:
-        args = split_compiler_args(options["compiler_args"])
+    (``source``: the caller's name for ``given``, when it has one)."""
+    if given is not None:
+        args = split_compiler_args(given)
     else:
         try:
             args = split_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None)
         except CompilerArgsError as exc:  # an unclosed quote: say where the string came from
             raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
-    given = source if source is not None and options.get("compiler_args") is not None else _args_source(options)
-    warn_repeated_options(args, source=given, graph_type=graph_type)
+    named = source if source is not None and given is not None else _args_source(given)
+    warn_repeated_options(args, source=named, graph_type=graph_type)
     return args
 
 
-def _args_source(options: Mapping[str, Any]) -> str:
-    if options.get("compiler_args") is None:
+def _args_source(given: Sequence[str] | None) -> str:
+    if given is None:
         return f"${NEURON_CC_FLAGS_ENV}"
     scoped = current_compiler_args()
-    given = options["compiler_args"]
-    if scoped is not None and list(scoped) == (list(given) if isinstance(given, (list, tuple)) else None):
+    if scoped is not None and list(scoped) == list(given):
         return "scoped_compiler_args(...)"
     return "options['compiler_args']"
 
 
-def _target_source(options: Mapping[str, Any]) -> str:
-    if options.get("target"):
+def _target_source(settings: CompileSettings) -> str:
+    if settings.target:
         return "options['target']"
     return f"${TARGET_ENV}" if envs.is_set(TARGET_ENV) else f"the default target ({DEFAULT_TARGET})"
 
 
-def apply_platform_compiler_args(options: Mapping[str, Any], *, graph_type: str | None = None) -> PlatformArgs:
+def apply_platform_compiler_args(settings: CompileSettings, *, graph_type: str | None = None) -> PlatformArgs:
     """Resolve the target and strip the options the driver sets itself."""
-    args = base_compiler_args(options, graph_type=graph_type)
+    given = settings.compiler_args
+    args = base_compiler_args(given, graph_type=graph_type)
     try:  # here the error can say where the list came from
         parse_compiler_args(args, graph_type=graph_type)
     except CompilerArgsError as exc:
-        raise CompilerArgsError(f"{exc} (these arguments come from {_args_source(options)})") from None
+        raise CompilerArgsError(f"{exc} (these arguments come from {_args_source(given)})") from None
     in_args = option_value(args, "--target")
-    target = options.get("target") or in_args or envs.text(TARGET_ENV) or DEFAULT_TARGET
+    target = settings.target or in_args or envs.text(TARGET_ENV) or DEFAULT_TARGET
     if in_args is not None and in_args != target:
         raise CompilerArgsError(
-            f"{graph_label(graph_type)}: {_args_source(options)} say --target {in_args} but {_target_source(options)} "
-            f"is {target!r}. Fix: set the target in one place: drop --target from {_args_source(options)}, or make "
+            f"{graph_label(graph_type)}: {_args_source(given)} say --target {in_args} but {_target_source(settings)} "
+            f"is {target!r}. Fix: set the target in one place: drop --target from {_args_source(given)}, or make "
             f"options['target'] (or ${TARGET_ENV}) {in_args!r} too (pytest: --neuron-target={in_args})."
         )
     if target not in KNOWN_TARGETS:
-        source = _args_source(options) if in_args is not None else _target_source(options)
+        source = _args_source(given) if in_args is not None else _target_source(settings)
         raise CompilerArgsError(f"{graph_label(graph_type)}: unknown target {target!r} (from {source}); neuronx-cc "
                                 f"targets are {', '.join(KNOWN_TARGETS)}")
     return PlatformArgs(tuple(remove_options(args, ["--target", "--framework"])), target)
 
 
-def resolve_request(options: Mapping[str, Any], graph_type: str | None) -> PlatformArgs:
-    """The seam's access point: scope, then platform arguments."""
-    return apply_platform_compiler_args(apply_scoped_compiler_args(options), graph_type=graph_type)
+def resolve_request(settings: CompileSettings, graph_type: str | None) -> PlatformArgs:
+    """The seam's access point: scope (its arguments replace the base ones), then platform arguments."""
+    scoped = current_compiler_args()
+    if scoped is not None:
+        settings = settings.with_compiler_args(scoped)
+    return apply_platform_compiler_args(settings, graph_type=graph_type)
 
 
 def _version(dist: str) -> str:

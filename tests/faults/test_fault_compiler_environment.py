@@ -10,6 +10,7 @@ import pytest
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.compilers.lifetime import supervised_argv
+from neuron_args.settings import CompileSettings
 
 pytestmark = pytest.mark.usefixtures("fresh_activity")
 
@@ -49,7 +50,7 @@ def test_an_unclosed_quote_in_neuron_cc_flags_names_the_variable(monkeypatch):
 
     monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 '--auto-cast=none")
     with pytest.raises(CompilerArgsError) as info:
-        apply_platform_compiler_args({})
+        apply_platform_compiler_args(CompileSettings.from_options({}, "test"))
     assert "No closing quotation" in str(info.value) and "(these arguments come from $NEURON_CC_FLAGS)" in str(info.value)
 
 

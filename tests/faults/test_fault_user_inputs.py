@@ -21,6 +21,7 @@ from neuron_args.cache import CompileCache, new_metadata
 from neuron_args.cache_key import create_cache_hash
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import GraphBreakError, NeuronRunner
+from neuron_args.settings import CompileSettings
 
 SERVE_TESTS = """
 import pytest
@@ -288,7 +289,7 @@ def test_torch_neuronx_cache_flags_in_neuron_cc_flags_are_refused_naming_the_fix
 
     monkeypatch.setenv("NEURON_CC_FLAGS", "--cache_dir=/var/tmp/neuron-compile-cache -O2")
     with pytest.raises(CompilerArgsError) as caught:
-        apply_platform_compiler_args({"target": "trn2"}, graph_type="decode")
+        apply_platform_compiler_args(CompileSettings.from_options({"target": "trn2"}, "test"), graph_type="decode")
     text = str(caught.value)
     assert text.startswith("compiler args for graph type 'decode': '--cache_dir' (token "
                            "'--cache_dir=/var/tmp/neuron-compile-cache') is not a neuronx-cc flag: torch-neuronx")
@@ -296,7 +297,7 @@ def test_torch_neuronx_cache_flags_in_neuron_cc_flags_are_refused_naming_the_fix
     assert text.endswith("(these arguments come from $NEURON_CC_FLAGS)")
     monkeypatch.setenv("NEURON_CC_FLAGS", "--retry_failed_compilation")
     with pytest.raises(CompilerArgsError, match="compiles the graph again on the next miss"):
-        apply_platform_compiler_args({"target": "trn2"})
+        apply_platform_compiler_args(CompileSettings.from_options({"target": "trn2"}, "test"))
 
 
 def test_output_logfile_and_workdir_in_the_arguments_keep_the_cache_layout(tmp_path, fake_env, monkeypatch):
@@ -417,16 +418,16 @@ def test_the_default_cache_folder_without_a_home_directory(monkeypatch, capsys):
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     with pytest.raises(OptionsError, match=r"no home directory to expand '~' in \(\$HOME is unset .*Fix: give the "
                                            r"folder as options\['cache_dir'\], \$NEURON_LIBTORCH_CACHE_DIR"):
-        cache_root({})
+        cache_root()
     assert main(["cache", "ls"]) == 2
     assert "neuron-args: compile cache folder ~/.cache/neuron-args/compile-cache: no home directory" in \
         capsys.readouterr().err
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG rule: only absolute paths count
     with pytest.raises(OptionsError):
-        cache_root({})
+        cache_root()
     monkeypatch.setenv("XDG_CACHE_HOME", "/var/cache/ci")
-    assert cache_root({}) == Path("/var/cache/ci/neuron-args/compile-cache")
-    assert cache_root({"cache_dir": "/srv/cache"}) == Path("/srv/cache")
+    assert cache_root() == Path("/var/cache/ci/neuron-args/compile-cache")
+    assert cache_root("/srv/cache") == Path("/srv/cache")
 
 
 def test_a_manifest_whose_graphs_lost_their_executables_says_so(neuron_project, warm_cache, tmp_path):

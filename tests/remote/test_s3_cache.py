@@ -90,12 +90,12 @@ def remote_objects(client, prefix):
 
 def test_url_maps_to_a_bound_local_copy(monkeypatch, tmp_path):
     monkeypatch.setenv(COPY_ENV, str(tmp_path / "copies"))
-    root = cache_root({"cache_dir": "s3://neuron-cache/team/nightly"})
+    root = cache_root("s3://neuron-cache/team/nightly")
     assert root == (tmp_path / "copies" / "neuron-cache" / "team" / "nightly").resolve()
     assert remote_cache.remote_url(root) == "s3://neuron-cache/team/nightly"
     assert CompileCache("s3://neuron-cache/team/nightly").root == root
     monkeypatch.setenv(CACHE_DIR_ENV, "s3://neuron-cache/team/nightly")
-    assert cache_root({}) == root
+    assert cache_root() == root
     import torch
 
     from neuron_args.runner import NeuronRunner
@@ -103,7 +103,7 @@ def test_url_maps_to_a_bound_local_copy(monkeypatch, tmp_path):
     assert NeuronRunner(torch.nn.Linear(2, 2), graphs=[], cache_dir="s3://neuron-cache/team/nightly").cache_dir == root
     for bad in ("s3://UPPER/x", "s3://ok-bucket/../etc", "s3://a"):
         with pytest.raises(remote_cache.OptionsError, match="cache_dir"):
-            cache_root({"cache_dir": bad})
+            cache_root(bad)
 
 
 def test_host_b_loads_what_host_a_built(monkeypatch, tmp_path, client):

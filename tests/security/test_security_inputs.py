@@ -101,6 +101,6 @@ def test_non_utf8_byte_in_neuron_cc_flags_is_rejected_naming_the_variable(monkey
 
     monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 --pipeline=a\udcffb")  # how os.environ decodes a 0xff byte
     with pytest.raises(NeuronArgsError, match=r"is not UTF-8 text.*\$NEURON_CC_FLAGS"):
-        base_compiler_args({})
+        base_compiler_args(None)
     with pytest.raises(NeuronArgsError, match="not UTF-8 text"):
         validate_compiler_args(["-O1", "--pipeline=a\udcffb"], graph_type="decode")

@@ -1,0 +1,120 @@
+"""The compile settings of one torch.compile call: torch's ``options`` dict, typed and checked once.
+
+The dict is torch's; it stays at the seams. :meth:`CompileSettings.from_options` checks it where it
+enters (a backend call, ``parallel_trace``, a runner) and everything behind reads typed fields, so no
+module knows the option keys but this one. A malformed option reaches the user as a
+:class:`NeuronArgsError` naming the option and the fix, not as a ``TypeError`` from deep in a compile.
+:meth:`CompileSettings.as_options` is the way back, for a torch.compile call of our own (a trace child).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from neuron_args import envs
+from neuron_args.activity import ACTIVITY
+from neuron_args.errors import CompilerArgsError, OptionsError
+from neuron_args.flags import split_compiler_args
+
+log = logging.getLogger("neuron_args.seams")
+
+COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
+#: Default compile timeout in seconds per compiler name: neuronx-cc builds of large graphs at -O3
+#: take tens of minutes; the embedded XLA:CPU compiler takes seconds.
+DEFAULT_TIMEOUTS = {"neuronx-cc": 7200.0, "local": 1800.0}
+
+def check_timeout(value: Any, source: str) -> float:
+    """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
+    try:
+        seconds = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not (math.isfinite(seconds) and seconds > 0):
+        raise OptionsError(
+            f"{source}={value!r} is not a compile timeout: give a positive number of seconds "
+            f"(e.g. 3600); the defaults are {', '.join(f'{k} {v:g} s' for k, v in DEFAULT_TIMEOUTS.items())}"
+        )
+    return seconds
+
+
+def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
+    """``given`` (``options["compile_timeout"]``), else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler default."""
+    if given is not None:
+        return check_timeout(given, "options['compile_timeout']")
+    env = envs.text(COMPILE_TIMEOUT_ENV)
+    if env:
+        return check_timeout(env, COMPILE_TIMEOUT_ENV)
+    return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
+
+#: The options the seams read; anything else is reported once (a typo is silently ignored otherwise).
+#: ``allow_eager_outputs``: NEFFs without a runtime binding run eagerly (neuron_args.executables);
+#: ``runner``: the runner's own id, which keeps its torch.compile options (and so Dynamo frames) apart.
+KNOWN_OPTIONS = ("cache_dir", "compiler_args", "target", "compiler", "compile_timeout", "allow_eager_outputs",
+                 "runner")
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """What the torch.compile options ask for; ``None`` leaves the choice to the environment or default."""
+
+    cache_dir: str | os.PathLike[str] | None = None
+    compiler: str | None = None
+    target: str | None = None
+    #: the base compiler arguments, split shell-style (``None``: ``$NEURON_CC_FLAGS``)
+    compiler_args: tuple[str, ...] | None = None
+    #: seconds, checked positive (``None``: ``$NEURON_ARGS_COMPILE_TIMEOUT`` or the compiler default)
+    compile_timeout: float | None = None
+    allow_eager_outputs: bool | None = None
+    runner: str | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | CompileSettings | None, seam: str) -> CompileSettings:
+        """The settings of ``options`` after checking each one; raises a :class:`NeuronArgsError` subclass."""
+        if isinstance(options, CompileSettings):
+            return options
+        if options is None:
+            return cls()
+        if not isinstance(options, Mapping):
+            raise OptionsError(f"{seam}: options must be a dict, got {type(options).__name__} {options!r}")
+        for name in sorted(str(k) for k in options if k not in KNOWN_OPTIONS):
+            if ACTIVITY.say_once(f"unknown option {name}"):
+                log.warning("%s: unknown option %r is ignored; the options are %s", seam, name,
+                            ", ".join(KNOWN_OPTIONS))
+        args = options.get("compiler_args")
+        if args is not None:
+            try:
+                args = tuple(split_compiler_args(args))
+            except TypeError as exc:
+                raise CompilerArgsError(
+                    f"{seam}: options['compiler_args'] must be a list of neuronx-cc arguments (or one string "
+                    f"split shell-style), got {type(args).__name__} {args!r}: {exc}"
+                ) from None
+        for name in ("target", "compiler"):
+            value = options.get(name)
+            if value is not None and not isinstance(value, str):
+                raise OptionsError(f"{seam}: options[{name!r}] must be a string, got {type(value).__name__} {value!r}")
+        cache_dir = options.get("cache_dir")
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise OptionsError(
+                f"{seam}: options['cache_dir'] must be a path (str or os.PathLike), got {type(cache_dir).__name__} "
+                f"{cache_dir!r}")
+        timeout = options.get("compile_timeout")
+        eager = options.get("allow_eager_outputs")
+        return cls(cache_dir=cache_dir, compiler=options.get("compiler"), target=options.get("target"),
+                   compiler_args=args,
+                   compile_timeout=None if timeout is None else check_timeout(timeout, "options['compile_timeout']"),
+                   allow_eager_outputs=None if eager is None else bool(eager), runner=options.get("runner"))
+
+    def with_compiler_args(self, args: Any) -> CompileSettings:
+        """These settings with other base compiler arguments (a scope's)."""
+        return dataclasses.replace(self, compiler_args=tuple(args))
+
+    def as_options(self) -> dict[str, Any]:
+        """The torch.compile options these settings came from (the given ones, lists as lists)."""
+        return {f.name: list(v) if isinstance(v, tuple) else v
+                for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
