@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from neuron_args import envs
 from neuron_args.text import format_shapes
+
+if TYPE_CHECKING:
+    from pytest_neuron_args.state import NeuronSession
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -135,8 +138,6 @@ def append_step_summary(markdown: str, environ: Mapping[str, str] | None = None)
 
 def write_step_summary(session: NeuronSession) -> Any:
     """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
-    import os
-
     if session.is_worker or session.is_rank_worker or not envs.is_set(STEP_SUMMARY_ENV):
         return None
     from neuron_args.executables import eager_outputs_notice
