@@ -10,6 +10,7 @@ older neuron-args, an entry captured but not compiled yet) is None. Needs neithe
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,11 +28,9 @@ RecordedSpec = tuple[tuple[int, ...], str]
 def _checked(test: Callable[[Any], bool], what: str, convert: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
     """A field's parser: ``convert(value)`` when ``test(value)``, else a TypeError saying what the field must be."""
     def parse(value: Any) -> Any:
-        try:
+        with contextlib.suppress(ValueError):  # float("x"): not a number, said by the TypeError below
             if test(value):
                 return convert(value)
-        except ValueError:
-            pass
         raise TypeError(what)
     return parse
 

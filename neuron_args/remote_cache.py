@@ -53,6 +53,7 @@ from typing import Any, Protocol
 
 from neuron_args import envs
 from neuron_args.atomic import write_atomic
+from neuron_args.cache_key import is_cache_key
 from neuron_args.digests import file_sha256
 from neuron_args.errors import OptionsError
 from neuron_args.text import graph_label
@@ -74,7 +75,6 @@ _CHUNK = 1 << 20
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 _PART = re.compile(r"^[A-Za-z0-9._\-=+@]+$")
 _NAME = re.compile(r"^[A-Za-z0-9._\-]{1,200}$")
-_KEY = re.compile(r"^[0-9a-f]{16,128}$")
 _ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -334,7 +334,7 @@ class S3Store:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.loc.bucket, Prefix=start):
                 for obj in page.get("Contents", []):
                     parts = obj["Key"][len(start):].split("/")
-                    if len(parts) == 2 and parts[1] == REMOTE_MARKER and _KEY.match(parts[0]):
+                    if len(parts) == 2 and parts[1] == REMOTE_MARKER and is_cache_key(parts[0]):
                         out.append(parts[0])
         return sorted(out)
 

@@ -28,6 +28,7 @@ COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
 #: take tens of minutes; the embedded XLA:CPU compiler takes seconds.
 DEFAULT_TIMEOUTS = {"neuronx-cc": 7200.0, "local": 1800.0}
 
+
 def check_timeout(value: Any, source: str) -> float:
     """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
     try:
@@ -50,6 +51,7 @@ def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
     if env:
         return check_timeout(env, COMPILE_TIMEOUT_ENV)
     return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
+
 
 #: The options the seams read; anything else is reported once (a typo is silently ignored otherwise).
 #: ``allow_eager_outputs``: NEFFs without a runtime binding run eagerly (neuron_args.executables);
