@@ -49,12 +49,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from neuron_args import envs
 from neuron_args.atomic import write_atomic
 from neuron_args.cache_key import is_cache_key
-from neuron_args.digests import file_sha256
+from neuron_args.digests import stream_sha256
 from neuron_args.errors import OptionsError
 from neuron_args.text import graph_label
 from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json
@@ -92,6 +92,9 @@ class EntryLike(Protocol):
 
     @property
     def marker_path(self) -> Path: ...
+
+    @property
+    def metadata_path(self) -> Path: ...
 
     def problem(self, *, checksum: bool = True) -> str | None: ...
 
@@ -277,12 +280,12 @@ class S3Store:
             f"AWS_ENDPOINT_URL for an S3-compatible server) and check that bucket "
             f"{self.loc.bucket!r} exists, or use a local cache_dir")
 
-    def go_down(self, why: str, key: str, graph_type: str | None) -> None:
+    def go_down(self, why: str, key: str, graph_type: str | None, *, while_: str = "looking up") -> None:
         """Warn once, loudly, and work local-only for the rest of this process."""
         if self.down is None:
             self.down = why
             log.warning(
-                "remote compile cache %s (endpoint %s) is unreachable while looking up cache entry %s (%s): %s. "
+                "remote compile cache %s (endpoint %s) is unreachable while " + while_ + " cache entry %s (%s): %s. "
                 "This process goes on with its local copy only: graphs it misses are built here and not shared. "
                 "fix: check the endpoint (AWS_ENDPOINT_URL, the network) and %s, then run again",
                 self.loc.url, self.endpoint, key, graph_label(graph_type), why, TIMEOUT_ENV)
@@ -317,14 +320,11 @@ class S3Store:
             raise ValueError(f"{name} has {'more than ' if got > size else ''}{got} bytes, {size} were recorded")
         return digest.hexdigest()
 
-    def put(self, name: str, data: bytes | Path, key: str, graph_type: str | None, *, create: bool = False) -> None:
+    def put(self, name: str, data: bytes | BinaryIO, key: str, graph_type: str | None, *, create: bool = False) -> None:
+        """Write one object (``create``: only when absent, ``If-None-Match: *``; 412 raises :class:`_Exists`)."""
         extra = {"IfNoneMatch": "*"} if create else {}
         with self._call("write", key, graph_type):
-            if isinstance(data, Path):
-                with open(data, "rb") as f:
-                    self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=f, **extra)
-            else:
-                self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=data, **extra)
+            self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=data, **extra)
 
     def keys(self) -> list[str]:
         """The keys whose remote marker exists (a listing: no marker, no entry)."""
@@ -466,35 +466,144 @@ def sync(cache: CacheLike) -> SyncReport | None:
     return report
 
 
+_owed: dict[str, tuple[EntryLike, str | None]] = {}
+_owed_lock = threading.Lock()
+
+
+def publish_unlocked(entry: EntryLike, graph_type: str | None, *, locked: bool) -> None:
+    """Upload a just completed ``entry`` once this process releases the key's lock (``locked``: it holds
+    it now, :func:`released` runs the upload), else now: a slow network never holds other local builds of
+    the key. The local entry is complete before the upload starts, so nothing waits for it."""
+    if store_for(entry.root) is None:
+        return
+    if locked:
+        with _owed_lock:
+            _owed[str(entry.path)] = (entry, graph_type)
+        return
+    publish(entry, graph_type)
+
+
+def released(entry_path: Path) -> None:
+    """The key lock of ``entry_path`` was released: upload the entry its holder completed, if any."""
+    with _owed_lock:
+        owed = _owed.pop(str(entry_path), None)
+    if owed is not None:
+        publish(*owed)
+
+
+@dataclass(frozen=True)
+class _Summary:
+    """What ``cache ls`` shows of a remote entry without downloading it, recorded in its marker."""
+
+    graph_type: str | None
+    compiler_args: list[str] | None
+    created: str | None
+
+    @classmethod
+    def of_metadata(cls, raw: bytes) -> _Summary:
+        try:
+            doc = load_json(raw, "metadata.json")
+        except ValueError:
+            doc = None
+        return cls.parse(doc if isinstance(doc, dict) else {})
+
+    @classmethod
+    def parse(cls, doc: dict[str, Any]) -> _Summary:
+        """The summary fields of a marker or metadata document (untrusted: a malformed field is None)."""
+        graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
+        ok_args = isinstance(args, list) and len(args) <= 1000 and all(isinstance(a, str) and len(a) <= 4096 for a in args)
+        return cls(graph_type if isinstance(graph_type, str) and len(graph_type) <= 200 else None,
+                   list(args) if ok_args else None, created if isinstance(created, str) and len(created) <= 64 else None)
+
+
+def _head(f: BinaryIO | None, limit: int) -> bytes:
+    """The first ``limit`` + 1 bytes of ``f`` from its start (b"" for no file)."""
+    if f is None:
+        return b""
+    f.seek(0)
+    return f.read(limit + 1)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
     """Upload the complete local ``entry`` (its files, then the marker last, conditionally); True when this
-    host's marker was written. Never raises for the remote's sake: a failed upload is a warning."""
+    host's marker was written. Never raises for the remote's sake: a failed upload is a warning.
+
+    Runs outside the key's lock: each file is opened once, hashed and uploaded from that descriptor (a
+    rebuild renames new files in, never rewrites these), and the entry's marker must be the same before
+    and after the files were opened, so the upload is one complete build, never a mix of two."""
     store = store_for(entry.root)
     if store is None or store.down is not None:
         return False
     key = entry.key
-    try:
-        names = sorted(p.name for p in entry.path.iterdir()
-                       if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
-                       and not p.name.startswith(".") and _NAME.match(p.name))
-        files = {n: {"size": (entry.path / n).stat().st_size, "sha256": file_sha256(entry.path / n)} for n in names}
-        folder = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:32]
-        for name in names:
-            store.put(store.loc.object_key(key, folder, name), entry.path / name, key, graph_type)
-        marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
-                             "host": socket.gethostname()}, sort_keys=True).encode()
-        replacing = key in store.replace
-        store.put(store.loc.object_key(key, REMOTE_MARKER), marker, key, graph_type, create=not replacing)
-        store.replace.discard(key)
-    except _Exists:
-        log.info("cache entry %s (%s) is already in %s (another host published it first)", key,
-                 graph_label(graph_type), store.loc.url)
-        return False
-    except (_Unavailable, RemoteCacheError, OSError) as exc:
-        refused, store.upload_refused = store.upload_refused, store.upload_refused or isinstance(exc, RemoteCacheError)
-        log.log(logging.INFO if refused else logging.WARNING, "cache entry %s (%s) was built here but not uploaded to %s (endpoint %s): %s. It is used from "
-                    "this host's copy; other hosts build it themselves. fix: check the endpoint and this host's "
-                    "write permission on the bucket", key, graph_label(graph_type), store.loc.url, store.endpoint, exc)
-        return False
-    return True
+    with contextlib.ExitStack() as opened:
+        try:
+            stamp = _stamp(entry.marker_path)
+            names = sorted(p.name for p in entry.path.iterdir()
+                           if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
+                           and not p.name.startswith(".") and _NAME.match(p.name))
+            handles = {n: opened.enter_context(open(entry.path / n, "rb")) for n in names}
+            if stamp is None or _stamp(entry.marker_path) != stamp:
+                log.info("cache entry %s (%s) was replaced locally before its upload; the build that replaced it "
+                         "uploads it", key, graph_label(graph_type))
+                return False
+            files = {n: {"size": os.fstat(f.fileno()).st_size, "sha256": stream_sha256(f)} for n, f in handles.items()}
+            folder = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:32]
+            for name, f in handles.items():
+                f.seek(0)
+                store.put(store.loc.object_key(key, folder, name), f, key, graph_type)
+            summary = _Summary.of_metadata(_head(handles.get(entry.metadata_path.name), METADATA_LIMIT))
+            marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
+                                 "host": socket.gethostname(), "graph_type": summary.graph_type,
+                                 "compiler_args": summary.compiler_args, "created": summary.created},
+                                sort_keys=True).encode()
+            replacing = key in store.replace
+            name = store.loc.object_key(key, REMOTE_MARKER)
+            store.put(name, marker, key, graph_type, create=not replacing)
+            store.replace.discard(key)
+            return _kept(store, key, graph_type, marker, folder)
+        except _Exists:
+            log.info("cache entry %s (%s) is already in %s (another host published it first)", key,
+                     graph_label(graph_type), store.loc.url)
+            return False
+        except _Unavailable as exc:
+            store.go_down(str(exc), key, graph_type, while_="uploading")
+            return False
+        except (RemoteCacheError, OSError) as exc:
+            refused, store.upload_refused = store.upload_refused, store.upload_refused or isinstance(exc, RemoteCacheError)
+            log.log(logging.INFO if refused else logging.WARNING, "cache entry %s (%s) was built here but not uploaded "
+                    "to %s (endpoint %s): %s. It is used from this host's copy; other hosts build it themselves. fix: "
+                    "check the endpoint and this host's write permission on the bucket", key, graph_label(graph_type),
+                    store.loc.url, store.endpoint, exc)
+            return False
 
+
+def _kept(store: S3Store, key: str, graph_type: str | None, marker: bytes, folder: str) -> bool:
+    """Read the marker back after writing it: an endpoint that ignores ``If-None-Match`` lets the last
+    writer win, so another host's marker may stand there now. Both name complete, content-addressed
+    uploads, so either is a sound entry; which one won is logged. True when this host's marker stands."""
+    try:
+        got = store.get_bytes(store.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, graph_type)
+    except (_Absent, _Unavailable, ValueError) as exc:
+        log.warning("cache entry %s (%s): its marker in %s could not be read back after the upload (%s); the "
+                    "next reader checks it", key, graph_label(graph_type), store.loc.url, exc or "absent")
+        return False
+    if got == marker:
+        return True
+    try:
+        doc = load_json(got, f"{store.loc.entry_url(key)}{REMOTE_MARKER}")
+        won = f"host {str(doc.get('host'))[:100]!r}, upload folder {str(doc.get('folder'))[:32]}"
+    except (ValueError, AttributeError):
+        won = "an unreadable marker (the next reader treats it as a miss)"
+    log.warning("cache entry %s (%s): another writer's marker replaced this host's in %s (endpoint %s): the entry "
+                "there now is %s, not this host's upload folder %s. The endpoint does not honour If-None-Match "
+                "(conditional writes), so the last writer wins; both uploads are complete entries, and readers load "
+                "the one that won", key, graph_label(graph_type), store.loc.url, store.endpoint, won, folder)
+    return False
