@@ -328,6 +328,10 @@ class S3Store:
 
     def keys(self) -> list[str]:
         """The keys whose remote marker exists (a listing: no marker, no entry)."""
+        return [key for key, _ in self.markers()]
+
+    def markers(self) -> list[tuple[str, str | None]]:
+        """``(key, the marker's last-modified time)`` of every remote marker, sorted by key (one listing, no reads)."""
         out = []
         start = self.loc.object_key("")
         with self._call("list", None, None):
@@ -335,26 +339,88 @@ class S3Store:
                 for obj in page.get("Contents", []):
                     parts = obj["Key"][len(start):].split("/")
                     if len(parts) == 2 and parts[1] == REMOTE_MARKER and is_cache_key(parts[0]):
-                        out.append(parts[0])
+                        when = obj.get("LastModified")
+                        out.append((parts[0], when.isoformat(timespec="seconds") if hasattr(when, "isoformat") else None))
         return sorted(out)
 
+    def marker(self, key: str) -> Marker | None:
+        """The parsed remote marker of ``key`` (one bounded read), None when absent; ValueError when malformed."""
+        try:
+            raw = self.get_bytes(self.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, None)
+        except _Absent:
+            return None
+        return Marker.parse(load_json(raw, f"{self.loc.entry_url(key)}{REMOTE_MARKER}"), key)
 
-def _marker_files(doc: Any, key: str) -> tuple[str, dict[str, tuple[int, str]]]:
-    """The upload folder and ``{name: (size, sha256)}`` of a remote marker (untrusted: every field checked)."""
-    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
-        raise ValueError("the marker is not a neuron-args remote marker of this key")
-    folder, files = doc.get("folder"), doc.get("files")
-    if not isinstance(folder, str) or not _ID.match(folder) or not isinstance(files, dict) or not files:
-        raise ValueError("the marker names no upload folder or no files")
-    out = {}
-    for name, info in files.items():
-        size, sha = (info.get("size"), info.get("sha256")) if isinstance(info, dict) else (None, None)
-        if (not _NAME.match(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
-                or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not isinstance(sha, str)
-                or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
-            raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
-        out[name] = (size, sha)
-    return folder, out
+    @contextlib.contextmanager
+    def reachable(self) -> Iterator[None]:
+        """For a command that must reach the remote (the CLI): an unreachable endpoint is a
+        :class:`RemoteCacheError`, not a quiet fallback to the local copy."""
+        try:
+            yield
+        except _Unavailable as exc:
+            raise RemoteCacheError(
+                f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) is unreachable: {exc}.\n"
+                f"fix: check the endpoint (AWS_ENDPOINT_URL, the network) and {TIMEOUT_ENV}, then run again") from None
+        if self.down is not None:
+            raise RemoteCacheError(
+                f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) went unreachable: {self.down}.\n"
+                f"fix: check the endpoint (AWS_ENDPOINT_URL, the network) and {TIMEOUT_ENV}, then run again")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``cache ls`` shows of a remote entry without downloading it, recorded in its marker."""
+
+    graph_type: str | None
+    compiler_args: list[str] | None
+    created: str | None
+
+    @classmethod
+    def of_metadata(cls, raw: bytes) -> Summary:
+        try:
+            doc = load_json(raw, "metadata.json")
+        except ValueError:
+            doc = None
+        return cls.parse(doc if isinstance(doc, dict) else {})
+
+    @classmethod
+    def parse(cls, doc: dict[str, Any]) -> Summary:
+        """The summary fields of a marker or metadata document (untrusted: a malformed field is None)."""
+        graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
+        ok_args = isinstance(args, list) and len(args) <= 1000 and all(isinstance(a, str) and len(a) <= 4096 for a in args)
+        return cls(graph_type if isinstance(graph_type, str) and len(graph_type) <= 200 else None,
+                   list(args) if ok_args else None, created if isinstance(created, str) and len(created) <= 64 else None)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A remote marker: its upload folder, ``{name: (size, sha256)}`` and the listing summary."""
+
+    folder: str
+    files: dict[str, tuple[int, str]]
+    summary: Summary
+
+    @property
+    def size(self) -> int:
+        return sum(size for size, _ in self.files.values())
+
+    @classmethod
+    def parse(cls, doc: Any, key: str) -> Marker:
+        """Untrusted: every field checked (ValueError); the summary's fields are None when malformed or absent."""
+        if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
+            raise ValueError("the marker is not a neuron-args remote marker of this key")
+        folder, files = doc.get("folder"), doc.get("files")
+        if not isinstance(folder, str) or not _ID.match(folder) or not isinstance(files, dict) or not files:
+            raise ValueError("the marker names no upload folder or no files")
+        out = {}
+        for name, info in files.items():
+            size, sha = (info.get("size"), info.get("sha256")) if isinstance(info, dict) else (None, None)
+            if (not _NAME.match(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
+                    or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not isinstance(sha, str)
+                    or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
+                raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
+            out[name] = (size, sha)
+        return cls(folder, out, Summary.parse(doc))
 
 
 def pull(entry: EntryLike, *, lock: Callable[[], AbstractContextManager[Any]], graph_type: str | None = None) -> bool:
@@ -386,10 +452,10 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
     incoming = entry.root / INCOMING_DIR / f"{os.getpid()}-{secrets.token_hex(4)}"
     staged = incoming / key
     try:
-        folder, files = _marker_files(load_json(raw, f"{store.loc.url}/{key}/{REMOTE_MARKER}"), key)
+        marker = Marker.parse(load_json(raw, f"{store.loc.url}/{key}/{REMOTE_MARKER}"), key)
         staged.mkdir(parents=True)
-        for name, (size, sha) in sorted(files.items()):
-            got = store.get_file(store.loc.object_key(key, folder, name), staged / name, size, key, graph_type)
+        for name, (size, sha) in sorted(marker.files.items()):
+            got = store.get_file(store.loc.object_key(key, marker.folder, name), staged / name, size, key, graph_type)
             if got != sha:
                 raise ValueError(f"{name}'s sha256 is {got[:16]}..., the marker recorded {sha[:16]}...")
         write_atomic(staged / entry.marker_path.name, raw)
@@ -431,38 +497,34 @@ class SyncReport:
     listed: int = 0
     copied: int = 0
     not_loaded: list[str] | None = None
-    error: str | None = None
 
     def line(self) -> str:
-        if self.error is not None:
-            return f"remote cache {self.url}: not listed ({self.error}); showing the local copy only"
         bad = self.not_loaded or []
-        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'}, "
-                f"{self.copied} copied to the local copy now"
+        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
+                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
+                "its marker, then the cache's own check)"
                 + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
 
 
 def sync(cache: CacheLike) -> SyncReport | None:
-    """Copy every complete remote entry that the local copy lacks (the CLI's ``cache ls|verify|explain|logs``
-    run on the local copy after this), each checked as a lookup checks it. None for a plain local cache."""
+    """Download every complete remote entry that the local copy lacks (``cache verify`` checks the local copy
+    after this), each checked as a lookup checks it. None for a plain local cache; an unreachable endpoint
+    is a :class:`RemoteCacheError` (a command asked for the remote)."""
     store = store_for(cache.root)
     if store is None:
         return None
     report = SyncReport(store.loc.url, not_loaded=[])
-    try:
+    with store.reachable():
         keys = store.keys()
-    except _Unavailable as exc:
-        report.error = f"endpoint {store.endpoint} is unreachable: {exc}"
-        return report
-    report.listed = len(keys)
-    for key in keys:
-        entry = cache.entry(key)
-        if entry.is_complete:
-            continue
-        if cache.pull(entry):
-            report.copied += 1
-        else:
-            report.not_loaded.append(key)
+        report.listed = len(keys)
+        for key in keys:
+            entry = cache.entry(key)
+            if entry.is_complete:
+                continue
+            if cache.pull(entry):
+                report.copied += 1
+            elif store.down is None:
+                report.not_loaded.append(key)
     return report
 
 
@@ -489,31 +551,6 @@ def released(entry_path: Path) -> None:
         owed = _owed.pop(str(entry_path), None)
     if owed is not None:
         publish(*owed)
-
-
-@dataclass(frozen=True)
-class _Summary:
-    """What ``cache ls`` shows of a remote entry without downloading it, recorded in its marker."""
-
-    graph_type: str | None
-    compiler_args: list[str] | None
-    created: str | None
-
-    @classmethod
-    def of_metadata(cls, raw: bytes) -> _Summary:
-        try:
-            doc = load_json(raw, "metadata.json")
-        except ValueError:
-            doc = None
-        return cls.parse(doc if isinstance(doc, dict) else {})
-
-    @classmethod
-    def parse(cls, doc: dict[str, Any]) -> _Summary:
-        """The summary fields of a marker or metadata document (untrusted: a malformed field is None)."""
-        graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
-        ok_args = isinstance(args, list) and len(args) <= 1000 and all(isinstance(a, str) and len(a) <= 4096 for a in args)
-        return cls(graph_type if isinstance(graph_type, str) and len(graph_type) <= 200 else None,
-                   list(args) if ok_args else None, created if isinstance(created, str) and len(created) <= 64 else None)
 
 
 def _head(f: BinaryIO | None, limit: int) -> bytes:
@@ -559,7 +596,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
             for name, f in handles.items():
                 f.seek(0)
                 store.put(store.loc.object_key(key, folder, name), f, key, graph_type)
-            summary = _Summary.of_metadata(_head(handles.get(entry.metadata_path.name), METADATA_LIMIT))
+            summary = Summary.of_metadata(_head(handles.get(entry.metadata_path.name), METADATA_LIMIT))
             marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
                                  "host": socket.gethostname(), "graph_type": summary.graph_type,
                                  "compiler_args": summary.compiler_args, "created": summary.created},

@@ -174,28 +174,6 @@ def test_torch_compile_model_on_two_hosts(monkeypatch, tmp_path):
     assert STATS.captures == 0 and [e.status for e in CompileCache(url).entries()] == ["complete"]
 
 
-def test_cli_ls_and_verify_on_an_s3_cache(monkeypatch, tmp_path, client, capsys, caplog):
-    from neuron_args.cli import main
-
-    url = f"s3://{BUCKET}/cli"
-    good, bad, calls = make_key("HloModule good"), make_key("HloModule bad"), []
-    a = host(monkeypatch, tmp_path, "a", url)
-    for key in (good, bad):
-        a.get_or_build(key, builder(key, calls))
-    marker = json.loads(client.get_object(Bucket=BUCKET, Key=f"cli/{bad.key}/COMPLETE")["Body"].read())
-    client.put_object(Bucket=BUCKET, Key=f"cli/{bad.key}/{marker['folder']}/graph_{bad}.neff", Body=b"short")
-
-    monkeypatch.setenv(COPY_ENV, str(tmp_path / "ops"))  # a third host that built nothing
-    assert main(["cache", "ls", "--json", url]) == 0
-    out, err = capsys.readouterr()
-    listed = json.loads(out)
-    assert [(e["key"], e["status"]) for e in listed["entries"]] == [(good.key, "complete")]
-    assert f"remote cache {url}: 2 complete entries, 1 copied to the local copy now, 1 not loaded" in err
-    assert main(["cache", "verify", url]) == 1  # the corrupt remote entry fails verify
-    out, _ = capsys.readouterr()
-    assert f"corrupt remote entry {url}/{bad.key}/" in out and "1 complete" in out
-
-
 def test_manifest_records_the_remote_location(monkeypatch, tmp_path, clean_ledger, capsys):
     import shutil
 
