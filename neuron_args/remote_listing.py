@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from neuron_args import remote_cache
 from neuron_args.cache import CompileCache, EntryStatus
-from neuron_args.manifest.show import cache_entries, opt_level
+from neuron_args.manifest.show import SHORT_HASH, cache_entries, opt_level
 from neuron_args.text import human_size, render_table
 
 #: Concurrent marker reads of a listing (each a small GET; 10,000 entries stay a few seconds).
@@ -87,7 +87,7 @@ def remote_table(rows: list[RemoteRow]) -> str:
     """The ``cache ls`` table of an ``s3://`` cache: the local columns, then CREATED and WHERE."""
     table = render_table(
         ["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE", "CREATED", "WHERE"],
-        [[r.graph_type or "-", r.key[:12], "-" if r.compiler_args is None else opt_level(r.compiler_args), r.status,
+        [[r.graph_type or "-", r.key[:SHORT_HASH], "-" if r.compiler_args is None else opt_level(r.compiler_args), r.status,
           "-" if r.size is None else human_size(r.size), r.created or "-", r.where] for r in rows])
     remote = [r for r in rows if r.remote]
     shown = ", ".join(f"{n} {status}" for status, n in remote_counts(rows).items()) or "none"

@@ -119,3 +119,21 @@ def test_refused_credentials_exit_3(monkeypatch, tmp_path, capsys):
     assert main(["cache", "ls", url]) == 3
     err = capsys.readouterr().err
     assert "refused to list its entries" in err and "InvalidAccessKeyId" in err and "fix:" in err
+
+
+def test_ls_shows_a_malformed_or_older_marker_without_failing(monkeypatch, tmp_path, capsys, client):
+    """Markers are untrusted: one that does not parse is a corrupt row; one without the listing fields (an older
+    writer) shows its size and '-' for what it does not record."""
+    url, prefix = f"s3://{BUCKET}/cli-markers", "cli-markers"
+    broken, older = make_key("HloModule broken marker"), make_key("HloModule older marker")
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{broken.key}/COMPLETE", Body=b"{not json")
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{older.key}/COMPLETE", Body=json.dumps({
+        "format": 1, "key": older.key, "folder": "a" * 32,
+        "files": {"graph.hlo": {"size": 3, "sha256": "0" * 64}, "metadata.json": {"size": 40, "sha256": "1" * 64}}}))
+    host(monkeypatch, tmp_path, "ops", url)
+    assert main(["cache", "ls", "--json", url]) == 0
+    rows = {e["key"]: e for e in json.loads(capsys.readouterr().out)["entries"]}
+    assert (rows[broken.key]["status"], rows[broken.key]["size"]) == ("corrupt", None)
+    assert (rows[older.key]["status"], rows[older.key]["size"], rows[older.key]["graph_type"],
+            rows[older.key]["compiler_args"]) == ("complete", 43, None, None)
+    assert rows[older.key]["created"] is not None  # the marker object's time when the marker records none
