@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from neuron_args import remote_cache
 from neuron_args.cache import CompileCache, EntryStatus
+from neuron_args.entry_metadata import EntryMetadata
+from neuron_args.errors import CorruptEntryError
 from neuron_args.manifest.show import SHORT_HASH, cache_entries, opt_level
 from neuron_args.text import human_size, render_table
 
@@ -72,9 +74,12 @@ def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
     listed = {row.key for row in rows}
     for info in local.values():
         if info.key not in listed:
-            s = remote_cache.Summary.parse(cache.entry(info.key).metadata())
-            rows.append(RemoteRow(info.key, info.graph_type, s.compiler_args, info.status_text, info.size, s.created,
-                                  False, info.status.value))
+            try:
+                md = cache.entry(info.key).info()
+            except CorruptEntryError:  # shown as corrupt, without its fields
+                md = EntryMetadata()
+            rows.append(RemoteRow(info.key, info.graph_type, None if md.compiler_args is None else list(md.compiler_args),
+                                  info.status_text, info.size, md.created, False, info.status.value))
     return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
 
 

@@ -62,7 +62,9 @@ def test_ls_says_which_entries_the_local_copy_holds(monkeypatch, tmp_path, capsy
     builder(local_only, [])(entry)
     entry.marker_path.write_text("now")  # complete here, never published
     assert main(["cache", "ls", "--json", url]) == 0
-    rows = {e["key"]: (e["remote"], e["local_status"], e["status"]) for e in json.loads(capsys.readouterr().out)["entries"]}
+    listed = {e["key"]: e for e in json.loads(capsys.readouterr().out)["entries"]}
+    assert listed[local_only.key]["compiler_args"] == ["-O1"] and listed[local_only.key]["created"][:2] == "20"
+    rows = {k: (e["remote"], e["local_status"], e["status"]) for k, e in listed.items()}
     assert rows == {good.key: (True, "complete", "complete"), bad.key: (True, "complete", "complete"),
                     local_only.key: (False, "complete", "complete")}
     assert main(["cache", "ls", url]) == 0
