@@ -382,7 +382,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"cache_dir": str(root), "checked": len(entries), "counts": dict(sorted(counts.items())),
                      "corrupt": found, "fixed": bool(args.fix), "ok": (not corrupt or bool(args.fix)) and not remote_bad,
-                     **({} if synced is None else {"remote_cache": synced.url, "remote_not_loaded": remote_bad})})
+                     **({} if synced is None else {"remote_cache": synced.url, "remote_listed": synced.listed,
+                                                   "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})})
         return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
     print(f"compile cache {root}: {len(entries)} entries checked")
     for item in found:

@@ -81,6 +81,10 @@ def test_verify_downloads_and_checks_every_entry(monkeypatch, tmp_path, capsys, 
     assert f"remote cache {url}: 2 complete entries listed, 1 downloaded to the local copy now, each checked on " \
            "download (size and sha256 from its marker, then the cache's own check), 1 not loaded" in err
     assert f"corrupt remote entry {url}/{bad.key}/" in out and "1 complete" in out
+    assert main(["cache", "verify", "--json", url]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["remote_listed"], doc["remote_downloaded"], doc["checked"]) == (2, 0, 1)  # downloaded by the run above
+    assert doc["remote_not_loaded"] == [{"key": bad.key, "remote": f"{url}/{bad.key}/"}] and doc["ok"] is False
 
 
 def test_explain_downloads_only_the_entries_it_names(monkeypatch, tmp_path, capsys, published, client):
