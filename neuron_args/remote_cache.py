@@ -11,11 +11,13 @@ on that folder (the CLI, the farm, trace records, other processes) finds it. The
   the cache's own check (metadata, executable size and sha256, signature when a signing key is set), and
   renamed into place with the local marker already in it: a local entry is whole or absent. Any mismatch
   is a miss that rebuilds (logged), never a half entry.
-* :func:`publish` after a local entry is complete: the files go to a folder named by the hash of their
-  contents, then the marker LAST with ``If-None-Match: *`` (an S3 conditional write). Two hosts that
-  build one key both succeed: the first marker wins and names a folder that only ever holds its own
-  bytes (the same contents upload to the same folder with identical bytes). No lock across hosts is
-  needed. A remote entry a reader found corrupt is replaced (its marker overwritten) by the rebuild.
+* :func:`publish` once a complete local entry's key lock is released (:func:`publish_unlocked`: a slow
+  network never holds a local build): the files go to a folder named by the hash of their contents, then
+  the marker LAST with ``If-None-Match: *`` (an S3 conditional write). Two hosts that build one key both
+  succeed: the first marker wins and names a folder that only ever holds its own bytes (the same contents
+  upload to the same folder with identical bytes). No lock across hosts is needed. The marker is read
+  back: an endpoint that ignores the condition (the last writer wins) is logged with the entry that won.
+  A remote entry a reader found corrupt is replaced (its marker overwritten) by the rebuild.
 
 Faults. An endpoint that does not answer (refused, timed out: ``NEURON_ARGS_REMOTE_CACHE_TIMEOUT``
 bounds connect and read, botocore's standard retry mode bounds the attempts) is one loud warning naming
