@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from filelock import FileLock, Timeout
 
@@ -306,9 +306,10 @@ class CacheEntry:
                 self.update_metadata(status="interrupted", error="interrupted (KeyboardInterrupt) while compiling")
 
     def mark_complete(self) -> None:
-        """Write the marker, then publish the entry when its cache copies a remote one (:func:`remote_cache.publish`)."""
+        """Write the marker; when the cache copies a remote one, upload the entry once this process releases
+        the key's lock (now when it does not hold it): :func:`remote_cache.publish_unlocked`."""
         write_atomic(self.marker_path, now_iso())
-        remote_cache.publish(self, self.graph_type)
+        remote_cache.publish_unlocked(self, self.graph_type, locked=KeyLock.held_here(self))
 
     def reset(self) -> None:
         """Drop whatever an earlier, unfinished build left; the caller holds the key's lock.
@@ -400,10 +401,17 @@ class KeyLock:
     killed mid-write left in the entry's folder (:func:`~neuron_args.atomic.remove_temporaries`).
     """
 
+    _held: ClassVar[set[Path]] = set()  # the lock files this process holds (a set's add and discard are atomic)
+
     def __init__(self, entry: CacheEntry) -> None:
         self.path = entry.lock_path
         self.entry_path = entry.path
         self._lock = FileLock(self.path, thread_local=False)
+
+    @classmethod
+    def held_here(cls, entry: CacheEntry) -> bool:
+        """Whether this process holds the key lock of ``entry``."""
+        return entry.lock_path in cls._held
 
     def acquire(self, timeout: float = 0) -> bool:
         """Take the lock within ``timeout`` seconds (0: one try); False when another process holds it."""
@@ -413,6 +421,7 @@ class KeyLock:
         except Timeout:
             return False
         _write_pid(self.path, os.getpid())
+        KeyLock._held.add(self.path)
         for name in remove_temporaries(self.entry_path):
             log.info("removed %s from cache entry %s: a write killed before it finished left it", name,
                      self.entry_path.name)
@@ -422,7 +431,9 @@ class KeyLock:
         """Give the lock up (nothing when not held)."""
         if self._lock.is_locked:
             _write_pid(self.path, None)
+            KeyLock._held.discard(self.path)
             self._lock.release()
+            remote_cache.released(self.entry_path)  # the upload its holder owed: outside the lock
 
 
 class LockWait:

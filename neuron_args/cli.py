@@ -12,7 +12,8 @@
     neuron-args report plot REPORT... -o trend.png          compile seconds and sizes per graph over runs
 
 Exit status 2 means a usage error or an unreadable input, so CI can tell "invalid" from
-"could not check"; ``--json`` changes only what is printed, never the exit status (errors stay on
+"could not check"; 3 means an ``s3://`` cache's remote could not be used (unreachable, credentials or
+permissions refused, boto3 missing); ``--json`` changes only what is printed, never the exit status (errors stay on
 stderr). ``manifest validate`` recognises a plugin baseline (``.neuron-baseline/*.json``) and checks
 it as one. Nothing here imports torch or jax.
 """
@@ -28,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
-from neuron_args import remote_cache
+from neuron_args import remote_cache, remote_listing
 from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.farm_cli import add_compile_command
@@ -39,6 +40,7 @@ __all__ = ["main"]
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
+EXIT_REMOTE = 3
 
 
 class _Usage(Exception):
@@ -136,16 +138,18 @@ def _statuses(text: str | None, default: Sequence[EntryStatus] | None) -> set[En
 
 
 def _require_cache(path: str | None) -> Path:
-    return _open_cache(path)[0]
+    """The cache folder; of an ``s3://`` cache, its local copy as it is (nothing downloaded)."""
+    root = cache_root(path)
+    if not root.is_dir():
+        hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
+        raise _Usage(f"no compile cache at {root}{hint}")
+    return root
 
 
 def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]:
     """The cache folder; the local copy of an ``s3://`` cache, brought up to date with the remote first
     (what that did: None for a plain local cache)."""
-    root = cache_root(path)
-    if not root.is_dir():
-        hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
-        raise _Usage(f"no compile cache at {root}{hint}")
+    root = _require_cache(path)
     synced = remote_cache.sync(CompileCache(root))
     if synced is not None:
         print(f"{synced.line()}; local copy {root}", file=sys.stderr)
@@ -280,6 +284,10 @@ def _cache_ls(args: argparse.Namespace) -> int:
 
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, None)
+    remote = remote_listing.list_remote(CompileCache(root))  # an s3:// cache: its markers, nothing downloaded
+    if remote is not None:
+        names = None if wanted is None else {s.value for s in wanted}
+        return _remote_ls(args, root, [r for r in remote if names is None or r.status.split(" ")[0] in names])
     entries = [e for e in cache_entries(CompileCache(root)) if wanted is None or e.status in wanted]
     if args.json:
         _print_json({"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
@@ -288,6 +296,17 @@ def _cache_ls(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"compile cache {root}")
     print(cache_table(entries) if entries else "no entries")
+    return EXIT_OK
+
+
+def _remote_ls(args: argparse.Namespace, root: Path, rows: list[remote_listing.RemoteRow]) -> int:
+    url = remote_cache.remote_url(root)
+    if args.json:
+        _print_json({"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
+                     "counts": remote_listing.remote_counts(rows), "total_size": sum(r.size or 0 for r in rows if r.remote)})
+        return EXIT_OK
+    print(f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}")
+    print(remote_listing.remote_table(rows) if rows else "no entries")
     return EXIT_OK
 
 
@@ -363,7 +382,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"cache_dir": str(root), "checked": len(entries), "counts": dict(sorted(counts.items())),
                      "corrupt": found, "fixed": bool(args.fix), "ok": (not corrupt or bool(args.fix)) and not remote_bad,
-                     **({} if synced is None else {"remote_cache": synced.url, "remote_not_loaded": remote_bad})})
+                     **({} if synced is None else {"remote_cache": synced.url, "remote_listed": synced.listed,
+                                                   "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})})
         return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
     print(f"compile cache {root}: {len(entries)} entries checked")
     for item in found:
@@ -393,11 +413,15 @@ def _cache_explain(args: argparse.Namespace) -> int:
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = []
+    fetched = []  # an s3:// cache: only the two named entries are downloaded (and checked) when not local
     for prefix in (args.key_a, args.key_b):
         try:
+            fetched.append(remote_listing.fetch_named(cache, prefix))
             entries.append(cache.find(prefix))
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None
+    for line in filter(None, fetched):
+        print(f"remote compile cache {remote_cache.remote_url(root)}: {line}", file=sys.stderr)
     keys = [e.key for e in entries]
     metadata = []
     for entry in entries:
@@ -432,7 +456,7 @@ def _cache_prune_memo(args: argparse.Namespace) -> int:
 
     if args.older_than is not None and args.older_than < 0:
         raise _Usage(f"cache prune-memo: --older-than must be >= 0 days, got {args.older_than}")
-    root = _require_cache(_cache_arg(args))
+    root = _open_cache(_cache_arg(args))[0]  # an s3:// cache: the remote's entries keep their memos
     pruned = prune(CompileCache(root), older_than_days=args.older_than, dry_run=args.dry_run)
     if args.json:
         _print_json({"cache_dir": str(root), "dry_run": bool(args.dry_run),
@@ -614,6 +638,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         return args.run(args)
+    except remote_cache.RemoteCacheError as exc:  # before OptionsError, its base class
+        print(f"neuron-args: {exc}", file=sys.stderr)
+        return EXIT_REMOTE
     except (_Usage, OptionsError) as exc:
         print(f"neuron-args: {exc}", file=sys.stderr)
         return EXIT_USAGE

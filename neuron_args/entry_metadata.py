@@ -57,7 +57,7 @@ _FIELDS: dict[str, Callable[[Any], Any]] = {
     "key": _TEXT, "status": _TEXT, "seam": _TEXT, "graph_type": _TEXT, "target": _TEXT, "error": _TEXT,
     "compiler_args": _TEXTS, "key_components": _OBJECT, "compiler": _OBJECT, "input_specs": _SPECS,
     "output_specs": _SPECS, "input_shapes": _TEXTS, "output_shapes": _TEXTS, "compile_timeout": _SECONDS,
-    "compile_seconds": _SECONDS, "executable_sha256": _TEXT,
+    "compile_seconds": _SECONDS, "executable_sha256": _TEXT, "created": _TEXT,
     "executable_size": _checked(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of bytes"),
 }
 
@@ -84,6 +84,7 @@ class EntryMetadata:
     compile_seconds: float | None = None
     executable_size: int | None = None
     executable_sha256: str | None = None
+    created: str | None = None  # ISO time the entry was captured or built (``cache ls`` of an s3:// cache shows it)
 
     @classmethod
     def parse(cls, doc: Mapping[str, Any], key: str) -> EntryMetadata:

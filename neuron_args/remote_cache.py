@@ -11,11 +11,13 @@ on that folder (the CLI, the farm, trace records, other processes) finds it. The
   the cache's own check (metadata, executable size and sha256, signature when a signing key is set), and
   renamed into place with the local marker already in it: a local entry is whole or absent. Any mismatch
   is a miss that rebuilds (logged), never a half entry.
-* :func:`publish` after a local entry is complete: the files go to a folder named by the hash of their
-  contents, then the marker LAST with ``If-None-Match: *`` (an S3 conditional write). Two hosts that
-  build one key both succeed: the first marker wins and names a folder that only ever holds its own
-  bytes (the same contents upload to the same folder with identical bytes). No lock across hosts is
-  needed. A remote entry a reader found corrupt is replaced (its marker overwritten) by the rebuild.
+* :func:`publish` once a complete local entry's key lock is released (:func:`publish_unlocked`: a slow
+  network never holds a local build): the files go to a folder named by the hash of their contents, then
+  the marker LAST with ``If-None-Match: *`` (an S3 conditional write). Two hosts that build one key both
+  succeed: the first marker wins and names a folder that only ever holds its own bytes (the same contents
+  upload to the same folder with identical bytes). No lock across hosts is needed. The marker is read
+  back: an endpoint that ignores the condition (the last writer wins) is logged with the entry that won.
+  A remote entry a reader found corrupt is replaced (its marker overwritten) by the rebuild.
 
 Faults. An endpoint that does not answer (refused, timed out: ``NEURON_ARGS_REMOTE_CACHE_TIMEOUT``
 bounds connect and read, botocore's standard retry mode bounds the attempts) is one loud warning naming
@@ -49,12 +51,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from neuron_args import envs
 from neuron_args.atomic import write_atomic
 from neuron_args.cache_key import is_cache_key
-from neuron_args.digests import file_sha256
+from neuron_args.digests import stream_sha256
 from neuron_args.errors import OptionsError
 from neuron_args.text import graph_label
 from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json
@@ -92,6 +94,9 @@ class EntryLike(Protocol):
 
     @property
     def marker_path(self) -> Path: ...
+
+    @property
+    def metadata_path(self) -> Path: ...
 
     def problem(self, *, checksum: bool = True) -> str | None: ...
 
@@ -277,12 +282,12 @@ class S3Store:
             f"AWS_ENDPOINT_URL for an S3-compatible server) and check that bucket "
             f"{self.loc.bucket!r} exists, or use a local cache_dir")
 
-    def go_down(self, why: str, key: str, graph_type: str | None) -> None:
+    def go_down(self, why: str, key: str, graph_type: str | None, *, while_: str = "looking up") -> None:
         """Warn once, loudly, and work local-only for the rest of this process."""
         if self.down is None:
             self.down = why
             log.warning(
-                "remote compile cache %s (endpoint %s) is unreachable while looking up cache entry %s (%s): %s. "
+                "remote compile cache %s (endpoint %s) is unreachable while " + while_ + " cache entry %s (%s): %s. "
                 "This process goes on with its local copy only: graphs it misses are built here and not shared. "
                 "fix: check the endpoint (AWS_ENDPOINT_URL, the network) and %s, then run again",
                 self.loc.url, self.endpoint, key, graph_label(graph_type), why, TIMEOUT_ENV)
@@ -317,17 +322,18 @@ class S3Store:
             raise ValueError(f"{name} has {'more than ' if got > size else ''}{got} bytes, {size} were recorded")
         return digest.hexdigest()
 
-    def put(self, name: str, data: bytes | Path, key: str, graph_type: str | None, *, create: bool = False) -> None:
+    def put(self, name: str, data: bytes | BinaryIO, key: str, graph_type: str | None, *, create: bool = False) -> None:
+        """Write one object (``create``: only when absent, ``If-None-Match: *``; 412 raises :class:`_Exists`)."""
         extra = {"IfNoneMatch": "*"} if create else {}
         with self._call("write", key, graph_type):
-            if isinstance(data, Path):
-                with open(data, "rb") as f:
-                    self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=f, **extra)
-            else:
-                self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=data, **extra)
+            self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=data, **extra)
 
     def keys(self) -> list[str]:
         """The keys whose remote marker exists (a listing: no marker, no entry)."""
+        return [key for key, _ in self.markers()]
+
+    def markers(self) -> list[tuple[str, str | None]]:
+        """``(key, the marker's last-modified time)`` of every remote marker, sorted by key (one listing, no reads)."""
         out = []
         start = self.loc.object_key("")
         with self._call("list", None, None):
@@ -335,26 +341,88 @@ class S3Store:
                 for obj in page.get("Contents", []):
                     parts = obj["Key"][len(start):].split("/")
                     if len(parts) == 2 and parts[1] == REMOTE_MARKER and is_cache_key(parts[0]):
-                        out.append(parts[0])
+                        when = obj.get("LastModified")
+                        out.append((parts[0], when.isoformat(timespec="seconds") if hasattr(when, "isoformat") else None))
         return sorted(out)
 
+    def marker(self, key: str) -> Marker | None:
+        """The parsed remote marker of ``key`` (one bounded read), None when absent; ValueError when malformed."""
+        try:
+            raw = self.get_bytes(self.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, None)
+        except _Absent:
+            return None
+        return Marker.parse(load_json(raw, f"{self.loc.entry_url(key)}{REMOTE_MARKER}"), key)
 
-def _marker_files(doc: Any, key: str) -> tuple[str, dict[str, tuple[int, str]]]:
-    """The upload folder and ``{name: (size, sha256)}`` of a remote marker (untrusted: every field checked)."""
-    if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
-        raise ValueError("the marker is not a neuron-args remote marker of this key")
-    folder, files = doc.get("folder"), doc.get("files")
-    if not isinstance(folder, str) or not _ID.match(folder) or not isinstance(files, dict) or not files:
-        raise ValueError("the marker names no upload folder or no files")
-    out = {}
-    for name, info in files.items():
-        size, sha = (info.get("size"), info.get("sha256")) if isinstance(info, dict) else (None, None)
-        if (not _NAME.match(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
-                or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not isinstance(sha, str)
-                or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
-            raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
-        out[name] = (size, sha)
-    return folder, out
+    @contextlib.contextmanager
+    def reachable(self) -> Iterator[None]:
+        """For a command that must reach the remote (the CLI): an unreachable endpoint is a
+        :class:`RemoteCacheError`, not a quiet fallback to the local copy."""
+        try:
+            yield
+        except _Unavailable as exc:
+            raise RemoteCacheError(
+                f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) is unreachable: {exc}.\n"
+                f"fix: check the endpoint (AWS_ENDPOINT_URL, the network) and {TIMEOUT_ENV}, then run again") from None
+        if self.down is not None:
+            raise RemoteCacheError(
+                f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) went unreachable: {self.down}.\n"
+                f"fix: check the endpoint (AWS_ENDPOINT_URL, the network) and {TIMEOUT_ENV}, then run again")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``cache ls`` shows of a remote entry without downloading it, recorded in its marker."""
+
+    graph_type: str | None
+    compiler_args: list[str] | None
+    created: str | None
+
+    @classmethod
+    def of_metadata(cls, raw: bytes) -> Summary:
+        try:
+            doc = load_json(raw, "metadata.json")
+        except ValueError:
+            doc = None
+        return cls.parse(doc if isinstance(doc, dict) else {})
+
+    @classmethod
+    def parse(cls, doc: dict[str, Any]) -> Summary:
+        """The summary fields of a marker or metadata document (untrusted: a malformed field is None)."""
+        graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
+        ok_args = isinstance(args, list) and len(args) <= 1000 and all(isinstance(a, str) and len(a) <= 4096 for a in args)
+        return cls(graph_type if isinstance(graph_type, str) and len(graph_type) <= 200 else None,
+                   list(args) if ok_args else None, created if isinstance(created, str) and len(created) <= 64 else None)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A remote marker: its upload folder, ``{name: (size, sha256)}`` and the listing summary."""
+
+    folder: str
+    files: dict[str, tuple[int, str]]
+    summary: Summary
+
+    @property
+    def size(self) -> int:
+        return sum(size for size, _ in self.files.values())
+
+    @classmethod
+    def parse(cls, doc: Any, key: str) -> Marker:
+        """Untrusted: every field checked (ValueError); the summary's fields are None when malformed or absent."""
+        if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
+            raise ValueError("the marker is not a neuron-args remote marker of this key")
+        folder, files = doc.get("folder"), doc.get("files")
+        if not isinstance(folder, str) or not _ID.match(folder) or not isinstance(files, dict) or not files:
+            raise ValueError("the marker names no upload folder or no files")
+        out = {}
+        for name, info in files.items():
+            size, sha = (info.get("size"), info.get("sha256")) if isinstance(info, dict) else (None, None)
+            if (not _NAME.match(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
+                    or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not isinstance(sha, str)
+                    or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
+                raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
+            out[name] = (size, sha)
+        return cls(folder, out, Summary.parse(doc))
 
 
 def pull(entry: EntryLike, *, lock: Callable[[], AbstractContextManager[Any]], graph_type: str | None = None) -> bool:
@@ -386,10 +454,10 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
     incoming = entry.root / INCOMING_DIR / f"{os.getpid()}-{secrets.token_hex(4)}"
     staged = incoming / key
     try:
-        folder, files = _marker_files(load_json(raw, f"{store.loc.url}/{key}/{REMOTE_MARKER}"), key)
+        marker = Marker.parse(load_json(raw, f"{store.loc.url}/{key}/{REMOTE_MARKER}"), key)
         staged.mkdir(parents=True)
-        for name, (size, sha) in sorted(files.items()):
-            got = store.get_file(store.loc.object_key(key, folder, name), staged / name, size, key, graph_type)
+        for name, (size, sha) in sorted(marker.files.items()):
+            got = store.get_file(store.loc.object_key(key, marker.folder, name), staged / name, size, key, graph_type)
             if got != sha:
                 raise ValueError(f"{name}'s sha256 is {got[:16]}..., the marker recorded {sha[:16]}...")
         write_atomic(staged / entry.marker_path.name, raw)
@@ -431,70 +499,150 @@ class SyncReport:
     listed: int = 0
     copied: int = 0
     not_loaded: list[str] | None = None
-    error: str | None = None
 
     def line(self) -> str:
-        if self.error is not None:
-            return f"remote cache {self.url}: not listed ({self.error}); showing the local copy only"
         bad = self.not_loaded or []
-        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'}, "
-                f"{self.copied} copied to the local copy now"
+        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
+                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
+                "its marker, then the cache's own check)"
                 + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
 
 
 def sync(cache: CacheLike) -> SyncReport | None:
-    """Copy every complete remote entry that the local copy lacks (the CLI's ``cache ls|verify|explain|logs``
-    run on the local copy after this), each checked as a lookup checks it. None for a plain local cache."""
+    """Download every complete remote entry that the local copy lacks (``cache verify`` checks the local copy
+    after this), each checked as a lookup checks it. None for a plain local cache; an unreachable endpoint
+    is a :class:`RemoteCacheError` (a command asked for the remote)."""
     store = store_for(cache.root)
     if store is None:
         return None
     report = SyncReport(store.loc.url, not_loaded=[])
-    try:
+    with store.reachable():
         keys = store.keys()
-    except _Unavailable as exc:
-        report.error = f"endpoint {store.endpoint} is unreachable: {exc}"
-        return report
-    report.listed = len(keys)
-    for key in keys:
-        entry = cache.entry(key)
-        if entry.is_complete:
-            continue
-        if cache.pull(entry):
-            report.copied += 1
-        else:
-            report.not_loaded.append(key)
+        report.listed = len(keys)
+        for key in keys:
+            entry = cache.entry(key)
+            if entry.is_complete:
+                continue
+            if cache.pull(entry):
+                report.copied += 1
+            elif store.down is None:
+                report.not_loaded.append(key)
     return report
+
+
+_owed: dict[str, tuple[EntryLike, str | None]] = {}
+_owed_lock = threading.Lock()
+
+
+def publish_unlocked(entry: EntryLike, graph_type: str | None, *, locked: bool) -> None:
+    """Upload a just completed ``entry`` once this process releases the key's lock (``locked``: it holds
+    it now, :func:`released` runs the upload), else now: a slow network never holds other local builds of
+    the key. The local entry is complete before the upload starts, so nothing waits for it."""
+    if store_for(entry.root) is None:
+        return
+    if locked:
+        with _owed_lock:
+            _owed[str(entry.path)] = (entry, graph_type)
+        return
+    publish(entry, graph_type)
+
+
+def released(entry_path: Path) -> None:
+    """The key lock of ``entry_path`` was released: upload the entry its holder completed, if any."""
+    with _owed_lock:
+        owed = _owed.pop(str(entry_path), None)
+    if owed is not None:
+        publish(*owed)
+
+
+def _head(f: BinaryIO | None, limit: int) -> bytes:
+    """The first ``limit`` + 1 bytes of ``f`` from its start (b"" for no file)."""
+    if f is None:
+        return b""
+    f.seek(0)
+    return f.read(limit + 1)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
     """Upload the complete local ``entry`` (its files, then the marker last, conditionally); True when this
-    host's marker was written. Never raises for the remote's sake: a failed upload is a warning."""
+    host's marker was written. Never raises for the remote's sake: a failed upload is a warning.
+
+    Runs outside the key's lock: each file is opened once, hashed and uploaded from that descriptor (a
+    rebuild renames new files in, never rewrites these), and the entry's marker must be the same before
+    and after the files were opened, so the upload is one complete build, never a mix of two."""
     store = store_for(entry.root)
     if store is None or store.down is not None:
         return False
     key = entry.key
-    try:
-        names = sorted(p.name for p in entry.path.iterdir()
-                       if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
-                       and not p.name.startswith(".") and _NAME.match(p.name))
-        files = {n: {"size": (entry.path / n).stat().st_size, "sha256": file_sha256(entry.path / n)} for n in names}
-        folder = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:32]
-        for name in names:
-            store.put(store.loc.object_key(key, folder, name), entry.path / name, key, graph_type)
-        marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
-                             "host": socket.gethostname()}, sort_keys=True).encode()
-        replacing = key in store.replace
-        store.put(store.loc.object_key(key, REMOTE_MARKER), marker, key, graph_type, create=not replacing)
-        store.replace.discard(key)
-    except _Exists:
-        log.info("cache entry %s (%s) is already in %s (another host published it first)", key,
-                 graph_label(graph_type), store.loc.url)
-        return False
-    except (_Unavailable, RemoteCacheError, OSError) as exc:
-        refused, store.upload_refused = store.upload_refused, store.upload_refused or isinstance(exc, RemoteCacheError)
-        log.log(logging.INFO if refused else logging.WARNING, "cache entry %s (%s) was built here but not uploaded to %s (endpoint %s): %s. It is used from "
-                    "this host's copy; other hosts build it themselves. fix: check the endpoint and this host's "
-                    "write permission on the bucket", key, graph_label(graph_type), store.loc.url, store.endpoint, exc)
-        return False
-    return True
+    with contextlib.ExitStack() as opened:
+        try:
+            stamp = _stamp(entry.marker_path)
+            names = sorted(p.name for p in entry.path.iterdir()
+                           if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
+                           and not p.name.startswith(".") and _NAME.match(p.name))
+            handles = {n: opened.enter_context(open(entry.path / n, "rb")) for n in names}
+            if stamp is None or _stamp(entry.marker_path) != stamp:
+                log.info("cache entry %s (%s) was replaced locally before its upload; the build that replaced it "
+                         "uploads it", key, graph_label(graph_type))
+                return False
+            files = {n: {"size": os.fstat(f.fileno()).st_size, "sha256": stream_sha256(f)} for n, f in handles.items()}
+            folder = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:32]
+            for name, f in handles.items():
+                f.seek(0)
+                store.put(store.loc.object_key(key, folder, name), f, key, graph_type)
+            summary = Summary.of_metadata(_head(handles.get(entry.metadata_path.name), METADATA_LIMIT))
+            marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
+                                 "host": socket.gethostname(), "graph_type": summary.graph_type,
+                                 "compiler_args": summary.compiler_args, "created": summary.created},
+                                sort_keys=True).encode()
+            replacing = key in store.replace
+            name = store.loc.object_key(key, REMOTE_MARKER)
+            store.put(name, marker, key, graph_type, create=not replacing)
+            store.replace.discard(key)
+            return _kept(store, key, graph_type, marker, folder)
+        except _Exists:
+            log.info("cache entry %s (%s) is already in %s (another host published it first)", key,
+                     graph_label(graph_type), store.loc.url)
+            return False
+        except _Unavailable as exc:
+            store.go_down(str(exc), key, graph_type, while_="uploading")
+            return False
+        except (RemoteCacheError, OSError) as exc:
+            refused, store.upload_refused = store.upload_refused, store.upload_refused or isinstance(exc, RemoteCacheError)
+            log.log(logging.INFO if refused else logging.WARNING, "cache entry %s (%s) was built here but not uploaded "
+                    "to %s (endpoint %s): %s. It is used from this host's copy; other hosts build it themselves. fix: "
+                    "check the endpoint and this host's write permission on the bucket", key, graph_label(graph_type),
+                    store.loc.url, store.endpoint, exc)
+            return False
 
+
+def _kept(store: S3Store, key: str, graph_type: str | None, marker: bytes, folder: str) -> bool:
+    """Read the marker back after writing it: an endpoint that ignores ``If-None-Match`` lets the last
+    writer win, so another host's marker may stand there now. Both name complete, content-addressed
+    uploads, so either is a sound entry; which one won is logged. True when this host's marker stands."""
+    try:
+        got = store.get_bytes(store.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, graph_type)
+    except (_Absent, _Unavailable, ValueError) as exc:
+        log.warning("cache entry %s (%s): its marker in %s could not be read back after the upload (%s); the "
+                    "next reader checks it", key, graph_label(graph_type), store.loc.url, exc or "absent")
+        return False
+    if got == marker:
+        return True
+    try:
+        doc = load_json(got, f"{store.loc.entry_url(key)}{REMOTE_MARKER}")
+        won = f"host {str(doc.get('host'))[:100]!r}, upload folder {str(doc.get('folder'))[:32]}"
+    except (ValueError, AttributeError):
+        won = "an unreadable marker (the next reader treats it as a miss)"
+    log.warning("cache entry %s (%s): another writer's marker replaced this host's in %s (endpoint %s): the entry "
+                "there now is %s, not this host's upload folder %s. The endpoint does not honour If-None-Match "
+                "(conditional writes), so the last writer wins; both uploads are complete entries, and readers load "
+                "the one that won", key, graph_label(graph_type), store.loc.url, store.endpoint, won, folder)
+    return False

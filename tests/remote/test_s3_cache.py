@@ -4,88 +4,17 @@ moto's server mode on 127.0.0.1 (HTTP, in a thread of this process), never a moc
 Two local copies of one bucket stand for two hosts (``NEURON_ARGS_REMOTE_CACHE_COPY`` differs)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import socket
 
 import pytest
 
-boto3 = pytest.importorskip("boto3", reason="the [s3] extra is not installed: pip install 'neuron-args[s3]'")
-moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed (scripts/setup.sh installs it)")
-
-from neuron_args import remote_cache  # noqa: E402
-from neuron_args.activity import ACTIVITY  # noqa: E402
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV, CACHE_DIR_ENV, STATS, CompileCache, cache_root, new_metadata  # noqa: E402
-from neuron_args.cache_key import create_cache_hash  # noqa: E402
-from neuron_args.remote_cache import COPY_ENV, TIMEOUT_ENV, RemoteCacheError  # noqa: E402
-
-BUCKET = "neuron-cache"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    """A moto S3 server on a free loopback port for the session, with the bucket the tests share."""
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket=BUCKET)
-    yield url
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _aws(monkeypatch, tmp_path, s3_endpoint):
-    """The standard AWS configuration only: the endpoint, static test credentials, no profile files."""
-    for name, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                        "AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-                        TIMEOUT_ENV: "5"}.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_PROFILE", ASSERT_CACHE_HIT_ENV, "NEURON_ARGS_CACHE_SIGNING_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    ACTIVITY.reset()
-
-
-@pytest.fixture
-def client(s3_endpoint):
-    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                        aws_secret_access_key="testing")
-
-
-def host(monkeypatch, tmp_path, name: str, url: str) -> CompileCache:
-    """The cache ``url`` as host ``name`` sees it: its own local copy."""
-    monkeypatch.setenv(COPY_ENV, str(tmp_path / name))
-    return CompileCache(url)
-
-
-def make_key(text="HloModule decode"):
-    return create_cache_hash(graph_text=text, input_specs=[((4,), "float32")], compiler_args=["-O1"],
-                             target="trn2", tool_versions={"compiler": "fake 1"})
-
-
-def builder(key, calls, exe=b"neff bytes"):
-    def build(entry):
-        calls.append(entry.root)
-        entry.hlo_path.write_bytes(b"hlo")
-        entry.executable_path.write_bytes(exe)
-        entry.write_metadata(new_metadata(key, seam="neuron_libtorch", graph_type="decode", compiler_args=["-O1"],
-                                          target="trn2", status="compiled", executable_size=len(exe),
-                                          executable_sha256=hashlib.sha256(exe).hexdigest()))
-    return build
-
-
-def remote_objects(client, prefix):
-    return sorted(o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", []))
+from neuron_args import remote_cache
+from neuron_args.activity import ACTIVITY
+from neuron_args.cache import CACHE_DIR_ENV, STATS, CompileCache, cache_root, new_metadata
+from neuron_args.remote_cache import COPY_ENV, TIMEOUT_ENV, RemoteCacheError
+from tests.remote.s3_helpers import BUCKET, builder, free_port, host, make_key, remote_objects
 
 
 def test_url_maps_to_a_bound_local_copy(monkeypatch, tmp_path):
@@ -179,7 +108,7 @@ def test_missing_marker_is_a_miss(monkeypatch, tmp_path, client):
 
 
 def test_endpoint_down_builds_locally_with_one_warning(monkeypatch, tmp_path, caplog):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     url = f"s3://{BUCKET}/down"
     cache, calls = host(monkeypatch, tmp_path, "a", url), []
@@ -243,28 +172,6 @@ def test_torch_compile_model_on_two_hosts(monkeypatch, tmp_path):
     with torch.inference_mode():
         captured(x)
     assert STATS.captures == 0 and [e.status for e in CompileCache(url).entries()] == ["complete"]
-
-
-def test_cli_ls_and_verify_on_an_s3_cache(monkeypatch, tmp_path, client, capsys, caplog):
-    from neuron_args.cli import main
-
-    url = f"s3://{BUCKET}/cli"
-    good, bad, calls = make_key("HloModule good"), make_key("HloModule bad"), []
-    a = host(monkeypatch, tmp_path, "a", url)
-    for key in (good, bad):
-        a.get_or_build(key, builder(key, calls))
-    marker = json.loads(client.get_object(Bucket=BUCKET, Key=f"cli/{bad.key}/COMPLETE")["Body"].read())
-    client.put_object(Bucket=BUCKET, Key=f"cli/{bad.key}/{marker['folder']}/graph_{bad}.neff", Body=b"short")
-
-    monkeypatch.setenv(COPY_ENV, str(tmp_path / "ops"))  # a third host that built nothing
-    assert main(["cache", "ls", "--json", url]) == 0
-    out, err = capsys.readouterr()
-    listed = json.loads(out)
-    assert [(e["key"], e["status"]) for e in listed["entries"]] == [(good.key, "complete")]
-    assert f"remote cache {url}: 2 complete entries, 1 copied to the local copy now, 1 not loaded" in err
-    assert main(["cache", "verify", url]) == 1  # the corrupt remote entry fails verify
-    out, _ = capsys.readouterr()
-    assert f"corrupt remote entry {url}/{bad.key}/" in out and "1 complete" in out
 
 
 def test_manifest_records_the_remote_location(monkeypatch, tmp_path, clean_ledger, capsys):

@@ -1,0 +1,140 @@
+"""``cache ls`` and ``cache explain`` on an ``s3://`` cache: what the remote holds, read from its markers only.
+
+A listing never downloads an entry: one ``list_objects_v2`` over the prefix, then each marker read with a
+bounded read (:data:`~neuron_args.remote_cache.MARKER_LIMIT`); the marker records the entry's files and sizes
+and the graph type, compiler arguments and creation time of its metadata. Each row says whether the local
+read-through copy also holds the entry. ``explain`` downloads (and checks) only the entries it names.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from neuron_args import remote_cache
+from neuron_args.cache import CompileCache, EntryStatus
+from neuron_args.entry_metadata import EntryMetadata
+from neuron_args.errors import CorruptEntryError
+from neuron_args.manifest.show import SHORT_HASH, cache_entries, opt_level
+from neuron_args.text import human_size, render_table
+
+#: Concurrent marker reads of a listing (each a small GET; 10,000 entries stay a few seconds).
+READERS = 8
+
+
+@dataclass(frozen=True)
+class RemoteRow:
+    """One ``cache ls`` row of an ``s3://`` cache: a remote entry (``remote``) or one only in the local copy."""
+
+    key: str
+    graph_type: str | None
+    compiler_args: list[str] | None
+    status: str  # a remote entry: complete, or corrupt (its marker does not parse); else the local status
+    size: int | None
+    created: str | None
+    remote: bool
+    local: str | None  # the local copy's status of the key, None when it has no folder for it
+
+    @property
+    def where(self) -> str:
+        if not self.remote:
+            return "local only"
+        return "remote+local" if self.local == EntryStatus.COMPLETE.value else "remote"
+
+    def as_dict(self) -> dict:
+        return {"key": self.key, "graph_type": self.graph_type, "compiler_args": self.compiler_args,
+                "opt_level": None if self.compiler_args is None else opt_level(self.compiler_args),
+                "status": self.status, "size": self.size, "created": self.created, "remote": self.remote,
+                "local_status": self.local}
+
+
+def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> RemoteRow:
+    try:
+        marker = store.marker(key)
+    except ValueError:
+        return RemoteRow(key, None, None, EntryStatus.CORRUPT.value, None, modified, True, local)
+    if marker is None:  # removed between the listing and the read
+        return RemoteRow(key, None, None, "gone", None, modified, True, local)
+    s = marker.summary
+    return RemoteRow(key, s.graph_type, s.compiler_args, EntryStatus.COMPLETE.value, marker.size,
+                     s.created or modified, True, local)
+
+
+def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
+    """Every remote entry (from its marker) and every entry only in the local copy, sorted by graph type then key;
+    None for a plain local cache. Raises :class:`~neuron_args.remote_cache.RemoteCacheError` when the remote
+    cannot be listed (unreachable, refused)."""
+    store = remote_cache.store_for(cache.root)
+    if store is None:
+        return None
+    local = {info.key: info for info in cache_entries(cache)}
+    with store.reachable():
+        markers = store.markers()
+        with ThreadPoolExecutor(READERS) as pool:
+            rows = list(pool.map(lambda km: _remote_row(store, km[0], km[1], _status(local, km[0])), markers))
+    listed = {row.key for row in rows}
+    for info in local.values():
+        if info.key not in listed:
+            try:
+                md = cache.entry(info.key).info()
+            except CorruptEntryError:  # shown as corrupt, without its fields
+                md = EntryMetadata()
+            rows.append(RemoteRow(info.key, info.graph_type, None if md.compiler_args is None else list(md.compiler_args),
+                                  info.status_text, info.size, md.created, False, info.status.value))
+    return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
+
+
+def _status(local: dict, key: str) -> str | None:
+    info = local.get(key)
+    return None if info is None else info.status.value
+
+
+def remote_table(rows: list[RemoteRow]) -> str:
+    """The ``cache ls`` table of an ``s3://`` cache: the local columns, then CREATED and WHERE."""
+    table = render_table(
+        ["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE", "CREATED", "WHERE"],
+        [[r.graph_type or "-", r.key[:SHORT_HASH], "-" if r.compiler_args is None else opt_level(r.compiler_args), r.status,
+          "-" if r.size is None else human_size(r.size), r.created or "-", r.where] for r in rows])
+    remote = [r for r in rows if r.remote]
+    shown = ", ".join(f"{n} {status}" for status, n in remote_counts(rows).items()) or "none"
+    copied = sum(r.where == "remote+local" for r in remote)
+    return (f"{table}\n{len(remote)} remote entr{'y' if len(remote) == 1 else 'ies'} ({shown}), "
+            f"{human_size(sum(r.size or 0 for r in remote))}; {copied} also in the local copy; "
+            f"{len(rows) - len(remote)} only in the local copy")
+
+
+def remote_counts(rows: list[RemoteRow]) -> dict[str, int]:
+    """``{"complete": 2, "corrupt": 1}`` of the remote rows (``cache ls --json``'s counts)."""
+    out: dict[str, int] = {}
+    for row in rows:
+        if row.remote:
+            out[row.status] = out.get(row.status, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def fetch_named(cache: CompileCache, prefix: str) -> str | None:
+    """``cache explain`` on an ``s3://`` cache: make the one entry whose key starts with ``prefix`` local,
+    downloading and checking only that entry when the local copy lacks it. Returns what was done (None for a
+    plain local cache, or when nothing matches: :meth:`CompileCache.find` then says so); KeyError naming the
+    candidates when the prefix is ambiguous, or when the remote entry does not check out."""
+    store = remote_cache.store_for(cache.root)
+    wanted = prefix.strip().lower()
+    if store is None or not wanted or not all(c in "0123456789abcdef" for c in wanted):
+        return None
+    with store.reachable():
+        remote = [k for k in store.keys() if k.startswith(wanted)]
+    keys = sorted(set(remote) | {e.key for e in cache.entries() if e.key.startswith(wanted)})
+    if len(keys) > 1:
+        raise KeyError(f"key prefix {prefix!r} is ambiguous in {store.loc.url} and its local copy: {len(keys)} "
+                       f"entries ({', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}); give more characters")
+    if not keys:
+        return None
+    entry = cache.entry(keys[0])
+    if entry.is_complete:
+        return f"{entry.key}: the local copy's entry (not downloaded again)"
+    with store.reachable():
+        pulled = cache.pull(entry)
+    if not pulled:
+        raise KeyError(f"cache entry {entry.key}: the remote entry {store.loc.entry_url(entry.key)} did not check out "
+                       "on download (the log says why) and the local copy has no complete entry; nothing to explain")
+    return (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
+            "metadata, the executable's sha256, the signature when signing is on)")
