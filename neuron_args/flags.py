@@ -473,28 +473,29 @@ def _canonical(flags: Iterable[Flag]) -> tuple[str, ...]:
 
 
 def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
-    """The form the cache key hashes: equal meaning, equal list (see :attr:`CompilerArgs.canonical`).
+    """The form the cache key hashes: equal meaning, equal list.
 
-    Validates first, so a bad list never produces a key.
+    Every spelling of an option becomes its canonical one (``-O3``, ``--name=value``); a repeated named option
+    keeps its last value (argparse semantics); named options are sorted; ``--internal-*`` and the tensorizer
+    option strings keep their relative order after them (their meaning may depend on it); machine-specific
+    paths are dropped. Validates first, so a bad list never produces a key.
     """
     return list(CompilerArgs.of(args).canonical)
 
 
 class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
-    """One neuronx-cc argument list as a value: split once where it enters, validated at most once, then read.
+    """One argument list as a value: split once where it enters, validated at most once, then read.
 
-    The tuple is the tokens as given (order and spelling): the argv form the compiler gets, and what it
-    compares, hashes, pickles and writes to JSON as. ``CompilerArgs(args)`` splits a string shell-style and
-    type-checks a list (:class:`TypeError`, :class:`CompilerArgsError` for text no argv can hold) but does not
-    validate: a policy may edit a list holding flags this table does not know. :meth:`parse` (or
-    :meth:`checked`) validates, naming the graph type and where the list came from; :attr:`canonical`
-    validates an unchecked value on first use. The parsed flags are kept, so nothing downstream parses again.
+    The tuple holds the tokens as given: the argv form, and what it compares (to a list too), hashes, pickles
+    and writes to JSON as. ``CompilerArgs(args)`` splits a string shell-style and type-checks a list, but does
+    not validate (a policy may edit a list holding flags this table does not know); :meth:`parse` does, naming
+    the graph type and the source. The parsed flags are kept, so nothing downstream parses the list again.
     """
 
     def __new__(cls, args: str | Sequence[str] | None = None) -> CompilerArgs:
         return super().__new__(cls, split_compiler_args(args))
 
-    def __eq__(self, other: object) -> bool:  # a list of the same tokens is the same value
+    def __eq__(self, other: object) -> bool:
         return tuple(self) == tuple(other) if isinstance(other, (list, tuple)) else NotImplemented
 
     def __ne__(self, other: object) -> bool:
@@ -504,18 +505,17 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
 
     @classmethod
     def of(cls, args: str | Sequence[str] | None) -> CompilerArgs:
-        """``args`` as a value (itself when it is one already): split and type-checked, not validated."""
+        """``args`` as a value (itself when it is one): split and type-checked, not validated."""
         return args if isinstance(args, CompilerArgs) else cls(args)
 
     @classmethod
     def parse(cls, args: str | Sequence[str] | None, *, graph_type: str | None = None,
               source: str | None = None) -> CompilerArgs:
-        """``args`` as a validated value; :class:`CompilerArgsError` names the flag, the fix, ``graph_type``
-        and ``source`` (where the list came from)."""
+        """``args`` validated: :class:`CompilerArgsError` names the flag, the fix, ``graph_type`` and ``source``."""
         return cls.of(args).checked(graph_type=graph_type, source=source)
 
     def checked(self, *, graph_type: str | None = None, source: str | None = None) -> CompilerArgs:
-        """This value, validated (once: a checked value returns at once)."""
+        """This value, validated (a checked value returns at once)."""
         if "flags" not in self.__dict__:
             try:
                 self.__dict__["flags"] = tuple(parse_compiler_args(self, graph_type=graph_type))
@@ -526,48 +526,28 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
         return self
 
     @property
-    def flags(self) -> tuple[Flag, ...]:
-        """The parsed options, in order (validates an unchecked value)."""
-        return self.checked().__dict__["flags"]
-
-    @property
     def canonical(self) -> tuple[str, ...]:
-        """The key form: each option in its canonical spelling (``-O3``, ``--name=value``), a repeated named
-        option's last value (argparse), named options sorted, then ``--internal-*`` and the tensorizer option
-        strings in their given order (their meaning may depend on it); machine-specific paths dropped."""
+        """The key form (:func:`canonical_compiler_args`); validates an unchecked value."""
         if "canonical" not in self.__dict__:
-            self.__dict__["canonical"] = _canonical(self.flags)
+            self.__dict__["canonical"] = _canonical(self.checked().__dict__["flags"])
         return self.__dict__["canonical"]
 
-    @property
-    def argv(self) -> list[str]:
-        """The tokens as the compiler's argv gets them (and as JSON holds them)."""
-        return list(self)
-
-    @property
-    def manifest(self) -> str:
-        """The manifest form: given order, machine-specific paths removed, one line (:func:`manifest_compiler_flags`)."""
-        return manifest_compiler_flags(self)
-
-    @property
-    def level(self) -> int | None:
-        """The effective ``-O`` level, None if absent (:func:`optimization_level`)."""
-        return optimization_level(self)
+    argv = property(list, doc="The tokens as the compiler's argv (and JSON) holds them.")
+    manifest = property(lambda self: manifest_compiler_flags(self), doc="The manifest's one-line form.")
+    level = property(lambda self: optimization_level(self), doc="The effective -O level, None if absent.")
 
     def with_level(self, level: int) -> CompilerArgs:
-        """These arguments holding exactly one ``-O<level>`` (:func:`with_optimization_level`)."""
         return CompilerArgs(with_optimization_level(self, level))
 
     def value(self, name: str) -> str | None:
-        """The last value of option ``name`` in any spelling (:func:`option_value`)."""
         return option_value(self, name)
 
     def without(self, names: Iterable[str]) -> CompilerArgs:
-        """These arguments without the named options (:func:`remove_options`); a checked value stays checked."""
+        """:func:`remove_options` on this value; a checked value stays checked (its flags are filtered)."""
         if "flags" not in self.__dict__:
             return CompilerArgs(remove_options(self, names))
         drop = _resolve_names(names, what="remove_options")
-        kept = tuple(flag for flag in self.flags if flag.name not in drop)
+        kept = tuple(flag for flag in self.__dict__["flags"] if flag.name not in drop)
         out = CompilerArgs([token for flag in kept for token in flag.tokens])
         out.__dict__["flags"] = kept
         return out

@@ -72,7 +72,9 @@ class CompilerArgsResolver:
                 f"{self.owner}.compiler_args_for raised for graph type {graph_type!r}: "
                 f"{type(exc).__name__}: {exc}. Fix the policy; it must return a list of str."
             ) from exc
-        args = self._checked(graph_type, result)
+        previous = self._resolved.get(graph_type)
+        # the same answer as before is that checked value (validated once per graph type)
+        args = previous if previous is not None and previous == result else self._checked(graph_type, result)
         previous = self._resolved.setdefault(graph_type, args)
         if previous != args:
             raise PolicyError(

@@ -27,7 +27,7 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
     compile_starting(graph_type, entry.key)
     result = compiler.compile(
         hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
-        compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
+        compiler_args=compiler_args, workdir=entry.path, graph_type=graph_type, key=entry.key,
         timeout=timeout,
     )
     entry.write_metadata(metadata.compiled(
