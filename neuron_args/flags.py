@@ -5,14 +5,11 @@ All three need the same answer to "which tokens are one option, and what is its 
 so the answer lives here, in one small table of the documented options. Pure Python: this
 module must import without torch or jax.
 
-Two modes read a list:
-
-* strict (``parse_compiler_args``, ``validate_compiler_args``, ``canonical_compiler_args``)
-  raises :class:`CompilerArgsError` on anything neuronx-cc would reject, so a policy typo
-  fails on a laptop instead of in the nightly hardware run;
-* lenient (``with_optimization_level``, ``remove_options``, ``option_value``,
-  ``optimization_level``, ``manifest_compiler_flags``) keeps tokens it cannot identify
-  untouched, because those helpers edit or report lists they do not own.
+A list enters once as a :class:`CompilerArgs` and is read through it. Strict reading (``CompilerArgs.parse``,
+``parse_compiler_args``, ``canonical_compiler_args``) raises :class:`CompilerArgsError` on anything neuronx-cc
+would reject, so a policy typo fails on a laptop instead of in the nightly hardware run; lenient editing
+(``with_optimization_level``, ``remove_options``, ``option_value``, ``manifest_compiler_flags``) keeps tokens
+it cannot identify, because those helpers edit or report lists they do not own.
 """
 from __future__ import annotations
 

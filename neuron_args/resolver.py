@@ -91,14 +91,11 @@ class CompilerArgsResolver:
                 f"{type(result).__name__} {result!r}; it must return a list of str "
                 "(e.g. with_optimization_level(base, 3))."
             )
-        bad = [a for a in result if not isinstance(a, str)]
-        if bad:
-            raise PolicyError(
-                f"{self.owner}.compiler_args_for({graph_type!r}, ...) returned non-str items "
-                f"{bad!r} in {list(result)!r}; every argument must be a str."
-            )
         try:
-            args = CompilerArgs.parse(list(result), graph_type=graph_type)
+            args = CompilerArgs.parse(result, graph_type=graph_type)
+        except TypeError as exc:  # an item that is not a str
+            raise PolicyError(f"{self.owner}.compiler_args_for({graph_type!r}, ...) returned non-str items: {exc}; "
+                              "every argument must be a str.") from None
         except CompilerArgsError as exc:
             raise PolicyError(f"{self.owner}.compiler_args_for: {exc}") from exc
         warn_repeated_options(args, source=f"{self.owner}.compiler_args_for", graph_type=graph_type,
