@@ -500,6 +500,9 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
 
     __hash__ = tuple.__hash__
 
+    def __setattr__(self, name: str, value: object) -> None:  # frozen: what it caches, it derives from the tokens
+        raise AttributeError(f"CompilerArgs is immutable (cannot set {name!r})")
+
     @classmethod
     def of(cls, args: str | Sequence[str] | None) -> CompilerArgs:
         """``args`` as a value (itself when it is one): split and type-checked, not validated."""

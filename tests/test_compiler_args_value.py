@@ -35,6 +35,8 @@ def test_the_value_holds_the_argv_key_manifest_and_level_forms():
     assert CompilerArgs.of(args) is args and CompilerArgs.parse(args) is args
     back = pickle.loads(pickle.dumps(args))
     assert type(back) is CompilerArgs and back == args and back.canonical == args.canonical
+    with pytest.raises(AttributeError, match="CompilerArgs is immutable"):
+        args.tokens = ("-O1",)
 
 
 def test_a_bad_list_names_the_graph_type_the_source_and_the_fix():
