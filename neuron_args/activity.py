@@ -145,7 +145,7 @@ class Activity:
     verified: set[tuple[str, str]] = field(default_factory=set)
     corrupt: dict[str, str] = field(default_factory=dict)
     #: native seam: the first argument set seen per key (the entry's metadata covers other processes)
-    native_args: dict[str, list[str]] = field(default_factory=dict)
+    native_args: dict[str, Any] = field(default_factory=dict)  # key -> flags.CompilerArgs (this module imports none)
     #: warnings already given (see :meth:`say_once`)
     said: set[str] = field(default_factory=set)
     ledger: LedgerActivity = field(default_factory=LedgerActivity)

@@ -35,7 +35,7 @@ from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.digests import file_sha256
 from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, CorruptEntryError, OptionsError
-from neuron_args.flags import canonical_compiler_args
+from neuron_args.flags import CompilerArgs
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
 from neuron_args.untrusted import METADATA_LIMIT, read_bounded, read_json
 from neuron_args.settings import CompileSettings
@@ -851,7 +851,7 @@ def _dtype_changes(warmed: Any, key: CacheKey) -> list[str]:
 
 
 def _assert_cache_key_args(
-    entry: CacheEntry, compiler_args: Sequence[str] | None, *, graph_type: str | None = None
+    entry: CacheEntry, compiler_args: CompilerArgs | Sequence[str] | None, *, graph_type: str | None = None
 ) -> None:
     """Native seam guard: its key leaves the arguments out, so one key must never get two sets.
 
@@ -865,10 +865,11 @@ def _assert_cache_key_args(
         return
     if recorded is None:
         return
-    if canonical_compiler_args(list(recorded)) != canonical_compiler_args(list(compiler_args or [])):
+    requested = CompilerArgs.of(compiler_args)
+    if CompilerArgs.of(recorded).canonical != requested.canonical:  # the recorded list read back: parsed here
         raise CacheKeyArgsConflict(
             f"cache key {entry.key} ({graph_label(graph_type)}) was compiled with\n"
-            f"    {list(recorded)}\n  and is now requested with\n    {list(compiler_args or [])}\n"
+            f"    {list(recorded)}\n  and is now requested with\n    {requested.argv}\n"
             "  The native cache keys on graph structure and I/O shapes, not on compiler flags, so one NEFF "
             "cannot serve both. Give the graph one argument set (a deterministic policy, the same scope at "
             "warmup and serve), or use the neuron_libtorch backend, whose key includes the arguments."

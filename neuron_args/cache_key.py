@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neuron_args.flags import canonical_compiler_args, flag_changes
+from neuron_args.flags import CompilerArgs, flag_changes
 
 KEY_LENGTH = 32
 _HEX = frozenset("0123456789abcdef")
@@ -108,7 +108,7 @@ def create_cache_hash(
     graph_text: str | bytes | None = None,
     graph_sha256: str | None = None,
     input_specs: Sequence[tuple[Sequence[int], str]],
-    compiler_args: Sequence[str] | None,
+    compiler_args: CompilerArgs | Sequence[str] | None,
     target: str,
     tool_versions: Mapping[str, str],
     output_specs: Sequence[tuple[Sequence[int], str]] | None = None,
@@ -130,7 +130,7 @@ def create_cache_hash(
         input_specs=_specs(input_specs),
         output_specs=None if output_specs is None else _specs(output_specs),
         autograd=autograd,
-        compiler_args=None if compiler_args is None else tuple(canonical_compiler_args(list(compiler_args))),
+        compiler_args=None if compiler_args is None else CompilerArgs.of(compiler_args).canonical,
         target=target,
         tool_versions=tuple(sorted((str(k), str(v)) for k, v in tool_versions.items())),
     )

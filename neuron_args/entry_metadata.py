@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuron_args.errors import CorruptEntryError
+from neuron_args.flags import CompilerArgs
 from neuron_args.text import graph_label
 
 METADATA_VERSION = 1
@@ -46,6 +47,8 @@ def _spec(s: Any) -> bool:
 
 _TEXT = _checked(lambda v: isinstance(v, str), "a string")
 _TEXTS = _checked(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings", tuple)
+# read back once into the value type (a CompilerArgsError is a ValueError: an argv no process takes is corrupt)
+_ARGS = _checked(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings", CompilerArgs)
 _OBJECT = _checked(lambda v: isinstance(v, dict), "an object")
 # compile_timeout records the option as given, which may be a numeric string
 _SECONDS = _checked(lambda v: (_number(v) or isinstance(v, str)) and float(v) >= 0, "a number of seconds", float)
@@ -55,7 +58,7 @@ _SPECS = _checked(lambda v: isinstance(v, list) and all(map(_spec, v)), 'a list 
 #: each typed field and its parser (a parser raises TypeError naming what the field must be)
 _FIELDS: dict[str, Callable[[Any], Any]] = {
     "key": _TEXT, "status": _TEXT, "seam": _TEXT, "graph_type": _TEXT, "target": _TEXT, "error": _TEXT,
-    "compiler_args": _TEXTS, "key_components": _OBJECT, "compiler": _OBJECT, "input_specs": _SPECS,
+    "compiler_args": _ARGS, "key_components": _OBJECT, "compiler": _OBJECT, "input_specs": _SPECS,
     "output_specs": _SPECS, "input_shapes": _TEXTS, "output_shapes": _TEXTS, "compile_timeout": _SECONDS,
     "compile_seconds": _SECONDS, "executable_sha256": _TEXT, "created": _TEXT,
     "executable_size": _checked(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of bytes"),
@@ -73,7 +76,7 @@ class EntryMetadata:
     graph_type: str | None = None
     target: str | None = None
     error: str | None = None
-    compiler_args: tuple[str, ...] | None = None  # None: not recorded (an older cache: built with the base arguments)
+    compiler_args: CompilerArgs | None = None  # None: not recorded (an older cache: built with the base arguments)
     key_components: Mapping[str, Any] | None = None
     compiler: Mapping[str, Any] | None = None  # {"name", "version", "format"}
     input_specs: tuple[RecordedSpec, ...] | None = None

@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from neuron_args.errors import CompilerArgsError
+from neuron_args.flags import CompilerArgs
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Seconds to reach the scheduler and see a first worker, unless --connect-timeout says otherwise.
 DEFAULT_CONNECT_TIMEOUT = 20.0
@@ -38,6 +41,14 @@ def _seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
     return value
+
+
+def _compiler_args(text: str) -> CompilerArgs:
+    """The base list, parsed and validated where it enters (argparse prints the error and the usage)."""
+    try:
+        return CompilerArgs.parse(text)
+    except CompilerArgsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -67,7 +78,7 @@ def add_compile_command(subparsers: Any) -> argparse.ArgumentParser:
                    help=f"Dask retries of a task that raised on its worker (default {DEFAULT_RETRIES})")
     p.add_argument("--compiler", choices=("local", "neuronx-cc"),
                    help="the compiler (default: the one each entry was captured for)")
-    p.add_argument("--base-compiler-args", metavar="ARGS",
+    p.add_argument("--base-compiler-args", metavar="ARGS", type=_compiler_args,
                    help="arguments for old entries that recorded none (a quoted string)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.set_defaults(run=run_compile_command)

@@ -5,14 +5,11 @@ All three need the same answer to "which tokens are one option, and what is its 
 so the answer lives here, in one small table of the documented options. Pure Python: this
 module must import without torch or jax.
 
-Two modes read a list:
-
-* strict (``parse_compiler_args``, ``validate_compiler_args``, ``canonical_compiler_args``)
-  raises :class:`CompilerArgsError` on anything neuronx-cc would reject, so a policy typo
-  fails on a laptop instead of in the nightly hardware run;
-* lenient (``with_optimization_level``, ``remove_options``, ``option_value``,
-  ``optimization_level``, ``manifest_compiler_flags``) keeps tokens it cannot identify
-  untouched, because those helpers edit or report lists they do not own.
+A list enters once as a :class:`CompilerArgs` and is read through it. Strict reading (``CompilerArgs.parse``,
+``parse_compiler_args``, ``canonical_compiler_args``) raises :class:`CompilerArgsError` on anything neuronx-cc
+would reject, so a policy typo fails on a laptop instead of in the nightly hardware run; lenient editing
+(``with_optimization_level``, ``remove_options``, ``option_value``, ``manifest_compiler_flags``) keeps tokens
+it cannot identify, because those helpers edit or report lists they do not own.
 """
 from __future__ import annotations
 
@@ -35,6 +32,7 @@ __all__ = [
     "OptionSpec",
     "OPTIONS",
     "RepeatedOption",
+    "CompilerArgs",
     "canonical_compiler_args",
     "closest_option",
     "flag_changes",
@@ -367,9 +365,7 @@ def validate_compiler_args(
     args: str | Sequence[str] | None, *, graph_type: str | None = None
 ) -> list[str]:
     """Split and validate; return the token list (a new list) unchanged."""
-    tokens = split_compiler_args(args)
-    parse_compiler_args(tokens, graph_type=graph_type)
-    return tokens
+    return CompilerArgs.parse(args, graph_type=graph_type).argv
 
 
 def closest_option(name: str) -> str | None:
@@ -457,18 +453,10 @@ def _render(name: str, value: str | None) -> str:
     return name if value is None else f"{name}={value}"
 
 
-def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
-    """The form the cache key hashes: equal meaning, equal list.
-
-    Every spelling of an option becomes its canonical one (``-O3``, ``--name=value``); a
-    repeated named option keeps its last value (argparse semantics); named options are
-    sorted; ``--internal-*`` and the tensorizer option strings keep their relative order
-    after them (their meaning may depend on it); machine-specific paths are dropped.
-    Validates first, so a bad list never produces a key.
-    """
+def _canonical(flags: Iterable[Flag]) -> tuple[str, ...]:
     named: dict[str, str | None] = {}
     opaque: list[str] = []
-    for flag in parse_compiler_args(args):
+    for flag in flags:
         if flag.name in MACHINE_SPECIFIC:
             continue
         if _is_opaque(flag.name):
@@ -478,7 +466,91 @@ def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
         if value is not None and _spec_of(flag.name).kind == INT:
             value = str(int(value))
         named[flag.name] = value
-    return [_render(name, named[name]) for name in sorted(named)] + opaque
+    return tuple(_render(name, named[name]) for name in sorted(named)) + tuple(opaque)
+
+
+def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
+    """The form the cache key hashes: equal meaning, equal list.
+
+    Every spelling of an option becomes its canonical one (``-O3``, ``--name=value``); a repeated named option
+    keeps its last value (argparse semantics); named options are sorted; ``--internal-*`` and the tensorizer
+    option strings keep their relative order after them (their meaning may depend on it); machine-specific
+    paths are dropped. Validates first, so a bad list never produces a key.
+    """
+    return list(CompilerArgs.of(args).canonical)
+
+
+class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
+    """One argument list as a value: split once where it enters, validated at most once, then read.
+
+    The tuple holds the tokens as given: the argv form, and what it compares (to a list too), hashes, pickles
+    and writes to JSON as. ``CompilerArgs(args)`` splits a string shell-style and type-checks a list, but does
+    not validate (a policy may edit a list holding flags this table does not know); :meth:`parse` does, naming
+    the graph type and the source. The parsed flags are kept, so nothing downstream parses the list again.
+    """
+
+    def __new__(cls, args: str | Sequence[str] | None = None) -> CompilerArgs:
+        return super().__new__(cls, split_compiler_args(args))
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, (list, tuple)) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        return tuple(self) != tuple(other) if isinstance(other, (list, tuple)) else NotImplemented
+
+    __hash__ = tuple.__hash__
+
+    def __setattr__(self, name: str, value: object) -> None:  # frozen: what it caches, it derives from the tokens
+        raise AttributeError(f"CompilerArgs is immutable (cannot set {name!r})")
+
+    @classmethod
+    def of(cls, args: str | Sequence[str] | None) -> CompilerArgs:
+        """``args`` as a value (itself when it is one): split and type-checked, not validated."""
+        return args if isinstance(args, CompilerArgs) else cls(args)
+
+    @classmethod
+    def parse(cls, args: str | Sequence[str] | None, *, graph_type: str | None = None,
+              source: str | None = None) -> CompilerArgs:
+        """``args`` validated: :class:`CompilerArgsError` names the flag, the fix, ``graph_type`` and ``source``."""
+        return cls.of(args).checked(graph_type=graph_type, source=source)
+
+    def checked(self, *, graph_type: str | None = None, source: str | None = None) -> CompilerArgs:
+        """This value, validated (a checked value returns at once)."""
+        if "flags" not in self.__dict__:
+            try:
+                self.__dict__["flags"] = tuple(parse_compiler_args(self, graph_type=graph_type))
+            except CompilerArgsError as exc:
+                if source is None:
+                    raise
+                raise CompilerArgsError(f"{exc} (these arguments come from {source})") from None
+        return self
+
+    @property
+    def canonical(self) -> tuple[str, ...]:
+        """The key form (:func:`canonical_compiler_args`); validates an unchecked value."""
+        if "canonical" not in self.__dict__:
+            self.__dict__["canonical"] = _canonical(self.checked().__dict__["flags"])
+        return self.__dict__["canonical"]
+
+    argv = property(list, doc="The tokens as the compiler's argv (and JSON) holds them.")
+    manifest = property(lambda self: manifest_compiler_flags(self), doc="The manifest's one-line form.")
+    level = property(lambda self: optimization_level(self), doc="The effective -O level, None if absent.")
+
+    def with_level(self, level: int) -> CompilerArgs:
+        return CompilerArgs(with_optimization_level(self, level))
+
+    def value(self, name: str) -> str | None:
+        return option_value(self, name)
+
+    def without(self, names: Iterable[str]) -> CompilerArgs:
+        """:func:`remove_options` on this value; a checked value stays checked (its flags are filtered)."""
+        if "flags" not in self.__dict__:
+            return CompilerArgs(remove_options(self, names))
+        drop = _resolve_names(names, what="remove_options")
+        kept = tuple(flag for flag in self.__dict__["flags"] if flag.name not in drop)
+        out = CompilerArgs([token for flag in kept for token in flag.tokens])
+        out.__dict__["flags"] = kept
+        return out
 
 
 def _looks_machine_specific(item: _Item) -> bool:

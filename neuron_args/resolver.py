@@ -11,9 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from neuron_args.errors import CompilerArgsError, PolicyError
-from neuron_args.flags import (
-    split_compiler_args, validate_compiler_args, warn_repeated_options, with_optimization_level,
-)
+from neuron_args.flags import CompilerArgs, warn_repeated_options
 
 Policy = Callable[[str, Any, list[str]], Sequence[str]]
 
@@ -31,15 +29,15 @@ class CompilerArgsResolver:
         *,
         owner: str | None = None,
     ) -> None:
-        base = split_compiler_args(base_args)
+        base = CompilerArgs.of(base_args)
         if explicit_optimization_level is not None:
-            base = with_optimization_level(base, explicit_optimization_level)
-        self.base_args: list[str] = base
+            base = base.with_level(explicit_optimization_level)
+        self.base_args: CompilerArgs = base
         self.explicit_optimization_level = explicit_optimization_level
         self.per_graph: bool = explicit_optimization_level is None and policy is not None
         self.policy: Policy | None = policy if self.per_graph else None
         self.owner = owner or _owner_name(policy)
-        self._resolved: dict[str, list[str]] = {}
+        self._resolved: dict[str, CompilerArgs] = {}
 
     @classmethod
     def from_model(
@@ -59,6 +57,11 @@ class CompilerArgsResolver:
 
     def resolve_graph_compiler_args(self, graph_type: str | None) -> list[str] | None:
         """The concrete list for ``graph_type``; ``None`` means "no per-graph override"."""
+        args = self.args_for(graph_type)
+        return None if args is None else args.argv
+
+    def args_for(self, graph_type: str | None) -> CompilerArgs | None:
+        """:meth:`resolve_graph_compiler_args` as the checked value a scope takes without parsing it again."""
         if not self.per_graph or graph_type is None:
             return None
         assert self.policy is not None
@@ -69,31 +72,30 @@ class CompilerArgsResolver:
                 f"{self.owner}.compiler_args_for raised for graph type {graph_type!r}: "
                 f"{type(exc).__name__}: {exc}. Fix the policy; it must return a list of str."
             ) from exc
-        args = self._checked(graph_type, result)
+        previous = self._resolved.get(graph_type)
+        # the same answer as before is that checked value (validated once per graph type)
+        args = previous if previous is not None and previous == result else self._checked(graph_type, result)
         previous = self._resolved.setdefault(graph_type, args)
         if previous != args:
             raise PolicyError(
                 f"{self.owner}.compiler_args_for is not deterministic for graph type {graph_type!r}: "
-                f"first {previous!r}, now {args!r}. The same graph type must always give the same "
+                f"first {previous.argv!r}, now {args.argv!r}. The same graph type must always give the same "
                 "arguments, or warmup and serve compile different cache keys."
             )
-        return list(args)
+        return args
 
-    def _checked(self, graph_type: str, result: Any) -> list[str]:
+    def _checked(self, graph_type: str, result: Any) -> CompilerArgs:
         if isinstance(result, (str, bytes)) or not isinstance(result, (list, tuple)):
             raise PolicyError(
                 f"{self.owner}.compiler_args_for({graph_type!r}, ...) returned "
                 f"{type(result).__name__} {result!r}; it must return a list of str "
                 "(e.g. with_optimization_level(base, 3))."
             )
-        bad = [a for a in result if not isinstance(a, str)]
-        if bad:
-            raise PolicyError(
-                f"{self.owner}.compiler_args_for({graph_type!r}, ...) returned non-str items "
-                f"{bad!r} in {list(result)!r}; every argument must be a str."
-            )
         try:
-            args = validate_compiler_args(list(result), graph_type=graph_type)
+            args = CompilerArgs.parse(result, graph_type=graph_type)
+        except TypeError as exc:  # an item that is not a str
+            raise PolicyError(f"{self.owner}.compiler_args_for({graph_type!r}, ...) returned non-str items: {exc}; "
+                              "every argument must be a str.") from None
         except CompilerArgsError as exc:
             raise PolicyError(f"{self.owner}.compiler_args_for: {exc}") from exc
         warn_repeated_options(args, source=f"{self.owner}.compiler_args_for", graph_type=graph_type,

@@ -42,7 +42,7 @@ from neuron_args.scope import current_graph_type, scoped_compiler_args
 from neuron_args.seams import records
 from neuron_args.flags import optimization_level
 from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM
-from neuron_args.seams.platform import base_compiler_args
+from neuron_args.seams.platform import NEURON_CC_FLAGS_ENV, base_compiler_args
 from neuron_args.settings import CompileSettings
 
 log = logging.getLogger("neuron_args.runner")
@@ -208,12 +208,13 @@ class NeuronRunner:
         self.model = model
         declared = list(graphs) if graphs is not None else declared_graphs(model)
         self.graphs: dict[str, GraphSpec] = {g.graph_type: g for g in declared}
-        base = base_compiler_args(compiler_args, source="NeuronRunner(compiler_args=...)")
+        source = "NeuronRunner(compiler_args=...)" if compiler_args is not None else f"${NEURON_CC_FLAGS_ENV}"
+        base = base_compiler_args(compiler_args, source=source).checked(source=source)  # a bad list fails here
         # the design's load_model: base args at the caller level; the policy only without an explicit level
         self.resolver = CompilerArgsResolver.from_model(model, base, explicit_optimization_level=optimization_level)
         self.cache_dir = cache_root(cache_dir)
         self.settings = CompileSettings(
-            compiler_args=tuple(self.resolver.base_args), target=target, cache_dir=str(self.cache_dir),
+            compiler_args=self.resolver.base_args, target=target, cache_dir=str(self.cache_dir),
             compiler=compiler, compile_timeout=None if compile_timeout is None else float(compile_timeout),
             # None: $NEURON_ARGS_ALLOW_EAGER_OUTPUTS (neuron_args.executables)
             allow_eager_outputs=None if allow_eager_outputs is None else bool(allow_eager_outputs),
@@ -274,7 +275,7 @@ class NeuronRunner:
 
     def scope(self, graph_type: str | None) -> contextlib.AbstractContextManager[None]:
         """The in-process compile site: ``scoped_compiler_args(resolve_graph_compiler_args(graph_type))``."""
-        return scoped_compiler_args(self.resolve(graph_type), graph_type=graph_type)
+        return scoped_compiler_args(self.resolver.args_for(graph_type), graph_type=graph_type)
 
     def run(self, graph_type: str, kwargs: Mapping[str, Any]) -> Any:
         """Run one graph under its resolved scope (the signature example models' ``generate`` takes)."""
@@ -685,7 +686,7 @@ class NeuronRunner:
             model=cfg.pop("model", type(self.model).__name__), target=self.settings.target,
             dtype=cfg.pop("dtype", None), max_num_seqs=cfg.pop("max_num_seqs", None),
             max_model_len=cfg.pop("max_model_len", None), topology=cfg.pop("topology", None),
-            neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args,
+            neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args.argv,
                            "per_graph": self.resolver.per_graph,
                            "explicit_optimization_level": self.resolver.explicit_optimization_level,
                            "graph_types": {r.key: r.graph_type for r in records.records()

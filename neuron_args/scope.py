@@ -14,7 +14,9 @@ import contextvars
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-_scoped_compiler_args: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+from neuron_args.flags import CompilerArgs
+
+_scoped_compiler_args: contextvars.ContextVar[CompilerArgs | None] = contextvars.ContextVar(
     "neuron_args_scoped_compiler_args", default=None
 )
 _scoped_graph_type: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -22,22 +24,15 @@ _scoped_graph_type: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 
-def _checked(compiler_args: Sequence[str] | None) -> tuple[str, ...] | None:
+def _checked(compiler_args: Sequence[str] | None) -> CompilerArgs | None:
     if compiler_args is None:
         return None
-    if isinstance(compiler_args, (str, bytes)) or not isinstance(compiler_args, Sequence):
-        raise TypeError(
-            "scoped_compiler_args expects None or a sequence of str (e.g. ['-O3']), "
-            f"got {type(compiler_args).__name__}: {compiler_args!r}"
-        )
-    bad = [a for a in compiler_args if not isinstance(a, str)]
-    if bad:
-        raise TypeError(
-            "scoped_compiler_args expects every argument to be a str, got "
-            + ", ".join(f"{type(b).__name__} {b!r}" for b in bad)
-            + f" in {list(compiler_args)!r}"
-        )
-    return tuple(compiler_args)
+    try:
+        if isinstance(compiler_args, (str, bytes)):  # a scope holds the resolved list, not a string to split
+            raise TypeError(f"got {type(compiler_args).__name__} {compiler_args!r}")
+        return CompilerArgs.of(compiler_args)
+    except TypeError as exc:
+        raise TypeError(f"scoped_compiler_args expects None or a sequence of str (e.g. ['-O3']): {exc}") from None
 
 
 @contextlib.contextmanager
@@ -54,7 +49,7 @@ def scoped_compiler_args(
         _scoped_compiler_args.reset(token)
 
 
-def current_compiler_args() -> tuple[str, ...] | None:
+def current_compiler_args() -> CompilerArgs | None:
     """The scoped argument list, or ``None`` outside any scope (or inside a ``None`` scope)."""
     return _scoped_compiler_args.get()
 

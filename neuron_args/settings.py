@@ -19,7 +19,7 @@ from typing import Any
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.errors import CompilerArgsError, OptionsError
-from neuron_args.flags import split_compiler_args
+from neuron_args.flags import CompilerArgs
 
 log = logging.getLogger("neuron_args.seams")
 
@@ -68,11 +68,15 @@ class CompileSettings:
     compiler: str | None = None
     target: str | None = None
     #: the base compiler arguments, split shell-style (``None``: ``$NEURON_CC_FLAGS``)
-    compiler_args: tuple[str, ...] | None = None
+    compiler_args: CompilerArgs | None = None
     #: seconds, checked positive (``None``: ``$NEURON_ARGS_COMPILE_TIMEOUT`` or the compiler default)
     compile_timeout: float | None = None
     allow_eager_outputs: bool | None = None
     runner: str | None = None
+
+    def __post_init__(self) -> None:  # a tuple or list given to the constructor becomes the value type here
+        if self.compiler_args is not None and not isinstance(self.compiler_args, CompilerArgs):
+            object.__setattr__(self, "compiler_args", CompilerArgs(self.compiler_args))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | CompileSettings | None, seam: str) -> CompileSettings:
@@ -90,7 +94,7 @@ class CompileSettings:
         args = options.get("compiler_args")
         if args is not None:
             try:
-                args = tuple(split_compiler_args(args))
+                args = CompilerArgs.of(args)
             except TypeError as exc:
                 raise CompilerArgsError(
                     f"{seam}: options['compiler_args'] must be a list of neuronx-cc arguments (or one string "
@@ -112,9 +116,9 @@ class CompileSettings:
                    compile_timeout=None if timeout is None else check_timeout(timeout, "options['compile_timeout']"),
                    allow_eager_outputs=None if eager is None else bool(eager), runner=options.get("runner"))
 
-    def with_compiler_args(self, args: Any) -> CompileSettings:
+    def with_compiler_args(self, args: CompilerArgs) -> CompileSettings:
         """These settings with other base compiler arguments (a scope's)."""
-        return dataclasses.replace(self, compiler_args=tuple(args))
+        return dataclasses.replace(self, compiler_args=args)
 
     def as_options(self) -> dict[str, Any]:
         """The torch.compile options these settings came from (the given ones, lists as lists)."""

@@ -153,7 +153,7 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
         # a clean Dynamo; the session's other runners retrace on their next call (loads, never compiles)
         torch._dynamo.reset()
         try:
-            runner = NeuronRunner(model, compiler_args=s.compiler_args, target=s.target, compiler=s.compiler,
+            runner = NeuronRunner(model, compiler_args=s.base_args, target=s.target, compiler=s.compiler,
                                   cache_dir=session.cache_dir(), optimization_level=s.optimization_level,
                                   fullgraph=fullgraph, compile_timeout=s.compile_timeout,
                                   allow_eager_outputs=s.allow_eager_outputs or None,

@@ -6,6 +6,7 @@ torch: the plugin loads in every pytest session of an environment that has neuro
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from neuron_args.cache import cache_root
 from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
 from neuron_args.deferred import FLOWS
 from neuron_args.flags import KNOWN_TARGETS as TARGETS
-from neuron_args.flags import OPT_LEVELS
+from neuron_args.flags import OPT_LEVELS, CompilerArgs, warn_repeated_options
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.remote_cache import is_remote
 from neuron_args.seams.platform import DEFAULT_TARGET
@@ -136,6 +137,12 @@ class NeuronSettings:
     rank_worker: Path | None = None  # set in a --neuron-tp rank process: where it reports its warmup
     rank_serve: bool = False  # that rank process runs a serving test's body against its shard
 
+    @functools.cached_property
+    def base_args(self) -> CompilerArgs | None:
+        """``compiler_args`` as the value every runner of the session takes, parsed and validated once
+        (:meth:`check_compiler_args` turns its error into a usage error at start-up)."""
+        return None if self.compiler_args is None else CompilerArgs.parse(self.compiler_args)
+
     def runner_key(self) -> tuple[Any, ...]:
         """The settings a runner is built from (runners are shared by tests with equal keys)."""
         return (self.target, self.compiler, self.cache_dir, self.optimization_level, self.compiler_args,
@@ -220,16 +227,15 @@ class NeuronSettings:
         """A malformed base list is one usage error at start-up naming where it came from; an option given
         twice with different values is one warning (``warn``) saying which value compiles."""
         from neuron_args.errors import CompilerArgsError
-        from neuron_args.flags import option_value, validate_compiler_args, warn_repeated_options
 
         try:
-            args = validate_compiler_args(self.compiler_args)
+            args = self.base_args or CompilerArgs()
         except CompilerArgsError as exc:
             detail = str(exc).removeprefix("compiler args: ")
             raise pytest.UsageError(
                 f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: {detail} "
                 "(these are the base arguments of every graph, at the caller level)") from None
-        given = option_value(args, "--target")
+        given = args.value("--target")
         if given is not None and given != self.target:
             raise pytest.UsageError(
                 f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: --target "

@@ -54,8 +54,8 @@ def prepare_compiler_args(
             f"{graph_label(graph_type)}, key {key or '(none)'}: unknown compile target "
             f"{target!r}; use one of {', '.join(flags.KNOWN_TARGETS)}"
         )
-    args = flags.validate_compiler_args(compiler_args, graph_type=graph_type)
-    given = flags.option_value(args, "--target")
+    args = flags.CompilerArgs.parse(compiler_args, graph_type=graph_type)  # a checked value: not parsed again
+    given = args.value("--target")
     if given is not None and given != target:
         raise CompilerArgsError(
             f"{graph_label(graph_type)}, key {key or '(none)'}: compiler_args hold "
@@ -70,12 +70,12 @@ def prepare_compiler_args(
                 "(<cache>/<key>/graph_<key>.neff and log-neuron-cc.txt; `neuron-args cache ls` lists them). "
                 f"Fix: remove {name} from the compiler arguments ($NEURON_CC_FLAGS, options['compiler_args'] "
                 "or the model's policy)."), stacklevel=3)
-    args = flags.remove_options(args, list(DRIVER_OPTIONS))
+    args = args.without(DRIVER_OPTIONS)
     for name in WORKDIR_OPTIONS:
-        folder = flags.option_value(args, name)
+        folder = args.value(name)
         if folder is not None and key:
-            args = [*flags.remove_options(args, [name]), f"{name}={os.path.join(folder, key)}"]
-    return args
+            args = flags.CompilerArgs([*args.without([name]), f"{name}={os.path.join(folder, key)}"])
+    return args.argv
 
 
 class Compiler(abc.ABC):

@@ -12,7 +12,7 @@ from neuron_args.compile_start import compile_starting
 from neuron_args.compilers.base import Compiler
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CompilerArgsError
-from neuron_args.flags import canonical_compiler_args
+from neuron_args.flags import CompilerArgs
 from neuron_args.text import graph_label
 
 
@@ -27,7 +27,7 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
     compile_starting(graph_type, entry.key)
     result = compiler.compile(
         hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
-        compiler_args=list(compiler_args), workdir=entry.path, graph_type=graph_type, key=entry.key,
+        compiler_args=compiler_args, workdir=entry.path, graph_type=graph_type, key=entry.key,
         timeout=timeout,
     )
     entry.write_metadata(metadata.compiled(
@@ -51,7 +51,7 @@ def check_keyed_build(entry: CacheEntry, metadata: EntryMetadata, compiler_args:
     problems = []
     if isinstance(keyed_args, list) and metadata.compiler_args is not None:
         try:
-            given = canonical_compiler_args(list(compiler_args))
+            given = list(CompilerArgs.of(compiler_args).canonical)
         except (CompilerArgsError, TypeError) as exc:
             given = [f"<invalid: {exc}>"]
         if given != keyed_args:

@@ -33,7 +33,7 @@ from neuron_args.compilers.lifetime import (
 from neuron_args.deferred.farm import GraphCompileReport, pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
-from neuron_args.flags import split_compiler_args
+from neuron_args.flags import CompilerArgs
 from neuron_args.settings import check_timeout, resolve_compile_timeout
 
 log = logging.getLogger("neuron_args.deferred")
@@ -260,7 +260,7 @@ def parallel_compile(
         return report
     if compile_timeout is not None:
         check_timeout(compile_timeout, "parallel_compile(compile_timeout)")  # a bad value fails before any work
-    base = split_compiler_args(base_compiler_args)
+    base = CompilerArgs.of(base_compiler_args)
     own = executor is None
     scope = CancelScope()
     n_hint = len(pending) if keys is None else os.cpu_count() or 1  # streamed: as many as the machine runs
@@ -282,7 +282,7 @@ def parallel_compile(
                     event = CompileProgress(n, total, graph, elapsed, elapsed / n * (total - n), more=run.feeding)
                     if graph.used_base_args and not quiet:
                         log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
-                                    "it with the base arguments %s", graph.key, base)
+                                    "it with the base arguments %s", graph.key, base.argv)
                     if not quiet:
                         log.info("parallel_compile %s", event.line())
                     if progress is not None:

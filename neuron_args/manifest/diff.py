@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from neuron_args.errors import CompilerArgsError
-from neuron_args.flags import canonical_compiler_args, flag_changes
+from neuron_args.flags import CompilerArgs, flag_changes
 from neuron_args.text import clip, format_shapes
 
 __all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
@@ -49,13 +48,15 @@ def compiler_flag_changes(old: str | None, new: str | None) -> dict[str, list]:
 
 
 def _tokens(line: str | None) -> list[str]:
+    """A manifest's flag line read back: its canonical form, else its tokens, else its words."""
     try:
-        return canonical_compiler_args(line or "")
-    except (CompilerArgsError, TypeError, ValueError):
-        try:
-            return shlex.split(line or "")
-        except ValueError:
-            return (line or "").split()
+        args = CompilerArgs(line or "")
+    except (CompilerArgsError, TypeError):
+        return str(line or "").split()
+    try:
+        return list(args.canonical)
+    except CompilerArgsError:
+        return args.argv
 
 
 def _flag_lines(change: Mapping[str, list]) -> list[str]:

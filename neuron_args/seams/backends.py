@@ -46,7 +46,6 @@ from neuron_args.compilers.build import compile_entry
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.executables import allow_eager_outputs, load_executable
-from neuron_args.flags import canonical_compiler_args, optimization_level
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.runtime import graph_call
 from neuron_args.scope import _scoped_compiler_args, _scoped_graph_type, current_graph_type, scoped_compiler_args
@@ -223,7 +222,7 @@ class CompiledGraph:
                 key = self._key(request)
         rec = records.GraphRecord(
             key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=self.input_shapes,
-            compiler_args=list(request.compiler_args), optimization_level=optimization_level(request.compiler_args),
+            compiler_args=list(request.compiler_args), optimization_level=request.compiler_args.level,
             target=request.target,
         )
         return self.kind.variant(self, Variant(key, request, graph_type, rec))
@@ -354,12 +353,12 @@ class NativeSeam(CompileSeam):
         return None
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        args = list(v.request.compiler_args)
+        args = v.request.compiler_args
         first = ACTIVITY.native_args.setdefault(v.key.key, args)
-        if canonical_compiler_args(first) != canonical_compiler_args(args):
+        if first.canonical != args.canonical:
             raise CacheKeyArgsConflict(
                 f"cache key {v.key.key} ({graph_label(v.graph_type)}) was compiled in this process with\n"
-                f"    {first}\n  and is now requested with\n    {args}\n"
+                f"    {first.argv}\n  and is now requested with\n    {args.argv}\n"
                 "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
                 "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
             )
@@ -368,7 +367,7 @@ class NativeSeam(CompileSeam):
 
     def hit_check(self, v: Variant) -> Callable[[CacheEntry], None] | None:
         """Checked again on the hit: another process may have built the key with other arguments meanwhile."""
-        args = list(v.request.compiler_args)
+        args = v.request.compiler_args
         return lambda entry: _assert_cache_key_args(entry, args, graph_type=v.graph_type)
 
 

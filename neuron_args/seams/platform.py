@@ -14,10 +14,7 @@ from typing import Any
 
 from neuron_args import envs
 from neuron_args.errors import CompilerArgsError
-from neuron_args.flags import (
-    KNOWN_TARGETS, manifest_compiler_flags, option_value, parse_compiler_args, remove_options, split_compiler_args,
-    warn_repeated_options,
-)
+from neuron_args.flags import KNOWN_TARGETS, CompilerArgs, manifest_compiler_flags, warn_repeated_options
 from neuron_args.scope import current_compiler_args
 from neuron_args.settings import CompileSettings
 from neuron_args.text import graph_label
@@ -31,7 +28,7 @@ DEFAULT_TARGET = "trn2"
 class PlatformArgs:
     """The resolved arguments of one graph: what the compiler gets besides its fixed argv part."""
 
-    compiler_args: tuple[str, ...]
+    compiler_args: CompilerArgs  # validated, without --target/--framework (the driver's)
     target: str
 
     def compiler_flags(self) -> str:
@@ -40,28 +37,31 @@ class PlatformArgs:
 
 
 def base_compiler_args(given: str | Sequence[str] | None, *, graph_type: str | None = None,
-                       source: str | None = None) -> list[str]:
+                       source: str | None = None) -> CompilerArgs:
     """``given`` (``options["compiler_args"]``), else ``$NEURON_CC_FLAGS`` (split shell-style), else none.
 
     An option given twice with different values is a warning naming where the list came from
     (``source``: the caller's name for ``given``, when it has one)."""
-    if given is not None:
-        args = split_compiler_args(given)
-    else:
-        try:
-            args = split_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None)
-        except CompilerArgsError as exc:  # an unclosed quote: say where the string came from
-            raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
+    args = CompilerArgs.of(given) if given is not None else _env_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None)
     named = source if source is not None and given is not None else _args_source(given)
     warn_repeated_options(args, source=named, graph_type=graph_type)
     return args
+
+
+@functools.lru_cache(maxsize=8)
+def _env_compiler_args(text: str | None) -> CompilerArgs:
+    """``$NEURON_CC_FLAGS`` as a value, split (and, on first use, validated) once per distinct value."""
+    try:
+        return CompilerArgs(text)
+    except CompilerArgsError as exc:  # an unclosed quote: say where the string came from
+        raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
 
 
 def _args_source(given: Sequence[str] | None) -> str:
     if given is None:
         return f"${NEURON_CC_FLAGS_ENV}"
     scoped = current_compiler_args()
-    if scoped is not None and list(scoped) == list(given):
+    if scoped is not None and tuple(scoped) == tuple(given):
         return "scoped_compiler_args(...)"
     return "options['compiler_args']"
 
@@ -75,12 +75,9 @@ def _target_source(settings: CompileSettings) -> str:
 def apply_platform_compiler_args(settings: CompileSettings, *, graph_type: str | None = None) -> PlatformArgs:
     """Resolve the target and strip the options the driver sets itself."""
     given = settings.compiler_args
-    args = base_compiler_args(given, graph_type=graph_type)
-    try:  # here the error can say where the list came from
-        parse_compiler_args(args, graph_type=graph_type)
-    except CompilerArgsError as exc:
-        raise CompilerArgsError(f"{exc} (these arguments come from {_args_source(given)})") from None
-    in_args = option_value(args, "--target")
+    # validated once per value; here the error can say where the list came from
+    args = base_compiler_args(given, graph_type=graph_type).checked(graph_type=graph_type, source=_args_source(given))
+    in_args = args.value("--target")
     target = settings.target or in_args or envs.text(TARGET_ENV) or DEFAULT_TARGET
     if in_args is not None and in_args != target:
         raise CompilerArgsError(
@@ -92,7 +89,7 @@ def apply_platform_compiler_args(settings: CompileSettings, *, graph_type: str |
         source = _args_source(given) if in_args is not None else _target_source(settings)
         raise CompilerArgsError(f"{graph_label(graph_type)}: unknown target {target!r} (from {source}); neuronx-cc "
                                 f"targets are {', '.join(KNOWN_TARGETS)}")
-    return PlatformArgs(tuple(remove_options(args, ["--target", "--framework"])), target)
+    return PlatformArgs(args.without(["--target", "--framework"]), target)
 
 
 def resolve_request(settings: CompileSettings, graph_type: str | None) -> PlatformArgs:
