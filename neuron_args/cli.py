@@ -333,10 +333,12 @@ def _cache_logs(args: argparse.Namespace) -> int:
 
 def _cache_verify(args: argparse.Namespace) -> int:
     """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
+    from neuron_args.manifest.show import status_counts
+
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
-    corrupt, counts = [], {}
+    corrupt, statuses = [], []
     remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded or []]
     for entry in entries:
         status = entry.status
@@ -344,7 +346,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
         if problem is not None:
             status = EntryStatus.CORRUPT
             corrupt.append((entry, problem))
-        counts[status.value] = counts.get(status.value, 0) + 1
+        statuses.append(status)
+    counts = status_counts(statuses)
     found = []
     for entry, problem in corrupt:
         label = entry.graph_type
@@ -357,7 +360,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
     if args.json:
-        _print_json({"cache_dir": str(root), "checked": len(entries), "counts": dict(sorted(counts.items())),
+        _print_json({"cache_dir": str(root), "checked": len(entries), "counts": counts,
                      "corrupt": found, "fixed": bool(args.fix), "ok": (not corrupt or bool(args.fix)) and not remote_bad,
                      **({} if synced is None else {"remote_cache": synced.url, "remote_not_loaded": remote_bad})})
         return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
@@ -367,7 +370,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
         if args.fix:
             line += f"; moved to {item['moved_to']}" if item["moved_to"] else "; already replaced"
         print(line)
-    print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) if counts else "  no entries")
+    print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
     for item in remote_bad:
         print(f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
               "replaces it")
