@@ -283,7 +283,7 @@ class CrossAttentionFlags:
 
 
 def _static_layer(seen: Any, max_cache_len: int, batch_size: int) -> Any:
-    """A full-length ``StaticLayer`` of ``max_cache_len`` for a filled dynamic layer, allocated with its heads and dtype."""
+    """A full-length ``StaticLayer`` of ``max_cache_len`` for a filled dynamic layer, with its heads and dtype."""
     from transformers.cache_utils import StaticLayer
 
     layer = StaticLayer(max_cache_len=max_cache_len)

@@ -59,8 +59,9 @@ _OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
     "--neuron-flow": ({"choices": FLOWS, "help": f"warmup flow of the neuron_served / neuron_manifest fixtures "
                                                  f"(default {DEFAULT_FLOW}; ini: neuron_flow)"},
                       f"warmup flow, one of {', '.join(FLOWS)}"),
-    "--neuron-baseline": ({"metavar": "PATH", "help": "manifest baseline: a .json file, or a directory of <test>.json "
-                                                      "files (default <rootdir>/.neuron-baseline/; ini: neuron_baseline)"},
+    "--neuron-baseline": ({"metavar": "PATH",
+                           "help": "manifest baseline: a .json file, or a directory of <test>.json files (default "
+                                   "<rootdir>/.neuron-baseline/; ini: neuron_baseline)"},
                           "manifest baseline file or directory (relative to the ini file)"),
     "--neuron-update-baseline": ({"action": "store_true", "default": False,
                                   "help": "write the neuron_baseline files instead of comparing against them"}, None),
@@ -152,8 +153,6 @@ class NeuronSettings:
     def from_config(cls, config: pytest.Config) -> NeuronSettings:
         target = _choice(config, "neuron_target", TARGETS) or DEFAULT_TARGET
         compiler = _choice(config, "neuron_compiler", COMPILERS)
-        compiler_source = "--neuron-compiler" if config.getoption("neuron_compiler") is not None else (
-            f"ini key neuron_compiler ({config.inipath})")
         flow = _choice(config, "neuron_flow", FLOWS) or DEFAULT_FLOW
         level = config.getoption("neuron_optimization_level")
         if level is not None and level not in OPT_LEVELS:
@@ -161,9 +160,7 @@ class NeuronSettings:
                 f"--neuron-optimization-level {level}: use one of {', '.join(map(str, OPT_LEVELS))} "
                 "(the -O level every graph gets; it disables model compiler_args_for policies)"
             )
-        args, args_source = _raw(config, "neuron_compiler_args")
-        source = {"cli": "--neuron-compiler-args", "ini": f"ini key neuron_compiler_args ({config.inipath})"}.get(
-            args_source, "")
+        args, source = _raw(config, "neuron_compiler_args")[0], _where(config, "neuron_compiler_args")
         if args is None and envs.is_set("NEURON_CC_FLAGS"):
             args, source = envs.text("NEURON_CC_FLAGS"), "NEURON_CC_FLAGS"
         tp_text, _ = _raw(config, "neuron_tp")
@@ -181,21 +178,18 @@ class NeuronSettings:
         if timeout is not None and not timeout > 0:
             raise pytest.UsageError(f"--neuron-compile-timeout {timeout_text}: give a number of seconds above 0")
         breaks, _ = _raw(config, "neuron_allow_graph_breaks")
-        manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir"), ""
-        if manifest_dir is not None:
-            manifest_dir_source = "--neuron-manifest-dir" if config.getoption("neuron_manifest_dir") is not None else (
-                f"ini key neuron_manifest_dir ({config.inipath})")
-        elif (manifest_dir := _env_manifest_dir()) is not None:
+        manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir"), _where(config, "neuron_manifest_dir")
+        if manifest_dir is None and (manifest_dir := _env_manifest_dir()) is not None:
             manifest_dir_source = f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
         return cls(
             compiler_args=args, compiler_args_source=source, tp=tp, compile_timeout=timeout,
-            allow_graph_breaks=str(breaks).strip().lower() in ("1", "true", "yes", "on") if breaks else False,
+            allow_graph_breaks=str(breaks).strip().lower() in envs.TRUE_VALUES if breaks else False,
             rank_worker=Path(worker) if worker else None,
             rank_serve=bool(worker) and bool(config.getoption("neuron_rank_serve", False)),
             target=target,
             compiler=compiler,
-            compiler_source=compiler_source if compiler is not None else "",
+            compiler_source=_where(config, "neuron_compiler"),
             cache_dir=_path(config, "neuron_cache_dir"),
             manifest_dir=manifest_dir,
             manifest_dir_source=manifest_dir_source,
@@ -282,6 +276,12 @@ def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
     if isinstance(ini, str) and ini.strip():
         return ini.strip(), "ini"
     return None, ""
+
+
+def _where(config: pytest.Config, dest: str) -> str:
+    """Where ``dest``'s value came from, for errors: its option or its ini key; ``""`` when unset."""
+    source = _raw(config, dest)[1]
+    return {"cli": "--" + dest.replace("_", "-"), "ini": f"ini key {dest} ({config.inipath})"}.get(source, "")
 
 
 def _env_manifest_dir() -> Path | None:
