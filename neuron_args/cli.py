@@ -356,10 +356,12 @@ def _cache_logs(args: argparse.Namespace) -> int:
 
 def _cache_verify(args: argparse.Namespace) -> int:
     """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
+    from neuron_args.manifest.show import status_counts
+
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
-    corrupt, counts = [], {}
+    corrupt, statuses = [], []
     remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded or []]
     for entry in entries:
         status = entry.status
@@ -367,7 +369,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
         if problem is not None:
             status = EntryStatus.CORRUPT
             corrupt.append((entry, problem))
-        counts[status.value] = counts.get(status.value, 0) + 1
+        statuses.append(status)
+    counts = status_counts(statuses)
     found = []
     for entry, problem in corrupt:
         label = entry.graph_type
@@ -380,7 +383,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
     if args.json:
-        _print_json({"cache_dir": str(root), "checked": len(entries), "counts": dict(sorted(counts.items())),
+        _print_json({"cache_dir": str(root), "checked": len(entries), "counts": counts,
                      "corrupt": found, "fixed": bool(args.fix), "ok": (not corrupt or bool(args.fix)) and not remote_bad,
                      **({} if synced is None else {"remote_cache": synced.url, "remote_listed": synced.listed,
                                                    "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})})
@@ -391,7 +394,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
         if args.fix:
             line += f"; moved to {item['moved_to']}" if item["moved_to"] else "; already replaced"
         print(line)
-    print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) if counts else "  no entries")
+    print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
     for item in remote_bad:
         print(f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
               "replaces it")
@@ -501,13 +504,86 @@ def _report_plot(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- parser
 
 
-def _add_cache_dir(parser: argparse.ArgumentParser, *, positional: bool) -> None:
-    """``--cache-dir DIR`` on every cache command; ``ls``, ``logs``, ``verify`` and ``prune-memo`` also take a
-    positional ``DIR`` (``explain`` takes it before its keys)."""
-    where = f"cache directory or s3://bucket/prefix (default: ${CACHE_DIR_ENV}, else $XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})"
-    if positional:
-        parser.add_argument("dir", nargs="?", metavar="DIR", help=where + "; same as --cache-dir")
-    parser.add_argument("--cache-dir", metavar="DIR", help=where)
+_CACHE_DIR_HELP = ("cache directory or s3://bucket/prefix (default: $" + CACHE_DIR_ENV + ", else "
+                   f"$XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})")
+_JSON = ("--json", {"action": "store_true", "help": "machine-readable output"})
+_DIR = ("dir", {"nargs": "?", "metavar": "DIR", "help": _CACHE_DIR_HELP + "; same as --cache-dir"})
+_CACHE_DIR = ("--cache-dir", {"metavar": "DIR", "help": _CACHE_DIR_HELP})
+_MANIFEST_PATH = ("path", {"help": "manifest.json, or the <engine-id> folder holding it"})
+
+#: group -> (help, {command: (handler, help, description, usage, arguments)}); an argument is (name or names,
+#: add_argument keywords). ``ls``, ``logs``, ``verify`` and ``prune-memo`` take the cache as a positional ``DIR`` or
+#: ``--cache-dir`` (``explain`` takes it before its keys).
+_COMMANDS = {
+    "manifest": ("show, validate or diff manifest.json files", {
+        "show": (_manifest_show, "a table of the graphs in a manifest", None, None, [
+            _MANIFEST_PATH,
+            ("--cache-dir", {"help": "compile cache to read graph types from "
+                                     "(default: config.neuron_config.cache_dir when recorded)"}), _JSON]),
+        "validate": (_manifest_validate, "check a manifest against schema v1 and its compile cache",
+                     "Exit 0 when valid, 1 when invalid, 2 when it cannot be read. A manifest baseline "
+                     "(.neuron-baseline/*.json) is recognised and checked as one.", None, [
+            _MANIFEST_PATH,
+            ("--cache-dir", {"help": "compile cache to cross-check files and sizes "
+                                     "against (default: config.neuron_config.cache_dir when recorded)"}), _JSON]),
+        "diff": (_manifest_diff, "what changed between two manifests",
+                 "Exit 0 when nothing that matters changed, 1 when something did.", None, [
+            ("old", {}), ("new", {}), _JSON,
+            ("--include-environment", {"action": "store_true", "help": "also compare installed package versions"})]),
+    }),
+    "cache": ("list, verify or explain compile-cache entries, collect failed compiles' logs; prune the trace memo", {
+        "ls": (_cache_ls, "entries with graph type, -O level, status, size",
+               "STATUS: complete, corrupt (executable missing or not the recorded size), pending "
+               "(captured, not compiled), compiling (pid N) (a live process holds the key's lock), "
+               "failed (the compiler failed), interrupted (Ctrl-C stopped its build), crashed (its build's process "
+               "died). A rebuild of the key replaces the last three.", None, [
+            _DIR, _CACHE_DIR,
+            ("--status", {"metavar": "S,S", "help": "only entries of these statuses (comma-separated)"}), _JSON]),
+        "logs": (_cache_logs, "copy the compiler logs of entries whose build failed, crashed or was interrupted",
+                 "Copies log-neuron-cc.txt, command.txt and metadata.json of each chosen entry into OUT/<key>/ "
+                 "(regular files only). Exit 0, whether or not an entry matched.", None, [
+            _DIR, _CACHE_DIR,
+            ("--out", {"required": True, "metavar": "OUT", "help": "folder to copy into (created)"}),
+            ("--status", {"metavar": "S,S",
+                          "help": f"entry statuses to collect (default: {','.join(s.value for s in UNBUILT)})"}),
+            _JSON]),
+        "verify": (_cache_verify, "check every entry's executable against its recorded size and sha256",
+                   "Exit 0 when no entry is corrupt (or --fix moved them aside), 1 otherwise.", None, [
+            _DIR, _CACHE_DIR,
+            ("--fix", {"action": "store_true",
+                       "help": "move corrupt entries aside (to <cache>/.corrupt/) so the next run rebuilds them"}),
+            _JSON]),
+        "explain": (_cache_explain, "why two keys differ (key components)",
+                    "DIR KEY_A KEY_B, or KEY_A KEY_B with --cache-dir DIR (else $" + CACHE_DIR_ENV + "). "
+                    "A key may be a unique prefix.", "%(prog)s [DIR] KEY_A KEY_B [--cache-dir DIR] [--json]", [
+            ("operands", {"nargs": "+", "metavar": "[DIR] KEY", "help": "the cache directory, then two keys"}),
+            _CACHE_DIR, _JSON]),
+        "prune-memo": (_cache_prune_memo, "remove trace-memo files (<cache>/.trace-memo/) no entry can use",
+                       "A trace-memo file lets a warm re-trace skip aot_autograd and the lowering; it is used only "
+                       "while an entry with its graph digest exists. Removed: files whose digest no entry has, "
+                       "unreadable ones, and with --older-than DAYS those no trace read for that long. Removing "
+                       "a memo costs at most one full trace of its graph. Exit 0.", None, [
+            _DIR, _CACHE_DIR,
+            ("--older-than", {"type": float, "metavar": "DAYS", "help": "also remove memos not read for DAYS days"}),
+            ("--dry-run", {"action": "store_true", "help": "list what would be removed, remove nothing"}), _JSON]),
+    }),
+    "report": ("compare run reports (pytest --neuron-report=PATH)", {
+        "compare": (_report_compare, "per-graph changes between two reports (e.g. last night's and tonight's)",
+                    "Graphs are matched by graph type and input shapes. Exit 1 on a regression: a graph gone, "
+                    "changed flags, a compile slower or an executable larger beyond both thresholds, new serve "
+                    "misses; 0 otherwise (new graphs and improvements are listed).", None, [
+            ("old", {}), ("new", {}), _JSON,
+            ("--seconds-ratio", {"type": float, "default": 0.25, "help": "relative compile-time growth (0.25)"}),
+            ("--seconds-abs", {"type": float, "default": 5.0, "help": "absolute compile-time growth, s (5)"}),
+            ("--size-ratio", {"type": float, "default": 0.10, "help": "relative executable growth (0.10)"}),
+            ("--size-abs", {"type": int, "default": 65536, "help": "absolute executable growth, bytes (65536)"})]),
+        "plot": (_report_plot, "draw compile seconds and executable sizes per graph over runs (needs the plot extra)",
+                 "Reports are ordered by their creation time; graphs are matched as in compare.", None, [
+            ("reports", {"nargs": "+", "metavar": "REPORT"}),
+            (("-o", "--output"), {"default": "trend.png", "help": "image to write (default trend.png)"}),
+            ("--title", {"help": "figure title"})]),
+    }),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -515,117 +591,16 @@ def _parser() -> argparse.ArgumentParser:
         prog="neuron-args",
         description="Inspect compile-artifact manifests and neuron-args compile caches.",
     )
-    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache,compile,report}")
-    groups.required = True
-
-    manifest = groups.add_parser("manifest", help="show, validate or diff manifest.json files")
-    commands = manifest.add_subparsers(dest="command", metavar="{show,validate,diff}")
-    commands.required = True
-    show = commands.add_parser("show", help="a table of the graphs in a manifest")
-    show.add_argument("path", help="manifest.json, or the <engine-id> folder holding it")
-    show.add_argument("--cache-dir", help="compile cache to read graph types from "
-                      "(default: config.neuron_config.cache_dir when recorded)")
-    show.add_argument("--json", action="store_true", help="machine-readable output")
-    show.set_defaults(run=_manifest_show)
-    validate = commands.add_parser(
-        "validate", help="check a manifest against schema v1 and its compile cache",
-        description="Exit 0 when valid, 1 when invalid, 2 when it cannot be read. A manifest baseline "
-                    "(.neuron-baseline/*.json) is recognised and checked as one.",
-    )
-    validate.add_argument("path", help="manifest.json, or the <engine-id> folder holding it")
-    validate.add_argument("--cache-dir", help="compile cache to cross-check files and sizes "
-                          "against (default: config.neuron_config.cache_dir when recorded)")
-    validate.add_argument("--json", action="store_true", help="machine-readable output")
-    validate.set_defaults(run=_manifest_validate)
-    diff = commands.add_parser(
-        "diff", help="what changed between two manifests",
-        description="Exit 0 when nothing that matters changed, 1 when something did.",
-    )
-    diff.add_argument("old")
-    diff.add_argument("new")
-    diff.add_argument("--json", action="store_true", help="machine-readable output")
-    diff.add_argument("--include-environment", action="store_true",
-                      help="also compare installed package versions")
-    diff.set_defaults(run=_manifest_diff)
-
-    cache = groups.add_parser("cache", help="list, verify or explain compile-cache entries, collect failed compiles' "
-                              "logs; prune the trace memo")
-    cache_commands = cache.add_subparsers(dest="command", metavar="{ls,logs,verify,explain,prune-memo}")
-    cache_commands.required = True
-    ls = cache_commands.add_parser(
-        "ls", help="entries with graph type, -O level, status, size",
-        description="STATUS: complete, corrupt (executable missing or not the recorded size), pending "
-                    "(captured, not compiled), compiling (pid N) (a live process holds the key's lock), "
-                    "failed (the compiler failed), interrupted (Ctrl-C stopped its build), crashed (its build's process "
-                    "died). A rebuild of the key replaces the last three.")
-    _add_cache_dir(ls, positional=True)
-    ls.add_argument("--status", metavar="S,S", help="only entries of these statuses (comma-separated)")
-    ls.add_argument("--json", action="store_true", help="machine-readable output")
-    ls.set_defaults(run=_cache_ls)
-    logs = cache_commands.add_parser(
-        "logs", help="copy the compiler logs of entries whose build failed, crashed or was interrupted",
-        description="Copies log-neuron-cc.txt, command.txt and metadata.json of each chosen entry into OUT/<key>/ "
-                    "(regular files only). Exit 0, whether or not an entry matched.")
-    _add_cache_dir(logs, positional=True)
-    logs.add_argument("--out", required=True, metavar="OUT", help="folder to copy into (created)")
-    logs.add_argument("--status", metavar="S,S",
-                      help=f"entry statuses to collect (default: {','.join(s.value for s in UNBUILT)})")
-    logs.add_argument("--json", action="store_true", help="machine-readable output")
-    logs.set_defaults(run=_cache_logs)
-    verify = cache_commands.add_parser(
-        "verify", help="check every entry's executable against its recorded size and sha256",
-        description="Exit 0 when no entry is corrupt (or --fix moved them aside), 1 otherwise.",
-    )
-    _add_cache_dir(verify, positional=True)
-    verify.add_argument("--fix", action="store_true",
-                        help="move corrupt entries aside (to <cache>/.corrupt/) so the next run rebuilds them")
-    verify.add_argument("--json", action="store_true", help="machine-readable output")
-    verify.set_defaults(run=_cache_verify)
-    explain = cache_commands.add_parser(
-        "explain", help="why two keys differ (key components)", usage="%(prog)s [DIR] KEY_A KEY_B [--cache-dir DIR] [--json]",
-        description="DIR KEY_A KEY_B, or KEY_A KEY_B with --cache-dir DIR (else $" + CACHE_DIR_ENV + "). "
-                    "A key may be a unique prefix.")
-    explain.add_argument("operands", nargs="+", metavar="[DIR] KEY", help="the cache directory, then two keys")
-    _add_cache_dir(explain, positional=False)
-    explain.add_argument("--json", action="store_true", help="machine-readable output")
-    explain.set_defaults(run=_cache_explain)
-    prune_memo = cache_commands.add_parser(
-        "prune-memo", help="remove trace-memo files (<cache>/.trace-memo/) no entry can use",
-        description="A trace-memo file lets a warm re-trace skip aot_autograd and the lowering; it is used only "
-                    "while an entry with its graph digest exists. Removed: files whose digest no entry has, "
-                    "unreadable ones, and with --older-than DAYS those no trace read for that long. Removing "
-                    "a memo costs at most one full trace of its graph. Exit 0.")
-    _add_cache_dir(prune_memo, positional=True)
-    prune_memo.add_argument("--older-than", type=float, metavar="DAYS",
-                            help="also remove memos not read for DAYS days")
-    prune_memo.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
-    prune_memo.add_argument("--json", action="store_true", help="machine-readable output")
-    prune_memo.set_defaults(run=_cache_prune_memo)
-
+    groups = parser.add_subparsers(dest="group", metavar="{manifest,cache,compile,report}", required=True)
+    for group, (group_help, commands) in _COMMANDS.items():
+        subparsers = groups.add_parser(group, help=group_help).add_subparsers(
+            dest="command", metavar="{" + ",".join(commands) + "}", required=True)
+        for name, (run, help_, description, usage, arguments) in commands.items():
+            command = subparsers.add_parser(name, help=help_, description=description, usage=usage)
+            for flags, options in arguments:
+                command.add_argument(*(flags if isinstance(flags, tuple) else (flags,)), **options)
+            command.set_defaults(run=run)
     add_compile_command(groups)
-    report = groups.add_parser("report", help="compare run reports (pytest --neuron-report=PATH)")
-    report_commands = report.add_subparsers(dest="command", metavar="{compare,plot}")
-    report_commands.required = True
-    compare = report_commands.add_parser(
-        "compare", help="per-graph changes between two reports (e.g. last night's and tonight's)",
-        description="Graphs are matched by graph type and input shapes. Exit 1 on a regression: a graph gone, "
-                    "changed flags, a compile slower or an executable larger beyond both thresholds, new serve "
-                    "misses; 0 otherwise (new graphs and improvements are listed).")
-    compare.add_argument("old")
-    compare.add_argument("new")
-    compare.add_argument("--json", action="store_true", help="machine-readable output")
-    compare.add_argument("--seconds-ratio", type=float, default=0.25, help="relative compile-time growth (0.25)")
-    compare.add_argument("--seconds-abs", type=float, default=5.0, help="absolute compile-time growth, s (5)")
-    compare.add_argument("--size-ratio", type=float, default=0.10, help="relative executable growth (0.10)")
-    compare.add_argument("--size-abs", type=int, default=65536, help="absolute executable growth, bytes (65536)")
-    compare.set_defaults(run=_report_compare)
-    plot = report_commands.add_parser(
-        "plot", help="draw compile seconds and executable sizes per graph over runs (needs the plot extra)",
-        description="Reports are ordered by their creation time; graphs are matched as in compare.")
-    plot.add_argument("reports", nargs="+", metavar="REPORT")
-    plot.add_argument("-o", "--output", default="trend.png", help="image to write (default trend.png)")
-    plot.add_argument("--title", help="figure title")
-    plot.set_defaults(run=_report_plot)
     return parser
 
 

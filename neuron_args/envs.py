@@ -224,11 +224,6 @@ def snapshot(prefixes: tuple[str, ...] | None = None) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if prefixes is None or k.startswith(prefixes)}
 
 
-def child_environment(**overrides: str) -> dict[str, str]:
-    """The environment a child process starts with: this one's, with ``overrides``."""
-    return {**os.environ, **overrides}
-
-
 def put(name: str, value: str | None) -> None:
     """Set ``name`` in this process's environment; None removes it."""
     if value is None:

@@ -137,7 +137,7 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
         if isinstance(seen, DummyLayer) or not filled(seen):  # a layer no forward writes (a feed-forward block's)
             layers.append(seen if isinstance(seen, DummyLayer) else DummyLayer())
         elif kind in (DynamicLayer, DynamicSlidingWindowLayer) and seen.keys is not None:
-            layers += _static_layers([seen], max_cache_len, batch_size)
+            layers.append(_static_layer(seen, max_cache_len, batch_size))
         elif kind is DynamicIndexedLayer and seen.keys is not None:
             layers.append(_static_indexed_layer(model_name, i, seen, max_cache_len, batch_size))
         elif kind is LinearAttentionLayer:
@@ -282,15 +282,13 @@ class CrossAttentionFlags:
         return f"CrossAttentionFlags(updated={self.updated})"
 
 
-def _static_layers(filled: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
-    """A full-length ``StaticLayer`` of ``max_cache_len`` per filled dynamic layer, allocated with its heads and dtype."""
+def _static_layer(seen: Any, max_cache_len: int, batch_size: int) -> Any:
+    """A full-length ``StaticLayer`` of ``max_cache_len`` for a filled dynamic layer, with its heads and dtype."""
     from transformers.cache_utils import StaticLayer
 
-    layers = []
-    for seen in filled:
-        layers.append(StaticLayer(max_cache_len=max_cache_len))
-        _allocate_keys_values(layers[-1], seen, batch_size)
-    return layers
+    layer = StaticLayer(max_cache_len=max_cache_len)
+    _allocate_keys_values(layer, seen, batch_size)
+    return layer
 
 
 def encoder_width(model: torch.nn.Module) -> int:
@@ -336,7 +334,7 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
         if not filled:
             raise ValueError(f"{type(model).__name__}: a decoder call filled no cache layers; "
                              "static_encoder_decoder_cache handles models whose attention layers cache keys and values")
-        layers = _static_layers(filled, length, batch_size)
+        layers = [_static_layer(seen, length, batch_size) for seen in filled]
         # the self-attention cache's filled length gives positions (see positioned_cache_class)
         caches.append(Cache(layers=layers) if caches else _positioned_cache(layers))
     return EncoderDecoderCache(*caches)

@@ -21,7 +21,6 @@ rank's share of it) before the first load, so an engine runs on the cores its ma
 """
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -33,8 +32,6 @@ import torch
 from neuron_args import envs
 from neuron_args.errors import NeuronArgsError
 from neuron_args.tensors import TensorSpec
-
-log = logging.getLogger("neuron_args.neuron_runtime")
 
 RUNTIME_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 INSTALL_HINT = ("pip install torch-neuronx --extra-index-url=https://pip.repos.neuron.amazonaws.com "

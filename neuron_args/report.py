@@ -62,8 +62,7 @@ def write_report(path: str | Path, report: Mapping[str, Any]) -> Path:
     from neuron_args.atomic import write_atomic
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")  # creates the folder
     return path
 
 

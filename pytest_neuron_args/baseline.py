@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
+from neuron_args.manifest.show import BASELINE_CACHE_DIR_PLACEHOLDER as CACHE_DIR_PLACEHOLDER
+from neuron_args.manifest.show import BASELINE_DIRNAME
+from neuron_args.manifest.show import BASELINE_VOLATILE_GRAPH_FIELDS as VOLATILE_GRAPH_FIELDS
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args.assertions import ManifestView
 from pytest_neuron_args.state import NeuronSession
-
-BASELINE_DIRNAME = ".neuron-baseline"
-VOLATILE_GRAPH_FIELDS = ("created_timestamp", "neff_size", "hlo_path", "neff_path")
-CACHE_DIR_PLACEHOLDER = "<cache_dir>"
 
 
 def normalize(doc: Mapping[str, Any]) -> dict[str, Any]:

@@ -57,10 +57,11 @@ def neuron_model(request: pytest.FixtureRequest) -> Any:
         "warmup between tests", pytrace=False)
 
 
-def _model_fixturedef(request: pytest.FixtureRequest) -> Any:
+def model_fixturedef_of(item: pytest.Item) -> Any:
+    """The ``neuron_model`` fixture definition an item would get (None when unknown: the model is per-test)."""
     try:
-        defs = request._fixturemanager.getfixturedefs(USER_FIXTURE, request.node)
-    except Exception:  # another pytest's private API: treat the model as per-test
+        defs = item.session._fixturemanager.getfixturedefs(USER_FIXTURE, item)
+    except Exception:  # another pytest's private API
         return None
     return defs[-1] if defs else None
 
@@ -144,7 +145,7 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
 
     s = session.settings
     fullgraph = _fullgraph(s, request.node)
-    fixturedef = _model_fixturedef(request)
+    fixturedef = model_fixturedef_of(request.node)
     shared = fixturedef is not None and fixturedef.scope != "function"
     key = (id(model), fullgraph, s.runner_key())
     runner = session.runners.get(key) if shared else None
@@ -400,7 +401,7 @@ def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
     s = session.settings
     nodeid = request.node.nodeid
     hint = shlex.join(["pytest", nodeid, *_neuron_args(pytestconfig), "--neuron-update-baseline"])
-    path, _ = baseline_location(pytestconfig, request.node, _model_fixturedef(request), s)
+    path, _ = baseline_location(pytestconfig, request.node, model_fixturedef_of(request.node), s)
     return Baseline(path, nodeid=nodeid,
                     update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append,
                     on_check=session.baseline_checks.append)
@@ -419,15 +420,6 @@ def baseline_location(config: pytest.Config, node: pytest.Item, model_fixturedef
     variant = settings.baseline_variant()
     name = safe_name(test_id) + (f"[{variant}]" if variant else "")
     return baseline_path(settings.baseline, anchor, name), anchor
-
-
-def model_fixturedef_of(item: pytest.Item) -> Any:
-    """The ``neuron_model`` fixture definition an item would get (None when unknown)."""
-    try:
-        defs = item.session._fixturemanager.getfixturedefs(USER_FIXTURE, item)
-    except Exception:  # another pytest's private API
-        return None
-    return defs[-1] if defs else None
 
 
 _INI_FILES = (("pytest.ini", None), (".pytest.ini", None), ("pyproject.toml", "[tool.pytest.ini_options]"),
@@ -470,7 +462,7 @@ def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
 
 
 def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any, ...]:
-    fixturedef = _model_fixturedef(request)
+    fixturedef = model_fixturedef_of(request.node)
     param = getattr(getattr(request.node, "callspec", None), "params", {}).get(USER_FIXTURE)
     shared = fixturedef is not None and fixturedef.scope != "function"
     owner = (id(fixturedef), repr(param)) if shared else request.node.nodeid
@@ -492,16 +484,11 @@ def _rank_argv(node: pytest.Item, session: NeuronSession, out: Path, graph_types
         argv += ["-c", str(config.inipath)]
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]
-    if s.compiler is not None:
-        argv.append(f"--neuron-compiler={s.compiler}")
-    if s.compiler_args is not None:
-        argv.append(f"--neuron-compiler-args={s.compiler_args}")
-    if s.optimization_level is not None:
-        argv.append(f"--neuron-optimization-level={s.optimization_level}")
+    argv += [f"--neuron-{flag}={value}" for flag, value in (
+        ("compiler", s.compiler), ("compiler-args", s.compiler_args), ("optimization-level", s.optimization_level),
+        ("compile-timeout", s.compile_timeout)) if value is not None]
     if s.allow_graph_breaks:
         argv.append("--neuron-allow-graph-breaks")
-    if s.compile_timeout is not None:
-        argv.append(f"--neuron-compile-timeout={s.compile_timeout}")
     return argv
 
 
@@ -513,7 +500,6 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
     ``torch.distributed`` is initialized) and its warmup, but not the test itself, and reports the
     graphs it warmed; their ledger lines carry the rank, so the manifest lists ranks 0..N-1.
     """
-    from neuron_args.cache import CacheStats
     from neuron_args.launch import launch
     from neuron_args.runner import WarmedGraph, WarmupReport
 

@@ -6,6 +6,7 @@ torch: the plugin loads in every pytest session of an environment that has neuro
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 from collections.abc import Callable
@@ -27,88 +28,80 @@ from neuron_args.seams.platform import DEFAULT_TARGET
 
 DEFAULT_FLOW = FLOWS[0]
 
-# (option dest, ini name) for the settings that have an ini equivalent
-_INI = {
-    "neuron_target": "neuron_target",
-    "neuron_compiler": "neuron_compiler",
-    "neuron_cache_dir": "neuron_cache_dir",
-    "neuron_manifest_dir": "neuron_manifest_dir",
-    "neuron_flow": "neuron_flow",
-    "neuron_baseline": "neuron_baseline",
-    "neuron_compiler_args": "neuron_compiler_args",
-    "neuron_tp": "neuron_tp",
-    "neuron_compile_timeout": "neuron_compile_timeout",
-    "neuron_allow_graph_breaks": "neuron_allow_graph_breaks",
-    "neuron_report": "neuron_report",
-}
 RANK_WORKER_OPTION = "--neuron-rank-worker"  # internal: a --neuron-tp rank process (see fixtures.tp_warmup)
 RANK_SERVE_OPTION = "--neuron-rank-serve"  # internal: that rank process runs the test itself (fixtures.tp_serve)
+
+#: option -> (addoption keywords, help of its ini key or None: no ini key). An ini key is named as the option's
+#: dest (``--neuron-target``: ``neuron_target``); options appear in ``--help`` in this order.
+_OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
+    "--neuron-target": ({"choices": TARGETS, "help": f"compile target (default {DEFAULT_TARGET}; ini: neuron_target)"},
+                        f"compile target, one of {', '.join(TARGETS)}"),
+    "--neuron-compiler": ({"choices": COMPILERS,
+                           "help": "compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
+                                   "default: $NEURON_ARGS_COMPILER, else auto (ini: neuron_compiler)"},
+                          f"compiler, one of {', '.join(COMPILERS)}"),
+    "--neuron-cache-dir": ({"metavar": "DIR",
+                            "help": "compile cache directory or s3://bucket/prefix, kept across runs (default: a fresh "
+                                    "directory per session under pytest's base temp; ini: neuron_cache_dir)"},
+                           "persistent compile cache directory (relative to the ini file)"),
+    "--neuron-manifest-dir": ({"metavar": "DIR",
+                               "help": "VLLM_NEURON_MANIFEST_DIR for the session (restored after; default: that "
+                                       "variable as the session starts): the session writes "
+                                       "<DIR>/<engine-id>/manifest.json with every graph it compiled or loaded, merged "
+                                       "across xdist workers (ini: neuron_manifest_dir)"},
+                              "VLLM_NEURON_MANIFEST_DIR for the session (relative to the ini file)"),
+    "--neuron-optimization-level": ({"type": int, "metavar": "N",
+                                     "help": "explicit caller -O level (1, 2 or 3): every graph gets it and model "
+                                             "compiler_args_for policies are disabled"}, None),
+    "--neuron-compiler-args": ({"metavar": "ARGS",
+                                "help": "base neuronx-cc arguments at the caller level, e.g. '-O1 --auto-cast=none' "
+                                        "(default: $NEURON_CC_FLAGS; ini: neuron_compiler_args)"},
+                               "base neuronx-cc arguments at the caller level"),
+    "--neuron-flow": ({"choices": FLOWS, "help": f"warmup flow of the neuron_served / neuron_manifest fixtures "
+                                                 f"(default {DEFAULT_FLOW}; ini: neuron_flow)"},
+                      f"warmup flow, one of {', '.join(FLOWS)}"),
+    "--neuron-baseline": ({"metavar": "PATH",
+                           "help": "manifest baseline: a .json file, or a directory of <test>.json files (default "
+                                   "<rootdir>/.neuron-baseline/; ini: neuron_baseline)"},
+                          "manifest baseline file or directory (relative to the ini file)"),
+    "--neuron-update-baseline": ({"action": "store_true", "default": False,
+                                  "help": "write the neuron_baseline files instead of comparing against them"}, None),
+    "--neuron-tp": ({"type": int, "metavar": "N",
+                     "help": "run each warmup in N tensor-parallel rank processes (gloo on CPU, the launcher of "
+                             "scripts/main.sh --tp), so the manifest lists ranks 0..N-1 (default 1; ini: neuron_tp)"},
+                    "tensor-parallel rank processes per warmup"),
+    "--neuron-allow-graph-breaks": ({"action": "store_true",
+                                     "help": "let Dynamo split a graph type into several graphs (default: a graph "
+                                             "break fails the warmup; per test: @pytest.mark.neuron_allow_graph_breaks;"
+                                             " ini: neuron_allow_graph_breaks)"},
+                                    "true: let Dynamo split graph types into several graphs"),
+    "--neuron-compile-timeout": ({"type": float, "metavar": "SECONDS",
+                                  "help": "give up on one graph's compile after SECONDS (compile option "
+                                          "compile_timeout; ini: neuron_compile_timeout)"},
+                                 "seconds one graph's compile may take"),
+    "--neuron-report": ({"metavar": "PATH",
+                         "help": "write a JSON report of the session: settings, one record per graph (graph type, key, "
+                                 "compiler args, shapes, status, compile seconds, size, serve hits/misses) and totals, "
+                                 "merged across xdist workers (ini: neuron_report)"},
+                        "JSON report path (relative to the ini file)"),
+    RANK_WORKER_OPTION: ({"help": argparse.SUPPRESS}, None),
+    "--neuron-rank-graph-types": ({"help": argparse.SUPPRESS}, None),
+    RANK_SERVE_OPTION: ({"action": "store_true", "default": False, "help": argparse.SUPPRESS}, None),
+    "--neuron-allow-eager-outputs": ({"action": "store_true",
+                                      "help": "where NEFFs cannot run (no torch-neuronx runtime binding), take graph "
+                                              "outputs from eager PyTorch instead of failing; compiling, cache and "
+                                              "manifest checks still run (ini: neuron_allow_eager_outputs)"}, None),
+}
+_INI_KEYS = {flag.removeprefix("--").replace("-", "_") for flag, (_, ini) in _OPTIONS.items() if ini is not None}
 
 
 def add_options(parser: pytest.Parser) -> None:
     """Register the ``--neuron-*`` options and their ini keys."""
     group = parser.getgroup("neuron-args", "neuron-args: per-graph compiler arguments, compile cache, manifest")
-    group.addoption("--neuron-target", choices=TARGETS, default=None,
-                    help=f"compile target (default {DEFAULT_TARGET}; ini: neuron_target)")
-    group.addoption("--neuron-compiler", choices=COMPILERS, default=None,
-                    help="compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
-                         "default: $NEURON_ARGS_COMPILER, else auto (ini: neuron_compiler)")
-    group.addoption("--neuron-cache-dir", default=None, metavar="DIR",
-                    help="compile cache directory or s3://bucket/prefix, kept across runs (default: a fresh directory per "
-                         "session under pytest's base temp; ini: neuron_cache_dir)")
-    group.addoption("--neuron-manifest-dir", default=None, metavar="DIR",
-                    help="VLLM_NEURON_MANIFEST_DIR for the session (restored after; default: that variable as "
-                         "the session starts): the session writes "
-                         "<DIR>/<engine-id>/manifest.json with every graph it compiled or loaded, merged across "
-                         "xdist workers (ini: neuron_manifest_dir)")
-    group.addoption("--neuron-optimization-level", type=int, default=None, metavar="N",
-                    help="explicit caller -O level (1, 2 or 3): every graph gets it and model "
-                         "compiler_args_for policies are disabled")
-    group.addoption("--neuron-compiler-args", default=None, metavar="ARGS",
-                    help="base neuronx-cc arguments at the caller level, e.g. '-O1 --auto-cast=none' "
-                         "(default: $NEURON_CC_FLAGS; ini: neuron_compiler_args)")
-    group.addoption("--neuron-flow", choices=FLOWS, default=None,
-                    help=f"warmup flow of the neuron_served / neuron_manifest fixtures (default "
-                         f"{DEFAULT_FLOW}; ini: neuron_flow)")
-    group.addoption("--neuron-baseline", default=None, metavar="PATH",
-                    help="manifest baseline: a .json file, or a directory of <test>.json files "
-                         "(default <rootdir>/.neuron-baseline/; ini: neuron_baseline)")
-    group.addoption("--neuron-update-baseline", action="store_true", default=False,
-                    help="write the neuron_baseline files instead of comparing against them")
-    group.addoption("--neuron-tp", type=int, default=None, metavar="N",
-                    help="run each warmup in N tensor-parallel rank processes (gloo on CPU, the launcher of "
-                         "scripts/main.sh --tp), so the manifest lists ranks 0..N-1 (default 1; ini: neuron_tp)")
-    group.addoption("--neuron-allow-graph-breaks", action="store_true", default=None,
-                    help="let Dynamo split a graph type into several graphs (default: a graph break fails the "
-                         "warmup; per test: @pytest.mark.neuron_allow_graph_breaks; ini: neuron_allow_graph_breaks)")
-    group.addoption("--neuron-compile-timeout", type=float, default=None, metavar="SECONDS",
-                    help="give up on one graph's compile after SECONDS (compile option compile_timeout; "
-                         "ini: neuron_compile_timeout)")
-    group.addoption("--neuron-report", default=None, metavar="PATH",
-                    help="write a JSON report of the session: settings, one record per graph (graph type, key, "
-                         "compiler args, shapes, status, compile seconds, size, serve hits/misses) and totals, "
-                         "merged across xdist workers (ini: neuron_report)")
-    group.addoption(RANK_WORKER_OPTION, default=None, help=argparse_suppress())
-    group.addoption("--neuron-rank-graph-types", default=None, help=argparse_suppress())
-    group.addoption(RANK_SERVE_OPTION, action="store_true", default=False, help=argparse_suppress())
-    group.addoption("--neuron-allow-eager-outputs", action="store_true", default=None,
-                    help="where NEFFs cannot run (no torch-neuronx runtime binding), take graph outputs from "
-                         "eager PyTorch instead of failing; compiling, cache and manifest checks still run "
-                         "(ini: neuron_allow_eager_outputs)")
-    for name, ini_help in (
-        ("neuron_target", f"compile target, one of {', '.join(TARGETS)}"),
-        ("neuron_compiler", f"compiler, one of {', '.join(COMPILERS)}"),
-        ("neuron_cache_dir", "persistent compile cache directory (relative to the ini file)"),
-        ("neuron_manifest_dir", "VLLM_NEURON_MANIFEST_DIR for the session (relative to the ini file)"),
-        ("neuron_flow", f"warmup flow, one of {', '.join(FLOWS)}"),
-        ("neuron_baseline", "manifest baseline file or directory (relative to the ini file)"),
-        ("neuron_compiler_args", "base neuronx-cc arguments at the caller level"),
-        ("neuron_tp", "tensor-parallel rank processes per warmup"),
-        ("neuron_compile_timeout", "seconds one graph's compile may take"),
-        ("neuron_allow_graph_breaks", "true: let Dynamo split graph types into several graphs"),
-        ("neuron_report", "JSON report path (relative to the ini file)"),
-    ):
-        parser.addini(name, ini_help, default="")
+    for flag, (options, ini_help) in _OPTIONS.items():
+        group.addoption(flag, **{"default": None, **options})
+        if ini_help is not None:
+            parser.addini(flag.removeprefix("--").replace("-", "_"), ini_help, default="")
     parser.addini("neuron_allow_eager_outputs", "take graph outputs from eager PyTorch where NEFFs cannot run",
                   type="bool", default=False)
 
@@ -167,8 +160,6 @@ class NeuronSettings:
     def from_config(cls, config: pytest.Config) -> NeuronSettings:
         target = _choice(config, "neuron_target", TARGETS) or DEFAULT_TARGET
         compiler = _choice(config, "neuron_compiler", COMPILERS)
-        compiler_source = "--neuron-compiler" if config.getoption("neuron_compiler") is not None else (
-            f"ini key neuron_compiler ({config.inipath})")
         flow = _choice(config, "neuron_flow", FLOWS) or DEFAULT_FLOW
         level = config.getoption("neuron_optimization_level")
         if level is not None and level not in OPT_LEVELS:
@@ -176,9 +167,7 @@ class NeuronSettings:
                 f"--neuron-optimization-level {level}: use one of {', '.join(map(str, OPT_LEVELS))} "
                 "(the -O level every graph gets; it disables model compiler_args_for policies)"
             )
-        args, args_source = _raw(config, "neuron_compiler_args")
-        source = {"cli": "--neuron-compiler-args", "ini": f"ini key neuron_compiler_args ({config.inipath})"}.get(
-            args_source, "")
+        args, source = _raw(config, "neuron_compiler_args")[0], _where(config, "neuron_compiler_args")
         if args is None and envs.is_set("NEURON_CC_FLAGS"):
             args, source = envs.text("NEURON_CC_FLAGS"), "NEURON_CC_FLAGS"
         tp_text, _ = _raw(config, "neuron_tp")
@@ -196,21 +185,18 @@ class NeuronSettings:
         if timeout is not None and not timeout > 0:
             raise pytest.UsageError(f"--neuron-compile-timeout {timeout_text}: give a number of seconds above 0")
         breaks, _ = _raw(config, "neuron_allow_graph_breaks")
-        manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir"), ""
-        if manifest_dir is not None:
-            manifest_dir_source = "--neuron-manifest-dir" if config.getoption("neuron_manifest_dir") is not None else (
-                f"ini key neuron_manifest_dir ({config.inipath})")
-        elif (manifest_dir := _env_manifest_dir()) is not None:
+        manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir"), _where(config, "neuron_manifest_dir")
+        if manifest_dir is None and (manifest_dir := _env_manifest_dir()) is not None:
             manifest_dir_source = f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
         return cls(
             compiler_args=args, compiler_args_source=source, tp=tp, compile_timeout=timeout,
-            allow_graph_breaks=str(breaks).strip().lower() in ("1", "true", "yes", "on") if breaks else False,
+            allow_graph_breaks=str(breaks).strip().lower() in envs.TRUE_VALUES if breaks else False,
             rank_worker=Path(worker) if worker else None,
             rank_serve=bool(worker) and bool(config.getoption("neuron_rank_serve", False)),
             target=target,
             compiler=compiler,
-            compiler_source=compiler_source if compiler is not None else "",
+            compiler_source=_where(config, "neuron_compiler"),
             cache_dir=_path(config, "neuron_cache_dir"),
             manifest_dir=manifest_dir,
             manifest_dir_source=manifest_dir_source,
@@ -287,21 +273,21 @@ class NeuronSettings:
                 raise pytest.UsageError(f"{where} {path} {problem}; give {fix}, or leave the option out")
 
 
-def argparse_suppress() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
-
-
 def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
     """``(value, source)``: the command line first, then the ini key; ``(None, "")`` when unset."""
     value = config.getoption(dest)
     if value is not None and value is not False:
         return str(value), "cli"
-    ini = config.getini(_INI[dest]) if dest in _INI else ""
+    ini = config.getini(dest) if dest in _INI_KEYS else ""
     if isinstance(ini, str) and ini.strip():
         return ini.strip(), "ini"
     return None, ""
+
+
+def _where(config: pytest.Config, dest: str) -> str:
+    """Where ``dest``'s value came from, for errors: its option or its ini key; ``""`` when unset."""
+    source = _raw(config, dest)[1]
+    return {"cli": "--" + dest.replace("_", "-"), "ini": f"ini key {dest} ({config.inipath})"}.get(source, "")
 
 
 def _env_manifest_dir() -> Path | None:
@@ -315,7 +301,7 @@ def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> str |
     value, source = _raw(config, dest)
     if value is not None and value not in choices:
         raise pytest.UsageError(
-            f"ini option {_INI[dest]} = {value!r}: use one of {', '.join(choices)}"
+            f"ini option {dest} = {value!r}: use one of {', '.join(choices)}"
         )
     return value
 

@@ -126,7 +126,10 @@ def _fail(log: _Log, code: int, message: str) -> int:
     return code
 
 
-def compile_command(ns: argparse.Namespace, extra: Sequence[str], argv: Sequence[str], worker: str = "") -> int:
+def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
+    """Run one command line; ``worker`` names the warm worker running it (for the log), if any."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ns, extra = _parser().parse_known_args(argv)  # argparse exits 2 on a bad fixed part
     log = _Log(ns.logfile)
     try:
         log.line(f"local-xla compile (XLA:CPU, pid {os.getpid()}{', ' + worker if worker else ''})")
@@ -173,13 +176,6 @@ def compile_command(ns: argparse.Namespace, extra: Sequence[str], argv: Sequence
         return EXIT_OK
     finally:
         log.close()
-
-
-def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
-    """Run one command line; ``worker`` names the warm worker running it (for the log), if any."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ns, extra = _parser().parse_known_args(argv)  # argparse exits 2 on a bad fixed part
-    return compile_command(ns, extra, argv, worker)
 
 
 if __name__ == "__main__":

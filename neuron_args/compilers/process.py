@@ -133,24 +133,6 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join("  " + line for line in tail) if tail else "(log is empty)"
 
 
-def _compile_error(
-    *,
-    compiler: str,
-    graph_type: str | None,
-    key: str | None,
-    status: str,
-    argv: Sequence[str],
-    log_path: Path,
-    hint: str,
-) -> CompileError:
-    return CompileError(
-        f"{compiler} failed for graph type {graph_type!r}, key {key or '(none)'}: {status}\n"
-        f"command: {shlex.join(argv)}\n"
-        f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
-        f"fix: {hint}"
-    )
-
-
 def _move_into_place(tmp: Path, output_path: Path) -> None:
     try:
         os.replace(tmp, output_path)
@@ -256,9 +238,11 @@ def run_compiler(
             _append_output(captured, log_path)
 
         def fail(status: str, hint: str) -> CompileError:
-            return _compile_error(
-                compiler=compiler, graph_type=graph_type, key=key, status=status,
-                argv=recorded_argv, log_path=log_path, hint=hint,
+            return CompileError(
+                f"{compiler} failed for graph type {graph_type!r}, key {key or '(none)'}: {status}\n"
+                f"command: {shlex.join(recorded_argv)}\n"
+                f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
+                f"fix: {hint}"
             )
 
         if scope is not None and scope.cancelled:
@@ -311,24 +295,22 @@ def _remove_leftovers(workdir: Path) -> None:
 
 
 def _append_output(captured: Path, log_path: Path) -> None:
-    """Append the child's stdout/stderr to the log (after whatever the compiler logged itself)."""
-    try:
-        size = captured.stat().st_size
-        with open(captured, "rb") as out:
-            head = out.read(4096)
-            if size <= len(head) and not head.strip():
-                if not log_path.exists():
-                    log_path.write_bytes(b"")
-                return
-            with open(log_path, "ab") as log:  # streamed: the output may be gigabytes
-                log.write(b"---- compiler stdout/stderr ----\n")
-                log.write(head)
-                shutil.copyfileobj(out, log, 1 << 20)
-                out.seek(max(0, size - 1))
-                if out.read(1) != b"\n":
-                    log.write(b"\n")
-    except OSError:
-        return
+    """Append the child's stdout/stderr to the log (after whatever the compiler logged itself); an OSError (a full
+    disk) is the caller's to swallow."""
+    size = captured.stat().st_size
+    with open(captured, "rb") as out:
+        head = out.read(4096)
+        if size <= len(head) and not head.strip():
+            if not log_path.exists():
+                log_path.write_bytes(b"")
+            return
+        with open(log_path, "ab") as log:  # streamed: the output may be gigabytes
+            log.write(b"---- compiler stdout/stderr ----\n")
+            log.write(head)
+            shutil.copyfileobj(out, log, 1 << 20)
+            out.seek(max(0, size - 1))
+            if out.read(1) != b"\n":
+                log.write(b"\n")
 
 
 def temp_output_path(workdir: Path, output_path: Path) -> Path:

@@ -53,7 +53,8 @@ def _chbevl(y: Any, coeffs: tuple[float, ...]) -> Any:
     return 0.5 * (a - p)
 
 
-def _scaled_k(x: Any, order: int) -> Any:
+def scaled_modified_bessel_k(x: Any, order: int) -> Any:
+    """``scaled_modified_bessel_k0`` (``order`` 0) or ``k1`` (1), as torch's Cephes kernels."""
     import jax.numpy as jnp
     from jax.scipy import special
 
@@ -70,14 +71,6 @@ def _scaled_k(x: Any, order: int) -> Any:
         large = _chbevl(8 / large_x - 2, _K1_B) / jnp.sqrt(large_x)
     out = jnp.where(x <= 2, small, large)
     return jnp.where(x == 0, jnp.inf, jnp.where((x < 0) | jnp.isnan(x), jnp.nan, out)).astype(x.dtype)
-
-
-def scaled_modified_bessel_k0(x: Any) -> Any:
-    return _scaled_k(x, 0)
-
-
-def scaled_modified_bessel_k1(x: Any) -> Any:
-    return _scaled_k(x, 1)
 
 
 #: Cephes' rational approximations of ``airy_ai`` (torch's ``airy_ai_forward``): x >= 2.09 (AN/AD) and x < -2.09

@@ -219,7 +219,7 @@ def _lower(
     import jax
 
     graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), tokens, seeded)
-    args = [jax.ShapeDtypeStruct(s.shape, _np_dtype(s.lowered_dtype)) for s in input_specs]
+    args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in input_specs]
     try:
         # x64 off whatever the process set: int64 -> s32 is part of the graph (and its key).
         # keep_unused: every graph input stays an HLO parameter, one-to-one with the runtime args.
@@ -256,10 +256,6 @@ def _canonical_text(computation: Any) -> str:
 def _result_shapes(shape: Any) -> tuple[str, ...]:
     shapes = shape.tuple_shapes() if shape.is_tuple() else [shape]
     return tuple(", ".join(str(d) for d in s.dimensions()) for s in shapes)
-
-
-def _np_dtype(name: str) -> Any:
-    return numpy_dtype(name)
 
 
 @functools.cache
@@ -327,7 +323,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     from neuron_args.lowering import ops, scalars
 
     env = _environment()
-    out_dtypes = [_np_dtype(s.lowered_dtype) for s in output_specs]
+    out_dtypes = [numpy_dtype(s.lowered_dtype) for s in output_specs]
     checks = _runtime_checks(gm)
 
     class ToJax(torch.fx.Interpreter):

@@ -7,13 +7,9 @@ so the recurrence runs to the largest ``n`` in a ``while`` loop, each element st
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
-
-
-#: the ``torch.special`` names lowered here (``aten::special_<name>``, every overload: tensor or scalar x and n)
-NAMES = ("chebyshev_polynomial_v", "chebyshev_polynomial_w", "legendre_polynomial_p", "shifted_chebyshev_polynomial_t",
-         "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w")
 
 
 def _operands(x: Any, n: Any) -> tuple[Any, Any]:
@@ -80,12 +76,6 @@ def _chebyshev_vw(x: Any, n: Any, *, w: bool) -> Any:
     ).astype(x.dtype)
 
 
-def chebyshev_polynomial_v(x: Any, n: Any) -> Any:
-    return _chebyshev_vw(x, n, w=False)
-
-
-def chebyshev_polynomial_w(x: Any, n: Any) -> Any:
-    return _chebyshev_vw(x, n, w=True)
 
 
 def legendre_polynomial_p(x: Any, n: Any) -> Any:
@@ -128,17 +118,11 @@ def _shifted(x: Any, n: Any, kind: str) -> Any:
     ).astype(x.dtype)
 
 
-def shifted_chebyshev_polynomial_t(x: Any, n: Any) -> Any:
-    return _shifted(x, n, "t")
-
-
-def shifted_chebyshev_polynomial_u(x: Any, n: Any) -> Any:
-    return _shifted(x, n, "u")
-
-
-def shifted_chebyshev_polynomial_v(x: Any, n: Any) -> Any:
-    return _shifted(x, n, "v")
-
-
-def shifted_chebyshev_polynomial_w(x: Any, n: Any) -> Any:
-    return _shifted(x, n, "w")
+#: the ``torch.special`` names lowered here (``aten::special_<name>``, every overload: tensor or scalar x and n)
+LOWERINGS: dict[str, Callable[..., Any]] = {
+    "chebyshev_polynomial_v": functools.partial(_chebyshev_vw, w=False),
+    "chebyshev_polynomial_w": functools.partial(_chebyshev_vw, w=True),
+    "legendre_polynomial_p": legendre_polynomial_p,
+    **{f"shifted_chebyshev_polynomial_{kind}": functools.partial(_shifted, kind=kind) for kind in "tuvw"},
+}
+NAMES = tuple(LOWERINGS)

@@ -22,6 +22,7 @@ from typing import Any
 
 from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import CompilerArgs, flag_changes
+from neuron_args.manifest.show import recorded_graph_types
 from neuron_args.text import clip, format_shapes
 
 __all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
@@ -64,10 +65,6 @@ def _flag_lines(change: Mapping[str, list]) -> list[str]:
     parts += [f"added {t}" for t in change.get("added", [])]
     parts += [f"removed {t}" for t in change.get("removed", [])]
     return parts
-
-
-def _flags_empty(change: Mapping[str, list]) -> bool:
-    return not (change["added"] or change["removed"] or change["changed"])
 
 
 # ----------------------------------------------------------------------------- values
@@ -176,7 +173,7 @@ def _compare_graphs(old: Mapping, new: Mapping) -> GraphChange:
     change = GraphChange(str(old.get("graph_hash")), str(new.get("graph_hash")))
     if old.get("compiler_flags") != new.get("compiler_flags"):
         flags = compiler_flag_changes(old.get("compiler_flags"), new.get("compiler_flags"))
-        if not _flags_empty(flags):
+        if any(flags.values()):  # added, removed or changed options
             change.compiler_flags = flags
     for name in _COMPARED_GRAPH_FIELDS:
         if old.get(name) != new.get(name):
@@ -248,16 +245,9 @@ class ManifestDiff:
         out: list[str] = []
         if self.manifest_version:
             out.append(f"manifest_version: {self.manifest_version[0]!r} -> {self.manifest_version[1]!r}")
-        for g in self.removed_graphs:
-            out.append(
-                f"- graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
-                f"flags {g.get('compiler_flags') or '-'}"
-            )
-        for g in self.added_graphs:
-            out.append(
-                f"+ graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
-                f"flags {g.get('compiler_flags') or '-'}"
-            )
+        for sign, graphs in (("-", self.removed_graphs), ("+", self.added_graphs)):
+            out += [f"{sign} graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
+                    f"flags {g.get('compiler_flags') or '-'}" for g in graphs]
         for r in self.replacements:
             what = r.describe() or ["same flags, shapes and ranks: the graph or tool versions changed"]
             out.append(
@@ -289,13 +279,6 @@ class ManifestDiff:
             "config": [c.as_dict() for c in self.config],
             "environment": [c.as_dict() for c in self.environment],
         }
-
-
-def _graph_types(doc: Mapping) -> dict[str, str]:
-    config = doc.get("config")
-    neuron_config = config.get("neuron_config") if isinstance(config, Mapping) else None
-    types = neuron_config.get("graph_types") if isinstance(neuron_config, Mapping) else None
-    return {str(k): str(v) for k, v in types.items() if v} if isinstance(types, Mapping) else {}
 
 
 def _stable_config(doc: Mapping) -> Any:
@@ -334,7 +317,7 @@ def diff_manifests(
     result.config = _value_changes(
         _stable_config(old), _stable_config(new), "config", ignore_paths=True
     )
-    result.graph_types = {**_graph_types(old), **_graph_types(new)}
+    result.graph_types = {**recorded_graph_types(old), **recorded_graph_types(new)}
     if include_environment:
         result.environment = _value_changes(
             old.get("environment"), new.get("environment"), "environment", ignore_paths=False

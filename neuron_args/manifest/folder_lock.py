@@ -1,8 +1,7 @@
 """Who writes into a manifest folder: ``flock`` on the folder itself, taken by the pytest plugin and NeuronRunner jobs.
 
 An emit reads an engine's ledger and then removes it, so a second writer of the same engine at the same
-time loses its lines to the first one's emit (two jobs on one ``--out`` once left a manifest listing 2 of 6
-graphs, each job saying "valid"). So:
+time loses its lines to the first one's emit (its manifest then misses graphs, and still reads as valid). So:
 
 * a pytest session holds ``<root>`` exclusively for the whole session (a second session there is a usage
   error naming the first);

@@ -155,38 +155,38 @@ def _config_summary(doc: Mapping) -> str:
     return "  ".join(parts)
 
 
-def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> str:
-    """The config in one line, then one row per graph; ``graph_types`` maps hash -> type (else the
-    manifest's own ``config.neuron_config.graph_types``, which a baseline file also carries)."""
+def neuron_config(doc: Mapping) -> Mapping:
+    """A manifest's (or baseline's) ``config.neuron_config``; ``{}`` when it has none (the file is untrusted)."""
     config = doc.get("config")
     neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
-    recorded = neuron.get("graph_types") if isinstance(neuron, Mapping) else None
-    graph_types = {**(recorded if isinstance(recorded, Mapping) else {}),
-                   **{k: v for k, v in (graph_types or {}).items() if v}}
-    graphs = doc.get("graphs") if isinstance(doc.get("graphs"), list) else []
-    rows = []
-    for g in graphs:
-        if not isinstance(g, Mapping):
-            continue
-        h = str(g.get("graph_hash", "?"))
-        rows.append([
-            graph_types.get(h) or "-",
-            h[:SHORT_HASH],
-            format_shapes(g.get("input_shapes"), limit=_MAX_CELL),
-            format_shapes(g.get("output_shapes"), limit=_MAX_CELL),
-            opt_level(g.get("compiler_flags")),
-            human_size(g.get("neff_size")),
-            format_ranks(g.get("ranks")),
-        ])
+    return neuron if isinstance(neuron, Mapping) else {}
+
+
+def recorded_graph_types(doc: Mapping) -> dict[str, str]:
+    """hash -> graph type, from ``config.neuron_config.graph_types`` (a baseline file carries it too)."""
+    types = neuron_config(doc).get("graph_types")
+    return {str(k): str(v) for k, v in types.items() if v} if isinstance(types, Mapping) else {}
+
+
+def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> str:
+    """The config in one line, then one row per graph; ``graph_types`` maps hash -> type (else the
+    manifest's own ``config.neuron_config.graph_types``)."""
+    rows = [[
+        g["graph_type"] or "-",
+        str(g["graph_hash"] if g["graph_hash"] is not None else "?")[:SHORT_HASH],
+        format_shapes(g["input_shapes"], limit=_MAX_CELL),
+        format_shapes(g["output_shapes"], limit=_MAX_CELL),
+        g["opt_level"] or "-",
+        human_size(g["neff_size"]),
+        format_ranks(g["ranks"]),
+    ] for g in manifest_graph_rows(doc, graph_types)]
     table = render_table(["GRAPH TYPE", "HASH", "INPUTS", "OUTPUTS", "-O", "NEFF", "RANKS"], rows)
     count = f"{len(rows)} graph{'s' if len(rows) != 1 else ''}"
     return f"{_config_summary(doc)}\n{count}\n{table}"
 
 
 def _neuron_config_text(doc: Mapping, name: str) -> str | None:
-    config = doc.get("config")
-    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
-    value = neuron.get(name) if isinstance(neuron, Mapping) else None
+    value = neuron_config(doc).get(name)
     return value if isinstance(value, str) and value else None
 
 
@@ -205,8 +205,8 @@ def recorded_remote_cache(doc: Mapping) -> str | None:
 
 # ----------------------------------------------------------------------------- baselines
 
-#: What the plugin's baseline form (``pytest_neuron_args.baseline.normalize``) leaves out or masks;
-#: kept equal to its constants by a test, so reading a baseline never imports pytest.
+#: What the plugin's baseline form (``pytest_neuron_args.baseline.normalize``) leaves out or masks (it imports
+#: them from here, so reading a baseline never imports pytest).
 BASELINE_VOLATILE_GRAPH_FIELDS = ("created_timestamp", "neff_size", "hlo_path", "neff_path")
 BASELINE_CACHE_DIR_PLACEHOLDER = "<cache_dir>"
 BASELINE_DIRNAME = ".neuron-baseline"
@@ -216,9 +216,7 @@ def is_baseline(doc: Mapping, path: str | os.PathLike[str] | None = None) -> boo
     """Whether ``doc`` is a manifest baseline (the plugin's ``.neuron-baseline/*.json``), not a manifest:
     its cache dir is the placeholder, or it has no ``environment`` and no graph carries a volatile field,
     or it sits in a ``.neuron-baseline`` folder without an ``environment``."""
-    config = doc.get("config")
-    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
-    if isinstance(neuron, Mapping) and neuron.get("cache_dir") == BASELINE_CACHE_DIR_PLACEHOLDER:
+    if neuron_config(doc).get("cache_dir") == BASELINE_CACHE_DIR_PLACEHOLDER:
         return True
     if "environment" in doc:
         return False
@@ -247,19 +245,17 @@ def validate_baseline(doc: Mapping) -> list[str]:
             if present:
                 problems.append(f"graphs[{index}]: a baseline leaves out {', '.join(present)} "
                                 "(they change between runs of the same build)")
-    config = doc.get("config")
-    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
-    if isinstance(neuron, Mapping):
-        if "cache_dir" in neuron and neuron["cache_dir"] != BASELINE_CACHE_DIR_PLACEHOLDER:
-            problems.append(f"config.neuron_config.cache_dir: a baseline masks it as "
-                            f"{BASELINE_CACHE_DIR_PLACEHOLDER!r}, got {neuron['cache_dir']!r}")
-        types = neuron.get("graph_types")
-        if isinstance(types, Mapping):
-            hashes = {g.get("graph_hash") for g in graphs if isinstance(g, Mapping)}
-            extra = sorted(k for k in types if k not in hashes)
-            if extra:
-                problems.append(f"config.neuron_config.graph_types: {len(extra)} key(s) not among the baseline's "
-                                f"graphs ({', '.join(k[:SHORT_HASH] for k in extra[:3])})")
+    neuron = neuron_config(doc)
+    if "cache_dir" in neuron and neuron["cache_dir"] != BASELINE_CACHE_DIR_PLACEHOLDER:
+        problems.append(f"config.neuron_config.cache_dir: a baseline masks it as "
+                        f"{BASELINE_CACHE_DIR_PLACEHOLDER!r}, got {neuron['cache_dir']!r}")
+    types = neuron.get("graph_types")
+    if isinstance(types, Mapping):
+        hashes = {g.get("graph_hash") for g in graphs if isinstance(g, Mapping)}
+        extra = sorted(k for k in types if k not in hashes)
+        if extra:
+            problems.append(f"config.neuron_config.graph_types: {len(extra)} key(s) not among the baseline's "
+                            f"graphs ({', '.join(k[:SHORT_HASH] for k in extra[:3])})")
     return problems
 
 
@@ -267,12 +263,9 @@ def validate_baseline(doc: Mapping) -> list[str]:
 
 
 def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> list[dict]:
-    """``manifest show --json``'s graphs: the table's columns with full values."""
-    config = doc.get("config")
-    neuron = config.get("neuron_config") if isinstance(config, Mapping) else None
-    recorded = neuron.get("graph_types") if isinstance(neuron, Mapping) else None
-    types = {**(recorded if isinstance(recorded, Mapping) else {}),
-             **{k: v for k, v in (graph_types or {}).items() if v}}
+    """``manifest show --json``'s graphs (and the table's columns) with full values; ``graph_types`` as in
+    :func:`manifest_table`."""
+    types = {**recorded_graph_types(doc), **{k: v for k, v in (graph_types or {}).items() if v}}
     rows = []
     for g in doc.get("graphs") if isinstance(doc.get("graphs"), list) else []:
         if not isinstance(g, Mapping):
