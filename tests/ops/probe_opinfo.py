@@ -75,8 +75,6 @@ NOTES = {
                             "with the fix); with output_size it lowers",
     r"^nn\.functional\.rrelu$": "training mode draws a random slope per element: refused with the fix (eval mode "
                                  "lowers)",
-    r"^hash_tensor$": "a uint64 hash of float64 bit patterns: 64-bit integers are lowered as 32-bit, the hash's "
-                      "upper half would be lost: refused with the fix",
     r"^nn\.functional\.linear_cross_entropy\.chunked": "one sample (a 3-d linear_weight): Dynamo refuses a "
                                                         "function F.linear_cross_entropy calls; the others pass",
     r"^linalg\.vector_norm$": "ord=0 of a 0-d tensor: torchax reads the value into Python (other orders and shapes "
