@@ -25,7 +25,7 @@ from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
 from neuron_args.lowering.gradients import (
     adaptive_avg_pool_backward, backward_of, convolution_backward, weight_norm_backward)
-from neuron_args.lowering.matmul import addmm, grouped_mm, grouped_mm_backward
+from neuron_args.lowering.matmul import addbmm, addmm, grouped_mm, grouped_mm_backward
 from neuron_args.lowering.pooling import adaptive_max_pool, adaptive_max_pool_backward, max_unpool
 from neuron_args.lowering.recurrent import mkldnn_rnn_layer, mkldnn_rnn_layer_backward
 from neuron_args.lowering.resampling import cubic, triangle, upsample_aa, upsample_aa_backward
@@ -62,6 +62,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": sdpa_flash_for_cpu,
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": sdpa_flash_for_cpu_backward,
     "aten::addmm": addmm,
+    "aten::addbmm": addbmm,
     "aten::_embedding_bag": embedding_bag,
     "aten::_embedding_bag_forward_only": functools.partial(embedding_bag, forward_only=True),
     "aten::_embedding_bag_backward": embedding_bag_backward,
