@@ -85,10 +85,6 @@ NOTES = {
     r"^resize_": "Dynamo refuses resize_",
     r"^(linalg\.lstsq|nn\.functional\.ctc_loss)": "Dynamo refuses a dynamic-shape operator",
     # bfloat16 only (the float32 samples pass)
-    r"^renorm$": "bfloat16 only: torch's decomposition (a float32 norm of the bfloat16 input) trips torchax's "
-                 "environment check",
-    r"^addbmm$": "bfloat16 only: one element of 50 off by 0.22 (eager is within 0.03 of float32 rounded once): the "
-                 "graph rounds its batch sums differently from eager's kernel",
     r"^(grid_sampler_2d|nn\.functional\.grid_sample)$": "bfloat16 only: eager's CPU kernel rounds its intermediates "
                                                         "(grid coordinates) in bfloat16 its own way: eager itself is "
                                                         "up to 0.17 from float32 rounded once",
