@@ -31,7 +31,7 @@ import torch
 
 from neuron_args import envs
 from neuron_args.errors import NeuronArgsError
-from neuron_args.tensors import TensorSpec
+from neuron_args.tensors import TensorSpec, from_lowered_output
 
 RUNTIME_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
 INSTALL_HINT = ("pip install torch-neuronx --extra-index-url=https://pip.repos.neuron.amazonaws.com "
@@ -149,14 +149,16 @@ def metaneff(binding: Binding, input_specs: Sequence[TensorSpec], output_specs: 
         for index, spec in enumerate(specs):
             tensor = tensors.add()
             tensor.name = f"{prefix}{index}".encode("utf8")  # the runtime looks tensors up as input#/output#
-            tensor.shape[:] = list(spec.shape)
-            tensor.data_type = getattr(pb.MetaTensor.DataType, _metaneff_dtype(spec))
+            output = prefix == "output"  # a uint64 output is two uint32 words in the HLO
+            tensor.shape[:] = list(spec.lowered_output_shape if output else spec.shape)
+            tensor.data_type = getattr(pb.MetaTensor.DataType,
+                                       _metaneff_dtype(spec, spec.lowered_output_dtype if output else spec.lowered_dtype))
     return message.SerializeToString()
 
 
-def _metaneff_dtype(spec: TensorSpec) -> str:
+def _metaneff_dtype(spec: TensorSpec, lowered: str) -> str:
     try:
-        return METANEFF_DTYPES[spec.lowered_dtype]
+        return METANEFF_DTYPES[lowered]
     except KeyError:
         raise NeuronArgsError(
             f"a NEFF tensor of dtype {spec.dtype} has no Neuron runtime data type (supported: "
@@ -174,9 +176,9 @@ class NeffExecutable:
         self.forward = forward
         self.input_specs = tuple(input_specs)
         self.output_specs = tuple(output_specs)
-        # 64-bit tensors are 32-bit inside the NEFF: cast in, cast back out (None: no cast)
+        # 64-bit tensors are 32-bit inside the NEFF: cast in (None: no cast), back out (a uint64 output from its words)
         self._in_casts = tuple(_lowered(s) for s in self.input_specs)
-        self._out_casts = tuple(s.torch_dtype if _lowered(s) is not None else None for s in self.output_specs)
+        self._out_casts = tuple(s.lowered_output_dtype != s.dtype for s in self.output_specs)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], input_specs: Sequence[TensorSpec],
@@ -211,7 +213,8 @@ class NeffExecutable:
             raise RuntimeBindingError(
                 f"the NEFF returned {len(outs)} tensors where its cache entry records {len(self.output_specs)} outputs: "
                 "the NEFF and the entry's metadata disagree; remove the entry so it is rebuilt")
-        return [o if cast is None else o.to(cast) for o, cast in zip(outs, self._out_casts)]
+        return [from_lowered_output(o, spec) if cast else o
+                for o, spec, cast in zip(outs, self.output_specs, self._out_casts)]
 
 
 def _lowered(spec: TensorSpec) -> torch.dtype | None:

@@ -17,7 +17,8 @@ aliases, so it costs one ``copy_``; a non-contiguous one is copied every call.
 Outputs leave through DLPack too: writable tensors over the runtime's own result buffers, which
 each execution allocates afresh and nothing else refers to, so no copy is needed. Only an
 executable with input/output aliasing (donation) gets its outputs copied, and 32-bit results of
-64-bit torch tensors are cast back (one copy).
+64-bit torch tensors are cast back (one copy); a uint64 output (``torch.hash_tensor``) leaves the HLO as two uint32
+words, viewed as one uint64.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from neuron_args import xla_cpu
-from neuron_args.tensors import TensorSpec
+from neuron_args.tensors import WORD_PAIR_DTYPES, TensorSpec, from_lowered_output
 
 def _dlpack() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """jaxlib's DLPack entry points: (capsule, device) -> buffer and buffer -> capsule."""
@@ -94,12 +95,15 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
 
 
 def _output_converter(spec: TensorSpec, copy: bool) -> Callable[[Any], torch.Tensor]:
-    """``result buffer -> tensor``: the buffer itself through DLPack, cast back if it was lowered."""
+    """``result buffer -> tensor``: the buffer itself through DLPack, cast back if it was lowered (a uint64's
+    word pair viewed as uint64)."""
     _, to_capsule = _dlpack()
     from_dlpack = torch._C._from_dlpack
+    if spec.dtype in WORD_PAIR_DTYPES:  # a view of the words: copied only where the buffer is aliased
+        return lambda a: from_lowered_output(from_dlpack(to_capsule(a)).clone() if copy else from_dlpack(to_capsule(a)),
+                                             spec)
     if spec.lowered_dtype != spec.dtype:  # int32 -> int64 etc.: the cast is the one copy
-        target = spec.torch_dtype
-        return lambda a: from_dlpack(to_capsule(a)).to(target)
+        return lambda a: from_lowered_output(from_dlpack(to_capsule(a)), spec)
     if copy:
         return lambda a: from_dlpack(to_capsule(a)).clone()
     return lambda a: from_dlpack(to_capsule(a))

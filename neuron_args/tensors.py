@@ -22,6 +22,11 @@ LOWERED_DTYPES: dict[str, str] = {
     "complex32": "complex64",
 }
 
+#: torch dtypes a graph *output* of which leaves the HLO as two uint32 words ``(low, high)`` on a last axis of 2,
+#: so all 64 bits reach torch (``torch.hash_tensor``, :mod:`neuron_args.lowering.hashing`)
+WORD_PAIR_DTYPES = frozenset({"uint64"})
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """Shape and torch dtype name (``"float32"``, ``"int64"``, ``"bfloat16"``) of one tensor."""
@@ -42,6 +47,16 @@ class TensorSpec:
         """The dtype name of this tensor inside the HLO (64-bit types become 32-bit)."""
         return LOWERED_DTYPES.get(self.dtype, self.dtype)
 
+    @property
+    def lowered_output_shape(self) -> tuple[int, ...]:
+        """The shape of this tensor as an HLO result (a word pair adds a last axis of 2)."""
+        return (*self.shape, 2) if self.dtype in WORD_PAIR_DTYPES else self.shape
+
+    @property
+    def lowered_output_dtype(self) -> str:
+        """The dtype name of this tensor as an HLO result (a word pair is uint32)."""
+        return "uint32" if self.dtype in WORD_PAIR_DTYPES else self.lowered_dtype
+
     def shape_string(self) -> str:
         """Manifest input form, Python tuple style.
 
@@ -50,6 +65,16 @@ class TensorSpec:
         if len(self.shape) == 1:
             return f"{self.shape[0]},"
         return ", ".join(str(d) for d in self.shape)
+
+
+def from_lowered_output(t: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
+    """An HLO result (a CPU tensor of ``spec.lowered_output_*``) as the torch tensor ``spec`` names: a word pair
+    read as one uint64 (little-endian: the low word first, a view), a 32-bit result of a 64-bit type cast back."""
+    if spec.dtype in WORD_PAIR_DTYPES:
+        return t.contiguous().view(spec.torch_dtype).reshape(spec.shape)
+    if spec.lowered_dtype != spec.dtype:
+        return t.to(spec.torch_dtype)
+    return t
 
 
 # dtypes numpy lacks: torch dtype name -> (same-width integer torch dtype, ml_dtypes name)

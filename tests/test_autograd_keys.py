@@ -7,7 +7,7 @@ import torch
 from neuron_args import CacheMissError, scoped_compiler_args
 from neuron_args.activity import ACTIVITY
 from neuron_args.autograd_modes import autograd_mode
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, CompileCache
 from neuron_args.cache_key import AUTOGRAD_MODES, create_cache_hash, explain_components
 from neuron_args.deferred import parallel_compile, parallel_trace
 from neuron_args.deferred.jobs import TraceJob
@@ -84,3 +84,31 @@ def test_a_serve_in_another_autograd_mode_says_so(tmp_path, monkeypatch):
     lines = [line.strip() for line in str(miss.value).splitlines()]
     assert "autograd: no_grad -> grad" in lines, str(miss.value)
     assert not any(line.startswith("graph:") for line in lines), str(miss.value)
+
+
+def test_one_graph_called_in_two_modes_runs_and_records_each_modes_key(tmp_path, monkeypatch):
+    """A graph called in no_grad, then in inference_mode without Dynamo compiling again (its guards skipped, as
+    ``skip_guard_eval_unsafe`` does), picks its executable by the whole key (scope and autograd mode): the second
+    mode's call resolves, compiles and records its own key, not the first mode's."""
+    torch._dynamo.reset()
+    ACTIVITY.reset()
+    records.clear()
+    monkeypatch.delenv(ASSERT_CACHE_HIT_ENV, raising=False)
+    model = torch.nn.Linear(4, 4).requires_grad_(False)
+    x = torch.randn(2, 4)
+    compiled = torch.compile(model, backend="neuron_libtorch", options=opts(tmp_path), dynamic=False)
+    want = model(x)
+    with autograd_mode("no_grad"), scoped_compiler_args(ARGS, graph_type="decode"):
+        compiled(x)  # compiled in no_grad: Dynamo's only cache entry
+    keys = {}
+    with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+        for mode in ("no_grad", "inference_mode", "no_grad"):
+            before = [r.key for r in records.records()]
+            with autograd_mode(mode), scoped_compiler_args(ARGS, graph_type="decode"):
+                torch.testing.assert_close(compiled(x), want)
+            keys.setdefault(mode, {r.key for r in records.records()} - set(before) or set(before))
+    assert len(keys["no_grad"]) == 1 and len(keys["inference_mode"]) == 1
+    assert keys["no_grad"] != keys["inference_mode"]
+    modes = {e.key: e.metadata()["key_components"]["autograd"] for e in CompileCache(tmp_path).entries()}
+    assert modes == {next(iter(keys["no_grad"])): "no_grad", next(iter(keys["inference_mode"])): "inference_mode"}
+    torch._dynamo.reset()

@@ -375,8 +375,7 @@ def test_chalf_lowers_as_complex64_rounded_to_half_parts():
 @pytest.mark.parametrize("fn, fix", [
     (lambda x: torch.nonzero(x > 0), "torch.nonzero_static(x, size=n)"),
     (lambda x: torch.arange(3).repeat_interleave((x[:3] > 0).long() + 1), "pass output_size="),
-    (torch.hash_tensor, "Compute the hash outside the compiled function"),
-], ids=["nonzero", "repeat_interleave", "hash_tensor"])
+], ids=["nonzero", "repeat_interleave"])
 def test_an_op_a_static_graph_cannot_hold_names_its_fix(fn, fix):
     backend = Lowered()
     with torch.inference_mode(), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), \

@@ -151,6 +151,18 @@ def test_metaneff_is_typed_as_the_hlo(fake_runtime):
         metaneff(binding, [TensorSpec((2,), "float8_e4m3fn")], [])
 
 
+def test_a_uint64_output_is_two_uint32_words_in_the_neff(fake_runtime):
+    """torch.hash_tensor's uint64 leaves the HLO as (low, high) words: the metaneff says so, the executable joins them."""
+    spec = TensorSpec((2,), "uint64")
+    message = fake_runtime.proto.metaneff_pb2.MetaNeff.FromString(metaneff(load_binding(), [spec], [spec]))
+    name = fake_runtime.proto.metaneff_pb2.MetaTensor.DataType.Name
+    assert [(list(t.shape), name(t.data_type)) for t in message.input_tensors] == [([2], "INT32")]
+    assert [(list(t.shape), name(t.data_type)) for t in message.output_tensors] == [([2, 2], "INT32")]
+    words = torch.tensor([[7, 0x80000001], [0, 1]], dtype=torch.uint32)
+    (out,) = NeffExecutable(None, lambda inputs, model: [words], [], [spec])()
+    assert out.dtype == torch.uint64 and out.view(torch.int64).tolist() == [(0x80000001 << 32) - 2**64 + 7, 1 << 32]
+
+
 def test_neff_executable_casts_and_checks_inputs(tmp_path, fake_runtime, monkeypatch):
     monkeypatch.setenv("NEURON_VISIBLE_DEVICES", "6-7")
     neff = tmp_path / "graph.neff"

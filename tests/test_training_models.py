@@ -129,3 +129,29 @@ def test_backward_outside_the_scope_is_compiled_with_its_forward_scope(tmp_path,
     assert set(graphs) == {md["key"] for md in by_type.values()}  # the backward graphs are graphs of their own
     for graph_type, level in (("train.backward", "-O3"), ("finetune.backward", "-O2")):
         assert level in graphs[by_type[graph_type]["key"]]["compiler_flags"]
+
+
+def test_each_backward_gets_the_scope_its_own_forward_ran_under(tmp_path, fresh_dynamo, monkeypatch):
+    """Two forwards of one graph under two scopes, then each loss.backward() outside any scope: each backward is
+    keyed, compiled and recorded with its own forward's arguments, not the latest forward's."""
+    manifests = tmp_path / "manifests"
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(manifests))
+    cache_dir = tmp_path / "cache"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    call = compiled(model, cache_dir, ["-O2"])
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    with scoped_compiler_args(["-O1"], graph_type="first"):
+        loss_first = call(x).square().sum()
+    with scoped_compiler_args(["-O3"], graph_type="second"):
+        loss_second = call(x).sum()
+    loss_first.backward()  # outside any scope, after a forward under another one
+    by_type = {md["graph_type"]: md for md in (e.metadata() for e in CompileCache(cache_dir).entries())}
+    assert set(by_type) == {"first", "second", "first.backward"}
+    assert by_type["first.backward"]["compiler_args"] == ["-O1"]
+    loss_second.backward()
+    by_type = {md["graph_type"]: md for md in (e.metadata() for e in CompileCache(cache_dir).entries())}
+    assert by_type["second.backward"]["compiler_args"] == ["-O3"]
+    assert by_type["first.backward"]["key"] != by_type["second.backward"]["key"]
+    ledger = read_ledger(ledger_dir(manifests, get_server_prefix()))
+    assert {g.graph_type: k for k, g in ledger.graphs.items()} == {t: md["key"] for t, md in by_type.items()}

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
-from neuron_args.lowering import precision
-from neuron_args.tensors import LOWERED_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
+from neuron_args.lowering import hashing, precision
+from neuron_args.tensors import LOWERED_DTYPES, WORD_PAIR_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
 
 _lock = threading.RLock()
 
@@ -81,6 +81,9 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
         from neuron_args.scope import current_graph_type
 
         raise LoweringError(precision.float64_refusal(*wide, current_graph_type(), _user_source(wide[0])))
+    refused = hashing.refusal(gm)
+    if refused is not None:
+        raise LoweringError(_cannot_lower(*refused))
     tokens = _effect_tokens(gm)
     input_specs = _input_specs(gm, example_inputs, tokens)
     output_specs, constants = _output_specs(gm)
@@ -323,7 +326,11 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     from neuron_args.lowering import ops, scalars
 
     env = _environment()
-    out_dtypes = [numpy_dtype(s.lowered_dtype) for s in output_specs]
+    out_dtypes = [numpy_dtype(s.lowered_output_dtype) for s in output_specs]
+    output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    returned = output_node.args[0] if isinstance(output_node.args[0], (tuple, list)) else (output_node.args[0],)
+    # the tensor outputs that are torch.hash_tensor's (low, high) words already
+    words = [hashing.is_hash(n) for i, n in enumerate(returned) if i not in constants]
     checks = _runtime_checks(gm)
 
     class ToJax(torch.fx.Interpreter):
@@ -387,18 +394,20 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             )
         outs = [o for i, o in enumerate(outs) if i not in constants]
         result = []
-        for i, (out, spec, dtype) in enumerate(zip(outs, output_specs, out_dtypes)):
+        for i, (out, spec, dtype, pair) in enumerate(zip(outs, output_specs, out_dtypes, words)):
             if isinstance(out, (Tensor, View)):
                 arr = out.jax()
             elif isinstance(out, torch.Tensor):
                 arr = _constant(env, out).jax()
             else:
                 raise LoweringError(f"graph output {i} is {type(out).__name__}, not a tensor")
-            if tuple(arr.shape) != spec.shape:
+            if tuple(arr.shape) != (spec.lowered_output_shape if pair else spec.shape):
                 raise LoweringError(
                     f"graph output {i} lowered with shape {tuple(arr.shape)}, "
                     f"torch says {spec.shape}"
                 )
+            if spec.dtype in WORD_PAIR_DTYPES and not pair:  # a uint64 held as uint32: its high word is 0
+                arr = jax.numpy.stack([arr.astype(dtype), jax.numpy.zeros(arr.shape, dtype)], axis=-1)
             # torchax may promote differently from torch; the HLO result keeps torch's dtype
             result.append(arr if arr.dtype == dtype else arr.astype(dtype))
         return tuple(result)

@@ -1,6 +1,6 @@
 """Indexing and searching ops torchax lowers wrongly or not at all: ``searchsorted`` (torchax drops ``right``,
-``side`` and ``sorter`` and searches N-d sequences as one flat array), ``index_reduce`` and ``embedding_renorm``
-(no lowering), ``repeat_interleave`` with ``output_size`` (refused), ``nonzero_static`` (torchax sizes it from the
+``side`` and ``sorter`` and searches N-d sequences as one flat array), ``index_reduce`` (no lowering),
+``repeat_interleave`` with ``output_size`` (refused), ``nonzero_static`` (torchax sizes it from the
 values, which a traced graph does not have)."""
 from __future__ import annotations
 
@@ -61,17 +61,6 @@ def nonzero_static(x: Any, *, size: int, fill_value: int = -1) -> Any:
     if x.ndim == 0:
         return jnp.zeros((size, 0), jnp.int32)
     return jnp.stack(jnp.nonzero(x, size=size, fill_value=fill_value), axis=-1).astype(jnp.int32)
-
-
-def embedding_renorm(weight: Any, indices: Any, max_norm: float, norm_type: float) -> Any:
-    """``aten.embedding_renorm`` (``nn.Embedding(max_norm=...)``): the rows ``indices`` picks whose ``norm_type``-norm
-    exceeds ``max_norm`` scaled to ``max_norm / (norm + 1e-7)``, as eager's kernel; the other rows unchanged."""
-    import jax.numpy as jnp
-
-    picked = jnp.zeros(weight.shape[0], bool).at[indices.reshape(-1).astype(jnp.int32)].set(True)
-    norm = jnp.linalg.norm(weight.astype(jnp.float32), ord=norm_type, axis=-1)
-    scale = jnp.where(picked & (norm > max_norm), max_norm / (norm + 1e-7), 1.0)
-    return (weight * scale[:, None].astype(weight.dtype)).astype(weight.dtype)
 
 
 def repeat_interleave_indices(repeats: Any, *, output_size: int | None = None) -> Any:

@@ -4,7 +4,7 @@ A lowering is a jax function with the op's signature (jax arrays in place of ten
 the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
 in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
 strided, resampling, pooling, fractional_pooling, linalg, householder, ldl, indexing, segments,
-histograms, hashing, distributions, elementwise, special, orthogonal, bessel, linear_cross_entropy) and are named in
+histograms, hashing, norms, distributions, elementwise, special, orthogonal, bessel, linear_cross_entropy) and are named in
 :data:`LOWERINGS` below (those that read their input's memory layout in :data:`BY_LAYOUT`); a user
 registers one for their own custom op with :func:`register_lowering`. They take precedence over
 torchax's table and decompositions, in the graph and inside decompositions.
@@ -19,13 +19,13 @@ import torch
 
 from neuron_args.lowering import (
     bessel, distributions, elementwise, environments, fractional_pooling, hashing, histograms, householder, indexing, ldl,
-    linalg, linear_cross_entropy, orthogonal, segments, special, strided)
+    linalg, linear_cross_entropy, norms, orthogonal, segments, special, strided)
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
 from neuron_args.lowering.gradients import (
     adaptive_avg_pool_backward, backward_of, convolution_backward, weight_norm_backward)
-from neuron_args.lowering.matmul import addmm, grouped_mm, grouped_mm_backward
+from neuron_args.lowering.matmul import addbmm, addmm, grouped_mm, grouped_mm_backward
 from neuron_args.lowering.pooling import adaptive_max_pool, adaptive_max_pool_backward, max_unpool
 from neuron_args.lowering.recurrent import mkldnn_rnn_layer, mkldnn_rnn_layer_backward
 from neuron_args.lowering.resampling import cubic, triangle, upsample_aa, upsample_aa_backward
@@ -62,6 +62,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": sdpa_flash_for_cpu,
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": sdpa_flash_for_cpu_backward,
     "aten::addmm": addmm,
+    "aten::addbmm": addbmm,
     "aten::_embedding_bag": embedding_bag,
     "aten::_embedding_bag_forward_only": functools.partial(embedding_bag, forward_only=True),
     "aten::_embedding_bag_backward": embedding_bag_backward,
@@ -117,7 +118,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::searchsorted": indexing.searchsorted,
     "aten::index_reduce": indexing.index_reduce,
     "aten::nonzero_static": indexing.nonzero_static,
-    "aten::embedding_renorm": indexing.embedding_renorm,
+    "aten::embedding_renorm": norms.embedding_renorm,
+    "aten::renorm": norms.renorm,
     "aten::repeat_interleave.Tensor": indexing.repeat_interleave_indices,
     "aten::normal_functional": distributions.normal,
     "aten::normal.float_float": distributions.normal_of_size,

@@ -2,9 +2,11 @@
 
 One torch.compile per backend serves every graph type. Dynamo calls a backend once per graph
 and shape; the backend lowers the graph to HLO once and returns a :class:`CompiledGraph`, which
-reads the scope **at call time** and keeps one variant per argument set. So the same shapes
-under two scopes never silently reuse the first variant, and after a variant's first call the
-serve path is a contextvar read and a dict lookup: no hashing, no file I/O.
+reads the scope and the autograd mode **at call time** and keeps one variant per argument set and
+mode (what the key holds besides the graph). So the same shapes under two scopes never silently
+reuse the first variant, and after a variant's first call the serve path is a contextvar read and a
+dict lookup: no hashing, no file I/O. A backward graph takes the scope of its own forward call
+(:mod:`neuron_args.seams.forward_scope`).
 
 What a variant's first call does is its seam's, one class each:
 
@@ -49,7 +51,7 @@ from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.runtime import graph_call
 from neuron_args.scope import _scoped_compiler_args, _scoped_graph_type, current_graph_type, scoped_compiler_args
-from neuron_args.seams import dispatch, records, trace_memo
+from neuron_args.seams import dispatch, forward_scope, records, trace_memo
 from neuron_args.seams.options import deferred_raise
 from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
 from neuron_args.settings import CompileSettings, resolve_compile_timeout
@@ -83,10 +85,11 @@ class CompiledGraph:
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None, forward: CompiledGraph | None = None) -> None:
         self.seam = seam
-        # a backward graph's forward: the backward resolves its variant with the scope of that forward's
-        # latest call (``last_scope``), so a loss.backward() outside the scope still gets its arguments
+        # a backward graph's forward: the backward resolves its variant with the scope of its own forward call
+        # (carried on that call's autograd node, :mod:`forward_scope`), so a loss.backward() outside the scope
+        # still gets its arguments; ``last_scope`` (the forward's latest call) only where no node carries one
         self.forward = forward
-        self.last_scope: tuple[tuple[str, ...] | None, str | None] = (None, None)
+        self.last_scope: forward_scope.Scope = (None, None)
         self.kind = SEAM_KINDS[seam]
         self._gm = gm
         self._lowered = lowered
@@ -113,20 +116,21 @@ class CompiledGraph:
         specs = self.input_specs if lowered is None else lowered.graph_input_specs  # not a random key input
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
         self.input_shapes = [s.shape_string() for s, user in zip(specs, mask) if user]
-        self._variants: dict[tuple[str, ...] | None, Callable[[list[Any]], Any]] = {}
+        # picked by what the key holds besides the graph: the scope's arguments and the autograd mode
+        self._variants: dict[tuple[tuple[str, ...] | None, str], Callable[[list[Any]], Any]] = {}
         # aot_autograd calls a backward graph through disable(), whose functools.wraps copies only instance
         # attributes: without this one it calls the graph unboxed and fails
         self._boxed_call = True
 
     def __call__(self, args: list[Any]) -> Any:
         if self.forward is None:
-            scoped = _scoped_compiler_args.get()
-            self.last_scope = scoped, _scoped_graph_type.get()
+            scope = self.last_scope = (_scoped_compiler_args.get(), _scoped_graph_type.get())
         else:
-            scoped = self.forward.last_scope[0]
-        run = self._variants.get(scoped)
+            scope = forward_scope.running_forward_scope() or self.forward.last_scope
+        pick = (scope[0], self.autograd())
+        run = self._variants.get(pick)
         if run is None:
-            run = self._variants[scoped] = self._build_variant()
+            run = self._variants[pick] = self._build_variant(scope)
         if call_observer is not None:
             return call_observer(self, run, args)
         return run(args)
@@ -204,10 +208,10 @@ class CompiledGraph:
                                                                       ("inference_mode", "no_grad")))
 
     # -- resolving a variant (first call under an argument set) -------------------------------
-    def _build_variant(self) -> Callable[[list[Any]], Any]:
+    def _build_variant(self, scope: forward_scope.Scope) -> Callable[[list[Any]], Any]:
         if self.forward is None:
             return self._resolve_variant()
-        scoped, graph_type = self.forward.last_scope
+        scoped, graph_type = scope
         with scoped_compiler_args(scoped, graph_type=backward_graph_type(graph_type)):
             return self._resolve_variant()
 
@@ -499,7 +503,7 @@ class NeuronBackend:
             # aot's runtime wrapper only when the graph needs more than a copy-back of mutated inputs
             p = dispatch.direct_plan(graphs, gm, example_inputs)
             if p is None:
-                return aot_result
+                return _tagging_forward_scope(aot_result) if mode == "grad" else aot_result
             if fp is not None:
                 fresh = trace_memo.TraceMemo(graphs[0].graph_sha256, tuple(graphs[0].input_specs),
                                              tuple(graphs[0].output_specs),
@@ -529,6 +533,17 @@ class NeuronBackend:
         except dispatch.NotPlain:
             return None
         return dispatch.direct_call(graph, p)
+
+
+def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]:
+    """aot_autograd's call, setting each call's scope on the backward node it creates (:mod:`forward_scope`)."""
+    @functools.wraps(aot_result)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        outs = aot_result(*args, **kwargs)
+        forward_scope.tag_backward_node(outs, (_scoped_compiler_args.get(), _scoped_graph_type.get()))
+        return outs
+
+    return call
 
 
 def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],

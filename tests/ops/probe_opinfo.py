@@ -75,8 +75,6 @@ NOTES = {
                             "with the fix); with output_size it lowers",
     r"^nn\.functional\.rrelu$": "training mode draws a random slope per element: refused with the fix (eval mode "
                                  "lowers)",
-    r"^hash_tensor$": "a uint64 hash of float64 bit patterns: 64-bit integers are lowered as 32-bit, the hash's "
-                      "upper half would be lost: refused with the fix",
     r"^nn\.functional\.linear_cross_entropy\.chunked": "one sample (a 3-d linear_weight): Dynamo refuses a "
                                                         "function F.linear_cross_entropy calls; the others pass",
     r"^linalg\.vector_norm$": "ord=0 of a 0-d tensor: torchax reads the value into Python (other orders and shapes "
@@ -87,10 +85,6 @@ NOTES = {
     r"^resize_": "Dynamo refuses resize_",
     r"^(linalg\.lstsq|nn\.functional\.ctc_loss)": "Dynamo refuses a dynamic-shape operator",
     # bfloat16 only (the float32 samples pass)
-    r"^renorm$": "bfloat16 only: torch's decomposition (a float32 norm of the bfloat16 input) trips torchax's "
-                 "environment check",
-    r"^addbmm$": "bfloat16 only: one element of 50 off by 0.22 (eager is within 0.03 of float32 rounded once): the "
-                 "graph rounds its batch sums differently from eager's kernel",
     r"^(grid_sampler_2d|nn\.functional\.grid_sample)$": "bfloat16 only: eager's CPU kernel rounds its intermediates "
                                                         "(grid coordinates) in bfloat16 its own way: eager itself is "
                                                         "up to 0.17 from float32 rounded once",
