@@ -40,9 +40,8 @@ from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
 
-# torch's structured-trace logger logs every Dynamo step at DEBUG for TORCH_TRACE files and does not
-# propagate; pytest >= 9 attaches its capture handler to non-propagating loggers too, so each failing
-# test would print thousands of empty "DEBUG torch.__trace" lines. Dropped unless TORCH_TRACE is set.
+# torch's structured-trace logger (DEBUG, not propagating) would fill each failing test's captured log with
+# empty "DEBUG torch.__trace" lines under pytest >= 9: dropped unless TORCH_TRACE is set.
 _TORCH_TRACE_LOGGER = "torch.__trace"
 _TRACE_FILTER = pytest.StashKey[logging.Filter]()
 _EAGER_DEFAULT = pytest.StashKey[bool]()
@@ -143,8 +142,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         session.stop()
         if session.is_rank_worker:
-            import sys
-
             dist = sys.modules.get("torch.distributed")
             if dist is not None and dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
