@@ -91,22 +91,16 @@ def _compile_frame(frame: FrameType | None) -> FrameType | None:
     return None
 
 
-def _seam(compiler_fn: Any, seam_of: Callable[[Any], str | None]) -> str | None:
-    from torch._dynamo.eval_frame import innermost_backend
-
-    fn = innermost_backend(compiler_fn)
-    fn = innermost_backend(getattr(fn, "compiler_fn", fn))  # torch._TorchCompileWrapper (torch.compile(options=))
-    return seam_of(fn)
-
-
 def _on_limit(frame: FrameType | None, limit_type: str, seam_of: Callable[[Any], str | None]) -> None:
     import torch
+    from torch._dynamo.eval_frame import innermost_backend
 
     caller = _compile_frame(frame)
     if caller is None:
         return
     local = caller.f_locals
-    seam = _seam(local.get("compiler_fn"), seam_of)
+    fn = innermost_backend(local.get("compiler_fn"))
+    seam = seam_of(innermost_backend(getattr(fn, "compiler_fn", fn)))  # torch._TorchCompileWrapper (options=)
     if seam is None:
         return  # another backend's frame: Dynamo's own warning stands
     code = local.get("code")
