@@ -38,13 +38,9 @@ def session_stopped() -> None:
     _open[0] = max(0, _open[0] - 1)
 
 
-def outermost() -> bool:
-    return _open[0] == 1
-
-
 def freeze(collect: bool) -> None:
     """Move every tracked object to the permanent generation (after a full collection when ``collect``)."""
-    if not enabled() or not outermost():
+    if not enabled() or _open[0] != 1:  # only the outermost session of the process
         return
     if collect:
         gc.collect()
