@@ -366,11 +366,13 @@ class Summary:
     created: str | None
 
     @classmethod
-    def of_metadata(cls, raw: bytes) -> Summary:
-        try:
-            doc = load_json(raw, "metadata.json")
-        except ValueError:
-            doc = None
+    def of_metadata(cls, f: BinaryIO | None) -> Summary:
+        """The summary of an open metadata.json (None: the entry has none), read from its start, bounded."""
+        doc = None
+        if f is not None:
+            f.seek(0)
+            with contextlib.suppress(ValueError):
+                doc = load_json(f.read(METADATA_LIMIT + 1), "metadata.json")
         return cls.parse(doc if isinstance(doc, dict) else {})
 
     @classmethod
@@ -543,14 +545,6 @@ def released(entry_path: Path) -> None:
         publish(*owed)
 
 
-def _head(f: BinaryIO | None, limit: int) -> bytes:
-    """The first ``limit`` + 1 bytes of ``f`` from its start (b"" for no file)."""
-    if f is None:
-        return b""
-    f.seek(0)
-    return f.read(limit + 1)
-
-
 def _stamp(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -586,7 +580,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
             for name, f in handles.items():
                 f.seek(0)
                 store.put(store.loc.object_key(key, folder, name), f, key, graph_type)
-            summary = Summary.of_metadata(_head(handles.get(entry.metadata_path.name), METADATA_LIMIT))
+            summary = Summary.of_metadata(handles.get(entry.metadata_path.name))
             marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
                                  "host": socket.gethostname(), "graph_type": summary.graph_type,
                                  "compiler_args": summary.compiler_args, "created": summary.created},
