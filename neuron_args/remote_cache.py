@@ -1,31 +1,23 @@
 """A compile cache shared across hosts through S3-compatible storage (``cache_dir="s3://bucket/prefix"``).
 
-The local folder stays the working store. An ``s3://`` cache_dir maps to a local read-through copy
-(``$NEURON_ARGS_REMOTE_CACHE_COPY/<bucket>/<prefix>``, default ``~/.cache/neuron-args/remote/...``)
-that records its remote in ``<copy>/.remote.json``, so every :class:`~neuron_args.cache.CompileCache`
-on that folder (the CLI, the farm, trace records, other processes) finds it. The cache calls two hooks:
+The local folder stays the working store: an ``s3://`` cache_dir maps to a local read-through copy
+(README: Sharing a cache across hosts) that records its remote in ``<copy>/.remote.json``, so every
+:class:`~neuron_args.cache.CompileCache` on that folder finds it. The cache calls two hooks:
 
-* :func:`pull` on a local miss: the remote entry exists only once its marker ``<prefix>/<key>/COMPLETE``
-  exists. The marker names an upload folder ``<prefix>/<key>/<id>/`` and each file's size and sha256;
-  the files are downloaded with bounded reads into a dot folder, checked against the marker and then by
-  the cache's own check (metadata, executable size and sha256, signature when a signing key is set), and
-  renamed into place with the local marker already in it: a local entry is whole or absent. Any mismatch
-  is a miss that rebuilds (logged), never a half entry.
-* :func:`publish` once a complete local entry's key lock is released (:func:`publish_unlocked`: a slow
-  network never holds a local build): the files go to a folder named by the hash of their contents, then
-  the marker LAST with ``If-None-Match: *`` (an S3 conditional write). Two hosts that build one key both
-  succeed: the first marker wins and names a folder that only ever holds its own bytes (the same contents
-  upload to the same folder with identical bytes). No lock across hosts is needed. The marker is read
-  back: an endpoint that ignores the condition (the last writer wins) is logged with the entry that won.
-  A remote entry a reader found corrupt is replaced (its marker overwritten) by the rebuild.
+* :func:`pull` on a local miss: a remote entry exists once its marker ``<prefix>/<key>/COMPLETE`` does;
+  it names an upload folder ``<prefix>/<key>/<id>/`` and each file's size and sha256. The files are
+  downloaded with bounded reads into a dot folder, checked against the marker and by the cache's own
+  check, and renamed into place with the local marker in it: a local entry is whole or absent, and any
+  mismatch is a logged miss that rebuilds.
+* :func:`publish` once the key lock is released (:func:`publish_unlocked`): the files go to a folder
+  named by the hash of their contents, then the marker LAST with ``If-None-Match: *``. Two hosts that
+  build one key both succeed (the first marker wins; a folder only ever holds its own bytes), so no lock
+  across hosts is needed. The marker is read back to log an endpoint that ignores the condition. A
+  remote entry a reader found corrupt has its marker overwritten by the rebuild.
 
-Faults. An endpoint that does not answer (refused, timed out: ``NEURON_ARGS_REMOTE_CACHE_TIMEOUT``
-bounds connect and read, botocore's standard retry mode bounds the attempts) is one loud warning naming
-the endpoint, then this process works local-only (it builds what it misses; serving never waits on the
-network again). Credentials refused, a missing bucket or no credentials at all is a
-:class:`RemoteCacheError` naming the key, the graph type, the endpoint and the fix: a configuration
-error, not a reason to rebuild everything silently. A failed upload is a warning: the entry is built
-and used here; other hosts build it themselves.
+Faults: an unreachable endpoint (``NEURON_ARGS_REMOTE_CACHE_TIMEOUT``, botocore's standard retries) is
+one loud warning, then local-only for this process; refused or missing credentials, or a missing bucket,
+are a :class:`RemoteCacheError` naming the key, graph type, endpoint and fix; a failed upload is a warning.
 
 Client: boto3 (``pip install 'neuron-args[s3]'``), not s3fs: fewer and smaller distributions, a faster
 import, the same conditional write, and no asyncio layer a synchronous cache would not use. The client comes
