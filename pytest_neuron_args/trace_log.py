@@ -2,7 +2,7 @@
 
 torch builds a structured record of each Dynamo trace step whenever its trace log (``torch.__trace``)
 has a handler, and pytest attaches one to every non-propagating logger while the plugin drops all its
-records (``plugin._DropAll``): ~4 % of a warm session's trace CPU for records nobody reads. During a
+records (``plugin.pytest_configure``): ~4 % of a warm session's trace CPU for records nobody reads. During a
 warmup :func:`detached` takes those handlers off (all of them when ``TORCH_TRACE`` is unset, else only
 the root logger's, so the trace file is still written) and puts them back after. It also skips two
 costs that only feed debug output: Dynamo's guard-latency measurement (``profile_guard_manager``, kept
