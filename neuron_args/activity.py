@@ -1,18 +1,12 @@
 """What this process did so far, in one object: :data:`ACTIVITY`.
 
-Cache counters, graph records, executables loaded, entries verified, warnings said once, the
-manifest ledger's per-process files, the serve block that is open: everything a test or the pytest
-plugin reads as "this process" lives here, so it is read with :meth:`Activity.snapshot` and started
-over with :meth:`Activity.reset`, never through module globals. What one warmup, serve or trace
-counts is its own: it opens a :func:`tally` block (context-local, ``contextvars``), and each cache
-event (:func:`count`) goes into the blocks open in its context and into the process's totals. Lazy per-process singletons (jax's
-clients, torchax, compiler versions) are ``functools.cache`` functions in their own modules; those
-a test must be able to start over register with :func:`cleared_on_reset`.
-
-A fresh process starts empty. A forked child inherits the parent's activity as it is, except what
-the code that forks clears (``parallel_trace`` children clear their records) and the ledger's
-files, which are keyed by pid (:class:`LedgerActivity`). This module imports nothing of the
-package, so every module can import it.
+Cache counters, graph records, executables loaded, entries verified, warnings said once, the ledger's
+per-process files, the open serve block: read with :meth:`Activity.snapshot`, started over with
+:meth:`Activity.reset`, never through module globals. A warmup, serve or trace counts its own events in
+a :func:`tally` block (context-local); each cache event (:func:`count`) goes into the open blocks and
+the process's totals. Lazy singletons a test must start over register with :func:`cleared_on_reset`.
+A forked child inherits the parent's activity except what the forking code clears and the ledger's
+pid-keyed files (:class:`LedgerActivity`). This module imports nothing of the package.
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """Atomic file writes: a temp file in the same folder, then ``os.replace``; links are never followed.
 
-Readers (another rank, a later run, the manifest reader) see the old file or the new one, never
-half of one: the compile cache's metadata and marker, the manifest and the plugin's baselines.
-A writer killed between the two (``kill -9``, out of memory) leaves its ``.<name>.XXXX.tmp``
-behind: :func:`remove_temporaries` drops such files, at once where a lock says no writer is alive
-(a cache entry under its key lock), else once they are ``STALE_AFTER`` seconds old (each write
-sweeps its own name's). :func:`directory_problem` says up front why a folder cannot hold them.
-
-The folders written (a shared cache, a manifest dir) may be writable by others: the temporary file
-is created with ``O_EXCL | O_NOFOLLOW`` and renamed over the name (a link there is replaced, not
-followed), and :func:`open_for_writing` is the one way to write a file in place (a log, a ledger).
+Readers (another rank, a later run) see the old file or the new one, never half of one. A writer
+killed mid-write leaves its ``.<name>.XXXX.tmp``: :func:`remove_temporaries` drops such files, at once
+under a lock that says no writer is alive, else once ``STALE_AFTER`` seconds old. The folders written
+may be writable by others: temporaries are created ``O_EXCL | O_NOFOLLOW``, and
+:func:`open_for_writing` is the one way to write a file in place (a log, a ledger).
 """
 from __future__ import annotations
 

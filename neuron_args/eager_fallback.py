@@ -1,14 +1,11 @@
 """Dynamo's recompile limit, never silent for a neuron backend.
 
-Past ``torch._dynamo.config.recompile_limit`` compiles of one frame (8 by default; every
-``torch.compile`` of one function or module class shares the frame) or
-``accumulated_recompile_limit`` compiles of it in the process, Dynamo stops calling the backend and
-runs the frame in eager PyTorch: no error, no cache entry, right outputs. On a Neuron host that is
-the model running on the host CPU while the tests pass. Dynamo logs one warning and says nothing
-for later calls, and its log does not name the backend, so :func:`install` wraps its limit check
-(``convert_frame.exceeds_recompile_limit``, looked up at each compile) and, when the frame's backend
-is a neuron seam, records the frame in ``ACTIVITY.eager_fallbacks`` and raises
-:class:`EagerFallbackError` or warns :class:`EagerFallbackWarning` (see :func:`mode`).
+Past ``recompile_limit`` compiles of one frame (or ``accumulated_recompile_limit`` in the process)
+Dynamo stops calling the backend and runs the frame in eager PyTorch, with one warning that does not
+name the backend: on a Neuron host the model would run on the host CPU while tests pass. :func:`install`
+wraps Dynamo's limit check (``convert_frame.exceeds_recompile_limit``); for a neuron seam's frame it
+records the frame in ``ACTIVITY.eager_fallbacks`` and raises :class:`EagerFallbackError` or warns
+:class:`EagerFallbackWarning` (see :func:`mode`).
 """
 from __future__ import annotations
 
@@ -94,22 +91,16 @@ def _compile_frame(frame: FrameType | None) -> FrameType | None:
     return None
 
 
-def _seam(compiler_fn: Any, seam_of: Callable[[Any], str | None]) -> str | None:
-    from torch._dynamo.eval_frame import innermost_backend
-
-    fn = innermost_backend(compiler_fn)
-    fn = innermost_backend(getattr(fn, "compiler_fn", fn))  # torch._TorchCompileWrapper (torch.compile(options=))
-    return seam_of(fn)
-
-
 def _on_limit(frame: FrameType | None, limit_type: str, seam_of: Callable[[Any], str | None]) -> None:
     import torch
+    from torch._dynamo.eval_frame import innermost_backend
 
     caller = _compile_frame(frame)
     if caller is None:
         return
     local = caller.f_locals
-    seam = _seam(local.get("compiler_fn"), seam_of)
+    fn = innermost_backend(local.get("compiler_fn"))
+    seam = seam_of(innermost_backend(getattr(fn, "compiler_fn", fn)))  # torch._TorchCompileWrapper (options=)
     if seam is None:
         return  # another backend's frame: Dynamo's own warning stands
     code = local.get("code")

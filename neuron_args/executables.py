@@ -1,17 +1,10 @@
 """Load a cache entry's executable, once per process, with the loader its recorded format names.
 
-``metadata.json`` records ``compiler.format`` and the graph's ``input_specs``/``output_specs``:
-
-- ``xla-cpu-executable`` (the embedded local compiler) -> :class:`neuron_args.runtime.LoadedExecutable`
-  on XLA:CPU;
-- ``neff`` (neuronx-cc) -> :class:`neuron_args.neuron_runtime.NeffExecutable` on the engine's
-  NeuronCores through torch-neuronx.
-
-A NEFF with no runtime binding in the process is an error naming what to install, unless eager
-outputs are allowed (``NeuronRunner(allow_eager_outputs=True)``, ``--neuron-allow-eager-outputs``,
-``NEURON_ARGS_ALLOW_EAGER_OUTPUTS=1``): then the graph is still compiled, keyed, cached and
-recorded, its outputs come from eager PyTorch, and :func:`eager_output_graphs` lists it so a
-session summary can say so.
+``xla-cpu-executable`` loads as :class:`neuron_args.runtime.LoadedExecutable` on XLA:CPU, ``neff`` as
+:class:`neuron_args.neuron_runtime.NeffExecutable` through torch-neuronx. A NEFF with no runtime binding
+is an error naming what to install, unless eager outputs are allowed (``allow_eager_outputs``,
+``--neuron-allow-eager-outputs``, ``NEURON_ARGS_ALLOW_EAGER_OUTPUTS=1``): the graph is still compiled,
+cached and recorded, its outputs come from eager PyTorch, and :func:`eager_output_graphs` lists it.
 """
 from __future__ import annotations
 
@@ -33,8 +26,6 @@ log = logging.getLogger("neuron_args.executables")
 FORMATS = (XLA_CPU_FORMAT, NEFF_FORMAT)
 ALLOW_EAGER_ENV = "NEURON_ARGS_ALLOW_EAGER_OUTPUTS"
 
-# executables this process loaded, by cache key (one load per process, even when Dynamo recompiles);
-# NEFFs whose outputs come from eager PyTorch in this process: key -> graph type
 _loaded = ACTIVITY.loaded
 _eager = ACTIVITY.eager_outputs
 

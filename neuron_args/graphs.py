@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import NeuronArgsError
+from neuron_args.text import clip
 
 DECLARE_HINT = ("define neuron_graphs(self) returning a list of "
                 "neuron_args.graphs.GraphSpec(graph_type, entry_module, {bucket_name: lambda: {kwarg: tensor, ...}})")
@@ -59,14 +60,9 @@ def bucket_kwargs(graph_type: str, bucket: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise NeuronArgsError(
             f"graph type {graph_type!r}, bucket {bucket!r}: the bucket factory returned {type(value).__name__} "
-            f"({_short(value)}); it must return a dict of keyword arguments for the entry module's forward, "
+            f"({clip(repr(value), 80)}); it must return a dict of keyword arguments for the entry module's forward, "
             "e.g. lambda: {'x': torch.ones(1, 8)} (wrap a positional tensor as {'x': t})")
     return dict(value)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 __all__ = ["GraphSpec", "bucket_kwargs", "declared_graphs"]

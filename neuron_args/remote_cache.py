@@ -1,39 +1,28 @@
 """A compile cache shared across hosts through S3-compatible storage (``cache_dir="s3://bucket/prefix"``).
 
-The local folder stays the working store. An ``s3://`` cache_dir maps to a local read-through copy
-(``$NEURON_ARGS_REMOTE_CACHE_COPY/<bucket>/<prefix>``, default ``~/.cache/neuron-args/remote/...``)
-that records its remote in ``<copy>/.remote.json``, so every :class:`~neuron_args.cache.CompileCache`
-on that folder (the CLI, the farm, trace records, other processes) finds it. The cache calls two hooks:
+The local folder stays the working store: an ``s3://`` cache_dir maps to a local read-through copy
+(README: Sharing a cache across hosts) that records its remote in ``<copy>/.remote.json``, so every
+:class:`~neuron_args.cache.CompileCache` on that folder finds it. The cache calls two hooks:
 
-* :func:`pull` on a local miss: the remote entry exists only once its marker ``<prefix>/<key>/COMPLETE``
-  exists. The marker names an upload folder ``<prefix>/<key>/<id>/`` and each file's size and sha256;
-  the files are downloaded with bounded reads into a dot folder, checked against the marker and then by
-  the cache's own check (metadata, executable size and sha256, signature when a signing key is set), and
-  renamed into place with the local marker already in it: a local entry is whole or absent. Any mismatch
-  is a miss that rebuilds (logged), never a half entry.
-* :func:`publish` once a complete local entry's key lock is released (:func:`publish_unlocked`: a slow
-  network never holds a local build): the files go to a folder named by the hash of their contents, then
-  the marker LAST with ``If-None-Match: *`` (an S3 conditional write). Two hosts that build one key both
-  succeed: the first marker wins and names a folder that only ever holds its own bytes (the same contents
-  upload to the same folder with identical bytes). No lock across hosts is needed. The marker is read
-  back: an endpoint that ignores the condition (the last writer wins) is logged with the entry that won.
-  A remote entry a reader found corrupt is replaced (its marker overwritten) by the rebuild.
+* :func:`pull` on a local miss: a remote entry exists once its marker ``<prefix>/<key>/COMPLETE`` does;
+  it names an upload folder ``<prefix>/<key>/<id>/`` and each file's size and sha256. The files are
+  downloaded with bounded reads into a dot folder, checked against the marker and by the cache's own
+  check, and renamed into place with the local marker in it: a local entry is whole or absent, and any
+  mismatch is a logged miss that rebuilds.
+* :func:`publish` once the key lock is released (:func:`publish_unlocked`): the files go to a folder
+  named by the hash of their contents, then the marker LAST with ``If-None-Match: *``. Two hosts that
+  build one key both succeed (the first marker wins; a folder only ever holds its own bytes), so no lock
+  across hosts is needed. The marker is read back to log an endpoint that ignores the condition. A
+  remote entry a reader found corrupt has its marker overwritten by the rebuild.
 
-Faults. An endpoint that does not answer (refused, timed out: ``NEURON_ARGS_REMOTE_CACHE_TIMEOUT``
-bounds connect and read, botocore's standard retry mode bounds the attempts) is one loud warning naming
-the endpoint, then this process works local-only (it builds what it misses; serving never waits on the
-network again). Credentials refused, a missing bucket or no credentials at all is a
-:class:`RemoteCacheError` naming the key, the graph type, the endpoint and the fix: a configuration
-error, not a reason to rebuild everything silently. A failed upload is a warning: the entry is built
-and used here; other hosts build it themselves.
+Faults: an unreachable endpoint (``NEURON_ARGS_REMOTE_CACHE_TIMEOUT``, botocore's standard retries) is
+one loud warning, then local-only for this process; refused or missing credentials, or a missing bucket,
+are a :class:`RemoteCacheError` naming the key, graph type, endpoint and fix; a failed upload is a warning.
 
-Client: boto3 (``pip install 'neuron-args[s3]'``) rather than s3fs, measured on this project's machines:
-boto3 is 7 distributions and 39 MB installed, s3fs 20 distributions and 54 MB (aiobotocore pins an older
-botocore, plus aiohttp and fsspec); ``import boto3`` took 0.52-0.95 s, ``import s3fs`` 0.83-1.26 s; both
-send conditional writes (boto3 ``put_object(IfNoneMatch="*")``, s3fs mode ``"xb"``). The cache is
-synchronous code, so s3fs's asyncio layer buys nothing. The client is made from a default
-``boto3.session.Session``: ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, the credential chain and
-``AWS_MAX_ATTEMPTS`` apply as for any AWS tool; nothing project-specific is needed.
+Client: boto3 (``pip install 'neuron-args[s3]'``), not s3fs: fewer and smaller distributions, a faster
+import, the same conditional write, and no asyncio layer a synchronous cache would not use. The client comes
+from a default ``boto3.session.Session``, so ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, the credential chain and
+``AWS_MAX_ATTEMPTS`` apply as for any AWS tool.
 """
 from __future__ import annotations
 
@@ -197,10 +186,6 @@ def store_for(root: Path) -> S3Store | None:
         return _stores[ident]
 
 
-def _timeout() -> float:
-    return envs.seconds(TIMEOUT_ENV, hint=" (the S3 client's connect and read timeout)")
-
-
 class _Absent(Exception):
     """The object does not exist (404)."""
 
@@ -228,21 +213,18 @@ class S3Store:
     @property
     def client(self) -> Any:
         with self._client_lock:
-            return self._make_client() if self._client is None else self._client
-
-    def _make_client(self) -> Any:
-        if self._client is None:
-            try:
-                import boto3
-                from botocore.config import Config
-            except ImportError:
-                raise RemoteCacheError(
-                    f"the compile cache {self.loc.url} is on S3, and boto3 is not installed. "
-                    "Fix: pip install 'neuron-args[s3]'") from None
-            t = _timeout()
-            self._client = boto3.session.Session().client(
-                "s3", config=Config(connect_timeout=t, read_timeout=t, retries={"mode": "standard"}))
-        return self._client
+            if self._client is None:
+                try:
+                    import boto3
+                    from botocore.config import Config
+                except ImportError:
+                    raise RemoteCacheError(
+                        f"the compile cache {self.loc.url} is on S3, and boto3 is not installed. "
+                        "Fix: pip install 'neuron-args[s3]'") from None
+                t = envs.seconds(TIMEOUT_ENV, hint=" (the S3 client's connect and read timeout)")
+                self._client = boto3.session.Session().client(
+                    "s3", config=Config(connect_timeout=t, read_timeout=t, retries={"mode": "standard"}))
+            return self._client
 
     @property
     def endpoint(self) -> str:
@@ -291,8 +273,6 @@ class S3Store:
                 "This process goes on with its local copy only: graphs it misses are built here and not shared. "
                 "fix: check the endpoint (AWS_ENDPOINT_URL, the network) and %s, then run again",
                 self.loc.url, self.endpoint, key, graph_label(graph_type), why, TIMEOUT_ENV)
-
-    # -- objects --------------------------------------------------------------------------------------------
 
     def get_bytes(self, name: str, limit: int, key: str, graph_type: str | None) -> bytes:
         with self._call("read", key, graph_type):
@@ -378,11 +358,13 @@ class Summary:
     created: str | None
 
     @classmethod
-    def of_metadata(cls, raw: bytes) -> Summary:
-        try:
-            doc = load_json(raw, "metadata.json")
-        except ValueError:
-            doc = None
+    def of_metadata(cls, f: BinaryIO | None) -> Summary:
+        """The summary of an open metadata.json (None: the entry has none), read from its start, bounded."""
+        doc = None
+        if f is not None:
+            f.seek(0)
+            with contextlib.suppress(ValueError):
+                doc = load_json(f.read(METADATA_LIMIT + 1), "metadata.json")
         return cls.parse(doc if isinstance(doc, dict) else {})
 
     @classmethod
@@ -555,14 +537,6 @@ def released(entry_path: Path) -> None:
         publish(*owed)
 
 
-def _head(f: BinaryIO | None, limit: int) -> bytes:
-    """The first ``limit`` + 1 bytes of ``f`` from its start (b"" for no file)."""
-    if f is None:
-        return b""
-    f.seek(0)
-    return f.read(limit + 1)
-
-
 def _stamp(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -598,7 +572,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
             for name, f in handles.items():
                 f.seek(0)
                 store.put(store.loc.object_key(key, folder, name), f, key, graph_type)
-            summary = Summary.of_metadata(_head(handles.get(entry.metadata_path.name), METADATA_LIMIT))
+            summary = Summary.of_metadata(handles.get(entry.metadata_path.name))
             marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
                                  "host": socket.gethostname(), "graph_type": summary.graph_type,
                                  "compiler_args": summary.compiler_args, "created": summary.created},

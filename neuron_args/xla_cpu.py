@@ -1,17 +1,11 @@
 """Thin access to jaxlib's XLA:CPU PJRT clients: compile an HloModuleProto, (de)serialize, execute.
 
-The embedded local compiler (a subprocess) compiles on jax's own CPU client; the runtime loads and
-runs what it wrote on a second, **synchronous** XLA:CPU client (``make_cpu_client(asynchronous=
-False)``): the executable runs on the calling thread, with no dispatch to a worker thread and no
-future to wait on. Measured on this project's graphs (``benchmarks/bench_serve.py``) it runs
-them 2.3-6x faster than jax's asynchronous client; ``NEURON_ARGS_XLA_CPU_ASYNC=1`` runs them on
-jax's client instead (for comparison).
-
-Host arrays go in without a copy where PJRT allows it (``ZERO_COPY``: a dense, aligned array is
-aliased, not copied), and come out as views of the runtime's buffers.
-
-jax is imported on first use only: its clients start threads, and a process that forks after that
-gets children that hang (``deferred.parallel_trace`` checks :func:`clients_created` before forking).
+The local compiler compiles on jax's own CPU client; the runtime runs executables on a second,
+synchronous client (on the calling thread, no future to wait on: 2.3-6x faster on this project's
+graphs, ``benchmarks/bench_serve.py``); ``NEURON_ARGS_XLA_CPU_ASYNC=1`` uses jax's client instead.
+Host arrays go in without a copy where PJRT allows it and come out as views of the runtime's buffers.
+jax is imported on first use only: a process that forks after its clients started threads gets
+children that hang (``deferred.parallel_trace`` checks :func:`clients_created`).
 """
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """What CI systems read from a session besides the terminal: JUnit properties and the GitHub step summary.
 
-Per test, the graphs its ``neuron_warmup`` covered and what ``neuron_served`` served go into
-``item.user_properties`` (what ``record_property`` writes), so ``--junitxml`` carries them: a
-nightly dashboard can tell which keys and ``-O`` levels a failing test was about without reading
-logs. At session end the controller appends a markdown summary (graphs, misses, baseline diffs)
-to ``$GITHUB_STEP_SUMMARY`` when that variable is set, from the data merged across xdist workers.
+Per test, the graphs ``neuron_warmup`` covered and what ``neuron_served`` served go into
+``item.user_properties``, so ``--junitxml`` tells a dashboard which keys and ``-O`` levels a failing
+test was about. At session end the controller appends a markdown summary (graphs, misses, baseline
+diffs, merged across xdist workers) to ``$GITHUB_STEP_SUMMARY`` when it is set.
 """
 from __future__ import annotations
 

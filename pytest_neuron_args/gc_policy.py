@@ -1,25 +1,12 @@
 """Python's cyclic garbage collector in a session that warms up models: full collections skip the long-lived heap.
 
-Measured on the examples' warm session (``benchmarks/bench_session.py``): after torch, jax,
-transformers and Dynamo's traces the process tracks ~570k objects, and each full (generation 2)
-collection walks them all: 8 such collections after collection (during the model import, the
-warmups and pytest's own two at the end, for unraisable exceptions), plus the interpreter's at
-exit, took about as long as the session's nine Dynamo traces. Three moves, none of which changes
-what is collected, only when:
-
-- **after collection** (tests will run and some use the model fixtures): :func:`gc.freeze` the
-  heap of imports and collected items, which lives as long as the session anyway;
-- **during a warmup**: the collector is paused (:func:`paused`), Dynamo's own collection after each
-  graph it compiles too (``run_gc_after_compile``, a generation-1 collection, ~15 ms a graph); the
-  trace's cyclic garbage is collected afterwards, by the next automatic collection;
-- **at the end of the session**: one :func:`gc.collect` (so pytest still sees every unraisable
-  exception of the session's garbage), then :func:`gc.freeze`, so pytest's collections and the
-  interpreter's at exit do not walk the heap again.
-
-Only the outermost session of a process freezes (a ``pytester`` run inside another session leaves
-its heap alone), and a session unfreezes what an earlier one in the same process froze.
-``NEURON_ARGS_GC_FREEZE=0`` turns the freezes off (a test that inspects ``gc.get_objects()``
-or waits for the collection of an object alive at a freeze point needs that).
+A warm session tracks ~570k objects (torch, jax, transformers, Dynamo's traces), and each full
+collection walks them all (``benchmarks/bench_session.py``). What is collected never changes, only when:
+after collection (when tests use the model fixtures) the heap is :func:`gc.freeze`-d; a warmup pauses
+the collector (:func:`paused`, Dynamo's ``run_gc_after_compile`` too); the session's end collects once
+(pytest still sees every unraisable exception) and freezes again. Only the outermost session of a process
+freezes, and a session unfreezes what an earlier one froze. ``NEURON_ARGS_GC_FREEZE=0`` turns the freezes
+off (for a test that inspects ``gc.get_objects()`` or waits for an object alive at a freeze point).
 """
 from __future__ import annotations
 
@@ -51,13 +38,9 @@ def session_stopped() -> None:
     _open[0] = max(0, _open[0] - 1)
 
 
-def outermost() -> bool:
-    return _open[0] == 1
-
-
 def freeze(collect: bool) -> None:
     """Move every tracked object to the permanent generation (after a full collection when ``collect``)."""
-    if not enabled() or not outermost():
+    if not enabled() or _open[0] != 1:  # only the outermost session of the process
         return
     if collect:
         gc.collect()

@@ -1,10 +1,8 @@
 """Manifests from the session's ledger: the session manifest per engine, and one test's view of it.
 
-Every process of a session appends ledger lines (``<root>/ledger/<engine-id>/<pid>.jsonl``, one
-line per graph, engine and rank) and nothing emits until the end, so no process consumes another's
-lines. A test's ``neuron_manifest`` is a manifest of its own warmup's keys: the library's
-``read_ledger`` reads them, they are written into a ledger in the test's tmp folder and emitted
-there with the library's ``emit_manifest``.
+Every process appends ledger lines (``<root>/ledger/<engine-id>/<pid>.jsonl``) and nothing emits until
+the end, so no process consumes another's lines. A test's ``neuron_manifest`` covers its own warmup's
+keys: they are copied into a ledger in the test's tmp folder and emitted there with ``emit_manifest``.
 """
 from __future__ import annotations
 

@@ -61,14 +61,14 @@ def marked_graph_types(node: pytest.Item) -> list[str]:
 
 
 def declared_graph_types(model: Any) -> list[str]:
-    """The graph types ``model.neuron_graphs()`` declares, in declaration order."""
-    graphs = getattr(model, "neuron_graphs", None)
-    if not callable(graphs):
-        pytest.fail(
-            f"neuron_model returned a {type(model).__name__}, which has no neuron_graphs() method; "
-            "return a model whose neuron_graphs() lists its GraphSpec(graph_type, entry, buckets)",
-            pytrace=False)
-    return [g.graph_type for g in graphs()]
+    """The graph types ``model.neuron_graphs()`` declares, in declaration order, checked as the runner checks them."""
+    from neuron_args.errors import NeuronArgsError
+    from neuron_args.graphs import declared_graphs  # imports torch: not at plugin load
+
+    try:
+        return [g.graph_type for g in declared_graphs(model)]
+    except NeuronArgsError as exc:
+        pytest.fail(f"neuron_model ({type(model).__name__}): {exc}", pytrace=False)
 
 
 def check_graph_types(nodeid: str, model: Any, marked: Iterable[str]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +38,14 @@ from pytest_neuron_args.baseline import tidy_session
 from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
 from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
+from pytest_neuron_args.trace_log import TRACE_LOG
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
 
-# torch's structured-trace logger logs every Dynamo step at DEBUG for TORCH_TRACE files and does not
-# propagate; pytest >= 9 attaches its capture handler to non-propagating loggers too, so each failing
-# test would print thousands of empty "DEBUG torch.__trace" lines. Dropped unless TORCH_TRACE is set.
-_TORCH_TRACE_LOGGER = "torch.__trace"
-_TRACE_FILTER = pytest.StashKey[logging.Filter]()
+# torch's structured-trace logger (DEBUG, not propagating) would fill each failing test's captured log with
+# empty "DEBUG torch.__trace" lines under pytest >= 9: dropped unless TORCH_TRACE is set.
+_TRACE_FILTER = pytest.StashKey[Callable[[logging.LogRecord], bool]]()
 _EAGER_DEFAULT = pytest.StashKey[bool]()
-
-
-class _DropAll(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return False
 
 
 #: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
@@ -92,8 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
     if not envs.is_set("TORCH_TRACE"):
-        config.stash[_TRACE_FILTER] = _DropAll()  # one per session: a pytester run inside keeps ours
-        logging.getLogger(_TORCH_TRACE_LOGGER).addFilter(config.stash[_TRACE_FILTER])
+        config.stash[_TRACE_FILTER] = lambda record: False  # one per session: a pytester run inside keeps ours
+        logging.getLogger(TRACE_LOG).addFilter(config.stash[_TRACE_FILTER])
 
 
 _PATH_OPTIONS = ("--neuron-cache-dir", "--neuron-manifest-dir", "--neuron-baseline")
@@ -143,14 +138,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         session.stop()
         if session.is_rank_worker:
-            import sys
-
             dist = sys.modules.get("torch.distributed")
             if dist is not None and dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
     trace_filter = config.stash.get(_TRACE_FILTER, None)
     if trace_filter is not None:
-        logging.getLogger(_TORCH_TRACE_LOGGER).removeFilter(trace_filter)
+        logging.getLogger(TRACE_LOG).removeFilter(trace_filter)
     if _EAGER_DEFAULT in config.stash:
         eager_fallback.error_by_default(config.stash[_EAGER_DEFAULT])
 

@@ -58,17 +58,13 @@ def serve_file(out: Path, rank: int) -> Path:
     return out / f"serve{rank}.json"
 
 
-def this_rank() -> int:
-    return envs.RANK
-
-
 def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
     """In a rank running a serving test: its outcome so far (a failed phase wins) and what it served."""
-    path = serve_file(out, this_rank())
+    path = serve_file(out, envs.RANK)
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        result = {"rank": this_rank(), "outcome": None, "error": None}
+        result = {"rank": envs.RANK, "outcome": None, "error": None}
     if report.failed and result["outcome"] != "failed":  # the first failure is the one to show
         result["outcome"], result["error"] = "failed", f"{report.when}: {report.longrepr}"
     elif report.skipped and result["outcome"] is None:

@@ -1,26 +1,13 @@
 """Torch's structured trace log during a warmup: no handler on it unless ``TORCH_TRACE`` asks for the trace.
 
-torch builds a structured record for each step of a Dynamo trace (the graph's readable code,
-the guards' text, compile metrics) whenever its trace log (``torch.__trace``, always at DEBUG,
-meant for ``TORCH_TRACE`` files read by tlparse) has any handler. It has: pytest attaches its
-log-capture handlers to every logger that does not propagate, and torch's own handler, which
-removes itself on its first record when ``TORCH_TRACE`` is unset, never gets one, because the
-plugin drops every record of that logger then (``plugin._DropAll``). So each trace built records
-nobody reads: ~4 % of the CPU of a warm session's traces (``benchmarks/README.md``).
-
-During a warmup :func:`detached` takes the handlers off that logger and puts them back after:
-all of them when ``TORCH_TRACE`` is unset (none could receive a record), else only those the
-root logger also holds (pytest's), so the trace file is still written.
-
-It also skips Dynamo's guard-latency measurement, which only feeds that trace and the guards' debug
-log: after building each graph's guards Dynamo flushes the CPU caches and times one evaluation
-(``profile_guard_manager``, ~16 ms a graph, ~0.15 s of a warm examples session). It still runs when
-``TORCH_TRACE`` is set or the guards log is at DEBUG (``TORCH_LOGS=guards``).
-
-And the function names of traced lines: for each call it puts in a graph Dynamo names the function
-of the line (``get_funcname``, which tokenizes every source file a trace goes through, once a
-process: ~0.13 s of CPU in a warm examples session) for the headers of two debug logs only
-(``TORCH_LOGS=trace_call,trace_source``); while neither is at DEBUG the name is left out.
+torch builds a structured record of each Dynamo trace step whenever its trace log (``torch.__trace``)
+has a handler, and pytest attaches one to every non-propagating logger while the plugin drops all its
+records (``plugin.pytest_configure``): ~4 % of a warm session's trace CPU for records nobody reads. During a
+warmup :func:`detached` takes those handlers off (all of them when ``TORCH_TRACE`` is unset, else only
+the root logger's, so the trace file is still written) and puts them back after. It also skips two
+costs that only feed debug output: Dynamo's guard-latency measurement (``profile_guard_manager``, kept
+when ``TORCH_TRACE`` is set or ``TORCH_LOGS=guards``) and the function names of traced lines
+(``get_funcname``, kept while ``TORCH_LOGS=trace_call,trace_source`` is at DEBUG).
 """
 from __future__ import annotations
 

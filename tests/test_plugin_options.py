@@ -247,3 +247,19 @@ def test_compile_timeout_and_tp_options_reach_the_runner(neuron_project: pytest.
     result = neuron_project.runpytest("--neuron-tp=0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--neuron-tp 0: give the number of tensor-parallel ranks, 1 or more*"])
+
+
+def test_the_graph_type_marker_checks_the_model_as_the_runner_does() -> None:
+    """The marker's check and the runner share one check of ``neuron_graphs()``: the same message and fix."""
+    class NoGraphs:
+        pass
+
+    class StrGraphs:
+        def neuron_graphs(self) -> list[str]:
+            return ["decode"]
+
+    with pytest.raises(pytest.fail.Exception, match=r"neuron_model \(NoGraphs\): NoGraphs has no neuron_graphs\(\) "
+                                                    r"method.*GraphSpec\(graph_type, entry_module"):
+        plugin_markers.check_graph_types("t.py::test", NoGraphs(), ["decode"])
+    with pytest.raises(pytest.fail.Exception, match=r"StrGraphs.neuron_graphs\(\) returned a str \('decode'\) among"):
+        plugin_markers.check_graph_types("t.py::test", StrGraphs(), ["decode"])

@@ -1,9 +1,8 @@
 """The one compiler interface both drivers implement.
 
-A compiler turns one entry's ``graph.hlo`` plus a neuronx-cc argument list into an executable.
-Both drivers run their compiler as a child process (a bad option can abort a whole process, and
-neuronx-cc is a separate program anyway) with the same neuronx-cc-shaped argv, never a shell:
-only the ``program`` that starts it differs. The run itself lives in :mod:`.process`.
+A compiler turns one entry's ``graph.hlo`` plus a neuronx-cc argument list into an executable. Both
+drivers run it as a child process (a bad option can abort a whole process) with the same
+neuronx-cc-shaped argv, never a shell; only the ``program`` differs. The run lives in :mod:`.process`.
 """
 from __future__ import annotations
 
@@ -43,10 +42,8 @@ class CompilerInfo:
 def prepare_compiler_args(
     compiler_args: Sequence[str], *, target: str, graph_type: str | None, key: str | None
 ) -> list[str]:
-    """Validate a neuronx-cc argument list and drop the options the driver sets itself.
-
-    Runs before any process starts, so a policy typo fails fast with :class:`CompilerArgsError`.
-    """
+    """Validate a neuronx-cc argument list (before any process starts: a typo fails fast with
+    :class:`CompilerArgsError`) and drop the options the driver sets itself."""
     from neuron_args import flags
 
     if target not in flags.KNOWN_TARGETS:
@@ -79,11 +76,8 @@ def prepare_compiler_args(
 
 
 class Compiler(abc.ABC):
-    """What the cache and the deferred flow need from a compiler driver: ``info`` and ``compile``.
-
-    A driver sets ``name``, ``display_name`` and ``program`` (the command prefix that starts its
-    compiler) and says which compiler it is (:attr:`info`); the argv and the run are shared.
-    """
+    """A compiler driver: it sets ``name``, ``display_name``, ``program`` (the command prefix that starts its
+    compiler) and :attr:`info`; the argv and the run are shared."""
 
     name = "compiler"
     display_name = "compiler"
@@ -134,12 +128,9 @@ class Compiler(abc.ABC):
         key: str | None = None,
         timeout: float | None = None,
     ) -> CompileResult:
-        """Compile ``hlo_path`` into ``output_path``; the log and command.txt go to ``workdir``.
-
-        Raises :class:`CompilerArgsError` before starting anything when the arguments are bad,
-        :class:`CompileError` when the compiler fails, crashes or times out (``timeout`` seconds;
-        None: ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default).
-        """
+        """Compile ``hlo_path`` into ``output_path`` (the log and command.txt go to ``workdir``); bad arguments
+        raise :class:`CompilerArgsError` before anything starts, a failed, crashed or timed-out compile
+        :class:`CompileError` (``timeout`` None: ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default)."""
         timeout = self.default_timeout if timeout is None else timeout
         args = prepare_compiler_args(compiler_args, target=target, graph_type=graph_type, key=key)
         # absolute: the child runs with the work directory as its cwd

@@ -27,20 +27,16 @@ PR_SET_PDEATHSIG = 1
 
 
 def supervised_argv(argv: list[str], *, reap: bool = False) -> list[str]:
-    """``argv`` wrapped in the supervisor (Linux), so the compiler dies with this process.
-
-    ``reap``: a one-shot program; what it leaves running when it exits is killed too."""
+    """``argv`` wrapped in the supervisor (Linux), so the compiler dies with this process (``reap``: a
+    one-shot program, what it leaves running when it exits is killed too)."""
     if not SUPERVISED:
         return argv
     return [sys.executable, "-I", "-S", str(SUPERVISOR), *(["--reap"] if reap else []), str(os.getpid()), *argv]
 
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; else nothing).
-
-    For children this library forks itself (trace children): call it first thing in the child
-    with the parent's pid taken before the fork (a parent already gone gets ``sig`` at once).
-    """
+    """Ask the kernel to send ``sig`` to this forked child when its parent dies (Linux; else nothing). Call it
+    first thing in the child with the parent's pid taken before the fork (a parent already gone: ``sig`` now)."""
     if not SUPERVISED:
         return
     import ctypes

@@ -2,19 +2,12 @@
 
     python -I -S supervisor.py [--reap] <parent pid> <program> [args...]
 
-The driver starts this script as the leader of a new process group (``start_new_session``); it
-asks the kernel for SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``), then runs the
-compiler in the same group and waits. When the parent is gone (``kill -9`` included) or this
-script gets SIGTERM/SIGINT/SIGHUP, it SIGKILLs the whole group: the compiler and every helper
-process neuronx-cc started. With ``--reap`` (a one-shot compile), what the compiler left running when it
-exits by itself (a helper it never waited for, which would write on into the cache entry) is killed too:
-this script is then a child subreaper (``PR_SET_CHILD_SUBREAPER``), so those become its children. The compiler's exit status is passed on
-unchanged (a signal death is re-raised on this process), so the driver decodes it as if it had run the
-compiler itself.
-
-Kept to the standard library and run with ``-I -S`` (no site, no imports of this package), so it
-costs a few milliseconds per compile. It is a script, not an import: nothing here runs in the
-library's own process.
+Started as a process-group leader, it asks for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``),
+runs the compiler in its group and waits; when the parent is gone (``kill -9`` included) or it gets
+SIGTERM/SIGINT/SIGHUP, it SIGKILLs the whole group, neuronx-cc's helpers included. With ``--reap`` (a
+one-shot compile) it is a child subreaper, so helpers the compiler left running are killed too. The
+compiler's exit status is passed on unchanged (a signal death re-raised). Standard library only, run
+with ``-I -S``: a few milliseconds per compile, and nothing here runs in the library's process.
 """
 import contextlib
 import os

@@ -1,12 +1,9 @@
 """Everything a trace child needs, imported once: torch, Dynamo, aot_autograd, the capture seam, jax and torchax.
 
-Imported for its effect by the process trace children start from: the caller before it forks
-them, or the fork server ``parallel_trace`` starts once jax's client exists in the caller.
-Importing jax creates no client, so a process that imported this still forks safely.
-
-Beyond the seam's own imports it loads what Dynamo, aot_autograd and the lowering import lazily
-during their first compile (:data:`FIRST_COMPILE_IMPORTS`, found by listing ``sys.modules``
-around a child's first trace); otherwise every child imports them again in its first job.
+Imported for its effect by the process trace children fork from (the caller, or ``parallel_trace``'s
+fork server once jax's client exists in the caller); importing jax creates no client, so forking stays
+safe. :data:`FIRST_COMPILE_IMPORTS` are what Dynamo, aot_autograd and the lowering import lazily on
+their first compile, which every child would otherwise import again in its first job.
 """
 import contextlib
 import importlib

@@ -1,13 +1,11 @@
 """Which keys each trace job resolved last time: lets ``parallel_trace`` skip children on a warm cache.
 
-A trace job's keys are only known after tracing it (the key hashes the lowered graph). This
-record, ``<cache>/.trace-record.json`` (a dot name: never listed as a cache entry), maps a job's
-*fingerprint* to the keys its last trace resolved. The fingerprint is a cheap description of the
-job: the model's class, module tree and parameter shapes, the input specs, the resolved
-arguments, the autograd mode and the capture options. It is only a prediction: a job whose recorded keys are all
-complete is traced in the caller's own process instead of a child, where the seam computes its
-key again from the real graph and asserts a cache hit. A changed model that kept its
-fingerprint therefore still gets its own key, and its miss sends the job to a child as before.
+A job's keys are known only after tracing it (the key hashes the lowered graph), so
+``<cache>/.trace-record.json`` (a dot name: never an entry) maps a job's *fingerprint* (model class,
+module tree, parameter shapes, input specs, resolved arguments, autograd mode, capture options) to the
+keys its last trace resolved. It is only a prediction: a job whose recorded keys are all complete is
+traced in the caller's process, where the seam computes the key from the real graph and asserts a hit;
+a changed model that kept its fingerprint misses there and goes to a child as before.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ emitter records whatever a caller passes through :func:`config_block`, which nev
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import logging
 import os
 import platform
@@ -21,17 +22,11 @@ __all__ = ["MODEL_SEPARATOR", "build_config", "config_block", "environment_snaps
 logger = logging.getLogger("neuron_args.manifest")
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"topology[{name!r}] must be a positive int, got {value!r}")
-    return int(value)
-
-
-def _optional_count(name: str, value: Any) -> int | None:
-    if value is None:
+def _count(label: str, value: Any, *, optional: bool = False) -> int | None:
+    if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        raise ValueError(f"{label} must be a positive int{' or None' if optional else ''}, got {value!r}")
     return int(value)
 
 
@@ -95,13 +90,13 @@ def build_config(
                 raise ValueError(f"topology['has_collectives'] must be a bool, got {value!r}")
             topo[name] = value
         else:
-            topo[name] = _positive_int(name, value)
+            topo[name] = _count(f"topology[{name!r}]", value)
     return {
         "model": None if model is None else os.fspath(model) if isinstance(model, PurePath) else str(model),
         "target": None if target is None else str(target),
         "dtype": _dtype_string(dtype),
-        "max_num_seqs": _optional_count("max_num_seqs", max_num_seqs),
-        "max_model_len": _optional_count("max_model_len", max_model_len),
+        "max_num_seqs": _count("max_num_seqs", max_num_seqs, optional=True),
+        "max_model_len": _count("max_model_len", max_model_len, optional=True),
         "topology": topo,
         "neuron_config": to_jsonable(neuron_config),
         "vllm_config": to_jsonable(vllm_config),
@@ -145,30 +140,16 @@ def environment_snapshot() -> dict:
     return {"python": platform.python_version(), **dict(sorted(found.items(), key=lambda kv: kv[0].lower()))}
 
 
-_HEAD = 1024  # Name and Version lead a core-metadata header; the description after it can run to 100+ KB
-
-
 def _name_and_version(metadata_text: str) -> tuple[str | None, str | None]:
-    """``Name`` and ``Version`` from a core-metadata header (the block before the first blank line).
-
-    Only the first 1 KiB is split into lines when both are found there (their last line, maybe
-    cut, is not read): splitting whole texts was ~40 % of a snapshot. Same answer as a whole split.
-    """
-    if len(metadata_text) > _HEAD:
-        found = _header_fields(metadata_text[:_HEAD].splitlines()[:-1], complete=False)
-        if found is not None:
-            return found
-    return _header_fields(metadata_text.splitlines(), complete=True)  # type: ignore[return-value]
-
-
-def _header_fields(lines: list[str], *, complete: bool) -> tuple[str | None, str | None] | None:
-    """Name and Version of ``lines``; None when they end before the header does and are not ``complete``."""
+    """``Name`` and ``Version`` from a core-metadata header (the block before the first blank line), read
+    line by line up to there: splitting whole texts (a description can run to 100+ KB) was ~40 % of a snapshot."""
     name = version = None
-    for line in lines:
+    for line in io.StringIO(metadata_text, newline=None):
+        line = line.rstrip("\n")
         if not line or (name and version):
-            return name, version
+            break
         if name is None and line.startswith("Name:"):
             name = line[5:].strip()
         elif version is None and line.startswith("Version:"):
             version = line[8:].strip()
-    return (name, version) if complete else None
+    return name, version

@@ -1,27 +1,12 @@
-"""Manifest schema, version 1 (the JSON Schema ships next to this module).
+"""Manifest schema, version 1 (the JSON Schema ships next to this module; the fields are listed below).
 
-Top level: ``manifest_version`` ("1"), ``config``, ``graphs``, ``environment``.
-
-``config``: ``model``, ``target``, ``dtype``, ``max_num_seqs``, ``max_model_len``, ``topology``
-(``world_size``, ``tensor_parallel_size``, ``pipeline_parallel_size``, ``data_parallel_size``,
-``attention_dp_size``, ``ep_degree`` (resolved), ``decode_context_parallel_size``,
-``has_collectives``), ``neuron_config`` and ``vllm_config`` (both JSON-coerced).
-
-``graphs[]`` (sorted by ``graph_hash``, so two manifests diff line by line): ``graph_hash``,
-``hlo_path`` and ``neff_path`` (relative to the compile-cache root), ``neff_size`` and
-``created_timestamp`` (one stat of the NEFF; ISO 8601 with UTC offset, its mtime),
-``input_shapes`` and ``output_shapes`` (ordered shape strings, ``""`` for a scalar),
-``compiler_flags`` (machine-specific paths removed), ``ranks`` (global, sorted, unique),
-``input_snapshot_paths`` / ``output_snapshot_paths`` (reserved, empty lists).
-
-Missing cache entries: a graph in the ledger whose ``<cache>/<key>/`` folder is gone at emit
-time is still listed (the ledger proves it was traced), with ``hlo_path``, ``neff_path``,
-``neff_size``, ``created_timestamp`` and ``output_shapes`` null. Each of those is also null on
-its own when only its source is missing (e.g. a pending entry has no NEFF yet): null means
-"not in the cache when the manifest was written", never a guess.
-
-``jsonschema`` is imported only by :func:`validate_manifest`, so writing a manifest never pays
-for it.
+``graphs[]`` is sorted by ``graph_hash`` (two manifests diff line by line); ``hlo_path`` and ``neff_path``
+are relative to the compile-cache root; ``neff_size`` and ``created_timestamp`` (ISO 8601 with UTC offset)
+come from one stat of the NEFF; shapes are ordered strings (``""`` for a scalar); ``compiler_flags`` have
+machine-specific paths removed; ``ranks`` are global, sorted and unique; snapshot paths are reserved.
+A graph the ledger proves was traced is listed even when its cache folder is gone, with the fields it
+would be read from null: null means "not in the cache when the manifest was written", never a guess.
+``jsonschema`` is imported only by :func:`validate_manifest`, so writing a manifest never pays for it.
 """
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """How a compiled graph's call is dispatched: straight to the graph when aot_autograd's wrapper adds nothing.
 
-A seam returns ``aot_autograd(fw_compiler=...)`` to Dynamo, and aot_autograd wraps the graph it
-compiled in its runtime wrapper: on every call it regenerates aliased outputs, replays metadata
-mutations, handles effect tokens, tensor subclasses, functionalized RNG, duplicated or aliased
-inputs, autocast and autograd, and copies the new values of mutated inputs back. For an inference
-graph served as a decode step only the last is needed; calling the graph directly saves the
-wrapper's layers (``benchmarks/bench_serve.py``: "seam's call"; what remains of a compiled call is
-Dynamo's own frame evaluation and guards).
-
-:func:`plan` reads aot_autograd's metadata of a graph (``ViewAndMutationMeta``) and says whether
-its runtime needs are *plain*: every mutation of an input is a data mutation returned as a leading
-graph output, nothing else. It is shared by :mod:`neuron_args.fastpath` (the runner's served
-calls) and :func:`direct_call` (a ``torch.compile``'d module called directly), which decides at
-compile time from the example inputs, grad mode and the metadata whether Dynamo can call the
-graph directly; every other graph keeps aot_autograd's wrapper.
+aot_autograd's runtime wrapper handles aliased outputs, metadata mutations, effect tokens, subclasses,
+RNG, duplicated inputs, autocast and autograd on every call; an inference graph served as a decode step
+needs only the copy-back of mutated inputs (``benchmarks/bench_serve.py``: "seam's call").
+:func:`plan` reads aot_autograd's ``ViewAndMutationMeta`` and says whether a graph is *plain* (every input
+mutation a data mutation returned as a leading output). :mod:`neuron_args.fastpath` and
+:func:`direct_call` use it; every other graph keeps aot_autograd's wrapper.
 """
 from __future__ import annotations
 
@@ -115,13 +107,6 @@ def _compiled(source: str, name: str, namespace: dict[str, Any]) -> Callable[...
     return namespace[name]
 
 
-def _needs_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule, graphs: Sequence[Any]) -> str | None:
-    """Why this compile needs aot_autograd's runtime wrapper beyond copy-back (None: it does not)."""
-    if len(graphs) != 1:
-        return f"aot_autograd compiled {len(graphs)} graphs (a forward and backward)"
-    return inputs_need_aot(example_inputs, gm)
-
-
 def inputs_need_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) -> str | None:
     """What of the trace itself (inputs, modes, the graph module) needs aot's runtime wrapper (None: nothing).
     Decided before aot_autograd runs, so the trace memo asks it too."""
@@ -180,7 +165,8 @@ def direct_plan(graphs: Sequence[Any], gm: torch.fx.GraphModule, example_inputs:
     """The plan to call ``graphs[0]`` with through :func:`direct_call`, when aot's wrapper would only copy
     mutated inputs back; None: the seam returns aot_autograd's wrapper. Call right after aot_autograd
     compiled, still inside Dynamo's tracing context."""
-    why = _needs_aot(example_inputs, gm, graphs)
+    why = (f"aot_autograd compiled {len(graphs)} graphs (a forward and backward)" if len(graphs) != 1
+           else inputs_need_aot(example_inputs, gm))
     if why is None:
         try:
             p = plan(graphs[0].fw_metadata, len(example_inputs))

@@ -50,15 +50,9 @@ def _digest(path: Path) -> str | None:
 
 
 def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bool = False) -> list[Pruned]:
-    """Remove the memo files no warm trace can use any more, or that no trace read for ``older_than_days``.
-
-    A memo predicts a graph digest (the key's ``graph`` component) and is used only when an entry
-    with that digest is complete; once no entry of the cache has it (a model edit made a new graph
-    and the old entries were removed), the memo only costs a file. Unreadable files (torn, foreign,
-    another format, a writer's temporary file older than an hour) are never used either.
-    ``older_than_days`` also removes memos not read for that long (``trace_memo.load`` touches each
-    file it reads). Removing a memo costs at most one full trace of its graph.
-    """
+    """Remove the memo files no warm trace can use (unreadable, or predicting a graph digest no entry has),
+    and with ``older_than_days`` those no trace read for that long (``trace_memo.load`` touches each file
+    it reads). Removing a memo costs at most one full trace of its graph."""
     folder = cache.trace_memo_dir
     try:
         files = sorted(p for p in folder.iterdir() if p.is_file())
