@@ -1,0 +1,145 @@
+"""One compiled graph (one cache key) and what happened to it: the one record every layer passes on.
+
+A seam records one per key (:mod:`neuron_args.seams.records`); a warmup reports one per bucket and key
+(``WarmupReport.graphs``, with ``bucket``/``how``/``origin``); the pytest plugin takes differences of them
+(:meth:`GraphOutcome.since`), merges them across processes (:meth:`GraphOutcome.merged`) and shows them in
+its summary, ``--neuron-report`` and JUnit properties. Across a process boundary (xdist, ``--neuron-tp``
+ranks, snapshots) it travels as :meth:`GraphOutcome.to_json` and comes back through
+:meth:`GraphOutcome.from_json`, which checks the untrusted dict once.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: counts summed when two outcomes of one key merge
+COUNTERS = ("compiles", "captures", "loads", "serve_hits", "serve_misses", "failures")
+_TEXT = ("graph_type", "seam", "target", "error", "bucket", "how", "origin")
+#: the fields a merge takes from the other outcome when this one lacks them
+_FACTS = ("graph_type", "input_shapes", "optimization_level", "compiler_args", "compile_seconds", "executable_size",
+          "error")
+
+
+@dataclass(frozen=True)
+class GraphOutcome:
+    """One graph (cache key): what it is (type, inputs, arguments) and what this process or session did with it.
+
+    ``serve_hits``/``serve_misses`` are None where nobody counted them (a graph another process built);
+    ``input_shapes``/``compiler_args`` are None where unknown. ``bucket``, ``how`` (``compiled`` | ``loaded`` |
+    ``captured``), ``counts`` (the cache counts its first warmup caused) and ``origin`` (the test that warmed it
+    first) are a warmup's.
+    """
+
+    key: str
+    graph_type: str | None = None
+    input_shapes: list[str] | None = None
+    compiler_args: list[str] | None = None
+    optimization_level: int | None = None
+    seam: str | None = None
+    target: str | None = None
+    compile_seconds: float | None = None
+    executable_size: int | None = None
+    compiles: int = 0  # executables built here (cache misses)
+    captures: int = 0  # pending entries written by the capture seam
+    loads: int = 0  # resolved from an existing cache entry
+    serve_hits: int | None = 0  # calls while a runner serves
+    serve_misses: int | None = 0  # misses while a runner served
+    failures: int = 0  # builds of this key that raised (a CompileError: the compiler failed, a full disk...)
+    error: str | None = None  # the last failure's first line
+    bucket: str | None = None
+    how: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    origin: str | None = None
+
+    @property
+    def compiled(self) -> bool:
+        return self.compiles > 0
+
+    @property
+    def captured(self) -> bool:
+        return self.captures > 0
+
+    @property
+    def status(self) -> str:
+        """How the graph got into the session: compiled, loaded, failed, missed, captured, else ``-``."""
+        for status, count in (("compiled", self.compiles), ("loaded", self.loads), ("failed", self.failures),
+                              ("missed", self.serve_misses), ("captured", self.captures)):
+            if count:
+                return status
+        return "-"
+
+    @property
+    def sort_key(self) -> tuple[Any, ...]:
+        """Graph type, then input shapes compared as numbers (``(2, 8)`` before ``(16, 8)``), then key."""
+        numbers = [tuple(int(d) for d in s.replace(",", " ").split() if d.isdigit()) for s in self.input_shapes or []]
+        return self.graph_type is None, str(self.graph_type or ""), numbers, self.key
+
+    def merged(self, other: GraphOutcome) -> GraphOutcome:
+        """``other`` (the same key, later or from another process) merged in: counts summed, facts kept once
+        known (``other``'s where this one has none); an unknown serve count stays unknown only if both are."""
+        change: dict[str, Any] = {}
+        for name in COUNTERS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if theirs is not None:
+                change[name] = (mine or 0) + theirs
+        for name in _FACTS:
+            if getattr(self, name) in (None, []) and getattr(other, name) not in (None, []):
+                change[name] = getattr(other, name)
+        return dataclasses.replace(self, **change)
+
+    def since(self, before: GraphOutcome | None) -> GraphOutcome:
+        """What happened to this graph after ``before`` (an earlier outcome of the key): counts subtracted, its
+        compile time only when it compiled since."""
+        before = before or GraphOutcome(self.key)
+        change: dict[str, Any] = {name: getattr(self, name) - (getattr(before, name) or 0)
+                                  for name in COUNTERS if getattr(self, name) is not None}
+        return dataclasses.replace(self, **change, compile_seconds=self.compile_seconds if change["compiles"] > 0 else None,
+                                   error=self.error if change["failures"] > 0 else None)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain builtins (with the ``compiled``/``captured`` flags older readers use)."""
+        return {**dataclasses.asdict(self), "compiled": self.compiled, "captured": self.captured}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GraphOutcome:
+        """An outcome from another process or an older plugin: every field checked; a missing count is 0 (a
+        ``compiled``/``captured`` flag counts one), a missing serve count unknown. Raises ValueError."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("key"), str):
+            raise ValueError(f"not a graph outcome (no key): {str(data)[:200]}")
+        out: dict[str, Any] = {"key": data["key"]}
+        for name in _TEXT:
+            out[name] = _typed(data, name, str)
+        for name in ("input_shapes", "compiler_args"):
+            value = data.get(name)
+            if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise ValueError(f"graph {data['key']}: {name} must be a list of strings, got {value!r}")
+            out[name] = None if value is None else list(value)
+        out["optimization_level"] = _typed(data, "optimization_level", int)
+        out["executable_size"] = _typed(data, "executable_size", int)
+        out["compile_seconds"] = _typed(data, "compile_seconds", (int, float))
+        for name, flag in (("compiles", "compiled"), ("captures", "captured")):
+            out[name] = _typed(data, name, int) if name in data else int(bool(data.get(flag)))
+        for name in ("loads", "failures", "serve_hits", "serve_misses"):
+            out[name] = _typed(data, name, int)
+        out["loads"], out["failures"] = out["loads"] or 0, out["failures"] or 0
+        counts = data.get("counts") or {}
+        if not isinstance(counts, Mapping) or not all(isinstance(v, int) for v in counts.values()):
+            raise ValueError(f"graph {data['key']}: counts must map names to integers, got {counts!r}")
+        return cls(**out, counts={str(k): int(v) for k, v in counts.items()})
+
+    @classmethod
+    def of(cls, value: GraphOutcome | Mapping[str, Any]) -> GraphOutcome:
+        """``value`` itself, or parsed from its JSON form (the public functions that take either)."""
+        return value if isinstance(value, GraphOutcome) else cls.from_json(value)
+
+
+def _typed(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = data.get(name)
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+        raise ValueError(f"graph {data.get('key')}: {name} must be {getattr(kind, '__name__', 'a number')}, got {value!r}")
+    return value
+
+
+__all__ = ["COUNTERS", "GraphOutcome"]
