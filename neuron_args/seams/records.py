@@ -48,7 +48,7 @@ def served(key: str) -> None:
     """One call of ``key``'s graph while a runner serves."""
     rec = RECORDS.get(key)
     if rec is not None:
-        RECORDS[key] = dataclasses.replace(rec, serve_hits=(rec.serve_hits or 0) + 1)
+        RECORDS[key] = rec.served_once()
 
 
 def records() -> list[GraphOutcome]:
