@@ -29,7 +29,8 @@ class GraphOutcome:
     ``serve_hits``/``serve_misses`` are None where nobody counted them (a graph another process built);
     ``input_shapes``/``compiler_args`` are None where unknown. ``bucket``, ``how`` (``compiled`` | ``loaded`` |
     ``captured``), ``counts`` (the cache counts its first warmup caused) and ``origin`` (the test that warmed it
-    first) are a warmup's.
+    first) are a warmup's; a ``parallel_compile`` sets ``how`` to how the build ended (``compiled`` | ``failed`` |
+    ``already-complete`` | ``cancelled``).
     """
 
     key: str
@@ -52,6 +53,7 @@ class GraphOutcome:
     how: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     origin: str | None = None
+    used_base_args: bool = False  # a parallel compile's: the entry recorded no arguments (an older cache)
 
     @property
     def compiled(self) -> bool:
@@ -63,7 +65,10 @@ class GraphOutcome:
 
     @property
     def status(self) -> str:
-        """How the graph got into the session: compiled, loaded, failed, missed, captured, else ``-``."""
+        """``how`` when a step set it, else how the graph got into the session: compiled, loaded, failed, missed,
+        captured, else ``-``."""
+        if self.how is not None:
+            return self.how
         for status, count in (("compiled", self.compiles), ("loaded", self.loads), ("failed", self.failures),
                               ("missed", self.serve_misses), ("captured", self.captures)):
             if count:
@@ -132,14 +137,15 @@ class GraphOutcome:
 
 
 def _is(value: Any, kind: Any) -> bool:
-    return isinstance(value, kind) and not isinstance(value, bool)
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
 #: each field's type as :meth:`GraphOutcome.from_json` checks it: (kind, kind of its items)
 _FIELDS: dict[str, tuple[type | tuple[type, ...], type | None]] = {
     **{name: (str, None) for name in ("key", *_TEXT)}, **{name: (int, None) for name in COUNTERS},
     "optimization_level": (int, None), "executable_size": (int, None), "compile_seconds": ((int, float), None),
-    "input_shapes": (list, str), "compiler_args": (list, str), "counts": (dict, int)}
+    "input_shapes": (list, str), "compiler_args": (list, str), "counts": (dict, int),
+    "used_base_args": (bool, None)}
 _KIND_NAMES = {name: {list: "a list of strings", dict: "a map of names to integers"}.get(
     kind, getattr(kind, "__name__", "a number")) for name, (kind, _) in _FIELDS.items()}
 

@@ -526,7 +526,7 @@ class NeuronRunner:
                 optimization_level=optimization_level(args), target=md.target or self.settings.target,
                 compiles=int(key in built), captures=int(key in built),
                 loads=int(key not in built and entry.is_complete),
-                compile_seconds=built[key].seconds if key in built else None,
+                compile_seconds=built[key].compile_seconds if key in built else None,
                 executable_size=entry.executable_path.stat().st_size if entry.is_complete else None)
             outcomes[key] = records.record(outcome) if key in keys else outcome
         return CacheStats(hits=len(keys) - len(built), misses=len(built), compiles=len(built),

@@ -9,13 +9,13 @@ xdist's ``workeroutput``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -295,13 +295,12 @@ class NeuronSession:
         """Remember the graphs a parallel warmup compiled or failed to compile (their records live in the compile
         workers); also the part of a warmup that raised (a trace failure, a graph break, Ctrl-C) after it built some."""
         for g in getattr(report, "graphs", None) or []:
-            seen = GraphOutcome(g.key, g.graph_type, None, list(g.compiler_args), serve_hits=None, serve_misses=None)
+            unseen = replace(g, serve_hits=None, serve_misses=None)  # compiled elsewhere: not served here
             if g.status == "compiled":
-                self.parallel_compiled[g.key] = dataclasses.replace(
-                    seen, compiles=1, compile_seconds=g.seconds, executable_size=g.executable_size)
+                self.parallel_compiled[g.key] = replace(unseen, compiles=1)
             elif g.status == "failed" and g.key not in self.parallel_compiled:
-                self.parallel_compiled[g.key] = dataclasses.replace(
-                    seen, failures=1, error=next(iter(str(g.error or "").splitlines()), "failed"))
+                self.parallel_compiled[g.key] = replace(
+                    unseen, failures=1, error=next(iter(str(g.error or "").splitlines()), "failed"))
 
     def stats(self) -> dict[str, int]:
         now = ACTIVITY.stats.snapshot()
@@ -412,7 +411,7 @@ def _filled_from_cache(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcom
     if not row.executable_size:
         with contextlib.suppress(OSError):  # no executable
             found["executable_size"] = entry.executable_path.stat().st_size
-    return dataclasses.replace(row, **found)
+    return replace(row, **found)
 
 
 __all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "row_order", "safe_name"]

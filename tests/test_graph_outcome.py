@@ -78,3 +78,14 @@ def test_junit_properties_read_outcomes_as_they_read_json_forms() -> None:
     assert warmup_properties(graphs) == warmup_properties([g.to_json() for g in graphs])
     assert warmup_properties(graphs)[0] == ("neuron_graph", f"graph_type=decode inputs=(1, 8) key={'d' * 32} "
                                                             "level=-O3 how=loaded")
+
+
+def test_a_compile_report_serializes_its_outcomes_as_the_compile_cli_always_printed_them() -> None:
+    from neuron_args.deferred import CompileReport
+
+    built = GraphOutcome(KEY, "decode", compiler_args=["-O2"], how="compiled", compile_seconds=1.5, executable_size=10,
+                         used_base_args=True)
+    (graph,) = CompileReport([built], seconds=2.0).as_dict()["graphs"]
+    assert list(graph.items()) == [("key", KEY), ("graph_type", "decode"), ("compiler_args", ["-O2"]),
+                                   ("status", "compiled"), ("seconds", 1.5), ("executable_size", 10),
+                                   ("used_base_args", True), ("error", None)]
