@@ -320,7 +320,7 @@ class NeuronSession:
         for key, built in self.parallel_compiled.items():
             row = rows.get(key)
             rows[key] = built if row is None else row.merged(built)
-        return [_filled_from_cache(row, self._cache_dir) for row in rows.values()]
+        return [_with_size(row, self._cache_dir) for row in rows.values()]
 
     def export(self) -> dict[str, Any]:
         """This process's contribution, as builtins (the xdist ``workeroutput`` payload)."""
@@ -389,29 +389,15 @@ def row_order(row: GraphOutcome | dict[str, Any]) -> tuple[Any, ...]:
     return GraphOutcome.of(row).sort_key
 
 
-def _filled_from_cache(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
-    """What an outcome from a compile report lacks (inputs, -O level, size), from the graph's cache entry."""
-    if cache_dir is None or (row.executable_size and row.input_shapes is not None):
-        return row
+def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
+    """A graph with no executable size (captured here, built by a ``parallel_compile`` the session did not see):
+    its size from the session cache's entry, when it holds one."""
     from neuron_args.cache import CompileCache
-    from neuron_args.errors import CorruptEntryError
-    from neuron_args.flags import optimization_level
 
-    entry = CompileCache(cache_dir).lookup(row.key)
-    if entry is None:  # not a key
-        return row
-    found: dict[str, Any] = {}
-    if row.input_shapes is None:
-        with contextlib.suppress(CorruptEntryError):  # a damaged entry: shown without its inputs
-            md = entry.info()
-            found["input_shapes"] = list(md.input_shapes or []) if md else None
-        if row.optimization_level is None and row.compiler_args:
-            with contextlib.suppress(ValueError):  # a malformed level: shown as none
-                found["optimization_level"] = optimization_level(row.compiler_args)
-    if not row.executable_size:
-        with contextlib.suppress(OSError):  # no executable
-            found["executable_size"] = entry.executable_path.stat().st_size
-    return replace(row, **found)
+    entry = None if row.executable_size or cache_dir is None else CompileCache(cache_dir).lookup(row.key)
+    with contextlib.suppress(OSError):  # no executable
+        return row if entry is None else replace(row, executable_size=entry.executable_path.stat().st_size)
+    return row
 
 
 __all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "row_order", "safe_name"]

@@ -35,6 +35,7 @@ from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockW
 from neuron_args.compilers.build import check_keyed_build
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
+from neuron_args.flags import optimization_level
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import graph_label
 
@@ -57,8 +58,11 @@ def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[E
                   f"capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder {entry.path}")
     recorded = md.compiler_args
     args = list(recorded) if recorded is not None else list(base_args or [])
-    return md, GraphOutcome(entry.key, md.graph_type, compiler_args=args, how="compiled", compile_seconds=0.0,
-                            used_base_args=recorded is None)
+    level = None
+    with contextlib.suppress(ValueError):  # a malformed level fails the build, with the compiler's words
+        level = optimization_level(args)
+    return md, GraphOutcome(entry.key, md.graph_type, list(md.input_shapes or []), args, level, how="compiled",
+                            compile_seconds=0.0, used_base_args=recorded is None)
 
 
 @dataclass(frozen=True)
