@@ -371,21 +371,19 @@ class NeuronRunner:
         """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
         return build_trace_job(self.resolver, self.spec(graph_type).entry, kwargs, graph_type, "inference_mode")
 
-    def _touched(self, graph_type: str, bucket: str, events: Sequence[records.Event],
+    def _touched(self, graph_type: str, bucket: str, events: Sequence[GraphOutcome],
                  counts: dict[str, int]) -> list[GraphOutcome]:
         """The graphs one bucket's run built (a graph break allowed by the caller makes several), from the
-        records merged during the run (:func:`records.watching`)."""
-        deltas: dict[str, list[int]] = {}
-        for key, *delta in events:
-            deltas[key] = [a + b for a, b in zip(deltas.get(key, (0, 0, 0)), delta)]
+        outcomes recorded during the run (:func:`records.watching`)."""
+        done: dict[str, GraphOutcome] = {}
+        for event in events:
+            done[event.key] = done[event.key].merged(event) if event.key in done else event
         out = []
-        for key, delta in deltas.items():
-            if not any(delta):
-                continue
+        for key, d in done.items():
             rec = records.RECORDS.get(key)
-            if rec is None:  # the records were cleared meanwhile (ACTIVITY.reset)
+            if rec is None or not (d.compiles or d.captures or d.loads):  # nothing, or records cleared (ACTIVITY.reset)
                 continue
-            how = "compiled" if delta[0] > 0 else "captured" if delta[1] > 0 else "loaded"
+            how = "compiled" if d.compiles else "captured" if d.captures else "loaded"
             out.append(replace(rec, graph_type=graph_type, bucket=bucket, how=how, counts=counts, origin=self.origin))
         return out
 

@@ -13,17 +13,15 @@ from neuron_args.text import format_shapes, human_size, render_table
 RECORDS: dict[str, GraphOutcome] = ACTIVITY.records
 
 
-#: (key, compiles, captures, loads) of each :func:`record` while a :func:`watching` block is open
-Event = tuple[str, int, int, int]
-_watchers: list[list[Event]] = []
+_watchers: list[list[GraphOutcome]] = []  # what each open watching() block was given
 
 
 @contextlib.contextmanager
-def watching() -> Iterator[list[Event]]:
-    """The records merged during the block, as events: what one warmup bucket built, captured or loaded,
+def watching() -> Iterator[list[GraphOutcome]]:
+    """The outcomes recorded during the block, as given: what one warmup bucket built, captured or loaded,
     found without scanning every record of the process before and after (a warmup of N buckets would
     scan N records per bucket)."""
-    events: list[Event] = []
+    events: list[GraphOutcome] = []
     _watchers.append(events)
     try:
         yield events
@@ -34,7 +32,7 @@ def watching() -> Iterator[list[Event]]:
 def record(rec: GraphOutcome) -> GraphOutcome:
     """Merge ``rec`` into the process's records (one per key; the latest compile time and error win)."""
     for events in _watchers:
-        events.append((rec.key, rec.compiles, rec.captures, rec.loads))
+        events.append(rec)
     old = RECORDS.get(rec.key)
     if old is not None:
         rec = dataclasses.replace(old.merged(rec), compile_seconds=(
