@@ -42,13 +42,6 @@ def record(rec: GraphOutcome) -> GraphOutcome:
     return rec
 
 
-def served(key: str) -> None:
-    """One call of ``key``'s graph while a runner serves."""
-    rec = RECORDS.get(key)
-    if rec is not None:
-        RECORDS[key] = rec.served_once()
-
-
 def records() -> list[GraphOutcome]:
     return list(RECORDS.values())
 
