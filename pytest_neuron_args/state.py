@@ -295,7 +295,8 @@ class NeuronSession:
         """Remember the graphs a parallel warmup compiled or failed to compile (their records live in the compile
         workers); also the part of a warmup that raised (a trace failure, a graph break, Ctrl-C) after it built some."""
         for g in getattr(report, "graphs", None) or []:
-            unseen = replace(g, serve_hits=None, serve_misses=None)  # compiled elsewhere: not served here
+            # compiled elsewhere: not served here; its status comes from the counts, as every row's
+            unseen = replace(g, how=None, serve_hits=None, serve_misses=None)
             if g.status == "compiled":
                 self.parallel_compiled[g.key] = replace(unseen, compiles=1)
             elif g.status == "failed" and g.key not in self.parallel_compiled:

@@ -89,3 +89,16 @@ def test_a_compile_report_serializes_its_outcomes_as_the_compile_cli_always_prin
     assert list(graph.items()) == [("key", KEY), ("graph_type", "decode"), ("compiler_args", ["-O2"]),
                                    ("status", "compiled"), ("seconds", 1.5), ("executable_size", 10),
                                    ("used_base_args", True), ("error", None)]
+
+
+def test_a_graph_one_worker_compiled_and_another_failed_to_is_listed_compiled(session: NeuronSession) -> None:
+    from neuron_args.deferred import CompileReport
+
+    failed = NeuronSession(session.config, session.settings)
+    failed._records_before = dict(ACTIVITY.records)  # as start() takes it
+    failed.add_compile_report(CompileReport([GraphOutcome(KEY, "decode", compiler_args=["-O3"], how="failed",
+                                                          error="killed\nfix: more memory")]))
+    session.workers = {"gw0": {"rows": [r.to_json() for r in failed.local_rows()]},
+                       "gw1": {"rows": [GraphOutcome(KEY, "decode", compiles=1).to_json()]}}
+    (row,) = session.merged()["rows"]
+    assert (GraphOutcome.from_json(row).status, row["error"], row["serve_hits"]) == ("compiled", "killed", 0)
