@@ -97,7 +97,7 @@ def phase(kind: str, cache: str, workers: int) -> dict[str, Any]:
         else:
             executor.shutdown()
     complete = sum(e.status == "complete" for e in CompileCache(cache).entries())
-    return {"seconds": seconds, "complete": complete, "per_graph": sorted(g.seconds for g in report.graphs)}
+    return {"seconds": seconds, "complete": complete, "per_graph": sorted(g.compile_seconds for g in report.graphs)}
 
 
 def spawn(kind: str, cache: Path, workers: int) -> dict[str, Any]:

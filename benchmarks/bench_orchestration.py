@@ -120,7 +120,7 @@ def phase_build(kind: str, cache: str, workers: int) -> dict[str, Any]:
         elif executor is not None:
             executor.shutdown()
     complete = sum(e.status == "complete" for e in CompileCache(cache).entries())
-    return {"seconds": seconds, "complete": complete, "per_graph": [g.seconds for g in report.graphs]}
+    return {"seconds": seconds, "complete": complete, "per_graph": [g.compile_seconds for g in report.graphs]}
 
 
 def spawn(phase: str, cache: Path, env: dict[str, str], *extra: str) -> dict[str, Any]:

@@ -125,9 +125,9 @@ class Activity:
     """Everything this process compiled, loaded, served and said; reset in place (aliases stay valid)."""
 
     stats: CacheStats = field(default_factory=CacheStats)
-    #: key -> ``seams.records.GraphRecord``: one row per (graph, argument set) a seam resolved
+    #: key -> ``graph_outcome.GraphOutcome``: one per (graph, argument set) a seam resolved
     records: dict[str, Any] = field(default_factory=dict)
-    #: ``runner.WarmedGraph`` a warmup found already warmed by its runner, in order
+    #: ``GraphOutcome`` of graphs a warmup found already warmed by its runner, in order
     reused: list[Any] = field(default_factory=list)
     #: executables loaded, by cache key (one load per process, even when Dynamo recompiles)
     loaded: dict[str, Callable[..., Any]] = field(default_factory=dict)
@@ -161,7 +161,7 @@ class Activity:
         ``eager_outputs``, ``serving`` (a bool)."""
         return {
             "stats": self.stats.snapshot(),
-            "records": {key: rec.as_dict() for key, rec in self.records.items()},
+            "records": {key: rec.to_json() for key, rec in self.records.items()},
             "reused": list(self.reused),
             "loaded": sorted(self.loaded),
             "eager_outputs": dict(self.eager_outputs),

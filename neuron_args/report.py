@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 
@@ -23,20 +24,13 @@ REPORT_VERSION = "1"
 STATUSES = ("compiled", "loaded", "captured", "missed", "failed", "seen")
 
 
-def graph_record(row: Mapping[str, Any], status: str) -> dict[str, Any]:
-    """One graph of a report from a session-summary row (see ``pytest_neuron_args.state``)."""
-    return {
-        "graph_type": row.get("graph_type"),
-        "key": row["key"],
-        "compiler_args": list(row.get("compiler_args") or []),
-        "input_shapes": list(row.get("input_shapes") or []),
-        "status": status,
-        "compile_seconds": row.get("compile_seconds"),
-        "executable_size": row.get("executable_size"),
-        "serve_hits": int(row.get("serve_hits") or 0),
-        "serve_misses": int(row.get("serve_misses") or 0),
-        "error": row.get("error") if status == "failed" else None,
-    }
+def graph_record(row: GraphOutcome | Mapping[str, Any], status: str) -> dict[str, Any]:
+    """One graph of a report: a session's graph outcome (or its JSON form) as the report file lists it."""
+    g = GraphOutcome.of(row)
+    return {"graph_type": g.graph_type, "key": g.key, "compiler_args": list(g.compiler_args or []),
+            "input_shapes": list(g.input_shapes or []), "status": status, "compile_seconds": g.compile_seconds,
+            "executable_size": g.executable_size, "serve_hits": g.serve_hits or 0, "serve_misses": g.serve_misses or 0,
+            "error": g.error if status == "failed" else None}
 
 
 def build_report(settings: Mapping[str, Any], graphs: Sequence[Mapping[str, Any]],

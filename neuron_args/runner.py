@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -36,6 +36,7 @@ from neuron_args.deferred.parallel_trace import recorded_complete
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
 from neuron_args.resolver import CompilerArgsResolver
 from neuron_args.scope import current_graph_type, scoped_compiler_args
@@ -73,28 +74,9 @@ class UndeclaredGraphError(NeuronArgsError):
     """A call while serving matched none of the model's declared buckets (it would run eagerly)."""
 
 
-@dataclass
-class WarmedGraph:
-    """One graph a warmup resolved: which bucket, which key, and how it got into the cache."""
-
-    graph_type: str
-    bucket: str
-    key: str
-    input_shapes: list[str]
-    compiler_args: list[str]
-    how: str  # "compiled" | "loaded" | "captured"
-    counts: dict[str, int] = field(default_factory=dict)  # the cache counts its first warmup caused
-    origin: str | None = None  # who warmed it first (a test id under the pytest plugin)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"graph_type": self.graph_type, "bucket": self.bucket, "key": self.key,
-                "input_shapes": list(self.input_shapes), "compiler_args": list(self.compiler_args),
-                "how": self.how, "counts": dict(self.counts), "origin": self.origin}
-
-
 #: Graphs a warmup found already warmed by its runner, in order; each is counted as its first warmup was
 #: (``neuron_compile_counter`` adds them to a block's counts, naming them). ``ACTIVITY.reused``.
-REUSED: list[WarmedGraph] = ACTIVITY.reused
+REUSED: list[GraphOutcome] = ACTIVITY.reused
 
 
 @dataclass
@@ -106,7 +88,7 @@ class WarmupReport:
     compile_report: Any = None
     manifest_path: Any = None
     deferred_counts: CacheStats = field(default_factory=CacheStats)  # the part trace children and compile workers did
-    graphs: list[WarmedGraph] = field(default_factory=list)  # every graph of the chosen graph types
+    graphs: list[GraphOutcome] = field(default_factory=list)  # every graph of the chosen graph types (bucket, how)
     reused: list[str] = field(default_factory=list)  # graph types warmed before by this runner
     traced: list[Any] = field(default_factory=list)  # the parallel flow's TraceResults ("loaded": no child)
 
@@ -231,7 +213,7 @@ class NeuronRunner:
         self.emit_manifests = True
         #: who is warming up now, recorded on each graph's first warmup (the pytest plugin sets the test id)
         self.origin: str | None = None
-        self.warmed: dict[str, list[WarmedGraph]] = {}
+        self.warmed: dict[str, list[GraphOutcome]] = {}
         self._manifest_hold: Any = None  # the manifest folder this job holds from its first warmup to its emit
         if tp_group is not None:
             from neuron_args.manifest.ledger import register_tp_group
@@ -361,7 +343,7 @@ class NeuronRunner:
         done = 0
         resolved: dict[str, tuple[str, list[str]]] = {}  # trace record: job fingerprint -> keys
         for g in graph_types:
-            warmed: list[WarmedGraph] = []
+            warmed: list[GraphOutcome] = []
             for bucket, make in self.spec(g).buckets.items():
                 done += 1
                 kwargs = self._example(make, g, bucket)
@@ -390,30 +372,27 @@ class NeuronRunner:
         """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
         return build_trace_job(self.resolver, self.spec(graph_type).entry, kwargs, graph_type, "inference_mode")
 
-    def _touched(self, graph_type: str, bucket: str, events: Sequence[records.Event],
-                 counts: dict[str, int]) -> list[WarmedGraph]:
+    def _touched(self, graph_type: str, bucket: str, events: Sequence[GraphOutcome],
+                 counts: dict[str, int]) -> list[GraphOutcome]:
         """The graphs one bucket's run built (a graph break allowed by the caller makes several), from the
-        records merged during the run (:func:`records.watching`)."""
-        deltas: dict[str, list[int]] = {}
-        for key, *delta in events:
-            deltas[key] = [a + b for a, b in zip(deltas.get(key, (0, 0, 0)), delta)]
+        outcomes recorded during the run (:func:`records.watching`)."""
+        done: dict[str, GraphOutcome] = {}
+        for event in events:
+            done[event.key] = done[event.key].merged(event) if event.key in done else event
         out = []
-        for key, delta in deltas.items():
-            if not any(delta):
-                continue
+        for key, d in done.items():
             rec = records.RECORDS.get(key)
-            if rec is None:  # the records were cleared meanwhile (ACTIVITY.reset)
+            if rec is None or not (d.compiles or d.captures or d.loads):  # nothing, or records cleared (ACTIVITY.reset)
                 continue
-            how = "compiled" if delta[0] > 0 else "captured" if delta[1] > 0 else "loaded"
-            out.append(WarmedGraph(graph_type, bucket, rec.key, list(rec.input_shapes), list(rec.compiler_args),
-                                   how, counts, self.origin))
+            how = "compiled" if d.compiles else "captured" if d.captures else "loaded"
+            out.append(replace(rec, graph_type=graph_type, bucket=bucket, how=how, counts=counts, origin=self.origin))
         return out
 
     def _warmup_parallel(self, graph_types: list[str], progress: Callable[[Any], None] | None,
                          trace_timeout: float | None) -> tuple[Any, CacheStats, list[Any]]:
         buckets = [(g, b, self._example(make, g, b)) for g in graph_types for b, make in self.spec(g).buckets.items()]
         jobs = [self._job(g, kwargs) for g, _, kwargs in buckets]
-        here: dict[int, list[WarmedGraph]] = {}  # jobs traced in this process: their entries were complete
+        here: dict[int, list[GraphOutcome]] = {}  # jobs traced in this process: their entries were complete
         index = {id(job): i for i, job in enumerate(jobs)}
         ahead = _ServeAhead(self, jobs, progress) if self.backend == COMPILE_SEAM else None
         in_process = None if ahead is None else (
@@ -438,19 +417,18 @@ class NeuronRunner:
             raise ahead.graph_breaks[0]
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
         in_children = [t for t in traced if t.status != "loaded"]
-        counts = self._record_deferred(in_children, compile_report, skip={w.key for ws in here.values() for w in ws})
+        counts, deferred = self._record_deferred(in_children, compile_report,
+                                                 skip={w.key for ws in here.values() for w in ws})
         for i, ((g, bucket, _), result) in enumerate(zip(buckets, traced)):
             if result.status == "loaded":
                 self.warmed.setdefault(g, []).extend(here[i])
                 continue
             for key in result.keys:
-                md = self.cache.entry(key).info()
-                how = "compiled" if key in built else "loaded"
                 one = ({"hits": 0, "misses": 1, "compiles": 1, "captures": 1} if key in built
                        else {"hits": 1, "misses": 0, "compiles": 0, "captures": 0})
-                self.warmed.setdefault(g, []).append(WarmedGraph(
-                    g, bucket, key, list(md.input_shapes or []), list(md.compiler_args or []), how,
-                    one, self.origin))
+                self.warmed.setdefault(g, []).append(replace(
+                    deferred[key], graph_type=g, bucket=bucket, how="compiled" if key in built else "loaded",
+                    counts=one, origin=self.origin))
         return compile_report, counts, traced
 
     def _trace_and_compile(self, jobs: list[Any], in_process: Callable[[Any], list[str]], ahead: _ServeAhead,
@@ -511,7 +489,7 @@ class NeuronRunner:
             raise box["error"]
         return box["traced"], compile_report
 
-    def _trace_here(self, job: Any, bucket: str, warmed: list[WarmedGraph]) -> list[str]:
+    def _trace_here(self, job: Any, bucket: str, warmed: list[GraphOutcome]) -> list[str]:
         """A trace job whose entries the trace record lists as complete: run it here, asserting a cache hit.
 
         Its keys come from this trace, not from the record; a miss raises ``CacheMissError`` (the
@@ -531,24 +509,27 @@ class NeuronRunner:
             self.run(job.graph_type, job[1])
         return probe
 
-    def _record_deferred(self, traced: Any, compile_report: Any, skip: Iterable[str] = ()) -> CacheStats:
-        """The graphs the trace children and the compile workers handled, as this process's records."""
+    def _record_deferred(self, traced: Any, compile_report: Any,
+                         skip: Iterable[str] = ()) -> tuple[CacheStats, dict[str, GraphOutcome]]:
+        """The graphs the trace children and the compile workers handled, as this process's records (by key)."""
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
         keys = sorted({k for t in traced for k in t.keys} - set(skip))
-        for key in keys:
+        outcomes = {}
+        for key in sorted({k for t in traced for k in t.keys}):
             entry = self.cache.entry(key)
             md = entry.info()
             args = list(md.compiler_args or [])
-            records.record(records.GraphRecord(
+            outcome = GraphOutcome(
                 key=key, seam=md.seam or CAPTURE_SEAM, graph_type=md.graph_type,
                 input_shapes=list(md.input_shapes or []), compiler_args=args,
                 optimization_level=optimization_level(args), target=md.target or self.settings.target,
                 compiles=int(key in built), captures=int(key in built),
                 loads=int(key not in built and entry.is_complete),
-                compile_seconds=built[key].seconds if key in built else None,
-                executable_size=entry.executable_path.stat().st_size if entry.is_complete else None,
-            ))
-        return CacheStats(hits=len(keys) - len(built), misses=len(built), compiles=len(built), captures=len(built))
+                compile_seconds=built[key].compile_seconds if key in built else None,
+                executable_size=entry.executable_path.stat().st_size if entry.is_complete else None)
+            outcomes[key] = records.record(outcome) if key in keys else outcome
+        return CacheStats(hits=len(keys) - len(built), misses=len(built), compiles=len(built),
+                          captures=len(built)), outcomes
 
     # -- serve ---------------------------------------------------------------------------------------
     @property
@@ -841,4 +822,4 @@ def dynamo_failure_message(graph_type: str, exc: BaseException) -> str:
 
 
 __all__ = ["CompileProgress", "GraphBreakError", "NeuronRunner", "REUSED", "ServeSession", "UndeclaredGraphError",
-           "WarmedGraph", "WarmupProgress", "WarmupReport", "graph_break_message"]
+           "WarmupProgress", "WarmupReport", "graph_break_message"]

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args.ranks import unsharded_reason
-from pytest_neuron_args.state import record_delta
 
 COUNT_NAMES = ("compiles", "misses", "hits", "captures")
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
@@ -30,14 +30,14 @@ def _graph_line(rec: Mapping[str, Any]) -> str:
             f"args {list(rec.get('compiler_args') or [])}")
 
 
-def graph_activity(before: Mapping[str, Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Graphs compiled, loaded from the cache or captured since ``before`` (a records snapshot)."""
+def graph_activity(before: Mapping[str, GraphOutcome]) -> dict[str, list[dict[str, Any]]]:
+    """Graphs compiled, loaded from the cache or captured since ``before`` (a copy of ``ACTIVITY.records``)."""
     out: dict[str, list[dict[str, Any]]] = {"compiled": [], "loaded": [], "captured": []}
-    for key, now in ACTIVITY.snapshot()["records"].items():
-        delta = record_delta(now, dict(before[key]) if key in before else None)
+    for key, now in list(ACTIVITY.records.items()):
+        delta = now.since(before.get(key))
         for what, count in (("compiled", "compiles"), ("loaded", "loads"), ("captured", "captures")):
-            if delta[count] > 0:
-                out[what].append(now)
+            if getattr(delta, count) > 0:
+                out[what].append(now.to_json())
     return out
 
 
@@ -78,12 +78,11 @@ class Expectation:
         self.expected = dict(expected)
         self.counts: dict[str, int] = {}
         self.graphs: dict[str, list[dict[str, Any]]] = {}
-        self.reused: list[Any] = []  # graphs a warmup in the block found warmed before (WarmedGraph)
-        self._before: tuple[dict[str, int], dict[str, dict[str, Any]], int] | None = None
+        self.reused: list[GraphOutcome] = []  # graphs a warmup in the block found warmed before
+        self._before: tuple[dict[str, int], dict[str, GraphOutcome], int] | None = None
 
     def __enter__(self) -> Expectation:
-        before = ACTIVITY.snapshot()
-        self._before = (before["stats"], before["records"], len(before["reused"]))
+        self._before = (ACTIVITY.stats.snapshot(), dict(ACTIVITY.records), len(ACTIVITY.reused))
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from neuron_args import envs
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes
 
 if TYPE_CHECKING:
@@ -32,27 +33,25 @@ def _level(args: Iterable[str] | None) -> int | None:
         return None
 
 
-def warmup_properties(graphs: Iterable[Any]) -> list[tuple[str, str]]:
-    """JUnit properties of a warmup's graphs (``WarmedGraph`` objects or their ``as_dict`` forms).
+def warmup_properties(graphs: Iterable[GraphOutcome | Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """JUnit properties of a warmup's graphs (outcomes or their JSON forms).
 
     One ``neuron_graph`` per graph (type, inputs, key, -O level, how it got into the cache) and three
     one-line digests: ``neuron_warmed_graph_types``, ``neuron_graph_keys``, ``neuron_optimization_levels``.
     """
-    from pytest_neuron_args.state import row_order
-
-    rows = sorted((dict(g) if isinstance(g, Mapping) else g.as_dict() for g in graphs), key=row_order)
+    rows = sorted(map(GraphOutcome.of, graphs), key=lambda g: g.sort_key)
     props: list[tuple[str, str]] = []
     levels: dict[str, set[str]] = {}
     for g in rows:
-        level = _level(g.get("compiler_args"))
+        level = _level(g.compiler_args)
         shown = "-" if level is None else f"-O{level}"
-        levels.setdefault(str(g.get("graph_type")), set()).add(shown)
-        inputs = format_shapes(list(g.get("input_shapes") or []), empty="")
-        props.append(("neuron_graph", f"graph_type={g.get('graph_type')} inputs={inputs} key={g.get('key')} "
-                                      f"level={shown} how={g.get('how') or '-'}"))
-    types = list(dict.fromkeys(str(g.get("graph_type")) for g in rows))
+        levels.setdefault(str(g.graph_type), set()).add(shown)
+        inputs = format_shapes(list(g.input_shapes or []), empty="")
+        props.append(("neuron_graph", f"graph_type={g.graph_type} inputs={inputs} key={g.key} "
+                                      f"level={shown} how={g.how or '-'}"))
+    types = list(dict.fromkeys(str(g.graph_type) for g in rows))
     props.append(("neuron_warmed_graph_types", " ".join(types)))
-    props.append(("neuron_graph_keys", " ".join(sorted({str(g.get("key")) for g in rows}))))
+    props.append(("neuron_graph_keys", " ".join(sorted({g.key for g in rows}))))
     props.append(("neuron_optimization_levels",
                   " ".join(f"{t}={','.join(sorted(levels[t]))}" for t in types)))
     return props

@@ -501,7 +501,8 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
     graphs it warmed; their ledger lines carry the rank, so the manifest lists ranks 0..N-1.
     """
     from neuron_args.launch import launch
-    from neuron_args.runner import WarmedGraph, WarmupReport
+    from neuron_args.graph_outcome import GraphOutcome
+    from neuron_args.runner import WarmupReport
 
     s = session.settings
     chosen = list(graph_types or runner.graphs)
@@ -530,11 +531,12 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
             session.rank_parts.append(result.get("export") or {})
             if isinstance(result.get("weights"), dict):
                 weights[int(result["rank"])] = {k: str(v) for k, v in result["weights"].items()}
+            graphs = [GraphOutcome.from_json(d) for d in result["graphs"]]
             for g in todo:
-                known = {d["key"] for d in done.setdefault(g, [])}
-                done[g] += [d for d in result["graphs"] if d["graph_type"] == g and d["key"] not in known]
+                known = {d.key for d in done.setdefault(g, [])}
+                done[g] += [d for d in graphs if d.graph_type == g and d.key not in known]
         session.note_manifest_config(results[0].get("config"))
-    graphs = [WarmedGraph(**d) for g in chosen for d in done[g]]
+    graphs = [d for g in chosen for d in done[g]]
     return WarmupReport(s.flow, chosen, round(time.monotonic() - t0, 3), CacheStats(), graphs=graphs,
                         reused=[g for g in chosen if g not in todo])
 
@@ -581,7 +583,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
             report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
         if report.compile_report is not None:
             session.add_compile_report(report.compile_report)
-        result.update(graphs=[g.as_dict() for g in report.graphs], export=session.export(),
+        result.update(graphs=[g.to_json() for g in report.graphs], export=session.export(),
                       weights=ranks.weights_digest(runner.model),
                       config=json.loads(json.dumps(runner.manifest_config_block(), default=str)))
         return report

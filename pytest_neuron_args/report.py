@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, QUARANTINE_DIR, assert_cache_hit_enabled
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import human_size, render_table
 from pytest_neuron_args.ranks import rank_line
 from pytest_neuron_args.state import NeuronSession
@@ -65,46 +66,35 @@ def shapes_text(shapes: Sequence[str] | None, limit: int = MAX_SHAPES) -> str:
     return " ".join(items)
 
 
-def _how(row: dict[str, Any]) -> str:
-    if row.get("compiled"):
-        return "compiled"
-    if row.get("loads"):
-        return "loaded"
-    if row.get("failures"):
-        return "failed"
-    if row.get("serve_misses"):
-        return "missed"
-    if row.get("captured"):
-        return "captured"
-    return "-"
-
-
-def _serve_cell(row: dict[str, Any], serve_calls: dict[str, int], rows_per_type: dict[Any, int]) -> str:
-    if row.get("serve_hits") is not None or row.get("serve_misses") is not None:
-        return f"{row.get('serve_hits') or 0}/{row.get('serve_misses') or 0}"
-    calls = serve_calls.get(row.get("graph_type"))  # older records: serve calls per graph type only
-    if calls and rows_per_type.get(row.get("graph_type")) == 1:
+def _serve_cell(row: GraphOutcome, serve_calls: dict[str, int], rows_per_type: dict[Any, int]) -> str:
+    if row.serve_hits is not None or row.serve_misses is not None:
+        return f"{row.serve_hits or 0}/{row.serve_misses or 0}"
+    calls = serve_calls.get(row.graph_type)  # a graph another process built: serve calls per graph type only
+    if calls and rows_per_type.get(row.graph_type) == 1:
         return f"{calls}/-"
     return "-"
 
 
+def _rows(data: dict[str, Any]) -> list[GraphOutcome]:
+    return [GraphOutcome.of(row) for row in data["rows"]]
+
+
 def table_rows(data: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """The summary table's header and cells of merged session data (see :meth:`NeuronSession.merged`)."""
-    rows = data["rows"]
+    rows = _rows(data)
     serve_calls = data.get("serve_calls", {})
     per_type: dict[Any, int] = {}
     for row in rows:
-        per_type[row.get("graph_type")] = per_type.get(row.get("graph_type"), 0) + 1
+        per_type[row.graph_type] = per_type.get(row.graph_type, 0) + 1
     header = ("graph type", "inputs", "-O", "key", "how", "compile", "size", "loads", "serve hit/miss")
     body = []
     for row in rows:
-        level = row.get("optimization_level")
-        seconds = row.get("compile_seconds")
+        level, seconds = row.optimization_level, row.compile_seconds
         body.append((
-            str(row.get("graph_type") or "-"), shapes_text(row.get("input_shapes")),
-            "-" if level is None else str(level), row["key"][:12], _how(row),
-            "-" if seconds is None else f"{seconds:.2f}s", human_size(row.get("executable_size")),
-            str(row.get("loads") or 0), _serve_cell(row, serve_calls, per_type),
+            str(row.graph_type or "-"), shapes_text(row.input_shapes),
+            "-" if level is None else str(level), row.key[:12], row.status,
+            "-" if seconds is None else f"{seconds:.2f}s", human_size(row.executable_size),
+            str(row.loads or 0), _serve_cell(row, serve_calls, per_type),
         ))
     return header, body
 
@@ -117,7 +107,7 @@ def table_lines(data: dict[str, Any]) -> list[str]:
 
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     rows = data["rows"]
-    hows = [_how(r) for r in rows]
+    hows = [r.status for r in _rows(data)]
     failed = f", {hows.count('failed')} failed" if "failed" in hows else ""
     parts = [f"{len(rows)} graph{'s' if len(rows) != 1 else ''}: {hows.count('compiled')} compiled, "
              f"{hows.count('loaded')} loaded, {hows.count('captured')} captured{failed}; session cache {cache_dir}"]
@@ -177,13 +167,13 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
             "cache lacks whatever the variable says (it asserts after warmup, while serving). To fail when the cache "
             "lacks a graph, assert it in a test: with neuron_compile_counter.expect(compiles=0): "
             "neuron_runner.warmup()", yellow=True)
-    for row in data["rows"]:
-        if _how(row) == "failed":
-            error = row.get("error") or "see the test that warmed it"
-            where = "" if row["key"] in error else f" key {row['key']}"
-            terminalreporter.write_line(f"failed: {row.get('graph_type') or '-'} {shapes_text(row.get('input_shapes'))}"
-                                        f"{where}: {error}", red=True)
-    listed = {row.get("graph_type") for row in data["rows"] if _how(row) == "failed"}
+    failed = [row for row in _rows(data) if row.status == "failed"]
+    for row in failed:
+        error = row.error or "see the test that warmed it"
+        where = "" if row.key in error else f" key {row.key}"
+        terminalreporter.write_line(f"failed: {row.graph_type or '-'} {shapes_text(row.input_shapes)}"
+                                    f"{where}: {error}", red=True)
+    listed = {row.graph_type for row in failed}
     for failure in data.get("warmup_failures") or []:  # no key to list it by: its trace or lowering failed
         if failure["graph_type"] not in listed:
             terminalreporter.write_line(f"warmup failed: graph type {failure['graph_type']!r} in {failure['test']}: "
@@ -280,7 +270,7 @@ def write_json_report(session: NeuronSession) -> Any:
         compiler = {"name": s.compiler or "auto", "version": None, "error": str(exc).splitlines()[0]}
     settings = {"target": s.target, "compiler": compiler, "flow": s.flow, "cache_dir": str(session.cache_dir()),
                 "optimization_level": s.optimization_level, "compiler_args": s.compiler_args, "tp": s.tp}
-    graphs = [graph_record(row, _how(row) if _how(row) != "-" else "seen") for row in data["rows"]]
+    graphs = [graph_record(row, row.status if row.status != "-" else "seen") for row in _rows(data)]
     report = build_report(settings, graphs, data.get("eager_outputs"))
     if data.get("tp_serves"):  # each serving test run in the --neuron-tp rank processes, rank by rank
         report["tp_serve"] = data["tp_serves"]

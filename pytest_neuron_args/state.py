@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
+from neuron_args.graph_outcome import COUNTERS, GraphOutcome
 from neuron_args.manifest.config import merge_configs
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.folder_lock import folder_lock_holder, lock_folder, unlock_folder
@@ -55,7 +57,6 @@ def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> 
 
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
-_COUNTED = ("loads", "serve_hits", "serve_misses", "failures")
 
 
 def get_session(config: pytest.Config) -> NeuronSession:
@@ -87,13 +88,13 @@ class NeuronSession:
         self._manifest_lock: int | None = None  # the manifest folder's locked descriptor, while this session holds it
         #: a session run inside another one of this process on the same manifest folder: the outer one emits
         self.inner_session = False
-        self._records_before: dict[str, dict[str, Any]] = {}
+        self._records_before: dict[str, GraphOutcome] = {}
         self._stats_before: dict[str, int] = {}
         self._corrupt_before: dict[str, str] = {}
         self.serve_calls: dict[str, int] = {}
         self.serve_misses = 0
         self.serve_sessions = 0
-        self.parallel_compiled: dict[str, dict[str, Any]] = {}
+        self.parallel_compiled: dict[str, GraphOutcome] = {}  # what parallel compiles built or failed
         self.deferred_counts: dict[str, int] = {}
         self.baselines_written: list[str] = []
         self.baseline_checks: list[dict[str, Any]] = []  # every neuron_baseline.check (see baseline.Baseline)
@@ -114,7 +115,7 @@ class NeuronSession:
             weakref.WeakKeyDictionary()
         #: every graph type whose warmup failed ({graph_type, test, error}): the summary names those with no key
         self.warmup_failures: list[dict[str, str]] = []
-        self.tp_warmups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}  # -> graph type -> graphs
+        self.tp_warmups: dict[tuple[Any, ...], dict[str, list[GraphOutcome]]] = {}  # -> graph type -> graphs
         self.tp_weights: dict[tuple[Any, ...], dict[int, dict[str, str]]] = {}  # same key -> rank -> its weights' digests
         self.tp_serves: list[dict[str, Any]] = []  # serving tests run in the rank processes: each rank's result
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
@@ -194,8 +195,7 @@ class NeuronSession:
                 if not self.inner_session:  # a crashed session's lines are not ours
                     shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
             envs.put(MANIFEST_DIR_ENV, str(root))
-        before = ACTIVITY.snapshot()
-        self._records_before, self._stats_before = before["records"], before["stats"]
+        self._records_before, self._stats_before = dict(ACTIVITY.records), ACTIVITY.stats.snapshot()
         self._corrupt_before = dict(ACTIVITY.corrupt)
 
     def _hold_manifest_dir(self, root: Path) -> bool:
@@ -259,7 +259,7 @@ class NeuronSession:
         written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config,
                                failures=self.manifest_failures)
         merged = self.merged()
-        graphs = {row.get("key") for row in merged["rows"]} - {None}
+        graphs = {row["key"] for row in merged["rows"]}
         if graphs and not written and not self.manifest_failures:  # every ledger write failed (logged once each)
             self.manifest_failures.append(f"none of the {len(graphs)} graph(s) of this session reached the ledger "
                                           f"in {root} (its writes failed: a full disk or an unwritable folder)")
@@ -295,12 +295,13 @@ class NeuronSession:
         """Remember the graphs a parallel warmup compiled or failed to compile (their records live in the compile
         workers); also the part of a warmup that raised (a trace failure, a graph break, Ctrl-C) after it built some."""
         for g in getattr(report, "graphs", None) or []:
+            # compiled elsewhere: not served here; its status comes from the counts, as every row's
+            unseen = replace(g, how=None, serve_hits=None, serve_misses=None)
             if g.status == "compiled":
-                self.parallel_compiled[g.key] = {"seconds": g.seconds, "size": g.executable_size,
-                                                 "graph_type": g.graph_type, "args": list(g.compiler_args)}
+                self.parallel_compiled[g.key] = replace(unseen, compiles=1)
             elif g.status == "failed" and g.key not in self.parallel_compiled:
-                self.parallel_compiled[g.key] = {"graph_type": g.graph_type, "args": list(g.compiler_args),
-                                                 "error": next(iter(str(g.error or "").splitlines()), "failed")}
+                self.parallel_compiled[g.key] = replace(
+                    unseen, failures=1, error=next(iter(str(g.error or "").splitlines()), "failed"))
 
     def stats(self) -> dict[str, int]:
         now = ACTIVITY.stats.snapshot()
@@ -309,32 +310,23 @@ class NeuronSession:
             out[name] = out.get(name, 0) + value
         return out
 
-    def local_rows(self) -> list[dict[str, Any]]:
-        """One row per graph this process compiled, captured or loaded during the session."""
-        rows: dict[str, dict[str, Any]] = {}
-        for key, now in ACTIVITY.snapshot()["records"].items():
-            row = _row(now, self._records_before.get(key))
-            if row is not None:
+    def local_rows(self) -> list[GraphOutcome]:
+        """One outcome per graph this process compiled, captured or loaded during the session."""
+        rows: dict[str, GraphOutcome] = {}
+        for key, now in list(ACTIVITY.records.items()):
+            before = self._records_before.get(key)
+            row = now.since(before)
+            if before is None or any(getattr(row, n) for n in COUNTERS):
                 rows[key] = row
-        for key, info in self.parallel_compiled.items():
-            row = rows.setdefault(key, _empty_row(key, info.get("graph_type")))
-            if row["compiler_args"] is None:
-                row["compiler_args"] = info.get("args")
-            if info.get("error"):
-                row["failures"] = row["failures"] or 1
-                row["error"] = row["error"] or info["error"]
-                continue
-            row["compiled"] = True
-            row["compile_seconds"] = row["compile_seconds"] or info.get("seconds")
-            row["executable_size"] = row["executable_size"] or info.get("size")
-        for row in rows.values():
-            _fill_from_cache(row, self._cache_dir)
-        return list(rows.values())
+        for key, built in self.parallel_compiled.items():
+            row = rows.get(key)
+            rows[key] = built if row is None else row.merged(built)
+        return [_with_size(row, self._cache_dir) for row in rows.values()]
 
     def export(self) -> dict[str, Any]:
         """This process's contribution, as builtins (the xdist ``workeroutput`` payload)."""
         return {
-            "rows": self.local_rows(),
+            "rows": [row.to_json() for row in self.local_rows()],
             "serve_calls": dict(self.serve_calls),
             "serve_misses": self.serve_misses,
             "serve_sessions": self.serve_sessions,
@@ -358,11 +350,11 @@ class NeuronSession:
         """This process's data merged with every xdist worker's (the controller's view)."""
         ranks = [*self.rank_parts, *(r for w in self.workers.values() for r in w.get("rank_parts") or [])]
         parts = [self.export(), *self.workers.values(), *ranks]
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, GraphOutcome] = {}
         calls: dict[str, int] = {}
         for part in parts:
-            for row in part.get("rows", []):
-                merge_row(rows, row)
+            for row in map(GraphOutcome.from_json, part.get("rows", [])):
+                rows[row.key] = rows[row.key].merged(row) if row.key in rows else row
             for graph_type, n in part.get("serve_calls", {}).items():
                 calls[graph_type] = calls.get(graph_type, 0) + n
         stats: dict[str, int] = {}
@@ -370,7 +362,7 @@ class NeuronSession:
             for k, v in part.get("stats", {}).items():
                 stats[k] = stats.get(k, 0) + v
         return {
-            "rows": sorted(rows.values(), key=row_order),
+            "rows": [row.to_json() for row in sorted(rows.values(), key=row_order)],
             "serve_calls": calls,
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
@@ -393,99 +385,20 @@ class NeuronSession:
         }
 
 
-def _numbers(shape: str) -> tuple[int, ...]:
-    return tuple(int(d) for d in shape.replace(",", " ").split() if d.isdigit())
-
-
-def row_order(row: dict[str, Any]) -> tuple[Any, ...]:
+def row_order(row: GraphOutcome | dict[str, Any]) -> tuple[Any, ...]:
     """Graph type, then input shapes compared as numbers (``(2, 8)`` before ``(16, 8)``), then key."""
-    graph_type = row.get("graph_type")
-    return (graph_type is None, str(graph_type or ""), [_numbers(s) for s in row.get("input_shapes") or []], row["key"])
+    return GraphOutcome.of(row).sort_key
 
 
-def _empty_row(key: str, graph_type: str | None) -> dict[str, Any]:
-    return {"key": key, "graph_type": graph_type, "input_shapes": None, "optimization_level": None,
-            "compiler_args": None, "compiled": False, "captured": False, "compile_seconds": None,
-            "executable_size": None, "loads": 0, "serve_hits": None, "serve_misses": None, "failures": 0,
-            "error": None}
-
-
-def record_delta(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, int]:
-    """What happened to one graph record between two snapshots (``as_dict`` forms).
-
-    Records count per key across every cache directory of the process. Counters (``compiles``,
-    ``captures``, ``serve_hits``, ``serve_misses``) are used when the record has them; otherwise a
-    compile shows as the ``compiled`` flag turning on, or as a new ``compile_seconds`` (a second
-    compile of the same key into another cache directory).
-    """
-    before = before or {}
-    out: dict[str, int] = {"loads": int(now.get("loads") or 0) - int(before.get("loads") or 0)}
-    for count, flag in (("compiles", "compiled"), ("captures", "captured")):
-        if count in now:
-            out[count] = int(now.get(count) or 0) - int(before.get(count) or 0)
-        else:
-            changed = not before.get(flag) or (flag == "compiled" and now.get("compile_seconds") != before.get("compile_seconds"))
-            out[count] = int(bool(now.get(flag)) and changed)
-    for count in ("serve_hits", "serve_misses", "failures"):
-        if count in now:
-            out[count] = int(now.get(count) or 0) - int(before.get(count) or 0)
-    return out
-
-
-def _row(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any] | None:
-    delta = record_delta(now, before)
-    row = _empty_row(now["key"], now.get("graph_type"))
-    row.update(input_shapes=list(now.get("input_shapes") or []), optimization_level=now.get("optimization_level"),
-               compiler_args=list(now.get("compiler_args") or []), executable_size=now.get("executable_size"),
-               compiled=delta["compiles"] > 0, captured=delta["captures"] > 0, loads=delta["loads"])
-    row["compile_seconds"] = now.get("compile_seconds") if row["compiled"] else None
-    for name in ("serve_hits", "serve_misses", "failures"):
-        if name in delta:
-            row[name] = delta[name]
-    if row["failures"]:
-        row["error"] = now.get("error")
-    changed = row["compiled"] or row["captured"] or any(delta.get(n) for n in _COUNTED)
-    return row if changed or before is None else None
-
-
-def _fill_from_cache(row: dict[str, Any], cache_dir: Path | None) -> None:
-    """What a row from a compile report lacks (inputs, -O level, size), from the graph's cache entry."""
-    if cache_dir is None or (row.get("executable_size") and row.get("input_shapes") is not None):
-        return
+def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
+    """A graph with no executable size (captured here, built by a ``parallel_compile`` the session did not see):
+    its size from the session cache's entry, when it holds one."""
     from neuron_args.cache import CompileCache
-    from neuron_args.errors import CorruptEntryError
-    from neuron_args.flags import optimization_level
 
-    entry = CompileCache(cache_dir).lookup(row["key"])
-    if entry is None:  # not a key
-        return
-    if row.get("input_shapes") is None:
-        with contextlib.suppress(CorruptEntryError):  # a damaged entry: shown without its inputs
-            md = entry.info()
-            row["input_shapes"] = list(md.input_shapes or []) if md else None
-        if row.get("optimization_level") is None and row.get("compiler_args"):
-            with contextlib.suppress(ValueError):  # a malformed level: shown as none
-                row["optimization_level"] = optimization_level(row["compiler_args"])
-    if not row.get("executable_size"):
-        with contextlib.suppress(OSError):  # no executable
-            row["executable_size"] = entry.executable_path.stat().st_size
+    entry = None if row.executable_size or cache_dir is None else CompileCache(cache_dir).lookup(row.key)
+    with contextlib.suppress(OSError):  # no executable
+        return row if entry is None else replace(row, executable_size=entry.executable_path.stat().st_size)
+    return row
 
 
-def merge_row(rows: dict[str, dict[str, Any]], row: dict[str, Any]) -> None:
-    """Merge one process's row into ``rows`` (keyed by cache key): flags OR-ed, counts summed."""
-    old = rows.get(row["key"])
-    if old is None:
-        rows[row["key"]] = dict(row)
-        return
-    old["compiled"] = old["compiled"] or row["compiled"]
-    old["captured"] = old["captured"] or row["captured"]
-    for name in ("graph_type", "input_shapes", "optimization_level", "compiler_args", "compile_seconds",
-                 "executable_size", "error"):
-        if old.get(name) in (None, []) and row.get(name) not in (None, []):
-            old[name] = row[name]
-    for name in _COUNTED:
-        if row.get(name) is not None:
-            old[name] = (old.get(name) or 0) + row[name]
-
-
-__all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "merge_row", "record_delta", "row_order", "safe_name"]
+__all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "row_order", "safe_name"]

@@ -10,14 +10,15 @@ import pytest
 from neuron_args import cache
 from neuron_args.activity import ACTIVITY
 from neuron_args.compilers import local
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.seams import records
 
 KEY = "ab" * 16
 
 
-def _record(**counts: int) -> records.GraphRecord:
-    return records.record(records.GraphRecord(key=KEY, seam="neuron_libtorch", graph_type="decode", input_shapes=["1, 8"],
-                                              compiler_args=["-O1"], optimization_level=1, target="trn2", **counts))
+def _record(**counts: int) -> GraphOutcome:
+    return records.record(GraphOutcome(key=KEY, seam="neuron_libtorch", graph_type="decode", input_shapes=["1, 8"],
+                                       compiler_args=["-O1"], optimization_level=1, target="trn2", **counts))
 
 
 def test_public_names_are_the_activity_and_stay_valid_across_a_reset():

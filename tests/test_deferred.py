@@ -173,10 +173,11 @@ def test_parallel_compile_error_carries_the_failed_graphs_as_data():
 
     import neuron_args
     from neuron_args.deferred import CompileReport
-    from neuron_args.deferred.farm import GraphCompileReport
+    from neuron_args.graph_outcome import GraphOutcome
 
-    bad = GraphCompileReport("a" * 32, "decode", ["-O3"], "failed", error="local compiler failed\nfix: read the log")
-    report = CompileReport([bad, GraphCompileReport("b" * 32, "prefill", ["-O1"], "compiled")])
+    bad = GraphOutcome("a" * 32, "decode", compiler_args=["-O3"], how="failed",
+                       error="local compiler failed\nfix: read the log")
+    report = CompileReport([bad, GraphOutcome("b" * 32, "prefill", compiler_args=["-O1"], how="compiled")])
     err = neuron_args.ParallelCompileError(report)
     assert isinstance(err, CompileError) and isinstance(err, neuron_args.NeuronArgsError)
     assert err.failures == [bad] and err.report is report

@@ -115,8 +115,7 @@ def test_an_xdist_worker_s_rank_reports_reach_the_controller(pytestconfig: pytes
 
     def session() -> NeuronSession:
         s = NeuronSession(pytestconfig, NeuronSettings.from_config(pytestconfig))
-        before = ACTIVITY.snapshot()  # as start() takes it: this process's earlier records are not the session's
-        s._records_before, s._stats_before = before["records"], before["stats"]
+        s._records_before, s._stats_before = dict(ACTIVITY.records), ACTIVITY.stats.snapshot()  # as start() takes it
         return s
 
     row = {"key": "ab" * 16, "graph_type": "decode", "input_shapes": ["1, 8"], "optimization_level": 3,

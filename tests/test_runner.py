@@ -16,6 +16,7 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache, assert_cache_hit_enabled
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.seams import records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -256,7 +257,7 @@ def test_models_that_declare_nothing_usable_are_told_what_to_return(tmp_path):
 def test_a_warmup_bucket_reads_only_the_records_it_touched(warm_cache, monkeypatch):
     # each bucket of a warmup scanned every record of the process before and after it: N buckets, N x N
     for i in range(50):
-        records.record(records.GraphRecord(key=f"{i:032x}", seam="other", graph_type="other", input_shapes=[],
+        records.record(GraphOutcome(key=f"{i:032x}", seam="other", graph_type="other", input_shapes=[],
                                            compiler_args=[], optimization_level=None, target="trn2", loads=1))
     scans = []
     real = records.records

@@ -92,7 +92,7 @@ def memo_files(cache: Path) -> list[Path]:
 
 
 def rows() -> list[dict]:
-    return sorted((r.as_dict() for r in records.records()), key=lambda d: d["key"])
+    return sorted((r.to_json() for r in records.records()), key=lambda d: d["key"])
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,41 +35,34 @@ from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockW
 from neuron_args.compilers.build import check_keyed_build
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
+from neuron_args.flags import optimization_level
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import graph_label
 
-__all__ = ["CompileOutcome", "CompileTask", "GraphCompileReport", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
+__all__ = ["CompileOutcome", "CompileTask", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
 
 #: How often a worker checks whether its Dask task was cancelled (seconds).
 CANCEL_POLL_SECONDS = 0.3
 
 
-@dataclass
-class GraphCompileReport:
-    """One graph of a ``parallel_compile`` run: how its build ended."""
-
-    key: str
-    graph_type: str | None
-    compiler_args: list[str]
-    status: str  # "compiled" | "failed" | "already-complete" | "cancelled"
-    seconds: float = 0.0
-    executable_size: int | None = None
-    used_base_args: bool = False
-    error: str | None = None
-
-
-def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[EntryMetadata | None, GraphCompileReport]:
-    """A pending entry's metadata and the report of its build: built with its recorded arguments, else the base ones
-    (an older cache). Metadata with a damaged field: None and a failed report (the entry stays pending)."""
+def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[EntryMetadata | None, GraphOutcome]:
+    """A pending entry's metadata and the outcome of its build (``how``: compiled | failed | already-complete |
+    cancelled): built with its recorded arguments, else the base ones (an older cache). Metadata with a damaged
+    field: None and a failed outcome (the entry stays pending)."""
     try:
         md = entry.info()
     except CorruptEntryError as exc:
-        return None, GraphCompileReport(
-            entry.key, entry.graph_type, list(base_args or []), "failed",
+        return None, GraphOutcome(
+            entry.key, entry.graph_type, compiler_args=list(base_args or []), how="failed", compile_seconds=0.0,
             error=f"{graph_label(entry.graph_type)}, key {entry.key}: {exc.problem}; the entry stays pending.\nfix: "
                   f"capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder {entry.path}")
     recorded = md.compiler_args
     args = list(recorded) if recorded is not None else list(base_args or [])
-    return md, GraphCompileReport(entry.key, md.graph_type, args, "compiled", used_base_args=recorded is None)
+    level = None
+    with contextlib.suppress(ValueError):  # a malformed level fails the build, with the compiler's words
+        level = optimization_level(args)
+    return md, GraphOutcome(entry.key, md.graph_type, list(md.input_shapes or []), args, level, how="compiled",
+                            compile_seconds=0.0, used_base_args=recorded is None)
 
 
 @dataclass(frozen=True)
@@ -375,48 +368,48 @@ def _worker_error(exc: BaseException) -> str:
 
 
 def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, base_args: Sequence[str] | None,
-                 compiler_name: str | None, *, timeout: float | None = None) -> cf.Future[GraphCompileReport]:
+                 compiler_name: str | None, *, timeout: float | None = None) -> cf.Future[GraphOutcome]:
     """Compile one pending entry on ``executor``; the future's result is its report (never raises)."""
     cache = CompileCache(root)
     entry = cache.entry(key)
     outer = _FarmFuture()
     lock = KeyLock(entry)  # held from submission to commit (across threads): two runs build a graph once
 
-    def finish(report: GraphCompileReport, t0: float) -> None:
+    def finish(report: GraphOutcome, t0: float, **ended: Any) -> None:
         lock.release()
-        report.seconds = round(time.monotonic() - t0, 3)
         if not outer.done():
             with contextlib.suppress(cf.InvalidStateError):
-                outer.set_result(report)
+                outer.set_result(replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3)))
 
-    def collect(inner: cf.Future, md: EntryMetadata, task: CompileTask, report: GraphCompileReport,
+    def collect(inner: cf.Future, md: EntryMetadata, task: CompileTask, report: GraphOutcome,
                 t0: float) -> None:
+        ended: dict[str, Any] = {}
         try:
             if inner.cancelled():
-                report.status, report.error = "failed", (
+                ended.update(how="failed", error=(
                     f"graph type {report.graph_type!r}, key {key}: its task was cancelled before it finished "
-                    "(Ctrl-C, or the cluster let go of it); the entry stays pending, rerun to build it")
+                    "(Ctrl-C, or the cluster let go of it); the entry stays pending, rerun to build it"))
             elif inner.exception() is not None:
-                report.status, report.error = "failed", (
+                ended.update(how="failed", error=(
                     f"graph type {report.graph_type!r}, key {key}: {_worker_error(inner.exception())}; the entry "
-                    "stays pending")
+                    "stays pending"))
             else:
                 outcome: CompileOutcome = inner.result()
                 check_outcome(outcome, task)
                 if outcome.status == "compiled":
-                    report.executable_size = commit_outcome(entry, md, task, outcome)
+                    ended.update(executable_size=commit_outcome(entry, md, task, outcome))
                 else:
-                    report.status = "failed"
-                    report.error = (outcome.error or outcome.status).replace(outcome.workdir, str(entry.path))
+                    ended.update(how="failed", error=(outcome.error or outcome.status).replace(outcome.workdir,
+                                                                                             str(entry.path)))
                     if outcome.log:  # the log, where the error message says it is
                         with contextlib.suppress(OSError):
                             write_atomic(entry.log_path, outcome.log)
         except NeuronArgsError as exc:
-            report.status, report.error = "failed", str(exc)
+            ended.update(how="failed", error=str(exc))
         except Exception as exc:  # one graph never stops the others
-            report.status, report.error = "failed", f"{type(exc).__name__}: {exc}"
+            ended.update(how="failed", error=f"{type(exc).__name__}: {exc}")
         finally:
-            finish(report, t0)
+            finish(report, t0, **ended)
 
     def start() -> None:
         t0 = time.monotonic()
@@ -424,16 +417,14 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
         if outer.cancelled():
             return lock.release()
         if entry.is_complete:
-            report.status, report.error = "already-complete", None
-            return finish(report, t0)
+            return finish(report, t0, how="already-complete", error=None)
         if md is None:
             return finish(report, t0)
         try:
             task = prepare_task(entry, md, report.compiler_args, compiler_name=compiler_name, timeout=timeout)
             inner = executor.submit(run_compile_task, task)
         except NeuronArgsError as exc:
-            report.status, report.error = "failed", str(exc)
-            return finish(report, t0)
+            return finish(report, t0, how="failed", error=str(exc))
         except BaseException:
             lock.release()
             raise

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,11 @@ from neuron_args.compilers.lifetime import (
     current_scope,
     within,
 )
-from neuron_args.deferred.farm import GraphCompileReport, pending_graph, submit_graph
+from neuron_args.deferred.farm import pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import CompilerArgs
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.settings import check_timeout, resolve_compile_timeout
 
 log = logging.getLogger("neuron_args.deferred")
@@ -43,11 +44,11 @@ WORKERS_ENV = "NEURON_ARGS_COMPILE_WORKERS"
 
 @dataclass
 class CompileReport:
-    graphs: list[GraphCompileReport] = field(default_factory=list)
+    graphs: list[GraphOutcome] = field(default_factory=list)  # ``how`` (``status``) each build ended
     seconds: float = 0.0
 
     @property
-    def failed(self) -> list[GraphCompileReport]:
+    def failed(self) -> list[GraphOutcome]:
         return [g for g in self.graphs if g.status == "failed"]
 
     @property
@@ -55,7 +56,10 @@ class CompileReport:
         return not self.failed
 
     def as_dict(self) -> dict[str, Any]:
-        return {"seconds": self.seconds, "graphs": [asdict(g) for g in self.graphs]}
+        return {"seconds": self.seconds, "graphs": [
+            {"key": g.key, "graph_type": g.graph_type, "compiler_args": g.compiler_args, "status": g.status,
+             "seconds": g.compile_seconds, "executable_size": g.executable_size, "used_base_args": g.used_base_args,
+             "error": g.error} for g in self.graphs]}
 
 
 class ParallelCompileError(CompileError):
@@ -74,7 +78,7 @@ class ParallelCompileError(CompileError):
             "parallel_compile (or neuron-args compile) again builds them")
 
     @property
-    def failures(self) -> list[GraphCompileReport]:
+    def failures(self) -> list[GraphOutcome]:
         return self.report.failed
 
     def __reduce__(self) -> tuple[type[ParallelCompileError], tuple[CompileReport]]:
@@ -91,7 +95,7 @@ class CompileProgress:
 
     done: int
     total: int
-    graph: GraphCompileReport
+    graph: GraphOutcome
     elapsed: float
     remaining_estimate: float
     more: bool = False
@@ -100,11 +104,11 @@ class CompileProgress:
         g = self.graph
         left = "more graphs arriving" if self.more else f"~{self.remaining_estimate:.0f}s left"
         return (f"[{self.done}/{self.total}{'+' if self.more else ''}] {g.graph_type or '-'} {g.key[:12]} {g.status} "
-                f"in {g.seconds:.1f}s (elapsed {self.elapsed:.1f}s, {left})")
+                f"in {g.compile_seconds or 0.0:.1f}s (elapsed {self.elapsed:.1f}s, {left})")
 
 
 def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_name: str | None,
-                     timeout: float | None = None, scope: CancelScope | None = None) -> GraphCompileReport:
+                     timeout: float | None = None, scope: CancelScope | None = None) -> GraphOutcome:
     """Worker body (module level so any executor can run it): compile one pending entry.
 
     ``timeout`` None: the ``compile_timeout`` option the capture recorded, else
@@ -129,8 +133,7 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
             scope.check()
         with cache.lock(key, stop=None if scope is None else scope.wait, graph_type=graph_type):
             if entry.is_complete:
-                report.status = "already-complete"
-                return report
+                return replace(report, how="already-complete")
             if scope is not None:
                 scope.check()
             if not entry.hlo_path.is_file():
@@ -151,15 +154,14 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                 entry.mark_complete()
             except OSError as exc:
                 raise disk_error(exc, entry.path, key=key, graph_type=graph_type) from exc
-            report.executable_size = entry.executable_path.stat().st_size
+            ended: dict[str, Any] = {"executable_size": entry.executable_path.stat().st_size}
     except (CompileCancelled, InterruptedError):
-        report.status = "cancelled"
+        ended = {"how": "cancelled"}
     except NeuronArgsError as exc:
-        report.status, report.error = "failed", str(exc)
+        ended = {"how": "failed", "error": str(exc)}
     except Exception as exc:  # a worker must report, not die: one graph never stops the others
-        report.status, report.error = "failed", f"{type(exc).__name__}: {exc}"
-    report.seconds = round(time.monotonic() - t0, 3)
-    return report
+        ended = {"how": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    return replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3))
 
 
 def _say_unbuildable(crashed: Iterable[Any]) -> None:
@@ -378,7 +380,7 @@ class _CompileRun:
         with self.lock:
             self.stopped = True
 
-    def finished(self) -> Iterator[GraphCompileReport]:
+    def finished(self) -> Iterator[GraphOutcome]:
         """Each graph's report as its compile ends, until every key is submitted and every compile ended."""
         taken = 0
         while self.feeding or taken < len(self.futures):

@@ -24,7 +24,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -48,6 +48,7 @@ from neuron_args.compilers.build import compile_entry
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.executables import allow_eager_outputs, load_executable
+from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.runtime import graph_call
 from neuron_args.scope import _scoped_compiler_args, _scoped_graph_type, current_graph_type, scoped_compiler_args
@@ -224,8 +225,8 @@ class CompiledGraph:
             if digest != self.graph_sha256:
                 self.graph_sha256 = digest
                 key = self._key(request)
-        rec = records.GraphRecord(
-            key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=self.input_shapes,
+        rec = GraphOutcome(
+            key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=list(self.input_shapes),
             compiler_args=list(request.compiler_args), optimization_level=request.compiler_args.level,
             target=request.target,
         )
@@ -260,7 +261,7 @@ class Variant:
     key: CacheKey
     request: PlatformArgs
     graph_type: str | None
-    rec: records.GraphRecord
+    rec: GraphOutcome
 
 
 class Seam(abc.ABC):
@@ -283,7 +284,6 @@ class CompileSeam(Seam):
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
         build = functools.partial(self._compile_into, graph, v)
-        rec = v.rec
         on_hit = self.hit_check(v)
         try:
             entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
@@ -292,21 +292,18 @@ class CompileSeam(Seam):
                 entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
                 run = self._load(graph, entry, False, v)  # a second failure is an error
         except CacheMissError:
-            rec.serve_misses = int(ACTIVITY.serving is not None)
-            records.record(rec)
+            records.record(replace(v.rec, serve_misses=int(ACTIVITY.serving is not None)))
             raise
         except CompileError as exc:  # recorded: the session's table lists the graph as failed, with its key
-            rec.failures, rec.error = 1, next(iter(str(exc).splitlines()), type(exc).__name__)
-            records.record(rec)
+            records.record(replace(v.rec, failures=1, error=next(iter(str(exc).splitlines()), type(exc).__name__)))
             raise
         graph.ledger(v)
-        rec.loads += int(hit)
-        rec.executable_size = entry.executable_path.stat().st_size
-        rec = records.record(rec)
+        records.record(replace(v.rec, loads=v.rec.loads + int(hit),
+                               executable_size=entry.executable_path.stat().st_size))
         if run is EAGER:
-            return _counted(graph.gm, rec)
+            return _counted(graph.gm, v.key.key)
         # a graph built from the trace memo and found built is a plain inference graph: nothing to add
-        return _counted(run if graph._lowered is None else graph_call(run, graph._lowered), rec)
+        return _counted(run if graph._lowered is None else graph_call(run, graph._lowered), v.key.key)
 
     def hit_check(self, v: Variant) -> Callable[[CacheEntry], None] | None:
         """What a cache hit must pass besides the key (the native seam: the entry's argument set)."""
@@ -343,8 +340,7 @@ class CompileSeam(Seam):
         entry.write_metadata(md)
         compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
                       timeout=graph.compile_timeout)
-        v.rec.compiles += 1
-        v.rec.compile_seconds = entry.info().compile_seconds
+        v.rec = replace(v.rec, compiles=v.rec.compiles + 1, compile_seconds=entry.info().compile_seconds)
 
 
 class NativeSeam(CompileSeam):
@@ -382,9 +378,9 @@ class CaptureSeam(Seam):
     name = CAPTURE_SEAM
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        v.rec.captures = int(self._capture(graph, v))
+        records.record(replace(v.rec, captures=int(self._capture(graph, v))))
         graph.ledger(v)
-        return _counted(graph.gm, records.record(v.rec))
+        return _counted(graph.gm, v.key.key)
 
     @staticmethod
     def _capture(graph: CompiledGraph, v: Variant) -> bool:
@@ -414,11 +410,11 @@ class CaptureSeam(Seam):
 SEAM_KINDS: dict[str, Seam] = {kind.name: kind for kind in (CompileSeam(), CaptureSeam(), NativeSeam())}
 
 
-def _counted(fn: Callable[..., Any], rec: records.GraphRecord) -> Callable[[list[Any]], Any]:
+def _counted(fn: Callable[..., Any], key: str) -> Callable[[list[Any]], Any]:
     """A variant's call: the function, plus one flag read to count calls while a runner serves."""
     def run(args: list[Any]) -> Any:
-        if ACTIVITY.serving is not None:
-            rec.serve_hits += 1
+        if ACTIVITY.serving is not None and (held := ACTIVITY.records.get(key)) is not None:
+            ACTIVITY.records[key] = held.served_once()  # the fast path's one write: no function of records.py
         return fn(*args)
 
     return run

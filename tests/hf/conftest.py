@@ -10,6 +10,7 @@ import torch
 pytest.importorskip("transformers", reason="the model matrix needs transformers (pip install -e '.[hf]')")
 
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV  # noqa: E402
+from neuron_args.graph_outcome import GraphOutcome  # noqa: E402
 from neuron_args.seams import records  # noqa: E402
 from tests.hf.cells import compile_options  # noqa: E402
 
@@ -39,14 +40,14 @@ def compiled(hf_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., t
 
 
 @pytest.fixture
-def graph_keys() -> Callable[[], dict[str, records.GraphRecord]]:
+def graph_keys() -> Callable[[], dict[str, GraphOutcome]]:
     """``graph_keys()``: the graphs (one per key) this test resolved (compiled, loaded or captured), by key.
 
     Counted from the process's records, which stay whole (the plugin's session table reads them).
     """
     before = _resolutions()
 
-    def keys() -> dict[str, records.GraphRecord]:
+    def keys() -> dict[str, GraphOutcome]:
         return {r.key: r for r in records.records() if r.compiles + r.loads + r.captures > before.get(r.key, 0)}
 
     return keys
