@@ -233,6 +233,21 @@ def test_the_fingerprint_holds_graph_constants_input_layouts_and_modes():
     assert trace_memo.fingerprint(gm, [x]) is None, "a constant it cannot pin down: no memo"
 
 
+def test_the_fingerprint_reads_a_lazy_graph_modules_source_without_compiling_its_forward():
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.mul, (graph.call_function(torch.add, (x, graph.get_attr("c"))), x)))
+    gm = _LazyGraphModule({"c": torch.ones(3)}, graph)  # what Dynamo hands a backend
+    assert gm._needs_recompile()
+    fp = trace_memo.fingerprint(gm, [torch.zeros(3)])
+    assert gm._needs_recompile(), "a memo hit never runs the graph module: its forward is not generated for the key"
+    # the same fingerprint as from the compiled module's code (memos written before stay valid)
+    assert gm.code == graph.python_code(root_module="self").src and not gm._needs_recompile()
+    assert trace_memo.fingerprint(gm, [torch.zeros(3)]) == fp is not None
+
+
 def _scaled(x, factor=1.0):
     return x * factor
 

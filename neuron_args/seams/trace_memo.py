@@ -153,7 +153,7 @@ def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str 
         for name, mod in gm.named_modules():
             if not isinstance(mod, torch.fx.GraphModule):
                 raise NoFingerprint(f"submodule {name!r} is not a graph")
-            h.update(f"module {name}\n{mod.code}\n".encode())
+            h.update(f"module {name}\n{_source(mod)}\n".encode())
             for node in mod.graph.nodes:
                 if node.op == "get_attr":
                     h.update(f"attr {node.target}=".encode())
@@ -164,6 +164,12 @@ def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str 
         log.debug("no trace memo for this graph: %s", why)
         return None
     return h.hexdigest()
+
+
+def _source(mod: torch.fx.GraphModule) -> str:
+    """The graph module's Python source, as ``mod.code`` reads it, without compiling it: Dynamo hands the backend
+    a lazy graph module, whose ``code`` would generate, compile and exec its forward, which a memo hit never runs."""
+    return mod.graph.python_code(root_module="self").src
 
 
 def _attr(mod: torch.nn.Module, target: str) -> Any:
