@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args import envs
+from neuron_args.atomic import write_atomic
+from neuron_args.untrusted import RECORD_LIMIT, read_json
 
 SAMPLE = 4096  # elements hashed per tensor: enough to tell shards apart, cheap for a large model
 
@@ -62,8 +64,10 @@ def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
     """In a rank running a serving test: its outcome so far (a failed phase wins) and what it served."""
     path = serve_file(out, envs.RANK)
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
+        result = read_json(path, RECORD_LIMIT)
     except (OSError, ValueError):
+        result = None
+    if not isinstance(result, dict) or result.get("outcome") not in (None, "passed", "failed", "skipped"):
         result = {"rank": envs.RANK, "outcome": None, "error": None}
     if report.failed and result["outcome"] != "failed":  # the first failure is the one to show
         result["outcome"], result["error"] = "failed", f"{report.when}: {report.longrepr}"
@@ -73,7 +77,7 @@ def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
         result["outcome"] = "passed"
     result["export"] = export
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, default=str), encoding="utf-8")
+    write_atomic(path, json.dumps(result, default=str))  # a link planted at the path is replaced, not followed
 
 
 def read_serves(out: Path, tp: int) -> list[dict[str, Any]]:
@@ -81,7 +85,7 @@ def read_serves(out: Path, tp: int) -> list[dict[str, Any]]:
     results = []
     for rank in range(tp):
         try:
-            doc = json.loads(serve_file(out, rank).read_text(encoding="utf-8"))
+            doc = read_json(serve_file(out, rank), RECORD_LIMIT)
         except (OSError, ValueError):
             doc = None
         if not isinstance(doc, dict):
@@ -90,9 +94,14 @@ def read_serves(out: Path, tp: int) -> list[dict[str, Any]]:
         calls = export.get("serve_calls") if isinstance(export.get("serve_calls"), dict) else {}
         results.append({"rank": rank, "outcome": doc.get("outcome") if isinstance(doc.get("outcome"), str) else None,
                         "error": str(doc["error"]) if doc.get("error") else None,
-                        "serve_calls": sum(int(n) for n in calls.values() if isinstance(n, int)),
-                        "serve_misses": int(export.get("serve_misses") or 0), "export": export})
+                        "serve_calls": sum(_count(n) for n in calls.values()),
+                        "serve_misses": _count(export.get("serve_misses")), "export": export})
     return results
+
+
+def _count(value: Any) -> int:
+    """A count read from a rank's file: a non-negative int, anything else (a string, a float, a bool) is 0."""
+    return value if type(value) is int and value >= 0 else 0
 
 
 def rank_line(r: dict[str, Any]) -> str:

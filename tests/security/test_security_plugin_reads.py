@@ -35,3 +35,34 @@ def test_a_deeply_nested_baseline_fails_the_check_as_unreadable_with_the_fix(tmp
     message = str(failed.value)
     assert f"manifest baseline {path} is unreadable (UntrustedFileError" in message
     assert "nested too deeply" in message and "pytest t.py --neuron-update-baseline" in message
+
+
+def test_a_rank_s_serve_file_that_is_a_fifo_deep_or_ill_typed_reads_as_reporting_nothing(tmp_path):
+    from pytest_neuron_args.ranks import read_serves, serve_file, serve_problems
+
+    os.mkfifo(serve_file(tmp_path, 0))  # an ordinary open would block the pytest process forever
+    serve_file(tmp_path, 1).write_text(DEEP_JSON)
+    serve_file(tmp_path, 2).write_text('{"outcome": "passed", "export": {"serve_misses": "many", '
+                                       '"serve_calls": {"decode": "3", "prefill": 2, "bad": true}}}')
+    results = read_serves(tmp_path, 3)
+    assert [r["outcome"] for r in results] == [None, None, "passed"]
+    assert (results[2]["serve_calls"], results[2]["serve_misses"]) == (2, 0)
+    problems = serve_problems(results)
+    assert [p.split(":")[0] for p in problems] == ["rank 0 reported nothing (0 calls, 0 misses)",
+                                                   "rank 1 reported nothing (0 calls, 0 misses)"]
+
+
+def test_a_rank_writes_its_serve_file_in_place_of_a_planted_link_not_through_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from neuron_args import envs
+    from pytest_neuron_args.ranks import note_phase, serve_file
+
+    monkeypatch.setattr(envs, "RANK", 0)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    serve_file(tmp_path, 0).symlink_to(victim)
+    note_phase(tmp_path, SimpleNamespace(failed=False, skipped=False, when="call", longrepr=None), {"serve_misses": 0})
+    assert victim.read_text() == "the user's file"
+    assert not serve_file(tmp_path, 0).is_symlink()
+    assert '"outcome": "passed"' in serve_file(tmp_path, 0).read_text()
