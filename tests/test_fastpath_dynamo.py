@@ -126,3 +126,19 @@ def test_a_frame_that_resumes_after_a_graph_break_keeps_the_guarded_path(tmp_pat
     x = inp(2, 8)
     torch.testing.assert_close(run_x(runner, x), eager(BreakAtTheEnd(), x))
     assert runner.fast_path.graphs == {} and model.after == 2
+
+
+def test_a_graph_whose_seam_keeps_aot_autograds_wrapper_is_served_guarded(tmp_path_factory, monkeypatch):
+    """``NEURON_ARGS_DIRECT_CALL=0``: Dynamo calls aot_autograd's runtime wrapper, which the fast path would skip."""
+    from neuron_args.seams import dispatch
+
+    monkeypatch.setenv(dispatch.ENV, "0")
+    torch._dynamo.reset()
+    runner = NeuronRunner(Scaled(), compiler_args=BASE, backend=CAPTURE_SEAM,
+                          cache_dir=tmp_path_factory.mktemp("fastpath-aot"))
+    runner.warmup(emit=False)
+    ((_, why),) = runner.fast_path.refused.items()
+    assert "is not the seam's direct call (aot_autograd's runtime wrapper kept)" in why
+    x = inp(2, 8)
+    torch.testing.assert_close(run_x(runner, x), eager(Scaled(), x))
+    assert runner.fast_path.graphs == {}
