@@ -31,6 +31,7 @@ import itertools
 import logging
 import threading
 import types
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -320,17 +321,21 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     mutated_kwargs = frozenset(name for name, v in kwargs.items()
                                if any(v is obs.args[i] for i, _, _ in plan.mutated))
     shapes = tuple((k, v.shape) for k, v in kwargs.items() if isinstance(v, torch.Tensor))
-    return FastGraph(
+    code_fn, name = _swapped(entry_used.code, forward, obs, plan)
+    fast = FastGraph(
         graph_type=graph_type, entry=entry, wrapper=wrapper, frame_self=frame_self, keys=frozenset(kwargs),
         shapes=shapes, defaults=defaults, star=star, guard_manager=entry_used.guard_manager, run=obs.run,
-        code=_swapped(entry_used.code, forward, obs, plan), mutated=plan.mutated, mutated_kwargs=mutated_kwargs,
+        code=code_fn, mutated=plan.mutated, mutated_kwargs=mutated_kwargs,
     )
+    weakref.finalize(fast, code_fn.__globals__.pop, name, None)  # the variant is not kept past its fast graph
+    return fast
 
 
 def _swapped(code: types.CodeType, forward: Callable[..., Any], obs: Observed, plan: dispatch.Plan
-             ) -> Callable[..., Any]:
+             ) -> tuple[Callable[..., Any], str]:
     """Dynamo's ``code`` for ``forward``'s frame as a function with forward's signature, calling the observed
-    variant directly where it called the compiled graph (through Dynamo's ``disable`` and the seam's call)."""
+    variant directly where it called the compiled graph (through Dynamo's ``disable`` and the seam's call);
+    and the global name the variant's call is installed under (the module's globals: what the code reads)."""
     g = forward.__globals__  # Dynamo installs its compiled graph among the globals of the frame's module
     if any(n.startswith(_RESUME_PREFIX) for n in code.co_names):
         raise Refused("Dynamo's code for the frame resumes after a graph break (its resume function is Dynamo's)")
@@ -352,7 +357,7 @@ def _swapped(code: types.CodeType, forward: Callable[..., Any], obs: Observed, p
     mine = code.replace(co_names=tuple(name if n == graphs[0] else n for n in code.co_names))
     fn = types.FunctionType(mine, g, forward.__name__, forward.__defaults__, forward.__closure__)
     fn.__kwdefaults__ = forward.__kwdefaults__
-    return fn
+    return fn, name
 
 
 def _compiled_frame(entry: torch.nn.Module) -> tuple[Callable[..., Any], Any]:

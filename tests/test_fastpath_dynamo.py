@@ -142,3 +142,22 @@ def test_a_graph_whose_seam_keeps_aot_autograds_wrapper_is_served_guarded(tmp_pa
     x = inp(2, 8)
     torch.testing.assert_close(run_x(runner, x), eager(Scaled(), x))
     assert runner.fast_path.graphs == {}
+
+
+def test_a_dropped_fast_graph_takes_its_variant_out_of_the_module_globals(tmp_path_factory):
+    """The swapped code reads the variant's call from the frame's module globals; it goes with its fast graph
+    (else every fast graph ever learned would pin its executable for the life of the process)."""
+    import gc
+
+    torch._dynamo.reset()
+    runner = NeuronRunner(Scaled(), compiler_args=BASE, backend=CAPTURE_SEAM,
+                          cache_dir=tmp_path_factory.mktemp("fastpath-dropped"))
+    runner.warmup(emit=False)
+    (fast,) = runner.fast_path.graphs["decode"]
+    g = fast.code.__globals__
+    (name,) = [n for n in fast.code.__code__.co_names if n.startswith("__neuron_args_fast_")]
+    assert g[name].graph is fast.run
+    del fast
+    runner.fast_path.clear()
+    gc.collect()
+    assert name not in g
