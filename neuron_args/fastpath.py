@@ -184,7 +184,7 @@ class FastPath:
         result = _observed_call(lambda: wrapper(**kwargs), seen)
         mutated: frozenset[str] | None = None  # unknown: every tensor made outside inference mode counts as written
         try:
-            fast = _learn(graph_type, wrapper, entry, kwargs, seen, result)
+            fast = _learn(graph_type, wrapper, entry, kwargs, seen)
         except Exception as exc:  # learning never breaks a served call
             why = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"
             self.refused[(graph_type, signature)] = why
@@ -282,7 +282,7 @@ def _observed_call(call: Callable[[], Any], seen: list[Observed]) -> Any:
 
 
 def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kwargs: Mapping[str, Any],
-           seen: list[Observed], result: Any) -> FastGraph:
+           seen: list[Observed]) -> FastGraph:
     """The fast graph serving calls like the recorded one, or :class:`Refused`."""
     if len(seen) != 1:
         raise Refused(f"the call ran {len(seen)} compiled graphs (graph breaks or nested compiles); one replays")
