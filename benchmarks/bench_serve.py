@@ -19,11 +19,12 @@ Per call, all interleaved repetition by repetition (median and min of the repeti
 - ``served``: ``runner.run(graph_type, kwargs)`` inside ``runner.serve()``: the fast path;
 - ``guarded``: the same with the fast path off (Dynamo frame evaluation + guards + aot runtime
   wrapper + variant dispatch), and that under ``torch.compiler.set_stance(skip_guard_eval_unsafe=
-  True)`` (the alternative the issue asked to compare);
+  True)`` and ``set_stance("fail_on_recompile")`` (the stances compared with the fast path);
 - ``compiled call``: the runner's ``torch.compile``'d entry called directly in its scope (Dynamo,
   then the seam's direct call: the graph and the copy-back of mutated inputs);
 - ``compiled call, aot wrapper``: the same on a copy of the entry compiled with
-  ``NEURON_ARGS_DIRECT_CALL=0`` (aot_autograd's runtime wrapper, as before the direct call);
+  ``NEURON_ARGS_DIRECT_CALL=0`` (aot_autograd's runtime wrapper, as before the direct call); and on
+  copies compiled with ``guard_filter_fn=`` ``skip_guard_on_all_nn_modules_unsafe`` / ``keep_tensor_guards_unsafe``;
 - ``Dynamo alone``: a copy compiled by a backend that returns outputs computed once (the floor of
   any ``torch.compile``'d call: frame evaluation, guards, Dynamo's ``disable`` wrapper);
 - ``seam's call``: what the seam returned to Dynamo for a copy, called on the flat arguments: the
@@ -31,7 +32,7 @@ Per call, all interleaved repetition by repetition (median and min of the repeti
 - ``variant``: the graph's ``CompiledGraph`` variant on its flat arguments (what the fast path calls);
 - ``executable``: the ``LoadedExecutable`` on the flat arguments (DLPack in/out, synchronous client);
 - where a served call goes: each step of the fast path's call timed alone on the real objects (guard
-  manager, argument gather, variant, the executable's input buffers, execute, outputs, copy-back);
+  manager, Dynamo's code with the variant swapped in, variant, the executable's input buffers, execute, outputs);
 - ``legacy executable``: the runtime before this change, inline (numpy conversions, jax's
   asynchronous client, one copy per output);
 - ``execute sync`` / ``execute async``: ``execute_sharded`` alone on device buffers prepared once,
@@ -116,16 +117,21 @@ class LegacyExecutable:
 def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], eager_module: torch.nn.Module,
             calls: int, reps: int) -> dict[str, float]:
     fast = runner.fast_path.graphs[graph_type][0]
-    args = fast.arguments(kwargs)
+    compiled = runner.compiled(graph_type)
+    with runner.scope(graph_type), torch.inference_mode():
+        args = observed_args(lambda: compiled(**kwargs))
     specs = [TensorSpec.of(a) for a in args]
     key, exe = next((k, e) for k, e in executables._loaded.items() if list(e.input_specs) == specs)
     blob = runner.cache.entry(key).executable_path.read_bytes()
     legacy = LegacyExecutable(blob, exe.input_specs, exe.output_specs)
     async_exe = LoadedExecutable.from_bytes(blob, exe.input_specs, exe.output_specs,
                                             client=xla_cpu.runtime_client(asynchronous=True))
-    compiled = runner.compiled(graph_type)
     aot_compiled, aot_call, aot_args = seam_copy(runner, graph_type, kwargs, direct=False)
     _, direct_call, direct_args = seam_copy(runner, graph_type, kwargs, direct=True)
+    no_module_guards = seam_copy(runner, graph_type, kwargs, direct=True,
+                                 guard_filter=torch.compiler.skip_guard_on_all_nn_modules_unsafe)[0]
+    tensor_guards_only = seam_copy(runner, graph_type, kwargs, direct=True,
+                                   guard_filter=torch.compiler.keep_tensor_guards_unsafe)[0]
     dynamo_only = dynamo_floor(runner, graph_type, kwargs)
     positional = tuple(kwargs.values())
     sync_bufs = [f(a) for f, a in zip(exe._convert_in, args)]
@@ -154,13 +160,21 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
         with fast_path_off(), torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
             yield
 
+    @contextlib.contextmanager
+    def fail_on_recompile() -> Any:
+        with fast_path_off(), torch.compiler.set_stance("fail_on_recompile"):
+            yield
+
     fns: dict[str, Callable[[], Any]] = {
         "eager": lambda: eager_module(*positional),
         "served": lambda: runner.run(graph_type, kwargs),
         "guarded": guarded,
         "guarded_skip_guards": guarded,
+        "guarded_fail_on_recompile": guarded,
         "compiled_call": lambda: compiled(**kwargs),
         "compiled_call_aot": lambda: aot_compiled(**kwargs),
+        "compiled_no_module_guards": lambda: no_module_guards(**kwargs),
+        "compiled_tensor_guards": lambda: tensor_guards_only(**kwargs),
         "dynamo_floor": lambda: dynamo_only(**kwargs),
         "seam_direct": lambda: direct_call(*direct_args),
         "seam_aot": lambda: aot_call(*aot_args),
@@ -170,7 +184,10 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
         "execute_sync": lambda: exe.executable.execute_sharded(sync_bufs).disassemble_into_single_device_arrays(),
         "execute_async": execute_async,
     }
-    around = {"guarded": fast_path_off, "guarded_skip_guards": skip_guards, "compiled_call": lambda: runner.scope(graph_type),
+    around = {"guarded": fast_path_off, "guarded_skip_guards": skip_guards,
+              "guarded_fail_on_recompile": fail_on_recompile, "compiled_call": lambda: runner.scope(graph_type),
+              "compiled_no_module_guards": lambda: runner.scope(graph_type),
+              "compiled_tensor_guards": lambda: runner.scope(graph_type),
               "compiled_call_aot": lambda: runner.scope(graph_type), "seam_direct": lambda: runner.scope(graph_type),
               "seam_aot": lambda: runner.scope(graph_type)}
     with torch.inference_mode(), runner.serve():
@@ -193,8 +210,11 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
         "served": "served: runner.run() in serve(), fast path",
         "guarded": "served, fast path off (Dynamo + guards + aot wrapper)",
         "guarded_skip_guards": "  the same under set_stance(skip_guard_eval_unsafe=True)",
+        "guarded_fail_on_recompile": "  the same under set_stance('fail_on_recompile')",
         "compiled_call": "whole torch.compile'd call, in the graph type's scope",
         "compiled_call_aot": "  the same through aot_autograd's wrapper (NEURON_ARGS_DIRECT_CALL=0)",
+        "compiled_no_module_guards": "  the same, guard_filter_fn=skip_guard_on_all_nn_modules_unsafe",
+        "compiled_tensor_guards": "  the same, guard_filter_fn=keep_tensor_guards_unsafe",
         "dynamo_floor": "  Dynamo alone: a backend returning the graph's outputs as computed once",
         "seam_direct": "what the seam returns to Dynamo, on the flat arguments: direct call",
         "seam_aot": "  the same: aot_autograd's runtime wrapper (NEURON_ARGS_DIRECT_CALL=0)",
@@ -216,6 +236,9 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
         "served / loaded executable": ("served", "executable"),
         "guarded / served": ("guarded", "served"),
         "guarded / guarded with skip_guard_eval_unsafe": ("guarded", "guarded_skip_guards"),
+        "guarded / guarded with fail_on_recompile": ("guarded", "guarded_fail_on_recompile"),
+        "compiled call / with nn-module guards filtered out": ("compiled_call", "compiled_no_module_guards"),
+        "compiled call / with tensor guards only": ("compiled_call", "compiled_tensor_guards"),
         "legacy executable / executable": ("legacy_executable", "executable"),
         "execute async / sync": ("execute_async", "execute_sync"),
     }
@@ -237,20 +260,18 @@ def breakdown(fast: Any, exe: LoadedExecutable, kwargs: dict[str, Any], args: li
     """Each step of a served call timed alone on the real objects (median, min us), interleaved. Alone each
     step runs warm in the CPU's caches, so the steps sum to less than the served call (``served``)."""
     frame = fastpath._frame(fast.defaults, kwargs, fast.frame_self, fast.star)
-    outs = fast.run(args)
     bufs = [f(a) for f, a in zip(exe._convert_in, args)]
     results = exe.executable.execute_sharded(bufs).disassemble_into_single_device_arrays()
     fns: dict[str, Callable[[], Any]] = {
         "FastGraph call (the served call without runner.run, serving_kwargs)": lambda: fast(kwargs),
         "  Dynamo's guard manager on the frame's locals": lambda: fast.guard_manager.check(frame),
-        "  the frame's locals and the graph's arguments (gather)": lambda: fast.arguments(kwargs),
-        "  the variant (CompiledGraph's call on the flat arguments)": lambda: fast.run(args),
-        "    LoadedExecutable": lambda: exe(*args),
-        "      input buffers (bulk check of weights/caches, casts)": lambda: exe.input_buffers(args),
-        "      execute_sharded + disassemble": lambda: exe.executable.execute_sharded(bufs)
+        "  Dynamo's code for the frame, calling the variant directly": lambda: fast.code(fast.frame_self, **kwargs),
+        "    the variant (CompiledGraph's call on the flat arguments)": lambda: fast.run(args),
+        "      LoadedExecutable": lambda: exe(*args),
+        "        input buffers (bulk check of weights/caches, casts)": lambda: exe.input_buffers(args),
+        "        execute_sharded + disassemble": lambda: exe.executable.execute_sharded(bufs)
         .disassemble_into_single_device_arrays(),
-        "      outputs to torch (DLPack)": lambda: [f(o[0]) for f, o in zip(exe._convert_out, results)],
-        "  copy-back of the mutated inputs (KV cache)": lambda: fast.copy_back(args, outs),
+        "        outputs to torch (DLPack)": lambda: [f(o[0]) for f, o in zip(exe._convert_out, results)],
     }
     times = per_call_us(fns, calls, reps)
     return {k: (statistics.median(v), min(v)) for k, v in times.items()}
@@ -295,7 +316,16 @@ def dynamo_floor(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any]) 
     return fn
 
 
-def seam_copy(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], direct: bool
+def observed_args(call: Callable[[], Any]) -> list[Any]:
+    """The flat arguments of the one compiled graph ``call()`` runs (as the fast path's recording sees them)."""
+    seen: list[fastpath.Observed] = []
+    fastpath._observed_call(call, seen)
+    assert len(seen) == 1, f"{len(seen)} graphs ran"
+    return seen[0].args
+
+
+def seam_copy(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], direct: bool,
+              guard_filter: Callable[..., Any] | None = None
               ) -> tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]:
     """A copy of the graph type's entry (its own KV cache) compiled with the seam's direct call or with
     aot_autograd's runtime wrapper (``NEURON_ARGS_DIRECT_CALL=0``): the compiled copy, what the seam
@@ -308,16 +338,18 @@ def seam_copy(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], dir
 
     # another backend object: Dynamo does not reuse the runner's cache entry for the copy
     entry = copy.deepcopy(runner.spec(graph_type).entry)
-    fn = torch.compile(entry, backend=backend, dynamic=False)
+    fn = torch.compile(entry, backend=backend, dynamic=False,
+                       options=None if guard_filter is None else {"guard_filter_fn": guard_filter})
     os.environ[dispatch.ENV] = "1" if direct else "0"
     try:
         with runner.scope(graph_type), torch.inference_mode():
             fn(**kwargs)  # Dynamo compiles here; the cache entry is built: no compile
+            args = observed_args(lambda: fn(**kwargs))
     finally:
         del os.environ[dispatch.ENV]
     assert len(returned) == 1 and (getattr(returned[0], "plan", None) is not None) == direct
     call = getattr(returned[0], "_torchdynamo_orig_callable", returned[0])
-    return fn, call, tuple(runner.fast_path.graphs[graph_type][0].arguments(kwargs, entry))
+    return fn, call, tuple(args)
 
 
 def main() -> int:

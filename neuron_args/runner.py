@@ -263,7 +263,7 @@ class NeuronRunner:
         """Run one graph under its resolved scope (the signature example models' ``generate`` takes)."""
         if self._serving is not None:
             self._serving.calls[graph_type] = self._serving.calls.get(graph_type, 0) + 1
-        out = self.fast_path.call(graph_type, kwargs)  # a warmed call: straight to its variant
+        out = self.fast_path.call(graph_type, kwargs)  # a warmed call: guards, then its variant
         if out is not MISS:
             return out
         fn = self.compiled(graph_type)

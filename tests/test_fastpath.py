@@ -3,7 +3,7 @@
 Correctness against eager and against the guarded path (KV caches and logits over many decode
 steps, the tiny VLM's generation), then every way a call must fall back to the guarded path:
 another shape, failed guards (a module attribute, an input layout), module hooks, a Dynamo reset,
-and the calls that cannot be replayed at all (side effects, graph breaks, outputs it did not make).
+and the calls that are not served fast at all (graph breaks, changed guarded values, aliased outputs).
 """
 from __future__ import annotations
 
@@ -370,12 +370,9 @@ class Refusable(torch.nn.Module):
 
 
 @pytest.mark.parametrize("kind, reason", [
-    ("side effect", "outside the graph"),
     ("counter", "no Dynamo cache entry"),  # guarded on the value it changed: refused for that too
     ("graph break", "ran 2 compiled graphs"),
-    ("dict", "returns a dict"),
     ("input", "aliases (is_input)"),
-    ("attribute", "neither a keyword argument nor a parameter/buffer"),
 ])
 def test_calls_that_cannot_be_replayed_exactly_keep_the_guarded_path(kind, reason, tmp_path_factory):
     torch._dynamo.reset()
@@ -394,6 +391,28 @@ def test_calls_that_cannot_be_replayed_exactly_keep_the_guarded_path(kind, reaso
     assert runner.fast_path.graphs == {}
     if kind == "counter":
         assert model.calls == 4, "warmup + three calls, each replayed by Dynamo's bytecode"
+
+
+def test_side_effects_result_structures_and_plain_tensor_attributes_run_as_dynamo_runs_them(tmp_path_factory):
+    """Dynamo's own code for the frame runs on the fast path: an attribute written outside the graph is written,
+    a dict result is built, a plain tensor attribute of the module is read afresh (guarded by Dynamo)."""
+    x = inp(2, 8)
+    for kind in ("side effect", "dict", "attribute"):
+        model = Refusable(kind)
+        runner, fast = learned(model, tmp_path_factory.mktemp("fp-dynamo-code"))
+        for step in range(3):
+            model.__dict__.pop("last_batch", None)
+            with torch.no_grad():
+                model.extra.add_(1.0)  # in place: the next call reads the new values
+            got = run_x(runner, x)
+            if kind == "side effect":
+                assert model.last_batch == 2, "the fast call made the write the guarded call makes"
+            want = eager(model, x)
+            if kind == "dict":
+                assert type(got) is dict and set(got) == {"y"}
+                got, want = got["y"], want["y"]
+            torch.testing.assert_close(got, want)
+        assert fast.calls == 3, kind
 
 
 def test_tuple_outputs_replay_in_their_structure(tmp_path_factory):
