@@ -403,15 +403,20 @@ def _local_pending(root: Path, hlo: Path, n: int) -> list[str]:
     return keys
 
 
-def test_parallel_compile_with_2_threads_uses_2_warm_workers(hlo_file, tmp_path, shared):
+def test_parallel_compile_with_2_threads_starts_2_warm_workers(hlo_file, tmp_path, shared):
+    """Each thread starts a worker when none is idle; a thread whose new worker is not ready yet takes one given
+    back meanwhile, so how the graphs split between the two depends on timing: every graph runs on one of them."""
     root = tmp_path / "cache"
     keys = _local_pending(root, hlo_file, 6)
     report = parallel_compile(root, workers=2, quiet=True)
     assert report.ok and sorted(g.key for g in report.graphs) == keys
     firsts = [_first_line(root / k) for k in keys]
     assert all("warm worker" in line for line in firsts)
-    assert len({re.search(r"pid (\d+)", line).group(1) for line in firsts}) == 2
-    assert len(shared.idle_pids()) == 2
+    leaders = shared.idle_pids()
+    assert len(leaders) == 2
+    workers_of = {c for leader in leaders for c in _children(leader)}
+    assert len(workers_of) == 2
+    assert {int(re.search(r"pid (\d+)", line).group(1)) for line in firsts} <= workers_of
     for entry in CompileCache(root).entries():
         assert entry.status == "complete" and entry.problem() is None
 
