@@ -252,7 +252,7 @@ def test_compile_timeout_and_tp_options_reach_the_runner(neuron_project: pytest.
 def test_the_graph_type_marker_checks_the_model_as_the_runner_does() -> None:
     """The marker's check and the runner share one check of ``neuron_graphs()``: the same message and fix."""
     class NoGraphs:
-        pass
+        """A model that declares no graph types (no ``neuron_graphs()``)."""
 
     class StrGraphs:
         def neuron_graphs(self) -> list[str]:
