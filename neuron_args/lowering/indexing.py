@@ -1,7 +1,5 @@
-"""Indexing and searching ops torchax lowers wrongly or not at all: ``searchsorted`` (torchax drops ``right``,
-``side`` and ``sorter`` and searches N-d sequences as one flat array), ``index_reduce`` (no lowering),
-``repeat_interleave`` with ``output_size`` (refused), ``nonzero_static`` (torchax sizes it from the
-values, which a traced graph does not have)."""
+"""Indexing and searching ops torchax lowers wrongly or not at all: ``searchsorted``, ``index_reduce``,
+``repeat_interleave`` with ``output_size``, ``nonzero_static``."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,9 +7,8 @@ from typing import Any
 
 def searchsorted(seq: Any, values: Any, *, out_int32: bool = False, right: bool = False, side: str | None = None,
                  sorter: Any = None) -> Any:
-    """``aten.searchsorted.{Tensor,Scalar}``: the insertion points of ``values`` in the last dim of ``seq``, each row
-    of an N-d ``seq`` searched for the matching row of ``values``; ``side="right"`` (or ``right``) after equal
-    elements; ``sorter`` the indices that sort ``seq``."""
+    """``aten.searchsorted.{Tensor,Scalar}`` per row of an N-d ``seq``, with ``right``, ``side`` and ``sorter`` (torchax
+    drops them and searches one flat array)."""
     import jax
     import jax.numpy as jnp
 
@@ -64,9 +61,7 @@ def nonzero_static(x: Any, *, size: int, fill_value: int = -1) -> Any:
 
 
 def repeat_interleave_indices(repeats: Any, *, output_size: int | None = None) -> Any:
-    """``aten.repeat_interleave.Tensor`` (what ``x.repeat_interleave(tensor, dim, output_size=n)`` indexes with):
-    ``i`` repeated ``repeats[i]`` times, ``output_size`` long. torchax refuses ``output_size``; without it the size
-    depends on the values (refused, naming the fix)."""
+    """``aten.repeat_interleave.Tensor`` with ``output_size`` (torchax refuses it): ``i`` ``repeats[i]`` times."""
     import jax.numpy as jnp
 
     return jnp.repeat(jnp.arange(repeats.shape[0], dtype=jnp.int32), repeats, total_repeat_length=output_size)

@@ -57,8 +57,7 @@ def adaptive_max_pool_backward(spatial: int) -> Callable[..., Any]:
 
 
 def scatter_into_planes(values: Any, indices: Any, shape: Any, spatial: int, add: bool) -> Any:
-    """Zeros shaped ``shape`` with ``values`` put (or added) at the flat positions ``indices`` within their planes
-    (the last ``spatial`` dims)."""
+    """Zeros shaped ``shape`` with ``values`` put (or added) at the flat ``indices`` of their last ``spatial`` dims."""
     import jax.numpy as jnp
 
     lead = tuple(shape[:-spatial])
@@ -70,7 +69,6 @@ def scatter_into_planes(values: Any, indices: Any, shape: Any, spatial: int, add
 
 
 def max_unpool(x: Any, indices: Any, output_size: Any, stride: Any = None, padding: Any = None) -> Any:
-    """``aten.max_unpool{2,3}d``: zeros of the output size with each value at its index (torchax reads the
-    indices into numpy)."""
+    """``aten.max_unpool{2,3}d``: each value at its index in zeros (torchax reads the indices into numpy)."""
     spatial = len(output_size)
     return scatter_into_planes(x, indices, (*x.shape[:-spatial], *output_size), spatial, add=False)
