@@ -86,8 +86,6 @@ def numpy_dtype(name: str) -> np.dtype:
         import ml_dtypes
 
         return np.dtype(getattr(ml_dtypes, name))
-    if name == "bool":
-        return np.dtype(np.bool_)
     try:
         return np.dtype(name)
     except TypeError:

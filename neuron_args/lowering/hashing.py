@@ -43,9 +43,7 @@ def _words(x: Any) -> tuple[Any, Any]:
     from jax import lax
 
     dtype = jnp.dtype(x.dtype)
-    if dtype == jnp.bool_:
-        return x.astype(jnp.uint32), jnp.zeros(x.shape, jnp.uint32)
-    if jnp.issubdtype(dtype, jnp.unsignedinteger):
+    if dtype == jnp.bool_ or jnp.issubdtype(dtype, jnp.unsignedinteger):  # zero-extended
         return x.astype(jnp.uint32), jnp.zeros(x.shape, jnp.uint32)
     if jnp.issubdtype(dtype, jnp.signedinteger):
         wide = x.astype(jnp.int32)

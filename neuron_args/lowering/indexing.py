@@ -35,14 +35,14 @@ def index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, incl
         return index_reduce(x.reshape(1), 0, index, source.reshape(1), reduce, include_self=include_self)[0]
     out, src = jnp.moveaxis(x, dim, 0), jnp.moveaxis(source.astype(x.dtype), dim, 0)
     index = index.astype(jnp.int32)
+    integer = jnp.issubdtype(x.dtype, jnp.integer)
     if reduce == "mean":
         base = out if include_self else out.at[index].set(0)
         counts = jnp.zeros(out.shape[0], x.dtype).at[index].add(1) + (1 if include_self else 0)
         counts = jnp.maximum(counts, 1).reshape(-1, *([1] * (out.ndim - 1)))
         total = base.at[index].add(src)
-        out = total // counts if jnp.issubdtype(x.dtype, jnp.integer) else total / counts
+        out = total // counts if integer else total / counts
     else:
-        integer = jnp.issubdtype(x.dtype, jnp.integer)
         low, high = (jnp.iinfo(x.dtype).min, jnp.iinfo(x.dtype).max) if integer else (-jnp.inf, jnp.inf)
         identity, method = {"prod": (1, "multiply"), "amax": (low, "max"), "amin": (high, "min")}[reduce]
         base = out if include_self else out.at[index].set(identity)

@@ -29,9 +29,8 @@ def adaptive_windows(in_sizes: Any, out_sizes: Any) -> tuple[Any, Any]:
         shape[k], shape[len(axes) + k] = index.shape
         positions = positions + index.reshape(shape) * stride
         real = real & valid.reshape(shape)
-    flat = (*out_sizes, -1)
-    return np.broadcast_to(positions, np.broadcast_shapes(positions.shape, real.shape)).reshape(flat), \
-        np.broadcast_to(real, np.broadcast_shapes(positions.shape, real.shape)).reshape(flat)
+    positions, real = np.broadcast_arrays(positions, real)
+    return positions.reshape(*out_sizes, -1), real.reshape(*out_sizes, -1)
 
 
 def adaptive_max_pool(x: Any, output_size: Any) -> tuple[Any, Any]:
