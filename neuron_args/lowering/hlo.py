@@ -20,6 +20,7 @@ import torch
 
 from neuron_args.errors import LoweringError
 from neuron_args.lowering import hashing, precision
+from neuron_args.scope import current_graph_type
 from neuron_args.tensors import LOWERED_DTYPES, WORD_PAIR_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
 from neuron_args.text import first_line
 
@@ -62,8 +63,6 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     """Lower ``gm`` for inputs shaped like ``example_inputs`` (fakes do); :class:`LoweringError` names the node."""
     wide = precision.first_float64_compute(gm)
     if wide is not None:
-        from neuron_args.scope import current_graph_type
-
         raise LoweringError(precision.float64_refusal(*wide, current_graph_type(), _user_source(wide[0])))
     refused = hashing.refusal(gm)
     if refused is not None:
@@ -406,9 +405,7 @@ def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     gives wrong values instead of an error."""
     checks: set[torch.fx.Node] = set()
     for n in reversed(gm.graph.nodes):
-        if n.op != "call_function":
-            continue
-        if n.target in _ASSERTS or (n.users and all(u in checks for u in n.users)):
+        if n.op == "call_function" and (n.target in _ASSERTS or (n.users and all(u in checks for u in n.users))):
             checks.add(n)
     return checks
 
@@ -496,8 +493,6 @@ def _data_dependent_fix(op: str, graph: torch.fx.Graph) -> str | None:
 
 def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
-    from neuron_args.scope import current_graph_type
-
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
