@@ -1,10 +1,5 @@
-"""The autograd mode a graph is traced in, as a key names it: ``grad``, ``no_grad`` or ``inference_mode``.
-
-aot_autograd traces another graph for each (a forward that saves what its backward needs, a plain one,
-one over inference tensors), Dynamo guards on it, and the key carries it (``cache_key.AUTOGRAD_MODES``):
-a serve in another mode than its warmup misses, and the miss says ``autograd: no_grad -> grad``. The
-deferred flow traces each job in the mode its ``parallel_trace`` call ran in, so its keys are the ones
-the caller serves.
+"""The autograd mode a graph is traced in, as a key names it: ``grad``, ``no_grad`` or ``inference_mode``
+(aot_autograd traces another graph for each, so the key carries it: ``cache_key.AUTOGRAD_MODES``).
 """
 from __future__ import annotations
 

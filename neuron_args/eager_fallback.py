@@ -1,11 +1,8 @@
 """Dynamo's recompile limit, never silent for a neuron backend.
 
-Past ``recompile_limit`` compiles of one frame (or ``accumulated_recompile_limit`` in the process)
-Dynamo stops calling the backend and runs the frame in eager PyTorch, with one warning that does not
-name the backend: on a Neuron host the model would run on the host CPU while tests pass. :func:`install`
-wraps Dynamo's limit check (``convert_frame.exceeds_recompile_limit``); for a neuron seam's frame it
-records the frame in ``ACTIVITY.eager_fallbacks`` and raises :class:`EagerFallbackError` or warns
-:class:`EagerFallbackWarning` (see :func:`mode`).
+Past its recompile limit Dynamo runs a frame in eager PyTorch (on a Neuron host: the host CPU, while tests
+pass). :func:`install` wraps its limit check: a neuron seam's frame is recorded in ``ACTIVITY.eager_fallbacks``
+and raises :class:`EagerFallbackError` or warns :class:`EagerFallbackWarning` (:func:`mode`).
 """
 from __future__ import annotations
 
@@ -41,8 +38,7 @@ class EagerFallbackWarning(UserWarning):
 
 
 def error_by_default(on: bool = True) -> bool:
-    """Make a fallback an error unless ``NEURON_ARGS_EAGER_FALLBACK=warn`` (the pytest plugin does); returns
-    the previous default, to put back."""
+    """Make a fallback an error unless the variable says ``warn`` (the pytest plugin does); returns the previous."""
     previous, _error_by_default[0] = _error_by_default[0], on
     return previous
 

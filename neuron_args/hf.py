@@ -1,18 +1,9 @@
 """Hugging Face ``transformers`` models as static Neuron graphs (optional: needs ``transformers``).
 
-A Neuron graph has fixed shapes and no Python state that changes between calls. Two things in a
-``transformers`` decoder break that unless the caller takes care:
-
-- the KV cache: a :class:`transformers.StaticCache` preallocates it, but for sliding-window
-  layers (Mistral, Gemma 2/3...) it keeps the filled length in a Python ``int``, so Dynamo
-  specialises on it and every decode step becomes a new graph and cache entry.
-  :func:`static_cache` gives every layer a full-length static layer instead, whose length is a
-  tensor; the model's sliding-window *mask* still applies, from absolute positions.
-- positions: padding a prompt to its bucket must not move the next token's position.
-  :class:`StaticCausalLM` takes the start position as a tensor and writes the cache there, so a
-  padded prefill is followed by a decode at the real prompt length. Models that compute positions
-  from ``cache.get_seq_length()`` get the filled length as a Python int (a traced value in the
-  graph), not the tensor a ``StaticLayer`` holds, which Dynamo cannot size an ``arange`` by.
+A Neuron graph has fixed shapes and no Python state that changes between calls. :func:`static_cache` gives
+every layer a full-length static layer whose filled length is a tensor (transformers' sliding-window layers
+keep a Python int: one graph per decode step); :class:`StaticCausalLM` takes the start position as a tensor,
+so a prompt padded to its bucket does not move the next token's position.
 """
 from __future__ import annotations
 
@@ -38,16 +29,11 @@ class StaticCacheError(NeuronArgsError, ValueError):
 
 def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int = 1) -> Any:
     """A ``StaticCache`` for ``model`` with a full-length static layer per attention layer (and the states of its
-    recurrent layers), allocated now.
+    recurrent layers), allocated now so its tensors are graph inputs every graph reads and writes in place.
 
-    Allocated eagerly, so its tensors are graph inputs that every graph reads and writes in place
-    (not tensors a first compiled call creates). Each layer's heads, head size, dtype and device come
-    from one eager one-token call of ``model`` with a ``DynamicCache``: configs name these
-    differently (multi-query, per-layer head counts), the cache the model fills does not. That call
-    is eager even when ``model``'s forward is compiled already (it would compile a graph of its own).
-    Layers are matched by index: a layer that stores nothing (transformers' ``DummyLayer``: KV shared
-    with another layer, no attention; or a layer the call did not write) is a ``DummyLayer``, and layers
-    the config counts past the last one the model fills (an encoder's layers in a decoder's config) are dropped.
+    Each layer's shapes come from one eager one-token call with a ``DynamicCache`` (configs name them
+    differently, the filled cache does not); a layer it leaves empty is a ``DummyLayer``, layers past the last
+    one filled are dropped.
     """
     from transformers import DynamicCache
 
@@ -77,20 +63,14 @@ def _positioned_cache(layers: list[Any]) -> Any:
 
 @functools.cache
 def positioned_cache_class() -> type:
-    """transformers' ``StaticCache`` whose filled length is a Python int (a class made on first use: transformers is
-    imported only then)."""
+    """transformers' ``StaticCache`` with a Python-int filled length (made on first use: transformers is optional)."""
     from transformers.cache_utils import StaticCache
 
     class PositionedCache(StaticCache):
-        """A ``StaticCache`` whose ``get_seq_length()`` is a Python int, read from the layer's filled length.
-
-        Models that compute positions from it (``torch.arange(length, length + n)``: MVP, RoFormer, TrOCR;
-        ``n + length``: MPT) get a 0-d tensor from a ``StaticLayer``, which Dynamo reads with one ``.item()`` per
-        bound, not knowing their difference: the graph breaks. Read once here (bounded by the cache length), such an
-        ``arange`` is ``n`` long in one static graph and the length stays a traced value
-        (``neuron_args.lowering.scalars``). No Python state changes: :class:`StaticCausalLM` sets the layers' filled
-        length (a tensor) to the call's start, and the graph replays as it is.
-        """
+        """A ``StaticCache`` whose ``get_seq_length()`` is a Python int read once from the layer's filled length:
+        models that compute ``torch.arange(length, length + n)`` from it (MVP, RoFormer, MPT) would read the 0-d
+        tensor once per bound and break the graph; read once, the length stays a traced value
+        (``neuron_args.lowering.scalars``)."""
 
         def get_seq_length(self, layer_idx: int = 0) -> Any:
             length = super().get_seq_length(layer_idx)
@@ -109,12 +89,8 @@ def positioned_cache_class() -> type:
 
 
 def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
-    """A static layer for each layer a probe call filled, by index (see :func:`static_cache`).
-
-    Key/value layers become full-length ``StaticLayer`` layers; recurrent layers (state-space, linear attention,
-    short convolutions: transformers' ``LinearAttentionLayer``, alone or with attention) get their states
-    allocated now, zero, in the probe's shapes (:class:`StaticCausalLM` tells them prefill from decode).
-    """
+    """A static layer for each layer a probe call filled, by index: full-length key/value layers, recurrent states
+    (``LinearAttentionLayer``, alone or with attention) allocated as zeros in the probe's shapes."""
     from transformers.cache_utils import (DummyLayer, DynamicIndexedLayer, DynamicLayer, DynamicSlidingWindowLayer,
                                           LinearAttentionAndStaticFullAttentionLayer, LinearAttentionLayer)
 
@@ -200,11 +176,9 @@ def _allocate_recurrent(layer: Any, seen: Any, batch_size: int) -> Any:
 class StaticCausalLM(torch.nn.Module):
     """A causal LM and its static KV cache as one module: ``forward(input_ids, start) -> logits``.
 
-    ``input_ids`` is ``[batch, length]`` (a prefill bucket, or length 1 for decode); ``start`` is a
-    0-d int64 tensor, the position of ``input_ids[:, 0]``. The call writes the keys and values of
-    positions ``start .. start + length - 1`` into the cache (in place) and attends to every
-    position up to each token's own, so padding after the real tokens is never attended to before
-    a later call overwrites it. Returns the logits of every input position.
+    ``start`` is a 0-d int64 tensor, the position of ``input_ids[:, 0]``; the call writes the cache at
+    ``start ..`` in place and attends up to each token's own position, so padding after the real tokens is
+    never attended to before a later call overwrites it.
     """
 
     def __init__(self, model: torch.nn.Module, *, max_cache_len: int, batch_size: int = 1) -> None:
@@ -236,12 +210,8 @@ class StaticCausalLM(torch.nn.Module):
 
 
 def _continue_or_restart(layer: Any, start: torch.Tensor, *, one_token: bool) -> None:
-    """A recurrent layer's state for this call: a prompt (several tokens) starts from none, a decode step continues.
-
-    transformers chooses the layer's path by a Python flag that its first call sets; here the graph's shape
-    sets it, so each graph is one path, and the states are zeroed in the graph when ``start`` is 0 (a
-    one-token prompt continues from zero states: the padding a prompt's convolution sees).
-    """
+    """A recurrent layer's path for this graph (transformers' Python flag, set here by the graph's shape: a prompt
+    or a decode step), its states zeroed in the graph when ``start`` is 0."""
     keep = (start > 0).to(layer.dtype or torch.float32)
     for idx in range(layer.number_of_states):
         layer.has_previous_state[idx] = one_token
@@ -254,14 +224,9 @@ def _continue_or_restart(layer: Any, start: torch.Tensor, *, one_token: bool) ->
 
 
 class CrossAttentionFlags:
-    """``EncoderDecoderCache.is_updated`` fixed for one graph: the cross-attention keys/values are computed or read.
-
-    transformers keeps a Python ``dict`` of per-layer flags that its forward flips on the first decoder
-    call, so the call after it is a different graph, and a second request (flags still set) would read
-    the last request's encoder states. A decoder graph instead decides once: ``prefill`` computes the
-    cross-attention keys and values from the encoder states and writes them; ``decode`` reads them.
-    transformers' writes to the flags are ignored (no Python state changes between calls).
-    """
+    """``EncoderDecoderCache.is_updated`` fixed for one graph: the cross-attention keys/values are computed
+    (prefill) or read (decode); transformers' writes, which would make the next call another graph and a second
+    request read the last one's encoder states, are ignored."""
 
     def __init__(self, updated: bool) -> None:
         self.updated = updated
@@ -277,9 +242,6 @@ class CrossAttentionFlags:
 
     def __iter__(self) -> Any:
         return iter(())
-
-    def __repr__(self) -> str:
-        return f"CrossAttentionFlags(updated={self.updated})"
 
 
 def _static_layer(seen: Any, max_cache_len: int, batch_size: int) -> Any:
@@ -313,11 +275,7 @@ def _encoder_outputs(states: torch.Tensor) -> Any:
 def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, encoder_len: int, *,
                                  batch_size: int = 1) -> Any:
     """An ``EncoderDecoderCache`` of static layers for ``model``: self-attention ``max_cache_len`` long, cross-attention
-    ``encoder_len`` long (the encoder bucket's output length), allocated now.
-
-    As :func:`static_cache`, each layer's heads, head size and dtype come from one eager call (one
-    decoder token over ``encoder_len`` zero encoder states) that fills dynamic caches.
-    """
+    ``encoder_len`` long, shaped by one eager decoder call as in :func:`static_cache`."""
     from transformers import DynamicCache, EncoderDecoderCache
     from transformers.cache_utils import Cache
 
@@ -352,13 +310,8 @@ class Seq2SeqEncoder(torch.nn.Module):
 
 
 class Seq2SeqDecoderStep(torch.nn.Module):
-    """One decoder graph of an encoder-decoder: ``forward(decoder_input_ids, encoder_hidden_states, start) -> logits``.
-
-    ``computes_cross``: this graph computes the cross-attention keys and values from
-    ``encoder_hidden_states`` and writes them (prefill), or reads them from the cache (decode; its
-    ``encoder_hidden_states`` then only gives the shape). The self-attention cache is written at
-    ``start`` as :class:`StaticCausalLM` does.
-    """
+    """One decoder graph of an encoder-decoder: ``forward(decoder_input_ids, encoder_hidden_states, start) -> logits``;
+    ``computes_cross``: it writes the cross-attention cache from the encoder states (prefill), else reads it."""
 
     def __init__(self, model: torch.nn.Module, cache: Any, *, computes_cross: bool) -> None:
         from transformers import EncoderDecoderCache
@@ -389,13 +342,8 @@ class Seq2SeqDecoderStep(torch.nn.Module):
 
 
 class StaticSeq2SeqLM(torch.nn.Module):
-    """An encoder-decoder and its static caches as three entry modules: ``encoder``, ``prefill`` and ``decode``.
-
-    ``encoder(**inputs)`` returns the encoder states; ``prefill(decoder_input_ids, encoder_hidden_states,
-    start)`` writes the cross-attention cache from them and the self-attention cache at ``start``;
-    ``decode(...)`` (one token) reads the cross-attention cache. All three share the model's weights and
-    one :func:`static_encoder_decoder_cache` (cross-attention ``encoder_len`` long: one encoder bucket).
-    """
+    """An encoder-decoder and its static caches as three entry modules sharing the weights and one
+    :func:`static_encoder_decoder_cache`: ``encoder``, ``prefill`` (writes the cross-attention cache) and ``decode``."""
 
     def __init__(self, model: torch.nn.Module, *, max_cache_len: int, encoder_len: int, batch_size: int = 1) -> None:
         super().__init__()

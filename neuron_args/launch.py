@@ -1,8 +1,5 @@
-"""Start data-parallel engines of tensor-parallel ranks on one host (a small torchrun for CPU CI).
-
-Each engine gets its own ``NEURON_VISIBLE_DEVICES`` window (so its own manifest, ``dev0_1``,
-``dev2_3``...) and its own rendezvous port; each rank gets the ``torch.distributed`` environment
-(``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``).
+"""Start data-parallel engines of tensor-parallel ranks on one host (a small torchrun for CPU CI): each engine
+its own ``NEURON_VISIBLE_DEVICES`` window (so its own manifest) and rendezvous port.
 """
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
 """Run a NEFF on a NeuronCore through torch-neuronx's runtime binding (sources: docs/NEURON_RUNTIME.md).
 
-torch-neuronx's own traced modules execute a NEFF with exactly three things, all used here and
-nothing else:
-
-- ``import torch_neuronx`` loads ``libtorchneuron.so``, which registers the TorchScript class
-  ``torch.classes.neuron.Model`` and the op ``torch.ops.neuron.forward_v2``;
-- ``torch_neuronx.proto.metaneff_pb2.MetaNeff``: the interface message (one ``MetaTensor`` per
-  input ``input{i}`` and output ``output{i}``: shape and data type) the runtime validates against;
-- ``torch.classes.neuron.Model(neff_bytes, metaneff_bytes)`` loads the NEFF (``nrt_load``) and
-  ``torch.ops.neuron.forward_v2(inputs, model)`` executes it, returning the output tensors.
-
-The metaneff is built from the cache entry's recorded specs (``metadata.json``
-``input_specs``/``output_specs``), typed as the HLO the NEFF was compiled from: 64-bit tensors
-were lowered to 32-bit ones, so they are cast on the way in and back on the way out.
-
-The runtime reserves the NeuronCores named by ``NEURON_RT_VISIBLE_CORES`` when it initializes
-(at the first load in a process). An engine's window is ``NEURON_VISIBLE_DEVICES`` (which also
-names its manifest); :func:`apply_core_window` turns it into ``NEURON_RT_VISIBLE_CORES`` (this
-rank's share of it) before the first load, so an engine runs on the cores its manifest is named after.
+Exactly what torch-neuronx's traced modules use: ``import torch_neuronx`` registers
+``torch.classes.neuron.Model(neff, metaneff)`` (``nrt_load``) and ``torch.ops.neuron.forward_v2``; the
+``MetaNeff`` is built from the entry's specs, typed as the HLO (64-bit tensors cast to 32-bit and back).
+:func:`apply_core_window` sets ``NEURON_RT_VISIBLE_CORES`` from the engine's ``NEURON_VISIBLE_DEVICES`` window
+before the first load, so an engine runs on the cores its manifest is named after.
 """
 from __future__ import annotations
 
@@ -84,14 +71,9 @@ def load_binding() -> Binding:
 
 
 def core_window(environ: Mapping[str, str] | None = None) -> str | None:
-    """``NEURON_RT_VISIBLE_CORES`` for this process: its share of the ``NEURON_VISIBLE_DEVICES`` window.
-
-    ``"2-3"`` or ``"4"``; None when the window is unset. Tensor-parallel ranks of one engine run
-    as one process each (``neuron_args.launch``, torchrun: ``LOCAL_RANK`` of ``LOCAL_WORLD_SIZE``
-    or ``WORLD_SIZE``) and a NeuronCore serves one process, so rank ``r`` takes the ``r``-th equal
-    slice of the window. The runtime takes one core or one inclusive range, so a window with gaps,
-    or one that does not split evenly among the ranks, is refused.
-    """
+    """``NEURON_RT_VISIBLE_CORES`` for this process (``"2-3"``, ``"4"``; None without a window): tensor-parallel rank
+    ``r`` takes the ``r``-th equal slice of the ``NEURON_VISIBLE_DEVICES`` window. The runtime takes one range, so
+    a window with gaps, or one that does not split evenly among the ranks, is refused."""
     from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, parse_visible_devices
 
     env = envs.environ() if environ is None else environ
@@ -119,11 +101,8 @@ def core_window(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def apply_core_window(environ: MutableMapping[str, str] | None = None) -> str | None:
-    """Set ``NEURON_RT_VISIBLE_CORES`` from the engine's window before the runtime initializes.
-
-    An explicit ``NEURON_RT_VISIBLE_CORES`` that names other cores than the window is an error:
-    the manifest would be named after cores the engine does not run on.
-    """
+    """Set ``NEURON_RT_VISIBLE_CORES`` from the engine's window before the runtime initializes (an explicit one
+    naming other cores is an error: the manifest would name cores the engine does not run on)."""
     env = envs.environ() if environ is None else environ
     window = core_window(env)
     if window is None:
@@ -177,7 +156,8 @@ class NeffExecutable:
         self.input_specs = tuple(input_specs)
         self.output_specs = tuple(output_specs)
         # 64-bit tensors are 32-bit inside the NEFF: cast in (None: no cast), back out (a uint64 output from its words)
-        self._in_casts = tuple(_lowered(s) for s in self.input_specs)
+        self._in_casts = tuple(None if s.lowered_dtype == s.dtype else getattr(torch, s.lowered_dtype)
+                               for s in self.input_specs)
         self._out_casts = tuple(s.lowered_output_dtype != s.dtype for s in self.output_specs)
 
     @classmethod
@@ -215,10 +195,6 @@ class NeffExecutable:
                 "the NEFF and the entry's metadata disagree; remove the entry so it is rebuilt")
         return [from_lowered_output(o, spec) if cast else o
                 for o, spec, cast in zip(outs, self.output_specs, self._out_casts)]
-
-
-def _lowered(spec: TensorSpec) -> torch.dtype | None:
-    return None if spec.lowered_dtype == spec.dtype else getattr(torch, spec.lowered_dtype)
 
 
 __all__ = ["Binding", "INSTALL_HINT", "NeffExecutable", "RUNTIME_CORES_ENV", "RuntimeBindingError",

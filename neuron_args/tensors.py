@@ -1,9 +1,5 @@
-"""Tensor specs and dtypes shared by lowering and the runtime (a leaf: torch and numpy only).
-
-A graph is lowered with jax x64 off, so 64-bit dtypes live in the HLO as their 32-bit type
-(:data:`LOWERED_DTYPES`); numpy lacks bfloat16 and the float8 types, which go through
-``ml_dtypes`` by reinterpreting their bits.
-"""
+"""Tensor specs and dtypes shared by lowering and the runtime (a leaf: torch and numpy only); 64-bit dtypes live
+in the HLO as their 32-bit type (jax x64 is off)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,10 +54,7 @@ class TensorSpec:
         return "uint32" if self.dtype in WORD_PAIR_DTYPES else self.lowered_dtype
 
     def shape_string(self) -> str:
-        """Manifest input form, Python tuple style.
-
-        ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``.
-        """
+        """Manifest input form, Python tuple style: ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``."""
         if len(self.shape) == 1:
             return f"{self.shape[0]},"
         return ", ".join(str(d) for d in self.shape)
@@ -77,13 +70,13 @@ def from_lowered_output(t: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     return t
 
 
-# dtypes numpy lacks: torch dtype name -> (same-width integer torch dtype, ml_dtypes name)
-_BIT_VIEWS: dict[str, tuple[torch.dtype, str]] = {
-    "bfloat16": (torch.int16, "bfloat16"),
-    "float8_e4m3fn": (torch.int8, "float8_e4m3fn"),
-    "float8_e5m2": (torch.int8, "float8_e5m2"),
-    "float8_e4m3fnuz": (torch.int8, "float8_e4m3fnuz"),
-    "float8_e5m2fnuz": (torch.int8, "float8_e5m2fnuz"),
+# dtypes numpy lacks (ml_dtypes has them, by the same name): torch dtype name -> same-width integer torch dtype
+_BIT_VIEWS: dict[str, torch.dtype] = {
+    "bfloat16": torch.int16,
+    "float8_e4m3fn": torch.int8,
+    "float8_e5m2": torch.int8,
+    "float8_e4m3fnuz": torch.int8,
+    "float8_e5m2fnuz": torch.int8,
 }
 
 
@@ -92,9 +85,7 @@ def numpy_dtype(name: str) -> np.dtype:
     if name in _BIT_VIEWS:
         import ml_dtypes
 
-        return np.dtype(getattr(ml_dtypes, _BIT_VIEWS[name][1]))
-    if name == "bool":
-        return np.dtype(np.bool_)
+        return np.dtype(getattr(ml_dtypes, name))
     try:
         return np.dtype(name)
     except TypeError:
@@ -106,5 +97,5 @@ def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach()
     name = str(t.dtype).removeprefix("torch.")
     if name in _BIT_VIEWS:
-        return t.view(_BIT_VIEWS[name][0]).numpy().view(numpy_dtype(name))
+        return t.view(_BIT_VIEWS[name]).numpy().view(numpy_dtype(name))
     return t.numpy()

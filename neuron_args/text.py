@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["clip", "format_shapes", "graph_label", "human_size", "render_table"]
+__all__ = ["clip", "first_line", "format_shapes", "graph_label", "human_size", "render_table"]
 
 ELLIPSIS = "\u2026"
 
@@ -36,6 +36,11 @@ def graph_label(graph_type: str | None) -> str:
 def clip(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, the last one an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of ``text`` (an exception's message), stripped; ``""`` for none."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def format_shapes(shapes: Any, *, empty: str = "none", sep: str = " ", limit: int | None = None) -> str:

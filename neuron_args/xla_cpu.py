@@ -1,11 +1,8 @@
 """Thin access to jaxlib's XLA:CPU PJRT clients: compile an HloModuleProto, (de)serialize, execute.
 
-The local compiler compiles on jax's own CPU client; the runtime runs executables on a second,
-synchronous client (on the calling thread, no future to wait on: 2.3-6x faster on this project's
-graphs, ``benchmarks/bench_serve.py``); ``NEURON_ARGS_XLA_CPU_ASYNC=1`` uses jax's client instead.
-Host arrays go in without a copy where PJRT allows it and come out as views of the runtime's buffers.
-jax is imported on first use only: a process that forks after its clients started threads gets
-children that hang (``deferred.parallel_trace`` checks :func:`clients_created`).
+Executables run on a synchronous client of our own (on the calling thread: 2.3-6x faster on this project's
+graphs, ``benchmarks/bench_serve.py``). jax is imported on first use only: a process that forks after its
+clients started threads gets children that hang (:func:`clients_created`).
 """
 from __future__ import annotations
 
@@ -52,12 +49,6 @@ def runtime_client(asynchronous: bool | None = None) -> Any:
     return cpu_client() if asynchronous else sync_client()
 
 
-def jaxlib_version() -> str:
-    import jaxlib
-
-    return jaxlib.__version__
-
-
 def compile_options(env_overrides: Sequence[tuple[str, Any]] = ()) -> Any:
     from jaxlib import xla_client as xc  # jax's own xla_client, without importing jax
 
@@ -73,8 +64,7 @@ def _device_list(client: Any) -> Any:
 
 
 def compile_hlo(hlo_module_proto: bytes, env_overrides: Sequence[tuple[str, Any]] = (), client: Any = None) -> bytes:
-    """Compile HloModuleProto bytes for XLA:CPU and return the serialized executable (on ``client``, default
-    :func:`cpu_client`)."""
+    """HloModuleProto bytes compiled for XLA:CPU on ``client`` (default :func:`cpu_client`), serialized."""
     from jaxlib import xla_client as xc
 
     client = client if client is not None else cpu_client()
@@ -93,11 +83,8 @@ def deserialize_executable(blob: bytes, client: Any = None) -> Any:
 
 @functools.cache
 def _initialize_lapack() -> None:
-    """Fill jaxlib's LAPACK function table (from scipy), as jax's lowering of a linalg op does.
-
-    An executable calling LAPACK custom calls (``lapack_sgeqrf_ffi``…) crashes the process (SIGSEGV)
-    where nothing initialized that table: a fresh serving process whose graphs came from the
-    cache and the trace memo never lowered one."""
+    """Fill jaxlib's LAPACK function table, as jax's lowering of a linalg op does: an executable calling LAPACK
+    crashes (SIGSEGV) in a serving process that never lowered one."""
     from jaxlib.lapack import _lapack
 
     _lapack.initialize()
@@ -117,13 +104,8 @@ def execute(executable: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 @functools.cache
 def placer(device: Any) -> Callable[[Any], Any]:
-    """``put(host array) -> device buffer`` for one device: jax.device_put semantics without its cost.
-
-    ``jax.device_put`` costs ~90 us of Python per array; jaxlib's ``batched_device_put`` with a
-    cached abstract value per (shape, dtype) ~2.5 us. A dense aligned array is aliased
-    (``ZERO_COPY``), not copied: the caller must not modify it while the executable runs.
-    One per device and process.
-    """
+    """``put(host array) -> device buffer`` for one device: jax.device_put (~90 us per array) in ~2.5 us, with a
+    cached abstract value per (shape, dtype). A dense aligned array is aliased, not copied."""
     from jax import dtypes
     from jax._src import core
     from jax._src.lib import xla_client as xc

@@ -1,7 +1,7 @@
 """The one spelling of sizes, shape lists, clipped values and tables (neuron_args.text)."""
 from __future__ import annotations
 
-from neuron_args.text import clip, format_shapes, human_size, render_table
+from neuron_args.text import clip, first_line, format_shapes, human_size, render_table
 
 
 def test_sizes():
@@ -15,6 +15,11 @@ def test_shapes_and_clipping():
     assert format_shapes(["4,", "8,"], sep=" / ") == "(4,) / (8,)"
     assert format_shapes(["4, 16"] * 10, limit=12) == "(4, 16) (4,\u2026"
     assert clip("abcdef", 6) == "abcdef" and clip("abcdefg", 6) == "abcde\u2026"
+
+
+def test_first_line_of_a_message():
+    assert first_line("\n  XlaRuntimeError: bad HLO  \n  at line 3") == "XlaRuntimeError: bad HLO"
+    assert first_line("") == "" and first_line(" \n\t\n") == ""
 
 
 def test_tables_align_columns():

@@ -1,9 +1,5 @@
-"""The local driver: runs :mod:`neuron_args.compilers.local_xla` (XLA:CPU) where neuronx-cc is absent.
-
-The command line has the same shape as neuronx-cc's, only the program differs, so everything
-downstream (command.txt, the log, the error decoding, the cache) treats both compilers alike.
-Compiles go to warm workers (:mod:`neuron_args.compilers.workers`) that run that same command
-line without starting jax again; ``NEURON_ARGS_WARM_WORKERS=0`` runs one process per graph.
+"""The local driver: runs :mod:`neuron_args.compilers.local_xla` (XLA:CPU) where neuronx-cc is absent, with
+neuronx-cc's command line (so everything downstream treats both alike), on warm workers by default.
 """
 from __future__ import annotations
 
@@ -40,10 +36,8 @@ def local_version() -> str:
 class LocalCompiler(Compiler):
     """Compile with the embedded XLA:CPU program, on a warm worker or in a child Python process.
 
-    ``program`` is the command prefix that starts it (default: this interpreter running
-    :mod:`neuron_args.compilers.local_xla`); tests point it at a stand-in, which runs one process
-    per graph. ``pool``: the warm workers to use (default: this process's shared pool, unless
-    ``$NEURON_ARGS_WARM_WORKERS`` is 0 or ``program`` is given).
+    ``program``: a stand-in command prefix (tests), run one process per graph; ``pool``: the warm workers
+    (default: the shared pool, unless ``$NEURON_ARGS_WARM_WORKERS`` is 0 or ``program`` is given).
     """
 
     name = NAME

@@ -3,16 +3,12 @@
     python -m neuron_args.compilers.local_xla compile graph.hlo --framework XLA --target trn2 \\
         --output graph_<key>.neff --logfile log-neuron-cc.txt [neuronx-cc options...]
 
-It takes the same ``graph.hlo`` and the same neuronx-cc option list as neuronx-cc, validates every
-option against the neuronx-cc table (a typo exits 2 here, on a laptop, not in the nightly hardware
-run), maps what has a CPU meaning (``-O<n>`` -> XLA's ``xla_backend_optimization_level``), logs
-the rest as ignored, and writes a serialized XLA:CPU executable. It runs outside the caller's process
-because a bad XLA option can abort the process that compiles: as a warm worker of
-:mod:`neuron_args.compilers.workers` (jax loaded once, many graphs) or as a process of its own.
-Startup is kept lean: no torch and no jax, only the flag table, numpy and jaxlib: the compile runs on a
-client of jaxlib's own (:func:`compile_client`, 0.1-0.2 s to start where ``import jax`` takes 0.6-1 s),
-with the CPU custom calls jax would register (LAPACK). A graph that calls a target only jax registers
-is compiled again after ``import jax`` (logged), so no graph depends on that list.
+It validates every option against the neuronx-cc table (a typo exits 2 here, on a laptop, not in the
+nightly hardware run), maps ``-O<n>`` to XLA's ``xla_backend_optimization_level``, logs the rest as ignored
+and writes a serialized XLA:CPU executable. It runs outside the caller's process (a bad XLA option can abort
+it), as a warm worker of :mod:`neuron_args.compilers.workers` or a process of its own, without torch or jax:
+jaxlib's own client starts in 0.1-0.2 s where ``import jax`` takes 0.6-1 s (a graph calling a custom-call
+target only jax registers is compiled again after ``import jax``).
 """
 from __future__ import annotations
 
@@ -28,6 +24,7 @@ from typing import Any, TextIO
 
 from neuron_args import envs, flags
 from neuron_args.errors import CompilerArgsError
+from neuron_args.text import first_line
 
 MODULE = "neuron_args.compilers.local_xla"
 PROG = f"python -m {MODULE}"
@@ -59,20 +56,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Log:
-    """Line-buffered log file; every line is flushed so a crash keeps what came before it."""
-
-    def __init__(self, path: Path) -> None:
-        self._file: TextIO = open(path, "w", buffering=1)
-
-    def line(self, text: str) -> None:
-        self._file.write(text + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
 def preload() -> None:
     """Import what a compile needs (jaxlib, not jax) and queue jaxlib's CPU custom-call targets; starts no thread."""
     envs.put_default("TF_CPP_MIN_LOG_LEVEL", "1")  # as `import jax` sets it: XLA's info lines stay out of logs
@@ -99,7 +82,7 @@ def _unregistered_target(exc: Exception) -> bool:
     return "No FFI handler registered" in text or "No registered implementation for custom call" in text
 
 
-def _compile(hlo: bytes, overrides: Sequence[tuple[str, Any]], log: _Log) -> bytes:
+def _compile(hlo: bytes, overrides: Sequence[tuple[str, Any]], log: TextIO) -> bytes:
     from neuron_args import xla_cpu
 
     try:
@@ -107,7 +90,7 @@ def _compile(hlo: bytes, overrides: Sequence[tuple[str, Any]], log: _Log) -> byt
     except Exception as exc:
         if not _unregistered_target(exc) or "jax" in sys.modules:
             raise
-        log.line(f"importing jax for its custom-call targets ({str(exc).strip().splitlines()[0]})")
+        print(f"importing jax for its custom-call targets ({first_line(str(exc))})", file=log)
         import jax  # noqa: F401  (registers every custom-call target jax knows)
         import jax._src.lax.linalg  # noqa: F401
 
@@ -115,14 +98,12 @@ def _compile(hlo: bytes, overrides: Sequence[tuple[str, Any]], log: _Log) -> byt
 
 
 def _render(flag: flags.Flag) -> str:
-    if flag.name == flags.OPTLEVEL:
-        return f"-O{flag.value}"
     return flag.name if flag.value is None else f"{flag.name}={flag.value}"
 
 
-def _fail(log: _Log, code: int, message: str) -> int:
+def _fail(log: TextIO, code: int, message: str) -> int:
     print(f"local-xla: error: {message}", file=sys.stderr)
-    log.line(f"error: {message}")
+    print(f"error: {message}", file=log)
     return code
 
 
@@ -130,11 +111,10 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
     """Run one command line; ``worker`` names the warm worker running it (for the log), if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ns, extra = _parser().parse_known_args(argv)  # argparse exits 2 on a bad fixed part
-    log = _Log(ns.logfile)
-    try:
-        log.line(f"local-xla compile (XLA:CPU, pid {os.getpid()}{', ' + worker if worker else ''})")
-        log.line(f"argv: {shlex.join([sys.executable, '-m', MODULE, *argv])}")
-        log.line(f"target: {ns.target} (no effect on XLA:CPU; kept for parity with neuronx-cc)")
+    with open(ns.logfile, "w", buffering=1) as log:  # line-buffered: a crash keeps every line before it
+        print(f"local-xla compile (XLA:CPU, pid {os.getpid()}{', ' + worker if worker else ''})", file=log)
+        print(f"argv: {shlex.join([sys.executable, '-m', MODULE, *argv])}", file=log)
+        print(f"target: {ns.target} (no effect on XLA:CPU; kept for parity with neuronx-cc)", file=log)
         try:
             parsed = flags.parse_compiler_args(list(extra))
             level = flags.optimization_level(list(extra))
@@ -142,14 +122,14 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
             return _fail(log, EXIT_USAGE, str(exc))
         if level is None:
             level = DEFAULT_OPT_LEVEL
-            log.line(f"optimization level: -O{level} (default: no -O given)")
+            print(f"optimization level: -O{level} (default: no -O given)", file=log)
         else:
-            log.line(f"optimization level: -O{level}")
+            print(f"optimization level: -O{level}", file=log)
         overrides = [(XLA_OPT_OPTION, level), *FIDELITY_OPTIONS]
-        log.line("xla options: " + ", ".join(f"{name}={value}" for name, value in overrides))
+        print("xla options: " + ", ".join(f"{name}={value}" for name, value in overrides), file=log)
         for flag in parsed:
             if flag.name != flags.OPTLEVEL:
-                log.line(f"ignored on XLA:CPU: {_render(flag)}")
+                print(f"ignored on XLA:CPU: {_render(flag)}", file=log)
 
         try:
             hlo = ns.hlo.read_bytes()
@@ -158,24 +138,22 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
 
         start = time.perf_counter()
         compile_client()
-        log.line(f"jax startup seconds: {time.perf_counter() - start:.3f}")
-        log.line(f"xla client: jaxlib's own (jax {'imported' if 'jax' in sys.modules else 'not imported'})")
+        print(f"jax startup seconds: {time.perf_counter() - start:.3f}", file=log)
+        print(f"xla client: jaxlib's own (jax {'imported' if 'jax' in sys.modules else 'not imported'})", file=log)
         start = time.perf_counter()
         try:
             blob = _compile(hlo, overrides, log)
         except Exception as exc:  # XLA reports bad HLO as a runtime error
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            return _fail(log, EXIT_FAILED, f"XLA:CPU could not compile {ns.hlo}: {type(exc).__name__}: {first}")
+            return _fail(log, EXIT_FAILED,
+                         f"XLA:CPU could not compile {ns.hlo}: {type(exc).__name__}: {first_line(str(exc))}")
         seconds = time.perf_counter() - start
         ns.output.write_bytes(blob)
-        from neuron_args import xla_cpu
+        import jaxlib
 
-        log.line(f"xla version: jaxlib {xla_cpu.jaxlib_version()}")
-        log.line(f"compile seconds: {seconds:.3f}")
-        log.line(f"wrote {len(blob)} bytes to {ns.output}")
+        print(f"xla version: jaxlib {jaxlib.__version__}", file=log)
+        print(f"compile seconds: {seconds:.3f}", file=log)
+        print(f"wrote {len(blob)} bytes to {ns.output}", file=log)
         return EXIT_OK
-    finally:
-        log.close()
 
 
 if __name__ == "__main__":

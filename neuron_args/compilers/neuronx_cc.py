@@ -1,9 +1,5 @@
-"""The production driver: AWS ``neuronx-cc`` on a Neuron host (installed from the Neuron repository).
-
-``neuronx-cc compile graph.hlo --framework XLA --target <t> --output graph_<key>.neff
---logfile log-neuron-cc.txt <args>``, run in the cache entry so the files it drops in its working
-directory stay with the graph they belong to.
-"""
+"""The production driver: AWS ``neuronx-cc`` on a Neuron host, run in the cache entry so the files it drops in
+its working directory stay with their graph."""
 from __future__ import annotations
 
 import functools

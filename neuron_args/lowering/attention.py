@@ -13,13 +13,9 @@ def sdpa_flash_for_cpu(
     query: Any, key: Any, value: Any, dropout_p: float = 0.0, is_causal: bool = False, *,
     attn_mask: Any = None, scale: float | None = None,
 ) -> tuple[Any, Any]:
-    """``aten._scaled_dot_product_flash_attention_for_cpu``: ``(output, logsumexp)``.
-
-    torch's decomposition returns the attention weights ``(N, H, L, S)`` as the second value; the op
-    returns the float32 log-sum-exp ``(N, H, L)``, which a forward graph saves for backward whenever
-    gradients are enabled. Computed in float32 as the CPU kernel accumulates; a fully masked row
-    gives a zero output and a zero log-sum-exp, as the kernel does.
-    """
+    """``aten._scaled_dot_product_flash_attention_for_cpu``: ``(output, logsumexp)`` (torch's decomposition
+    returns the weights instead of the log-sum-exp a backward needs), in float32 as the CPU kernel; a fully
+    masked row gives zeros, as the kernel does."""
     import jax.numpy as jnp
 
     f32 = jnp.float32
@@ -40,13 +36,8 @@ def sdpa_flash_for_cpu_backward(
     grad_out: Any, query: Any, key: Any, value: Any, out: Any, logsumexp: Any, dropout_p: float,
     is_causal: bool, *, attn_mask: Any = None, scale: float | None = None,
 ) -> tuple[Any, Any, Any]:
-    """``aten._scaled_dot_product_flash_attention_for_cpu_backward``: ``(grad_query, grad_key, grad_value)``.
-
-    The training graph's backward of the op above (torch has no decomposition for it). The flash
-    backward: probabilities recomputed from the saved log-sum-exp, ``D = rowsum(dO * O)``,
-    ``dS = P * (dO V^T - D)``, everything in float32 and rounded once to the inputs' dtypes. With
-    grouped-query attention the key/value gradients of a shared head are summed over its group.
-    """
+    """``aten._scaled_dot_product_flash_attention_for_cpu_backward`` (torch has no decomposition): the flash
+    backward in float32, rounded once; a shared key/value head's gradients summed over its query group."""
     import jax.numpy as jnp
 
     f32 = jnp.float32
@@ -69,8 +60,7 @@ def sdpa_flash_for_cpu_backward(
 
 def sdpa_scores(query: Any, key: Any, value: Any, dropout_p: float, is_causal: bool, attn_mask: Any,
                  scale: float | None) -> tuple[Any, Any, Any, float]:
-    """Shared by the SDPA forward and backward: ``(key, value)`` repeated to the query's heads, the
-    scaled float32 scores with every disallowed position at ``-inf``, and the scale."""
+    """Keys and values repeated to the query's heads, the scaled float32 scores (-inf where disallowed), the scale."""
     import jax.numpy as jnp
 
     if dropout_p:

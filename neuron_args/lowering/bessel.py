@@ -1,10 +1,5 @@
-"""Bessel-family special functions torchax lacks, as torch's kernels compute them (Cephes' series and rational
-forms, coefficients from ``ATen/native/Math.h``): ``airy_ai``, and the exponentially scaled modified Bessel
-functions of the second kind ``exp(x) K0(x)`` and ``exp(x) K1(x)``.
-
-torchax has ``K0``/``K1`` but not their scaled forms; ``exp(x) * K0(x)`` from those would underflow to 0 * inf
-for large x, so the series is evaluated here: below 2 the small-x series times ``exp(x)``, above it the
-large-x series without the ``exp(-x)``.
+"""Bessel-family special functions torchax lacks (``airy_ai``, ``exp(x) K0(x)``, ``exp(x) K1(x)``), as torch's Cephes
+kernels compute them (``ATen/native/Math.h``): ``exp(x) * K0(x)`` from torchax's ``K0`` would underflow to 0 * inf.
 """
 from __future__ import annotations
 

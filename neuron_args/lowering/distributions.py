@@ -1,9 +1,6 @@
-"""Random draws torchax does not lower: ``exponential``, ``cauchy``, ``log_normal``, ``normal_functional`` (the
-functional forms aot_autograd's graphs hold; torchax has only ``exponential_`` and ``cauchy_``, drawing with one
-fixed key), and ``torch.normal(mean, std, size, dtype=...)`` (torchax refuses ``dtype``). Each draws from the
-graph's key input, as dropout does (:mod:`~neuron_args.lowering.hlo`): repeatable per torch seed, not eager's
-numbers. Sampling with the exponential race (``probs / torch.empty_like(probs).exponential_()``, vLLM's sampler)
-draws so."""
+"""Random draws torchax does not lower in their functional forms (``exponential``, ``cauchy``, ``log_normal``,
+``normal``; ``torch.normal(..., dtype=)``), from the graph's key input as dropout does: repeatable per torch seed,
+not eager's numbers."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -13,8 +10,7 @@ from neuron_args.lowering import environments
 
 
 def _draw(sample: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    """A lowering ``(x, *params, generator=None)``: draws shaped ``x`` in its dtype, ``sample(jax.random, key, shape,
-    *params)`` computing them in float32 from the graph's key."""
+    """A lowering ``(x, *params, generator=None)``: ``sample(jax.random, key, x.shape, *params)`` in ``x``'s dtype."""
     def lowering(x: Any, *params: Any, generator: Any = None) -> Any:
         import jax
 

@@ -13,12 +13,8 @@ _SUM, _MEAN, _MAX = 0, 1, 2  # embedding_bag modes
 
 
 def bags(indices: Any, offsets: Any, num_bags: int, padding_idx: int) -> tuple[Any, Any]:
-    """Each index's bag (``num_bags`` where it is in none) and whether it counts (not padding, inside a bag).
-
-    A static form of the kernel's loop over ``offsets``: index ``i`` is in the last bag whose offset is at or
-    below ``i``; an empty bag repeats the next one's offset, so it gets no index. Past ``offsets[num_bags]``
-    (``include_last_offset``, where offsets has one entry more than there are bags) an index is in no bag.
-    """
+    """Each index's bag (``num_bags`` where it is in none) and whether it counts (not padding, inside a bag): the
+    last bag whose offset is at or below the index (a static form of the kernel's loop over ``offsets``)."""
     import jax.numpy as jnp
 
     rows = jnp.arange(indices.shape[0])
@@ -37,13 +33,8 @@ def embedding_bag(
     per_sample_weights: Any = None, include_last_offset: bool = False, padding_idx: int = -1, *,
     forward_only: bool = False,
 ) -> tuple[Any, Any, Any, Any]:
-    """``aten._embedding_bag``: ``(output, offset2bag, bag_size, max_indices)``, shaped as torch's meta says.
-
-    torchax's lowering reads ``offsets`` into numpy (a traced value: it cannot). Static form: each index's
-    bag from :func:`bags`, then a segment sum, mean (over the indices that count) or max, in float32 and
-    rounded once; an empty bag gives zeros as the kernel does. ``max_indices`` holds the row of each maximum
-    (the backward's input); the backward below recomputes everything else from ``indices`` and ``offsets``.
-    """
+    """``aten._embedding_bag``: ``(output, offset2bag, bag_size, max_indices)``, as torch's meta shapes them
+    (torchax's lowering reads the traced ``offsets`` into numpy): a segment sum, mean or max in float32."""
     import jax
     import jax.numpy as jnp
 
@@ -78,8 +69,7 @@ def embedding_bag(
 
 
 def round_half_up_to_bfloat16(x: Any) -> Any:
-    """float32 -> bfloat16 rounding ties away from zero in magnitude (add half an ulp, truncate), as fbgemm does;
-    returned as float32 holding bfloat16 values."""
+    """float32 -> bfloat16 rounding ties away from zero, as fbgemm does (float32 holding bfloat16 values)."""
     import jax
     import jax.numpy as jnp
 
@@ -92,13 +82,7 @@ def embedding_bag_backward(
     grad: Any, indices: Any, offsets: Any, offset2bag: Any, bag_size: Any, max_indices: Any, num_weights: int,
     scale_grad_by_freq: bool, mode: int, sparse: bool, per_sample_weights: Any, padding_idx: int = -1,
 ) -> Any:
-    """``aten._embedding_bag_backward``: the gradient of the weight (dense; ``sparse=True`` is refused).
-
-    Each index's row gets its bag's gradient, times its per-sample weight (sum) or over its bag's count
-    (mean); a max sends each feature's gradient to the row of its maximum. Rows summed per index,
-    divided by the index's frequency when ``scale_grad_by_freq``. ``include_last_offset`` is not passed to
-    the backward: offsets then hold one entry more than there are bags (the gradient's rows).
-    """
+    """``aten._embedding_bag_backward``: the dense gradient of the weight (``sparse=True`` is refused)."""
     import jax
     import jax.numpy as jnp
 

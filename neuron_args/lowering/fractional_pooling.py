@@ -1,9 +1,5 @@
-"""``fractional_max_pool2d`` and ``fractional_max_pool3d``, which torchax does not lower.
-
-The pooling windows' starts come from ``random_samples`` (an input of the graph: drawn by the caller, or by
-``F.fractional_max_pool*`` eagerly before the op), as torch's ``generate_intervals``; each window's maximum and
-its flat index in the input plane are gathered at once (NaN: the first one, where torch's kernel keeps the last).
-"""
+"""``fractional_max_pool2d`` and ``fractional_max_pool3d``, which torchax does not lower: windows from the graph's
+``random_samples`` input as torch's ``generate_intervals`` (NaN: the first maximum, where torch keeps the last)."""
 from __future__ import annotations
 
 from typing import Any

@@ -49,8 +49,7 @@ def backward_of(forward_op: Any, primals: int, masked: bool = False) -> Callable
 
 
 def adaptive_avg_pool_backward(forward_op: Any, spatial: int) -> Callable[..., Any]:
-    """The lowering of ``aten._adaptive_avg_pool{2,3}d_backward``: the vjp of the pooling, whose output size is
-    the gradient's."""
+    """The lowering of ``aten._adaptive_avg_pool{2,3}d_backward``: the vjp of the pooling to the gradient's size."""
     def lowering(grad_output: Any, input: Any) -> Any:
         return pullback(lowered_op(forward_op, list(grad_output.shape[-spatial:])), grad_output, input)[0]
 

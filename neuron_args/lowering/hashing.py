@@ -1,15 +1,6 @@
-"""``torch.hash_tensor`` (mode 0): the XOR of every element's 64-bit pattern, as two 32-bit words.
-
-torch widens each element to its 64-bit type (floats to float64, signed integers sign-extended, unsigned ones and
-bools zero-extended), reads the bits as uint64 and XORs them over ``dim``. The graph is lowered with jax x64 off,
-so the 64-bit pattern is built as two uint32 words, exactly: a float32's float64 pattern is its sign, its exponent
-rebiased (a subnormal normalized) and its mantissa shifted; float16/bfloat16/float8 widen to float32 exactly
-first. Each word is XOR-reduced on its own, and the result leaves the HLO as the words ``(low, high)`` on a last
-axis of 2 (:data:`neuron_args.tensors.WORD_PAIR_DTYPES`), which the runtime reads back as uint64.
-
-Since the words are not a tensor of the graph's own dtypes, a hash is lowered only where it is returned from the
-graph: an op on the hash inside the graph, and a hash of a float64 input (lowered as float32, so its bits are
-lost), are refused by :func:`refusal` naming the op and the fix.
+"""``torch.hash_tensor`` (mode 0): the XOR of every element's 64-bit pattern, built exactly as two uint32 words
+(jax x64 is off) that leave the HLO as ``(low, high)`` (:data:`neuron_args.tensors.WORD_PAIR_DTYPES`). A hash
+used inside the graph, or of a float64 input, is refused (:func:`refusal`).
 """
 from __future__ import annotations
 
@@ -52,9 +43,7 @@ def _words(x: Any) -> tuple[Any, Any]:
     from jax import lax
 
     dtype = jnp.dtype(x.dtype)
-    if dtype == jnp.bool_:
-        return x.astype(jnp.uint32), jnp.zeros(x.shape, jnp.uint32)
-    if jnp.issubdtype(dtype, jnp.unsignedinteger):
+    if dtype == jnp.bool_ or jnp.issubdtype(dtype, jnp.unsignedinteger):  # zero-extended
         return x.astype(jnp.uint32), jnp.zeros(x.shape, jnp.uint32)
     if jnp.issubdtype(dtype, jnp.signedinteger):
         wide = x.astype(jnp.int32)
@@ -65,12 +54,8 @@ def _words(x: Any) -> tuple[Any, Any]:
 
 
 def _float64_words(bits: Any) -> tuple[Any, Any]:
-    """The float64 bit pattern of float32 values given as their uint32 bits, as (low, high) words.
-
-    A normal number keeps its mantissa (23 bits into float64's 52) and rebiases its exponent (+896); a subnormal is
-    normalized (its leading bit becomes the implicit one); zero stays zero; inf and NaN get exponent 2047 (a NaN
-    quieted, as the CPU's conversion does); the sign is kept in all cases.
-    """
+    """The float64 bit pattern of float32 values given as their uint32 bits, as (low, high) words (a subnormal
+    normalized, a NaN quieted, as the CPU's conversion does)."""
     import jax.numpy as jnp
     from jax import lax
 
@@ -94,10 +79,7 @@ def _float64_words(bits: Any) -> tuple[Any, Any]:
 
 
 def refusal(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, ValueError] | None:
-    """The first ``hash_tensor`` node that cannot be lowered exactly, with why and the fix; None: every hash lowers.
-
-    Its words only leave the graph as an output, and a float64 input was narrowed to float32 before it is hashed.
-    """
+    """The first ``hash_tensor`` node that cannot be lowered exactly, with why and the fix; None: every hash lowers."""
     for n in gm.graph.nodes:
         if n.target is not _HASH:
             continue

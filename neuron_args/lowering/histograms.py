@@ -1,10 +1,5 @@
-"""``torch.histogram`` and ``torch.histogramdd`` (bin counts or edges; weights; density), which torchax does not
-lower.
-
-Static: the bins' numbers are the graph's; their edges may depend on the values (each dimension's min and max
-when no range is given), as torch's: ``linspace`` computed torch's way (from both ends), equal ends widened by
-0.5, an empty input over [0, 1]. A sample falls in the bins whose edges bracket it (a last bin holds its right
-edge); samples outside the edges, and NaN, are not counted.
+"""``torch.histogram`` and ``torch.histogramdd``, which torchax does not lower: static bin counts, edges computed
+as torch's (equal ends widened by 0.5, an empty input over [0, 1]); samples outside the edges, and NaN, not counted.
 """
 from __future__ import annotations
 

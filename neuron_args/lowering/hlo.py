@@ -1,21 +1,9 @@
 """Lower an aot_autograd forward graph (ATen, functionalized) to HLO with torchax + jax.
 
-The result carries three views of one graph: the ``HloModuleProto`` bytes the compiler consumes,
-a canonical HLO text the cache key hashes (the proto is not stable across lowerings: module id
-counter, source paths in metadata), and the torch-side input/output specs the runtime needs to
-convert tensors. An output that is not a computed tensor (a ``None`` gradient of an input that
-needs none, a constant) stays out of the HLO: :attr:`LoweredGraph.constant_outputs` holds it and
-the runtime call puts it back at its position. A graph that draws random numbers (dropout in a
-training forward) takes one more input, a random key the runtime draws from torch's generator on
-every call (:attr:`LoweredGraph.seeded`). A graph with an effect-ordered op (``torch.linalg.inv``'s
-singularity check) takes effect tokens, which aot_autograd passes as ``None``: they are not HLO inputs
-(:attr:`LoweredGraph.token_inputs`). All three are handled by :func:`neuron_args.runtime.graph_call`.
-jax x64 stays off: 64-bit inputs are lowered as their 32-bit type and the
-runtime casts on the way in and back out (see ``neuron_args.runtime``); a graph that computes in
-float64 is refused (:mod:`neuron_args.lowering.precision`).
-
-jax and torchax are imported on the first lowering only (a jax client in the parent breaks
-forked children).
+The result holds the ``HloModuleProto`` the compiler consumes, a canonical HLO text the cache key hashes
+(the proto is not stable across lowerings) and the tensor specs :func:`neuron_args.runtime.graph_call`
+needs. jax x64 stays off: 64-bit tensors are lowered as their 32-bit type. jax and torchax are imported on
+the first lowering only (a jax client in the parent breaks forked children).
 """
 from __future__ import annotations
 
@@ -32,7 +20,9 @@ import torch
 
 from neuron_args.errors import LoweringError
 from neuron_args.lowering import hashing, precision
+from neuron_args.scope import current_graph_type
 from neuron_args.tensors import LOWERED_DTYPES, WORD_PAIR_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
+from neuron_args.text import first_line
 
 _lock = threading.RLock()
 
@@ -61,8 +51,7 @@ class LoweredGraph:
 
     @property
     def graph_input_specs(self) -> tuple[TensorSpec, ...]:
-        """The specs of the FX graph's tensor inputs (``input_specs`` without the random key; effect tokens are
-        in neither)."""
+        """The specs of the FX graph's tensor inputs (``input_specs`` without the random key)."""
         return self.input_specs[:-1] if self.seeded else self.input_specs
 
 
@@ -71,15 +60,9 @@ SEED_SPEC = TensorSpec((2,), "int32")
 
 
 def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
-    """Lower ``gm`` (an aot_autograd forward graph) for inputs shaped like ``example_inputs``.
-
-    ``example_inputs`` may be FakeTensors: only their shapes and dtypes are read. Raises
-    :class:`LoweringError` for symbolic sizes or any op torchax cannot lower (naming the node).
-    """
+    """Lower ``gm`` for inputs shaped like ``example_inputs`` (fakes do); :class:`LoweringError` names the node."""
     wide = precision.first_float64_compute(gm)
     if wide is not None:
-        from neuron_args.scope import current_graph_type
-
         raise LoweringError(precision.float64_refusal(*wide, current_graph_type(), _user_source(wide[0])))
     refused = hashing.refusal(gm)
     if refused is not None:
@@ -89,9 +72,8 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     output_specs, constants = _output_specs(gm)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    # aot_autograd calls its forward compiler under its fake mode: graph constants must be read
-    # as real tensors, and torchax's own tensors must not be faked. One lowering at a time: the
-    # torchax environment and its torch modes are shared by the process.
+    # real tensors under aot_autograd's fake mode (graph constants, torchax's own); one lowering at a time:
+    # the torchax environment and its torch modes are shared by the process
     with _lock, unset_fake_temporarily():
         try:
             return _lower(gm, input_specs, output_specs, constants, tokens, seeded=False)
@@ -100,11 +82,7 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
 
 
 def _effect_tokens(gm: torch.fx.GraphModule) -> tuple[int, ...]:
-    """The positions of the graph inputs that are effect tokens: the ones ``with_effects`` nodes order on.
-
-    aot_autograd threads a token through each effect-ordered op (``aten._linalg_check_errors``, ``print``) and
-    passes ``None`` for it at run time; the token a graph returns is dropped by aot_autograd too.
-    """
+    """The positions of the inputs that are effect tokens (``None`` at run time): those ``with_effects`` orders on."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     return tuple(i for i, n in enumerate(placeholders)
                  if n.users and all(u.target is _WITH_EFFECTS and u.args[0] is n for u in n.users))
@@ -142,18 +120,9 @@ def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
 
 def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tuple[tuple[int, Any], ...]]:
-    """The specs of the tensor outputs, and the outputs that are not tensors (kept out of the HLO).
-
-    A backward graph returns ``None`` for every input that needs no gradient (the token ids, a
-    frozen parameter): aot_autograd must get ``None`` there, so it is not lowered. An effect token
-    the graph returns is ``None`` too (aot_autograd drops it).
-    """
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    values = output.args[0]
-    if not isinstance(values, (tuple, list)):
-        values = (values,)
+    """The tensor outputs' specs, and the outputs kept out of the HLO (a ``None`` gradient, an effect token)."""
     specs, constants = [], []
-    for i, node in enumerate(values):
+    for i, node in enumerate(_returned(gm)):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
         if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
             raise LoweringError(f"graph output {i} ({node}) is the symbolic value {val}. {_symbolic_hint(gm, val)}")
@@ -176,16 +145,20 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
     return tuple(specs), tuple(constants)
 
 
+def _returned(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
+    """The values the graph's output node lists."""
+    values = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
+    return tuple(values) if isinstance(values, (tuple, list)) else (values,)
+
+
 def _static(size: Any) -> bool:
-    """A size known while tracing: an int, or a symbolic one whose expression is a constant (``narrow``'s length when
-    its start is a tensor value)."""
+    """A size known while tracing: an int, or a symbolic one whose expression is a constant."""
     return isinstance(size, int) or (isinstance(size, torch.SymInt) and size.node.maybe_as_int() is not None)
 
 
 def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
-    """Why ``value`` (a shape or a symbolic scalar) is not static, and the fix. A size Dynamo could not know while
-    tracing (an unbacked symbol, ``u0``) comes from tensor values, whatever ``dynamic=`` says: the message names the
-    first op that made one (boolean-mask indexing, ``nonzero``, ``.item()``) and the user's line."""
+    """Why ``value`` (a shape or a symbolic scalar) is not static, and the fix; an unbacked size names the first op
+    that made one from tensor values and the user's line."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     if not free_unbacked_symbols(value):
@@ -272,8 +245,7 @@ def _environment() -> Any:
         graph_key: Any = None
 
         def get_and_rotate_prng_key(self, generator: Any = None) -> Any:
-            # never the process's own key: it would be baked into the HLO (or a traced one kept here
-            # would leak into the next lowering); a graph that draws random numbers takes a key input
+            # never the process's own key (it would be baked into the HLO): a seeded graph takes a key input
             import jax
 
             if self.graph_key is None:
@@ -282,13 +254,11 @@ def _environment() -> Any:
             return key
 
         def _should_use_torchax_tensor(self, device: Any) -> bool:
-            # factories inside the graph carry device='cpu' (arange, full, scalar_tensor...):
-            # inside one traced graph every tensor must be a torchax tensor
+            # factories inside the graph carry device='cpu': every tensor of a traced graph is a torchax one
             return True
 
         def _to_copy(self, the_tensor: Any, new_dtype: Any, new_device: Any) -> Any:
-            # _to_copy(..., device='cpu') would copy a tracer out to a real torch tensor and leave
-            # the traced world; a device move means nothing inside one graph, so keep the dtype only
+            # a device move means nothing inside one graph (device='cpu' would copy a tracer out): dtype only
             if isinstance(the_tensor, torch.Tensor) and not isinstance(the_tensor, (Tensor, View)):
                 the_tensor = _constant(self, the_tensor)
             if new_dtype is torch.complex32:  # no XLA type: complex64 holding complex32's values
@@ -317,9 +287,8 @@ def _constant(env: Any, value: torch.Tensor) -> Any:
 
 def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...], constants: frozenset[int],
                   tokens: tuple[int, ...], seeded: bool) -> Any:
-    """``gm`` as a function of jax arrays, returning a tuple of jax arrays (one per tensor output;
-    the outputs at positions ``constants`` are left out). The effect tokens at input positions ``tokens``
-    are not arguments. A seeded graph's last argument is the key its random ops split from."""
+    """``gm`` as a function of jax arrays returning its tensor outputs (not those at ``constants``); effect
+    tokens are no arguments; a seeded graph's last argument is the key its random ops split from."""
     from torchax.tensor import Tensor
     from torchax.view import View
 
@@ -327,10 +296,8 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
 
     env = _environment()
     out_dtypes = [numpy_dtype(s.lowered_output_dtype) for s in output_specs]
-    output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    returned = output_node.args[0] if isinstance(output_node.args[0], (tuple, list)) else (output_node.args[0],)
     # the tensor outputs that are torch.hash_tensor's (low, high) words already
-    words = [hashing.is_hash(n) for i, n in enumerate(returned) if i not in constants]
+    words = [hashing.is_hash(n) for i, n in enumerate(_returned(gm)) if i not in constants]
     checks = _runtime_checks(gm)
 
     class ToJax(torch.fx.Interpreter):
@@ -341,8 +308,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             return value
 
         def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-            # FX hands over immutable lists; some torchax lowerings extend theirs in place
-            # (convolution's padding="valid"): give every op plain, private lists.
+            # FX hands over immutable lists, which some torchax lowerings extend in place (convolution)
             args, kwargs = _plain_lists(args), _plain_lists(kwargs)
             if target in ops.FLOAT32_INSIDE:
                 return ops.in_float32(target, args, kwargs, self._node.meta.get("val"))
@@ -388,10 +354,6 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             env.graph_key = None
         if not isinstance(outs, (tuple, list)):
             outs = (outs,)
-        if len(outs) != len(output_specs) + len(constants):
-            raise LoweringError(
-                f"graph returned {len(outs)} values, its output node lists {len(output_specs) + len(constants)}"
-            )
         outs = [o for i, o in enumerate(outs) if i not in constants]
         result = []
         for i, (out, spec, dtype, pair) in enumerate(zip(outs, output_specs, out_dtypes, words)):
@@ -416,9 +378,8 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
 
 
 def _as_traced_dtype(out: Any, val: Any) -> Any:
-    """A node's value in the dtype torch traced it with (64-bit types as their 32-bit HLO types). torchax infers some
-    dtypes otherwise (``torch.full(size, 0)`` is int64 to torch, float32 to torchax), and a later op then fails
-    (an embedding indexed by floats) or computes in another precision."""
+    """A node's value in the dtype torch traced it with (64-bit types as their 32-bit HLO types): torchax infers
+    some otherwise (``torch.full(size, 0)`` is float32 to it), and a later op then fails or loses precision."""
     from torchax.tensor import Tensor
 
     if isinstance(val, torch.Tensor) and isinstance(out, Tensor):
@@ -439,19 +400,12 @@ def _as_traced_dtype(out: Any, val: Any) -> Any:
 
 
 def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """The nodes that only serve runtime assertions on tensor values: ``aten._assert_scalar``,
-    ``aten._assert_async`` (``torch._assert_async``: DBRX checks its expert indices so) and whatever feeds nothing
-    else (``torch._check_tensor_all(cond)``: ``_is_all_true``, ``.item()``, symbolic comparisons).
-
-    transformers checks its inputs so while tracing (an image token count, an attention mask's shape). An
-    executable cannot raise, so these are not lowered (as ``TRANSFORMERS_DISABLE_TORCH_CHECK=1`` would leave
-    them out): a call that breaks such a check gives wrong values instead of an error.
-    """
+    """The nodes that only serve runtime assertions on tensor values (``_assert_scalar``, ``_assert_async`` and
+    what feeds nothing else): an executable cannot raise, so they are not lowered and a call that breaks one
+    gives wrong values instead of an error."""
     checks: set[torch.fx.Node] = set()
     for n in reversed(gm.graph.nodes):
-        if n.op != "call_function":
-            continue
-        if n.target in _ASSERTS or (n.users and all(u in checks for u in n.users)):
+        if n.op == "call_function" and (n.target in _ASSERTS or (n.users and all(u in checks for u in n.users))):
             checks.add(n)
     return checks
 
@@ -460,10 +414,8 @@ _WITH_EFFECTS = torch.ops.higher_order.with_effects
 
 
 def _with_effects(token: Any, op: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-    """``with_effects(token, op, ...)``: ``aten._linalg_check_errors`` (``torch.linalg.inv``, ``cholesky``,
-    ``solve``... raising on a singular matrix) is a runtime check of tensor values, left out as the others
-    (:func:`_runtime_checks`): the ``info`` it reads is still an output of the op before it. Any other
-    effect-ordered op (``print``, a torchbind method) has no lowering."""
+    """``with_effects(token, op, ...)``: ``aten._linalg_check_errors`` is a runtime check, left out as the others
+    (:func:`_runtime_checks`); any other effect-ordered op (``print``) has no lowering."""
     if op is torch.ops.aten._linalg_check_errors.default:
         return (None,)
     raise NoLowering(
@@ -531,8 +483,7 @@ _STATIC_CACHE_HINT = ("a transformers decoder with a StaticCache reads the cache
 
 
 def _data_dependent_fix(op: str, graph: torch.fx.Graph) -> str | None:
-    """The fix for a data-dependent op; a value read also names transformers' StaticCache when the graph ran
-    transformers' code (its nodes' stack traces say so)."""
+    """The fix for a data-dependent op (a value read in transformers' code also names its StaticCache)."""
     fix = _DATA_DEPENDENT.get(op)
     if fix is not None and op == "aten._local_scalar_dense.default" and any(
             f"{os.sep}transformers{os.sep}" in (n.meta.get("stack_trace") or "") for n in graph.nodes):
@@ -542,8 +493,6 @@ def _data_dependent_fix(op: str, graph: torch.fx.Graph) -> str | None:
 
 def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
-    from neuron_args.scope import current_graph_type
-
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
@@ -551,7 +500,7 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     of_type = "" if graph_type is None else f" of graph type {graph_type!r}"  # none: a plain torch.compile
     lines = [
         f"cannot lower op {op} (FX node {n.name!r}){of_type} to HLO: "
-        + (f"no lowering exists for it ({error})" if missing else f"{type(error).__name__}: {_first_line(error)}"),
+        + (f"no lowering exists for it ({error})" if missing else f"{type(error).__name__}: {first_line(str(error))}"),
     ]
     if op in _DATA_DEPENDENT:
         lines.append(f"  {_data_dependent_fix(op, n.graph)}")
@@ -594,11 +543,6 @@ def _has_unbacked_size(n: torch.fx.Node) -> bool:
     return bool(free_unbacked_symbols(n.meta.get("val")))
 
 
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def _user_source(n: torch.fx.Node) -> str:
     """``file:line`` and code of the user's frame that produced node ``n`` (Dynamo keeps its stack)."""
     trace = n.meta.get("stack_trace") or ""
@@ -612,8 +556,7 @@ def _user_source(n: torch.fx.Node) -> str:
 
 
 def _nearest_user_source(n: torch.fx.Node) -> str:
-    """:func:`_user_source` of ``n``, else of the nearest node around it that has one: aot_autograd's own nodes (a
-    cast it adds around a value read) carry no stack trace, their neighbours do."""
+    """:func:`_user_source` of ``n`` or of the nearest node with one (aot_autograd's own nodes have none)."""
     seen, ring = {n}, [n]
     while ring:
         for node in ring:

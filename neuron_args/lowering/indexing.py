@@ -1,7 +1,5 @@
-"""Indexing and searching ops torchax lowers wrongly or not at all: ``searchsorted`` (torchax drops ``right``,
-``side`` and ``sorter`` and searches N-d sequences as one flat array), ``index_reduce`` (no lowering),
-``repeat_interleave`` with ``output_size`` (refused), ``nonzero_static`` (torchax sizes it from the
-values, which a traced graph does not have)."""
+"""Indexing and searching ops torchax lowers wrongly or not at all: ``searchsorted``, ``index_reduce``,
+``repeat_interleave`` with ``output_size``, ``nonzero_static``."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,9 +7,8 @@ from typing import Any
 
 def searchsorted(seq: Any, values: Any, *, out_int32: bool = False, right: bool = False, side: str | None = None,
                  sorter: Any = None) -> Any:
-    """``aten.searchsorted.{Tensor,Scalar}``: the insertion points of ``values`` in the last dim of ``seq``, each row
-    of an N-d ``seq`` searched for the matching row of ``values``; ``side="right"`` (or ``right``) after equal
-    elements; ``sorter`` the indices that sort ``seq``."""
+    """``aten.searchsorted.{Tensor,Scalar}`` per row of an N-d ``seq``, with ``right``, ``side`` and ``sorter`` (torchax
+    drops them and searches one flat array)."""
     import jax
     import jax.numpy as jnp
 
@@ -38,14 +35,14 @@ def index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, incl
         return index_reduce(x.reshape(1), 0, index, source.reshape(1), reduce, include_self=include_self)[0]
     out, src = jnp.moveaxis(x, dim, 0), jnp.moveaxis(source.astype(x.dtype), dim, 0)
     index = index.astype(jnp.int32)
+    integer = jnp.issubdtype(x.dtype, jnp.integer)
     if reduce == "mean":
         base = out if include_self else out.at[index].set(0)
         counts = jnp.zeros(out.shape[0], x.dtype).at[index].add(1) + (1 if include_self else 0)
         counts = jnp.maximum(counts, 1).reshape(-1, *([1] * (out.ndim - 1)))
         total = base.at[index].add(src)
-        out = total // counts if jnp.issubdtype(x.dtype, jnp.integer) else total / counts
+        out = total // counts if integer else total / counts
     else:
-        integer = jnp.issubdtype(x.dtype, jnp.integer)
         low, high = (jnp.iinfo(x.dtype).min, jnp.iinfo(x.dtype).max) if integer else (-jnp.inf, jnp.inf)
         identity, method = {"prod": (1, "multiply"), "amax": (low, "max"), "amin": (high, "min")}[reduce]
         base = out if include_self else out.at[index].set(identity)
@@ -64,9 +61,7 @@ def nonzero_static(x: Any, *, size: int, fill_value: int = -1) -> Any:
 
 
 def repeat_interleave_indices(repeats: Any, *, output_size: int | None = None) -> Any:
-    """``aten.repeat_interleave.Tensor`` (what ``x.repeat_interleave(tensor, dim, output_size=n)`` indexes with):
-    ``i`` repeated ``repeats[i]`` times, ``output_size`` long. torchax refuses ``output_size``; without it the size
-    depends on the values (refused, naming the fix)."""
+    """``aten.repeat_interleave.Tensor`` with ``output_size`` (torchax refuses it): ``i`` ``repeats[i]`` times."""
     import jax.numpy as jnp
 
     return jnp.repeat(jnp.arange(repeats.shape[0], dtype=jnp.int32), repeats, total_repeat_length=output_size)

@@ -1,10 +1,7 @@
-"""``linalg.ldl_solve``: solve ``A X = B`` with the Bunch-Kaufman factors ``torch.linalg.ldl_factor`` returns.
+"""``linalg.ldl_solve`` with the Bunch-Kaufman factors (LAPACK's ``?sytrf`` form) ``torch.linalg.ldl_factor`` returns.
 
-torch keeps LAPACK's ``?sytrf`` form (lower): ``L`` unit lower triangular below the diagonal of ``LD``, ``D`` block
-diagonal with 1x1 and 2x2 blocks on it, and 1-based ``pivots``: ``p > 0`` a 1x1 block whose row was swapped with row
-``p``, a pair of equal negative ``p`` a 2x2 block whose second row was swapped with row ``-p``. Which rows form
-blocks depends on the values, so the solve walks the rows in a loop of fixed length (``n``) and takes each row's
-1x1 or 2x2 step with a select, in ``?sytrs``'s order of operations (results equal eager's to rounding).
+Which rows form 2x2 blocks depends on the values (negative ``pivots``), so the solve walks the rows in a loop of
+fixed length and takes each row's 1x1 or 2x2 step with a select, in ``?sytrs``'s order of operations.
 """
 from __future__ import annotations
 
@@ -12,8 +9,7 @@ from typing import Any
 
 
 def ldl_solve(ld: Any, pivots: Any, b: Any, hermitian: bool = False) -> Any:
-    """``aten.linalg_ldl_solve``: ``X`` with ``A X = B``, ``LD`` and ``pivots`` from ``ldl_factor``, batch dims
-    broadcast."""
+    """``aten.linalg_ldl_solve``: ``X`` with ``A X = B`` from ``ldl_factor``'s ``LD`` and ``pivots``, batched."""
     import jax
     import jax.numpy as jnp
 

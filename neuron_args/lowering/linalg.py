@@ -1,16 +1,10 @@
 """Dense linear algebra torchax lowers wrongly or not at all: LU-based ``det``, ``slogdet``, ``solve``, ``inv_ex``,
-``lu_factor_ex``, Cholesky with its ``info``, ``cholesky_solve``, ``pinv`` and ``eigh``.
+``lu_factor_ex``, Cholesky with its ``info``, ``cholesky_solve``, ``pinv``, ``eigh``, and QR in LAPACK's Householder
+form (``geqrf``, ``ormqr``: XLA:CPU's LAPACK calls, equal to eager's to rounding).
 
-torch's kernels return more than the user sees: the LU factors and pivots a backward formula reuses, and an
-``info`` tensor (LAPACK's: the 1-based index of the first zero pivot or failed minor, 0 when none) that
-``torch.linalg.inv``, ``cholesky``, ``solve``... check with ``aten._linalg_check_errors``. An executable cannot
-raise, so that check is left out of the graph (:mod:`~neuron_args.lowering.hlo`); the ``info`` values are computed
-as LAPACK's, so a ``*_ex`` call that reads them sees the same values as eager.
-
-``det`` and ``slogdet`` factor ``A^T`` instead of ``A`` when ``A`` is contiguous (LAPACK wants column-major input),
-and their backward formulas traced with the graph read ``LU`` and ``pivots`` so: those lowerings take the input's
-layout (its meta value) to factor the same matrix. ``solve``'s backward assumes the factors of ``A`` whenever ``A``
-is a traced tensor (a tensor subclass to it), so its lowering factors ``A``.
+The LU factors, pivots and LAPACK ``info`` values are computed as torch's kernels return them (a backward reuses
+them, a ``*_ex`` call reads ``info``). ``det`` and ``slogdet`` factor ``A^T`` when ``A`` is contiguous, as torch
+does, so their lowerings take the input's layout (its meta value).
 """
 from __future__ import annotations
 
@@ -55,8 +49,7 @@ def _permutation_sign(pivots: Any) -> Any:
 
 
 def _lu_solve(lu: Any, pivots: Any, b: Any, *, transposed: bool) -> Any:
-    """Solve ``A x = b`` (``A^T x = b`` when ``transposed``) with ``A``'s LU factors (pivots 1-based), batch dims
-    broadcast."""
+    """Solve ``A x = b`` (``A^T x = b`` when ``transposed``) with ``A``'s LU factors, batch dims broadcast."""
     import jax.numpy as jnp
     import jax.scipy.linalg as jsl
 
@@ -171,9 +164,8 @@ def _symmetric(a: Any, upper: bool) -> Any:
 
 
 def eigh(a: Any, uplo: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
-    """``aten._linalg_eigh``: ``(eigenvalues ascending, eigenvectors)`` of the symmetric matrix ``a``'s ``uplo``
-    triangle stands for (torchax averages ``a`` with its transpose, so an ``a`` that is not symmetric gave other
-    values); no eigenvectors (an empty tensor, as eager) without ``compute_v``."""
+    """``aten._linalg_eigh``: ``(eigenvalues ascending, eigenvectors)`` of the ``uplo`` triangle (torchax averages
+    ``a`` with its transpose: other values for an ``a`` that is not symmetric)."""
     import jax
     import jax.numpy as jnp
 
@@ -215,10 +207,8 @@ def cholesky_solve(b: Any, factor: Any, upper: bool = False) -> Any:
 
 
 def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:
-    """``aten.linalg_pinv`` (``atol``/``rtol`` floats or tensors): singular values at most
-    ``max(atol, rtol * s_max)`` are dropped; ``rtol`` not given is 0 where ``atol`` is positive, else
-    ``eps * max(m, n)`` (torch's rule; torchax ignores ``atol``). ``hermitian``: ``a`` is the symmetric matrix its
-    lower triangle stands for (torch reads only that triangle then)."""
+    """``aten.linalg_pinv``: singular values at most ``max(atol, rtol * s_max)`` dropped, with torch's default
+    ``rtol`` (torchax ignores ``atol``); ``hermitian`` reads only the lower triangle, as torch."""
     import jax.numpy as jnp
 
     if hermitian:
@@ -239,6 +229,20 @@ def _per_matrix(value: Any, dtype: Any) -> Any:
     import jax.numpy as jnp
 
     return jnp.asarray(value, dtype) if isinstance(value, (int, float)) else jnp.asarray(value, dtype)[..., None]
+
+
+def geqrf(a: Any) -> tuple[Any, Any]:
+    """``aten.geqrf``: ``(a, tau)`` as LAPACK's ``?geqrf`` (its entry point is not public in jax 0.10)."""
+    from jax._src.lax.linalg import geqrf as lax_geqrf
+
+    return lax_geqrf(a)
+
+
+def ormqr(a: Any, tau: Any, other: Any, left: bool = True, transpose: bool = False) -> Any:
+    """``aten.ormqr``: ``Q @ other`` (``other @ Q`` when not ``left``; ``Q^H`` when ``transpose``)."""
+    import jax.lax.linalg
+
+    return jax.lax.linalg.ormqr(a, tau, other, left=left, transpose=transpose)
 
 
 #: linalg lowerings that need the layout (meta value) of their first input: op -> lowering(a, *rest, layout=...)

@@ -1,11 +1,8 @@
 """``F.linear_cross_entropy``'s opt-in chunked custom ops (``torch_nn::_linear_cross_entropy_batch_chunked*``).
 
-Eager runs them as a Python loop over batch chunks that mutates buffers in place, to keep the ``(N, C)`` logits
-out of memory; the scalar op also returns the gradients of the loss, which its backward scales. A Neuron graph
-is one static computation whose memory the compiler plans, so the lowering computes the same values without
-chunks: the logits in float32, their log-softmax, the class-weighted NLL (``ignore_index`` rows weigh 0; a
-``mean`` over no weight is NaN, as eager), and the gradients as the vjp of that loss. The graph records none of
-the chunking arguments (``batch_chunk_size``, ``acc_policy``, ``acc_dtype``), which only steer eager's loop.
+Eager loops over batch chunks to keep the ``(N, C)`` logits out of memory; a Neuron graph's memory is the
+compiler's, so the lowering computes the same values without chunks (the chunking arguments only steer eager's
+loop), the scalar op's gradients as the vjp of the loss.
 """
 from __future__ import annotations
 

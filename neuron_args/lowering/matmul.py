@@ -12,12 +12,8 @@ aten = torch.ops.aten
 
 
 def grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
-    """``transformers::grouped_mm_fallback``: rows sorted by expert, ``offs`` = cumulative counts.
-
-    The eager kernel loops over experts with ``offs.tolist()`` (data-dependent). Static form: each
-    row's expert is the number of offsets at or below its index; every row is multiplied by its
-    own expert's weight (gathered), accumulated in float32.
-    """
+    """``transformers::grouped_mm_fallback`` (rows sorted by expert, ``offs`` = cumulative counts): each row times
+    its expert's gathered weight in float32, where the eager kernel loops over ``offs.tolist()``."""
     import jax.numpy as jnp
 
     rows = jnp.arange(input.shape[0])
@@ -29,17 +25,13 @@ def grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
 
 
 def grouped_mm_backward(input: Any, weight: Any, offs: Any, grad_output: Any) -> tuple[Any, Any]:
-    """``transformers::grouped_mm_fallback_backward``: ``(grad_input, grad_weight)``, the vjp of the lowering above
-    (the eager kernel loops over ``offs.tolist()`` again)."""
+    """``transformers::grouped_mm_fallback_backward``: ``(grad_input, grad_weight)``, the vjp of the lowering above."""
     return pullback(lambda x, w: grouped_mm(x, w, offs), grad_output, input, weight)
 
 
 def addmm(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> Any:
-    """``bias + a @ b`` accumulated in float32 and rounded once, as torch's CPU kernel does.
-
-    The HLO keeps the matmul in the input dtype with a float32 result
-    (``preferred_element_type``), the mixed-precision form accelerators run natively.
-    """
+    """``bias + a @ b`` accumulated in float32 and rounded once, as torch's CPU kernel does (the matmul stays in
+    the input dtype with a float32 result, as accelerators run it)."""
     import jax.numpy as jnp
 
     f32 = jnp.float32

@@ -1,16 +1,12 @@
-"""Rescaling by a norm: ``renorm`` and ``embedding_renorm`` share eager's factor, ``maxnorm / (norm + 1e-7)``.
-
-torch computes a half-precision input's norm in float32 and rounds only the factor to the input's dtype; so does the
-lowering (torch's own decomposition of ``renorm`` asks for the float32 norm in a form torchax cannot lower).
-"""
+"""``renorm`` and ``embedding_renorm`` with eager's factor ``maxnorm / (norm + 1e-7)``, a half-precision norm in
+float32 (torch's decomposition asks for it in a form torchax cannot lower)."""
 from __future__ import annotations
 
 from typing import Any
 
 
 def renorm_factor(norm: Any, maxnorm: float, dtype: Any) -> Any:
-    """Eager's scale for a slice of norm ``norm``: ``maxnorm / (norm + 1e-7)`` where it exceeds ``maxnorm``, else 1,
-    rounded to ``dtype``."""
+    """Eager's scale for a slice of norm ``norm``: ``maxnorm / (norm + 1e-7)`` above ``maxnorm``, else 1."""
     import jax.numpy as jnp
 
     return jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(dtype)

@@ -1,13 +1,8 @@
-"""Lowerings for ops torchax lowers wrong or not at all, and the way to add one.
+"""The registry of lowerings for ops torchax lowers wrong or not at all, and the way to add one.
 
-A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by
-the op's qualified name (``"aten::addmm"``, ``"transformers::grouped_mm_fallback"``). Ours live
-in this package's modules by family (attention, matmul, gradients, embedding_bag, recurrent,
-strided, resampling, pooling, fractional_pooling, linalg, householder, ldl, indexing, segments,
-histograms, hashing, norms, distributions, elementwise, special, orthogonal, bessel, linear_cross_entropy) and are named in
-:data:`LOWERINGS` below (those that read their input's memory layout in :data:`BY_LAYOUT`); a user
-registers one for their own custom op with :func:`register_lowering`. They take precedence over
-torchax's table and decompositions, in the graph and inside decompositions.
+A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by the op's
+qualified name (``"aten::addmm"``); ours live in this package's modules by family. They take precedence
+over torchax's table and decompositions, in the graph and inside decompositions.
 """
 from __future__ import annotations
 
@@ -18,8 +13,8 @@ from typing import Any
 import torch
 
 from neuron_args.lowering import (
-    bessel, distributions, elementwise, environments, fractional_pooling, hashing, histograms, householder, indexing, ldl,
-    linalg, linear_cross_entropy, norms, orthogonal, segments, special, strided)
+    bessel, distributions, elementwise, environments, fractional_pooling, hashing, histograms, indexing, ldl, linalg,
+    linear_cross_entropy, norms, orthogonal, segments, special, strided)
 from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
 from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
@@ -44,17 +39,14 @@ def _rrelu_with_noise(x: Any, noise: Any, lower: float = 0.125, upper: float = 1
     return jnp.where(x >= 0, x, x * ((lower + upper) / 2)).astype(x.dtype), noise
 
 
-def _is_all_true(x: Any) -> Any:
-    """``aten._is_all_true`` (``torch._check_tensor_all``'s condition; transformers checks image-token counts so)."""
-    import jax.numpy as jnp
+def _jnp(name: str) -> Callable[..., Any]:
+    """A lowering that is ``jax.numpy.<name>`` (jax imported on the first call)."""
+    def lowering(*args: Any) -> Any:
+        import jax.numpy as jnp
 
-    return jnp.all(x)
+        return getattr(jnp, name)(*args)
 
-
-def _is_any_true(x: Any) -> Any:
-    import jax.numpy as jnp
-
-    return jnp.any(x)
+    return lowering
 
 
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
@@ -74,8 +66,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_upsample_bilinear2d_aa_backward": upsample_aa_backward(triangle, 1.0),
     "aten::_upsample_bicubic2d_aa_backward": upsample_aa_backward(cubic, 2.0),
     "aten::rrelu_with_noise_functional": _rrelu_with_noise,
-    "aten::_is_all_true": _is_all_true,
-    "aten::_is_any_true": _is_any_true,
+    "aten::_is_all_true": _jnp("all"),  # torch._check_tensor_all's condition
+    "aten::_is_any_true": _jnp("any"),
     "aten::adaptive_max_pool2d": adaptive_max_pool,
     "aten::adaptive_max_pool3d": adaptive_max_pool,
     "aten::adaptive_max_pool2d_backward": adaptive_max_pool_backward(2),
@@ -105,8 +97,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_linalg_eigh": linalg.eigh,
     "aten::linalg_ldl_solve": ldl.ldl_solve,
     "aten::hash_tensor": hashing.hash_tensor,
-    "aten::geqrf": householder.geqrf,
-    "aten::ormqr": householder.ormqr,
+    "aten::geqrf": linalg.geqrf,
+    "aten::ormqr": linalg.ormqr,
     "aten::segment_reduce": segments.segment_reduce,
     "aten::histogram.bin_ct": histograms.histogram_bin_ct,
     "aten::histogram.bins_tensor": histograms.histogram_bins_tensor,
@@ -130,7 +122,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::special_spherical_bessel_j0": elementwise.spherical_bessel_j0,
     "prims::convert_element_type": elementwise.convert_element_type,
     "aten::polygamma": special.polygamma,
-    "aten::digamma": special.digamma,
+    "aten::digamma": functools.partial(special.polygamma, 0),  # in x's dtype (torchax's: float32 for all)
     **{f"aten::special_{name}": fn for name, fn in orthogonal.LOWERINGS.items()},
     "aten::special_airy_ai": bessel.airy_ai,
     "aten::special_scaled_modified_bessel_k0": functools.partial(bessel.scaled_modified_bessel_k, order=0),
@@ -147,12 +139,8 @@ BY_LAYOUT: dict[Any, Callable[..., Any]] = {**strided.BY_LAYOUT, **linalg.BY_LAY
 
 
 def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: lower op ``op_name`` (e.g. ``"mylib::fused_rope"``) with a jax function.
-
-    The function receives jax arrays where the op receives tensors (other arguments unchanged)
-    and returns jax arrays shaped as the op's outputs. Use it for a custom op of your own whose
-    graph node does not lower.
-    """
+    """Decorator: lower op ``op_name`` (e.g. ``"mylib::fused_rope"``) with a jax function taking jax arrays where
+    the op takes tensors and returning arrays shaped as the op's outputs."""
     if "::" not in op_name:
         raise ValueError(f"op name {op_name!r} must be qualified, e.g. 'mylib::my_op' or 'aten::addmm'")
 
@@ -175,10 +163,8 @@ def lowering_for(target: Any) -> Callable[..., Any] | None:
     return LOWERINGS.get(f"{name}.{overload}" if overload else name) or LOWERINGS.get(name)
 
 
-#: Ops whose CPU kernels compute half-precision inputs in float32 and round once at the end. Lowered
-#: the same way (inputs up, outputs down to torch's dtype) instead of rounding every intermediate
-#: HLO op to bfloat16. Matmuls and convolutions are left alone: their HLO stays in the model's dtype
-#: for the Neuron compiler.
+#: Ops whose CPU kernels compute half-precision inputs in float32 and round once at the end, lowered so
+#: (matmuls and convolutions stay in the model's dtype for the Neuron compiler).
 FLOAT32_INSIDE: frozenset[Any] = frozenset({
     aten.native_layer_norm.default,
     aten._softmax.default,
@@ -204,10 +190,8 @@ def in_float32(op: Any, args: Any, kwargs: Any, result: Any) -> Any:
     return out.to(result.dtype) if isinstance(result, torch.Tensor) else out
 
 
-#: ops torchax lowers wrongly or not at all, computed with torch's own decomposition instead: torchax's
-#: ``native_layer_norm_backward`` calls a jax function that does not exist, its
-#: ``max_pool2d_with_indices_backward`` adds each gradient to a whole window instead of its argmax; it has no
-#: ``_batch_norm_with_update_functional`` (a training-mode batch norm) or ``ldexp``
+#: ops torchax lowers wrongly (layer norm's backward calls a jax function that does not exist, max pool's adds
+#: each gradient to a whole window) or not at all, computed with torch's own decomposition instead
 TORCH_DECOMPOSED: tuple[Any, ...] = (aten.native_layer_norm_backward, aten.max_pool2d_with_indices_backward,
                                      aten._batch_norm_with_update_functional, aten.ldexp)
 

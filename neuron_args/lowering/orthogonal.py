@@ -1,9 +1,5 @@
-"""Orthogonal polynomials torchax has no lowering for: Chebyshev V and W, the shifted Chebyshev T, U, V
-and W, and Legendre P, as torch's CPU kernels compute them (``ATen/native/Math.h``).
-
-Each is ``0`` for ``n < 0``, a closed form at the interval's ends, a trigonometric form for large ``n``
-inside it (as torch: its float32 rounding is eager's), else a three-term recurrence. ``n`` is a tensor,
-so the recurrence runs to the largest ``n`` in a ``while`` loop, each element stopping at its own ``n``.
+"""Orthogonal polynomials torchax has no lowering for (Chebyshev V and W, shifted Chebyshev T, U, V, W, Legendre P),
+as torch's CPU kernels compute them; the recurrence runs to the largest tensor ``n``, each element stopping at its own.
 """
 from __future__ import annotations
 
@@ -74,8 +70,6 @@ def _chebyshev_vw(x: Any, n: Any, *, w: bool) -> Any:
         _recurrence(x, n, first, lambda k, p, q: (x + x) * q - p),
         (n < 0, 0.0), (at_end, end), ((n > 8) & (jnp.abs(x) < 1), jnp.where(trig_ok, trig, end_trig)),
     ).astype(x.dtype)
-
-
 
 
 def legendre_polynomial_p(x: Any, n: Any) -> Any:

@@ -29,9 +29,8 @@ def adaptive_windows(in_sizes: Any, out_sizes: Any) -> tuple[Any, Any]:
         shape[k], shape[len(axes) + k] = index.shape
         positions = positions + index.reshape(shape) * stride
         real = real & valid.reshape(shape)
-    flat = (*out_sizes, -1)
-    return np.broadcast_to(positions, np.broadcast_shapes(positions.shape, real.shape)).reshape(flat), \
-        np.broadcast_to(real, np.broadcast_shapes(positions.shape, real.shape)).reshape(flat)
+    positions, real = np.broadcast_arrays(positions, real)
+    return positions.reshape(*out_sizes, -1), real.reshape(*out_sizes, -1)
 
 
 def adaptive_max_pool(x: Any, output_size: Any) -> tuple[Any, Any]:
@@ -57,8 +56,7 @@ def adaptive_max_pool_backward(spatial: int) -> Callable[..., Any]:
 
 
 def scatter_into_planes(values: Any, indices: Any, shape: Any, spatial: int, add: bool) -> Any:
-    """Zeros shaped ``shape`` with ``values`` put (or added) at the flat positions ``indices`` within their planes
-    (the last ``spatial`` dims)."""
+    """Zeros shaped ``shape`` with ``values`` put (or added) at the flat ``indices`` of their last ``spatial`` dims."""
     import jax.numpy as jnp
 
     lead = tuple(shape[:-spatial])
@@ -70,7 +68,6 @@ def scatter_into_planes(values: Any, indices: Any, shape: Any, spatial: int, add
 
 
 def max_unpool(x: Any, indices: Any, output_size: Any, stride: Any = None, padding: Any = None) -> Any:
-    """``aten.max_unpool{2,3}d``: zeros of the output size with each value at its index (torchax reads the
-    indices into numpy)."""
+    """``aten.max_unpool{2,3}d``: each value at its index in zeros (torchax reads the indices into numpy)."""
     spatial = len(output_size)
     return scatter_into_planes(x, indices, (*x.shape[:-spatial], *output_size), spatial, add=False)

@@ -1,10 +1,7 @@
 """Float64 honesty: a graph that computes in float64 or complex128 is refused, naming the tensor.
 
-The graph is lowered with jax x64 off (:mod:`neuron_args.tensors`): a 64-bit float would be computed as
-its 32-bit type, and Neuron devices (trn1, trn2, inf2) have no float64 arithmetic either. So asking for
-float64 would silently give float32 precision; instead, the first node that *computes* a float64 value
-the caller asked for is refused with the fix. Moving values through float64 stays allowed, as it is exact:
-a graph input or output in float64, a conversion to or from it, a view, copy or concatenation of one.
+jax x64 is off and Neuron devices have no float64 arithmetic, so the computation would silently be float32.
+Moving values through float64 (an input, output, conversion, view or copy) stays allowed: it is exact.
 """
 from __future__ import annotations
 
@@ -42,12 +39,8 @@ def _wide(val: Any) -> torch.dtype | None:
 
 
 def first_float64_compute(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, torch.dtype] | None:
-    """The first node computing a float64/complex128 value the caller asked for, with that dtype; None: none.
-
-    Asked for: a graph input in float64, a conversion up to it, a non-scalar constant made in it, an op given
-    ``dtype=torch.float64``, and every 64-bit value computed from those. torch's own 0-dim float64 constants
-    (a tolerance it computes in double) are no request: arithmetic on them alone is not refused.
-    """
+    """The first node computing a float64/complex128 value the caller asked for (an input, a conversion up, a
+    non-scalar constant, ``dtype=``, or a value computed from those; not torch's own 0-dim constants)."""
     asked: set[torch.fx.Node] = set()
     for n in gm.graph.nodes:
         val = n.meta.get("val")

@@ -17,15 +17,10 @@ def mkldnn_rnn_layer(
     mode: int, hidden_size: int, num_layers: int, has_biases: bool, bidirectional: bool, batch_first: bool,
     train: bool,
 ) -> tuple[Any, Any, Any, Any]:
-    """``aten.mkldnn_rnn_layer``: one direction of one LSTM layer, ``(output, h, c, workspace)``.
+    """``aten.mkldnn_rnn_layer``: one direction of one LSTM layer, ``(output, h, c, workspace)``, as a scan over time.
 
-    torch's LSTM decomposition calls this oneDNN kernel on CPU when the layer's input needs no gradient
-    (otherwise it unrolls the time steps itself). Lowered as a ``lax.scan`` over time: the input projection for all
-    steps at once, then per step ``gates = x W_ih^T + b_ih + h W_hh^T + b_hh`` split as (i, f, g, o),
-    ``c = sigmoid(f) c + sigmoid(i) tanh(g)``, ``h = sigmoid(o) tanh(c)``. A half-precision layer computes as
-    oneDNN's kernel does: matmuls accumulate in float32, the gates and the cell state stay float32, and each ``h``
-    is rounded to the input's dtype (the output sequence, and the next step's matmul input); rounding every
-    intermediate instead doubles the error against float32 (measured on a 2-layer bf16 LSTM).
+    A half-precision layer computes as oneDNN's kernel: gates and cell state in float32, each ``h`` rounded to the
+    input's dtype (rounding every intermediate doubles the error against float32, measured on a bf16 LSTM).
     """
     import jax
     import jax.numpy as jnp
@@ -56,8 +51,7 @@ def mkldnn_rnn_layer_backward(
     grad_output: Any, grad_hy: Any, grad_cy: Any, reverse: bool, mode: int, hidden_size: int, num_layers: int,
     has_biases: bool, train: bool, bidirectional: bool, batch_sizes: Any, batch_first: bool, workspace: Any,
 ) -> tuple[Any, ...]:
-    """``aten.mkldnn_rnn_layer_backward``: the gradients of input, the four weights, h0 and c0, as the vjp of the
-    layer's lowering above (a missing output gradient is zero)."""
+    """``aten.mkldnn_rnn_layer_backward``: the vjp of the layer's lowering above (a missing output gradient is zero)."""
     import jax
     import jax.numpy as jnp
 

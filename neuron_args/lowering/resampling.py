@@ -47,20 +47,24 @@ def antialias_weights(in_size: int, out_size: int, align_corners: bool, scale: f
     return weights
 
 
+def _resize(equation: str, x: Any, output_size: Any, input_size: Any, align_corners: bool, scales_h: float | None,
+            scales_w: float | None, kernel: Callable[[Any], Any], support: float) -> Any:
+    """``equation`` over the constant row and column weight matrices and ``x``, in float32, in ``x``'s dtype."""
+    import jax.numpy as jnp
+
+    (out_h, out_w), (in_h, in_w) = output_size, input_size[-2:]
+    rows = jnp.asarray(antialias_weights(in_h, out_h, align_corners, scales_h, kernel, support), jnp.float32)
+    cols = jnp.asarray(antialias_weights(in_w, out_w, align_corners, scales_w, kernel, support), jnp.float32)
+    return jnp.einsum(equation, rows, x.astype(jnp.float32), cols, precision="highest").astype(x.dtype)
+
+
 def upsample_aa(kernel: Callable[[Any], Any], support: float) -> Callable[..., Any]:
     """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa`` (torchax's fails to trace): a separable resize with
     constant weight matrices, ``W_h @ x @ W_w^T`` per image and channel."""
     def lowering(x: Any, output_size: Any, align_corners: bool, scales_h: float | None = None,
                  scales_w: float | None = None) -> Any:
-        import jax.numpy as jnp
-
-        (out_h, out_w), (in_h, in_w) = output_size, x.shape[-2:]
-        rows = antialias_weights(in_h, out_h, align_corners, scales_h, kernel, support)
-        cols = antialias_weights(in_w, out_w, align_corners, scales_w, kernel, support)
-        f32 = jnp.float32
-        out = jnp.einsum("oh,...hw,pw->...op", jnp.asarray(rows, f32), x.astype(f32), jnp.asarray(cols, f32),
-                         precision="highest")
-        return out.astype(x.dtype)
+        return _resize("oh,...hw,pw->...op", x, output_size, x.shape, align_corners, scales_h, scales_w, kernel,
+                       support)
 
     return lowering
 
@@ -69,14 +73,7 @@ def upsample_aa_backward(kernel: Callable[[Any], Any], support: float) -> Callab
     """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa_backward``: the forward's weights transposed."""
     def lowering(grad_output: Any, output_size: Any, input_size: Any, align_corners: bool,
                  scales_h: float | None = None, scales_w: float | None = None) -> Any:
-        import jax.numpy as jnp
-
-        (out_h, out_w), (in_h, in_w) = output_size, input_size[-2:]
-        rows = antialias_weights(in_h, out_h, align_corners, scales_h, kernel, support)
-        cols = antialias_weights(in_w, out_w, align_corners, scales_w, kernel, support)
-        f32 = jnp.float32
-        grad = jnp.einsum("oh,...op,pw->...hw", jnp.asarray(rows, f32), grad_output.astype(f32),
-                          jnp.asarray(cols, f32), precision="highest")
-        return grad.astype(grad_output.dtype)
+        return _resize("oh,...op,pw->...hw", grad_output, output_size, input_size, align_corners, scales_h, scales_w,
+                       kernel, support)
 
     return lowering

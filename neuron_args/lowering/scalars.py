@@ -1,13 +1,7 @@
 """Tensor values read into Python scalars (``.item()``) that stay traced values in the HLO.
 
-A graph that reads a 0-d tensor input into a Python int (a position: ``start.item()``) and uses it as
-a *value* -- an offset added to a range (``torch.arange(p, p + n)``: ``n`` long whatever ``p`` is), a
-``max``, a scalar operand -- is still one static graph: only its sizes must not depend on the value.
-Dynamo records the read as ``aten._local_scalar_dense`` and the Python arithmetic on it as
-``operator``/``torch.sym_*`` nodes; these lower to 0-d arrays, ``arange`` with such a bound to the
-static length torch traced plus the traced start, and ``scalar_tensor`` of one (a graph returning
-``t.item()``, or dividing by it) to the value in its dtype. A size taken from the value still fails, at the op
-whose output size it is (the message names it).
+A graph that uses a read value only as a value (an ``arange`` offset, a ``max``, a scalar operand) is still one
+static graph: the read and the arithmetic on it lower to 0-d arrays. A size taken from the value still fails.
 """
 from __future__ import annotations
 
@@ -72,8 +66,7 @@ def _used_as_value(read: torch.fx.Node) -> tuple[str, torch.fx.Node] | None:
 
 
 def _arange(node: torch.fx.Node, start: Any, end: Any = None, step: Any = 1, **_: Any) -> Any:
-    """``aten.arange.start{,_step}`` with a traced bound: ``start + step * iota(n)``, ``n`` the length torch traced
-    (static: the bounds differ by a constant)."""
+    """``aten.arange.start{,_step}`` with a traced bound: ``start + step * iota(n)``, ``n`` the length torch traced."""
     val = node.meta["val"]
     n = val.shape[0]
     if not isinstance(n, int):

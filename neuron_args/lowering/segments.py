@@ -1,10 +1,5 @@
-"""``segment_reduce`` (sum, mean, max, min, prod over consecutive segments given by ``lengths`` or ``offsets``),
-which torchax does not lower.
-
-The number of segments is the lengths' last size, so the output is static; which segment an element belongs to
-depends on the values. Each segment's reduction starts from ``initial`` when given (torch's rule: ``mean`` then
-divides ``initial`` plus the sum by the length, and an empty segment is ``initial``), else from the identity
-(an empty ``mean`` is NaN). Computed through a segment-by-element mask along the reduced axis.
+"""``segment_reduce``, which torchax does not lower: a segment-by-element mask along the reduced axis (the segment
+count is static), each reduction from ``initial`` when given, as torch's, else from the identity.
 """
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ def segment_reduce(data: Any, reduce: str, *, lengths: Any = None, indices: Any 
     if lengths is None:
         lengths = jnp.diff(offsets, axis=-1)
     axis = axis % data.ndim
-    lead, n, trail = data.shape[:axis], data.shape[axis], data.shape[axis + 1:]
+    n, trail = data.shape[axis], data.shape[axis + 1:]
     ends = jnp.cumsum(lengths, axis=-1)  # lead + (S,)
     position = jnp.arange(n)
     segment = (ends[..., None, :] <= position[:, None]).sum(-1)  # lead + (N,): the segment of each element

@@ -1,10 +1,5 @@
-"""Special functions jax gets wrong on part of their domain: ``polygamma`` below x = 0.5.
-
-jax's ``polygamma(n, x)`` (n >= 1) is a Hurwitz zeta that is wrong for a negative ``q``: polygamma(1, -8.48)
-came out 7.74 where torch (and float64) give 9.80. Below 0.5 it is computed here by the reflection formula
-``psi_n(x) = (-1)^n psi_n(1 - x) - pi^(n+1) cot^(n)(pi x)``, where jax is right at ``1 - x > 0.5``; the n-th
-derivative of ``cot`` is a polynomial in ``cot`` whose coefficients are worked out at lowering time (``n`` is
-a Python int in the graph). The poles (0, -1, -2, ...) are +inf for odd n and -inf for even n, as eager.
+"""``polygamma`` below x = 0.5, where jax's Hurwitz zeta is wrong (polygamma(1, -8.48): 7.74, torch 9.80): the
+reflection formula ``psi_n(x) = (-1)^n psi_n(1 - x) - pi^(n+1) cot^(n)(pi x)``, the poles as eager's.
 """
 from __future__ import annotations
 
@@ -15,10 +10,7 @@ from typing import Any
 
 @functools.cache
 def cot_derivative(n: int) -> tuple[int, ...]:
-    """Coefficients (constant first) of the polynomial ``P`` with ``d^n/dy^n cot(y) = P(cot(y))``.
-
-    ``P_0(c) = c`` and ``P_{k+1}(c) = -(1 + c^2) P_k'(c)``, since ``cot' = -(1 + cot^2)``.
-    """
+    """Coefficients (constant first) of ``P`` with ``d^n/dy^n cot(y) = P(cot(y))``: ``P_{k+1} = -(1 + c^2) P_k'``."""
     p = [0, 1]
     for _ in range(n):
         dp = [i * a for i, a in enumerate(p)][1:] or [0]
@@ -46,11 +38,6 @@ def trigamma(x: Any) -> Any:
     ixx = 1 / (x * x)
     result = result + (1 + 1 / (2 * x) + ixx * (1 / 6 - ixx * (1 / 30 - ixx * (1 / 42)))) / x
     return jnp.where(reflect, -result, result)
-
-
-def digamma(x: Any) -> Any:
-    """``aten.digamma``: ``polygamma(0, x)``, in ``x``'s dtype (torchax's returns float32 for every input)."""
-    return polygamma(0, x)
 
 
 def polygamma(n: int, x: Any) -> Any:

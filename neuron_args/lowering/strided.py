@@ -11,11 +11,8 @@ aten = torch.ops.aten
 
 
 def storage_order(layout: torch.Tensor) -> tuple[list[int], int]:
-    """The dims of ``layout`` (a tensor's meta value) from outermost to innermost in memory, and its storage offset.
-
-    An input whose elements do not fill one dense block of memory (overlapping, or with gaps) has no
-    storage an array can stand for: refused.
-    """
+    """The dims of ``layout`` (a tensor's meta value) from outermost to innermost in memory, and its storage offset;
+    an input that does not fill one dense block of memory is refused."""
     order = sorted(range(layout.ndim), key=lambda d: (-layout.stride(d), d))
     expected = 1
     for d in reversed(order):
@@ -44,9 +41,8 @@ def strided_positions(numel: int, base_offset: int, size: Any, stride: Any, stor
 
 
 def as_strided(x: Any, layout: torch.Tensor, size: Any, stride: Any, storage_offset: int | None = None) -> Any:
-    """``aten.as_strided``: ``size``/``stride`` index the input's *memory*, which is the array's order only when the
-    input is contiguous (torchax assumes it is). ``layout`` is the input's meta value (its strides as eager has
-    them): the array is laid out in that memory order first (Longformer chunks a transposed tensor this way)."""
+    """``aten.as_strided``: ``size``/``stride`` index the input's memory, laid out first in the order its meta value
+    ``layout`` has (torchax assumes a contiguous input)."""
     import jax.numpy as jnp
 
     order, base = storage_order(layout)

@@ -1,35 +1,19 @@
 """Import torchax 0.0.13 on torch 2.13 without breaking the rest of the process.
 
-torchax is only needed to lower a graph, but importing it as-is either fails or leaves global
-torch state that breaks every other ``torch.compile`` in the process. :func:`import_torchax`
-works around each problem (measured on torch 2.13.0+cpu, torchax 0.0.13, jax 0.10.2):
+Imported as-is, torchax fails or leaves torch state that breaks every other ``torch.compile``;
+:func:`import_torchax` works around each problem (torch 2.13.0+cpu, torchax 0.0.13, jax 0.10.2):
 
-1. torchax names named-tensor overloads (``aten.prod.dim_Dimname``, ``aten.all.dimname`` ...
-   22 in all) at import time that torch 2.13 removed -> ``AttributeError``. While torchax and
-   the op modules its environment loads are imported, a missing overload resolves to a
-   placeholder that raises if ever called (ATen graphs never contain them).
-2. torchax renames the privateuse1 backend to ``"jax"`` and registers a device module whose
-   ``is_available()`` is True. ``torch.accelerator.is_available()`` then turns True and Dynamo
-   asks the accelerator for its current stream -> "PyTorch is not linked with support for jax
-   devices": every torch.compile in the process fails. The rename also raises when another
-   backend (e.g. ``neuron``) owns privateuse1, and even when it is free, a privateuse1 named
-   without registered hooks makes ``torch._C._get_accelerator()`` raise, which breaks
-   ``torch.distributed.barrier()`` in every tensor-parallel rank. We never let torchax rename or
-   register privateuse1 (aot_autograd ATen graphs lower without it) and make the ``jax`` device
-   module report ``is_available() == False``.
-3. torchax tensors report their device as ``torch.device("jax:0")``, a string torch only parses
-   once privateuse1 is renamed to ``jax`` (problem 2 forbids that). Every op whose decomposition
-   reads ``x.device`` (``torch.tril``, ``new_ones``, the CPU flash-attention SDPA...) then fails.
-   ``privateuseone:0`` parses but factories on it need a registered backend. torchax tensors and
-   views report ``cpu``, the device the aot graph was traced on: a decomposition then builds its
-   helper tensors exactly as it did while tracing, and the lowering environment turns every
-   factory into a traced value whatever device it names.
-4. torchax switches ``torch.backends.mha`` fast path off process-wide. We restore the previous
-   value so traced graphs (and so cache keys) do not depend on whether a graph was lowered
-   earlier in the process.
+1. torchax names 22 named-tensor overloads torch 2.13 removed: a missing one resolves, during the
+   import only, to a placeholder that raises if called (ATen graphs never contain them).
+2. torchax renames privateuse1 to ``"jax"`` and registers a device module that is available: Dynamo
+   then asks that accelerator for a stream and every torch.compile fails (the rename also raises when
+   ``neuron`` owns privateuse1, and breaks ``torch.distributed.barrier()``). Neither is let through.
+3. torchax tensors report device ``jax:0``, which torch cannot parse then: they report ``cpu``, the
+   device the aot graph was traced on, so decompositions build helper tensors as they did while tracing.
+4. torchax turns the ``torch.backends.mha`` fast path off process-wide: restored, so traced graphs
+   (and keys) do not depend on whether a graph was lowered earlier.
 
-Importing this module does nothing; call :func:`import_torchax`. It imports jax but does not
-create a jax client (no threads), so it is fork-safe until the first lowering.
+It imports jax but creates no jax client, so it is fork-safe until the first lowering.
 """
 from __future__ import annotations
 
