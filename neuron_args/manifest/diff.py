@@ -1,16 +1,9 @@
 """Compare two manifests: what a run compiled differently from another.
 
-Graphs are matched by ``graph_hash``. What legitimately changes between two runs of the same
-deployment is ignored: ``created_timestamp``, ``neff_size`` (executables are not
-byte-reproducible), the cache paths (derived from the hash), absolute filesystem paths in
-``config`` (machine-specific), and ``environment`` unless asked for. Reported: added and
-removed graphs, and for a graph in both, changed ``compiler_flags`` (per option: added, removed,
-``-O3 -> -O1``), ``ranks``, ``input_shapes`` and ``output_shapes``; every ``config`` change.
-
-A changed flag changes the key, so a recompiled graph shows up as one removed and one added
-hash; when exactly one removed and one added graph share their input shapes, the pair is also
-reported as a likely replacement with its flag changes, which is the "why did this recompile"
-answer.
+Graphs are matched by ``graph_hash``; what changes between two runs of one deployment is ignored (timestamps,
+NEFF sizes, cache paths, absolute paths in ``config``, ``environment`` unless asked for). A changed flag changes
+the key, so when exactly one removed and one added graph share their input shapes, the pair is also reported
+as a likely replacement with its flag changes: the "why did this recompile" answer.
 """
 from __future__ import annotations
 
@@ -39,12 +32,8 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 def compiler_flag_changes(old: str | None, new: str | None) -> dict[str, list]:
-    """Option-level difference of two flag lines (:func:`neuron_args.flags.flag_changes`).
-
-    ``{"added": [tokens], "removed": [tokens], "changed": [{"option", "old", "new"}]}``. Both
-    lines are put in canonical form first (``-O 3`` == ``--optlevel=3`` == ``-O3``) when they
-    parse; otherwise raw tokens are compared as multisets.
-    """
+    """``{"added": [tokens], "removed": [tokens], "changed": [{"option", "old", "new"}]}`` of two flag lines, in
+    canonical form when they parse (``-O 3`` == ``-O3``), else as token multisets."""
     return flag_changes(_tokens(old), _tokens(new)).as_dict()
 
 

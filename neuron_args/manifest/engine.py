@@ -53,11 +53,8 @@ def _device(text: str, spec: str) -> int:
 
 
 def parse_visible_devices(value: str) -> list[int]:
-    """Device indices of a ``NEURON_VISIBLE_DEVICES`` value, in the order given.
-
-    Accepts ``"3"``, ``"0,1,2,3"``, ``"0-7"`` and mixtures such as ``"0-1,4-5"``. Raises
-    ValueError on anything else (empty items, reversed ranges, repeated devices).
-    """
+    """Device indices of a ``NEURON_VISIBLE_DEVICES`` value (``"3"``, ``"0,1,2,3"``, ``"0-7"``, ``"0-1,4-5"``), in
+    the order given; ValueError on anything else (empty items, reversed ranges, repeated devices)."""
     if not isinstance(value, str):
         raise ValueError(f"{VISIBLE_DEVICES_ENV} must be a string, got {type(value).__name__}")
     devices: list[int] = []
@@ -79,11 +76,8 @@ def parse_visible_devices(value: str) -> list[int]:
 
 
 def get_server_prefix() -> str:
-    """``dev{first}_{last}`` over ``NEURON_VISIBLE_DEVICES``; ``nodev`` when unset or empty.
-
-    The same value scopes the compile cache's per-rank folders, so a manifest named by it
-    correlates directly with the cache it describes. A malformed value raises ValueError.
-    """
+    """``dev{first}_{last}`` over ``NEURON_VISIBLE_DEVICES`` (``nodev`` when unset): the same value scopes the
+    compile cache's per-rank folders, so a manifest named by it matches the cache it describes."""
     value = envs.text(VISIBLE_DEVICES_ENV)
     if not value.strip():
         return NO_DEVICE_PREFIX

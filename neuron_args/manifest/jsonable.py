@@ -1,7 +1,7 @@
 """Plain JSON data from whatever a runner's config objects hold (the manifest's config block).
 
-:func:`to_jsonable` never raises: dataclasses and objects become dicts of their public fields,
-enums their name, torch dtypes their string, cycles a marker, anything else its clipped repr.
+Dataclasses and objects become dicts of their public fields, enums their name, torch dtypes their string,
+sets sorted lists, non-finite floats strings, cycles ``"<cycle: Type>"``, anything else its clipped repr.
 """
 from __future__ import annotations
 
@@ -171,14 +171,7 @@ def _public_attributes(obj: Any) -> dict[str, Any] | None:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """``obj`` as plain JSON data (dict / list / str / int / float / bool / None); never raises.
-
-    Dataclasses and objects with attributes become dicts of their public fields, enums their
-    name, ``torch.dtype`` its string (``"torch.bfloat16"``), paths strings, sets sorted lists,
-    non-finite floats strings; a reference cycle becomes ``"<cycle: Type>"``; anything else its
-    ``repr``. Used for ``config.neuron_config`` / ``config.vllm_config``, which hold whatever a
-    runner's config objects hold.
-    """
+    """``obj`` as plain JSON data (see the module docstring); never raises."""
     try:
         return _Coercer().convert(obj, 0)
     except Exception:  # belt and braces: coercion must never break an emit

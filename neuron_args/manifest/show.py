@@ -6,6 +6,7 @@ layout); nothing here imports torch or jax.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,10 +288,7 @@ def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | No
 
 def status_counts(statuses: Sequence[EntryStatus]) -> dict[str, int]:
     """``{"complete": 2, "compiling": 1, ...}``."""
-    counts: dict[str, int] = {}
-    for status in statuses:
-        counts[status.value] = counts.get(status.value, 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(status.value for status in statuses).items()))
 
 
 def cache_entry_dict(entry: CacheEntryInfo) -> dict:
