@@ -1,10 +1,8 @@
 """Per-session plugin state: the cache and manifest directories, and what the session compiled and served.
 
-One :class:`NeuronSession` per ``pytest.Config`` (never module globals: an in-process ``pytester`` run
-shares this module with the session that started it). The library's process activity
-(``neuron_args.activity.ACTIVITY``: records, cache counters) is read as differences from its snapshot
-at session start, for the same reason. Everything :meth:`NeuronSession.export` returns is plain builtins, so it can travel through
-xdist's ``workeroutput``.
+One :class:`NeuronSession` per ``pytest.Config``, and ``ACTIVITY`` read as differences from its snapshot at
+session start: an in-process ``pytester`` run shares this module with the session that started it.
+:meth:`NeuronSession.export` returns plain builtins, so it can travel through xdist's ``workeroutput``.
 """
 from __future__ import annotations
 
@@ -14,6 +12,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -157,18 +156,9 @@ class NeuronSession:
             self._cache_dir = path.resolve()
         return self._cache_dir
 
-    def manifest_root(self) -> Path | None:
-        """``--neuron-manifest-dir``: ``VLLM_NEURON_MANIFEST_DIR`` of every process of the session.
-
-        Nothing emits during the session: every process (xdist workers, parallel-flow trace
-        children, --neuron-tp ranks) appends its ledger lines there, and the controller writes one
-        ``<engine-id>/manifest.json`` per engine at the end (:meth:`emit_manifests`).
-        """
-        return self.settings.manifest_dir
-
     def ledger_root(self) -> Path:
         """Where warmups write their ledger lines: the manifest dir, else a private folder of this process."""
-        root = self.manifest_root()
+        root = self.settings.manifest_dir
         if root is not None:
             return root
         if self._ledger_root is None:
@@ -186,7 +176,7 @@ class NeuronSession:
     # -- session start / end --------------------------------------------------------------------------
     def start(self) -> None:
         gc_policy.session_started()
-        root = self.manifest_root()
+        root = self.settings.manifest_dir  # every process's VLLM_NEURON_MANIFEST_DIR; the controller emits at the end
         if root is not None:
             self._saved_env = (MANIFEST_DIR_ENV in envs.environ(), envs.environ().get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
@@ -223,10 +213,7 @@ class NeuronSession:
             self._manifest_lock = None
         if self._saved_env is not None:
             present, value = self._saved_env
-            if present:
-                envs.put(MANIFEST_DIR_ENV, value or "")
-            else:
-                envs.put(MANIFEST_DIR_ENV, None)
+            envs.put(MANIFEST_DIR_ENV, (value or "") if present else None)
             self._saved_env = None
 
     def report_rank_failure(self, error: str) -> None:
@@ -247,7 +234,7 @@ class NeuronSession:
 
     def emit_manifests(self) -> list[Path]:
         """The session manifest: one ``<DIR>/<engine-id>/manifest.json`` per engine that wrote ledger lines."""
-        root = self.manifest_root()
+        root = self.settings.manifest_dir
         if root is None or self.is_worker or self.is_rank_worker or self.inner_session:
             return []
         from pytest_neuron_args.ledger_view import emit_engines
@@ -351,19 +338,16 @@ class NeuronSession:
         ranks = [*self.rank_parts, *(r for w in self.workers.values() for r in w.get("rank_parts") or [])]
         parts = [self.export(), *self.workers.values(), *ranks]
         rows: dict[str, GraphOutcome] = {}
-        calls: dict[str, int] = {}
+        calls: Counter[str] = Counter()
+        stats: Counter[str] = Counter()
         for part in parts:
             for row in map(GraphOutcome.from_json, part.get("rows", [])):
                 rows[row.key] = rows[row.key].merged(row) if row.key in rows else row
-            for graph_type, n in part.get("serve_calls", {}).items():
-                calls[graph_type] = calls.get(graph_type, 0) + n
-        stats: dict[str, int] = {}
-        for part in parts:
-            for k, v in part.get("stats", {}).items():
-                stats[k] = stats.get(k, 0) + v
+            calls.update(part.get("serve_calls", {}))
+            stats.update(part.get("stats", {}))
         return {
             "rows": [row.to_json() for row in sorted(rows.values(), key=row_order)],
-            "serve_calls": calls,
+            "serve_calls": dict(calls),
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
             "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
@@ -371,7 +355,7 @@ class NeuronSession:
             "baselines_unused": self.baselines_unused,
             "baselines_unchecked": list(self.baselines_unchecked),
             "baselines_removed": list(self.baselines_removed),
-            "stats": stats,
+            "stats": dict(stats),
             "workers": sorted(self.workers),
             "workers_silent": sorted(self.workers_started - set(self.workers)),
             "rank_processes": len(ranks),
