@@ -6,7 +6,6 @@ keys: they are copied into a ledger in the test's tmp folder and emitted there w
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -18,11 +17,6 @@ from neuron_args.manifest.engine import MANIFEST_DIR_ENV, VISIBLE_DEVICES_ENV
 from neuron_args.manifest.ledger import Ledger, ledger_dir, ledger_engines, read_ledger
 
 _ENGINE = re.compile(r"^dev(\d+)_(\d+)$")
-
-
-def env(values: Mapping[str, str | None]) -> contextlib.AbstractContextManager[None]:
-    """Set (or, for None, unset) environment variables for a block; restore them after."""
-    return envs.overridden(values)
 
 
 def engine_devices(engine_id: str) -> str | None:
@@ -68,7 +62,7 @@ def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "view.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
         ranks = max(r["rank"] for r in lines)
-        with env({MANIFEST_DIR_ENV: str(target), VISIBLE_DEVICES_ENV: engine_devices(engine)}):
+        with envs.overridden({MANIFEST_DIR_ENV: str(target), VISIBLE_DEVICES_ENV: engine_devices(engine)}):
             path = emit_manifest(cache_dir=cache_dir, config=_config(config, ledger, chosen),
                                  rank_map=list(range(ranks + 1)), failures=failures)
         if path is not None:
@@ -76,4 +70,4 @@ def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping
     return written
 
 
-__all__ = ["emit_engines", "engine_devices", "env"]
+__all__ = ["emit_engines", "engine_devices"]
