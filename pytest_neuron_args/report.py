@@ -34,7 +34,7 @@ def compiler_description(compiler: str | None) -> str:
 def header_line(session: NeuronSession) -> str:
     s = session.settings
     cache = f"{session.cache_dir()}" + (" (fresh per session)" if session.cache_is_fresh else "")
-    manifest = str(session.manifest_root()) if s.manifest_dir is not None else "off"
+    manifest = str(s.manifest_dir) if s.manifest_dir is not None else "off"
     parts = [f"target {s.target}", f"compiler {compiler_description(s.compiler)}", f"cache {cache}",
              f"manifest dir {manifest}", f"flow {s.flow}"]
     if s.optimization_level is not None:
@@ -99,12 +99,6 @@ def table_rows(data: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, .
     return header, body
 
 
-def table_lines(data: dict[str, Any]) -> list[str]:
-    """The summary table of merged session data, as aligned text lines."""
-    header, body = table_rows(data)
-    return render_table(header, body, rule=False).split("\n")
-
-
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     rows = data["rows"]
     hows = [r.status for r in _rows(data)]
@@ -126,12 +120,21 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     return "; ".join(parts)
 
 
+_CONTENT = ("rows", "serve_sessions", "baselines_written", "manifests_written", "corrupt", "warmup_failures",
+            "eager_fallbacks", "baseline_checks", "baselines_unused", "baselines_removed", "baselines_unchecked",
+            "tp_serves")
+
+
 def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> bool:
-    return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
-                or data.get("corrupt") or data.get("warmup_failures") or data.get("eager_fallbacks")
-                or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
-                or data.get("baselines_unchecked") or data.get("tp_serves")
-                or (session is not None and (session.output_failures or session.manifest_failures)))
+    return any(data.get(name) for name in _CONTENT) or (
+        session is not None and bool(session.output_failures or session.manifest_failures))
+
+
+_BASELINE_LINES = (("baselines_written", "baseline written"),
+                   ("baselines_removed", "baseline removed (its test no longer exists)"),
+                   ("baselines_unused", "baseline unused"),
+                   ("baselines_unchecked", "baseline not checked (its test exists but was skipped, failed before its "
+                                           "check or did not run)"))
 
 
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
@@ -152,7 +155,7 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
             f"recompile limit: {'; '.join(sorted(fallbacks))}; fix: torch._dynamo.reset() between models, a higher "
             "recompile_limit, or bucketing", red=True, bold=True)
     if data["rows"]:
-        for line in table_lines(data):
+        for line in render_table(*table_rows(data), rule=False).split("\n"):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
     if data.get("workers_silent"):
@@ -189,17 +192,10 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     counts = baseline_counts(data)
     if any(counts.values()):
         terminalreporter.write_line("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    for path in data["baselines_written"]:
-        terminalreporter.write_line(f"baseline written: {path}")
-    for path in data.get("baselines_removed") or []:
-        terminalreporter.write_line(f"baseline removed (its test no longer exists): {path}")
-    unused = data.get("baselines_unused") or []
-    for path in unused:
-        terminalreporter.write_line(f"baseline unused: {path}")
-    for path in data.get("baselines_unchecked") or []:
-        terminalreporter.write_line(f"baseline not checked (its test exists but was skipped, failed before its check "
-                                    f"or did not run): {path}")
-    if unused and not session.settings.update_baseline:
+    for name, what in _BASELINE_LINES:
+        for path in data.get(name) or []:
+            terminalreporter.write_line(f"{what}: {path}")
+    if data.get("baselines_unused") and not session.settings.update_baseline:
         terminalreporter.write_line("(re-run the whole suite with --neuron-update-baseline to remove the baselines "
                                     "of tests that no longer exist)")
     for path in data.get("manifests_written", []):
@@ -235,12 +231,8 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
 
 
 def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
-    """Baselines written, updated, unused (their test no longer exists), not checked (the test exists but did not
-    reach its check) and removed, then the checks' outcomes (merged data).
-
-    Written/updated/unused are always listed once anything is counted, as snapshot tools do; the
-    rest only when non-zero. ``unused`` is known only where tests were collected (see ``tidy``).
-    """
+    """Baselines by what became of them, then the checks' outcomes (merged data); written/updated/unused always
+    listed once anything is counted, as snapshot tools do, the rest only when non-zero."""
     order = ("written", "updated", "unused", "not checked", "removed", "unchanged", "match", "differs", "missing", "unreadable")
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
@@ -281,5 +273,5 @@ def write_json_report(session: NeuronSession) -> Any:
         return None
 
 
-__all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_lines", "table_rows",
+__all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_rows",
            "write_json_report", "write_summary"]
