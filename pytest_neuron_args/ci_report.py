@@ -1,9 +1,7 @@
 """What CI systems read from a session besides the terminal: JUnit properties and the GitHub step summary.
 
-Per test, the graphs ``neuron_warmup`` covered and what ``neuron_served`` served go into
-``item.user_properties``, so ``--junitxml`` tells a dashboard which keys and ``-O`` levels a failing
-test was about. At session end the controller appends a markdown summary (graphs, misses, baseline
-diffs, merged across xdist workers) to ``$GITHUB_STEP_SUMMARY`` when it is set.
+Per test, the graphs ``neuron_warmup`` covered and what ``neuron_served`` served go into ``user_properties``
+(``--junitxml``); at session end the controller appends a markdown summary to ``$GITHUB_STEP_SUMMARY``.
 """
 from __future__ import annotations
 
@@ -34,11 +32,8 @@ def _level(args: Iterable[str] | None) -> int | None:
 
 
 def warmup_properties(graphs: Iterable[GraphOutcome | Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """JUnit properties of a warmup's graphs (outcomes or their JSON forms).
-
-    One ``neuron_graph`` per graph (type, inputs, key, -O level, how it got into the cache) and three
-    one-line digests: ``neuron_warmed_graph_types``, ``neuron_graph_keys``, ``neuron_optimization_levels``.
-    """
+    """JUnit properties of a warmup's graphs: one ``neuron_graph`` per graph, and one-line digests of their graph
+    types, keys and ``-O`` levels."""
     rows = sorted(map(GraphOutcome.of, graphs), key=lambda g: g.sort_key)
     props: list[tuple[str, str]] = []
     levels: dict[str, set[str]] = {}

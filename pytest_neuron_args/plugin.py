@@ -1,8 +1,5 @@
-"""pytest plugin entry point (``pytest11``: ``neuron_args = "pytest_neuron_args.plugin"``).
-
-Hooks live here; options, markers, fixtures, assertions, the report and xdist support live in
-their own modules. Importing this module must stay cheap (no torch): pytest loads it in every
-session of an environment that has neuron-args installed.
+"""pytest plugin entry point (``pytest11``): the hooks. Importing it must stay cheap (no torch): pytest loads it in
+every session of an environment that has neuron-args installed.
 """
 from __future__ import annotations
 
