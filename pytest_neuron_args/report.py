@@ -13,15 +13,22 @@ from pytest_neuron_args.state import NeuronSession
 SUMMARY_TITLE = "neuron-args: graphs of this session"
 
 
-def compiler_description(compiler: str | None) -> str:
-    """``local local-xla-cpu/0.10.2 ...``: name and version (for auto, of the one it picks); never raises."""
+def _compiler_info(compiler: str | None) -> tuple[Any, str | None]:
+    """The selected compiler's info, else None and the first line of why; the header and the report must not break
+    a session over it (the fixtures report the error)."""
     try:
         from neuron_args.compilers import select_compiler
 
-        info = select_compiler(compiler).info
-    except Exception as exc:  # the header must not break a session; fixtures report the error
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"{compiler or 'auto'} (unavailable: {first})"
+        return select_compiler(compiler).info, None
+    except Exception as exc:
+        return None, (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def compiler_description(compiler: str | None) -> str:
+    """``local local-xla-cpu/0.10.2 ...``: name and version (for auto, of the one it picks); never raises."""
+    info, error = _compiler_info(compiler)
+    if info is None:
+        return f"{compiler or 'auto'} (unavailable: {error})"
     how = "" if compiler not in (None, "auto") else " (auto)"
     if info.version == "unknown" and info.name == "neuronx-cc":  # every graph would fail to compile: say it first
         import shutil
@@ -253,13 +260,9 @@ def write_json_report(session: NeuronSession) -> Any:
 
     data = session.merged()
     s = session.settings
-    try:
-        from neuron_args.compilers import select_compiler
-
-        info = select_compiler(s.compiler).info
-        compiler = {"name": info.name, "version": info.version}
-    except Exception as exc:  # a report names what it could not find rather than failing the session
-        compiler = {"name": s.compiler or "auto", "version": None, "error": str(exc).splitlines()[0]}
+    info, error = _compiler_info(s.compiler)
+    compiler = ({"name": info.name, "version": info.version} if info is not None
+                else {"name": s.compiler or "auto", "version": None, "error": error})
     settings = {"target": s.target, "compiler": compiler, "flow": s.flow, "cache_dir": str(session.cache_dir()),
                 "optimization_level": s.optimization_level, "compiler_args": s.compiler_args, "tp": s.tp}
     graphs = [graph_record(row, row.status if row.status != "-" else "seen") for row in _rows(data)]
