@@ -236,8 +236,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
                 with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
                     report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
                 session.add_deferred_counts(report.deferred_counts)  # graphs loaded here are in ACTIVITY.stats already
-                if report.compile_report is not None:
-                    session.add_compile_report(report.compile_report)
+                session.add_compile_report(report.compile_report)
     except BaseException as exc:
         # what a failed parallel warmup built before it raised (a ParallelCompileError's report; the parallel_compile
         # a trace failure, a graph break or Ctrl-C cut short): those graphs were compiled by this session
@@ -537,8 +536,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     try:
         with gc_policy.paused(), trace_log.detached():
             report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
-        if report.compile_report is not None:
-            session.add_compile_report(report.compile_report)
+        session.add_compile_report(report.compile_report)
         result.update(graphs=[g.to_json() for g in report.graphs], export=session.export(),
                       weights=ranks.weights_digest(runner.model),
                       config=json.loads(json.dumps(runner.manifest_config_block(), default=str)))

@@ -279,8 +279,8 @@ class NeuronSession:
             self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
 
     def add_compile_report(self, report: Any) -> None:
-        """Remember the graphs a parallel warmup compiled or failed to compile (their records live in the compile
-        workers); also the part of a warmup that raised (a trace failure, a graph break, Ctrl-C) after it built some."""
+        """Remember the graphs a parallel warmup (or the part of one that raised) compiled or failed to compile: their
+        records live in the compile workers. None: an in-process warmup, nothing to add."""
         for g in getattr(report, "graphs", None) or []:
             # compiled elsewhere: not served here; its status comes from the counts, as every row's
             unseen = replace(g, how=None, serve_hits=None, serve_misses=None)
@@ -350,8 +350,8 @@ class NeuronSession:
             "serve_calls": dict(calls),
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
-            "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
-            "baseline_checks": [c for p in parts for c in p.get("baseline_checks", [])],
+            **{name: [x for p in parts for x in p.get(name) or []] for name in _CONCATENATED},
+            **{name: {k: v for p in parts for k, v in (p.get(name) or {}).items()} for name in _UNITED},
             "baselines_unused": self.baselines_unused,
             "baselines_unchecked": list(self.baselines_unchecked),
             "baselines_removed": list(self.baselines_removed),
@@ -360,13 +360,13 @@ class NeuronSession:
             "workers_silent": sorted(self.workers_started - set(self.workers)),
             "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
-            "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
-            "eager_fallbacks": {k: h for p in parts for k, h in (p.get("eager_fallbacks") or {}).items()},
-            "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
-            "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
-            "tp_serves": [t for p in parts for t in p.get("tp_serves") or []],
             "other_caches": {c: t for p in reversed(parts) for c, t in (p.get("other_caches") or {}).items()},
         }
+
+
+#: export fields merged by concatenating the parts' lists, and by uniting their dicts
+_CONCATENATED = ("baselines_written", "baseline_checks", "warmup_failures", "tp_serves")
+_UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
 
 
 def row_order(row: GraphOutcome | dict[str, Any]) -> tuple[Any, ...]:
