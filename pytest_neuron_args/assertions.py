@@ -191,17 +191,16 @@ class ManifestView:
     def where(self) -> str:
         return f"manifest {self.path}" if self.path is not None else "the manifest"
 
+    def _graph_head(self, graph: Mapping[str, Any]) -> str:
+        """``  decode  4d0a12345678  inputs (1, 8)``: a graph as the failure messages name it."""
+        key = str(graph.get("graph_hash"))
+        shapes = format_shapes(graph.get("input_shapes") or [], empty="-")
+        return f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}"
+
     def holdings(self) -> list[str]:
         """One line per graph: type, short key, shapes, flags, ranks."""
-        if not self.graphs:
-            return ["  (no graphs)"]
-        out = []
-        for g in self.graphs:
-            key = str(g.get("graph_hash"))
-            shapes = format_shapes(g.get("input_shapes") or [], empty="-")
-            out.append(f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}  "
-                       f"flags {g.get('compiler_flags') or '-'}  ranks {g.get('ranks')}")
-        return out
+        return [f"{self._graph_head(g)}  flags {g.get('compiler_flags') or '-'}  ranks {g.get('ranks')}"
+                for g in self.graphs] or ["  (no graphs)"]
 
     # -- checks ----------------------------------------------------------------------------------------
     def validate(self) -> list[str]:
@@ -257,12 +256,10 @@ class ManifestView:
                                  f"{sorted(expected)}")
         gaps = []
         for g in self.graphs:
-            key = str(g.get("graph_hash"))
             have = {r for r in g.get("ranks") or [] if isinstance(r, int)}
             lacking, extra = sorted(expected - have), sorted(have - expected)
             if lacking or extra:
-                shapes = format_shapes(g.get("input_shapes") or [], empty="-")
-                text = f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}: ranks {sorted(have)}"
+                text = f"{self._graph_head(g)}: ranks {sorted(have)}"
                 if lacking:
                     text += f", missing ranks {lacking}"
                 if extra:
