@@ -46,15 +46,12 @@ def _shape_list(value: Sequence[str] | None) -> list[str] | None:
     return None
 
 
-_NO_ENTRY = (None, None, None, None, None)
-
-
 def _enrich(cache: CompileCache | None, key: str) -> tuple[str | None, str | None, int | None, str | None, list | None]:
     """The cache-derived fields of one graph (hlo_path, neff_path, neff_size, created_timestamp,
     output_shapes); each None when its source is missing."""
     entry = None if cache is None else cache.lookup(key)
     if entry is None:
-        return _NO_ENTRY
+        return None, None, None, None, None
     found = entry.artifacts()
     mtime = found.executable_mtime
     return (
