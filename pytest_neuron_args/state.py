@@ -254,10 +254,8 @@ class NeuronSession:
         self.manifest_gaps = {str(p): gap for p in written
                               if (gap := _graphs_without_executable(p, merged["other_caches"])) is not None}
         self.manifests_not_ours = sorted(str(p) for p in root.glob(f"*/{MANIFEST_FILENAME}") if p not in written)
-        try:
+        with contextlib.suppress(OSError):
             (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
-        except OSError:
-            pass
         return written
 
     # -- what the session did ---------------------------------------------------------------------------

@@ -85,10 +85,7 @@ class ValueChange:
 
 
 def _dotted(prefix: str, parts: list) -> str:
-    out = prefix
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
+    return prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
 
 
 def _is_absolute_path(value: Any) -> bool:
@@ -111,9 +108,7 @@ def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> li
                 changes.append(ValueChange(path, "added", new=t2))
             elif isinstance(t2, NotPresent) or report.endswith("_removed"):
                 changes.append(ValueChange(path, "removed", old=t1))
-            else:
-                if ignore_paths and _is_absolute_path(t1) and _is_absolute_path(t2):
-                    continue
+            elif not (ignore_paths and _is_absolute_path(t1) and _is_absolute_path(t2)):  # machine-specific paths
                 changes.append(ValueChange(path, "changed", old=t1, new=t2))
     return sorted(changes, key=lambda c: c.path)
 

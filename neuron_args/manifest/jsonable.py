@@ -5,6 +5,7 @@ sets sorted lists, non-finite floats strings, cycles ``"<cycle: Type>"``, anythi
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import enum
@@ -136,10 +137,8 @@ class _Coercer:
             return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, default=str))
         dump = getattr(obj, "model_dump", None)  # pydantic models
         if callable(dump) and hasattr(type(obj), "model_fields"):
-            try:
+            with contextlib.suppress(Exception):
                 return self.convert(dump(), depth)
-            except Exception:
-                pass
         attrs = _public_attributes(obj)
         if attrs:  # no public state: its repr says more than {}
             return {name: self.convert(value, depth) for name, value in attrs.items()}
@@ -152,10 +151,8 @@ _NOTHING = object()
 def _public_attributes(obj: Any) -> dict[str, Any] | None:
     """``vars(obj)`` and ``__slots__`` values without private names; None when neither exists."""
     found: dict[str, Any] | None = None
-    try:
+    with contextlib.suppress(TypeError):  # no __dict__
         found = {k: v for k, v in vars(obj).items() if isinstance(k, str) and not k.startswith("_")}
-    except TypeError:
-        pass
     for cls in type(obj).__mro__:
         slots = cls.__dict__.get("__slots__", ())
         for name in (slots,) if isinstance(slots, str) else slots:
