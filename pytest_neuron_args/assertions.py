@@ -1,7 +1,5 @@
-"""Checks that explain themselves: compile-count expectations and manifest completeness / ranks.
-
-Every failure is an ``AssertionError`` whose text says what was expected, what was found and
-which graphs (graph type, key, arguments) are involved, so a red test reads like a diagnosis.
+"""Checks that explain themselves: compile-count expectations and manifest completeness / ranks. Every failure
+says what was expected, what was found and which graphs are involved, so a red test reads like a diagnosis.
 """
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Manifests from the session's ledger: the session manifest per engine, and one test's view of it.
 
-Every process appends ledger lines (``<root>/ledger/<engine-id>/<pid>.jsonl``) and nothing emits until
-the end, so no process consumes another's lines. A test's ``neuron_manifest`` covers its own warmup's
-keys: they are copied into a ledger in the test's tmp folder and emitted there with ``emit_manifest``.
+Nothing emits until the session ends, so no process consumes another's lines; a test's view copies its own
+warmup's lines into a ledger in its tmp folder and emits that.
 """
 from __future__ import annotations
 
@@ -42,11 +41,8 @@ def _config(config: Mapping[str, Any] | None, ledger: Ledger, keys: set[str]) ->
 
 def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping[str, Any] | None,
                  keys: Iterable[str] | None = None, failures: list[str] | None = None) -> list[Path]:
-    """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given).
-
-    With ``source == target`` the engine's ledger is consumed (the end of a session); otherwise the
-    lines are copied into ``target``'s own ledger first, and ``source`` is left alone (a test's view).
-    """
+    """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given);
+    ``source == target`` consumes the ledger (the session's end), else ``source`` is left alone (a test's view)."""
     from neuron_args.manifest.emit import emit_manifest
 
     wanted = None if keys is None else set(keys)

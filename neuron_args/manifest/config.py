@@ -1,8 +1,5 @@
-"""The manifest's ``config`` block and the package snapshot of its ``environment``.
-
-:func:`build_config` checks the topology and JSON-coerces the runner's config objects; the
-emitter records whatever a caller passes through :func:`config_block`, which never raises.
-"""
+"""The manifest's ``config`` block (checked by :func:`build_config`; :func:`config_block` never raises) and the
+package snapshot of its ``environment``."""
 from __future__ import annotations
 
 import importlib.metadata

@@ -1,8 +1,5 @@
-"""Engine identity and the feature gate of the compile-artifact manifest.
-
-Both are read from the environment *at call time*, never at import: an engine narrows
-``NEURON_VISIBLE_DEVICES`` to its own core window in ``init_device``, after this package is
-imported, and tests toggle ``VLLM_NEURON_MANIFEST_DIR`` per test.
+"""Engine identity and the feature gate of the compile-artifact manifest, read from the environment at call time:
+an engine narrows ``NEURON_VISIBLE_DEVICES`` to its core window after this package is imported.
 """
 from __future__ import annotations
 

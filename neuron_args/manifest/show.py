@@ -1,8 +1,5 @@
-"""Readable tables for the CLI: a manifest's graphs, and the entries of a compile cache.
-
-Cache entries are read through :class:`neuron_args.cache.CompileCache` (the one owner of the entry
-layout); nothing here imports torch or jax.
-"""
+"""Readable tables for the CLI: a manifest's graphs, and the entries of a compile cache (read through
+:class:`neuron_args.cache.CompileCache`, the one owner of the entry layout; nothing here imports torch)."""
 from __future__ import annotations
 
 import os
