@@ -19,9 +19,6 @@ COUNT_NAMES = ("compiles", "misses", "hits", "captures")
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
-# ----------------------------------------------------------------------------- compile counter
-
-
 def _graph_line(rec: Mapping[str, Any]) -> str:
     shapes = format_shapes(rec.get("input_shapes") or [], empty="-")
     return (f"  {rec.get('graph_type') or '(no graph type)'}  key {rec['key']}  inputs {shapes}  "
@@ -135,9 +132,6 @@ def expect_message(expected: Mapping[str, int], got: Mapping[str, int],
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- manifest
-
-
 class ManifestView:
     """An emitted manifest with the checks a test asks of it.
 
@@ -200,7 +194,6 @@ class ManifestView:
         return [f"{self._graph_head(g)}  flags {g.get('compiler_flags') or '-'}  ranks {g.get('ranks')}"
                 for g in self.graphs] or ["  (no graphs)"]
 
-    # -- checks ----------------------------------------------------------------------------------------
     def validate(self) -> list[str]:
         from neuron_args.manifest.schema import validate_manifest
 

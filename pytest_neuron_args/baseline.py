@@ -117,9 +117,6 @@ class Baseline:
         return f"Baseline({str(self.path)!r}, update={self.update})"
 
 
-# ----------------------------------------------------------------------------- keeping baselines tidy
-
-
 def name_parts(path: Path) -> tuple[str, str]:
     """(test part, settings variant) of a baseline file's name: ``t.py__test_a[O2].json`` -> (``t.py__test_a``,
     ``O2``). Test names are made file-safe (no brackets), so a trailing ``[...]`` is always the variant."""

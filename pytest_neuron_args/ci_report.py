@@ -68,9 +68,6 @@ def record(node: pytest.Item, props: Iterable[tuple[str, str]]) -> None:
     node.user_properties[:] = kept + [p for p in props if p not in seen]
 
 
-# ----------------------------------------------------------------------------- step summary
-
-
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 

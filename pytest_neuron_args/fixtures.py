@@ -421,9 +421,6 @@ def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
     return config.inipath.parent if config.inipath is not None else config.rootpath
 
 
-# ----------------------------------------------------------------------------- --neuron-tp
-
-
 def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any, ...]:
     fixturedef = model_fixturedef_of(request.node)
     param = getattr(getattr(request.node, "callspec", None), "params", {}).get(USER_FIXTURE)

@@ -130,7 +130,6 @@ class NeuronSession:
         self.output_failures: list[str] = []  # why the --neuron-report file or the step summary could not be written
         self._ledger_root: Path | None = None
 
-    # -- directories --------------------------------------------------------------------------------
     @property
     def is_worker(self) -> bool:
         return self.worker_id is not None
@@ -173,7 +172,6 @@ class NeuronSession:
     def is_rank_worker(self) -> bool:
         return self.settings.rank_worker is not None
 
-    # -- session start / end --------------------------------------------------------------------------
     def start(self) -> None:
         gc_policy.session_started()
         root = self.settings.manifest_dir  # every process's VLLM_NEURON_MANIFEST_DIR; the controller emits at the end
@@ -258,7 +256,6 @@ class NeuronSession:
             (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
         return written
 
-    # -- what the session did ---------------------------------------------------------------------------
     def note_runner_cache(self, cache_dir: Any, nodeid: str) -> None:
         """A runner warmed up into ``cache_dir``: remembered when it is not the session's cache."""
         path = str(Path(cache_dir).resolve())

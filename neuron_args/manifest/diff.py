@@ -28,9 +28,6 @@ def _short(value: Any, limit: int = 120) -> str:
     return clip(json.dumps(value, sort_keys=True, default=str), limit)
 
 
-# ----------------------------------------------------------------------------- flags
-
-
 def compiler_flag_changes(old: str | None, new: str | None) -> dict[str, list]:
     """``{"added": [tokens], "removed": [tokens], "changed": [{"option", "old", "new"}]}`` of two flag lines, in
     canonical form when they parse (``-O 3`` == ``-O3``), else as token multisets."""
@@ -54,9 +51,6 @@ def _flag_lines(change: Mapping[str, list]) -> list[str]:
     parts += [f"added {t}" for t in change.get("added", [])]
     parts += [f"removed {t}" for t in change.get("removed", [])]
     return parts
-
-
-# ----------------------------------------------------------------------------- values
 
 
 @dataclass(frozen=True)
@@ -111,9 +105,6 @@ def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> li
             elif not (ignore_paths and _is_absolute_path(t1) and _is_absolute_path(t2)):  # machine-specific paths
                 changes.append(ValueChange(path, "changed", old=t1, new=t2))
     return sorted(changes, key=lambda c: c.path)
-
-
-# ----------------------------------------------------------------------------- graphs
 
 
 @dataclass
@@ -199,9 +190,6 @@ def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphCha
         if len(olds) == 1 and len(news) == 1:
             pairs.append(_compare_graphs(olds[0], news[0]))
     return pairs
-
-
-# ----------------------------------------------------------------------------- result
 
 
 @dataclass

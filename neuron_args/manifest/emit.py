@@ -38,8 +38,6 @@ __all__ = ["dumps_manifest", "emit_manifest"]
 logger = logging.getLogger("neuron_args.manifest")
 
 
-# ----------------------------------------------------------------------------- enrichment
-
 def _shape_list(value: Sequence[str] | None) -> list[str] | None:
     if value is not None and all(SHAPE_RE.match(s) for s in value):
         return list(value)
@@ -112,9 +110,6 @@ def _graph_entries(
             "output_snapshot_paths": [],
         })
     return entries, sorted(unmapped)
-
-
-# ----------------------------------------------------------------------------- writing
 
 
 _VALUE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode

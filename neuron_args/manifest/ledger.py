@@ -59,9 +59,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reinit_lock_in_child)
 
 
-# ----------------------------------------------------------------------------- ranks
-
-
 def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
     """Ledger lines record ``rank_in_group`` (vLLM's ``get_tp_group().rank_in_group``); the emitter maps it back
     to ``group_ranks[rank_in_group]``. Forked children inherit it."""
@@ -143,9 +140,6 @@ def rank_mapper(rank_map: Mapping[int, int] | Sequence[int] | None = None) -> Ca
         except Exception as exc:
             logger.debug("manifest: torch.distributed group ranks unavailable: %s", exc)
     return lambda local: local
-
-
-# ----------------------------------------------------------------------------- lines
 
 
 def shape_string(shape: object) -> str:
@@ -268,9 +262,6 @@ def forget_recorded(directory: str) -> None:
     recorded = ACTIVITY.ledger.recorded
     for item in [r for r in recorded if r[0] == directory]:
         recorded.discard(item)
-
-
-# ----------------------------------------------------------------------------- reading
 
 
 @dataclass(slots=True)

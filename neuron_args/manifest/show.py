@@ -32,9 +32,6 @@ SHORT_HASH = 12
 _MAX_CELL = 48
 
 
-# ----------------------------------------------------------------------------- cells
-
-
 def opt_level(flags: str | Sequence[str] | None) -> str:
     """``-O<n>`` from flags in any spelling (``-O3``, ``--optlevel=3``, ``--optlevel 3``), else ``-``."""
     from neuron_args.flags import option_value
@@ -69,9 +66,6 @@ def format_ranks(ranks: Any) -> str:
         if r is not None:
             start = prev = r
     return ",".join(parts)
-
-
-# ----------------------------------------------------------------------------- cache entries
 
 
 @dataclass(frozen=True)
@@ -132,9 +126,6 @@ def cache_table(entries: Sequence[CacheEntryInfo]) -> str:
         f"{human_size(sum(e.size for e in entries))}"
     )
     return table + "\n" + summary
-
-
-# ----------------------------------------------------------------------------- manifest
 
 
 def _config_summary(doc: Mapping) -> str:
@@ -201,8 +192,6 @@ def recorded_remote_cache(doc: Mapping) -> str | None:
     return _neuron_config_text(doc, "remote_cache")
 
 
-# ----------------------------------------------------------------------------- baselines
-
 #: What the plugin's baseline form (``pytest_neuron_args.baseline.normalize``) leaves out or masks (it imports
 #: them from here, so reading a baseline never imports pytest).
 BASELINE_VOLATILE_GRAPH_FIELDS = ("created_timestamp", "neff_size", "hlo_path", "neff_path")
@@ -255,9 +244,6 @@ def validate_baseline(doc: Mapping) -> list[str]:
             problems.append(f"config.neuron_config.graph_types: {len(extra)} key(s) not among the baseline's "
                             f"graphs ({', '.join(k[:SHORT_HASH] for k in extra[:3])})")
     return problems
-
-
-# ----------------------------------------------------------------------------- JSON forms
 
 
 def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> list[dict]:
