@@ -21,6 +21,7 @@ from neuron_args.text import clip, format_shapes
 __all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
 
 _COMPARED_GRAPH_FIELDS = ("ranks", "input_shapes", "output_shapes")
+_SUMMARY_FIELDS = ("graph_hash", "input_shapes", "compiler_flags", "ranks")  # of an added or removed graph
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
 
@@ -168,12 +169,7 @@ def _graphs_by_hash(doc: Mapping) -> dict[str, Mapping]:
 
 
 def _summary(graph: Mapping) -> dict:
-    return {
-        "graph_hash": graph.get("graph_hash"),
-        "input_shapes": graph.get("input_shapes"),
-        "compiler_flags": graph.get("compiler_flags"),
-        "ranks": graph.get("ranks"),
-    }
+    return {name: graph.get(name) for name in _SUMMARY_FIELDS}
 
 
 def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphChange]:
@@ -184,12 +180,8 @@ def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphCha
         return out
 
     old_groups, new_groups = by_shapes(removed), by_shapes(added)
-    pairs = []
-    for shapes, olds in sorted(old_groups.items()):
-        news = new_groups.get(shapes, [])
-        if len(olds) == 1 and len(news) == 1:
-            pairs.append(_compare_graphs(olds[0], news[0]))
-    return pairs
+    return [_compare_graphs(olds[0], new_groups[shapes][0]) for shapes, olds in sorted(old_groups.items())
+            if len(olds) == 1 and len(new_groups.get(shapes, [])) == 1]
 
 
 @dataclass

@@ -2,6 +2,7 @@
 :class:`neuron_args.cache.CompileCache`, the one owner of the entry layout; nothing here imports torch)."""
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -54,17 +55,9 @@ def format_ranks(ranks: Any) -> str:
     except (TypeError, ValueError):
         return ",".join(str(r) for r in ranks)
     parts: list[str] = []
-    start = prev = values[0]
-    for r in values[1:] + [None]:  # type: ignore[list-item]
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        if prev - start >= 2:
-            parts.append(f"{start}-{prev}")
-        else:
-            parts.extend(str(v) for v in range(start, prev + 1))
-        if r is not None:
-            start = prev = r
+    for _, run in itertools.groupby(enumerate(values), lambda item: item[1] - item[0]):  # consecutive values
+        found = [value for _, value in run]
+        parts += [f"{found[0]}-{found[-1]}"] if len(found) >= 3 else [str(value) for value in found]
     return ",".join(parts)
 
 
