@@ -118,25 +118,25 @@ def current_tp_rank() -> int:
     return 0
 
 
+def _by_index(group: Sequence[int]) -> Callable[[int], int | None]:
+    return lambda local: group[local] if 0 <= local < len(group) else None
+
+
 def rank_mapper(rank_map: Mapping[int, int] | Sequence[int] | None = None) -> Callable[[int], int | None]:
     """TP-local rank (what a ledger line records) -> global rank, from (in order) ``rank_map``, the
     registered TP group, torch.distributed's default group, or identity. None for a rank the map
     does not cover."""
+    if isinstance(rank_map, Mapping):
+        return {int(k): int(v) for k, v in rank_map.items()}.get
     if rank_map is not None:
-        if isinstance(rank_map, Mapping):
-            table = {int(k): int(v) for k, v in rank_map.items()}
-            return table.get
-        ranks = [int(r) for r in rank_map]
-        return lambda local: ranks[local] if 0 <= local < len(ranks) else None
+        return _by_index([int(r) for r in rank_map])
     registered = ACTIVITY.ledger.tp_group
     if registered is not None:
-        group = registered[0]
-        return lambda local: group[local] if 0 <= local < len(group) else None
+        return _by_index(registered[0])
     dist = _torch_dist()
     if dist is not None:
         try:
-            world = list(dist.get_process_group_ranks(dist.group.WORLD))
-            return lambda local: world[local] if 0 <= local < len(world) else None
+            return _by_index(list(dist.get_process_group_ranks(dist.group.WORLD)))
         except Exception as exc:
             logger.debug("manifest: torch.distributed group ranks unavailable: %s", exc)
     return lambda local: local
