@@ -11,6 +11,7 @@ from typing import Any
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.graph_outcome import GraphOutcome
+from neuron_args.manifest.show import recorded_cache_dir, recorded_graph_types
 from neuron_args.text import format_shapes
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args.ranks import unsharded_reason
@@ -150,13 +151,9 @@ class ManifestView:
         self.single_rank_layout = single_rank_layout
         self.path = Path(path) if path is not None else None
         self.expected_graphs = dict(expected_graphs or {})
-        neuron_config = (self.doc.get("config") or {}).get("neuron_config") or {}
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else (
-            Path(neuron_config["cache_dir"]) if isinstance(neuron_config.get("cache_dir"), str) else None)
-        known = neuron_config.get("graph_types") if isinstance(neuron_config.get("graph_types"), Mapping) else {}
-        self.graph_types: dict[str, str | None] = {}
-        for key in self.keys:
-            self.graph_types[key] = known.get(key) or self._cached_graph_type(key)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else recorded_cache_dir(self.doc)
+        known = recorded_graph_types(self.doc)
+        self.graph_types = {key: known.get(key) or self._cached_graph_type(key) for key in self.keys}
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> ManifestView:

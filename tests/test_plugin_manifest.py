@@ -235,3 +235,13 @@ def test_manifest_diff_of_two_runs_of_one_build_is_empty(neuron_project: pytest.
     capsys.readouterr()
     assert main(["manifest", "show", str(baseline)]) == 0  # a baseline names its graph types itself
     assert re.search(rf"^decode +{warm_cache.keys['decode'][:12]} ", capsys.readouterr().out, re.M)
+
+
+def test_manifest_view_reads_the_config_of_an_untrusted_manifest(tmp_path: Path) -> None:
+    graph = {"graph_hash": "a" * 32, "input_shapes": ["4, 8"], "compiler_flags": "-O1", "ranks": [0]}
+    odd = ManifestView({"config": ["not", "a", "block"], "graphs": [graph]}, tmp_path / "manifest.json")
+    assert odd.cache_dir is None and odd.graph_types == {"a" * 32: None}
+    baseline = ManifestView({"config": {"neuron_config": {"cache_dir": "<cache_dir>", "graph_types": {"a" * 32: "decode"}}},
+                             "graphs": [graph]})
+    assert baseline.cache_dir is None and baseline.graph_types == {"a" * 32: "decode"}
+    baseline.assert_complete(["decode"])
