@@ -79,21 +79,15 @@ def _graph_entries(
     mapped_sets: dict[frozenset[int], list[int]] = {}  # most graphs share one rank set
 
     def global_ranks(local_ranks: set[int]) -> list[int]:
-        ranks: set[int] = set()
-        for local in local_ranks:
-            mapped = to_global(local)
-            if mapped is None:
-                unmapped.add(local)
-                mapped = local
-            ranks.add(mapped)
-        return sorted(ranks)
+        mapped = {local: to_global(local) for local in local_ranks}
+        unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
+        return sorted({local if rank is None else rank for local, rank in mapped.items()})
 
     for key in sorted(grouped):
         local_ranks, record = grouped[key].ranks, grouped[key].record
         frozen = frozenset(local_ranks)
-        ranks = mapped_sets.get(frozen)
-        if ranks is None:
-            ranks = mapped_sets[frozen] = global_ranks(local_ranks)
+        if frozen not in mapped_sets:
+            mapped_sets[frozen] = global_ranks(local_ranks)
         shapes = record.get("input_shapes")
         hlo_path, neff_path, neff_size, created, output_shapes = _enrich(cache, key)
         entries.append({
@@ -105,7 +99,7 @@ def _graph_entries(
             "input_shapes": [str(s) for s in shapes] if isinstance(shapes, list) else [],
             "output_shapes": output_shapes,
             "compiler_flags": _flags_line(flag_lines, record.get("compiler_flags")),
-            "ranks": list(ranks),
+            "ranks": list(mapped_sets[frozen]),
             "input_snapshot_paths": [],
             "output_snapshot_paths": [],
         })
