@@ -1,6 +1,7 @@
 """The report header line and the terminal summary table of the graphs a session compiled or loaded."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,12 +61,7 @@ def shapes_text(shapes: Sequence[str] | None, limit: int = MAX_SHAPES) -> str:
         return "-"
     if not shapes:
         return "()"
-    runs: list[list[Any]] = []
-    for shape in shapes:
-        if runs and runs[-1][0] == shape:
-            runs[-1][1] += 1
-        else:
-            runs.append([shape, 1])
+    runs = [(shape, len(list(same))) for shape, same in itertools.groupby(shapes)]
     items = [f"({shape})" + (f"x{n}" if n > 2 else "") if n > 2 else " ".join([f"({shape})"] * n) for shape, n in runs]
     if len(items) > limit:
         hidden = sum(n for _, n in runs[limit - 1:])
