@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,9 +87,7 @@ def table_rows(data: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, .
     """The summary table's header and cells of merged session data (see :meth:`NeuronSession.merged`)."""
     rows = _rows(data)
     serve_calls = data.get("serve_calls", {})
-    per_type: dict[Any, int] = {}
-    for row in rows:
-        per_type[row.graph_type] = per_type.get(row.graph_type, 0) + 1
+    per_type = Counter(row.graph_type for row in rows)
     header = ("graph type", "inputs", "-O", "key", "how", "compile", "size", "loads", "serve hit/miss")
     body = []
     for row in rows:
