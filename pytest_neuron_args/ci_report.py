@@ -114,18 +114,6 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str,
     return "\n".join(out) + "\n"
 
 
-def append_step_summary(markdown: str, environ: Mapping[str, str] | None = None) -> Path | None:
-    """Append ``markdown`` to ``$GITHUB_STEP_SUMMARY`` when set; the path, or None."""
-    target = envs.text(STEP_SUMMARY_ENV, environ) or None
-    if not target:
-        return None
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(markdown)
-    return path
-
-
 def write_step_summary(session: NeuronSession) -> Any:
     """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
     if session.is_worker or session.is_rank_worker or not envs.is_set(STEP_SUMMARY_ENV):
@@ -137,15 +125,20 @@ def write_step_summary(session: NeuronSession) -> Any:
     if not _has_content(data):
         return None  # a session that used no neuron fixture adds nothing to the job's page
     counts = baseline_counts(data)
+    markdown = summary_markdown(
+        data, header_line(session), footer_line(data, str(session.cache_dir())),
+        baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
+        notice=eager_outputs_notice(data.get("eager_outputs") or {}))
+    path = Path(envs.text(STEP_SUMMARY_ENV))
     try:
-        return append_step_summary(summary_markdown(
-            data, header_line(session), footer_line(data, str(session.cache_dir())),
-            baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
-            notice=eager_outputs_notice(data.get("eager_outputs") or {})))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(markdown)
+        return path
     except OSError as exc:  # a full disk: said in the terminal summary, and the session fails
         session.output_failures.append(f"${STEP_SUMMARY_ENV} {envs.text(STEP_SUMMARY_ENV)}: {exc.strerror or exc}")
         return None
 
 
-__all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "record", "serve_properties", "summary_markdown",
+__all__ = ["STEP_SUMMARY_ENV", "record", "serve_properties", "summary_markdown",
            "warmup_properties", "write_step_summary"]
