@@ -97,6 +97,8 @@ class Baseline:
                 f"Create it (then review and commit it) with:\n    {self.update_hint}")
         try:
             old = read_json(self.path, MANIFEST_LIMIT)
+            if not isinstance(old, dict):
+                raise ValueError(f"a JSON {type(old).__name__}, not an object")
         except (OSError, ValueError) as exc:
             self._note("unreadable")
             raise AssertionError(f"manifest baseline {self.path} is unreadable ({type(exc).__name__}: {exc}); "

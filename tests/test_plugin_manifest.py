@@ -12,7 +12,7 @@ import pytest
 
 from pytest_neuron_args.assertions import ManifestView
 from tests.conftest import MODEL_CONFTEST
-from pytest_neuron_args.baseline import normalize
+from pytest_neuron_args.baseline import Baseline, normalize
 
 
 def test_manifest_checks_pass_and_fail_with_explanations(neuron_project: pytest.Pytester,
@@ -245,3 +245,15 @@ def test_manifest_view_reads_the_config_of_an_untrusted_manifest(tmp_path: Path)
                              "graphs": [graph]})
     assert baseline.cache_dir is None and baseline.graph_types == {"a" * 32: "decode"}
     baseline.assert_complete(["decode"])
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"a string"', "{not json"])
+def test_a_baseline_file_that_is_not_a_json_object_is_unreadable_naming_the_fix(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(content)
+    checks: list[dict] = []
+    baseline = Baseline(path, nodeid="t.py::test_a", update=False, update_hint="pytest t.py --neuron-update-baseline",
+                        on_check=checks.append)
+    with pytest.raises(AssertionError, match=r"manifest baseline .*t\.json is unreadable .*\n    pytest t\.py --neuron-"):
+        baseline.check({"manifest_version": 1, "graphs": []})
+    assert [c["status"] for c in checks] == ["unreadable"]
