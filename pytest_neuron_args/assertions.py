@@ -1,7 +1,5 @@
-"""Checks that explain themselves: compile-count expectations and manifest completeness / ranks.
-
-Every failure is an ``AssertionError`` whose text says what was expected, what was found and
-which graphs (graph type, key, arguments) are involved, so a red test reads like a diagnosis.
+"""Checks that explain themselves: compile-count expectations and manifest completeness / ranks. Every failure
+says what was expected, what was found and which graphs are involved, so a red test reads like a diagnosis.
 """
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from typing import Any
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.graph_outcome import GraphOutcome
+from neuron_args.manifest.show import recorded_cache_dir, recorded_graph_types
 from neuron_args.text import format_shapes
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args.ranks import unsharded_reason
@@ -21,13 +20,15 @@ COUNT_NAMES = ("compiles", "misses", "hits", "captures")
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
-# ----------------------------------------------------------------------------- compile counter
-
-
 def _graph_line(rec: Mapping[str, Any]) -> str:
     shapes = format_shapes(rec.get("input_shapes") or [], empty="-")
     return (f"  {rec.get('graph_type') or '(no graph type)'}  key {rec['key']}  inputs {shapes}  "
             f"args {list(rec.get('compiler_args') or [])}")
+
+
+def _counts_since(before: Mapping[str, int]) -> dict[str, int]:
+    now = ACTIVITY.stats.snapshot()
+    return {name: now[name] - before[name] for name in COUNT_NAMES}
 
 
 def graph_activity(before: Mapping[str, GraphOutcome]) -> dict[str, list[dict[str, Any]]]:
@@ -42,26 +43,20 @@ def graph_activity(before: Mapping[str, GraphOutcome]) -> dict[str, list[dict[st
 
 
 class CompileCounter:
-    """Compile-cache activity of this process, like vLLM's ``compilation_counter``.
-
-    ``counts`` holds hits / misses / compiles / captures since the fixture was set up;
-    ``expect(compiles=2, misses=2)`` checks the activity inside a ``with`` block.
-    """
+    """Compile-cache activity of this process, like vLLM's ``compilation_counter``: ``counts`` since set-up, and
+    ``expect(compiles=2, misses=2)`` blocks."""
 
     def __init__(self) -> None:
         self._start = ACTIVITY.stats.snapshot()
 
     @property
     def counts(self) -> dict[str, int]:
-        now = ACTIVITY.stats.snapshot()
-        return {name: now[name] - self._start[name] for name in COUNT_NAMES}
+        return _counts_since(self._start)
 
     def expect(self, *, compiles: int | None = None, misses: int | None = None, hits: int | None = None,
                captures: int | None = None) -> Expectation:
-        """A ``with`` block that fails, naming the graphs involved, when its counts differ from these.
-
-        Counts left out are not checked. A block that raises is not checked (its error wins).
-        """
+        """A ``with`` block that fails, naming the graphs involved, when its counts differ from those given (a
+        block that raises is not checked: its error wins)."""
         expected = {name: value for name, value in
                     (("compiles", compiles), ("misses", misses), ("hits", hits), ("captures", captures))
                     if value is not None}
@@ -89,8 +84,7 @@ class Expectation:
         __tracebackhide__ = True
         assert self._before is not None
         before_stats, before_records, before_reused = self._before
-        now = ACTIVITY.stats.snapshot()
-        self.counts = {name: now[name] - before_stats[name] for name in COUNT_NAMES}
+        self.counts = _counts_since(before_stats)
         self.graphs = graph_activity(before_records)
         # a warmup of graphs the session warmed before costs nothing now; count what their first warmup
         # did, so the block counts the same whether this test runs alone or after the one that warmed them
@@ -139,18 +133,12 @@ def expect_message(expected: Mapping[str, int], got: Mapping[str, int],
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- manifest
-
-
 class ManifestView:
     """An emitted manifest with the checks a test asks of it.
 
-    ``graph_types`` maps each graph's key to its graph type, from the manifest's
-    ``config.neuron_config.graph_types`` and, for keys it lacks, the compile-cache metadata.
-    ``expected_graphs`` (graph type -> number of declared buckets) makes ``assert_complete``
-    require every bucket, not just one graph per type. ``rank_weights`` (rank -> digest of its model's
-    weights, from ``--neuron-tp`` rank processes) and ``single_rank_layout`` (the weights' names and shapes of
-    the model built outside a tensor-parallel group) let ``assert_ranks`` tell a model that ignores its rank.
+    ``expected_graphs`` (graph type -> declared buckets) makes ``assert_complete`` require every bucket;
+    ``rank_weights`` (``--neuron-tp`` rank -> digests of its weights) and ``single_rank_layout`` (of the model
+    built outside a TP group) let ``assert_ranks`` tell a model that ignores its rank.
     """
 
     def __init__(self, doc: Mapping[str, Any], path: str | os.PathLike[str] | None = None, *,
@@ -159,18 +147,13 @@ class ManifestView:
                  rank_weights: Mapping[int, Mapping[str, str]] | None = None,
                  single_rank_layout: str | None = None) -> None:
         self.doc = dict(doc)
-        #: ``--neuron-tp`` rank -> digests of the weights its model held (the plugin's view only, see ranks.py)
         self.rank_weights = {int(r): dict(w) for r, w in (rank_weights or {}).items()}
-        self.single_rank_layout = single_rank_layout  # the layout digest of the model built outside a TP group
+        self.single_rank_layout = single_rank_layout
         self.path = Path(path) if path is not None else None
         self.expected_graphs = dict(expected_graphs or {})
-        neuron_config = (self.doc.get("config") or {}).get("neuron_config") or {}
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else (
-            Path(neuron_config["cache_dir"]) if isinstance(neuron_config.get("cache_dir"), str) else None)
-        known = neuron_config.get("graph_types") if isinstance(neuron_config.get("graph_types"), Mapping) else {}
-        self.graph_types: dict[str, str | None] = {}
-        for key in self.keys:
-            self.graph_types[key] = known.get(key) or self._cached_graph_type(key)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else recorded_cache_dir(self.doc)
+        known = recorded_graph_types(self.doc)
+        self.graph_types = {key: known.get(key) or self._cached_graph_type(key) for key in self.keys}
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> ManifestView:
@@ -197,19 +180,17 @@ class ManifestView:
     def where(self) -> str:
         return f"manifest {self.path}" if self.path is not None else "the manifest"
 
+    def _graph_head(self, graph: Mapping[str, Any]) -> str:
+        """``  decode  4d0a12345678  inputs (1, 8)``: a graph as the failure messages name it."""
+        key = str(graph.get("graph_hash"))
+        shapes = format_shapes(graph.get("input_shapes") or [], empty="-")
+        return f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}"
+
     def holdings(self) -> list[str]:
         """One line per graph: type, short key, shapes, flags, ranks."""
-        if not self.graphs:
-            return ["  (no graphs)"]
-        out = []
-        for g in self.graphs:
-            key = str(g.get("graph_hash"))
-            shapes = format_shapes(g.get("input_shapes") or [], empty="-")
-            out.append(f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}  "
-                       f"flags {g.get('compiler_flags') or '-'}  ranks {g.get('ranks')}")
-        return out
+        return [f"{self._graph_head(g)}  flags {g.get('compiler_flags') or '-'}  ranks {g.get('ranks')}"
+                for g in self.graphs] or ["  (no graphs)"]
 
-    # -- checks ----------------------------------------------------------------------------------------
     def validate(self) -> list[str]:
         from neuron_args.manifest.schema import validate_manifest
 
@@ -223,11 +204,8 @@ class ManifestView:
                                  + "\n".join(f"  {p}" for p in problems))
 
     def assert_complete(self, expected: str | Iterable[str] | None = None) -> None:
-        """Every expected graph type (with all its declared buckets) or key is in the manifest.
-
-        ``expected``: graph types and/or keys (full or a prefix of at least 8 hex digits); default:
-        the graph types the fixture warmed up.
-        """
+        """Every expected graph type (with all its declared buckets) or key (a prefix of 8+ hex digits) is in the
+        manifest; default: the graph types the fixture warmed up."""
         __tracebackhide__ = True
         items = [expected] if isinstance(expected, str) else list(expected if expected is not None
                                                                    else self.expected_graphs)
@@ -254,13 +232,9 @@ class ManifestView:
 
     def assert_ranks(self, world_size: int | None = None, *, ranks: Iterable[int] | None = None,
                      replicated: bool = False) -> None:
-        """Every graph was traced by every expected rank (``range(world_size)`` or ``ranks``), and no other.
-
-        With several ranks, the ranks must hold shards: not the weights (names and shapes) of the model built
-        outside a tensor-parallel group, nor byte-identical weights on every rank (either way every rank built
-        the whole model's graphs: the model ignored its rank); ``replicated=True`` accepts a model replicated
-        on purpose. Checked where the ranks' weights are known (the plugin's ``neuron_manifest``).
-        """
+        """Every graph was traced by every expected rank (``range(world_size)`` or ``ranks``), and no other; where
+        the ranks' weights are known, several ranks must hold shards (``replicated=True`` accepts a model replicated
+        on purpose)."""
         __tracebackhide__ = True
         if (world_size is None) == (ranks is None):
             raise TypeError("assert_ranks() takes a world size or ranks=[...], exactly one of them")
@@ -270,12 +244,10 @@ class ManifestView:
                                  f"{sorted(expected)}")
         gaps = []
         for g in self.graphs:
-            key = str(g.get("graph_hash"))
             have = {r for r in g.get("ranks") or [] if isinstance(r, int)}
             lacking, extra = sorted(expected - have), sorted(have - expected)
             if lacking or extra:
-                shapes = format_shapes(g.get("input_shapes") or [], empty="-")
-                text = f"  {self.graph_types.get(key) or '?'}  {key[:12]}  inputs {shapes}: ranks {sorted(have)}"
+                text = f"{self._graph_head(g)}: ranks {sorted(have)}"
                 if lacking:
                     text += f", missing ranks {lacking}"
                 if extra:

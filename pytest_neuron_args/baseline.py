@@ -1,11 +1,7 @@
 """Manifest baselines: write one with ``--neuron-update-baseline``, compare against it otherwise.
 
-A baseline is the manifest in its *stable* form: what legitimately changes between two runs of
-the same build is left out (the package snapshot, NEFF sizes and timestamps, cache paths, the
-cache directory), and the per-key graph-type map is cut down to the manifest's own graphs (the
-runner's map lists every graph its process ever resolved, which depends on what ran before).
-The comparison is :func:`neuron_args.manifest.diff.diff_manifests`, which also ignores those
-fields; failures show its readable lines.
+A baseline is the manifest without what changes between two runs of one build (package snapshot, NEFF sizes,
+timestamps, cache paths), its graph-type map cut to its own graphs (a runner's map depends on what ran before).
 """
 from __future__ import annotations
 
@@ -101,6 +97,8 @@ class Baseline:
                 f"Create it (then review and commit it) with:\n    {self.update_hint}")
         try:
             old = read_json(self.path, MANIFEST_LIMIT)
+            if not isinstance(old, dict):
+                raise ValueError(f"a JSON {type(old).__name__}, not an object")
         except (OSError, ValueError) as exc:
             self._note("unreadable")
             raise AssertionError(f"manifest baseline {self.path} is unreadable ({type(exc).__name__}: {exc}); "
@@ -121,21 +119,17 @@ class Baseline:
         return f"Baseline({str(self.path)!r}, update={self.update})"
 
 
-# ----------------------------------------------------------------------------- keeping baselines tidy
+def name_parts(path: Path) -> tuple[str, str]:
+    """(test part, settings variant) of a baseline file's name: ``t.py__test_a[O2].json`` -> (``t.py__test_a``,
+    ``O2``). Test names are made file-safe (no brackets), so a trailing ``[...]`` is always the variant."""
+    stem = path.stem
+    if stem.endswith("]") and "[" in stem:
+        return stem[:stem.rindex("[")], stem[stem.rindex("[") + 1:-1]
+    return stem, ""
 
 
 def owner_name(path: Path) -> str:
-    """The test part of a baseline file's name (``t.py__test_a[O2].json`` -> ``t.py__test_a``).
-
-    Test names are made file-safe (no brackets), so a trailing ``[...]`` is always the settings variant.
-    """
-    stem = path.stem
-    return stem[:stem.rindex("[")] if stem.endswith("]") and "[" in stem else stem
-
-
-def variant_part(path: Path) -> str:
-    stem = path.stem
-    return stem[stem.rindex("[") + 1:-1] if stem.endswith("]") and "[" in stem else ""
+    return name_parts(path)[0]
 
 
 def covers(args: list[str], anchor: Path) -> bool:
@@ -158,14 +152,10 @@ def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, 
          complete: bool) -> tuple[list[str], list[str], list[str]]:
     """Baseline files this session left unused, those it did not check, and those it removed.
 
-    ``inventory`` maps each baseline folder to ``{"tests": [test parts of collected tests using
-    neuron_baseline], "covered": bool, "skipped": [test-part prefixes of modules and folders whose
-    collection was skipped]}`` (covered: every test below the folder's anchor was collected).
-    Not checked: a file of a collected test for these settings that no check used (skipped, failed
-    before its check, interrupted), or of a test in a skipped module (an ``importorskip`` in a
-    conftest): those tests exist, their baselines are kept. Unused: when the folder's tests were
-    all collected, a file whose test no longer exists. Only those are removed, and only under
-    ``--neuron-update-baseline`` (a ``-k``/partial run never removes anything, as in syrupy).
+    ``inventory``: folder -> ``{"tests": [test parts collected], "covered": every test below its anchor collected,
+    "skipped": [test-part prefixes whose collection was skipped]}``. A file of an existing test that no check used
+    is "not checked" and kept; one whose test no longer exists (known only when covered and complete) is unused,
+    and removed only under ``--neuron-update-baseline`` (a partial run never removes anything, as in syrupy).
     """
     unused: list[str] = []
     unchecked: list[str] = []
@@ -179,9 +169,9 @@ def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, 
         for path in sorted(root.glob("*.json")):
             if str(path) in used:
                 continue
-            name = owner_name(path)
+            name, path_variant = name_parts(path)
             if name in tests or _skipped_owner(name, skipped):
-                if variant_part(path) == variant:
+                if path_variant == variant:
                     unchecked.append(str(path))
                 continue
             if not (complete and info.get("covered")):
@@ -220,5 +210,5 @@ def tidy_session(session: NeuronSession) -> None:
         inventory, used, s.baseline_variant(), update=s.update_baseline, complete=complete)
 
 
-__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "normalize", "owner_name", "tidy",
-           "tidy_session", "variant_part"]
+__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "name_parts", "normalize", "owner_name", "tidy",
+           "tidy_session"]

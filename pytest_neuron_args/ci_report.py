@@ -1,9 +1,7 @@
 """What CI systems read from a session besides the terminal: JUnit properties and the GitHub step summary.
 
-Per test, the graphs ``neuron_warmup`` covered and what ``neuron_served`` served go into
-``item.user_properties``, so ``--junitxml`` tells a dashboard which keys and ``-O`` levels a failing
-test was about. At session end the controller appends a markdown summary (graphs, misses, baseline
-diffs, merged across xdist workers) to ``$GITHUB_STEP_SUMMARY`` when it is set.
+Per test, the graphs ``neuron_warmup`` covered and what ``neuron_served`` served go into ``user_properties``
+(``--junitxml``); at session end the controller appends a markdown summary to ``$GITHUB_STEP_SUMMARY``.
 """
 from __future__ import annotations
 
@@ -34,11 +32,8 @@ def _level(args: Iterable[str] | None) -> int | None:
 
 
 def warmup_properties(graphs: Iterable[GraphOutcome | Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """JUnit properties of a warmup's graphs (outcomes or their JSON forms).
-
-    One ``neuron_graph`` per graph (type, inputs, key, -O level, how it got into the cache) and three
-    one-line digests: ``neuron_warmed_graph_types``, ``neuron_graph_keys``, ``neuron_optimization_levels``.
-    """
+    """JUnit properties of a warmup's graphs: one ``neuron_graph`` per graph, and one-line digests of their graph
+    types, keys and ``-O`` levels."""
     rows = sorted(map(GraphOutcome.of, graphs), key=lambda g: g.sort_key)
     props: list[tuple[str, str]] = []
     levels: dict[str, set[str]] = {}
@@ -71,9 +66,6 @@ def record(node: pytest.Item, props: Iterable[tuple[str, str]]) -> None:
     kept = [(n, v) for n, v in node.user_properties if n not in names]
     seen = set(kept)
     node.user_properties[:] = kept + [p for p in props if p not in seen]
-
-
-# ----------------------------------------------------------------------------- step summary
 
 
 def _cell(text: Any) -> str:
@@ -122,18 +114,6 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str,
     return "\n".join(out) + "\n"
 
 
-def append_step_summary(markdown: str, environ: Mapping[str, str] | None = None) -> Path | None:
-    """Append ``markdown`` to ``$GITHUB_STEP_SUMMARY`` when set; the path, or None."""
-    target = envs.text(STEP_SUMMARY_ENV, environ) or None
-    if not target:
-        return None
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(markdown)
-    return path
-
-
 def write_step_summary(session: NeuronSession) -> Any:
     """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
     if session.is_worker or session.is_rank_worker or not envs.is_set(STEP_SUMMARY_ENV):
@@ -145,15 +125,20 @@ def write_step_summary(session: NeuronSession) -> Any:
     if not _has_content(data):
         return None  # a session that used no neuron fixture adds nothing to the job's page
     counts = baseline_counts(data)
+    markdown = summary_markdown(
+        data, header_line(session), footer_line(data, str(session.cache_dir())),
+        baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
+        notice=eager_outputs_notice(data.get("eager_outputs") or {}))
+    path = Path(envs.text(STEP_SUMMARY_ENV))
     try:
-        return append_step_summary(summary_markdown(
-            data, header_line(session), footer_line(data, str(session.cache_dir())),
-            baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
-            notice=eager_outputs_notice(data.get("eager_outputs") or {})))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(markdown)
+        return path
     except OSError as exc:  # a full disk: said in the terminal summary, and the session fails
         session.output_failures.append(f"${STEP_SUMMARY_ENV} {envs.text(STEP_SUMMARY_ENV)}: {exc.strerror or exc}")
         return None
 
 
-__all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "record", "serve_properties", "summary_markdown",
+__all__ = ["STEP_SUMMARY_ENV", "record", "serve_properties", "summary_markdown",
            "warmup_properties", "write_step_summary"]

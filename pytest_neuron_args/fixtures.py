@@ -1,13 +1,8 @@
 """The fixtures a model developer's tests use. They need one fixture from the user: ``neuron_model``.
 
-``neuron_model`` returns the model: an ``nn.Module`` whose ``neuron_graphs()`` lists its
-``GraphSpec(graph_type, entry, buckets)`` and that may define a ``compiler_args_for`` policy.
-
-Runners are shared: tests that get the same model object (a ``neuron_model`` fixture of session,
-package or module scope) and the same settings get the same runner, so a graph type is traced and
-warmed up once per session; a function-scoped ``neuron_model`` (a new model per test) gets a new
-runner per test. A second warmup of a graph type replays the first one's counts into
-``neuron_compile_counter`` blocks, so counts do not depend on test order.
+Tests that get the same model object (a ``neuron_model`` wider than function scope) and settings share one
+runner, so a graph type is warmed up once per session; a second warmup of it replays the first one's counts
+into ``neuron_compile_counter`` blocks, so counts do not depend on test order.
 """
 from __future__ import annotations
 
@@ -32,7 +27,7 @@ from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args import ci_report, gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
-from pytest_neuron_args.ledger_view import emit_engines, env
+from pytest_neuron_args.ledger_view import emit_engines
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
 from pytest_neuron_args.options import RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
@@ -102,11 +97,8 @@ def _neuron_args(config: pytest.Config) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _neuron_graph_type_check(request: pytest.FixtureRequest) -> None:
-    """A ``graph_type`` marker naming a type the model does not declare fails the test at setup.
-
-    Only tests that use a fixture needing the model are checked against it: a marker on a test
-    without neuron fixtures is documentation, and such a test needs no ``neuron_model``.
-    """
+    """A ``graph_type`` marker naming a type the model does not declare fails the test at setup (only where a
+    fixture needs the model: on other tests the marker is documentation)."""
     marked = marked_graph_types(request.node)
     if marked and MODEL_FIXTURES & set(request.fixturenames):
         check_graph_types(request.node.nodeid, request.getfixturevalue(USER_FIXTURE), marked)
@@ -172,14 +164,11 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
 
 @pytest.fixture
 def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Iterator[Any]:
-    """A :class:`neuron_args.runner.NeuronRunner` for ``neuron_model`` with the session's options (shared, see above).
-
-    For the test's duration its graphs go to the session's ledger (the manifest folder, else a private one), so a
-    warmup the test calls itself (README's cold-cache check) is in the manifest a later ``neuron_manifest`` reads.
-    """
+    """A NeuronRunner for ``neuron_model`` with the session's options; while the test runs its graphs go to the
+    session's ledger, so a warmup the test calls itself is in the manifest a later ``neuron_manifest`` reads."""
     session = get_session(pytestconfig)
     runner = session_runner(request, session, neuron_model)
-    with env({MANIFEST_DIR_ENV: str(session.ledger_root())}):
+    with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}):
         yield runner
 
 
@@ -205,12 +194,8 @@ def _ours(request: pytest.FixtureRequest, name: str, value: Any, kind: str) -> A
 
 @pytest.fixture
 def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> Any:
-    """The arguments the marked graph type compiles with (a list); a dict ``{graph_type: list}`` for several.
-
-    That is the resolver's per-graph list, or the base list when no per-graph override applies
-    (``resolve`` returned None: no policy, or an explicit ``--neuron-optimization-level``, which
-    the base list then carries). Platform arguments (``--target``) are not included.
-    """
+    """The arguments the marked graph type compiles with (a list; a dict ``{graph_type: list}`` for several): its
+    per-graph list, else the base list; platform arguments (``--target``) are not included."""
     neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     marked = marked_graph_types(request.node)
     if not marked:
@@ -233,12 +218,8 @@ def neuron_compile_counter() -> CompileCounter:
 @pytest.fixture
 def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconfig: pytest.Config,
                   tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Warm up the marked graph types (all declared ones without a marker) with ``--neuron-flow``.
-
-    A graph type the session's runner warmed before is not traced again. Under ``--neuron-tp N``
-    the warmup runs in N rank processes. Returns the ``WarmupReport`` (``graphs``: every graph of
-    the chosen graph types, with its key and how it got into the cache).
-    """
+    """Warm up the marked graph types (all declared ones without a marker) with ``--neuron-flow`` (under
+    ``--neuron-tp N`` in N rank processes); the ``WarmupReport``."""
     neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     session = get_session(pytestconfig)
     s = session.settings
@@ -252,11 +233,10 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
                 report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
             else:
                 progress = _progress_writer(pytestconfig, request.node)
-                with env({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
+                with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
                     report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
                 session.add_deferred_counts(report.deferred_counts)  # graphs loaded here are in ACTIVITY.stats already
-                if report.compile_report is not None:
-                    session.add_compile_report(report.compile_report)
+                session.add_compile_report(report.compile_report)
     except BaseException as exc:
         # what a failed parallel warmup built before it raised (a ParallelCompileError's report; the parallel_compile
         # a trace failure, a graph break or Ctrl-C cut short): those graphs were compiled by this session
@@ -334,16 +314,9 @@ def _fail_if_failed_before(session: NeuronSession, runner: Any, graph_types: lis
 @pytest.fixture
 def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_warmup: Any,
                   pytestconfig: pytest.Config) -> Iterator[Any]:
-    """The runner after warmup, serving: a call that misses the cache raises ``CacheMissError``.
-
-    Under ``--neuron-tp N`` the test runs in each of N rank processes against its shard, and passes only when
-    every rank passed with no cache miss (the pytest process runs its fixtures, not its body). Cache misses
-    raise for the test's duration (``serve()`` hands its ``assert_cache_hit`` to the seams; the
-    environment, ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` included, is left alone); the error names the graph
-    type, the key, the closest warmed-up entry and the components that differ. Calls of the
-    model's declared entry modules are served too (matched to a graph type by their shapes); a
-    call that matches no declared bucket raises ``UndeclaredGraphError`` and fails the test.
-    """
+    """The runner after warmup, serving: a call that misses the cache raises ``CacheMissError``, and one that
+    matches no declared bucket ``UndeclaredGraphError`` (the environment is left alone). Under ``--neuron-tp N``
+    the test runs in each of N rank processes against its shard and passes only when every rank passed."""
     neuron_runner = _ours(request, "neuron_runner", neuron_runner, "NeuronRunner")
     session = get_session(pytestconfig)
     if session.is_rank_worker and not session.settings.rank_serve or not session.is_rank_worker and session.settings.tp > 1:
@@ -365,11 +338,8 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
 @pytest.fixture
 def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_runner: Any,
                     pytestconfig: pytest.Config, tmp_path: Path) -> ManifestView:
-    """This test's view of the session manifest: the graphs its warmup covers, with every rank that built them.
-
-    Written to ``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``; ``assert_complete(...)``,
-    ``assert_ranks(...)``, ``assert_valid()``.
-    """
+    """This test's view of the session manifest (``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``): the
+    graphs its warmup covers, with every rank that built them."""
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         return None  # type: ignore[return-value]
@@ -391,12 +361,8 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
 
 @pytest.fixture
 def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Baseline:
-    """``check(manifest)``: compare with this test's baseline, or write it under ``--neuron-update-baseline``.
-
-    Default folder: ``.neuron-baseline/`` next to the ini file governing the conftest that defines
-    ``neuron_model`` (else next to that conftest); one file per test and per settings variant
-    (``<test>.json``, ``<test>[O2].json``...).
-    """
+    """``check(manifest)``: compare with this test's baseline (``<test>[variant].json``, see
+    :func:`baseline_location`), or write it under ``--neuron-update-baseline``."""
     session = get_session(pytestconfig)
     s = session.settings
     nodeid = request.node.nodeid
@@ -441,11 +407,8 @@ def _ini_dir(start: Path) -> Path | None:
 
 
 def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
-    """Where ``.neuron-baseline/`` lives: by the ini file of the conftest defining ``neuron_model``.
-
-    Found from that conftest's own location, so it does not move with pytest's rootdir (which a
-    split ``--neuron-cache-dir PATH`` can change); without such a fixture, the ini file or rootdir.
-    """
+    """Where ``.neuron-baseline/`` lives: by the ini file of the conftest defining ``neuron_model``, found from that
+    conftest (pytest's rootdir can move with a split ``--neuron-cache-dir PATH``); else the ini file or rootdir."""
     import inspect
 
     try:
@@ -456,9 +419,6 @@ def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
         folder = Path(source).resolve().parent
         return _ini_dir(folder) or folder
     return config.inipath.parent if config.inipath is not None else config.rootpath
-
-
-# ----------------------------------------------------------------------------- --neuron-tp
 
 
 def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any, ...]:
@@ -494,12 +454,8 @@ def _rank_argv(node: pytest.Item, session: NeuronSession, out: Path, graph_types
 
 def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: Any, graph_types: list[str] | None,
               tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """``--neuron-tp N``: warm up in N rank processes (the launcher of ``scripts/main.sh --tp``, gloo on CPU).
-
-    Each rank runs this test's fixtures (so ``neuron_model`` is built in the rank, after
-    ``torch.distributed`` is initialized) and its warmup, but not the test itself, and reports the
-    graphs it warmed; their ledger lines carry the rank, so the manifest lists ranks 0..N-1.
-    """
+    """``--neuron-tp N``: warm up in N rank processes (gloo on CPU), each running this test's fixtures (its
+    ``neuron_model`` built after ``torch.distributed`` is up) but not the test, and reporting what it warmed."""
     from neuron_args.launch import launch
     from neuron_args.graph_outcome import GraphOutcome
     from neuron_args.runner import WarmupReport
@@ -542,12 +498,8 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
 
 
 def tp_serve(item: pytest.Function, session: NeuronSession) -> None:
-    """``--neuron-tp N``, a test using ``neuron_served``: run it in N rank processes, each serving its own shard.
-
-    The ranks run the whole test (fixtures, warmup - loads of what ``tp_warmup`` built -, serving and the body)
-    and report their outcome; the test passes only when every rank passed with no cache miss, and fails
-    naming each rank that failed, missed or reported nothing. Their results go to the summary and the report.
-    """
+    """``--neuron-tp N``, a test using ``neuron_served``: run it whole in N rank processes, each serving its shard;
+    it passes only when every rank passed with no cache miss, and fails naming each rank that did not."""
     from neuron_args.launch import launch
 
     s = session.settings
@@ -581,8 +533,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     try:
         with gc_policy.paused(), trace_log.detached():
             report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
-        if report.compile_report is not None:
-            session.add_compile_report(report.compile_report)
+        session.add_compile_report(report.compile_report)
         result.update(graphs=[g.to_json() for g in report.graphs], export=session.export(),
                       weights=ranks.weights_digest(runner.model),
                       config=json.loads(json.dumps(runner.manifest_config_block(), default=str)))

@@ -1,12 +1,10 @@
 """Manifests from the session's ledger: the session manifest per engine, and one test's view of it.
 
-Every process appends ledger lines (``<root>/ledger/<engine-id>/<pid>.jsonl``) and nothing emits until
-the end, so no process consumes another's lines. A test's ``neuron_manifest`` covers its own warmup's
-keys: they are copied into a ledger in the test's tmp folder and emitted there with ``emit_manifest``.
+Nothing emits until the session ends, so no process consumes another's lines; a test's view copies its own
+warmup's lines into a ledger in its tmp folder and emits that.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -18,11 +16,6 @@ from neuron_args.manifest.engine import MANIFEST_DIR_ENV, VISIBLE_DEVICES_ENV
 from neuron_args.manifest.ledger import Ledger, ledger_dir, ledger_engines, read_ledger
 
 _ENGINE = re.compile(r"^dev(\d+)_(\d+)$")
-
-
-def env(values: Mapping[str, str | None]) -> contextlib.AbstractContextManager[None]:
-    """Set (or, for None, unset) environment variables for a block; restore them after."""
-    return envs.overridden(values)
 
 
 def engine_devices(engine_id: str) -> str | None:
@@ -48,11 +41,8 @@ def _config(config: Mapping[str, Any] | None, ledger: Ledger, keys: set[str]) ->
 
 def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping[str, Any] | None,
                  keys: Iterable[str] | None = None, failures: list[str] | None = None) -> list[Path]:
-    """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given).
-
-    With ``source == target`` the engine's ledger is consumed (the end of a session); otherwise the
-    lines are copied into ``target``'s own ledger first, and ``source`` is left alone (a test's view).
-    """
+    """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given);
+    ``source == target`` consumes the ledger (the session's end), else ``source`` is left alone (a test's view)."""
     from neuron_args.manifest.emit import emit_manifest
 
     wanted = None if keys is None else set(keys)
@@ -68,7 +58,7 @@ def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "view.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
         ranks = max(r["rank"] for r in lines)
-        with env({MANIFEST_DIR_ENV: str(target), VISIBLE_DEVICES_ENV: engine_devices(engine)}):
+        with envs.overridden({MANIFEST_DIR_ENV: str(target), VISIBLE_DEVICES_ENV: engine_devices(engine)}):
             path = emit_manifest(cache_dir=cache_dir, config=_config(config, ledger, chosen),
                                  rank_map=list(range(ranks + 1)), failures=failures)
         if path is not None:
@@ -76,4 +66,4 @@ def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping
     return written
 
 
-__all__ = ["emit_engines", "engine_devices", "env"]
+__all__ = ["emit_engines", "engine_devices"]

@@ -32,14 +32,10 @@ def register(config: pytest.Config) -> None:
     )
 
 
-def neuron_devices() -> list[str]:
-    return sorted(glob.glob(DEVICE_GLOB))
-
-
 def skip_without_device(items: Iterable[pytest.Item]) -> None:
     """Mark ``neuron_hardware`` tests skipped (reported at the test's own line) when no device is visible."""
     marked = [item for item in items if item.get_closest_marker(HARDWARE) is not None]
-    if marked and not neuron_devices():
+    if marked and not glob.glob(DEVICE_GLOB):
         for item in marked:
             item.add_marker(pytest.mark.skip(reason=NO_DEVICE_REASON))
 
@@ -85,4 +81,4 @@ def check_graph_types(nodeid: str, model: Any, marked: Iterable[str]) -> None:
 
 
 __all__ = ["ALLOW_BREAKS", "GRAPH_TYPE", "HARDWARE", "NO_DEVICE_REASON", "check_graph_types", "declared_graph_types",
-           "marked_graph_types", "neuron_devices", "register", "skip_without_device"]
+           "marked_graph_types", "register", "skip_without_device"]

@@ -1,8 +1,5 @@
-"""pytest plugin entry point (``pytest11``: ``neuron_args = "pytest_neuron_args.plugin"``).
-
-Hooks live here; options, markers, fixtures, assertions, the report and xdist support live in
-their own modules. Importing this module must stay cheap (no torch): pytest loads it in every
-session of an environment that has neuron-args installed.
+"""pytest plugin entry point (``pytest11``): the hooks. Importing it must stay cheap (no torch): pytest loads it in
+every session of an environment that has neuron-args installed.
 """
 from __future__ import annotations
 
@@ -21,6 +18,8 @@ from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected
     MODEL_FIXTURES,
     PROGRESS_KEY,
     _neuron_graph_type_check,
+    baseline_location,
+    model_fixturedef_of,
     neuron_baseline,
     neuron_cache,
     neuron_compile_counter,
@@ -32,12 +31,14 @@ from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected
     neuron_settings,
     neuron_target,
     neuron_warmup,
+    tp_serve,
 )
 from pytest_neuron_args.options import NeuronSettings, add_options
-from pytest_neuron_args.baseline import tidy_session
+from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, owner_name, tidy_session
 from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
-from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session
+from pytest_neuron_args.ranks import note_phase
+from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session, safe_name
 from pytest_neuron_args.trace_log import TRACE_LOG
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
@@ -168,8 +169,6 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Any:
 
 def _skipped_prefixes(state: NeuronSession, anchors: set[Path]) -> list[str]:
     """The test-part prefixes (as baseline files name tests) of the skipped modules and folders below ``anchors``."""
-    from pytest_neuron_args.state import safe_name
-
     out = set()
     for path in state.skipped_collectors:
         for anchor in (a.resolve() for a in anchors):
@@ -181,16 +180,12 @@ def _skipped_prefixes(state: NeuronSession, anchors: set[Path]) -> list[str]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, owner_name
-    from pytest_neuron_args.fixtures import baseline_location, model_fixturedef_of
-
     config = session.config
     state = get_session(config)
     if not config.option.collectonly and any(MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
                                              for item in session.items):
         gc_policy.freeze(collect=True)  # imports and items live as long as the session
         from neuron_args.runner import prestart_compile_worker  # the first compile's worker starts during the traces
-
         from neuron_args.settings import CompileSettings
 
         prestart_compile_worker(CompileSettings(compiler=state.settings.compiler, cache_dir=str(state.cache_dir())),
@@ -236,8 +231,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if session.is_rank_worker:
         return None if session.settings.rank_serve else True
     if session.settings.tp > 1 and "neuron_served" in pyfuncitem.fixturenames:
-        from pytest_neuron_args.fixtures import tp_serve
-
         tp_serve(pyfuncitem, session)
         return True
     return None
@@ -252,8 +245,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and session.is_rank_worker:  # tell the pytest process what it was
         session.report_rank_failure(str(report.longrepr))
     if session.settings.rank_serve and session.settings.rank_worker is not None:
-        from pytest_neuron_args.ranks import note_phase
-
         note_phase(session.settings.rank_worker, report, session.export())
     lines = item.stash.get(PROGRESS_KEY, None)
     if lines:  # an xdist worker's warmup progress, printed by the controller (pytest_runtest_logreport)

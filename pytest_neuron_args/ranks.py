@@ -1,11 +1,7 @@
 """What ``--neuron-tp`` rank processes hand back besides their graphs, and how the pytest process reads it.
 
-Each rank reports digests of its model's weights: a model that ignores its rank (no shard) holds
-the weights of the unsharded model (the pytest process's, built outside a tensor-parallel group), or
-the same weights on every rank, and builds the same graphs: ``assert_ranks(N)`` refuses it. A
-serving test runs in every rank (see ``fixtures.tp_serve``); each rank writes its outcome, phase
-by phase, to ``serve<rank>.json``, and the pytest process passes the test only when every rank passed
-with no cache miss.
+Digests of each rank's weights, so ``assert_ranks(N)`` refuses a model that ignores its rank (the unsharded
+model's weights, or the same on every rank); and a serving test's outcome, phase by phase, in ``serve<rank>.json``.
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The report header line and the terminal summary table of the graphs a session compiled or loaded."""
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,15 +15,22 @@ from pytest_neuron_args.state import NeuronSession
 SUMMARY_TITLE = "neuron-args: graphs of this session"
 
 
-def compiler_description(compiler: str | None) -> str:
-    """``local local-xla-cpu/0.10.2 ...``: name and version (for auto, of the one it picks); never raises."""
+def _compiler_info(compiler: str | None) -> tuple[Any, str | None]:
+    """The selected compiler's info, else None and the first line of why; the header and the report must not break
+    a session over it (the fixtures report the error)."""
     try:
         from neuron_args.compilers import select_compiler
 
-        info = select_compiler(compiler).info
-    except Exception as exc:  # the header must not break a session; fixtures report the error
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"{compiler or 'auto'} (unavailable: {first})"
+        return select_compiler(compiler).info, None
+    except Exception as exc:
+        return None, (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def compiler_description(compiler: str | None) -> str:
+    """``local local-xla-cpu/0.10.2 ...``: name and version (for auto, of the one it picks); never raises."""
+    info, error = _compiler_info(compiler)
+    if info is None:
+        return f"{compiler or 'auto'} (unavailable: {error})"
     how = "" if compiler not in (None, "auto") else " (auto)"
     if info.version == "unknown" and info.name == "neuronx-cc":  # every graph would fail to compile: say it first
         import shutil
@@ -34,7 +43,7 @@ def compiler_description(compiler: str | None) -> str:
 def header_line(session: NeuronSession) -> str:
     s = session.settings
     cache = f"{session.cache_dir()}" + (" (fresh per session)" if session.cache_is_fresh else "")
-    manifest = str(session.manifest_root()) if s.manifest_dir is not None else "off"
+    manifest = str(s.manifest_dir) if s.manifest_dir is not None else "off"
     parts = [f"target {s.target}", f"compiler {compiler_description(s.compiler)}", f"cache {cache}",
              f"manifest dir {manifest}", f"flow {s.flow}"]
     if s.optimization_level is not None:
@@ -53,12 +62,7 @@ def shapes_text(shapes: Sequence[str] | None, limit: int = MAX_SHAPES) -> str:
         return "-"
     if not shapes:
         return "()"
-    runs: list[list[Any]] = []
-    for shape in shapes:
-        if runs and runs[-1][0] == shape:
-            runs[-1][1] += 1
-        else:
-            runs.append([shape, 1])
+    runs = [(shape, len(list(same))) for shape, same in itertools.groupby(shapes)]
     items = [f"({shape})" + (f"x{n}" if n > 2 else "") if n > 2 else " ".join([f"({shape})"] * n) for shape, n in runs]
     if len(items) > limit:
         hidden = sum(n for _, n in runs[limit - 1:])
@@ -83,9 +87,7 @@ def table_rows(data: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, .
     """The summary table's header and cells of merged session data (see :meth:`NeuronSession.merged`)."""
     rows = _rows(data)
     serve_calls = data.get("serve_calls", {})
-    per_type: dict[Any, int] = {}
-    for row in rows:
-        per_type[row.graph_type] = per_type.get(row.graph_type, 0) + 1
+    per_type = Counter(row.graph_type for row in rows)
     header = ("graph type", "inputs", "-O", "key", "how", "compile", "size", "loads", "serve hit/miss")
     body = []
     for row in rows:
@@ -97,12 +99,6 @@ def table_rows(data: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, .
             str(row.loads or 0), _serve_cell(row, serve_calls, per_type),
         ))
     return header, body
-
-
-def table_lines(data: dict[str, Any]) -> list[str]:
-    """The summary table of merged session data, as aligned text lines."""
-    header, body = table_rows(data)
-    return render_table(header, body, rule=False).split("\n")
 
 
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
@@ -126,12 +122,21 @@ def footer_line(data: dict[str, Any], cache_dir: str) -> str:
     return "; ".join(parts)
 
 
+_CONTENT = ("rows", "serve_sessions", "baselines_written", "manifests_written", "corrupt", "warmup_failures",
+            "eager_fallbacks", "baseline_checks", "baselines_unused", "baselines_removed", "baselines_unchecked",
+            "tp_serves")
+
+
 def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> bool:
-    return bool(data["rows"] or data["serve_sessions"] or data["baselines_written"] or data.get("manifests_written")
-                or data.get("corrupt") or data.get("warmup_failures") or data.get("eager_fallbacks")
-                or data.get("baseline_checks") or data.get("baselines_unused") or data.get("baselines_removed")
-                or data.get("baselines_unchecked") or data.get("tp_serves")
-                or (session is not None and (session.output_failures or session.manifest_failures)))
+    return any(data.get(name) for name in _CONTENT) or (
+        session is not None and bool(session.output_failures or session.manifest_failures))
+
+
+_BASELINE_LINES = (("baselines_written", "baseline written"),
+                   ("baselines_removed", "baseline removed (its test no longer exists)"),
+                   ("baselines_unused", "baseline unused"),
+                   ("baselines_unchecked", "baseline not checked (its test exists but was skipped, failed before its "
+                                           "check or did not run)"))
 
 
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
@@ -152,7 +157,7 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
             f"recompile limit: {'; '.join(sorted(fallbacks))}; fix: torch._dynamo.reset() between models, a higher "
             "recompile_limit, or bucketing", red=True, bold=True)
     if data["rows"]:
-        for line in table_lines(data):
+        for line in render_table(*table_rows(data), rule=False).split("\n"):
             terminalreporter.write_line(line)
     terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
     if data.get("workers_silent"):
@@ -189,17 +194,10 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     counts = baseline_counts(data)
     if any(counts.values()):
         terminalreporter.write_line("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    for path in data["baselines_written"]:
-        terminalreporter.write_line(f"baseline written: {path}")
-    for path in data.get("baselines_removed") or []:
-        terminalreporter.write_line(f"baseline removed (its test no longer exists): {path}")
-    unused = data.get("baselines_unused") or []
-    for path in unused:
-        terminalreporter.write_line(f"baseline unused: {path}")
-    for path in data.get("baselines_unchecked") or []:
-        terminalreporter.write_line(f"baseline not checked (its test exists but was skipped, failed before its check "
-                                    f"or did not run): {path}")
-    if unused and not session.settings.update_baseline:
+    for name, what in _BASELINE_LINES:
+        for path in data.get(name) or []:
+            terminalreporter.write_line(f"{what}: {path}")
+    if data.get("baselines_unused") and not session.settings.update_baseline:
         terminalreporter.write_line("(re-run the whole suite with --neuron-update-baseline to remove the baselines "
                                     "of tests that no longer exist)")
     for path in data.get("manifests_written", []):
@@ -235,12 +233,8 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
 
 
 def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
-    """Baselines written, updated, unused (their test no longer exists), not checked (the test exists but did not
-    reach its check) and removed, then the checks' outcomes (merged data).
-
-    Written/updated/unused are always listed once anything is counted, as snapshot tools do; the
-    rest only when non-zero. ``unused`` is known only where tests were collected (see ``tidy``).
-    """
+    """Baselines by what became of them, then the checks' outcomes (merged data); written/updated/unused always
+    listed once anything is counted, as snapshot tools do, the rest only when non-zero."""
     order = ("written", "updated", "unused", "not checked", "removed", "unchanged", "match", "differs", "missing", "unreadable")
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
@@ -261,13 +255,9 @@ def write_json_report(session: NeuronSession) -> Any:
 
     data = session.merged()
     s = session.settings
-    try:
-        from neuron_args.compilers import select_compiler
-
-        info = select_compiler(s.compiler).info
-        compiler = {"name": info.name, "version": info.version}
-    except Exception as exc:  # a report names what it could not find rather than failing the session
-        compiler = {"name": s.compiler or "auto", "version": None, "error": str(exc).splitlines()[0]}
+    info, error = _compiler_info(s.compiler)
+    compiler = ({"name": info.name, "version": info.version} if info is not None
+                else {"name": s.compiler or "auto", "version": None, "error": error})
     settings = {"target": s.target, "compiler": compiler, "flow": s.flow, "cache_dir": str(session.cache_dir()),
                 "optimization_level": s.optimization_level, "compiler_args": s.compiler_args, "tp": s.tp}
     graphs = [graph_record(row, row.status if row.status != "-" else "seen") for row in _rows(data)]
@@ -281,5 +271,5 @@ def write_json_report(session: NeuronSession) -> Any:
         return None
 
 
-__all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_lines", "table_rows",
+__all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_rows",
            "write_json_report", "write_summary"]

@@ -1,10 +1,8 @@
 """Per-session plugin state: the cache and manifest directories, and what the session compiled and served.
 
-One :class:`NeuronSession` per ``pytest.Config`` (never module globals: an in-process ``pytester`` run
-shares this module with the session that started it). The library's process activity
-(``neuron_args.activity.ACTIVITY``: records, cache counters) is read as differences from its snapshot
-at session start, for the same reason. Everything :meth:`NeuronSession.export` returns is plain builtins, so it can travel through
-xdist's ``workeroutput``.
+One :class:`NeuronSession` per ``pytest.Config``, and ``ACTIVITY`` read as differences from its snapshot at
+session start: an in-process ``pytester`` run shares this module with the session that started it.
+:meth:`NeuronSession.export` returns plain builtins, so it can travel through xdist's ``workeroutput``.
 """
 from __future__ import annotations
 
@@ -14,6 +12,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -131,7 +130,6 @@ class NeuronSession:
         self.output_failures: list[str] = []  # why the --neuron-report file or the step summary could not be written
         self._ledger_root: Path | None = None
 
-    # -- directories --------------------------------------------------------------------------------
     @property
     def is_worker(self) -> bool:
         return self.worker_id is not None
@@ -157,18 +155,9 @@ class NeuronSession:
             self._cache_dir = path.resolve()
         return self._cache_dir
 
-    def manifest_root(self) -> Path | None:
-        """``--neuron-manifest-dir``: ``VLLM_NEURON_MANIFEST_DIR`` of every process of the session.
-
-        Nothing emits during the session: every process (xdist workers, parallel-flow trace
-        children, --neuron-tp ranks) appends its ledger lines there, and the controller writes one
-        ``<engine-id>/manifest.json`` per engine at the end (:meth:`emit_manifests`).
-        """
-        return self.settings.manifest_dir
-
     def ledger_root(self) -> Path:
         """Where warmups write their ledger lines: the manifest dir, else a private folder of this process."""
-        root = self.manifest_root()
+        root = self.settings.manifest_dir
         if root is not None:
             return root
         if self._ledger_root is None:
@@ -183,10 +172,9 @@ class NeuronSession:
     def is_rank_worker(self) -> bool:
         return self.settings.rank_worker is not None
 
-    # -- session start / end --------------------------------------------------------------------------
     def start(self) -> None:
         gc_policy.session_started()
-        root = self.manifest_root()
+        root = self.settings.manifest_dir  # every process's VLLM_NEURON_MANIFEST_DIR; the controller emits at the end
         if root is not None:
             self._saved_env = (MANIFEST_DIR_ENV in envs.environ(), envs.environ().get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
@@ -223,10 +211,7 @@ class NeuronSession:
             self._manifest_lock = None
         if self._saved_env is not None:
             present, value = self._saved_env
-            if present:
-                envs.put(MANIFEST_DIR_ENV, value or "")
-            else:
-                envs.put(MANIFEST_DIR_ENV, None)
+            envs.put(MANIFEST_DIR_ENV, (value or "") if present else None)
             self._saved_env = None
 
     def report_rank_failure(self, error: str) -> None:
@@ -247,7 +232,7 @@ class NeuronSession:
 
     def emit_manifests(self) -> list[Path]:
         """The session manifest: one ``<DIR>/<engine-id>/manifest.json`` per engine that wrote ledger lines."""
-        root = self.manifest_root()
+        root = self.settings.manifest_dir
         if root is None or self.is_worker or self.is_rank_worker or self.inner_session:
             return []
         from pytest_neuron_args.ledger_view import emit_engines
@@ -267,13 +252,10 @@ class NeuronSession:
         self.manifest_gaps = {str(p): gap for p in written
                               if (gap := _graphs_without_executable(p, merged["other_caches"])) is not None}
         self.manifests_not_ours = sorted(str(p) for p in root.glob(f"*/{MANIFEST_FILENAME}") if p not in written)
-        try:
+        with contextlib.suppress(OSError):
             (root / LEDGER_DIRNAME).rmdir()  # every engine's ledger was consumed
-        except OSError:
-            pass
         return written
 
-    # -- what the session did ---------------------------------------------------------------------------
     def note_runner_cache(self, cache_dir: Any, nodeid: str) -> None:
         """A runner warmed up into ``cache_dir``: remembered when it is not the session's cache."""
         path = str(Path(cache_dir).resolve())
@@ -292,8 +274,8 @@ class NeuronSession:
             self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
 
     def add_compile_report(self, report: Any) -> None:
-        """Remember the graphs a parallel warmup compiled or failed to compile (their records live in the compile
-        workers); also the part of a warmup that raised (a trace failure, a graph break, Ctrl-C) after it built some."""
+        """Remember the graphs a parallel warmup (or the part of one that raised) compiled or failed to compile: their
+        records live in the compile workers. None: an in-process warmup, nothing to add."""
         for g in getattr(report, "graphs", None) or []:
             # compiled elsewhere: not served here; its status comes from the counts, as every row's
             unseen = replace(g, how=None, serve_hits=None, serve_misses=None)
@@ -351,38 +333,35 @@ class NeuronSession:
         ranks = [*self.rank_parts, *(r for w in self.workers.values() for r in w.get("rank_parts") or [])]
         parts = [self.export(), *self.workers.values(), *ranks]
         rows: dict[str, GraphOutcome] = {}
-        calls: dict[str, int] = {}
+        calls: Counter[str] = Counter()
+        stats: Counter[str] = Counter()
         for part in parts:
             for row in map(GraphOutcome.from_json, part.get("rows", [])):
                 rows[row.key] = rows[row.key].merged(row) if row.key in rows else row
-            for graph_type, n in part.get("serve_calls", {}).items():
-                calls[graph_type] = calls.get(graph_type, 0) + n
-        stats: dict[str, int] = {}
-        for part in parts:
-            for k, v in part.get("stats", {}).items():
-                stats[k] = stats.get(k, 0) + v
+            calls.update(part.get("serve_calls", {}))
+            stats.update(part.get("stats", {}))
         return {
             "rows": [row.to_json() for row in sorted(rows.values(), key=row_order)],
-            "serve_calls": calls,
+            "serve_calls": dict(calls),
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
-            "baselines_written": [b for p in parts for b in p.get("baselines_written", [])],
-            "baseline_checks": [c for p in parts for c in p.get("baseline_checks", [])],
+            **{name: [x for p in parts for x in p.get(name) or []] for name in _CONCATENATED},
+            **{name: {k: v for p in parts for k, v in (p.get(name) or {}).items()} for name in _UNITED},
             "baselines_unused": self.baselines_unused,
             "baselines_unchecked": list(self.baselines_unchecked),
             "baselines_removed": list(self.baselines_removed),
-            "stats": stats,
+            "stats": dict(stats),
             "workers": sorted(self.workers),
             "workers_silent": sorted(self.workers_started - set(self.workers)),
             "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
-            "eager_outputs": {k: g for p in parts for k, g in p.get("eager_outputs", {}).items()},
-            "eager_fallbacks": {k: h for p in parts for k, h in (p.get("eager_fallbacks") or {}).items()},
-            "corrupt": {k: why for p in parts for k, why in p.get("corrupt", {}).items()},
-            "warmup_failures": [f for p in parts for f in p.get("warmup_failures") or []],
-            "tp_serves": [t for p in parts for t in p.get("tp_serves") or []],
             "other_caches": {c: t for p in reversed(parts) for c, t in (p.get("other_caches") or {}).items()},
         }
+
+
+#: export fields merged by concatenating the parts' lists, and by uniting their dicts
+_CONCATENATED = ("baselines_written", "baseline_checks", "warmup_failures", "tp_serves")
+_UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
 
 
 def row_order(row: GraphOutcome | dict[str, Any]) -> tuple[Any, ...]:

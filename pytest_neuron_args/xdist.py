@@ -1,10 +1,7 @@
 """pytest-xdist support: the controller hands its cache directory to the workers and merges their results.
 
-Registered only when xdist is loaded, so the plugin works without it. Workers put plain builtins
-into ``config.workeroutput`` in ``pytest_sessionfinish`` (see ``plugin.py``); the controller reads
-them in ``pytest_testnodedown``. Workers share one compile cache safely (per-key file locks; the
-second builder of a key finds it complete) and append to the session's one ledger; the controller
-writes the per-engine manifests at the end (see ``NeuronSession.emit_manifests``).
+Registered only when xdist is loaded. Workers put plain builtins into ``config.workeroutput`` at session finish;
+they share one compile cache (per-key file locks) and one ledger, and the controller writes the manifests.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_neuron_args.assertions import ManifestView
 from tests.conftest import MODEL_CONFTEST
-from pytest_neuron_args.baseline import normalize
+from pytest_neuron_args.baseline import Baseline, normalize
 
 
 def test_manifest_checks_pass_and_fail_with_explanations(neuron_project: pytest.Pytester,
@@ -235,3 +235,25 @@ def test_manifest_diff_of_two_runs_of_one_build_is_empty(neuron_project: pytest.
     capsys.readouterr()
     assert main(["manifest", "show", str(baseline)]) == 0  # a baseline names its graph types itself
     assert re.search(rf"^decode +{warm_cache.keys['decode'][:12]} ", capsys.readouterr().out, re.M)
+
+
+def test_manifest_view_reads_the_config_of_an_untrusted_manifest(tmp_path: Path) -> None:
+    graph = {"graph_hash": "a" * 32, "input_shapes": ["4, 8"], "compiler_flags": "-O1", "ranks": [0]}
+    odd = ManifestView({"config": ["not", "a", "block"], "graphs": [graph]}, tmp_path / "manifest.json")
+    assert odd.cache_dir is None and odd.graph_types == {"a" * 32: None}
+    baseline = ManifestView({"config": {"neuron_config": {"cache_dir": "<cache_dir>", "graph_types": {"a" * 32: "decode"}}},
+                             "graphs": [graph]})
+    assert baseline.cache_dir is None and baseline.graph_types == {"a" * 32: "decode"}
+    baseline.assert_complete(["decode"])
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"a string"', "{not json"])
+def test_a_baseline_file_that_is_not_a_json_object_is_unreadable_naming_the_fix(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(content)
+    checks: list[dict] = []
+    baseline = Baseline(path, nodeid="t.py::test_a", update=False, update_hint="pytest t.py --neuron-update-baseline",
+                        on_check=checks.append)
+    with pytest.raises(AssertionError, match=r"manifest baseline .*t\.json is unreadable .*\n    pytest t\.py --neuron-"):
+        baseline.check({"manifest_version": 1, "graphs": []})
+    assert [c["status"] for c in checks] == ["unreadable"]

@@ -257,3 +257,33 @@ def test_the_ini_testpaths_count_as_the_whole_suite_a_sub_folder_does_not(neuron
     whole.assert_outcomes(passed=1)
     whole.stdout.fnmatch_lines([f"baseline removed (its test no longer exists): {stale}"])
     assert not stale.exists()
+
+
+def test_a_compiler_that_fails_without_a_message_is_named_in_the_header_and_the_report(
+        neuron_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import neuron_args.compilers  # imported by warm_cache already: an in-process run drops what it imports
+
+    def broken(name: object = None) -> object:
+        raise RuntimeError()
+
+    monkeypatch.setattr(neuron_args.compilers, "select_compiler", broken)
+    neuron_project.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = neuron_project.runpytest("--neuron-report=report.json")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["neuron-args: *compiler local (unavailable: RuntimeError)*"])
+    report = json.loads((neuron_project.path / "report.json").read_text())
+    assert report["settings"]["compiler"] == {"name": "local", "version": None, "error": "RuntimeError"}
+
+
+def test_a_step_summary_that_cannot_be_written_fails_the_session_saying_why(
+        neuron_project: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(blocker / "summary.md"))
+    neuron_project.makepyfile(test_ci="def test_warm(neuron_warmup):\n    pass\n")
+    result = neuron_project.runpytest()
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"NOT written (the session fails): $GITHUB_STEP_SUMMARY {blocker / 'summary.md'}: *"])

@@ -1,9 +1,7 @@
 """The compile-artifact manifest: a per-engine ``manifest.json`` of every graph it compiled.
 
-Off unless ``VLLM_NEURON_MANIFEST_DIR`` names a directory. Seams call :func:`record_graph` while
-they capture a graph; after warmup local rank 0 calls :func:`emit_manifest`. ``schema`` and
-``diff`` (which import jsonschema / deepdiff) load only when used. The JSON Schema itself:
-``neuron_args.manifest.schema.schema()`` (the submodule is not shadowed by a function here).
+Off unless ``VLLM_NEURON_MANIFEST_DIR`` names a directory. Seams call :func:`record_graph`; after warmup local
+rank 0 calls :func:`emit_manifest`. ``diff`` (deepdiff) loads only when used.
 """
 from __future__ import annotations
 

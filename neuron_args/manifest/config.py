@@ -1,8 +1,5 @@
-"""The manifest's ``config`` block and the package snapshot of its ``environment``.
-
-:func:`build_config` checks the topology and JSON-coerces the runner's config objects; the
-emitter records whatever a caller passes through :func:`config_block`, which never raises.
-"""
+"""The manifest's ``config`` block (checked by :func:`build_config`; :func:`config_block` never raises) and the
+package snapshot of its ``environment``."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -70,11 +67,8 @@ def build_config(
     neuron_config: Any = None,
     vllm_config: Any = None,
 ) -> dict:
-    """The manifest's ``config`` block: topology filled with the manifest design's keys (defaults 1 /
-    False) and ``neuron_config`` / ``vllm_config`` JSON-coerced by :func:`to_jsonable`.
-
-    Raises ValueError naming the field for an unknown topology key or a non-positive count.
-    """
+    """The manifest's ``config`` block: topology filled with its defaults (1 / False), ``neuron_config`` and
+    ``vllm_config`` JSON-coerced; ValueError naming the field for an unknown topology key or a non-positive count."""
     given = dict(topology or {})
     unknown = sorted(set(given) - set(TOPOLOGY_DEFAULTS))
     if unknown:
@@ -123,12 +117,8 @@ def config_block(config: Mapping[str, Any] | None) -> dict:
 
 
 def environment_snapshot() -> dict:
-    """``{"python": "3.11.7", "<distribution>": "<version>", ...}`` of the running interpreter.
-
-    A pip-freeze equivalent from ``importlib.metadata``; the first distribution of a name on
-    ``sys.path`` wins, as it does for imports. Only the ``Name:``/``Version:`` header lines are
-    read (the full metadata parse cost ~10x more: a third of a small manifest's emit).
-    """
+    """``{"python": "3.11.7", "<distribution>": "<version>", ...}``: the first distribution of a name on ``sys.path``
+    wins, as for imports; only the ``Name:``/``Version:`` headers are read (a full parse cost ~10x more)."""
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
         try:

@@ -1,16 +1,9 @@
 """Compare two manifests: what a run compiled differently from another.
 
-Graphs are matched by ``graph_hash``. What legitimately changes between two runs of the same
-deployment is ignored: ``created_timestamp``, ``neff_size`` (executables are not
-byte-reproducible), the cache paths (derived from the hash), absolute filesystem paths in
-``config`` (machine-specific), and ``environment`` unless asked for. Reported: added and
-removed graphs, and for a graph in both, changed ``compiler_flags`` (per option: added, removed,
-``-O3 -> -O1``), ``ranks``, ``input_shapes`` and ``output_shapes``; every ``config`` change.
-
-A changed flag changes the key, so a recompiled graph shows up as one removed and one added
-hash; when exactly one removed and one added graph share their input shapes, the pair is also
-reported as a likely replacement with its flag changes, which is the "why did this recompile"
-answer.
+Graphs are matched by ``graph_hash``; what changes between two runs of one deployment is ignored (timestamps,
+NEFF sizes, cache paths, absolute paths in ``config``, ``environment`` unless asked for). A changed flag changes
+the key, so when exactly one removed and one added graph share their input shapes, the pair is also reported
+as a likely replacement with its flag changes: the "why did this recompile" answer.
 """
 from __future__ import annotations
 
@@ -28,6 +21,7 @@ from neuron_args.text import clip, format_shapes
 __all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
 
 _COMPARED_GRAPH_FIELDS = ("ranks", "input_shapes", "output_shapes")
+_SUMMARY_FIELDS = ("graph_hash", "input_shapes", "compiler_flags", "ranks")  # of an added or removed graph
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
 
@@ -35,16 +29,9 @@ def _short(value: Any, limit: int = 120) -> str:
     return clip(json.dumps(value, sort_keys=True, default=str), limit)
 
 
-# ----------------------------------------------------------------------------- flags
-
-
 def compiler_flag_changes(old: str | None, new: str | None) -> dict[str, list]:
-    """Option-level difference of two flag lines (:func:`neuron_args.flags.flag_changes`).
-
-    ``{"added": [tokens], "removed": [tokens], "changed": [{"option", "old", "new"}]}``. Both
-    lines are put in canonical form first (``-O 3`` == ``--optlevel=3`` == ``-O3``) when they
-    parse; otherwise raw tokens are compared as multisets.
-    """
+    """``{"added": [tokens], "removed": [tokens], "changed": [{"option", "old", "new"}]}`` of two flag lines, in
+    canonical form when they parse (``-O 3`` == ``-O3``), else as token multisets."""
     return flag_changes(_tokens(old), _tokens(new)).as_dict()
 
 
@@ -65,9 +52,6 @@ def _flag_lines(change: Mapping[str, list]) -> list[str]:
     parts += [f"added {t}" for t in change.get("added", [])]
     parts += [f"removed {t}" for t in change.get("removed", [])]
     return parts
-
-
-# ----------------------------------------------------------------------------- values
 
 
 @dataclass(frozen=True)
@@ -96,10 +80,7 @@ class ValueChange:
 
 
 def _dotted(prefix: str, parts: list) -> str:
-    out = prefix
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
+    return prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
 
 
 def _is_absolute_path(value: Any) -> bool:
@@ -122,14 +103,9 @@ def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> li
                 changes.append(ValueChange(path, "added", new=t2))
             elif isinstance(t2, NotPresent) or report.endswith("_removed"):
                 changes.append(ValueChange(path, "removed", old=t1))
-            else:
-                if ignore_paths and _is_absolute_path(t1) and _is_absolute_path(t2):
-                    continue
+            elif not (ignore_paths and _is_absolute_path(t1) and _is_absolute_path(t2)):  # machine-specific paths
                 changes.append(ValueChange(path, "changed", old=t1, new=t2))
     return sorted(changes, key=lambda c: c.path)
-
-
-# ----------------------------------------------------------------------------- graphs
 
 
 @dataclass
@@ -193,12 +169,7 @@ def _graphs_by_hash(doc: Mapping) -> dict[str, Mapping]:
 
 
 def _summary(graph: Mapping) -> dict:
-    return {
-        "graph_hash": graph.get("graph_hash"),
-        "input_shapes": graph.get("input_shapes"),
-        "compiler_flags": graph.get("compiler_flags"),
-        "ranks": graph.get("ranks"),
-    }
+    return {name: graph.get(name) for name in _SUMMARY_FIELDS}
 
 
 def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphChange]:
@@ -209,15 +180,8 @@ def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphCha
         return out
 
     old_groups, new_groups = by_shapes(removed), by_shapes(added)
-    pairs = []
-    for shapes, olds in sorted(old_groups.items()):
-        news = new_groups.get(shapes, [])
-        if len(olds) == 1 and len(news) == 1:
-            pairs.append(_compare_graphs(olds[0], news[0]))
-    return pairs
-
-
-# ----------------------------------------------------------------------------- result
+    return [_compare_graphs(olds[0], new_groups[shapes][0]) for shapes, olds in sorted(old_groups.items())
+            if len(olds) == 1 and len(new_groups.get(shapes, [])) == 1]
 
 
 @dataclass

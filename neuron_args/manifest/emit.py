@@ -1,16 +1,9 @@
 """Emit: after warmup, local rank 0 turns its engine's ledger into ``<engine-id>/manifest.json``.
 
-Steps: group ledger lines by key and map each writer's TP-local rank to its global rank; enrich
-each graph from its compile-cache entry (:meth:`neuron_args.cache.CacheEntry.artifacts`): paths
-relative to the cache root, NEFF size and mtime from one ``os.stat``, output shapes from the
-entry's metadata; join the config and a package-version snapshot; write atomically (temp file in
-the same folder + ``os.replace``, so relaunching overwrites and nothing accumulates); remove this
-engine's ledger folder, and only it. All of it under the engine's folder lock
-(:mod:`neuron_args.manifest.folder_lock`), which a NeuronRunner job holds from its first warmup: a second job of
-the engine on the same folder waits for this emit, so no emit removes ledger lines another job still writes.
-
-Best-effort throughout: any failure is logged once with its cause and :func:`emit_manifest`
-returns None. Nothing here may break warmup or serving.
+Ranks are mapped to global ranks, each graph is enriched from its compile-cache entry, the file is written
+atomically (a relaunch overwrites it) and the engine's ledger removed, all under the engine's folder lock
+(:mod:`neuron_args.manifest.folder_lock`) so no emit removes lines another job still writes. Best-effort: a
+failure is logged and :func:`emit_manifest` returns None; nothing here may break warmup or serving.
 """
 from __future__ import annotations
 
@@ -45,15 +38,10 @@ __all__ = ["dumps_manifest", "emit_manifest"]
 logger = logging.getLogger("neuron_args.manifest")
 
 
-# ----------------------------------------------------------------------------- enrichment
-
 def _shape_list(value: Sequence[str] | None) -> list[str] | None:
     if value is not None and all(SHAPE_RE.match(s) for s in value):
         return list(value)
     return None
-
-
-_NO_ENTRY = (None, None, None, None, None)
 
 
 def _enrich(cache: CompileCache | None, key: str) -> tuple[str | None, str | None, int | None, str | None, list | None]:
@@ -61,7 +49,7 @@ def _enrich(cache: CompileCache | None, key: str) -> tuple[str | None, str | Non
     output_shapes); each None when its source is missing."""
     entry = None if cache is None else cache.lookup(key)
     if entry is None:
-        return _NO_ENTRY
+        return None, None, None, None, None
     found = entry.artifacts()
     mtime = found.executable_mtime
     return (
@@ -73,19 +61,13 @@ def _enrich(cache: CompileCache | None, key: str) -> tuple[str | None, str | Non
     )
 
 
-def _flags_line(flags: Any) -> str:
-    if flags is None:
-        return ""
-    return manifest_compiler_flags(flags if isinstance(flags, (str, list)) else str(flags))
-
-
-def _memo_flags(memo: dict[str, str], flags: Any) -> str:
+def _flags_line(memo: dict[str, str], flags: Any) -> str:
+    """A graph's manifest flag line, memoized by text (graphs share a few flag sets; shlex is slow)."""
     if not isinstance(flags, str):
-        return _flags_line(flags)
-    line = memo.get(flags)
-    if line is None:
-        line = memo[flags] = _flags_line(flags)
-    return line
+        return "" if flags is None else manifest_compiler_flags(flags if isinstance(flags, list) else str(flags))
+    if flags not in memo:
+        memo[flags] = manifest_compiler_flags(flags)
+    return memo[flags]
 
 
 def _graph_entries(
@@ -93,25 +75,19 @@ def _graph_entries(
 ) -> tuple[list[dict], list[int]]:
     entries: list[dict] = []
     unmapped: set[int] = set()
-    flag_lines: dict[str, str] = {}  # graphs share a few flag sets; shlex is slow
+    flag_lines: dict[str, str] = {}
     mapped_sets: dict[frozenset[int], list[int]] = {}  # most graphs share one rank set
 
     def global_ranks(local_ranks: set[int]) -> list[int]:
-        ranks: set[int] = set()
-        for local in local_ranks:
-            mapped = to_global(local)
-            if mapped is None:
-                unmapped.add(local)
-                mapped = local
-            ranks.add(mapped)
-        return sorted(ranks)
+        mapped = {local: to_global(local) for local in local_ranks}
+        unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
+        return sorted({local if rank is None else rank for local, rank in mapped.items()})
 
     for key in sorted(grouped):
         local_ranks, record = grouped[key].ranks, grouped[key].record
         frozen = frozenset(local_ranks)
-        ranks = mapped_sets.get(frozen)
-        if ranks is None:
-            ranks = mapped_sets[frozen] = global_ranks(local_ranks)
+        if frozen not in mapped_sets:
+            mapped_sets[frozen] = global_ranks(local_ranks)
         shapes = record.get("input_shapes")
         hlo_path, neff_path, neff_size, created, output_shapes = _enrich(cache, key)
         entries.append({
@@ -122,15 +98,12 @@ def _graph_entries(
             "created_timestamp": created,
             "input_shapes": [str(s) for s in shapes] if isinstance(shapes, list) else [],
             "output_shapes": output_shapes,
-            "compiler_flags": _memo_flags(flag_lines, record.get("compiler_flags")),
-            "ranks": list(ranks),
+            "compiler_flags": _flags_line(flag_lines, record.get("compiler_flags")),
+            "ranks": list(mapped_sets[frozen]),
             "input_snapshot_paths": [],
             "output_snapshot_paths": [],
         })
     return entries, sorted(unmapped)
-
-
-# ----------------------------------------------------------------------------- writing
 
 
 _VALUE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
@@ -164,11 +137,8 @@ def _field(fields: dict[str, str], name: Any) -> str:
 
 
 def dumps_manifest(doc: Mapping[str, Any]) -> str:
-    """Manifest JSON text: indented, one field per line, lists of a graph on one line.
-
-    Readable and line-diffable, and fast for thousands of graphs (the stdlib's indenting
-    encoder is pure Python; this keeps each graph field on the C encoder or a plain join).
-    """
+    """Manifest JSON text: indented, one field per line, a graph's lists on one line (line-diffable), and fast for
+    thousands of graphs (the stdlib's indenting encoder is pure Python; each graph field here is C-encoded or joined)."""
     key = _VALUE
     lines = ["{"]
     items = list(doc.items())
@@ -189,10 +159,8 @@ def dumps_manifest(doc: Mapping[str, Any]) -> str:
 
 
 def _with_cache_dir(block: dict, cache_dir: str | os.PathLike[str] | None, cache: CompileCache | None) -> dict:
-    """The config block with ``neuron_config.cache_dir`` filled from ``cache_dir`` (an ``s3://`` one: its local copy) when the caller's config
-    has none (``neuron-args manifest show`` finds the cache through it, so its graph types show), and
-    ``neuron_config.remote_cache`` (``s3://bucket/prefix``: an entry's remote location is
-    ``<remote_cache>/<graph_hash>/``) when that cache is the local copy of a remote one."""
+    """The config block with ``neuron_config.cache_dir`` filled when the caller's has none (``manifest show`` finds
+    graph types through it; an ``s3://`` cache: its local copy), and ``remote_cache`` when the cache mirrors one."""
     neuron = block.get("neuron_config")
     if cache is not None and (neuron is None or (isinstance(neuron, dict) and "cache_dir" not in neuron)):
         shown = cache.root if is_remote(cache_dir) else cache_dir
@@ -211,13 +179,11 @@ def emit_manifest(
     local_rank: int = 0,
     failures: list[str] | None = None,
 ) -> Path | None:
-    """Write ``<root>/<engine-id>/manifest.json`` from this engine's ledger; its path, or None.
+    """Write ``<root>/<engine-id>/manifest.json`` from this engine's ledger (local rank 0 only); its path, or None.
 
-    Only ``local_rank == 0`` emits; off (``VLLM_NEURON_MANIFEST_DIR`` unset/empty) does nothing.
-    ``rank_map`` maps ledger (TP-local) ranks to global ranks: a mapping, or a sequence read as
-    the TP group's global ranks. ``config`` is a :func:`~neuron_args.manifest.config.build_config` block. ``cache_dir`` None
-    lists the graphs without cache fields (all null). Never raises: a failure is logged, and appended to
-    ``failures`` when given (a caller that was asked for a manifest, the pytest plugin, reports it).
+    ``rank_map`` maps ledger (TP-local) ranks to global ranks (a mapping, or the TP group's global ranks);
+    ``cache_dir`` None leaves the cache fields null. Never raises: a failure is logged, and appended to
+    ``failures`` when given (the pytest plugin, asked for a manifest, reports it).
     """
     root = manifest_root()
     if root is None or local_rank != 0:

@@ -1,8 +1,5 @@
-"""Engine identity and the feature gate of the compile-artifact manifest.
-
-Both are read from the environment *at call time*, never at import: an engine narrows
-``NEURON_VISIBLE_DEVICES`` to its own core window in ``init_device``, after this package is
-imported, and tests toggle ``VLLM_NEURON_MANIFEST_DIR`` per test.
+"""Engine identity and the feature gate of the compile-artifact manifest, read from the environment at call time:
+an engine narrows ``NEURON_VISIBLE_DEVICES`` to its core window after this package is imported.
 """
 from __future__ import annotations
 
@@ -53,11 +50,8 @@ def _device(text: str, spec: str) -> int:
 
 
 def parse_visible_devices(value: str) -> list[int]:
-    """Device indices of a ``NEURON_VISIBLE_DEVICES`` value, in the order given.
-
-    Accepts ``"3"``, ``"0,1,2,3"``, ``"0-7"`` and mixtures such as ``"0-1,4-5"``. Raises
-    ValueError on anything else (empty items, reversed ranges, repeated devices).
-    """
+    """Device indices of a ``NEURON_VISIBLE_DEVICES`` value (``"3"``, ``"0,1,2,3"``, ``"0-7"``, ``"0-1,4-5"``), in
+    the order given; ValueError on anything else (empty items, reversed ranges, repeated devices)."""
     if not isinstance(value, str):
         raise ValueError(f"{VISIBLE_DEVICES_ENV} must be a string, got {type(value).__name__}")
     devices: list[int] = []
@@ -79,11 +73,8 @@ def parse_visible_devices(value: str) -> list[int]:
 
 
 def get_server_prefix() -> str:
-    """``dev{first}_{last}`` over ``NEURON_VISIBLE_DEVICES``; ``nodev`` when unset or empty.
-
-    The same value scopes the compile cache's per-rank folders, so a manifest named by it
-    correlates directly with the cache it describes. A malformed value raises ValueError.
-    """
+    """``dev{first}_{last}`` over ``NEURON_VISIBLE_DEVICES`` (``nodev`` when unset): the same value scopes the
+    compile cache's per-rank folders, so a manifest named by it matches the cache it describes."""
     value = envs.text(VISIBLE_DEVICES_ENV)
     if not value.strip():
         return NO_DEVICE_PREFIX

@@ -1,18 +1,10 @@
 """Who writes into a manifest folder: ``flock`` on the folder itself, taken by the pytest plugin and NeuronRunner jobs.
 
-An emit reads an engine's ledger and then removes it, so a second writer of the same engine at the same
-time loses its lines to the first one's emit (its manifest then misses graphs, and still reads as valid). So:
-
-* a pytest session holds ``<root>`` exclusively for the whole session (a second session there is a usage
-  error naming the first);
-* a :class:`~neuron_args.runner.NeuronRunner` job that emits holds ``<root>`` shared and its engine's folder
-  ``<root>/<engine-id>/`` exclusively from its first warmup to its emit (:func:`hold_engine`): a second
-  job of the same engine waits for the first one's manifest (then writes its own, as a relaunch does), jobs
-  of other engines (``--dp``) run side by side, and none runs into a pytest session's folder;
-* a plain :func:`~neuron_args.manifest.emit.emit_manifest` takes the same hold for the emit itself.
-
-A lock this process holds already is never waited for (one process's writers share one ledger file). The
-locks leave no file behind and die with their holder; where folders cannot be locked there is no guard.
+An emit reads an engine's ledger and then removes it, so a second writer of the engine at the same time would
+lose its lines (its manifest would miss graphs and still read as valid). A pytest session holds ``<root>``
+exclusively; a NeuronRunner job holds ``<root>`` shared and ``<root>/<engine-id>/`` exclusively from its first
+warmup to its emit (:func:`hold_engine`), as a plain ``emit_manifest`` does for the emit. A lock this process
+holds is never waited for; the locks leave no file and die with their holder (no guard where folders cannot lock).
 """
 from __future__ import annotations
 
@@ -117,10 +109,8 @@ def _ancestors() -> set[int]:
 
 
 def _wait_for(folder: Path, *, shared: bool, why: str) -> int | None:
-    """:func:`lock_folder`, waiting while another process holds a conflicting lock; says once (and every
-    ten minutes) who holds it and why this process waits. None (no hold) when the holder is a parent of this
-    process: a pytest session's xdist worker or rank process writes into the session's folder, which the session
-    holds for them."""
+    """:func:`lock_folder`, waiting (saying who holds it and why, every ten minutes) while another process holds a
+    conflicting lock; None when the holder is a parent (an xdist worker or rank process in its session's folder)."""
     start = last_notice = None
     while True:
         try:

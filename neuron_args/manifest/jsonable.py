@@ -1,10 +1,11 @@
 """Plain JSON data from whatever a runner's config objects hold (the manifest's config block).
 
-:func:`to_jsonable` never raises: dataclasses and objects become dicts of their public fields,
-enums their name, torch dtypes their string, cycles a marker, anything else its clipped repr.
+Dataclasses and objects become dicts of their public fields, enums their name, torch dtypes their string,
+sets sorted lists, non-finite floats strings, cycles ``"<cycle: Type>"``, anything else its clipped repr.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import enum
@@ -136,10 +137,8 @@ class _Coercer:
             return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, default=str))
         dump = getattr(obj, "model_dump", None)  # pydantic models
         if callable(dump) and hasattr(type(obj), "model_fields"):
-            try:
+            with contextlib.suppress(Exception):
                 return self.convert(dump(), depth)
-            except Exception:
-                pass
         attrs = _public_attributes(obj)
         if attrs:  # no public state: its repr says more than {}
             return {name: self.convert(value, depth) for name, value in attrs.items()}
@@ -152,10 +151,8 @@ _NOTHING = object()
 def _public_attributes(obj: Any) -> dict[str, Any] | None:
     """``vars(obj)`` and ``__slots__`` values without private names; None when neither exists."""
     found: dict[str, Any] | None = None
-    try:
+    with contextlib.suppress(TypeError):  # no __dict__
         found = {k: v for k, v in vars(obj).items() if isinstance(k, str) and not k.startswith("_")}
-    except TypeError:
-        pass
     for cls in type(obj).__mro__:
         slots = cls.__dict__.get("__slots__", ())
         for name in (slots,) if isinstance(slots, str) else slots:
@@ -171,14 +168,7 @@ def _public_attributes(obj: Any) -> dict[str, Any] | None:
 
 
 def to_jsonable(obj: Any) -> Any:
-    """``obj`` as plain JSON data (dict / list / str / int / float / bool / None); never raises.
-
-    Dataclasses and objects with attributes become dicts of their public fields, enums their
-    name, ``torch.dtype`` its string (``"torch.bfloat16"``), paths strings, sets sorted lists,
-    non-finite floats strings; a reference cycle becomes ``"<cycle: Type>"``; anything else its
-    ``repr``. Used for ``config.neuron_config`` / ``config.vllm_config``, which hold whatever a
-    runner's config objects hold.
-    """
+    """``obj`` as plain JSON data (see the module docstring); never raises."""
     try:
         return _Coercer().convert(obj, 0)
     except Exception:  # belt and braces: coercion must never break an emit

@@ -1,20 +1,10 @@
-"""The compile-time ledger: one JSONL line per captured graph, per writer process.
+"""The compile-time ledger: each process appends one JSONL line per captured graph to
+``<root>/ledger/<engine-id>/<pid>.jsonl``; the emitter (local rank 0, after warmup) reads it.
 
-Every rank appends to ``<root>/ledger/<engine-id>/<pid>.jsonl`` while it captures graphs; the
-emitter (local rank 0, after warmup) reads the engine's ledger and writes the manifest.
-
-Why the details look the way they do:
-
-* raw ``os.write`` on an ``O_APPEND`` descriptor, opened and closed per line: nothing sits in a
-  userspace buffer, so a line survives a trace fork child's ``os._exit()``; a descriptor is never
-  cached, so a ledger folder removed by a previous emit is simply recreated;
-* one file per process: concurrent lanes never contend and no lock spans processes;
-* the first write of a *process* truncates (tracked by pid, so a forked child that inherited the
-  parent's state still truncates its own file once), discarding a stale file a previous run left
-  under the same pid;
-* best-effort: the feature is gated by ``VLLM_NEURON_MANIFEST_DIR`` (off: nothing is computed or
-  created) and a failure is logged once with its cause and swallowed, because the manifest
-  must never break a compile.
+A line is a raw ``os.write`` on an ``O_APPEND`` descriptor opened per line, so it survives a fork child's
+``os._exit()`` and a folder an emit removed is recreated; one file per process needs no lock across
+processes; a process's first write (tracked by pid, so a fork child too) truncates a stale file of an
+earlier run. Best-effort: a failure is logged once and swallowed, since the manifest must never break a compile.
 """
 from __future__ import annotations
 
@@ -69,15 +59,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reinit_lock_in_child)
 
 
-# ----------------------------------------------------------------------------- ranks
-
-
 def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
-    """Tell the ledger which global ranks form this process's TP group and its place in it.
-
-    The ledger records ``rank_in_group`` (vLLM's ``get_tp_group().rank_in_group``); the
-    emitter maps it back to ``group_ranks[rank_in_group]``. Forked children inherit it.
-    """
+    """Ledger lines record ``rank_in_group`` (vLLM's ``get_tp_group().rank_in_group``); the emitter maps it back
+    to ``group_ranks[rank_in_group]``. Forked children inherit it."""
     if isinstance(group_ranks, (str, bytes)) or not isinstance(group_ranks, Sequence):
         raise TypeError(
             f"register_tp_group: group_ranks must be a sequence of global ranks, got {group_ranks!r}"
@@ -115,11 +99,9 @@ def _torch_dist():
     try:
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            return dist
+        return dist if dist.is_available() and dist.is_initialized() else None
     except Exception:  # a broken torch install must not break the ledger
         return None
-    return None
 
 
 def current_tp_rank() -> int:
@@ -136,39 +118,32 @@ def current_tp_rank() -> int:
     return 0
 
 
+def _by_index(group: Sequence[int]) -> Callable[[int], int | None]:
+    return lambda local: group[local] if 0 <= local < len(group) else None
+
+
 def rank_mapper(rank_map: Mapping[int, int] | Sequence[int] | None = None) -> Callable[[int], int | None]:
     """TP-local rank (what a ledger line records) -> global rank, from (in order) ``rank_map``, the
     registered TP group, torch.distributed's default group, or identity. None for a rank the map
     does not cover."""
+    if isinstance(rank_map, Mapping):
+        return {int(k): int(v) for k, v in rank_map.items()}.get
     if rank_map is not None:
-        if isinstance(rank_map, Mapping):
-            table = {int(k): int(v) for k, v in rank_map.items()}
-            return table.get
-        ranks = [int(r) for r in rank_map]
-        return lambda local: ranks[local] if 0 <= local < len(ranks) else None
+        return _by_index([int(r) for r in rank_map])
     registered = ACTIVITY.ledger.tp_group
     if registered is not None:
-        group = registered[0]
-        return lambda local: group[local] if 0 <= local < len(group) else None
+        return _by_index(registered[0])
     dist = _torch_dist()
     if dist is not None:
         try:
-            world = list(dist.get_process_group_ranks(dist.group.WORLD))
-            return lambda local: world[local] if 0 <= local < len(world) else None
+            return _by_index(list(dist.get_process_group_ranks(dist.group.WORLD)))
         except Exception as exc:
             logger.debug("manifest: torch.distributed group ranks unavailable: %s", exc)
     return lambda local: local
 
 
-# ----------------------------------------------------------------------------- lines
-
-
 def shape_string(shape: object) -> str:
-    """A shape in the manifest's string form (already a string: kept as given).
-
-    Python tuple style, as ARCHITECTURE.md fixes it: ``(4,)`` -> ``"4,"``, ``(4, 16)`` ->
-    ``"4, 16"``, ``()`` -> ``""``.
-    """
+    """A shape in the manifest's Python-tuple string form: ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``."""
     if isinstance(shape, str):
         return shape
     dims = [str(int(d)) for d in shape]  # type: ignore[union-attr]
@@ -258,13 +233,8 @@ def record_graph(
     compiler_flags: str | Sequence[str],
     graph_type: str | None = None,
 ) -> None:
-    """Append this process's ledger line for one captured graph; never raises.
-
-    ``key`` is the graph's compile-cache key, ``input_shapes`` its ordered shape strings (shape
-    tuples are converted), ``compiler_flags`` the resolved neuronx-cc flags (string or list;
-    machine-specific paths are removed when the manifest is emitted). ``graph_type`` is kept
-    in the ledger only. Off (``VLLM_NEURON_MANIFEST_DIR`` unset/empty): returns at once.
-    """
+    """Append this process's ledger line for one captured graph (its cache key, input shapes, resolved
+    compiler flags); never raises. Off (``VLLM_NEURON_MANIFEST_DIR`` unset/empty): returns at once."""
     root = manifest_root_str()
     if root is None:
         return
@@ -294,9 +264,6 @@ def forget_recorded(directory: str) -> None:
         recorded.discard(item)
 
 
-# ----------------------------------------------------------------------------- reading
-
-
 @dataclass(slots=True)
 class LedgerGraph:
     """One graph of a ledger: the TP-local ranks that recorded it, and the record of the lowest."""
@@ -308,6 +275,12 @@ class LedgerGraph:
     @property
     def graph_type(self) -> str | None:
         return self.record.get("graph_type")
+
+    def add(self, rank: int, record: dict | None = None) -> None:
+        """Another rank recorded this graph: the lowest rank's record is kept."""
+        self.ranks.add(rank)
+        if rank < self.rank:
+            self.record, self.rank = {**self.record, "rank": rank} if record is None else record, rank
 
 
 @dataclass
@@ -363,10 +336,8 @@ def _problem(record: object) -> str | None:
 
 
 def _after_torn(line: str) -> object | None:
-    """The record written after a torn fragment on ``line``, else None.
-
-    :func:`_encode` writes ``{"key":`` only at a record's start (a quote in a value is escaped), so
-    that record begins at the line's last ``{"key":``: one search and one parse, linear in the line."""
+    """The record written after a torn fragment on ``line``, else None: :func:`_encode` writes ``{"key":`` only
+    at a record's start (a quote in a value is escaped), so it begins at the line's last ``{"key":``."""
     start = line.rfind(_RECORD_START, 1)
     if start == -1:
         return None
@@ -390,20 +361,11 @@ def _rank_slot(line: str, key: str, rank: int) -> tuple[str, str] | None:
 
 
 def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
-    """The graphs of one engine's ledger folder (by key: local ranks, record of the lowest rank) and
-    the dropped lines by reason.
+    """The graphs of one engine's ledger folder and the dropped lines (torn fragments, invalid records) by reason.
 
-    A torn fragment (a write that died half-way) is dropped without losing the record written
-    after it on the same line; a record whose values could not make a valid manifest entry (a
-    key that is not 32 hex characters, a negative rank, a malformed shape...) is dropped. The
-    counter counts every dropped line or fragment exactly once.
-
-    The hot loop of an emit. Every rank writes the same line for a graph but for its rank, so a
-    line equal to an already checked one except for the rank's digits is that graph on another
-    rank: it costs a dict lookup, not a parse and a check (a regex match per shape). And the ranks
-    of a TP group record the same graphs in the same order, so a whole file equal to an already
-    read one but for its rank (one string comparison, :class:`_RankTemplate`) adds that rank to
-    the same graphs without splitting it into lines.
+    The hot loop of an emit. Every rank writes the same line for a graph but for its rank digits, so a line
+    equal to a checked one but for them costs a dict lookup, not a parse and check; a whole file equal to a
+    read one but for its rank (:class:`_RankTemplate`) costs one string comparison.
     """
     found = Ledger()
     graphs, dropped = found.graphs, found.dropped
@@ -429,9 +391,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             if entry is not None:
                 rank = _rank_digits(line[_RANK_AT:end], ranks)  # a writer's lines share its rank: checked once
                 if rank is not None:
-                    entry.ranks.add(rank)
-                    if rank < entry.rank:
-                        entry.record, entry.rank = {**entry.record, "rank": rank}, rank
+                    entry.add(rank)
                     continue
             try:
                 record, whole = load_json(line), True
@@ -451,9 +411,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             if entry is None:
                 entry = graphs[key] = LedgerGraph({rank}, record, rank)  # type: ignore[arg-type]
             else:
-                entry.ranks.add(rank)
-                if rank < entry.rank:
-                    entry.record, entry.rank = record, rank  # type: ignore[assignment]
+                entry.add(rank, record)  # type: ignore[arg-type]
             slot = _rank_slot(line, key, rank) if whole else None
             if slot is not None:
                 checked[slot] = entry
@@ -472,10 +430,8 @@ def _rank_digits(digits: str, ranks: dict[str, int]) -> int | None:
 
 @dataclass(slots=True)
 class _RankTemplate:
-    """The lines of a ledger file, all of one rank and each equal but for it to a checked line, cut
-    at the rank's digits and joined by newlines. A file equal to ``digits.join(pieces)`` is those
-    lines at another rank: the per-line loop would find each in ``checked`` and add that rank to
-    its graph, which is what :meth:`apply` does without splitting the file."""
+    """A ledger file whose lines each equal a checked line but for the rank, cut at the rank's digits: a file
+    equal to ``digits.join(pieces)`` is those lines at another rank (:meth:`apply` adds it to their graphs)."""
 
     pieces: list[str]
     graphs: list[LedgerGraph]
@@ -507,7 +463,5 @@ class _RankTemplate:
         if rank is None or text != text[_RANK_AT:end].join(self.pieces):
             return False
         for entry in self.graphs:
-            entry.ranks.add(rank)
-            if rank < entry.rank:
-                entry.record, entry.rank = {**entry.record, "rank": rank}, rank
+            entry.add(rank)
         return True

@@ -1,11 +1,10 @@
-"""Readable tables for the CLI: a manifest's graphs, and the entries of a compile cache.
-
-Cache entries are read through :class:`neuron_args.cache.CompileCache` (the one owner of the entry
-layout); nothing here imports torch or jax.
-"""
+"""Readable tables for the CLI: a manifest's graphs, and the entries of a compile cache (read through
+:class:`neuron_args.cache.CompileCache`, the one owner of the entry layout; nothing here imports torch)."""
 from __future__ import annotations
 
+import itertools
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +33,6 @@ SHORT_HASH = 12
 _MAX_CELL = 48
 
 
-# ----------------------------------------------------------------------------- cells
-
-
 def opt_level(flags: str | Sequence[str] | None) -> str:
     """``-O<n>`` from flags in any spelling (``-O3``, ``--optlevel=3``, ``--optlevel 3``), else ``-``."""
     from neuron_args.flags import option_value
@@ -59,21 +55,10 @@ def format_ranks(ranks: Any) -> str:
     except (TypeError, ValueError):
         return ",".join(str(r) for r in ranks)
     parts: list[str] = []
-    start = prev = values[0]
-    for r in values[1:] + [None]:  # type: ignore[list-item]
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        if prev - start >= 2:
-            parts.append(f"{start}-{prev}")
-        else:
-            parts.extend(str(v) for v in range(start, prev + 1))
-        if r is not None:
-            start = prev = r
+    for _, run in itertools.groupby(enumerate(values), lambda item: item[1] - item[0]):  # consecutive values
+        found = [value for _, value in run]
+        parts += [f"{found[0]}-{found[-1]}"] if len(found) >= 3 else [str(value) for value in found]
     return ",".join(parts)
-
-
-# ----------------------------------------------------------------------------- cache entries
 
 
 @dataclass(frozen=True)
@@ -134,9 +119,6 @@ def cache_table(entries: Sequence[CacheEntryInfo]) -> str:
         f"{human_size(sum(e.size for e in entries))}"
     )
     return table + "\n" + summary
-
-
-# ----------------------------------------------------------------------------- manifest
 
 
 def _config_summary(doc: Mapping) -> str:
@@ -203,8 +185,6 @@ def recorded_remote_cache(doc: Mapping) -> str | None:
     return _neuron_config_text(doc, "remote_cache")
 
 
-# ----------------------------------------------------------------------------- baselines
-
 #: What the plugin's baseline form (``pytest_neuron_args.baseline.normalize``) leaves out or masks (it imports
 #: them from here, so reading a baseline never imports pytest).
 BASELINE_VOLATILE_GRAPH_FIELDS = ("created_timestamp", "neff_size", "hlo_path", "neff_path")
@@ -259,9 +239,6 @@ def validate_baseline(doc: Mapping) -> list[str]:
     return problems
 
 
-# ----------------------------------------------------------------------------- JSON forms
-
-
 def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> list[dict]:
     """``manifest show --json``'s graphs (and the table's columns) with full values; ``graph_types`` as in
     :func:`manifest_table`."""
@@ -287,10 +264,7 @@ def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | No
 
 def status_counts(statuses: Sequence[EntryStatus]) -> dict[str, int]:
     """``{"complete": 2, "compiling": 1, ...}``."""
-    counts: dict[str, int] = {}
-    for status in statuses:
-        counts[status.value] = counts.get(status.value, 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(status.value for status in statuses).items()))
 
 
 def cache_entry_dict(entry: CacheEntryInfo) -> dict:
