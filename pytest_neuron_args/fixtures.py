@@ -468,12 +468,9 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
     if todo:
         out = tmp_path_factory.mktemp("neuron-tp")
         code = launch(_rank_argv(request.node, session, out, todo), tp=s.tp, cwd=str(request.config.invocation_params.dir))
-        results = []
-        for rank in range(s.tp):
-            path = out / f"rank{rank}.json"
-            results.append(json.loads(path.read_text()) if path.is_file() else {"rank": rank, "error": None})
-        errors = [f"rank {r['rank']}:\n{r['error']}" for r in results if r.get("error")]
-        missing = [r["rank"] for r in results if "graphs" not in r and not r.get("error")]
+        results = ranks.read_warmups(out, s.tp)
+        errors = [f"rank {r['rank']}:\n{r['error']}" for r in results if r["error"]]
+        missing = [r["rank"] for r in results if r["graphs"] is None and not r["error"]]
         if code or errors or missing:
             for result in results:  # what the ranks compiled, loaded or failed on: the session's table lists it
                 if result.get("export"):
@@ -485,8 +482,8 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
         weights = session.tp_weights.setdefault(_tp_key(request, session), {})
         for result in results:
             session.rank_parts.append(result.get("export") or {})
-            if isinstance(result.get("weights"), dict):
-                weights[int(result["rank"])] = {k: str(v) for k, v in result["weights"].items()}
+            if result["weights"] is not None:
+                weights[result["rank"]] = {k: str(v) for k, v in result["weights"].items()}
             graphs = [GraphOutcome.from_json(d) for d in result["graphs"]]
             for g in todo:
                 known = {d.key for d in done.setdefault(g, [])}
@@ -544,8 +541,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
             result["export"] = session.export()
         raise
     finally:
-        s.rank_worker.mkdir(parents=True, exist_ok=True)
-        (s.rank_worker / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
+        ranks.write_warmup(s.rank_worker, result)
 
 
 __all__ = [

@@ -1,7 +1,8 @@
 """What ``--neuron-tp`` rank processes hand back besides their graphs, and how the pytest process reads it.
 
 Digests of each rank's weights, so ``assert_ranks(N)`` refuses a model that ignores its rank (the unsharded
-model's weights, or the same on every rank); and a serving test's outcome, phase by phase, in ``serve<rank>.json``.
+model's weights, or the same on every rank); what a rank warmed, in ``rank<rank>.json``; and a serving test's
+outcome, phase by phase, in ``serve<rank>.json``. Every file is read bounded and checked: a rank process is not trusted.
 """
 from __future__ import annotations
 
@@ -50,6 +51,33 @@ def unsharded_reason(rank_weights: dict[int, dict[str, str]], single_layout: str
     if len({w.get("values") for w in rank_weights.values()}) == 1:
         return "every rank holds byte-identical weights"
     return None
+
+
+def warmup_file(out: Path, rank: int) -> Path:
+    return out / f"rank{rank}.json"
+
+
+def write_warmup(out: Path, result: dict[str, Any]) -> None:
+    """In a rank process: what its warmup did (or why it failed), for :func:`read_warmups`."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(warmup_file(out, envs.RANK), json.dumps({**result, "rank": envs.RANK}, default=str))
+
+
+def read_warmups(out: Path, tp: int) -> list[dict[str, Any]]:
+    """Each rank's ``rank<rank>.json``, typed: ``graphs`` is a list only when the rank reported them, ``error`` a
+    string or None, ``export``/``weights``/``config`` dicts or None (a rank that wrote nothing or garbage reported
+    nothing)."""
+    results = []
+    for rank in range(tp):
+        try:
+            doc = read_json(warmup_file(out, rank), RECORD_LIMIT)
+        except (OSError, ValueError):
+            doc = None
+        doc = doc if isinstance(doc, dict) else {}
+        results.append({"rank": rank, "error": str(doc["error"]) if doc.get("error") else None,
+                        "graphs": doc["graphs"] if isinstance(doc.get("graphs"), list) else None,
+                        **{k: doc[k] if isinstance(doc.get(k), dict) else None for k in ("export", "weights", "config")}})
+    return results
 
 
 def serve_file(out: Path, rank: int) -> Path:

@@ -29,7 +29,7 @@ from neuron_args.manifest.folder_lock import folder_lock_holder, lock_folder, un
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from neuron_args.manifest.schema import MANIFEST_FILENAME
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
-from pytest_neuron_args import gc_policy
+from pytest_neuron_args import gc_policy, ranks
 from pytest_neuron_args.options import NeuronSettings
 
 
@@ -219,10 +219,8 @@ class NeuronSession:
         out = self.settings.rank_worker
         if out is None:
             return
-        path = out / f"rank{envs.RANK}.json"
-        if not path.exists():
-            out.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"rank": envs.RANK, "error": error}), encoding="utf-8")
+        if not ranks.warmup_file(out, envs.RANK).exists():
+            ranks.write_warmup(out, {"error": error})
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
         """A runner's config block: the session manifest's is the first one, naming every model (merge_configs)."""

@@ -66,3 +66,29 @@ def test_a_rank_writes_its_serve_file_in_place_of_a_planted_link_not_through_it(
     assert victim.read_text() == "the user's file"
     assert not serve_file(tmp_path, 0).is_symlink()
     assert '"outcome": "passed"' in serve_file(tmp_path, 0).read_text()
+
+
+def test_a_rank_s_warmup_file_that_is_a_fifo_deep_or_ill_typed_reads_as_reporting_nothing(tmp_path):
+    from pytest_neuron_args.ranks import read_warmups, warmup_file
+
+    os.mkfifo(warmup_file(tmp_path, 0))  # an ordinary open would block the pytest process forever
+    warmup_file(tmp_path, 1).write_text(DEEP_JSON)
+    warmup_file(tmp_path, 2).write_text('{"rank": "2; rm", "graphs": "all", "error": "", "weights": [1]}')
+    warmup_file(tmp_path, 3).write_text('{"rank": 9, "graphs": [], "error": null, "weights": {"w": "d"}}')
+    results = read_warmups(tmp_path, 4)
+    assert [(r["rank"], r["graphs"], r["error"], r["weights"]) for r in results] == [
+        (0, None, None, None), (1, None, None, None), (2, None, None, None), (3, [], None, {"w": "d"})]
+
+
+def test_a_rank_writes_its_warmup_file_in_place_of_a_planted_link_not_through_it(tmp_path, monkeypatch):
+    from neuron_args import envs
+    from pytest_neuron_args.ranks import read_warmups, warmup_file, write_warmup
+
+    monkeypatch.setattr(envs, "RANK", 1)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    warmup_file(tmp_path, 1).symlink_to(victim)
+    write_warmup(tmp_path, {"error": "boom", "rank": 7})
+    assert victim.read_text() == "the user's file"
+    assert not warmup_file(tmp_path, 1).is_symlink()
+    assert read_warmups(tmp_path, 2)[1]["error"] == "boom" and read_warmups(tmp_path, 2)[1]["rank"] == 1
