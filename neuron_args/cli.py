@@ -32,15 +32,11 @@ from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, 
 from neuron_args import remote_cache, remote_listing
 from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
-__all__ = ["main"]
-
-EXIT_OK = 0
-EXIT_FAIL = 1
-EXIT_USAGE = 2
-EXIT_REMOTE = 3
+__all__ = ["EXIT_REMOTE", "main"]
 
 
 class _Usage(Exception):

@@ -8,7 +8,8 @@ Workers need the project installed (``pip install 'neuron-args[farm]'``) and the
 entries were captured for, at the same version; they do not need the cache folder: each graph's
 inputs travel to the worker and its executable comes back (see ``neuron_args.deferred.farm``).
 Exit status: 0 all built, 1 a graph failed (each is listed), 2 usage error, unreachable scheduler,
-130 interrupted (remote tasks are cancelled; entries not built stay pending).
+3 an ``s3://`` cache's remote could not be used, 130 interrupted (remote tasks are cancelled; entries not
+built stay pending).
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from neuron_args import remote_cache
 from neuron_args.errors import CompilerArgsError
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from neuron_args.flags import CompilerArgs
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Seconds to reach the scheduler and see a first worker, unless --connect-timeout says otherwise.
 DEFAULT_CONNECT_TIMEOUT = 20.0
 #: Dask retries of a task that raised on its worker (a dead worker's task is rescheduled regardless).
@@ -146,12 +148,23 @@ def run_compile_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from neuron_args.cache import CompileCache, cache_root
-    from neuron_args.deferred.parallel_compile import default_workers, parallel_compile, pending_keys
+    from neuron_args.cache import cache_root
 
     root = cache_root(args.cache_dir)  # an s3:// cache: its local copy
     if not root.is_dir():
         raise FarmUsage(f"no compile cache at {root}; pass the cache_dir the capture wrote into")
+    store = remote_cache.store_for(root)
+    if store is None:
+        return _compile(args, root)
+    with store.reachable():  # the builds are for the remote: one it cannot reach (first or midway) exits 3
+        store.probe()
+        return _compile(args, root)
+
+
+def _compile(args: argparse.Namespace, root: Path) -> int:
+    from neuron_args.cache import CompileCache
+    from neuron_args.deferred.parallel_compile import default_workers, parallel_compile, pending_keys
+
     pending = pending_keys(root)
     where = args.scheduler or f"a local pool of {args.workers or default_workers(len(pending))} workers"
     if not pending:

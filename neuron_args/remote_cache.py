@@ -333,6 +333,11 @@ class S3Store:
             return None
         return Marker.parse(load_json(raw, f"{self.loc.entry_url(key)}{REMOTE_MARKER}"), key)
 
+    def probe(self) -> None:
+        """One listing of at most one object: whether this host may list the remote (see :meth:`reachable`)."""
+        with self._call("list", None, None):
+            self.client.list_objects_v2(Bucket=self.loc.bucket, Prefix=self.loc.object_key(""), MaxKeys=1)
+
     @contextlib.contextmanager
     def reachable(self) -> Iterator[None]:
         """For a command that must reach the remote (the CLI): an unreachable endpoint is a
