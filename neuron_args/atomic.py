@@ -86,6 +86,15 @@ def remove_temporaries(folder: str | os.PathLike[str], *, name: str | None = Non
     return removed
 
 
+def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """``(inode, mtime ns)`` of ``path`` (None: absent): tells a file replaced since it was seen."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def directory_problem(path: str | os.PathLike[str], *, writable: bool = False) -> str | None:
     """Why ``path`` cannot be used as a directory (created if missing), or None.
 

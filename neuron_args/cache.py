@@ -24,7 +24,7 @@ from filelock import FileLock, Timeout
 
 from neuron_args import envs, remote_cache
 from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
-from neuron_args.atomic import directory_problem, remove_temporaries, write_atomic
+from neuron_args.atomic import directory_problem, file_stamp, remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.digests import file_sha256
 from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
@@ -315,14 +315,6 @@ def executable_fields(path: Path) -> dict[str, Any]:
     return {"executable_size": path.stat().st_size, "executable_sha256": file_sha256(path)}
 
 
-def _marker_stamp(entry: CacheEntry) -> tuple[int, int] | None:
-    try:
-        st = entry.marker_path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns)
-
-
 def lock_holder(lock_path: Path) -> int | None:
     """The pid of the live process holding ``lock_path`` (0: it wrote none), or None: a dead holder holds no lock."""
     if not lock_path.exists():
@@ -597,9 +589,9 @@ class CompileCache:
 
     def quarantine(self, entry: CacheEntry, reason: str) -> Path | None:
         """Move a corrupt entry to ``<root>/.corrupt/<key>-<time>-<pid>`` so it is rebuilt (None: replaced meanwhile)."""
-        seen = _marker_stamp(entry)
+        seen = file_stamp(entry.marker_path)
         with self.lock(entry.key):
-            if not entry.path.exists() or _marker_stamp(entry) != seen:  # rebuilt by another process
+            if not entry.path.exists() or file_stamp(entry.marker_path) != seen:  # rebuilt by another process
                 return None
             dest = self.root / QUARANTINE_DIR / f"{entry.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
             if dest.parent.is_symlink() or dest.parent.is_file():  # not ours to keep: it would block every rebuild
