@@ -1,8 +1,4 @@
-"""Text for people: byte sizes, shape lists, clipped values and aligned tables.
-
-One spelling of each for the CLI tables, the runner's and the plugin's summaries, the manifest
-diff and the assertion messages. A leaf module: it imports nothing from neuron_args.
-"""
+"""Text for people: one spelling of byte sizes, shape lists, clipped values and aligned tables (a leaf module)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,8 +24,7 @@ def human_size(size: int | float | None) -> str:
 
 
 def graph_label(graph_type: str | None) -> str:
-    """``graph type 'decode'`` in a message; a graph compiled outside any graph type (a plain torch.compile, no
-    runner or ``scoped_compiler_args(graph_type=...)``) is ``a graph with no graph type``, never ``graph type None``."""
+    """``graph type 'decode'`` in a message, ``a graph with no graph type`` (never ``graph type None``)."""
     return "a graph with no graph type" if graph_type is None else f"graph type {graph_type!r}"
 
 
@@ -39,10 +34,7 @@ def clip(text: str, limit: int) -> str:
 
 
 def format_shapes(shapes: Any, *, empty: str = "none", sep: str = " ", limit: int | None = None) -> str:
-    """Manifest shape strings in parentheses: ``["4,", "4, 16", ""]`` -> ``(4,) (4, 16) ()``.
-
-    ``-`` when ``shapes`` is not a list (unknown), ``empty`` for no shapes; clipped to ``limit``.
-    """
+    """``["4,", "4, 16", ""]`` -> ``(4,) (4, 16) ()``; ``-`` when not a list (unknown), ``empty`` for none."""
     if not isinstance(shapes, list):
         return "-"
     if not shapes:
