@@ -11,11 +11,8 @@
     neuron-args report compare OLD NEW [--json] [thresholds]  exit 0 no regression, 1 regression
     neuron-args report plot REPORT... -o trend.png          compile seconds and sizes per graph over runs
 
-Exit status 2 means a usage error or an unreadable input, so CI can tell "invalid" from
-"could not check"; 3 means an ``s3://`` cache's remote could not be used (unreachable, credentials or
-permissions refused, boto3 missing); ``--json`` changes only what is printed, never the exit status (errors stay on
-stderr). ``manifest validate`` recognises a plugin baseline (``.neuron-baseline/*.json``) and checks
-it as one. Nothing here imports torch or jax.
+Exit statuses: :mod:`neuron_args.exit_codes`; ``--json`` changes only what is printed (errors stay on stderr).
+Nothing here imports torch or jax.
 """
 from __future__ import annotations
 
@@ -47,8 +44,7 @@ class _Usage(Exception):
 
 
 def _load_manifest(path: str) -> dict:
-    """A manifest file, a folder holding ``manifest.json`` (an ``<engine-id>/`` folder), or a manifest
-    dir (``VLLM_NEURON_MANIFEST_DIR``) holding one engine's folder."""
+    """A manifest file, its ``<engine-id>/`` folder, or a manifest dir holding one engine's folder."""
     target = Path(path).expanduser()
     if target.is_dir():
         engines = sorted(target.glob("*/manifest.json"))
@@ -84,8 +80,8 @@ def _graphs(doc: Mapping) -> list:
 
 
 def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
-    """The cache to cross-check against: ``--cache-dir``, else the recorded one (the local copy of the recorded
-    ``neuron_config.remote_cache`` where that folder is not on this machine); plus a note when neither is here."""
+    """``--cache-dir``, else the recorded cache (else the local copy of its recorded remote), and a note when
+    neither is on this machine."""
     from neuron_args.manifest.show import recorded_cache_dir, recorded_remote_cache
 
     if given is not None and remote_cache.is_remote(given):
@@ -143,8 +139,7 @@ def _require_cache(path: str | None) -> Path:
 
 
 def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]:
-    """The cache folder; the local copy of an ``s3://`` cache, brought up to date with the remote first
-    (what that did: None for a plain local cache)."""
+    """The cache folder; of an ``s3://`` cache, its local copy brought up to date first (and what that did)."""
     root = _require_cache(path)
     synced = remote_cache.sync(CompileCache(root))
     if synced is not None:
@@ -219,8 +214,7 @@ def cross_check(doc: Mapping, cache: Path) -> list[str]:
 
 
 def _manifest_validate(args: argparse.Namespace) -> int:
-    """A manifest against schema v1 and its cache; a baseline against the baseline form (it names no
-    files, so there is no cache to cross-check)."""
+    """A manifest against schema v1 and its cache; a baseline against the baseline form (it names no files)."""
     from neuron_args.manifest.schema import validate_manifest
     from neuron_args.manifest.show import is_baseline, validate_baseline
 
@@ -267,7 +261,7 @@ def _manifest_diff(args: argparse.Namespace) -> int:
     old, new = _load_manifest(args.old), _load_manifest(args.new)
     result = diff_manifests(old, new, include_environment=args.include_environment)
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2, default=str))
+        _print_json(result.as_dict())
     elif result.empty:
         print("no differences")
     else:
@@ -318,8 +312,7 @@ def _copy_regular(source: Path, target: Path) -> bool:
 
 
 def _cache_logs(args: argparse.Namespace) -> int:
-    """Copy the compiler log, command and metadata of every unbuilt entry (failed, crashed, interrupted by
-    default) into ``OUT/<key>/``: what a CI job uploads after a run whose compiles failed."""
+    """Copy what unbuilt entries' compiles left into ``OUT/<key>/``: what CI uploads after failed compiles."""
     from neuron_args.manifest.show import cache_entries
 
     root = _require_cache(_cache_arg(args))
@@ -478,7 +471,7 @@ def _report_compare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise _Usage(str(exc)) from None
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
+        _print_json(result.as_dict())
     else:
         for line in result.lines():
             print(line)
@@ -507,9 +500,7 @@ _DIR = ("dir", {"nargs": "?", "metavar": "DIR", "help": _CACHE_DIR_HELP + "; sam
 _CACHE_DIR = ("--cache-dir", {"metavar": "DIR", "help": _CACHE_DIR_HELP})
 _MANIFEST_PATH = ("path", {"help": "manifest.json, or the <engine-id> folder holding it"})
 
-#: group -> (help, {command: (handler, help, description, usage, arguments)}); an argument is (name or names,
-#: add_argument keywords). ``ls``, ``logs``, ``verify`` and ``prune-memo`` take the cache as a positional ``DIR`` or
-#: ``--cache-dir`` (``explain`` takes it before its keys).
+#: group -> (help, {command: (handler, help, description, usage, [(name or names, add_argument keywords)])})
 _COMMANDS = {
     "manifest": ("show, validate or diff manifest.json files", {
         "show": (_manifest_show, "a table of the graphs in a manifest", None, None, [

@@ -1,15 +1,7 @@
-"""``neuron-args compile CACHE_DIR``: build every pending entry, locally or on a Dask cluster.
+"""``neuron-args compile CACHE_DIR``: build every pending entry, in a local pool or on a Dask cluster.
 
-    neuron-args compile CACHE_DIR [--workers N]                 a local pool of N compiles
-    neuron-args compile CACHE_DIR --scheduler tcp://HOST:8786   the workers of a running Dask scheduler
-        [--timeout S] [--retries N] [--connect-timeout S] [--compiler NAME] [--json]
-
-Workers need the project installed (``pip install 'neuron-args[farm]'``) and the compiler the
-entries were captured for, at the same version; they do not need the cache folder: each graph's
-inputs travel to the worker and its executable comes back (see ``neuron_args.deferred.farm``).
-Exit status: 0 all built, 1 a graph failed (each is listed), 2 usage error, unreachable scheduler,
-3 an ``s3://`` cache's remote could not be used, 130 interrupted (remote tasks are cancelled; entries not
-built stay pending).
+Workers need the project and the entries' compiler at the same version, not the cache folder
+(:mod:`neuron_args.deferred.farm`).
 """
 from __future__ import annotations
 
@@ -25,10 +17,8 @@ from neuron_args.errors import CompilerArgsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from neuron_args.flags import CompilerArgs
 
-#: Seconds to reach the scheduler and see a first worker, unless --connect-timeout says otherwise.
 DEFAULT_CONNECT_TIMEOUT = 20.0
-#: Dask retries of a task that raised on its worker (a dead worker's task is rescheduled regardless).
-DEFAULT_RETRIES = 1
+DEFAULT_RETRIES = 1  # of a task that raised on its worker (a dead worker's task is rescheduled regardless)
 
 
 class FarmUsage(Exception):
@@ -60,7 +50,6 @@ def _positive_int(text: str) -> int:
 
 
 def add_compile_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``compile`` on the ``neuron-args`` sub-command parsers."""
     p = subparsers.add_parser(
         "compile", help="build every pending (captured) entry, locally or on a Dask cluster",
         description="Build every pending entry of a compile cache with its recorded compiler arguments. "
@@ -139,7 +128,6 @@ class _Progress:
 
 
 def run_compile_command(args: argparse.Namespace) -> int:
-    """The ``compile`` handler; returns the exit status."""
     try:
         return _run(args)
     except FarmUsage as exc:

@@ -1,10 +1,5 @@
-"""``neuron-args report plot``: compile seconds and executable sizes per graph over nightly runs.
-
-Reads run reports (``pytest --neuron-report=PATH``), orders them by their ``created`` time and
-draws one line per graph (matched across runs as ``report compare`` matches them: graph type and
-input shapes) in two panels, compile seconds and executable size. A graph absent from a run, or a
-run that only loaded it (no compile time recorded), leaves a gap. matplotlib is the optional
-``plot`` extra; without it the command names the install line.
+"""``neuron-args report plot``: compile seconds and executable sizes per graph over runs (a gap where a run lacks
+one), graphs matched as ``report compare`` matches them; matplotlib is the optional ``plot`` extra.
 """
 from __future__ import annotations
 
