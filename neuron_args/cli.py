@@ -22,7 +22,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
@@ -154,6 +154,15 @@ def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
+def _output(args: argparse.Namespace, doc: Mapping[str, object], lines: Iterable[str], status: int = EXIT_OK) -> int:
+    """``--json`` prints ``doc``, else ``lines``: what is printed changes, never the exit status."""
+    if args.json:
+        _print_json(doc)
+    else:
+        print(*lines, sep="\n")
+    return status
+
+
 def _manifest_show(args: argparse.Namespace) -> int:
     from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table
 
@@ -167,21 +176,15 @@ def _manifest_show(args: argparse.Namespace) -> int:
             entry = entries.lookup(key) if isinstance(key, str) else None
             if entry is not None:
                 types[key] = entry.graph_type
-    if args.json:
-        _print_json({
-            "path": args.path,
-            "kind": "baseline" if is_baseline(doc, args.path) else "manifest",
-            "manifest_version": doc.get("manifest_version"),
-            "config": doc.get("config"),
-            "cache_dir": str(cache) if cache is not None else None,
-            "note": note,
-            "graphs": manifest_graph_rows(doc, types),
-        })
-        return EXIT_OK
-    print(manifest_table(doc, types))
-    if note:
-        print(note)
-    return EXIT_OK
+    return _output(args, {
+        "path": args.path,
+        "kind": "baseline" if is_baseline(doc, args.path) else "manifest",
+        "manifest_version": doc.get("manifest_version"),
+        "config": doc.get("config"),
+        "cache_dir": str(cache) if cache is not None else None,
+        "note": note,
+        "graphs": manifest_graph_rows(doc, types),
+    }, [manifest_table(doc, types), *filter(None, [note])])
 
 
 def cross_check(doc: Mapping, cache: Path) -> list[str]:
@@ -231,28 +234,20 @@ def _manifest_validate(args: argparse.Namespace) -> int:
         if cache is not None:
             problems += cross_check(doc, cache)
     count = len(_graphs(doc))
-    if args.json:
-        _print_json({"path": args.path, "kind": kind, "valid": not problems,
-                     "manifest_version": doc.get("manifest_version"), "graphs": count,
-                     "cache_dir": str(cache) if cache is not None else None, "note": note,
-                     "problems": problems})
-        return EXIT_FAIL if problems else EXIT_OK
-    if note:
-        print(note)
     if problems:
-        print(f"INVALID: {args.path}: {len(problems)} problem{'s' if len(problems) != 1 else ''} "
-              f"(checked as a {kind})")
-        for problem in problems:
-            print(f"  - {problem}")
-        return EXIT_FAIL
-    if kind == "baseline":
-        print(f"OK: {args.path} is a manifest baseline (the plugin's --neuron-baseline form), valid, "
-              f"v{doc.get('manifest_version')} ({count} graphs; environment, NEFF sizes, timestamps "
-              "and cache paths are left out by design)")
-        return EXIT_OK
-    checked = f"; files checked against {cache}" if cache is not None else ""
-    print(f"OK: {args.path} is a valid manifest v{doc.get('manifest_version')} ({count} graphs{checked})")
-    return EXIT_OK
+        text = [f"INVALID: {args.path}: {len(problems)} problem{'s' if len(problems) != 1 else ''} "
+                f"(checked as a {kind})", *(f"  - {problem}" for problem in problems)]
+    elif kind == "baseline":
+        text = [f"OK: {args.path} is a manifest baseline (the plugin's --neuron-baseline form), valid, "
+                f"v{doc.get('manifest_version')} ({count} graphs; environment, NEFF sizes, timestamps "
+                "and cache paths are left out by design)"]
+    else:
+        checked = f"; files checked against {cache}" if cache is not None else ""
+        text = [f"OK: {args.path} is a valid manifest v{doc.get('manifest_version')} ({count} graphs{checked})"]
+    return _output(args, {"path": args.path, "kind": kind, "valid": not problems,
+                          "manifest_version": doc.get("manifest_version"), "graphs": count,
+                          "cache_dir": str(cache) if cache is not None else None, "note": note,
+                          "problems": problems}, [*filter(None, [note]), *text], EXIT_FAIL if problems else EXIT_OK)
 
 
 def _manifest_diff(args: argparse.Namespace) -> int:
@@ -260,13 +255,8 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
     old, new = _load_manifest(args.old), _load_manifest(args.new)
     result = diff_manifests(old, new, include_environment=args.include_environment)
-    if args.json:
-        _print_json(result.as_dict())
-    elif result.empty:
-        print("no differences")
-    else:
-        print("\n".join(result.lines()))
-    return EXIT_OK if result.empty else EXIT_FAIL
+    return _output(args, result.as_dict(), ["no differences"] if result.empty else result.lines(),
+                   EXIT_OK if result.empty else EXIT_FAIL)
 
 
 def _cache_ls(args: argparse.Namespace) -> int:
@@ -279,25 +269,18 @@ def _cache_ls(args: argparse.Namespace) -> int:
         names = None if wanted is None else {s.value for s in wanted}
         return _remote_ls(args, root, [r for r in remote if names is None or r.status.split(" ")[0] in names])
     entries = [e for e in cache_entries(CompileCache(root)) if wanted is None or e.status in wanted]
-    if args.json:
-        _print_json({"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
-                     "counts": status_counts([e.status for e in entries]),
-                     "total_size": sum(e.size for e in entries)})
-        return EXIT_OK
-    print(f"compile cache {root}")
-    print(cache_table(entries) if entries else "no entries")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
+                          "counts": status_counts([e.status for e in entries]), "total_size": sum(e.size for e in entries)},
+                   [f"compile cache {root}", cache_table(entries) if entries else "no entries"])
 
 
 def _remote_ls(args: argparse.Namespace, root: Path, rows: list[remote_listing.RemoteRow]) -> int:
     url = remote_cache.remote_url(root)
-    if args.json:
-        _print_json({"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
-                     "counts": remote_listing.remote_counts(rows), "total_size": sum(r.size or 0 for r in rows if r.remote)})
-        return EXIT_OK
-    print(f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}")
-    print(remote_listing.remote_table(rows) if rows else "no entries")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
+                          "counts": remote_listing.remote_counts(rows),
+                          "total_size": sum(r.size or 0 for r in rows if r.remote)},
+                   [f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}",
+                    remote_listing.remote_table(rows) if rows else "no entries"])
 
 
 def _copy_regular(source: Path, target: Path) -> bool:
@@ -331,16 +314,11 @@ def _cache_logs(args: argparse.Namespace) -> int:
         collected.append({"key": info.key, "graph_type": info.graph_type, "status": info.status.value,
                           "folder": str(folder), "files": files})
     statuses = ",".join(sorted(s.value for s in wanted))
-    if args.json:
-        _print_json({"cache_dir": str(root), "out": str(out), "statuses": statuses.split(","),
-                     "entries": collected})
-        return EXIT_OK
-    print(f"compile cache {root}: {len(collected)} entr{'y' if len(collected) == 1 else 'ies'} {statuses}"
-          + (f", logs copied to {out}" if collected else ""))
-    for item in collected:
-        print(f"  {item['status']} {item['key']} (graph type {item['graph_type'] or '-'}): "
-              f"{', '.join(item['files']) or 'no log left'}")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "out": str(out), "statuses": statuses.split(","), "entries": collected}, [
+        f"compile cache {root}: {len(collected)} entr{'y' if len(collected) == 1 else 'ies'} {statuses}"
+        + (f", logs copied to {out}" if collected else ""),
+        *(f"  {item['status']} {item['key']} (graph type {item['graph_type'] or '-'}): "
+          f"{', '.join(item['files']) or 'no log left'}" for item in collected)])
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
@@ -371,26 +349,22 @@ def _cache_verify(args: argparse.Namespace) -> int:
                          "loaded meanwhile)") from None
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
-    if args.json:
-        _print_json({"cache_dir": str(root), "checked": len(entries), "counts": counts,
-                     "corrupt": found, "fixed": bool(args.fix), "ok": (not corrupt or bool(args.fix)) and not remote_bad,
-                     **({} if synced is None else {"remote_cache": synced.url, "remote_listed": synced.listed,
-                                                   "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})})
-        return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
-    print(f"compile cache {root}: {len(entries)} entries checked")
+    ok = (not corrupt or bool(args.fix)) and not remote_bad
+    text = [f"compile cache {root}: {len(entries)} entries checked"]
     for item in found:
-        line = f"  corrupt {item['key']} (graph type {item['graph_type']!r}): {item['problem']}"
-        if args.fix:
-            line += f"; moved to {item['moved_to']}" if item["moved_to"] else "; already replaced"
-        print(line)
-    print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
-    for item in remote_bad:
-        print(f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
-              "replaces it")
+        moved = ("; moved to " + item["moved_to"] if item["moved_to"] else "; already replaced") if args.fix else ""
+        text.append(f"  corrupt {item['key']} (graph type {item['graph_type']!r}): {item['problem']}{moved}")
+    text.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
+    text += [f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
+             "replaces it" for item in remote_bad]
     if corrupt and not args.fix:
-        print(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
-              "or run this command with --fix")
-    return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
+        text.append(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
+                    "or run this command with --fix")
+    return _output(args, {"cache_dir": str(root), "checked": len(entries), "counts": counts, "corrupt": found,
+                          "fixed": bool(args.fix), "ok": ok,
+                          **({} if synced is None else {"remote_cache": synced.url, "remote_listed": synced.listed,
+                                                        "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})},
+                   text, EXIT_OK if ok else EXIT_FAIL)
 
 
 def _cache_explain(args: argparse.Namespace) -> int:
@@ -429,17 +403,9 @@ def _cache_explain(args: argparse.Namespace) -> int:
             )
     components = [md.key_components for md in metadata]
     lines = explain_components(components[0], components[1])
-    if args.json:
-        _print_json({"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
-                     "graph_types": [md.graph_type for md in metadata],
-                     "identical": not lines, "differences": lines})
-        return EXIT_OK
-    print(f"{keys[0]} vs {keys[1]}")
-    if not lines:
-        print("  identical key components")
-    for line in lines:
-        print(f"  {line}")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
+                          "graph_types": [md.graph_type for md in metadata], "identical": not lines, "differences": lines},
+                   [f"{keys[0]} vs {keys[1]}", *(f"  {line}" for line in lines or ["identical key components"])])
 
 
 def _cache_prune_memo(args: argparse.Namespace) -> int:
@@ -450,15 +416,11 @@ def _cache_prune_memo(args: argparse.Namespace) -> int:
         raise _Usage(f"cache prune-memo: --older-than must be >= 0 days, got {args.older_than}")
     root = _open_cache(_cache_arg(args))[0]  # an s3:// cache: the remote's entries keep their memos
     pruned = prune(CompileCache(root), older_than_days=args.older_than, dry_run=args.dry_run)
-    if args.json:
-        _print_json({"cache_dir": str(root), "dry_run": bool(args.dry_run),
-                     "pruned": [{"file": p.path.name, "reason": p.reason} for p in pruned]})
-        return EXIT_OK
     verb = "would remove" if args.dry_run else "removed"
-    print(f"compile cache {root}: {verb} {len(pruned)} trace-memo file(s)")
-    for p in pruned:
-        print(f"  {p.path.name} ({p.reason})")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "dry_run": bool(args.dry_run),
+                          "pruned": [{"file": p.path.name, "reason": p.reason} for p in pruned]},
+                   [f"compile cache {root}: {verb} {len(pruned)} trace-memo file(s)",
+                    *(f"  {p.path.name} ({p.reason})" for p in pruned)])
 
 
 def _report_compare(args: argparse.Namespace) -> int:
@@ -470,13 +432,8 @@ def _report_compare(args: argparse.Namespace) -> int:
         result = compare_files(args.old, args.new, thresholds)
     except ValueError as exc:
         raise _Usage(str(exc)) from None
-    if args.json:
-        _print_json(result.as_dict())
-    else:
-        for line in result.lines():
-            print(line)
-        print("regression" if result.regression else "no regression")
-    return EXIT_FAIL if result.regression else EXIT_OK
+    return _output(args, result.as_dict(), [*result.lines(), "regression" if result.regression else "no regression"],
+                   EXIT_FAIL if result.regression else EXIT_OK)
 
 
 def _report_plot(args: argparse.Namespace) -> int:
@@ -607,10 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"neuron-args: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `neuron-args cache ls | head`
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
-        except OSError:
-            pass
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
         return EXIT_OK
 
 
