@@ -173,7 +173,11 @@ class CacheEntry:
 
     def metadata(self) -> dict[str, Any]:
         """The ``metadata.json`` document as written (``{}``: unreadable); readers use :meth:`info`."""
-        return _json_object(os.path.join(os.fspath(self.path), METADATA_NAME))
+        try:
+            value = read_json(os.path.join(os.fspath(self.path), METADATA_NAME), METADATA_LIMIT)
+        except (OSError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
 
     @property
     def has_metadata(self) -> bool:
@@ -198,19 +202,17 @@ class CacheEntry:
             st = os.stat(os.path.join(folder, exe))
         except OSError:
             st = None
+        try:
+            shapes = self.info().output_shapes
+        except CorruptEntryError:
+            shapes = None
         return EntryArtifacts(
             hlo_path=f"{self.key}/{HLO_NAME}" if hlo else None,
             executable_path=None if st is None else f"{self.key}/{exe}",
             executable_size=None if st is None else st.st_size,
             executable_mtime=None if st is None else st.st_mtime,
-            output_shapes=self._output_shapes(),
+            output_shapes=shapes,
         )
-
-    def _output_shapes(self) -> tuple[str, ...] | None:
-        try:
-            return self.info().output_shapes
-        except CorruptEntryError:
-            return None
 
     def problem(self, *, checksum: bool = True) -> str | None:
         """Why this complete entry cannot be loaded (metadata, signature, executable size and sha256), or None."""
@@ -300,14 +302,6 @@ class CacheEntry:
 
     def __repr__(self) -> str:
         return f"CacheEntry({str(self.path)!r}, status={self.status.value!r})"
-
-
-def _json_object(path: str) -> dict[str, Any]:
-    try:
-        value = read_json(path, METADATA_LIMIT)
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def executable_fields(path: Path) -> dict[str, Any]:
@@ -414,6 +408,15 @@ class LockWait:
                 f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
                 f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
 
+    def timed_out(self) -> CompileError:
+        entry, pid = self.entry, self.entry.lock_pid()
+        holder = f"process {pid}" if pid else "another process"
+        return CompileError(
+            f"waited {self.timeout or 0:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
+            f"(graph type {self.graph_type or entry.graph_type!r}): {holder} has been building it all that time.\n"
+            f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
+            "a build that legitimately takes longer needs a longer compile timeout.")
+
 
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, corrupt: str | None = None) -> CompileError:
     """A file-system failure while writing an entry (or moving a ``corrupt`` one aside), as the error a user can act on."""
@@ -487,8 +490,6 @@ def _warmed_keys() -> set[str]:
 
 
 class CompileCache:
-    """A compile-cache directory."""
-
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = cache_root(root) if remote_cache.is_remote(root) else Path(root).expanduser().resolve()
 
@@ -555,7 +556,7 @@ class CompileCache:
             while not key_lock.acquire(0 if stop is not None else
                                        min(max(0.0, deadline - time.monotonic()), wait.next_in(), 60.0)):
                 if time.monotonic() >= deadline:
-                    raise self.lock_timeout_error(entry, timeout, graph_type)
+                    raise wait.timed_out()
                 wait.tick()
                 if stop is not None and stop(_LOCK_POLL):
                     raise InterruptedError(f"stopped waiting for the lock of {key}")
@@ -567,15 +568,6 @@ class CompileCache:
     def pull(self, entry: CacheEntry, graph_type: str | None = None) -> bool:
         """Copy ``entry`` from the remote cache this folder copies, if any and if there."""
         return remote_cache.pull(entry, lock=lambda: self.lock(entry.key, graph_type=graph_type), graph_type=graph_type)
-
-    def lock_timeout_error(self, entry: CacheEntry, timeout: float, graph_type: str | None = None) -> CompileError:
-        pid = entry.lock_pid()
-        holder = f"process {pid}" if pid else "another process"
-        return CompileError(
-            f"waited {timeout:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
-            f"(graph type {graph_type or entry.graph_type!r}): {holder} has been building it all that time.\n"
-            f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
-            "a build that legitimately takes longer needs a longer compile timeout.")
 
     def verified(self, entry: CacheEntry) -> str | None:
         """:meth:`CacheEntry.problem`, once per process and entry."""

@@ -401,8 +401,7 @@ def _cache_explain(args: argparse.Namespace) -> int:
                 f"cache entry {entry.key} has no key_components in its metadata.json "
                 "(written before keys recorded their components, or unreadable); recompile it"
             )
-    components = [md.key_components for md in metadata]
-    lines = explain_components(components[0], components[1])
+    lines = explain_components(metadata[0].key_components, metadata[1].key_components)
     return _output(args, {"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
                           "graph_types": [md.graph_type for md in metadata], "identical": not lines, "differences": lines},
                    [f"{keys[0]} vs {keys[1]}", *(f"  {line}" for line in lines or ["identical key components"])])
@@ -549,7 +548,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit status (the console script exits with it)."""
     parser = _parser()
     try:
         args = parser.parse_args(argv)

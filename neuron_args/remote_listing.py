@@ -64,7 +64,8 @@ def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
     with store.reachable():
         markers = store.markers()
         with ThreadPoolExecutor(READERS) as pool:
-            rows = list(pool.map(lambda km: _remote_row(store, km[0], km[1], _status(local, km[0])), markers))
+            rows = list(pool.map(lambda km: _remote_row(store, km[0], km[1], local[km[0]].status.value
+                                                        if km[0] in local else None), markers))
     listed = {row.key for row in rows}
     for info in local.values():
         if info.key not in listed:
@@ -75,11 +76,6 @@ def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
             rows.append(RemoteRow(info.key, info.graph_type, None if md.compiler_args is None else list(md.compiler_args),
                                   info.status_text, info.size, md.created, False, info.status.value))
     return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
-
-
-def _status(local: dict, key: str) -> str | None:
-    info = local.get(key)
-    return None if info is None else info.status.value
 
 
 def remote_table(rows: list[RemoteRow]) -> str:

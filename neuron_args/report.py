@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from neuron_args.atomic import write_atomic
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
@@ -49,8 +50,6 @@ def build_report(settings: Mapping[str, Any], graphs: Sequence[Mapping[str, Any]
 
 
 def write_report(path: str | Path, report: Mapping[str, Any]) -> Path:
-    from neuron_args.atomic import write_atomic
-
     path = Path(path)
     write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")  # creates the folder
     return path

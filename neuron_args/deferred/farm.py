@@ -269,7 +269,6 @@ def outcome_problem(outcome: object, task: CompileTask) -> str | None:
 
 
 def check_outcome(outcome: object, task: CompileTask) -> None:
-    """Raise :class:`CompileError` naming the graph when :func:`outcome_problem` finds one."""
     problem = outcome_problem(outcome, task)
     if problem is not None:
         raise CompileError(

@@ -28,16 +28,11 @@ def tag_backward_node(outputs: Any, scope: Scope) -> None:
         if node is None or id(node) in seen or depth > _DEPTH:
             continue
         seen.add(id(node))
-        if _is_aot_node(node):
+        if hasattr(getattr(node, "_forward_cls", None), "_aot_id"):  # aot_autograd's CompiledFunction node (its ctx)
             if not hasattr(node, _ATTRIBUTE):
                 setattr(node, _ATTRIBUTE, scope)
             continue
         stack.extend((n, depth + 1) for n, _ in node.next_functions)
-
-
-def _is_aot_node(node: Any) -> bool:
-    """``node`` is the backward node of an aot_autograd ``CompiledFunction`` call (its ``ctx``)."""
-    return hasattr(getattr(node, "_forward_cls", None), "_aot_id")
 
 
 def running_forward_scope() -> Scope | None:
