@@ -189,7 +189,6 @@ class CacheEntry:
 
     @property
     def graph_type(self) -> str | None:
-        """The graph type recorded at capture, or None."""
         value = self.metadata().get("graph_type")
         return value if isinstance(value, str) else None
 

@@ -40,9 +40,6 @@ class _Usage(Exception):
     """A usage error or unreadable input: message to stderr, exit status 2."""
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
 def _load_manifest(path: str) -> dict:
     """A manifest file, its ``<engine-id>/`` folder, or a manifest dir holding one engine's folder."""
     target = Path(path).expanduser()
@@ -147,9 +144,6 @@ def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]
     return root, synced
 
 
-# ----------------------------------------------------------------------------- commands
-
-
 def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
@@ -168,14 +162,9 @@ def _manifest_show(args: argparse.Namespace) -> int:
 
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
-    types: dict[str, str | None] = {}
-    if cache is not None:
-        entries = CompileCache(cache)
-        for graph in _graphs(doc):
-            key = graph.get("graph_hash") if isinstance(graph, Mapping) else None
-            entry = entries.lookup(key) if isinstance(key, str) else None
-            if entry is not None:
-                types[key] = entry.graph_type
+    lookup = CompileCache(cache).lookup if cache is not None else lambda key: None
+    found = [lookup(g["graph_hash"]) for g in _graphs(doc) if isinstance(g, Mapping) and isinstance(g.get("graph_hash"), str)]
+    types: dict[str, str | None] = {entry.key: entry.graph_type for entry in found if entry is not None}
     return _output(args, {
         "path": args.path,
         "kind": "baseline" if is_baseline(doc, args.path) else "manifest",
@@ -322,7 +311,6 @@ def _cache_logs(args: argparse.Namespace) -> int:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
     from neuron_args.manifest.show import status_counts
 
     root, synced = _open_cache(_cache_arg(args))
@@ -408,7 +396,6 @@ def _cache_explain(args: argparse.Namespace) -> int:
 
 
 def _cache_prune_memo(args: argparse.Namespace) -> int:
-    """Remove trace-memo files that no entry's graph matches (or unread for ``--older-than`` days)."""
     from neuron_args.seams.memo_files import prune
 
     if args.older_than is not None and args.older_than < 0:
@@ -444,9 +431,6 @@ def _report_plot(args: argparse.Namespace) -> int:
         raise _Usage(str(exc)) from None
     print(f"trend written: {out}")
     return EXIT_OK
-
-
-# ----------------------------------------------------------------------------- parser
 
 
 _CACHE_DIR_HELP = ("cache directory or s3://bucket/prefix (default: $" + CACHE_DIR_ENV + ", else "
