@@ -1,15 +1,4 @@
-"""``neuron-args``: inspect manifests and compile caches from a shell or CI step.
-
-    neuron-args manifest show PATH [--cache-dir DIR] [--json]
-    neuron-args manifest validate PATH [--cache-dir DIR] [--json]   exit 0 valid, 1 invalid, 2 unreadable
-    neuron-args manifest diff OLD NEW [--json] [--include-environment]   exit 0 same, 1 different
-    neuron-args cache ls [DIR | --cache-dir DIR] [--status S,S] [--json]
-    neuron-args cache logs [DIR | --cache-dir DIR] --out OUT [--status S,S] [--json]   logs of unbuilt entries
-    neuron-args cache verify [DIR | --cache-dir DIR] [--fix] [--json]   exit 0 all sound, 1 corrupt found
-    neuron-args cache explain [DIR] KEY_A KEY_B [--cache-dir DIR] [--json]   (unique key prefixes accepted)
-    neuron-args cache prune-memo [DIR | --cache-dir DIR] [--older-than DAYS] [--dry-run] [--json]
-    neuron-args report compare OLD NEW [--json] [thresholds]  exit 0 no regression, 1 regression
-    neuron-args report plot REPORT... -o trend.png          compile seconds and sizes per graph over runs
+"""``neuron-args``: inspect manifests and compile caches from a shell or CI step (the commands: :data:`_COMMANDS`).
 
 Exit statuses: :mod:`neuron_args.exit_codes`; ``--json`` changes only what is printed (errors stay on stderr).
 Nothing here imports torch or jax.
@@ -317,7 +306,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     cache = CompileCache(root)
     entries = cache.entries()
     corrupt, statuses = [], []
-    remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded or []]
+    remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded]
     for entry in entries:
         status = entry.status
         problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None

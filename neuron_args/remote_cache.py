@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -466,10 +466,10 @@ class SyncReport:
     url: str
     listed: int = 0
     copied: int = 0
-    not_loaded: list[str] | None = None
+    not_loaded: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        bad = self.not_loaded or []
+        bad = self.not_loaded
         return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
                 f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
                 "its marker, then the cache's own check)"
@@ -481,7 +481,7 @@ def sync(cache: CacheLike) -> SyncReport | None:
     store = store_for(cache.root)
     if store is None:
         return None
-    report = SyncReport(store.loc.url, not_loaded=[])
+    report = SyncReport(store.loc.url)
     with store.reachable():
         keys = store.keys()
         report.listed = len(keys)
