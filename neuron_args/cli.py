@@ -338,9 +338,9 @@ def _cache_verify(args: argparse.Namespace) -> int:
         text.append(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
                     "or run this command with --fix")
     return _output(args, {"cache_dir": str(root), "checked": len(entries), "counts": counts, "corrupt": found,
-                          "fixed": bool(args.fix), "ok": ok,
-                          **({} if synced is None else {"remote_cache": synced.url, "remote_listed": synced.listed,
-                                                        "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})},
+                          "fixed": bool(args.fix), "ok": ok, **({} if synced is None else {
+                              "remote_cache": synced.url, "remote_listed": synced.listed,
+                              "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})},
                    text, EXIT_OK if ok else EXIT_FAIL)
 
 

@@ -111,7 +111,7 @@ def is_remote(value: object) -> bool:
 
 
 def local_copy(url: str, default_base: Path) -> Path:
-    """The local read-through folder of ``url``, bound to it: ``<$NEURON_ARGS_REMOTE_CACHE_COPY or default_base>/<bucket>/<prefix>``."""
+    """The local folder bound to ``url``: ``<$NEURON_ARGS_REMOTE_CACHE_COPY or default_base>/<bucket>/<prefix>``."""
     loc = RemoteLocation.parse(url.strip())
     given = envs.text(COPY_ENV)
     base = Path(given).expanduser() if given else default_base

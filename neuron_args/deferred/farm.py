@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import functools
 import hashlib
 import os
 import shlex
@@ -316,17 +315,15 @@ class _FarmFuture(cf.Future):
 
 
 _committer_lock = threading.Lock()
+_commit_pools: list[cf.ThreadPoolExecutor] = []
 
 
 def _commit_pool() -> cf.ThreadPoolExecutor:
     """Writes results off the executor's callback thread (Dask's event loop must not block on disk)."""
     with _committer_lock:  # callbacks of several executors may ask at once: one pool per process
-        return _new_commit_pool()
-
-
-@functools.cache
-def _new_commit_pool() -> cf.ThreadPoolExecutor:
-    return cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit")
+        if not _commit_pools:
+            _commit_pools.append(cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit"))
+        return _commit_pools[0]
 
 
 def _worker_error(exc: BaseException) -> str:
