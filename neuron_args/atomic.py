@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import time
 from pathlib import Path
 
@@ -70,6 +71,14 @@ def remove_temporaries(folder: str | os.PathLike[str], *, name: str | None = Non
                 os.unlink(item.path)
                 removed.append(item.name)
     return removed
+
+
+def remove_path(path: Path) -> None:
+    """Remove whatever is at ``path``: a file, a link (never followed) or a folder tree; nothing when absent."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int] | None:

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shlex
-import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,7 +23,7 @@ from filelock import FileLock, Timeout
 
 from neuron_args import envs, remote_cache
 from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
-from neuron_args.atomic import directory_problem, file_stamp, remove_temporaries, write_atomic
+from neuron_args.atomic import directory_problem, file_stamp, remove_path, remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.digests import file_sha256
 from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
@@ -280,10 +279,7 @@ class CacheEntry:
 
     def reset(self) -> None:
         """Drop what an unfinished build left (a file or link where the folder belongs too); the caller holds the lock."""
-        if self.path.is_symlink() or self.path.is_file():
-            self.path.unlink()
-        elif self.path.exists():
-            shutil.rmtree(self.path)
+        remove_path(self.path)
         self.path.mkdir(parents=True)
 
     def size_bytes(self) -> int:

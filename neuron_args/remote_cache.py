@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from neuron_args import envs
-from neuron_args.atomic import file_stamp, write_atomic
+from neuron_args.atomic import file_stamp, remove_path, write_atomic
 from neuron_args.cache_key import is_cache_key
 from neuron_args.digests import stream_sha256
 from neuron_args.errors import OptionsError
@@ -432,10 +432,7 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
         problem = type(entry)(incoming, key).problem()  # the cache's own check: metadata, size, sha256, signature
         if problem is not None:
             raise ValueError(problem)
-        if entry.path.is_symlink() or entry.path.is_file():
-            entry.path.unlink()
-        elif entry.path.exists():  # an incomplete local entry (pending, failed): the remote one replaces it
-            shutil.rmtree(entry.path)
+        remove_path(entry.path)  # an incomplete local entry (pending, failed): the remote one replaces it
         os.replace(staged, entry.path)
     except (_Absent, ValueError) as exc:
         store.replace.add(key)
