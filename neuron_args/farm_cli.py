@@ -151,12 +151,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def _compile(args: argparse.Namespace, root: Path) -> int:
     from neuron_args.cache import CompileCache
-    from neuron_args.deferred.parallel_compile import default_workers, parallel_compile, pending_keys
+    from neuron_args.deferred.parallel_compile import CompileReport, default_workers, parallel_compile, pending_keys
 
     pending = pending_keys(root)
     where = args.scheduler or f"a local pool of {args.workers or default_workers(len(pending))} workers"
     if not pending:
-        return _finish(args, root, where, None)
+        return _finish(args, root, where, CompileReport())
     client = executor = None
     if args.scheduler:
         client = connect(args.scheduler, args.connect_timeout)
@@ -190,17 +190,14 @@ def _compile(args: argparse.Namespace, root: Path) -> int:
 
 
 def _finish(args: argparse.Namespace, root: Path, where: str, report: Any) -> int:
-    graphs = report.graphs if report is not None else []
-    failed = [g for g in graphs if g.status == "failed"]
-    counts = {s: sum(g.status == s for g in graphs) for s in ("compiled", "already-complete", "failed")}
+    failed = report.failed
+    counts = {s: sum(g.status == s for g in report.graphs) for s in ("compiled", "already-complete", "failed")}
     if args.json:
-        doc = {"cache_dir": str(root), "where": where, "ok": not failed, **counts,
-               **(report.as_dict() if report is not None else {"seconds": 0.0, "graphs": []})}
-        print(json.dumps(doc, indent=2))
+        print(json.dumps({"cache_dir": str(root), "where": where, "ok": not failed, **counts, **report.as_dict()},
+                         indent=2))
     else:
-        seconds = report.seconds if report is not None else 0.0
         print(f"{root}: {counts['compiled']} compiled, {counts['already-complete']} already complete, "
-              f"{counts['failed']} failed in {seconds:.1f} s" if graphs else f"{root}: no pending entries")
+              f"{counts['failed']} failed in {report.seconds:.1f} s" if report.graphs else f"{root}: no pending entries")
     for g in failed:
         print(f"FAILED {g.graph_type!r} {g.key}: {g.error}", file=sys.stderr)
     return EXIT_FAIL if failed else EXIT_OK
