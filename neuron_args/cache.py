@@ -534,8 +534,9 @@ class CompileCache:
         """Raise :class:`OptionsError` when the root cannot be a directory; warn once when others may write it."""
         problem = directory_problem(self.root)
         if problem is not None:
+            in_way = "" if problem.startswith("cannot") else ", or remove the file in its way"
             raise OptionsError(f"cache_dir {self.root} {problem}; pass a directory as options['cache_dir'] "
-                               f"(or ${CACHE_DIR_ENV}) that this user can create")
+                               f"(or ${CACHE_DIR_ENV}) that this user can create{in_way}")
         warn_if_shared(self.root)
 
     @contextlib.contextmanager
