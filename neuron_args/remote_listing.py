@@ -3,6 +3,7 @@ bounded reads); ``explain`` downloads (and checks) only the entries it names.
 """
 from __future__ import annotations
 
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -94,11 +95,7 @@ def remote_table(rows: list[RemoteRow]) -> str:
 
 def remote_counts(rows: list[RemoteRow]) -> dict[str, int]:
     """``{"complete": 2, "corrupt": 1}`` of the remote rows (``cache ls --json``'s counts)."""
-    out: dict[str, int] = {}
-    for row in rows:
-        if row.remote:
-            out[row.status] = out.get(row.status, 0) + 1
-    return dict(sorted(out.items()))
+    return dict(sorted(Counter(row.status for row in rows if row.remote).items()))
 
 
 def fetch_named(cache: CompileCache, prefix: str) -> str | None:

@@ -45,10 +45,7 @@ def format_shapes(shapes: Any, *, empty: str = "none", sep: str = " ", limit: in
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, rule: bool = True) -> str:
     """Left-aligned columns, two spaces apart; a dashed rule under the header unless ``rule=False``."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
+    widths = [max([len(h), *(len(row[i]) for row in rows if i < len(row))]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
