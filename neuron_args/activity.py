@@ -1,12 +1,5 @@
-"""What this process did so far, in one object: :data:`ACTIVITY`.
-
-Cache counters, graph records, executables loaded, entries verified, warnings said once, the ledger's
-per-process files, the open serve block: read with :meth:`Activity.snapshot`, started over with
-:meth:`Activity.reset`, never through module globals. A warmup, serve or trace counts its own events in
-a :func:`tally` block (context-local); each cache event (:func:`count`) goes into the open blocks and
-the process's totals. Lazy singletons a test must start over register with :func:`cleared_on_reset`.
-A forked child inherits the parent's activity except what the forking code clears and the ledger's
-pid-keyed files (:class:`LedgerActivity`). This module imports nothing of the package.
+"""What this process did so far, in one object (:data:`ACTIVITY`), and the context-local :func:`tally` blocks in
+which a warmup, serve or trace counts its own cache events. Imports nothing of the package.
 """
 from __future__ import annotations
 
@@ -41,9 +34,7 @@ class CacheStats:
 
 @dataclass
 class Tally:
-    """What one block (a warmup, a serve, a trace ahead of serving) did: its cache counts, the hit assertion it
-    sets for its context, and the ``parallel_compile`` reports it started (finished or cut short: what a failed
-    warmup built before it raised)."""
+    """What one block did: its cache counts, its hit assertion, the ``parallel_compile`` reports it started."""
 
     counts: CacheStats = field(default_factory=CacheStats)
     assert_hit: bool | None = None  # None: the enclosing block's, else the open serve's, else the environment's
@@ -56,11 +47,8 @@ _OPEN: contextvars.ContextVar[tuple[Tally, ...]] = contextvars.ContextVar("neuro
 
 @contextlib.contextmanager
 def tally(*, assert_hit: bool | None = None, held: bool = False) -> Iterator[Tally]:
-    """Count this block's cache activity (this thread, and threads started with its context copied).
-
-    Events count into every block open around it too, and into the process's totals (``ACTIVITY.stats``); a
-    ``held`` block keeps them to itself (:func:`commit` passes them on): a trace that only probes the cache.
-    ``assert_hit`` makes a cache miss in the block raise (True) or not (False) whatever the environment says."""
+    """Count this block's cache activity, also into the blocks around it and ``ACTIVITY.stats`` unless ``held``
+    (:func:`commit` passes those on); ``assert_hit`` overrides the environment for the block."""
     block = Tally(assert_hit=assert_hit, held=held)
     token = _OPEN.set((*_OPEN.get(), block))
     try:
@@ -100,11 +88,7 @@ def block_assert_hit() -> bool | None:
 
 @dataclass
 class LedgerActivity:
-    """The manifest ledger's per-process state (``neuron_args.manifest.ledger``).
-
-    The file sets belong to ``pid``: the first write of another pid (a forked child) starts them
-    over, so a child truncates and writes its own ``<pid>.jsonl``.
-    """
+    """The manifest ledger's per-process state; a forked child's first write starts the file sets over."""
 
     pid: int | None = None  # the process the file sets below belong to
     started_paths: set[str] = field(default_factory=set)  # ledger files this pid has already truncated
@@ -157,8 +141,7 @@ class Activity:
         return True
 
     def snapshot(self) -> dict[str, Any]:
-        """A copy in plain builtins: ``stats``, ``records`` (key -> dict), ``reused``, ``loaded`` keys,
-        ``eager_outputs``, ``serving`` (a bool)."""
+        """A copy in plain builtins."""
         return {
             "stats": self.stats.snapshot(),
             "records": {key: rec.to_json() for key, rec in self.records.items()},

@@ -1,13 +1,7 @@
 """The compile cache: one folder per key, a completion marker written last, a per-key lock.
 
-An entry is loaded only when complete, so a crash mid-compile leaves nothing that is used later.
-Two processes building the same key serialize on the lock file ``<root>/.<key>.lock`` (``filelock``,
-with a timeout); the second finds the entry complete and counts a hit.
-``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` turns a miss into a :class:`CacheMissError` that names the
-closest entry and the components that differ. This module is the only code that knows the
-``<root>/<key>/`` layout and reads or writes ``metadata.json``: the CLI, the manifest, the seams and
-the pytest plugin go through :class:`CompileCache` and :class:`CacheEntry`, and read the entry's
-metadata as one typed :class:`~neuron_args.entry_metadata.EntryMetadata` (:meth:`CacheEntry.info`).
+A crash mid-compile leaves no complete entry, so nothing half-built is ever loaded. The only code that knows
+the ``<root>/<key>/`` layout and reads or writes ``metadata.json`` (as :class:`~neuron_args.entry_metadata.EntryMetadata`).
 """
 from __future__ import annotations
 
@@ -18,7 +12,6 @@ import json
 import logging
 import os
 import shlex
-import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,7 +23,7 @@ from filelock import FileLock, Timeout
 
 from neuron_args import envs, remote_cache
 from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
-from neuron_args.atomic import remove_temporaries, write_atomic
+from neuron_args.atomic import directory_problem, file_stamp, remove_path, remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
 from neuron_args.digests import file_sha256
 from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
@@ -49,12 +42,10 @@ ASSERT_CACHE_HIT_ENV = "NEURON_LIBTORCH_ASSERT_CACHE_HIT"
 MARKER = "COMPLETE"
 HLO_NAME = "graph.hlo"
 METADATA_NAME = "metadata.json"
-#: How long a build waits for another process's build of the same key: longer than the longest
-#: default compile timeout (neuronx-cc, 2 h), so only a stuck holder makes it give up.
+#: Longer than the longest default compile timeout (neuronx-cc, 2 h): only a stuck holder makes a wait give up.
 LOCK_TIMEOUT = 3 * 3600.0
 _LOCK_POLL = 0.2
-#: Seconds a wait for another process's key lock stays silent before it logs what it waits for
-#: (then again every ``LOCK_NOTICE_REPEAT`` seconds, with the time waited).
+#: Seconds a lock wait stays silent before it logs what it waits for (then every ``LOCK_NOTICE_REPEAT``).
 LOCK_NOTICE_AFTER = 5.0
 LOCK_NOTICE_REPEAT = 600.0
 #: Where corrupt entries are moved aside (a dot folder: never listed as an entry).
@@ -63,9 +54,8 @@ TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace
 
 
 def assert_cache_hit_enabled() -> bool:
-    """The open ``NeuronRunner.serve()``'s ``assert_cache_hit`` (``ACTIVITY.assert_hit``, every thread), else the
-    innermost open block's (:func:`~neuron_args.activity.tally`: a warmup, a trace ahead of serving), else whether
-    ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` holds a true value (1/true/yes/on)."""
+    """The open serve's ``assert_cache_hit``, else the innermost :func:`~neuron_args.activity.tally` block's, else the
+    environment's."""
     if ACTIVITY.assert_hit is not None:
         return ACTIVITY.assert_hit
     block = block_assert_hit()
@@ -73,8 +63,7 @@ def assert_cache_hit_enabled() -> bool:
 
 
 def default_cache_dir() -> Path:
-    """The per-user cache (no option or variable set): ``$XDG_CACHE_HOME/neuron-args/compile-cache`` when that
-    variable holds an absolute path (the XDG rule), else ``~/.cache/neuron-args/compile-cache``."""
+    """``$XDG_CACHE_HOME/neuron-args/compile-cache`` when that is an absolute path (the XDG rule), else the default."""
     xdg = envs.text("XDG_CACHE_HOME")
     if os.path.isabs(xdg):
         return Path(xdg) / "neuron-args" / "compile-cache"
@@ -82,8 +71,7 @@ def default_cache_dir() -> Path:
 
 
 def _expanded(path: str) -> Path:
-    """``path`` with ``~`` expanded; a home directory nobody can name is an :class:`OptionsError` saying what to set
-    (``HOME`` unset in a container whose user has no passwd entry: Python's own error is a bare RuntimeError)."""
+    """``path`` with ``~`` expanded; no home to expand into (a container user without passwd entry) says what to set."""
     try:
         return Path(path).expanduser()
     except RuntimeError:
@@ -104,7 +92,6 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 STATS = ACTIVITY.stats
-#: (cache root, key) of entries this process verified; corrupt entries it moved aside, with why
 _verified = ACTIVITY.verified
 _corrupt = ACTIVITY.corrupt
 
@@ -167,15 +154,7 @@ class CacheEntry:
 
     @property
     def status(self) -> EntryStatus:
-        """``complete``, ``corrupt``, ``pending``, ``compiling``, ``failed``, ``interrupted``, ``crashed``
-        or ``missing``.
-
-        ``corrupt``: marked complete but its metadata is not a JSON object or its executable is
-        missing or of another size than recorded (``verify`` also checks the sha256).
-        ``compiling``: a live process holds the key's lock. ``failed``: the compiler failed (the
-        log says why). ``interrupted``: Ctrl-C stopped its build. ``crashed``: a build started and
-        its process died. All three incomplete states are rebuilt by the next compile of the key.
-        """
+        """``compiling``: a live process holds the key's lock; ``crashed``: a build started and its process died."""
         if self.is_complete:
             return EntryStatus.CORRUPT if self.problem(checksum=False) else EntryStatus.COMPLETE
         if not self.path.is_dir():
@@ -192,29 +171,28 @@ class CacheEntry:
         return lock_holder(self.lock_path)
 
     def metadata(self) -> dict[str, Any]:
-        """The ``metadata.json`` document as written, ``{}`` when absent, unreadable or not a JSON object (what a
-        tool prints or a test edits; readers use :meth:`info`)."""
-        return _json_object(os.path.join(os.fspath(self.path), METADATA_NAME))
+        """The ``metadata.json`` document as written (``{}``: unreadable); readers use :meth:`info`."""
+        try:
+            value = read_json(os.path.join(os.fspath(self.path), METADATA_NAME), METADATA_LIMIT)
+        except (OSError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
 
     @property
     def has_metadata(self) -> bool:
-        """Whether the entry has a readable ``metadata.json`` holding a JSON object with fields."""
         return bool(self.metadata())
 
     def info(self) -> EntryMetadata:
-        """The entry's typed metadata (empty when absent, unreadable or not a JSON object); a field of another
-        type raises :class:`CorruptEntryError` naming the key and the field."""
+        """The typed metadata (empty when unreadable); a field of another type raises :class:`CorruptEntryError`."""
         return EntryMetadata.parse(self.metadata(), self.key)
 
     @property
     def graph_type(self) -> str | None:
-        """The graph type recorded at capture, or None."""
         value = self.metadata().get("graph_type")
         return value if isinstance(value, str) else None
 
     def artifacts(self) -> EntryArtifacts:
-        """The graph, the executable (size and mtime from one ``stat``) and the output shapes, each None
-        when missing: what a manifest records of the entry."""
+        """What a manifest records of the entry (size and mtime from one ``stat``), each None when missing."""
         folder = os.fspath(self.path)
         hlo = os.path.isfile(os.path.join(folder, HLO_NAME))
         exe = self.executable_name
@@ -222,28 +200,20 @@ class CacheEntry:
             st = os.stat(os.path.join(folder, exe))
         except OSError:
             st = None
+        try:
+            shapes = self.info().output_shapes
+        except CorruptEntryError:
+            shapes = None
         return EntryArtifacts(
             hlo_path=f"{self.key}/{HLO_NAME}" if hlo else None,
             executable_path=None if st is None else f"{self.key}/{exe}",
             executable_size=None if st is None else st.st_size,
             executable_mtime=None if st is None else st.st_mtime,
-            output_shapes=self._output_shapes(),
+            output_shapes=shapes,
         )
 
-    def _output_shapes(self) -> tuple[str, ...] | None:
-        try:
-            return self.info().output_shapes
-        except CorruptEntryError:
-            return None
-
     def problem(self, *, checksum: bool = True) -> str | None:
-        """Why this complete entry cannot be loaded, or None: metadata, executable size and sha256.
-
-        An entry from before checksums were recorded is checked for a non-empty executable only.
-        A metadata.json that is no regular file, too large or too deeply nested is unreadable (see
-        :mod:`neuron_args.untrusted`); with ``NEURON_ARGS_CACHE_SIGNING_KEY`` set, an entry not signed
-        with it is untrusted (:mod:`neuron_args.signing`).
-        """
+        """Why this complete entry cannot be loaded (metadata, signature, executable size and sha256), or None."""
         try:
             md = read_json(self.metadata_path, METADATA_LIMIT)
         except FileNotFoundError:
@@ -297,28 +267,19 @@ class CacheEntry:
                 self.update_metadata(status="failed", error=(str(exc).splitlines() or [type(exc).__name__])[0][:500])
 
     def record_interrupt(self) -> None:
-        """Say in the metadata that Ctrl-C stopped the build (``cache ls``: ``interrupted``, not ``crashed``).
-
-        A captured (pending) entry stays pending: ``parallel_compile`` builds those; only an entry
-        whose own build was running says it was interrupted."""
+        """Say that Ctrl-C stopped the build (``interrupted``, not ``crashed``); a pending entry stays pending."""
         with contextlib.suppress(OSError):
             if self.path.is_dir() and self.metadata().get("status") != "pending":
                 self.update_metadata(status="interrupted", error="interrupted (KeyboardInterrupt) while compiling")
 
     def mark_complete(self) -> None:
-        """Write the marker; when the cache copies a remote one, upload the entry once this process releases
-        the key's lock (now when it does not hold it): :func:`remote_cache.publish_unlocked`."""
+        """Write the marker; a remote cache's copy uploads the entry once the key's lock is released."""
         write_atomic(self.marker_path, now_iso())
         remote_cache.publish_unlocked(self, self.graph_type, locked=KeyLock.held_here(self))
 
     def reset(self) -> None:
-        """Drop whatever an earlier, unfinished build left; the caller holds the key's lock.
-
-        A file or link where the folder belongs (a bad copy, a sync tool) goes too: it is nothing but in the way."""
-        if self.path.is_symlink() or self.path.is_file():
-            self.path.unlink()
-        elif self.path.exists():
-            shutil.rmtree(self.path)
+        """Drop what an unfinished build left (a file or link where the folder belongs too); the caller holds the lock."""
+        remove_path(self.path)
         self.path.mkdir(parents=True)
 
     def size_bytes(self) -> int:
@@ -338,31 +299,13 @@ class CacheEntry:
         return f"CacheEntry({str(self.path)!r}, status={self.status.value!r})"
 
 
-def _json_object(path: str) -> dict[str, Any]:
-    try:
-        value = read_json(path, METADATA_LIMIT)
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def executable_fields(path: Path) -> dict[str, Any]:
     """``executable_size`` and ``executable_sha256`` of a built executable, for metadata.json."""
     return {"executable_size": path.stat().st_size, "executable_sha256": file_sha256(path)}
 
 
-def _marker_stamp(entry: CacheEntry) -> tuple[int, int] | None:
-    try:
-        st = entry.marker_path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns)
-
-
 def lock_holder(lock_path: Path) -> int | None:
-    """The pid written by the live process holding ``lock_path`` (0 when it wrote none), or None
-    when nobody holds it. A crashed holder releases its lock with its death, so this tells a
-    compile in progress from a crashed one. (The probe takes the lock for an instant when free.)"""
+    """The pid of the live process holding ``lock_path`` (0: it wrote none), or None: a dead holder holds no lock."""
     if not lock_path.exists():
         return None
     probe = FileLock(lock_path)
@@ -381,10 +324,7 @@ def lock_holder(lock_path: Path) -> int | None:
 
 
 def _write_pid(lock_path: Path, pid: int | None) -> None:
-    """The holder's pid into its lock file (``cache ls`` shows it), or blanks; informative only.
-
-    Overwritten in place, blank-padded over whatever it held, never truncated: ext4 flushes a file
-    truncated and written again when it is closed (``auto_da_alloc``), 1-5 ms per lock taken or given back."""
+    """The holder's pid into its lock file, or blanks: padded in place, as ext4 flushes a truncated file on close."""
     with contextlib.suppress(OSError), open(lock_path, "r+b") as handle:
         width = max(_PID_WIDTH, os.fstat(handle.fileno()).st_size)
         handle.write(("" if pid is None else str(pid)).ljust(width).encode())
@@ -394,12 +334,9 @@ _PID_WIDTH = 20
 
 
 class KeyLock:
-    """The lock file ``<root>/.<key>.lock`` of one entry (``filelock``), its holder's pid written in it.
+    """``<root>/.<key>.lock``, not tied to a thread (the farm releases it on a callback thread).
 
-    Not tied to a thread: the compile farm takes it on submission and releases it on a callback thread.
-    Every writer of an entry holds it, so whoever takes it removes the temporary files a writer
-    killed mid-write left in the entry's folder (:func:`~neuron_args.atomic.remove_temporaries`).
-    """
+    Every writer of an entry holds it, so whoever takes it removes the temporaries a killed writer left."""
 
     _held: ClassVar[set[Path]] = set()  # the lock files this process holds (a set's add and discard are atomic)
 
@@ -410,7 +347,6 @@ class KeyLock:
 
     @classmethod
     def held_here(cls, entry: CacheEntry) -> bool:
-        """Whether this process holds the key lock of ``entry``."""
         return entry.lock_path in cls._held
 
     def acquire(self, timeout: float = 0) -> bool:
@@ -428,7 +364,6 @@ class KeyLock:
         return True
 
     def release(self) -> None:
-        """Give the lock up (nothing when not held)."""
         if self._lock.is_locked:
             _write_pid(self.path, None)
             KeyLock._held.discard(self.path)
@@ -437,13 +372,7 @@ class KeyLock:
 
 
 class LockWait:
-    """Says what a wait for another process's key lock waits for, so a blocked job is never silent.
-
-    A build of the same key elsewhere (another rank, a CI job on a shared cache) may hold the lock
-    for hours; :meth:`tick`, called between tries, logs a warning once ``LOCK_NOTICE_AFTER`` seconds
-    have passed and again every ``LOCK_NOTICE_REPEAT`` seconds: the graph type, the key, the lock,
-    the holder's pid and what to do when the holder is stuck.
-    """
+    """Logs what a wait for another process's key lock waits for (it may take hours), so a blocked job is never silent."""
 
     def __init__(self, entry: CacheEntry, *, graph_type: str | None = None, timeout: float | None = None) -> None:
         self.entry, self.graph_type, self.timeout = entry, graph_type, timeout
@@ -451,11 +380,9 @@ class LockWait:
         self.due = self.started + LOCK_NOTICE_AFTER
 
     def next_in(self) -> float:
-        """Seconds until the next notice is due (0 when it is)."""
         return max(0.0, self.due - time.monotonic())
 
     def tick(self) -> None:
-        """Log the notice when it is due and the lock still has a live holder."""
         now = time.monotonic()
         if now < self.due:
             return
@@ -475,6 +402,15 @@ class LockWait:
                 "if that process dies first).\n"
                 f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
                 f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
+
+    def timed_out(self) -> CompileError:
+        entry, pid = self.entry, self.entry.lock_pid()
+        holder = f"process {pid}" if pid else "another process"
+        return CompileError(
+            f"waited {self.timeout or 0:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
+            f"(graph type {self.graph_type or entry.graph_type!r}): {holder} has been building it all that time.\n"
+            f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
+            "a build that legitimately takes longer needs a longer compile timeout.")
 
 
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, corrupt: str | None = None) -> CompileError:
@@ -501,7 +437,6 @@ def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, c
 def new_metadata(
     key: CacheKey, *, seam: str, graph_type: str | None, compiler_args: Sequence[str] | None, target: str, **extra: Any
 ) -> EntryMetadata:
-    """The versioned metadata.json of a fresh entry (see docs/ARCHITECTURE.md)."""
     return EntryMetadata.parse({
         "metadata_version": METADATA_VERSION,
         "key": key.key,
@@ -516,14 +451,11 @@ def new_metadata(
 
 
 _warned_roots: set[Path] = set()
-#: The logger of :func:`warn_if_shared`: ``logging.getLogger("neuron_args.cache.trust").setLevel(logging.ERROR)`` silences it.
 trust_log = logging.getLogger("neuron_args.cache.trust")
 
 
 def warn_if_shared(root: Path) -> str | None:
-    """Warn once per process and root (as pip does for its cache) when the cache root is owned by another
-    user or writable by others, without signing on: anyone who can write it decides what this process
-    loads and runs. Returns the warning (None: none due)."""
+    """Warn once per root (as pip does) when others may write it and signing is off: they choose what runs here."""
     if root in _warned_roots or signing_key() is not None or not hasattr(os, "getuid"):
         return None
     try:
@@ -553,14 +485,11 @@ def _warmed_keys() -> set[str]:
 
 
 class CompileCache:
-    """A compile-cache directory."""
-
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = cache_root(root) if remote_cache.is_remote(root) else Path(root).expanduser().resolve()
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None) -> CompileCache:
-        """The cache of torch.compile ``options`` (checked as the seams check them)."""
         return cls.from_settings(CompileSettings.from_options(options, "CompileCache.from_options"))
 
     @classmethod
@@ -572,11 +501,10 @@ class CompileCache:
 
     @property
     def trace_memo_dir(self) -> Path:
-        """Where the seams keep their trace memo: a dot folder, so never listed as an entry."""
         return self.root / TRACE_MEMO_DIR
 
     def entries(self) -> list[CacheEntry]:
-        """Every entry folder (named by a key; the lock files and ``.corrupt`` are not), sorted by key."""
+        """Every entry folder (named by a key: no lock file or dot folder), sorted by key."""
         try:
             with os.scandir(self.root) as items:
                 names = sorted(i.name for i in items if is_cache_key(i.name) and i.is_dir())
@@ -589,8 +517,7 @@ class CompileCache:
         return CacheEntry(self.root, key) if is_cache_key(key) else None
 
     def find(self, prefix: str) -> CacheEntry:
-        """The one entry whose key starts with ``prefix`` (the CLI's key arguments); KeyError whose
-        message names the candidates otherwise."""
+        """The one entry whose key starts with ``prefix``; else a KeyError naming the candidates."""
         wanted = prefix.strip().lower()
         if not wanted or not all(c in "0123456789abcdef" for c in wanted):
             raise KeyError(f"{prefix!r} is not a cache key or key prefix (hex characters)")
@@ -604,35 +531,19 @@ class CompileCache:
         return matches[0]
 
     def check_root(self) -> None:
-        """Raise :class:`OptionsError` when the cache root cannot be a directory (a file, say); warn once
-        when others may write it (:func:`warn_if_shared`)."""
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            raise OptionsError(
-                f"cache_dir {self.root} exists and is not a directory; pass a directory as "
-                f"options['cache_dir'] (or ${CACHE_DIR_ENV}), or remove that file") from None
-        except NotADirectoryError:
-            raise OptionsError(
-                f"cache_dir {self.root}: a parent of it is a regular file; pass a directory as "
-                f"options['cache_dir'] (or ${CACHE_DIR_ENV})") from None
-        except OSError as exc:
-            raise OptionsError(
-                f"cache_dir {self.root} cannot be created ({exc.strerror or exc}); pass a writable "
-                f"directory as options['cache_dir'] (or ${CACHE_DIR_ENV})") from None
+        """Raise :class:`OptionsError` when the root cannot be a directory; warn once when others may write it."""
+        problem = directory_problem(self.root)
+        if problem is not None:
+            in_way = "" if problem.startswith("cannot") else ", or remove the file in its way"
+            raise OptionsError(f"cache_dir {self.root} {problem}; pass a directory as options['cache_dir'] "
+                               f"(or ${CACHE_DIR_ENV}) that this user can create{in_way}")
         warn_if_shared(self.root)
 
     @contextlib.contextmanager
     def lock(self, key: CacheKey | str, *, stop: Callable[[float], bool] | None = None,
              timeout: float = LOCK_TIMEOUT, graph_type: str | None = None) -> Iterator[None]:
-        """Exclusive per-key lock across processes on ``<root>/.<key>.lock`` (released when the holder
-        dies, too).
-
-        The holder's pid is written into the lock file (``cache ls`` shows it). ``stop(seconds)``
-        makes the wait interruptible: it is polled and a True return raises ``InterruptedError``.
-        A wait logs what it waits for (:class:`LockWait`); one longer than ``timeout`` raises
-        :class:`CompileError` naming the holder.
-        """
+        """Exclusive per-key lock across processes (released when the holder dies, too); ``stop(seconds)``,
+        polled, makes the wait interruptible (``InterruptedError``), and one past ``timeout`` is a :class:`CompileError`."""
         entry = self.entry(key)
         key_lock = KeyLock(entry)
         deadline = time.monotonic() + timeout
@@ -641,7 +552,7 @@ class CompileCache:
             while not key_lock.acquire(0 if stop is not None else
                                        min(max(0.0, deadline - time.monotonic()), wait.next_in(), 60.0)):
                 if time.monotonic() >= deadline:
-                    raise self.lock_timeout_error(entry, timeout, graph_type)
+                    raise wait.timed_out()
                 wait.tick()
                 if stop is not None and stop(_LOCK_POLL):
                     raise InterruptedError(f"stopped waiting for the lock of {key}")
@@ -651,20 +562,11 @@ class CompileCache:
             key_lock.release()
 
     def pull(self, entry: CacheEntry, graph_type: str | None = None) -> bool:
-        """Copy ``entry`` from the remote cache this folder copies, if any and if there (:func:`remote_cache.pull`)."""
+        """Copy ``entry`` from the remote cache this folder copies, if any and if there."""
         return remote_cache.pull(entry, lock=lambda: self.lock(entry.key, graph_type=graph_type), graph_type=graph_type)
 
-    def lock_timeout_error(self, entry: CacheEntry, timeout: float, graph_type: str | None = None) -> CompileError:
-        pid = entry.lock_pid()
-        holder = f"process {pid}" if pid else "another process"
-        return CompileError(
-            f"waited {timeout:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
-            f"(graph type {graph_type or entry.graph_type!r}): {holder} has been building it all that time.\n"
-            f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
-            "a build that legitimately takes longer needs a longer compile timeout.")
-
     def verified(self, entry: CacheEntry) -> str | None:
-        """:meth:`CacheEntry.problem` once per process and entry (the load path's only check)."""
+        """:meth:`CacheEntry.problem`, once per process and entry."""
         ident = (str(self.root), entry.key)
         if ident in _verified:
             return None
@@ -674,13 +576,10 @@ class CompileCache:
         return problem
 
     def quarantine(self, entry: CacheEntry, reason: str) -> Path | None:
-        """Move a corrupt entry to ``<root>/.corrupt/<key>-<time>-<pid>`` (under its lock) so it is rebuilt.
-
-        Returns where it went, or None when another process replaced the entry meanwhile.
-        """
-        seen = _marker_stamp(entry)
+        """Move a corrupt entry to ``<root>/.corrupt/<key>-<time>-<pid>`` so it is rebuilt (None: replaced meanwhile)."""
+        seen = file_stamp(entry.marker_path)
         with self.lock(entry.key):
-            if not entry.path.exists() or _marker_stamp(entry) != seen:  # rebuilt by another process
+            if not entry.path.exists() or file_stamp(entry.marker_path) != seen:  # rebuilt by another process
                 return None
             dest = self.root / QUARANTINE_DIR / f"{entry.key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
             if dest.parent.is_symlink() or dest.parent.is_file():  # not ours to keep: it would block every rebuild
@@ -707,26 +606,25 @@ class CompileCache:
         assert_hit: bool | None = None,
         on_hit: Callable[[CacheEntry], None] | None = None,
     ) -> tuple[CacheEntry, bool]:
-        """Return ``(entry, hit)``; on a miss run ``build`` under the key's lock, then mark complete.
+        """``(entry, hit)``; on a miss run ``build`` (it fills a fresh entry folder) under the key's lock.
 
-        ``build`` fills a fresh entry folder (graph, executable, metadata). A complete entry is
-        verified (metadata, executable size and sha256) the first time this process uses it; a
-        corrupt one is moved aside and rebuilt. A miss (a corrupt entry included) under
-        ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises :class:`CacheMissError` instead.
-        ``on_hit(entry)`` runs before any hit is taken, also one another process built while this
-        one waited for the lock (the native seam checks there that the entry has its argument set); it may raise.
-        """
+        A corrupt entry is moved aside and rebuilt; a miss under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises
+        :class:`CacheMissError`. ``on_hit(entry)`` runs before any hit is taken (it may raise)."""
         entry = self.entry(key)
         asserting = assert_cache_hit_enabled() if assert_hit is None else assert_hit
+
+        def hit() -> tuple[CacheEntry, bool]:
+            if on_hit is not None:
+                on_hit(entry)
+            count("hits")
+            return entry, True
+
         if not entry.is_complete:
             self.pull(entry, graph_type)
         if entry.is_complete:
             problem = self.verified(entry)
             if problem is None:
-                if on_hit is not None:
-                    on_hit(entry)
-                count("hits")
-                return entry, True
+                return hit()
             if asserting:
                 count("misses")
                 raise self.corrupt_error(entry, problem, graph_type)
@@ -741,10 +639,7 @@ class CompileCache:
             with self.lock(key, graph_type=graph_type):
                 if entry.is_complete and entry.problem() is None:  # another process built it while we waited
                     _verified.add((str(self.root), entry.key))
-                    if on_hit is not None:
-                        on_hit(entry)
-                    count("hits")
-                    return entry, True
+                    return hit()
                 count("misses")
                 try:
                     entry.reset()
@@ -771,8 +666,8 @@ class CompileCache:
             "lists every corrupt entry.")
 
     def closest(self, key: CacheKey, graph_type: str | None = None) -> tuple[CacheEntry, list[str]] | None:
-        """The complete entry most like ``key``: same graph first, then same graph type, fewest differences, then
-        one the runner now serving warmed up (a shared cache may hold other runs' variants as close), then the key's order."""
+        """The complete entry most like ``key``: same graph, same graph type, fewest differences, warmed by the runner
+        now serving (a shared cache holds other runs' variants), then key order."""
         target = key.components.as_dict()
         warmed_here = _warmed_keys()
         best: tuple[tuple[int, int, int, int, str], CacheEntry, list[str]] | None = None
@@ -834,8 +729,7 @@ class CompileCache:
 
 
 def _dtype_changes(warmed: Any, key: CacheKey) -> list[str]:
-    """``["input 2 is float64, warmed up as float32: .to(torch.float32)"]`` when the inputs differ from the warmed entry's
-    in dtypes only (same count and shapes), else ``[]``: a cast fixes such a miss."""
+    """``["input 2 is float64, warmed up as float32: .to(torch.float32)"]`` when only dtypes differ: a cast fixes it."""
     before = warmed.get("input_specs") if isinstance(warmed, dict) else None
     after = key.components.as_dict().get("input_specs")
     if not isinstance(before, list) or not isinstance(after, list) or len(before) != len(after):
@@ -853,10 +747,8 @@ def _dtype_changes(warmed: Any, key: CacheKey) -> list[str]:
 def _assert_cache_key_args(
     entry: CacheEntry, compiler_args: CompilerArgs | Sequence[str] | None, *, graph_type: str | None = None
 ) -> None:
-    """Native seam guard: its key leaves the arguments out, so one key must never get two sets.
-
-    The first set is recorded in the entry's metadata, so the check holds across processes.
-    """
+    """Native seam guard: its key leaves the arguments out, so one key must never get two sets (across processes:
+    the first set is in the metadata)."""
     if not entry.is_complete:
         return
     try:

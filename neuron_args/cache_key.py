@@ -1,14 +1,8 @@
-"""Cache keys built from named, separately hashed components (after JAX's ``cache_key.py``).
+"""Cache keys built from named, separately hashed components (after JAX's ``cache_key.py``): a miss is explained
+by construction (:func:`explain_components`).
 
-Keeping the components (not only the digest) lets a miss be explained by construction: two keys
-differ in the graph, the input or output specs, the autograd mode, the compiler arguments, the target or
-a tool version, and :func:`explain_components` says which and how.
-
-The HLO alone does not pin what a call returns: it is lowered with 64-bit types as their 32-bit type, and
-the runtime converts the executable's inputs and outputs to the torch dtypes of the graph's specs
-(``x * 2`` and ``(x * 2).double()`` lower to one HLO). So the specs torch expects, inputs and outputs, are
-components of their own, and so is the autograd mode the graph was traced in (``grad``, ``no_grad``,
-``inference_mode``: a serve in another mode than the warmup misses, and the miss says so).
+The HLO alone does not pin what a call returns (64-bit types lower as 32-bit ones, the runtime converts), so the
+torch specs of inputs and outputs are components of their own, and so is the autograd mode of the trace.
 """
 from __future__ import annotations
 
@@ -31,8 +25,7 @@ InputSpec = tuple[tuple[int, ...], str]
 
 @dataclass(frozen=True)
 class KeyComponents:
-    """What a cache key is made of. ``compiler_args`` is ``None`` for a key that leaves them out;
-    ``output_specs`` and ``autograd`` are ``None`` only for a key made outside a seam (no traced graph)."""
+    """What a cache key is made of; None: ``compiler_args`` left out, or specs and mode of a key made outside a seam."""
 
     graph: str
     input_specs: tuple[InputSpec, ...]
@@ -90,11 +83,7 @@ _SLICE = 1 << 20
 
 
 def graph_digest(graph_text: str | bytes) -> str:
-    """sha256 of the canonical graph text (UTF-8); the only pass over a possibly large text.
-
-    A str is encoded in 1 MiB slices: encoding a 100 MB text at once costs more than hashing it
-    (fresh pages for the copy), slices stay in cache. Same digest as hashing ``text.encode()``.
-    """
+    """sha256 of the graph text (UTF-8), encoded in 1 MiB slices: encoding 100 MB at once costs more than hashing."""
     if isinstance(graph_text, bytes):
         return hashlib.sha256(graph_text).hexdigest()
     h = hashlib.sha256()
@@ -114,13 +103,8 @@ def create_cache_hash(
     output_specs: Sequence[tuple[Sequence[int], str]] | None = None,
     autograd: str | None = None,
 ) -> CacheKey:
-    """Key a graph on its content, input and output specs (shape, torch dtype), autograd mode, canonical
-    compiler args, target and tool versions.
-
-    Pass ``compiler_args=None`` for a key that ignores the arguments (the native seam); pass the
-    graph either as text or as a digest already computed by :func:`graph_digest`. The seams always pass
-    ``output_specs`` and ``autograd`` (one of :data:`AUTOGRAD_MODES`).
-    """
+    """Key a graph (as text or its :func:`graph_digest`) on its components; ``compiler_args=None`` leaves the
+    arguments out (the native seam)."""
     if (graph_text is None) == (graph_sha256 is None):
         raise TypeError("create_cache_hash needs exactly one of graph_text or graph_sha256")
     if autograd is not None and autograd not in AUTOGRAD_MODES:

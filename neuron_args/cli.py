@@ -1,21 +1,7 @@
-"""``neuron-args``: inspect manifests and compile caches from a shell or CI step.
+"""``neuron-args``: inspect manifests and compile caches from a shell or CI step (the commands: :data:`_COMMANDS`).
 
-    neuron-args manifest show PATH [--cache-dir DIR] [--json]
-    neuron-args manifest validate PATH [--cache-dir DIR] [--json]   exit 0 valid, 1 invalid, 2 unreadable
-    neuron-args manifest diff OLD NEW [--json] [--include-environment]   exit 0 same, 1 different
-    neuron-args cache ls [DIR | --cache-dir DIR] [--status S,S] [--json]
-    neuron-args cache logs [DIR | --cache-dir DIR] --out OUT [--status S,S] [--json]   logs of unbuilt entries
-    neuron-args cache verify [DIR | --cache-dir DIR] [--fix] [--json]   exit 0 all sound, 1 corrupt found
-    neuron-args cache explain [DIR] KEY_A KEY_B [--cache-dir DIR] [--json]   (unique key prefixes accepted)
-    neuron-args cache prune-memo [DIR | --cache-dir DIR] [--older-than DAYS] [--dry-run] [--json]
-    neuron-args report compare OLD NEW [--json] [thresholds]  exit 0 no regression, 1 regression
-    neuron-args report plot REPORT... -o trend.png          compile seconds and sizes per graph over runs
-
-Exit status 2 means a usage error or an unreadable input, so CI can tell "invalid" from
-"could not check"; 3 means an ``s3://`` cache's remote could not be used (unreachable, credentials or
-permissions refused, boto3 missing); ``--json`` changes only what is printed, never the exit status (errors stay on
-stderr). ``manifest validate`` recognises a plugin baseline (``.neuron-baseline/*.json``) and checks
-it as one. Nothing here imports torch or jax.
+Exit statuses: :mod:`neuron_args.exit_codes`; ``--json`` changes only what is printed (errors stay on stderr).
+Nothing here imports torch or jax.
 """
 from __future__ import annotations
 
@@ -25,34 +11,26 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
 from neuron_args import remote_cache, remote_listing
 from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
-__all__ = ["main"]
-
-EXIT_OK = 0
-EXIT_FAIL = 1
-EXIT_USAGE = 2
-EXIT_REMOTE = 3
+__all__ = ["EXIT_REMOTE", "main"]
 
 
 class _Usage(Exception):
     """A usage error or unreadable input: message to stderr, exit status 2."""
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
 def _load_manifest(path: str) -> dict:
-    """A manifest file, a folder holding ``manifest.json`` (an ``<engine-id>/`` folder), or a manifest
-    dir (``VLLM_NEURON_MANIFEST_DIR``) holding one engine's folder."""
+    """A manifest file, its ``<engine-id>/`` folder, or a manifest dir holding one engine's folder."""
     target = Path(path).expanduser()
     if target.is_dir():
         engines = sorted(target.glob("*/manifest.json"))
@@ -88,8 +66,8 @@ def _graphs(doc: Mapping) -> list:
 
 
 def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
-    """The cache to cross-check against: ``--cache-dir``, else the recorded one (the local copy of the recorded
-    ``neuron_config.remote_cache`` where that folder is not on this machine); plus a note when neither is here."""
+    """``--cache-dir``, else the recorded cache (else the local copy of its recorded remote), and a note when
+    neither is on this machine."""
     from neuron_args.manifest.show import recorded_cache_dir, recorded_remote_cache
 
     if given is not None and remote_cache.is_remote(given):
@@ -147,8 +125,7 @@ def _require_cache(path: str | None) -> Path:
 
 
 def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]:
-    """The cache folder; the local copy of an ``s3://`` cache, brought up to date with the remote first
-    (what that did: None for a plain local cache)."""
+    """The cache folder; of an ``s3://`` cache, its local copy brought up to date first (and what that did)."""
     root = _require_cache(path)
     synced = remote_cache.sync(CompileCache(root))
     if synced is not None:
@@ -156,11 +133,17 @@ def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]
     return root, synced
 
 
-# ----------------------------------------------------------------------------- commands
-
-
 def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def _output(args: argparse.Namespace, doc: Mapping[str, object], lines: Iterable[str], status: int = EXIT_OK) -> int:
+    """``--json`` prints ``doc``, else ``lines``: what is printed changes, never the exit status."""
+    if args.json:
+        _print_json(doc)
+    else:
+        print(*lines, sep="\n")
+    return status
 
 
 def _manifest_show(args: argparse.Namespace) -> int:
@@ -168,29 +151,18 @@ def _manifest_show(args: argparse.Namespace) -> int:
 
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
-    types: dict[str, str | None] = {}
-    if cache is not None:
-        entries = CompileCache(cache)
-        for graph in _graphs(doc):
-            key = graph.get("graph_hash") if isinstance(graph, Mapping) else None
-            entry = entries.lookup(key) if isinstance(key, str) else None
-            if entry is not None:
-                types[key] = entry.graph_type
-    if args.json:
-        _print_json({
-            "path": args.path,
-            "kind": "baseline" if is_baseline(doc, args.path) else "manifest",
-            "manifest_version": doc.get("manifest_version"),
-            "config": doc.get("config"),
-            "cache_dir": str(cache) if cache is not None else None,
-            "note": note,
-            "graphs": manifest_graph_rows(doc, types),
-        })
-        return EXIT_OK
-    print(manifest_table(doc, types))
-    if note:
-        print(note)
-    return EXIT_OK
+    lookup = CompileCache(cache).lookup if cache is not None else lambda key: None
+    found = [lookup(g["graph_hash"]) for g in _graphs(doc) if isinstance(g, Mapping) and isinstance(g.get("graph_hash"), str)]
+    types: dict[str, str | None] = {entry.key: entry.graph_type for entry in found if entry is not None}
+    return _output(args, {
+        "path": args.path,
+        "kind": "baseline" if is_baseline(doc, args.path) else "manifest",
+        "manifest_version": doc.get("manifest_version"),
+        "config": doc.get("config"),
+        "cache_dir": str(cache) if cache is not None else None,
+        "note": note,
+        "graphs": manifest_graph_rows(doc, types),
+    }, [manifest_table(doc, types), *filter(None, [note])])
 
 
 def cross_check(doc: Mapping, cache: Path) -> list[str]:
@@ -223,8 +195,7 @@ def cross_check(doc: Mapping, cache: Path) -> list[str]:
 
 
 def _manifest_validate(args: argparse.Namespace) -> int:
-    """A manifest against schema v1 and its cache; a baseline against the baseline form (it names no
-    files, so there is no cache to cross-check)."""
+    """A manifest against schema v1 and its cache; a baseline against the baseline form (it names no files)."""
     from neuron_args.manifest.schema import validate_manifest
     from neuron_args.manifest.show import is_baseline, validate_baseline
 
@@ -241,28 +212,20 @@ def _manifest_validate(args: argparse.Namespace) -> int:
         if cache is not None:
             problems += cross_check(doc, cache)
     count = len(_graphs(doc))
-    if args.json:
-        _print_json({"path": args.path, "kind": kind, "valid": not problems,
-                     "manifest_version": doc.get("manifest_version"), "graphs": count,
-                     "cache_dir": str(cache) if cache is not None else None, "note": note,
-                     "problems": problems})
-        return EXIT_FAIL if problems else EXIT_OK
-    if note:
-        print(note)
     if problems:
-        print(f"INVALID: {args.path}: {len(problems)} problem{'s' if len(problems) != 1 else ''} "
-              f"(checked as a {kind})")
-        for problem in problems:
-            print(f"  - {problem}")
-        return EXIT_FAIL
-    if kind == "baseline":
-        print(f"OK: {args.path} is a manifest baseline (the plugin's --neuron-baseline form), valid, "
-              f"v{doc.get('manifest_version')} ({count} graphs; environment, NEFF sizes, timestamps "
-              "and cache paths are left out by design)")
-        return EXIT_OK
-    checked = f"; files checked against {cache}" if cache is not None else ""
-    print(f"OK: {args.path} is a valid manifest v{doc.get('manifest_version')} ({count} graphs{checked})")
-    return EXIT_OK
+        text = [f"INVALID: {args.path}: {len(problems)} problem{'s' if len(problems) != 1 else ''} "
+                f"(checked as a {kind})", *(f"  - {problem}" for problem in problems)]
+    elif kind == "baseline":
+        text = [f"OK: {args.path} is a manifest baseline (the plugin's --neuron-baseline form), valid, "
+                f"v{doc.get('manifest_version')} ({count} graphs; environment, NEFF sizes, timestamps "
+                "and cache paths are left out by design)"]
+    else:
+        checked = f"; files checked against {cache}" if cache is not None else ""
+        text = [f"OK: {args.path} is a valid manifest v{doc.get('manifest_version')} ({count} graphs{checked})"]
+    return _output(args, {"path": args.path, "kind": kind, "valid": not problems,
+                          "manifest_version": doc.get("manifest_version"), "graphs": count,
+                          "cache_dir": str(cache) if cache is not None else None, "note": note,
+                          "problems": problems}, [*filter(None, [note]), *text], EXIT_FAIL if problems else EXIT_OK)
 
 
 def _manifest_diff(args: argparse.Namespace) -> int:
@@ -270,13 +233,8 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
     old, new = _load_manifest(args.old), _load_manifest(args.new)
     result = diff_manifests(old, new, include_environment=args.include_environment)
-    if args.json:
-        print(json.dumps(result.as_dict(), indent=2, default=str))
-    elif result.empty:
-        print("no differences")
-    else:
-        print("\n".join(result.lines()))
-    return EXIT_OK if result.empty else EXIT_FAIL
+    return _output(args, result.as_dict(), ["no differences"] if result.empty else result.lines(),
+                   EXIT_OK if result.empty else EXIT_FAIL)
 
 
 def _cache_ls(args: argparse.Namespace) -> int:
@@ -289,25 +247,18 @@ def _cache_ls(args: argparse.Namespace) -> int:
         names = None if wanted is None else {s.value for s in wanted}
         return _remote_ls(args, root, [r for r in remote if names is None or r.status.split(" ")[0] in names])
     entries = [e for e in cache_entries(CompileCache(root)) if wanted is None or e.status in wanted]
-    if args.json:
-        _print_json({"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
-                     "counts": status_counts([e.status for e in entries]),
-                     "total_size": sum(e.size for e in entries)})
-        return EXIT_OK
-    print(f"compile cache {root}")
-    print(cache_table(entries) if entries else "no entries")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
+                          "counts": status_counts([e.status for e in entries]), "total_size": sum(e.size for e in entries)},
+                   [f"compile cache {root}", cache_table(entries) if entries else "no entries"])
 
 
 def _remote_ls(args: argparse.Namespace, root: Path, rows: list[remote_listing.RemoteRow]) -> int:
     url = remote_cache.remote_url(root)
-    if args.json:
-        _print_json({"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
-                     "counts": remote_listing.remote_counts(rows), "total_size": sum(r.size or 0 for r in rows if r.remote)})
-        return EXIT_OK
-    print(f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}")
-    print(remote_listing.remote_table(rows) if rows else "no entries")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
+                          "counts": remote_listing.remote_counts(rows),
+                          "total_size": sum(r.size or 0 for r in rows if r.remote)},
+                   [f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}",
+                    remote_listing.remote_table(rows) if rows else "no entries"])
 
 
 def _copy_regular(source: Path, target: Path) -> bool:
@@ -322,8 +273,7 @@ def _copy_regular(source: Path, target: Path) -> bool:
 
 
 def _cache_logs(args: argparse.Namespace) -> int:
-    """Copy the compiler log, command and metadata of every unbuilt entry (failed, crashed, interrupted by
-    default) into ``OUT/<key>/``: what a CI job uploads after a run whose compiles failed."""
+    """Copy what unbuilt entries' compiles left into ``OUT/<key>/``: what CI uploads after failed compiles."""
     from neuron_args.manifest.show import cache_entries
 
     root = _require_cache(_cache_arg(args))
@@ -342,27 +292,21 @@ def _cache_logs(args: argparse.Namespace) -> int:
         collected.append({"key": info.key, "graph_type": info.graph_type, "status": info.status.value,
                           "folder": str(folder), "files": files})
     statuses = ",".join(sorted(s.value for s in wanted))
-    if args.json:
-        _print_json({"cache_dir": str(root), "out": str(out), "statuses": statuses.split(","),
-                     "entries": collected})
-        return EXIT_OK
-    print(f"compile cache {root}: {len(collected)} entr{'y' if len(collected) == 1 else 'ies'} {statuses}"
-          + (f", logs copied to {out}" if collected else ""))
-    for item in collected:
-        print(f"  {item['status']} {item['key']} (graph type {item['graph_type'] or '-'}): "
-              f"{', '.join(item['files']) or 'no log left'}")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "out": str(out), "statuses": statuses.split(","), "entries": collected}, [
+        f"compile cache {root}: {len(collected)} entr{'y' if len(collected) == 1 else 'ies'} {statuses}"
+        + (f", logs copied to {out}" if collected else ""),
+        *(f"  {item['status']} {item['key']} (graph type {item['graph_type'] or '-'}): "
+          f"{', '.join(item['files']) or 'no log left'}" for item in collected)])
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    """Check every complete entry (metadata, executable size and sha256); ``--fix`` moves corrupt ones aside."""
     from neuron_args.manifest.show import status_counts
 
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
     corrupt, statuses = [], []
-    remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded or []]
+    remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded]
     for entry in entries:
         status = entry.status
         problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None
@@ -382,26 +326,22 @@ def _cache_verify(args: argparse.Namespace) -> int:
                          "loaded meanwhile)") from None
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
-    if args.json:
-        _print_json({"cache_dir": str(root), "checked": len(entries), "counts": counts,
-                     "corrupt": found, "fixed": bool(args.fix), "ok": (not corrupt or bool(args.fix)) and not remote_bad,
-                     **({} if synced is None else {"remote_cache": synced.url, "remote_listed": synced.listed,
-                                                   "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})})
-        return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
-    print(f"compile cache {root}: {len(entries)} entries checked")
+    ok = (not corrupt or bool(args.fix)) and not remote_bad
+    text = [f"compile cache {root}: {len(entries)} entries checked"]
     for item in found:
-        line = f"  corrupt {item['key']} (graph type {item['graph_type']!r}): {item['problem']}"
-        if args.fix:
-            line += f"; moved to {item['moved_to']}" if item["moved_to"] else "; already replaced"
-        print(line)
-    print("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
-    for item in remote_bad:
-        print(f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
-              "replaces it")
+        moved = ("; moved to " + item["moved_to"] if item["moved_to"] else "; already replaced") if args.fix else ""
+        text.append(f"  corrupt {item['key']} (graph type {item['graph_type']!r}): {item['problem']}{moved}")
+    text.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
+    text += [f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
+             "replaces it" for item in remote_bad]
     if corrupt and not args.fix:
-        print(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
-              "or run this command with --fix")
-    return EXIT_FAIL if (corrupt and not args.fix) or remote_bad else EXIT_OK
+        text.append(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
+                    "or run this command with --fix")
+    return _output(args, {"cache_dir": str(root), "checked": len(entries), "counts": counts, "corrupt": found,
+                          "fixed": bool(args.fix), "ok": ok, **({} if synced is None else {
+                              "remote_cache": synced.url, "remote_listed": synced.listed,
+                              "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})},
+                   text, EXIT_OK if ok else EXIT_FAIL)
 
 
 def _cache_explain(args: argparse.Namespace) -> int:
@@ -438,38 +378,24 @@ def _cache_explain(args: argparse.Namespace) -> int:
                 f"cache entry {entry.key} has no key_components in its metadata.json "
                 "(written before keys recorded their components, or unreadable); recompile it"
             )
-    components = [md.key_components for md in metadata]
-    lines = explain_components(components[0], components[1])
-    if args.json:
-        _print_json({"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
-                     "graph_types": [md.graph_type for md in metadata],
-                     "identical": not lines, "differences": lines})
-        return EXIT_OK
-    print(f"{keys[0]} vs {keys[1]}")
-    if not lines:
-        print("  identical key components")
-    for line in lines:
-        print(f"  {line}")
-    return EXIT_OK
+    lines = explain_components(metadata[0].key_components, metadata[1].key_components)
+    return _output(args, {"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
+                          "graph_types": [md.graph_type for md in metadata], "identical": not lines, "differences": lines},
+                   [f"{keys[0]} vs {keys[1]}", *(f"  {line}" for line in lines or ["identical key components"])])
 
 
 def _cache_prune_memo(args: argparse.Namespace) -> int:
-    """Remove trace-memo files that no entry's graph matches (or unread for ``--older-than`` days)."""
     from neuron_args.seams.memo_files import prune
 
     if args.older_than is not None and args.older_than < 0:
         raise _Usage(f"cache prune-memo: --older-than must be >= 0 days, got {args.older_than}")
     root = _open_cache(_cache_arg(args))[0]  # an s3:// cache: the remote's entries keep their memos
     pruned = prune(CompileCache(root), older_than_days=args.older_than, dry_run=args.dry_run)
-    if args.json:
-        _print_json({"cache_dir": str(root), "dry_run": bool(args.dry_run),
-                     "pruned": [{"file": p.path.name, "reason": p.reason} for p in pruned]})
-        return EXIT_OK
     verb = "would remove" if args.dry_run else "removed"
-    print(f"compile cache {root}: {verb} {len(pruned)} trace-memo file(s)")
-    for p in pruned:
-        print(f"  {p.path.name} ({p.reason})")
-    return EXIT_OK
+    return _output(args, {"cache_dir": str(root), "dry_run": bool(args.dry_run),
+                          "pruned": [{"file": p.path.name, "reason": p.reason} for p in pruned]},
+                   [f"compile cache {root}: {verb} {len(pruned)} trace-memo file(s)",
+                    *(f"  {p.path.name} ({p.reason})" for p in pruned)])
 
 
 def _report_compare(args: argparse.Namespace) -> int:
@@ -481,13 +407,8 @@ def _report_compare(args: argparse.Namespace) -> int:
         result = compare_files(args.old, args.new, thresholds)
     except ValueError as exc:
         raise _Usage(str(exc)) from None
-    if args.json:
-        print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
-    else:
-        for line in result.lines():
-            print(line)
-        print("regression" if result.regression else "no regression")
-    return EXIT_FAIL if result.regression else EXIT_OK
+    return _output(args, result.as_dict(), [*result.lines(), "regression" if result.regression else "no regression"],
+                   EXIT_FAIL if result.regression else EXIT_OK)
 
 
 def _report_plot(args: argparse.Namespace) -> int:
@@ -501,9 +422,6 @@ def _report_plot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ----------------------------------------------------------------------------- parser
-
-
 _CACHE_DIR_HELP = ("cache directory or s3://bucket/prefix (default: $" + CACHE_DIR_ENV + ", else "
                    f"$XDG_CACHE_HOME/neuron-args/compile-cache, else {DEFAULT_CACHE_DIR})")
 _JSON = ("--json", {"action": "store_true", "help": "machine-readable output"})
@@ -511,9 +429,7 @@ _DIR = ("dir", {"nargs": "?", "metavar": "DIR", "help": _CACHE_DIR_HELP + "; sam
 _CACHE_DIR = ("--cache-dir", {"metavar": "DIR", "help": _CACHE_DIR_HELP})
 _MANIFEST_PATH = ("path", {"help": "manifest.json, or the <engine-id> folder holding it"})
 
-#: group -> (help, {command: (handler, help, description, usage, arguments)}); an argument is (name or names,
-#: add_argument keywords). ``ls``, ``logs``, ``verify`` and ``prune-memo`` take the cache as a positional ``DIR`` or
-#: ``--cache-dir`` (``explain`` takes it before its keys).
+#: group -> (help, {command: (handler, help, description, usage, [(name or names, add_argument keywords)])})
 _COMMANDS = {
     "manifest": ("show, validate or diff manifest.json files", {
         "show": (_manifest_show, "a table of the graphs in a manifest", None, None, [
@@ -605,7 +521,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit status (the console script exits with it)."""
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -620,10 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"neuron-args: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `neuron-args cache ls | head`
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
-        except OSError:
-            pass
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
         return EXIT_OK
 
 

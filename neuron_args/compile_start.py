@@ -1,5 +1,4 @@
-"""Who wants to know that a graph really starts compiling: a warmup's progress line says "compiling" then, and
-"loaded" for a graph its cache already held (a line written before the trace could only guess)."""
+"""Who wants to know that a graph really starts compiling (a warmup's progress line says "compiling" only then)."""
 from __future__ import annotations
 
 import contextlib

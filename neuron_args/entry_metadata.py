@@ -1,12 +1,7 @@
 """The ``metadata.json`` of one cache entry as one typed value, parsed and validated once where it is read.
 
-Only :mod:`neuron_args.cache` reads and writes the file; every other module reads the attributes of
-:class:`EntryMetadata`. The document itself is kept as written (``doc``): it is what is signed and
-written back, so the file's bytes do not change with this type. Each field a reader uses is checked
-for its type once, in :meth:`EntryMetadata.parse`: a field of another type (a hand edit, a sync tool,
-another neuron-args) is a :class:`~neuron_args.errors.CorruptEntryError` naming the key and the field,
-so a complete entry holding one is corrupt (moved aside and rebuilt). A field the document lacks (an
-older neuron-args, an entry captured but not compiled yet) is None. Needs neither torch nor jax.
+The document is kept as written (``doc``: what is signed and written back). A field of another type is a
+:class:`~neuron_args.errors.CorruptEntryError` (the entry is moved aside and rebuilt); a field absent is None.
 """
 from __future__ import annotations
 
@@ -111,7 +106,6 @@ class EntryMetadata:
         return cls(doc=dict(doc), **values)
 
     def __bool__(self) -> bool:
-        """False for an entry with no readable metadata (absent, unreadable, or not a JSON object)."""
         return bool(self.doc)
 
     compiler_name = property(lambda self: self._compiler("name"))
@@ -128,9 +122,7 @@ class EntryMetadata:
 
     def compiled(self, *, compiler_args: Sequence[str], command: Sequence[str], seconds: float | None,
                  compiler: Mapping[str, Any], executable: Mapping[str, Any], **extra: Any) -> EntryMetadata:
-        """A built entry's metadata: how it was compiled and the executable's size and sha256.
-
-        One shape whether the graph was built here or on a farm worker (``extra`` says where)."""
+        """A built entry's metadata, one shape whether built here or on a farm worker (``extra`` says where)."""
         return self.with_fields(status="compiled", compiler_args=list(compiler_args), command=list(command),
                                 compiled=now_iso(), compile_seconds=seconds, compiler=dict(compiler), **executable,
                                 **extra)

@@ -1,8 +1,4 @@
-"""The errors a user of neuron-args can cause or catch.
-
-All derive from :class:`NeuronArgsError`, so one ``except`` catches every failure this
-library raises on purpose. Each message names the graph type, the key and what to change.
-"""
+"""The errors a user of neuron-args can cause or catch: one ``except NeuronArgsError`` catches them all."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,13 +14,11 @@ class CompilerArgsError(NeuronArgsError, ValueError):
 
 
 class CompilerArgsWarning(UserWarning):
-    """A neuronx-cc argument list neuronx-cc accepts but that is likely a mistake (an option given
-    twice with different values: the last one wins)."""
+    """A neuronx-cc argument list that is likely a mistake (an option twice with different values)."""
 
 
 class OptionsError(NeuronArgsError, ValueError):
-    """A torch.compile option or environment setting of neuron-args is malformed (``cache_dir``,
-    ``compile_timeout``, ``dynamic=True``...)."""
+    """A torch.compile option or environment setting of neuron-args is malformed."""
 
 
 class PolicyError(NeuronArgsError):
@@ -36,9 +30,7 @@ class CacheMissError(NeuronArgsError):
 
 
 class CorruptEntryError(NeuronArgsError):
-    """A cache entry cannot be used as recorded (a metadata field of another type, or missing what the loader
-    reads): the seam moves it aside and rebuilds it, as any corrupt entry. ``problem`` says what is wrong,
-    without the entry's name (the seam's messages add it)."""
+    """A cache entry cannot be used as recorded (moved aside and rebuilt); ``problem`` says why, without its name."""
 
     def __init__(self, message: str, *, problem: str | None = None) -> None:
         super().__init__(message)
@@ -58,8 +50,7 @@ class LoweringError(NeuronArgsError):
 
 
 class TraceError(NeuronArgsError):
-    """A parallel-trace child crashed, hung past its deadline, or raised; ``results`` holds every job's
-    ``TraceResult`` in job order (the captured ones' keys too)."""
+    """A parallel-trace child crashed, hung or raised; ``results`` holds every job's ``TraceResult`` in order."""
 
     def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
         super().__init__(message)

@@ -1,14 +1,7 @@
-"""``neuron-args compile CACHE_DIR``: build every pending entry, locally or on a Dask cluster.
+"""``neuron-args compile CACHE_DIR``: build every pending entry, in a local pool or on a Dask cluster.
 
-    neuron-args compile CACHE_DIR [--workers N]                 a local pool of N compiles
-    neuron-args compile CACHE_DIR --scheduler tcp://HOST:8786   the workers of a running Dask scheduler
-        [--timeout S] [--retries N] [--connect-timeout S] [--compiler NAME] [--json]
-
-Workers need the project installed (``pip install 'neuron-args[farm]'``) and the compiler the
-entries were captured for, at the same version; they do not need the cache folder: each graph's
-inputs travel to the worker and its executable comes back (see ``neuron_args.deferred.farm``).
-Exit status: 0 all built, 1 a graph failed (each is listed), 2 usage error, unreachable scheduler,
-130 interrupted (remote tasks are cancelled; entries not built stay pending).
+Workers need the project and the entries' compiler at the same version, not the cache folder
+(:mod:`neuron_args.deferred.farm`).
 """
 from __future__ import annotations
 
@@ -19,14 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from neuron_args import remote_cache
 from neuron_args.errors import CompilerArgsError
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from neuron_args.flags import CompilerArgs
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-#: Seconds to reach the scheduler and see a first worker, unless --connect-timeout says otherwise.
 DEFAULT_CONNECT_TIMEOUT = 20.0
-#: Dask retries of a task that raised on its worker (a dead worker's task is rescheduled regardless).
-DEFAULT_RETRIES = 1
+DEFAULT_RETRIES = 1  # of a task that raised on its worker (a dead worker's task is rescheduled regardless)
 
 
 class FarmUsage(Exception):
@@ -58,7 +50,6 @@ def _positive_int(text: str) -> int:
 
 
 def add_compile_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``compile`` on the ``neuron-args`` sub-command parsers."""
     p = subparsers.add_parser(
         "compile", help="build every pending (captured) entry, locally or on a Dask cluster",
         description="Build every pending entry of a compile cache with its recorded compiler arguments. "
@@ -137,7 +128,6 @@ class _Progress:
 
 
 def run_compile_command(args: argparse.Namespace) -> int:
-    """The ``compile`` handler; returns the exit status."""
     try:
         return _run(args)
     except FarmUsage as exc:
@@ -146,16 +136,27 @@ def run_compile_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from neuron_args.cache import CompileCache, cache_root
-    from neuron_args.deferred.parallel_compile import default_workers, parallel_compile, pending_keys
+    from neuron_args.cache import cache_root
 
     root = cache_root(args.cache_dir)  # an s3:// cache: its local copy
     if not root.is_dir():
         raise FarmUsage(f"no compile cache at {root}; pass the cache_dir the capture wrote into")
+    store = remote_cache.store_for(root)
+    if store is None:
+        return _compile(args, root)
+    with store.reachable():  # the builds are for the remote: one it cannot reach (first or midway) exits 3
+        store.probe()
+        return _compile(args, root)
+
+
+def _compile(args: argparse.Namespace, root: Path) -> int:
+    from neuron_args.cache import CompileCache
+    from neuron_args.deferred.parallel_compile import CompileReport, default_workers, parallel_compile, pending_keys
+
     pending = pending_keys(root)
     where = args.scheduler or f"a local pool of {args.workers or default_workers(len(pending))} workers"
     if not pending:
-        return _finish(args, root, where, None)
+        return _finish(args, root, where, CompileReport())
     client = executor = None
     if args.scheduler:
         client = connect(args.scheduler, args.connect_timeout)
@@ -189,17 +190,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _finish(args: argparse.Namespace, root: Path, where: str, report: Any) -> int:
-    graphs = report.graphs if report is not None else []
-    failed = [g for g in graphs if g.status == "failed"]
-    counts = {s: sum(g.status == s for g in graphs) for s in ("compiled", "already-complete", "failed")}
+    failed = report.failed
+    counts = {s: sum(g.status == s for g in report.graphs) for s in ("compiled", "already-complete", "failed")}
     if args.json:
-        doc = {"cache_dir": str(root), "where": where, "ok": not failed, **counts,
-               **(report.as_dict() if report is not None else {"seconds": 0.0, "graphs": []})}
-        print(json.dumps(doc, indent=2))
+        print(json.dumps({"cache_dir": str(root), "where": where, "ok": not failed, **counts, **report.as_dict()},
+                         indent=2))
     else:
-        seconds = report.seconds if report is not None else 0.0
         print(f"{root}: {counts['compiled']} compiled, {counts['already-complete']} already complete, "
-              f"{counts['failed']} failed in {seconds:.1f} s" if graphs else f"{root}: no pending entries")
+              f"{counts['failed']} failed in {report.seconds:.1f} s" if report.graphs else f"{root}: no pending entries")
     for g in failed:
         print(f"FAILED {g.graph_type!r} {g.key}: {g.error}", file=sys.stderr)
     return EXIT_FAIL if failed else EXIT_OK

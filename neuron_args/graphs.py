@@ -16,13 +16,8 @@ DECLARE_HINT = ("define neuron_graphs(self) returning a list of "
 
 @dataclass(frozen=True)
 class GraphSpec:
-    """One graph type: the module it runs through and the example inputs of each bucket.
-
-    ``entry`` is the ``nn.Module`` torch.compile wraps (one compile per entry per backend; several
-    graph types may share an entry). ``buckets`` maps a bucket name (e.g. ``"s16"``) to a
-    zero-argument callable returning the keyword arguments of one call; each bucket is a static
-    shape and so its own graph and cache entry.
-    """
+    """One graph type: the ``nn.Module`` torch.compile wraps (graph types may share one) and, per bucket (a static
+    shape: its own graph and cache entry), a zero-argument callable returning one call's keyword arguments."""
 
     graph_type: str
     entry: torch.nn.Module

@@ -1,28 +1,11 @@
 """A compile cache shared across hosts through S3-compatible storage (``cache_dir="s3://bucket/prefix"``).
 
-The local folder stays the working store: an ``s3://`` cache_dir maps to a local read-through copy
-(README: Sharing a cache across hosts) that records its remote in ``<copy>/.remote.json``, so every
-:class:`~neuron_args.cache.CompileCache` on that folder finds it. The cache calls two hooks:
-
-* :func:`pull` on a local miss: a remote entry exists once its marker ``<prefix>/<key>/COMPLETE`` does;
-  it names an upload folder ``<prefix>/<key>/<id>/`` and each file's size and sha256. The files are
-  downloaded with bounded reads into a dot folder, checked against the marker and by the cache's own
-  check, and renamed into place with the local marker in it: a local entry is whole or absent, and any
-  mismatch is a logged miss that rebuilds.
-* :func:`publish` once the key lock is released (:func:`publish_unlocked`): the files go to a folder
-  named by the hash of their contents, then the marker LAST with ``If-None-Match: *``. Two hosts that
-  build one key both succeed (the first marker wins; a folder only ever holds its own bytes), so no lock
-  across hosts is needed. The marker is read back to log an endpoint that ignores the condition. A
-  remote entry a reader found corrupt has its marker overwritten by the rebuild.
-
-Faults: an unreachable endpoint (``NEURON_ARGS_REMOTE_CACHE_TIMEOUT``, botocore's standard retries) is
-one loud warning, then local-only for this process; refused or missing credentials, or a missing bucket,
-are a :class:`RemoteCacheError` naming the key, graph type, endpoint and fix; a failed upload is a warning.
-
-Client: boto3 (``pip install 'neuron-args[s3]'``), not s3fs: fewer and smaller distributions, a faster
-import, the same conditional write, and no asyncio layer a synchronous cache would not use. The client comes
-from a default ``boto3.session.Session``, so ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, the credential chain and
-``AWS_MAX_ATTEMPTS`` apply as for any AWS tool.
+An ``s3://`` cache_dir is a local read-through copy bound to its remote (``<copy>/.remote.json``). A remote entry
+exists once its marker ``<prefix>/<key>/COMPLETE`` (each file's size and sha256) is written, LAST and with
+``If-None-Match: *`` after files in a content-addressed folder: two hosts building one key need no lock across
+hosts. :func:`pull` downloads on a local miss, checks, and renames into place whole; :func:`publish` uploads once
+the key lock is released. An unreachable endpoint is one loud warning, then local-only; refused credentials are a
+:class:`RemoteCacheError`. boto3, not s3fs: fewer dependencies, a faster import, no asyncio layer.
 """
 from __future__ import annotations
 
@@ -38,12 +21,12 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from neuron_args import envs
-from neuron_args.atomic import write_atomic
+from neuron_args.atomic import file_stamp, remove_path, write_atomic
 from neuron_args.cache_key import is_cache_key
 from neuron_args.digests import stream_sha256
 from neuron_args.errors import OptionsError
@@ -70,12 +53,11 @@ _ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 class RemoteCacheError(OptionsError):
-    """The remote cache refused this process (credentials, permissions, no such bucket) or its client is
-    not installed: a configuration error, named with the key, the graph type, the endpoint and the fix."""
+    """The remote refused this process (credentials, permissions, no bucket) or boto3 is missing."""
 
 
 class EntryLike(Protocol):
-    """What the hooks need of a :class:`~neuron_args.cache.CacheEntry` (this module never imports the cache)."""
+    """What the hooks need of a :class:`~neuron_args.cache.CacheEntry` (the cache imports this module)."""
 
     root: Path
     key: str
@@ -121,18 +103,15 @@ class RemoteLocation:
         return "/".join([p for p in (self.prefix,) if p] + list(names))
 
     def entry_url(self, key: str) -> str:
-        """Where an entry lives remotely (what a manifest records)."""
         return f"{self.url}/{key}/"
 
 
 def is_remote(value: object) -> bool:
-    """Whether a cache_dir value names a remote cache (``s3://...``)."""
     return isinstance(value, str) and value.strip().lower().startswith(SCHEME)
 
 
 def local_copy(url: str, default_base: Path) -> Path:
-    """The local read-through folder of the remote cache ``url`` (created, and bound to it):
-    ``$NEURON_ARGS_REMOTE_CACHE_COPY/<bucket>/<prefix>``, else ``default_base/<bucket>/<prefix>``."""
+    """The local folder bound to ``url``: ``<$NEURON_ARGS_REMOTE_CACHE_COPY or default_base>/<bucket>/<prefix>``."""
     loc = RemoteLocation.parse(url.strip())
     given = envs.text(COPY_ENV)
     base = Path(given).expanduser() if given else default_base
@@ -177,7 +156,7 @@ _stores_lock = threading.Lock()
 
 
 def store_for(root: Path) -> S3Store | None:
-    """The remote store of the cache folder ``root`` (None: a plain local cache), one per process and folder."""
+    """The remote store of the cache folder ``root`` (None: a plain local cache), one per folder."""
     ident = str(root)
     with _stores_lock:
         if ident not in _stores:
@@ -199,8 +178,7 @@ class _Unavailable(Exception):
 
 
 class S3Store:
-    """One remote cache: its objects, read and written with boto3, every fault sorted into absent, exists,
-    unavailable or :class:`RemoteCacheError`."""
+    """One remote cache's objects; every fault is sorted into absent, exists, unavailable or :class:`RemoteCacheError`."""
 
     def __init__(self, loc: RemoteLocation) -> None:
         self.loc = loc
@@ -265,7 +243,7 @@ class S3Store:
             f"{self.loc.bucket!r} exists, or use a local cache_dir")
 
     def go_down(self, why: str, key: str, graph_type: str | None, *, while_: str = "looking up") -> None:
-        """Warn once, loudly, and work local-only for the rest of this process."""
+        """Warn once, loudly, then work local-only for the rest of this process."""
         if self.down is None:
             self.down = why
             log.warning(
@@ -286,7 +264,7 @@ class S3Store:
         return data
 
     def get_file(self, name: str, dest: Path, size: int, key: str, graph_type: str | None) -> str:
-        """Download ``name`` into ``dest``, reading at most ``size`` + 1 bytes; returns its sha256."""
+        """Download ``name`` into ``dest`` (at most ``size`` + 1 bytes read); returns its sha256."""
         digest, got = hashlib.sha256(), 0
         with self._call("read", key, graph_type):
             body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
@@ -309,7 +287,6 @@ class S3Store:
             self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=data, **extra)
 
     def keys(self) -> list[str]:
-        """The keys whose remote marker exists (a listing: no marker, no entry)."""
         return [key for key, _ in self.markers()]
 
     def markers(self) -> list[tuple[str, str | None]]:
@@ -325,28 +302,37 @@ class S3Store:
                         out.append((parts[0], when.isoformat(timespec="seconds") if hasattr(when, "isoformat") else None))
         return sorted(out)
 
+    def marker_bytes(self, key: str, graph_type: str | None = None) -> bytes:
+        """The remote marker of ``key`` as stored (one bounded read); :class:`_Absent` when there is none."""
+        return self.get_bytes(self.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, graph_type)
+
     def marker(self, key: str) -> Marker | None:
-        """The parsed remote marker of ``key`` (one bounded read), None when absent; ValueError when malformed."""
+        """The parsed remote marker of ``key``, None when absent; ValueError when malformed."""
         try:
-            raw = self.get_bytes(self.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, None)
+            raw = self.marker_bytes(key)
         except _Absent:
             return None
         return Marker.parse(load_json(raw, f"{self.loc.entry_url(key)}{REMOTE_MARKER}"), key)
 
+    def probe(self) -> None:
+        """One listing of at most one object: whether this host may list the remote (see :meth:`reachable`)."""
+        with self._call("list", None, None):
+            self.client.list_objects_v2(Bucket=self.loc.bucket, Prefix=self.loc.object_key(""), MaxKeys=1)
+
     @contextlib.contextmanager
     def reachable(self) -> Iterator[None]:
-        """For a command that must reach the remote (the CLI): an unreachable endpoint is a
-        :class:`RemoteCacheError`, not a quiet fallback to the local copy."""
+        """For a command that must reach the remote (the CLI): unreachable is a :class:`RemoteCacheError`, not a
+        quiet fallback to the local copy."""
         try:
             yield
         except _Unavailable as exc:
-            raise RemoteCacheError(
-                f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) is unreachable: {exc}.\n"
-                f"fix: check the endpoint (AWS_ENDPOINT_URL, the network) and {TIMEOUT_ENV}, then run again") from None
+            raise self.unreachable(f"is unreachable: {exc}") from None
         if self.down is not None:
-            raise RemoteCacheError(
-                f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) went unreachable: {self.down}.\n"
-                f"fix: check the endpoint (AWS_ENDPOINT_URL, the network) and {TIMEOUT_ENV}, then run again")
+            raise self.unreachable(f"went unreachable: {self.down}")
+
+    def unreachable(self, what: str) -> RemoteCacheError:
+        return RemoteCacheError(f"remote compile cache {self.loc.url} (endpoint {self.endpoint}) {what}.\nfix: check "
+                                f"the endpoint (AWS_ENDPOINT_URL, the network) and {TIMEOUT_ENV}, then run again")
 
 
 @dataclass(frozen=True)
@@ -408,15 +394,15 @@ class Marker:
 
 
 def pull(entry: EntryLike, *, lock: Callable[[], AbstractContextManager[Any]], graph_type: str | None = None) -> bool:
-    """Copy the remote entry of ``entry.key`` into the local cache when the remote marker exists; True when
-    the local entry is complete afterwards. A remote entry that does not check out is a miss (logged)."""
+    """Copy the remote entry of ``entry.key`` when its marker exists; True when the local entry is complete then
+    (one that does not check out is a logged miss)."""
     store = store_for(entry.root)
     if store is None or store.down is not None:
         return False
     key = entry.key
     try:
         try:
-            raw = store.get_bytes(store.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, graph_type)
+            raw = store.marker_bytes(key, graph_type)
         except _Absent:
             return False
         with lock():
@@ -446,10 +432,7 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
         problem = type(entry)(incoming, key).problem()  # the cache's own check: metadata, size, sha256, signature
         if problem is not None:
             raise ValueError(problem)
-        if entry.path.is_symlink() or entry.path.is_file():
-            entry.path.unlink()
-        elif entry.path.exists():  # an incomplete local entry (pending, failed): the remote one replaces it
-            shutil.rmtree(entry.path)
+        remove_path(entry.path)  # an incomplete local entry (pending, failed): the remote one replaces it
         os.replace(staged, entry.path)
     except (_Absent, ValueError) as exc:
         store.replace.add(key)
@@ -475,15 +458,15 @@ class CacheLike(Protocol):
 
 @dataclass
 class SyncReport:
-    """What :func:`sync` did: the remote's complete entries, those copied now, those that did not check out."""
+    """What :func:`sync` did: entries listed, copied now, and those that did not check out."""
 
     url: str
     listed: int = 0
     copied: int = 0
-    not_loaded: list[str] | None = None
+    not_loaded: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        bad = self.not_loaded or []
+        bad = self.not_loaded
         return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
                 f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
                 "its marker, then the cache's own check)"
@@ -491,13 +474,11 @@ class SyncReport:
 
 
 def sync(cache: CacheLike) -> SyncReport | None:
-    """Download every complete remote entry that the local copy lacks (``cache verify`` checks the local copy
-    after this), each checked as a lookup checks it. None for a plain local cache; an unreachable endpoint
-    is a :class:`RemoteCacheError` (a command asked for the remote)."""
+    """Download (and check) every complete remote entry the local copy lacks; None for a plain local cache."""
     store = store_for(cache.root)
     if store is None:
         return None
-    report = SyncReport(store.loc.url, not_loaded=[])
+    report = SyncReport(store.loc.url)
     with store.reachable():
         keys = store.keys()
         report.listed = len(keys)
@@ -517,9 +498,8 @@ _owed_lock = threading.Lock()
 
 
 def publish_unlocked(entry: EntryLike, graph_type: str | None, *, locked: bool) -> None:
-    """Upload a just completed ``entry`` once this process releases the key's lock (``locked``: it holds
-    it now, :func:`released` runs the upload), else now: a slow network never holds other local builds of
-    the key. The local entry is complete before the upload starts, so nothing waits for it."""
+    """Upload a just completed ``entry`` now, or (``locked``) once :func:`released` says the key's lock is given
+    back: a slow network never holds other local builds of the key."""
     if store_for(entry.root) is None:
         return
     if locked:
@@ -530,40 +510,30 @@ def publish_unlocked(entry: EntryLike, graph_type: str | None, *, locked: bool) 
 
 
 def released(entry_path: Path) -> None:
-    """The key lock of ``entry_path`` was released: upload the entry its holder completed, if any."""
+    """The key lock of ``entry_path`` was released: upload what its holder completed, if anything."""
     with _owed_lock:
         owed = _owed.pop(str(entry_path), None)
     if owed is not None:
         publish(*owed)
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns
-
-
 def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
-    """Upload the complete local ``entry`` (its files, then the marker last, conditionally); True when this
-    host's marker was written. Never raises for the remote's sake: a failed upload is a warning.
+    """Upload the complete local ``entry``, the marker last; True when this host's marker stands (a failure warns).
 
-    Runs outside the key's lock: each file is opened once, hashed and uploaded from that descriptor (a
-    rebuild renames new files in, never rewrites these), and the entry's marker must be the same before
-    and after the files were opened, so the upload is one complete build, never a mix of two."""
+    Outside the key's lock, so each file is opened once and uploaded from that descriptor, and the local marker
+    must be the same before and after the opens: one complete build, never a mix of two."""
     store = store_for(entry.root)
     if store is None or store.down is not None:
         return False
     key = entry.key
     with contextlib.ExitStack() as opened:
         try:
-            stamp = _stamp(entry.marker_path)
+            stamp = file_stamp(entry.marker_path)
             names = sorted(p.name for p in entry.path.iterdir()
                            if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
                            and not p.name.startswith(".") and _NAME.match(p.name))
             handles = {n: opened.enter_context(open(entry.path / n, "rb")) for n in names}
-            if stamp is None or _stamp(entry.marker_path) != stamp:
+            if stamp is None or file_stamp(entry.marker_path) != stamp:
                 log.info("cache entry %s (%s) was replaced locally before its upload; the build that replaced it "
                          "uploads it", key, graph_label(graph_type))
                 return False
@@ -599,11 +569,10 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
 
 
 def _kept(store: S3Store, key: str, graph_type: str | None, marker: bytes, folder: str) -> bool:
-    """Read the marker back after writing it: an endpoint that ignores ``If-None-Match`` lets the last
-    writer win, so another host's marker may stand there now. Both name complete, content-addressed
-    uploads, so either is a sound entry; which one won is logged. True when this host's marker stands."""
+    """Read the marker back: an endpoint that ignores ``If-None-Match`` lets the last writer win (either is a
+    sound entry); logs which won. True when this host's marker stands."""
     try:
-        got = store.get_bytes(store.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, graph_type)
+        got = store.marker_bytes(key, graph_type)
     except (_Absent, _Unavailable, ValueError) as exc:
         log.warning("cache entry %s (%s): its marker in %s could not be read back after the upload (%s); the "
                     "next reader checks it", key, graph_label(graph_type), store.loc.url, exc or "absent")

@@ -1,12 +1,9 @@
-"""``cache ls`` and ``cache explain`` on an ``s3://`` cache: what the remote holds, read from its markers only.
-
-A listing never downloads an entry: one ``list_objects_v2`` over the prefix, then each marker read with a
-bounded read (:data:`~neuron_args.remote_cache.MARKER_LIMIT`); the marker records the entry's files and sizes
-and the graph type, compiler arguments and creation time of its metadata. Each row says whether the local
-read-through copy also holds the entry. ``explain`` downloads (and checks) only the entries it names.
+"""``cache ls`` and ``cache explain`` on an ``s3://`` cache: a listing reads only the remote's markers (one listing,
+bounded reads); ``explain`` downloads (and checks) only the entries it names.
 """
 from __future__ import annotations
 
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -17,7 +14,6 @@ from neuron_args.errors import CorruptEntryError
 from neuron_args.manifest.show import SHORT_HASH, cache_entries, opt_level
 from neuron_args.text import human_size, render_table
 
-#: Concurrent marker reads of a listing (each a small GET; 10,000 entries stay a few seconds).
 READERS = 8
 
 
@@ -60,9 +56,8 @@ def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, loc
 
 
 def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
-    """Every remote entry (from its marker) and every entry only in the local copy, sorted by graph type then key;
-    None for a plain local cache. Raises :class:`~neuron_args.remote_cache.RemoteCacheError` when the remote
-    cannot be listed (unreachable, refused)."""
+    """Every remote entry (from its marker) and every entry only in the local copy, by graph type then key (None: a
+    plain local cache)."""
     store = remote_cache.store_for(cache.root)
     if store is None:
         return None
@@ -70,7 +65,8 @@ def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
     with store.reachable():
         markers = store.markers()
         with ThreadPoolExecutor(READERS) as pool:
-            rows = list(pool.map(lambda km: _remote_row(store, km[0], km[1], _status(local, km[0])), markers))
+            rows = list(pool.map(lambda km: _remote_row(store, km[0], km[1], local[km[0]].status.value
+                                                        if km[0] in local else None), markers))
     listed = {row.key for row in rows}
     for info in local.values():
         if info.key not in listed:
@@ -81,11 +77,6 @@ def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
             rows.append(RemoteRow(info.key, info.graph_type, None if md.compiler_args is None else list(md.compiler_args),
                                   info.status_text, info.size, md.created, False, info.status.value))
     return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
-
-
-def _status(local: dict, key: str) -> str | None:
-    info = local.get(key)
-    return None if info is None else info.status.value
 
 
 def remote_table(rows: list[RemoteRow]) -> str:
@@ -104,18 +95,12 @@ def remote_table(rows: list[RemoteRow]) -> str:
 
 def remote_counts(rows: list[RemoteRow]) -> dict[str, int]:
     """``{"complete": 2, "corrupt": 1}`` of the remote rows (``cache ls --json``'s counts)."""
-    out: dict[str, int] = {}
-    for row in rows:
-        if row.remote:
-            out[row.status] = out.get(row.status, 0) + 1
-    return dict(sorted(out.items()))
+    return dict(sorted(Counter(row.status for row in rows if row.remote).items()))
 
 
 def fetch_named(cache: CompileCache, prefix: str) -> str | None:
-    """``cache explain`` on an ``s3://`` cache: make the one entry whose key starts with ``prefix`` local,
-    downloading and checking only that entry when the local copy lacks it. Returns what was done (None for a
-    plain local cache, or when nothing matches: :meth:`CompileCache.find` then says so); KeyError naming the
-    candidates when the prefix is ambiguous, or when the remote entry does not check out."""
+    """Make the one entry whose key starts with ``prefix`` local (downloaded and checked when missing); returns what
+    was done, None when nothing matches; KeyError when ambiguous or the remote entry does not check out."""
     store = remote_cache.store_for(cache.root)
     wanted = prefix.strip().lower()
     if store is None or not wanted or not all(c in "0123456789abcdef" for c in wanted):

@@ -1,11 +1,7 @@
 """The machine-readable run report (``--neuron-report=PATH``) and the night-to-night comparison.
 
-A report is one JSON object: the run's settings, one record per graph and the totals. Nightly CI
-keeps each night's report and compares it with the previous one (``neuron-args report compare``):
-graphs are matched by graph type and input shapes (a key changes with the compiler version, the
-graph does not), so a comparison says first which run settings differ (tp, target, optimization
-level, compiler: two such runs compile different things), then what appeared, what vanished, whose flags changed and whose
-compile time or executable size moved beyond a threshold.
+Graphs are matched by graph type and input shapes (a key changes with the compiler version, the graph does not);
+a comparison names first the run settings that differ (such runs compile different things).
 """
 from __future__ import annotations
 
@@ -16,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from neuron_args.atomic import write_atomic
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
@@ -53,8 +50,6 @@ def build_report(settings: Mapping[str, Any], graphs: Sequence[Mapping[str, Any]
 
 
 def write_report(path: str | Path, report: Mapping[str, Any]) -> Path:
-    from neuron_args.atomic import write_atomic
-
     path = Path(path)
     write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")  # creates the folder
     return path
@@ -149,9 +144,8 @@ def _moved(old: float | None, new: float | None, ratio: float, minimum: float) -
 
 
 def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Thresholds | None = None) -> Comparison:
-    """What changed from ``old`` to ``new``. Regressions: a graph gone, changed flags, a compile slower
-    or an executable larger beyond the thresholds, serve misses that were not there before, a graph that
-    failed to build."""
+    """What changed from ``old`` to ``new``; a graph gone, changed flags, slower or larger beyond the thresholds,
+    new serve misses or a failed build is a regression."""
     t = thresholds or Thresholds()
     before = {_identity(g): g for g in old.get("graphs", [])}
     after = {_identity(g): g for g in new.get("graphs", [])}
@@ -168,16 +162,14 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Threshol
         if a.get("compiler_args") != b.get("compiler_args"):
             changes.append(f"flags {' '.join(a.get('compiler_args') or [])!r} -> {' '.join(b.get('compiler_args') or [])!r}")
             bad = True
-        if _moved(a.get("compile_seconds"), b.get("compile_seconds"), t.seconds_ratio, t.seconds_abs):
-            changes.append(f"compile {a['compile_seconds']:.1f}s -> {b['compile_seconds']:.1f}s")
-            bad = True
-        elif _moved(b.get("compile_seconds"), a.get("compile_seconds"), t.seconds_ratio, t.seconds_abs):
-            changes.append(f"compile {a['compile_seconds']:.1f}s -> {b['compile_seconds']:.1f}s (faster)")
-        if _moved(a.get("executable_size"), b.get("executable_size"), t.size_ratio, t.size_abs):
-            changes.append(f"executable {a['executable_size']} -> {b['executable_size']} bytes")
-            bad = True
-        elif _moved(b.get("executable_size"), a.get("executable_size"), t.size_ratio, t.size_abs):
-            changes.append(f"executable {a['executable_size']} -> {b['executable_size']} bytes (smaller)")
+        for name, ratio, minimum, line, better in (
+                ("compile_seconds", t.seconds_ratio, t.seconds_abs, "compile {:.1f}s -> {:.1f}s", "faster"),
+                ("executable_size", t.size_ratio, t.size_abs, "executable {} -> {} bytes", "smaller")):
+            if _moved(a.get(name), b.get(name), ratio, minimum):
+                changes.append(line.format(a[name], b[name]))
+                bad = True
+            elif _moved(b.get(name), a.get(name), ratio, minimum):
+                changes.append(f"{line.format(a[name], b[name])} ({better})")
         if b.get("status") == "failed" and a.get("status") != "failed":
             changes.append(f"failed to build ({a.get('status') or 'built'} before): {b.get('error') or 'see its run'}")
             bad = True

@@ -1,10 +1,5 @@
-"""``neuron-args report plot``: compile seconds and executable sizes per graph over nightly runs.
-
-Reads run reports (``pytest --neuron-report=PATH``), orders them by their ``created`` time and
-draws one line per graph (matched across runs as ``report compare`` matches them: graph type and
-input shapes) in two panels, compile seconds and executable size. A graph absent from a run, or a
-run that only loaded it (no compile time recorded), leaves a gap. matplotlib is the optional
-``plot`` extra; without it the command names the install line.
+"""``neuron-args report plot``: compile seconds and executable sizes per graph over runs (a gap where a run lacks
+one), graphs matched as ``report compare`` matches them; matplotlib is the optional ``plot`` extra.
 """
 from __future__ import annotations
 
@@ -29,19 +24,13 @@ def run_label(report: Mapping[str, Any], path: Path) -> str:
 
 def series(reports: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[float | None]]]:
     """``{graph name: {"compile_seconds": [...], "executable_size": [...]}}``, one value (or None) per run."""
-    names: list[str] = []
-    for report in reports:
-        for g in report.get("graphs", []):
-            if graph_name(g) not in names:
-                names.append(graph_name(g))
-    out: dict[str, dict[str, list[float | None]]] = {
-        n: {"compile_seconds": [None] * len(reports), "executable_size": [None] * len(reports)} for n in names}
+    out: dict[str, dict[str, list[float | None]]] = {}
     for i, report in enumerate(reports):
         for g in report.get("graphs", []):
-            for field in ("compile_seconds", "executable_size"):
-                value = g.get(field)
-                if value is not None:
-                    out[graph_name(g)][field][i] = float(value)
+            row = out.setdefault(graph_name(g), {f: [None] * len(reports) for f in ("compile_seconds", "executable_size")})
+            for field, values in row.items():
+                if g.get(field) is not None:
+                    values[i] = float(g[field])
     return dict(sorted(out.items()))
 
 

@@ -1,13 +1,7 @@
-"""The signed cache: entries whose metadata (and so their executable's sha256) carry an HMAC-SHA256.
+"""The signed cache: an HMAC-SHA256 over each entry's metadata (so over its executable's sha256).
 
-``cache verify`` and the load path's check catch corruption, not tampering: whoever can write a
-shared cache can put entry B's executable into A's folder and rewrite A's size and sha256. With a
-secret in ``NEURON_ARGS_CACHE_SIGNING_KEY`` (shared by the writers and readers one trusts, kept
-out of the cache) every metadata.json written is signed, and every complete entry is checked
-before it is loaded: an unsigned or badly signed entry is treated as corrupt (never loaded; a
-miss, rebuilt and signed, or an error under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT``). The signature
-covers the whole metadata but the signature itself: the key, the arguments and the executable's
-size and sha256, which :meth:`~neuron_args.cache.CacheEntry.problem` checks against the file.
+Checksums catch corruption, not tampering: whoever writes a shared cache can rewrite an entry's sha256. With
+``NEURON_ARGS_CACHE_SIGNING_KEY`` set, an unsigned or badly signed entry is corrupt (never loaded).
 """
 from __future__ import annotations
 
@@ -54,8 +48,7 @@ def signature_matches(doc: Mapping[str, Any]) -> bool:
 
 
 def signature_problem(metadata: EntryMetadata, key: str) -> str | None:
-    """Why the metadata of the complete entry ``key`` is not trusted when signing is on (None: signing off,
-    or signed by the same secret for this key and holding the executable's sha256 the signature vouches for)."""
+    """Why the metadata of the complete entry ``key`` is not trusted when signing is on, or None."""
     secret = signing_key()
     if secret is None:
         return None

@@ -1,8 +1,4 @@
-"""Text for people: byte sizes, shape lists, clipped values and aligned tables.
-
-One spelling of each for the CLI tables, the runner's and the plugin's summaries, the manifest
-diff and the assertion messages. A leaf module: it imports nothing from neuron_args.
-"""
+"""Text for people: one spelling of byte sizes, shape lists, clipped values and aligned tables (a leaf module)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,8 +24,7 @@ def human_size(size: int | float | None) -> str:
 
 
 def graph_label(graph_type: str | None) -> str:
-    """``graph type 'decode'`` in a message; a graph compiled outside any graph type (a plain torch.compile, no
-    runner or ``scoped_compiler_args(graph_type=...)``) is ``a graph with no graph type``, never ``graph type None``."""
+    """``graph type 'decode'`` in a message, ``a graph with no graph type`` (never ``graph type None``)."""
     return "a graph with no graph type" if graph_type is None else f"graph type {graph_type!r}"
 
 
@@ -44,10 +39,7 @@ def first_line(text: str) -> str:
 
 
 def format_shapes(shapes: Any, *, empty: str = "none", sep: str = " ", limit: int | None = None) -> str:
-    """Manifest shape strings in parentheses: ``["4,", "4, 16", ""]`` -> ``(4,) (4, 16) ()``.
-
-    ``-`` when ``shapes`` is not a list (unknown), ``empty`` for no shapes; clipped to ``limit``.
-    """
+    """``["4,", "4, 16", ""]`` -> ``(4,) (4, 16) ()``; ``-`` when not a list (unknown), ``empty`` for none."""
     if not isinstance(shapes, list):
         return "-"
     if not shapes:
@@ -58,10 +50,7 @@ def format_shapes(shapes: Any, *, empty: str = "none", sep: str = " ", limit: in
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, rule: bool = True) -> str:
     """Left-aligned columns, two spaces apart; a dashed rule under the header unless ``rule=False``."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
+    widths = [max([len(h), *(len(row[i]) for row in rows if i < len(row))]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()

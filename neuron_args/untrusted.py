@@ -1,12 +1,7 @@
 """Bounded reads and JSON of files in folders others may write: cache entries, manifests, reports, ledgers.
 
-A shared cache (a CI volume, an artifact restored from a store, a farm) is untrusted input: a
-``metadata.json`` may be a FIFO (an ordinary ``open`` blocks forever), a link to ``/dev/zero`` (a
-read never ends), or JSON nested a million levels deep (``json`` raises ``RecursionError``, which
-no ``except ValueError`` catches). :func:`read_bounded` reads regular files only, opened without
-blocking, up to a size cap per kind of file; :func:`load_json` turns any failure to parse into a
-``ValueError``. Both raise :class:`UntrustedFileError` (an ``OSError``-free ``ValueError``) naming
-the file, so callers that treat an unreadable file as corrupt keep doing so with one ``except``.
+Such a file may be a FIFO (``open`` blocks), a link to ``/dev/zero`` (a read never ends) or JSON nested a million
+deep (``RecursionError``): each is an :class:`UntrustedFileError`, a ``ValueError`` naming the file.
 """
 from __future__ import annotations
 
@@ -31,12 +26,7 @@ class UntrustedFileError(NeuronArgsError, ValueError):
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them.
-
-    Opened without blocking (a FIFO answers at once) and checked with ``fstat`` on the open
-    descriptor (no race with a swap after a check); a device, FIFO, socket or folder, or a file
-    larger than ``limit``, raises :class:`UntrustedFileError`. A missing file is ``FileNotFoundError``.
-    """
+    """The bytes of the regular file ``path``, at most ``limit``; opened without blocking, checked on the descriptor."""
     fd = os.open(path, _READ_FLAGS)
     try:
         st = os.fstat(fd)
@@ -64,8 +54,7 @@ def _kind(mode: int) -> str:
 
 
 def load_json(data: bytes | str, what: object = "JSON") -> Any:
-    """``json.loads`` for untrusted text: every failure (too deep a nesting included) is an
-    :class:`UntrustedFileError` naming ``what`` (the file)."""
+    """``json.loads`` for untrusted text: every failure is an :class:`UntrustedFileError` naming ``what``."""
     try:
         return json.loads(data)
     except RecursionError:
@@ -75,5 +64,4 @@ def load_json(data: bytes | str, what: object = "JSON") -> Any:
 
 
 def read_json(path: str | os.PathLike[str], limit: int) -> Any:
-    """The JSON value of the file ``path``: :func:`read_bounded` then :func:`load_json`."""
     return load_json(read_bounded(path, limit), os.fsdecode(path))

@@ -1,20 +1,13 @@
 """Compile farm: ship a pending graph's inputs to a worker, ship the executable back.
 
-A worker (a process-pool child, a thread, a Dask worker on another host) never touches the cache
-folder. :func:`submit_graph` reads the entry in the calling process, sends a picklable
-:class:`CompileTask` (HLO bytes, resolved arguments, target, compiler name and the compiler
-version the key was computed with) to any ``concurrent.futures.Executor``; :func:`run_compile_task`
-compiles it in a private temporary folder on the worker and returns a :class:`CompileOutcome`
-(executable bytes, log, argv, timings). The caller then writes the entry itself, under the key's
-lock, each file atomically and the completion marker last (:func:`commit_outcome`), so a worker
-that dies mid-compile leaves no half entry: the graph stays pending (Dask reschedules it on another
-worker; ``retries=`` retries a task that raised).
+A worker (a pool child, a thread, a Dask worker on another host) never touches the cache folder: the caller
+sends a :class:`CompileTask` to any ``concurrent.futures.Executor`` and writes the entry itself, under the key's
+lock, marker last, so a worker that dies mid-compile leaves the graph pending, never half an entry.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import functools
 import hashlib
 import os
 import shlex
@@ -46,9 +39,8 @@ CANCEL_POLL_SECONDS = 0.3
 
 
 def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[EntryMetadata | None, GraphOutcome]:
-    """A pending entry's metadata and the outcome of its build (``how``: compiled | failed | already-complete |
-    cancelled): built with its recorded arguments, else the base ones (an older cache). Metadata with a damaged
-    field: None and a failed outcome (the entry stays pending)."""
+    """A pending entry's metadata (None: damaged) and the outcome of its build with its recorded arguments, else
+    the base ones (an older cache)."""
     try:
         md = entry.info()
     except CorruptEntryError as exc:
@@ -96,17 +88,9 @@ class CompileOutcome:
     worker_seconds: float = 0.0
     error: str | None = None
 
-    @property
-    def nbytes(self) -> int:
-        return len(self.executable or b"") + len(self.log)
-
 
 def expected_compiler(metadata: EntryMetadata) -> tuple[str | None, str | None]:
-    """``(name, version)`` of the compiler the entry's key was computed with.
-
-    The key's ``tool_versions["compiler"]`` ("<name> <version>") is what the key hashed; the
-    metadata's ``compiler`` record is the fallback for entries that lack key components.
-    """
+    """``(name, version)`` of the compiler the key hashed (``tool_versions``), else the metadata's record."""
     name, version = metadata.compiler_name, metadata.compiler_version
     tools = (metadata.key_components or {}).get("tool_versions")
     keyed = tools.get("compiler") if isinstance(tools, dict) else None
@@ -148,10 +132,7 @@ def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequ
 
 
 def _dask_cancelled() -> Callable[[], bool] | None:
-    """On a Dask worker, a check that this task was cancelled (its client let go of it).
-
-    A Dask worker has ``distributed`` imported already; any other executor's worker (a process pool's)
-    is not one, and importing it there (~1 s of CPU per worker) would delay its first compile."""
+    """On a Dask worker, a check that this task was cancelled (elsewhere None: importing Dask costs ~1 s)."""
     if "distributed" not in sys.modules:
         return None
     try:
@@ -184,12 +165,8 @@ def _kill_compilers_in(workdir: str) -> None:
 
 
 def run_compile_task(task: CompileTask) -> CompileOutcome:
-    """Worker body (module level: any executor can pickle it by reference): compile one task.
-
-    Returns a ``failed`` outcome for what the graph or the worker's compiler causes (a compiler
-    error, a version that differs from the key's), so a deterministic failure is not retried;
-    it raises only for trouble of the worker itself (a full temp disk), which ``retries=`` may retry.
-    """
+    """Worker body: compile one task. A deterministic failure is a ``failed`` outcome (not retried); it raises
+    only for trouble of the worker itself (a full temp disk), which ``retries=`` may retry."""
     from neuron_args.compilers import select_compiler
 
     start = time.monotonic()
@@ -263,10 +240,8 @@ def _text(value: object, limit: int = MAX_TEXT) -> bool:
 
 
 def outcome_problem(outcome: object, task: CompileTask) -> str | None:
-    """Why a worker's answer to ``task`` is not a :class:`CompileOutcome` the caller may write, or None.
-
-    Every field is checked (types, names, sizes) before anything is written: an empty ``workdir``
-    would make the path rewriting insert the entry's path between every character of a 2 MB argv."""
+    """Why a worker's answer to ``task`` may not be written, or None: every field checked (an empty ``workdir``
+    would make the path rewriting insert the entry's path between every character of a 2 MB argv)."""
     o = outcome
     if not isinstance(o, CompileOutcome):
         return f"it sent a {type(o).__name__}, not a CompileOutcome"
@@ -293,7 +268,6 @@ def outcome_problem(outcome: object, task: CompileTask) -> str | None:
 
 
 def check_outcome(outcome: object, task: CompileTask) -> None:
-    """Raise :class:`CompileError` naming the graph when :func:`outcome_problem` finds one."""
     problem = outcome_problem(outcome, task)
     if problem is not None:
         raise CompileError(
@@ -303,12 +277,7 @@ def check_outcome(outcome: object, task: CompileTask) -> None:
 
 
 def commit_outcome(entry: CacheEntry, metadata: EntryMetadata, task: CompileTask, outcome: CompileOutcome) -> int:
-    """Write a compiled outcome into ``entry`` (the caller holds the key's lock); returns its size.
-
-    Each file is written atomically; the executable is checked against the worker's sha256, its
-    size and sha256 go into the metadata (the cache's integrity check), the marker comes last.
-    Nothing is written for an invalid outcome (:func:`check_outcome`).
-    """
+    """Write a checked, compiled outcome into ``entry`` (under the key's lock), marker last; returns its size."""
     check_outcome(outcome, task)
     blob = outcome.executable or b""
     sha = hashlib.sha256(blob).hexdigest()
@@ -346,17 +315,15 @@ class _FarmFuture(cf.Future):
 
 
 _committer_lock = threading.Lock()
+_commit_pools: list[cf.ThreadPoolExecutor] = []
 
 
 def _commit_pool() -> cf.ThreadPoolExecutor:
     """Writes results off the executor's callback thread (Dask's event loop must not block on disk)."""
     with _committer_lock:  # callbacks of several executors may ask at once: one pool per process
-        return _new_commit_pool()
-
-
-@functools.cache
-def _new_commit_pool() -> cf.ThreadPoolExecutor:
-    return cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit")
+        if not _commit_pools:
+            _commit_pools.append(cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit"))
+        return _commit_pools[0]
 
 
 def _worker_error(exc: BaseException) -> str:

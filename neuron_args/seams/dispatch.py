@@ -1,11 +1,7 @@
 """How a compiled graph's call is dispatched: straight to the graph when aot_autograd's wrapper adds nothing.
 
-aot_autograd's runtime wrapper handles aliased outputs, metadata mutations, effect tokens, subclasses,
-RNG, duplicated inputs, autocast and autograd on every call; an inference graph served as a decode step
-needs only the copy-back of mutated inputs (``benchmarks/bench_serve.py``: "seam's call").
-:func:`plan` reads aot_autograd's ``ViewAndMutationMeta`` and says whether a graph is *plain* (every input
-mutation a data mutation returned as a leading output). :mod:`neuron_args.fastpath` and
-:func:`direct_call` use it; every other graph keeps aot_autograd's wrapper.
+The wrapper handles aliases, metadata mutations, tokens, subclasses, RNG and autograd on every call; an inference
+decode step needs only the copy-back of mutated inputs. :func:`plan` says whether a graph is that *plain*.
 """
 from __future__ import annotations
 
@@ -55,8 +51,7 @@ class RecordedPlan:
 
 
 def plan(md: Any, n_args: int) -> Plan:
-    """The plain plan of a graph from its aot_autograd metadata (or the memo's :class:`RecordedPlan`),
-    or :class:`NotPlain`."""
+    """The plain plan of a graph from its aot_autograd metadata (or :class:`RecordedPlan`), or :class:`NotPlain`."""
     if md is None:
         raise NotPlain("aot_autograd's metadata was not recorded for the graph")
     if isinstance(md, RecordedPlan):
@@ -108,8 +103,7 @@ def _compiled(source: str, name: str, namespace: dict[str, Any]) -> Callable[...
 
 
 def inputs_need_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) -> str | None:
-    """What of the trace itself (inputs, modes, the graph module) needs aot's runtime wrapper (None: nothing).
-    Decided before aot_autograd runs, so the trace memo asks it too."""
+    """What of the trace itself needs aot's runtime wrapper (None: nothing); asked before aot_autograd runs."""
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
@@ -132,8 +126,7 @@ def inputs_need_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) -> 
 
 
 def direct_call(graph: Any, plan_: Plan) -> Callable[..., Any]:
-    """Dynamo's unboxed call of ``graph``: run it with grad off (as aot does), copy mutated inputs back,
-    return the user outputs. ``graph`` takes the argument sequence (aot's boxed convention)."""
+    """Dynamo's unboxed call of the boxed ``graph``: grad off (as aot does), mutated inputs copied back."""
     n, total = plan_.n_mutated, plan_.n_mutated + plan_.n_outputs
     lines = [
         "def direct(*args):",
@@ -162,9 +155,7 @@ def direct_call(graph: Any, plan_: Plan) -> Callable[..., Any]:
 
 
 def direct_plan(graphs: Sequence[Any], gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Plan | None:
-    """The plan to call ``graphs[0]`` with through :func:`direct_call`, when aot's wrapper would only copy
-    mutated inputs back; None: the seam returns aot_autograd's wrapper. Call right after aot_autograd
-    compiled, still inside Dynamo's tracing context."""
+    """The plan for :func:`direct_call` of ``graphs[0]`` (None: keep aot's wrapper); inside Dynamo's tracing context."""
     why = (f"aot_autograd compiled {len(graphs)} graphs (a forward and backward)" if len(graphs) != 1
            else inputs_need_aot(example_inputs, gm))
     if why is None:

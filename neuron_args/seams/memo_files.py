@@ -1,9 +1,4 @@
-"""The trace memo's files, without torch: where they live, their envelope, and pruning the stale ones.
-
-``<cache root>/.trace-memo/<fingerprint>.json`` (written by :mod:`neuron_args.seams.trace_memo`,
-which reads them in full). This module is what the ``neuron-args cache prune-memo`` command
-needs, so the CLI stays free of torch and jax.
-"""
+"""The trace memo's files (``<cache>/.trace-memo/<fingerprint>.json``) without torch: ``cache prune-memo``'s needs."""
 from __future__ import annotations
 
 import contextlib
@@ -50,9 +45,7 @@ def _digest(path: Path) -> str | None:
 
 
 def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bool = False) -> list[Pruned]:
-    """Remove the memo files no warm trace can use (unreadable, or predicting a graph digest no entry has),
-    and with ``older_than_days`` those no trace read for that long (``trace_memo.load`` touches each file
-    it reads). Removing a memo costs at most one full trace of its graph."""
+    """Remove the memo files no warm trace can use, and those unread ``older_than_days`` (a read touches a file)."""
     folder = cache.trace_memo_dir
     try:
         files = sorted(p for p in folder.iterdir() if p.is_file())

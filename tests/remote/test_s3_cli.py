@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from neuron_args.cache import new_metadata
 from neuron_args.cli import EXIT_REMOTE, main
 from neuron_args.remote_cache import BINDING_FILE, COPY_ENV, TIMEOUT_ENV
 from tests.remote.s3_helpers import BUCKET, builder, free_port, host, make_key
@@ -113,6 +114,26 @@ def test_unreachable_remote_exits_3(monkeypatch, tmp_path, capsys):
         err = capsys.readouterr().err
         assert f"remote compile cache {url} (endpoint http://127.0.0.1:" in err and "is unreachable" in err
         assert "fix: check the endpoint" in err
+
+
+def test_compile_on_an_unreachable_remote_exits_3_and_builds_nothing(monkeypatch, tmp_path, capsys):
+    """``compile`` builds for the remote: like the ``cache`` commands it exits 3 when the remote cannot be used,
+    not 0 or 1 after building graphs nobody else will see."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv(TIMEOUT_ENV, "2")
+    url = f"s3://{BUCKET}/cli-down-compile"
+    key = make_key(f"HloModule pending {tmp_path.name}")
+    entry = host(monkeypatch, tmp_path, "a", url).entry(key)
+    entry.reset()
+    entry.hlo_path.write_bytes(b"HloModule pending")
+    entry.write_metadata(new_metadata(key, seam="neuron_libtorch_graph_capture", graph_type="decode",
+                                      compiler_args=["-O1"], target="trn2", status="pending"))
+    assert main(["compile", url, "--workers", "1"]) == EXIT_REMOTE
+    out, err = capsys.readouterr()
+    assert f"neuron-args: remote compile cache {url} (endpoint http://127.0.0.1:" in err and "is unreachable" in err
+    assert "fix: check the endpoint" in err and "compiling" not in err and out == ""
+    assert entry.status == "pending" and not entry.executable_path.exists()
 
 
 def test_refused_credentials_exit_3(monkeypatch, tmp_path, capsys):
