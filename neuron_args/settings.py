@@ -20,6 +20,7 @@ from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.errors import CompilerArgsError, OptionsError
 from neuron_args.flags import CompilerArgs
+from neuron_args.target import Target, parse_target
 
 log = logging.getLogger("neuron_args.seams")
 
@@ -66,7 +67,8 @@ class CompileSettings:
 
     cache_dir: str | os.PathLike[str] | None = None
     compiler: str | None = None
-    target: str | None = None
+    #: a known target, checked where it entered (``None``: ``--target`` in the arguments, the environment, default)
+    target: Target | None = None
     #: the base compiler arguments, split shell-style (``None``: ``$NEURON_CC_FLAGS``)
     compiler_args: CompilerArgs | None = None
     #: seconds, checked positive (``None``: ``$NEURON_ARGS_COMPILE_TIMEOUT`` or the compiler default)
@@ -74,9 +76,11 @@ class CompileSettings:
     allow_eager_outputs: bool | None = None
     runner: str | None = None
 
-    def __post_init__(self) -> None:  # a tuple or list given to the constructor becomes the value type here
+    def __post_init__(self) -> None:  # a tuple, list or str given to the constructor becomes the value type here
         if self.compiler_args is not None and not isinstance(self.compiler_args, CompilerArgs):
             object.__setattr__(self, "compiler_args", CompilerArgs(self.compiler_args))
+        if self.target is not None:
+            object.__setattr__(self, "target", parse_target(self.target, "CompileSettings(target=...)"))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | CompileSettings | None, seam: str) -> CompileSettings:
@@ -104,6 +108,9 @@ class CompileSettings:
             value = options.get(name)
             if value is not None and not isinstance(value, str):
                 raise OptionsError(f"{seam}: options[{name!r}] must be a string, got {type(value).__name__} {value!r}")
+        target = options.get("target")
+        if target is not None:
+            target = parse_target(target, "options['target']")
         cache_dir = options.get("cache_dir")
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise OptionsError(
@@ -111,7 +118,7 @@ class CompileSettings:
                 f"{cache_dir!r}")
         timeout = options.get("compile_timeout")
         eager = options.get("allow_eager_outputs")
-        return cls(cache_dir=cache_dir, compiler=options.get("compiler"), target=options.get("target"),
+        return cls(cache_dir=cache_dir, compiler=options.get("compiler"), target=target,
                    compiler_args=args,
                    compile_timeout=None if timeout is None else check_timeout(timeout, "options['compile_timeout']"),
                    allow_eager_outputs=None if eager is None else bool(eager), runner=options.get("runner"))

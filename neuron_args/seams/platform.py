@@ -14,14 +14,13 @@ from typing import Any
 
 from neuron_args import envs
 from neuron_args.errors import CompilerArgsError
-from neuron_args.flags import KNOWN_TARGETS, CompilerArgs, manifest_compiler_flags, warn_repeated_options
+from neuron_args.flags import CompilerArgs, manifest_compiler_flags, warn_repeated_options
 from neuron_args.scope import current_compiler_args
 from neuron_args.settings import CompileSettings
+from neuron_args.target import DEFAULT_TARGET, TARGET_ENV, Target, env_target
 from neuron_args.text import graph_label
 
 NEURON_CC_FLAGS_ENV = "NEURON_CC_FLAGS"
-TARGET_ENV = "NEURON_ARGS_TARGET"
-DEFAULT_TARGET = "trn2"
 
 
 @dataclass(frozen=True)
@@ -29,7 +28,7 @@ class PlatformArgs:
     """The resolved arguments of one graph: what the compiler gets besides its fixed argv part."""
 
     compiler_args: CompilerArgs  # validated, without --target/--framework (the driver's)
-    target: str
+    target: Target
 
     def compiler_flags(self) -> str:
         """The manifest form: every flag the compiler sees, machine-specific paths removed."""
@@ -66,29 +65,20 @@ def _args_source(given: Sequence[str] | None) -> str:
     return "options['compiler_args']"
 
 
-def _target_source(settings: CompileSettings) -> str:
-    if settings.target:
-        return "options['target']"
-    return f"${TARGET_ENV}" if envs.is_set(TARGET_ENV) else f"the default target ({DEFAULT_TARGET})"
-
-
 def apply_platform_compiler_args(settings: CompileSettings, *, graph_type: str | None = None) -> PlatformArgs:
-    """Resolve the target and strip the options the driver sets itself."""
+    """Resolve the target (options, else ``--target`` in the arguments, else the environment, else the default)
+    and strip the options the driver sets itself. Each target was checked where it entered."""
     given = settings.compiler_args
-    # validated once per value; here the error can say where the list came from
+    # validated once per value (a --target in it too); here the error can say where the list came from
     args = base_compiler_args(given, graph_type=graph_type).checked(graph_type=graph_type, source=_args_source(given))
     in_args = args.value("--target")
-    target = settings.target or in_args or envs.text(TARGET_ENV) or DEFAULT_TARGET
-    if in_args is not None and in_args != target:
+    if in_args is not None and settings.target is not None and in_args != settings.target:
         raise CompilerArgsError(
-            f"{graph_label(graph_type)}: {_args_source(given)} say --target {in_args} but {_target_source(settings)} "
-            f"is {target!r}. Fix: set the target in one place: drop --target from {_args_source(given)}, or make "
-            f"options['target'] (or ${TARGET_ENV}) {in_args!r} too (pytest: --neuron-target={in_args})."
+            f"{graph_label(graph_type)}: {_args_source(given)} say --target {in_args} but options['target'] "
+            f"is {settings.target!r}. Fix: set the target in one place: drop --target from {_args_source(given)}, or "
+            f"make options['target'] (or ${TARGET_ENV}) {in_args!r} too (pytest: --neuron-target={in_args})."
         )
-    if target not in KNOWN_TARGETS:
-        source = _args_source(given) if in_args is not None else _target_source(settings)
-        raise CompilerArgsError(f"{graph_label(graph_type)}: unknown target {target!r} (from {source}); neuronx-cc "
-                                f"targets are {', '.join(KNOWN_TARGETS)}")
+    target = settings.target or (Target(in_args) if in_args is not None else None) or env_target() or DEFAULT_TARGET
     return PlatformArgs(args.without(["--target", "--framework"]), target)
 
 
