@@ -43,8 +43,7 @@ from neuron_args.scope import current_graph_type, scoped_compiler_args
 from neuron_args.seams import records
 from neuron_args.flags import optimization_level
 from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM
-from neuron_args.seams.platform import NEURON_CC_FLAGS_ENV, base_compiler_args
-from neuron_args.settings import CompileSettings
+from neuron_args.settings import NEURON_CC_FLAGS_ENV, CompileSettings, base_compiler_args
 from neuron_args.target import DEFAULT_TARGET, parse_target
 
 log = logging.getLogger("neuron_args.runner")

@@ -193,7 +193,7 @@ class NeuronSettings:
         if manifest_dir is None and (manifest_dir := _env_manifest_dir()) is not None:
             manifest_dir_source = f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
-        return cls(
+        settings = cls(
             compiler_args=args, compiler_args_source=source, tp=tp, compile_timeout=timeout,
             allow_graph_breaks=str(breaks).strip().lower() in envs.TRUE_VALUES if breaks else False,
             rank_worker=Path(worker) if worker else None,
@@ -212,6 +212,11 @@ class NeuronSettings:
             allow_eager_outputs=bool(config.getoption("neuron_allow_eager_outputs")
                                      or config.getini("neuron_allow_eager_outputs")),
         )
+        # the base arguments are checked where they enter; a repeated option is told once, by the controller
+        # (an xdist worker only notes it as told)
+        xdist_worker = getattr(config, "workerinput", None) is not None
+        settings.check_compiler_args(warn=(lambda w: None) if xdist_worker else functools.partial(config_warning, config))
+        return settings
 
     def check_compiler_args(self, warn: Callable[[Warning], None] | None = None) -> None:
         """A malformed base list is one usage error at start-up naming where it came from; an option given
@@ -273,6 +278,15 @@ class NeuronSettings:
                         f"{self.manifest_dir_source}={path} (the session manifest's folder when no {option} or ini "
                         f"{ini} is given) {problem}; point it at {fix}, give {option}=DIR, or unset it")
                 raise pytest.UsageError(f"{where} {path} {problem}; give {fix}, or leave the option out")
+
+
+def config_warning(config: pytest.Config, warning: Warning) -> None:
+    """A start-up warning in pytest's summary; under ``-W error`` (or ``filterwarnings = error``) a usage error
+    with its text, not pytest's INTERNALERROR traceback."""
+    try:
+        config.issue_config_time_warning(warning, stacklevel=3)
+    except Warning as exc:
+        raise pytest.UsageError(f"{type(exc).__name__} (an error under your warning filters): {exc}") from None
 
 
 def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:

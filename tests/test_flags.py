@@ -574,7 +574,8 @@ def test_flag_changes_is_option_level_and_ignores_order():
 
 def test_a_target_in_the_arguments_that_disagrees_names_both_sources_and_the_fix(monkeypatch):
     """The seams' platform step: where each target came from, and how to set it in one place."""
-    from neuron_args.seams.platform import NEURON_CC_FLAGS_ENV, TARGET_ENV, apply_platform_compiler_args
+    from neuron_args.settings import NEURON_CC_FLAGS_ENV, apply_platform_compiler_args
+    from neuron_args.target import TARGET_ENV
 
     monkeypatch.delenv(TARGET_ENV, raising=False)
     monkeypatch.setenv(NEURON_CC_FLAGS_ENV, "--target=trn1 -O2")
@@ -624,7 +625,8 @@ def test_repeated_options_are_the_conflicting_ones_in_any_spelling():
 def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix(monkeypatch, told_afresh):
     """Last wins, as in neuronx-cc (and in the key), but the user is told once where and what compiles."""
     from neuron_args.errors import CompilerArgsWarning
-    from neuron_args.seams.platform import NEURON_CC_FLAGS_ENV, TARGET_ENV, apply_platform_compiler_args
+    from neuron_args.settings import NEURON_CC_FLAGS_ENV, apply_platform_compiler_args
+    from neuron_args.target import TARGET_ENV
 
     monkeypatch.delenv(TARGET_ENV, raising=False)
     monkeypatch.setenv(NEURON_CC_FLAGS_ENV, "-O1 --auto-cast=none -O3")
@@ -649,7 +651,7 @@ def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     from neuron_args.errors import CompilerArgsWarning
     from neuron_args.resolver import CompilerArgsResolver
     from neuron_args.scope import scoped_compiler_args
-    from neuron_args.seams.platform import resolve_request
+    from neuron_args.scope import resolve_request
 
     with pytest.warns(CompilerArgsWarning, match=r"^graph type 'decode': scoped_compiler_args\(\.\.\.\) gives "
                                                  r"--auto-cast 2 times .*'--auto-cast=all'"):

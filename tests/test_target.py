@@ -52,7 +52,7 @@ def test_the_runner_argument_fails_at_construction():
 
 
 def test_the_environment_and_a_target_inside_the_compiler_args(monkeypatch):
-    from neuron_args.seams.platform import apply_platform_compiler_args
+    from neuron_args.settings import apply_platform_compiler_args
 
     monkeypatch.setenv(TARGET_ENV, "trn9")
     with pytest.raises(CompilerArgsError) as excinfo:
