@@ -65,16 +65,19 @@ def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
 
 def base_compiler_args(given: str | Sequence[str] | None, *, graph_type: str | None = None,
                        source: str | None = None) -> CompilerArgs:
-    """``given`` (``options["compiler_args"]``), else ``$NEURON_CC_FLAGS`` (split shell-style), else none.
+    """``given`` (``options["compiler_args"]``), else ``$NEURON_CC_FLAGS`` (split shell-style), else none: validated.
 
-    An option given twice with different values is a warning naming where the list came from
+    Errors, and the warning for an option given twice with different values, name where the list came from
     (``source``: the caller's name for ``given``; default ``options['compiler_args']``)."""
-    if given is None:
-        args, source = _env_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None), f"${NEURON_CC_FLAGS_ENV}"
-    else:
-        args, source = CompilerArgs.of(given), source or "options['compiler_args']"
+    args = CompilerArgs.of(given) if given is not None else _env_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None)
+    source = _args_source(given, source)
     warn_repeated_options(args, source=source, graph_type=graph_type)
-    return args
+    return args.checked(graph_type=graph_type, source=source)  # a checked value returns at once
+
+
+def _args_source(given: object, source: str | None) -> str:
+    """What messages call a base list: ``source`` (else ``options['compiler_args']``), or the variable it came from."""
+    return f"${NEURON_CC_FLAGS_ENV}" if given is None else source or "options['compiler_args']"
 
 
 @functools.lru_cache(maxsize=8)
@@ -181,16 +184,14 @@ def apply_platform_compiler_args(settings: CompileSettings, *, graph_type: str |
                                  source: str | None = None) -> PlatformArgs:
     """Resolve the target (options, else ``--target`` in the arguments, else the environment, else the default)
     and strip the options the driver sets itself. Each target was checked where it entered; ``source`` names
-    ``settings.compiler_args`` in errors (default ``options['compiler_args']``, or ``$NEURON_CC_FLAGS`` when unset)."""
-    given = settings.compiler_args
-    source = f"${NEURON_CC_FLAGS_ENV}" if given is None else source or "options['compiler_args']"
-    # validated once per value (a --target in it too); here the error can say where the list came from
-    args = base_compiler_args(given, graph_type=graph_type, source=source).checked(graph_type=graph_type, source=source)
+    ``settings.compiler_args`` in errors (see :func:`base_compiler_args`)."""
+    args = base_compiler_args(settings.compiler_args, graph_type=graph_type, source=source)  # a --target in it too
     in_args = args.value("--target")
     if in_args is not None and settings.target is not None and in_args != settings.target:
+        named = _args_source(settings.compiler_args, source)
         raise CompilerArgsError(
-            f"{graph_label(graph_type)}: {source} say --target {in_args} but options['target'] "
-            f"is {settings.target!r}. Fix: set the target in one place: drop --target from {source}, or "
+            f"{graph_label(graph_type)}: {named} say --target {in_args} but options['target'] "
+            f"is {settings.target!r}. Fix: set the target in one place: drop --target from {named}, or "
             f"make options['target'] (or ${TARGET_ENV}) {in_args!r} too (pytest: --neuron-target={in_args})."
         )
     target = settings.target or (Target(in_args) if in_args is not None else None) or env_target() or DEFAULT_TARGET
