@@ -20,7 +20,8 @@ class Target(str):
     __slots__ = ()
 
 
-DEFAULT_TARGET = Target("trn2")
+#: the environment table's default for ``$NEURON_ARGS_TARGET`` is the default everywhere
+DEFAULT_TARGET = Target(envs.variable(TARGET_ENV).default)
 
 
 def target_problem(value: object, source: str) -> str | None:
