@@ -650,8 +650,7 @@ def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix
 def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     from neuron_args.errors import CompilerArgsWarning
     from neuron_args.resolver import CompilerArgsResolver
-    from neuron_args.scope import scoped_compiler_args
-    from neuron_args.scope import resolve_request
+    from neuron_args.scope import resolve_request, scoped_compiler_args
 
     with pytest.warns(CompilerArgsWarning, match=r"^graph type 'decode': scoped_compiler_args\(\.\.\.\) gives "
                                                  r"--auto-cast 2 times .*'--auto-cast=all'"):
@@ -668,6 +667,19 @@ def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     text = str(caught[0].message)
     assert text.startswith("graph type 'decode': Appends.compiler_args_for gives --optlevel 2 times")
     assert "return with_optimization_level(base, N)" in text
+
+
+def test_options_equal_to_the_scope_are_named_as_the_options(told_afresh):
+    """Where a list came from is said by whoever hands it on (the scope's read names the scope), not guessed by
+    comparing it with the scope's: settings given the same list as an open scope are still the options."""
+    from neuron_args.errors import CompilerArgsError
+    from neuron_args.scope import scoped_compiler_args
+    from neuron_args.settings import apply_platform_compiler_args
+
+    with scoped_compiler_args(["-O1", "--auto-cast=bogus"], graph_type="decode"):
+        with pytest.raises(CompilerArgsError) as excinfo:
+            apply_platform_compiler_args(CompileSettings(compiler_args=["-O1", "--auto-cast=bogus"]))
+    assert str(excinfo.value).endswith("(these arguments come from options['compiler_args'])")
 
 
 def test_a_repeat_in_a_runners_compiler_args_names_the_runner(told_afresh, tmp_path):
