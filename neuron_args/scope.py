@@ -2,7 +2,8 @@
 
 The runner resolves a graph's arguments eagerly and opens this scope around the call that
 compiles it; every backend seam reads it (:func:`resolve_request`; for options dicts,
-:func:`apply_scoped_compiler_args`) before the cache key. A ``ContextVar`` keeps a scope inside its own thread or asyncio task.
+:func:`apply_scoped_compiler_args`) before the cache key. A ``ContextVar`` keeps a scope inside its own thread or
+asyncio task.
 
 ``graph_type`` is an optional label the runner may attach. It never enters the cache key; it only
 lets errors, cache metadata and the manifest name the graph.
@@ -73,7 +74,7 @@ def apply_scoped_compiler_args(options: Mapping[str, Any] | None) -> Mapping[str
 
 def resolve_request(settings: CompileSettings, graph_type: str | None) -> PlatformArgs:
     """The seam's access point: the scope (its arguments replace the base ones), then the platform arguments."""
-    scoped = _scoped_compiler_args.get()
+    scoped = current_compiler_args()
     if scoped is None:
         return apply_platform_compiler_args(settings, graph_type=graph_type)
     return apply_platform_compiler_args(settings.with_compiler_args(scoped), graph_type=graph_type,

@@ -215,7 +215,8 @@ class NeuronSettings:
         # the base arguments are checked where they enter; a repeated option is told once, by the controller
         # (an xdist worker only notes it as told)
         xdist_worker = getattr(config, "workerinput", None) is not None
-        settings.check_compiler_args(warn=(lambda w: None) if xdist_worker else functools.partial(config_warning, config))
+        settings.check_compiler_args(warn=(lambda w: None) if xdist_worker else
+                                     functools.partial(config_warning, config))
         return settings
 
     def check_compiler_args(self, warn: Callable[[Warning], None] | None = None) -> None:
@@ -314,7 +315,8 @@ def _env_manifest_dir() -> Path | None:
 
 
 def _target(config: pytest.Config) -> Target:
-    """``--neuron-target`` or its ini key (else the default) as a :class:`Target`; a usage error with the one message."""
+    """``--neuron-target`` or its ini key (else the default) as a :class:`Target`; a usage error with the one
+    message."""
     value = _raw(config, "neuron_target")[0]
     try:
         return DEFAULT_TARGET if value is None else parse_target(value, _where(config, "neuron_target"))
