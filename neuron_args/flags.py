@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
+from neuron_args.target import KNOWN_TARGETS, target_problem
 
 __all__ = [
     "KNOWN_TARGETS",
@@ -49,7 +50,6 @@ __all__ = [
     "with_optimization_level",
 ]
 
-KNOWN_TARGETS: tuple[str, ...] = ("inf2", "trn1", "trn1n", "trn2", "trn3")
 OPT_LEVELS: tuple[int, ...] = (1, 2, 3)
 
 OPTLEVEL = "--optlevel"
@@ -296,6 +296,8 @@ def _spec_of(name: str) -> OptionSpec | None:
 
 
 def _value_problem(spec: OptionSpec, value: str) -> str | None:
+    if spec.name == "--target":  # the target's one message (neuron_args.target)
+        return target_problem(value, "'--target' in the compiler args")
     if spec.kind == CHOICE and value not in spec.choices:
         allowed = ", ".join(spec.choices)
         if spec.name == OPTLEVEL:

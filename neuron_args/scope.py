@@ -1,8 +1,9 @@
 """The per-graph compiler-argument scope (libtorch-neuronx-lite's ``compile/compiler_args.py`` in the design).
 
 The runner resolves a graph's arguments eagerly and opens this scope around the call that
-compiles it; every backend seam reads it (``seams.platform.resolve_request``; for options dicts,
-:func:`apply_scoped_compiler_args`) before the cache key. A ``ContextVar`` keeps a scope inside its own thread or asyncio task.
+compiles it; every backend seam reads it (:func:`resolve_request`; for options dicts,
+:func:`apply_scoped_compiler_args`) before the cache key. A ``ContextVar`` keeps a scope inside its own thread or
+asyncio task.
 
 ``graph_type`` is an optional label the runner may attach. It never enters the cache key; it only
 lets errors, cache metadata and the manifest name the graph.
@@ -15,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from neuron_args.flags import CompilerArgs
+from neuron_args.settings import CompileSettings, PlatformArgs, apply_platform_compiler_args
 
 _scoped_compiler_args: contextvars.ContextVar[CompilerArgs | None] = contextvars.ContextVar(
     "neuron_args_scoped_compiler_args", default=None
@@ -68,3 +70,12 @@ def apply_scoped_compiler_args(options: Mapping[str, Any] | None) -> Mapping[str
     options = options if options is not None else {}
     scoped = _scoped_compiler_args.get()
     return options if scoped is None else {**options, "compiler_args": list(scoped)}
+
+
+def resolve_request(settings: CompileSettings, graph_type: str | None) -> PlatformArgs:
+    """The seam's access point: the scope (its arguments replace the base ones), then the platform arguments."""
+    scoped = current_compiler_args()
+    if scoped is None:
+        return apply_platform_compiler_args(settings, graph_type=graph_type)
+    return apply_platform_compiler_args(settings.with_compiler_args(scoped), graph_type=graph_type,
+                                        source="scoped_compiler_args(...)")

@@ -5,24 +5,34 @@ enters (a backend call, ``parallel_trace``, a runner) and everything behind read
 module knows the option keys but this one. A malformed option reaches the user as a
 :class:`NeuronArgsError` naming the option and the fix, not as a ``TypeError`` from deep in a compile.
 :meth:`CompileSettings.as_options` is the way back, for a torch.compile call of our own (a trace child).
+
+Each setting left out falls back here to the environment, then the default (:func:`base_compiler_args`,
+:func:`resolve_compile_timeout`), and :func:`apply_platform_compiler_args` turns the settings into one graph's
+request (arguments and target). The order is the design's: the scope first (``neuron_args.scope.resolve_request``),
+then the platform arguments, then the key. ``--target``/``--framework`` are set by the compiler driver, so they
+live in ``target`` and never twice in the argument list.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.errors import CompilerArgsError, OptionsError
-from neuron_args.flags import CompilerArgs
+from neuron_args.flags import CompilerArgs, manifest_compiler_flags, warn_repeated_options
+from neuron_args.target import DEFAULT_TARGET, TARGET_ENV, Target, env_target, parse_target
+from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.seams")
 
+NEURON_CC_FLAGS_ENV = "NEURON_CC_FLAGS"
 COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
 #: Default compile timeout in seconds per compiler name: neuronx-cc builds of large graphs at -O3
 #: take tens of minutes; the embedded XLA:CPU compiler takes seconds.
@@ -53,6 +63,32 @@ def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
     return DEFAULT_TIMEOUTS.get(compiler_name, max(DEFAULT_TIMEOUTS.values()))
 
 
+def base_compiler_args(given: str | Sequence[str] | None, *, graph_type: str | None = None,
+                       source: str | None = None) -> CompilerArgs:
+    """``given`` (``options["compiler_args"]``), else ``$NEURON_CC_FLAGS`` (split shell-style), else none: validated.
+
+    Errors, and the warning for an option given twice with different values, name where the list came from
+    (``source``: the caller's name for ``given``; default ``options['compiler_args']``)."""
+    args = CompilerArgs.of(given) if given is not None else _env_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None)
+    source = _args_source(given, source)
+    warn_repeated_options(args, source=source, graph_type=graph_type)
+    return args.checked(graph_type=graph_type, source=source)  # a checked value returns at once
+
+
+def _args_source(given: object, source: str | None) -> str:
+    """What messages call a base list: ``source`` (else ``options['compiler_args']``), or the variable it came from."""
+    return f"${NEURON_CC_FLAGS_ENV}" if given is None else source or "options['compiler_args']"
+
+
+@functools.lru_cache(maxsize=8)
+def _env_compiler_args(text: str | None) -> CompilerArgs:
+    """``$NEURON_CC_FLAGS`` as a value, split (and, on first use, validated) once per distinct value."""
+    try:
+        return CompilerArgs(text)
+    except CompilerArgsError as exc:  # an unclosed quote: say where the string came from
+        raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
+
+
 #: The options the seams read; anything else is reported once (a typo is silently ignored otherwise).
 #: ``allow_eager_outputs``: NEFFs without a runtime binding run eagerly (neuron_args.executables);
 #: ``runner``: the runner's own id, which keeps its torch.compile options (and so Dynamo frames) apart.
@@ -66,7 +102,8 @@ class CompileSettings:
 
     cache_dir: str | os.PathLike[str] | None = None
     compiler: str | None = None
-    target: str | None = None
+    #: a known target, checked where it entered (``None``: ``--target`` in the arguments, the environment, default)
+    target: Target | None = None
     #: the base compiler arguments, split shell-style (``None``: ``$NEURON_CC_FLAGS``)
     compiler_args: CompilerArgs | None = None
     #: seconds, checked positive (``None``: ``$NEURON_ARGS_COMPILE_TIMEOUT`` or the compiler default)
@@ -74,9 +111,11 @@ class CompileSettings:
     allow_eager_outputs: bool | None = None
     runner: str | None = None
 
-    def __post_init__(self) -> None:  # a tuple or list given to the constructor becomes the value type here
+    def __post_init__(self) -> None:  # a tuple, list or str given to the constructor becomes the value type here
         if self.compiler_args is not None and not isinstance(self.compiler_args, CompilerArgs):
             object.__setattr__(self, "compiler_args", CompilerArgs(self.compiler_args))
+        if self.target is not None:
+            object.__setattr__(self, "target", parse_target(self.target, "CompileSettings(target=...)"))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | CompileSettings | None, seam: str) -> CompileSettings:
@@ -104,6 +143,9 @@ class CompileSettings:
             value = options.get(name)
             if value is not None and not isinstance(value, str):
                 raise OptionsError(f"{seam}: options[{name!r}] must be a string, got {type(value).__name__} {value!r}")
+        target = options.get("target")
+        if target is not None:
+            target = parse_target(target, "options['target']")
         cache_dir = options.get("cache_dir")
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise OptionsError(
@@ -111,7 +153,7 @@ class CompileSettings:
                 f"{cache_dir!r}")
         timeout = options.get("compile_timeout")
         eager = options.get("allow_eager_outputs")
-        return cls(cache_dir=cache_dir, compiler=options.get("compiler"), target=options.get("target"),
+        return cls(cache_dir=cache_dir, compiler=options.get("compiler"), target=target,
                    compiler_args=args,
                    compile_timeout=None if timeout is None else check_timeout(timeout, "options['compile_timeout']"),
                    allow_eager_outputs=None if eager is None else bool(eager), runner=options.get("runner"))
@@ -124,3 +166,33 @@ class CompileSettings:
         """The torch.compile options these settings came from (the given ones, lists as lists)."""
         return {f.name: list(v) if isinstance(v, tuple) else v
                 for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
+
+
+@dataclass(frozen=True)
+class PlatformArgs:
+    """The resolved arguments of one graph: what the compiler gets besides its fixed argv part."""
+
+    compiler_args: CompilerArgs  # validated, without --target/--framework (the driver's)
+    target: Target
+
+    def compiler_flags(self) -> str:
+        """The manifest form: every flag the compiler sees, machine-specific paths removed."""
+        return manifest_compiler_flags(["--framework", "XLA", "--target", self.target, *self.compiler_args])
+
+
+def apply_platform_compiler_args(settings: CompileSettings, *, graph_type: str | None = None,
+                                 source: str | None = None) -> PlatformArgs:
+    """Resolve the target (options, else ``--target`` in the arguments, else the environment, else the default)
+    and strip the options the driver sets itself. Each target was checked where it entered; ``source`` names
+    ``settings.compiler_args`` in errors (see :func:`base_compiler_args`)."""
+    args = base_compiler_args(settings.compiler_args, graph_type=graph_type, source=source)  # a --target in it too
+    in_args = args.value("--target")
+    if in_args is not None and settings.target is not None and in_args != settings.target:
+        named = _args_source(settings.compiler_args, source)
+        raise CompilerArgsError(
+            f"{graph_label(graph_type)}: {named} say --target {in_args} but options['target'] "
+            f"is {settings.target!r}. Fix: set the target in one place: drop --target from {named}, or "
+            f"make options['target'] (or ${TARGET_ENV}) {in_args!r} too (pytest: --neuron-target={in_args})."
+        )
+    target = settings.target or (Target(in_args) if in_args is not None else None) or env_target() or DEFAULT_TARGET
+    return PlatformArgs(args.without(["--target", "--framework"]), target)

@@ -20,11 +20,13 @@ from neuron_args import envs
 from neuron_args.cache import cache_root
 from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
 from neuron_args.deferred import FLOWS
-from neuron_args.flags import KNOWN_TARGETS as TARGETS
+from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import OPT_LEVELS, CompilerArgs, warn_repeated_options
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.remote_cache import is_remote
-from neuron_args.seams.platform import DEFAULT_TARGET
+from neuron_args.target import DEFAULT_TARGET
+from neuron_args.target import KNOWN_TARGETS as TARGETS
+from neuron_args.target import Target, parse_target
 
 DEFAULT_FLOW = FLOWS[0]
 
@@ -34,7 +36,9 @@ RANK_SERVE_OPTION = "--neuron-rank-serve"  # internal: that rank process runs th
 #: option -> (addoption keywords, help of its ini key or None: no ini key). An ini key is named as the option's
 #: dest (``--neuron-target``: ``neuron_target``); options appear in ``--help`` in this order.
 _OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
-    "--neuron-target": ({"choices": TARGETS, "help": f"compile target (default {DEFAULT_TARGET}; ini: neuron_target)"},
+    # no argparse choices: the option, its ini key and every other route share the target's one message
+    "--neuron-target": ({"metavar": "{" + ",".join(TARGETS) + "}",
+                         "help": f"compile target (default {DEFAULT_TARGET}; ini: neuron_target)"},
                         f"compile target, one of {', '.join(TARGETS)}"),
     "--neuron-compiler": ({"choices": COMPILERS,
                            "help": "compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
@@ -110,7 +114,7 @@ def add_options(parser: pytest.Parser) -> None:
 class NeuronSettings:
     """What the ``--neuron-*`` options resolved to for this session."""
 
-    target: str = DEFAULT_TARGET
+    target: Target = DEFAULT_TARGET
     compiler: str | None = None  # None: $NEURON_ARGS_COMPILER, else auto
     compiler_source: str = ""  # where ``compiler`` came from, for errors: the option or the ini key
     cache_dir: Path | None = None  # None: a fresh directory per session
@@ -158,7 +162,7 @@ class NeuronSettings:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> NeuronSettings:
-        target = _choice(config, "neuron_target", TARGETS) or DEFAULT_TARGET
+        target = _target(config)
         compiler = _choice(config, "neuron_compiler", COMPILERS)
         flow = _choice(config, "neuron_flow", FLOWS) or DEFAULT_FLOW
         level = config.getoption("neuron_optimization_level")
@@ -189,7 +193,7 @@ class NeuronSettings:
         if manifest_dir is None and (manifest_dir := _env_manifest_dir()) is not None:
             manifest_dir_source = f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
-        return cls(
+        settings = cls(
             compiler_args=args, compiler_args_source=source, tp=tp, compile_timeout=timeout,
             allow_graph_breaks=str(breaks).strip().lower() in envs.TRUE_VALUES if breaks else False,
             rank_worker=Path(worker) if worker else None,
@@ -208,12 +212,16 @@ class NeuronSettings:
             allow_eager_outputs=bool(config.getoption("neuron_allow_eager_outputs")
                                      or config.getini("neuron_allow_eager_outputs")),
         )
+        # the base arguments are checked where they enter; a repeated option is told once, by the controller
+        # (an xdist worker only notes it as told)
+        xdist_worker = getattr(config, "workerinput", None) is not None
+        settings.check_compiler_args(warn=(lambda w: None) if xdist_worker else
+                                     functools.partial(config_warning, config))
+        return settings
 
     def check_compiler_args(self, warn: Callable[[Warning], None] | None = None) -> None:
         """A malformed base list is one usage error at start-up naming where it came from; an option given
         twice with different values is one warning (``warn``) saying which value compiles."""
-        from neuron_args.errors import CompilerArgsError
-
         try:
             args = self.base_args or CompilerArgs()
         except CompilerArgsError as exc:
@@ -273,6 +281,15 @@ class NeuronSettings:
                 raise pytest.UsageError(f"{where} {path} {problem}; give {fix}, or leave the option out")
 
 
+def config_warning(config: pytest.Config, warning: Warning) -> None:
+    """A start-up warning in pytest's summary; under ``-W error`` (or ``filterwarnings = error``) a usage error
+    with its text, not pytest's INTERNALERROR traceback."""
+    try:
+        config.issue_config_time_warning(warning, stacklevel=3)
+    except Warning as exc:
+        raise pytest.UsageError(f"{type(exc).__name__} (an error under your warning filters): {exc}") from None
+
+
 def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
     """``(value, source)``: the command line first, then the ini key; ``(None, "")`` when unset."""
     value = config.getoption(dest)
@@ -295,6 +312,16 @@ def _env_manifest_dir() -> Path | None:
     folder when no option or ini key names one, so its ledger lines end in a manifest, not left behind."""
     value = envs.text(MANIFEST_DIR_ENV)
     return Path(os.path.expanduser(value)).absolute() if value else None
+
+
+def _target(config: pytest.Config) -> Target:
+    """``--neuron-target`` or its ini key (else the default) as a :class:`Target`; a usage error with the one
+    message."""
+    value = _raw(config, "neuron_target")[0]
+    try:
+        return DEFAULT_TARGET if value is None else parse_target(value, _where(config, "neuron_target"))
+    except CompilerArgsError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> str | None:

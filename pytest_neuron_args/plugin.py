@@ -33,7 +33,7 @@ from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected
     neuron_warmup,
     tp_serve,
 )
-from pytest_neuron_args.options import NeuronSettings, add_options
+from pytest_neuron_args.options import NeuronSettings, add_options, config_warning
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, owner_name, tidy_session
 from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
@@ -71,11 +71,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     markers.register(config)
-    settings = NeuronSettings.from_config(config)
+    settings = NeuronSettings.from_config(config)  # its compiler arguments checked as they entered
     settings.check_compiler()
-    # a repeated option is told once, by the controller (an xdist worker only notes it as told)
-    worker = getattr(config, "workerinput", None) is not None
-    settings.check_compiler_args(warn=(lambda w: None) if worker else (lambda w: _config_warning(config, w)))
     settings.check_directories()
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
@@ -102,19 +99,10 @@ def _warn_split_path_options(config: pytest.Config) -> None:
     args = [str(a) for a in config.invocation_params.args]
     for flag, value in zip(args, args[1:]):
         if flag in _PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
-            _config_warning(config, pytest.PytestConfigWarning(
+            config_warning(config, pytest.PytestConfigWarning(
                 f"write {flag}={value} (with '='): pytest looks for its ini file before it knows plugin "
                 f"options and takes the existing path {value} for a test path; rootdir is {config.rootpath}, "
                 f"ini file {config.inipath or '(none found)'}"))
-
-
-def _config_warning(config: pytest.Config, warning: Warning) -> None:
-    """A start-up warning in pytest's summary; under ``-W error`` (or ``filterwarnings = error``) a usage error
-    with its text, not pytest's INTERNALERROR traceback."""
-    try:
-        config.issue_config_time_warning(warning, stacklevel=3)
-    except Warning as exc:
-        raise pytest.UsageError(f"{type(exc).__name__} (an error under your warning filters): {exc}") from None
 
 
 def _join_tp_group() -> None:

@@ -574,7 +574,8 @@ def test_flag_changes_is_option_level_and_ignores_order():
 
 def test_a_target_in_the_arguments_that_disagrees_names_both_sources_and_the_fix(monkeypatch):
     """The seams' platform step: where each target came from, and how to set it in one place."""
-    from neuron_args.seams.platform import NEURON_CC_FLAGS_ENV, TARGET_ENV, apply_platform_compiler_args
+    from neuron_args.settings import NEURON_CC_FLAGS_ENV, apply_platform_compiler_args
+    from neuron_args.target import TARGET_ENV
 
     monkeypatch.delenv(TARGET_ENV, raising=False)
     monkeypatch.setenv(NEURON_CC_FLAGS_ENV, "--target=trn1 -O2")
@@ -586,8 +587,8 @@ def test_a_target_in_the_arguments_that_disagrees_names_both_sources_and_the_fix
     monkeypatch.setenv(TARGET_ENV, "inf2")  # below the arguments' own --target in precedence: no conflict
     assert apply_platform_compiler_args(CompileSettings.from_options({"compiler_args": ["--target", "trn1"]}, "test")).target == "trn1"
     monkeypatch.delenv(TARGET_ENV)
-    with pytest.raises(CompilerArgsError, match=r"graph type 'decode': unknown target 'trn9' \(from options\['target'\]\)"):
-        apply_platform_compiler_args(CompileSettings.from_options({"target": "trn9", "compiler_args": []}, "test"), graph_type="decode")
+    with pytest.raises(CompilerArgsError, match=r"^unknown compile target 'trn9' \(from options\['target'\]\)"):
+        CompileSettings.from_options({"target": "trn9", "compiler_args": []}, "test")  # checked where it enters
     # one place is fine: the arguments alone, or the option alone
     assert apply_platform_compiler_args(CompileSettings.from_options({"compiler_args": ["--target=trn1", "-O2"]}, "test")).target == "trn1"
     assert apply_platform_compiler_args(CompileSettings.from_options({"target": "trn1", "compiler_args": ["-O2"]}, "test")).compiler_args == ("-O2",)
@@ -624,7 +625,8 @@ def test_repeated_options_are_the_conflicting_ones_in_any_spelling():
 def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix(monkeypatch, told_afresh):
     """Last wins, as in neuronx-cc (and in the key), but the user is told once where and what compiles."""
     from neuron_args.errors import CompilerArgsWarning
-    from neuron_args.seams.platform import NEURON_CC_FLAGS_ENV, TARGET_ENV, apply_platform_compiler_args
+    from neuron_args.settings import NEURON_CC_FLAGS_ENV, apply_platform_compiler_args
+    from neuron_args.target import TARGET_ENV
 
     monkeypatch.delenv(TARGET_ENV, raising=False)
     monkeypatch.setenv(NEURON_CC_FLAGS_ENV, "-O1 --auto-cast=none -O3")
@@ -648,8 +650,7 @@ def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix
 def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     from neuron_args.errors import CompilerArgsWarning
     from neuron_args.resolver import CompilerArgsResolver
-    from neuron_args.scope import scoped_compiler_args
-    from neuron_args.seams.platform import resolve_request
+    from neuron_args.scope import resolve_request, scoped_compiler_args
 
     with pytest.warns(CompilerArgsWarning, match=r"^graph type 'decode': scoped_compiler_args\(\.\.\.\) gives "
                                                  r"--auto-cast 2 times .*'--auto-cast=all'"):
@@ -666,6 +667,19 @@ def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     text = str(caught[0].message)
     assert text.startswith("graph type 'decode': Appends.compiler_args_for gives --optlevel 2 times")
     assert "return with_optimization_level(base, N)" in text
+
+
+def test_options_equal_to_the_scope_are_named_as_the_options(told_afresh):
+    """Where a list came from is said by whoever hands it on (the scope's read names the scope), not guessed by
+    comparing it with the scope's: settings given the same list as an open scope are still the options."""
+    from neuron_args.errors import CompilerArgsError
+    from neuron_args.scope import scoped_compiler_args
+    from neuron_args.settings import apply_platform_compiler_args
+
+    with scoped_compiler_args(["-O1", "--auto-cast=bogus"], graph_type="decode"):
+        with pytest.raises(CompilerArgsError) as excinfo:
+            apply_platform_compiler_args(CompileSettings(compiler_args=["-O1", "--auto-cast=bogus"]))
+    assert str(excinfo.value).endswith("(these arguments come from options['compiler_args'])")
 
 
 def test_a_repeat_in_a_runners_compiler_args_names_the_runner(told_afresh, tmp_path):

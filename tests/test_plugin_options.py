@@ -108,7 +108,7 @@ def test_bad_values_are_usage_errors(neuron_project: pytest.Pytester) -> None:
 
     result = neuron_project.runpytest("--neuron-target", "trn9")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--neuron-target: invalid choice: 'trn9'*"])
+    result.stderr.fnmatch_lines(["*unknown compile target 'trn9' (from --neuron-target); the known targets are *"])
 
     neuron_project.makeini("[pytest]\nneuron_flow = sideways\n")
     result = neuron_project.runpytest()
@@ -263,3 +263,16 @@ def test_the_graph_type_marker_checks_the_model_as_the_runner_does() -> None:
         plugin_markers.check_graph_types("t.py::test", NoGraphs(), ["decode"])
     with pytest.raises(pytest.fail.Exception, match=r"StrGraphs.neuron_graphs\(\) returned a str \('decode'\) among"):
         plugin_markers.check_graph_types("t.py::test", StrGraphs(), ["decode"])
+
+
+def test_the_resolved_settings_hold_checked_base_arguments(pytester: pytest.Pytester) -> None:
+    """``NeuronSettings.from_config`` checks the base list where it enters, so a session set up late (the plugin
+    loaded after ``pytest_configure``) cannot carry a list that was never checked."""
+    from pytest_neuron_args.options import NeuronSettings
+
+    with pytest.raises(pytest.UsageError) as excinfo:
+        NeuronSettings.from_config(pytester.parseconfig("--neuron-compiler-args=-O9"))
+    assert str(excinfo.value).startswith("--neuron-compiler-args = '-O9': bad optimization level '9'")
+    settings = NeuronSettings.from_config(pytester.parseconfig("--neuron-compiler-args=-O2 --auto-cast=none"))
+    assert settings.base_args == ("-O2", "--auto-cast=none") and settings.base_args.canonical == (
+        "--auto-cast=none", "-O2")

@@ -14,8 +14,7 @@ from neuron_args.deferred.trace_record import fingerprint
 from neuron_args.errors import CompilerArgsError, OptionsError
 from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
-from neuron_args.scope import scoped_compiler_args
-from neuron_args.seams.platform import resolve_request
+from neuron_args.scope import resolve_request, scoped_compiler_args
 from neuron_args.settings import KNOWN_OPTIONS, CompileSettings
 
 

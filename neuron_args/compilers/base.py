@@ -18,6 +18,7 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
 from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
 from neuron_args.settings import resolve_compile_timeout
+from neuron_args.target import Target, parse_target
 from neuron_args.text import graph_label
 
 #: Options the driver sets itself; a caller's copy is dropped (``--target`` must agree).
@@ -40,17 +41,12 @@ class CompilerInfo:
 
 
 def prepare_compiler_args(
-    compiler_args: Sequence[str], *, target: str, graph_type: str | None, key: str | None
+    compiler_args: Sequence[str], *, target: Target, graph_type: str | None, key: str | None
 ) -> list[str]:
     """Validate a neuronx-cc argument list (before any process starts: a typo fails fast with
     :class:`CompilerArgsError`) and drop the options the driver sets itself."""
     from neuron_args import flags
 
-    if target not in flags.KNOWN_TARGETS:
-        raise CompilerArgsError(
-            f"{graph_label(graph_type)}, key {key or '(none)'}: unknown compile target "
-            f"{target!r}; use one of {', '.join(flags.KNOWN_TARGETS)}"
-        )
     args = flags.CompilerArgs.parse(compiler_args, graph_type=graph_type)  # a checked value: not parsed again
     given = args.value("--target")
     if given is not None and given != target:
@@ -121,7 +117,7 @@ class Compiler(abc.ABC):
         *,
         hlo_path: Path,
         output_path: Path,
-        target: str,
+        target: Target | str,
         compiler_args: Sequence[str],
         workdir: Path,
         graph_type: str | None = None,
@@ -132,6 +128,8 @@ class Compiler(abc.ABC):
         raise :class:`CompilerArgsError` before anything starts, a failed, crashed or timed-out compile
         :class:`CompileError` (``timeout`` None: ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default)."""
         timeout = self.default_timeout if timeout is None else timeout
+        # a Target was checked where it entered; a plain str (a cache entry's metadata, a direct call) enters here
+        target = parse_target(target, f"the target of {graph_label(graph_type)}, key {key or '(none)'}")
         args = prepare_compiler_args(compiler_args, target=target, graph_type=graph_type, key=key)
         # absolute: the child runs with the work directory as its cwd
         workdir, output_path = Path(workdir).absolute(), Path(output_path).absolute()

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from neuron_args import envs, flags
 from neuron_args.errors import CompilerArgsError
+from neuron_args.target import KNOWN_TARGETS, Target, parse_target
 from neuron_args.text import first_line
 
 MODULE = "neuron_args.compilers.local_xla"
@@ -50,10 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     compile_.add_argument("hlo", type=Path, help="HloModuleProto bytes (graph.hlo)")
     compile_.add_argument("--framework", default="XLA", choices=["XLA"])
-    compile_.add_argument("--target", required=True, choices=flags.KNOWN_TARGETS)
+    compile_.add_argument("--target", required=True, type=_target_argument, metavar="{" + ",".join(KNOWN_TARGETS) + "}")
     compile_.add_argument("--output", required=True, type=Path)
     compile_.add_argument("--logfile", type=Path, default=Path("log-neuron-cc.txt"))
     return parser
+
+
+def _target_argument(value: str) -> Target:
+    """``--target`` of the command line, with the target's one message (argparse prints it and exits 2)."""
+    try:
+        return parse_target(value, f"{PROG} compile --target")
+    except CompilerArgsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def preload() -> None:

@@ -51,11 +51,17 @@ from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.runtime import graph_call
-from neuron_args.scope import _scoped_compiler_args, _scoped_graph_type, current_graph_type, scoped_compiler_args
+from neuron_args.scope import (
+    _scoped_compiler_args,
+    _scoped_graph_type,
+    current_graph_type,
+    resolve_request,
+    scoped_compiler_args,
+)
 from neuron_args.seams import dispatch, forward_scope, records, trace_memo
 from neuron_args.seams.options import deferred_raise
-from neuron_args.seams.platform import PlatformArgs, input_spec_pairs, resolve_request, tool_versions
-from neuron_args.settings import CompileSettings, resolve_compile_timeout
+from neuron_args.seams.platform import input_spec_pairs, tool_versions
+from neuron_args.settings import CompileSettings, PlatformArgs, resolve_compile_timeout
 from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.seams")

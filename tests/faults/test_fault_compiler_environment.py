@@ -46,7 +46,7 @@ def test_a_helper_the_compiler_leaves_running_is_killed_when_it_exits(tmp_path):
 def test_an_unclosed_quote_in_neuron_cc_flags_names_the_variable(monkeypatch):
     """Every other bad $NEURON_CC_FLAGS says where it came from; an unclosed quote did not."""
     from neuron_args.errors import CompilerArgsError
-    from neuron_args.seams.platform import apply_platform_compiler_args
+    from neuron_args.settings import apply_platform_compiler_args
 
     monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 '--auto-cast=none")
     with pytest.raises(CompilerArgsError) as info:

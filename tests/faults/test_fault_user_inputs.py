@@ -285,7 +285,7 @@ def test_torch_neuronx_cache_flags_in_neuron_cc_flags_are_refused_naming_the_fix
     """``NEURON_CC_FLAGS="--cache_dir=..."`` (torch-neuronx's cache) through a seam: refused before any key, saying
     whose flag it is, where the folder goes instead and where the list came from."""
     from neuron_args.errors import CompilerArgsError
-    from neuron_args.seams.platform import apply_platform_compiler_args
+    from neuron_args.settings import apply_platform_compiler_args
 
     monkeypatch.setenv("NEURON_CC_FLAGS", "--cache_dir=/var/tmp/neuron-compile-cache -O2")
     with pytest.raises(CompilerArgsError) as caught:

@@ -97,7 +97,7 @@ def test_a_valid_outcome_is_still_committed(pending):
 
 
 def test_non_utf8_byte_in_neuron_cc_flags_is_rejected_naming_the_variable(monkeypatch):
-    from neuron_args.seams.platform import base_compiler_args
+    from neuron_args.settings import base_compiler_args
 
     monkeypatch.setenv("NEURON_CC_FLAGS", "-O1 --pipeline=a\udcffb")  # how os.environ decodes a 0xff byte
     with pytest.raises(NeuronArgsError, match=r"is not UTF-8 text.*\$NEURON_CC_FLAGS"):

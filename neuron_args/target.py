@@ -1,0 +1,51 @@
+"""The compile target: one value, checked once where it enters, with one message for a bad one.
+
+A target enters by the plugin (``--neuron-target`` or its ini key), a runner (``NeuronRunner(target=...)``),
+the torch.compile options (``options["target"]``), ``$NEURON_ARGS_TARGET``, a ``--target`` inside the
+compiler arguments (the flag table checks it) or a compile command line. Each entry makes a :class:`Target`
+with :func:`parse_target`, naming itself as the source; code behind it trusts the type.
+"""
+from __future__ import annotations
+
+from neuron_args import envs
+from neuron_args.errors import CompilerArgsError
+
+KNOWN_TARGETS: tuple[str, ...] = ("inf2", "trn1", "trn1n", "trn2", "trn3")
+TARGET_ENV = "NEURON_ARGS_TARGET"
+
+
+class Target(str):
+    """A known neuronx-cc target (a ``str``: keys, JSON and messages hold it as the plain name)."""
+
+    __slots__ = ()
+
+
+#: the environment table's default for ``$NEURON_ARGS_TARGET`` is the default everywhere
+DEFAULT_TARGET = Target(envs.variable(TARGET_ENV).default)
+
+
+def target_problem(value: object, source: str) -> str | None:
+    """The one text for a value that is no known target (``None`` for a known one)."""
+    if isinstance(value, str) and value in KNOWN_TARGETS:
+        return None
+    return f"unknown compile target {value!r} (from {source}); the known targets are {', '.join(KNOWN_TARGETS)}"
+
+
+def parse_target(value: object, source: str) -> Target:
+    """``value`` as a :class:`Target` (itself when it is one); :class:`CompilerArgsError` naming ``source``."""
+    if isinstance(value, Target):
+        return value
+    problem = target_problem(value, source)
+    if problem is not None:
+        raise CompilerArgsError(problem)
+    return Target(value)
+
+
+def env_target() -> Target | None:
+    """``$NEURON_ARGS_TARGET``, read as the compile asks (a later call sees a later value); ``None`` when unset."""
+    value = envs.text(TARGET_ENV)
+    return parse_target(value, f"${TARGET_ENV}") if value else None
+
+
+__all__ = ["DEFAULT_TARGET", "KNOWN_TARGETS", "TARGET_ENV", "Target", "env_target", "parse_target",
+           "target_problem"]
