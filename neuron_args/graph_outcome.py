@@ -111,8 +111,11 @@ class GraphOutcome:
         return new
 
     def to_json(self) -> dict[str, Any]:
-        """Plain builtins (with the ``compiled``/``captured`` flags older readers use)."""
-        return {**dataclasses.asdict(self), "compiled": self.compiled, "captured": self.captured}
+        """Plain builtins (with the ``compiled``/``captured`` flags older readers use): a text field holding a str
+        subclass (a :class:`~neuron_args.target.Target`) leaves as a plain str, which xdist's execnet can send."""
+        data = dataclasses.asdict(self)
+        data.update({name: str(data[name]) for name in _TEXT if data[name] is not None})
+        return {**data, "compiled": self.compiled, "captured": self.captured}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GraphOutcome:

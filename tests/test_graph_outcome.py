@@ -102,3 +102,14 @@ def test_a_graph_one_worker_compiled_and_another_failed_to_is_listed_compiled(se
                        "gw1": {"rows": [GraphOutcome(KEY, "decode", compiles=1).to_json()]}}
     (row,) = session.merged()["rows"]
     assert (GraphOutcome.from_json(row).status, row["error"], row["serve_hits"]) == ("compiled", "killed", 0)
+
+
+def test_the_json_form_holds_plain_str_that_xdist_can_send() -> None:
+    from execnet.gateway_base import dumps
+
+    from neuron_args.target import parse_target
+
+    outcome = GraphOutcome(key="k" * 32, graph_type="decode", target=parse_target("trn2", "a test"))
+    data = outcome.to_json()
+    assert type(data["target"]) is str and data["target"] == "trn2"
+    dumps(data)  # execnet refuses a str subclass: the xdist controller would get no worker output
