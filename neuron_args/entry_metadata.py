@@ -13,6 +13,7 @@ from typing import Any
 
 from neuron_args.errors import CorruptEntryError
 from neuron_args.flags import CompilerArgs
+from neuron_args.target import DEFAULT_TARGET, Target, parse_target
 from neuron_args.text import graph_label
 
 METADATA_VERSION = 1
@@ -111,6 +112,12 @@ class EntryMetadata:
     compiler_name = property(lambda self: self._compiler("name"))
     compiler_version = property(lambda self: self._compiler("version"))
     executable_format = property(lambda self: self._compiler("format"))
+
+    @property
+    def build_target(self) -> Target:
+        """The target to build this entry for: the recorded one (checked: metadata is untrusted), else the default."""
+        entry = f"cache entry {self.key or '(no key recorded)'} ({graph_label(self.graph_type)})"
+        return parse_target(self.target or DEFAULT_TARGET, f"metadata.json of {entry}")
 
     def _compiler(self, what: str) -> str | None:
         value = (self.compiler or {}).get(what)

@@ -82,3 +82,16 @@ def test_only_the_cache_reads_metadata_documents():
     readers = sorted(str(p.relative_to(p.parents[1])) for root in LIBRARY for p in root.rglob("*.py")
                      if p.name != "cache.py" and re.search(r"\.metadata\(\)|\bmd\.get\(|\bmd\[", p.read_text()))
     assert readers == []
+
+
+def test_the_build_target_is_the_recorded_one_checked_or_the_default() -> None:
+    from neuron_args.errors import CompilerArgsError
+    from neuron_args.target import DEFAULT_TARGET
+
+    key = "ab" * 16
+    assert EntryMetadata.parse({"key": key}, key).build_target == DEFAULT_TARGET
+    assert EntryMetadata.parse({"key": key, "target": "trn1"}, key).build_target == "trn1"
+    tampered = EntryMetadata.parse({"key": key, "target": "trn2 --evil", "graph_type": "decode"}, key)
+    with pytest.raises(CompilerArgsError, match=f"unknown compile target 'trn2 --evil' \\(from metadata.json of "
+                                                f"cache entry {key} \\(graph type 'decode'\\)\\)"):
+        tampered.build_target

@@ -114,7 +114,7 @@ def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequ
             f"entry {entry.key} (graph type {graph_type!r}) was captured for compiler {name!r}, whose "
             f"name is part of its key; compiling it with {compiler_name!r} would store a mismatched "
             "executable. Capture again with the same compiler option.")
-    check_keyed_build(entry, metadata, compiler_args, metadata.target or "trn2", graph_type)
+    check_keyed_build(entry, metadata, compiler_args, metadata.build_target, graph_type)
     try:
         hlo = entry.hlo_path.read_bytes()
     except OSError as exc:
@@ -124,7 +124,7 @@ def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequ
     if timeout is None:  # the capture's own option
         timeout = metadata.compile_timeout
     return CompileTask(key=entry.key, graph_type=graph_type, hlo=hlo, compiler_args=tuple(compiler_args),
-                       target=metadata.target or "trn2", compiler=compiler_name or name or "auto",
+                       target=metadata.build_target, compiler=compiler_name or name or "auto",
                        compiler_version=version, timeout=timeout)
 
 
