@@ -162,17 +162,26 @@ def text(name: str, environ: Mapping[str, str] | None = None) -> str:
     return (os.environ if environ is None else environ).get(name, "").strip()
 
 
+def as_seconds(value: object, *, zero_ok: bool = False) -> float | None:
+    """``value`` (a number or its text) as finite positive seconds (zero too when ``zero_ok``); None if it is not:
+    the one rule for every timeout a variable, an option or a command line gives."""
+    if isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and (seconds > 0 or (zero_ok and seconds == 0)) else None
+
+
 def seconds(name: str, *, zero_ok: bool = False, hint: str = "") -> float:
     """A ``seconds`` variable: a finite positive number (zero too when ``zero_ok``), else its default."""
     var = variable(name)
     raw = text(name)
     if not raw:
         return var.default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+    value = as_seconds(raw, zero_ok=zero_ok)
+    if value is None:
         raise OptionsError(f"{name}={raw!r} is not a number of seconds: give a {'non-negative' if zero_ok else 'positive'} "
                            f"number{hint}, or unset it (default {var.default:g})")
     return value

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
-from neuron_args import remote_cache
+from neuron_args import envs, remote_cache
 from neuron_args.errors import CompilerArgsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from neuron_args.flags import CompilerArgs
@@ -26,11 +25,8 @@ class FarmUsage(Exception):
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    value = envs.as_seconds(text)
+    if value is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
     return value
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,11 +40,8 @@ DEFAULT_TIMEOUTS = {"neuronx-cc": 7200.0, "local": 1800.0}
 
 def check_timeout(value: Any, source: str) -> float:
     """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
-    try:
-        seconds = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if isinstance(value, bool) or not (math.isfinite(seconds) and seconds > 0):
+    seconds = envs.as_seconds(value)
+    if seconds is None:
         raise OptionsError(
             f"{source}={value!r} is not a compile timeout: give a positive number of seconds "
             f"(e.g. 3600); the defaults are {', '.join(f'{k} {v:g} s' for k, v in DEFAULT_TIMEOUTS.items())}"

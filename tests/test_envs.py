@@ -128,3 +128,10 @@ def test_numbers_are_validated_once_where_they_enter(monkeypatch):
         jobs.workers_from_env("NEURON_ARGS_TRACE_WORKERS", 4)
     monkeypatch.setenv("NEURON_ARGS_TRACE_WORKERS", "3")
     assert jobs.workers_from_env("NEURON_ARGS_TRACE_WORKERS", 8) == 3
+
+
+@pytest.mark.parametrize("value, zero_ok, expected", [
+    ("5", False, 5.0), (" 2.5 ", False, 2.5), (3, False, 3.0), ("0", False, None), ("0", True, 0.0), ("-1", True, None),
+    ("nan", False, None), ("inf", False, None), ("x", False, None), (True, False, None), (None, False, None)])
+def test_one_rule_for_seconds(value, zero_ok, expected) -> None:
+    assert envs.as_seconds(value, zero_ok=zero_ok) == expected
