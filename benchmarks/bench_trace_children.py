@@ -40,14 +40,16 @@ if sys.argv[2] == "spawn":  # no fork server: once forking is unsafe, children s
     _context = pt._context
     pt._context = lambda method, server=None: _context(method, server if pt.fork_is_safe() else None)
 
-class Model(torch.nn.Module):
+from tests.models import make_mlp, mlp_inputs
+
+class Model(torch.nn.Module):  # a runner model: the tests' MLP, its hidden width another per runner (other keys)
     def __init__(self, width):
         super().__init__()
-        torch.manual_seed(width)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(8, width), torch.nn.SiLU(), torch.nn.Linear(width, 8)).eval()
+        self.mlp = make_mlp(d_hidden=width)
     def neuron_graphs(self):
-        return [GraphSpec("prefill", self.mlp, {f"b{b}": (lambda b=b: {"input": torch.ones(b, 8)}) for b in (2, 4)}),
-                GraphSpec("decode", self.mlp, {"b1": lambda: {"input": torch.ones(1, 8)}})]
+        bucket = lambda b: (lambda: {"x": mlp_inputs(batch=b)[0]})
+        return [GraphSpec("prefill", self.mlp, {"b2": bucket(2), "b4": bucket(4)}),
+                GraphSpec("decode", self.mlp, {"b1": bucket(1)})]
 
 out = []
 for i, width in enumerate((16, 24, 32)):
@@ -57,7 +59,7 @@ for i, width in enumerate((16, 24, 32)):
     runner.warmup(flow="parallel", emit=False)
     out.append(time.perf_counter() - t0)
     with torch.inference_mode(), runner.serve():
-        runner.run("decode", {"input": torch.randn(1, 8)})
+        runner.run("decode", {"x": mlp_inputs(batch=1)[0]})
     if i == 0:
         time.sleep(4)  # a test's serve between two warmups: the fork server's start (in the background) has time
 print(json.dumps(out))
