@@ -5,21 +5,29 @@
   group is killed and the compile fails with "timed out after N s".
 * **No orphans** (Linux): each compiler runs under :mod:`neuron_args.compilers.supervisor`, which
   kills the compiler's process group when this process dies, ``kill -9`` included.
+* **One start thread**: every long-lived child (a warm compile worker, a trace child) is started on
+  :func:`start_on_lifetime_thread`'s one daemon thread, because ``PR_SET_PDEATHSIG`` fires when the
+  *thread* that started a process ends, and the threads that ask for one (``parallel_compile``'s, a
+  runner's trace thread) end with their call while the child is kept for the next.
 * **Cancellation**: a :class:`CancelScope` (``parallel_compile`` opens one per call) kills every
   compiler started inside it at once and refuses to start new ones.
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import contextvars
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 SUPERVISED = sys.platform.startswith("linux")
@@ -44,6 +52,56 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), sig)
+
+
+class _StartThread:
+    """The daemon thread that starts long-lived children, one call at a time (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="neuron-args-start", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, future = self.queue.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # handed to the caller
+                    future.set_exception(exc)
+
+
+_start_thread: _StartThread | None = None
+_start_lock = threading.Lock()
+
+
+def start_on_lifetime_thread(start: Callable[[], T], abandon: Callable[[T], None]) -> T:
+    """``start()`` run on this process's start thread, which lives as long as the process; its result.
+
+    A caller interrupted while it waits never leaves a child behind untracked: ``abandon(child)``
+    runs once ``start()`` returned (it kills what was started)."""
+    global _start_thread
+    with _start_lock:
+        if _start_thread is None:
+            _start_thread = _StartThread()
+        thread = _start_thread
+    future: cf.Future = cf.Future()
+    thread.queue.put((start, future))
+    try:
+        return future.result()
+    except BaseException:
+        future.add_done_callback(lambda f: None if f.cancelled() or f.exception() else abandon(f.result()))
+        raise
+
+
+def _forget_start_thread() -> None:
+    """A forked child has none of its parent's threads: its first long-lived child starts a thread of its own."""
+    global _start_thread, _start_lock
+    _start_thread, _start_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_start_thread)
 
 
 def kill_process_group(proc: Any) -> None:

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
+from neuron_args.compilers.lifetime import start_on_lifetime_thread
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
@@ -212,35 +213,16 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, settings: CompileSettings,
         conn.send((index, status, payload, os.getpid()))
 
 
-def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any,
-                parent: int | None = None, watch: bool = False) -> None:
-    try:
-        if parent and watch:
-            _watch_parent(parent)
-        elif parent is not None:  # a killed parent takes its trace children with it
-            from neuron_args.compilers.lifetime import die_with_parent
+def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
+    """A trace child's body: it dies with ``parent`` (0: started by the fork server, which exits when the
+    caller dies), then traces what it is sent (:func:`_serve_jobs`)."""
+    from neuron_args.compilers.lifetime import die_with_parent
 
-            # 0: started by the fork server, which exits when the caller dies (its pipe closes)
-            die_with_parent(parent or os.getppid())
+    try:
+        die_with_parent(parent or os.getppid())  # forked on the start thread, which lives as long as the parent
         _serve_jobs(inherited, settings, conn)
     finally:
         os._exit(0)
-
-
-def _watch_parent(parent: int, poll_s: float = 0.5) -> None:
-    """Leave when ``parent`` is gone: for a child forked by a thread other than the parent's main one.
-
-    The kernel's parent-death signal follows the thread that forked, not the process, so it would
-    kill a child kept for a later call as soon as the call's thread (the runner traces on one) ends.
-    """
-    import signal
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="neuron-args-parent-watch", daemon=True).start()
 
 
 def _preload_for_fork() -> None:
@@ -437,11 +419,12 @@ class _TraceChild:
         self.call = call
         self.conn, child_conn = ctx.Pipe()
         parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
-        watch = threading.current_thread() is not threading.main_thread()  # see _watch_parent
-        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent,
-                                                          watch), daemon=True, name="neuron-args-trace")
-        self.proc.start()
-        child_conn.close()
+        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent),
+                                daemon=True, name="neuron-args-trace")
+        try:  # a child kept for a later call outlives the thread of this one (see lifetime's start thread)
+            start_on_lifetime_thread(self.proc.start, lambda _: self.kill())
+        finally:
+            child_conn.close()
         self.job: int | None = None
         self.started = 0.0
 
