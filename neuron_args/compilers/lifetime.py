@@ -18,7 +18,6 @@ import concurrent.futures as cf
 import contextlib
 import contextvars
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -54,39 +53,18 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
         os.kill(os.getpid(), sig)
 
 
-class _StartThread:
-    """The daemon thread that starts long-lived children, one call at a time (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="neuron-args-start", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            fn, future = self.queue.get()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # handed to the caller
-                    future.set_exception(exc)
-
-
-_start_thread: _StartThread | None = None
-_start_lock = threading.Lock()
+_starter: cf.ThreadPoolExecutor | None = None  # its one thread lives as long as the process
+_starter_lock = threading.Lock()
 
 
 def start_on_lifetime_thread(start: Callable[[], T], abandon: Callable[[T], None]) -> T:
-    """``start()`` run on this process's start thread, which lives as long as the process; its result.
-
-    A caller interrupted while it waits never leaves a child behind untracked: ``abandon(child)``
-    runs once ``start()`` returned (it kills what was started)."""
-    global _start_thread
-    with _start_lock:
-        if _start_thread is None:
-            _start_thread = _StartThread()
-        thread = _start_thread
-    future: cf.Future = cf.Future()
-    thread.queue.put((start, future))
+    """``start()`` run on this process's start thread (see the module docstring); its result. A caller
+    interrupted while it waits leaves nothing untracked: ``abandon(child)`` kills what ``start()`` returned."""
+    global _starter
+    with _starter_lock:
+        if _starter is None:
+            _starter = cf.ThreadPoolExecutor(1, thread_name_prefix="neuron-args-start")
+        future = _starter.submit(start)
     try:
         return future.result()
     except BaseException:
@@ -94,14 +72,14 @@ def start_on_lifetime_thread(start: Callable[[], T], abandon: Callable[[T], None
         raise
 
 
-def _forget_start_thread() -> None:
+def _forget_starter() -> None:
     """A forked child has none of its parent's threads: its first long-lived child starts a thread of its own."""
-    global _start_thread, _start_lock
-    _start_thread, _start_lock = None, threading.Lock()
+    global _starter, _starter_lock
+    _starter, _starter_lock = None, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_start_thread)
+    os.register_at_fork(after_in_child=_forget_starter)
 
 
 def kill_process_group(proc: Any) -> None:
