@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -429,19 +429,12 @@ class PooledCompile:
 _state: dict[str, Any] = {}
 
 
-def _once(name: str, make: Callable[[], Any]) -> Any:
-    value = _state.get(name)
-    if value is None:
-        with _state_lock:
-            value = _state.get(name)
-            if value is None:
-                value = _state[name] = make()
-    return value
-
-
 def shared_pool() -> WorkerPool:
     """This process's pool of the local compiler program (created on first use)."""
-    return _once("pool", WorkerPool)
+    with _state_lock:
+        if "pool" not in _state:
+            _state["pool"] = WorkerPool()
+        return _state["pool"]
 
 
 def _forget_after_fork() -> None:

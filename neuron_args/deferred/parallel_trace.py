@@ -225,14 +225,6 @@ def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings,
         os._exit(0)
 
 
-def _preload_for_fork() -> None:
-    """Import the lowering stack once here so each forked child inherits it (not once per child).
-
-    Importing jax and torchax creates no XLA client, so forking stays safe afterwards.
-    """
-    import neuron_args.deferred.trace_preload  # noqa: F401
-
-
 def _context(start_method: str | None, server_preload: Sequence[str] | None = None) -> Any:
     """fork while it is safe; once jax's client exists, a fork server when ``server_preload`` is given, else spawn.
 
@@ -241,8 +233,8 @@ def _context(start_method: str | None, server_preload: Sequence[str] | None = No
     it instead of starting an interpreter and importing torch, jax and torchax again (spawn).
     """
     if start_method is None:
-        if fork_is_safe():
-            _preload_for_fork()
+        if fork_is_safe():  # the lowering stack imported once here, inherited by each child (jax: no client yet)
+            import neuron_args.deferred.trace_preload  # noqa: F401
             return mp.get_context("fork")
         if server_preload is not None:
             ctx = mp.get_context("forkserver")
