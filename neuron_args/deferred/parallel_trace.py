@@ -413,8 +413,11 @@ class _TraceChild:
         parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
         self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent),
                                 daemon=True, name="neuron-args-trace")
-        try:  # a child kept for a later call outlives the thread of this one (see lifetime's start thread)
-            start_on_lifetime_thread(self.proc.start, lambda _: self.kill())
+        try:
+            if parent:  # PDEATHSIG follows the starting thread: a child kept for a later call outlives this call's
+                start_on_lifetime_thread(self.proc.start, lambda _: self.kill())
+            else:  # the fork server is its parent (and its start may wait for the server's imports)
+                self.proc.start()
         finally:
             child_conn.close()
         self.job: int | None = None
