@@ -6,7 +6,7 @@
 * **No orphans** (Linux): each compiler runs under :mod:`neuron_args.compilers.supervisor`, which
   kills the compiler's process group when this process dies, ``kill -9`` included.
 * **One start thread**: every long-lived child (a warm compile worker, a trace child) is started on
-  :func:`start_on_lifetime_thread`'s one daemon thread, because ``PR_SET_PDEATHSIG`` fires when the
+  :func:`start_on_lifetime_thread`'s one thread (a one-thread executor), because ``PR_SET_PDEATHSIG`` fires when the
   *thread* that started a process ends, and the threads that ask for one (``parallel_compile``'s, a
   runner's trace thread) end with their call while the child is kept for the next.
 * **Cancellation**: a :class:`CancelScope` (``parallel_compile`` opens one per call) kills every

@@ -22,7 +22,10 @@ again, from a fork server this process would start for them (an interpreter impo
 jax and torchax). At most as many are kept as a call may use; they leave after
 ``$NEURON_ARGS_TRACE_IDLE_SECONDS`` (30) idle, at :func:`close_kept_children` (the pytest plugin
 calls it at the session's end), on an interrupt of any call, and with this process; a kept child
-that died is replaced.
+that died is replaced. A later runner's warmup of 3 graphs took 1.2 s with kept children, 2.4 s
+with children from the fork server and 16.5 s spawned (``benchmarks/bench_trace_children.py``).
+Children are started on the compile workers' start thread (:mod:`neuron_args.compilers.lifetime`),
+so a child kept for a later call outlives the thread whose call started it.
 
 Every job has a deadline and fails alone: a job that raises fails with the child's traceback
 and the child goes on; a child that hangs past the deadline is killed, and one that dies
@@ -55,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
-from neuron_args.compilers.lifetime import start_on_lifetime_thread
+from neuron_args.compilers.lifetime import die_with_parent, start_on_lifetime_thread
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
@@ -216,10 +219,8 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, settings: CompileSettings,
 def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
     """A trace child's body: it dies with ``parent`` (0: started by the fork server, which exits when the
     caller dies), then traces what it is sent (:func:`_serve_jobs`)."""
-    from neuron_args.compilers.lifetime import die_with_parent
-
     try:
-        die_with_parent(parent or os.getppid())  # forked on the start thread, which lives as long as the parent
+        die_with_parent(parent or os.getppid())  # started on lifetime's start thread, which lives as long as the parent
         _serve_jobs(inherited, settings, conn)
     finally:
         os._exit(0)
