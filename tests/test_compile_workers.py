@@ -607,7 +607,7 @@ def test_a_compile_takes_a_worker_given_back_rather_than_wait_for_its_new_one(hl
     thread = threading.Thread(target=lambda: result.update(r=parallel_compile(root, workers=2, quiet=True)))
     thread.start()
 
-    def leaders() -> set[int]:  # the stand-in's supervisors this process started (from the pool's spawner thread)
+    def leaders() -> set[int]:  # the stand-in's supervisors this process started (from lifetime's start thread)
         pids = {int(c) for task in Path("/proc/self/task").iterdir() for c in (task / "children").read_text().split()}
         return {pid for pid in pids
                 if alive(pid) and str(slow.script).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()}

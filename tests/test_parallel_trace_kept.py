@@ -185,7 +185,7 @@ def test_a_second_runner_traces_in_the_first_runners_children_and_serves_what_ea
 
 
 ORPHANS = textwrap.dedent("""
-    import os, sys, threading
+    import os, sys, threading, time
     sys.path.insert(0, sys.argv[2])
     from neuron_args.deferred import TraceJob, parallel_trace
     from neuron_args.deferred.parallel_trace import kept_children
@@ -195,9 +195,10 @@ ORPHANS = textwrap.dedent("""
     thread = threading.Thread(target=lambda: parallel_trace(jobs, options={"cache_dir": sys.argv[1], "compiler": "local"},
                                                             workers=2, timeout=300, keep_children=True))
     thread.start()
-    thread.join()  # the thread that forked the children is gone: they are kept, alive
+    thread.join()  # the thread that forked the children is gone: they are kept, alive (not killed, not zombies)
+    time.sleep(1)  # a parent-death signal of the ended thread would have arrived by now
     kept = kept_children()
-    print(" ".join(map(str, kept)), all(os.path.exists(f"/proc/{p}") for p in kept), flush=True)
+    print(" ".join(map(str, kept)), all(open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in kept), flush=True)
     os._exit(0)  # no clean-up at exit: the kept children must notice their parent is gone
 """)
 

@@ -5,11 +5,16 @@
   group is killed and the compile fails with "timed out after N s".
 * **No orphans** (Linux): each compiler runs under :mod:`neuron_args.compilers.supervisor`, which
   kills the compiler's process group when this process dies, ``kill -9`` included.
+* **One start thread**: every long-lived child (a warm compile worker, a trace child) is started on
+  :func:`start_on_lifetime_thread`'s one thread (a one-thread executor), because ``PR_SET_PDEATHSIG`` fires when the
+  *thread* that started a process ends, and the threads that ask for one (``parallel_compile``'s, a
+  runner's trace thread) end with their call while the child is kept for the next.
 * **Cancellation**: a :class:`CancelScope` (``parallel_compile`` opens one per call) kills every
   compiler started inside it at once and refuses to start new ones.
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import contextvars
 import os
@@ -17,9 +22,11 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 SUPERVISED = sys.platform.startswith("linux")
@@ -44,6 +51,35 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), sig)
+
+
+_starter: cf.ThreadPoolExecutor | None = None  # its one thread lives as long as the process
+_starter_lock = threading.Lock()
+
+
+def start_on_lifetime_thread(start: Callable[[], T], abandon: Callable[[T], None]) -> T:
+    """``start()`` run on this process's start thread (see the module docstring); its result. A caller
+    interrupted while it waits leaves nothing untracked: ``abandon(child)`` kills what ``start()`` returned."""
+    global _starter
+    with _starter_lock:
+        if _starter is None:
+            _starter = cf.ThreadPoolExecutor(1, thread_name_prefix="neuron-args-start")
+        future = _starter.submit(start)
+    try:
+        return future.result()
+    except BaseException:
+        future.add_done_callback(lambda f: None if f.cancelled() or f.exception() else abandon(f.result()))
+        raise
+
+
+def _forget_starter() -> None:
+    """A forked child has none of its parent's threads: its first long-lived child starts a thread of its own."""
+    global _starter, _starter_lock
+    _starter, _starter_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_starter)
 
 
 def kill_process_group(proc: Any) -> None:

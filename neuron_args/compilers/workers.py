@@ -11,8 +11,8 @@ with the exit status. The driver side keeps the one-shot contract (:func:`proces
   and the errors are the same (a warm worker's log names it on its first line);
 * a timeout or a cancel SIGKILLs the worker's process group; the next compile starts a fresh one;
 * each worker runs under the supervisor, so it dies with this process (``kill -9`` included); it
-  is started from one long-lived thread because ``PR_SET_PDEATHSIG`` fires when the *thread* that
-  started a process ends, and ``parallel_compile``'s threads end with each call;
+  is started on the long-lived start thread (:func:`lifetime.start_on_lifetime_thread`), since
+  ``parallel_compile``'s threads end with each call;
 * a worker that dies mid-compile (killed, crashed on this graph) is replaced: that graph is
   compiled again in a process of its own, which reports a crash as today;
 * one worker per concurrent compile: ``parallel_compile`` with N threads uses up to N workers.
@@ -28,25 +28,24 @@ always runs one process per graph.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import json
 import logging
 import os
-import queue
 import select
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from neuron_args import envs
 from neuron_args.compilers.process import describe_exit, start_process
-from neuron_args.compilers.lifetime import current_scope, kill_process_group, supervised_argv
+from neuron_args.compilers.lifetime import (current_scope, kill_process_group, start_on_lifetime_thread,
+                                            supervised_argv)
 from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
 
 log = logging.getLogger("neuron_args.compilers")
@@ -169,37 +168,6 @@ class Worker:
             self.proc.stdin.close()
 
 
-class _Spawner:
-    """Starts every worker from one long-lived daemon thread (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="neuron-args-warm-workers", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            fn, future = self._queue.get()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # handed to the caller
-                    future.set_exception(exc)
-
-    def call(self, fn: Callable[[], Any]) -> Any:
-        future: cf.Future = cf.Future()
-        self._queue.put((fn, future))
-        try:
-            return future.result()
-        except BaseException:  # interrupted while it started: no worker may be left behind untracked
-            future.add_done_callback(_kill_started)
-            raise
-
-
-def _kill_started(future: cf.Future) -> None:
-    if not future.cancelled() and future.exception() is None:
-        Worker(future.result()).kill()
-
-
 class WorkerPool:
     """Idle warm workers of one worker program; a compile takes one or starts one, then gives it back."""
 
@@ -240,10 +208,10 @@ class WorkerPool:
 
     def _spawn(self) -> Worker:
         idle = idle_seconds()
-        return Worker(_spawner().call(lambda: self._start(idle)), idle)
+        return Worker(start_on_lifetime_thread(lambda: self._start(idle), lambda proc: Worker(proc).kill()), idle)
 
     def _start(self, idle: float) -> subprocess.Popen:
-        """One new worker under the supervisor, in a process group of its own (on the spawner thread)."""
+        """One new worker under the supervisor, in a process group of its own (on the start thread)."""
         argv = supervised_argv([*self.program, f"{idle:g}"])
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 bufsize=0, start_new_session=True)
@@ -461,27 +429,16 @@ class PooledCompile:
 _state: dict[str, Any] = {}
 
 
-def _once(name: str, make: Callable[[], Any]) -> Any:
-    value = _state.get(name)
-    if value is None:
-        with _state_lock:
-            value = _state.get(name)
-            if value is None:
-                value = _state[name] = make()
-    return value
-
-
-def _spawner() -> _Spawner:
-    return _once("spawner", _Spawner)
-
-
 def shared_pool() -> WorkerPool:
     """This process's pool of the local compiler program (created on first use)."""
-    return _once("pool", WorkerPool)
+    with _state_lock:
+        if "pool" not in _state:
+            _state["pool"] = WorkerPool()
+        return _state["pool"]
 
 
 def _forget_after_fork() -> None:
-    """A forked child has none of the parent's threads: it starts its own spawner and workers.
+    """A forked child has none of the parent's workers: it starts its own.
 
     It also lets go of the parent's pipes to its workers (each now reads ``/dev/null``), so a worker the
     parent closes sees its end of input then, not when a long-lived child (a kept

@@ -22,7 +22,10 @@ again, from a fork server this process would start for them (an interpreter impo
 jax and torchax). At most as many are kept as a call may use; they leave after
 ``$NEURON_ARGS_TRACE_IDLE_SECONDS`` (30) idle, at :func:`close_kept_children` (the pytest plugin
 calls it at the session's end), on an interrupt of any call, and with this process; a kept child
-that died is replaced.
+that died is replaced. A later runner's warmup of 3 graphs took 1.2 s with kept children, 2.4 s
+with children from the fork server and 16.5 s spawned (``benchmarks/bench_trace_children.py``).
+Children are started on the compile workers' start thread (:mod:`neuron_args.compilers.lifetime`),
+so a child kept for a later call outlives the thread whose call started it.
 
 Every job has a deadline and fails alone: a job that raises fails with the child's traceback
 and the child goes on; a child that hangs past the deadline is killed, and one that dies
@@ -55,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
+from neuron_args.compilers.lifetime import die_with_parent, start_on_lifetime_thread
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
@@ -212,43 +216,14 @@ def _serve_jobs(inherited: Sequence[TraceJob] | None, settings: CompileSettings,
         conn.send((index, status, payload, os.getpid()))
 
 
-def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any,
-                parent: int | None = None, watch: bool = False) -> None:
+def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
+    """A trace child's body: it dies with ``parent`` (0: started by the fork server, which exits when the
+    caller dies), then traces what it is sent (:func:`_serve_jobs`)."""
     try:
-        if parent and watch:
-            _watch_parent(parent)
-        elif parent is not None:  # a killed parent takes its trace children with it
-            from neuron_args.compilers.lifetime import die_with_parent
-
-            # 0: started by the fork server, which exits when the caller dies (its pipe closes)
-            die_with_parent(parent or os.getppid())
+        die_with_parent(parent or os.getppid())  # started on lifetime's start thread, which lives as long as the parent
         _serve_jobs(inherited, settings, conn)
     finally:
         os._exit(0)
-
-
-def _watch_parent(parent: int, poll_s: float = 0.5) -> None:
-    """Leave when ``parent`` is gone: for a child forked by a thread other than the parent's main one.
-
-    The kernel's parent-death signal follows the thread that forked, not the process, so it would
-    kill a child kept for a later call as soon as the call's thread (the runner traces on one) ends.
-    """
-    import signal
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="neuron-args-parent-watch", daemon=True).start()
-
-
-def _preload_for_fork() -> None:
-    """Import the lowering stack once here so each forked child inherits it (not once per child).
-
-    Importing jax and torchax creates no XLA client, so forking stays safe afterwards.
-    """
-    import neuron_args.deferred.trace_preload  # noqa: F401
 
 
 def _context(start_method: str | None, server_preload: Sequence[str] | None = None) -> Any:
@@ -259,8 +234,8 @@ def _context(start_method: str | None, server_preload: Sequence[str] | None = No
     it instead of starting an interpreter and importing torch, jax and torchax again (spawn).
     """
     if start_method is None:
-        if fork_is_safe():
-            _preload_for_fork()
+        if fork_is_safe():  # the lowering stack imported once here, inherited by each child (jax: no client yet)
+            import neuron_args.deferred.trace_preload  # noqa: F401
             return mp.get_context("fork")
         if server_preload is not None:
             ctx = mp.get_context("forkserver")
@@ -437,11 +412,15 @@ class _TraceChild:
         self.call = call
         self.conn, child_conn = ctx.Pipe()
         parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
-        watch = threading.current_thread() is not threading.main_thread()  # see _watch_parent
-        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent,
-                                                          watch), daemon=True, name="neuron-args-trace")
-        self.proc.start()
-        child_conn.close()
+        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent),
+                                daemon=True, name="neuron-args-trace")
+        try:
+            if parent:  # PDEATHSIG follows the starting thread: a child kept for a later call outlives this call's
+                start_on_lifetime_thread(self.proc.start, lambda _: self.kill())
+            else:  # the fork server is its parent (and its start may wait for the server's imports)
+                self.proc.start()
+        finally:
+            child_conn.close()
         self.job: int | None = None
         self.started = 0.0
 
