@@ -225,6 +225,17 @@ def test_a_thread_pool_builds_with_auto_and_refuses_another_compiler_name(tmp_pa
     assert_sound(CompileCache(root).entry(key))
 
 
+def test_the_worker_pool_refuses_another_compiler_name_as_the_farm_does(tmp_path, fake_path):
+    root = tmp_path / "cache"
+    key = make_fake_pending(root, "pooled", "ok")
+    report = parallel_compile(root, compiler="local", quiet=True, raise_on_error=False)
+    (g,) = report.graphs
+    assert g.status == "failed" and key in g.error and "'decode'" in g.error
+    assert "captured for compiler 'neuronx-cc'" in g.error and "compiling it with 'local'" in g.error
+    assert CompileCache(root).entry(key).status == "pending"
+    assert not (fake_path / "pooled.calls").exists()
+
+
 def test_a_worker_without_the_compiler_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no neuronx-cc here
     root = tmp_path / "cache"

@@ -35,6 +35,15 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
         compiler=compiler.info.as_dict(), executable=executable_fields(entry.executable_path)))
 
 
+def check_keyed_compiler(key: str, graph_type: str | None, recorded: str | None, given: str | None) -> None:
+    """Refuse to build an entry with another compiler than it was captured for: the name is part of its key."""
+    if recorded and given and given != recorded:
+        raise CompileError(
+            f"entry {key} (graph type {graph_type!r}) was captured for compiler {recorded!r}, whose "
+            f"name is part of its key; compiling it with {given!r} would store a mismatched "
+            "executable. Capture again with the same compiler option.")
+
+
 def check_keyed_build(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], target: str,
                       graph_type: str | None) -> None:
     """Refuse to build a key with other compiler arguments or another target than its key was made of.

@@ -25,7 +25,7 @@ from typing import Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
-from neuron_args.compilers.build import check_keyed_build
+from neuron_args.compilers.build import check_keyed_build, check_keyed_compiler
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
 from neuron_args.flags import optimization_level
@@ -109,11 +109,7 @@ def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequ
     compiler_name = (compiler_name or "").strip().lower() or None
     if compiler_name == "auto":  # the entry's own compiler: its name is part of the key
         compiler_name = None
-    if compiler_name and name and compiler_name != name:
-        raise CompileError(
-            f"entry {entry.key} (graph type {graph_type!r}) was captured for compiler {name!r}, whose "
-            f"name is part of its key; compiling it with {compiler_name!r} would store a mismatched "
-            "executable. Capture again with the same compiler option.")
+    check_keyed_compiler(entry.key, graph_type, name, compiler_name)
     check_keyed_build(entry, metadata, compiler_args, metadata.build_target, graph_type)
     try:
         hlo = entry.hlo_path.read_bytes()

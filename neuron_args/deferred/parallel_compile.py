@@ -23,7 +23,7 @@ from typing import Any
 
 from neuron_args.activity import note_compile_report
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
-from neuron_args.compilers.build import compile_entry
+from neuron_args.compilers.build import check_keyed_compiler, compile_entry
 from neuron_args.compilers.lifetime import (
     CancelScope,
     CompileCancelled,
@@ -142,15 +142,11 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                     f"finish writing it. Fix: capture it again (re-run the warmup or parallel_trace), or remove {entry.path}")
             recorded_compiler = md.compiler_name
             compiler = select_compiler(compiler_name or recorded_compiler)
-            if recorded_compiler and compiler.info.name != recorded_compiler:
-                raise CompileError(
-                    f"entry {key} (graph type {graph_type!r}) was captured for compiler {recorded_compiler!r}, whose "
-                    f"name is part of its key; compiling it with {compiler.info.name!r} would store a mismatched "
-                    "executable. Capture again with the same compiler option.")
+            check_keyed_compiler(key, graph_type, recorded_compiler, compiler.info.name)
             if timeout is None and md.compile_timeout is not None:  # the capture's own option
                 timeout = resolve_compile_timeout(md.compile_timeout, compiler.info.name)
             try:
-                compile_entry(entry, compiler, args, md.target or "trn2", graph_type, md, timeout=timeout)
+                compile_entry(entry, compiler, args, md.build_target, graph_type, md, timeout=timeout)
                 entry.mark_complete()
             except OSError as exc:
                 raise disk_error(exc, entry.path, key=key, graph_type=graph_type) from exc
