@@ -261,7 +261,8 @@ def breakdown(fast: Any, exe: LoadedExecutable, kwargs: dict[str, Any], args: li
     step runs warm in the CPU's caches, so the steps sum to less than the served call (``served``)."""
     frame = fastpath._frame(fast.defaults, kwargs, fast.frame_self, fast.star)
     bufs = [f(a) for f, a in zip(exe._convert_in, args)]
-    results = exe.executable.execute_sharded(bufs).disassemble_into_single_device_arrays()
+    handlers = exe._handlers  # jaxlib's result handlers, built by the executable's first call
+    results = exe.executable.execute_sharded(bufs).consume_with_handlers(handlers)
     fns: dict[str, Callable[[], Any]] = {
         "FastGraph call (the served call without runner.run, serving_kwargs)": lambda: fast(kwargs),
         "  Dynamo's guard manager on the frame's locals": lambda: fast.guard_manager.check(frame),
@@ -269,9 +270,9 @@ def breakdown(fast: Any, exe: LoadedExecutable, kwargs: dict[str, Any], args: li
         "    the variant (CompiledGraph's call on the flat arguments)": lambda: fast.run(args),
         "      LoadedExecutable": lambda: exe(*args),
         "        input buffers (bulk check of weights/caches, casts)": lambda: exe.input_buffers(args),
-        "        execute_sharded + disassemble": lambda: exe.executable.execute_sharded(bufs)
-        .disassemble_into_single_device_arrays(),
-        "        outputs to torch (DLPack)": lambda: [f(o[0]) for f, o in zip(exe._convert_out, results)],
+        "        execute_sharded + result handlers": lambda: exe.executable.execute_sharded(bufs)
+        .consume_with_handlers(handlers),
+        "        outputs to torch (DLPack)": lambda: [f(o) for f, o in zip(exe._convert_out, results)],
     }
     times = per_call_us(fns, calls, reps)
     return {k: (statistics.median(v), min(v)) for k, v in times.items()}
