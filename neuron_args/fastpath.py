@@ -14,7 +14,8 @@ and which compiled variant served it, and then per call:
   graph's arguments, calls the graph, replays side effects, builds the result) as a plain function of
   the frame's arguments; in a copy of that code the compiled graph's global name is swapped for the
   variant's direct call (the variant the recorded call ran, then the copy-back of mutated inputs), so
-  no scope is resolved and no ``disable`` wrapper runs. Nothing of Dynamo's code is interpreted here.
+  no scope is resolved and no ``disable`` wrapper runs. Nothing of Dynamo's code is interpreted here;
+  Dynamo generates it without its profiler bookkeeping (:func:`without_overhead_records`).
 
 It is used only when the recorded call ran exactly one compiled graph, Dynamo's code for the frame names
 that one graph (through the ``disable`` wrapper Dynamo installed) and no resume function (no graph break),
