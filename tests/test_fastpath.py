@@ -19,6 +19,7 @@ from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
 from neuron_args.seams.backends import CAPTURE_SEAM
 from tests.models import decoder_inputs, make_decoder
+from tests.python_calls import python_calls
 
 BASE = ["--auto-cast=none", "-O1"]
 
@@ -246,21 +247,8 @@ _RESOLUTION = ("cache", "cache_key", "scope", "flags", "manifest", "seams/record
 
 
 def _neuron_args_calls(fn) -> list[tuple[str, str]]:
-    """The neuron_args Python functions ``fn()`` calls, in order (``sys.setprofile``: counts, never times)."""
-    import sys
-
-    seen: list[tuple[str, str]] = []
-
-    def profile(frame, event, _arg):
-        if event == "call" and "neuron_args" in frame.f_code.co_filename:
-            seen.append((frame.f_code.co_filename.split("neuron_args", 1)[1].lstrip("/."), frame.f_code.co_qualname))
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
+    """The neuron_args Python functions ``fn()`` calls, in order (module path inside the package, name)."""
+    return [(f.split("neuron_args", 1)[1].lstrip("/."), name) for f, name in python_calls(fn) if "neuron_args" in f]
 
 
 def test_a_served_call_does_the_same_work_every_call_and_no_resolution(scaled):

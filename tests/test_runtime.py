@@ -15,6 +15,7 @@ import torch
 from neuron_args import xla_cpu
 from neuron_args.tensors import TensorSpec
 from neuron_args.runtime import LoadedExecutable
+from tests.python_calls import python_calls
 
 
 def build(fn, in_specs, out_specs, client=None) -> LoadedExecutable:
@@ -214,24 +215,6 @@ def test_numpy_execute_keeps_its_contract(matmul):
     assert isinstance(c, np.ndarray) and np.allclose(c, 8.0) and np.allclose(a1, 2.0)
 
 
-def _python_files_entered(fn) -> list[str]:
-    """The source files of the Python functions ``fn()`` calls (``sys.setprofile``: counts, never times)."""
-    import sys
-
-    seen: list[str] = []
-
-    def profile(frame, event, _arg):
-        if event == "call":
-            seen.append(frame.f_code.co_filename)
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
-
-
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_outputs_after_the_first_call_come_out_without_jaxs_python(asynchronous):
     """From the second call on, jaxlib's C++ result handlers make the outputs (``disassemble_into_single_device_arrays``
@@ -248,7 +231,7 @@ def test_outputs_after_the_first_call_come_out_without_jaxs_python(asynchronous)
     for _ in range(3):
         outs = []
         a.copy_(torch.randn(4, 8))  # the same input tensors: their buffers are reused (a new one calls jax's Python)
-        entered += _python_files_entered(lambda: outs.extend(exe(a, k)))
+        entered += [f for f, _ in python_calls(lambda: outs.extend(exe(a, k)))]
         torch.testing.assert_close(outs[0], a @ a.T, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(outs[1][0], a[0, :4])
         assert not {t.data_ptr() for t in outs} & {t.data_ptr() for t in first}
