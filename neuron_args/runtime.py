@@ -39,6 +39,7 @@ from neuron_args.tensors import WORD_PAIR_DTYPES, TensorSpec, from_lowered_outpu
 
 log = logging.getLogger("neuron_args.runtime")
 
+
 def _dlpack() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """jaxlib's DLPack entry points: (capsule, device) -> buffer and buffer -> capsule."""
     from jaxlib import _jax
@@ -114,6 +115,9 @@ def _output_converter(spec: TensorSpec, copy: bool) -> Callable[[Any], torch.Ten
     return lambda a: from_dlpack(to_capsule(a))
 
 
+_handlers_missing = False  # this jaxlib makes no result handlers (said once)
+
+
 def _result_handlers(outs: Sequence[Any]) -> tuple[Any, ...] | None:
     """jaxlib's C++ result handler for each output, built from one execution's outputs (shape, dtype, sharding),
     so the next executions' outputs are made without calling Python; None where this jaxlib has none (said once:
@@ -132,7 +136,6 @@ def _result_handlers(outs: Sequence[Any]) -> tuple[Any, ...] | None:
         return None
 
 
-_handlers_missing = False
 _is, _data_ptr, _contiguous = operator.is_, torch.Tensor.data_ptr, torch.Tensor.is_contiguous
 _shape, _dtype = operator.attrgetter("shape"), operator.attrgetter("dtype")
 

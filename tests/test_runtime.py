@@ -238,3 +238,24 @@ def test_outputs_after_the_first_call_come_out_without_jaxs_python(asynchronous)
         first = outs
     jax_files = sorted({f for f in entered if "/jax/" in f})
     assert jax_files == [], jax_files
+
+
+def test_without_result_handlers_outputs_are_disassembled_and_it_is_said_once(matmul, monkeypatch, caplog):
+    """A jaxlib that makes no result handlers (another version): every call disassembles its outputs, right and
+    slower, and the process says so once."""
+    from jaxlib import _jax
+
+    from neuron_args import runtime
+
+    monkeypatch.setattr(runtime, "_handlers_missing", False)
+    monkeypatch.delattr(_jax, "array_result_handler")
+    exe = LoadedExecutable(matmul.executable, matmul.input_specs, matmul.output_specs)
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with caplog.at_level("WARNING", logger="neuron_args.runtime"):
+        for _ in range(3):
+            c, a1, c2 = exe(a, b)
+            torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(a1, a + 1)
+    assert exe._handlers is None
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "this jaxlib has no result handler for executable outputs"]
