@@ -14,7 +14,8 @@ and which compiled variant served it, and then per call:
   graph's arguments, calls the graph, replays side effects, builds the result) as a plain function of
   the frame's arguments; in a copy of that code the compiled graph's global name is swapped for the
   variant's direct call (the variant the recorded call ran, then the copy-back of mutated inputs), so
-  no scope is resolved and no ``disable`` wrapper runs. Nothing of Dynamo's code is interpreted here.
+  no scope is resolved and no ``disable`` wrapper runs. Nothing of Dynamo's code is interpreted here;
+  Dynamo generates it without its profiler bookkeeping (:func:`without_overhead_records`).
 
 It is used only when the recorded call ran exactly one compiled graph, Dynamo's code for the frame names
 that one graph (through the ``disable`` wrapper Dynamo installed) and no resume function (no graph break),
@@ -26,17 +27,19 @@ not learned; a refusal that means Dynamo changed (:class:`UnknownDynamo`) is war
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import logging
 import threading
 import types
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch._dynamo.config as _dynamo_config
 import torch._dynamo.eval_frame as _eval_frame
 import torch.nn.modules.module as _nn_module
 
@@ -177,11 +180,13 @@ class FastPath:
         kwargs, outside = serving_kwargs(kwargs)
         signature = _signature(kwargs)
         if not self.enabled or (graph_type, signature) in self.refused:
-            result = wrapper(**kwargs)
+            with without_overhead_records():
+                result = wrapper(**kwargs)
             _mutated(outside, None)
             return result
         seen: list[Observed] = []
-        result = _observed_call(lambda: wrapper(**kwargs), seen)
+        with without_overhead_records():
+            result = _observed_call(lambda: wrapper(**kwargs), seen)
         mutated: frozenset[str] | None = None  # unknown: every tensor made outside inference mode counts as written
         try:
             fast = _learn(graph_type, wrapper, entry, kwargs, seen)
@@ -201,6 +206,41 @@ class FastPath:
             mutated = fast.mutated_kwargs
         _mutated(outside, mutated)
         return result
+
+
+class _OverheadRecords:
+    """Dynamo's ``record_runtime_overhead`` flag, off while any thread is inside :meth:`off`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.inside = 0  # threads inside off()
+        self.before = True  # the flag's value when the first of them entered
+
+    @contextlib.contextmanager
+    def off(self) -> Iterator[None]:
+        """Dynamo generates the code of the frames it traces inside without its profiler bookkeeping.
+
+        With ``torch._dynamo.config.record_runtime_overhead`` on (torch's default), the code Dynamo generates
+        for a frame calls ``record_pregraph_bytecode_enter``/``_exit`` around reading the graph's arguments:
+        ~2 us on every call the fast path replays, for a profiler label. The flag is read when Dynamo builds
+        the code, so it is off around the runner's guarded calls (where its traces happen) and back as it
+        was once the last thread leaves; a trace another thread runs meanwhile goes without the label too.
+        """
+        with self.lock:
+            if self.inside == 0:
+                self.before = _dynamo_config.record_runtime_overhead
+                _dynamo_config.record_runtime_overhead = False
+            self.inside += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.inside -= 1
+                if self.inside == 0:
+                    _dynamo_config.record_runtime_overhead = self.before
+
+
+without_overhead_records = _OverheadRecords().off
 
 
 def _aliasable(value: Any) -> bool:

@@ -15,13 +15,16 @@ cast (int64 -> int32: jax x64 is off) is cast into a staging tensor per thread t
 aliases, so it costs one ``copy_``; a non-contiguous one is copied every call.
 
 Outputs leave through DLPack too: writable tensors over the runtime's own result buffers, which
-each execution allocates afresh and nothing else refers to, so no copy is needed. Only an
+each execution allocates afresh and nothing else refers to, so no copy is needed. They are taken out of
+the execution's results by jaxlib's C++ result handlers, one per output, built from the first call's
+outputs (``disassemble_into_single_device_arrays`` calls jax's Python once per output array). Only an
 executable with input/output aliasing (donation) gets its outputs copied, and 32-bit results of
 64-bit torch tensors are cast back (one copy); a uint64 output (``torch.hash_tensor``) leaves the HLO as two uint32
 words, viewed as one uint64.
 """
 from __future__ import annotations
 
+import logging
 import operator
 import os
 import threading
@@ -33,6 +36,9 @@ import torch
 
 from neuron_args import xla_cpu
 from neuron_args.tensors import WORD_PAIR_DTYPES, TensorSpec, from_lowered_output
+
+log = logging.getLogger("neuron_args.runtime")
+
 
 def _dlpack() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """jaxlib's DLPack entry points: (capsule, device) -> buffer and buffer -> capsule."""
@@ -109,6 +115,27 @@ def _output_converter(spec: TensorSpec, copy: bool) -> Callable[[Any], torch.Ten
     return lambda a: from_dlpack(to_capsule(a))
 
 
+_handlers_missing = False  # this jaxlib makes no result handlers (said once)
+
+
+def _result_handlers(outs: Sequence[Any]) -> tuple[Any, ...] | None:
+    """jaxlib's C++ result handler for each output, built from one execution's outputs (shape, dtype, sharding),
+    so the next executions' outputs are made without calling Python; None where this jaxlib has none (said once:
+    outputs are then disassembled every call, as right and slower; ``tests/test_runtime.py`` fails)."""
+    global _handlers_missing
+    if _handlers_missing:
+        return None
+    try:
+        from jaxlib import _jax
+
+        return tuple(_jax.array_result_handler(o.aval, o.sharding, committed=True, _skip_checks=True) for o in outs)
+    except (ImportError, AttributeError, TypeError) as exc:
+        _handlers_missing = True
+        log.warning("this jaxlib has no result handler for executable outputs (%s): each call's outputs go through "
+                    "jax's Python", exc)
+        return None
+
+
 _is, _data_ptr, _contiguous = operator.is_, torch.Tensor.data_ptr, torch.Tensor.is_contiguous
 _shape, _dtype = operator.attrgetter("shape"), operator.attrgetter("dtype")
 
@@ -144,7 +171,7 @@ class LoadedExecutable:
     """An executable loaded once per process; call with torch tensors."""
 
     __slots__ = ("executable", "input_specs", "output_specs", "_convert_in", "_convert_out", "_execute",
-                 "_wait", "_stable", "_previous")
+                 "_wait", "_stable", "_previous", "_handlers")
 
     def __init__(
         self, executable: Any, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec]
@@ -162,6 +189,7 @@ class LoadedExecutable:
         # the inputs passed again call after call, checked in bulk (replaced as one object: threads share it)
         self._stable: _Stable | None = None
         self._previous: tuple[torch.Tensor, ...] = ()
+        self._handlers: tuple[Any, ...] | None = None  # set by the first call (see _disassembled)
 
     @classmethod
     def load(
@@ -181,11 +209,18 @@ class LoadedExecutable:
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         """Run on CPU tensors shaped like ``input_specs``; fresh writable tensors out."""
         result = self._execute(self.input_buffers(args))
-        outs = result.disassemble_into_single_device_arrays()
+        handlers = self._handlers
+        outs = self._disassembled(result) if handlers is None else result.consume_with_handlers(handlers)
         if self._wait:
             for o in outs:
-                o[0].block_until_ready()
-        return [f(o[0]) for f, o in zip(self._convert_out, outs)]
+                o.block_until_ready()
+        return [f(o) for f, o in zip(self._convert_out, outs)]
+
+    def _disassembled(self, result: Any) -> list[Any]:
+        """The outputs of a call without result handlers yet (the first), from which they are built."""
+        outs = [o[0] for o in result.disassemble_into_single_device_arrays()]
+        self._handlers = _result_handlers(outs)
+        return outs
 
     def input_buffers(self, args: Sequence[torch.Tensor]) -> list[Any]:
         """The device buffers for a call's inputs: the stable ones' held buffers after one bulk check, each

@@ -19,6 +19,7 @@ from neuron_args.graphs import GraphSpec
 from neuron_args.runner import NeuronRunner
 from neuron_args.seams.backends import CAPTURE_SEAM
 from tests.models import decoder_inputs, make_decoder
+from tests.python_calls import python_calls
 
 BASE = ["--auto-cast=none", "-O1"]
 
@@ -167,6 +168,46 @@ class Scaled(torch.nn.Module):
         return [GraphSpec("decode", self, {"b2": lambda: {"x": torch.ones(2, 8)}})]
 
 
+def _dynamo_code_names(fn) -> set[str]:
+    """The names Dynamo's generated code for ``fn``'s frame reads (every cache entry of its code)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return {n for e in _debug_get_cache_entry_list(fn.__code__) for n in e.code.co_names}
+
+
+_BOOKKEEPING = {"record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit"}
+
+
+def test_the_runners_graphs_are_generated_without_dynamos_profiler_bookkeeping(decoder_runner):
+    """Dynamo's code for the runner's frames skips ``record_pregraph_bytecode_enter/exit`` (~2 us a served call);
+    the flag is back on after the runner's traces, so a torch.compile outside a runner keeps it."""
+    served_code = decoder_runner.fast_path.graphs["decode"][0].code.__code__.co_names
+    assert any(n.startswith("__neuron_args_fast_") for n in served_code), served_code
+    assert not _BOOKKEEPING & set(served_code), served_code
+    assert torch._dynamo.config.record_runtime_overhead is True
+
+    def outside(x):
+        return x * 2 + 1
+
+    torch.compile(outside, backend="eager")(torch.ones(3))
+    assert _BOOKKEEPING <= _dynamo_code_names(outside)
+
+
+def test_the_bookkeeping_flag_is_restored_as_it_was_after_nested_and_threaded_scopes():
+    from neuron_args.fastpath import without_overhead_records
+
+    config = torch._dynamo.config
+    for before in (True, False):
+        with config.patch(record_runtime_overhead=before):
+            outer, inner = without_overhead_records(), without_overhead_records()
+            outer.__enter__()
+            inner.__enter__()
+            outer.__exit__(None, None, None)  # threads leave in any order: off until the last one leaves
+            assert config.record_runtime_overhead is False
+            inner.__exit__(None, None, None)
+            assert config.record_runtime_overhead is before
+
+
 @pytest.fixture(scope="module")
 def scaled_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("fastpath-scaled")
@@ -206,21 +247,8 @@ _RESOLUTION = ("cache", "cache_key", "scope", "flags", "manifest", "seams/record
 
 
 def _neuron_args_calls(fn) -> list[tuple[str, str]]:
-    """The neuron_args Python functions ``fn()`` calls, in order (``sys.setprofile``: counts, never times)."""
-    import sys
-
-    seen: list[tuple[str, str]] = []
-
-    def profile(frame, event, _arg):
-        if event == "call" and "neuron_args" in frame.f_code.co_filename:
-            seen.append((frame.f_code.co_filename.split("neuron_args", 1)[1].lstrip("/."), frame.f_code.co_qualname))
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
+    """The neuron_args Python functions ``fn()`` calls, in order (module path inside the package, name)."""
+    return [(f.split("neuron_args", 1)[1].lstrip("/."), name) for f, name in python_calls(fn) if "neuron_args" in f]
 
 
 def test_a_served_call_does_the_same_work_every_call_and_no_resolution(scaled):

@@ -15,6 +15,7 @@ import torch
 from neuron_args import xla_cpu
 from neuron_args.tensors import TensorSpec
 from neuron_args.runtime import LoadedExecutable
+from tests.python_calls import python_calls
 
 
 def build(fn, in_specs, out_specs, client=None) -> LoadedExecutable:
@@ -212,3 +213,49 @@ def test_numpy_execute_keeps_its_contract(matmul):
     b = np.ones((8, 3), np.float32)
     c, a1, _ = xla_cpu.execute(matmul.executable, [a, b])
     assert isinstance(c, np.ndarray) and np.allclose(c, 8.0) and np.allclose(a1, 2.0)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_outputs_after_the_first_call_come_out_without_jaxs_python(asynchronous):
+    """From the second call on, jaxlib's C++ result handlers make the outputs (``disassemble_into_single_device_arrays``
+    calls jax's Python once per output array, ~0.6 us each); each call's outputs are still fresh and right, on
+    either client."""
+    def fn(a, k):
+        return a @ a.T, k.at[0].set(a[0, :4])
+
+    exe = build(fn, [spec((4, 8)), spec((2, 4))], [spec((4, 4)), spec((2, 4))],
+                client=xla_cpu.runtime_client(asynchronous=asynchronous))
+    a, k = torch.randn(4, 8), torch.zeros(2, 4)
+    first = exe(a, k)
+    entered: list[str] = []
+    for _ in range(3):
+        outs = []
+        a.copy_(torch.randn(4, 8))  # the same input tensors: their buffers are reused (a new one calls jax's Python)
+        entered += [f for f, _ in python_calls(lambda: outs.extend(exe(a, k)))]
+        torch.testing.assert_close(outs[0], a @ a.T, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(outs[1][0], a[0, :4])
+        assert not {t.data_ptr() for t in outs} & {t.data_ptr() for t in first}
+        first = outs
+    jax_files = sorted({f for f in entered if "/jax/" in f})
+    assert jax_files == [], jax_files
+
+
+def test_without_result_handlers_outputs_are_disassembled_and_it_is_said_once(matmul, monkeypatch, caplog):
+    """A jaxlib that makes no result handlers (another version): every call disassembles its outputs, right and
+    slower, and the process says so once."""
+    from jaxlib import _jax
+
+    from neuron_args import runtime
+
+    monkeypatch.setattr(runtime, "_handlers_missing", False)
+    monkeypatch.delattr(_jax, "array_result_handler")
+    exe = LoadedExecutable(matmul.executable, matmul.input_specs, matmul.output_specs)
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with caplog.at_level("WARNING", logger="neuron_args.runtime"):
+        for _ in range(3):
+            c, a1, c2 = exe(a, b)
+            torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(a1, a + 1)
+    assert exe._handlers is None
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "this jaxlib has no result handler for executable outputs"]
