@@ -633,25 +633,23 @@ class NeuronRunner:
         """The manifest's ``config`` block for this runner (None, with a warning, when it cannot be built)."""
         from neuron_args.manifest.config import build_config
 
+        cfg = dict(self.manifest_config)
         try:
-            return self._manifest_config(dict(self.manifest_config), build_config)
+            return build_config(
+                model=cfg.pop("model", type(self.model).__name__), target=self.settings.target,
+                dtype=cfg.pop("dtype", None), max_num_seqs=cfg.pop("max_num_seqs", None),
+                max_model_len=cfg.pop("max_model_len", None), topology=cfg.pop("topology", None),
+                neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args.argv,
+                               "per_graph": self.resolver.per_graph,
+                               "explicit_optimization_level": self.resolver.explicit_optimization_level,
+                               "graph_types": {r.key: r.graph_type for r in records.records()
+                                               if self.cache.entry(r.key).path.is_dir()},
+                               **cfg.pop("neuron_config", {})},
+                vllm_config=cfg.pop("runner_config", cfg or None),
+            )
         except Exception as exc:  # the manifest never breaks warmup
             log.warning("manifest config could not be built (%s: %s); emitting without it", type(exc).__name__, exc)
             return None
-
-    def _manifest_config(self, cfg: dict[str, Any], build_config: Any) -> dict[str, Any]:
-        return build_config(
-            model=cfg.pop("model", type(self.model).__name__), target=self.settings.target,
-            dtype=cfg.pop("dtype", None), max_num_seqs=cfg.pop("max_num_seqs", None),
-            max_model_len=cfg.pop("max_model_len", None), topology=cfg.pop("topology", None),
-            neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args.argv,
-                           "per_graph": self.resolver.per_graph,
-                           "explicit_optimization_level": self.resolver.explicit_optimization_level,
-                           "graph_types": {r.key: r.graph_type for r in records.records()
-                                           if self.cache.entry(r.key).path.is_dir()},
-                           **cfg.pop("neuron_config", {})},
-            vllm_config=cfg.pop("runner_config", cfg or None),
-        )
 
 
 class _ServeAhead:

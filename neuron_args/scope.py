@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -68,5 +69,5 @@ def resolve_request(settings: CompileSettings, graph_type: str | None) -> Platfo
     scoped = current_compiler_args()
     if scoped is None:
         return apply_platform_compiler_args(settings, graph_type=graph_type)
-    return apply_platform_compiler_args(settings.with_compiler_args(scoped), graph_type=graph_type,
+    return apply_platform_compiler_args(dataclasses.replace(settings, compiler_args=scoped), graph_type=graph_type,
                                         source="scoped_compiler_args(...)")

@@ -144,10 +144,6 @@ class CompileSettings:
                    compile_timeout=None if timeout is None else check_timeout(timeout, "options['compile_timeout']"),
                    allow_eager_outputs=None if eager is None else bool(eager), runner=options.get("runner"))
 
-    def with_compiler_args(self, args: CompilerArgs) -> CompileSettings:
-        """These settings with other base compiler arguments (a scope's)."""
-        return dataclasses.replace(self, compiler_args=args)
-
     def as_options(self) -> dict[str, Any]:
         """The torch.compile options these settings came from (the given ones, lists as lists)."""
         return {f.name: list(v) if isinstance(v, tuple) else v

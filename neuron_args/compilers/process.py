@@ -234,7 +234,7 @@ def run_compiler(
             raise CompileCancelled()
         if returncode is None:
             raise fail(f"timed out after {timeout:g} s (its process group was killed)", _hint(None))
-        if returncode == EXIT_CANNOT_START and _cannot_start(log_path):
+        if returncode == EXIT_CANNOT_START and "neuron-args supervisor: cannot start" in log_tail(log_path, 200):
             raise fail("could not start", f"check that {argv[0]} is installed and executable")
         if returncode != 0:
             raise fail(describe_exit(returncode), _hint(returncode, log_path))
@@ -266,10 +266,6 @@ def _check_startable(compiler: str, argv: Sequence[str], graph_type: str | None,
             f"{compiler} could not start for graph type {graph_type!r}, key {key or '(none)'}: "
             f"{program!r} is not an executable program (not found on PATH, or not executable)\n"
             f"command: {shlex.join(argv)}\nfix: install it or point the driver at it")
-
-
-def _cannot_start(log_path: Path) -> bool:
-    return "neuron-args supervisor: cannot start" in log_tail(log_path, 200)
 
 
 def _remove_leftovers(workdir: Path) -> None:
