@@ -139,9 +139,6 @@ class _Item:
     problem: str | None = None  # why strict parsing rejects it
 
 
-# ----------------------------------------------------------------------------- splitting
-
-
 def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
     """The tokens as a new list: a string is split shell-style, a list's items stay whole."""
     if args is None:
@@ -183,9 +180,6 @@ def _checked_text(tokens: list[str]) -> list[str]:
         if "\0" in token:
             raise CompilerArgsError(f"compiler argument {token!r} holds a NUL character, which no argv item can")
     return tokens
-
-
-# ----------------------------------------------------------------------------- scanning
 
 
 def _is_option_like(token: str) -> bool:
@@ -274,9 +268,6 @@ def _scan(tokens: list[str]) -> list[_Item]:
     return items
 
 
-# ----------------------------------------------------------------------------- strict parse
-
-
 def _value_problem(spec: OptionSpec, value: str) -> str | None:
     if spec.name == "--target":  # the target's one message (neuron_args.target)
         return target_problem(value, "'--target' in the compiler args")
@@ -363,9 +354,6 @@ def closest_option(name: str) -> str | None:
     return vocabulary[match[0]] if match else None
 
 
-# ----------------------------------------------------------------------------- -O level
-
-
 def _check_level(level: object) -> int:
     if isinstance(level, bool) or not isinstance(level, int) or level not in OPT_LEVELS:
         allowed = ", ".join(str(n) for n in OPT_LEVELS)
@@ -409,9 +397,6 @@ def optimization_level(args: str | Sequence[str] | None) -> int | None:
             f"(write -O1, -O2 or -O3)"
         )
     return int(last.value)
-
-
-# ----------------------------------------------------------------------------- key / manifest
 
 
 def _is_opaque(name: str) -> bool:
@@ -550,9 +535,6 @@ def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
     return shlex.join(kept)
 
 
-# ----------------------------------------------------------------------------- editing / lookup
-
-
 def _resolve_names(names: Iterable[str], *, what: str) -> set[str]:
     if isinstance(names, str):
         names = [names]
@@ -603,9 +585,6 @@ def has_option(args: str | Sequence[str] | None, name: str) -> bool:
     """True when option ``name`` (any spelling) appears in ``args``."""
     (canonical,) = _resolve_names([name], what="has_option")
     return any(item.name == canonical for item in _scan(split_compiler_args(args)))
-
-
-# ----------------------------------------------------------------------------- repeats
 
 
 @dataclass(frozen=True)
@@ -660,9 +639,6 @@ def warn_repeated_options(
         else:
             warn(message)
     return repeats
-
-
-# ----------------------------------------------------------------------------- comparing two lists
 
 
 @dataclass(frozen=True)

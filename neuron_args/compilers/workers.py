@@ -430,9 +430,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-# ----------------------------------------------------------------------------- the worker process
-
-
 def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
     """One compile, as ``python -m neuron_args.compilers.local_xla <argv>`` run in ``cwd`` would do it."""
     from neuron_args.compilers import local_xla
