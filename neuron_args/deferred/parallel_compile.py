@@ -247,7 +247,7 @@ def parallel_compile(
                 for graph in run.finished():
                     report.graphs.append(graph)
                     n, elapsed = len(report.graphs), time.monotonic() - t0
-                    total = run.submitted
+                    total = len(run.futures)
                     event = CompileProgress(n, total, graph, elapsed, elapsed / n * (total - n), more=run.feeding)
                     if graph.used_base_args and not quiet:
                         log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
@@ -299,10 +299,6 @@ class _CompileRun:
         self.stopped = False
         self.feed_error: BaseException | None = None
         self.feeding = False
-
-    @property
-    def submitted(self) -> int:
-        return len(self.futures)
 
     def submit(self, key: str) -> None:
         cache = CompileCache(self.root)
