@@ -1,13 +1,8 @@
 """Every environment variable neuron-args reads, in one table (the vLLM ``envs.py`` idea).
 
-Each variable has one :class:`EnvVar` row: name, type, default, a doc line. Code reads a variable
-through :func:`flag` (booleans, one parser: 1/true/yes/on, 0/false/no/off, anything else an
-:class:`OptionsError` naming the variable) or :func:`text` (the stripped value, ``""`` when unset;
-numbers are validated by the one module that reads them), or as an attribute
-(``envs.NEURON_ARGS_FAST_PATH``). Reading a name not in the table is a ``KeyError``, so a new
-variable is declared here first. README's "Environment variables" table is :func:`markdown_table`
-(a test checks they agree). Writes of this or a child process's environment go through the
-helpers at the end, the one other place that touches ``os.environ``.
+Each variable is one :class:`EnvVar` row (name, type, default, doc line), read through :func:`flag` (the one
+boolean parser), :func:`text`, :func:`seconds`, :func:`count` or as an attribute; a name not in the table is a
+``KeyError``. README's table is :func:`markdown_table`. Writes go through the helpers at the end.
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""The neuronx-cc ``compile`` option table and the helpers built on it.
+"""The neuronx-cc ``compile`` option table: the one answer to "which tokens are one option, and its value?"
+that policies, the cache key and the manifest share. Pure Python (imports without torch or jax).
 
-A per-graph policy edits argument lists; the cache keys on them; the manifest records them.
-All three need the same answer to "which tokens are one option, and what is its value?",
-so the answer lives here, in one small table of the documented options. Pure Python: this
-module must import without torch or jax.
-
-A list enters once as a :class:`CompilerArgs` and is read through it. Strict reading (``CompilerArgs.parse``,
-``parse_compiler_args``, ``canonical_compiler_args``) raises :class:`CompilerArgsError` on anything neuronx-cc
-would reject, so a policy typo fails on a laptop instead of in the nightly hardware run; lenient editing
-(``with_optimization_level``, ``remove_options``, ``option_value``, ``manifest_compiler_flags``) keeps tokens
-it cannot identify, because those helpers edit or report lists they do not own.
+Strict reading (``CompilerArgs.parse``, ``parse_compiler_args``, ``canonical_compiler_args``) raises
+:class:`CompilerArgsError` on anything neuronx-cc would reject, so a policy typo fails on a laptop; lenient
+editing (``with_optimization_level``, ``remove_options``, ``option_value``, ``manifest_compiler_flags``) keeps
+tokens it cannot identify, because it edits lists it does not own.
 """
 from __future__ import annotations
 
@@ -144,15 +139,8 @@ class _Item:
     problem: str | None = None  # why strict parsing rejects it
 
 
-# ----------------------------------------------------------------------------- splitting
-
-
 def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
-    """Return the argument tokens as a new list.
-
-    A string (``NEURON_CC_FLAGS`` style) is split shell-style, honouring quotes; a list or
-    tuple keeps each item whole, so ``"--tensorizer-options=--a --b"`` stays one token.
-    """
+    """The tokens as a new list: a string is split shell-style, a list's items stay whole."""
     if args is None:
         return []
     if isinstance(args, str):
@@ -194,21 +182,18 @@ def _checked_text(tokens: list[str]) -> list[str]:
     return tokens
 
 
-# ----------------------------------------------------------------------------- scanning
-
-
 def _is_option_like(token: str) -> bool:
     return token.startswith("-") and not _NEGATIVE_NUMBER.match(token) and token != "-"
+
+
+def _is_internal(head: str) -> bool:
+    return head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX)
 
 
 def _is_known_spelling(token: str) -> bool:
     """True when ``token`` starts an option this table identifies (its value form included)."""
     head = token.split("=", 1)[0]
-    return (
-        head in _BY_SPELLING
-        or (token.startswith("-O") and len(token) > 2)
-        or (head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX))
-    )
+    return head in _BY_SPELLING or (token.startswith("-O") and len(token) > 2) or _is_internal(head)
 
 
 def _scan(tokens: list[str]) -> list[_Item]:
@@ -242,7 +227,7 @@ def _scan(tokens: list[str]) -> list[_Item]:
             continue
 
         # --internal-*: opaque pass-through; its value only ever comes with '='
-        if head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX):
+        if _is_internal(head):
             items.append(_Item(head, inline if eq else None, i, i + 1))
             i += 1
             continue
@@ -283,18 +268,6 @@ def _scan(tokens: list[str]) -> list[_Item]:
     return items
 
 
-# ----------------------------------------------------------------------------- strict parse
-
-
-def _context(graph_type: str | None) -> str:
-    """Message prefix: which argument list is wrong."""
-    return f"compiler args for graph type {graph_type!r}: " if graph_type is not None else "compiler args: "
-
-
-def _spec_of(name: str) -> OptionSpec | None:
-    return _BY_SPELLING.get(name)
-
-
 def _value_problem(spec: OptionSpec, value: str) -> str | None:
     if spec.name == "--target":  # the target's one message (neuron_args.target)
         return target_problem(value, "'--target' in the compiler args")
@@ -313,12 +286,10 @@ def _value_problem(spec: OptionSpec, value: str) -> str | None:
 def parse_compiler_args(
     args: str | Sequence[str] | None, *, graph_type: str | None = None
 ) -> list[Flag]:
-    """Parse and validate a neuronx-cc argument list into :class:`Flag` objects.
-
-    Raises :class:`CompilerArgsError` naming the flag, the fix, and ``graph_type`` when given.
-    """
+    """Parse and validate into :class:`Flag` objects; :class:`CompilerArgsError` names the flag, the fix
+    and ``graph_type``."""
     tokens = split_compiler_args(args)
-    ctx = _context(graph_type)
+    ctx = f"compiler args for graph type {graph_type!r}: " if graph_type is not None else "compiler args: "
     flags: list[Flag] = []
     for item in _scan(tokens):
         given = tuple(tokens[item.start:item.end])
@@ -338,7 +309,7 @@ def parse_compiler_args(
             previous = tokens[item.start - 1] if item.start else None
             after = f" after '{previous}'" if previous is not None else ""
             prev_head = previous.split("=", 1)[0] if previous is not None else ""
-            prev_spec = _spec_of(prev_head)
+            prev_spec = _BY_SPELLING.get(prev_head)
             if prev_spec is not None and not prev_spec.takes_value:
                 after += " (a switch: it takes no value)"
             elif prev_head.startswith(INTERNAL_PREFIX):
@@ -348,7 +319,7 @@ def parse_compiler_args(
                 f"driver adds the input file). Remove it, or attach it to its option as "
                 f"'--name=value'."
             )
-        spec = _spec_of(item.name)
+        spec = _BY_SPELLING.get(item.name)
         if item.problem == "missing value":
             choices = f" (one of {', '.join(spec.choices)})" if spec and spec.choices else ""
             example = "-O2" if item.name == OPTLEVEL else f"{token}=VALUE"
@@ -371,22 +342,16 @@ def validate_compiler_args(
 
 
 def closest_option(name: str) -> str | None:
-    """The known spelling nearest to ``name`` (a typo check), or None when nothing is close.
-
-    A known spelling returns its canonical name; any ``--internal-*`` returns itself.
-    """
+    """The known spelling nearest to ``name`` (a typo check), or None when nothing is close."""
     head = name.split("=", 1)[0]
     if head in _BY_SPELLING:
         return _BY_SPELLING[head].name
-    if head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX):
+    if _is_internal(head):
         return head
     vocabulary = {s.lower(): s for s in _BY_SPELLING}
     vocabulary.update({f"-o{n}": f"-O{n}" for n in OPT_LEVELS})
     match = difflib.get_close_matches(head.lower(), list(vocabulary), n=1, cutoff=0.6)
     return vocabulary[match[0]] if match else None
-
-
-# ----------------------------------------------------------------------------- -O level
 
 
 def _check_level(level: object) -> int:
@@ -399,12 +364,8 @@ def _check_level(level: object) -> int:
 
 
 def with_optimization_level(args: str | Sequence[str] | None, level: int) -> list[str]:
-    """Return a new list holding exactly one ``-O<level>``.
-
-    Every existing level in any spelling is replaced; the new one sits where the first one
-    was (appended when there was none). Every other token keeps its place, flags this table
-    does not know included, so a policy can set the level on any base list.
-    """
+    """A new list holding exactly one ``-O<level>``, where the first level was (else appended); every
+    other token keeps its place, unknown flags included, so a policy can set the level on any base list."""
     level = _check_level(level)
     tokens = split_compiler_args(args)
     out: list[str] = []
@@ -422,10 +383,7 @@ def with_optimization_level(args: str | Sequence[str] | None, level: int) -> lis
 
 
 def optimization_level(args: str | Sequence[str] | None) -> int | None:
-    """The effective ``-O`` level (the last one wins, as in neuronx-cc), None if absent.
-
-    Other flags are not checked; a malformed level raises :class:`CompilerArgsError`.
-    """
+    """The effective ``-O`` level (the last wins, as in neuronx-cc), None if absent; only the level is checked."""
     tokens = split_compiler_args(args)
     levels = [item for item in _scan(tokens) if item.name == OPTLEVEL]
     if not levels:
@@ -441,11 +399,8 @@ def optimization_level(args: str | Sequence[str] | None) -> int | None:
     return int(last.value)
 
 
-# ----------------------------------------------------------------------------- key / manifest
-
-
 def _is_opaque(name: str) -> bool:
-    spec = _spec_of(name)
+    spec = _BY_SPELLING.get(name)
     return name.startswith(INTERNAL_PREFIX) or (spec is not None and spec.kind == OPAQUE)
 
 
@@ -465,30 +420,26 @@ def _canonical(flags: Iterable[Flag]) -> tuple[str, ...]:
             opaque.append(_render(flag.name, flag.value))
             continue
         value = flag.value
-        if value is not None and _spec_of(flag.name).kind == INT:
+        if value is not None and _BY_SPELLING[flag.name].kind == INT:
             value = str(int(value))
         named[flag.name] = value
     return tuple(_render(name, named[name]) for name in sorted(named)) + tuple(opaque)
 
 
 def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
-    """The form the cache key hashes: equal meaning, equal list.
+    """The form the cache key hashes: equal meaning, equal list (validated first, so a bad list has no key).
 
-    Every spelling of an option becomes its canonical one (``-O3``, ``--name=value``); a repeated named option
-    keeps its last value (argparse semantics); named options are sorted; ``--internal-*`` and the tensorizer
-    option strings keep their relative order after them (their meaning may depend on it); machine-specific
-    paths are dropped. Validates first, so a bad list never produces a key.
+    Canonical spellings; a repeated option keeps its last value; named options sorted, then the
+    order-sensitive opaque ones in their order; machine-specific paths dropped.
     """
     return list(CompilerArgs.of(args).canonical)
 
 
 class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
-    """One argument list as a value: split once where it enters, validated at most once, then read.
+    """One argument list as a value (the tokens as given): split once where it enters, validated at most once.
 
-    The tuple holds the tokens as given: the argv form, and what it compares (to a list too), hashes, pickles
-    and writes to JSON as. ``CompilerArgs(args)`` splits a string shell-style and type-checks a list, but does
-    not validate (a policy may edit a list holding flags this table does not know); :meth:`parse` does, naming
-    the graph type and the source. The parsed flags are kept, so nothing downstream parses the list again.
+    ``CompilerArgs(args)`` does not validate (a policy may edit unknown flags); :meth:`parse` does, and the
+    parsed flags are kept so nothing downstream parses the list again.
     """
 
     def __new__(cls, args: str | Sequence[str] | None = None) -> CompilerArgs:
@@ -566,12 +517,8 @@ def _looks_machine_specific(item: _Item) -> bool:
 
 
 def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
-    """The flags the manifest records: given order, machine-specific paths removed, one line.
-
-    Best effort and never raises: tokens it cannot identify are kept. Tokens are joined with
-    spaces, quoted only when a token holds a space or shell metacharacter, so the line splits
-    back into the same tokens.
-    """
+    """The manifest's one line: given order, machine-specific paths removed, shell-quoted so it splits back.
+    Never raises: tokens it cannot identify are kept."""
     try:
         tokens = split_compiler_args(args)
     except CompilerArgsError:
@@ -588,9 +535,6 @@ def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
     return shlex.join(kept)
 
 
-# ----------------------------------------------------------------------------- editing / lookup
-
-
 def _resolve_names(names: Iterable[str], *, what: str) -> set[str]:
     if isinstance(names, str):
         names = [names]
@@ -601,7 +545,7 @@ def _resolve_names(names: Iterable[str], *, what: str) -> set[str]:
         head = name.split("=", 1)[0]
         if head in _BY_SPELLING:
             resolved.add(_BY_SPELLING[head].name)
-        elif head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX):
+        elif _is_internal(head):
             resolved.add(head)
         else:
             near = closest_option(head)
@@ -611,12 +555,8 @@ def _resolve_names(names: Iterable[str], *, what: str) -> set[str]:
 
 
 def remove_options(args: str | Sequence[str] | None, names: Iterable[str]) -> list[str]:
-    """Return a new list without the named options, in any spelling, values included.
-
-    ``names`` may use any spelling (``"-O"``, ``"--lnc"``, ``"--internal-foo"``); an unknown
-    name is a :class:`CompilerArgsError` so a typo does not silently remove nothing. Other
-    tokens, unknown flags included, are kept in order.
-    """
+    """A new list without the named options (any spelling, values included); an unknown name is a
+    :class:`CompilerArgsError`, so a typo does not silently remove nothing."""
     drop = _resolve_names(names, what="remove_options")
     tokens = split_compiler_args(args)
     out: list[str] = []
@@ -627,13 +567,9 @@ def remove_options(args: str | Sequence[str] | None, names: Iterable[str]) -> li
 
 
 def option_value(args: str | Sequence[str] | None, name: str) -> str | None:
-    """The last value given for option ``name`` in any spelling, None if absent.
-
-    ``option_value(["--lnc", "2"], "--logical-nc-config") == "2"``; ``-O`` values are the
-    level digits. A switch has no value: use :func:`has_option` for it.
-    """
+    """The last value given for option ``name`` in any spelling, None if absent (a switch: :func:`has_option`)."""
     (canonical,) = _resolve_names([name], what="option_value")
-    spec = _spec_of(canonical)
+    spec = _BY_SPELLING.get(canonical)
     if spec is not None and not spec.takes_value:
         raise CompilerArgsError(
             f"option_value: '{canonical}' is a switch and has no value; use has_option()"
@@ -651,9 +587,6 @@ def has_option(args: str | Sequence[str] | None, name: str) -> bool:
     return any(item.name == canonical for item in _scan(split_compiler_args(args)))
 
 
-# ----------------------------------------------------------------------------- repeats
-
-
 @dataclass(frozen=True)
 class RepeatedOption:
     """An option given more than once with different values; neuronx-cc (argparse) keeps the last."""
@@ -667,18 +600,14 @@ class RepeatedOption:
 
 
 def repeated_options(args: str | Sequence[str] | None) -> list[RepeatedOption]:
-    """The options ``args`` gives more than once with different values, in order of first use.
-
-    Lenient: unknown or malformed tokens are skipped (strict parsing reports them). Equal values in
-    different spellings (``-O3 --optlevel=3``), repeated switches and the order-sensitive option
-    strings handed to inner tools (``--internal-*``, ``--tensorizer-options``) are not conflicts.
-    """
+    """The options ``args`` gives more than once with different values, in order of first use (lenient;
+    equal values in other spellings, switches and order-sensitive opaque options are no conflict)."""
     tokens = split_compiler_args(args)
     seen: dict[str, list[tuple[str, str]]] = {}
     for item in _scan(tokens):
         if item.name is None or item.value is None or item.problem is not None or _is_opaque(item.name):
             continue
-        spec = _spec_of(item.name)
+        spec = _BY_SPELLING.get(item.name)
         value = str(int(item.value)) if spec is not None and spec.kind == INT and item.value.isdigit() else item.value
         seen.setdefault(item.name, []).append((value, " ".join(tokens[item.start:item.end])))
     return [RepeatedOption(name, tuple(given for _, given in uses))
@@ -689,14 +618,9 @@ def warn_repeated_options(
     args: str | Sequence[str] | None, *, source: str, graph_type: str | None = None, hint: str = "",
     warn: Callable[[Warning], None] | None = None, once: bool = True,
 ) -> list[RepeatedOption]:
-    """Warn (:class:`CompilerArgsWarning`) about each option ``args`` repeats with another value.
-
-    Last wins, as in neuronx-cc, and the cache key follows it; the warning names ``source`` (where
-    the list came from), every value given, the one in effect and the fix (``hint`` adds to it).
-    Each conflict is told once per process, by its first teller: the same list passes the plugin,
-    the runner, the scope and the seam (``once=False`` tells it again, as each pytest session's
-    start-up does). ``warn`` tells it (default ``warnings.warn``).
-    """
+    """Warn (:class:`CompilerArgsWarning`) about each option ``args`` repeats with another value, naming
+    ``source``, every value, the one in effect and the fix. Once per process (the same list passes the plugin,
+    the runner, the scope and the seam) unless ``once=False``."""
     repeats = repeated_options(args)
     for repeat in repeats:
         first = ACTIVITY.say_once(f"repeated option {repeat.name}: {' '.join(repeat.given)}")
@@ -717,16 +641,9 @@ def warn_repeated_options(
     return repeats
 
 
-# ----------------------------------------------------------------------------- comparing two lists
-
-
 @dataclass(frozen=True)
 class FlagChanges:
-    """How one argument list differs from another, option by option (empty: false).
-
-    ``changed`` holds ``(option, old token, new token)`` for an option given once on each side
-    with another value; ``added`` / ``removed`` the other tokens only one side has.
-    """
+    """How one argument list differs from another (empty: false); ``changed`` holds ``(option, old, new)``."""
 
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
@@ -745,12 +662,7 @@ def _token_option(token: str) -> str:
 
 
 def flag_changes(old: Sequence[str], new: Sequence[str]) -> FlagChanges:
-    """The option-level difference of two token lists, compared as multisets (order is not a change).
-
-    Give both in canonical form (:func:`canonical_compiler_args`) so spellings do not count:
-    ``["-O3", "--lnc=2"]`` vs ``["-O1", "--lnc=2"]`` is ``changed (--optlevel, -O3, -O1)``. Used by
-    the cache-miss explanation and the manifest diff.
-    """
+    """The option-level difference of two canonical token lists, compared as multisets (order is no change)."""
     removed = list((Counter(old) - Counter(new)).elements())
     added = list((Counter(new) - Counter(old)).elements())
     removed_by: dict[str, list[str]] = {}

@@ -1,9 +1,7 @@
 """The runner resolver (the design's ``load_model`` wiring + ``resolve_graph_compiler_args``).
 
-It calls the model's ``compiler_args_for`` policy eagerly, once per graph type, and hands
-libtorch a concrete list (never a callable). Precedence, highest first: an explicit caller
-``-O`` level (disables the policy; the base list carries that level), the model policy, the
-compiler default.
+It calls the model's ``compiler_args_for`` policy eagerly and hands the seams a concrete list; an explicit
+caller ``-O`` level disables the policy (the base list carries that level).
 """
 from __future__ import annotations
 

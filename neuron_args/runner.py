@@ -1,10 +1,7 @@
 """A model runner: the design's ``load_model`` wiring, warmup in either flow, and a serve context.
 
-The runner owns one torch.compile per entry module per backend, resolves each graph type's
-arguments through :class:`CompilerArgsResolver` at every compile site (warmup, serve, trace job),
-and so gives the same cache key in both flows. A graph type is warmed up once per runner: a
-second ``warmup`` of it costs no trace and replays the first one's outcome (see
-:data:`REUSED`), so counts do not depend on which caller warmed it first.
+Every compile site (warmup, serve, trace job) resolves a graph type's arguments through one
+:class:`CompilerArgsResolver`, so both flows give the same cache key; a graph type is warmed once per runner.
 """
 from __future__ import annotations
 
@@ -48,10 +45,8 @@ from neuron_args.target import DEFAULT_TARGET, parse_target
 
 log = logging.getLogger("neuron_args.runner")
 
-# Every bucket is a static graph, so one entry recompiles once per shape; Dynamo's default limit (8 per
-# code object, shared by every torch.compile of the same class in a process) would fall back to eager
-# (neuron_args.eager_fallback makes that an error). Its accumulated limit (256 compiles of one code object
-# per process, freed models included) would stop a session serving many models of one class.
+# Every bucket is a static graph (one recompile per shape): Dynamo's limits (8 per code object, 256 per process)
+# would fall back to eager in a session serving many buckets or models of one class.
 RECOMPILE_LIMIT = 256
 ACCUMULATED_RECOMPILE_LIMIT = 1 << 16
 ALLOW_BREAKS_HINT = ("remove the break, or allow graph breaks where you want them: NeuronRunner(fullgraph=False), "
@@ -132,10 +127,7 @@ _in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("neuron_args_in_r
 
 class ServedForward:
     """An entry module's ``forward`` while it belongs to a runner: eager outside ``serve()``, routed inside.
-
-    Installed once, before the module is compiled (so Dynamo's guards never see it change), as
-    an instance attribute; a picklable object (not a closure) so the model still pickles.
-    """
+    Installed before the module is compiled (Dynamo's guards never see it change); an object, so it pickles."""
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
@@ -145,8 +137,7 @@ class ServedForward:
             return type(self.module).forward(self.module, *args, **kwargs)
         runner = ACTIVITY.serving
         if runner is None or _in_run.get() or not runner._owns(self.module):
-            # not serving, a runner's own call, or a module the serving runner does not hold (e.g. a
-            # copy.deepcopy of an entry kept as an eager reference): plain eager forward
+            # not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager reference)
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
 
@@ -433,15 +424,8 @@ class NeuronRunner:
 
     def _trace_and_compile(self, jobs: list[Any], in_process: Callable[[Any], list[str]], ahead: _ServeAhead,
                            trace_timeout: float | None) -> tuple[list[Any], Any]:
-        """Trace in children and compile each capture as its child reports it, serving's trace of each job here.
-
-        ``parallel_trace`` runs on a thread of its own (its loop only talks to the children), and each
-        captured job's pending keys go to ``parallel_compile(keys=...)`` at once, so compiles run
-        while the children still trace; on this thread ``_ServeAhead`` traces each job as soon as its
-        keys are built, so this process does not idle while its children trace. After the children,
-        the scan of every other pending entry follows, as ``parallel_compile`` over the cache would.
-        A trace failure is raised after the captured jobs compiled (as before, the warmup raises it).
-        """
+        """Trace in children on a thread of its own while ``parallel_compile`` here builds each capture as its
+        child reports it (then every other pending entry); a trace failure is raised after the compiles."""
         keys: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         cancel, box = threading.Event(), {}
 
@@ -490,11 +474,8 @@ class NeuronRunner:
         return box["traced"], compile_report
 
     def _trace_here(self, job: Any, bucket: str, warmed: list[GraphOutcome]) -> list[str]:
-        """A trace job whose entries the trace record lists as complete: run it here, asserting a cache hit.
-
-        Its keys come from this trace, not from the record; a miss raises ``CacheMissError`` (the
-        job is then traced in a child and compiled, which counts the miss) and is not counted here.
-        """
+        """A job the trace record lists complete, run here asserting a hit; a ``CacheMissError`` is not counted
+        here (the job goes to a child, which counts it)."""
         with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
             with records.watching() as events:
                 counts = self._run_asserting_hit(job).counts
@@ -539,13 +520,10 @@ class NeuronRunner:
 
     @contextlib.contextmanager
     def serve(self, assert_cache_hit: bool = True) -> Iterator[ServeSession]:
-        """Serve, counting cache activity; inside, a cache miss raises :class:`CacheMissError`.
-
-        ``assert_cache_hit`` is handed to the seams through ``ACTIVITY.assert_hit`` for the block
-        (the environment is left alone); ``False`` leaves it to ``NEURON_LIBTORCH_ASSERT_CACHE_HIT``.
-        Inside, calling a declared entry module directly (or the model around it) is served too:
-        the call is matched to its graph type by the buckets' input shapes and runs through
-        :meth:`run`; a call matching no declared bucket raises :class:`UndeclaredGraphError`.
+        """Serve, counting cache activity; inside, a cache miss raises :class:`CacheMissError`
+        (``assert_cache_hit=False`` leaves it to ``NEURON_LIBTORCH_ASSERT_CACHE_HIT``). A direct call of an
+        entry module is matched to its bucket by input shapes; one matching none raises
+        :class:`UndeclaredGraphError`.
         """
         session = ServeSession()
         self._serving = session
@@ -635,9 +613,8 @@ class NeuronRunner:
                 hold.release()
 
     def _hold_manifest_folder(self) -> None:
-        """From its first warmup to its emit, a job that emits holds its engine's manifest folder, so a second job
-        of the engine on the folder waits instead of losing its ledger lines to this one's emit
-        (:mod:`neuron_args.manifest.folder_lock`)."""
+        """Hold the engine's manifest folder from the first warmup to the emit, so a second job of the engine
+        waits instead of losing its ledger lines to this one's emit."""
         from neuron_args.manifest.engine import get_server_prefix, manifest_root
         from neuron_args.manifest.folder_lock import hold_engine
 
@@ -656,36 +633,28 @@ class NeuronRunner:
         """The manifest's ``config`` block for this runner (None, with a warning, when it cannot be built)."""
         from neuron_args.manifest.config import build_config
 
+        cfg = dict(self.manifest_config)
         try:
-            return self._manifest_config(dict(self.manifest_config), build_config)
+            return build_config(
+                model=cfg.pop("model", type(self.model).__name__), target=self.settings.target,
+                dtype=cfg.pop("dtype", None), max_num_seqs=cfg.pop("max_num_seqs", None),
+                max_model_len=cfg.pop("max_model_len", None), topology=cfg.pop("topology", None),
+                neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args.argv,
+                               "per_graph": self.resolver.per_graph,
+                               "explicit_optimization_level": self.resolver.explicit_optimization_level,
+                               "graph_types": {r.key: r.graph_type for r in records.records()
+                                               if self.cache.entry(r.key).path.is_dir()},
+                               **cfg.pop("neuron_config", {})},
+                vllm_config=cfg.pop("runner_config", cfg or None),
+            )
         except Exception as exc:  # the manifest never breaks warmup
             log.warning("manifest config could not be built (%s: %s); emitting without it", type(exc).__name__, exc)
             return None
 
-    def _manifest_config(self, cfg: dict[str, Any], build_config: Any) -> dict[str, Any]:
-        return build_config(
-            model=cfg.pop("model", type(self.model).__name__), target=self.settings.target,
-            dtype=cfg.pop("dtype", None), max_num_seqs=cfg.pop("max_num_seqs", None),
-            max_model_len=cfg.pop("max_model_len", None), topology=cfg.pop("topology", None),
-            neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args.argv,
-                           "per_graph": self.resolver.per_graph,
-                           "explicit_optimization_level": self.resolver.explicit_optimization_level,
-                           "graph_types": {r.key: r.graph_type for r in records.records()
-                                           if self.cache.entry(r.key).path.is_dir()},
-                           **cfg.pop("neuron_config", {})},
-            vllm_config=cfg.pop("runner_config", cfg or None),
-        )
-
 
 class _ServeAhead:
-    """While ``parallel_compile`` builds the children's captures, trace each job here as soon as its keys are built.
-
-    Serving traces every graph in this process anyway (Dynamo's guards and code live here), and
-    after a child's capture that trace always hits; done during the warmup it overlaps the
-    compiles still running in their workers instead of following them, and the child's trace
-    memo spares it aot_autograd and the lowering. A job whose trace fails or misses here is left
-    to serving, as without this (its error is raised there, against the test that calls it).
-    """
+    """Serving's own trace of each job, taken as soon as its keys are built, so it overlaps the compiles still
+    running instead of following them; a job whose trace fails or misses here is left to serving."""
 
     def __init__(self, runner: NeuronRunner, jobs: list[Any], progress: Callable[[Any], None] | None) -> None:
         self.runner, self.jobs, self.progress = runner, jobs, progress
@@ -724,10 +693,8 @@ class _ServeAhead:
             return []
 
     def settle(self) -> None:
-        """After the compiles: trace the captured jobs whose keys no compile finished here because their entries
-        were complete already (built by an earlier session whose trace record this warmup does not match, or by
-        another process). Their graph breaks show here too: a child captures a broken graph type as several
-        graphs, and only this process's fullgraph trace tells."""
+        """After the compiles: trace the captured jobs whose entries were complete already (no compile here
+        reported them); only this fullgraph trace shows their graph breaks."""
         with self.lock:
             ready = [i for i, keys in self.waiting.items()
                      if all(self.runner.cache.entry(k).is_complete for k in keys)]
@@ -763,13 +730,10 @@ def _own_failures_raised(report: Any, own: set[str]) -> Any:
 
 
 def prestart_compile_worker(settings: CompileSettings, *, unless_warm: bool = False) -> None:
-    """Start one warm local-compiler worker now, without waiting: it starts while the traces run.
+    """Start one warm local-compiler worker now, without waiting, so the first compile finds it ready.
 
-    ``parallel_compile`` (or the in-process flow's first miss) then takes it for its first compile instead of
-    waiting for a new worker (measured: see benchmarks/README.md, the deferred flow). Nothing happens for
-    neuronx-cc (one process per graph) or with ``NEURON_ARGS_WARM_WORKERS=0``; a compile worker already idle is
-    reused; ``unless_warm``: nor when the trace record of the settings' cache lists every job complete (a warm
-    cache compiles nothing). A compiler that cannot be chosen fails at compile time, as before.
+    Nothing for neuronx-cc or ``NEURON_ARGS_WARM_WORKERS=0``; ``unless_warm``: nor when the trace record lists
+    every job complete. A compiler that cannot be chosen fails at compile time instead.
     """
     from neuron_args.compilers import select_compiler, workers
     from neuron_args.compilers.local import LocalCompiler

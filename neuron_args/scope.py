@@ -1,17 +1,13 @@
 """The per-graph compiler-argument scope (libtorch-neuronx-lite's ``compile/compiler_args.py`` in the design).
 
-The runner resolves a graph's arguments eagerly and opens this scope around the call that
-compiles it; every backend seam reads it (:func:`resolve_request`; for options dicts,
-:func:`apply_scoped_compiler_args`) before the cache key. A ``ContextVar`` keeps a scope inside its own thread or
-asyncio task.
-
-``graph_type`` is an optional label the runner may attach. It never enters the cache key; it only
-lets errors, cache metadata and the manifest name the graph.
+The runner opens it around the call that compiles a graph; every seam reads it (:func:`resolve_request`) before
+the cache key. ``graph_type`` is a label for errors, metadata and the manifest, never part of the key.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -62,11 +58,7 @@ def current_graph_type() -> str | None:
 
 
 def apply_scoped_compiler_args(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """Return options with the scoped per-graph ``compiler_args`` applied.
-
-    Outside a scope the options come back as they are (``{}`` for ``None``); inside one, a new
-    dict. The input is never mutated.
-    """
+    """``options`` with the scoped ``compiler_args`` applied (a new dict inside a scope; never mutated)."""
     options = options if options is not None else {}
     scoped = _scoped_compiler_args.get()
     return options if scoped is None else {**options, "compiler_args": list(scoped)}
@@ -77,5 +69,5 @@ def resolve_request(settings: CompileSettings, graph_type: str | None) -> Platfo
     scoped = current_compiler_args()
     if scoped is None:
         return apply_platform_compiler_args(settings, graph_type=graph_type)
-    return apply_platform_compiler_args(settings.with_compiler_args(scoped), graph_type=graph_type,
+    return apply_platform_compiler_args(dataclasses.replace(settings, compiler_args=scoped), graph_type=graph_type,
                                         source="scoped_compiler_args(...)")

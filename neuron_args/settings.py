@@ -1,16 +1,9 @@
 """The compile settings of one torch.compile call: torch's ``options`` dict, typed and checked once.
 
-The dict is torch's; it stays at the seams. :meth:`CompileSettings.from_options` checks it where it
-enters (a backend call, ``parallel_trace``, a runner) and everything behind reads typed fields, so no
-module knows the option keys but this one. A malformed option reaches the user as a
-:class:`NeuronArgsError` naming the option and the fix, not as a ``TypeError`` from deep in a compile.
-:meth:`CompileSettings.as_options` is the way back, for a torch.compile call of our own (a trace child).
-
-Each setting left out falls back here to the environment, then the default (:func:`base_compiler_args`,
-:func:`resolve_compile_timeout`), and :func:`apply_platform_compiler_args` turns the settings into one graph's
-request (arguments and target). The order is the design's: the scope first (``neuron_args.scope.resolve_request``),
-then the platform arguments, then the key. ``--target``/``--framework`` are set by the compiler driver, so they
-live in ``target`` and never twice in the argument list.
+:meth:`CompileSettings.from_options` checks the dict where it enters (a backend call, ``parallel_trace``, a
+runner), so no other module knows the option keys and a bad option fails naming itself and the fix. A setting
+left out falls back to the environment, then the default; :func:`apply_platform_compiler_args` turns the
+settings into one graph's request (``--target``/``--framework`` are the driver's, so they live in ``target``).
 """
 from __future__ import annotations
 
@@ -61,10 +54,7 @@ def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
 
 def base_compiler_args(given: str | Sequence[str] | None, *, graph_type: str | None = None,
                        source: str | None = None) -> CompilerArgs:
-    """``given`` (``options["compiler_args"]``), else ``$NEURON_CC_FLAGS`` (split shell-style), else none: validated.
-
-    Errors, and the warning for an option given twice with different values, name where the list came from
-    (``source``: the caller's name for ``given``; default ``options['compiler_args']``)."""
+    """``given``, else ``$NEURON_CC_FLAGS``, else none: validated; errors and warnings name ``source``."""
     args = CompilerArgs.of(given) if given is not None else _env_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None)
     source = _args_source(given, source)
     warn_repeated_options(args, source=source, graph_type=graph_type)
@@ -153,10 +143,6 @@ class CompileSettings:
                    compiler_args=args,
                    compile_timeout=None if timeout is None else check_timeout(timeout, "options['compile_timeout']"),
                    allow_eager_outputs=None if eager is None else bool(eager), runner=options.get("runner"))
-
-    def with_compiler_args(self, args: CompilerArgs) -> CompileSettings:
-        """These settings with other base compiler arguments (a scope's)."""
-        return dataclasses.replace(self, compiler_args=args)
 
     def as_options(self) -> dict[str, Any]:
         """The torch.compile options these settings came from (the given ones, lists as lists)."""

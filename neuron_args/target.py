@@ -1,9 +1,5 @@
-"""The compile target: one value, checked once where it enters, with one message for a bad one.
-
-A target enters by the plugin (``--neuron-target`` or its ini key), a runner (``NeuronRunner(target=...)``),
-the torch.compile options (``options["target"]``), ``$NEURON_ARGS_TARGET``, a ``--target`` inside the
-compiler arguments (the flag table checks it) or a compile command line. Each entry makes a :class:`Target`
-with :func:`parse_target`, naming itself as the source; code behind it trusts the type.
+"""The compile target: checked once where it enters (:func:`parse_target` naming the source), with one message
+for a bad one; code behind the entry trusts the :class:`Target` type.
 """
 from __future__ import annotations
 

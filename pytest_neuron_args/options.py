@@ -1,8 +1,7 @@
 """Command-line options, their ini equivalents, and the resolved settings every fixture reads.
 
-Precedence: command line > ini file > default. Relative paths on the command line are relative
-to the invocation directory, in the ini file to the ini file's directory. Nothing here imports
-torch: the plugin loads in every pytest session of an environment that has neuron-args.
+Command line > ini file > default; relative paths are relative to where they were given. No torch import:
+the plugin loads in every pytest session of an environment that has neuron-args.
 """
 from __future__ import annotations
 
@@ -182,11 +181,8 @@ class NeuronSettings:
         if tp < 1:
             raise pytest.UsageError(f"--neuron-tp {tp_text}: give the number of tensor-parallel ranks, 1 or more")
         timeout_text, _ = _raw(config, "neuron_compile_timeout")
-        try:
-            timeout = float(timeout_text) if timeout_text is not None else None
-        except ValueError:
-            timeout = -1.0
-        if timeout is not None and not timeout > 0:
+        timeout = None if timeout_text is None else envs.as_seconds(timeout_text)  # the one rule for seconds
+        if timeout_text is not None and timeout is None:
             raise pytest.UsageError(f"--neuron-compile-timeout {timeout_text}: give a number of seconds above 0")
         breaks, _ = _raw(config, "neuron_allow_graph_breaks")
         manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir"), _where(config, "neuron_manifest_dir")

@@ -276,3 +276,10 @@ def test_the_resolved_settings_hold_checked_base_arguments(pytester: pytest.Pyte
     settings = NeuronSettings.from_config(pytester.parseconfig("--neuron-compiler-args=-O2 --auto-cast=none"))
     assert settings.base_args == ("-O2", "--auto-cast=none") and settings.base_args.canonical == (
         "--auto-cast=none", "-O2")
+
+
+@pytest.mark.parametrize("given", ["inf", "nan"])
+def test_compile_timeout_option_takes_finite_seconds_only(neuron_project: pytest.Pytester, given: str) -> None:
+    result = neuron_project.runpytest(f"--neuron-compile-timeout={given}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--neuron-compile-timeout {given}: give a number of seconds above 0*"])

@@ -1,8 +1,5 @@
-"""The one compiler interface both drivers implement.
-
-A compiler turns one entry's ``graph.hlo`` plus a neuronx-cc argument list into an executable. Both
-drivers run it as a child process (a bad option can abort a whole process) with the same
-neuronx-cc-shaped argv, never a shell; only the ``program`` differs. The run lives in :mod:`.process`.
+"""The one compiler interface both drivers implement: ``graph.hlo`` plus neuronx-cc arguments into an
+executable, run as a child process (a bad option can abort a process) with the same argv; only ``program`` differs.
 """
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Building one cache entry: run its compiler and record in ``metadata.json`` how it was built.
-
-Shared by the compile seam (a miss at call time) and the deferred flow (``parallel_compile`` of
-captured entries); it needs neither torch nor the seams, so a compile worker imports neither.
-"""
+"""Building one cache entry (a seam's miss, or ``parallel_compile``): run its compiler, record how in
+``metadata.json``. No torch, no seams: a compile worker imports neither."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,11 +15,8 @@ from neuron_args.text import graph_label
 
 def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence[str], target: str,
                   graph_type: str | None, metadata: EntryMetadata, *, timeout: float | None = None) -> None:
-    """Compile ``entry``'s graph.hlo into its executable and record how (the marker is the caller's).
-
-    The executable's size and sha256 go into the metadata: loads verify them. ``timeout`` None
-    means the compiler's default (``$NEURON_ARGS_COMPILE_TIMEOUT`` first).
-    """
+    """Compile ``entry``'s graph.hlo and record how, with the executable's size and sha256 that loads verify
+    (the completion marker is the caller's)."""
     check_keyed_build(entry, metadata, compiler_args, target, graph_type)
     compile_starting(graph_type, entry.key)
     result = compiler.compile(
@@ -46,13 +40,8 @@ def check_keyed_compiler(key: str, graph_type: str | None, recorded: str | None,
 
 def check_keyed_build(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], target: str,
                       graph_type: str | None) -> None:
-    """Refuse to build a key with other compiler arguments or another target than its key was made of.
-
-    An entry's ``key_components`` say what the key stands for, and one key must never hold an executable of another
-    argument set (its recorded ``compiler_args`` edited by hand). Not checked on the arguments: a key that leaves them
-    out (the native seam: null), and an entry that records none (an older cache: built with the base arguments, with
-    a warning, as documented).
-    """
+    """Refuse to build a key with other compiler arguments or another target than its ``key_components`` hold
+    (metadata edited by hand); a key without arguments (native seam) or an entry recording none is not checked."""
     comps = metadata.key_components
     if comps is None:
         return

@@ -1,16 +1,9 @@
-"""How long a compiler may run and when it must stop: timeouts, parent death, cancellation.
+"""When a compiler must stop: parent death, cancellation, and the one thread long-lived children start on.
 
-* **Timeout**: ``options["compile_timeout"]`` (seconds), else ``$NEURON_ARGS_COMPILE_TIMEOUT``,
-  else the compiler's default (:func:`neuron_args.settings.resolve_compile_timeout`). On expiry the compiler's whole process
-  group is killed and the compile fails with "timed out after N s".
-* **No orphans** (Linux): each compiler runs under :mod:`neuron_args.compilers.supervisor`, which
-  kills the compiler's process group when this process dies, ``kill -9`` included.
-* **One start thread**: every long-lived child (a warm compile worker, a trace child) is started on
-  :func:`start_on_lifetime_thread`'s one thread (a one-thread executor), because ``PR_SET_PDEATHSIG`` fires when the
-  *thread* that started a process ends, and the threads that ask for one (``parallel_compile``'s, a
-  runner's trace thread) end with their call while the child is kept for the next.
-* **Cancellation**: a :class:`CancelScope` (``parallel_compile`` opens one per call) kills every
-  compiler started inside it at once and refuses to start new ones.
+Each compiler runs under :mod:`neuron_args.compilers.supervisor` (Linux), which kills its process group when
+this process dies. Long-lived children start on :func:`start_on_lifetime_thread`'s one thread, because
+``PR_SET_PDEATHSIG`` fires when the *thread* that started a process ends. A :class:`CancelScope` kills every
+compiler started inside it and refuses new ones.
 """
 from __future__ import annotations
 

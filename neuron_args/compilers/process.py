@@ -1,10 +1,7 @@
 """Runs one compiler child and reads how it ended: the subprocess run both drivers share.
 
-The run is atomic from the cache's point of view: the child writes to a temporary name in the
-work directory and the result is renamed onto ``output_path`` only on success, so a failed or
-killed compile never leaves a half-written executable behind. An exit status becomes a
-:class:`CompileError` that names the graph type, the key, the command, the log tail and the fix
-(:data:`EXIT_CODES`).
+The output is renamed into place only on success (never a half-written executable); an exit status
+becomes a :class:`CompileError` naming the graph type, the key, the command, the log tail and the fix.
 """
 from __future__ import annotations
 
@@ -42,12 +39,8 @@ EXIT_CANNOT_START = 127
 
 @dataclass(frozen=True)
 class CompileResult:
-    """What one successful compile produced.
-
-    ``argv`` is the command as recorded in ``command.txt``: it names the final ``output_path``
-    (the child actually wrote to a temporary sibling, renamed on success), so it is stable
-    across runs and re-runnable by hand.
-    """
+    """What one successful compile produced; ``argv`` is ``command.txt``'s (naming the final output, so a
+    person can rerun it)."""
 
     argv: list[str]
     seconds: float
@@ -155,11 +148,7 @@ def start_process(argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> subpr
 
 
 def wait_child(proc: Any, timeout: float | None) -> int:
-    """``proc.wait(timeout)``, woken by the child's exit itself when ``proc`` is a ``Popen``.
-
-    ``Popen.wait`` with a timeout polls, sleeping up to 50 ms between looks, so each compile would end
-    ~25 ms after its compiler did (1 % of a 2 s graph); a pidfd (Linux) becomes readable when the child
-    exits. Raises ``subprocess.TimeoutExpired`` as ``Popen.wait`` does."""
+    """``proc.wait(timeout)``, woken by a pidfd at the child's exit (``Popen.wait`` polls every 50 ms)."""
     if timeout is None or not isinstance(proc, subprocess.Popen) or not hasattr(os, "pidfd_open"):
         return proc.wait(timeout=timeout)
     try:
@@ -192,13 +181,9 @@ def run_compiler(
     timeout: float | None,
     start_child: Callable[..., Any] | None = None,
 ) -> CompileResult:
-    """Run one compile child in ``workdir`` and move its output onto ``output_path``.
-
-    ``command.txt`` (``recorded_argv``) is written before the child starts; the child's own
-    stdout/stderr is appended to the log once it ends, so a traceback or a crash message is in
-    the log a :class:`CompileError` quotes. ``start_child`` (default :func:`start_process`) starts it and
-    returns a ``Popen`` or an object that waits, times out and is killed like one (a warm worker).
-    """
+    """Run one compile child in ``workdir`` and move its output onto ``output_path``; its stdout/stderr is
+    appended to the log a :class:`CompileError` quotes. ``start_child`` returns a ``Popen`` or a look-alike
+    (a warm worker)."""
     start_child = start_child or start_process
     scope = current_scope()
     if scope is not None:
@@ -249,7 +234,7 @@ def run_compiler(
             raise CompileCancelled()
         if returncode is None:
             raise fail(f"timed out after {timeout:g} s (its process group was killed)", _hint(None))
-        if returncode == EXIT_CANNOT_START and _cannot_start(log_path):
+        if returncode == EXIT_CANNOT_START and "neuron-args supervisor: cannot start" in log_tail(log_path, 200):
             raise fail("could not start", f"check that {argv[0]} is installed and executable")
         if returncode != 0:
             raise fail(describe_exit(returncode), _hint(returncode, log_path))
@@ -283,10 +268,6 @@ def _check_startable(compiler: str, argv: Sequence[str], graph_type: str | None,
             f"command: {shlex.join(argv)}\nfix: install it or point the driver at it")
 
 
-def _cannot_start(log_path: Path) -> bool:
-    return "neuron-args supervisor: cannot start" in log_tail(log_path, 200)
-
-
 def _remove_leftovers(workdir: Path) -> None:
     """Temporary files of a compile whose driver died (``kill -9``): the lock holder may drop them."""
     for pattern in (".compiler-output.*.tmp", ".*.partial-*"):
@@ -295,8 +276,7 @@ def _remove_leftovers(workdir: Path) -> None:
 
 
 def _append_output(captured: Path, log_path: Path) -> None:
-    """Append the child's stdout/stderr to the log (after whatever the compiler logged itself); an OSError (a full
-    disk) is the caller's to swallow."""
+    """Append the child's stdout/stderr to the log, after what the compiler logged itself."""
     size = captured.stat().st_size
     with open(captured, "rb") as out:
         head = out.read(4096)

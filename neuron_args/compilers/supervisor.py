@@ -2,12 +2,9 @@
 
     python -I -S supervisor.py [--reap] <parent pid> <program> [args...]
 
-Started as a process-group leader, it asks for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``),
-runs the compiler in its group and waits; when the parent is gone (``kill -9`` included) or it gets
-SIGTERM/SIGINT/SIGHUP, it SIGKILLs the whole group, neuronx-cc's helpers included. With ``--reap`` (a
-one-shot compile) it is a child subreaper, so helpers the compiler left running are killed too. The
-compiler's exit status is passed on unchanged (a signal death re-raised). Standard library only, run
-with ``-I -S``: a few milliseconds per compile, and nothing here runs in the library's process.
+A process-group leader that SIGKILLs its whole group when its parent dies (``PR_SET_PDEATHSIG``, ``kill -9``
+included) or on SIGTERM/SIGINT/SIGHUP; ``--reap`` also kills what the compiler left running. The exit status
+passes on unchanged. Standard library only, run with ``-I -S`` (a few milliseconds per compile).
 """
 import contextlib
 import os
@@ -47,9 +44,7 @@ def _die_with_parent(parent: int, reap: bool) -> None:
 
 
 def _kill_leftovers() -> None:
-    """SIGKILL and reap this process's remaining children: what the compiler left running when it exited.
-
-    Killing one hands its own children to this process (the subreaper), so it goes on until none is left."""
+    """SIGKILL and reap what the compiler left running, until none is left (each kill hands us its children)."""
     path = f"/proc/self/task/{os.getpid()}/children"
     for _ in range(1000):
         try:

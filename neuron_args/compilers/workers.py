@@ -1,30 +1,12 @@
 """Warm local-compiler workers: long-lived processes that start XLA:CPU once and compile many graphs.
 
-A one-shot local compile spends 0.2-0.4 s starting (the interpreter, jaxlib, its XLA:CPU client)
-around a 0.05-0.25 s XLA compile. A worker (``python -m neuron_args.compilers.workers``) starts them
-once, then runs each request it reads
-from a pipe exactly as the one-shot program would (:func:`local_xla.main` on the same argv, in the
-entry's folder, its stdout/stderr going to the file the driver appends to the log) and answers
-with the exit status. The driver side keeps the one-shot contract (:func:`process.run_compiler`):
-
-* ``command.txt`` holds the argv a one-shot process would have had; the log, the exit statuses
-  and the errors are the same (a warm worker's log names it on its first line);
-* a timeout or a cancel SIGKILLs the worker's process group; the next compile starts a fresh one;
-* each worker runs under the supervisor, so it dies with this process (``kill -9`` included); it
-  is started on the long-lived start thread (:func:`lifetime.start_on_lifetime_thread`), since
-  ``parallel_compile``'s threads end with each call;
-* a worker that dies mid-compile (killed, crashed on this graph) is replaced: that graph is
-  compiled again in a process of its own, which reports a crash as today;
-* one worker per concurrent compile: ``parallel_compile`` with N threads uses up to N workers.
-
-A compile whose new worker is still starting takes whichever comes first, that worker or one another
-compile gives back, so two workers are never slower than one.
-
-``NEURON_ARGS_WARM_WORKERS=0`` turns the pool off (one process per graph, for debugging). An idle
-worker (~240 MB) leaves after ``NEURON_ARGS_WARM_WORKER_IDLE`` seconds (default 300), so a serving
-process does not keep it. A worker keeps the environment it started with: one started under other
-``XLA_*``/``JAX_*``/``TF_*``/``PYTHON*``/``LD_*`` variables is retired, not reused. neuronx-cc
-always runs one process per graph.
+A one-shot local compile spends 0.2-0.4 s starting around a 0.05-0.25 s XLA compile. A worker runs each
+request as the one-shot program would (:func:`local_xla.main`, same argv, folder and log), so the driver
+keeps the one-shot contract of :func:`process.run_compiler`: same ``command.txt``, log and exit statuses;
+a timeout kills the worker's group; a worker that dies mid-compile is replaced by a one-shot process.
+Workers run under the supervisor, started on the lifetime thread; one per concurrent compile.
+``NEURON_ARGS_WARM_WORKERS=0`` turns the pool off; an idle worker (~240 MB) leaves after
+``NEURON_ARGS_WARM_WORKER_IDLE`` seconds; one started under other ``ENV_PREFIXES`` variables is retired.
 """
 from __future__ import annotations
 
@@ -217,12 +199,8 @@ class WorkerPool:
                                 bufsize=0, start_new_session=True)
 
     def prestart(self, n: int, timeout: float = 300.0, wait: bool = True) -> int:
-        """Start workers until ``n`` are idle and ready (before a timed warmup, say); returns how many are.
-
-        A worker that dies or is not ready within ``timeout`` seconds is dropped (compiles then start their own).
-        ``wait=False`` returns at once: the new workers are idle already and start while this process
-        works on (a compile that takes one first waits for it; one that died is replaced as usual).
-        """
+        """Start workers until ``n`` are idle and ready; returns how many are. One not ready within ``timeout``
+        is dropped; ``wait=False`` returns at once (the new workers wait idle while they start)."""
         env = _env_key()
         with self._lock:
             have = sum(w.reusable(env) for w in self._idle)
@@ -292,11 +270,8 @@ class WorkerPool:
             worker.close()
 
     def start(self, program_args: Sequence[str], argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> Any:
-        """Start one compile on a warm worker: ``program_args`` is ``argv`` without the program part.
-
-        Returns what :func:`process.run_compiler` waits on: a :class:`PooledCompile`, or the one-shot
-        ``Popen`` when this pool is broken.
-        """
+        """Start one compile on a warm worker (``program_args``: ``argv`` without the program part); a one-shot
+        ``Popen`` when this pool is broken."""
         if self.broken:
             return start_process(argv, cwd=cwd, stdout=stdout)
         return PooledCompile(self, self.acquire(), program_args, argv, cwd=cwd, stdout=stdout)
@@ -305,12 +280,8 @@ class WorkerPool:
 class PooledCompile:
     """One compile on a warm worker, shaped like the ``Popen`` :func:`process.run_compiler` waits on.
 
-    The worker it holds may still be starting: it then takes whichever comes first, that worker
-    ready or a ready one another compile gave back (which it uses; the starting one goes back to
-    the pool), so two workers are never slower than one. ``kill_group`` kills the process group of
-    the worker it holds (or after a fallback the one-shot process's), so a timeout (``kill_group``)
-    and a cancel (``CancelScope``) work as on a ``Popen``. A worker that dies mid-compile while nobody
-    asked it to is replaced by a one-shot process (one the pool saw die while idle is never taken).
+    A worker still starting races a ready one given back (two workers are never slower than one); a worker
+    that dies mid-compile unasked is replaced by a one-shot process.
     """
 
     def __init__(self, pool: WorkerPool, worker: Worker, program_args: Sequence[str], argv: Sequence[str], *,
@@ -438,11 +409,8 @@ def shared_pool() -> WorkerPool:
 
 
 def _forget_after_fork() -> None:
-    """A forked child has none of the parent's workers: it starts its own.
-
-    It also lets go of the parent's pipes to its workers (each now reads ``/dev/null``), so a worker the
-    parent closes sees its end of input then, not when a long-lived child (a kept
-    trace child) leaves. The numbers stay taken, so the forgotten objects never close a reused one."""
+    """A forked child starts its own workers, and points the parent's pipes at ``/dev/null`` so a worker the
+    parent closes sees its end of input then, not when a kept child leaves (the fd numbers stay taken)."""
     global _state_lock
     pool = _state.get("pool")
     if pool is not None:
@@ -460,9 +428,6 @@ _state_lock = threading.Lock()
 _forgotten: list[dict[str, Any]] = []
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-# ----------------------------------------------------------------------------- the worker process
 
 
 def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
@@ -494,10 +459,8 @@ def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
 
 
 def serve(argv: Sequence[str] | None = None) -> int:
-    """The worker: start its XLA client, say so, then answer one ``{"status": N}`` line per request line.
-
-    ``argv``: ``[idle seconds]``; it leaves when no request came for that long, or its input ends.
-    """
+    """The worker: start its XLA client, say so, then answer one ``{"status": N}`` line per request line;
+    ``argv``: ``[idle seconds]`` before it leaves unused."""
     argv = sys.argv[1:] if argv is None else argv
     idle = float(argv[0]) if argv else DEFAULT_IDLE_SECONDS
     requests = os.fdopen(os.dup(0), "rb")

@@ -10,11 +10,8 @@ from neuron_args.cache_key import AUTOGRAD_MODES
 
 
 class TraceJob(tuple):
-    """A three-element trace job that also carries its graph-type label (for errors and metadata) and the
-    autograd mode it is traced in (``cache_key.AUTOGRAD_MODES``; None: the mode of the ``parallel_trace`` call).
-
-    It *is* the design's tuple ``(model, kwargs, compiler_args)``: ``job[2]`` is the resolved list.
-    """
+    """The design's tuple ``(model, kwargs, compiler_args)``, carrying its graph-type label and the autograd
+    mode it is traced in (None: the ``parallel_trace`` call's)."""
 
     graph_type: str | None
     autograd: str | None

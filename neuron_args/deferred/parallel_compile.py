@@ -1,10 +1,7 @@
 """Build every pending (captured) entry in parallel (the design's ``parallel_compile.py``).
 
-Each graph compiles with the ``compiler_args`` recorded in its metadata by the capture seam, so a
-per-graph ``-O`` level survives the deferred build. An entry from an older cache has no recorded
-arguments; it compiles with the base arguments passed in, and the report says so. One failing
-graph does not stop the others; the call raises :class:`ParallelCompileError` after all finished
-(or, with ``raise_on_error=False``, returns a report whose ``failed`` lists them).
+Each graph compiles with the arguments its capture recorded, so a per-graph ``-O`` level survives the
+deferred build; one failing graph does not stop the others (:class:`ParallelCompileError` after all).
 """
 from __future__ import annotations
 
@@ -63,10 +60,7 @@ class CompileReport:
 
 
 class ParallelCompileError(CompileError):
-    """Some graphs of one :func:`parallel_compile` failed; the others were built.
-
-    ``failures`` are the failed graphs (graph type, key, arguments, error), ``report`` the whole run.
-    """
+    """Some graphs of one :func:`parallel_compile` failed; the others were built (``report``: the whole run)."""
 
     def __init__(self, report: CompileReport) -> None:
         self.report = report
@@ -87,11 +81,7 @@ class ParallelCompileError(CompileError):
 
 @dataclass(frozen=True)
 class CompileProgress:
-    """One finished graph: what the plugin routes to the terminal.
-
-    ``more``: keys are still arriving (``parallel_compile(keys=...)``), so ``total`` is only the
-    count submitted so far and no time left can be estimated: the line says ``[1/1+]``.
-    """
+    """One finished graph, for the terminal; ``more``: keys still arrive, so ``total`` is the count so far."""
 
     done: int
     total: int
@@ -109,12 +99,8 @@ class CompileProgress:
 
 def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_name: str | None,
                      timeout: float | None = None, scope: CancelScope | None = None) -> GraphOutcome:
-    """Worker body (module level so any executor can run it): compile one pending entry.
-
-    ``timeout`` None: the ``compile_timeout`` option the capture recorded, else
-    ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default. Under a cancelled ``scope`` it
-    starts nothing (status ``cancelled``) and its running compiler is killed.
-    """
+    """Compile one pending entry (module level so any executor can run it); ``timeout`` None: the capture's
+    option, else the environment's or the compiler's. A cancelled ``scope`` starts nothing and kills its compiler."""
     if scope is not None:
         with within(scope):
             return _compile_pending(root, key, base_args, compiler_name, timeout)
@@ -179,12 +165,8 @@ class _Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def _interrupts_cancel(scope: CancelScope) -> Iterator[list[int]]:
-    """While compiling, Ctrl-C and SIGTERM kill the running compilers at once (in the handler).
-
-    The first one raises ``KeyboardInterrupt`` (SIGTERM: :class:`_Terminated`); any further one
-    only cancels again, so a second Ctrl-C can never interrupt the clean-up half-way. Main thread
-    only, and only over default dispositions (an application's own handler is left alone).
-    """
+    """While compiling, Ctrl-C and SIGTERM kill the running compilers at once; only the first raises, so a
+    second can never interrupt the clean-up. Main thread only, over default dispositions only."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -226,23 +208,11 @@ def parallel_compile(
 ) -> CompileReport:
     """Compile every pending entry under ``cache_dir`` with its recorded arguments.
 
-    The default runs ``workers`` compiles at once (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPU
-    count) from threads of this process: each compile is its own compiler process, so nothing
-    here needs a process pool. ``executor`` may be any ``concurrent.futures.Executor`` (a cluster
-    executor too). ``compile_timeout`` (seconds) bounds each compile; None: the
-    ``compile_timeout`` option recorded at capture, else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the
-    compiler's default (see ``neuron_args.compilers.DEFAULT_TIMEOUTS``).
-
-    ``keys`` streams the work instead of the scan: each key is submitted as the iterable yields it
-    (it is read on a thread of its own, so it may block, e.g. on a queue that trace children fill
-    as they capture), repeats are skipped, and the call returns once it is exhausted and every
-    compile finished. ``progress`` is called on this thread as each graph finishes, while keys are
-    still arriving; ``total`` is the count submitted so far (``CompileProgress.more`` says so).
-
-    Ctrl-C or SIGTERM cancels queued graphs at once, kills running compilers, logs what was
-    built, failed and cancelled, and lets ``KeyboardInterrupt`` propagate (SIGTERM is then
-    re-delivered); the report of the graphs that finished is listed in the open ``activity.tally`` blocks (a
-    warmup's) from the start; interrupted entries stay pending, so a rerun builds them.
+    ``workers`` threads (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPU count) each drive a compiler process,
+    or any ``executor`` (a cluster's too). ``compile_timeout`` bounds each compile (None: the capture's option,
+    else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default). ``keys`` streams the work instead of
+    the scan (read on a thread of its own, so it may block; repeats skipped). Ctrl-C or SIGTERM cancels the
+    queue, kills running compilers, logs the outcome and propagates; interrupted entries stay pending.
     """
     cache = CompileCache(cache_dir)
     if cache.root.exists() and not cache.root.is_dir():
@@ -270,13 +240,14 @@ def parallel_compile(
         with _interrupts_cancel(scope) as received:
             try:
                 if keys is None:
-                    run.submit_all(pending)
+                    for key in pending:
+                        run.submit(key)
                 else:
                     run.feed(keys)
                 for graph in run.finished():
                     report.graphs.append(graph)
                     n, elapsed = len(report.graphs), time.monotonic() - t0
-                    total = run.submitted
+                    total = len(run.futures)
                     event = CompileProgress(n, total, graph, elapsed, elapsed / n * (total - n), more=run.feeding)
                     if graph.used_base_args and not quiet:
                         log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
@@ -313,11 +284,8 @@ def parallel_compile(
 
 
 class _CompileRun:
-    """The compiles of one :func:`parallel_compile` call: submitted as keys arrive, reported as they finish.
-
-    Each future puts itself on ``done`` when it finishes (on whichever thread completes it), so the
-    calling thread takes results in completion order while a feeder thread may still be submitting.
-    """
+    """The compiles of one :func:`parallel_compile` call: submitted as keys arrive, reported in completion
+    order (each future puts itself on ``done``) while a feeder thread may still submit."""
 
     _END = object()
 
@@ -331,10 +299,6 @@ class _CompileRun:
         self.stopped = False
         self.feed_error: BaseException | None = None
         self.feeding = False
-
-    @property
-    def submitted(self) -> int:
-        return len(self.futures)
 
     def submit(self, key: str) -> None:
         cache = CompileCache(self.root)
@@ -350,10 +314,6 @@ class _CompileRun:
                 fut = submit_graph(self.pool, self.root, key, self.base, self.compiler, timeout=self.timeout)
             self.futures[fut] = key
         fut.add_done_callback(self.done.put)
-
-    def submit_all(self, keys: Sequence[str]) -> None:
-        for key in keys:
-            self.submit(key)
 
     def feed(self, keys: Iterable[str]) -> None:
         """Submit what ``keys`` yields, from a thread of its own (the iterable may block between keys)."""

@@ -1,41 +1,13 @@
-"""Capture every graph in child processes (the design's ``parallel_trace.py``).
+"""Capture every graph in long-lived child processes (the design's ``parallel_trace.py``).
 
-At most ``workers`` long-lived children trace the jobs, each job after job: for each one a
-child opens ``scoped_compiler_args(job[2])`` and calls the model compiled with the capture seam, in
-the autograd mode of the ``parallel_trace`` call (or the one the job records: the runner's jobs say
-``inference_mode``, the mode it serves in): so the keys are the ones the caller's serve resolves,
-``graph.hlo`` and a pending entry with the resolved arguments land in the cache and nothing is
-compiled; then it resets Dynamo, so the next job starts from no compiled frames or guards, and
-reports that job's keys alone. A child pays its start-up (Dynamo's first compile, jax's client)
-once for all its jobs instead of once per job.
-
-Children fork while that is safe: they inherit the job list and are sent an index, so the model
-is not pickled. Once jax's CPU client exists in this process a forked child's first jax call
-hangs, so the trace then falls back to spawn (each job is pickled to its child) and says so
-once; with an ``in_process`` tracer (a long-lived runner) it starts them from a fork server
-instead, which imports torch, jax and torchax once for all of them (jobs are pickled too).
-
-A long-lived caller (the runner: ``keep_children=True``) keeps its children when the call
-returns, idle, for its next call in this process: a later runner's jobs are pickled to them (as
-to a fork server's children) instead of a new set of children starting, each paying its start
-again, from a fork server this process would start for them (an interpreter importing torch,
-jax and torchax). At most as many are kept as a call may use; they leave after
-``$NEURON_ARGS_TRACE_IDLE_SECONDS`` (30) idle, at :func:`close_kept_children` (the pytest plugin
-calls it at the session's end), on an interrupt of any call, and with this process; a kept child
-that died is replaced. A later runner's warmup of 3 graphs took 1.2 s with kept children, 2.4 s
-with children from the fork server and 16.5 s spawned (``benchmarks/bench_trace_children.py``).
-Children are started on the compile workers' start thread (:mod:`neuron_args.compilers.lifetime`),
-so a child kept for a later call outlives the thread whose call started it.
-
-Every job has a deadline and fails alone: a job that raises fails with the child's traceback
-and the child goes on; a child that hangs past the deadline is killed, and one that dies
-(a crash, a signal, an exit) fails the job it was tracing; the remaining jobs go on in a new
-child. :class:`TraceError` names each failed graph type after all jobs ran, never a stuck run.
-
-On a warm cache no child is needed: given an ``in_process`` tracer (the runner passes its own),
-the jobs whose keys the trace record lists as complete are traced in this process instead,
-asserting a cache hit, so a changed model still misses and goes to a child (see
-:mod:`neuron_args.deferred.trace_record`).
+Each child traces job after job under the job's scope and autograd mode (so the keys are the ones
+the caller's serve resolves), writes ``graph.hlo`` and a pending entry, and resets Dynamo between
+jobs: it pays its start-up once, not once per job. Children fork while that is safe (jax's client
+does not survive a fork), else start from a fork server (given an ``in_process`` tracer) or spawn.
+With ``keep_children`` they stay idle for this process's next call (``$NEURON_ARGS_TRACE_IDLE_SECONDS``;
+``benchmarks/bench_trace_children.py`` measures why). Every job has a deadline and fails alone;
+:class:`TraceError` names each failed graph type after all jobs ran. On a warm cache the jobs the
+trace record lists complete are traced in this process instead, asserting a cache hit.
 """
 from __future__ import annotations
 
@@ -73,7 +45,6 @@ WORKERS_ENV = "NEURON_ARGS_TRACE_WORKERS"
 DEFAULT_TIMEOUT = 600.0
 #: seconds a kept trace child waits idle for this process's next ``parallel_trace`` before it leaves
 IDLE_ENV = "NEURON_ARGS_TRACE_IDLE_SECONDS"
-DEFAULT_IDLE: float = envs.variable(IDLE_ENV).default
 
 
 @dataclass
@@ -101,11 +72,8 @@ def fork_is_safe() -> bool:
 
 
 def neuron_compiled(obj: Any) -> Any | None:
-    """``obj`` when it is already ``torch.compile``-d with one of the neuron seams, else None.
-
-    Walks what Dynamo keeps of the compile (``dynamo_ctx.callback`` -> ... -> the backend, and the
-    closure of a compiled function) without relying on one torch version's exact nesting.
-    """
+    """``obj`` when it is already ``torch.compile``-d with a neuron seam, else None (walks Dynamo's
+    wrappers and closures, not one torch version's exact nesting)."""
     if not hasattr(obj, "_torchdynamo_orig_callable") and not hasattr(obj, "dynamo_ctx"):
         return None
     from neuron_args.seams.backends import NeuronBackend
@@ -130,13 +98,8 @@ def neuron_compiled(obj: Any) -> Any | None:
 
 
 def _run_job(job: TraceJob, settings: CompileSettings) -> tuple[str, Any]:
-    """Capture one job under its own scope: ``("ok", keys)`` or ``("error", traceback)``.
-
-    A job whose model is already compiled with a neuron seam is called as it is, with its own
-    backend and options (its ``cache_dir`` included); any other model is compiled here with the
-    capture seam and ``settings`` (as torch.compile options). Afterwards Dynamo is reset, so the next job in this child
-    starts from no compiled frames or guards (its graphs are traced and keyed afresh).
-    """
+    """Capture one job under its own scope: ``("ok", keys)`` or ``("error", traceback)``; a model already
+    compiled with a neuron seam keeps its own options. Dynamo is reset after, so the next job keys afresh."""
     import torch
 
     from neuron_args.scope import scoped_compiler_args
@@ -185,14 +148,10 @@ def _describe(value: Any) -> str:
 
 
 def _serve_jobs(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any) -> None:
-    """Child body: trace each job the parent sends, one at a time, until it sends None or closes the pipe.
+    """Child body: trace each ``(index, pickled job or None, settings, environment)`` sent until None.
 
-    A message is ``(index, pickled job, options, environment)``; the job is None when the child forked
-    for this call's list, and takes ``inherited[index]`` (the parent's list as it was at the fork: the
-    model is not pickled). It is unpickled here, so a job that does not unpickle fails alone. The
-    options and the environment are the call's: a kept child, or one from a fork server started
-    earlier, traces for a later call, whose options and ``$NEURON_CC_FLAGS``/``$NEURON_ARGS_TARGET``
-    (read into the key) may differ. Each answer is ``(index, status, keys or traceback, pid)``.
+    A None job is ``inherited[index]`` (forked for this call); settings and environment are the call's,
+    since a kept child traces for later calls. Each answer is ``(index, status, keys or traceback, pid)``.
     """
     envs.put("OMP_NUM_THREADS", "1")
     import torch
@@ -227,12 +186,8 @@ def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings,
 
 
 def _context(start_method: str | None, server_preload: Sequence[str] | None = None) -> Any:
-    """fork while it is safe; once jax's client exists, a fork server when ``server_preload`` is given, else spawn.
-
-    The fork server (started once per process) imports :mod:`neuron_args.deferred.trace_preload`
-    and the ``server_preload`` modules (the jobs' model modules) once; each child then forks from
-    it instead of starting an interpreter and importing torch, jax and torchax again (spawn).
-    """
+    """fork while it is safe; once jax's client exists, a fork server preloading the lowering stack and
+    ``server_preload`` (the jobs' model modules) when given, else spawn."""
     if start_method is None:
         if fork_is_safe():  # the lowering stack imported once here, inherited by each child (jax: no client yet)
             import neuron_args.deferred.trace_preload  # noqa: F401
@@ -249,12 +204,8 @@ def _context(start_method: str | None, server_preload: Sequence[str] | None = No
 
 
 def _start_fork_server(modules: Sequence[str]) -> None:
-    """Start the fork server now, without waiting for its imports (a long-lived runner's children just forked).
-
-    This process is about to serve, which creates jax's client; its next ``parallel_trace`` then needs
-    the fork server, whose start (an interpreter importing torch, jax, torchax and ``modules``, ~3 s)
-    now overlaps the compiles and the serve instead of delaying that trace.
-    """
+    """Start the fork server now: this process is about to serve (creating jax's client), so its next
+    ``parallel_trace`` needs the server, whose ~3 s start then overlaps the compiles instead."""
     from multiprocessing import forkserver
 
     mp.get_context("forkserver").set_forkserver_preload(["neuron_args.deferred.trace_preload", *modules])
@@ -284,27 +235,12 @@ def parallel_trace(
 ) -> list[TraceResult]:
     """Capture each job in a trace child; raise :class:`TraceError` after all ran if any failed.
 
-    ``options`` are the capture seam's torch.compile options (cache_dir, compiler_args base,
-    target, compiler). ``workers`` caps the children (``$NEURON_ARGS_TRACE_WORKERS``, else the
-    CPU count); ``timeout`` is each job's deadline in seconds.
-
-    ``in_process(job)`` lets a warm cache skip the children: a job whose keys the trace record
-    (:mod:`neuron_args.deferred.trace_record`, kept in the cache of ``options`` only when
-    ``in_process`` is given) lists as complete is handed to it instead. It
-    traces the job in this process asserting a cache hit and returns the keys it resolved
-    (status ``"loaded"``); if it raises :class:`CacheMissError` (the model or its arguments
-    changed since the record), the job is traced in a child after all.
-
-    ``before_children()`` is called once, just before the first child starts (never when no job
-    needs one): the runner starts a compile worker there, to be warm when the captures are built.
-
-    ``on_result(index, result)`` is called on this thread as each job settles (its index in
-    ``jobs``), before the others finish: the runner compiles a job's captured keys while the
-    children still trace the rest (see ``NeuronRunner``'s parallel warmup). ``cancel``, set from
-    another thread, stops the call as Ctrl-C does (no child outlives it; ``KeyboardInterrupt``).
-
-    ``keep_children`` keeps the children idle for this process's next call (see the module's
-    docstring); its next call takes them instead of starting new ones from a fork server.
+    ``options``: the capture seam's torch.compile options; ``workers`` caps the children
+    (``$NEURON_ARGS_TRACE_WORKERS``, else the CPU count); ``timeout``: each job's deadline in seconds.
+    ``in_process(job)`` traces a job the trace record lists complete in this process, asserting a hit
+    (status ``"loaded"``); on :class:`CacheMissError` the job goes to a child after all.
+    ``before_children()`` runs once before the first child starts; ``on_result(index, result)`` as each
+    job settles (the runner compiles while the rest trace); ``cancel`` stops the call as Ctrl-C does.
     """
     from neuron_args.cache import cache_root
     from neuron_args.settings import CompileSettings
@@ -401,11 +337,8 @@ def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[
 
 
 class _TraceChild:
-    """One long-lived trace child and the job it is tracing now (an index into the job list), if any.
-
-    ``call`` is the ``parallel_trace`` call it forked for (its job list is the child's ``inherited``);
-    any other call, when the child is kept, pickles its jobs to it.
-    """
+    """One long-lived trace child and the index of the job it traces now; ``call`` is the call it forked
+    for (whose job list it inherited): any other call pickles its jobs to it."""
 
     def __init__(self, ctx: Any, todo: list[TraceJob], opts: CompileSettings, call: int) -> None:
         self.forked = ctx.get_start_method() == "fork"
@@ -425,12 +358,8 @@ class _TraceChild:
         self.started = 0.0
 
     def give(self, index: int, job: TraceJob, call: int, opts: CompileSettings) -> None:
-        """Send a job: its index when forked for this call (the child has the list), else the job itself,
-        pickled here, with the call's options and this process's environment now.
-
-        A job that does not pickle raises here (the child waits on); a child that died between
-        jobs is not an error here: its job fails as a death when it is collected.
-        """
+        """Send a job (its index when the child inherited it, else pickled: that raises here) with the call's
+        settings and environment; a dead child's job fails when it is collected."""
         self.job, self.started = index, time.monotonic()
         blob = None if self.forked and self.call == call else bytes(ForkingPickler.dumps(job))
         with contextlib.suppress(OSError):
@@ -457,11 +386,8 @@ def idle_seconds() -> float:
 
 
 class _KeptChildren:
-    """Idle trace children kept for this process's next ``parallel_trace`` (``keep_children=True``).
-
-    A timer stops them all once the last one put back waited :func:`idle_seconds`; a child taken
-    is checked alive (a dead one is dropped, and the call starts another in its place).
-    """
+    """Idle trace children kept for this process's next ``parallel_trace``; all stop after
+    :func:`idle_seconds` without use, and a dead one is dropped when taken."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -528,13 +454,10 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
                        deadline_s: float, start_method: str | None, server: list[str] | None,
                        before: list[Callable[[], None] | None], on_result: Callable[[int, TraceResult], None] | None,
                        cancel: threading.Event | None, keep: bool, results: list[TraceResult | None]) -> str:
-    """Capture ``todo[i]`` for each index in at most ``workers`` long-lived children, each tracing job after job.
+    """Capture ``todo[i]`` for each index in at most ``workers`` children; returns the start method used.
 
-    A child that dies or passes a job's deadline fails that job only; the jobs still to go are
-    traced in a new child. On an interrupt no child outlives the call. With ``keep`` the children
-    kept by an earlier call are taken first whenever new ones would not fork (they would start from
-    a fork server or spawn, and get their jobs pickled all the same), and this call's children are
-    kept when it ends. Returns the start method used.
+    A dying or late child fails its job only; on an interrupt no child outlives the call. With ``keep``,
+    kept children are taken first unless new ones would fork, and this call's are kept at its end.
     """
     hook, before[:] = before[0], [None]  # once per parallel_trace call, before the preload it may overlap
     if hook is not None:

@@ -1,9 +1,7 @@
 """Everything a trace child needs, imported once: torch, Dynamo, aot_autograd, the capture seam, jax and torchax.
 
-Imported for its effect by the process trace children fork from (the caller, or ``parallel_trace``'s
-fork server once jax's client exists in the caller); importing jax creates no client, so forking stays
-safe. :data:`FIRST_COMPILE_IMPORTS` are what Dynamo, aot_autograd and the lowering import lazily on
-their first compile, which every child would otherwise import again in its first job.
+Imported by the process trace children fork from (importing jax creates no client, so forking stays safe);
+:data:`FIRST_COMPILE_IMPORTS` are the lazy imports of a first compile, which each child would repeat.
 """
 import contextlib
 import importlib

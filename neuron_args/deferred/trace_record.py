@@ -1,11 +1,8 @@
 """Which keys each trace job resolved last time: lets ``parallel_trace`` skip children on a warm cache.
 
-A job's keys are known only after tracing it (the key hashes the lowered graph), so
-``<cache>/.trace-record.json`` (a dot name: never an entry) maps a job's *fingerprint* (model class,
-module tree, parameter shapes, input specs, resolved arguments, autograd mode, capture options) to the
-keys its last trace resolved. It is only a prediction: a job whose recorded keys are all complete is
-traced in the caller's process, where the seam computes the key from the real graph and asserts a hit;
-a changed model that kept its fingerprint misses there and goes to a child as before.
+A job's keys are known only after tracing it, so ``<cache>/.trace-record.json`` maps a job's *fingerprint*
+(model, inputs, arguments, mode, options) to the keys its last trace resolved. Only a prediction: such a job
+is traced in the caller asserting a hit, and a changed model misses there and goes to a child.
 """
 from __future__ import annotations
 
@@ -95,8 +92,7 @@ class TraceRecord:
         return out
 
     def all_complete(self) -> bool:
-        """True when the record lists jobs and each of their keys has a complete entry: a warmup on this cache
-        likely compiles nothing (a prediction, like the record itself; an empty or missing record says False)."""
+        """True when the record lists jobs and each of their keys is complete: a warmup likely compiles nothing."""
         jobs = self.read()
         keys = {k for job in jobs.values() if isinstance(job, dict) for k in (job.get("keys") or ())}
         return bool(keys) and all(isinstance(k, str) and self.cache.entry(k).is_complete for k in keys)

@@ -1,21 +1,10 @@
 """The three torch.compile backend seams (the design's ``backend.py``, ``capture_backend.py``, ``native_backend.py``).
 
-One torch.compile per backend serves every graph type. Dynamo calls a backend once per graph
-and shape; the backend lowers the graph to HLO once and returns a :class:`CompiledGraph`, which
-reads the scope and the autograd mode **at call time** and keeps one variant per argument set and
-mode (what the key holds besides the graph). So the same shapes under two scopes never silently
-reuse the first variant, and after a variant's first call the serve path is a contextvar read and a
-dict lookup: no hashing, no file I/O. A backward graph takes the scope of its own forward call
-(:mod:`neuron_args.seams.forward_scope`).
-
-What a variant's first call does is its seam's, one class each:
-
-- ``neuron_libtorch`` (:class:`CompileSeam`): key = graph, input and output specs, autograd mode,
-  canonical compiler args, target, tool versions; compiles on a miss.
-- ``neuron_libtorch_graph_capture`` (:class:`CaptureSeam`): same key; writes ``graph.hlo`` and a
-  *pending* entry with the resolved args and runs the graph eagerly; ``parallel_compile`` builds it later.
-- ``neuron_native_lite`` (:class:`NativeSeam`): key leaves the args out (graph structure and I/O
-  shapes only) and ``_assert_cache_key_args`` guards it.
+Dynamo calls a backend once per graph and shape; it lowers the graph once and returns a
+:class:`CompiledGraph`, which reads the scope and autograd mode **at call time** and keeps one variant per
+argument set and mode, so two scopes never silently share a variant and a served call is a contextvar read
+and a dict lookup. What a variant's first call does is its seam's (:class:`CompileSeam`,
+:class:`CaptureSeam`, :class:`NativeSeam`).
 """
 from __future__ import annotations
 
@@ -79,22 +68,15 @@ EAGER: Any = object()
 
 class CompiledGraph:
     """What a seam hands back to aot_autograd for one graph: variants chosen by the scope at call time.
-
-    Built from a trace memo (:mod:`neuron_args.seams.trace_memo`) it has no aot graph and no
-    lowering yet: ``gm`` and ``lowered`` run them on first use (a variant whose key misses, an
-    eager run), from the Dynamo graph the memo stood in for.
-    """
-
-    _boxed_call = True
+    Built from a trace memo, ``gm`` and ``lowered`` are traced and lowered on first use."""
 
     def __init__(self, seam: str, gm: torch.fx.GraphModule | None, lowered: Any, settings: CompileSettings,
                  user_inputs: Sequence[bool] | None, *, grad: bool, memo: trace_memo.TraceMemo | None = None,
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None, forward: CompiledGraph | None = None) -> None:
         self.seam = seam
-        # a backward graph's forward: the backward resolves its variant with the scope of its own forward call
-        # (carried on that call's autograd node, :mod:`forward_scope`), so a loss.backward() outside the scope
-        # still gets its arguments; ``last_scope`` (the forward's latest call) only where no node carries one
+        # a backward graph's forward: the backward takes the scope of its own forward call (:mod:`forward_scope`),
+        # else ``last_scope``, so a loss.backward() outside the scope still gets its arguments
         self.forward = forward
         self.last_scope: forward_scope.Scope = (None, None)
         self.kind = SEAM_KINDS[seam]
@@ -180,9 +162,8 @@ class CompiledGraph:
         return digest
 
     def autograd(self) -> str:
-        """The autograd mode the graph serves in (a key component): ``grad`` when Dynamo traced it with grad
-        enabled (aot_autograd then calls it under no_grad); else the caller's, read at call time: Dynamo turns
-        inference mode off while it compiles (and guards on it), so only the call sees ``inference_mode``."""
+        """The autograd mode (a key component): ``grad`` when Dynamo traced with grad, else the caller's at call
+        time (Dynamo turns inference mode off while it compiles)."""
         if self.grad:
             return "grad"
         return "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
@@ -204,9 +185,8 @@ class CompiledGraph:
         return entry.is_complete and self.cache.verified(entry) is None
 
     def predicted_built(self) -> bool:
-        """Whether the key of the current scope's variant is built (False when the scope does not resolve:
-        the full path then raises the error at call time, as without a memo). Without grad, Dynamo's call does
-        not tell no_grad from inference mode: either built will do (a call whose own key misses lowers then)."""
+        """Whether the current scope's key is built (False when the scope does not resolve: the full path
+        raises then); without grad either of no_grad and inference mode will do."""
         try:
             request = resolve_request(self.settings, current_graph_type())
         except NeuronArgsError:
@@ -317,9 +297,8 @@ class CompileSeam(Seam):
 
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
-        """The loaded executable (once per process, by the entry's recorded format); :data:`EAGER` for a
-        NEFF that runs eagerly here; None when a cached one does not load: it is then moved aside
-        (corrupt) for the caller to rebuild."""
+        """The loaded executable; :data:`EAGER` for a NEFF run eagerly here; None when a cached one does not
+        load (moved aside for the caller to rebuild)."""
         graph_type = v.graph_type
         try:
             exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))

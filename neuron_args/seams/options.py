@@ -1,9 +1,5 @@
-"""A seam's error, handed to Dynamo as a graph that raises it.
-
-A malformed option (see :class:`neuron_args.settings.CompileSettings`) or any other
-:class:`NeuronArgsError` must reach the user as itself, not as torch's ``BackendCompilerFailed``.
-Dynamo wraps whatever a backend raises while it compiles, so the seams catch it and hand Dynamo a
-graph that raises it when called: the user's call raises the error itself (see :func:`deferred_raise`).
+"""A seam's error, handed to Dynamo as a graph that raises it, so the user sees the
+:class:`NeuronArgsError` itself rather than Dynamo's ``BackendCompilerFailed`` wrapper.
 """
 from __future__ import annotations
 
@@ -19,5 +15,4 @@ def deferred_raise(error: NeuronArgsError) -> Callable[..., Any]:
     def raise_error(*args: Any) -> Any:
         raise error.with_traceback(None)
 
-    raise_error._neuron_args_error = error  # type: ignore[attr-defined]
     return raise_error

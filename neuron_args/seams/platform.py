@@ -1,8 +1,4 @@
-"""What a cache key holds of the platform besides the graph and its arguments: tool versions, input specs.
-
-The request itself (arguments and target) is the settings' (:func:`neuron_args.settings.apply_platform_compiler_args`,
-read through the scope by :func:`neuron_args.scope.resolve_request`).
-"""
+"""What a cache key holds of the platform besides the graph and its arguments: tool versions, input specs."""
 from __future__ import annotations
 
 import functools
