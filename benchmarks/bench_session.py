@@ -18,7 +18,8 @@ timing). Asserts nothing on speed.
 ``--baseline DIR`` (a checkout of an earlier commit, e.g. ``git archive BASE | tar -x -C DIR``)
 runs every timed session there too, interleaved with this tree's, each tree on its own caches,
 and prints the earlier tree's figures beside this tree's (same venv: ``python -m pytest`` run
-in DIR imports DIR's packages first).
+in DIR imports DIR's packages first; ``--baseline-env PYTHONPATH=D`` puts an earlier dependency,
+installed with ``pip install --target D``, first in the baseline's sessions only).
 """
 from __future__ import annotations
 
@@ -42,10 +43,11 @@ from figures import figure, load  # noqa: E402
 CPU: dict[str, list[float]] = {}  # user + system CPU seconds of each run, by name (load inflates wall time)
 
 
-def session(cache: Path, *extra: str, repo: Path = REPO, name: str | None = None) -> tuple[float, int]:
+def session(cache: Path, *extra: str, repo: Path = REPO, name: str | None = None,
+            env_extra: dict[str, str] | None = None) -> tuple[float, int]:
     argv = [sys.executable, "-m", "pytest", "examples", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
             f"--neuron-cache-dir={cache}", *extra]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "VLLM_NEURON"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "VLLM_NEURON"))} | (env_extra or {})
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
@@ -67,7 +69,10 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--cold", action="store_true", help="also time a cold session in each flow")
     parser.add_argument("--baseline", type=Path, help="an earlier tree to time beside this one (interleaved)")
+    parser.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set in the baseline tree's sessions only (e.g. PYTHONPATH=DIR of its earlier dependencies)")
     ns = parser.parse_args()
+    base_env = dict(item.split("=", 1) for item in ns.baseline_env)
     print(f"bench_session: {load()} (start)")
     trees = {"": REPO} if ns.baseline is None else {"": REPO, "baseline ": ns.baseline.resolve()}
     names = ["collect", "in-process", "parallel"] + (["cold in-process", "cold parallel"] if ns.cold else [])
@@ -77,8 +82,9 @@ def main() -> int:
     codes: dict[str, list[int]] = {k: [] for k in runs}
     with tempfile.TemporaryDirectory(prefix="bench-session-") as tmp:
         caches = {t: Path(tmp) / f"{t.strip() or 'this'}-cache" for t in trees}
+        envs = {"": None, "baseline ": base_env}
         for t, repo in trees.items():
-            cold, code = session(caches[t], repo=repo)
+            cold, code = session(caches[t], repo=repo, env_extra=envs[t])
             print(f"  {t}cold session (warms the cache): {cold:.1f} s (exit {code})")
         order = [t + n for n in names for t in trees]
         for rep in range(ns.reps):
@@ -86,7 +92,7 @@ def main() -> int:
                 t = "baseline " if key.startswith("baseline ") else ""
                 name = key.removeprefix(t)
                 where = Path(tmp) / f"{key.replace(' ', '-')}-{rep}" if name.startswith("cold") else caches[t]
-                seconds, code = session(where, *args[name], repo=trees[t], name=key)
+                seconds, code = session(where, *args[name], repo=trees[t], name=key, env_extra=envs[t])
                 runs[key].append(seconds)
                 codes[key].append(code)
                 print(f"  rep {rep}: {key:<20} {seconds:6.1f} s (exit {code}); {load()}", flush=True)

@@ -101,8 +101,9 @@ VARIABLES: tuple[EnvVar, ...] = (
        "false value: trace every graph in full (default: a re-trace whose memoized key is built skips "
        "aot_autograd and the lowering; memo in `<cache>/.trace-memo/`)"),
     _v("NEURON_ARGS_GC_FREEZE", "bool", True,
-       "false value: the pytest plugin leaves Python's collector alone (default: after collection and at session "
-       "end it collects once and freezes the heap, so later full collections skip it; see docs/ARCHITECTURE.md)"),
+       "false value: the pytest plugin leaves Python's collector alone (default: after collection, after a shared "
+       "runner's warmup and at session end it collects once and freezes the heap, so later full collections skip "
+       "it; see docs/ARCHITECTURE.md)"),
     _v("NEURON_ARGS_XLA_CPU_ASYNC", "bool", False,
        "true value: run local executables on jax's asynchronous XLA:CPU client instead of the synchronous one"),
     _v("NEURON_ARGS_ENGINE", "index", 0, "this process's engine index (set by `neuron_args.launch`)"),

@@ -162,6 +162,11 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
     return runner
 
 
+def _shared(session: NeuronSession, runner: Any) -> bool:
+    """True for a runner the session keeps for later tests (its model's fixture outlives a test)."""
+    return any(r is runner for r in session.runners.values())
+
+
 @pytest.fixture
 def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Iterator[Any]:
     """A NeuronRunner for ``neuron_model`` with the session's options; while the test runs its graphs go to the
@@ -233,7 +238,8 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
                 report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
             else:
                 progress = _progress_writer(pytestconfig, request.node)
-                with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}), gc_policy.paused(), trace_log.detached():
+                with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}), \
+                        gc_policy.paused(keep=_shared(session, neuron_runner)), trace_log.detached():
                     report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
                 session.add_deferred_counts(report.deferred_counts)  # graphs loaded here are in ACTIVITY.stats already
                 session.add_compile_report(report.compile_report)
@@ -528,7 +534,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     rank = envs.RANK
     result: dict[str, Any] = {"rank": rank, "error": None}
     try:
-        with gc_policy.paused(), trace_log.detached():
+        with gc_policy.paused(keep=_shared(session, runner)), trace_log.detached():
             report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
         session.add_compile_report(report.compile_report)
         result.update(graphs=[g.to_json() for g in report.graphs], export=session.export(),

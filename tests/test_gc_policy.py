@@ -78,10 +78,39 @@ def test_paused_restores_the_collector_state(enabled):
         (gc.enable if was else gc.disable)()
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_kept_warmup_collects_and_freezes_what_it_leaves_before_the_collector_is_back(fresh, keep):
+    import weakref
+
+    gc_policy.session_started()
+    try:
+        with gc_policy.paused(keep=keep):
+            dead = Cycle()
+            dead_ref = weakref.ref(dead)
+            del dead
+            alive = Cycle()  # a shared runner's traces: they outlive the warmup
+            frozen_in_block = gc.get_freeze_count()
+        assert gc.isenabled()
+        if keep:
+            assert dead_ref() is None  # garbage is collected before the freeze, never frozen
+            assert gc.get_freeze_count() > frozen_in_block
+            alive_ref = weakref.ref(alive)
+            del alive
+            gc.collect()
+            assert alive_ref() is not None  # frozen: no later collection walks it
+        else:  # a per-test runner's traces die with the test: the collector keeps them
+            assert gc.get_freeze_count() == frozen_in_block == 0
+            del alive
+            gc.collect()
+            assert dead_ref() is None
+    finally:
+        gc_policy.session_stopped()
+
+
 @pytest.mark.slow
 def test_a_session_that_warms_up_freezes_after_collection_and_again_at_its_end(neuron_project, warm_cache):
     """Wired into the plugin: in a process of its own (the outermost session) the heap is frozen when the
-    test runs, and more of it (the warmed-up runner) at session end; a warmup runs with the collector off."""
+    test runs, more of it after the shared runner's warmup (which runs with the collector off), and at session end."""
     neuron_project.makeconftest(neuron_project.path.joinpath("conftest.py").read_text() + textwrap.dedent("""
         import gc
 
@@ -97,9 +126,11 @@ def test_a_session_that_warms_up_freezes_after_collection_and_again_at_its_end(n
         def test_warmup_pauses_the_collector(request, neuron_runner):
             real = neuron_runner.warmup
             seen = []
-            neuron_runner.warmup = lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k)
+            neuron_runner.warmup = lambda *a, **k: seen.append((gc.isenabled(), gc.get_freeze_count())) or real(*a, **k)
             request.getfixturevalue("neuron_warmup")
-            assert seen == [False] and gc.isenabled()
+            assert [enabled for enabled, _ in seen] == [False] and gc.isenabled()
+            # the session's runner: what its warmup left (the traces) is frozen with it
+            assert gc.get_freeze_count() > seen[0][1]
     """)
     result = neuron_project.runpytest_subprocess("-s", "-p", "no:randomly")
     result.assert_outcomes(passed=2)
