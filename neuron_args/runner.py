@@ -303,7 +303,20 @@ class NeuronRunner:
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
         chosen = self._selected(graph_types)
+        first = self._manifest_hold is None
         self._hold_manifest_folder()
+        try:
+            report = self._warm(chosen, flow, progress, trace_timeout)
+        except BaseException:  # a job whose first warmup failed emits nothing: another job of the engine goes on
+            if first:
+                self._release_manifest_folder()
+            raise
+        if self.emit_manifests if emit is None else emit:
+            report.manifest_path = self.emit_manifest()
+        return report
+
+    def _warm(self, chosen: list[str], flow: str, progress: Callable[[Any], None] | None,
+              trace_timeout: float | None) -> WarmupReport:
         todo = [g for g in chosen if g not in self.warmed]
         reused = [g for g in chosen if g in self.warmed]
         t0 = time.monotonic()
@@ -322,11 +335,8 @@ class NeuronRunner:
         for g in reused:
             REUSED.extend(self.warmed[g])
         graphs = [w for g in chosen for w in self.warmed.get(g, [])]
-        report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
-                              graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
-        if self.emit_manifests if emit is None else emit:
-            report.manifest_path = self.emit_manifest()
-        return report
+        return WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
+                            graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
 
     def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None) -> None:
         prestart_compile_worker(self.settings, unless_warm=True)  # it starts while the first graph is traced
@@ -608,9 +618,12 @@ class NeuronRunner:
             return emit_manifest(cache_dir=self.cache_dir, config=self.manifest_config_block(),
                                  local_rank=self.local_rank)
         finally:
-            hold, self._manifest_hold = self._manifest_hold, None
-            if hold is not None:
-                hold.release()
+            self._release_manifest_folder()
+
+    def _release_manifest_folder(self) -> None:
+        hold, self._manifest_hold = self._manifest_hold, None
+        if hold is not None:
+            hold.release()
 
     def _hold_manifest_folder(self) -> None:
         """Hold the engine's manifest folder from the first warmup to the emit, so a second job of the engine

@@ -150,6 +150,25 @@ def test_warmup_emits_the_manifest_when_enabled(warm_cache, tmp_path, monkeypatc
     assert any("-O3" in g["compiler_flags"] for g in doc["graphs"])
 
 
+def test_a_failed_first_warmup_lets_the_manifest_folder_go_at_once(warm_cache, tmp_path, monkeypatch):
+    from neuron_args.manifest.folder_lock import held_here
+
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(tmp_path / "m"))
+    runner = make_runner(warm_cache)
+
+    def broken(*args, **kwargs):
+        assert held_here(tmp_path / "m" / "nodev")  # held while the warmup runs
+        raise RuntimeError("the model's warmup failed")
+
+    runner._warmup_in_process = broken
+    with pytest.raises(RuntimeError, match="the model's warmup failed"):
+        runner.warmup()
+    assert not held_here(tmp_path / "m" / "nodev")  # not held until the runner is collected: another job goes on
+    del runner._warmup_in_process
+    report = runner.warmup()  # a retry holds it again and emits
+    assert report.manifest_path == tmp_path / "m" / "nodev" / "manifest.json" and not held_here(tmp_path / "m")
+
+
 FRESH = textwrap.dedent("""
     import sys, json, torch
     sys.path.insert(0, sys.argv[2])
