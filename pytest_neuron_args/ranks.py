@@ -53,6 +53,15 @@ def unsharded_reason(rank_weights: dict[int, dict[str, str]], single_layout: str
     return None
 
 
+def _read_object(path: Path) -> dict[str, Any]:
+    """A rank's file as a JSON object, bounded; ``{}`` for a missing, unreadable, oversized or non-object file."""
+    try:
+        doc = read_json(path, RECORD_LIMIT)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def warmup_file(out: Path, rank: int) -> Path:
     return out / f"rank{rank}.json"
 
@@ -69,11 +78,7 @@ def read_warmups(out: Path, tp: int) -> list[dict[str, Any]]:
     nothing)."""
     results = []
     for rank in range(tp):
-        try:
-            doc = read_json(warmup_file(out, rank), RECORD_LIMIT)
-        except (OSError, ValueError):
-            doc = None
-        doc = doc if isinstance(doc, dict) else {}
+        doc = _read_object(warmup_file(out, rank))
         results.append({"rank": rank, "error": str(doc["error"]) if doc.get("error") else None,
                         "graphs": doc["graphs"] if isinstance(doc.get("graphs"), list) else None,
                         **{k: doc[k] if isinstance(doc.get(k), dict) else None for k in ("export", "weights", "config")}})
@@ -87,11 +92,8 @@ def serve_file(out: Path, rank: int) -> Path:
 def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
     """In a rank running a serving test: its outcome so far (a failed phase wins) and what it served."""
     path = serve_file(out, envs.RANK)
-    try:
-        result = read_json(path, RECORD_LIMIT)
-    except (OSError, ValueError):
-        result = None
-    if not isinstance(result, dict) or result.get("outcome") not in (None, "passed", "failed", "skipped"):
+    result = _read_object(path)
+    if not result or result.get("outcome") not in (None, "passed", "failed", "skipped"):
         result = {"rank": envs.RANK, "outcome": None, "error": None}
     if report.failed and result["outcome"] != "failed":  # the first failure is the one to show
         result["outcome"], result["error"] = "failed", f"{report.when}: {report.longrepr}"
@@ -108,12 +110,7 @@ def read_serves(out: Path, tp: int) -> list[dict[str, Any]]:
     """Each rank's ``serve<rank>.json`` (untrusted: a rank that wrote nothing or garbage has outcome None)."""
     results = []
     for rank in range(tp):
-        try:
-            doc = read_json(serve_file(out, rank), RECORD_LIMIT)
-        except (OSError, ValueError):
-            doc = None
-        if not isinstance(doc, dict):
-            doc = {"outcome": None, "error": None}
+        doc = _read_object(serve_file(out, rank))
         export = doc.get("export") if isinstance(doc.get("export"), dict) else {}
         calls = export.get("serve_calls") if isinstance(export.get("serve_calls"), dict) else {}
         results.append({"rank": rank, "outcome": doc.get("outcome") if isinstance(doc.get("outcome"), str) else None,
