@@ -11,7 +11,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
@@ -137,12 +137,14 @@ def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def _output(args: argparse.Namespace, doc: Mapping[str, object], lines: Iterable[str], status: int = EXIT_OK) -> int:
-    """``--json`` prints ``doc``, else ``lines``: what is printed changes, never the exit status."""
+def _output(args: argparse.Namespace, doc: Callable[[], Mapping[str, object]], lines: Callable[[], Iterable[str]],
+            status: int = EXIT_OK) -> int:
+    """``--json`` prints ``doc()``, else ``lines()`` (only the one asked for is built: a 10,000-entry listing is
+    not formatted twice); what is printed changes, never the exit status."""
     if args.json:
-        _print_json(doc)
+        _print_json(doc())
     else:
-        print(*lines, sep="\n")
+        print(*lines(), sep="\n")
     return status
 
 
@@ -154,7 +156,7 @@ def _manifest_show(args: argparse.Namespace) -> int:
     lookup = CompileCache(cache).lookup if cache is not None else lambda key: None
     found = [lookup(g["graph_hash"]) for g in _graphs(doc) if isinstance(g, Mapping) and isinstance(g.get("graph_hash"), str)]
     types: dict[str, str | None] = {entry.key: entry.graph_type for entry in found if entry is not None}
-    return _output(args, {
+    return _output(args, lambda: {
         "path": args.path,
         "kind": "baseline" if is_baseline(doc, args.path) else "manifest",
         "manifest_version": doc.get("manifest_version"),
@@ -162,7 +164,7 @@ def _manifest_show(args: argparse.Namespace) -> int:
         "cache_dir": str(cache) if cache is not None else None,
         "note": note,
         "graphs": manifest_graph_rows(doc, types),
-    }, [manifest_table(doc, types), *filter(None, [note])])
+    }, lambda: [manifest_table(doc, types), *filter(None, [note])])
 
 
 def cross_check(doc: Mapping, cache: Path) -> list[str]:
@@ -222,10 +224,11 @@ def _manifest_validate(args: argparse.Namespace) -> int:
     else:
         checked = f"; files checked against {cache}" if cache is not None else ""
         text = [f"OK: {args.path} is a valid manifest v{doc.get('manifest_version')} ({count} graphs{checked})"]
-    return _output(args, {"path": args.path, "kind": kind, "valid": not problems,
-                          "manifest_version": doc.get("manifest_version"), "graphs": count,
-                          "cache_dir": str(cache) if cache is not None else None, "note": note,
-                          "problems": problems}, [*filter(None, [note]), *text], EXIT_FAIL if problems else EXIT_OK)
+    return _output(args, lambda: {"path": args.path, "kind": kind, "valid": not problems,
+                                  "manifest_version": doc.get("manifest_version"), "graphs": count,
+                                  "cache_dir": str(cache) if cache is not None else None, "note": note,
+                                  "problems": problems},
+                   lambda: [*filter(None, [note]), *text], EXIT_FAIL if problems else EXIT_OK)
 
 
 def _manifest_diff(args: argparse.Namespace) -> int:
@@ -233,7 +236,7 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
     old, new = _load_manifest(args.old), _load_manifest(args.new)
     result = diff_manifests(old, new, include_environment=args.include_environment)
-    return _output(args, result.as_dict(), ["no differences"] if result.empty else result.lines(),
+    return _output(args, result.as_dict, lambda: ["no differences"] if result.empty else result.lines(),
                    EXIT_OK if result.empty else EXIT_FAIL)
 
 
@@ -247,18 +250,19 @@ def _cache_ls(args: argparse.Namespace) -> int:
         names = None if wanted is None else {s.value for s in wanted}
         return _remote_ls(args, root, [r for r in remote if names is None or r.status.split(" ")[0] in names])
     entries = [e for e in cache_entries(CompileCache(root)) if wanted is None or e.status in wanted]
-    return _output(args, {"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
-                          "counts": status_counts([e.status for e in entries]), "total_size": sum(e.size for e in entries)},
-                   [f"compile cache {root}", cache_table(entries) if entries else "no entries"])
+    return _output(args, lambda: {"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
+                                  "counts": status_counts([e.status for e in entries]),
+                                  "total_size": sum(e.size for e in entries)},
+                   lambda: [f"compile cache {root}", cache_table(entries) if entries else "no entries"])
 
 
 def _remote_ls(args: argparse.Namespace, root: Path, rows: list[remote_listing.RemoteRow]) -> int:
     url = remote_cache.remote_url(root)
-    return _output(args, {"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
-                          "counts": remote_listing.remote_counts(rows),
-                          "total_size": sum(r.size or 0 for r in rows if r.remote)},
-                   [f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}",
-                    remote_listing.remote_table(rows) if rows else "no entries"])
+    return _output(args, lambda: {"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
+                                  "counts": remote_listing.remote_counts(rows),
+                                  "total_size": sum(r.size or 0 for r in rows if r.remote)},
+                   lambda: [f"remote compile cache {url}: listed from its markers (nothing downloaded); "
+                            f"local copy {root}", remote_listing.remote_table(rows) if rows else "no entries"])
 
 
 def _copy_regular(source: Path, target: Path) -> bool:
@@ -292,7 +296,8 @@ def _cache_logs(args: argparse.Namespace) -> int:
         collected.append({"key": info.key, "graph_type": info.graph_type, "status": info.status.value,
                           "folder": str(folder), "files": files})
     statuses = ",".join(sorted(s.value for s in wanted))
-    return _output(args, {"cache_dir": str(root), "out": str(out), "statuses": statuses.split(","), "entries": collected}, [
+    return _output(args, lambda: {"cache_dir": str(root), "out": str(out), "statuses": statuses.split(","),
+                                  "entries": collected}, lambda: [
         f"compile cache {root}: {len(collected)} entr{'y' if len(collected) == 1 else 'ies'} {statuses}"
         + (f", logs copied to {out}" if collected else ""),
         *(f"  {item['status']} {item['key']} (graph type {item['graph_type'] or '-'}): "
@@ -337,11 +342,11 @@ def _cache_verify(args: argparse.Namespace) -> int:
     if corrupt and not args.fix:
         text.append(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
                     "or run this command with --fix")
-    return _output(args, {"cache_dir": str(root), "checked": len(entries), "counts": counts, "corrupt": found,
+    return _output(args, lambda: {"cache_dir": str(root), "checked": len(entries), "counts": counts, "corrupt": found,
                           "fixed": bool(args.fix), "ok": ok, **({} if synced is None else {
                               "remote_cache": synced.url, "remote_listed": synced.listed,
                               "remote_downloaded": synced.copied, "remote_not_loaded": remote_bad})},
-                   text, EXIT_OK if ok else EXIT_FAIL)
+                   lambda: text, EXIT_OK if ok else EXIT_FAIL)
 
 
 def _cache_explain(args: argparse.Namespace) -> int:
@@ -379,9 +384,11 @@ def _cache_explain(args: argparse.Namespace) -> int:
                 "(written before keys recorded their components, or unreadable); recompile it"
             )
     lines = explain_components(metadata[0].key_components, metadata[1].key_components)
-    return _output(args, {"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
-                          "graph_types": [md.graph_type for md in metadata], "identical": not lines, "differences": lines},
-                   [f"{keys[0]} vs {keys[1]}", *(f"  {line}" for line in lines or ["identical key components"])])
+    return _output(args, lambda: {"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
+                                  "graph_types": [md.graph_type for md in metadata], "identical": not lines,
+                                  "differences": lines},
+                   lambda: [f"{keys[0]} vs {keys[1]}",
+                            *(f"  {line}" for line in lines or ["identical key components"])])
 
 
 def _cache_prune_memo(args: argparse.Namespace) -> int:
@@ -392,9 +399,9 @@ def _cache_prune_memo(args: argparse.Namespace) -> int:
     root = _open_cache(_cache_arg(args))[0]  # an s3:// cache: the remote's entries keep their memos
     pruned = prune(CompileCache(root), older_than_days=args.older_than, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    return _output(args, {"cache_dir": str(root), "dry_run": bool(args.dry_run),
+    return _output(args, lambda: {"cache_dir": str(root), "dry_run": bool(args.dry_run),
                           "pruned": [{"file": p.path.name, "reason": p.reason} for p in pruned]},
-                   [f"compile cache {root}: {verb} {len(pruned)} trace-memo file(s)",
+                   lambda: [f"compile cache {root}: {verb} {len(pruned)} trace-memo file(s)",
                     *(f"  {p.path.name} ({p.reason})" for p in pruned)])
 
 
@@ -407,7 +414,8 @@ def _report_compare(args: argparse.Namespace) -> int:
         result = compare_files(args.old, args.new, thresholds)
     except ValueError as exc:
         raise _Usage(str(exc)) from None
-    return _output(args, result.as_dict(), [*result.lines(), "regression" if result.regression else "no regression"],
+    return _output(args, result.as_dict,
+                   lambda: [*result.lines(), "regression" if result.regression else "no regression"],
                    EXIT_FAIL if result.regression else EXIT_OK)
 
 
