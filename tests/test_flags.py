@@ -649,8 +649,7 @@ def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix
 
 def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     from neuron_args.errors import CompilerArgsWarning
-    from neuron_args.resolver import CompilerArgsResolver
-    from neuron_args.scope import resolve_request, scoped_compiler_args
+    from neuron_args.scope import CompilerArgsResolver, resolve_request, scoped_compiler_args
 
     with pytest.warns(CompilerArgsWarning, match=r"^graph type 'decode': scoped_compiler_args\(\.\.\.\) gives "
                                                  r"--auto-cast 2 times .*'--auto-cast=all'"):
