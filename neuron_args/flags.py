@@ -326,35 +326,20 @@ def with_optimization_level(args: str | Sequence[str] | None, level: int) -> lis
     """A new list holding exactly one ``-O<level>``, where the first level was (else appended); every
     other token keeps its place, unknown flags included, so a policy can set the level on any base list."""
     level = _check_level(level)
-    tokens = split_compiler_args(args)
-    out: list[str] = []
-    placed = False
-    for item in _scan(tokens):
-        if item.name == OPTLEVEL:
-            if not placed:
-                out.append(f"-O{level}")
-                placed = True
-            continue
-        out.extend(item.tokens)
-    if not placed:
-        out.append(f"-O{level}")
-    return out
+    items = _scan(split_compiler_args(args))
+    first = next((k for k, item in enumerate(items) if item.name == OPTLEVEL), len(items))
+    return [*(t for item in items[:first] for t in item.tokens), f"-O{level}",
+            *(t for item in items[first:] if item.name != OPTLEVEL for t in item.tokens)]
 
 
 def optimization_level(args: str | Sequence[str] | None) -> int | None:
     """The effective ``-O`` level (the last wins, as in neuronx-cc), None if absent; only the level is checked."""
-    tokens = split_compiler_args(args)
-    levels = [item for item in _scan(tokens) if item.name == OPTLEVEL]
+    levels = [item for item in _scan(split_compiler_args(args)) if item.name == OPTLEVEL]
     if not levels:
         return None
-    last = levels[-1]
-    given = " ".join(last.tokens)
-    allowed = ", ".join(str(n) for n in OPT_LEVELS)
-    if last.problem is not None or last.value not in {str(n) for n in OPT_LEVELS}:
-        raise CompilerArgsError(
-            f"compiler args: bad optimization level {given!r}; allowed levels are {allowed} "
-            f"(write -O1, -O2 or -O3)"
-        )
+    last, spec = levels[-1], _BY_SPELLING[OPTLEVEL]
+    if last.problem is not None or last.value not in spec.choices:  # the message names the tokens given
+        raise CompilerArgsError(f"compiler args: {_value_problem(spec, ' '.join(last.tokens))}")
     return int(last.value)
 
 
@@ -604,16 +589,18 @@ def _token_option(token: str) -> str:
     return OPTLEVEL if token.startswith("-O") and not token.startswith("--") else token.split("=", 1)[0]
 
 
+def _by_option(tokens: list[str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for token in tokens:
+        grouped.setdefault(_token_option(token), []).append(token)
+    return grouped
+
+
 def flag_changes(old: Sequence[str], new: Sequence[str]) -> FlagChanges:
     """The option-level difference of two canonical token lists, compared as multisets (order is no change)."""
     removed = list((Counter(old) - Counter(new)).elements())
     added = list((Counter(new) - Counter(old)).elements())
-    removed_by: dict[str, list[str]] = {}
-    added_by: dict[str, list[str]] = {}
-    for token in removed:
-        removed_by.setdefault(_token_option(token), []).append(token)
-    for token in added:
-        added_by.setdefault(_token_option(token), []).append(token)
+    removed_by, added_by = _by_option(removed), _by_option(added)
     changed = []
     for name in sorted(removed_by.keys() & added_by.keys()):
         if name.startswith("-") and len(removed_by[name]) == 1 and len(added_by[name]) == 1:
