@@ -204,9 +204,8 @@ def _manifest_validate(args: argparse.Namespace) -> int:
     doc = _load_manifest(args.path)
     kind = "baseline" if is_baseline(doc, args.path) else "manifest"
     if kind == "baseline":
-        cache, note = None, None
-        if args.cache_dir is not None:
-            note = "note: a baseline names no cache files; --cache-dir not used"
+        cache = None
+        note = "note: a baseline names no cache files; --cache-dir not used" if args.cache_dir is not None else None
         problems = validate_baseline(doc)
     else:
         cache, note = _cache_dir_for(doc, args.cache_dir)
@@ -310,18 +309,14 @@ def _cache_verify(args: argparse.Namespace) -> int:
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
-    corrupt, statuses = [], []
+    found, statuses = [], []
     remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded]
     for entry in entries:
         status = entry.status
         problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None
-        if problem is not None:
-            status = EntryStatus.CORRUPT
-            corrupt.append((entry, problem))
-        statuses.append(status)
-    counts = status_counts(statuses)
-    found = []
-    for entry, problem in corrupt:
+        statuses.append(EntryStatus.CORRUPT if problem is not None else status)
+        if problem is None:
+            continue
         label = entry.graph_type
         try:
             moved = cache.quarantine(entry, problem) if args.fix else None
@@ -331,7 +326,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
                          "loaded meanwhile)") from None
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
-    ok = (not corrupt or bool(args.fix)) and not remote_bad
+    counts = status_counts(statuses)
+    ok = (not found or bool(args.fix)) and not remote_bad
     text = [f"compile cache {root}: {len(entries)} entries checked"]
     for item in found:
         moved = ("; moved to " + item["moved_to"] if item["moved_to"] else "; already replaced") if args.fix else ""
@@ -339,7 +335,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     text.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
     text += [f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
              "replaces it" for item in remote_bad]
-    if corrupt and not args.fix:
+    if found and not args.fix:
         text.append(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
                     "or run this command with --fix")
     return _output(args, lambda: {"cache_dir": str(root), "checked": len(entries), "counts": counts, "corrupt": found,
