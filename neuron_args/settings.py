@@ -75,13 +75,6 @@ def _env_compiler_args(text: str | None) -> CompilerArgs:
         raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
 
 
-#: The options the seams read; anything else is reported once (a typo is silently ignored otherwise).
-#: ``allow_eager_outputs``: NEFFs without a runtime binding run eagerly (neuron_args.executables);
-#: ``runner``: the runner's own id, which keeps its torch.compile options (and so Dynamo frames) apart.
-KNOWN_OPTIONS = ("cache_dir", "compiler_args", "target", "compiler", "compile_timeout", "allow_eager_outputs",
-                 "runner")
-
-
 @dataclass(frozen=True)
 class CompileSettings:
     """What the torch.compile options ask for; ``None`` leaves the choice to the environment or default."""
@@ -94,7 +87,9 @@ class CompileSettings:
     compiler_args: CompilerArgs | None = None
     #: seconds, checked positive (``None``: ``$NEURON_ARGS_COMPILE_TIMEOUT`` or the compiler default)
     compile_timeout: float | None = None
+    #: NEFFs without a runtime binding run eagerly (neuron_args.executables)
     allow_eager_outputs: bool | None = None
+    #: the runner's own id, which keeps its torch.compile options (and so Dynamo frames) apart
     runner: str | None = None
 
     def __post_init__(self) -> None:  # a tuple, list or str given to the constructor becomes the value type here
@@ -148,6 +143,10 @@ class CompileSettings:
         """The torch.compile options these settings came from (the given ones, lists as lists)."""
         return {f.name: list(v) if isinstance(v, tuple) else v
                 for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
+
+
+#: The options the seams read (the fields above); anything else is reported once (a typo is ignored otherwise).
+KNOWN_OPTIONS = tuple(f.name for f in dataclasses.fields(CompileSettings))
 
 
 @dataclass(frozen=True)
