@@ -9,6 +9,7 @@ tokens it cannot identify, because it edits lists it does not own.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import shlex
 import warnings
@@ -422,12 +423,10 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
                 raise CompilerArgsError(f"{exc} (these arguments come from {source})") from None
         return self
 
-    @property
+    @functools.cached_property
     def canonical(self) -> tuple[str, ...]:
         """The key form (:func:`canonical_compiler_args`); validates an unchecked value."""
-        if "canonical" not in self.__dict__:
-            self.__dict__["canonical"] = _canonical(self.checked().__dict__["flags"])
-        return self.__dict__["canonical"]
+        return _canonical(self.checked().__dict__["flags"])
 
     argv = property(list, doc="The tokens as the compiler's argv (and JSON) holds them.")
     manifest = property(lambda self: manifest_compiler_flags(self), doc="The manifest's one-line form.")
