@@ -130,7 +130,9 @@ class Flag:
 
 
 def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
-    """The tokens as a new list: a string is split shell-style, a list's items stay whole."""
+    """The tokens as a new list: a string is split shell-style, a list's items stay whole. Each must be an argv
+    item: UTF-8 text (an environment variable holding another encoding's byte decodes to a lone surrogate) without
+    a NUL; else :class:`CompilerArgsError`."""
     if args is None:
         return []
     if isinstance(args, str):
@@ -141,26 +143,19 @@ def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
                 f"cannot split compiler args {args!r} shell-style ({exc}); "
                 "close the quote or pass a list of tokens"
             ) from None
-        return _checked_text(tokens)
-    if isinstance(args, (bytes, bytearray)) or not isinstance(args, Sequence):
+    elif isinstance(args, (bytes, bytearray)) or not isinstance(args, Sequence):
         raise TypeError(
             "compiler args must be a string, a list or tuple of strings, or None; "
             f"got {type(args).__name__} {args!r}"
         )
-    tokens = list(args)
+    else:
+        tokens = list(args)
     for index, token in enumerate(tokens):
         if not isinstance(token, str):
             raise TypeError(
                 "compiler args must be a list or tuple of strings; item "
                 f"{index} is {type(token).__name__} {token!r}"
             )
-    return _checked_text(tokens)
-
-
-def _checked_text(tokens: list[str]) -> list[str]:
-    """``tokens``, when each can be an argv item: UTF-8 text (an environment variable holding another
-    encoding's byte decodes to a lone surrogate) without a NUL; else :class:`CompilerArgsError`."""
-    for token in tokens:
         try:
             token.encode("utf-8")
         except UnicodeEncodeError:
