@@ -133,16 +133,12 @@ def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]
     return root, synced
 
 
-def _print_json(value: object) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
 def _output(args: argparse.Namespace, doc: Callable[[], Mapping[str, object]], lines: Callable[[], Iterable[str]],
             status: int = EXIT_OK) -> int:
     """``--json`` prints ``doc()``, else ``lines()`` (only the one asked for is built: a 10,000-entry listing is
     not formatted twice); what is printed changes, never the exit status."""
     if args.json:
-        _print_json(doc())
+        print(json.dumps(doc(), indent=2, sort_keys=True, default=str))
     else:
         print(*lines(), sep="\n")
     return status
