@@ -181,7 +181,7 @@ def phase_compile(cache: str, workers: int, prestart: bool = False) -> dict[str,
     from neuron_args.deferred import parallel_compile
 
     # As in a real warmup, the parent already has torch + Dynamo imported (timed here); the pool
-    # workers' body (compile_entry in neuron_args.compilers.build) itself needs neither.
+    # workers' body (compile_entry in neuron_args.compilers.base) itself needs neither.
     t0 = time.perf_counter()
     import neuron_args.runner  # noqa: F401
 

@@ -24,8 +24,7 @@ from neuron_args.errors import (
     TraceError,
 )
 from neuron_args.flags import canonical_compiler_args, validate_compiler_args, with_optimization_level
-from neuron_args.resolver import CompilerArgsResolver
-from neuron_args.scope import apply_scoped_compiler_args, scoped_compiler_args
+from neuron_args.scope import CompilerArgsResolver, apply_scoped_compiler_args, scoped_compiler_args
 
 __version__ = "0.1.0"
 

@@ -133,16 +133,12 @@ def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]
     return root, synced
 
 
-def _print_json(value: object) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
 def _output(args: argparse.Namespace, doc: Callable[[], Mapping[str, object]], lines: Callable[[], Iterable[str]],
             status: int = EXIT_OK) -> int:
     """``--json`` prints ``doc()``, else ``lines()`` (only the one asked for is built: a 10,000-entry listing is
     not formatted twice); what is printed changes, never the exit status."""
     if args.json:
-        _print_json(doc())
+        print(json.dumps(doc(), indent=2, sort_keys=True, default=str))
     else:
         print(*lines(), sep="\n")
     return status
@@ -204,9 +200,8 @@ def _manifest_validate(args: argparse.Namespace) -> int:
     doc = _load_manifest(args.path)
     kind = "baseline" if is_baseline(doc, args.path) else "manifest"
     if kind == "baseline":
-        cache, note = None, None
-        if args.cache_dir is not None:
-            note = "note: a baseline names no cache files; --cache-dir not used"
+        cache = None
+        note = "note: a baseline names no cache files; --cache-dir not used" if args.cache_dir is not None else None
         problems = validate_baseline(doc)
     else:
         cache, note = _cache_dir_for(doc, args.cache_dir)
@@ -310,18 +305,14 @@ def _cache_verify(args: argparse.Namespace) -> int:
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
-    corrupt, statuses = [], []
+    found, statuses = [], []
     remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded]
     for entry in entries:
         status = entry.status
         problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None
-        if problem is not None:
-            status = EntryStatus.CORRUPT
-            corrupt.append((entry, problem))
-        statuses.append(status)
-    counts = status_counts(statuses)
-    found = []
-    for entry, problem in corrupt:
+        statuses.append(EntryStatus.CORRUPT if problem is not None else status)
+        if problem is None:
+            continue
         label = entry.graph_type
         try:
             moved = cache.quarantine(entry, problem) if args.fix else None
@@ -331,7 +322,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
                          "loaded meanwhile)") from None
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
-    ok = (not corrupt or bool(args.fix)) and not remote_bad
+    counts = status_counts(statuses)
+    ok = (not found or bool(args.fix)) and not remote_bad
     text = [f"compile cache {root}: {len(entries)} entries checked"]
     for item in found:
         moved = ("; moved to " + item["moved_to"] if item["moved_to"] else "; already replaced") if args.fix else ""
@@ -339,7 +331,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     text.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
     text += [f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
              "replaces it" for item in remote_bad]
-    if corrupt and not args.fix:
+    if found and not args.fix:
         text.append(f"fix: rerun the warmup (it moves corrupt entries to {root / QUARANTINE_DIR} and rebuilds them), "
                     "or run this command with --fix")
     return _output(args, lambda: {"cache_dir": str(root), "checked": len(entries), "counts": counts, "corrupt": found,

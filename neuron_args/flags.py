@@ -3,12 +3,13 @@ that policies, the cache key and the manifest share. Pure Python (imports withou
 
 Strict reading (``CompilerArgs.parse``, ``parse_compiler_args``, ``canonical_compiler_args``) raises
 :class:`CompilerArgsError` on anything neuronx-cc would reject, so a policy typo fails on a laptop; lenient
-editing (``with_optimization_level``, ``remove_options``, ``option_value``, ``manifest_compiler_flags``) keeps
+editing (``with_optimization_level``, ``remove_options``, ``CompilerArgs.value``, ``manifest_compiler_flags``) keeps
 tokens it cannot identify, because it edits lists it does not own.
 """
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import shlex
 import warnings
@@ -32,10 +33,8 @@ __all__ = [
     "canonical_compiler_args",
     "closest_option",
     "flag_changes",
-    "has_option",
     "manifest_compiler_flags",
     "optimization_level",
-    "option_value",
     "parse_compiler_args",
     "remove_options",
     "repeated_options",
@@ -121,26 +120,19 @@ _NEGATIVE_NUMBER = re.compile(r"-\d+$")
 
 @dataclass(frozen=True)
 class Flag:
-    """One parsed option: canonical name, value (None for a switch), the tokens as given."""
-
-    name: str
-    value: str | None
-    tokens: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class _Item:
-    """One scanned stretch of tokens; ``name`` is None for a token nothing could identify."""
+    """One option: canonical name (None for a token nothing could identify), value (None for a switch), the tokens
+    as given, and why strict parsing rejects it (only a scan, never :func:`parse_compiler_args`, gives one)."""
 
     name: str | None
     value: str | None
-    start: int
-    end: int  # exclusive
-    problem: str | None = None  # why strict parsing rejects it
+    tokens: tuple[str, ...]
+    problem: str | None = None
 
 
 def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
-    """The tokens as a new list: a string is split shell-style, a list's items stay whole."""
+    """The tokens as a new list: a string is split shell-style, a list's items stay whole. Each must be an argv
+    item: UTF-8 text (an environment variable holding another encoding's byte decodes to a lone surrogate) without
+    a NUL; else :class:`CompilerArgsError`."""
     if args is None:
         return []
     if isinstance(args, str):
@@ -151,26 +143,19 @@ def split_compiler_args(args: str | Sequence[str] | None) -> list[str]:
                 f"cannot split compiler args {args!r} shell-style ({exc}); "
                 "close the quote or pass a list of tokens"
             ) from None
-        return _checked_text(tokens)
-    if isinstance(args, (bytes, bytearray)) or not isinstance(args, Sequence):
+    elif isinstance(args, (bytes, bytearray)) or not isinstance(args, Sequence):
         raise TypeError(
             "compiler args must be a string, a list or tuple of strings, or None; "
             f"got {type(args).__name__} {args!r}"
         )
-    tokens = list(args)
+    else:
+        tokens = list(args)
     for index, token in enumerate(tokens):
         if not isinstance(token, str):
             raise TypeError(
                 "compiler args must be a list or tuple of strings; item "
                 f"{index} is {type(token).__name__} {token!r}"
             )
-    return _checked_text(tokens)
-
-
-def _checked_text(tokens: list[str]) -> list[str]:
-    """``tokens``, when each can be an argv item: UTF-8 text (an environment variable holding another
-    encoding's byte decodes to a lone surrogate) without a NUL; else :class:`CompilerArgsError`."""
-    for token in tokens:
         try:
             token.encode("utf-8")
         except UnicodeEncodeError:
@@ -190,81 +175,52 @@ def _is_internal(head: str) -> bool:
     return head.startswith(INTERNAL_PREFIX) and len(head) > len(INTERNAL_PREFIX)
 
 
+def _known_name(token: str) -> str | None:
+    """The canonical name of the option ``token`` (or its value form) spells, None if unknown (``-O<n>`` too)."""
+    head = token.split("=", 1)[0]
+    return _BY_SPELLING[head].name if head in _BY_SPELLING else head if _is_internal(head) else None
+
+
 def _is_known_spelling(token: str) -> bool:
     """True when ``token`` starts an option this table identifies (its value form included)."""
-    head = token.split("=", 1)[0]
-    return head in _BY_SPELLING or (token.startswith("-O") and len(token) > 2) or _is_internal(head)
+    return _known_name(token) is not None or (token.startswith("-O") and len(token) > 2)
 
 
-def _scan(tokens: list[str]) -> list[_Item]:
-    """Group tokens into options. Never raises: problems are recorded on the items."""
-    items: list[_Item] = []
+def _scan(tokens: Sequence[str]) -> list[Flag]:
+    """Group tokens into options. Never raises: problems are recorded on the flags."""
+    items: list[Flag] = []
     i, n = 0, len(tokens)
     while i < n:
         token = tokens[i]
         head, eq, inline = token.partition("=")
-
-        # -O<n>, -O <n>, and the invalid -O=<n>
-        if token.startswith("-O"):
-            if token == "-O":
-                if i + 1 < n and not _is_option_like(tokens[i + 1]):
-                    items.append(_Item(OPTLEVEL, tokens[i + 1], i, i + 2))
-                    i += 2
-                else:
-                    items.append(_Item(OPTLEVEL, None, i, i + 1, "missing value"))
-                    i += 1
-                continue
-            rest = token[2:]
+        spec = _BY_SPELLING.get(head)  # -O and -O=<n> included: '-O' is an alias of --optlevel
+        name, value, width, problem = spec.name if spec else None, None, 1, None
+        if spec is not None and spec.takes_value and not eq:
+            # value in the next token: an opaque value may start with '-' (it is another tool's
+            # options) unless it is itself one of ours (a token holding a space never is, as in
+            # argparse); other values may not look like options.
+            nxt = tokens[i + 1] if i + 1 < n else None
+            if nxt is not None and (any(c.isspace() for c in nxt) or not _is_known_spelling(nxt)
+                                    if spec.kind == OPAQUE else not _is_option_like(nxt)):
+                value, width = nxt, 2
+            else:
+                problem = "missing value"
+        elif token.startswith("-O"):  # -O<n>, and the invalid -O=<n>
+            name, rest = OPTLEVEL, token[2:]
             if rest.startswith("="):
-                items.append(
-                    _Item(OPTLEVEL, None, i, i + 1,
-                          f"'{token}' is not a valid -O spelling; write '-O{rest[1:]}' or "
-                          f"'--optlevel={rest[1:]}'")
-                )
+                problem = f"'{token}' is not a valid -O spelling; write '-O{rest[1:]}' or '--optlevel={rest[1:]}'"
             else:
-                items.append(_Item(OPTLEVEL, rest, i, i + 1))
-            i += 1
-            continue
-
-        # --internal-*: opaque pass-through; its value only ever comes with '='
-        if _is_internal(head):
-            items.append(_Item(head, inline if eq else None, i, i + 1))
-            i += 1
-            continue
-
-        spec = _BY_SPELLING.get(head)
-        if spec is None:
-            if _is_option_like(token) and token != "--":
-                items.append(_Item(None, None, i, i + 1, "unknown flag"))
-            else:
-                items.append(_Item(None, None, i, i + 1, "stray token"))
-            i += 1
-            continue
-
-        if not spec.takes_value:
+                value = rest
+        elif _is_internal(head):  # --internal-*: opaque pass-through; its value only ever comes with '='
+            name, value = head, inline if eq else None
+        elif spec is None:
+            problem = "unknown flag" if _is_option_like(token) and token != "--" else "stray token"
+        elif not spec.takes_value:
             problem = f"'{head}' is a switch and takes no value" if eq else None
-            items.append(_Item(spec.name, None, i, i + 1, problem))
-            i += 1
-            continue
-        if eq:
-            items.append(_Item(spec.name, inline, i, i + 1))
-            i += 1
-            continue
-        # value in the next token: an opaque value may start with '-' (it is another tool's
-        # options) unless it is itself one of ours (a token holding a space never is, as in
-        # argparse); other values may not look like options.
-        if i + 1 < n:
-            nxt = tokens[i + 1]
-            if spec.kind == OPAQUE:
-                takes_next = any(c.isspace() for c in nxt) or not _is_known_spelling(nxt)
-            else:
-                takes_next = not _is_option_like(nxt)
-            if takes_next:
-                items.append(_Item(spec.name, nxt, i, i + 2))
-                i += 2
-                continue
-        items.append(_Item(spec.name, None, i, i + 1, "missing value"))
-        i += 1
+        else:
+            value = inline
+        items.append(Flag(name, value, tuple(tokens[i:i + width]), problem))
+        i += width
     return items
 
 
@@ -291,8 +247,9 @@ def parse_compiler_args(
     tokens = split_compiler_args(args)
     ctx = f"compiler args for graph type {graph_type!r}: " if graph_type is not None else "compiler args: "
     flags: list[Flag] = []
-    for item in _scan(tokens):
-        given = tuple(tokens[item.start:item.end])
+    items = _scan(tokens)
+    for index, item in enumerate(items):
+        given = item.tokens
         token = given[0]
         if item.name is None:
             if item.problem == "unknown flag":
@@ -306,7 +263,7 @@ def parse_compiler_args(
                     f"{ctx}unknown neuronx-cc flag '{flag}' (token {token!r}).{hint} Fix or "
                     f"remove it; compiler-internal options pass through only as '--internal-...'."
                 )
-            previous = tokens[item.start - 1] if item.start else None
+            previous = items[index - 1].tokens[-1] if index else None
             after = f" after '{previous}'" if previous is not None else ""
             prev_head = previous.split("=", 1)[0] if previous is not None else ""
             prev_spec = _BY_SPELLING.get(prev_head)
@@ -330,7 +287,7 @@ def parse_compiler_args(
             problem = _value_problem(spec, item.value)
             if problem is not None:
                 raise CompilerArgsError(f"{ctx}{problem} (given as {' '.join(given)!r}).")
-        flags.append(Flag(item.name, item.value, given))
+        flags.append(item)
     return flags
 
 
@@ -343,14 +300,12 @@ def validate_compiler_args(
 
 def closest_option(name: str) -> str | None:
     """The known spelling nearest to ``name`` (a typo check), or None when nothing is close."""
-    head = name.split("=", 1)[0]
-    if head in _BY_SPELLING:
-        return _BY_SPELLING[head].name
-    if _is_internal(head):
-        return head
+    known = _known_name(name)
+    if known is not None:
+        return known
     vocabulary = {s.lower(): s for s in _BY_SPELLING}
     vocabulary.update({f"-o{n}": f"-O{n}" for n in OPT_LEVELS})
-    match = difflib.get_close_matches(head.lower(), list(vocabulary), n=1, cutoff=0.6)
+    match = difflib.get_close_matches(name.split("=", 1)[0].lower(), list(vocabulary), n=1, cutoff=0.6)
     return vocabulary[match[0]] if match else None
 
 
@@ -367,35 +322,20 @@ def with_optimization_level(args: str | Sequence[str] | None, level: int) -> lis
     """A new list holding exactly one ``-O<level>``, where the first level was (else appended); every
     other token keeps its place, unknown flags included, so a policy can set the level on any base list."""
     level = _check_level(level)
-    tokens = split_compiler_args(args)
-    out: list[str] = []
-    placed = False
-    for item in _scan(tokens):
-        if item.name == OPTLEVEL:
-            if not placed:
-                out.append(f"-O{level}")
-                placed = True
-            continue
-        out.extend(tokens[item.start:item.end])
-    if not placed:
-        out.append(f"-O{level}")
-    return out
+    items = _scan(split_compiler_args(args))
+    first = next((k for k, item in enumerate(items) if item.name == OPTLEVEL), len(items))
+    return [*(t for item in items[:first] for t in item.tokens), f"-O{level}",
+            *(t for item in items[first:] if item.name != OPTLEVEL for t in item.tokens)]
 
 
 def optimization_level(args: str | Sequence[str] | None) -> int | None:
     """The effective ``-O`` level (the last wins, as in neuronx-cc), None if absent; only the level is checked."""
-    tokens = split_compiler_args(args)
-    levels = [item for item in _scan(tokens) if item.name == OPTLEVEL]
+    levels = [item for item in _scan(split_compiler_args(args)) if item.name == OPTLEVEL]
     if not levels:
         return None
-    last = levels[-1]
-    given = " ".join(tokens[last.start:last.end])
-    allowed = ", ".join(str(n) for n in OPT_LEVELS)
-    if last.problem is not None or last.value not in {str(n) for n in OPT_LEVELS}:
-        raise CompilerArgsError(
-            f"compiler args: bad optimization level {given!r}; allowed levels are {allowed} "
-            f"(write -O1, -O2 or -O3)"
-        )
+    last, spec = levels[-1], _BY_SPELLING[OPTLEVEL]
+    if last.problem is not None or last.value not in spec.choices:  # the message names the tokens given
+        raise CompilerArgsError(f"compiler args: {_value_problem(spec, ' '.join(last.tokens))}")
     return int(last.value)
 
 
@@ -478,12 +418,10 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
                 raise CompilerArgsError(f"{exc} (these arguments come from {source})") from None
         return self
 
-    @property
+    @functools.cached_property
     def canonical(self) -> tuple[str, ...]:
         """The key form (:func:`canonical_compiler_args`); validates an unchecked value."""
-        if "canonical" not in self.__dict__:
-            self.__dict__["canonical"] = _canonical(self.checked().__dict__["flags"])
-        return self.__dict__["canonical"]
+        return _canonical(self.checked().__dict__["flags"])
 
     argv = property(list, doc="The tokens as the compiler's argv (and JSON) holds them.")
     manifest = property(lambda self: manifest_compiler_flags(self), doc="The manifest's one-line form.")
@@ -493,20 +431,35 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
         return CompilerArgs(with_optimization_level(self, level))
 
     def value(self, name: str) -> str | None:
-        return option_value(self, name)
+        """The last value given for option ``name`` in any spelling, None if absent (a switch: :meth:`has`)."""
+        (canonical,) = _resolve_names([name], what="CompilerArgs.value")
+        spec = _BY_SPELLING.get(canonical)
+        if spec is not None and not spec.takes_value:
+            raise CompilerArgsError(f"CompilerArgs.value: '{canonical}' is a switch and has no value; use .has()")
+        values = [item.value for item in self._items() if item.name == canonical and item.value is not None]
+        return values[-1] if values else None
+
+    def has(self, name: str) -> bool:
+        """True when option ``name`` (any spelling) appears."""
+        (canonical,) = _resolve_names([name], what="CompilerArgs.has")
+        return any(item.name == canonical for item in self._items())
 
     def without(self, names: Iterable[str]) -> CompilerArgs:
-        """:func:`remove_options` on this value; a checked value stays checked (its flags are filtered)."""
-        if "flags" not in self.__dict__:
-            return CompilerArgs(remove_options(self, names))
+        """This value without the named options (any spelling, values included); an unknown name is a
+        :class:`CompilerArgsError`, so a typo does not silently remove nothing. A checked value stays checked."""
         drop = _resolve_names(names, what="remove_options")
-        kept = tuple(flag for flag in self.__dict__["flags"] if flag.name not in drop)
+        kept = tuple(flag for flag in self._items() if flag.name not in drop)
         out = CompilerArgs([token for flag in kept for token in flag.tokens])
-        out.__dict__["flags"] = kept
+        if "flags" in self.__dict__:
+            out.__dict__["flags"] = kept
         return out
 
+    def _items(self) -> Sequence[Flag]:
+        """The parsed flags of a checked value, else the scan (lenient: a policy may edit unknown flags)."""
+        return self.__dict__.get("flags") or _scan(self)
 
-def _looks_machine_specific(item: _Item) -> bool:
+
+def _looks_machine_specific(item: Flag) -> bool:
     if item.name is None:
         return False
     if item.name in MACHINE_SPECIFIC:
@@ -531,7 +484,7 @@ def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
     kept: list[str] = []
     for item in _scan(tokens):
         if not _looks_machine_specific(item):
-            kept.extend(tokens[item.start:item.end])
+            kept.extend(item.tokens)
     return shlex.join(kept)
 
 
@@ -542,49 +495,18 @@ def _resolve_names(names: Iterable[str], *, what: str) -> set[str]:
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"{what}: option names must be strings; got {type(name).__name__} {name!r}")
-        head = name.split("=", 1)[0]
-        if head in _BY_SPELLING:
-            resolved.add(_BY_SPELLING[head].name)
-        elif _is_internal(head):
-            resolved.add(head)
-        else:
-            near = closest_option(head)
+        canonical = _known_name(name)
+        if canonical is None:
+            near = closest_option(name)
             hint = f" Did you mean '{near}'?" if near else ""
             raise CompilerArgsError(f"{what}: unknown neuronx-cc option {name!r}.{hint}")
+        resolved.add(canonical)
     return resolved
 
 
 def remove_options(args: str | Sequence[str] | None, names: Iterable[str]) -> list[str]:
-    """A new list without the named options (any spelling, values included); an unknown name is a
-    :class:`CompilerArgsError`, so a typo does not silently remove nothing."""
-    drop = _resolve_names(names, what="remove_options")
-    tokens = split_compiler_args(args)
-    out: list[str] = []
-    for item in _scan(tokens):
-        if item.name not in drop:
-            out.extend(tokens[item.start:item.end])
-    return out
-
-
-def option_value(args: str | Sequence[str] | None, name: str) -> str | None:
-    """The last value given for option ``name`` in any spelling, None if absent (a switch: :func:`has_option`)."""
-    (canonical,) = _resolve_names([name], what="option_value")
-    spec = _BY_SPELLING.get(canonical)
-    if spec is not None and not spec.takes_value:
-        raise CompilerArgsError(
-            f"option_value: '{canonical}' is a switch and has no value; use has_option()"
-        )
-    value = None
-    for item in _scan(split_compiler_args(args)):
-        if item.name == canonical and item.value is not None:
-            value = item.value
-    return value
-
-
-def has_option(args: str | Sequence[str] | None, name: str) -> bool:
-    """True when option ``name`` (any spelling) appears in ``args``."""
-    (canonical,) = _resolve_names([name], what="has_option")
-    return any(item.name == canonical for item in _scan(split_compiler_args(args)))
+    """A new list without the named options (:meth:`CompilerArgs.without`): the policy helper."""
+    return list(CompilerArgs.of(args).without(names))
 
 
 @dataclass(frozen=True)
@@ -609,7 +531,7 @@ def repeated_options(args: str | Sequence[str] | None) -> list[RepeatedOption]:
             continue
         spec = _BY_SPELLING.get(item.name)
         value = str(int(item.value)) if spec is not None and spec.kind == INT and item.value.isdigit() else item.value
-        seen.setdefault(item.name, []).append((value, " ".join(tokens[item.start:item.end])))
+        seen.setdefault(item.name, []).append((value, " ".join(item.tokens)))
     return [RepeatedOption(name, tuple(given for _, given in uses))
             for name, uses in seen.items() if len({value for value, _ in uses}) > 1]
 
@@ -661,16 +583,18 @@ def _token_option(token: str) -> str:
     return OPTLEVEL if token.startswith("-O") and not token.startswith("--") else token.split("=", 1)[0]
 
 
+def _by_option(tokens: list[str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for token in tokens:
+        grouped.setdefault(_token_option(token), []).append(token)
+    return grouped
+
+
 def flag_changes(old: Sequence[str], new: Sequence[str]) -> FlagChanges:
     """The option-level difference of two canonical token lists, compared as multisets (order is no change)."""
     removed = list((Counter(old) - Counter(new)).elements())
     added = list((Counter(new) - Counter(old)).elements())
-    removed_by: dict[str, list[str]] = {}
-    added_by: dict[str, list[str]] = {}
-    for token in removed:
-        removed_by.setdefault(_token_option(token), []).append(token)
-    for token in added:
-        added_by.setdefault(_token_option(token), []).append(token)
+    removed_by, added_by = _by_option(removed), _by_option(added)
     changed = []
     for name in sorted(removed_by.keys() & added_by.keys()):
         if name.startswith("-") and len(removed_by[name]) == 1 and len(added_by[name]) == 1:

@@ -35,8 +35,7 @@ from neuron_args.errors import NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
-from neuron_args.resolver import CompilerArgsResolver
-from neuron_args.scope import current_graph_type, scoped_compiler_args
+from neuron_args.scope import CompilerArgsResolver, current_graph_type, scoped_compiler_args
 from neuron_args.seams import records
 from neuron_args.flags import optimization_level
 from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM

@@ -75,13 +75,6 @@ def _env_compiler_args(text: str | None) -> CompilerArgs:
         raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
 
 
-#: The options the seams read; anything else is reported once (a typo is silently ignored otherwise).
-#: ``allow_eager_outputs``: NEFFs without a runtime binding run eagerly (neuron_args.executables);
-#: ``runner``: the runner's own id, which keeps its torch.compile options (and so Dynamo frames) apart.
-KNOWN_OPTIONS = ("cache_dir", "compiler_args", "target", "compiler", "compile_timeout", "allow_eager_outputs",
-                 "runner")
-
-
 @dataclass(frozen=True)
 class CompileSettings:
     """What the torch.compile options ask for; ``None`` leaves the choice to the environment or default."""
@@ -94,7 +87,9 @@ class CompileSettings:
     compiler_args: CompilerArgs | None = None
     #: seconds, checked positive (``None``: ``$NEURON_ARGS_COMPILE_TIMEOUT`` or the compiler default)
     compile_timeout: float | None = None
+    #: NEFFs without a runtime binding run eagerly (neuron_args.executables)
     allow_eager_outputs: bool | None = None
+    #: the runner's own id, which keeps its torch.compile options (and so Dynamo frames) apart
     runner: str | None = None
 
     def __post_init__(self) -> None:  # a tuple, list or str given to the constructor becomes the value type here
@@ -125,22 +120,13 @@ class CompileSettings:
                     f"{seam}: options['compiler_args'] must be a list of neuronx-cc arguments (or one string "
                     f"split shell-style), got {type(args).__name__} {args!r}: {exc}"
                 ) from None
-        for name in ("target", "compiler"):
+        for name, kinds, what in _TYPED_OPTIONS:
             value = options.get(name)
-            if value is not None and not isinstance(value, str):
-                raise OptionsError(f"{seam}: options[{name!r}] must be a string, got {type(value).__name__} {value!r}")
-        target = options.get("target")
-        if target is not None:
-            target = parse_target(target, "options['target']")
-        cache_dir = options.get("cache_dir")
-        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
-            raise OptionsError(
-                f"{seam}: options['cache_dir'] must be a path (str or os.PathLike), got {type(cache_dir).__name__} "
-                f"{cache_dir!r}")
-        timeout = options.get("compile_timeout")
-        eager = options.get("allow_eager_outputs")
-        return cls(cache_dir=cache_dir, compiler=options.get("compiler"), target=target,
-                   compiler_args=args,
+            if value is not None and not isinstance(value, kinds):
+                raise OptionsError(f"{seam}: options[{name!r}] must be {what}, got {type(value).__name__} {value!r}")
+        target, timeout, eager = (options.get(name) for name in ("target", "compile_timeout", "allow_eager_outputs"))
+        return cls(cache_dir=options.get("cache_dir"), compiler=options.get("compiler"),
+                   target=None if target is None else parse_target(target, "options['target']"), compiler_args=args,
                    compile_timeout=None if timeout is None else check_timeout(timeout, "options['compile_timeout']"),
                    allow_eager_outputs=None if eager is None else bool(eager), runner=options.get("runner"))
 
@@ -148,6 +134,13 @@ class CompileSettings:
         """The torch.compile options these settings came from (the given ones, lists as lists)."""
         return {f.name: list(v) if isinstance(v, tuple) else v
                 for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
+
+
+#: The options whose type ``from_options`` checks before it reads them: (name, types, what the message asks for).
+_TYPED_OPTIONS = (("target", str, "a string"), ("compiler", str, "a string"),
+                  ("cache_dir", (str, os.PathLike), "a path (str or os.PathLike)"))
+#: The options the seams read (the fields above); anything else is reported once (a typo is ignored otherwise).
+KNOWN_OPTIONS = tuple(f.name for f in dataclasses.fields(CompileSettings))
 
 
 @dataclass(frozen=True)

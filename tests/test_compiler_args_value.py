@@ -13,8 +13,7 @@ from neuron_args.compilers.base import prepare_compiler_args
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompilerArgsError, CorruptEntryError
 from neuron_args.flags import CompilerArgs, canonical_compiler_args
-from neuron_args.resolver import CompilerArgsResolver
-from neuron_args.scope import resolve_request, scoped_compiler_args
+from neuron_args.scope import CompilerArgsResolver, resolve_request, scoped_compiler_args
 from neuron_args.settings import CompileSettings
 from pytest_neuron_args.options import NeuronSettings
 

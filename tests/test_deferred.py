@@ -12,7 +12,7 @@ from neuron_args import CacheMissError, CompileError, scoped_compiler_args
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.deferred import build_trace_job, parallel_compile, parallel_trace
-from neuron_args.resolver import CompilerArgsResolver
+from neuron_args.scope import CompilerArgsResolver
 from tests.models import make_mlp, mlp_inputs
 from tests.trace_models import fork_server
 

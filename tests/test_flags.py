@@ -13,13 +13,12 @@ from neuron_args.settings import CompileSettings
 from neuron_args.flags import (
     KNOWN_TARGETS,
     OPT_LEVELS,
+    CompilerArgs,
     Flag,
     canonical_compiler_args,
     closest_option,
-    has_option,
     manifest_compiler_flags,
     optimization_level,
-    option_value,
     parse_compiler_args,
     remove_options,
     split_compiler_args,
@@ -513,23 +512,23 @@ def test_remove_options_unknown_name_is_an_error_with_the_closest():
     ],
 )
 def test_option_value(args, name, expected):
-    assert option_value(args, name) == expected
+    assert CompilerArgs(args).value(name) == expected
 
 
 def test_option_value_errors():
     with pytest.raises(CompilerArgsError, match="'--target'"):
-        option_value(BASE, "--targt")
-    with pytest.raises(CompilerArgsError, match="has_option"):
-        option_value(BASE, "--enable-saturate-infinity")
+        CompilerArgs(BASE).value("--targt")
+    with pytest.raises(CompilerArgsError, match=r"is a switch and has no value; use \.has\(\)"):
+        CompilerArgs(BASE).value("--enable-saturate-infinity")
 
 
 def test_has_option():
-    args = ["--enable-saturate-infinity", "--lnc=2", "--internal-x"]
-    assert has_option(args, "--enable-saturate-infinity")
-    assert has_option(args, "-lnc")
-    assert has_option(args, "--internal-x")
-    assert not has_option(args, "--enable-fast-context-switch")
-    assert not has_option(args, "--internal-y")
+    args = CompilerArgs(["--enable-saturate-infinity", "--lnc=2", "--internal-x"])
+    assert args.has("--enable-saturate-infinity")
+    assert args.has("-lnc")
+    assert args.has("--internal-x")
+    assert not args.has("--enable-fast-context-switch")
+    assert not args.has("--internal-y")
 
 
 @pytest.mark.parametrize(
@@ -649,8 +648,7 @@ def test_an_option_given_twice_warns_once_naming_source_values_effective_and_fix
 
 def test_a_repeat_in_a_scope_or_a_policy_names_it(told_afresh):
     from neuron_args.errors import CompilerArgsWarning
-    from neuron_args.resolver import CompilerArgsResolver
-    from neuron_args.scope import resolve_request, scoped_compiler_args
+    from neuron_args.scope import CompilerArgsResolver, resolve_request, scoped_compiler_args
 
     with pytest.warns(CompilerArgsWarning, match=r"^graph type 'decode': scoped_compiler_args\(\.\.\.\) gives "
                                                  r"--auto-cast 2 times .*'--auto-cast=all'"):

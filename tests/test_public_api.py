@@ -38,7 +38,7 @@ def python_prints(code: str) -> str:
 
 @pytest.mark.slow
 def test_the_deferred_build_imports_neither_torch_nor_the_seams():
-    assert python_prints("import sys, neuron_args.deferred.parallel_compile, neuron_args.compilers.build;"
+    assert python_prints("import sys, neuron_args.deferred.parallel_compile, neuron_args.compilers.base;"
                          "print(sorted(m for m in ('torch', 'jax', 'neuron_args.seams.backends') if m in sys.modules))"
                          ) == "[]"
 

@@ -5,7 +5,7 @@ import pytest
 
 from neuron_args import PolicyError
 from neuron_args.flags import with_optimization_level
-from neuron_args.resolver import BASE_ARGS_ATTR, CompilerArgsResolver
+from neuron_args.scope import BASE_ARGS_ATTR, CompilerArgsResolver
 
 BASE = ["--target", "trn2", "--auto-cast=none", "-O1"]
 

@@ -1,5 +1,7 @@
 """The one compiler interface both drivers implement: ``graph.hlo`` plus neuronx-cc arguments into an
 executable, run as a child process (a bad option can abort a process) with the same argv; only ``program`` differs.
+:func:`compile_entry` builds one cache entry with it (a seam's miss, or ``parallel_compile``) and records how in
+``metadata.json``. No torch, no seams: a compile worker imports neither.
 """
 from __future__ import annotations
 
@@ -12,8 +14,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.activity import ACTIVITY
+from neuron_args.cache import CacheEntry, executable_fields
+from neuron_args.compile_start import compile_starting
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
-from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
+from neuron_args.entry_metadata import EntryMetadata
+from neuron_args.errors import CompileError, CompilerArgsError, CompilerArgsWarning
+from neuron_args.flags import CompilerArgs
 from neuron_args.settings import resolve_compile_timeout
 from neuron_args.target import Target, parse_target
 from neuron_args.text import graph_label
@@ -42,9 +48,7 @@ def prepare_compiler_args(
 ) -> list[str]:
     """Validate a neuronx-cc argument list (before any process starts: a typo fails fast with
     :class:`CompilerArgsError`) and drop the options the driver sets itself."""
-    from neuron_args import flags
-
-    args = flags.CompilerArgs.parse(compiler_args, graph_type=graph_type)  # a checked value: not parsed again
+    args = CompilerArgs.parse(compiler_args, graph_type=graph_type)  # a checked value: not parsed again
     given = args.value("--target")
     if given is not None and given != target:
         raise CompilerArgsError(
@@ -53,7 +57,7 @@ def prepare_compiler_args(
             "compiler arguments (the driver sets it from the target) or change the target"
         )
     for name in ("--output", "--logfile"):
-        if flags.has_option(args, name) and ACTIVITY.say_once(f"driver option {name}"):
+        if args.value(name) is not None and ACTIVITY.say_once(f"driver option {name}"):
             warnings.warn(CompilerArgsWarning(
                 f"{graph_label(graph_type)}, key {key or '(none)'}: {name} in the compiler arguments is ignored: "
                 "the compile cache keeps each graph's executable and compiler log in its entry "
@@ -64,7 +68,7 @@ def prepare_compiler_args(
     for name in WORKDIR_OPTIONS:
         folder = args.value(name)
         if folder is not None and key:
-            args = flags.CompilerArgs([*args.without([name]), f"{name}={os.path.join(folder, key)}"])
+            args = CompilerArgs([*args.without([name]), f"{name}={os.path.join(folder, key)}"])
     return args.argv
 
 
@@ -148,3 +152,54 @@ class Compiler(abc.ABC):
             timeout=timeout,
             start_child=self.start_compiler,
         )
+
+
+def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence[str], target: str,
+                  graph_type: str | None, metadata: EntryMetadata, *, timeout: float | None = None) -> None:
+    """Compile ``entry``'s graph.hlo and record how, with the executable's size and sha256 that loads verify
+    (the completion marker is the caller's)."""
+    check_keyed_build(entry, metadata, compiler_args, target, graph_type)
+    compile_starting(graph_type, entry.key)
+    result = compiler.compile(
+        hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
+        compiler_args=compiler_args, workdir=entry.path, graph_type=graph_type, key=entry.key,
+        timeout=timeout,
+    )
+    entry.write_metadata(metadata.compiled(
+        compiler_args=compiler_args, command=result.argv, seconds=round(result.seconds, 4),
+        compiler=compiler.info.as_dict(), executable=executable_fields(entry.executable_path)))
+
+
+def check_keyed_compiler(key: str, graph_type: str | None, recorded: str | None, given: str | None) -> None:
+    """Refuse to build an entry with another compiler than it was captured for: the name is part of its key."""
+    if recorded and given and given != recorded:
+        raise CompileError(
+            f"entry {key} (graph type {graph_type!r}) was captured for compiler {recorded!r}, whose "
+            f"name is part of its key; compiling it with {given!r} would store a mismatched "
+            "executable. Capture again with the same compiler option.")
+
+
+def check_keyed_build(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], target: str,
+                      graph_type: str | None) -> None:
+    """Refuse to build a key with other compiler arguments or another target than its ``key_components`` hold
+    (metadata edited by hand); a key without arguments (native seam) or an entry recording none is not checked."""
+    comps = metadata.key_components
+    if comps is None:
+        return
+    keyed_args, keyed_target = comps.get("compiler_args"), comps.get("target")
+    problems = []
+    if isinstance(keyed_args, list) and metadata.compiler_args is not None:
+        try:
+            given = list(CompilerArgs.of(compiler_args).canonical)
+        except (CompilerArgsError, TypeError) as exc:
+            given = [f"<invalid: {exc}>"]
+        if given != keyed_args:
+            problems.append(f"compiler arguments {list(compiler_args)} (the key holds {keyed_args})")
+    if isinstance(keyed_target, str) and keyed_target != target:
+        problems.append(f"target {target!r} (the key holds {keyed_target!r})")
+    if problems:
+        raise CompileError(
+            f"{graph_label(graph_type)}, key {entry.key}: not compiled with {' and '.join(problems)}: the entry's "
+            f"metadata.json does not agree with its key (damaged, or edited by hand), and one key never holds an "
+            f"executable built another way.\nfix: capture the graph again (re-run the warmup or parallel_trace), "
+            f"or remove the entry's folder {entry.path}")

@@ -25,7 +25,7 @@ from typing import Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
-from neuron_args.compilers.build import check_keyed_build, check_keyed_compiler
+from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
 from neuron_args.flags import optimization_level

@@ -20,7 +20,7 @@ from typing import Any
 
 from neuron_args.activity import note_compile_report
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
-from neuron_args.compilers.build import check_keyed_compiler, compile_entry
+from neuron_args.compilers.base import check_keyed_compiler, compile_entry
 from neuron_args.compilers.lifetime import (
     CancelScope,
     CompileCancelled,

@@ -35,12 +35,12 @@ _MAX_CELL = 48
 
 def opt_level(flags: str | Sequence[str] | None) -> str:
     """``-O<n>`` from flags in any spelling (``-O3``, ``--optlevel=3``, ``--optlevel 3``), else ``-``."""
-    from neuron_args.flags import option_value
+    from neuron_args.flags import CompilerArgs
 
     if not flags:
         return "-"
     try:
-        value = option_value(flags if isinstance(flags, str) else list(flags), "--optlevel")
+        value = CompilerArgs(flags if isinstance(flags, str) else list(flags)).value("--optlevel")
     except Exception:  # unsplittable text: nothing to show
         return "-"
     return f"-O{value}" if value else "-"

@@ -33,7 +33,7 @@ from neuron_args.cache import (
 )
 from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
 from neuron_args.compilers import select_compiler
-from neuron_args.compilers.build import compile_entry
+from neuron_args.compilers.base import compile_entry
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.executables import allow_eager_outputs, load_executable

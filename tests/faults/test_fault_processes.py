@@ -93,7 +93,7 @@ def test_a_bad_timeout_setting_is_an_options_error(tmp_path, fake_env, monkeypat
 SINGLE_SCRIPT = textwrap.dedent("""
     import sys
     from neuron_args.cache import CompileCache
-    from neuron_args.compilers.build import compile_entry
+    from neuron_args.compilers.base import compile_entry
     from neuron_args.compilers import NeuronxCcCompiler
     cache = CompileCache(sys.argv[1])
     entry = cache.entry(sys.argv[2])
@@ -220,7 +220,7 @@ def test_a_ctrl_c_whose_keyboard_interrupt_is_lost_still_interrupts_parallel_com
 RACE_SCRIPT = textwrap.dedent("""
     import json, sys, time
     from neuron_args.cache import CompileCache, CacheEntry
-    from neuron_args.compilers.build import compile_entry
+    from neuron_args.compilers.base import compile_entry
     from neuron_args.cache_key import create_cache_hash
     from neuron_args.compilers import NeuronxCcCompiler
     root, start = sys.argv[1], float(sys.argv[2])
@@ -331,7 +331,7 @@ IN_PROCESS_SCRIPT = textwrap.dedent("""
     from neuron_args.cache import CompileCache, new_metadata
     from neuron_args.cache_key import create_cache_hash
     from neuron_args.compilers import NeuronxCcCompiler
-    from neuron_args.compilers.build import compile_entry
+    from neuron_args.compilers.base import compile_entry
     cache, compiler = CompileCache(sys.argv[1]), NeuronxCcCompiler()
     key = create_cache_hash(graph_text="HloModule decode", input_specs=[((4,), "float32")], compiler_args=["-O1"],
                             target="trn2", tool_versions={"compiler": "neuronx-cc 2.21"})

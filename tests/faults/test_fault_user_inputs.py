@@ -304,7 +304,7 @@ def test_output_logfile_and_workdir_in_the_arguments_keep_the_cache_layout(tmp_p
     """--output/--logfile are the cache's (dropped, and the user is told once where they go); a --workdir shared by
     every compile gets one folder per key in it, so concurrent compiles never mix their files."""
     from neuron_args.compilers import NeuronxCcCompiler
-    from neuron_args.compilers.build import compile_entry
+    from neuron_args.compilers.base import compile_entry
     from neuron_args.errors import CompilerArgsWarning
     from tests.faults.fault_helpers import make_pending
 
