@@ -108,32 +108,6 @@ def _graph_entries(
 
 _VALUE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 _INDENTED = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=2).encode
-_STR = json.encoder.encode_basestring  # what _VALUE does with a str (ensure_ascii=False)
-
-
-def _graph_value(value: Any) -> str:
-    """``_VALUE(value)``, without the encoder's set-up per call for a graph's usual values: None, a
-    str, an int, a list of str or of int (exact types only; anything else goes to ``_VALUE``)."""
-    kind = type(value)
-    if kind is str:
-        return _STR(value)
-    if value is None:
-        return "null"
-    if kind is int:
-        return int.__repr__(value)
-    if kind is list:
-        if all(type(v) is str for v in value):
-            return "[" + ", ".join(map(_STR, value)) + "]"
-        if all(type(v) is int for v in value):
-            return "[" + ", ".join(map(int.__repr__, value)) + "]"
-    return _VALUE(value)
-
-
-def _field(fields: dict[str, str], name: Any) -> str:
-    text = f"      {_VALUE(name)}: "
-    if type(name) is str:  # 1 == True == 1.0 as dict keys, but not as JSON names
-        fields[name] = text
-    return text
 
 
 def dumps_manifest(doc: Mapping[str, Any]) -> str:
@@ -147,9 +121,8 @@ def dumps_manifest(doc: Mapping[str, Any]) -> str:
         if name == "graphs" and isinstance(value, list) and value:
             lines.append(f"  {key(name)}: [")
             last = len(value) - 1
-            fields: dict[str, str] = {}  # a field's indent and encoded name: graphs share a few names
             for j, graph in enumerate(value):
-                body = ",\n".join((fields.get(k) or _field(fields, k)) + _graph_value(v) for k, v in graph.items())
+                body = ",\n".join(f"      {key(k)}: {key(v)}" for k, v in graph.items())
                 lines.append("    {\n" + body + ("\n    }," if j < last else "\n    }"))
             lines.append("  ]" + comma)
         else:
