@@ -30,7 +30,7 @@ from neuron_args.manifest.ledger import (
     rank_mapper,
     read_ledger,
 )
-from neuron_args.manifest.schema import MANIFEST_FILENAME, MANIFEST_VERSION
+from neuron_args.manifest.schema import GRAPH_FIELDS, MANIFEST_FILENAME, MANIFEST_VERSION
 from neuron_args.remote_cache import is_remote, remote_url
 
 __all__ = ["dumps_manifest", "emit_manifest"]
@@ -44,21 +44,20 @@ def _shape_list(value: Sequence[str] | None) -> list[str] | None:
     return None
 
 
-def _enrich(cache: CompileCache | None, key: str) -> tuple[str | None, str | None, int | None, str | None, list | None]:
-    """The cache-derived fields of one graph (hlo_path, neff_path, neff_size, created_timestamp,
-    output_shapes); each None when its source is missing."""
+def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
+    """The cache-derived fields of one graph; those whose source is missing are left out (null in the manifest)."""
     entry = None if cache is None else cache.lookup(key)
     if entry is None:
-        return None, None, None, None, None
+        return {}
     found = entry.artifacts()
     mtime = found.executable_mtime
-    return (
-        found.hlo_path,
-        found.executable_path,
-        found.executable_size,
-        None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat(),
-        _shape_list(found.output_shapes),
-    )
+    return {
+        "hlo_path": found.hlo_path,
+        "neff_path": found.executable_path,
+        "neff_size": found.executable_size,
+        "created_timestamp": None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat(),
+        "output_shapes": _shape_list(found.output_shapes),
+    }
 
 
 def _flags_line(memo: dict[str, str], flags: Any) -> str:
@@ -77,32 +76,24 @@ def _graph_entries(
     unmapped: set[int] = set()
     flag_lines: dict[str, str] = {}
     mapped_sets: dict[frozenset[int], list[int]] = {}  # most graphs share one rank set
-
-    def global_ranks(local_ranks: set[int]) -> list[int]:
-        mapped = {local: to_global(local) for local in local_ranks}
-        unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
-        return sorted({local if rank is None else rank for local, rank in mapped.items()})
-
     for key in sorted(grouped):
-        local_ranks, record = grouped[key].ranks, grouped[key].record
-        frozen = frozenset(local_ranks)
+        record = grouped[key].record
+        frozen = frozenset(grouped[key].ranks)
         if frozen not in mapped_sets:
-            mapped_sets[frozen] = global_ranks(local_ranks)
+            mapped = {local: to_global(local) for local in frozen}
+            unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
+            mapped_sets[frozen] = sorted({local if rank is None else rank for local, rank in mapped.items()})
         shapes = record.get("input_shapes")
-        hlo_path, neff_path, neff_size, created, output_shapes = _enrich(cache, key)
-        entries.append({
+        graph = {
             "graph_hash": key,
-            "hlo_path": hlo_path,
-            "neff_path": neff_path,
-            "neff_size": neff_size,
-            "created_timestamp": created,
+            **_enrich(cache, key),
             "input_shapes": [str(s) for s in shapes] if isinstance(shapes, list) else [],
-            "output_shapes": output_shapes,
             "compiler_flags": _flags_line(flag_lines, record.get("compiler_flags")),
             "ranks": list(mapped_sets[frozen]),
             "input_snapshot_paths": [],
             "output_snapshot_paths": [],
-        })
+        }
+        entries.append({name: graph.get(name) for name in GRAPH_FIELDS})  # the schema's order; missing: null
     return entries, sorted(unmapped)
 
 
