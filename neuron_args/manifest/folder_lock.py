@@ -117,13 +117,11 @@ def _wait_for(folder: Path, *, shared: bool, why: str) -> int | None:
             return lock_folder(folder, shared=shared)
         except BlockingIOError:
             now = time.monotonic()
-            if last_notice is None:
-                holder = folder_lock_holder(folder)
-                if holder is not None and holder in _ancestors():
-                    return None
             if last_notice is None or now - last_notice >= REPEAT_NOTICE_SECONDS:
-                start = now if start is None else start
                 holder = folder_lock_holder(folder)
+                if last_notice is None and holder is not None and holder in _ancestors():
+                    return None
+                start = now if start is None else start
                 logger.warning("manifest folder %s is held by pid %s: %s; waiting for it%s", folder,
                                holder or "unknown", why,
                                f" (waited {now - start:.0f} s)" if now > start else "")
