@@ -15,6 +15,7 @@ from typing import Any
 
 from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import CompilerArgs, flag_changes
+from neuron_args.manifest.schema import json_path
 from neuron_args.manifest.show import recorded_graph_types
 from neuron_args.text import clip, format_shapes
 
@@ -79,10 +80,6 @@ class ValueChange:
         return out
 
 
-def _dotted(prefix: str, parts: list) -> str:
-    return prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
-
-
 def _is_absolute_path(value: Any) -> bool:
     return isinstance(value, str) and bool(_ABSOLUTE.match(value))
 
@@ -97,7 +94,7 @@ def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> li
     changes: list[ValueChange] = []
     for report, levels in tree.items():
         for level in levels:
-            path = _dotted(prefix, level.path(output_format="list"))
+            path = json_path(level.path(output_format="list"), prefix)
             t1, t2 = level.t1, level.t2
             if isinstance(t1, NotPresent) or report.endswith("_added"):
                 changes.append(ValueChange(path, "added", new=t2))
