@@ -16,7 +16,7 @@ from typing import Any
 from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import CompilerArgs, flag_changes
 from neuron_args.manifest.schema import json_path
-from neuron_args.manifest.show import recorded_graph_types
+from neuron_args.manifest.show import manifest_graphs, recorded_graph_types
 from neuron_args.text import clip, format_shapes
 
 __all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
@@ -155,14 +155,7 @@ def _compare_graphs(old: Mapping, new: Mapping) -> GraphChange:
 
 
 def _graphs_by_hash(doc: Mapping) -> dict[str, Mapping]:
-    graphs = doc.get("graphs") if isinstance(doc, Mapping) else None
-    if not isinstance(graphs, list):
-        return {}
-    return {
-        g["graph_hash"]: g
-        for g in graphs
-        if isinstance(g, Mapping) and isinstance(g.get("graph_hash"), str)
-    }
+    return {g["graph_hash"]: g for g in manifest_graphs(doc) if isinstance(g.get("graph_hash"), str)}
 
 
 def _summary(graph: Mapping) -> dict:
@@ -227,18 +220,14 @@ class ManifestDiff:
 
     def as_dict(self) -> dict:
         """JSON-able form (the CLI's ``--json``)."""
+        version = self.manifest_version
         return {
             "same": self.empty,
-            "manifest_version": (
-                {"old": self.manifest_version[0], "new": self.manifest_version[1]}
-                if self.manifest_version else None
-            ),
+            "manifest_version": {"old": version[0], "new": version[1]} if version else None,
             "added_graphs": self.added_graphs,
             "removed_graphs": self.removed_graphs,
-            "changed_graphs": [c.as_dict() for c in self.changed_graphs],
-            "replacements": [r.as_dict() for r in self.replacements],
-            "config": [c.as_dict() for c in self.config],
-            "environment": [c.as_dict() for c in self.environment],
+            **{name: [c.as_dict() for c in getattr(self, name)]
+               for name in ("changed_graphs", "replacements", "config", "environment")},
         }
 
 
