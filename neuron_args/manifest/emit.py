@@ -51,11 +51,12 @@ def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
         return {}
     found = entry.artifacts()
     mtime = found.executable_mtime
+    created = None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat()
     return {
         "hlo_path": found.hlo_path,
         "neff_path": found.executable_path,
         "neff_size": found.executable_size,
-        "created_timestamp": None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat(),
+        "created_timestamp": created,
         "output_shapes": _shape_list(found.output_shapes),
     }
 
