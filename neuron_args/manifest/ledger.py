@@ -110,12 +110,10 @@ def current_tp_rank() -> int:
     if group is not None:
         return group[1]
     dist = _torch_dist()
-    if dist is not None:
-        try:
-            return int(dist.get_rank())
-        except Exception:
-            return 0
-    return 0
+    try:
+        return 0 if dist is None else int(dist.get_rank())
+    except Exception:  # a broken torch install must not break the ledger
+        return 0
 
 
 def _by_index(group: Sequence[int]) -> Callable[[int], int | None]:
