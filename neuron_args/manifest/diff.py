@@ -123,10 +123,8 @@ class GraphChange:
         if self.compiler_flags is not None:
             out.append("compiler_flags " + ", ".join(_flag_lines(self.compiler_flags)))
         for name, (old, new) in self.fields.items():
-            if name in ("input_shapes", "output_shapes"):
-                out.append(f"{name} {format_shapes(old)} -> {format_shapes(new)}")
-            else:
-                out.append(f"{name} {_short(old)} -> {_short(new)}")
+            text = format_shapes if name in ("input_shapes", "output_shapes") else _short
+            out.append(f"{name} {text(old)} -> {text(new)}")
         return out
 
     def as_dict(self) -> dict:
