@@ -236,9 +236,7 @@ def _stable_config(doc: Mapping) -> Any:
     config = doc.get("config")
     if not isinstance(config, Mapping) or not isinstance(config.get("neuron_config"), Mapping):
         return config
-    neuron_config = dict(config["neuron_config"])
-    neuron_config.pop("cache_dir", None)
-    neuron_config.pop("remote_cache", None)
+    neuron_config = {k: v for k, v in config["neuron_config"].items() if k not in ("cache_dir", "remote_cache")}
     if isinstance(neuron_config.get("graph_types"), Mapping):
         keys = set(_graphs_by_hash(doc))
         neuron_config["graph_types"] = {k: v for k, v in neuron_config["graph_types"].items() if k in keys}
