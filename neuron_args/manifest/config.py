@@ -94,8 +94,7 @@ def build_config(
 
 
 def config_block(config: Mapping[str, Any] | None) -> dict:
-    if config is None:
-        return build_config()
+    config = config or {}
     unknown = sorted(str(k) for k in config if k not in CONFIG_FIELDS)
     if unknown:
         logger.warning(

@@ -96,12 +96,11 @@ def validate_manifest(doc: Mapping) -> list[str]:
     ]
     graphs = plain.get("graphs")
     if isinstance(graphs, list):
-        hashes = [g.get("graph_hash") for g in graphs if isinstance(g, Mapping)]
         for index, graph in enumerate(graphs):
             ranks = graph.get("ranks") if isinstance(graph, Mapping) else None
             if isinstance(ranks, list) and all(type(r) is int for r in ranks) and ranks != sorted(ranks):
                 problems.append(f"graphs[{index}].ranks: {ranks} is not sorted")
-        str_hashes = [h for h in hashes if isinstance(h, str)]
+        str_hashes = [h for g in graphs if isinstance(g, Mapping) and isinstance(h := g.get("graph_hash"), str)]
         seen: set[str] = set()
         for h in str_hashes:
             if h in seen:
