@@ -104,7 +104,7 @@ _INDENTED = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=2).enco
 
 def dumps_manifest(doc: Mapping[str, Any]) -> str:
     """Manifest JSON text: indented, one field per line, a graph's lists on one line (line-diffable), and fast for
-    thousands of graphs (the stdlib's indenting encoder is pure Python; each graph field here is C-encoded or joined)."""
+    thousands of graphs (the stdlib's indenting encoder is pure Python; here each graph field is C-encoded)."""
     key = _VALUE
     lines = ["{"]
     items = list(doc.items())
@@ -163,9 +163,10 @@ def emit_manifest(
         stage = f"read the ledger {source}"
         ledger = read_ledger(source)
         if ledger.dropped:
+            reasons = ", ".join(f"{n} {why}" for why, n in sorted(ledger.dropped.items()))  # "2 torn or non-JSON, ..."
             logger.warning(
                 "manifest: skipped %d ledger line(s) in %s (%s); the graphs they name are not in the manifest",
-                sum(ledger.dropped.values()), source, ledger.describe_dropped(),
+                sum(ledger.dropped.values()), source, reasons,
             )
         stage = f"map ranks with rank_map={rank_map!r}"
         to_global = rank_mapper(rank_map)

@@ -288,10 +288,6 @@ class Ledger:
     graphs: dict[str, LedgerGraph] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)
 
-    def describe_dropped(self) -> str:
-        """``"2 torn or non-JSON, 1 rank is not a non-negative integer"``: the emit warning's detail."""
-        return ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items()))
-
     def lines(self, keys: set[str] | None = None) -> list[dict]:
         """One record per graph and rank (only ``keys``, if given): the lines of an equivalent ledger."""
         return [{**g.record, "rank": rank} for key, g in sorted(self.graphs.items())
