@@ -105,22 +105,14 @@ _INDENTED = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=2).enco
 def dumps_manifest(doc: Mapping[str, Any]) -> str:
     """Manifest JSON text: indented, one field per line, a graph's lists on one line (line-diffable), and fast for
     thousands of graphs (the stdlib's indenting encoder is pure Python; here each graph field is C-encoded)."""
-    key = _VALUE
-    lines = ["{"]
-    items = list(doc.items())
-    for i, (name, value) in enumerate(items):
-        comma = "," if i < len(items) - 1 else ""
+    parts = []
+    for name, value in doc.items():
         if name == "graphs" and isinstance(value, list) and value:
-            lines.append(f"  {key(name)}: [")
-            last = len(value) - 1
-            for j, graph in enumerate(value):
-                body = ",\n".join(f"      {key(k)}: {key(v)}" for k, v in graph.items())
-                lines.append("    {\n" + body + ("\n    }," if j < last else "\n    }"))
-            lines.append("  ]" + comma)
+            bodies = (",\n".join(f"      {_VALUE(k)}: {_VALUE(v)}" for k, v in graph.items()) for graph in value)
+            parts.append(f"  {_VALUE(name)}: [\n" + ",\n".join(f"    {{\n{body}\n    }}" for body in bodies) + "\n  ]")
         else:
-            lines.append(f"  {key(name)}: " + _INDENTED(value).replace("\n", "\n  ") + comma)
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            parts.append(f"  {_VALUE(name)}: " + _INDENTED(value).replace("\n", "\n  "))
+    return "{\n" + ",\n".join(parts) + ("\n}\n" if parts else "}\n")
 
 
 def _with_cache_dir(block: dict, cache_dir: str | os.PathLike[str] | None, cache: CompileCache | None) -> dict:
