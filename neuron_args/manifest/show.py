@@ -2,7 +2,6 @@
 :class:`neuron_args.cache.CompileCache`, the one owner of the entry layout; nothing here imports torch)."""
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 from collections import Counter
@@ -256,8 +255,9 @@ def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | No
     for g in manifest_graphs(doc):
         h = g.get("graph_hash")
         level = opt_level(g.get("compiler_flags"))
-        rows.append({**{name: g.get(name) for name in _ROW_FIELDS}, "graph_type": types.get(h) if isinstance(h, str)
-                     else None, "opt_level": None if level == "-" else level})
+        graph_type = types.get(h) if isinstance(h, str) else None
+        rows.append({**{name: g.get(name) for name in _ROW_FIELDS}, "graph_type": graph_type,
+                     "opt_level": None if level == "-" else level})
     return rows
 
 
@@ -268,5 +268,5 @@ def status_counts(statuses: Sequence[EntryStatus]) -> dict[str, int]:
 
 def cache_entry_dict(entry: CacheEntryInfo) -> dict:
     """One ``cache ls --json`` entry."""
-    return {**dataclasses.asdict(entry), "opt_level": None if entry.opt_level == "-" else entry.opt_level,
+    return {**vars(entry), "opt_level": None if entry.opt_level == "-" else entry.opt_level,
             "status": entry.status.value, "lock_pid": entry.lock_pid or None}
