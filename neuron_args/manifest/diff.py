@@ -135,20 +135,16 @@ class GraphChange:
         )
         if self.compiler_flags is not None:
             out["compiler_flags"] = self.compiler_flags
-        for name, (old, new) in self.fields.items():
-            out[name] = {"old": old, "new": new}
-        return out
+        return {**out, **{name: {"old": old, "new": new} for name, (old, new) in self.fields.items()}}
 
 
 def _compare_graphs(old: Mapping, new: Mapping) -> GraphChange:
-    change = GraphChange(str(old.get("graph_hash")), str(new.get("graph_hash")))
+    fields = {name: (old.get(name), new.get(name)) for name in _COMPARED_GRAPH_FIELDS if old.get(name) != new.get(name)}
+    change = GraphChange(str(old.get("graph_hash")), str(new.get("graph_hash")), fields=fields)
     if old.get("compiler_flags") != new.get("compiler_flags"):
         flags = compiler_flag_changes(old.get("compiler_flags"), new.get("compiler_flags"))
         if any(flags.values()):  # added, removed or changed options
             change.compiler_flags = flags
-    for name in _COMPARED_GRAPH_FIELDS:
-        if old.get(name) != new.get(name):
-            change.fields[name] = (old.get(name), new.get(name))
     return change
 
 
@@ -207,8 +203,7 @@ class ManifestDiff:
             )
         for c in self.changed_graphs:
             out.append(f"~ graph {self._name(c.old_hash)}: " + "; ".join(c.describe()))
-        out += [f"~ {c.line()}" for c in self.config]
-        out += [f"~ {c.line()}" for c in self.environment]
+        out += [f"~ {c.line()}" for c in (*self.config, *self.environment)]
         return out
 
     def _name(self, key: Any) -> str:
