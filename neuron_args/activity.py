@@ -97,16 +97,10 @@ class LedgerActivity:
     tp_group: tuple[tuple[int, ...], int] | None = None  # (group_ranks, rank_in_group); forked children keep it
     recorded: set[tuple[str, str, int]] = field(default_factory=set)  # (ledger dir, key, rank) written
 
-    def reset(self) -> None:
-        self.pid = self.failure_logged_pid = self.tp_group = None
-        self.started_paths.clear()
-        self.torn_paths.clear()
-        self.recorded.clear()
-
 
 @dataclass
 class Activity:
-    """Everything this process compiled, loaded, served and said; reset in place (aliases stay valid)."""
+    """Everything this process compiled, loaded, served and said; reset in place (aliases of its maps stay valid)."""
 
     stats: CacheStats = field(default_factory=CacheStats)
     #: key -> ``graph_outcome.GraphOutcome``: one per (graph, argument set) a seam resolved
@@ -158,7 +152,7 @@ class Activity:
         for held in (self.records, self.reused, self.loaded, self.eager_outputs, self.eager_fallbacks, self.verified,
                      self.corrupt, self.native_args, self.said):
             held.clear()
-        self.ledger.reset()
+        self.ledger = LedgerActivity()  # read through ACTIVITY.ledger at each use: nothing holds the old one
         self.serving = self.assert_hit = None
         for clear in _CLEARED_ON_RESET:
             clear()

@@ -127,10 +127,10 @@ class GraphOutcome:
         given.setdefault("compiles", int(bool(data.get("compiled"))))
         given.setdefault("captures", int(bool(data.get("captured"))))
         for name, value in given.items():
-            kind, item = _FIELDS[name]
+            kind, item, kind_name = _FIELDS[name]
             items = list(value.values() if isinstance(value, dict) else value) if item is not None else []
             if not _is(value, kind) or not all(_is(v, item) for v in items):
-                raise ValueError(f"graph {data['key']}: {name} must be {_KIND_NAMES[name]}, got {value!r}")
+                raise ValueError(f"graph {data['key']}: {name} must be {kind_name}, got {value!r}")
         return cls(**{**given, "serve_hits": data.get("serve_hits"), "serve_misses": data.get("serve_misses")})
 
     @classmethod
@@ -143,14 +143,13 @@ def _is(value: Any, kind: Any) -> bool:
     return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
-#: each field's type as :meth:`GraphOutcome.from_json` checks it: (kind, kind of its items)
-_FIELDS: dict[str, tuple[type | tuple[type, ...], type | None]] = {
-    **{name: (str, None) for name in ("key", *_TEXT)}, **{name: (int, None) for name in COUNTERS},
-    "optimization_level": (int, None), "executable_size": (int, None), "compile_seconds": ((int, float), None),
-    "input_shapes": (list, str), "compiler_args": (list, str), "counts": (dict, int),
-    "used_base_args": (bool, None)}
-_KIND_NAMES = {name: {list: "a list of strings", dict: "a map of names to integers"}.get(
-    kind, getattr(kind, "__name__", "a number")) for name, (kind, _) in _FIELDS.items()}
+#: how :meth:`GraphOutcome.from_json` checks a field, by its annotation less ``| None``: (kind, kind of its items, the
+#: kind's name in an error)
+_CHECKS: dict[str, tuple[type | tuple[type, ...], type | None, str]] = {
+    "str": (str, None, "str"), "int": (int, None, "int"), "float": ((int, float), None, "a number"),
+    "bool": (bool, None, "bool"), "list[str]": (list, str, "a list of strings"),
+    "dict[str, int]": (dict, int, "a map of names to integers")}
+_FIELDS = {f.name: _CHECKS[str(f.type).removesuffix(" | None")] for f in dataclasses.fields(GraphOutcome)}
 
 
 __all__ = ["COUNTERS", "GraphOutcome"]

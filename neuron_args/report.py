@@ -158,26 +158,24 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Threshol
                                    True))
     for k in after.keys() & before.keys():
         a, b = before[k], after[k]
-        changes, bad = [], False
+        changes: list[tuple[str, bool]] = []  # (line, whether it is a regression)
         if a.get("compiler_args") != b.get("compiler_args"):
-            changes.append(f"flags {' '.join(a.get('compiler_args') or [])!r} -> {' '.join(b.get('compiler_args') or [])!r}")
-            bad = True
+            flags = [" ".join(g.get("compiler_args") or []) for g in (a, b)]
+            changes.append((f"flags {flags[0]!r} -> {flags[1]!r}", True))
         for name, ratio, minimum, line, better in (
                 ("compile_seconds", t.seconds_ratio, t.seconds_abs, "compile {:.1f}s -> {:.1f}s", "faster"),
                 ("executable_size", t.size_ratio, t.size_abs, "executable {} -> {} bytes", "smaller")):
             if _moved(a.get(name), b.get(name), ratio, minimum):
-                changes.append(line.format(a[name], b[name]))
-                bad = True
+                changes.append((line.format(a[name], b[name]), True))
             elif _moved(b.get(name), a.get(name), ratio, minimum):
-                changes.append(f"{line.format(a[name], b[name])} ({better})")
+                changes.append((f"{line.format(a[name], b[name])} ({better})", False))
         if b.get("status") == "failed" and a.get("status") != "failed":
-            changes.append(f"failed to build ({a.get('status') or 'built'} before): {b.get('error') or 'see its run'}")
-            bad = True
+            changes.append((f"failed to build ({a.get('status') or 'built'} before): {b.get('error') or 'see its run'}",
+                            True))
         if (b.get("serve_misses") or 0) > (a.get("serve_misses") or 0):
-            changes.append(f"serve misses {a.get('serve_misses') or 0} -> {b['serve_misses']}")
-            bad = True
+            changes.append((f"serve misses {a.get('serve_misses') or 0} -> {b['serve_misses']}", True))
         if changes:
-            result.changed.append((b, changes, bad))
+            result.changed.append((b, [line for line, _ in changes], any(bad for _, bad in changes)))
     result.changed.sort(key=lambda c: _identity(c[0]))
     return result
 

@@ -36,9 +36,8 @@ def series(reports: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[flo
 
 def load_runs(paths: Sequence[str | Path]) -> list[tuple[str, dict[str, Any]]]:
     """The reports, oldest first (by ``created``; the given order breaks ties); ``ValueError`` names a bad file."""
-    runs = [(Path(p), read_report(p)) for p in paths]
-    order = sorted(range(len(runs)), key=lambda i: (str(runs[i][1].get("created") or ""), i))
-    return [(run_label(runs[i][1], runs[i][0]), runs[i][1]) for i in order]
+    runs = sorted(((Path(p), read_report(p)) for p in paths), key=lambda run: str(run[1].get("created") or ""))
+    return [(run_label(report, path), report) for path, report in runs]  # sorted() is stable: ties keep their order
 
 
 def plot_trend(paths: Sequence[str | Path], out: str | Path, *, title: str | None = None) -> Path:
@@ -59,9 +58,8 @@ def plot_trend(paths: Sequence[str | Path], out: str | Path, *, title: str | Non
     x = list(range(len(runs)))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 1.2 * len(runs) + 3), 7), sharex=True)
     for name, values in data.items():
-        sizes = [None if v is None else v / 1024 for v in values["executable_size"]]
-        top.plot(x, [float("nan") if v is None else v for v in values["compile_seconds"]], marker="o", label=name)
-        bottom.plot(x, [float("nan") if v is None else v for v in sizes], marker="o", label=name)
+        for ax, measure, scale in ((top, "compile_seconds", 1), (bottom, "executable_size", 1024)):
+            ax.plot(x, [float("nan") if v is None else v / scale for v in values[measure]], marker="o", label=name)
     top.set_ylabel("compile seconds")
     bottom.set_ylabel("executable size (KiB)")
     bottom.set_xticks(x)

@@ -372,7 +372,7 @@ KEYS = [f"{i:032x}" for i in range(5)]
 @pytest.mark.parametrize(
     "files",
     [
-        [_rank_file(r, KEYS) for r in (3, 0, 2, 1, 12, 10)],  # one TP group: every file but the first by template
+        [_rank_file(r, KEYS) for r in (3, 0, 2, 1, 12, 10)],  # one TP group: later files' lines by rank slot
         [_rank_file(2, KEYS), _rank_file(1, KEYS[:4]), _rank_file(0, KEYS + [KEYS[0]])],  # fewer, more lines
         [_rank_file(2, KEYS), _rank_file(1, KEYS[::-1]), _rank_file(5, KEYS, shapes=("4, 8",))],  # order, content
         [_rank_file(2, KEYS), _rank_file(1, KEYS, rank_text="01"), _rank_file(3, KEYS, rank_text="-3")],  # bad ranks

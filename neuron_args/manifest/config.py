@@ -76,15 +76,11 @@ def build_config(
             f"build_config: unknown topology key(s) {unknown}; the manifest schema v1 records "
             f"{', '.join(TOPOLOGY_DEFAULTS)}"
         )
-    topo: dict[str, Any] = {}
-    for name, default in TOPOLOGY_DEFAULTS.items():
-        value = given.get(name, default)
-        if name == "has_collectives":
-            if not isinstance(value, bool):
-                raise ValueError(f"topology['has_collectives'] must be a bool, got {value!r}")
-            topo[name] = value
-        else:
-            topo[name] = _count(f"topology[{name!r}]", value)
+    topo: dict[str, Any] = {**TOPOLOGY_DEFAULTS, **given}  # the defaults' order: ``given`` holds none other
+    if not isinstance(topo["has_collectives"], bool):
+        raise ValueError(f"topology['has_collectives'] must be a bool, got {topo['has_collectives']!r}")
+    topo.update({name: _count(f"topology[{name!r}]", value) for name, value in topo.items()
+                 if name != "has_collectives"})
     return {
         "model": None if model is None else os.fspath(model) if isinstance(model, PurePath) else str(model),
         "target": None if target is None else str(target),
@@ -98,8 +94,7 @@ def build_config(
 
 
 def config_block(config: Mapping[str, Any] | None) -> dict:
-    if config is None:
-        return build_config()
+    config = config or {}
     unknown = sorted(str(k) for k in config if k not in CONFIG_FIELDS)
     if unknown:
         logger.warning(

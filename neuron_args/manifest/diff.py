@@ -15,7 +15,8 @@ from typing import Any
 
 from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import CompilerArgs, flag_changes
-from neuron_args.manifest.show import recorded_graph_types
+from neuron_args.manifest.schema import json_path
+from neuron_args.manifest.show import manifest_graphs, recorded_graph_types
 from neuron_args.text import clip, format_shapes
 
 __all__ = ["ManifestDiff", "compiler_flag_changes", "diff_manifests"]
@@ -79,10 +80,6 @@ class ValueChange:
         return out
 
 
-def _dotted(prefix: str, parts: list) -> str:
-    return prefix + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in parts)
-
-
 def _is_absolute_path(value: Any) -> bool:
     return isinstance(value, str) and bool(_ABSOLUTE.match(value))
 
@@ -97,7 +94,7 @@ def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> li
     changes: list[ValueChange] = []
     for report, levels in tree.items():
         for level in levels:
-            path = _dotted(prefix, level.path(output_format="list"))
+            path = json_path(level.path(output_format="list"), prefix)
             t1, t2 = level.t1, level.t2
             if isinstance(t1, NotPresent) or report.endswith("_added"):
                 changes.append(ValueChange(path, "added", new=t2))
@@ -126,10 +123,8 @@ class GraphChange:
         if self.compiler_flags is not None:
             out.append("compiler_flags " + ", ".join(_flag_lines(self.compiler_flags)))
         for name, (old, new) in self.fields.items():
-            if name in ("input_shapes", "output_shapes"):
-                out.append(f"{name} {format_shapes(old)} -> {format_shapes(new)}")
-            else:
-                out.append(f"{name} {_short(old)} -> {_short(new)}")
+            text = format_shapes if name in ("input_shapes", "output_shapes") else _short
+            out.append(f"{name} {text(old)} -> {text(new)}")
         return out
 
     def as_dict(self) -> dict:
@@ -140,32 +135,21 @@ class GraphChange:
         )
         if self.compiler_flags is not None:
             out["compiler_flags"] = self.compiler_flags
-        for name, (old, new) in self.fields.items():
-            out[name] = {"old": old, "new": new}
-        return out
+        return {**out, **{name: {"old": old, "new": new} for name, (old, new) in self.fields.items()}}
 
 
 def _compare_graphs(old: Mapping, new: Mapping) -> GraphChange:
-    change = GraphChange(str(old.get("graph_hash")), str(new.get("graph_hash")))
+    fields = {name: (old.get(name), new.get(name)) for name in _COMPARED_GRAPH_FIELDS if old.get(name) != new.get(name)}
+    change = GraphChange(str(old.get("graph_hash")), str(new.get("graph_hash")), fields=fields)
     if old.get("compiler_flags") != new.get("compiler_flags"):
         flags = compiler_flag_changes(old.get("compiler_flags"), new.get("compiler_flags"))
         if any(flags.values()):  # added, removed or changed options
             change.compiler_flags = flags
-    for name in _COMPARED_GRAPH_FIELDS:
-        if old.get(name) != new.get(name):
-            change.fields[name] = (old.get(name), new.get(name))
     return change
 
 
 def _graphs_by_hash(doc: Mapping) -> dict[str, Mapping]:
-    graphs = doc.get("graphs") if isinstance(doc, Mapping) else None
-    if not isinstance(graphs, list):
-        return {}
-    return {
-        g["graph_hash"]: g
-        for g in graphs
-        if isinstance(g, Mapping) and isinstance(g.get("graph_hash"), str)
-    }
+    return {g["graph_hash"]: g for g in manifest_graphs(doc) if isinstance(g.get("graph_hash"), str)}
 
 
 def _summary(graph: Mapping) -> dict:
@@ -219,8 +203,7 @@ class ManifestDiff:
             )
         for c in self.changed_graphs:
             out.append(f"~ graph {self._name(c.old_hash)}: " + "; ".join(c.describe()))
-        out += [f"~ {c.line()}" for c in self.config]
-        out += [f"~ {c.line()}" for c in self.environment]
+        out += [f"~ {c.line()}" for c in (*self.config, *self.environment)]
         return out
 
     def _name(self, key: Any) -> str:
@@ -230,18 +213,14 @@ class ManifestDiff:
 
     def as_dict(self) -> dict:
         """JSON-able form (the CLI's ``--json``)."""
+        version = self.manifest_version
         return {
             "same": self.empty,
-            "manifest_version": (
-                {"old": self.manifest_version[0], "new": self.manifest_version[1]}
-                if self.manifest_version else None
-            ),
+            "manifest_version": {"old": version[0], "new": version[1]} if version else None,
             "added_graphs": self.added_graphs,
             "removed_graphs": self.removed_graphs,
-            "changed_graphs": [c.as_dict() for c in self.changed_graphs],
-            "replacements": [r.as_dict() for r in self.replacements],
-            "config": [c.as_dict() for c in self.config],
-            "environment": [c.as_dict() for c in self.environment],
+            **{name: [c.as_dict() for c in getattr(self, name)]
+               for name in ("changed_graphs", "replacements", "config", "environment")},
         }
 
 
@@ -252,9 +231,7 @@ def _stable_config(doc: Mapping) -> Any:
     config = doc.get("config")
     if not isinstance(config, Mapping) or not isinstance(config.get("neuron_config"), Mapping):
         return config
-    neuron_config = dict(config["neuron_config"])
-    neuron_config.pop("cache_dir", None)
-    neuron_config.pop("remote_cache", None)
+    neuron_config = {k: v for k, v in config["neuron_config"].items() if k not in ("cache_dir", "remote_cache")}
     if isinstance(neuron_config.get("graph_types"), Mapping):
         keys = set(_graphs_by_hash(doc))
         neuron_config["graph_types"] = {k: v for k, v in neuron_config["graph_types"].items() if k in keys}

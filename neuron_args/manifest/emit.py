@@ -30,7 +30,7 @@ from neuron_args.manifest.ledger import (
     rank_mapper,
     read_ledger,
 )
-from neuron_args.manifest.schema import MANIFEST_FILENAME, MANIFEST_VERSION
+from neuron_args.manifest.schema import GRAPH_FIELDS, MANIFEST_FILENAME, MANIFEST_VERSION
 from neuron_args.remote_cache import is_remote, remote_url
 
 __all__ = ["dumps_manifest", "emit_manifest"]
@@ -44,21 +44,21 @@ def _shape_list(value: Sequence[str] | None) -> list[str] | None:
     return None
 
 
-def _enrich(cache: CompileCache | None, key: str) -> tuple[str | None, str | None, int | None, str | None, list | None]:
-    """The cache-derived fields of one graph (hlo_path, neff_path, neff_size, created_timestamp,
-    output_shapes); each None when its source is missing."""
+def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
+    """The cache-derived fields of one graph; those whose source is missing are left out (null in the manifest)."""
     entry = None if cache is None else cache.lookup(key)
     if entry is None:
-        return None, None, None, None, None
+        return {}
     found = entry.artifacts()
     mtime = found.executable_mtime
-    return (
-        found.hlo_path,
-        found.executable_path,
-        found.executable_size,
-        None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat(),
-        _shape_list(found.output_shapes),
-    )
+    created = None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat()
+    return {
+        "hlo_path": found.hlo_path,
+        "neff_path": found.executable_path,
+        "neff_size": found.executable_size,
+        "created_timestamp": created,
+        "output_shapes": _shape_list(found.output_shapes),
+    }
 
 
 def _flags_line(memo: dict[str, str], flags: Any) -> str:
@@ -77,85 +77,42 @@ def _graph_entries(
     unmapped: set[int] = set()
     flag_lines: dict[str, str] = {}
     mapped_sets: dict[frozenset[int], list[int]] = {}  # most graphs share one rank set
-
-    def global_ranks(local_ranks: set[int]) -> list[int]:
-        mapped = {local: to_global(local) for local in local_ranks}
-        unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
-        return sorted({local if rank is None else rank for local, rank in mapped.items()})
-
     for key in sorted(grouped):
-        local_ranks, record = grouped[key].ranks, grouped[key].record
-        frozen = frozenset(local_ranks)
+        record = grouped[key].record
+        frozen = frozenset(grouped[key].ranks)
         if frozen not in mapped_sets:
-            mapped_sets[frozen] = global_ranks(local_ranks)
+            mapped = {local: to_global(local) for local in frozen}
+            unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
+            mapped_sets[frozen] = sorted({local if rank is None else rank for local, rank in mapped.items()})
         shapes = record.get("input_shapes")
-        hlo_path, neff_path, neff_size, created, output_shapes = _enrich(cache, key)
-        entries.append({
+        graph = {
             "graph_hash": key,
-            "hlo_path": hlo_path,
-            "neff_path": neff_path,
-            "neff_size": neff_size,
-            "created_timestamp": created,
+            **_enrich(cache, key),
             "input_shapes": [str(s) for s in shapes] if isinstance(shapes, list) else [],
-            "output_shapes": output_shapes,
             "compiler_flags": _flags_line(flag_lines, record.get("compiler_flags")),
             "ranks": list(mapped_sets[frozen]),
             "input_snapshot_paths": [],
             "output_snapshot_paths": [],
-        })
+        }
+        entries.append({name: graph.get(name) for name in GRAPH_FIELDS})  # the schema's order; missing: null
     return entries, sorted(unmapped)
 
 
 _VALUE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
 _INDENTED = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=2).encode
-_STR = json.encoder.encode_basestring  # what _VALUE does with a str (ensure_ascii=False)
-
-
-def _graph_value(value: Any) -> str:
-    """``_VALUE(value)``, without the encoder's set-up per call for a graph's usual values: None, a
-    str, an int, a list of str or of int (exact types only; anything else goes to ``_VALUE``)."""
-    kind = type(value)
-    if kind is str:
-        return _STR(value)
-    if value is None:
-        return "null"
-    if kind is int:
-        return int.__repr__(value)
-    if kind is list:
-        if all(type(v) is str for v in value):
-            return "[" + ", ".join(map(_STR, value)) + "]"
-        if all(type(v) is int for v in value):
-            return "[" + ", ".join(map(int.__repr__, value)) + "]"
-    return _VALUE(value)
-
-
-def _field(fields: dict[str, str], name: Any) -> str:
-    text = f"      {_VALUE(name)}: "
-    if type(name) is str:  # 1 == True == 1.0 as dict keys, but not as JSON names
-        fields[name] = text
-    return text
 
 
 def dumps_manifest(doc: Mapping[str, Any]) -> str:
     """Manifest JSON text: indented, one field per line, a graph's lists on one line (line-diffable), and fast for
-    thousands of graphs (the stdlib's indenting encoder is pure Python; each graph field here is C-encoded or joined)."""
-    key = _VALUE
-    lines = ["{"]
-    items = list(doc.items())
-    for i, (name, value) in enumerate(items):
-        comma = "," if i < len(items) - 1 else ""
+    thousands of graphs (the stdlib's indenting encoder is pure Python; here each graph field is C-encoded)."""
+    parts = []
+    for name, value in doc.items():
         if name == "graphs" and isinstance(value, list) and value:
-            lines.append(f"  {key(name)}: [")
-            last = len(value) - 1
-            fields: dict[str, str] = {}  # a field's indent and encoded name: graphs share a few names
-            for j, graph in enumerate(value):
-                body = ",\n".join((fields.get(k) or _field(fields, k)) + _graph_value(v) for k, v in graph.items())
-                lines.append("    {\n" + body + ("\n    }," if j < last else "\n    }"))
-            lines.append("  ]" + comma)
+            bodies = (",\n".join(f"      {_VALUE(k)}: {_VALUE(v)}" for k, v in graph.items()) for graph in value)
+            parts.append(f"  {_VALUE(name)}: [\n" + ",\n".join(f"    {{\n{body}\n    }}" for body in bodies) + "\n  ]")
         else:
-            lines.append(f"  {key(name)}: " + _INDENTED(value).replace("\n", "\n  ") + comma)
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            parts.append(f"  {_VALUE(name)}: " + _INDENTED(value).replace("\n", "\n  "))
+    return "{\n" + ",\n".join(parts) + ("\n}\n" if parts else "}\n")
 
 
 def _with_cache_dir(block: dict, cache_dir: str | os.PathLike[str] | None, cache: CompileCache | None) -> dict:
@@ -198,9 +155,10 @@ def emit_manifest(
         stage = f"read the ledger {source}"
         ledger = read_ledger(source)
         if ledger.dropped:
+            reasons = ", ".join(f"{n} {why}" for why, n in sorted(ledger.dropped.items()))  # "2 torn or non-JSON, ..."
             logger.warning(
                 "manifest: skipped %d ledger line(s) in %s (%s); the graphs they name are not in the manifest",
-                sum(ledger.dropped.values()), source, ledger.describe_dropped(),
+                sum(ledger.dropped.values()), source, reasons,
             )
         stage = f"map ranks with rank_map={rank_map!r}"
         to_global = rank_mapper(rank_map)

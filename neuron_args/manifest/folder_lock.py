@@ -23,7 +23,7 @@ logger = logging.getLogger("neuron_args.manifest")
 POLL_SECONDS = 0.2
 REPEAT_NOTICE_SECONDS = 600.0
 
-_HELD: dict[tuple[int, int], list[int]] = {}  # (st_dev, st_ino) of a folder -> descriptors this process locked it by
+_HELD: dict[int, tuple[int, int]] = {}  # a descriptor this process locked a folder by -> the folder's (st_dev, st_ino)
 
 
 def _identity(root: Path) -> tuple[int, int] | None:
@@ -37,7 +37,7 @@ def _identity(root: Path) -> tuple[int, int] | None:
 def held_here(root: Path) -> bool:
     """Whether this process holds a lock on ``root`` (taken through this module)."""
     ident = _identity(root)
-    return ident is not None and bool(_HELD.get(ident))
+    return ident is not None and ident in _HELD.values()
 
 
 def lock_folder(root: Path, *, shared: bool = False) -> int | None:
@@ -61,7 +61,7 @@ def lock_folder(root: Path, *, shared: bool = False) -> int | None:
         return None
     with contextlib.suppress(OSError):  # not remembered: this process may then wait for its own hold
         st = os.fstat(fd)
-        _HELD.setdefault((st.st_dev, st.st_ino), []).append(fd)
+        _HELD[fd] = (st.st_dev, st.st_ino)
     return fd
 
 
@@ -69,11 +69,7 @@ def unlock_folder(fd: int | None) -> None:
     """Release a lock :func:`lock_folder` took (closing its descriptor releases the ``flock``)."""
     if fd is None:
         return
-    for ident, fds in list(_HELD.items()):
-        if fd in fds:
-            fds.remove(fd)
-            if not fds:
-                del _HELD[ident]
+    _HELD.pop(fd, None)
     with contextlib.suppress(OSError):
         os.close(fd)
 
@@ -117,13 +113,11 @@ def _wait_for(folder: Path, *, shared: bool, why: str) -> int | None:
             return lock_folder(folder, shared=shared)
         except BlockingIOError:
             now = time.monotonic()
-            if last_notice is None:
-                holder = folder_lock_holder(folder)
-                if holder is not None and holder in _ancestors():
-                    return None
             if last_notice is None or now - last_notice >= REPEAT_NOTICE_SECONDS:
-                start = now if start is None else start
                 holder = folder_lock_holder(folder)
+                if last_notice is None and holder is not None and holder in _ancestors():
+                    return None
+                start = now if start is None else start
                 logger.warning("manifest folder %s is held by pid %s: %s; waiting for it%s", folder,
                                holder or "unknown", why,
                                f" (waited {now - start:.0f} s)" if now > start else "")

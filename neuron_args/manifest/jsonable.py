@@ -128,11 +128,9 @@ class _Coercer:
                     continue
                 out[field.name] = self.convert(value, depth)
             return out
-        if isinstance(obj, (list, tuple)) or (
-            isinstance(obj, Sequence) and not isinstance(obj, (str, bytes, bytearray))
-        ):
+        if isinstance(obj, Sequence):  # str and bytes never get here: convert and _special took them
             return [self.convert(v, depth) for v in list(obj)]
-        if isinstance(obj, (Set, frozenset, set)):
+        if isinstance(obj, Set):
             items = [self.convert(v, depth) for v in list(obj)]
             return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, default=str))
         dump = getattr(obj, "model_dump", None)  # pydantic models

@@ -110,12 +110,10 @@ def current_tp_rank() -> int:
     if group is not None:
         return group[1]
     dist = _torch_dist()
-    if dist is not None:
-        try:
-            return int(dist.get_rank())
-        except Exception:
-            return 0
-    return 0
+    try:
+        return 0 if dist is None else int(dist.get_rank())
+    except Exception:  # a broken torch install must not break the ledger
+        return 0
 
 
 def _by_index(group: Sequence[int]) -> Callable[[int], int | None]:
@@ -290,10 +288,6 @@ class Ledger:
     graphs: dict[str, LedgerGraph] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)
 
-    def describe_dropped(self) -> str:
-        """``"2 torn or non-JSON, 1 rank is not a non-negative integer"``: the emit warning's detail."""
-        return ", ".join(f"{n} {why}" for why, n in sorted(self.dropped.items()))
-
     def lines(self, keys: set[str] | None = None) -> list[dict]:
         """One record per graph and rank (only ``keys``, if given): the lines of an equivalent ledger."""
         return [{**g.record, "rank": rank} for key, g in sorted(self.graphs.items())
@@ -364,8 +358,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
     """The graphs of one engine's ledger folder and the dropped lines (torn fragments, invalid records) by reason.
 
     The hot loop of an emit. Every rank writes the same line for a graph but for its rank digits, so a line
-    equal to a checked one but for them costs a dict lookup, not a parse and check; a whole file equal to a
-    read one but for its rank (:class:`_RankTemplate`) costs one string comparison.
+    equal to a checked one but for them costs a dict lookup, not a parse and check.
     """
     found = Ledger()
     graphs, dropped = found.graphs, found.dropped
@@ -375,17 +368,13 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
         return found
     checked: dict[tuple[str, str], LedgerGraph] = {}  # _rank_slot of a checked line -> its graph
     ranks: dict[str, int] = {}  # a rank's digits (a non-negative integer, no leading zero) -> the rank
-    template: _RankTemplate | None = None
     for name in names:
         try:
             text = read_bounded(os.path.join(directory, name), LEDGER_LIMIT).decode("utf-8", errors="replace")
         except ValueError:  # not a regular file, or larger than any ledger: a planted file, not a writer's
             dropped["unreadable ledger file (not a regular file or too large)"] += 1
             continue
-        if template is not None and template.apply(text, ranks):
-            continue
-        lines = text.splitlines()
-        for line in lines:
+        for line in text.splitlines():
             end = line.find(",", _RANK_AT)
             entry = checked.get((line[:_RANK_AT], line[end:])) if end > _RANK_AT else None
             if entry is not None:
@@ -415,8 +404,6 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             slot = _rank_slot(line, key, rank) if whole else None
             if slot is not None:
                 checked[slot] = entry
-        if template is None:
-            template = _RankTemplate.of(lines, checked)
     return found
 
 
@@ -426,42 +413,3 @@ def _rank_digits(digits: str, ranks: dict[str, int]) -> int | None:
     if rank is None and digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1):
         rank = ranks[digits] = int(digits)
     return rank
-
-
-@dataclass(slots=True)
-class _RankTemplate:
-    """A ledger file whose lines each equal a checked line but for the rank, cut at the rank's digits: a file
-    equal to ``digits.join(pieces)`` is those lines at another rank (:meth:`apply` adds it to their graphs)."""
-
-    pieces: list[str]
-    graphs: list[LedgerGraph]
-
-    @classmethod
-    def of(cls, lines: list[str], checked: Mapping[tuple[str, str], LedgerGraph]) -> _RankTemplate | None:
-        if not lines:
-            return None
-        end = lines[0].find(",", _RANK_AT)
-        if end <= _RANK_AT:
-            return None
-        digits = lines[0][_RANK_AT:end]
-        cut = _RANK_AT + len(digits)
-        pieces, graphs, tail = [], [], ""
-        for line in lines:
-            entry = checked.get((line[:_RANK_AT], line[cut:])) if line[_RANK_AT:cut] == digits else None
-            if entry is None or line[cut:cut + 1] != ",":
-                return None
-            pieces.append(tail + line[:_RANK_AT])
-            graphs.append(entry)
-            tail = line[cut:] + "\n"
-        pieces.append(tail)
-        return cls(pieces, graphs)
-
-    def apply(self, text: str, ranks: dict[str, int]) -> bool:
-        """Add the rank of ``text`` to the template's graphs when ``text`` is the template at that rank."""
-        end = text.find(",", _RANK_AT)
-        rank = _rank_digits(text[_RANK_AT:end], ranks) if end > _RANK_AT else None
-        if rank is None or text != text[_RANK_AT:end].join(self.pieces):
-            return False
-        for entry in self.graphs:
-            entry.add(rank)
-        return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -25,6 +25,7 @@ __all__ = [
     "MANIFEST_FILENAME",
     "MANIFEST_VERSION",
     "TOPOLOGY_DEFAULTS",
+    "json_path",
     "schema",
     "validate_manifest",
 ]
@@ -72,11 +73,12 @@ def _validator():
     return Draft202012Validator(doc)
 
 
-def _where(path: Any) -> str:
-    out = ""
-    for part in path:
+def json_path(parts: Iterable[Any], prefix: str = "") -> str:
+    """``prefix`` then a JSON path of keys and indices: ``graphs[0].ranks``."""
+    out = prefix
+    for part in parts:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
+    return out
 
 
 def validate_manifest(doc: Mapping) -> list[str]:
@@ -89,17 +91,16 @@ def validate_manifest(doc: Mapping) -> list[str]:
         return [f"(top level): a manifest is a JSON object, got {type(doc).__name__}"]
     plain = copy.deepcopy(dict(doc))
     problems = [
-        f"{_where(error.absolute_path)}: {clip(error.message, 300)}"
+        f"{json_path(error.absolute_path) or '(top level)'}: {clip(error.message, 300)}"
         for error in sorted(_validator().iter_errors(plain), key=lambda e: list(map(str, e.absolute_path)))
     ]
     graphs = plain.get("graphs")
     if isinstance(graphs, list):
-        hashes = [g.get("graph_hash") for g in graphs if isinstance(g, Mapping)]
         for index, graph in enumerate(graphs):
             ranks = graph.get("ranks") if isinstance(graph, Mapping) else None
             if isinstance(ranks, list) and all(type(r) is int for r in ranks) and ranks != sorted(ranks):
                 problems.append(f"graphs[{index}].ranks: {ranks} is not sorted")
-        str_hashes = [h for h in hashes if isinstance(h, str)]
+        str_hashes = [h for g in graphs if isinstance(g, Mapping) and isinstance(h := g.get("graph_hash"), str)]
         seen: set[str] = set()
         for h in str_hashes:
             if h in seen:

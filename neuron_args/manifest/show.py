@@ -23,6 +23,7 @@ __all__ = [
     "format_ranks",
     "is_baseline",
     "manifest_graph_rows",
+    "manifest_graphs",
     "manifest_table",
     "opt_level",
     "status_counts",
@@ -31,6 +32,8 @@ __all__ = [
 
 SHORT_HASH = 12
 _MAX_CELL = 48
+#: a manifest graph's fields ``manifest show`` lists as they are (beside its graph type and -O level)
+_ROW_FIELDS = ("graph_hash", "input_shapes", "output_shapes", "compiler_flags", "neff_size", "ranks")
 
 
 def opt_level(flags: str | Sequence[str] | None) -> str:
@@ -137,6 +140,12 @@ def _config_summary(doc: Mapping) -> str:
     return "  ".join(parts)
 
 
+def manifest_graphs(doc: Mapping) -> list[Mapping]:
+    """The graph objects a manifest (or baseline) lists; anything else in its ``graphs`` is skipped (untrusted)."""
+    graphs = doc.get("graphs")
+    return [g for g in graphs if isinstance(g, Mapping)] if isinstance(graphs, list) else []
+
+
 def neuron_config(doc: Mapping) -> Mapping:
     """A manifest's (or baseline's) ``config.neuron_config``; ``{}`` when it has none (the file is untrusted)."""
     config = doc.get("config")
@@ -202,8 +211,7 @@ def is_baseline(doc: Mapping, path: str | os.PathLike[str] | None = None) -> boo
         return False
     if path is not None and BASELINE_DIRNAME in Path(path).parts:
         return True
-    listed = doc.get("graphs")
-    graphs = [g for g in listed if isinstance(g, Mapping)] if isinstance(listed, list) else []
+    graphs = manifest_graphs(doc)
     return bool(graphs) and not any(f in g for g in graphs for f in BASELINE_VOLATILE_GRAPH_FIELDS)
 
 
@@ -231,7 +239,7 @@ def validate_baseline(doc: Mapping) -> list[str]:
                         f"{BASELINE_CACHE_DIR_PLACEHOLDER!r}, got {neuron['cache_dir']!r}")
     types = neuron.get("graph_types")
     if isinstance(types, Mapping):
-        hashes = {g.get("graph_hash") for g in graphs if isinstance(g, Mapping)}
+        hashes = {g.get("graph_hash") for g in manifest_graphs(doc)}
         extra = sorted(k for k in types if k not in hashes)
         if extra:
             problems.append(f"config.neuron_config.graph_types: {len(extra)} key(s) not among the baseline's "
@@ -244,21 +252,12 @@ def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | No
     :func:`manifest_table`."""
     types = {**recorded_graph_types(doc), **{k: v for k, v in (graph_types or {}).items() if v}}
     rows = []
-    for g in doc.get("graphs") if isinstance(doc.get("graphs"), list) else []:
-        if not isinstance(g, Mapping):
-            continue
+    for g in manifest_graphs(doc):
         h = g.get("graph_hash")
         level = opt_level(g.get("compiler_flags"))
-        rows.append({
-            "graph_type": types.get(h) if isinstance(h, str) else None,
-            "graph_hash": h,
-            "input_shapes": g.get("input_shapes"),
-            "output_shapes": g.get("output_shapes"),
-            "opt_level": None if level == "-" else level,
-            "compiler_flags": g.get("compiler_flags"),
-            "neff_size": g.get("neff_size"),
-            "ranks": g.get("ranks"),
-        })
+        graph_type = types.get(h) if isinstance(h, str) else None
+        rows.append({**{name: g.get(name) for name in _ROW_FIELDS}, "graph_type": graph_type,
+                     "opt_level": None if level == "-" else level})
     return rows
 
 
@@ -269,11 +268,5 @@ def status_counts(statuses: Sequence[EntryStatus]) -> dict[str, int]:
 
 def cache_entry_dict(entry: CacheEntryInfo) -> dict:
     """One ``cache ls --json`` entry."""
-    return {
-        "key": entry.key,
-        "graph_type": entry.graph_type,
-        "opt_level": None if entry.opt_level == "-" else entry.opt_level,
-        "status": entry.status.value,
-        "lock_pid": entry.lock_pid or None,
-        "size": entry.size,
-    }
+    return {**vars(entry), "opt_level": None if entry.opt_level == "-" else entry.opt_level,
+            "status": entry.status.value, "lock_pid": entry.lock_pid or None}
