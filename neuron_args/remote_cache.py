@@ -29,7 +29,7 @@ from neuron_args import envs
 from neuron_args.atomic import file_stamp, remove_path, write_atomic
 from neuron_args.cache_key import is_cache_key
 from neuron_args.digests import stream_sha256
-from neuron_args.errors import OptionsError
+from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.text import graph_label
 from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json
 
@@ -70,6 +70,8 @@ class EntryLike(Protocol):
     def metadata_path(self) -> Path: ...
 
     def problem(self, *, checksum: bool = True) -> str | None: ...
+
+    def info(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -336,39 +338,14 @@ class S3Store:
 
 
 @dataclass(frozen=True)
-class Summary:
-    """What ``cache ls`` shows of a remote entry without downloading it, recorded in its marker."""
-
-    graph_type: str | None
-    compiler_args: list[str] | None
-    created: str | None
-
-    @classmethod
-    def of_metadata(cls, f: BinaryIO | None) -> Summary:
-        """The summary of an open metadata.json (None: the entry has none), read from its start, bounded."""
-        doc = None
-        if f is not None:
-            f.seek(0)
-            with contextlib.suppress(ValueError):
-                doc = load_json(f.read(METADATA_LIMIT + 1), "metadata.json")
-        return cls.parse(doc if isinstance(doc, dict) else {})
-
-    @classmethod
-    def parse(cls, doc: dict[str, Any]) -> Summary:
-        """The summary fields of a marker or metadata document (untrusted: a malformed field is None)."""
-        graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
-        ok_args = isinstance(args, list) and len(args) <= 1000 and all(isinstance(a, str) and len(a) <= 4096 for a in args)
-        return cls(graph_type if isinstance(graph_type, str) and len(graph_type) <= 200 else None,
-                   list(args) if ok_args else None, created if isinstance(created, str) and len(created) <= 64 else None)
-
-
-@dataclass(frozen=True)
 class Marker:
-    """A remote marker: its upload folder, ``{name: (size, sha256)}`` and the listing summary."""
+    """A remote marker: its upload folder, ``{name: (size, sha256)}`` and what ``cache ls`` shows without a download."""
 
     folder: str
     files: dict[str, tuple[int, str]]
-    summary: Summary
+    graph_type: str | None
+    compiler_args: list[str] | None
+    created: str | None
 
     @property
     def size(self) -> int:
@@ -376,7 +353,7 @@ class Marker:
 
     @classmethod
     def parse(cls, doc: Any, key: str) -> Marker:
-        """Untrusted: every field checked (ValueError); the summary's fields are None when malformed or absent."""
+        """Untrusted: every field checked (ValueError); a listing field is None when malformed or absent."""
         if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
             raise ValueError("the marker is not a neuron-args remote marker of this key")
         folder, files = doc.get("folder"), doc.get("files")
@@ -390,7 +367,10 @@ class Marker:
                     or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
                 raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
             out[name] = (size, sha)
-        return cls(folder, out, Summary.parse(doc))
+        graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
+        ok_args = isinstance(args, list) and len(args) <= 1000 and all(isinstance(a, str) and len(a) <= 4096 for a in args)
+        return cls(folder, out, graph_type if isinstance(graph_type, str) and len(graph_type) <= 200 else None,
+                   list(args) if ok_args else None, created if isinstance(created, str) and len(created) <= 64 else None)
 
 
 def pull(entry: EntryLike, *, lock: Callable[[], AbstractContextManager[Any]], graph_type: str | None = None) -> bool:
@@ -532,6 +512,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
             names = sorted(p.name for p in entry.path.iterdir()
                            if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
                            and not p.name.startswith(".") and _NAME.match(p.name))
+            md = entry.info()  # what `cache ls` shows of the entry, before the marker check below
             handles = {n: opened.enter_context(open(entry.path / n, "rb")) for n in names}
             if stamp is None or file_stamp(entry.marker_path) != stamp:
                 log.info("cache entry %s (%s) was replaced locally before its upload; the build that replaced it "
@@ -542,10 +523,9 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
             for name, f in handles.items():
                 f.seek(0)
                 store.put(store.loc.object_key(key, folder, name), f, key, graph_type)
-            summary = Summary.of_metadata(handles.get(entry.metadata_path.name))
             marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
-                                 "host": socket.gethostname(), "graph_type": summary.graph_type,
-                                 "compiler_args": summary.compiler_args, "created": summary.created},
+                                 "host": socket.gethostname(), "graph_type": md.graph_type, "created": md.created,
+                                 "compiler_args": None if md.compiler_args is None else list(md.compiler_args)},
                                 sort_keys=True).encode()
             replacing = key in store.replace
             name = store.loc.object_key(key, REMOTE_MARKER)
@@ -559,7 +539,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
         except _Unavailable as exc:
             store.go_down(str(exc), key, graph_type, while_="uploading")
             return False
-        except (RemoteCacheError, OSError) as exc:
+        except (RemoteCacheError, OSError, CorruptEntryError) as exc:
             refused, store.upload_refused = store.upload_refused, store.upload_refused or isinstance(exc, RemoteCacheError)
             log.log(logging.INFO if refused else logging.WARNING, "cache entry %s (%s) was built here but not uploaded "
                     "to %s (endpoint %s): %s. It is used from this host's copy; other hosts build it themselves. fix: "

@@ -50,9 +50,8 @@ def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, loc
         return RemoteRow(key, None, None, EntryStatus.CORRUPT.value, None, modified, True, local)
     if marker is None:  # removed between the listing and the read
         return RemoteRow(key, None, None, "gone", None, modified, True, local)
-    s = marker.summary
-    return RemoteRow(key, s.graph_type, s.compiler_args, EntryStatus.COMPLETE.value, marker.size,
-                     s.created or modified, True, local)
+    return RemoteRow(key, marker.graph_type, marker.compiler_args, EntryStatus.COMPLETE.value, marker.size,
+                     marker.created or modified, True, local)
 
 
 def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
