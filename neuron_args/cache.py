@@ -170,13 +170,20 @@ class CacheEntry:
         """The pid of the live process building this key (0 when it wrote none), else None."""
         return lock_holder(self.lock_path)
 
-    def metadata(self) -> dict[str, Any]:
-        """The ``metadata.json`` document as written (``{}``: unreadable); readers use :meth:`info`."""
+    def _document(self) -> dict[str, Any] | str:
+        """The ``metadata.json`` object as written, or why there is none."""
         try:
             value = read_json(os.path.join(os.fspath(self.path), METADATA_NAME), METADATA_LIMIT)
-        except (OSError, ValueError):
-            return {}
-        return value if isinstance(value, dict) else {}
+        except FileNotFoundError:
+            return "metadata.json is missing"
+        except (OSError, ValueError) as exc:
+            return f"metadata.json is unreadable ({type(exc).__name__}: {exc})"
+        return value if isinstance(value, dict) else f"metadata.json holds a JSON {type(value).__name__}, not an object"
+
+    def metadata(self) -> dict[str, Any]:
+        """The ``metadata.json`` document as written (``{}``: unreadable); readers use :meth:`info`."""
+        doc = self._document()
+        return doc if isinstance(doc, dict) else {}
 
     @property
     def has_metadata(self) -> bool:
@@ -214,14 +221,9 @@ class CacheEntry:
 
     def problem(self, *, checksum: bool = True) -> str | None:
         """Why this complete entry cannot be loaded (metadata, signature, executable size and sha256), or None."""
-        try:
-            md = read_json(self.metadata_path, METADATA_LIMIT)
-        except FileNotFoundError:
-            return "metadata.json is missing"
-        except (OSError, ValueError) as exc:
-            return f"metadata.json is unreadable ({type(exc).__name__}: {exc})"
-        if not isinstance(md, dict):
-            return f"metadata.json holds a JSON {type(md).__name__}, not an object"
+        md = self._document()
+        if isinstance(md, str):
+            return md
         try:
             recorded = EntryMetadata.parse(md, self.key)
         except CorruptEntryError as exc:
@@ -260,17 +262,15 @@ class CacheEntry:
         self.write_metadata(md)
         return md
 
-    def record_failure(self, exc: BaseException) -> None:
-        """Say in the metadata that the compiler failed (``cache ls``: ``failed``, not ``crashed``)."""
+    def record_unfinished(self, exc: BaseException) -> None:
+        """Say in the metadata that the compiler failed or Ctrl-C stopped it (``cache ls``: ``failed`` or
+        ``interrupted``, not ``crashed``); an interrupted pending entry stays pending."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        error = ("interrupted (KeyboardInterrupt) while compiling" if interrupted else
+                 (str(exc).splitlines() or [type(exc).__name__])[0][:500])
         with contextlib.suppress(OSError):
-            if self.path.is_dir():
-                self.update_metadata(status="failed", error=(str(exc).splitlines() or [type(exc).__name__])[0][:500])
-
-    def record_interrupt(self) -> None:
-        """Say that Ctrl-C stopped the build (``interrupted``, not ``crashed``); a pending entry stays pending."""
-        with contextlib.suppress(OSError):
-            if self.path.is_dir() and self.metadata().get("status") != "pending":
-                self.update_metadata(status="interrupted", error="interrupted (KeyboardInterrupt) while compiling")
+            if self.path.is_dir() and not (interrupted and self.metadata().get("status") == "pending"):
+                self.update_metadata(status="interrupted" if interrupted else "failed", error=error)
 
     def mark_complete(self) -> None:
         """Write the marker; a remote cache's copy uploads the entry once the key's lock is released."""
@@ -378,9 +378,6 @@ class LockWait:
         self.entry, self.graph_type, self.timeout = entry, graph_type, timeout
         self.started = time.monotonic()
         self.due = self.started + LOCK_NOTICE_AFTER
-
-    def next_in(self) -> float:
-        return max(0.0, self.due - time.monotonic())
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -544,14 +541,11 @@ class CompileCache:
              timeout: float = LOCK_TIMEOUT, graph_type: str | None = None) -> Iterator[None]:
         """Exclusive per-key lock across processes (released when the holder dies, too); ``stop(seconds)``,
         polled, makes the wait interruptible (``InterruptedError``), and one past ``timeout`` is a :class:`CompileError`."""
-        entry = self.entry(key)
-        key_lock = KeyLock(entry)
-        deadline = time.monotonic() + timeout
+        key_lock = KeyLock(self.entry(key))
         if not key_lock.acquire(0):
-            wait = LockWait(entry, graph_type=graph_type, timeout=timeout)
-            while not key_lock.acquire(0 if stop is not None else
-                                       min(max(0.0, deadline - time.monotonic()), wait.next_in(), 60.0)):
-                if time.monotonic() >= deadline:
+            wait = LockWait(self.entry(key), graph_type=graph_type, timeout=timeout)
+            while not key_lock.acquire(0 if stop is not None else _LOCK_POLL):
+                if time.monotonic() >= wait.started + timeout:
                     raise wait.timed_out()
                 wait.tick()
                 if stop is not None and stop(_LOCK_POLL):
@@ -645,11 +639,8 @@ class CompileCache:
                     entry.reset()
                     build(entry)
                     entry.mark_complete()
-                except CompileError as exc:
-                    entry.record_failure(exc)
-                    raise
-                except KeyboardInterrupt:
-                    entry.record_interrupt()
+                except (CompileError, KeyboardInterrupt) as exc:
+                    entry.record_unfinished(exc)
                     raise
                 _verified.add((str(self.root), entry.key))
                 count("compiles")
