@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -424,53 +424,6 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
         shutil.rmtree(incoming, ignore_errors=True)
     log.info("copied cache entry %s (%s) from %s", key, graph_label(graph_type), store.loc.url)
     return True
-
-
-class CacheLike(Protocol):
-    """What :func:`sync` needs of a :class:`~neuron_args.cache.CompileCache`."""
-
-    root: Path
-
-    def entry(self, key: str) -> Any: ...
-
-    def pull(self, entry: Any, graph_type: str | None = None) -> bool: ...
-
-
-@dataclass
-class SyncReport:
-    """What :func:`sync` did: entries listed, copied now, and those that did not check out."""
-
-    url: str
-    listed: int = 0
-    copied: int = 0
-    not_loaded: list[str] = field(default_factory=list)
-
-    def line(self) -> str:
-        bad = self.not_loaded
-        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
-                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
-                "its marker, then the cache's own check)"
-                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
-
-
-def sync(cache: CacheLike) -> SyncReport | None:
-    """Download (and check) every complete remote entry the local copy lacks; None for a plain local cache."""
-    store = store_for(cache.root)
-    if store is None:
-        return None
-    report = SyncReport(store.loc.url)
-    with store.reachable():
-        keys = store.keys()
-        report.listed = len(keys)
-        for key in keys:
-            entry = cache.entry(key)
-            if entry.is_complete:
-                continue
-            if cache.pull(entry):
-                report.copied += 1
-            elif store.down is None:
-                report.not_loaded.append(key)
-    return report
 
 
 _owed: dict[str, tuple[EntryLike, str | None]] = {}

@@ -1,11 +1,11 @@
-"""``cache ls`` and ``cache explain`` on an ``s3://`` cache: a listing reads only the remote's markers (one listing,
-bounded reads); ``explain`` downloads (and checks) only the entries it names.
+"""``cache ls``, ``explain`` and ``verify`` on an ``s3://`` cache: a listing reads only the remote's markers (one listing,
+bounded reads); ``explain`` downloads (and checks) only the entries it names, ``verify`` (:func:`sync`) every one.
 """
 from __future__ import annotations
 
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from neuron_args import remote_cache
 from neuron_args.cache import CompileCache, EntryStatus
@@ -122,3 +122,40 @@ def fetch_named(cache: CompileCache, prefix: str) -> str | None:
                        "on download (the log says why) and the local copy has no complete entry; nothing to explain")
     return (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
             "metadata, the executable's sha256, the signature when signing is on)")
+
+
+@dataclass
+class SyncReport:
+    """What :func:`sync` did: entries listed, copied now, and those that did not check out."""
+
+    url: str
+    listed: int = 0
+    copied: int = 0
+    not_loaded: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        bad = self.not_loaded
+        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
+                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
+                "its marker, then the cache's own check)"
+                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
+
+
+def sync(cache: CompileCache) -> SyncReport | None:
+    """Download (and check) every complete remote entry the local copy lacks; None for a plain local cache."""
+    store = remote_cache.store_for(cache.root)
+    if store is None:
+        return None
+    report = SyncReport(store.loc.url)
+    with store.reachable():
+        keys = store.keys()
+        report.listed = len(keys)
+        for key in keys:
+            entry = cache.entry(key)
+            if entry.is_complete:
+                continue
+            if cache.pull(entry):
+                report.copied += 1
+            elif store.down is None:
+                report.not_loaded.append(key)
+    return report
