@@ -98,12 +98,9 @@ class EntryMetadata:
             except TypeError as exc:
                 shown = repr(value)
                 shown = shown if len(shown) <= 80 else shown[:77] + "..."
-                problem = f"metadata.json field {name!r} is {shown}, not {exc}"
                 graph_type = doc.get("graph_type")
-                raise CorruptEntryError(
-                    f"cache entry {key} ({graph_label(graph_type if isinstance(graph_type, str) else None)}): "
-                    f"{problem}; it was written by another neuron-args or damaged: a run that can write the cache "
-                    "moves it aside and rebuilds it, or remove the entry", problem=problem) from None
+                raise corrupt(key, graph_type if isinstance(graph_type, str) else None,
+                              f"metadata.json field {name!r} is {shown}, not {exc}") from None
         return cls(doc=dict(doc), **values)
 
     def __bool__(self) -> bool:
@@ -135,8 +132,15 @@ class EntryMetadata:
                                 **extra)
 
 
+def corrupt(key: str, graph_type: str | None, problem: str) -> CorruptEntryError:
+    """The error of an entry whose metadata.json this neuron-args cannot use as recorded (moved aside, rebuilt)."""
+    return CorruptEntryError(
+        f"cache entry {key} ({graph_label(graph_type)}): {problem}; it was written by another neuron-args or damaged: "
+        "a run that can write the cache moves it aside and rebuilds it, or remove the entry", problem=problem)
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat()
 
 
-__all__ = ["METADATA_VERSION", "EntryMetadata", "RecordedSpec", "now_iso"]
+__all__ = ["METADATA_VERSION", "EntryMetadata", "RecordedSpec", "corrupt", "now_iso"]

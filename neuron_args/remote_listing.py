@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from neuron_args import remote_cache
 from neuron_args.cache import CompileCache, EntryStatus
@@ -28,19 +28,16 @@ class RemoteRow:
     size: int | None
     created: str | None
     remote: bool
-    local: str | None  # the local copy's status of the key, None when it has no folder for it
+    local_status: str | None  # the local copy's status of the key, None when it has no folder for it
 
     @property
     def where(self) -> str:
         if not self.remote:
             return "local only"
-        return "remote+local" if self.local == EntryStatus.COMPLETE.value else "remote"
+        return "remote+local" if self.local_status == EntryStatus.COMPLETE.value else "remote"
 
     def as_dict(self) -> dict:
-        return {"key": self.key, "graph_type": self.graph_type, "compiler_args": self.compiler_args,
-                "opt_level": None if self.compiler_args is None else opt_level(self.compiler_args),
-                "status": self.status, "size": self.size, "created": self.created, "remote": self.remote,
-                "local_status": self.local}
+        return {**asdict(self), "opt_level": None if self.compiler_args is None else opt_level(self.compiler_args)}
 
 
 def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> RemoteRow:
