@@ -275,7 +275,12 @@ class CacheEntry:
     def mark_complete(self) -> None:
         """Write the marker; a remote cache's copy uploads the entry once the key's lock is released."""
         write_atomic(self.marker_path, now_iso())
-        remote_cache.publish_unlocked(self, self.graph_type, locked=KeyLock.held_here(self))
+        if remote_cache.store_for(self.root) is None:
+            return
+        if self.lock_path in KeyLock._held:  # uploaded on release: a slow network never holds other local builds
+            KeyLock._held[self.lock_path] = True
+        else:
+            remote_cache.publish(self, self.graph_type)
 
     def reset(self) -> None:
         """Drop what an unfinished build left (a file or link where the folder belongs too); the caller holds the lock."""
@@ -338,16 +343,14 @@ class KeyLock:
 
     Every writer of an entry holds it, so whoever takes it removes the temporaries a killed writer left."""
 
-    _held: ClassVar[set[Path]] = set()  # the lock files this process holds (a set's add and discard are atomic)
+    #: the lock files this process holds -> whether its holder completed the entry of a remote cache's copy, so owes
+    #: its upload when it releases the lock (a dict's set and pop are atomic)
+    _held: ClassVar[dict[Path, bool]] = {}
 
     def __init__(self, entry: CacheEntry) -> None:
         self.path = entry.lock_path
-        self.entry_path = entry.path
+        self.entry = entry
         self._lock = FileLock(self.path, thread_local=False)
-
-    @classmethod
-    def held_here(cls, entry: CacheEntry) -> bool:
-        return entry.lock_path in cls._held
 
     def acquire(self, timeout: float = 0) -> bool:
         """Take the lock within ``timeout`` seconds (0: one try); False when another process holds it."""
@@ -357,18 +360,19 @@ class KeyLock:
         except Timeout:
             return False
         _write_pid(self.path, os.getpid())
-        KeyLock._held.add(self.path)
-        for name in remove_temporaries(self.entry_path):
+        KeyLock._held[self.path] = False
+        for name in remove_temporaries(self.entry.path):
             log.info("removed %s from cache entry %s: a write killed before it finished left it", name,
-                     self.entry_path.name)
+                     self.entry.key)
         return True
 
     def release(self) -> None:
         if self._lock.is_locked:
             _write_pid(self.path, None)
-            KeyLock._held.discard(self.path)
+            owed = KeyLock._held.pop(self.path, False)
             self._lock.release()
-            remote_cache.released(self.entry_path)  # the upload its holder owed: outside the lock
+            if owed:  # outside the lock
+                remote_cache.publish(self.entry, self.entry.graph_type)
 
 
 class LockWait:

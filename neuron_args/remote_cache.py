@@ -426,30 +426,6 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
     return True
 
 
-_owed: dict[str, tuple[EntryLike, str | None]] = {}
-_owed_lock = threading.Lock()
-
-
-def publish_unlocked(entry: EntryLike, graph_type: str | None, *, locked: bool) -> None:
-    """Upload a just completed ``entry`` now, or (``locked``) once :func:`released` says the key's lock is given
-    back: a slow network never holds other local builds of the key."""
-    if store_for(entry.root) is None:
-        return
-    if locked:
-        with _owed_lock:
-            _owed[str(entry.path)] = (entry, graph_type)
-        return
-    publish(entry, graph_type)
-
-
-def released(entry_path: Path) -> None:
-    """The key lock of ``entry_path`` was released: upload what its holder completed, if anything."""
-    with _owed_lock:
-        owed = _owed.pop(str(entry_path), None)
-    if owed is not None:
-        publish(*owed)
-
-
 def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
     """Upload the complete local ``entry``, the marker last; True when this host's marker stands (a failure warns).
 
