@@ -14,7 +14,7 @@ from typing import Any
 from neuron_args.errors import CorruptEntryError
 from neuron_args.flags import CompilerArgs
 from neuron_args.target import DEFAULT_TARGET, Target, parse_target
-from neuron_args.text import graph_label
+from neuron_args.text import clip, graph_label
 
 METADATA_VERSION = 1
 
@@ -96,11 +96,9 @@ class EntryMetadata:
             try:
                 values[name] = parse(value)
             except TypeError as exc:
-                shown = repr(value)
-                shown = shown if len(shown) <= 80 else shown[:77] + "..."
                 graph_type = doc.get("graph_type")
                 raise corrupt(key, graph_type if isinstance(graph_type, str) else None,
-                              f"metadata.json field {name!r} is {shown}, not {exc}") from None
+                              f"metadata.json field {name!r} is {clip(repr(value), 80)}, not {exc}") from None
         return cls(doc=dict(doc), **values)
 
     def __bool__(self) -> bool:

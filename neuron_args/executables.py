@@ -32,9 +32,7 @@ _eager = ACTIVITY.eager_outputs
 
 def allow_eager_outputs(value: bool | None = None) -> bool:
     """``value`` (``options["allow_eager_outputs"]``) when given, else ``$NEURON_ARGS_ALLOW_EAGER_OUTPUTS``."""
-    if value is not None:
-        return bool(value)
-    return envs.flag(ALLOW_EAGER_ENV)
+    return bool(value) if value is not None else envs.flag(ALLOW_EAGER_ENV)
 
 
 def recorded_specs(metadata: EntryMetadata, key: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
