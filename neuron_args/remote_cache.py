@@ -254,17 +254,6 @@ class S3Store:
                 "fix: check the endpoint (AWS_ENDPOINT_URL, the network) and %s, then run again",
                 self.loc.url, self.endpoint, key, graph_label(graph_type), why, TIMEOUT_ENV)
 
-    def get_bytes(self, name: str, limit: int, key: str, graph_type: str | None) -> bytes:
-        with self._call("read", key, graph_type):
-            body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
-            try:
-                data = body.read(limit + 1)
-            finally:
-                body.close()
-        if len(data) > limit:
-            raise ValueError(f"{name} has more than the {limit} bytes allowed")
-        return data
-
     def get_file(self, name: str, dest: Path, size: int, key: str, graph_type: str | None) -> str:
         """Download ``name`` into ``dest`` (at most ``size`` + 1 bytes read); returns its sha256."""
         digest, got = hashlib.sha256(), 0
@@ -306,7 +295,16 @@ class S3Store:
 
     def marker_bytes(self, key: str, graph_type: str | None = None) -> bytes:
         """The remote marker of ``key`` as stored (one bounded read); :class:`_Absent` when there is none."""
-        return self.get_bytes(self.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, graph_type)
+        name = self.loc.object_key(key, REMOTE_MARKER)
+        with self._call("read", key, graph_type):
+            body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
+            try:
+                data = body.read(MARKER_LIMIT + 1)
+            finally:
+                body.close()
+        if len(data) > MARKER_LIMIT:
+            raise ValueError(f"{name} has more than the {MARKER_LIMIT} bytes allowed")
+        return data
 
     def marker(self, key: str) -> Marker | None:
         """The parsed remote marker of ``key``, None when absent; ValueError when malformed."""
