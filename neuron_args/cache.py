@@ -517,19 +517,22 @@ class CompileCache:
         """The entry of ``key`` when it is a key (a name from a manifest cannot point outside the cache)."""
         return CacheEntry(self.root, key) if is_cache_key(key) else None
 
-    def find(self, prefix: str) -> CacheEntry:
-        """The one entry whose key starts with ``prefix``; else a KeyError naming the candidates."""
+    def find(self, prefix: str, *, remote: remote_cache.S3Store | None = None) -> CacheEntry:
+        """The one entry whose key starts with ``prefix`` (here, or in the ``remote`` this folder copies); else a
+        KeyError naming the candidates."""
         wanted = prefix.strip().lower()
         if not wanted or not all(c in "0123456789abcdef" for c in wanted):
             raise KeyError(f"{prefix!r} is not a cache key or key prefix (hex characters)")
-        matches = [e for e in self.entries() if e.key.startswith(wanted)]
+        keys = {e.key for e in self.entries()} | set(() if remote is None else remote.keys())
+        matches = sorted(k for k in keys if k.startswith(wanted))
         if not matches:
             raise KeyError(f"no cache entry in {self.root} has a key starting with {prefix!r}")
         if len(matches) > 1:
-            shown = ", ".join(e.key for e in matches[:5]) + (" ..." if len(matches) > 5 else "")
-            raise KeyError(f"key prefix {prefix!r} is ambiguous in {self.root}: {len(matches)} entries "
+            where = self.root if remote is None else f"{remote.loc.url} and its local copy"
+            shown = ", ".join(matches[:5]) + (" ..." if len(matches) > 5 else "")
+            raise KeyError(f"key prefix {prefix!r} is ambiguous in {where}: {len(matches)} entries "
                            f"({shown}); give more characters")
-        return matches[0]
+        return self.entry(matches[0])
 
     def check_root(self) -> None:
         """Raise :class:`OptionsError` when the root cannot be a directory; warn once when others may write it."""

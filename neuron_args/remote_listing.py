@@ -96,20 +96,13 @@ def remote_counts(rows: list[RemoteRow]) -> dict[str, int]:
 
 def fetch_named(cache: CompileCache, prefix: str) -> str | None:
     """Make the one entry whose key starts with ``prefix`` local (downloaded and checked when missing); returns what
-    was done, None when nothing matches; KeyError when ambiguous or the remote entry does not check out."""
+    was done, None for a plain local cache; KeyError when none or several match or the remote entry does not check
+    out (:meth:`CompileCache.find`)."""
     store = remote_cache.store_for(cache.root)
-    wanted = prefix.strip().lower()
-    if store is None or not wanted or not all(c in "0123456789abcdef" for c in wanted):
+    if store is None:
         return None
     with store.reachable():
-        remote = [k for k in store.keys() if k.startswith(wanted)]
-    keys = sorted(set(remote) | {e.key for e in cache.entries() if e.key.startswith(wanted)})
-    if len(keys) > 1:
-        raise KeyError(f"key prefix {prefix!r} is ambiguous in {store.loc.url} and its local copy: {len(keys)} "
-                       f"entries ({', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}); give more characters")
-    if not keys:
-        return None
-    entry = cache.entry(keys[0])
+        entry = cache.find(prefix, remote=store)
     if entry.is_complete:
         return f"{entry.key}: the local copy's entry (not downloaded again)"
     with store.reachable():
