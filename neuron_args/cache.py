@@ -550,7 +550,7 @@ class CompileCache:
         polled, makes the wait interruptible (``InterruptedError``), and one past ``timeout`` is a :class:`CompileError`."""
         key_lock = KeyLock(self.entry(key))
         if not key_lock.acquire(0):
-            wait = LockWait(self.entry(key), graph_type=graph_type, timeout=timeout)
+            wait = LockWait(key_lock.entry, graph_type=graph_type, timeout=timeout)
             while not key_lock.acquire(0 if stop is not None else _LOCK_POLL):
                 if time.monotonic() >= wait.started + timeout:
                     raise wait.timed_out()
