@@ -167,8 +167,23 @@ class CacheEntry:
         return EntryStatus.CRASHED
 
     def lock_pid(self) -> int | None:
-        """The pid of the live process building this key (0 when it wrote none), else None."""
-        return lock_holder(self.lock_path)
+        """The pid of the live process building this key (0 when it wrote none), else None: a dead holder holds no
+        lock."""
+        if not self.lock_path.exists():
+            return None
+        probe = FileLock(self.lock_path)
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            try:
+                text = read_bounded(self.lock_path, 4096).decode(errors="replace").strip()[:32]
+            except (OSError, ValueError):  # a lock file the holder keeps unreadable (Windows), or no regular file
+                text = ""
+            return int(text) if text.isdigit() else 0
+        except OSError:  # unreadable or vanished: nobody we can see holds it
+            return None
+        probe.release()
+        return None
 
     def _document(self) -> dict[str, Any] | str:
         """The ``metadata.json`` object as written, or why there is none."""
@@ -307,25 +322,6 @@ class CacheEntry:
 def executable_fields(path: Path) -> dict[str, Any]:
     """``executable_size`` and ``executable_sha256`` of a built executable, for metadata.json."""
     return {"executable_size": path.stat().st_size, "executable_sha256": file_sha256(path)}
-
-
-def lock_holder(lock_path: Path) -> int | None:
-    """The pid of the live process holding ``lock_path`` (0: it wrote none), or None: a dead holder holds no lock."""
-    if not lock_path.exists():
-        return None
-    probe = FileLock(lock_path)
-    try:
-        probe.acquire(timeout=0)
-    except Timeout:
-        try:
-            text = read_bounded(lock_path, 4096).decode(errors="replace").strip()[:32]
-        except (OSError, ValueError):  # a lock file the holder keeps unreadable (Windows), or no regular file
-            text = ""
-        return int(text) if text.isdigit() else 0
-    except OSError:  # unreadable or vanished: nobody we can see holds it
-        return None
-    probe.release()
-    return None
 
 
 def _write_pid(lock_path: Path, pid: int | None) -> None:
@@ -668,7 +664,7 @@ class CompileCache:
         now serving (a shared cache holds other runs' variants), then key order."""
         target = key.components.as_dict()
         warmed_here = _warmed_keys()
-        best: tuple[tuple[int, int, int, int, str], CacheEntry, list[str]] | None = None
+        ranked: list[tuple[tuple[int, int, int, int, str], CacheEntry, list[str]]] = []
         for entry in self.entries():
             if entry.key == key.key or not entry.is_complete:
                 continue
@@ -680,16 +676,14 @@ class CompileCache:
             if comps is None:
                 continue
             diff = explain_components(comps, target)
-            score = (
+            ranked.append(((
                 0 if comps.get("graph") == target["graph"] else 1,
                 0 if graph_type is not None and md.graph_type == graph_type else 1,
                 len(diff),
                 0 if entry.key in warmed_here else 1,
-                entry.key,
-            )
-            if best is None or score < best[0]:
-                best = (score, entry, diff)
-        return None if best is None else (best[1], best[2])
+                entry.key,  # unique: two scores never tie, so entries are never compared
+            ), entry, diff))
+        return None if not ranked else min(ranked)[1:]
 
     def miss_error(self, key: CacheKey, graph_type: str | None) -> CacheMissError:
         """Explain a miss: the graph, the key, the closest entry and what differs, and the fix."""
