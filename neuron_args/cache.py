@@ -167,16 +167,38 @@ class CacheEntry:
         return EntryStatus.CRASHED
 
     def lock_pid(self) -> int | None:
-        """The pid of the live process building this key (0 when it wrote none), else None."""
-        return lock_holder(self.lock_path)
+        """The pid of the live process building this key (0 when it wrote none), else None: a dead holder holds no
+        lock."""
+        if not self.lock_path.exists():
+            return None
+        probe = FileLock(self.lock_path)
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            try:
+                text = read_bounded(self.lock_path, 4096).decode(errors="replace").strip()[:32]
+            except (OSError, ValueError):  # a lock file the holder keeps unreadable (Windows), or no regular file
+                text = ""
+            return int(text) if text.isdigit() else 0
+        except OSError:  # unreadable or vanished: nobody we can see holds it
+            return None
+        probe.release()
+        return None
+
+    def _document(self) -> dict[str, Any] | str:
+        """The ``metadata.json`` object as written, or why there is none."""
+        try:
+            value = read_json(os.path.join(os.fspath(self.path), METADATA_NAME), METADATA_LIMIT)
+        except FileNotFoundError:
+            return "metadata.json is missing"
+        except (OSError, ValueError) as exc:
+            return f"metadata.json is unreadable ({type(exc).__name__}: {exc})"
+        return value if isinstance(value, dict) else f"metadata.json holds a JSON {type(value).__name__}, not an object"
 
     def metadata(self) -> dict[str, Any]:
         """The ``metadata.json`` document as written (``{}``: unreadable); readers use :meth:`info`."""
-        try:
-            value = read_json(os.path.join(os.fspath(self.path), METADATA_NAME), METADATA_LIMIT)
-        except (OSError, ValueError):
-            return {}
-        return value if isinstance(value, dict) else {}
+        doc = self._document()
+        return doc if isinstance(doc, dict) else {}
 
     @property
     def has_metadata(self) -> bool:
@@ -214,14 +236,9 @@ class CacheEntry:
 
     def problem(self, *, checksum: bool = True) -> str | None:
         """Why this complete entry cannot be loaded (metadata, signature, executable size and sha256), or None."""
-        try:
-            md = read_json(self.metadata_path, METADATA_LIMIT)
-        except FileNotFoundError:
-            return "metadata.json is missing"
-        except (OSError, ValueError) as exc:
-            return f"metadata.json is unreadable ({type(exc).__name__}: {exc})"
-        if not isinstance(md, dict):
-            return f"metadata.json holds a JSON {type(md).__name__}, not an object"
+        md = self._document()
+        if isinstance(md, str):
+            return md
         try:
             recorded = EntryMetadata.parse(md, self.key)
         except CorruptEntryError as exc:
@@ -260,22 +277,25 @@ class CacheEntry:
         self.write_metadata(md)
         return md
 
-    def record_failure(self, exc: BaseException) -> None:
-        """Say in the metadata that the compiler failed (``cache ls``: ``failed``, not ``crashed``)."""
+    def record_unfinished(self, exc: BaseException) -> None:
+        """Say in the metadata that the compiler failed or Ctrl-C stopped it (``cache ls``: ``failed`` or
+        ``interrupted``, not ``crashed``); an interrupted pending entry stays pending."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        error = ("interrupted (KeyboardInterrupt) while compiling" if interrupted else
+                 (str(exc).splitlines() or [type(exc).__name__])[0][:500])
         with contextlib.suppress(OSError):
-            if self.path.is_dir():
-                self.update_metadata(status="failed", error=(str(exc).splitlines() or [type(exc).__name__])[0][:500])
-
-    def record_interrupt(self) -> None:
-        """Say that Ctrl-C stopped the build (``interrupted``, not ``crashed``); a pending entry stays pending."""
-        with contextlib.suppress(OSError):
-            if self.path.is_dir() and self.metadata().get("status") != "pending":
-                self.update_metadata(status="interrupted", error="interrupted (KeyboardInterrupt) while compiling")
+            if self.path.is_dir() and not (interrupted and self.metadata().get("status") == "pending"):
+                self.update_metadata(status="interrupted" if interrupted else "failed", error=error)
 
     def mark_complete(self) -> None:
         """Write the marker; a remote cache's copy uploads the entry once the key's lock is released."""
         write_atomic(self.marker_path, now_iso())
-        remote_cache.publish_unlocked(self, self.graph_type, locked=KeyLock.held_here(self))
+        if remote_cache.store_for(self.root) is None:
+            return
+        if self.lock_path in KeyLock._held:  # uploaded on release: a slow network never holds other local builds
+            KeyLock._held[self.lock_path] = True
+        else:
+            remote_cache.publish(self, self.graph_type)
 
     def reset(self) -> None:
         """Drop what an unfinished build left (a file or link where the folder belongs too); the caller holds the lock."""
@@ -304,25 +324,6 @@ def executable_fields(path: Path) -> dict[str, Any]:
     return {"executable_size": path.stat().st_size, "executable_sha256": file_sha256(path)}
 
 
-def lock_holder(lock_path: Path) -> int | None:
-    """The pid of the live process holding ``lock_path`` (0: it wrote none), or None: a dead holder holds no lock."""
-    if not lock_path.exists():
-        return None
-    probe = FileLock(lock_path)
-    try:
-        probe.acquire(timeout=0)
-    except Timeout:
-        try:
-            text = read_bounded(lock_path, 4096).decode(errors="replace").strip()[:32]
-        except (OSError, ValueError):  # a lock file the holder keeps unreadable (Windows), or no regular file
-            text = ""
-        return int(text) if text.isdigit() else 0
-    except OSError:  # unreadable or vanished: nobody we can see holds it
-        return None
-    probe.release()
-    return None
-
-
 def _write_pid(lock_path: Path, pid: int | None) -> None:
     """The holder's pid into its lock file, or blanks: padded in place, as ext4 flushes a truncated file on close."""
     with contextlib.suppress(OSError), open(lock_path, "r+b") as handle:
@@ -338,16 +339,14 @@ class KeyLock:
 
     Every writer of an entry holds it, so whoever takes it removes the temporaries a killed writer left."""
 
-    _held: ClassVar[set[Path]] = set()  # the lock files this process holds (a set's add and discard are atomic)
+    #: the lock files this process holds -> whether its holder completed the entry of a remote cache's copy, so owes
+    #: its upload when it releases the lock (a dict's set and pop are atomic)
+    _held: ClassVar[dict[Path, bool]] = {}
 
     def __init__(self, entry: CacheEntry) -> None:
         self.path = entry.lock_path
-        self.entry_path = entry.path
+        self.entry = entry
         self._lock = FileLock(self.path, thread_local=False)
-
-    @classmethod
-    def held_here(cls, entry: CacheEntry) -> bool:
-        return entry.lock_path in cls._held
 
     def acquire(self, timeout: float = 0) -> bool:
         """Take the lock within ``timeout`` seconds (0: one try); False when another process holds it."""
@@ -357,18 +356,19 @@ class KeyLock:
         except Timeout:
             return False
         _write_pid(self.path, os.getpid())
-        KeyLock._held.add(self.path)
-        for name in remove_temporaries(self.entry_path):
+        KeyLock._held[self.path] = False
+        for name in remove_temporaries(self.entry.path):
             log.info("removed %s from cache entry %s: a write killed before it finished left it", name,
-                     self.entry_path.name)
+                     self.entry.key)
         return True
 
     def release(self) -> None:
         if self._lock.is_locked:
             _write_pid(self.path, None)
-            KeyLock._held.discard(self.path)
+            owed = KeyLock._held.pop(self.path, False)
             self._lock.release()
-            remote_cache.released(self.entry_path)  # the upload its holder owed: outside the lock
+            if owed:  # outside the lock
+                remote_cache.publish(self.entry, self.entry.graph_type)
 
 
 class LockWait:
@@ -378,9 +378,6 @@ class LockWait:
         self.entry, self.graph_type, self.timeout = entry, graph_type, timeout
         self.started = time.monotonic()
         self.due = self.started + LOCK_NOTICE_AFTER
-
-    def next_in(self) -> float:
-        return max(0.0, self.due - time.monotonic())
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -516,19 +513,22 @@ class CompileCache:
         """The entry of ``key`` when it is a key (a name from a manifest cannot point outside the cache)."""
         return CacheEntry(self.root, key) if is_cache_key(key) else None
 
-    def find(self, prefix: str) -> CacheEntry:
-        """The one entry whose key starts with ``prefix``; else a KeyError naming the candidates."""
+    def find(self, prefix: str, *, remote: remote_cache.S3Store | None = None) -> CacheEntry:
+        """The one entry whose key starts with ``prefix`` (here, or in the ``remote`` this folder copies); else a
+        KeyError naming the candidates."""
         wanted = prefix.strip().lower()
         if not wanted or not all(c in "0123456789abcdef" for c in wanted):
             raise KeyError(f"{prefix!r} is not a cache key or key prefix (hex characters)")
-        matches = [e for e in self.entries() if e.key.startswith(wanted)]
+        keys = {e.key for e in self.entries()} | set(() if remote is None else remote.keys())
+        matches = sorted(k for k in keys if k.startswith(wanted))
         if not matches:
             raise KeyError(f"no cache entry in {self.root} has a key starting with {prefix!r}")
         if len(matches) > 1:
-            shown = ", ".join(e.key for e in matches[:5]) + (" ..." if len(matches) > 5 else "")
-            raise KeyError(f"key prefix {prefix!r} is ambiguous in {self.root}: {len(matches)} entries "
+            where = self.root if remote is None else f"{remote.loc.url} and its local copy"
+            shown = ", ".join(matches[:5]) + (" ..." if len(matches) > 5 else "")
+            raise KeyError(f"key prefix {prefix!r} is ambiguous in {where}: {len(matches)} entries "
                            f"({shown}); give more characters")
-        return matches[0]
+        return self.entry(matches[0])
 
     def check_root(self) -> None:
         """Raise :class:`OptionsError` when the root cannot be a directory; warn once when others may write it."""
@@ -544,14 +544,11 @@ class CompileCache:
              timeout: float = LOCK_TIMEOUT, graph_type: str | None = None) -> Iterator[None]:
         """Exclusive per-key lock across processes (released when the holder dies, too); ``stop(seconds)``,
         polled, makes the wait interruptible (``InterruptedError``), and one past ``timeout`` is a :class:`CompileError`."""
-        entry = self.entry(key)
-        key_lock = KeyLock(entry)
-        deadline = time.monotonic() + timeout
+        key_lock = KeyLock(self.entry(key))
         if not key_lock.acquire(0):
-            wait = LockWait(entry, graph_type=graph_type, timeout=timeout)
-            while not key_lock.acquire(0 if stop is not None else
-                                       min(max(0.0, deadline - time.monotonic()), wait.next_in(), 60.0)):
-                if time.monotonic() >= deadline:
+            wait = LockWait(key_lock.entry, graph_type=graph_type, timeout=timeout)
+            while not key_lock.acquire(0 if stop is not None else _LOCK_POLL):
+                if time.monotonic() >= wait.started + timeout:
                     raise wait.timed_out()
                 wait.tick()
                 if stop is not None and stop(_LOCK_POLL):
@@ -645,11 +642,8 @@ class CompileCache:
                     entry.reset()
                     build(entry)
                     entry.mark_complete()
-                except CompileError as exc:
-                    entry.record_failure(exc)
-                    raise
-                except KeyboardInterrupt:
-                    entry.record_interrupt()
+                except (CompileError, KeyboardInterrupt) as exc:
+                    entry.record_unfinished(exc)
                     raise
                 _verified.add((str(self.root), entry.key))
                 count("compiles")
@@ -670,7 +664,7 @@ class CompileCache:
         now serving (a shared cache holds other runs' variants), then key order."""
         target = key.components.as_dict()
         warmed_here = _warmed_keys()
-        best: tuple[tuple[int, int, int, int, str], CacheEntry, list[str]] | None = None
+        ranked: list[tuple[tuple[int, int, int, int, str], CacheEntry, list[str]]] = []
         for entry in self.entries():
             if entry.key == key.key or not entry.is_complete:
                 continue
@@ -682,16 +676,14 @@ class CompileCache:
             if comps is None:
                 continue
             diff = explain_components(comps, target)
-            score = (
+            ranked.append(((
                 0 if comps.get("graph") == target["graph"] else 1,
                 0 if graph_type is not None and md.graph_type == graph_type else 1,
                 len(diff),
                 0 if entry.key in warmed_here else 1,
-                entry.key,
-            )
-            if best is None or score < best[0]:
-                best = (score, entry, diff)
-        return None if best is None else (best[1], best[2])
+                entry.key,  # unique: two scores never tie, so entries are never compared
+            ), entry, diff))
+        return None if not ranked else min(ranked)[1:]
 
     def miss_error(self, key: CacheKey, graph_type: str | None) -> CacheMissError:
         """Explain a miss: the graph, the key, the closest entry and what differs, and the fix."""

@@ -144,9 +144,10 @@ def _explain_specs(kind: str, a: Any, b: Any) -> list[str]:
     return lines
 
 
-def explain_compiler_args(a: Sequence[str] | None, b: Sequence[str] | None) -> list[str]:
-    """Flag-level difference of two canonical argument lists: changed, added, removed."""
-    if a is None or b is None:
+def explain_compiler_args(a: Any, b: Any) -> list[str]:
+    """Flag-level difference of two canonical argument lists: changed, added, removed (one line saying what they hold
+    when either is not a list of strings: None, or damaged in a metadata.json)."""
+    if not all(isinstance(v, (list, tuple)) and all(isinstance(t, str) for t in v) for v in (a, b)):
         return [f"compiler_args: {a!r} -> {b!r}"]
     change = flag_changes(a, b)
     lines = [f"compiler_args: changed {old} -> {new}" for _, old, new in change.changed]
@@ -170,7 +171,9 @@ def explain_components(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
         lines += explain_compiler_args(a.get("compiler_args"), b.get("compiler_args"))
     if a.get("target") != b.get("target"):
         lines.append(f"target: {a.get('target')} -> {b.get('target')}")
-    ta, tb = dict(a.get("tool_versions") or {}), dict(b.get("tool_versions") or {})
+    ta, tb = a.get("tool_versions") or {}, b.get("tool_versions") or {}
+    if not isinstance(ta, Mapping) or not isinstance(tb, Mapping):  # damaged in a metadata.json: what each holds
+        return lines + ([f"tool_versions: {ta!r} -> {tb!r}"] if ta != tb else [])
     for tool in sorted(set(ta) | set(tb)):
         if ta.get(tool) != tb.get(tool):
             lines.append(f"tool_versions: {tool} {ta.get(tool)} -> {tb.get(tool)}")

@@ -124,10 +124,10 @@ def _require_cache(path: str | None) -> Path:
     return root
 
 
-def _open_cache(path: str | None) -> tuple[Path, remote_cache.SyncReport | None]:
+def _open_cache(path: str | None) -> tuple[Path, remote_listing.SyncReport | None]:
     """The cache folder; of an ``s3://`` cache, its local copy brought up to date first (and what that did)."""
     root = _require_cache(path)
-    synced = remote_cache.sync(CompileCache(root))
+    synced = remote_listing.sync(CompileCache(root))
     if synced is not None:
         print(f"{synced.line()}; local copy {root}", file=sys.stderr)
     return root, synced

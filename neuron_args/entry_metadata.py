@@ -8,13 +8,13 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from neuron_args.errors import CorruptEntryError
 from neuron_args.flags import CompilerArgs
 from neuron_args.target import DEFAULT_TARGET, Target, parse_target
-from neuron_args.text import graph_label
+from neuron_args.text import clip, graph_label
 
 METADATA_VERSION = 1
 
@@ -41,23 +41,24 @@ def _spec(s: Any) -> bool:
             and all(isinstance(d, int) and not isinstance(d, bool) for d in s["shape"]))
 
 
-_TEXT = _checked(lambda v: isinstance(v, str), "a string")
-_TEXTS = _checked(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings", tuple)
-# read back once into the value type (a CompilerArgsError is a ValueError: an argv no process takes is corrupt)
-_ARGS = _checked(lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings", CompilerArgs)
-_OBJECT = _checked(lambda v: isinstance(v, dict), "an object")
-# compile_timeout records the option as given, which may be a numeric string
-_SECONDS = _checked(lambda v: (_number(v) or isinstance(v, str)) and float(v) >= 0, "a number of seconds", float)
-_SPECS = _checked(lambda v: isinstance(v, list) and all(map(_spec, v)), 'a list of {"shape": [int, ...], "dtype": str}',
-                  lambda v: tuple((tuple(s["shape"]), s["dtype"]) for s in v))
+def _texts(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(s, str) for s in v)
 
-#: each typed field and its parser (a parser raises TypeError naming what the field must be)
-_FIELDS: dict[str, Callable[[Any], Any]] = {
-    "key": _TEXT, "status": _TEXT, "seam": _TEXT, "graph_type": _TEXT, "target": _TEXT, "error": _TEXT,
-    "compiler_args": _ARGS, "key_components": _OBJECT, "compiler": _OBJECT, "input_specs": _SPECS,
-    "output_specs": _SPECS, "input_shapes": _TEXTS, "output_shapes": _TEXTS, "compile_timeout": _SECONDS,
-    "compile_seconds": _SECONDS, "executable_sha256": _TEXT, "created": _TEXT,
-    "executable_size": _checked(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of bytes"),
+
+#: the parser of each field type of :class:`EntryMetadata`, which drives the parse (a parser raises TypeError naming
+#: what the field must be)
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "str | None": _checked(lambda v: isinstance(v, str), "a string"),
+    "tuple[str, ...] | None": _checked(_texts, "a list of strings", tuple),
+    # read back once into the value type (a CompilerArgsError is a ValueError: an argv no process takes is corrupt)
+    "CompilerArgs | None": _checked(_texts, "a list of strings", CompilerArgs),
+    "Mapping[str, Any] | None": _checked(lambda v: isinstance(v, dict), "an object"),
+    # compile_timeout records the option as given, which may be a numeric string
+    "float | None": _checked(lambda v: (_number(v) or isinstance(v, str)) and float(v) >= 0, "a number of seconds", float),
+    "int | None": _checked(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of bytes"),
+    "tuple[RecordedSpec, ...] | None": _checked(lambda v: isinstance(v, list) and all(map(_spec, v)),
+                                                'a list of {"shape": [int, ...], "dtype": str}',
+                                                lambda v: tuple((tuple(s["shape"]), s["dtype"]) for s in v)),
 }
 
 
@@ -89,21 +90,16 @@ class EntryMetadata:
     def parse(cls, doc: Mapping[str, Any], key: str) -> EntryMetadata:
         """The fields of the document of entry ``key``; a field of another type raises :class:`CorruptEntryError`."""
         values = {}
-        for name, parse in _FIELDS.items():
-            value = doc.get(name)
-            if value is None:
+        for typed in fields(cls):
+            name, value = typed.name, doc.get(typed.name)
+            if name == "doc" or value is None:
                 continue
             try:
-                values[name] = parse(value)
+                values[name] = _PARSERS[typed.type](value)
             except TypeError as exc:
-                shown = repr(value)
-                shown = shown if len(shown) <= 80 else shown[:77] + "..."
-                problem = f"metadata.json field {name!r} is {shown}, not {exc}"
                 graph_type = doc.get("graph_type")
-                raise CorruptEntryError(
-                    f"cache entry {key} ({graph_label(graph_type if isinstance(graph_type, str) else None)}): "
-                    f"{problem}; it was written by another neuron-args or damaged: a run that can write the cache "
-                    "moves it aside and rebuilds it, or remove the entry", problem=problem) from None
+                raise corrupt(key, graph_type if isinstance(graph_type, str) else None,
+                              f"metadata.json field {name!r} is {clip(repr(value), 80)}, not {exc}") from None
         return cls(doc=dict(doc), **values)
 
     def __bool__(self) -> bool:
@@ -135,8 +131,15 @@ class EntryMetadata:
                                 **extra)
 
 
+def corrupt(key: str, graph_type: str | None, problem: str) -> CorruptEntryError:
+    """The error of an entry whose metadata.json this neuron-args cannot use as recorded (moved aside, rebuilt)."""
+    return CorruptEntryError(
+        f"cache entry {key} ({graph_label(graph_type)}): {problem}; it was written by another neuron-args or damaged: "
+        "a run that can write the cache moves it aside and rebuilds it, or remove the entry", problem=problem)
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat()
 
 
-__all__ = ["METADATA_VERSION", "EntryMetadata", "RecordedSpec", "now_iso"]
+__all__ = ["METADATA_VERSION", "EntryMetadata", "RecordedSpec", "corrupt", "now_iso"]

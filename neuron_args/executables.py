@@ -15,7 +15,7 @@ from typing import Any
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CacheEntry, CorruptEntryError
-from neuron_args.entry_metadata import EntryMetadata
+from neuron_args.entry_metadata import EntryMetadata, corrupt
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
 from neuron_args.tensors import TensorSpec
@@ -32,18 +32,13 @@ _eager = ACTIVITY.eager_outputs
 
 def allow_eager_outputs(value: bool | None = None) -> bool:
     """``value`` (``options["allow_eager_outputs"]``) when given, else ``$NEURON_ARGS_ALLOW_EAGER_OUTPUTS``."""
-    if value is not None:
-        return bool(value)
-    return envs.flag(ALLOW_EAGER_ENV)
+    return bool(value) if value is not None else envs.flag(ALLOW_EAGER_ENV)
 
 
 def recorded_specs(metadata: EntryMetadata, key: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The entry's ``input_specs`` and ``output_specs`` as :class:`TensorSpec` lists (typed when the metadata was read)."""
     if metadata.input_specs is None or metadata.output_specs is None:  # an older or another neuron-args's: rebuilt
-        problem = "metadata.json records no valid input_specs/output_specs"
-        raise CorruptEntryError(
-            f"cache entry {key} (graph type {metadata.graph_type!r}): {problem}; it was written by another "
-            f"neuron-args or damaged: remove the entry ({key}) so it is rebuilt", problem=problem)
+        raise corrupt(key, metadata.graph_type, "metadata.json records no valid input_specs/output_specs")
     return ([TensorSpec(*s) for s in metadata.input_specs], [TensorSpec(*s) for s in metadata.output_specs])
 
 

@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -29,7 +29,7 @@ from neuron_args import envs
 from neuron_args.atomic import file_stamp, remove_path, write_atomic
 from neuron_args.cache_key import is_cache_key
 from neuron_args.digests import stream_sha256
-from neuron_args.errors import OptionsError
+from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.text import graph_label
 from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json
 
@@ -66,10 +66,9 @@ class EntryLike(Protocol):
     @property
     def marker_path(self) -> Path: ...
 
-    @property
-    def metadata_path(self) -> Path: ...
-
     def problem(self, *, checksum: bool = True) -> str | None: ...
+
+    def info(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -252,17 +251,6 @@ class S3Store:
                 "fix: check the endpoint (AWS_ENDPOINT_URL, the network) and %s, then run again",
                 self.loc.url, self.endpoint, key, graph_label(graph_type), why, TIMEOUT_ENV)
 
-    def get_bytes(self, name: str, limit: int, key: str, graph_type: str | None) -> bytes:
-        with self._call("read", key, graph_type):
-            body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
-            try:
-                data = body.read(limit + 1)
-            finally:
-                body.close()
-        if len(data) > limit:
-            raise ValueError(f"{name} has more than the {limit} bytes allowed")
-        return data
-
     def get_file(self, name: str, dest: Path, size: int, key: str, graph_type: str | None) -> str:
         """Download ``name`` into ``dest`` (at most ``size`` + 1 bytes read); returns its sha256."""
         digest, got = hashlib.sha256(), 0
@@ -304,7 +292,16 @@ class S3Store:
 
     def marker_bytes(self, key: str, graph_type: str | None = None) -> bytes:
         """The remote marker of ``key`` as stored (one bounded read); :class:`_Absent` when there is none."""
-        return self.get_bytes(self.loc.object_key(key, REMOTE_MARKER), MARKER_LIMIT, key, graph_type)
+        name = self.loc.object_key(key, REMOTE_MARKER)
+        with self._call("read", key, graph_type):
+            body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
+            try:
+                data = body.read(MARKER_LIMIT + 1)
+            finally:
+                body.close()
+        if len(data) > MARKER_LIMIT:
+            raise ValueError(f"{name} has more than the {MARKER_LIMIT} bytes allowed")
+        return data
 
     def marker(self, key: str) -> Marker | None:
         """The parsed remote marker of ``key``, None when absent; ValueError when malformed."""
@@ -336,39 +333,14 @@ class S3Store:
 
 
 @dataclass(frozen=True)
-class Summary:
-    """What ``cache ls`` shows of a remote entry without downloading it, recorded in its marker."""
-
-    graph_type: str | None
-    compiler_args: list[str] | None
-    created: str | None
-
-    @classmethod
-    def of_metadata(cls, f: BinaryIO | None) -> Summary:
-        """The summary of an open metadata.json (None: the entry has none), read from its start, bounded."""
-        doc = None
-        if f is not None:
-            f.seek(0)
-            with contextlib.suppress(ValueError):
-                doc = load_json(f.read(METADATA_LIMIT + 1), "metadata.json")
-        return cls.parse(doc if isinstance(doc, dict) else {})
-
-    @classmethod
-    def parse(cls, doc: dict[str, Any]) -> Summary:
-        """The summary fields of a marker or metadata document (untrusted: a malformed field is None)."""
-        graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
-        ok_args = isinstance(args, list) and len(args) <= 1000 and all(isinstance(a, str) and len(a) <= 4096 for a in args)
-        return cls(graph_type if isinstance(graph_type, str) and len(graph_type) <= 200 else None,
-                   list(args) if ok_args else None, created if isinstance(created, str) and len(created) <= 64 else None)
-
-
-@dataclass(frozen=True)
 class Marker:
-    """A remote marker: its upload folder, ``{name: (size, sha256)}`` and the listing summary."""
+    """A remote marker: its upload folder, ``{name: (size, sha256)}`` and what ``cache ls`` shows without a download."""
 
     folder: str
     files: dict[str, tuple[int, str]]
-    summary: Summary
+    graph_type: str | None
+    compiler_args: list[str] | None
+    created: str | None
 
     @property
     def size(self) -> int:
@@ -376,7 +348,7 @@ class Marker:
 
     @classmethod
     def parse(cls, doc: Any, key: str) -> Marker:
-        """Untrusted: every field checked (ValueError); the summary's fields are None when malformed or absent."""
+        """Untrusted: every field checked (ValueError); a listing field is None when malformed or absent."""
         if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
             raise ValueError("the marker is not a neuron-args remote marker of this key")
         folder, files = doc.get("folder"), doc.get("files")
@@ -390,7 +362,10 @@ class Marker:
                     or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
                 raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
             out[name] = (size, sha)
-        return cls(folder, out, Summary.parse(doc))
+        graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
+        ok_args = isinstance(args, list) and len(args) <= 1000 and all(isinstance(a, str) and len(a) <= 4096 for a in args)
+        return cls(folder, out, graph_type if isinstance(graph_type, str) and len(graph_type) <= 200 else None,
+                   list(args) if ok_args else None, created if isinstance(created, str) and len(created) <= 64 else None)
 
 
 def pull(entry: EntryLike, *, lock: Callable[[], AbstractContextManager[Any]], graph_type: str | None = None) -> bool:
@@ -446,77 +421,6 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
     return True
 
 
-class CacheLike(Protocol):
-    """What :func:`sync` needs of a :class:`~neuron_args.cache.CompileCache`."""
-
-    root: Path
-
-    def entry(self, key: str) -> Any: ...
-
-    def pull(self, entry: Any, graph_type: str | None = None) -> bool: ...
-
-
-@dataclass
-class SyncReport:
-    """What :func:`sync` did: entries listed, copied now, and those that did not check out."""
-
-    url: str
-    listed: int = 0
-    copied: int = 0
-    not_loaded: list[str] = field(default_factory=list)
-
-    def line(self) -> str:
-        bad = self.not_loaded
-        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
-                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
-                "its marker, then the cache's own check)"
-                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
-
-
-def sync(cache: CacheLike) -> SyncReport | None:
-    """Download (and check) every complete remote entry the local copy lacks; None for a plain local cache."""
-    store = store_for(cache.root)
-    if store is None:
-        return None
-    report = SyncReport(store.loc.url)
-    with store.reachable():
-        keys = store.keys()
-        report.listed = len(keys)
-        for key in keys:
-            entry = cache.entry(key)
-            if entry.is_complete:
-                continue
-            if cache.pull(entry):
-                report.copied += 1
-            elif store.down is None:
-                report.not_loaded.append(key)
-    return report
-
-
-_owed: dict[str, tuple[EntryLike, str | None]] = {}
-_owed_lock = threading.Lock()
-
-
-def publish_unlocked(entry: EntryLike, graph_type: str | None, *, locked: bool) -> None:
-    """Upload a just completed ``entry`` now, or (``locked``) once :func:`released` says the key's lock is given
-    back: a slow network never holds other local builds of the key."""
-    if store_for(entry.root) is None:
-        return
-    if locked:
-        with _owed_lock:
-            _owed[str(entry.path)] = (entry, graph_type)
-        return
-    publish(entry, graph_type)
-
-
-def released(entry_path: Path) -> None:
-    """The key lock of ``entry_path`` was released: upload what its holder completed, if anything."""
-    with _owed_lock:
-        owed = _owed.pop(str(entry_path), None)
-    if owed is not None:
-        publish(*owed)
-
-
 def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
     """Upload the complete local ``entry``, the marker last; True when this host's marker stands (a failure warns).
 
@@ -532,6 +436,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
             names = sorted(p.name for p in entry.path.iterdir()
                            if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
                            and not p.name.startswith(".") and _NAME.match(p.name))
+            md = entry.info()  # what `cache ls` shows of the entry, before the marker check below
             handles = {n: opened.enter_context(open(entry.path / n, "rb")) for n in names}
             if stamp is None or file_stamp(entry.marker_path) != stamp:
                 log.info("cache entry %s (%s) was replaced locally before its upload; the build that replaced it "
@@ -542,10 +447,9 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
             for name, f in handles.items():
                 f.seek(0)
                 store.put(store.loc.object_key(key, folder, name), f, key, graph_type)
-            summary = Summary.of_metadata(handles.get(entry.metadata_path.name))
             marker = json.dumps({"format": MARKER_FORMAT, "key": key, "folder": folder, "files": files,
-                                 "host": socket.gethostname(), "graph_type": summary.graph_type,
-                                 "compiler_args": summary.compiler_args, "created": summary.created},
+                                 "host": socket.gethostname(), "graph_type": md.graph_type, "created": md.created,
+                                 "compiler_args": None if md.compiler_args is None else list(md.compiler_args)},
                                 sort_keys=True).encode()
             replacing = key in store.replace
             name = store.loc.object_key(key, REMOTE_MARKER)
@@ -559,7 +463,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
         except _Unavailable as exc:
             store.go_down(str(exc), key, graph_type, while_="uploading")
             return False
-        except (RemoteCacheError, OSError) as exc:
+        except (RemoteCacheError, OSError, CorruptEntryError) as exc:
             refused, store.upload_refused = store.upload_refused, store.upload_refused or isinstance(exc, RemoteCacheError)
             log.log(logging.INFO if refused else logging.WARNING, "cache entry %s (%s) was built here but not uploaded "
                     "to %s (endpoint %s): %s. It is used from this host's copy; other hosts build it themselves. fix: "

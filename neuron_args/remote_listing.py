@@ -1,11 +1,11 @@
-"""``cache ls`` and ``cache explain`` on an ``s3://`` cache: a listing reads only the remote's markers (one listing,
-bounded reads); ``explain`` downloads (and checks) only the entries it names.
+"""``cache ls``, ``explain`` and ``verify`` on an ``s3://`` cache: a listing reads only the remote's markers (one listing,
+bounded reads); ``explain`` downloads (and checks) only the entries it names, ``verify`` (:func:`sync`) every one.
 """
 from __future__ import annotations
 
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from neuron_args import remote_cache
 from neuron_args.cache import CompileCache, EntryStatus
@@ -28,19 +28,16 @@ class RemoteRow:
     size: int | None
     created: str | None
     remote: bool
-    local: str | None  # the local copy's status of the key, None when it has no folder for it
+    local_status: str | None  # the local copy's status of the key, None when it has no folder for it
 
     @property
     def where(self) -> str:
         if not self.remote:
             return "local only"
-        return "remote+local" if self.local == EntryStatus.COMPLETE.value else "remote"
+        return "remote+local" if self.local_status == EntryStatus.COMPLETE.value else "remote"
 
     def as_dict(self) -> dict:
-        return {"key": self.key, "graph_type": self.graph_type, "compiler_args": self.compiler_args,
-                "opt_level": None if self.compiler_args is None else opt_level(self.compiler_args),
-                "status": self.status, "size": self.size, "created": self.created, "remote": self.remote,
-                "local_status": self.local}
+        return {**asdict(self), "opt_level": None if self.compiler_args is None else opt_level(self.compiler_args)}
 
 
 def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> RemoteRow:
@@ -50,9 +47,8 @@ def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, loc
         return RemoteRow(key, None, None, EntryStatus.CORRUPT.value, None, modified, True, local)
     if marker is None:  # removed between the listing and the read
         return RemoteRow(key, None, None, "gone", None, modified, True, local)
-    s = marker.summary
-    return RemoteRow(key, s.graph_type, s.compiler_args, EntryStatus.COMPLETE.value, marker.size,
-                     s.created or modified, True, local)
+    return RemoteRow(key, marker.graph_type, marker.compiler_args, EntryStatus.COMPLETE.value, marker.size,
+                     marker.created or modified, True, local)
 
 
 def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
@@ -100,20 +96,13 @@ def remote_counts(rows: list[RemoteRow]) -> dict[str, int]:
 
 def fetch_named(cache: CompileCache, prefix: str) -> str | None:
     """Make the one entry whose key starts with ``prefix`` local (downloaded and checked when missing); returns what
-    was done, None when nothing matches; KeyError when ambiguous or the remote entry does not check out."""
+    was done, None for a plain local cache; KeyError when none or several match or the remote entry does not check
+    out (:meth:`CompileCache.find`)."""
     store = remote_cache.store_for(cache.root)
-    wanted = prefix.strip().lower()
-    if store is None or not wanted or not all(c in "0123456789abcdef" for c in wanted):
+    if store is None:
         return None
     with store.reachable():
-        remote = [k for k in store.keys() if k.startswith(wanted)]
-    keys = sorted(set(remote) | {e.key for e in cache.entries() if e.key.startswith(wanted)})
-    if len(keys) > 1:
-        raise KeyError(f"key prefix {prefix!r} is ambiguous in {store.loc.url} and its local copy: {len(keys)} "
-                       f"entries ({', '.join(keys[:5])}{' ...' if len(keys) > 5 else ''}); give more characters")
-    if not keys:
-        return None
-    entry = cache.entry(keys[0])
+        entry = cache.find(prefix, remote=store)
     if entry.is_complete:
         return f"{entry.key}: the local copy's entry (not downloaded again)"
     with store.reachable():
@@ -123,3 +112,40 @@ def fetch_named(cache: CompileCache, prefix: str) -> str | None:
                        "on download (the log says why) and the local copy has no complete entry; nothing to explain")
     return (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
             "metadata, the executable's sha256, the signature when signing is on)")
+
+
+@dataclass
+class SyncReport:
+    """What :func:`sync` did: entries listed, copied now, and those that did not check out."""
+
+    url: str
+    listed: int = 0
+    copied: int = 0
+    not_loaded: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        bad = self.not_loaded
+        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
+                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
+                "its marker, then the cache's own check)"
+                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
+
+
+def sync(cache: CompileCache) -> SyncReport | None:
+    """Download (and check) every complete remote entry the local copy lacks; None for a plain local cache."""
+    store = remote_cache.store_for(cache.root)
+    if store is None:
+        return None
+    report = SyncReport(store.loc.url)
+    with store.reachable():
+        keys = store.keys()
+        report.listed = len(keys)
+        for key in keys:
+            entry = cache.entry(key)
+            if entry.is_complete:
+                continue
+            if cache.pull(entry):
+                report.copied += 1
+            elif store.down is None:
+                report.not_loaded.append(key)
+    return report

@@ -225,6 +225,20 @@ def test_metadata_that_is_not_an_object_is_corrupt_and_never_breaks_a_miss_expla
     assert [p.name[:32] for p in (tmp_path / ".corrupt").iterdir()] == [key.key]
 
 
+def test_a_neighbour_with_damaged_key_components_never_breaks_a_miss_explanation(tmp_path):
+    """The miss explanation compares the key with every complete entry's recorded components (untrusted): one whose
+    arguments or tool versions have another shape is still compared, and the serve gets its CacheMissError."""
+    cache, key = CompileCache(tmp_path), make_key()
+    entry, _ = cache.get_or_build(key, builder(key))
+    entry.update_metadata(key_components={**key.components.as_dict(), "compiler_args": [3], "tool_versions": ["x"]})
+    other = make_key(args=("-O1",))
+    with pytest.raises(CacheMissError) as err:
+        cache.get_or_build(other, builder(other), assert_hit=True)
+    assert f"closest warmed-up entry: {key.key}" in str(err.value)
+    assert "compiler_args: [3] -> ['-O1']" in str(err.value)
+    assert "tool_versions: ['x'] -> {'compiler': 'fake 1'}" in str(err.value)
+
+
 def test_an_entry_whose_executable_was_replaced_is_caught_by_its_checksum(tmp_path):
     from neuron_args.activity import ACTIVITY
     from neuron_args.cache import executable_fields

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,15 @@ def test_a_field_of_another_type_is_a_corrupt_entry_naming_key_and_field(tmp_pat
     assert f"cache entry {entry.key} ({label}): metadata.json field {field!r} is {value!r}, {said}" in str(info.value)
     assert info.value.problem.startswith(f"metadata.json field {field!r}")
     assert entry.problem() == info.value.problem and entry.status is EntryStatus.CORRUPT  # found when verified
+
+
+@pytest.mark.parametrize("field", [f.name for f in fields(EntryMetadata) if f.name != "doc"])
+def test_every_typed_field_is_checked_where_the_document_is_read(field):
+    """Each field's type picks its parser: a field added to EntryMetadata is checked with no second list to edit."""
+    key = "ab" * 16
+    with pytest.raises(CorruptEntryError) as info:
+        EntryMetadata.parse({"key": key, field: [[1]]}, key)
+    assert info.value.problem.startswith(f"metadata.json field {field!r} is [[1]], not ")
 
 
 def test_an_absent_or_unreadable_document_is_empty_metadata_not_an_error(tmp_path):

@@ -42,3 +42,16 @@ def test_damaged_specs_in_a_metadata_json_are_explained_not_raised():
     assert explain_components({**good, "output_specs": [7]}, good) == [
         "output_specs: output 0 7 -> float32[4]"]
     assert explain_components({**good, "output_specs": "x"}, good) == ["output_specs: 'x' -> 1 outputs"]
+
+
+@pytest.mark.parametrize("field, damaged, said", [
+    ("compiler_args", [1, 2], "compiler_args: [1, 2] -> ['-O1']"),
+    ("compiler_args", "-O1", "compiler_args: '-O1' -> ['-O1']"),
+    ("tool_versions", [1, 2], "tool_versions: [1, 2] -> {'compiler': 'local 1'}"),
+    ("tool_versions", "local 1", "tool_versions: 'local 1' -> {'compiler': 'local 1'}"),
+])
+def test_damaged_arguments_and_tool_versions_in_a_metadata_json_are_explained_not_raised(field, damaged, said):
+    """Key components read back from a metadata.json are untrusted: a field of another shape is one line saying what
+    it holds (it raised, or compared a string's characters as flags)."""
+    good = create_cache_hash(**FIELDS).components.as_dict()
+    assert explain_components({**good, field: damaged}, good) == [said]

@@ -164,3 +164,19 @@ def test_ls_shows_a_malformed_or_older_marker_without_failing(monkeypatch, tmp_p
     assert (rows[older.key]["status"], rows[older.key]["size"], rows[older.key]["graph_type"],
             rows[older.key]["compiler_args"]) == ("complete", 43, None, None)
     assert rows[older.key]["created"] is not None  # the marker object's time when the marker records none
+
+
+def test_explain_names_candidates_from_the_remote_and_the_local_copy(monkeypatch, tmp_path, capsys, client):
+    """A key prefix is matched against the remote's markers and the local copy's folders together: one in each is
+    ambiguous, and the message names both and where they were looked for."""
+    url, prefix = f"s3://{BUCKET}/cli-prefix-{tmp_path.name[-16:]}", f"cli-prefix-{tmp_path.name[-16:]}"
+    remote_key, local_key = "ab" + "0" * 30, "ab" + "1" * 30
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{remote_key}/COMPLETE", Body=b"{}")
+    ops = host(monkeypatch, tmp_path, "ops", url)
+    ops.entry(local_key).path.mkdir(parents=True)
+    assert main(["cache", "explain", url, "AB", local_key]) == 2
+    err = capsys.readouterr().err
+    assert (f"key prefix 'AB' is ambiguous in {url} and its local copy: 2 entries ({remote_key}, {local_key}); "
+            "give more characters") in err
+    assert main(["cache", "explain", url, "abc", local_key]) == 2
+    assert f"no cache entry in {ops.root} has a key starting with 'abc'" in capsys.readouterr().err
