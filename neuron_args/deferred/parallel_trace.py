@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.compilers.lifetime import die_with_parent, start_on_lifetime_thread
+from neuron_args.compilers.process import describe_exit
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
@@ -210,14 +211,6 @@ def _start_fork_server(modules: Sequence[str]) -> None:
 
     mp.get_context("forkserver").set_forkserver_preload(["neuron_args.deferred.trace_preload", *modules])
     forkserver.ensure_running()
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        return f"killed by signal {-code}"
-    return f"exit status {code}"
 
 
 def parallel_trace(
@@ -564,13 +557,13 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
             child.proc.join(5)
             code = child.proc.exitcode
             finish(child, "failed", f"trace child of graph type {label!r} died without a result "
-                                    f"({_exit_text(code)}){_DIED_HINT.get(code, '')} while tracing "
+                                    f"({describe_exit(code, brief=True)}){_DIED_HINT.get(code, '')} while tracing "
                                     f"{_inputs_text(todo[child.job])}" + (_KILLED_HINT if code and code < 0 else ""))
         elif time.monotonic() - child.started > deadline_s:
             child.proc.kill()
             child.proc.join(5)
             finish(child, "failed", f"trace child of graph type {label!r} hung past its deadline of {deadline_s:g}s "
-                                    f"and was killed ({_exit_text(child.proc.exitcode)})")
+                                    f"and was killed ({describe_exit(child.proc.exitcode, brief=True)})")
         else:
             continue
         child.conn.close()
