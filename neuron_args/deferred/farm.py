@@ -310,16 +310,9 @@ class _FarmFuture(cf.Future):
         return True
 
 
-_committer_lock = threading.Lock()
-_commit_pools: list[cf.ThreadPoolExecutor] = []
-
-
-def _commit_pool() -> cf.ThreadPoolExecutor:
-    """Writes results off the executor's callback thread (Dask's event loop must not block on disk)."""
-    with _committer_lock:  # callbacks of several executors may ask at once: one pool per process
-        if not _commit_pools:
-            _commit_pools.append(cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit"))
-        return _commit_pools[0]
+#: Writes results off the executor's callback thread (Dask's event loop must not block on disk); its threads
+#: start with its first write.
+_COMMIT_POOL = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit")
 
 
 def _worker_error(exc: BaseException) -> str:
@@ -392,7 +385,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
             lock.release()
             raise
         outer.inner = inner
-        inner.add_done_callback(lambda f: _commit_pool().submit(collect, f, md, task, report, t0))
+        inner.add_done_callback(lambda f: _COMMIT_POOL.submit(collect, f, md, task, report, t0))
 
     def wait_for_lock(wait: LockWait) -> None:
         """Another process builds this key: wait (cancellable, saying so), then it is complete or ours to build."""

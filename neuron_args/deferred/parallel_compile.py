@@ -146,15 +146,6 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
     return replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3))
 
 
-def _say_unbuildable(crashed: Iterable[Any]) -> None:
-    """Log the crashed entries no compile can build: no readable metadata (their arguments are unknown)."""
-    for entry in crashed:
-        if not entry.has_metadata:
-            log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
-                        "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
-                        entry.key, METADATA_NAME, entry.path)
-
-
 def default_workers(n: int) -> int:
     return workers_from_env(WORKERS_ENV, n)
 
@@ -220,7 +211,10 @@ def parallel_compile(
                            "the capture wrote into (options['cache_dir'] of the capture seam)")
     statuses = [(e, e.status) for e in cache.entries()] if keys is None else []
     pending = [e.key for e, status in statuses if status == "pending"]
-    _say_unbuildable(e for e, status in statuses if status == "crashed")
+    for entry in (e for e, status in statuses if status == "crashed" and not e.has_metadata):
+        log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
+                    "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
+                    entry.key, METADATA_NAME, entry.path)
     report = CompileReport()
     note_compile_report(report)  # a warmup that raises (Ctrl-C, a trace failure) still lists what this built
     t0 = time.monotonic()
@@ -358,27 +352,20 @@ def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Futur
         pool.shutdown(wait=False, cancel_futures=True)
     # a cancelled future never completes (nobody notifies it): wait for the ones that started only
     done, not_done = cf.wait([f for f in futures if not f.cancelled()], timeout=CANCEL_GRACE_SECONDS)
-    seen = {g.key for g in report.graphs}
-    built, failed, cancelled = [g.key for g in report.graphs if g.status in ("compiled", "already-complete")], [], []
-    failed = [g.key for g in report.graphs if g.status == "failed"]
+    ended = {g.key: g.status for g in report.graphs}
     for fut, key in futures.items():
-        if key in seen:
-            continue
-        graph = fut.result() if fut in done and not fut.cancelled() and fut.exception() is None else None
-        if graph is not None:
-            report.graphs.append(graph)  # the interrupt's compile_report: what each graph came to
-        if graph is None or graph.status == "cancelled":
-            cancelled.append(key)
-        elif graph.status == "failed":
-            failed.append(key)
-        else:
-            built.append(key)
+        if key not in ended:
+            graph = fut.result() if fut in done and not fut.cancelled() and fut.exception() is None else None
+            if graph is not None:
+                report.graphs.append(graph)  # the interrupt's compile_report: what each graph came to
+            ended[key] = "cancelled" if graph is None else graph.status
+    groups = [sorted(k[:12] for k, s in ended.items() if s in statuses)
+              for statuses in (("compiled", "already-complete"), ("failed",), ("cancelled",))]
     log.warning(
         "parallel_compile interrupted in %s: %d built, %d failed, %d cancelled (left pending; a rerun builds "
-        "them)%s\n  built: %s\n  failed: %s\n  cancelled: %s", root, len(built), len(failed), len(cancelled),
+        "them)%s\n  built: %s\n  failed: %s\n  cancelled: %s", root, *map(len, groups),
         f"; {len(not_done)} compile(s) did not stop within {CANCEL_GRACE_SECONDS:g} s" if not_done else "",
-        " ".join(k[:12] for k in sorted(built)) or "-", " ".join(k[:12] for k in sorted(failed)) or "-",
-        " ".join(k[:12] for k in sorted(cancelled)) or "-")
+        *(" ".join(keys) or "-" for keys in groups))
 
 
 def pending_keys(cache_dir: str | os.PathLike[str]) -> list[str]:
