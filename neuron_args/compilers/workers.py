@@ -26,8 +26,7 @@ from typing import IO, Any
 
 from neuron_args import envs
 from neuron_args.compilers.process import describe_exit, start_process
-from neuron_args.compilers.lifetime import (current_scope, kill_process_group, start_on_lifetime_thread,
-                                            supervised_argv)
+from neuron_args.compilers.lifetime import current_scope, kill_group, start_on_lifetime_thread, supervised_argv
 from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
 
 log = logging.getLogger("neuron_args.compilers")
@@ -141,7 +140,7 @@ class Worker:
             return self.proc.wait()
 
     def kill(self) -> None:
-        kill_process_group(self.proc)
+        kill_group(self.proc, reap=False)
 
     def close(self) -> None:
         """Ask an idle worker to leave (end of its input), without waiting for it."""
@@ -182,11 +181,6 @@ class WorkerPool:
         for old in stale:
             old.close()
         return chosen
-
-    def acquire(self) -> Worker:
-        """An idle worker (one that is ready first), else a new one."""
-        worker = self.take()
-        return worker if worker is not None else self._spawn()
 
     def _spawn(self) -> Worker:
         idle = idle_seconds()
@@ -274,7 +268,8 @@ class WorkerPool:
         ``Popen`` when this pool is broken."""
         if self.broken:
             return start_process(argv, cwd=cwd, stdout=stdout)
-        return PooledCompile(self, self.acquire(), program_args, argv, cwd=cwd, stdout=stdout)
+        worker = self.take()  # an idle one, one that is ready first, else a new one
+        return PooledCompile(self, worker or self._spawn(), program_args, argv, cwd=cwd, stdout=stdout)
 
 
 class PooledCompile:
@@ -294,22 +289,13 @@ class PooledCompile:
         self._fallback: subprocess.Popen | None = None
         self._stopping = False  # timed out or interrupted: the death that follows is ours
 
-    @property
-    def pid(self) -> int:
-        return self._fallback.pid if self._fallback is not None else self._worker.pid
-
     def kill_group(self) -> None:
+        """SIGKILL the group running this compile now (the worker's, or its one-shot replacement's)."""
         self._stopping = True
         if self._fallback is not None:
-            kill_process_group(self._fallback)
+            kill_group(self._fallback, reap=False)
         else:
             self._worker.kill()
-
-    def kill(self) -> None:
-        self.kill_group()
-
-    def poll(self) -> int | None:
-        return self.returncode if self._fallback is None else self._fallback.poll()
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is not None:
@@ -391,8 +377,7 @@ class PooledCompile:
         self._fallback = start_process(self.args, cwd=self._cwd, stdout=self._stdout)
         scope = current_scope()
         if scope is not None and scope.cancelled:  # cancelled while it started
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._fallback.pid, signal.SIGKILL)
+            kill_group(self._fallback, reap=False)
 
 
 # ----------------------------------------------------------------------------- one pool per process
