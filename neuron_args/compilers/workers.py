@@ -103,22 +103,16 @@ class Worker:
             message = self._receive(deadline)
             if message is None or "status" in message:
                 return None if message is None else int(message["status"])
-            self._note(message)
 
     def wait_ready(self, deadline: float | None) -> bool:
         """True once it has started its XLA client (before any request); False when ``deadline`` passed first."""
         while not self.ready:
-            message = self._receive(deadline)
-            if message is None:
+            if self._receive(deadline) is None:
                 return False
-            self._note(message)
         return True
 
-    def _note(self, message: dict[str, Any]) -> None:
-        if "ready" in message:
-            self.ready, self.worker_pid = True, int(message["ready"])
-
     def _receive(self, deadline: float | None) -> dict[str, Any] | None:
+        """The next message (a ``ready`` one noted on the way); None when ``deadline`` passed first."""
         fd = self.fileno()
         while b"\n" not in self._buffer:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())  # past: look once
@@ -129,7 +123,10 @@ class Worker:
                 raise WorkerDied()
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+        message = json.loads(line)
+        if "ready" in message:
+            self.ready, self.worker_pid = True, int(message["ready"])
+        return message
 
     def reap(self) -> int:
         """Wait for the process (its pipe is closed); SIGKILL the group if it lingers."""

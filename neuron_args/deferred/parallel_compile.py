@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -21,12 +22,7 @@ from typing import Any
 from neuron_args.activity import note_compile_report
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
 from neuron_args.compilers.build import check_keyed_compiler, compile_entry
-from neuron_args.compilers.lifetime import (
-    CancelScope,
-    CompileCancelled,
-    current_scope,
-    within,
-)
+from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.deferred.farm import pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
@@ -98,15 +94,11 @@ class CompileProgress:
 
 
 def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_name: str | None,
-                     timeout: float | None = None, scope: CancelScope | None = None) -> GraphOutcome:
+                     timeout: float | None, scope: CancelScope) -> GraphOutcome:
     """Compile one pending entry (module level so any executor can run it); ``timeout`` None: the capture's
     option, else the environment's or the compiler's. A cancelled ``scope`` starts nothing and kills its compiler."""
-    if scope is not None:
-        with within(scope):
-            return _compile_pending(root, key, base_args, compiler_name, timeout)
     from neuron_args.compilers import select_compiler
 
-    scope = current_scope()
     cache = CompileCache(root)
     entry = cache.entry(key)
     md, report = pending_graph(entry, base_args)
@@ -115,13 +107,11 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
     graph_type, args = report.graph_type, report.compiler_args
     t0 = time.monotonic()
     try:
-        if scope is not None:
-            scope.check()
-        with cache.lock(key, stop=None if scope is None else scope.wait, graph_type=graph_type):
+        scope.check()
+        with within(scope), cache.lock(key, stop=scope.wait, graph_type=graph_type):
             if entry.is_complete:
                 return replace(report, how="already-complete")
-            if scope is not None:
-                scope.check()
+            scope.check()
             if not entry.hlo_path.is_file():
                 raise CompileError(
                     f"entry {key} (graph type {graph_type!r}) is pending but has no {HLO_NAME}: its capture did not "
@@ -146,8 +136,8 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
     return replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3))
 
 
-def default_workers(n: int) -> int:
-    return workers_from_env(WORKERS_ENV, n)
+#: ``default_workers(n)``: the compile threads for ``n`` graphs (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPUs)
+default_workers = functools.partial(workers_from_env, WORKERS_ENV)
 
 
 class _Terminated(KeyboardInterrupt):

@@ -12,6 +12,7 @@ trace record lists complete are traced in this process instead, asserting a cach
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import multiprocessing as mp
@@ -59,8 +60,8 @@ class TraceResult:
     pid: int | None = None  # the process that traced it (a trace child, or this one for "loaded")
 
 
-def default_workers(n_jobs: int) -> int:
-    return workers_from_env(WORKERS_ENV, n_jobs)
+#: ``default_workers(n)``: the trace children for ``n`` jobs (``$NEURON_ARGS_TRACE_WORKERS``, else the CPUs)
+default_workers = functools.partial(workers_from_env, WORKERS_ENV)
 
 
 def fork_is_safe() -> bool:
@@ -148,40 +149,35 @@ def _describe(value: Any) -> str:
     return clip(repr(value), 40)
 
 
-def _serve_jobs(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any) -> None:
-    """Child body: trace each ``(index, pickled job or None, settings, environment)`` sent until None.
+def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
+    """A trace child's body: it dies with ``parent`` (0: started by the fork server, which exits when the
+    caller dies), then traces each ``(index, pickled job or None, settings, environment)`` sent until None.
 
     A None job is ``inherited[index]`` (forked for this call); settings and environment are the call's,
     since a kept child traces for later calls. Each answer is ``(index, status, keys or traceback, pid)``.
     """
-    envs.put("OMP_NUM_THREADS", "1")
-    import torch
-
-    torch.set_num_threads(1)
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        index, blob, job_settings, env = message
-        envs.replace({**env, "OMP_NUM_THREADS": "1"})
-        try:
-            job = inherited[index] if blob is None else pickle.loads(blob)
-        except BaseException:
-            status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
-        else:
-            status, payload = _run_job(job, settings if job_settings is None else job_settings)
-        conn.send((index, status, payload, os.getpid()))
-
-
-def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
-    """A trace child's body: it dies with ``parent`` (0: started by the fork server, which exits when the
-    caller dies), then traces what it is sent (:func:`_serve_jobs`)."""
     try:
         die_with_parent(parent or os.getppid())  # started on lifetime's start thread, which lives as long as the parent
-        _serve_jobs(inherited, settings, conn)
+        envs.put("OMP_NUM_THREADS", "1")
+        import torch
+
+        torch.set_num_threads(1)
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:
+                return
+            if message is None:
+                return
+            index, blob, job_settings, env = message
+            envs.replace({**env, "OMP_NUM_THREADS": "1"})
+            try:
+                job = inherited[index] if blob is None else pickle.loads(blob)
+            except BaseException:
+                status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
+            else:
+                status, payload = _run_job(job, settings if job_settings is None else job_settings)
+            conn.send((index, status, payload, os.getpid()))
     finally:
         os._exit(0)
 
