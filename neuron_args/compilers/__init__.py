@@ -39,12 +39,12 @@ def select_compiler(requested: str | None = None) -> Compiler:
     source = "options['compiler']"
     if requested is None:
         requested, source = envs.text(COMPILER_ENV) or "auto", COMPILER_ENV
-    if not isinstance(requested, str) or requested.strip().lower() not in COMPILER_CHOICES:
+    name = requested.strip().lower() if isinstance(requested, str) else None
+    if name not in COMPILER_CHOICES:
         raise CompilerArgsError(
             f"unknown compiler {requested!r} (from {source}); choose one of "
             + ", ".join(repr(c) for c in COMPILER_CHOICES)
         )
-    name = requested.strip().lower()
     found = shutil.which("neuronx-cc")
     if name == "auto":
         name = "neuronx-cc" if found else "local"

@@ -333,9 +333,8 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
 
     def finish(report: GraphOutcome, t0: float, **ended: Any) -> None:
         lock.release()
-        if not outer.done():
-            with contextlib.suppress(cf.InvalidStateError):
-                outer.set_result(replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3)))
+        with contextlib.suppress(cf.InvalidStateError):  # cancelled meanwhile
+            outer.set_result(replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3)))
 
     def collect(inner: cf.Future, md: EntryMetadata, task: CompileTask, report: GraphOutcome,
                 t0: float) -> None:
