@@ -248,10 +248,8 @@ class WorkerPool:
     def inherited_fds(self) -> list[int]:
         """The descriptors a forked child of this process got from this pool: the idle workers' pipes
         (read without the lock: a fork leaves it as whichever thread held it)."""
-        fds: list[int] = []
-        for worker in list(self._idle):
-            fds += [f.fileno() for f in (worker.proc.stdin, worker.proc.stdout) if f is not None and not f.closed]
-        return [fd for fd in fds if fd >= 0]
+        return [f.fileno() for worker in list(self._idle) for f in (worker.proc.stdin, worker.proc.stdout)
+                if f is not None and not f.closed]
 
     def close(self) -> None:
         """Let every idle worker go (busy ones leave when their compile ends and they are not given back)."""

@@ -129,11 +129,10 @@ def _run_job(job: TraceJob, settings: CompileSettings) -> tuple[str, Any]:
         records.clear()
 
 
-def _raised(job: Any) -> str:
+def _raised(job: TraceJob) -> str:
     """The exception a job raised as its reader needs it first: what, on which inputs, the fix; then the traceback."""
     exc = sys.exc_info()[1]
-    kwargs = job[1] if isinstance(job, tuple) and len(job) == 3 and isinstance(job[1], Mapping) else {}
-    inputs = ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items()) or "none"
+    inputs = ", ".join(f"{k}={_describe(v)}" for k, v in job[1].items()) or "none"
     head = f"{type(exc).__name__}: {clip(str(exc).splitlines()[0] if str(exc) else '', 300)}\n  inputs: {inputs}\n"
     if not isinstance(exc, NeuronArgsError):  # ours carry their own fix
         head += ("  fix: the model raised on this graph's example inputs; call it eagerly with them to reproduce, "
