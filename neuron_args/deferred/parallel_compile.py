@@ -21,6 +21,7 @@ from typing import Any
 
 from neuron_args.activity import note_compile_report
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
+from neuron_args.compilers import compiler_choice
 from neuron_args.compilers.build import check_keyed_compiler, compile_entry
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.deferred.farm import pending_graph, submit_graph
@@ -212,6 +213,9 @@ def parallel_compile(
         return report
     if compile_timeout is not None:
         check_timeout(compile_timeout, "parallel_compile(compile_timeout)")  # a bad value fails before any work
+    if compiler is not None:  # "auto" on either path: each entry's own compiler (its name is part of the key)
+        chosen = compiler_choice(compiler, "parallel_compile(compiler)")
+        compiler = None if chosen == "auto" else chosen
     base = CompilerArgs.of(base_compiler_args)
     own = executor is None
     scope = CancelScope()
