@@ -260,7 +260,7 @@ def parallel_trace(
         children += _trace_here(todo, here, in_process, results, on_result)
     if children:
         how.append(_trace_in_children(todo, sorted(children), opts, *settings, results))
-    if server is not None and "fork" in how and not (keep_children and _KEPT.count() >= _worker_cap(workers)):
+    if server is not None and "fork" in how and not (keep_children and len(kept_children()) >= _worker_cap(workers)):
         _start_fork_server(server)  # unless the kept children are as many as a next call may use
     done = [r for r in results if r is not None]
     if record is not None:
@@ -408,10 +408,6 @@ class _KeptChildren:
                     child.kill()
             taken, self.children = alive[:n], alive[n:]
         return taken
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.children)
 
     def close(self) -> None:
         with self.lock:
