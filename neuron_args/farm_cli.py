@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args import envs, remote_cache
-from neuron_args.errors import CompilerArgsError
-from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from neuron_args.errors import CompilerArgsError, OptionsError
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
 from neuron_args.flags import CompilerArgs
 
 DEFAULT_CONNECT_TIMEOUT = 20.0
 DEFAULT_RETRIES = 1  # of a task that raised on its worker (a dead worker's task is rescheduled regardless)
 
 
-class FarmUsage(Exception):
-    """A usage or environment error: message to stderr, exit status 2."""
+class FarmUsage(OptionsError):
+    """A usage or environment error (an unreachable scheduler): the CLI prints it, exit status 2."""
 
 
 def _seconds(text: str) -> float:
@@ -124,14 +124,6 @@ class _Progress:
 
 
 def run_compile_command(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except FarmUsage as exc:
-        print(f"neuron-args compile: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-def _run(args: argparse.Namespace) -> int:
     from neuron_args.cache import cache_root
 
     root = cache_root(args.cache_dir)  # an s3:// cache: its local copy

@@ -325,6 +325,14 @@ def test_describe_exit_other_signals() -> None:
     assert describe_exit(3) == "failed (exit status 3)"
 
 
+def test_describe_exit_brief_reads_a_trace_childs_status_by_number() -> None:
+    """The one reading a dead trace child's message quotes (no compiler table: SIGKILL is not "out of memory")."""
+    assert describe_exit(-9, brief=True) == "killed by signal 9"
+    assert describe_exit(-11, brief=True) == "killed by signal 11"
+    assert describe_exit(1, brief=True) == "exit status 1"
+    assert describe_exit(None, brief=True) == "still running"
+
+
 def test_neuronx_cc_version_is_parsed_and_memoized(fake_cc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ACTIVITY.reset()  # a fresh process: no version looked up yet
     compiler = NeuronxCcCompiler()

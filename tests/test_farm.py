@@ -28,6 +28,7 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, STATS, CompileCache
 from neuron_args.cli import main as cli_main
 from neuron_args.deferred import parallel_compile
+from neuron_args.errors import CompilerArgsError
 from tests.models import MLP
 
 distributed = pytest.importorskip("distributed", reason="the farm extra is not installed: pip install -e '.[farm]'")
@@ -234,6 +235,17 @@ def test_the_worker_pool_refuses_another_compiler_name_as_the_farm_does(tmp_path
     assert "captured for compiler 'neuronx-cc'" in g.error and "compiling it with 'local'" in g.error
     assert CompileCache(root).entry(key).status == "pending"
     assert not (fake_path / "pooled.calls").exists()
+
+
+def test_auto_is_each_entrys_own_compiler_on_the_worker_pool_too(pending_mlp, fake_path):
+    """Entries captured for the local compiler build with it under compiler="auto" though neuronx-cc is on PATH
+    (on the own threads as through an executor); an unknown name fails before any graph is built."""
+    with pytest.raises(CompilerArgsError, match=r"unknown compiler 'xla' \(from parallel_compile\(compiler\)\)"):
+        parallel_compile(pending_mlp, compiler="xla", quiet=True)
+    assert {e.status for e in CompileCache(pending_mlp).entries()} == {"pending"}
+    report = parallel_compile(pending_mlp, compiler=" Auto", quiet=True)
+    assert [g.status for g in report.graphs] == ["compiled"] * len(BATCHES)
+    assert {CompileCache(pending_mlp).entry(g.key).info().compiler_name for g in report.graphs} == {"local"}
 
 
 def test_a_worker_without_the_compiler_says_so(tmp_path, monkeypatch):

@@ -29,22 +29,29 @@ __all__ = [
     "DEFAULT_TIMEOUTS",
     "LocalCompiler",
     "NeuronxCcCompiler",
+    "compiler_choice",
     "resolve_compile_timeout",
     "select_compiler",
 ]
 
 
-def select_compiler(requested: str | None = None) -> Compiler:
-    """The compiler ``requested`` (``options["compiler"]``; else the environment, else PATH detection) names."""
-    source = "options['compiler']"
-    if requested is None:
-        requested, source = envs.text(COMPILER_ENV) or "auto", COMPILER_ENV
-    if not isinstance(requested, str) or requested.strip().lower() not in COMPILER_CHOICES:
+def compiler_choice(requested: object, source: str = "options['compiler']") -> str:
+    """``requested`` as one of :data:`COMPILER_CHOICES` (any case, spaces around); else a CompilerArgsError."""
+    name = requested.strip().lower() if isinstance(requested, str) else None
+    if name not in COMPILER_CHOICES:
         raise CompilerArgsError(
             f"unknown compiler {requested!r} (from {source}); choose one of "
             + ", ".join(repr(c) for c in COMPILER_CHOICES)
         )
-    name = requested.strip().lower()
+    return name
+
+
+def select_compiler(requested: str | None = None) -> Compiler:
+    """The compiler ``requested`` (``options["compiler"]``; else the environment, else PATH detection) names."""
+    if requested is None:
+        name, source = compiler_choice(envs.text(COMPILER_ENV) or "auto", COMPILER_ENV), COMPILER_ENV
+    else:
+        name, source = compiler_choice(requested), "options['compiler']"
     found = shutil.which("neuronx-cc")
     if name == "auto":
         name = "neuronx-cc" if found else "local"

@@ -75,21 +75,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_starter)
 
 
-def kill_process_group(proc: Any) -> None:
-    """SIGKILL the process group ``proc`` leads: its own ``kill_group()`` when it has one (a warm worker's
-    compile, whose group changes hands), else ``os.killpg`` of its pid. Never waits."""
+def kill_group(proc: Any, *, reap: bool = True) -> None:
+    """SIGKILL the process group ``proc`` leads (every compiler starts in a session of its own): its own
+    ``kill_group()`` when it has one (a warm worker's compile, whose group changes hands), else ``os.killpg`` of
+    its pid; then reap ``proc`` unless ``reap=False`` (never waits)."""
     killer = getattr(proc, "kill_group", None)
     if killer is not None:
         killer()
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the child's process group (every compiler starts in a session of its own) and reap the child."""
-    kill_process_group(proc)
-    proc.wait()
+    else:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    if reap:
+        proc.wait()
 
 
 class CompileCancelled(Exception):
@@ -117,14 +114,14 @@ class CancelScope:
             self._event.set()
             procs = list(self._running)
         for proc in procs:
-            kill_process_group(proc)
+            kill_group(proc, reap=False)
 
     def add(self, proc: subprocess.Popen) -> None:
         with self._lock:
             self._running.add(proc)
             cancelled = self._event.is_set()
         if cancelled:
-            kill_process_group(proc)
+            kill_group(proc, reap=False)
 
     def discard(self, proc: subprocess.Popen) -> None:
         with self._lock:

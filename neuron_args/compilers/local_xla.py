@@ -106,10 +106,6 @@ def _compile(hlo: bytes, overrides: Sequence[tuple[str, Any]], log: TextIO) -> b
         return xla_cpu.compile_hlo(hlo, overrides, client=compile_client())
 
 
-def _render(flag: flags.Flag) -> str:
-    return flag.name if flag.value is None else f"{flag.name}={flag.value}"
-
-
 def _fail(log: TextIO, code: int, message: str) -> int:
     print(f"local-xla: error: {message}", file=sys.stderr)
     print(f"error: {message}", file=log)
@@ -138,7 +134,7 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
         print("xla options: " + ", ".join(f"{name}={value}" for name, value in overrides), file=log)
         for flag in parsed:
             if flag.name != flags.OPTLEVEL:
-                print(f"ignored on XLA:CPU: {_render(flag)}", file=log)
+                print(f"ignored on XLA:CPU: {flag.name}{'' if flag.value is None else '=' + flag.value}", file=log)
 
         try:
             hlo = ns.hlo.read_bytes()

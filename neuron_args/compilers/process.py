@@ -76,8 +76,13 @@ _TIMEOUT_FIX = ("raise the compile timeout (options['compile_timeout'] in second
                 "level of this graph")
 
 
-def describe_exit(returncode: int) -> str:
-    """A human reading of a compiler's exit status (negative = killed by that signal)."""
+def describe_exit(returncode: int | None, *, brief: bool = False) -> str:
+    """A human reading of an exit status (negative = killed by that signal); ``brief``: a Python child's, by
+    number only (``killed by signal 9``, ``exit status 1``), without the compiler's table."""
+    if returncode is None:
+        return "still running"
+    if brief:
+        return f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
     if returncode in EXIT_CODES:
         how = EXIT_CODES[returncode][0]
     elif returncode < 0:

@@ -26,8 +26,7 @@ from typing import IO, Any
 
 from neuron_args import envs
 from neuron_args.compilers.process import describe_exit, start_process
-from neuron_args.compilers.lifetime import (current_scope, kill_process_group, start_on_lifetime_thread,
-                                            supervised_argv)
+from neuron_args.compilers.lifetime import current_scope, kill_group, start_on_lifetime_thread, supervised_argv
 from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
 
 log = logging.getLogger("neuron_args.compilers")
@@ -104,22 +103,16 @@ class Worker:
             message = self._receive(deadline)
             if message is None or "status" in message:
                 return None if message is None else int(message["status"])
-            self._note(message)
 
     def wait_ready(self, deadline: float | None) -> bool:
         """True once it has started its XLA client (before any request); False when ``deadline`` passed first."""
         while not self.ready:
-            message = self._receive(deadline)
-            if message is None:
+            if self._receive(deadline) is None:
                 return False
-            self._note(message)
         return True
 
-    def _note(self, message: dict[str, Any]) -> None:
-        if "ready" in message:
-            self.ready, self.worker_pid = True, int(message["ready"])
-
     def _receive(self, deadline: float | None) -> dict[str, Any] | None:
+        """The next message (a ``ready`` one noted on the way); None when ``deadline`` passed first."""
         fd = self.fileno()
         while b"\n" not in self._buffer:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())  # past: look once
@@ -130,7 +123,10 @@ class Worker:
                 raise WorkerDied()
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+        message = json.loads(line)
+        if "ready" in message:
+            self.ready, self.worker_pid = True, int(message["ready"])
+        return message
 
     def reap(self) -> int:
         """Wait for the process (its pipe is closed); SIGKILL the group if it lingers."""
@@ -141,7 +137,7 @@ class Worker:
             return self.proc.wait()
 
     def kill(self) -> None:
-        kill_process_group(self.proc)
+        kill_group(self.proc, reap=False)
 
     def close(self) -> None:
         """Ask an idle worker to leave (end of its input), without waiting for it."""
@@ -182,11 +178,6 @@ class WorkerPool:
         for old in stale:
             old.close()
         return chosen
-
-    def acquire(self) -> Worker:
-        """An idle worker (one that is ready first), else a new one."""
-        worker = self.take()
-        return worker if worker is not None else self._spawn()
 
     def _spawn(self) -> Worker:
         idle = idle_seconds()
@@ -257,10 +248,8 @@ class WorkerPool:
     def inherited_fds(self) -> list[int]:
         """The descriptors a forked child of this process got from this pool: the idle workers' pipes
         (read without the lock: a fork leaves it as whichever thread held it)."""
-        fds: list[int] = []
-        for worker in list(self._idle):
-            fds += [f.fileno() for f in (worker.proc.stdin, worker.proc.stdout) if f is not None and not f.closed]
-        return [fd for fd in fds if fd >= 0]
+        return [f.fileno() for worker in list(self._idle) for f in (worker.proc.stdin, worker.proc.stdout)
+                if f is not None and not f.closed]
 
     def close(self) -> None:
         """Let every idle worker go (busy ones leave when their compile ends and they are not given back)."""
@@ -274,7 +263,8 @@ class WorkerPool:
         ``Popen`` when this pool is broken."""
         if self.broken:
             return start_process(argv, cwd=cwd, stdout=stdout)
-        return PooledCompile(self, self.acquire(), program_args, argv, cwd=cwd, stdout=stdout)
+        worker = self.take()  # an idle one, one that is ready first, else a new one
+        return PooledCompile(self, worker or self._spawn(), program_args, argv, cwd=cwd, stdout=stdout)
 
 
 class PooledCompile:
@@ -294,22 +284,13 @@ class PooledCompile:
         self._fallback: subprocess.Popen | None = None
         self._stopping = False  # timed out or interrupted: the death that follows is ours
 
-    @property
-    def pid(self) -> int:
-        return self._fallback.pid if self._fallback is not None else self._worker.pid
-
     def kill_group(self) -> None:
+        """SIGKILL the group running this compile now (the worker's, or its one-shot replacement's)."""
         self._stopping = True
         if self._fallback is not None:
-            kill_process_group(self._fallback)
+            kill_group(self._fallback, reap=False)
         else:
             self._worker.kill()
-
-    def kill(self) -> None:
-        self.kill_group()
-
-    def poll(self) -> int | None:
-        return self.returncode if self._fallback is None else self._fallback.poll()
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is not None:
@@ -391,8 +372,7 @@ class PooledCompile:
         self._fallback = start_process(self.args, cwd=self._cwd, stdout=self._stdout)
         scope = current_scope()
         if scope is not None and scope.cancelled:  # cancelled while it started
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._fallback.pid, signal.SIGKILL)
+            kill_group(self._fallback, reap=False)
 
 
 # ----------------------------------------------------------------------------- one pool per process

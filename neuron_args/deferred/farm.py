@@ -12,7 +12,6 @@ import hashlib
 import os
 import shlex
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
 from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler
+from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
 from neuron_args.flags import optimization_level
@@ -148,18 +148,6 @@ def _dask_cancelled() -> Callable[[], bool] | None:
     return cancelled
 
 
-def _kill_compilers_in(workdir: str) -> None:
-    """Kill this process's descendants running in ``workdir`` (the compiler and its helpers)."""
-    import psutil  # a dependency of distributed: only reached on a Dask worker
-
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error, OSError):
-            if child.cwd().startswith(workdir):
-                with contextlib.suppress(OSError):
-                    os.killpg(child.pid, signal.SIGKILL)
-                child.kill()
-
-
 def run_compile_task(task: CompileTask) -> CompileOutcome:
     """Worker body: compile one task. A deterministic failure is a ``failed`` outcome (not retried); it raises
     only for trouble of the worker itself (a full temp disk), which ``retries=`` may retry."""
@@ -192,22 +180,23 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
         hlo_path = Path(workdir) / HLO_NAME
         hlo_path.write_bytes(task.hlo)
         output = Path(workdir) / executable_file_name(task.key)
-        cancelled = _dask_cancelled()
+        cancelled, scope = _dask_cancelled(), CancelScope()  # cancelled: the scope kills the compiler's group
         stop = threading.Event()
         watcher = None
         if cancelled is not None:
             def watch() -> None:
                 while not stop.wait(CANCEL_POLL_SECONDS):
-                    if cancelled():  # every poll: a killed warm worker's graph restarts in a process of its own
-                        _kill_compilers_in(workdir)
+                    if cancelled():
+                        scope.cancel()
             watcher = threading.Thread(target=watch, name=f"neuron-args-farm-watch-{task.key[:8]}", daemon=True)
             watcher.start()
         try:
-            result = compiler.compile(hlo_path=hlo_path, output_path=output, target=task.target,
-                                      compiler_args=list(task.compiler_args), workdir=Path(workdir),
-                                      graph_type=task.graph_type, key=task.key, timeout=task.timeout)
-        except NeuronArgsError as exc:
-            if cancelled is not None and cancelled():
+            with within(scope):
+                result = compiler.compile(hlo_path=hlo_path, output_path=output, target=task.target,
+                                          compiler_args=list(task.compiler_args), workdir=Path(workdir),
+                                          graph_type=task.graph_type, key=task.key, timeout=task.timeout)
+        except (NeuronArgsError, CompileCancelled) as exc:
+            if scope.cancelled:
                 return outcome("cancelled", compiler=info.as_dict(), error=f"{where}: cancelled")
             return outcome("failed", compiler=info.as_dict(), error=f"{where}: {exc}")
         finally:
@@ -310,16 +299,9 @@ class _FarmFuture(cf.Future):
         return True
 
 
-_committer_lock = threading.Lock()
-_commit_pools: list[cf.ThreadPoolExecutor] = []
-
-
-def _commit_pool() -> cf.ThreadPoolExecutor:
-    """Writes results off the executor's callback thread (Dask's event loop must not block on disk)."""
-    with _committer_lock:  # callbacks of several executors may ask at once: one pool per process
-        if not _commit_pools:
-            _commit_pools.append(cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit"))
-        return _commit_pools[0]
+#: Writes results off the executor's callback thread (Dask's event loop must not block on disk); its threads
+#: start with its first write.
+_COMMIT_POOL = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit")
 
 
 def _worker_error(exc: BaseException) -> str:
@@ -340,9 +322,8 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
 
     def finish(report: GraphOutcome, t0: float, **ended: Any) -> None:
         lock.release()
-        if not outer.done():
-            with contextlib.suppress(cf.InvalidStateError):
-                outer.set_result(replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3)))
+        with contextlib.suppress(cf.InvalidStateError):  # cancelled meanwhile
+            outer.set_result(replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3)))
 
     def collect(inner: cf.Future, md: EntryMetadata, task: CompileTask, report: GraphOutcome,
                 t0: float) -> None:
@@ -392,7 +373,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
             lock.release()
             raise
         outer.inner = inner
-        inner.add_done_callback(lambda f: _commit_pool().submit(collect, f, md, task, report, t0))
+        inner.add_done_callback(lambda f: _COMMIT_POOL.submit(collect, f, md, task, report, t0))
 
     def wait_for_lock(wait: LockWait) -> None:
         """Another process builds this key: wait (cancellable, saying so), then it is complete or ours to build."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -20,13 +21,9 @@ from typing import Any
 
 from neuron_args.activity import note_compile_report
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
+from neuron_args.compilers import compiler_choice
 from neuron_args.compilers.base import check_keyed_compiler, compile_entry
-from neuron_args.compilers.lifetime import (
-    CancelScope,
-    CompileCancelled,
-    current_scope,
-    within,
-)
+from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.deferred.farm import pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
@@ -98,15 +95,11 @@ class CompileProgress:
 
 
 def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_name: str | None,
-                     timeout: float | None = None, scope: CancelScope | None = None) -> GraphOutcome:
+                     timeout: float | None, scope: CancelScope) -> GraphOutcome:
     """Compile one pending entry (module level so any executor can run it); ``timeout`` None: the capture's
     option, else the environment's or the compiler's. A cancelled ``scope`` starts nothing and kills its compiler."""
-    if scope is not None:
-        with within(scope):
-            return _compile_pending(root, key, base_args, compiler_name, timeout)
     from neuron_args.compilers import select_compiler
 
-    scope = current_scope()
     cache = CompileCache(root)
     entry = cache.entry(key)
     md, report = pending_graph(entry, base_args)
@@ -115,13 +108,11 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
     graph_type, args = report.graph_type, report.compiler_args
     t0 = time.monotonic()
     try:
-        if scope is not None:
-            scope.check()
-        with cache.lock(key, stop=None if scope is None else scope.wait, graph_type=graph_type):
+        scope.check()
+        with within(scope), cache.lock(key, stop=scope.wait, graph_type=graph_type):
             if entry.is_complete:
                 return replace(report, how="already-complete")
-            if scope is not None:
-                scope.check()
+            scope.check()
             if not entry.hlo_path.is_file():
                 raise CompileError(
                     f"entry {key} (graph type {graph_type!r}) is pending but has no {HLO_NAME}: its capture did not "
@@ -146,17 +137,8 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
     return replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3))
 
 
-def _say_unbuildable(crashed: Iterable[Any]) -> None:
-    """Log the crashed entries no compile can build: no readable metadata (their arguments are unknown)."""
-    for entry in crashed:
-        if not entry.has_metadata:
-            log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
-                        "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
-                        entry.key, METADATA_NAME, entry.path)
-
-
-def default_workers(n: int) -> int:
-    return workers_from_env(WORKERS_ENV, n)
+#: ``default_workers(n)``: the compile threads for ``n`` graphs (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPUs)
+default_workers = functools.partial(workers_from_env, WORKERS_ENV)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -220,7 +202,10 @@ def parallel_compile(
                            "the capture wrote into (options['cache_dir'] of the capture seam)")
     statuses = [(e, e.status) for e in cache.entries()] if keys is None else []
     pending = [e.key for e, status in statuses if status == "pending"]
-    _say_unbuildable(e for e, status in statuses if status == "crashed")
+    for entry in (e for e, status in statuses if status == "crashed" and not e.has_metadata):
+        log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
+                    "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
+                    entry.key, METADATA_NAME, entry.path)
     report = CompileReport()
     note_compile_report(report)  # a warmup that raises (Ctrl-C, a trace failure) still lists what this built
     t0 = time.monotonic()
@@ -228,6 +213,9 @@ def parallel_compile(
         return report
     if compile_timeout is not None:
         check_timeout(compile_timeout, "parallel_compile(compile_timeout)")  # a bad value fails before any work
+    if compiler is not None:  # "auto" on either path: each entry's own compiler (its name is part of the key)
+        chosen = compiler_choice(compiler, "parallel_compile(compiler)")
+        compiler = None if chosen == "auto" else chosen
     base = CompilerArgs.of(base_compiler_args)
     own = executor is None
     scope = CancelScope()
@@ -358,27 +346,20 @@ def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Futur
         pool.shutdown(wait=False, cancel_futures=True)
     # a cancelled future never completes (nobody notifies it): wait for the ones that started only
     done, not_done = cf.wait([f for f in futures if not f.cancelled()], timeout=CANCEL_GRACE_SECONDS)
-    seen = {g.key for g in report.graphs}
-    built, failed, cancelled = [g.key for g in report.graphs if g.status in ("compiled", "already-complete")], [], []
-    failed = [g.key for g in report.graphs if g.status == "failed"]
+    ended = {g.key: g.status for g in report.graphs}
     for fut, key in futures.items():
-        if key in seen:
-            continue
-        graph = fut.result() if fut in done and not fut.cancelled() and fut.exception() is None else None
-        if graph is not None:
-            report.graphs.append(graph)  # the interrupt's compile_report: what each graph came to
-        if graph is None or graph.status == "cancelled":
-            cancelled.append(key)
-        elif graph.status == "failed":
-            failed.append(key)
-        else:
-            built.append(key)
+        if key not in ended:
+            graph = fut.result() if fut in done and not fut.cancelled() and fut.exception() is None else None
+            if graph is not None:
+                report.graphs.append(graph)  # the interrupt's compile_report: what each graph came to
+            ended[key] = "cancelled" if graph is None else graph.status
+    groups = [sorted(k[:12] for k, s in ended.items() if s in statuses)
+              for statuses in (("compiled", "already-complete"), ("failed",), ("cancelled",))]
     log.warning(
         "parallel_compile interrupted in %s: %d built, %d failed, %d cancelled (left pending; a rerun builds "
-        "them)%s\n  built: %s\n  failed: %s\n  cancelled: %s", root, len(built), len(failed), len(cancelled),
+        "them)%s\n  built: %s\n  failed: %s\n  cancelled: %s", root, *map(len, groups),
         f"; {len(not_done)} compile(s) did not stop within {CANCEL_GRACE_SECONDS:g} s" if not_done else "",
-        " ".join(k[:12] for k in sorted(built)) or "-", " ".join(k[:12] for k in sorted(failed)) or "-",
-        " ".join(k[:12] for k in sorted(cancelled)) or "-")
+        *(" ".join(keys) or "-" for keys in groups))
 
 
 def pending_keys(cache_dir: str | os.PathLike[str]) -> list[str]:

@@ -12,6 +12,7 @@ trace record lists complete are traced in this process instead, asserting a cach
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import multiprocessing as mp
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.compilers.lifetime import die_with_parent, start_on_lifetime_thread
+from neuron_args.compilers.process import describe_exit
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
@@ -58,8 +60,8 @@ class TraceResult:
     pid: int | None = None  # the process that traced it (a trace child, or this one for "loaded")
 
 
-def default_workers(n_jobs: int) -> int:
-    return workers_from_env(WORKERS_ENV, n_jobs)
+#: ``default_workers(n)``: the trace children for ``n`` jobs (``$NEURON_ARGS_TRACE_WORKERS``, else the CPUs)
+default_workers = functools.partial(workers_from_env, WORKERS_ENV)
 
 
 def fork_is_safe() -> bool:
@@ -127,11 +129,10 @@ def _run_job(job: TraceJob, settings: CompileSettings) -> tuple[str, Any]:
         records.clear()
 
 
-def _raised(job: Any) -> str:
+def _raised(job: TraceJob) -> str:
     """The exception a job raised as its reader needs it first: what, on which inputs, the fix; then the traceback."""
     exc = sys.exc_info()[1]
-    kwargs = job[1] if isinstance(job, tuple) and len(job) == 3 and isinstance(job[1], Mapping) else {}
-    inputs = ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items()) or "none"
+    inputs = ", ".join(f"{k}={_describe(v)}" for k, v in job[1].items()) or "none"
     head = f"{type(exc).__name__}: {clip(str(exc).splitlines()[0] if str(exc) else '', 300)}\n  inputs: {inputs}\n"
     if not isinstance(exc, NeuronArgsError):  # ours carry their own fix
         head += ("  fix: the model raised on this graph's example inputs; call it eagerly with them to reproduce, "
@@ -147,40 +148,35 @@ def _describe(value: Any) -> str:
     return clip(repr(value), 40)
 
 
-def _serve_jobs(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any) -> None:
-    """Child body: trace each ``(index, pickled job or None, settings, environment)`` sent until None.
+def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
+    """A trace child's body: it dies with ``parent`` (0: started by the fork server, which exits when the
+    caller dies), then traces each ``(index, pickled job or None, settings, environment)`` sent until None.
 
     A None job is ``inherited[index]`` (forked for this call); settings and environment are the call's,
     since a kept child traces for later calls. Each answer is ``(index, status, keys or traceback, pid)``.
     """
-    envs.put("OMP_NUM_THREADS", "1")
-    import torch
-
-    torch.set_num_threads(1)
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        index, blob, job_settings, env = message
-        envs.replace({**env, "OMP_NUM_THREADS": "1"})
-        try:
-            job = inherited[index] if blob is None else pickle.loads(blob)
-        except BaseException:
-            status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
-        else:
-            status, payload = _run_job(job, settings if job_settings is None else job_settings)
-        conn.send((index, status, payload, os.getpid()))
-
-
-def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
-    """A trace child's body: it dies with ``parent`` (0: started by the fork server, which exits when the
-    caller dies), then traces what it is sent (:func:`_serve_jobs`)."""
     try:
         die_with_parent(parent or os.getppid())  # started on lifetime's start thread, which lives as long as the parent
-        _serve_jobs(inherited, settings, conn)
+        envs.put("OMP_NUM_THREADS", "1")
+        import torch
+
+        torch.set_num_threads(1)
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:
+                return
+            if message is None:
+                return
+            index, blob, job_settings, env = message
+            envs.replace({**env, "OMP_NUM_THREADS": "1"})
+            try:
+                job = inherited[index] if blob is None else pickle.loads(blob)
+            except BaseException:
+                status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
+            else:
+                status, payload = _run_job(job, settings if job_settings is None else job_settings)
+            conn.send((index, status, payload, os.getpid()))
     finally:
         os._exit(0)
 
@@ -210,14 +206,6 @@ def _start_fork_server(modules: Sequence[str]) -> None:
 
     mp.get_context("forkserver").set_forkserver_preload(["neuron_args.deferred.trace_preload", *modules])
     forkserver.ensure_running()
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        return f"killed by signal {-code}"
-    return f"exit status {code}"
 
 
 def parallel_trace(
@@ -272,7 +260,7 @@ def parallel_trace(
         children += _trace_here(todo, here, in_process, results, on_result)
     if children:
         how.append(_trace_in_children(todo, sorted(children), opts, *settings, results))
-    if server is not None and "fork" in how and not (keep_children and _KEPT.count() >= _worker_cap(workers)):
+    if server is not None and "fork" in how and not (keep_children and len(kept_children()) >= _worker_cap(workers)):
         _start_fork_server(server)  # unless the kept children are as many as a next call may use
     done = [r for r in results if r is not None]
     if record is not None:
@@ -421,10 +409,6 @@ class _KeptChildren:
             taken, self.children = alive[:n], alive[n:]
         return taken
 
-    def count(self) -> int:
-        with self.lock:
-            return len(self.children)
-
     def close(self) -> None:
         with self.lock:
             children, self.children = self.children, []
@@ -564,13 +548,13 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
             child.proc.join(5)
             code = child.proc.exitcode
             finish(child, "failed", f"trace child of graph type {label!r} died without a result "
-                                    f"({_exit_text(code)}){_DIED_HINT.get(code, '')} while tracing "
+                                    f"({describe_exit(code, brief=True)}){_DIED_HINT.get(code, '')} while tracing "
                                     f"{_inputs_text(todo[child.job])}" + (_KILLED_HINT if code and code < 0 else ""))
         elif time.monotonic() - child.started > deadline_s:
             child.proc.kill()
             child.proc.join(5)
             finish(child, "failed", f"trace child of graph type {label!r} hung past its deadline of {deadline_s:g}s "
-                                    f"and was killed ({_exit_text(child.proc.exitcode)})")
+                                    f"and was killed ({describe_exit(child.proc.exitcode, brief=True)})")
         else:
             continue
         child.conn.close()

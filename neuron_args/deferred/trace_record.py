@@ -83,18 +83,14 @@ class TraceRecord:
     def complete_keys(self, fingerprints: Iterable[str]) -> dict[str, list[str]]:
         """The recorded keys of each fingerprint whose every recorded key has a complete entry."""
         jobs = self.read()
-        out: dict[str, list[str]] = {}
-        for fp in fingerprints:
-            keys = (jobs.get(fp) or {}).get("keys")
-            if isinstance(keys, list) and keys and all(isinstance(k, str) and self.cache.entry(k).is_complete
-                                                         for k in keys):
-                out[fp] = list(keys)
-        return out
+        keys = {fp: _listed_keys(jobs.get(fp)) for fp in fingerprints}
+        return {fp: ks for fp, ks in keys.items() if self._complete(ks)}
 
     def all_complete(self) -> bool:
         """True when the record lists jobs and each of their keys is complete: a warmup likely compiles nothing."""
-        jobs = self.read()
-        keys = {k for job in jobs.values() if isinstance(job, dict) for k in (job.get("keys") or ())}
+        return self._complete([k for job in self.read().values() for k in _listed_keys(job)])
+
+    def _complete(self, keys: list[Any]) -> bool:
         return bool(keys) and all(isinstance(k, str) and self.cache.entry(k).is_complete for k in keys)
 
     def note(self, resolved: Mapping[str, tuple[str | None, list[str]]]) -> None:
@@ -119,3 +115,9 @@ class TraceRecord:
         except OSError as exc:  # the record is an optimisation: a read-only cache still traces
             log.warning("could not write the trace record %s (%s); the next run traces in children again",
                         self.path, exc)
+
+
+def _listed_keys(job: Any) -> list[Any]:
+    """A record line's keys (untrusted: a line or keys of another shape list none)."""
+    keys = job.get("keys") if isinstance(job, dict) else None
+    return list(keys) if isinstance(keys, list) else []

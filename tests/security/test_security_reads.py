@@ -94,6 +94,15 @@ def test_deep_trace_record_is_read_as_empty(tmp_path):
     assert record.read() == {}
 
 
+def test_trace_record_lines_of_another_shape_list_no_keys(tmp_path):
+    """A job line that is not an object, or keys that are not a list, predict nothing (no crash on them)."""
+    record = TraceRecord(tmp_path)
+    jobs = {"text": "junk", "number": {"keys": 5}, "none": None, "keyless": {"graph_type": "decode"}}
+    record.path.write_text(json.dumps({"version": 1, "jobs": jobs}))
+    assert record.complete_keys(jobs) == {}
+    assert record.all_complete() is False
+
+
 @pytest.mark.parametrize("command", [["manifest", "show"], ["manifest", "validate"]])
 def test_deep_manifest_is_unreadable_exit_2(tmp_path, capsys, command):
     path = tmp_path / "manifest.json"
