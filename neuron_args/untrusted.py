@@ -17,6 +17,7 @@ METADATA_LIMIT = 16 << 20
 RECORD_LIMIT = 64 << 20  # the trace record, the trace memo
 MANIFEST_LIMIT = 512 << 20  # manifests and reports: one line per graph
 LEDGER_LIMIT = 512 << 20  # one process's ledger file
+HLO_LIMIT = 4 << 30  # a serialized HLO module (a large model's is hundreds of MB)
 
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -25,13 +26,20 @@ class UntrustedFileError(NeuronArgsError, ValueError):
     """A file that is not what it should be: not a regular file, larger than its cap, or not parseable."""
 
 
+def _open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file ``path``, opened without blocking and checked on the descriptor."""
+    fd = os.open(path, _READ_FLAGS)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UntrustedFileError(f"{os.fsdecode(path)} is not a regular file ({_kind(st.st_mode)})")
+    return fd, st
+
+
 def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit``; opened without blocking, checked on the descriptor."""
-    fd = os.open(path, _READ_FLAGS)
+    fd, st = _open_regular(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UntrustedFileError(f"{os.fsdecode(path)} is not a regular file ({_kind(st.st_mode)})")
         if st.st_size > limit:
             raise UntrustedFileError(f"{os.fsdecode(path)} has {st.st_size} bytes, more than the {limit} allowed")
         chunks, left = [], limit + 1
@@ -43,6 +51,16 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
     if left <= 0:  # grew while read
         raise UntrustedFileError(f"{os.fsdecode(path)} has more than the {limit} bytes allowed")
     return b"".join(chunks)
+
+
+def read_tail(path: str | os.PathLike[str], size: int) -> tuple[bytes, bool]:
+    """The last ``size`` bytes of the regular file ``path`` (a log), and whether bytes before them were left out."""
+    fd, st = _open_regular(path)
+    try:
+        start = max(0, st.st_size - size)
+        return os.pread(fd, size, start), start > 0
+    finally:
+        os.close(fd)
 
 
 def _kind(mode: int) -> str:

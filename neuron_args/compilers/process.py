@@ -25,6 +25,7 @@ from neuron_args.atomic import write_atomic
 from neuron_args.compilers.lifetime import CompileCancelled, current_scope, kill_group, supervised_argv
 from neuron_args.errors import CompileError
 from neuron_args.settings import COMPILE_TIMEOUT_ENV
+from neuron_args.untrusted import UntrustedFileError, read_tail
 
 #: File names inside the work directory (the cache entry); see docs/ARCHITECTURE.md.
 COMMAND_FILE = "command.txt"
@@ -119,13 +120,13 @@ TAIL_BYTES = 256 * 1024
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - TAIL_BYTES))
-            text = f.read().decode(errors="replace")
+        data, cut = read_tail(path, TAIL_BYTES)  # the log sits in a cache entry others may write: a FIFO never blocks
     except OSError:
         return "(no log)"
-    if size > TAIL_BYTES:
+    except UntrustedFileError as exc:  # a FIFO or a device planted as the log
+        return f"(log not read: {exc})"
+    text = data.decode(errors="replace")
+    if cut:
         text = text.partition("\n")[2]  # the first line read is a part of one
     tail = text.rstrip("\n").splitlines()[-lines:]
     return "\n".join("  " + line for line in tail) if tail else "(log is empty)"

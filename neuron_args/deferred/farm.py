@@ -31,6 +31,7 @@ from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
 from neuron_args.flags import optimization_level
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import graph_label
+from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded
 
 __all__ = ["CompileOutcome", "CompileTask", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
 
@@ -112,11 +113,12 @@ def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequ
     check_keyed_compiler(entry.key, graph_type, name, compiler_name)
     check_keyed_build(entry, metadata, compiler_args, metadata.build_target, graph_type)
     try:
-        hlo = entry.hlo_path.read_bytes()
-    except OSError as exc:
+        hlo = read_bounded(entry.hlo_path, HLO_LIMIT)  # the shared cache's file: a planted FIFO never blocks
+    except (OSError, UntrustedFileError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise CompileError(
             f"cannot read the HLO module of entry {entry.key} (graph type {graph_type!r}) at {entry.hlo_path}: "
-            f"{exc.strerror or exc}. Capture the graph again (it writes graph.hlo) or remove the entry.") from None
+            f"{why}. Capture the graph again (it writes graph.hlo) or remove the entry.") from None
     if timeout is None:  # the capture's own option
         timeout = metadata.compile_timeout
     return CompileTask(key=entry.key, graph_type=graph_type, hlo=hlo, compiler_args=tuple(compiler_args),

@@ -126,3 +126,25 @@ def test_deep_ledger_line_loses_no_other_line(tmp_path):
     found = read_ledger(tmp_path)
     assert found.graphs[KEY].ranks == {0, 1}
     assert dict(found.dropped) == {"torn or non-JSON": 1}
+
+
+def test_a_compiler_log_that_is_a_fifo_is_not_read(tmp_path, no_hang):
+    from neuron_args.compilers.process import log_tail
+
+    log = tmp_path / "log-neuron-cc.txt"
+    os.mkfifo(log)
+    assert log_tail(log) == f"(log not read: {log} is not a regular file (a FIFO))"
+    log.unlink()
+    log.write_text("".join(f"line {i}\n" for i in range(100_000)))  # longer than the tail read: the cut line dropped
+    assert log_tail(log, 2) == "  line 99998\n  line 99999"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_a_farm_task_refuses_a_planted_hlo_module(built, kind, no_hang):
+    from neuron_args.deferred.farm import prepare_task
+    from neuron_args.errors import CompileError
+
+    _, key, entry = built
+    _plant(entry.hlo_path, kind)
+    with pytest.raises(CompileError, match=f"cannot read the HLO module of entry {key} .*is not a regular file"):
+        prepare_task(entry, entry.info(), ["-O1"])
