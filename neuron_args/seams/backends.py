@@ -487,8 +487,7 @@ class NeuronBackend:
                 return _tagging_forward_scope(aot_result) if mode == "grad" else aot_result
             if fp is not None:
                 fresh = trace_memo.TraceMemo(graphs[0].graph_sha256, tuple(graphs[0].input_specs),
-                                             tuple(graphs[0].output_specs),
-                                             dispatch.RecordedPlan.of(p, len(example_inputs)))
+                                             tuple(graphs[0].output_specs), p)
                 if fresh != memo:
                     trace_memo.store(graphs[0].cache, fp, fresh)
             return dispatch.direct_call(graphs[0], p)

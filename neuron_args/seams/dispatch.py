@@ -5,6 +5,7 @@ decode step needs only the copy-back of mutated inputs. :func:`plan` says whethe
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,38 +28,33 @@ class NotPlain(Exception):
 
 @dataclass(frozen=True)
 class Plan:
-    """A graph's plain runtime needs: outputs ``[:n_mutated]`` are new values of mutated inputs."""
+    """A graph's plain runtime needs, as the trace memo keeps them too: outputs ``[:n_mutated]`` are new values of
+    mutated inputs."""
 
-    n_mutated: int
+    n_args: int
     n_outputs: int  # user outputs, after the mutated ones
     mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
     kinds: tuple[str, ...]  # per user output: aot_autograd's output type (``non_alias``, ``is_input``, ...)
-    copy_back: Callable[[Sequence[Any], Sequence[Any]], None]  # copy_back(args, outs), as aot's epilogue
 
+    @property
+    def n_mutated(self) -> int:
+        return len(self.mutated)
 
-@dataclass(frozen=True)
-class RecordedPlan:
-    """A plain :class:`Plan`'s data as the trace memo keeps it (a graph whose aot_autograd was skipped)."""
-
-    n_args: int
-    n_outputs: int
-    mutated: tuple[tuple[int, int, bool], ...]
-    kinds: tuple[str, ...]
-
-    @classmethod
-    def of(cls, p: Plan, n_args: int) -> RecordedPlan:
-        return cls(n_args, p.n_outputs, p.mutated, p.kinds)
+    @functools.cached_property
+    def copy_back(self) -> Callable[[Sequence[Any], Sequence[Any]], None]:
+        """copy_back(args, outs), as aot's epilogue."""
+        return _copy_back(self.mutated)
 
 
 def plan(md: Any, n_args: int) -> Plan:
-    """The plain plan of a graph from its aot_autograd metadata (or :class:`RecordedPlan`), or :class:`NotPlain`."""
+    """The plain plan of a graph from its aot_autograd metadata (or the trace memo's :class:`Plan`), or
+    :class:`NotPlain`."""
     if md is None:
         raise NotPlain("aot_autograd's metadata was not recorded for the graph")
-    if isinstance(md, RecordedPlan):
+    if isinstance(md, Plan):
         if md.n_args != n_args:
             raise NotPlain(f"the graph takes {md.n_args} arguments in its recorded plan, {n_args} here")
-        return Plan(n_mutated=len(md.mutated), n_outputs=md.n_outputs, mutated=md.mutated, kinds=md.kinds,
-                    copy_back=_copy_back(md.mutated))
+        return md
     if len(md.input_info) != n_args:
         raise NotPlain(f"the graph takes {len(md.input_info)} arguments in aot_autograd's metadata, "
                        f"{n_args} here (lifted parameters or deduplicated inputs)")
@@ -79,9 +75,8 @@ def plan(md: Any, n_args: int) -> Plan:
         mutated.append((i, j, bool(info.is_leaf)))
     if any(info.mutates_data and i not in md.mutated_inp_runtime_indices for i, info in enumerate(md.input_info)):
         raise NotPlain("a mutation is kept inside the graph")
-    return Plan(n_mutated=len(mutated), n_outputs=len(md.output_info), mutated=tuple(mutated),
-                kinds=tuple(o.output_type.name for o in md.output_info),
-                copy_back=_copy_back(tuple(mutated)))
+    return Plan(n_args=n_args, n_outputs=len(md.output_info), mutated=tuple(mutated),
+                kinds=tuple(o.output_type.name for o in md.output_info))
 
 
 def _copy_back(mutated: tuple[tuple[int, int, bool], ...]) -> Callable[[Sequence[Any], Sequence[Any]], None]:

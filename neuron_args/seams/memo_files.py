@@ -24,6 +24,15 @@ def is_digest(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef")
 
 
+def predicted_digest(d: Any, fp: str) -> str | None:
+    """The graph digest a memo file's JSON predicts for fingerprint ``fp``, or None when it is not a memo of ``fp``
+    this version reads (its signature is the reader's to check)."""
+    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != fp \
+            or not is_digest(d.get("graph_sha256")):
+        return None
+    return d["graph_sha256"]
+
+
 @dataclass(frozen=True)
 class Pruned:
     """One memo file :func:`prune` removed (or would remove), and why."""
@@ -38,10 +47,7 @@ def _digest(path: Path) -> str | None:
         d = read_json(path, RECORD_LIMIT)
     except (OSError, ValueError):
         return None
-    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != path.stem \
-            or path.suffix != ".json" or not is_digest(d.get("graph_sha256")):
-        return None
-    return d["graph_sha256"]
+    return predicted_digest(d, path.stem) if path.suffix == ".json" else None
 
 
 def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bool = False) -> list[Pruned]:

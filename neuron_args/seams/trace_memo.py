@@ -26,7 +26,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,8 @@ import torch
 from neuron_args import envs
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
-from neuron_args.seams.dispatch import OWNED, RecordedPlan
-from neuron_args.seams.memo_files import FORMAT, is_digest, memo_path
+from neuron_args.seams.dispatch import OWNED, Plan
+from neuron_args.seams.memo_files import FORMAT, memo_path, predicted_digest
 from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.signing import signature_matches, signed
 from neuron_args.tensors import TensorSpec
@@ -59,29 +59,26 @@ class TraceMemo:
     graph_sha256: str
     input_specs: tuple[TensorSpec, ...]
     output_specs: tuple[TensorSpec, ...]
-    plan: RecordedPlan
+    plan: Plan
 
     def as_json(self, fp: str) -> str:
         return json.dumps(signed({  # signed too: a memo chooses which entry a call loads
             "format": FORMAT, "fingerprint": fp, "graph_sha256": self.graph_sha256,
             "input_specs": [[list(s.shape), s.dtype] for s in self.input_specs],
             "output_specs": [[list(s.shape), s.dtype] for s in self.output_specs],
-            "plan": {"n_args": self.plan.n_args, "n_outputs": self.plan.n_outputs,
-                     "mutated": [list(m) for m in self.plan.mutated], "kinds": list(self.plan.kinds)},
+            "plan": asdict(self.plan),
         }), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, fp: str) -> TraceMemo:
         d = load_json(text, "trace memo")
-        if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != fp:
-            raise ValueError("another format or fingerprint")
+        digest = predicted_digest(d, fp)
+        if digest is None:
+            raise ValueError("another format or fingerprint, or no graph digest")
         if not signature_matches(d):
             raise ValueError("not signed with this NEURON_ARGS_CACHE_SIGNING_KEY")
-        digest = d["graph_sha256"]
-        if not is_digest(digest):
-            raise ValueError("no graph digest")
         p = d["plan"]
-        plan = RecordedPlan(
+        plan = Plan(
             n_args=int(p["n_args"]), n_outputs=int(p["n_outputs"]),
             mutated=tuple((int(i), int(j), bool(leaf)) for i, j, leaf in p["mutated"]),
             kinds=tuple(str(k) for k in p["kinds"]))
