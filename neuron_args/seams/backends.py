@@ -48,7 +48,6 @@ from neuron_args.scope import (
     scoped_compiler_args,
 )
 from neuron_args.seams import dispatch, forward_scope, records, trace_memo
-from neuron_args.seams.options import deferred_raise
 from neuron_args.seams.platform import input_spec_pairs, tool_versions
 from neuron_args.settings import CompileSettings, PlatformArgs, resolve_compile_timeout
 from neuron_args.text import graph_label
@@ -470,17 +469,14 @@ class NeuronBackend:
                         return fast
             graphs: list[CompiledGraph] = []
 
-            def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
-                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs,
-                                            grad=mode == "grad"))
+            def compiler(fx_gm: torch.fx.GraphModule, inputs: Sequence[Any], backward: bool) -> CompiledGraph:
+                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, inputs), opts,
+                                            None if backward else user_inputs, grad=mode == "grad",
+                                            forward=graphs[0] if backward else None))
                 return graphs[-1]
 
-            def bw_compiler(fx_gm: torch.fx.GraphModule, bw_inputs: Sequence[Any]) -> CompiledGraph:
-                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, bw_inputs), opts, None,
-                                            grad=mode == "grad", forward=graphs[0]))
-                return graphs[-1]
-
-            aot_result = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)(gm, example_inputs)
+            aot_result = aot_autograd(fw_compiler=functools.partial(compiler, backward=False),
+                                      bw_compiler=functools.partial(compiler, backward=True))(gm, example_inputs)
             # aot's runtime wrapper only when the graph needs more than a copy-back of mutated inputs
             p = dispatch.direct_plan(graphs, gm, example_inputs)
             if p is None:
@@ -492,7 +488,7 @@ class NeuronBackend:
                     trace_memo.store(graphs[0].cache, fp, fresh)
             return dispatch.direct_call(graphs[0], p)
         except NeuronArgsError as exc:  # Dynamo would wrap it in BackendCompilerFailed: raise it at call time
-            return deferred_raise(exc)
+            return functools.partial(_raise, exc)
 
     def _from_memo(self, memo: trace_memo.TraceMemo, fp: str, gm: torch.fx.GraphModule,
                    example_inputs: Sequence[Any], opts: CompileSettings,
@@ -513,6 +509,12 @@ class NeuronBackend:
         except dispatch.NotPlain:
             return None
         return dispatch.direct_call(graph, p)
+
+
+def _raise(error: NeuronArgsError, *args: Any) -> Any:
+    """A seam's error, handed to Dynamo as a graph that raises it, so the caller sees the error itself rather than
+    Dynamo's ``BackendCompilerFailed`` wrapper."""
+    raise error.with_traceback(None)
 
 
 def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]:
