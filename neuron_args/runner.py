@@ -351,10 +351,9 @@ class NeuronRunner:
                 kwargs = self._example(make, g, bucket)
                 started: list[str] = []  # the keys whose compile this bucket started
 
-                def starting(_graph_type: str | None, key: str, step: WarmupProgress = WarmupProgress(
-                        done, total, g, bucket), started: list[str] = started) -> None:
+                def starting(_graph_type: str | None, key: str) -> None:  # called inside this bucket's run only
                     if progress is not None and not started:
-                        progress(step)
+                        progress(WarmupProgress(done, total, g, bucket))
                     started.append(key)
 
                 with on_compile_start(starting), tally() as bucket_tally, records.watching() as events:
@@ -671,11 +670,7 @@ class _ServeAhead:
             return
         with self.lock:
             self.done.add(event.graph.key)
-            ready = [i for i, keys in self.waiting.items() if keys <= self.done]
-            for i in ready:
-                del self.waiting[i]
-        for i in ready:
-            self._trace(self.jobs[i])
+        self._trace_ready(lambda keys: keys <= self.done)
 
     def here(self, job: Any) -> list[str]:
         """``parallel_trace``'s ``in_process``: a job the trace record lists complete, run here asserting a hit (a
@@ -696,12 +691,15 @@ class _ServeAhead:
     def settle(self) -> None:
         """After the compiles: trace the captured jobs whose entries were complete already (no compile here
         reported them); only this fullgraph trace shows their graph breaks."""
+        self._trace_ready(lambda keys: all(self.runner.cache.entry(k).is_complete for k in keys))
+
+    def _trace_ready(self, ready: Callable[[set[str]], bool]) -> None:
+        """Trace each waiting job whose keys are ``ready`` (once: it stops waiting first)."""
         with self.lock:
-            ready = [i for i, keys in self.waiting.items()
-                     if all(self.runner.cache.entry(k).is_complete for k in keys)]
-            for i in ready:
+            jobs = [i for i, keys in self.waiting.items() if ready(keys)]
+            for i in jobs:
                 del self.waiting[i]
-        for i in ready:
+        for i in jobs:
             self._trace(self.jobs[i])
 
     def _trace(self, job: Any) -> None:

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import logging
+import operator
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -154,7 +155,7 @@ def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str 
             for node in mod.graph.nodes:
                 if node.op == "get_attr":
                     h.update(f"attr {node.target}=".encode())
-                    h.update(_attr_digest(_attr(mod, node.target)).encode())
+                    h.update(_attr_digest(operator.attrgetter(node.target)(mod)).encode())
                 elif node.op == "call_function":
                     h.update(_function_digest(node.target).encode())
     except NoFingerprint as why:
@@ -167,13 +168,6 @@ def _source(mod: torch.fx.GraphModule) -> str:
     """The graph module's Python source, as ``mod.code`` reads it, without compiling it: Dynamo hands the backend
     a lazy graph module, whose ``code`` would generate, compile and exec its forward, which a memo hit never runs."""
     return mod.graph.python_code(root_module="self").src
-
-
-def _attr(mod: torch.nn.Module, target: str) -> Any:
-    value: Any = mod
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _attr_digest(value: Any) -> str:
