@@ -8,7 +8,6 @@ and a dict lookup. What a variant's first call does is its seam's (:class:`Compi
 """
 from __future__ import annotations
 
-import abc
 import functools
 import logging
 import threading
@@ -173,7 +172,7 @@ class CompiledGraph:
             input_specs=input_spec_pairs(self.input_specs),
             output_specs=input_spec_pairs(self.output_specs),
             autograd=autograd or self.autograd(),
-            compiler_args=self.kind.key_compiler_args(request),
+            compiler_args=request.compiler_args if self.kind.keys_args else None,
             target=request.target,
             tool_versions=tool_versions(self.compiler.info),
         )
@@ -249,27 +248,18 @@ class Variant:
     rec: GraphOutcome
 
 
-class Seam(abc.ABC):
-    """What the first call of a variant does in one seam; the key holds the arguments unless it says not."""
+class CompileSeam:
+    """``neuron_libtorch``: the key holds the arguments; a miss compiles, a hit loads. ``neuron_native_lite``
+    (``keys_args=False``): the key leaves the arguments out (graph structure and I/O shapes only), so one key
+    must keep one argument set (:func:`_one_native_args`)."""
 
-    name: str
-
-    def key_compiler_args(self, request: PlatformArgs) -> tuple[str, ...] | None:
-        return request.compiler_args
-
-    @abc.abstractmethod
-    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        """The variant's call, once its entry is built, found or captured."""
-
-
-class CompileSeam(Seam):
-    """``neuron_libtorch``: the key holds the arguments; a miss compiles, a hit loads."""
-
-    name = COMPILE_SEAM
+    def __init__(self, name: str, *, keys_args: bool = True) -> None:
+        self.name, self.keys_args = name, keys_args
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
+        """The variant's call, once its entry is built or found."""
         build = functools.partial(self._compile_into, graph, v)
-        on_hit = self.hit_check(v)
+        on_hit = None if self.keys_args else _one_native_args(graph, v)
         try:
             entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
             run = self._load(graph, entry, hit, v)
@@ -289,10 +279,6 @@ class CompileSeam(Seam):
             return _counted(graph.gm, v.key.key)
         # a graph built from the trace memo and found built is a plain inference graph: nothing to add
         return _counted(run if graph._lowered is None else graph_call(run, graph._lowered), v.key.key)
-
-    def hit_check(self, v: Variant) -> Callable[[CacheEntry], None] | None:
-        """What a cache hit must pass besides the key (the native seam: the entry's argument set)."""
-        return None
 
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
@@ -327,39 +313,12 @@ class CompileSeam(Seam):
         v.rec = replace(v.rec, compiles=v.rec.compiles + 1, compile_seconds=entry.info().compile_seconds)
 
 
-class NativeSeam(CompileSeam):
-    """``neuron_native_lite``: the key leaves the arguments out (graph structure and I/O shapes only),
-    so one key must keep one argument set (``_assert_cache_key_args``)."""
-
-    name = NATIVE_SEAM
-
-    def key_compiler_args(self, request: PlatformArgs) -> tuple[str, ...] | None:
-        return None
-
-    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        args = v.request.compiler_args
-        first = ACTIVITY.native_args.setdefault(v.key.key, args)
-        if first.canonical != args.canonical:
-            raise CacheKeyArgsConflict(
-                f"cache key {v.key.key} ({graph_label(v.graph_type)}) was compiled in this process with\n"
-                f"    {first.argv}\n  and is now requested with\n    {args.argv}\n"
-                "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
-                "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
-            )
-        _assert_cache_key_args(graph.cache.entry(v.key), args, graph_type=v.graph_type)
-        return super().variant(graph, v)
-
-    def hit_check(self, v: Variant) -> Callable[[CacheEntry], None] | None:
-        """Checked again on the hit: another process may have built the key with other arguments meanwhile."""
-        args = v.request.compiler_args
-        return lambda entry: _assert_cache_key_args(entry, args, graph_type=v.graph_type)
-
-
-class CaptureSeam(Seam):
+class CaptureSeam:
     """``neuron_libtorch_graph_capture``: the compile seam's key; writes ``graph.hlo`` and a *pending*
     entry with the resolved arguments and runs the graph eagerly (``parallel_compile`` builds it)."""
 
     name = CAPTURE_SEAM
+    keys_args = True
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
         records.record(replace(v.rec, captures=int(self._capture(graph, v))))
@@ -391,7 +350,26 @@ class CaptureSeam(Seam):
             raise disk_error(exc, entry.path, key=key.key, graph_type=v.graph_type) from exc
 
 
-SEAM_KINDS: dict[str, Seam] = {kind.name: kind for kind in (CompileSeam(), CaptureSeam(), NativeSeam())}
+#: what the first call of a variant does in each seam
+SEAM_KINDS: dict[str, CompileSeam | CaptureSeam] = {kind.name: kind for kind in (
+    CompileSeam(COMPILE_SEAM), CaptureSeam(), CompileSeam(NATIVE_SEAM, keys_args=False))}
+
+
+def _one_native_args(graph: CompiledGraph, v: Variant) -> Callable[[CacheEntry], None]:
+    """The native seam's one argument set per key, in this process and in the entry; the check a hit repeats
+    (another process may have built the key with other arguments meanwhile)."""
+    args = v.request.compiler_args
+    first = ACTIVITY.native_args.setdefault(v.key.key, args)
+    if first.canonical != args.canonical:
+        raise CacheKeyArgsConflict(
+            f"cache key {v.key.key} ({graph_label(v.graph_type)}) was compiled in this process with\n"
+            f"    {first.argv}\n  and is now requested with\n    {args.argv}\n"
+            "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
+            "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
+        )
+    check = functools.partial(_assert_cache_key_args, compiler_args=args, graph_type=v.graph_type)
+    check(graph.cache.entry(v.key))
+    return check
 
 
 def _counted(fn: Callable[..., Any], key: str) -> Callable[[list[Any]], Any]:
