@@ -134,11 +134,9 @@ class ServedForward:
         self.module = module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return type(self.module).forward(self.module, *args, **kwargs)
-        runner = ACTIVITY.serving
+        runner = None if torch.compiler.is_compiling() else ACTIVITY.serving
         if runner is None or _in_run.get() or not runner._owns(self.module):
-            # not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager reference)
+            # traced, not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager copy)
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
 

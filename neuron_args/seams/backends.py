@@ -8,6 +8,7 @@ and a dict lookup. What a variant's first call does is its seam's (:class:`Compi
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -194,27 +195,23 @@ class CompiledGraph:
 
     # -- resolving a variant (first call under an argument set) -------------------------------
     def _build_variant(self, scope: forward_scope.Scope) -> Callable[[list[Any]], Any]:
-        if self.forward is None:
-            return self._resolve_variant()
-        scoped, graph_type = scope
-        with scoped_compiler_args(scoped, graph_type=backward_graph_type(graph_type)):
-            return self._resolve_variant()
-
-    def _resolve_variant(self) -> Callable[[list[Any]], Any]:
-        graph_type = current_graph_type()
-        request = resolve_request(self.settings, graph_type)
-        key = self._key(request)
-        if self._lowered is None and not self.built(key):  # the memo's key misses: lower, key the real HLO
-            digest = self._lower()
-            if digest != self.graph_sha256:
-                self.graph_sha256 = digest
-                key = self._key(request)
-        rec = GraphOutcome(
-            key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=list(self.input_shapes),
-            compiler_args=list(request.compiler_args), optimization_level=request.compiler_args.level,
-            target=request.target,
-        )
-        return self.kind.variant(self, Variant(key, request, graph_type, rec))
+        """Resolve and key the scope's request (a backward graph's under its forward's scope) for the seam."""
+        with contextlib.nullcontext() if self.forward is None else scoped_compiler_args(
+                scope[0], graph_type=backward_graph_type(scope[1])):
+            graph_type = current_graph_type()
+            request = resolve_request(self.settings, graph_type)
+            key = self._key(request)
+            if self._lowered is None and not self.built(key):  # the memo's key misses: lower, key the real HLO
+                digest = self._lower()
+                if digest != self.graph_sha256:
+                    self.graph_sha256 = digest
+                    key = self._key(request)
+            rec = GraphOutcome(
+                key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=list(self.input_shapes),
+                compiler_args=list(request.compiler_args), optimization_level=request.compiler_args.level,
+                target=request.target,
+            )
+            return self.kind.variant(self, Variant(key, request, graph_type, rec))
 
     def ledger(self, v: Variant) -> None:
         """The manifest's ledger line: written once the graph is captured, compiled or found built."""
