@@ -218,10 +218,12 @@ class CompiledGraph:
         record_graph(key=v.key.key, input_shapes=self.input_shapes, compiler_flags=v.request.compiler_flags(),
                      graph_type=v.graph_type)
 
-    def metadata(self, v: Variant, status: str) -> EntryMetadata:
-        """The entry's ``metadata.json`` as the graph is captured (``pending``) or compiled."""
+    def write_entry(self, entry: CacheEntry, v: Variant, status: str) -> EntryMetadata:
+        """Write ``graph.hlo`` (atomically: never half a graph) and the entry's ``metadata.json`` as the graph is
+        captured (``pending``) or compiled; the metadata written."""
         lowered = self.lowered
-        return new_metadata(
+        write_atomic(entry.hlo_path, lowered.hlo_module_proto)
+        md = new_metadata(
             v.key, seam=self.seam, graph_type=v.graph_type, compiler_args=v.request.compiler_args,
             target=v.request.target, status=status,
             input_specs=[{"shape": list(s.shape), "dtype": s.dtype} for s in lowered.input_specs],
@@ -233,6 +235,8 @@ class CompiledGraph:
             # parallel_compile honours the capture's own timeout option (None: the environment, else the default)
             compile_timeout=self.settings.compile_timeout,
         )
+        entry.write_metadata(md)
+        return md
 
 
 @dataclass
@@ -302,9 +306,7 @@ class CompileSeam:
 
     @staticmethod
     def _compile_into(graph: CompiledGraph, v: Variant, entry: CacheEntry) -> None:
-        write_atomic(entry.hlo_path, graph.lowered.hlo_module_proto)  # never half a graph
-        md = graph.metadata(v, status="compiling")
-        entry.write_metadata(md)
+        md = graph.write_entry(entry, v, "compiling")
         compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
                       timeout=graph.compile_timeout)
         v.rec = replace(v.rec, compiles=v.rec.compiles + 1, compile_seconds=entry.info().compile_seconds)
@@ -339,8 +341,7 @@ class CaptureSeam:
                 if entry.is_complete:
                     return False
                 entry.reset()
-                write_atomic(entry.hlo_path, graph.lowered.hlo_module_proto)  # never half a graph
-                entry.write_metadata(graph.metadata(v, status="pending"))
+                graph.write_entry(entry, v, "pending")
                 count("captures")
                 return True
         except OSError as exc:
