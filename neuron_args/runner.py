@@ -274,10 +274,7 @@ class NeuronRunner:
 
     # -- warmup ------------------------------------------------------------------------------------
     def _selected(self, graph_types: Iterable[str] | None) -> list[str]:
-        chosen = list(graph_types) if graph_types is not None else list(self.graphs)
-        for g in chosen:
-            self.spec(g)
-        return chosen
+        return list(self.graphs) if graph_types is None else [self.spec(g).graph_type for g in graph_types]
 
     @staticmethod
     def _example(make: Any, graph_type: str = "?", bucket: str = "?") -> dict[str, Any]:

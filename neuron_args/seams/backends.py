@@ -3,8 +3,8 @@
 Dynamo calls a backend once per graph and shape; it lowers the graph once and returns a
 :class:`CompiledGraph`, which reads the scope and autograd mode **at call time** and keeps one variant per
 argument set and mode, so two scopes never silently share a variant and a served call is a contextvar read
-and a dict lookup. What a variant's first call does is its seam's (:class:`CompileSeam`,
-:class:`CaptureSeam`, :class:`NativeSeam`).
+and a dict lookup. What a variant's first call does is its seam's (:class:`CompileSeam`, the native seam's
+with ``keys_args=False``, :class:`CaptureSeam`).
 """
 from __future__ import annotations
 
