@@ -552,10 +552,8 @@ class NeuronRunner:
             else:
                 call[name] = value
         signature = _tensor_signature(call)
-        matches = [(g, b) for g, b, sig in self._signatures(module) if sig == signature]
-        types = list(dict.fromkeys(g for g, _ in matches))
-        label = current_graph_type()
-        if label in types:
+        types = list(dict.fromkeys(g for g, _, sig in self._signatures(module) if sig == signature))
+        if (label := current_graph_type()) in types:
             types = [label]
         if len(types) == 1:
             return self.run(types[0], call)
