@@ -436,13 +436,10 @@ class NeuronBackend:
             _refuse_symbolic(example_inputs, self.seam)
             user_inputs = _user_input_mask(gm)
             fp = trace_memo.fingerprint(gm, example_inputs) if trace_memo.enabled() else None
-            memo = None
-            if fp is not None:
-                memo = trace_memo.load(CompileCache.from_settings(opts), fp)
-                if memo is not None:
-                    fast = self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs, mode)
-                    if fast is not None:
-                        return fast
+            memo = None if fp is None else trace_memo.load(CompileCache.from_settings(opts), fp)
+            fast = None if memo is None else self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs, mode)
+            if fast is not None:
+                return fast
             graphs: list[CompiledGraph] = []
 
             def compiler(fx_gm: torch.fx.GraphModule, inputs: Sequence[Any], backward: bool) -> CompiledGraph:
@@ -480,11 +477,7 @@ class NeuronBackend:
             log.debug("trace memo %s not used: the predicted key's entry is not built", fp[:12])
             return None
         log.debug("trace memo %s used: aot_autograd and the lowering skipped", fp[:12])
-        try:
-            p = dispatch.plan(memo.plan, len(example_inputs))
-        except dispatch.NotPlain:
-            return None
-        return dispatch.direct_call(graph, p)
+        return dispatch.direct_call(graph, memo.plan)  # its n_args checked above: the recorded plan is the plan
 
 
 def _raise(error: NeuronArgsError, *args: Any) -> Any:
