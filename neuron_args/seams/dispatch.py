@@ -83,11 +83,8 @@ def _copy_back(mutated: tuple[tuple[int, int, bool], ...]) -> Callable[[Sequence
     """Straight-line ``copy_`` of each new value into its input (a leaf that requires grad through ``detach``)."""
     lines = ["def copy_back(args, outs):"]
     for i, j, leaf in mutated:
-        if leaf:
-            lines.append(f"    t = args[{i}]")
-            lines.append(f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])")
-        else:
-            lines.append(f"    args[{i}].copy_(outs[{j}])")
+        lines += ([f"    t = args[{i}]", f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])"] if leaf
+                  else [f"    args[{i}].copy_(outs[{j}])"])
     lines.append("    return None")
     return _compiled("\n".join(lines) + "\n", "copy_back", {})
 
@@ -136,11 +133,7 @@ def direct_call(graph: Any, plan_: Plan) -> Callable[..., Any]:
         f"    if len(outs) != {total}:",
         f"        raise AssertionError(f'the compiled graph returned {{len(outs)}} outputs, not {total}')",
     ]
-    if n:
-        lines.append("    copy_back(args, outs)")
-        lines.append(f"    return outs[{n}:]")
-    else:
-        lines.append("    return outs")
+    lines += ["    copy_back(args, outs)", f"    return outs[{n}:]"] if n else ["    return outs"]
     namespace = {"graph": graph, "copy_back": plan_.copy_back, "is_grad_enabled": torch.is_grad_enabled,
                  "set_grad_enabled": torch._C._set_grad_enabled}
     direct = _compiled("\n".join(lines) + "\n", "direct", namespace)
