@@ -141,12 +141,6 @@ class ServedForward:
         return runner._served_call(self.module, args, kwargs)
 
 
-def _install_served_forward(module: torch.nn.Module) -> None:
-    """Route ``module``'s calls while serving; a module with its own per-instance ``forward`` is left alone."""
-    if "forward" not in module.__dict__:
-        module.forward = ServedForward(module)  # type: ignore[method-assign]
-
-
 def _tensor_signature(kwargs: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
     return tuple(sorted((name, tuple(v.shape), str(v.dtype)) for name, v in kwargs.items()
                         if isinstance(v, torch.Tensor)))
@@ -212,8 +206,9 @@ class NeuronRunner:
         self._compiled: dict[int, Any] = {}
         self._serving: ServeSession | None = None
         self._bucket_signatures: dict[int, list[tuple[str, str, tuple[Any, ...]]]] = {}
-        for spec in declared:
-            _install_served_forward(spec.entry)
+        for spec in declared:  # calls routed while serving; an entry with its own per-instance forward is left alone
+            if "forward" not in spec.entry.__dict__:
+                spec.entry.forward = ServedForward(spec.entry)  # type: ignore[method-assign]
         self.fast_path = FastPath()
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
