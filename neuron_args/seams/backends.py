@@ -195,9 +195,10 @@ class CompiledGraph:
 
     # -- resolving a variant (first call under an argument set) -------------------------------
     def _build_variant(self, scope: forward_scope.Scope) -> Callable[[list[Any]], Any]:
-        """Resolve and key the scope's request (a backward graph's under its forward's scope) for the seam."""
+        """Resolve and key the scope's request for the seam; a backward graph's under its forward's scope, labelled
+        with the forward's graph type and ``.backward``."""
         with contextlib.nullcontext() if self.forward is None else scoped_compiler_args(
-                scope[0], graph_type=backward_graph_type(scope[1])):
+                scope[0], graph_type="backward" if scope[1] is None else f"{scope[1]}.backward"):
             graph_type = current_graph_type()
             request = resolve_request(self.settings, graph_type)
             key = self._key(request)
@@ -378,11 +379,6 @@ def _counted(fn: Callable[..., Any], key: str) -> Callable[[list[Any]], Any]:
         return fn(*args)
 
     return run
-
-
-def backward_graph_type(graph_type: str | None) -> str:
-    """A backward graph's label: its forward's graph type (the scope's) with ``.backward`` appended."""
-    return "backward" if graph_type is None else f"{graph_type}.backward"
 
 
 def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
