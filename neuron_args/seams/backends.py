@@ -48,7 +48,7 @@ from neuron_args.scope import (
     scoped_compiler_args,
 )
 from neuron_args.seams import dispatch, forward_scope, records, trace_memo
-from neuron_args.seams.platform import input_spec_pairs, tool_versions
+from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.settings import CompileSettings, PlatformArgs, resolve_compile_timeout
 from neuron_args.text import graph_label
 
@@ -168,14 +168,15 @@ class CompiledGraph:
         return "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
 
     def _key(self, request: PlatformArgs, autograd: str | None = None) -> CacheKey:
+        info = self.compiler.info
         return create_cache_hash(
             graph_sha256=self.graph_sha256,
-            input_specs=input_spec_pairs(self.input_specs),
-            output_specs=input_spec_pairs(self.output_specs),
+            input_specs=[(tuple(s.shape), s.dtype) for s in self.input_specs],
+            output_specs=[(tuple(s.shape), s.dtype) for s in self.output_specs],
             autograd=autograd or self.autograd(),
             compiler_args=request.compiler_args if self.kind.keys_args else None,
             target=request.target,
-            tool_versions=tool_versions(self.compiler.info),
+            tool_versions={**dict(lowering_tool_versions()), "compiler": f"{info.name} {info.version}"},
         )
 
     def built(self, key: CacheKey) -> bool:
