@@ -135,7 +135,7 @@ class ServedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         runner = None if torch.compiler.is_compiling() else ACTIVITY.serving
-        if runner is None or _in_run.get() or not runner._owns(self.module):
+        if runner is None or _in_run.get() or all(spec.entry is not self.module for spec in runner.graphs.values()):
             # traced, not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager copy)
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
@@ -526,10 +526,6 @@ class NeuronRunner:
                 for spec in self.graphs.values() if spec.entry is module for bucket, make in spec.buckets.items()]
         return found
 
-    def _owns(self, module: torch.nn.Module) -> bool:
-        """True when ``module`` is one of this runner's entry modules (by identity)."""
-        return any(spec.entry is module for spec in self.graphs.values())
-
     def _served_call(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A direct call of an entry module while serving: run it as the declared graph it matches."""
         sig = inspect.signature(type(module).forward)
@@ -682,24 +678,21 @@ class _ServeAhead:
         self._trace_ready(lambda keys: all(self.runner.cache.entry(k).is_complete for k in keys))
 
     def _trace_ready(self, ready: Callable[[set[str]], bool]) -> None:
-        """Trace each waiting job whose keys are ``ready`` (once: it stops waiting first)."""
+        """Serving's own trace of each waiting job whose keys are ``ready`` (once: it stops waiting first), taken
+        early: its counts are not the warmup's (held, never passed on)."""
         with self.lock:
             jobs = [i for i, keys in self.waiting.items() if ready(keys)]
             for i in jobs:
                 del self.waiting[i]
-        for i in jobs:
-            self._trace(self.jobs[i])
-
-    def _trace(self, job: Any) -> None:
-        """Serving's own trace, taken early: its counts are not the warmup's (held, never passed on)."""
-        with _TRACING:
-            try:
-                self.runner._run_asserting_hit(job)
-            except GraphBreakError as exc:  # the children capture without fullgraph: the break shows here
-                self.graph_breaks.append(exc)
-            except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
-                log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
-                          str(exc).splitlines()[0] if str(exc) else "")
+        for job in (self.jobs[i] for i in jobs):
+            with _TRACING:
+                try:
+                    self.runner._run_asserting_hit(job)
+                except GraphBreakError as exc:  # the children capture without fullgraph: the break shows here
+                    self.graph_breaks.append(exc)
+                except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
+                    log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type,
+                              type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
 
 
 def _own_failures_raised(report: Any, own: set[str]) -> Any:

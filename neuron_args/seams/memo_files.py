@@ -41,15 +41,6 @@ class Pruned:
     reason: str  # "unreadable" | "no entry" | "unused"
 
 
-def _digest(path: Path) -> str | None:
-    """The graph digest a memo file predicts, or None when it is not a memo this version reads."""
-    try:
-        d = read_json(path, RECORD_LIMIT)
-    except (OSError, ValueError):
-        return None
-    return predicted_digest(d, path.stem) if path.suffix == ".json" else None
-
-
 def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bool = False) -> list[Pruned]:
     """Remove the memo files no warm trace can use, and those unread ``older_than_days`` (a read touches a file)."""
     folder = cache.trace_memo_dir
@@ -74,7 +65,10 @@ def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bo
             continue
         if path.name.startswith(".") and mtime > now - _WRITE_GRACE:
             continue  # perhaps still being written
-        digest = _digest(path)
+        try:  # the graph digest the file predicts (None: not a memo this version reads)
+            digest = predicted_digest(read_json(path, RECORD_LIMIT), path.stem) if path.suffix == ".json" else None
+        except (OSError, ValueError):
+            digest = None
         if digest is None:
             reason = "unreadable"
         elif digest not in digests:
