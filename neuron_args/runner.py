@@ -268,9 +268,6 @@ class NeuronRunner:
             _in_run.reset(token)
 
     # -- warmup ------------------------------------------------------------------------------------
-    def _selected(self, graph_types: Iterable[str] | None) -> list[str]:
-        return list(self.graphs) if graph_types is None else [self.spec(g).graph_type for g in graph_types]
-
     @staticmethod
     def _example(make: Any, graph_type: str = "?", bucket: str = "?") -> dict[str, Any]:
         """Example inputs made as serving makes them (inference tensors), so Dynamo's guards match at serve."""
@@ -293,7 +290,7 @@ class NeuronRunner:
         """
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
-        chosen = self._selected(graph_types)
+        chosen = list(self.graphs) if graph_types is None else [self.spec(g).graph_type for g in graph_types]
         first = self._manifest_hold is None
         self._hold_manifest_folder()
         try:

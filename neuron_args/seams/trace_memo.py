@@ -151,7 +151,9 @@ def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str 
         for name, mod in gm.named_modules():
             if not isinstance(mod, torch.fx.GraphModule):
                 raise NoFingerprint(f"submodule {name!r} is not a graph")
-            h.update(f"module {name}\n{_source(mod)}\n".encode())
+            # its source as ``mod.code`` reads it, not compiled: Dynamo hands the backend a lazy graph module, whose
+            # ``code`` would generate, compile and exec its forward, which a memo hit never runs
+            h.update(f"module {name}\n{mod.graph.python_code(root_module='self').src}\n".encode())
             for node in mod.graph.nodes:
                 if node.op == "get_attr":
                     h.update(f"attr {node.target}=".encode())
@@ -162,12 +164,6 @@ def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str 
         log.debug("no trace memo for this graph: %s", why)
         return None
     return h.hexdigest()
-
-
-def _source(mod: torch.fx.GraphModule) -> str:
-    """The graph module's Python source, as ``mod.code`` reads it, without compiling it: Dynamo hands the backend
-    a lazy graph module, whose ``code`` would generate, compile and exec its forward, which a memo hit never runs."""
-    return mod.graph.python_code(root_module="self").src
 
 
 def _attr_digest(value: Any) -> str:
