@@ -34,12 +34,6 @@ def worker_info() -> WorkerInfo:
     return WorkerInfo(envs.RANK, envs.WORLD_SIZE, envs.NEURON_ARGS_ENGINE, envs.NEURON_ARGS_DP)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def device_window(engine: int, cores_per_engine: int) -> str:
     first = engine * cores_per_engine
     return f"{first}-{first + cores_per_engine - 1}" if cores_per_engine > 1 else str(first)
@@ -59,7 +53,9 @@ def launch(
     cores = cores_per_engine or max(tp, 2)
     procs = []
     for engine in range(dp):
-        port = _free_port()
+        with socket.socket() as s:  # a free rendezvous port
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
         for rank in range(tp):
             child_env = {
                 **envs.snapshot(), **(env or {}),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
 import itertools
 import linecache
@@ -104,11 +105,11 @@ class WarmupProgress:
 
     def line(self) -> str:
         where = f"{self.graph_type} {self.bucket} ({self.done}/{self.total})"
-        if self.how == "loaded":
-            return f"loaded {where} from the cache"
-        if self.how == "captured":
-            return f"captured {where} for parallel_compile"
-        return f"compiling {where}\u2026"
+        return _PROGRESS_LINES[self.how].format(where)
+
+
+_PROGRESS_LINES = {"loaded": "loaded {} from the cache", "captured": "captured {} for parallel_compile",
+                   "compiling": "compiling {}\u2026"}
 
 
 @dataclass
@@ -132,19 +133,11 @@ class ServedForward:
         self.module = module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return type(self.module).forward(self.module, *args, **kwargs)
-        runner = ACTIVITY.serving
-        if runner is None or _in_run.get() or not runner._owns(self.module):
-            # not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager reference)
+        runner = None if torch.compiler.is_compiling() else ACTIVITY.serving
+        if runner is None or _in_run.get() or all(spec.entry is not self.module for spec in runner.graphs.values()):
+            # traced, not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager copy)
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
-
-
-def _install_served_forward(module: torch.nn.Module) -> None:
-    """Route ``module``'s calls while serving; a module with its own per-instance ``forward`` is left alone."""
-    if "forward" not in module.__dict__:
-        module.forward = ServedForward(module)  # type: ignore[method-assign]
 
 
 def _tensor_signature(kwargs: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -212,8 +205,9 @@ class NeuronRunner:
         self._compiled: dict[int, Any] = {}
         self._serving: ServeSession | None = None
         self._bucket_signatures: dict[int, list[tuple[str, str, tuple[Any, ...]]]] = {}
-        for spec in declared:
-            _install_served_forward(spec.entry)
+        for spec in declared:  # calls routed while serving; an entry with its own per-instance forward is left alone
+            if "forward" not in spec.entry.__dict__:
+                spec.entry.forward = ServedForward(spec.entry)  # type: ignore[method-assign]
         self.fast_path = FastPath()
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
@@ -273,12 +267,6 @@ class NeuronRunner:
             _in_run.reset(token)
 
     # -- warmup ------------------------------------------------------------------------------------
-    def _selected(self, graph_types: Iterable[str] | None) -> list[str]:
-        chosen = list(graph_types) if graph_types is not None else list(self.graphs)
-        for g in chosen:
-            self.spec(g)
-        return chosen
-
     @staticmethod
     def _example(make: Any, graph_type: str = "?", bucket: str = "?") -> dict[str, Any]:
         """Example inputs made as serving makes them (inference tensors), so Dynamo's guards match at serve."""
@@ -301,7 +289,7 @@ class NeuronRunner:
         """
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
-        chosen = self._selected(graph_types)
+        chosen = list(self.graphs) if graph_types is None else [self.spec(g).graph_type for g in graph_types]
         first = self._manifest_hold is None
         self._hold_manifest_folder()
         try:
@@ -349,10 +337,9 @@ class NeuronRunner:
                 kwargs = self._example(make, g, bucket)
                 started: list[str] = []  # the keys whose compile this bucket started
 
-                def starting(_graph_type: str | None, key: str, step: WarmupProgress = WarmupProgress(
-                        done, total, g, bucket), started: list[str] = started) -> None:
+                def starting(_graph_type: str | None, key: str) -> None:  # called inside this bucket's run only
                     if progress is not None and not started:
-                        progress(step)
+                        progress(WarmupProgress(done, total, g, bucket))
                     started.append(key)
 
                 with on_compile_start(starting), tally() as bucket_tally, records.watching() as events:
@@ -392,47 +379,39 @@ class NeuronRunner:
                          trace_timeout: float | None) -> tuple[Any, CacheStats, list[Any]]:
         buckets = [(g, b, self._example(make, g, b)) for g in graph_types for b, make in self.spec(g).buckets.items()]
         jobs = [self._job(g, kwargs) for g, _, kwargs in buckets]
-        here: dict[int, list[GraphOutcome]] = {}  # jobs traced in this process: their entries were complete
-        index = {id(job): i for i, job in enumerate(jobs)}
-        ahead = _ServeAhead(self, jobs, progress) if self.backend == COMPILE_SEAM else None
-        in_process = None if ahead is None else (
-            lambda job: ahead.here(job, lambda: self._trace_here(job, buckets[index[id(job)]][1],
-                                                                 here.setdefault(index[id(job)], []))))
+        ahead = _ServeAhead(self, jobs, [b for _, b, _ in buckets], progress) if self.backend == COMPILE_SEAM else None
+        trace = functools.partial(parallel_trace, jobs, options=self.options, timeout=trace_timeout,
+                                  before_children=lambda: prestart_compile_worker(self.settings),
+                                  in_process=None if ahead is None else ahead.here, keep_children=True)
+        compile_ = functools.partial(parallel_compile, self.cache_dir, base_compiler_args=self.resolver.base_args,
+                                     compiler=self.settings.compiler, raise_on_error=False,
+                                     progress=progress if ahead is None else ahead.built)
         if ahead is not None and not all(recorded_complete(jobs, self.settings)):
-            traced, compile_report = self._trace_and_compile(jobs, in_process, ahead, trace_timeout)
+            traced, compile_report = self._trace_and_compile(trace, compile_, ahead)
         else:  # a warm cache (each job traced here, no child) or a seam of the caller's: one step after the other
-            traced = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
-                                    before_children=lambda: prestart_compile_worker(self.settings),
-                                    in_process=in_process, keep_children=True)
-            for i, result in enumerate(traced):
-                if ahead is not None:
-                    ahead.captured(i, result)
-            compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                              compiler=self.settings.compiler, raise_on_error=False,
-                                              progress=progress if ahead is None else ahead.built)
+            traced = trace(on_result=None if ahead is None else ahead.captured)
+            compile_report = compile_()
         compile_report = _own_failures_raised(compile_report, {k for t in traced for k in t.keys})
         if ahead is not None:
             ahead.settle()
-        if ahead is not None and ahead.graph_breaks:  # the graphs are built; the graph type is not one graph
-            raise ahead.graph_breaks[0]
-        built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
-        in_children = [t for t in traced if t.status != "loaded"]
-        counts, deferred = self._record_deferred(in_children, compile_report,
+            if ahead.graph_breaks:  # the graphs are built; the graph type is not one graph
+                raise ahead.graph_breaks[0]
+        here = {} if ahead is None else ahead.loaded
+        counts, deferred = self._record_deferred([t for t in traced if t.status != "loaded"], compile_report,
                                                  skip={w.key for ws in here.values() for w in ws})
         for i, ((g, bucket, _), result) in enumerate(zip(buckets, traced)):
             if result.status == "loaded":
                 self.warmed.setdefault(g, []).extend(here[i])
                 continue
             for key in result.keys:
-                one = ({"hits": 0, "misses": 1, "compiles": 1, "captures": 1} if key in built
-                       else {"hits": 1, "misses": 0, "compiles": 0, "captures": 0})
+                c = deferred[key].compiles
                 self.warmed.setdefault(g, []).append(replace(
-                    deferred[key], graph_type=g, bucket=bucket, how="compiled" if key in built else "loaded",
-                    counts=one, origin=self.origin))
+                    deferred[key], graph_type=g, bucket=bucket, how="compiled" if c else "loaded",
+                    counts={"hits": 1 - c, "misses": c, "compiles": c, "captures": c}, origin=self.origin))
         return compile_report, counts, traced
 
-    def _trace_and_compile(self, jobs: list[Any], in_process: Callable[[Any], list[str]], ahead: _ServeAhead,
-                           trace_timeout: float | None) -> tuple[list[Any], Any]:
+    def _trace_and_compile(self, trace: Callable[..., list[Any]], compile_: Callable[..., Any],
+                           ahead: _ServeAhead) -> tuple[list[Any], Any]:
         """Trace in children on a thread of its own while ``parallel_compile`` here builds each capture as its
         child reports it (then every other pending entry); a trace failure is raised after the compiles."""
         keys: queue.SimpleQueue[str | None] = queue.SimpleQueue()
@@ -444,12 +423,9 @@ class NeuronRunner:
                 if self.cache.entry(key).status == "pending":
                     keys.put(key)
 
-        def trace() -> None:
+        def run_trace() -> None:
             try:
-                box["traced"] = parallel_trace(jobs, options=self.options, timeout=trace_timeout,
-                                               before_children=lambda: prestart_compile_worker(self.settings),
-                                               in_process=in_process, on_result=captured, cancel=cancel,
-                                               keep_children=True)
+                box["traced"] = trace(on_result=captured, cancel=cancel)
             except BaseException as exc:  # noqa: BLE001 - raised on the warmup's thread below
                 box["error"] = exc
             finally:
@@ -461,13 +437,11 @@ class NeuronRunner:
             yield from pending_keys(self.cache_dir)  # what else the scan of the cache would build (repeats skipped)
 
         # in the warmup's context: the jobs it traces here count into the warmup's tally
-        thread = threading.Thread(target=contextvars.copy_context().run, args=(trace,), name="neuron-args-trace",
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(run_trace,), name="neuron-args-trace",
                                   daemon=True)
         thread.start()
         try:
-            compile_report = parallel_compile(self.cache_dir, base_compiler_args=self.resolver.base_args,
-                                              compiler=self.settings.compiler, progress=ahead.built,
-                                              keys=streamed(), raise_on_error=False)
+            compile_report = compile_(keys=streamed())
         except Exception as exc:  # the trace's own error (if any) comes first, as when the compile followed it
             thread.join()
             if "error" in box:
@@ -482,16 +456,6 @@ class NeuronRunner:
             raise box["error"]
         return box["traced"], compile_report
 
-    def _trace_here(self, job: Any, bucket: str, warmed: list[GraphOutcome]) -> list[str]:
-        """A job the trace record lists complete, run here asserting a hit; a ``CacheMissError`` is not counted
-        here (the job goes to a child, which counts it)."""
-        with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
-            with records.watching() as events:
-                counts = self._run_asserting_hit(job).counts
-            commit(counts)  # the warmup's: it loaded these graphs
-            warmed += self._touched(job.graph_type, bucket, events, counts.snapshot())
-        return [w.key for w in warmed]
-
     def _run_asserting_hit(self, job: Any) -> Tally:
         """Run a trace job's graph here under the hit assertion; its counts are held, for the caller to pass on or
         not (a miss, or any failure, counts nowhere: the job is then traced in a child, which counts it)."""
@@ -503,9 +467,10 @@ class NeuronRunner:
                          skip: Iterable[str] = ()) -> tuple[CacheStats, dict[str, GraphOutcome]]:
         """The graphs the trace children and the compile workers handled, as this process's records (by key)."""
         built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
-        keys = sorted({k for t in traced for k in t.keys} - set(skip))
+        keys = {k for t in traced for k in t.keys}
+        counted = keys - set(skip)
         outcomes = {}
-        for key in sorted({k for t in traced for k in t.keys}):
+        for key in sorted(keys):
             entry = self.cache.entry(key)
             md = entry.info()
             args = list(md.compiler_args or [])
@@ -517,8 +482,8 @@ class NeuronRunner:
                 loads=int(key not in built and entry.is_complete),
                 compile_seconds=built[key].compile_seconds if key in built else None,
                 executable_size=entry.executable_path.stat().st_size if entry.is_complete else None)
-            outcomes[key] = records.record(outcome) if key in keys else outcome
-        return CacheStats(hits=len(keys) - len(built), misses=len(built), compiles=len(built),
+            outcomes[key] = records.record(outcome) if key in counted else outcome
+        return CacheStats(hits=len(counted) - len(built), misses=len(built), compiles=len(built),
                           captures=len(built)), outcomes
 
     # -- serve ---------------------------------------------------------------------------------------
@@ -557,10 +522,6 @@ class NeuronRunner:
                 for spec in self.graphs.values() if spec.entry is module for bucket, make in spec.buckets.items()]
         return found
 
-    def _owns(self, module: torch.nn.Module) -> bool:
-        """True when ``module`` is one of this runner's entry modules (by identity)."""
-        return any(spec.entry is module for spec in self.graphs.values())
-
     def _served_call(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A direct call of an entry module while serving: run it as the declared graph it matches."""
         sig = inspect.signature(type(module).forward)
@@ -578,10 +539,8 @@ class NeuronRunner:
             else:
                 call[name] = value
         signature = _tensor_signature(call)
-        matches = [(g, b) for g, b, sig in self._signatures(module) if sig == signature]
-        types = list(dict.fromkeys(g for g, _ in matches))
-        label = current_graph_type()
-        if label in types:
+        types = list(dict.fromkeys(g for g, _, sig in self._signatures(module) if sig == signature))
+        if (label := current_graph_type()) in types:
             types = [label]
         if len(types) == 1:
             return self.run(types[0], call)
@@ -649,8 +608,7 @@ class NeuronRunner:
         try:
             return build_config(
                 model=cfg.pop("model", type(self.model).__name__), target=self.settings.target,
-                dtype=cfg.pop("dtype", None), max_num_seqs=cfg.pop("max_num_seqs", None),
-                max_model_len=cfg.pop("max_model_len", None), topology=cfg.pop("topology", None),
+                **{k: cfg.pop(k, None) for k in ("dtype", "max_num_seqs", "max_model_len", "topology")},
                 neuron_config={"cache_dir": str(self.cache_dir), "compiler_args": self.resolver.base_args.argv,
                                "per_graph": self.resolver.per_graph,
                                "explicit_optimization_level": self.resolver.explicit_optimization_level,
@@ -668,8 +626,11 @@ class _ServeAhead:
     """Serving's own trace of each job, taken as soon as its keys are built, so it overlaps the compiles still
     running instead of following them; a job whose trace fails or misses here is left to serving."""
 
-    def __init__(self, runner: NeuronRunner, jobs: list[Any], progress: Callable[[Any], None] | None) -> None:
-        self.runner, self.jobs, self.progress = runner, jobs, progress
+    def __init__(self, runner: NeuronRunner, jobs: list[Any], buckets: list[str],
+                 progress: Callable[[Any], None] | None) -> None:
+        self.runner, self.jobs, self.buckets, self.progress = runner, jobs, buckets, progress
+        self.index = {id(job): i for i, job in enumerate(jobs)}
+        self.loaded: dict[int, list[GraphOutcome]] = {}  # jobs traced here (their entries were complete): their graphs
         self.waiting: dict[int, set[str]] = {}  # captured jobs whose keys are not all built yet
         self.done: set[str] = set()
         self.graph_breaks: list[GraphBreakError] = []  # under fullgraph: the warmup fails, as in-process
@@ -689,42 +650,45 @@ class _ServeAhead:
             return
         with self.lock:
             self.done.add(event.graph.key)
-            ready = [i for i, keys in self.waiting.items() if keys <= self.done]
-            for i in ready:
-                del self.waiting[i]
-        for i in ready:
-            self._trace(self.jobs[i])
+        self._trace_ready(lambda keys: keys <= self.done)
 
-    def here(self, job: Any, trace: Callable[[], list[str]]) -> list[str]:
-        """A job the trace record lists complete, traced in this process: a graph break fails the warmup as the
-        same GraphBreakError a child's capture gets (after the compiles), not as a trace failure."""
+    def here(self, job: Any) -> list[str]:
+        """``parallel_trace``'s ``in_process``: a job the trace record lists complete, run here asserting a hit (a
+        ``CacheMissError`` counts nowhere: the job goes to a child, which counts it). A graph break fails the warmup
+        as the same GraphBreakError a child's capture gets (after the compiles), not as a trace failure."""
+        i = self.index[id(job)]
         try:
-            return trace()
+            with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
+                with records.watching() as events:
+                    counts = self.runner._run_asserting_hit(job).counts
+                commit(counts)  # the warmup's: it loaded these graphs
+                self.loaded[i] = self.runner._touched(job.graph_type, self.buckets[i], events, counts.snapshot())
         except GraphBreakError as exc:
             self.graph_breaks.append(exc)
             return []
+        return [w.key for w in self.loaded[i]]
 
     def settle(self) -> None:
         """After the compiles: trace the captured jobs whose entries were complete already (no compile here
         reported them); only this fullgraph trace shows their graph breaks."""
-        with self.lock:
-            ready = [i for i, keys in self.waiting.items()
-                     if all(self.runner.cache.entry(k).is_complete for k in keys)]
-            for i in ready:
-                del self.waiting[i]
-        for i in ready:
-            self._trace(self.jobs[i])
+        self._trace_ready(lambda keys: all(self.runner.cache.entry(k).is_complete for k in keys))
 
-    def _trace(self, job: Any) -> None:
-        """Serving's own trace, taken early: its counts are not the warmup's (held, never passed on)."""
-        with _TRACING:
-            try:
-                self.runner._run_asserting_hit(job)
-            except GraphBreakError as exc:  # the children capture without fullgraph: the break shows here
-                self.graph_breaks.append(exc)
-            except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
-                log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type, type(exc).__name__,
-                          str(exc).splitlines()[0] if str(exc) else "")
+    def _trace_ready(self, ready: Callable[[set[str]], bool]) -> None:
+        """Serving's own trace of each waiting job whose keys are ``ready`` (once: it stops waiting first), taken
+        early: its counts are not the warmup's (held, never passed on)."""
+        with self.lock:
+            jobs = [i for i, keys in self.waiting.items() if ready(keys)]
+            for i in jobs:
+                del self.waiting[i]
+        for job in (self.jobs[i] for i in jobs):
+            with _TRACING:
+                try:
+                    self.runner._run_asserting_hit(job)
+                except GraphBreakError as exc:  # the children capture without fullgraph: the break shows here
+                    self.graph_breaks.append(exc)
+                except Exception as exc:  # noqa: BLE001 - serving traces it again and raises there
+                    log.debug("graph type %r: not traced ahead of serving (%s: %s)", job.graph_type,
+                              type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
 
 
 def _own_failures_raised(report: Any, own: set[str]) -> Any:

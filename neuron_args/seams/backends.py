@@ -3,12 +3,12 @@
 Dynamo calls a backend once per graph and shape; it lowers the graph once and returns a
 :class:`CompiledGraph`, which reads the scope and autograd mode **at call time** and keeps one variant per
 argument set and mode, so two scopes never silently share a variant and a served call is a contextvar read
-and a dict lookup. What a variant's first call does is its seam's (:class:`CompileSeam`,
-:class:`CaptureSeam`, :class:`NativeSeam`).
+and a dict lookup. What a variant's first call does is its seam's (:class:`CompileSeam`, the native seam's
+with ``keys_args=False``, :class:`CaptureSeam`).
 """
 from __future__ import annotations
 
-import abc
+import contextlib
 import functools
 import logging
 import threading
@@ -48,8 +48,7 @@ from neuron_args.scope import (
     scoped_compiler_args,
 )
 from neuron_args.seams import dispatch, forward_scope, records, trace_memo
-from neuron_args.seams.options import deferred_raise
-from neuron_args.seams.platform import input_spec_pairs, tool_versions
+from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.settings import CompileSettings, PlatformArgs, resolve_compile_timeout
 from neuron_args.text import graph_label
 
@@ -169,14 +168,15 @@ class CompiledGraph:
         return "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
 
     def _key(self, request: PlatformArgs, autograd: str | None = None) -> CacheKey:
+        info = self.compiler.info
         return create_cache_hash(
             graph_sha256=self.graph_sha256,
-            input_specs=input_spec_pairs(self.input_specs),
-            output_specs=input_spec_pairs(self.output_specs),
+            input_specs=[(tuple(s.shape), s.dtype) for s in self.input_specs],
+            output_specs=[(tuple(s.shape), s.dtype) for s in self.output_specs],
             autograd=autograd or self.autograd(),
-            compiler_args=self.kind.key_compiler_args(request),
+            compiler_args=request.compiler_args if self.kind.keys_args else None,
             target=request.target,
-            tool_versions=tool_versions(self.compiler.info),
+            tool_versions={**dict(lowering_tool_versions()), "compiler": f"{info.name} {info.version}"},
         )
 
     def built(self, key: CacheKey) -> bool:
@@ -196,37 +196,36 @@ class CompiledGraph:
 
     # -- resolving a variant (first call under an argument set) -------------------------------
     def _build_variant(self, scope: forward_scope.Scope) -> Callable[[list[Any]], Any]:
-        if self.forward is None:
-            return self._resolve_variant()
-        scoped, graph_type = scope
-        with scoped_compiler_args(scoped, graph_type=backward_graph_type(graph_type)):
-            return self._resolve_variant()
-
-    def _resolve_variant(self) -> Callable[[list[Any]], Any]:
-        graph_type = current_graph_type()
-        request = resolve_request(self.settings, graph_type)
-        key = self._key(request)
-        if self._lowered is None and not self.built(key):  # the memo's key misses: lower, key the real HLO
-            digest = self._lower()
-            if digest != self.graph_sha256:
-                self.graph_sha256 = digest
-                key = self._key(request)
-        rec = GraphOutcome(
-            key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=list(self.input_shapes),
-            compiler_args=list(request.compiler_args), optimization_level=request.compiler_args.level,
-            target=request.target,
-        )
-        return self.kind.variant(self, Variant(key, request, graph_type, rec))
+        """Resolve and key the scope's request for the seam; a backward graph's under its forward's scope, labelled
+        with the forward's graph type and ``.backward``."""
+        with contextlib.nullcontext() if self.forward is None else scoped_compiler_args(
+                scope[0], graph_type="backward" if scope[1] is None else f"{scope[1]}.backward"):
+            graph_type = current_graph_type()
+            request = resolve_request(self.settings, graph_type)
+            key = self._key(request)
+            if self._lowered is None and not self.built(key):  # the memo's key misses: lower, key the real HLO
+                digest = self._lower()
+                if digest != self.graph_sha256:
+                    self.graph_sha256 = digest
+                    key = self._key(request)
+            rec = GraphOutcome(
+                key=key.key, seam=self.seam, graph_type=graph_type, input_shapes=list(self.input_shapes),
+                compiler_args=list(request.compiler_args), optimization_level=request.compiler_args.level,
+                target=request.target,
+            )
+            return self.kind.variant(self, Variant(key, request, graph_type, rec))
 
     def ledger(self, v: Variant) -> None:
         """The manifest's ledger line: written once the graph is captured, compiled or found built."""
         record_graph(key=v.key.key, input_shapes=self.input_shapes, compiler_flags=v.request.compiler_flags(),
                      graph_type=v.graph_type)
 
-    def metadata(self, v: Variant, status: str) -> EntryMetadata:
-        """The entry's ``metadata.json`` as the graph is captured (``pending``) or compiled."""
+    def write_entry(self, entry: CacheEntry, v: Variant, status: str) -> EntryMetadata:
+        """Write ``graph.hlo`` (atomically: never half a graph) and the entry's ``metadata.json`` as the graph is
+        captured (``pending``) or compiled; the metadata written."""
         lowered = self.lowered
-        return new_metadata(
+        write_atomic(entry.hlo_path, lowered.hlo_module_proto)
+        md = new_metadata(
             v.key, seam=self.seam, graph_type=v.graph_type, compiler_args=v.request.compiler_args,
             target=v.request.target, status=status,
             input_specs=[{"shape": list(s.shape), "dtype": s.dtype} for s in lowered.input_specs],
@@ -238,6 +237,8 @@ class CompiledGraph:
             # parallel_compile honours the capture's own timeout option (None: the environment, else the default)
             compile_timeout=self.settings.compile_timeout,
         )
+        entry.write_metadata(md)
+        return md
 
 
 @dataclass
@@ -250,27 +251,18 @@ class Variant:
     rec: GraphOutcome
 
 
-class Seam(abc.ABC):
-    """What the first call of a variant does in one seam; the key holds the arguments unless it says not."""
+class CompileSeam:
+    """``neuron_libtorch``: the key holds the arguments; a miss compiles, a hit loads. ``neuron_native_lite``
+    (``keys_args=False``): the key leaves the arguments out (graph structure and I/O shapes only), so one key
+    must keep one argument set (:func:`_one_native_args`)."""
 
-    name: str
-
-    def key_compiler_args(self, request: PlatformArgs) -> tuple[str, ...] | None:
-        return request.compiler_args
-
-    @abc.abstractmethod
-    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        """The variant's call, once its entry is built, found or captured."""
-
-
-class CompileSeam(Seam):
-    """``neuron_libtorch``: the key holds the arguments; a miss compiles, a hit loads."""
-
-    name = COMPILE_SEAM
+    def __init__(self, name: str, *, keys_args: bool = True) -> None:
+        self.name, self.keys_args = name, keys_args
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
+        """The variant's call, once its entry is built or found."""
         build = functools.partial(self._compile_into, graph, v)
-        on_hit = self.hit_check(v)
+        on_hit = None if self.keys_args else _one_native_args(graph, v)
         try:
             entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
             run = self._load(graph, entry, hit, v)
@@ -290,10 +282,6 @@ class CompileSeam(Seam):
             return _counted(graph.gm, v.key.key)
         # a graph built from the trace memo and found built is a plain inference graph: nothing to add
         return _counted(run if graph._lowered is None else graph_call(run, graph._lowered), v.key.key)
-
-    def hit_check(self, v: Variant) -> Callable[[CacheEntry], None] | None:
-        """What a cache hit must pass besides the key (the native seam: the entry's argument set)."""
-        return None
 
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
@@ -320,47 +308,18 @@ class CompileSeam(Seam):
 
     @staticmethod
     def _compile_into(graph: CompiledGraph, v: Variant, entry: CacheEntry) -> None:
-        write_atomic(entry.hlo_path, graph.lowered.hlo_module_proto)  # never half a graph
-        md = graph.metadata(v, status="compiling")
-        entry.write_metadata(md)
+        md = graph.write_entry(entry, v, "compiling")
         compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
                       timeout=graph.compile_timeout)
         v.rec = replace(v.rec, compiles=v.rec.compiles + 1, compile_seconds=entry.info().compile_seconds)
 
 
-class NativeSeam(CompileSeam):
-    """``neuron_native_lite``: the key leaves the arguments out (graph structure and I/O shapes only),
-    so one key must keep one argument set (``_assert_cache_key_args``)."""
-
-    name = NATIVE_SEAM
-
-    def key_compiler_args(self, request: PlatformArgs) -> tuple[str, ...] | None:
-        return None
-
-    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        args = v.request.compiler_args
-        first = ACTIVITY.native_args.setdefault(v.key.key, args)
-        if first.canonical != args.canonical:
-            raise CacheKeyArgsConflict(
-                f"cache key {v.key.key} ({graph_label(v.graph_type)}) was compiled in this process with\n"
-                f"    {first.argv}\n  and is now requested with\n    {args.argv}\n"
-                "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
-                "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
-            )
-        _assert_cache_key_args(graph.cache.entry(v.key), args, graph_type=v.graph_type)
-        return super().variant(graph, v)
-
-    def hit_check(self, v: Variant) -> Callable[[CacheEntry], None] | None:
-        """Checked again on the hit: another process may have built the key with other arguments meanwhile."""
-        args = v.request.compiler_args
-        return lambda entry: _assert_cache_key_args(entry, args, graph_type=v.graph_type)
-
-
-class CaptureSeam(Seam):
+class CaptureSeam:
     """``neuron_libtorch_graph_capture``: the compile seam's key; writes ``graph.hlo`` and a *pending*
     entry with the resolved arguments and runs the graph eagerly (``parallel_compile`` builds it)."""
 
     name = CAPTURE_SEAM
+    keys_args = True
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
         records.record(replace(v.rec, captures=int(self._capture(graph, v))))
@@ -384,15 +343,33 @@ class CaptureSeam(Seam):
                 if entry.is_complete:
                     return False
                 entry.reset()
-                write_atomic(entry.hlo_path, graph.lowered.hlo_module_proto)  # never half a graph
-                entry.write_metadata(graph.metadata(v, status="pending"))
+                graph.write_entry(entry, v, "pending")
                 count("captures")
                 return True
         except OSError as exc:
             raise disk_error(exc, entry.path, key=key.key, graph_type=v.graph_type) from exc
 
 
-SEAM_KINDS: dict[str, Seam] = {kind.name: kind for kind in (CompileSeam(), CaptureSeam(), NativeSeam())}
+#: what the first call of a variant does in each seam
+SEAM_KINDS: dict[str, CompileSeam | CaptureSeam] = {kind.name: kind for kind in (
+    CompileSeam(COMPILE_SEAM), CaptureSeam(), CompileSeam(NATIVE_SEAM, keys_args=False))}
+
+
+def _one_native_args(graph: CompiledGraph, v: Variant) -> Callable[[CacheEntry], None]:
+    """The native seam's one argument set per key, in this process and in the entry; the check a hit repeats
+    (another process may have built the key with other arguments meanwhile)."""
+    args = v.request.compiler_args
+    first = ACTIVITY.native_args.setdefault(v.key.key, args)
+    if first.canonical != args.canonical:
+        raise CacheKeyArgsConflict(
+            f"cache key {v.key.key} ({graph_label(v.graph_type)}) was compiled in this process with\n"
+            f"    {first.argv}\n  and is now requested with\n    {args.argv}\n"
+            "  The native cache keys on graph structure and I/O shapes, not on compiler flags; give the graph "
+            "one argument set, or use the neuron_libtorch backend, whose key includes the arguments."
+        )
+    check = functools.partial(_assert_cache_key_args, compiler_args=args, graph_type=v.graph_type)
+    check(graph.cache.entry(v.key))
+    return check
 
 
 def _counted(fn: Callable[..., Any], key: str) -> Callable[[list[Any]], Any]:
@@ -403,11 +380,6 @@ def _counted(fn: Callable[..., Any], key: str) -> Callable[[list[Any]], Any]:
         return fn(*args)
 
     return run
-
-
-def backward_graph_type(graph_type: str | None) -> str:
-    """A backward graph's label: its forward's graph type (the scope's) with ``.backward`` appended."""
-    return "backward" if graph_type is None else f"{graph_type}.backward"
 
 
 def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
@@ -461,39 +433,32 @@ class NeuronBackend:
             _refuse_symbolic(example_inputs, self.seam)
             user_inputs = _user_input_mask(gm)
             fp = trace_memo.fingerprint(gm, example_inputs) if trace_memo.enabled() else None
-            memo = None
-            if fp is not None:
-                memo = trace_memo.load(CompileCache.from_settings(opts), fp)
-                if memo is not None:
-                    fast = self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs, mode)
-                    if fast is not None:
-                        return fast
+            memo = None if fp is None else trace_memo.load(CompileCache.from_settings(opts), fp)
+            fast = None if memo is None else self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs, mode)
+            if fast is not None:
+                return fast
             graphs: list[CompiledGraph] = []
 
-            def fw_compiler(fx_gm: torch.fx.GraphModule, fw_inputs: Sequence[Any]) -> CompiledGraph:
-                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, fw_inputs), opts, user_inputs,
-                                            grad=mode == "grad"))
+            def compiler(fx_gm: torch.fx.GraphModule, inputs: Sequence[Any], backward: bool) -> CompiledGraph:
+                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, inputs), opts,
+                                            None if backward else user_inputs, grad=mode == "grad",
+                                            forward=graphs[0] if backward else None))
                 return graphs[-1]
 
-            def bw_compiler(fx_gm: torch.fx.GraphModule, bw_inputs: Sequence[Any]) -> CompiledGraph:
-                graphs.append(CompiledGraph(self.seam, fx_gm, lower_fx_graph(fx_gm, bw_inputs), opts, None,
-                                            grad=mode == "grad", forward=graphs[0]))
-                return graphs[-1]
-
-            aot_result = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)(gm, example_inputs)
+            aot_result = aot_autograd(fw_compiler=functools.partial(compiler, backward=False),
+                                      bw_compiler=functools.partial(compiler, backward=True))(gm, example_inputs)
             # aot's runtime wrapper only when the graph needs more than a copy-back of mutated inputs
             p = dispatch.direct_plan(graphs, gm, example_inputs)
             if p is None:
                 return _tagging_forward_scope(aot_result) if mode == "grad" else aot_result
             if fp is not None:
                 fresh = trace_memo.TraceMemo(graphs[0].graph_sha256, tuple(graphs[0].input_specs),
-                                             tuple(graphs[0].output_specs),
-                                             dispatch.RecordedPlan.of(p, len(example_inputs)))
+                                             tuple(graphs[0].output_specs), p)
                 if fresh != memo:
                     trace_memo.store(graphs[0].cache, fp, fresh)
             return dispatch.direct_call(graphs[0], p)
         except NeuronArgsError as exc:  # Dynamo would wrap it in BackendCompilerFailed: raise it at call time
-            return deferred_raise(exc)
+            return functools.partial(_raise, exc)
 
     def _from_memo(self, memo: trace_memo.TraceMemo, fp: str, gm: torch.fx.GraphModule,
                    example_inputs: Sequence[Any], opts: CompileSettings,
@@ -509,11 +474,13 @@ class NeuronBackend:
             log.debug("trace memo %s not used: the predicted key's entry is not built", fp[:12])
             return None
         log.debug("trace memo %s used: aot_autograd and the lowering skipped", fp[:12])
-        try:
-            p = dispatch.plan(memo.plan, len(example_inputs))
-        except dispatch.NotPlain:
-            return None
-        return dispatch.direct_call(graph, p)
+        return dispatch.direct_call(graph, memo.plan)  # its n_args checked above: the recorded plan is the plan
+
+
+def _raise(error: NeuronArgsError, *args: Any) -> Any:
+    """A seam's error, handed to Dynamo as a graph that raises it, so the caller sees the error itself rather than
+    Dynamo's ``BackendCompilerFailed`` wrapper."""
+    raise error.with_traceback(None)
 
 
 def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]:

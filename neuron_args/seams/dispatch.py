@@ -5,6 +5,7 @@ decode step needs only the copy-back of mutated inputs. :func:`plan` says whethe
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,38 +28,33 @@ class NotPlain(Exception):
 
 @dataclass(frozen=True)
 class Plan:
-    """A graph's plain runtime needs: outputs ``[:n_mutated]`` are new values of mutated inputs."""
+    """A graph's plain runtime needs, as the trace memo keeps them too: outputs ``[:n_mutated]`` are new values of
+    mutated inputs."""
 
-    n_mutated: int
+    n_args: int
     n_outputs: int  # user outputs, after the mutated ones
     mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
     kinds: tuple[str, ...]  # per user output: aot_autograd's output type (``non_alias``, ``is_input``, ...)
-    copy_back: Callable[[Sequence[Any], Sequence[Any]], None]  # copy_back(args, outs), as aot's epilogue
 
+    @property
+    def n_mutated(self) -> int:
+        return len(self.mutated)
 
-@dataclass(frozen=True)
-class RecordedPlan:
-    """A plain :class:`Plan`'s data as the trace memo keeps it (a graph whose aot_autograd was skipped)."""
-
-    n_args: int
-    n_outputs: int
-    mutated: tuple[tuple[int, int, bool], ...]
-    kinds: tuple[str, ...]
-
-    @classmethod
-    def of(cls, p: Plan, n_args: int) -> RecordedPlan:
-        return cls(n_args, p.n_outputs, p.mutated, p.kinds)
+    @functools.cached_property
+    def copy_back(self) -> Callable[[Sequence[Any], Sequence[Any]], None]:
+        """copy_back(args, outs), as aot's epilogue."""
+        return _copy_back(self.mutated)
 
 
 def plan(md: Any, n_args: int) -> Plan:
-    """The plain plan of a graph from its aot_autograd metadata (or :class:`RecordedPlan`), or :class:`NotPlain`."""
+    """The plain plan of a graph from its aot_autograd metadata (or the trace memo's :class:`Plan`), or
+    :class:`NotPlain`."""
     if md is None:
         raise NotPlain("aot_autograd's metadata was not recorded for the graph")
-    if isinstance(md, RecordedPlan):
+    if isinstance(md, Plan):
         if md.n_args != n_args:
             raise NotPlain(f"the graph takes {md.n_args} arguments in its recorded plan, {n_args} here")
-        return Plan(n_mutated=len(md.mutated), n_outputs=md.n_outputs, mutated=md.mutated, kinds=md.kinds,
-                    copy_back=_copy_back(md.mutated))
+        return md
     if len(md.input_info) != n_args:
         raise NotPlain(f"the graph takes {len(md.input_info)} arguments in aot_autograd's metadata, "
                        f"{n_args} here (lifted parameters or deduplicated inputs)")
@@ -79,20 +75,16 @@ def plan(md: Any, n_args: int) -> Plan:
         mutated.append((i, j, bool(info.is_leaf)))
     if any(info.mutates_data and i not in md.mutated_inp_runtime_indices for i, info in enumerate(md.input_info)):
         raise NotPlain("a mutation is kept inside the graph")
-    return Plan(n_mutated=len(mutated), n_outputs=len(md.output_info), mutated=tuple(mutated),
-                kinds=tuple(o.output_type.name for o in md.output_info),
-                copy_back=_copy_back(tuple(mutated)))
+    return Plan(n_args=n_args, n_outputs=len(md.output_info), mutated=tuple(mutated),
+                kinds=tuple(o.output_type.name for o in md.output_info))
 
 
 def _copy_back(mutated: tuple[tuple[int, int, bool], ...]) -> Callable[[Sequence[Any], Sequence[Any]], None]:
     """Straight-line ``copy_`` of each new value into its input (a leaf that requires grad through ``detach``)."""
     lines = ["def copy_back(args, outs):"]
     for i, j, leaf in mutated:
-        if leaf:
-            lines.append(f"    t = args[{i}]")
-            lines.append(f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])")
-        else:
-            lines.append(f"    args[{i}].copy_(outs[{j}])")
+        lines += ([f"    t = args[{i}]", f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])"] if leaf
+                  else [f"    args[{i}].copy_(outs[{j}])"])
     lines.append("    return None")
     return _compiled("\n".join(lines) + "\n", "copy_back", {})
 
@@ -141,11 +133,7 @@ def direct_call(graph: Any, plan_: Plan) -> Callable[..., Any]:
         f"    if len(outs) != {total}:",
         f"        raise AssertionError(f'the compiled graph returned {{len(outs)}} outputs, not {total}')",
     ]
-    if n:
-        lines.append("    copy_back(args, outs)")
-        lines.append(f"    return outs[{n}:]")
-    else:
-        lines.append("    return outs")
+    lines += ["    copy_back(args, outs)", f"    return outs[{n}:]"] if n else ["    return outs"]
     namespace = {"graph": graph, "copy_back": plan_.copy_back, "is_grad_enabled": torch.is_grad_enabled,
                  "set_grad_enabled": torch._C._set_grad_enabled}
     direct = _compiled("\n".join(lines) + "\n", "direct", namespace)

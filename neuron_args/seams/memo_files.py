@@ -24,24 +24,21 @@ def is_digest(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef")
 
 
+def predicted_digest(d: Any, fp: str) -> str | None:
+    """The graph digest a memo file's JSON predicts for fingerprint ``fp``, or None when it is not a memo of ``fp``
+    this version reads (its signature is the reader's to check)."""
+    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != fp \
+            or not is_digest(d.get("graph_sha256")):
+        return None
+    return d["graph_sha256"]
+
+
 @dataclass(frozen=True)
 class Pruned:
     """One memo file :func:`prune` removed (or would remove), and why."""
 
     path: Path
     reason: str  # "unreadable" | "no entry" | "unused"
-
-
-def _digest(path: Path) -> str | None:
-    """The graph digest a memo file predicts, or None when it is not a memo this version reads."""
-    try:
-        d = read_json(path, RECORD_LIMIT)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != path.stem \
-            or path.suffix != ".json" or not is_digest(d.get("graph_sha256")):
-        return None
-    return d["graph_sha256"]
 
 
 def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bool = False) -> list[Pruned]:
@@ -68,7 +65,10 @@ def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bo
             continue
         if path.name.startswith(".") and mtime > now - _WRITE_GRACE:
             continue  # perhaps still being written
-        digest = _digest(path)
+        try:  # the graph digest the file predicts (None: not a memo this version reads)
+            digest = predicted_digest(read_json(path, RECORD_LIMIT), path.stem) if path.suffix == ".json" else None
+        except (OSError, ValueError):
+            digest = None
         if digest is None:
             reason = "unreadable"
         elif digest not in digests:

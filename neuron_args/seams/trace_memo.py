@@ -24,9 +24,10 @@ import functools
 import hashlib
 import json
 import logging
+import operator
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,8 @@ import torch
 from neuron_args import envs
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
-from neuron_args.seams.dispatch import OWNED, RecordedPlan
-from neuron_args.seams.memo_files import FORMAT, is_digest, memo_path
+from neuron_args.seams.dispatch import OWNED, Plan
+from neuron_args.seams.memo_files import FORMAT, memo_path, predicted_digest
 from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.signing import signature_matches, signed
 from neuron_args.tensors import TensorSpec
@@ -59,29 +60,26 @@ class TraceMemo:
     graph_sha256: str
     input_specs: tuple[TensorSpec, ...]
     output_specs: tuple[TensorSpec, ...]
-    plan: RecordedPlan
+    plan: Plan
 
     def as_json(self, fp: str) -> str:
         return json.dumps(signed({  # signed too: a memo chooses which entry a call loads
             "format": FORMAT, "fingerprint": fp, "graph_sha256": self.graph_sha256,
             "input_specs": [[list(s.shape), s.dtype] for s in self.input_specs],
             "output_specs": [[list(s.shape), s.dtype] for s in self.output_specs],
-            "plan": {"n_args": self.plan.n_args, "n_outputs": self.plan.n_outputs,
-                     "mutated": [list(m) for m in self.plan.mutated], "kinds": list(self.plan.kinds)},
+            "plan": asdict(self.plan),
         }), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, fp: str) -> TraceMemo:
         d = load_json(text, "trace memo")
-        if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != fp:
-            raise ValueError("another format or fingerprint")
+        digest = predicted_digest(d, fp)
+        if digest is None:
+            raise ValueError("another format or fingerprint, or no graph digest")
         if not signature_matches(d):
             raise ValueError("not signed with this NEURON_ARGS_CACHE_SIGNING_KEY")
-        digest = d["graph_sha256"]
-        if not is_digest(digest):
-            raise ValueError("no graph digest")
         p = d["plan"]
-        plan = RecordedPlan(
+        plan = Plan(
             n_args=int(p["n_args"]), n_outputs=int(p["n_outputs"]),
             mutated=tuple((int(i), int(j), bool(leaf)) for i, j, leaf in p["mutated"]),
             kinds=tuple(str(k) for k in p["kinds"]))
@@ -153,30 +151,19 @@ def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str 
         for name, mod in gm.named_modules():
             if not isinstance(mod, torch.fx.GraphModule):
                 raise NoFingerprint(f"submodule {name!r} is not a graph")
-            h.update(f"module {name}\n{_source(mod)}\n".encode())
+            # its source as ``mod.code`` reads it, not compiled: Dynamo hands the backend a lazy graph module, whose
+            # ``code`` would generate, compile and exec its forward, which a memo hit never runs
+            h.update(f"module {name}\n{mod.graph.python_code(root_module='self').src}\n".encode())
             for node in mod.graph.nodes:
                 if node.op == "get_attr":
                     h.update(f"attr {node.target}=".encode())
-                    h.update(_attr_digest(_attr(mod, node.target)).encode())
+                    h.update(_attr_digest(operator.attrgetter(node.target)(mod)).encode())
                 elif node.op == "call_function":
                     h.update(_function_digest(node.target).encode())
     except NoFingerprint as why:
         log.debug("no trace memo for this graph: %s", why)
         return None
     return h.hexdigest()
-
-
-def _source(mod: torch.fx.GraphModule) -> str:
-    """The graph module's Python source, as ``mod.code`` reads it, without compiling it: Dynamo hands the backend
-    a lazy graph module, whose ``code`` would generate, compile and exec its forward, which a memo hit never runs."""
-    return mod.graph.python_code(root_module="self").src
-
-
-def _attr(mod: torch.nn.Module, target: str) -> Any:
-    value: Any = mod
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _attr_digest(value: Any) -> str:

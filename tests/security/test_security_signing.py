@@ -75,12 +75,12 @@ def test_unsigned_or_otherwise_signed_entries_are_not_loaded(tmp_path, monkeypat
 
 def test_trace_memo_not_signed_with_the_key_is_ignored(monkeypatch):
     """A memo chooses which entry a call loads: under a key, only memos signed with it are used."""
-    from neuron_args.seams.dispatch import RecordedPlan
+    from neuron_args.seams.dispatch import Plan
     from neuron_args.seams.trace_memo import TraceMemo
     from neuron_args.tensors import TensorSpec
 
     spec = (TensorSpec((4,), "float32"),)
-    memo = TraceMemo("a" * 64, spec, spec, RecordedPlan(1, 1, (), ("non_alias",)))
+    memo = TraceMemo("a" * 64, spec, spec, Plan(1, 1, (), ("non_alias",)))
     unsigned = memo.as_json("fp")
     monkeypatch.setenv(SIGNING, "team-secret")
     with pytest.raises(ValueError, match="not signed"):
