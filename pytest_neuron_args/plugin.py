@@ -13,26 +13,8 @@ import pytest
 
 from neuron_args import eager_fallback, envs
 from pytest_neuron_args import gc_policy, markers
-from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected from this module)
-    CALL_FAILED,
-    MODEL_FIXTURES,
-    PROGRESS_KEY,
-    _neuron_graph_type_check,
-    baseline_location,
-    model_fixturedef_of,
-    neuron_baseline,
-    neuron_cache,
-    neuron_compile_counter,
-    neuron_compiler_args,
-    neuron_manifest,
-    neuron_model,
-    neuron_runner,
-    neuron_served,
-    neuron_settings,
-    neuron_target,
-    neuron_warmup,
-    tp_serve,
-)
+from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
+                                         model_fixturedef_of, tp_serve)
 from pytest_neuron_args.options import NeuronSettings, add_options, config_warning
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, owner_name, tidy_session
 from pytest_neuron_args.ci_report import write_step_summary
@@ -51,6 +33,8 @@ _EAGER_DEFAULT = pytest.StashKey[bool]()
 
 #: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
 ENTRY_POINT_NAME = "neuron_args"
+#: registered with this module (under whichever name it is loaded): the fixtures a test uses
+pytest_plugins = ["pytest_neuron_args.fixtures"]
 
 
 def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
