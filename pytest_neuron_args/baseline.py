@@ -128,10 +128,6 @@ def name_parts(path: Path) -> tuple[str, str]:
     return stem, ""
 
 
-def owner_name(path: Path) -> str:
-    return name_parts(path)[0]
-
-
 def covers(args: list[str], anchor: Path) -> bool:
     """Whether collection arguments take in every test below ``anchor`` (a path at or above it, no ``::``)."""
     for arg in args:
@@ -210,5 +206,5 @@ def tidy_session(session: NeuronSession) -> None:
         inventory, used, s.baseline_variant(), update=s.update_baseline, complete=complete)
 
 
-__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "name_parts", "normalize", "owner_name", "tidy",
+__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "name_parts", "normalize", "tidy",
            "tidy_session"]
