@@ -375,8 +375,7 @@ def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
     hint = shlex.join(["pytest", nodeid, *_neuron_args(pytestconfig), "--neuron-update-baseline"])
     path, _ = baseline_location(pytestconfig, request.node, model_fixturedef_of(request.node), s)
     return Baseline(path, nodeid=nodeid,
-                    update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append,
-                    on_check=session.baseline_checks.append)
+                    update=s.update_baseline, update_hint=hint, on_check=session.baseline_checks.append)
 
 
 def baseline_location(config: pytest.Config, node: pytest.Item, model_fixturedef: Any,

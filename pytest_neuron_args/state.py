@@ -95,7 +95,6 @@ class NeuronSession:
         self.serve_sessions = 0
         self.parallel_compiled: dict[str, GraphOutcome] = {}  # what parallel compiles built or failed
         self.deferred_counts: dict[str, int] = {}
-        self.baselines_written: list[str] = []
         self.baseline_checks: list[dict[str, Any]] = []  # every neuron_baseline.check (see baseline.Baseline)
         self.baseline_inventory: dict[str, dict[str, Any]] | None = None  # set where tests were collected
         self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error
@@ -310,7 +309,6 @@ class NeuronSession:
             "serve_calls": dict(self.serve_calls),
             "serve_misses": self.serve_misses,
             "serve_sessions": self.serve_sessions,
-            "baselines_written": list(self.baselines_written),
             "baseline_checks": list(self.baseline_checks),
             "baseline_inventory": self.baseline_inventory,
             "collection_complete": self.collection_complete,
@@ -344,6 +342,8 @@ class NeuronSession:
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
             **{name: [x for p in parts for x in p.get(name) or []] for name in _CONCATENATED},
+            "baselines_written": [c["path"] for p in parts for c in p.get("baseline_checks") or []
+                                  if c["status"] in ("written", "updated")],
             **{name: {k: v for p in parts for k, v in (p.get(name) or {}).items()} for name in _UNITED},
             "baselines_unused": self.baselines_unused,
             "baselines_unchecked": list(self.baselines_unchecked),
@@ -358,7 +358,7 @@ class NeuronSession:
 
 
 #: export fields merged by concatenating the parts' lists, and by uniting their dicts
-_CONCATENATED = ("baselines_written", "baseline_checks", "warmup_failures", "tp_serves")
+_CONCATENATED = ("baseline_checks", "warmup_failures", "tp_serves")
 _UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
 
 
