@@ -42,7 +42,7 @@ def compiler_description(compiler: str | None) -> str:
 
 def header_line(session: NeuronSession) -> str:
     s = session.settings
-    cache = f"{session.cache_dir()}" + (" (fresh per session)" if session.cache_is_fresh else "")
+    cache = f"{session.cache_dir()}" + (" (fresh per session)" if s.cache_dir is None else "")
     manifest = str(s.manifest_dir) if s.manifest_dir is not None else "off"
     parts = [f"target {s.target}", f"compiler {compiler_description(s.compiler)}", f"cache {cache}",
              f"manifest dir {manifest}", f"flow {s.flow}"]

@@ -59,11 +59,8 @@ STASH_KEY = pytest.StashKey["NeuronSession"]()
 
 
 def get_session(config: pytest.Config) -> NeuronSession:
-    try:
-        return config.stash[STASH_KEY]
-    except KeyError:  # the plugin was loaded after pytest_configure (e.g. -p late): set up now
-        session = config.stash[STASH_KEY] = NeuronSession(config, NeuronSettings.from_config(config))
-        return session
+    """The session ``pytest_configure`` set up (a historic hook: a plugin registered later is configured too)."""
+    return config.stash[STASH_KEY]
 
 
 def safe_name(nodeid: str) -> str:
@@ -132,10 +129,6 @@ class NeuronSession:
     @property
     def is_worker(self) -> bool:
         return self.worker_id is not None
-
-    @property
-    def cache_is_fresh(self) -> bool:
-        return self.settings.cache_dir is None
 
     def cache_dir(self) -> Path:
         """The session's compile cache: the given one, the controller's (xdist), or a fresh one."""
@@ -234,11 +227,9 @@ class NeuronSession:
             return []
         from pytest_neuron_args.ledger_view import emit_engines
 
-        config = self.manifest_config
         for worker in self.workers.values():  # xdist workers' runners: their models too
-            if worker.get("manifest_config"):
-                config = worker["manifest_config"] if config is None else merge_configs(config, worker["manifest_config"])
-        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config,
+            self.note_manifest_config(worker.get("manifest_config") or None)
+        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=self.manifest_config,
                                failures=self.manifest_failures)
         merged = self.merged()
         graphs = {row["key"] for row in merged["rows"]}
