@@ -206,11 +206,8 @@ def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> 
     if not marked:
         pytest.fail("neuron_compiler_args resolves the graph type(s) of the test's marker: add "
                     "@pytest.mark.graph_type('decode') (or several types) to the test", pytrace=False)
-    base = list(neuron_runner.resolver.base_args)
-    resolved = {}
-    for graph_type in marked:
-        args = neuron_runner.resolve(graph_type)
-        resolved[graph_type] = list(args) if args is not None else list(base)
+    resolved = {graph_type: list(args if (args := neuron_runner.resolve(graph_type)) is not None
+                                 else neuron_runner.resolver.base_args) for graph_type in marked}
     return resolved[marked[0]] if len(marked) == 1 else resolved
 
 
@@ -434,7 +431,11 @@ def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any
     return (owner, _fullgraph(session.settings, request.node), session.settings.runner_key())
 
 
-def _rank_argv(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str]) -> list[str]:
+def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str], *extra: str) -> int:
+    """Run ``node`` with its fixtures in the ``--neuron-tp`` rank processes (gloo on CPU), each reporting into
+    ``out``; their exit status."""
+    from neuron_args.launch import launch
+
     config = node.config
     s = session.settings
     nodeid = node.nodeid
@@ -454,14 +455,13 @@ def _rank_argv(node: pytest.Item, session: NeuronSession, out: Path, graph_types
         ("compile-timeout", s.compile_timeout)) if value is not None]
     if s.allow_graph_breaks:
         argv.append("--neuron-allow-graph-breaks")
-    return argv
+    return launch([*argv, *extra], tp=s.tp, cwd=str(config.invocation_params.dir))
 
 
 def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: Any, graph_types: list[str] | None,
               tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``--neuron-tp N``: warm up in N rank processes (gloo on CPU), each running this test's fixtures (its
     ``neuron_model`` built after ``torch.distributed`` is up) but not the test, and reporting what it warmed."""
-    from neuron_args.launch import launch
     from neuron_args.graph_outcome import GraphOutcome
     from neuron_args.runner import WarmupReport
 
@@ -472,7 +472,7 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
     t0 = time.monotonic()
     if todo:
         out = tmp_path_factory.mktemp("neuron-tp")
-        code = launch(_rank_argv(request.node, session, out, todo), tp=s.tp, cwd=str(request.config.invocation_params.dir))
+        code = _launch_ranks(request.node, session, out, todo)
         results = ranks.read_warmups(out, s.tp)
         errors = [f"rank {r['rank']}:\n{r['error']}" for r in results if r["error"]]
         missing = [r["rank"] for r in results if r["graphs"] is None and not r["error"]]
@@ -502,14 +502,11 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
 def tp_serve(item: pytest.Function, session: NeuronSession) -> None:
     """``--neuron-tp N``, a test using ``neuron_served``: run it whole in N rank processes, each serving its shard;
     it passes only when every rank passed with no cache miss, and fails naming each rank that did not."""
-    from neuron_args.launch import launch
-
     s = session.settings
     warmup = item.funcargs.get("neuron_warmup")
     graph_types = list(getattr(warmup, "graph_types", None) or marked_graph_types(item) or [])
     out = item.config._tmp_path_factory.mktemp("neuron-tp-serve")
-    argv = [*_rank_argv(item, session, out, graph_types), RANK_SERVE_OPTION]
-    code = launch(argv, tp=s.tp, cwd=str(item.config.invocation_params.dir))
+    code = _launch_ranks(item, session, out, graph_types, RANK_SERVE_OPTION)
     results = ranks.read_serves(out, s.tp)
     session.rank_parts += [r.pop("export") for r in results]
     session.tp_serves.append({"test": item.nodeid, "tp": s.tp, "exit_status": code, "ranks": results})
