@@ -7,6 +7,7 @@ session start: an in-process ``pytester`` run shares this module with the sessio
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -297,22 +298,12 @@ class NeuronSession:
         """This process's contribution, as builtins (the xdist ``workeroutput`` payload)."""
         return {
             "rows": [row.to_json() for row in self.local_rows()],
-            "serve_calls": dict(self.serve_calls),
-            "serve_misses": self.serve_misses,
-            "serve_sessions": self.serve_sessions,
-            "baseline_checks": list(self.baseline_checks),
-            "baseline_inventory": self.baseline_inventory,
-            "collection_complete": self.collection_complete,
             "stats": self.stats(),
-            "manifest_config": self.manifest_config,
+            **{name: copy.copy(getattr(self, name)) for name in _EXPORTED},
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
             "eager_fallbacks": dict(ACTIVITY.eager_fallbacks),  # frames Dynamo's recompile limit stopped compiling
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
-            "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
-            "tp_serves": list(self.tp_serves),
-            "warmup_failures": list(self.warmup_failures),
-            "other_caches": dict(self.other_caches),
         }
 
     def merged(self) -> dict[str, Any]:
@@ -348,6 +339,10 @@ class NeuronSession:
         }
 
 
+#: the session's own fields an export carries (copies): an xdist worker's --neuron-tp rank processes among them,
+#: for the controller
+_EXPORTED = ("serve_calls", "serve_misses", "serve_sessions", "baseline_checks", "baseline_inventory",
+             "collection_complete", "manifest_config", "rank_parts", "tp_serves", "warmup_failures", "other_caches")
 #: export fields merged by concatenating the parts' lists, and by uniting their dicts
 _CONCATENATED = ("baseline_checks", "warmup_failures", "tp_serves")
 _UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
