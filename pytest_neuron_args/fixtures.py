@@ -228,7 +228,8 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     graph_types = marked_graph_types(request.node) or None
     if session.is_rank_worker:
         return _rank_worker_warmup(request, session, neuron_runner, graph_types)
-    _fail_if_failed_before(session, neuron_runner, graph_types)
+    chosen = graph_types or list(neuron_runner.graphs)
+    _fail_if_failed_before(session, neuron_runner, chosen)
     try:
         with tally() as warming:
             if s.tp > 1:
@@ -248,7 +249,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
             n = sum(g.status == "compiled" for g in built.graphs)
             session.add_deferred_counts(CacheStats(misses=n, compiles=n, captures=n))
         if isinstance(exc, Exception):
-            _note_failed_warmup(session, neuron_runner, graph_types, request.node.nodeid, exc)
+            _note_failed_warmup(session, neuron_runner, chosen, request.node.nodeid, exc)
         raise
     finally:  # a failed warmup's graphs are in the manifest too: with the model, target and graph types
         session.note_manifest_config(neuron_runner.manifest_config_block())
@@ -288,23 +289,19 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
     return {g: _first_line(exc) for g in [g for g in chosen if g not in runner.warmed][:1]}
 
 
-def _note_failed_warmup(session: NeuronSession, runner: Any, graph_types: list[str] | None, nodeid: str,
-                        exc: Exception) -> None:
-    chosen = list(graph_types) if graph_types is not None else list(runner.graphs)
+def _note_failed_warmup(session: NeuronSession, runner: Any, chosen: list[str], nodeid: str, exc: Exception) -> None:
     failed = session.failed_warmups.setdefault(runner, {})
     for graph_type, line in _failed_graph_types(runner, chosen, exc).items():
         if graph_type not in failed:
-            session.warmup_failures.append({"graph_type": graph_type, "test": nodeid,
-                                            "error": f"{type(exc).__name__}: {line}"})
-        failed.setdefault(graph_type, (nodeid, f"{type(exc).__name__}: {line}"))
+            failed[graph_type] = (nodeid, f"{type(exc).__name__}: {line}")
+            session.warmup_failures.append({"graph_type": graph_type, "test": nodeid, "error": failed[graph_type][1]})
 
 
-def _fail_if_failed_before(session: NeuronSession, runner: Any, graph_types: list[str] | None) -> None:
+def _fail_if_failed_before(session: NeuronSession, runner: Any, chosen: list[str]) -> None:
     """A graph type whose warmup failed earlier in the session fails at once: compiling it again for each test
     would repeat the same error (a neuronx-cc compile can take an hour). pytest does the same for a
     higher-scoped fixture that raised."""
     failed = session.failed_warmups.get(runner) or {}
-    chosen = list(graph_types) if graph_types is not None else list(runner.graphs)
     for graph_type in chosen:
         if graph_type in failed and graph_type not in runner.warmed:
             nodeid, error = failed[graph_type]
