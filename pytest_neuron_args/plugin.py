@@ -25,12 +25,6 @@ from pytest_neuron_args.trace_log import TRACE_LOG
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
 
-# torch's structured-trace logger (DEBUG, not propagating) would fill each failing test's captured log with
-# empty "DEBUG torch.__trace" lines under pytest >= 9: dropped unless TORCH_TRACE is set.
-_TRACE_FILTER = pytest.StashKey[Callable[[logging.LogRecord], bool]]()
-_EAGER_DEFAULT = pytest.StashKey[bool]()
-
-
 #: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
 ENTRY_POINT_NAME = "neuron_args"
 #: registered with this module (under whichever name it is loaded): the fixtures a test uses
@@ -65,12 +59,17 @@ def pytest_configure(config: pytest.Config) -> None:
     if not session.is_worker:
         _warn_split_path_options(config)
     session.start()
-    config.stash[_EAGER_DEFAULT] = eager_fallback.error_by_default(True)  # a recompile-limit fallback fails the test
+    # a recompile-limit fallback fails the test
+    session.at_stop.callback(eager_fallback.error_by_default, eager_fallback.error_by_default(True))
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
+    # torch's structured-trace logger (DEBUG, not propagating) would fill each failing test's captured log with
+    # empty "DEBUG torch.__trace" lines under pytest >= 9: dropped unless TORCH_TRACE is set (by a filter of this
+    # session: a pytester run inside keeps ours)
     if not envs.is_set("TORCH_TRACE"):
-        config.stash[_TRACE_FILTER] = lambda record: False  # one per session: a pytester run inside keeps ours
-        logging.getLogger(TRACE_LOG).addFilter(config.stash[_TRACE_FILTER])
+        drop: Callable[[logging.LogRecord], bool] = lambda record: False
+        logging.getLogger(TRACE_LOG).addFilter(drop)
+        session.at_stop.callback(logging.getLogger(TRACE_LOG).removeFilter, drop)
 
 
 _PATH_OPTIONS = ("--neuron-cache-dir", "--neuron-manifest-dir", "--neuron-baseline")
@@ -114,11 +113,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             dist = sys.modules.get("torch.distributed")
             if dist is not None and dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
-    trace_filter = config.stash.get(_TRACE_FILTER, None)
-    if trace_filter is not None:
-        logging.getLogger(TRACE_LOG).removeFilter(trace_filter)
-    if _EAGER_DEFAULT in config.stash:
-        eager_fallback.error_by_default(config.stash[_EAGER_DEFAULT])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -81,7 +81,8 @@ class NeuronSession:
         self.worker_id: str | None = workerinput.get("workerid") if workerinput is not None else None
         self._workerinput: dict[str, Any] = dict(workerinput or {})
         self._cache_dir: Path | None = None
-        self._stop = contextlib.ExitStack()  # what stop() undoes: the manifest folder's lock, the environment
+        #: what stop() undoes: the plugin's process-wide settings, the manifest folder's lock, the environment
+        self.at_stop = contextlib.ExitStack()
         #: a session run inside another one of this process on the same manifest folder: the outer one emits
         self.inner_session = False
         self._records_before: dict[str, GraphOutcome] = {}
@@ -166,7 +167,7 @@ class NeuronSession:
 
     def start(self) -> None:
         gc_policy.session_started()
-        self._stop.callback(gc_policy.session_stopped)
+        self.at_stop.callback(gc_policy.session_stopped)
         root = self.settings.manifest_dir  # every process's VLLM_NEURON_MANIFEST_DIR; the controller emits at the end
         if root is not None:
             root.mkdir(parents=True, exist_ok=True)
@@ -174,7 +175,7 @@ class NeuronSession:
                 self.inner_session = not self._hold_manifest_dir(root)
                 if not self.inner_session:  # a crashed session's lines are not ours
                     shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
-            self._stop.enter_context(envs.overridden({MANIFEST_DIR_ENV: str(root)}))
+            self.at_stop.enter_context(envs.overridden({MANIFEST_DIR_ENV: str(root)}))
         self._records_before, self._stats_before = dict(ACTIVITY.records), ACTIVITY.stats.snapshot()
         self._corrupt_before = dict(ACTIVITY.corrupt)
 
@@ -184,7 +185,7 @@ class NeuronSession:
         Two sessions on one folder would delete each other's ledger lines at start-up and write one
         engine's manifest.json in turn, so the second one is a usage error naming the first."""
         try:
-            self._stop.callback(unlock_folder, lock_folder(root))  # releases the folder's flock
+            self.at_stop.callback(unlock_folder, lock_folder(root))  # releases the folder's flock
         except BlockingIOError:
             pid = folder_lock_holder(root)
             if pid == os.getpid():  # a session run inside this one (pytester, pytest.main): the outer one's lines
@@ -197,7 +198,7 @@ class NeuronSession:
         return True
 
     def stop(self) -> None:
-        self._stop.close()
+        self.at_stop.close()
 
     def report_rank_failure(self, error: str) -> None:
         """A rank process's failure before its warmup reported: tell the pytest process what it was."""
