@@ -473,17 +473,15 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
         results = ranks.read_warmups(out, s.tp)
         errors = [f"rank {r['rank']}:\n{r['error']}" for r in results if r["error"]]
         missing = [r["rank"] for r in results if r["graphs"] is None and not r["error"]]
+        # what the ranks compiled, loaded or failed on: the session's table lists it
+        session.rank_parts += [r["export"] for r in results if r["export"]]
         if code or errors or missing:
-            for result in results:  # what the ranks compiled, loaded or failed on: the session's table lists it
-                if result.get("export"):
-                    session.rank_parts.append(result["export"])
             pytest.fail(f"--neuron-tp {s.tp}: the warmup of {todo} failed in the rank processes (exit status {code})"
                         + ("".join(f"\n{e}" for e in errors) or
                            f"; ranks {missing} reported nothing (their output is in the captured stdout)"),
                         pytrace=False)
         weights = session.tp_weights.setdefault(_tp_key(request, session), {})
         for result in results:
-            session.rank_parts.append(result.get("export") or {})
             if result["weights"] is not None:
                 weights[result["rank"]] = {k: str(v) for k, v in result["weights"].items()}
             graphs = [GraphOutcome.from_json(d) for d in result["graphs"]]
