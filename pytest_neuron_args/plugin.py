@@ -241,13 +241,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     else:
         state.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
         state.emit_manifests()
-        if state.manifest_failures and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # --neuron-manifest-dir asked for it
         tidy_session(state)
         state.report_written = write_json_report(state)
         write_step_summary(state)
-        if state.output_failures and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the report or summary CI reads is missing
+        # a manifest --neuron-manifest-dir asked for, or the report or summary CI reads, is missing
+        if (state.manifest_failures or state.output_failures) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if state.runners_made:  # pytest's collections and the interpreter's at exit skip the warmed-up heap
         from neuron_args.deferred.parallel_trace import close_kept_children
 
