@@ -29,7 +29,7 @@ from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
-from pytest_neuron_args.options import RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings
+from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
 USER_FIXTURE = "neuron_model"
@@ -90,7 +90,7 @@ def _neuron_args(config: pytest.Config) -> list[str]:
         if not arg.startswith("--neuron-") or arg == "--neuron-update-baseline":
             continue
         out.append(arg)
-        if "=" not in arg and i + 1 < len(args) and arg != "--neuron-allow-graph-breaks":
+        if "=" not in arg and i + 1 < len(args) and arg not in FLAG_OPTIONS:
             out.append(args[i + 1])
     return out
 

@@ -96,6 +96,8 @@ _OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
                                               "manifest checks still run (ini: neuron_allow_eager_outputs)"}, None),
 }
 _INI_KEYS = {flag.removeprefix("--").replace("-", "_") for flag, (_, ini) in _OPTIONS.items() if ini is not None}
+#: the options that take no value (``--neuron-tp 2`` takes the next argument, ``--neuron-allow-graph-breaks`` not)
+FLAG_OPTIONS = frozenset(flag for flag, (options, _) in _OPTIONS.items() if options.get("action") == "store_true")
 
 
 def add_options(parser: pytest.Parser) -> None:

@@ -283,3 +283,18 @@ def test_compile_timeout_option_takes_finite_seconds_only(neuron_project: pytest
     result = neuron_project.runpytest(f"--neuron-compile-timeout={given}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--neuron-compile-timeout {given}: give a number of seconds above 0*"])
+
+
+def test_the_baseline_update_hint_takes_no_value_after_an_option_that_has_none() -> None:
+    """The copy-paste ``--neuron-update-baseline`` hint took the argument after every ``--neuron-*`` option but
+    ``--neuron-allow-graph-breaks`` as its value: after ``--neuron-allow-eager-outputs`` a test path (or ``-x``)
+    joined the hint, and the update run took in another module's tests."""
+    from types import SimpleNamespace
+
+    from pytest_neuron_args.fixtures import _neuron_args
+
+    given = ("--neuron-allow-eager-outputs", "tests/test_other.py", "--neuron-tp", "2", "--neuron-allow-graph-breaks",
+             "-x", "--neuron-flow=parallel", "--neuron-update-baseline", "tests/test_more.py")
+    config = SimpleNamespace(invocation_params=SimpleNamespace(args=given))
+    assert _neuron_args(config) == ["--neuron-allow-eager-outputs", "--neuron-tp", "2", "--neuron-allow-graph-breaks",
+                                    "--neuron-flow=parallel"]
