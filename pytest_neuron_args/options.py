@@ -98,6 +98,8 @@ _OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
 _INI_KEYS = {flag.removeprefix("--").replace("-", "_") for flag, (_, ini) in _OPTIONS.items() if ini is not None}
 #: the options that take no value (``--neuron-tp 2`` takes the next argument, ``--neuron-allow-graph-breaks`` not)
 FLAG_OPTIONS = frozenset(flag for flag, (options, _) in _OPTIONS.items() if options.get("action") == "store_true")
+#: the options whose value is a path (see plugin._warn_split_path_options)
+PATH_OPTIONS = frozenset(flag for flag, (options, _) in _OPTIONS.items() if options.get("metavar") in ("DIR", "PATH"))
 
 
 def add_options(parser: pytest.Parser) -> None:

@@ -15,7 +15,7 @@ from neuron_args import eager_fallback, envs
 from pytest_neuron_args import gc_policy, markers
 from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
                                          model_fixturedef_of, tp_serve)
-from pytest_neuron_args.options import NeuronSettings, add_options, config_warning
+from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, tidy_session
 from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
@@ -72,16 +72,13 @@ def pytest_configure(config: pytest.Config) -> None:
         session.at_stop.callback(logging.getLogger(TRACE_LOG).removeFilter, drop)
 
 
-_PATH_OPTIONS = ("--neuron-cache-dir", "--neuron-manifest-dir", "--neuron-baseline")
-
-
 def _warn_split_path_options(config: pytest.Config) -> None:
     """pytest locates its ini file before plugin options are known, so in ``--neuron-cache-dir PATH``
     an existing PATH counts as a test path and can move the rootdir away from the project's ini file
     (an xdist worker, started after the directories exist, is hit even when the controller is not)."""
     args = [str(a) for a in config.invocation_params.args]
     for flag, value in zip(args, args[1:]):
-        if flag in _PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
+        if flag in PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
             config_warning(config, pytest.PytestConfigWarning(
                 f"write {flag}={value} (with '='): pytest looks for its ini file before it knows plugin "
                 f"options and takes the existing path {value} for a test path; rootdir is {config.rootpath}, "

@@ -54,6 +54,17 @@ def test_a_split_path_option_naming_an_existing_directory_warns(neuron_project: 
     assert "PytestConfigWarning" not in result.stdout.str()
 
 
+def test_a_split_report_path_naming_an_existing_file_warns_too(neuron_project: pytest.Pytester, tmp_path: Path) -> None:
+    """``--neuron-report PATH`` (the last run's report exists) is read as a test path while pytest looks for its ini
+    file, as the directory options are; only those were warned about."""
+    report = tmp_path / "report.json"
+    report.write_text("{}")
+    neuron_project.makepyfile(test_nothing="def test_nothing(): pass")
+    result = neuron_project.runpytest("--neuron-report", str(report))
+    result.stdout.fnmatch_lines([f"*PytestConfigWarning: write --neuron-report={report} (with '='): pytest looks for "
+                                 "its ini file before it knows plugin options*"])
+
+
 def test_defaults_give_a_fresh_cache_per_session(neuron_project: pytest.Pytester) -> None:
     neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
     neuron_project.makepyfile(test_defaults="""
