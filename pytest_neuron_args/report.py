@@ -63,7 +63,7 @@ def shapes_text(shapes: Sequence[str] | None, limit: int = MAX_SHAPES) -> str:
     if not shapes:
         return "()"
     runs = [(shape, len(list(same))) for shape, same in itertools.groupby(shapes)]
-    items = [f"({shape})" + (f"x{n}" if n > 2 else "") if n > 2 else " ".join([f"({shape})"] * n) for shape, n in runs]
+    items = [f"({shape})x{n}" if n > 2 else " ".join([f"({shape})"] * n) for shape, n in runs]
     if len(items) > limit:
         hidden = sum(n for _, n in runs[limit - 1:])
         items = items[:limit - 1] + [f"+{hidden} more"]

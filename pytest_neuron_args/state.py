@@ -29,6 +29,7 @@ from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.folder_lock import folder_lock_holder, lock_folder, unlock_folder
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from neuron_args.manifest.schema import MANIFEST_FILENAME
+from neuron_args.text import first_line
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args import gc_policy, ranks
 from pytest_neuron_args.options import NeuronSettings
@@ -264,8 +265,8 @@ class NeuronSession:
             if g.status == "compiled":
                 self.parallel_compiled[g.key] = replace(unseen, compiles=1)
             elif g.status == "failed" and g.key not in self.parallel_compiled:
-                self.parallel_compiled[g.key] = replace(
-                    unseen, failures=1, error=next(iter(str(g.error or "").splitlines()), "failed"))
+                error = first_line(str(g.error or "")) or "failed"
+                self.parallel_compiled[g.key] = replace(unseen, failures=1, error=error)
 
     def stats(self) -> dict[str, int]:
         now = ACTIVITY.stats.snapshot()
