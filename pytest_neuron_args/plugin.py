@@ -55,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
     if session.is_rank_worker:
-        _join_tp_group()
+        _join_tp_group(session)
     if not session.is_worker:
         _warn_split_path_options(config)
     session.start()
@@ -85,8 +85,9 @@ def _warn_split_path_options(config: pytest.Config) -> None:
                 f"ini file {config.inipath or '(none found)'}"))
 
 
-def _join_tp_group() -> None:
-    """A ``--neuron-tp`` rank process: join the gloo group the launcher set up and tell the ledger our rank."""
+def _join_tp_group(session: NeuronSession) -> None:
+    """A ``--neuron-tp`` rank process: join the gloo group the launcher set up (left as the session stops) and tell
+    the ledger our rank."""
     world = envs.WORLD_SIZE
     if world <= 1:
         return
@@ -99,6 +100,7 @@ def _join_tp_group() -> None:
         import datetime
 
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
+    session.at_stop.callback(lambda: dist.is_initialized() and dist.destroy_process_group())
     register_tp_group(list(range(world)), rank)
 
 
@@ -106,10 +108,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(STASH_KEY, None)
     if session is not None:
         session.stop()
-        if session.is_rank_worker:
-            dist = sys.modules.get("torch.distributed")
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                dist.destroy_process_group()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
