@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from neuron_args import eager_fallback, envs
-from pytest_neuron_args import gc_policy, markers
+from pytest_neuron_args import fixtures, gc_policy, markers
 from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
                                          model_fixturedef_of, tp_serve)
 from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning
@@ -27,8 +27,6 @@ from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
 #: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
 ENTRY_POINT_NAME = "neuron_args"
-#: registered with this module (under whichever name it is loaded): the fixtures a test uses
-pytest_plugins = ["pytest_neuron_args.fixtures"]
 
 
 def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
@@ -48,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the fixtures a test uses, as a plugin's (pytest_plugins would warn: this module imports them, so pytest
+    # cannot rewrite their asserts)
+    config.pluginmanager.register(fixtures, "neuron_args_fixtures")
     markers.register(config)
     settings = NeuronSettings.from_config(config)  # its compiler arguments checked as they entered
     settings.check_compiler()
