@@ -304,8 +304,8 @@ def test_the_baseline_update_hint_takes_no_value_after_an_option_that_has_none()
 
     from pytest_neuron_args.fixtures import _neuron_args
 
-    given = ("--neuron-allow-eager-outputs", "tests/test_other.py", "--neuron-tp", "2", "--neuron-allow-graph-breaks",
-             "-x", "--neuron-flow=parallel", "--neuron-update-baseline", "tests/test_more.py")
+    given = ("--neuron-allow-eager-outputs", "tests/test_other.py", "--neuron-target", "trn1",
+             "--neuron-allow-graph-breaks", "-x", "--neuron-flow=parallel", "--neuron-update-baseline", "tests/more.py")
     config = SimpleNamespace(invocation_params=SimpleNamespace(args=given))
-    assert _neuron_args(config) == ["--neuron-allow-eager-outputs", "--neuron-tp", "2", "--neuron-allow-graph-breaks",
-                                    "--neuron-flow=parallel"]
+    assert _neuron_args(config) == ["--neuron-allow-eager-outputs", "--neuron-target", "trn1",
+                                    "--neuron-allow-graph-breaks", "--neuron-flow=parallel"]
