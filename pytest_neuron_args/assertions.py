@@ -17,6 +17,10 @@ from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args.ranks import unsharded_reason
 
 COUNT_NAMES = ("compiles", "misses", "hits", "captures")
+#: what a graph did inside an ``expect`` block: its list in ``Expectation.graphs``, the count telling it, its title
+_ACTIVITIES = (("compiled", "compiles", "graphs compiled inside the block"),
+               ("loaded", "loads", "graphs loaded from the cache inside the block"),
+               ("captured", "captures", "graphs captured (pending) inside the block"))
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
@@ -33,10 +37,10 @@ def _counts_since(before: Mapping[str, int]) -> dict[str, int]:
 
 def graph_activity(before: Mapping[str, GraphOutcome]) -> dict[str, list[dict[str, Any]]]:
     """Graphs compiled, loaded from the cache or captured since ``before`` (a copy of ``ACTIVITY.records``)."""
-    out: dict[str, list[dict[str, Any]]] = {"compiled": [], "loaded": [], "captured": []}
+    out: dict[str, list[dict[str, Any]]] = {what: [] for what, _, _ in _ACTIVITIES}
     for key, now in list(ACTIVITY.records.items()):
         delta = now.since(before.get(key))
-        for what, count in (("compiled", "compiles"), ("loaded", "loads"), ("captured", "captures")):
+        for what, count, _ in _ACTIVITIES:
             if getattr(delta, count) > 0:
                 out[what].append(now.to_json())
     return out
@@ -57,8 +61,7 @@ class CompileCounter:
                captures: int | None = None) -> Expectation:
         """A ``with`` block that fails, naming the graphs involved, when its counts differ from those given (a
         block that raises is not checked: its error wins)."""
-        expected = {name: value for name, value in
-                    (("compiles", compiles), ("misses", misses), ("hits", hits), ("captures", captures))
+        expected = {name: value for name, value in zip(COUNT_NAMES, (compiles, misses, hits, captures))
                     if value is not None}
         if not expected:
             raise TypeError("neuron_compile_counter.expect() needs at least one of compiles=, misses=, hits=, "
@@ -107,11 +110,8 @@ def expect_message(expected: Mapping[str, int], got: Mapping[str, int],
     lines = [f"neuron_compile_counter.expect({call}): the compile-cache counts inside the block differ"]
     lines += [f"  {name}: expected {want}, got {have}" for name, (want, have) in wrong.items()]
     lines.append("  (all counts in the block: " + ", ".join(f"{n} {got[n]}" for n in COUNT_NAMES) + ")")
-    for what in ("compiled", "loaded", "captured"):
+    for what, _, title in _ACTIVITIES:
         found = graphs.get(what, [])
-        title = {"compiled": "graphs compiled inside the block",
-                 "loaded": "graphs loaded from the cache inside the block",
-                 "captured": "graphs captured (pending) inside the block"}[what]
         if what == "captured" and not found:
             continue
         lines.append(f"{title} ({len(found)}):" if found else f"{title}: none")

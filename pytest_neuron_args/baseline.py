@@ -51,12 +51,11 @@ class Baseline:
     """The ``neuron_baseline`` fixture: ``check(manifest)`` writes or compares one baseline file."""
 
     def __init__(self, path: Path, *, nodeid: str, update: bool, update_hint: str,
-                 on_write: Any = None, on_check: Any = None) -> None:
+                 on_check: Any = None) -> None:
         self.path = path
         self.nodeid = nodeid
         self.update = update
         self.update_hint = update_hint
-        self._on_write = on_write
         self._on_check = on_check  # gets {"nodeid", "path", "status", "lines"} of every check (summaries)
 
     def _note(self, status: str, lines: list[str] | None = None) -> None:
@@ -87,8 +86,6 @@ class Baseline:
                 return None
             write_atomic(self.path, text)
             self._note("written" if old_text is None else "updated")
-            if self._on_write is not None:
-                self._on_write(str(self.path))
             return None
         if not self.path.is_file():
             self._note("missing")
@@ -126,10 +123,6 @@ def name_parts(path: Path) -> tuple[str, str]:
     if stem.endswith("]") and "[" in stem:
         return stem[:stem.rindex("[")], stem[stem.rindex("[") + 1:-1]
     return stem, ""
-
-
-def owner_name(path: Path) -> str:
-    return name_parts(path)[0]
 
 
 def covers(args: list[str], anchor: Path) -> bool:
@@ -210,5 +203,5 @@ def tidy_session(session: NeuronSession) -> None:
         inventory, used, s.baseline_variant(), update=s.update_baseline, complete=complete)
 
 
-__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "name_parts", "normalize", "owner_name", "tidy",
+__all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "name_parts", "normalize", "tidy",
            "tidy_session"]

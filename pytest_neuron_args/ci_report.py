@@ -85,10 +85,8 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str,
     out += [_cell(header), ""]
     if data.get("rows"):
         header_cells, body = table_rows(data)
-        out.append("| " + " | ".join(_cell(c) for c in header_cells) + " |")
-        out.append("|" + "---|" * len(header_cells))
-        out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in body]
-        out.append("")
+        rows = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in (header_cells, *body)]
+        out += [rows[0], "|" + "---|" * len(header_cells), *rows[1:], ""]
     out += [_cell(footer), ""]
     missed = [r for r in data.get("rows", []) if (r.get("serve_misses") or 0) > 0]
     out.append("### Cache misses while serving")

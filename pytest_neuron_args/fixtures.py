@@ -29,7 +29,7 @@ from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
-from pytest_neuron_args.options import RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings
+from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
 USER_FIXTURE = "neuron_model"
@@ -90,7 +90,7 @@ def _neuron_args(config: pytest.Config) -> list[str]:
         if not arg.startswith("--neuron-") or arg == "--neuron-update-baseline":
             continue
         out.append(arg)
-        if "=" not in arg and i + 1 < len(args) and arg != "--neuron-allow-graph-breaks":
+        if "=" not in arg and i + 1 < len(args) and arg not in FLAG_OPTIONS:
             out.append(args[i + 1])
     return out
 
@@ -206,11 +206,8 @@ def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> 
     if not marked:
         pytest.fail("neuron_compiler_args resolves the graph type(s) of the test's marker: add "
                     "@pytest.mark.graph_type('decode') (or several types) to the test", pytrace=False)
-    base = list(neuron_runner.resolver.base_args)
-    resolved = {}
-    for graph_type in marked:
-        args = neuron_runner.resolve(graph_type)
-        resolved[graph_type] = list(args) if args is not None else list(base)
+    resolved = {graph_type: list(args if (args := neuron_runner.resolve(graph_type)) is not None
+                                 else neuron_runner.resolver.base_args) for graph_type in marked}
     return resolved[marked[0]] if len(marked) == 1 else resolved
 
 
@@ -231,7 +228,8 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     graph_types = marked_graph_types(request.node) or None
     if session.is_rank_worker:
         return _rank_worker_warmup(request, session, neuron_runner, graph_types)
-    _fail_if_failed_before(session, neuron_runner, graph_types)
+    chosen = graph_types or list(neuron_runner.graphs)
+    _fail_if_failed_before(session, neuron_runner, chosen)
     try:
         with tally() as warming:
             if s.tp > 1:
@@ -251,7 +249,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
             n = sum(g.status == "compiled" for g in built.graphs)
             session.add_deferred_counts(CacheStats(misses=n, compiles=n, captures=n))
         if isinstance(exc, Exception):
-            _note_failed_warmup(session, neuron_runner, graph_types, request.node.nodeid, exc)
+            _note_failed_warmup(session, neuron_runner, chosen, request.node.nodeid, exc)
         raise
     finally:  # a failed warmup's graphs are in the manifest too: with the model, target and graph types
         session.note_manifest_config(neuron_runner.manifest_config_block())
@@ -291,23 +289,19 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
     return {g: _first_line(exc) for g in [g for g in chosen if g not in runner.warmed][:1]}
 
 
-def _note_failed_warmup(session: NeuronSession, runner: Any, graph_types: list[str] | None, nodeid: str,
-                        exc: Exception) -> None:
-    chosen = list(graph_types) if graph_types is not None else list(runner.graphs)
+def _note_failed_warmup(session: NeuronSession, runner: Any, chosen: list[str], nodeid: str, exc: Exception) -> None:
     failed = session.failed_warmups.setdefault(runner, {})
     for graph_type, line in _failed_graph_types(runner, chosen, exc).items():
         if graph_type not in failed:
-            session.warmup_failures.append({"graph_type": graph_type, "test": nodeid,
-                                            "error": f"{type(exc).__name__}: {line}"})
-        failed.setdefault(graph_type, (nodeid, f"{type(exc).__name__}: {line}"))
+            failed[graph_type] = (nodeid, f"{type(exc).__name__}: {line}")
+            session.warmup_failures.append({"graph_type": graph_type, "test": nodeid, "error": failed[graph_type][1]})
 
 
-def _fail_if_failed_before(session: NeuronSession, runner: Any, graph_types: list[str] | None) -> None:
+def _fail_if_failed_before(session: NeuronSession, runner: Any, chosen: list[str]) -> None:
     """A graph type whose warmup failed earlier in the session fails at once: compiling it again for each test
     would repeat the same error (a neuronx-cc compile can take an hour). pytest does the same for a
     higher-scoped fixture that raised."""
     failed = session.failed_warmups.get(runner) or {}
-    chosen = list(graph_types) if graph_types is not None else list(runner.graphs)
     for graph_type in chosen:
         if graph_type in failed and graph_type not in runner.warmed:
             nodeid, error = failed[graph_type]
@@ -375,8 +369,7 @@ def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
     hint = shlex.join(["pytest", nodeid, *_neuron_args(pytestconfig), "--neuron-update-baseline"])
     path, _ = baseline_location(pytestconfig, request.node, model_fixturedef_of(request.node), s)
     return Baseline(path, nodeid=nodeid,
-                    update=s.update_baseline, update_hint=hint, on_write=session.baselines_written.append,
-                    on_check=session.baseline_checks.append)
+                    update=s.update_baseline, update_hint=hint, on_check=session.baseline_checks.append)
 
 
 def baseline_location(config: pytest.Config, node: pytest.Item, model_fixturedef: Any,
@@ -435,7 +428,11 @@ def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any
     return (owner, _fullgraph(session.settings, request.node), session.settings.runner_key())
 
 
-def _rank_argv(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str]) -> list[str]:
+def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str], *extra: str) -> int:
+    """Run ``node`` with its fixtures in the ``--neuron-tp`` rank processes (gloo on CPU), each reporting into
+    ``out``; their exit status."""
+    from neuron_args.launch import launch
+
     config = node.config
     s = session.settings
     nodeid = node.nodeid
@@ -455,14 +452,13 @@ def _rank_argv(node: pytest.Item, session: NeuronSession, out: Path, graph_types
         ("compile-timeout", s.compile_timeout)) if value is not None]
     if s.allow_graph_breaks:
         argv.append("--neuron-allow-graph-breaks")
-    return argv
+    return launch([*argv, *extra], tp=s.tp, cwd=str(config.invocation_params.dir))
 
 
 def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: Any, graph_types: list[str] | None,
               tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``--neuron-tp N``: warm up in N rank processes (gloo on CPU), each running this test's fixtures (its
     ``neuron_model`` built after ``torch.distributed`` is up) but not the test, and reporting what it warmed."""
-    from neuron_args.launch import launch
     from neuron_args.graph_outcome import GraphOutcome
     from neuron_args.runner import WarmupReport
 
@@ -473,21 +469,19 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
     t0 = time.monotonic()
     if todo:
         out = tmp_path_factory.mktemp("neuron-tp")
-        code = launch(_rank_argv(request.node, session, out, todo), tp=s.tp, cwd=str(request.config.invocation_params.dir))
+        code = _launch_ranks(request.node, session, out, todo)
         results = ranks.read_warmups(out, s.tp)
         errors = [f"rank {r['rank']}:\n{r['error']}" for r in results if r["error"]]
         missing = [r["rank"] for r in results if r["graphs"] is None and not r["error"]]
+        # what the ranks compiled, loaded or failed on: the session's table lists it
+        session.rank_parts += [r["export"] for r in results if r["export"]]
         if code or errors or missing:
-            for result in results:  # what the ranks compiled, loaded or failed on: the session's table lists it
-                if result.get("export"):
-                    session.rank_parts.append(result["export"])
             pytest.fail(f"--neuron-tp {s.tp}: the warmup of {todo} failed in the rank processes (exit status {code})"
                         + ("".join(f"\n{e}" for e in errors) or
                            f"; ranks {missing} reported nothing (their output is in the captured stdout)"),
                         pytrace=False)
         weights = session.tp_weights.setdefault(_tp_key(request, session), {})
         for result in results:
-            session.rank_parts.append(result.get("export") or {})
             if result["weights"] is not None:
                 weights[result["rank"]] = {k: str(v) for k, v in result["weights"].items()}
             graphs = [GraphOutcome.from_json(d) for d in result["graphs"]]
@@ -503,14 +497,11 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
 def tp_serve(item: pytest.Function, session: NeuronSession) -> None:
     """``--neuron-tp N``, a test using ``neuron_served``: run it whole in N rank processes, each serving its shard;
     it passes only when every rank passed with no cache miss, and fails naming each rank that did not."""
-    from neuron_args.launch import launch
-
     s = session.settings
     warmup = item.funcargs.get("neuron_warmup")
     graph_types = list(getattr(warmup, "graph_types", None) or marked_graph_types(item) or [])
     out = item.config._tmp_path_factory.mktemp("neuron-tp-serve")
-    argv = [*_rank_argv(item, session, out, graph_types), RANK_SERVE_OPTION]
-    code = launch(argv, tp=s.tp, cwd=str(item.config.invocation_params.dir))
+    code = _launch_ranks(item, session, out, graph_types, RANK_SERVE_OPTION)
     results = ranks.read_serves(out, s.tp)
     session.rank_parts += [r.pop("export") for r in results]
     session.tp_serves.append({"test": item.nodeid, "tp": s.tp, "exit_status": code, "ranks": results})

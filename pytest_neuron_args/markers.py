@@ -17,19 +17,13 @@ NO_DEVICE_REASON = "needs a Neuron device (no /dev/neuron* visible)"
 
 def register(config: pytest.Config) -> None:
     """Declare the markers, so ``--strict-markers`` accepts them."""
-    config.addinivalue_line(
-        "markers",
-        f"{GRAPH_TYPE}(*graph_types): the graph types (e.g. 'decode') this test is about; "
-        "neuron_compiler_args resolves them and neuron_served / neuron_manifest warm up only them. "
-        "A type the neuron_model does not declare fails the test at setup.",
-    )
-    config.addinivalue_line(
-        "markers", f"{HARDWARE}: needs a Neuron device; skipped where no {DEVICE_GLOB} is visible."
-    )
-    config.addinivalue_line(
-        "markers", f"{ALLOW_BREAKS}: this test's runner lets Dynamo split a graph type into several graphs "
-        "(by default a graph break fails the warmup, naming Dynamo's reason and the line)."
-    )
+    for line in (f"{GRAPH_TYPE}(*graph_types): the graph types (e.g. 'decode') this test is about; "
+                 "neuron_compiler_args resolves them and neuron_served / neuron_manifest warm up only them. "
+                 "A type the neuron_model does not declare fails the test at setup.",
+                 f"{HARDWARE}: needs a Neuron device; skipped where no {DEVICE_GLOB} is visible.",
+                 f"{ALLOW_BREAKS}: this test's runner lets Dynamo split a graph type into several graphs "
+                 "(by default a graph break fails the warmup, naming Dynamo's reason and the line)."):
+        config.addinivalue_line("markers", line)
 
 
 def skip_without_device(items: Iterable[pytest.Item]) -> None:

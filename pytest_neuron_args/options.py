@@ -96,6 +96,10 @@ _OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
                                               "manifest checks still run (ini: neuron_allow_eager_outputs)"}, None),
 }
 _INI_KEYS = {flag.removeprefix("--").replace("-", "_") for flag, (_, ini) in _OPTIONS.items() if ini is not None}
+#: the options that take no value (``--neuron-tp 2`` takes the next argument, ``--neuron-allow-graph-breaks`` not)
+FLAG_OPTIONS = frozenset(flag for flag, (options, _) in _OPTIONS.items() if options.get("action") == "store_true")
+#: the options whose value is a path (see plugin._warn_split_path_options)
+PATH_OPTIONS = frozenset(flag for flag, (options, _) in _OPTIONS.items() if options.get("metavar") in ("DIR", "PATH"))
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -162,31 +166,34 @@ class NeuronSettings:
     @classmethod
     def from_config(cls, config: pytest.Config) -> NeuronSettings:
         target = _target(config)
-        compiler = _choice(config, "neuron_compiler", COMPILERS)
-        flow = _choice(config, "neuron_flow", FLOWS) or DEFAULT_FLOW
+        compiler, compiler_source = _choice(config, "neuron_compiler", COMPILERS)
+        flow = _choice(config, "neuron_flow", FLOWS)[0] or DEFAULT_FLOW
         level = config.getoption("neuron_optimization_level")
         if level is not None and level not in OPT_LEVELS:
             raise pytest.UsageError(
                 f"--neuron-optimization-level {level}: use one of {', '.join(map(str, OPT_LEVELS))} "
                 "(the -O level every graph gets; it disables model compiler_args_for policies)"
             )
-        args, source = _raw(config, "neuron_compiler_args")[0], _where(config, "neuron_compiler_args")
+        args, source = _raw(config, "neuron_compiler_args")
         if args is None and envs.is_set("NEURON_CC_FLAGS"):
             args, source = envs.text("NEURON_CC_FLAGS"), "NEURON_CC_FLAGS"
-        tp_text, _ = _raw(config, "neuron_tp")
+        tp_text = _raw(config, "neuron_tp")[0]
         try:
             tp = int(tp_text) if tp_text is not None else 1
         except ValueError:
             tp = 0
         if tp < 1:
             raise pytest.UsageError(f"--neuron-tp {tp_text}: give the number of tensor-parallel ranks, 1 or more")
-        timeout_text, _ = _raw(config, "neuron_compile_timeout")
+        timeout_text = _raw(config, "neuron_compile_timeout")[0]
         timeout = None if timeout_text is None else envs.as_seconds(timeout_text)  # the one rule for seconds
         if timeout_text is not None and timeout is None:
             raise pytest.UsageError(f"--neuron-compile-timeout {timeout_text}: give a number of seconds above 0")
-        breaks, _ = _raw(config, "neuron_allow_graph_breaks")
-        manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir"), _where(config, "neuron_manifest_dir")
-        if manifest_dir is None and (manifest_dir := _env_manifest_dir()) is not None:
+        breaks = _raw(config, "neuron_allow_graph_breaks")[0]
+        manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir")
+        # else $VLLM_NEURON_MANIFEST_DIR as the session starts (a conftest may set it): the session manifest's
+        # folder, so its ledger lines end in a manifest, not left behind
+        if manifest_dir is None and envs.text(MANIFEST_DIR_ENV):
+            manifest_dir = Path(os.path.expanduser(envs.text(MANIFEST_DIR_ENV))).absolute()
             manifest_dir_source = f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
         settings = cls(
@@ -196,15 +203,15 @@ class NeuronSettings:
             rank_serve=bool(worker) and bool(config.getoption("neuron_rank_serve", False)),
             target=target,
             compiler=compiler,
-            compiler_source=_where(config, "neuron_compiler"),
-            cache_dir=_path(config, "neuron_cache_dir"),
+            compiler_source=compiler_source,
+            cache_dir=_path(config, "neuron_cache_dir")[0],
             manifest_dir=manifest_dir,
             manifest_dir_source=manifest_dir_source,
             optimization_level=level,
             flow=flow,
-            baseline=_path(config, "neuron_baseline"),
+            baseline=_path(config, "neuron_baseline")[0],
             update_baseline=bool(config.getoption("neuron_update_baseline")),
-            report=_path(config, "neuron_report"),
+            report=_path(config, "neuron_report")[0],
             allow_eager_outputs=bool(config.getoption("neuron_allow_eager_outputs")
                                      or config.getini("neuron_allow_eager_outputs")),
         )
@@ -218,22 +225,22 @@ class NeuronSettings:
     def check_compiler_args(self, warn: Callable[[Warning], None] | None = None) -> None:
         """A malformed base list is one usage error at start-up naming where it came from; an option given
         twice with different values is one warning (``warn``) saying which value compiles."""
+        source = self.compiler_args_source or "the base compiler arguments"
         try:
             args = self.base_args or CompilerArgs()
         except CompilerArgsError as exc:
             detail = str(exc).removeprefix("compiler args: ")
             raise pytest.UsageError(
-                f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: {detail} "
+                f"{source} = {self.compiler_args!r}: {detail} "
                 "(these are the base arguments of every graph, at the caller level)") from None
         given = args.value("--target")
         if given is not None and given != self.target:
             raise pytest.UsageError(
-                f"{self.compiler_args_source or 'the base compiler arguments'} = {self.compiler_args!r}: --target "
+                f"{source} = {self.compiler_args!r}: --target "
                 f"{given} disagrees with the session's compile target {self.target!r} (--neuron-target, ini "
                 f"neuron_target, default {DEFAULT_TARGET}); remove --target from the base arguments (the plugin "
                 f"gives the compiler its target) or run with --neuron-target={given}")
-        warn_repeated_options(args, source=self.compiler_args_source or "the base compiler arguments", warn=warn,
-                              once=False)
+        warn_repeated_options(args, source=source, warn=warn, once=False)
 
     def check_compiler(self) -> None:
         """A compiler that cannot run here (neuronx-cc not on PATH, an unknown name) is one usage error at
@@ -287,60 +294,48 @@ def config_warning(config: pytest.Config, warning: Warning) -> None:
 
 
 def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
-    """``(value, source)``: the command line first, then the ini key; ``(None, "")`` when unset."""
+    """``(value, where it came from)``: the command line (its option), then the ini key (with its file), for
+    errors; ``(None, "")`` when unset."""
     value = config.getoption(dest)
     if value is not None and value is not False:
-        return str(value), "cli"
+        return str(value), "--" + dest.replace("_", "-")
     ini = config.getini(dest) if dest in _INI_KEYS else ""
     if isinstance(ini, str) and ini.strip():
-        return ini.strip(), "ini"
+        return ini.strip(), f"ini key {dest} ({config.inipath})"
     return None, ""
-
-
-def _where(config: pytest.Config, dest: str) -> str:
-    """Where ``dest``'s value came from, for errors: its option or its ini key; ``""`` when unset."""
-    source = _raw(config, dest)[1]
-    return {"cli": "--" + dest.replace("_", "-"), "ini": f"ini key {dest} ({config.inipath})"}.get(source, "")
-
-
-def _env_manifest_dir() -> Path | None:
-    """``$VLLM_NEURON_MANIFEST_DIR`` as the session starts (a conftest may set it): the session manifest's
-    folder when no option or ini key names one, so its ledger lines end in a manifest, not left behind."""
-    value = envs.text(MANIFEST_DIR_ENV)
-    return Path(os.path.expanduser(value)).absolute() if value else None
 
 
 def _target(config: pytest.Config) -> Target:
     """``--neuron-target`` or its ini key (else the default) as a :class:`Target`; a usage error with the one
     message."""
-    value = _raw(config, "neuron_target")[0]
+    value, where = _raw(config, "neuron_target")
     try:
-        return DEFAULT_TARGET if value is None else parse_target(value, _where(config, "neuron_target"))
+        return DEFAULT_TARGET if value is None else parse_target(value, where)
     except CompilerArgsError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
-def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> str | None:
-    value, source = _raw(config, dest)
+def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> tuple[str | None, str]:
+    value, where = _raw(config, dest)
     if value is not None and value not in choices:
         raise pytest.UsageError(
             f"ini option {dest} = {value!r}: use one of {', '.join(choices)}"
         )
-    return value
+    return value, where
 
 
-def _path(config: pytest.Config, dest: str) -> Path | None:
-    value, source = _raw(config, dest)
+def _path(config: pytest.Config, dest: str) -> tuple[Path | None, str]:
+    value, where = _raw(config, dest)
     if value is None:
-        return None
+        return None, where
     if dest == "neuron_cache_dir" and is_remote(value):  # s3://bucket/prefix: its local read-through copy
-        return cache_root(value)
+        return cache_root(value), where
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():
-        base: Any = config.invocation_params.dir if source == "cli" else (
+        base: Any = config.invocation_params.dir if where.startswith("--") else (
             config.inipath.parent if config.inipath is not None else config.rootpath)
         path = Path(base) / path
-    return path
+    return path, where
 
 
 __all__ = ["COMPILERS", "FLOWS", "NeuronSettings", "TARGETS", "add_options"]

@@ -12,41 +12,17 @@ from typing import Any
 import pytest
 
 from neuron_args import eager_fallback, envs
-from pytest_neuron_args import gc_policy, markers
-from pytest_neuron_args.fixtures import (  # noqa: F401  (fixtures are collected from this module)
-    CALL_FAILED,
-    MODEL_FIXTURES,
-    PROGRESS_KEY,
-    _neuron_graph_type_check,
-    baseline_location,
-    model_fixturedef_of,
-    neuron_baseline,
-    neuron_cache,
-    neuron_compile_counter,
-    neuron_compiler_args,
-    neuron_manifest,
-    neuron_model,
-    neuron_runner,
-    neuron_served,
-    neuron_settings,
-    neuron_target,
-    neuron_warmup,
-    tp_serve,
-)
-from pytest_neuron_args.options import NeuronSettings, add_options, config_warning
-from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, owner_name, tidy_session
+from pytest_neuron_args import fixtures, gc_policy, markers
+from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
+                                         model_fixturedef_of, tp_serve)
+from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning
+from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, tidy_session
 from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
 from pytest_neuron_args.ranks import note_phase
 from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session, safe_name
 from pytest_neuron_args.trace_log import TRACE_LOG
 from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
-
-
-# torch's structured-trace logger (DEBUG, not propagating) would fill each failing test's captured log with
-# empty "DEBUG torch.__trace" lines under pytest >= 9: dropped unless TORCH_TRACE is set.
-_TRACE_FILTER = pytest.StashKey[Callable[[logging.LogRecord], bool]]()
-_EAGER_DEFAULT = pytest.StashKey[bool]()
 
 
 #: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
@@ -70,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # the fixtures a test uses, as a plugin's (pytest_plugins would warn: this module imports them, so pytest
+    # cannot rewrite their asserts)
+    config.pluginmanager.register(fixtures, "neuron_args_fixtures")
     markers.register(config)
     settings = NeuronSettings.from_config(config)  # its compiler arguments checked as they entered
     settings.check_compiler()
@@ -77,19 +56,21 @@ def pytest_configure(config: pytest.Config) -> None:
     session = NeuronSession(config, settings)
     config.stash[STASH_KEY] = session
     if session.is_rank_worker:
-        _join_tp_group()
+        _join_tp_group(session)
     if not session.is_worker:
         _warn_split_path_options(config)
     session.start()
-    config.stash[_EAGER_DEFAULT] = eager_fallback.error_by_default(True)  # a recompile-limit fallback fails the test
+    # a recompile-limit fallback fails the test
+    session.at_stop.callback(eager_fallback.error_by_default, eager_fallback.error_by_default(True))
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
+    # torch's structured-trace logger (DEBUG, not propagating) would fill each failing test's captured log with
+    # empty "DEBUG torch.__trace" lines under pytest >= 9: dropped unless TORCH_TRACE is set (by a filter of this
+    # session: a pytester run inside keeps ours)
     if not envs.is_set("TORCH_TRACE"):
-        config.stash[_TRACE_FILTER] = lambda record: False  # one per session: a pytester run inside keeps ours
-        logging.getLogger(TRACE_LOG).addFilter(config.stash[_TRACE_FILTER])
-
-
-_PATH_OPTIONS = ("--neuron-cache-dir", "--neuron-manifest-dir", "--neuron-baseline")
+        drop: Callable[[logging.LogRecord], bool] = lambda record: False
+        logging.getLogger(TRACE_LOG).addFilter(drop)
+        session.at_stop.callback(logging.getLogger(TRACE_LOG).removeFilter, drop)
 
 
 def _warn_split_path_options(config: pytest.Config) -> None:
@@ -98,15 +79,16 @@ def _warn_split_path_options(config: pytest.Config) -> None:
     (an xdist worker, started after the directories exist, is hit even when the controller is not)."""
     args = [str(a) for a in config.invocation_params.args]
     for flag, value in zip(args, args[1:]):
-        if flag in _PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
+        if flag in PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
             config_warning(config, pytest.PytestConfigWarning(
                 f"write {flag}={value} (with '='): pytest looks for its ini file before it knows plugin "
                 f"options and takes the existing path {value} for a test path; rootdir is {config.rootpath}, "
                 f"ini file {config.inipath or '(none found)'}"))
 
 
-def _join_tp_group() -> None:
-    """A ``--neuron-tp`` rank process: join the gloo group the launcher set up and tell the ledger our rank."""
+def _join_tp_group(session: NeuronSession) -> None:
+    """A ``--neuron-tp`` rank process: join the gloo group the launcher set up (left as the session stops) and tell
+    the ledger our rank."""
     world = envs.WORLD_SIZE
     if world <= 1:
         return
@@ -119,6 +101,7 @@ def _join_tp_group() -> None:
         import datetime
 
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
+    session.at_stop.callback(lambda: dist.is_initialized() and dist.destroy_process_group())
     register_tp_group(list(range(world)), rank)
 
 
@@ -126,15 +109,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(STASH_KEY, None)
     if session is not None:
         session.stop()
-        if session.is_rank_worker:
-            dist = sys.modules.get("torch.distributed")
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                dist.destroy_process_group()
-    trace_filter = config.stash.get(_TRACE_FILTER, None)
-    if trace_filter is not None:
-        logging.getLogger(TRACE_LOG).removeFilter(trace_filter)
-    if _EAGER_DEFAULT in config.stash:
-        eager_fallback.error_by_default(config.stash[_EAGER_DEFAULT])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -197,7 +171,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             continue
         path, anchor = baseline_location(config, item, model_fixturedef_of(item), s)
         anchors.setdefault(str(path.parent), set()).add(anchor)
-        tests.setdefault(str(path.parent), set()).add(owner_name(path))
+        tests.setdefault(str(path.parent), set()).add(name_parts(path)[0])
     default_anchor = (config.inipath.parent if config.inipath is not None else config.rootpath).resolve()
     default_folder = (s.baseline if s.baseline is not None else default_anchor / BASELINE_DIRNAME).resolve()
     anchors.setdefault(str(default_folder), set()).add(default_anchor)
@@ -263,13 +237,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     else:
         state.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
         state.emit_manifests()
-        if state.manifest_failures and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # --neuron-manifest-dir asked for it
         tidy_session(state)
         state.report_written = write_json_report(state)
         write_step_summary(state)
-        if state.output_failures and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # the report or summary CI reads is missing
+        # a manifest --neuron-manifest-dir asked for, or the report or summary CI reads, is missing
+        if (state.manifest_failures or state.output_failures) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if state.runners_made:  # pytest's collections and the interpreter's at exit skip the warmed-up heap
         from neuron_args.deferred.parallel_trace import close_kept_children
 

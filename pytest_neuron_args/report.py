@@ -42,7 +42,7 @@ def compiler_description(compiler: str | None) -> str:
 
 def header_line(session: NeuronSession) -> str:
     s = session.settings
-    cache = f"{session.cache_dir()}" + (" (fresh per session)" if session.cache_is_fresh else "")
+    cache = f"{session.cache_dir()}" + (" (fresh per session)" if s.cache_dir is None else "")
     manifest = str(s.manifest_dir) if s.manifest_dir is not None else "off"
     parts = [f"target {s.target}", f"compiler {compiler_description(s.compiler)}", f"cache {cache}",
              f"manifest dir {manifest}", f"flow {s.flow}"]
@@ -63,7 +63,7 @@ def shapes_text(shapes: Sequence[str] | None, limit: int = MAX_SHAPES) -> str:
     if not shapes:
         return "()"
     runs = [(shape, len(list(same))) for shape, same in itertools.groupby(shapes)]
-    items = [f"({shape})" + (f"x{n}" if n > 2 else "") if n > 2 else " ".join([f"({shape})"] * n) for shape, n in runs]
+    items = [f"({shape})x{n}" if n > 2 else " ".join([f"({shape})"] * n) for shape, n in runs]
     if len(items) > limit:
         hidden = sum(n for _, n in runs[limit - 1:])
         items = items[:limit - 1] + [f"+{hidden} more"]

@@ -7,6 +7,7 @@ session start: an in-process ``pytester`` run shares this module with the sessio
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.manifest.folder_lock import folder_lock_holder, lock_folder, unlock_folder
 from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from neuron_args.manifest.schema import MANIFEST_FILENAME
+from neuron_args.text import first_line
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args import gc_policy, ranks
 from pytest_neuron_args.options import NeuronSettings
@@ -59,11 +61,8 @@ STASH_KEY = pytest.StashKey["NeuronSession"]()
 
 
 def get_session(config: pytest.Config) -> NeuronSession:
-    try:
-        return config.stash[STASH_KEY]
-    except KeyError:  # the plugin was loaded after pytest_configure (e.g. -p late): set up now
-        session = config.stash[STASH_KEY] = NeuronSession(config, NeuronSettings.from_config(config))
-        return session
+    """The session ``pytest_configure`` set up (a historic hook: a plugin registered later is configured too)."""
+    return config.stash[STASH_KEY]
 
 
 def safe_name(nodeid: str) -> str:
@@ -83,8 +82,8 @@ class NeuronSession:
         self.worker_id: str | None = workerinput.get("workerid") if workerinput is not None else None
         self._workerinput: dict[str, Any] = dict(workerinput or {})
         self._cache_dir: Path | None = None
-        self._saved_env: tuple[bool, str | None] | None = None
-        self._manifest_lock: int | None = None  # the manifest folder's locked descriptor, while this session holds it
+        #: what stop() undoes: the plugin's process-wide settings, the manifest folder's lock, the environment
+        self.at_stop = contextlib.ExitStack()
         #: a session run inside another one of this process on the same manifest folder: the outer one emits
         self.inner_session = False
         self._records_before: dict[str, GraphOutcome] = {}
@@ -95,7 +94,6 @@ class NeuronSession:
         self.serve_sessions = 0
         self.parallel_compiled: dict[str, GraphOutcome] = {}  # what parallel compiles built or failed
         self.deferred_counts: dict[str, int] = {}
-        self.baselines_written: list[str] = []
         self.baseline_checks: list[dict[str, Any]] = []  # every neuron_baseline.check (see baseline.Baseline)
         self.baseline_inventory: dict[str, dict[str, Any]] | None = None  # set where tests were collected
         self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error
@@ -134,10 +132,6 @@ class NeuronSession:
     def is_worker(self) -> bool:
         return self.worker_id is not None
 
-    @property
-    def cache_is_fresh(self) -> bool:
-        return self.settings.cache_dir is None
-
     def cache_dir(self) -> Path:
         """The session's compile cache: the given one, the controller's (xdist), or a fresh one."""
         if self._cache_dir is None:
@@ -174,15 +168,15 @@ class NeuronSession:
 
     def start(self) -> None:
         gc_policy.session_started()
+        self.at_stop.callback(gc_policy.session_stopped)
         root = self.settings.manifest_dir  # every process's VLLM_NEURON_MANIFEST_DIR; the controller emits at the end
         if root is not None:
-            self._saved_env = (MANIFEST_DIR_ENV in envs.environ(), envs.environ().get(MANIFEST_DIR_ENV))
             root.mkdir(parents=True, exist_ok=True)
             if not self.is_worker and not self.is_rank_worker:
                 self.inner_session = not self._hold_manifest_dir(root)
                 if not self.inner_session:  # a crashed session's lines are not ours
                     shutil.rmtree(root / LEDGER_DIRNAME, ignore_errors=True)
-            envs.put(MANIFEST_DIR_ENV, str(root))
+            self.at_stop.enter_context(envs.overridden({MANIFEST_DIR_ENV: str(root)}))
         self._records_before, self._stats_before = dict(ACTIVITY.records), ACTIVITY.stats.snapshot()
         self._corrupt_before = dict(ACTIVITY.corrupt)
 
@@ -192,7 +186,7 @@ class NeuronSession:
         Two sessions on one folder would delete each other's ledger lines at start-up and write one
         engine's manifest.json in turn, so the second one is a usage error naming the first."""
         try:
-            self._manifest_lock = lock_folder(root)
+            self.at_stop.callback(unlock_folder, lock_folder(root))  # releases the folder's flock
         except BlockingIOError:
             pid = folder_lock_holder(root)
             if pid == os.getpid():  # a session run inside this one (pytester, pytest.main): the outer one's lines
@@ -205,14 +199,7 @@ class NeuronSession:
         return True
 
     def stop(self) -> None:
-        gc_policy.session_stopped()
-        if self._manifest_lock is not None:
-            unlock_folder(self._manifest_lock)  # releases the folder's flock
-            self._manifest_lock = None
-        if self._saved_env is not None:
-            present, value = self._saved_env
-            envs.put(MANIFEST_DIR_ENV, (value or "") if present else None)
-            self._saved_env = None
+        self.at_stop.close()
 
     def report_rank_failure(self, error: str) -> None:
         """A rank process's failure before its warmup reported: tell the pytest process what it was."""
@@ -235,11 +222,9 @@ class NeuronSession:
             return []
         from pytest_neuron_args.ledger_view import emit_engines
 
-        config = self.manifest_config
         for worker in self.workers.values():  # xdist workers' runners: their models too
-            if worker.get("manifest_config"):
-                config = worker["manifest_config"] if config is None else merge_configs(config, worker["manifest_config"])
-        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=config,
+            self.note_manifest_config(worker.get("manifest_config") or None)
+        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=self.manifest_config,
                                failures=self.manifest_failures)
         merged = self.merged()
         graphs = {row["key"] for row in merged["rows"]}
@@ -280,8 +265,8 @@ class NeuronSession:
             if g.status == "compiled":
                 self.parallel_compiled[g.key] = replace(unseen, compiles=1)
             elif g.status == "failed" and g.key not in self.parallel_compiled:
-                self.parallel_compiled[g.key] = replace(
-                    unseen, failures=1, error=next(iter(str(g.error or "").splitlines()), "failed"))
+                error = first_line(str(g.error or "")) or "failed"
+                self.parallel_compiled[g.key] = replace(unseen, failures=1, error=error)
 
     def stats(self) -> dict[str, int]:
         now = ACTIVITY.stats.snapshot()
@@ -307,23 +292,12 @@ class NeuronSession:
         """This process's contribution, as builtins (the xdist ``workeroutput`` payload)."""
         return {
             "rows": [row.to_json() for row in self.local_rows()],
-            "serve_calls": dict(self.serve_calls),
-            "serve_misses": self.serve_misses,
-            "serve_sessions": self.serve_sessions,
-            "baselines_written": list(self.baselines_written),
-            "baseline_checks": list(self.baseline_checks),
-            "baseline_inventory": self.baseline_inventory,
-            "collection_complete": self.collection_complete,
             "stats": self.stats(),
-            "manifest_config": self.manifest_config,
+            **{name: copy.copy(getattr(self, name)) for name in _EXPORTED},
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
             "eager_fallbacks": dict(ACTIVITY.eager_fallbacks),  # frames Dynamo's recompile limit stopped compiling
             # cache entries this session found corrupt, moved aside and rebuilt: key -> why
             "corrupt": {k: why for k, why in ACTIVITY.corrupt.items() if self._corrupt_before.get(k) != why},
-            "rank_parts": list(self.rank_parts),  # an xdist worker's --neuron-tp rank processes, for the controller
-            "tp_serves": list(self.tp_serves),
-            "warmup_failures": list(self.warmup_failures),
-            "other_caches": dict(self.other_caches),
         }
 
     def merged(self) -> dict[str, Any]:
@@ -344,6 +318,8 @@ class NeuronSession:
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
             **{name: [x for p in parts for x in p.get(name) or []] for name in _CONCATENATED},
+            "baselines_written": [c["path"] for p in parts for c in p.get("baseline_checks") or []
+                                  if c["status"] in ("written", "updated")],
             **{name: {k: v for p in parts for k, v in (p.get(name) or {}).items()} for name in _UNITED},
             "baselines_unused": self.baselines_unused,
             "baselines_unchecked": list(self.baselines_unchecked),
@@ -357,8 +333,12 @@ class NeuronSession:
         }
 
 
+#: the session's own fields an export carries (copies): an xdist worker's --neuron-tp rank processes among them,
+#: for the controller
+_EXPORTED = ("serve_calls", "serve_misses", "serve_sessions", "baseline_checks", "baseline_inventory",
+             "collection_complete", "manifest_config", "rank_parts", "tp_serves", "warmup_failures", "other_caches")
 #: export fields merged by concatenating the parts' lists, and by uniting their dicts
-_CONCATENATED = ("baselines_written", "baseline_checks", "warmup_failures", "tp_serves")
+_CONCATENATED = ("baseline_checks", "warmup_failures", "tp_serves")
 _UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
 
 

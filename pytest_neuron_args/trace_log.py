@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 from neuron_args import envs
 
 #: torch's structured trace log (``torch._logging._internal.trace_log``), by name: no torch import here
@@ -38,27 +39,19 @@ def detached() -> Iterator[list[logging.Handler]]:
                 trace_log.addHandler(h)  # pytest's own end of the phase removes its handlers again
 
 
-@contextlib.contextmanager
-def _guard_latency_unmeasured(wanted: bool) -> Iterator[None]:
+def _guard_latency_unmeasured(wanted: bool) -> contextlib.AbstractContextManager[Any]:
+    from unittest import mock
+
     from torch._dynamo import guards
 
-    profile = guards.profile_guard_manager
     if wanted or guards.guards_log.isEnabledFor(logging.DEBUG):
-        yield
-        return
-    guards.profile_guard_manager = _unmeasured
-    try:
-        yield
-    finally:
-        guards.profile_guard_manager = profile
+        return contextlib.nullcontext()
+    return mock.patch.object(guards, "profile_guard_manager", lambda *args: 0.0)
 
 
-def _unmeasured(*args: object) -> float:
-    return 0.0
+def _funcnames_unread() -> contextlib.AbstractContextManager[Any]:
+    from unittest import mock
 
-
-@contextlib.contextmanager
-def _funcnames_unread() -> Iterator[None]:
     from torch._dynamo import output_graph, symbolic_convert
 
     named = symbolic_convert.get_funcname
@@ -69,8 +62,4 @@ def _funcnames_unread() -> Iterator[None]:
             return named(filename, lineno)
         return None
 
-    symbolic_convert.get_funcname = funcname
-    try:
-        yield
-    finally:
-        symbolic_convert.get_funcname = named
+    return mock.patch.object(symbolic_convert, "get_funcname", funcname)

@@ -104,6 +104,16 @@ def test_a_graph_one_worker_compiled_and_another_failed_to_is_listed_compiled(se
     assert (GraphOutcome.from_json(row).status, row["error"], row["serve_hits"]) == ("compiled", "killed", 0)
 
 
+def test_a_failed_parallel_compile_lists_the_first_line_that_says_something(session: NeuronSession) -> None:
+    """An error starting with a blank line (a compiler's output) was listed as failed with an empty error."""
+    from neuron_args.deferred import CompileReport
+
+    session.add_compile_report(CompileReport([GraphOutcome(KEY, "decode", how="failed", error="\n  killed  \nfix: x"),
+                                              GraphOutcome("ef" * 16, "decode", how="failed", error=None)]))
+    assert [(g.key, g.failures, g.error) for g in session.parallel_compiled.values()] == [
+        (KEY, 1, "killed"), ("ef" * 16, 1, "failed")]
+
+
 def test_the_json_form_holds_plain_str_that_xdist_can_send() -> None:
     from execnet.gateway_base import dumps
 

@@ -54,6 +54,17 @@ def test_a_split_path_option_naming_an_existing_directory_warns(neuron_project: 
     assert "PytestConfigWarning" not in result.stdout.str()
 
 
+def test_a_split_report_path_naming_an_existing_file_warns_too(neuron_project: pytest.Pytester, tmp_path: Path) -> None:
+    """``--neuron-report PATH`` (the last run's report exists) is read as a test path while pytest looks for its ini
+    file, as the directory options are; only those were warned about."""
+    report = tmp_path / "report.json"
+    report.write_text("{}")
+    neuron_project.makepyfile(test_nothing="def test_nothing(): pass")
+    result = neuron_project.runpytest("--neuron-report", str(report))
+    result.stdout.fnmatch_lines([f"*PytestConfigWarning: write --neuron-report={report} (with '='): pytest looks for "
+                                 "its ini file before it knows plugin options*"])
+
+
 def test_defaults_give_a_fresh_cache_per_session(neuron_project: pytest.Pytester) -> None:
     neuron_project.makeini("[pytest]\naddopts = -p no:cacheprovider\n")
     neuron_project.makepyfile(test_defaults="""
@@ -283,3 +294,18 @@ def test_compile_timeout_option_takes_finite_seconds_only(neuron_project: pytest
     result = neuron_project.runpytest(f"--neuron-compile-timeout={given}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--neuron-compile-timeout {given}: give a number of seconds above 0*"])
+
+
+def test_the_baseline_update_hint_takes_no_value_after_an_option_that_has_none() -> None:
+    """The copy-paste ``--neuron-update-baseline`` hint took the argument after every ``--neuron-*`` option but
+    ``--neuron-allow-graph-breaks`` as its value: after ``--neuron-allow-eager-outputs`` a test path (or ``-x``)
+    joined the hint, and the update run took in another module's tests."""
+    from types import SimpleNamespace
+
+    from pytest_neuron_args.fixtures import _neuron_args
+
+    given = ("--neuron-allow-eager-outputs", "tests/test_other.py", "--neuron-target", "trn1",
+             "--neuron-allow-graph-breaks", "-x", "--neuron-flow=parallel", "--neuron-update-baseline", "tests/more.py")
+    config = SimpleNamespace(invocation_params=SimpleNamespace(args=given))
+    assert _neuron_args(config) == ["--neuron-allow-eager-outputs", "--neuron-target", "trn1",
+                                    "--neuron-allow-graph-breaks", "--neuron-flow=parallel"]

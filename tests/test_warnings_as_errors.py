@@ -5,6 +5,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,3 +24,14 @@ def test_every_module_imports_under_warnings_as_errors() -> None:
                     bad.append(f"{path.relative_to(ROOT)}:{exc.lineno}: {exc.msg}")
     assert bad == []
 
+
+
+@pytest.mark.slow
+def test_a_session_under_warnings_as_errors_starts_and_gets_the_plugin_fixtures(neuron_project) -> None:
+    """Naming the fixtures module in the plugin's ``pytest_plugins`` warned at every start-up (the plugin had imported
+    it, so pytest could not rewrite its asserts): under ``-W error`` no session got to its first test. A fresh
+    interpreter: in this one the outer session has loaded both modules already."""
+    neuron_project.makepyfile(test_plain="def test_settings(neuron_settings):\n    assert neuron_settings.tp == 1\n")
+    result = neuron_project.runpytest_subprocess("-W", "error")
+    result.assert_outcomes(passed=1)
+    assert "Warning" not in result.stdout.str() + result.stderr.str()
