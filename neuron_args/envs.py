@@ -72,8 +72,9 @@ VARIABLES: tuple[EnvVar, ...] = (
        "without `--neuron-compiler` or its ini key, another value, or `neuronx-cc` not on PATH, is a usage error "
        "at start-up"),
     _v("NEURON_ARGS_TARGET", "text", "trn2",
-       "compile target when neither `options[\"target\"]` nor `--target` in the compiler args gives one (an unknown "
-       "target is a `CompilerArgsError` naming the variable and the known targets)"),
+       "compile target when none is given by `--neuron-target` or its ini key, `NeuronRunner(target=)`, "
+       "`options[\"target\"]` or `--target` in the compiler args (an unknown target is a `CompilerArgsError` naming "
+       "the variable and the known targets)"),
     _v("NEURON_ARGS_ALLOW_EAGER_OUTPUTS", "bool", False,
        "true value: NEFFs with no torch-neuronx runtime binding take eager outputs instead of failing"),
     _v("NEURON_ARGS_EAGER_FALLBACK", "text", None,

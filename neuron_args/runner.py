@@ -41,7 +41,7 @@ from neuron_args.seams import records
 from neuron_args.flags import optimization_level
 from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM
 from neuron_args.settings import CompileSettings, base_compiler_args
-from neuron_args.target import DEFAULT_TARGET, parse_target
+from neuron_args.target import given_or_default
 
 log = logging.getLogger("neuron_args.runner")
 
@@ -158,7 +158,7 @@ class NeuronRunner:
         *,
         graphs: Sequence[GraphSpec] | None = None,
         compiler_args: str | Sequence[str] | None = None,
-        target: str = DEFAULT_TARGET,
+        target: str | None = None,
         compiler: str | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         optimization_level: int | None = None,
@@ -173,7 +173,7 @@ class NeuronRunner:
         self.model = model
         declared = list(graphs) if graphs is not None else declared_graphs(model)
         self.graphs: dict[str, GraphSpec] = {g.graph_type: g for g in declared}
-        target = parse_target(target, "NeuronRunner(target=...)")  # a bad target fails here, before any compile
+        target = given_or_default(target, "NeuronRunner(target=...)")  # a bad target fails here, before any compile
         base = base_compiler_args(compiler_args, source="NeuronRunner(compiler_args=...)")  # a bad list fails here
         # the design's load_model: base args at the caller level; the policy only without an explicit level
         self.resolver = CompilerArgsResolver.from_model(model, base, explicit_optimization_level=optimization_level)

@@ -43,5 +43,12 @@ def env_target() -> Target | None:
     return parse_target(value, f"${TARGET_ENV}") if value else None
 
 
-__all__ = ["DEFAULT_TARGET", "KNOWN_TARGETS", "TARGET_ENV", "Target", "env_target", "parse_target",
-           "target_problem"]
+def given_or_default(value: object, source: str) -> Target:
+    """``value`` parsed (naming ``source``) when given; else ``$NEURON_ARGS_TARGET``, else :data:`DEFAULT_TARGET`."""
+    if value is not None:
+        return parse_target(value, source)
+    return env_target() or DEFAULT_TARGET
+
+
+__all__ = ["DEFAULT_TARGET", "KNOWN_TARGETS", "TARGET_ENV", "Target", "env_target", "given_or_default",
+           "parse_target", "target_problem"]

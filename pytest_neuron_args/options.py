@@ -25,7 +25,7 @@ from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.remote_cache import is_remote
 from neuron_args.target import DEFAULT_TARGET
 from neuron_args.target import KNOWN_TARGETS as TARGETS
-from neuron_args.target import Target, parse_target
+from neuron_args.target import TARGET_ENV, Target, given_or_default
 
 DEFAULT_FLOW = FLOWS[0]
 
@@ -37,7 +37,7 @@ RANK_SERVE_OPTION = "--neuron-rank-serve"  # internal: that rank process runs th
 _OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
     # no argparse choices: the option, its ini key and every other route share the target's one message
     "--neuron-target": ({"metavar": "{" + ",".join(TARGETS) + "}",
-                         "help": f"compile target (default {DEFAULT_TARGET}; ini: neuron_target)"},
+                         "help": f"compile target (default ${TARGET_ENV}, else {DEFAULT_TARGET}; ini: neuron_target)"},
                         f"compile target, one of {', '.join(TARGETS)}"),
     "--neuron-compiler": ({"choices": COMPILERS,
                            "help": "compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
@@ -238,8 +238,8 @@ class NeuronSettings:
             raise pytest.UsageError(
                 f"{source} = {self.compiler_args!r}: --target "
                 f"{given} disagrees with the session's compile target {self.target!r} (--neuron-target, ini "
-                f"neuron_target, default {DEFAULT_TARGET}); remove --target from the base arguments (the plugin "
-                f"gives the compiler its target) or run with --neuron-target={given}")
+                f"neuron_target, ${TARGET_ENV}, default {DEFAULT_TARGET}); remove --target from the base arguments "
+                f"(the plugin gives the compiler its target) or run with --neuron-target={given}")
         warn_repeated_options(args, source=source, warn=warn, once=False)
 
     def check_compiler(self) -> None:
@@ -306,11 +306,11 @@ def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
 
 
 def _target(config: pytest.Config) -> Target:
-    """``--neuron-target`` or its ini key (else the default) as a :class:`Target`; a usage error with the one
-    message."""
+    """``--neuron-target`` or its ini key (else ``$NEURON_ARGS_TARGET``, else the default) as a :class:`Target`; a
+    usage error with the one message."""
     value, where = _raw(config, "neuron_target")
     try:
-        return DEFAULT_TARGET if value is None else parse_target(value, where)
+        return given_or_default(value, where)
     except CompilerArgsError as exc:
         raise pytest.UsageError(str(exc)) from None
 

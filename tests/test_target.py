@@ -105,3 +105,24 @@ def test_the_plugin_option_and_its_ini_key(pytester: pytest.Pytester, route: str
         NeuronSettings.from_config(config)
     assert str(excinfo.value) == one_message(source)
     assert NeuronSettings.from_config(pytester.parseconfig("--neuron-target=trn1")).target == "trn1"
+
+
+def test_the_environment_is_the_default_of_the_runner_and_the_plugin(pytester: pytest.Pytester, monkeypatch):
+    """``$NEURON_ARGS_TARGET`` applies wherever no target is given: a runner and a plugin session included."""
+    from neuron_args.runner import NeuronRunner
+    from pytest_neuron_args.options import NeuronSettings
+
+    monkeypatch.setenv(TARGET_ENV, "trn1")
+    assert NeuronRunner(object(), graphs=[]).settings.target == "trn1"
+    assert NeuronRunner(object(), graphs=[], target="inf2").settings.target == "inf2"
+    assert NeuronSettings.from_config(pytester.parseconfig()).target == "trn1"
+    assert NeuronSettings.from_config(pytester.parseconfig("--neuron-target=trn3")).target == "trn3"
+    monkeypatch.setenv(TARGET_ENV, "trn9")
+    with pytest.raises(pytest.UsageError) as excinfo:
+        NeuronSettings.from_config(pytester.parseconfig())
+    assert str(excinfo.value) == one_message(f"${TARGET_ENV}")
+    with pytest.raises(CompilerArgsError) as excinfo:
+        NeuronRunner(object(), graphs=[])
+    assert str(excinfo.value) == one_message(f"${TARGET_ENV}")
+    monkeypatch.delenv(TARGET_ENV)
+    assert NeuronRunner(object(), graphs=[]).settings.target == DEFAULT_TARGET
