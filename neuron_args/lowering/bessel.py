@@ -130,19 +130,12 @@ def airy_ai(x: Any) -> Any:
                            jnp.ones_like(small))
     cube = small * small * small
     for _ in range(40):  # |x| < 2.09 converges in fewer steps; an element whose term is below eps stops
-        active = term > eps
-        m2 = m * cube
-        k2 = k + 1.0
-        m2 = m2 / k2
-        n2 = n * cube
-        k2 = k2 + 1.0
-        n2 = n2 / k2
-        m2 = m2 / k2
+        active = term > eps  # Cephes' step: m and n each divided by the next two values of k
+        m2 = m * cube / (k + 1.0) / (k + 2.0)
+        n2 = n * cube / (k + 2.0) / (k + 3.0)
         f2 = f + m2
-        k2 = k2 + 1.0
-        n2 = n2 / k2
         g2 = g + n2
-        f, g, k, m, n = (jnp.where(active, new, old) for new, old in ((f2, f), (g2, g), (k2, k), (m2, m), (n2, n)))
+        f, g, k, m, n = (jnp.where(active, new, old) for new, old in ((f2, f), (g2, g), (k + 3.0, k), (m2, m), (n2, n)))
         term = jnp.where(active, jnp.abs(m2 / f2), term)
     series = 0.355028053887817239260 * f - 0.258819403792806798405 * g
     out = jnp.where(x < -2.09, negative, jnp.where(x >= 2.09, positive, series))
