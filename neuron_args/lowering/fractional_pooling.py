@@ -2,6 +2,7 @@
 ``random_samples`` input as torch's ``generate_intervals`` (NaN: the first maximum, where torch keeps the last)."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -36,10 +37,7 @@ def _fractional_max_pool(x: Any, kernel: Any, output_size: Any, samples: Any,
     for d in range(dims):
         shape = [n, c] + [1] * (2 * dims)
         shape[2 + d], shape[2 + dims + d] = output_size[d], kernel[d]
-        stride = 1
-        for s in spatial[d + 1:]:
-            stride *= s
-        index = index + windows[d].reshape(shape) * stride
+        index = index + windows[d].reshape(shape) * math.prod(spatial[d + 1:])
     index = index.reshape(n, c, -1)
     values = jnp.take_along_axis(flat, index, axis=-1).reshape(n, c, *output_size, -1)
     best = jnp.argmax(values, axis=-1)

@@ -3,6 +3,7 @@ as torch's (equal ends widened by 0.5, an empty input over [0, 1]); samples outs
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,9 +49,7 @@ def _counts(samples: Any, edges: Sequence[Any], weight: Any, density: bool) -> A
         inside = inside & (col >= e[0]) & (col <= e[-1])
         flat = flat * shape[d] + pos
     w = jnp.ones(samples.shape[:1], samples.dtype) if weight is None else weight.reshape(-1).astype(samples.dtype)
-    total = 1
-    for n in shape:
-        total *= n
+    total = math.prod(shape)
     hist = jnp.zeros(total, samples.dtype).at[jnp.where(inside, flat, total)].add(w, mode="drop").reshape(shape)
     if density:
         volume = jnp.ones(shape, samples.dtype)
