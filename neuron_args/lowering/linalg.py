@@ -53,15 +53,17 @@ def _lu_solve(lu: Any, pivots: Any, b: Any, *, transposed: bool) -> Any:
     import jax.numpy as jnp
     import jax.scipy.linalg as jsl
 
-    batch = jnp.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
-    lu = jnp.broadcast_to(lu, batch + lu.shape[-2:])
-    pivots = jnp.broadcast_to(pivots, batch + pivots.shape[-1:])
-    return jsl.lu_solve((lu, pivots - 1), jnp.broadcast_to(b, batch + b.shape[-2:]), trans=1 if transposed else 0)
+    lu, b = _broadcast_batch(lu, b)
+    pivots = jnp.broadcast_to(pivots, lu.shape[:-2] + pivots.shape[-1:])
+    return jsl.lu_solve((lu, pivots - 1), b, trans=1 if transposed else 0)
 
 
-def _factors_transpose(layout: torch.Tensor) -> bool:
-    """Whether torch factors ``A^T`` for an input laid out as ``layout`` (contiguous real matrices)."""
-    return layout.is_contiguous() and not layout.is_complex()
+def _broadcast_batch(a: Any, b: Any) -> tuple[Any, Any]:
+    """Matrices ``a`` and ``b`` with their batch dims broadcast to one shape."""
+    import jax.numpy as jnp
+
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return jnp.broadcast_to(a, batch + a.shape[-2:]), jnp.broadcast_to(b, batch + b.shape[-2:])
 
 
 def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any]:
@@ -97,23 +99,26 @@ def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
     return lu_unpack(factors, pivots)
 
 
-def det(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any]:
-    """``aten._linalg_det``: ``(det, LU, pivots)``; the product of ``U``'s diagonal times the pivots' sign."""
+def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any, Any]:
+    """``(LU, pivots, U's diagonal, the pivots' sign)`` of ``A``, or of ``A^T`` where torch factors that."""
     import jax.numpy as jnp
 
-    lu, pivots, _ = _lu(_mT(a) if _factors_transpose(layout) else a)
-    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
-    return diag.prod(-1) * _permutation_sign(pivots).astype(a.dtype), lu, pivots
+    lu, pivots, _ = _lu(_mT(a) if layout.is_contiguous() and not layout.is_complex() else a)
+    return lu, pivots, jnp.diagonal(lu, axis1=-2, axis2=-1), _permutation_sign(pivots).astype(a.dtype)
+
+
+def det(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any]:
+    """``aten._linalg_det``: ``(det, LU, pivots)``; the product of ``U``'s diagonal times the pivots' sign."""
+    lu, pivots, diag, sign = _factored(a, layout)
+    return diag.prod(-1) * sign, lu, pivots
 
 
 def slogdet(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any, Any]:
     """``aten._linalg_slogdet``: ``(sign, logabsdet, LU, pivots)``; a singular matrix has sign 0, logabsdet -inf."""
     import jax.numpy as jnp
 
-    lu, pivots, _ = _lu(_mT(a) if _factors_transpose(layout) else a)
-    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
-    sign = jnp.sign(diag).prod(-1) * _permutation_sign(pivots).astype(a.dtype)
-    return sign, jnp.log(jnp.abs(diag)).sum(-1), lu, pivots
+    lu, pivots, diag, sign = _factored(a, layout)
+    return jnp.sign(diag).prod(-1) * sign, jnp.log(jnp.abs(diag)).sum(-1), lu, pivots
 
 
 def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any, Any]:
@@ -198,12 +203,10 @@ def _cholesky_info(a: Any) -> Any:
 def cholesky_solve(b: Any, factor: Any, upper: bool = False) -> Any:
     """``aten.cholesky_solve``: ``X`` with ``A X = B`` for ``A = L L^H`` (``U^H U`` when ``upper``), batch dims
     broadcast (torchax transposes every dim of an upper factor)."""
-    import jax.numpy as jnp
     import jax.scipy.linalg as jsl
 
-    batch = jnp.broadcast_shapes(factor.shape[:-2], b.shape[:-2])
-    factor = jnp.broadcast_to(factor, batch + factor.shape[-2:])
-    return jsl.cho_solve((factor, not upper), jnp.broadcast_to(b, batch + b.shape[-2:]))
+    factor, b = _broadcast_batch(factor, b)
+    return jsl.cho_solve((factor, not upper), b)
 
 
 def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:
