@@ -316,10 +316,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 return _with_effects(*args, **kwargs)
             if (out := scalars.lower(target, self._node, args, kwargs)) is not NotImplemented:
                 return out
-            if target in ops.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
-                jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
-                return env.j2t_iso(ops.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
-            lowering = ops.lowering_for(target)
+            lowering = ops.lowering_for(target, self._node)
             if lowering is not None:
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
                 return env.j2t_iso(lowering(*jax_args, **jax_kwargs))

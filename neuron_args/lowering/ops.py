@@ -148,8 +148,11 @@ def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[.
     return register
 
 
-def lowering_for(target: Any) -> Callable[..., Any] | None:
-    """The registered lowering of FX target ``target`` (an ``OpOverload``), or None."""
+def lowering_for(target: Any, node: torch.fx.Node) -> Callable[..., Any] | None:
+    """The lowering of FX node ``node`` calling ``target`` (an ``OpOverload``): a registered one, one given the
+    layout of its first input (:data:`BY_LAYOUT`), or None."""
+    if target in BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
+        return functools.partial(BY_LAYOUT[target], layout=node.args[0].meta["val"])
     schema = getattr(target, "_schema", None)
     if schema is None:
         return None
