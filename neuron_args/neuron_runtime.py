@@ -182,10 +182,7 @@ class NeffExecutable:
         inputs = []
         for index, (t, spec, cast) in enumerate(zip(args, self.input_specs, self._in_casts)):
             if t.dtype is not spec.torch_dtype or tuple(t.shape) != spec.shape:
-                raise TypeError(
-                    f"NEFF input {index} expects {spec.dtype}{list(spec.shape)}, got "
-                    f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}: the graph was compiled for other "
-                    "inputs (pass tensors shaped like the ones it was traced with)")
+                raise TypeError(spec.mismatch(f"NEFF input {index}", t))
             t = t.detach()
             inputs.append((t if cast is None else t.to(cast)).contiguous())
         outs = self.forward(inputs, self.model)

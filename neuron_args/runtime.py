@@ -80,11 +80,7 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
                 and t.dtype is dtype and t.shape == shape:
             return seen[2]
         if t.dtype is not dtype or t.shape != shape:
-            raise TypeError(
-                f"executable input {index} expects {spec.dtype}{list(spec.shape)}, got "
-                f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}: the graph was compiled for "
-                "other inputs (pass tensors shaped like the ones it was traced with)"
-            )
+            raise TypeError(spec.mismatch(f"executable input {index}", t))
         if t.device.type != "cpu":
             raise TypeError(f"executable input {index} is on {t.device}; XLA:CPU executables take CPU tensors")
         if cast is not None:
