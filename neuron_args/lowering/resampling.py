@@ -2,6 +2,7 @@
 the separable filter weights torch's CPU kernel uses."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -47,8 +48,8 @@ def antialias_weights(in_size: int, out_size: int, align_corners: bool, scale: f
     return weights
 
 
-def _resize(equation: str, x: Any, output_size: Any, input_size: Any, align_corners: bool, scales_h: float | None,
-            scales_w: float | None, kernel: Callable[[Any], Any], support: float) -> Any:
+def _resize(kernel: Callable[[Any], Any], support: float, equation: str, x: Any, output_size: Any, input_size: Any,
+            align_corners: bool, scales_h: float | None = None, scales_w: float | None = None) -> Any:
     """``equation`` over the constant row and column weight matrices and ``x``, in float32, in ``x``'s dtype."""
     import jax.numpy as jnp
 
@@ -63,17 +64,13 @@ def upsample_aa(kernel: Callable[[Any], Any], support: float) -> Callable[..., A
     constant weight matrices, ``W_h @ x @ W_w^T`` per image and channel."""
     def lowering(x: Any, output_size: Any, align_corners: bool, scales_h: float | None = None,
                  scales_w: float | None = None) -> Any:
-        return _resize("oh,...hw,pw->...op", x, output_size, x.shape, align_corners, scales_h, scales_w, kernel,
-                       support)
+        return _resize(kernel, support, "oh,...hw,pw->...op", x, output_size, x.shape, align_corners, scales_h,
+                       scales_w)
 
     return lowering
 
 
 def upsample_aa_backward(kernel: Callable[[Any], Any], support: float) -> Callable[..., Any]:
-    """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa_backward``: the forward's weights transposed."""
-    def lowering(grad_output: Any, output_size: Any, input_size: Any, align_corners: bool,
-                 scales_h: float | None = None, scales_w: float | None = None) -> Any:
-        return _resize("oh,...op,pw->...hw", grad_output, output_size, input_size, align_corners, scales_h, scales_w,
-                       kernel, support)
-
-    return lowering
+    """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa_backward`` ``(grad_output, output_size, input_size,
+    align_corners, scales_h, scales_w)``: the forward's weights transposed."""
+    return functools.partial(_resize, kernel, support, "oh,...op,pw->...hw")
