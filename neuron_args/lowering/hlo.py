@@ -490,6 +490,8 @@ def _data_dependent_fix(op: str, graph: torch.fx.Graph) -> str | None:
 
 def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
@@ -503,7 +505,7 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         lines.append(f"  {_data_dependent_fix(op, n.graph)}")
     elif "complex32" in str(error):
         lines.append("  torch.complex32 (chalf) has no XLA type: compute in torch.complex64")
-    elif _has_unbacked_size(n):
+    elif free_unbacked_symbols(n.meta.get("val")):
         lines.append("  its output size depends on tensor values (a boolean mask index, nonzero): keep sizes fixed "
                      "with torch.where, or compute it outside the compiled function")
         if _boolean_index(n):
@@ -532,12 +534,6 @@ def _boolean_index(n: torch.fx.Node) -> bool:
     return n.target is torch.ops.aten.index.Tensor and any(
         isinstance(i, torch.fx.Node) and getattr(i.meta.get("val"), "dtype", None) is torch.bool
         for i in (n.args[1] if len(n.args) > 1 else ()))
-
-
-def _has_unbacked_size(n: torch.fx.Node) -> bool:
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
-
-    return bool(free_unbacked_symbols(n.meta.get("val")))
 
 
 def _user_source(n: torch.fx.Node) -> str:
