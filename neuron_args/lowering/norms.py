@@ -12,19 +12,13 @@ def renorm_factor(norm: Any, maxnorm: float, dtype: Any) -> Any:
     return jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(dtype)
 
 
-def _accumulation(x: Any) -> Any:
-    """``x`` in the dtype eager computes its norm in (float32 for float16/bfloat16)."""
-    import jax.numpy as jnp
-
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
-
-
 def renorm(x: Any, p: float, dim: int, maxnorm: float) -> Any:
     """``aten.renorm``: each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it."""
     import jax.numpy as jnp
 
     dim = dim % x.ndim
-    rows = jnp.moveaxis(_accumulation(x), dim, 0).reshape(x.shape[dim], -1)
+    wide = x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x  # eager's norm dtype
+    rows = jnp.moveaxis(wide, dim, 0).reshape(x.shape[dim], -1)
     norm = jnp.linalg.norm(rows, ord=p, axis=1)
     shape = [1] * x.ndim
     shape[dim] = x.shape[dim]
