@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_args.lowering.lazy_jax import jnp, jss
+
 _K0_A = (
     1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11, 1.90451637722020886025e-09,
     2.53479107902614945675e-07, 2.28621210311945178607e-05, 1.26461541144692592338e-03, 3.59799365153615016266e-02,
@@ -38,8 +40,6 @@ _K1_B = (
 
 def _chbevl(y: Any, coeffs: tuple[float, ...]) -> Any:
     """Cephes' Chebyshev series at ``y`` (torch's loop: ``a = y q - p + c``), ``(a - p) / 2``."""
-    import jax.numpy as jnp
-
     p = q = jnp.zeros_like(y)
     a = jnp.full_like(y, coeffs[0])
     for c in coeffs[1:]:
@@ -50,18 +50,15 @@ def _chbevl(y: Any, coeffs: tuple[float, ...]) -> Any:
 
 def scaled_modified_bessel_k(x: Any, order: int) -> Any:
     """``scaled_modified_bessel_k0`` (``order`` 0) or ``k1`` (1), as torch's Cephes kernels."""
-    import jax.numpy as jnp
-    from jax.scipy import special
-
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
     small_x = jnp.where(x <= 2, x, 1)  # each branch on inputs it is defined for: no NaN through the other's gradient
     large_x = jnp.where(x > 2, x, 4)
     if order == 0:
         series = _chbevl(small_x * small_x - 2, _K0_A)
-        small = (series - jnp.log(0.5 * small_x) * special.i0(small_x)) * jnp.exp(small_x)
+        small = (series - jnp.log(0.5 * small_x) * jss.i0(small_x)) * jnp.exp(small_x)
         large = _chbevl(8 / large_x - 2, _K0_B) / jnp.sqrt(large_x)
     else:
-        small = (jnp.log(0.5 * small_x) * special.i1(small_x) + _chbevl(small_x * small_x - 2, _K1_A) / small_x) \
+        small = (jnp.log(0.5 * small_x) * jss.i1(small_x) + _chbevl(small_x * small_x - 2, _K1_A) / small_x) \
             * jnp.exp(small_x)
         large = _chbevl(8 / large_x - 2, _K1_B) / jnp.sqrt(large_x)
     out = jnp.where(x <= 2, small, large)
@@ -110,8 +107,6 @@ def _horner(y: Any, coeffs: tuple[float, ...]) -> Any:
 def airy_ai(x: Any) -> Any:
     """``special.airy_ai`` as torch computes it: the rational forms beyond +-2.09 and the power series (to
     float32's epsilon, each element stopping at its own term) inside."""
-    import jax.numpy as jnp
-
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
     eps = jnp.finfo(x.dtype).eps
     neg = jnp.where(x < -2.09, x, -4.0)  # each branch on the inputs it is defined for

@@ -7,13 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from neuron_args.lowering import environments
+from neuron_args.lowering.lazy_jax import jax
 
 
 def _draw(sample: Callable[..., Any]) -> Callable[..., Any]:
     """A lowering ``(x, *params, generator=None)``: ``sample(jax, key, x.shape, *params)`` in ``x``'s dtype."""
     def lowering(x: Any, *params: Any, generator: Any = None) -> Any:
-        import jax
-
         key = environments.current().get_and_rotate_prng_key(generator)
         return sample(jax, key, x.shape, *params).astype(x.dtype)
 
@@ -33,6 +32,4 @@ log_normal = _draw(lambda jax, key, shape, mean=1.0, std=2.0: jax.numpy.exp(_nor
 def normal_of_size(mean: float, std: float, size: Any, *, generator: Any = None, **factory: Any) -> Any:
     """``aten.normal.float_float`` (``torch.normal(mean, std, size)``): float32 draws; the graph casts them to the
     ``dtype`` asked for (the other factory arguments mean nothing in a graph)."""
-    import jax
-
     return _normal(jax, environments.current().get_and_rotate_prng_key(generator), tuple(size), mean, std)

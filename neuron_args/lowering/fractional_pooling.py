@@ -6,11 +6,11 @@ import functools
 import math
 from typing import Any
 
+from neuron_args.lowering.lazy_jax import jnp
+
 
 def _starts(sample: Any, size: int, out: int, pool: int) -> Any:
     """torch's ``generate_intervals``: ``int((i + u) * alpha) - int(u * alpha)``, the last window at the end."""
-    import jax.numpy as jnp
-
     if out == 1:
         return jnp.full(sample.shape + (1,), size - pool, jnp.int32)
     alpha = jnp.asarray((size - pool) / (out - 1), sample.dtype)
@@ -22,8 +22,6 @@ def _starts(sample: Any, size: int, out: int, pool: int) -> Any:
 def _fractional_max_pool(order: tuple[int, ...], x: Any, kernel_size: Any, output_size: Any,
                          samples: Any) -> tuple[Any, Any]:
     """``aten.fractional_max_pool{2,3}d``, spatial dim ``d``'s windows from sample ``order[d]``."""
-    import jax.numpy as jnp
-
     kernel = tuple(kernel_size)
     output_size = tuple(output_size)
     dims = len(order)

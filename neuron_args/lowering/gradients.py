@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from neuron_args.lowering import environments
+from neuron_args.lowering.lazy_jax import jax, jnp
 
 aten = torch.ops.aten
 
@@ -15,8 +16,6 @@ aten = torch.ops.aten
 def pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> tuple[Any, ...]:
     """The gradients of ``forward`` at ``primals`` for ``grad_output``: a backward op as the vjp of its
     forward op's lowering, so forward and backward come from one definition."""
-    import jax
-
     out, pull = jax.vjp(forward, *primals)
     return pull(grad_output.astype(out.dtype))
 
@@ -66,8 +65,6 @@ def convolution_backward(
     transposed: bool, output_padding: Any, groups: int, output_mask: Any,
 ) -> tuple[Any, Any, Any]:
     """``aten.convolution_backward``: ``(grad_input, grad_weight, grad_bias)``, each None unless asked for."""
-    import jax.numpy as jnp
-
     conv = lowered_op(aten.convolution.default, None, stride, padding, dilation, transposed, output_padding,
                        groups)
     grad_input, grad_weight = pullback(conv, grad_output, input, weight)

@@ -20,6 +20,7 @@ import torch
 
 from neuron_args.errors import LoweringError
 from neuron_args.lowering import hashing, precision
+from neuron_args.lowering.lazy_jax import jax, jnp
 from neuron_args.scope import current_graph_type
 from neuron_args.tensors import LOWERED_DTYPES, WORD_PAIR_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
 from neuron_args.text import first_line
@@ -192,8 +193,6 @@ def _lower(
     from neuron_args.lowering.torchax_compat import import_torchax
 
     import_torchax()  # before any torchax submodule import (see torchax_compat)
-    import jax
-
     graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), tokens, seeded)
     args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in input_specs]
     try:
@@ -246,8 +245,6 @@ def _environment() -> Any:
 
         def get_and_rotate_prng_key(self, generator: Any = None) -> Any:
             # never the process's own key (it would be baked into the HLO): a seeded graph takes a key input
-            import jax
-
             if self.graph_key is None:
                 raise _NeedsRandomKey()
             self.graph_key, key = jax.random.split(self.graph_key)
@@ -277,7 +274,6 @@ def _environment() -> Any:
 
 def _constant(env: Any, value: torch.Tensor) -> Any:
     """A real torch tensor held by the graph (get_attr, lifted constant) as a torchax tensor."""
-    import jax.numpy as jnp
     from torchax.tensor import Tensor
 
     if isinstance(value, torch._subclasses.FakeTensor):
@@ -336,8 +332,6 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 raise LoweringError(_cannot_lower(n, e)) from e
 
     def neuron_graph(*arrays: Any) -> tuple[Any, ...]:
-        import jax
-
         if seeded:  # random ops split the key input
             *arrays, key_data = arrays
             env.graph_key = jax.random.wrap_key_data(jax.lax.bitcast_convert_type(key_data, jax.numpy.uint32))

@@ -12,29 +12,24 @@ from typing import Any
 
 import torch
 
+from neuron_args.lowering.lazy_jax import jax, jnp, jsl
+
 aten = torch.ops.aten
 
 
 def _mT(x: Any) -> Any:
-    import jax.numpy as jnp
-
     return jnp.swapaxes(x, -1, -2)
 
 
 def _lu(a: Any) -> tuple[Any, Any, Any]:
     """LAPACK ``getrf`` as torch returns it: ``(LU, pivots, info)``, pivots 1-based int32, info the 1-based index of
     the first exactly-zero pivot of ``U`` (0: none)."""
-    import jax
-    import jax.numpy as jnp
-
     lu, pivots, _ = jax.lax.linalg.lu(a)
     return lu, (pivots + 1).astype(jnp.int32), _first_true(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
 
 
 def _first_true(flags: Any) -> Any:
     """The 1-based index of the first True along the last axis, 0 when there is none (int32)."""
-    import jax.numpy as jnp
-
     if flags.shape[-1] == 0:  # 0 x 0 matrices: nothing to fail
         return jnp.zeros(flags.shape[:-1], jnp.int32)
     return jnp.where(flags.any(-1), jnp.argmax(flags, -1) + 1, 0).astype(jnp.int32)
@@ -42,17 +37,12 @@ def _first_true(flags: Any) -> Any:
 
 def _permutation_sign(pivots: Any) -> Any:
     """+1 or -1: the parity of the row swaps ``pivots`` (1-based) makes."""
-    import jax.numpy as jnp
-
     swaps = (pivots != jnp.arange(1, pivots.shape[-1] + 1, dtype=pivots.dtype)).sum(-1)
     return 1 - 2 * (swaps % 2)
 
 
 def _lu_solve(lu: Any, pivots: Any, b: Any, *, transposed: bool) -> Any:
     """Solve ``A x = b`` (``A^T x = b`` when ``transposed``) with ``A``'s LU factors, batch dims broadcast."""
-    import jax.numpy as jnp
-    import jax.scipy.linalg as jsl
-
     lu, b = _broadcast_batch(lu, b)
     pivots = jnp.broadcast_to(pivots, lu.shape[:-2] + pivots.shape[-1:])
     return jsl.lu_solve((lu, pivots - 1), b, trans=1 if transposed else 0)
@@ -60,8 +50,6 @@ def _lu_solve(lu: Any, pivots: Any, b: Any, *, transposed: bool) -> Any:
 
 def _broadcast_batch(a: Any, b: Any) -> tuple[Any, Any]:
     """Matrices ``a`` and ``b`` with their batch dims broadcast to one shape."""
-    import jax.numpy as jnp
-
     batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     return jnp.broadcast_to(a, batch + a.shape[-2:]), jnp.broadcast_to(b, batch + b.shape[-2:])
 
@@ -76,9 +64,6 @@ def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tupl
 def lu_unpack(lu: Any, pivots: Any, unpack_data: bool = True, unpack_pivots: bool = True) -> tuple[Any, Any, Any]:
     """``aten.lu_unpack``: ``(P, L, U)`` with ``A = P L U`` (what the LU backward formulas use); an output not
     asked for is empty (torchax slices with traced indices, which jax refuses)."""
-    import jax
-    import jax.numpy as jnp
-
     *batch, m, n = lu.shape
     k = min(m, n)
     empty = jnp.zeros((0,), lu.dtype)
@@ -101,8 +86,6 @@ def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
 
 def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any, Any]:
     """``(LU, pivots, U's diagonal, the pivots' sign)`` of ``A``, or of ``A^T`` where torch factors that."""
-    import jax.numpy as jnp
-
     lu, pivots, _ = _lu(_mT(a) if layout.is_contiguous() and not layout.is_complex() else a)
     return lu, pivots, jnp.diagonal(lu, axis1=-2, axis2=-1), _permutation_sign(pivots).astype(a.dtype)
 
@@ -115,8 +98,6 @@ def det(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any]:
 
 def slogdet(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any, Any]:
     """``aten._linalg_slogdet``: ``(sign, logabsdet, LU, pivots)``; a singular matrix has sign 0, logabsdet -inf."""
-    import jax.numpy as jnp
-
     lu, pivots, diag, sign = _factored(a, layout)
     return jnp.sign(diag).prod(-1) * sign, jnp.log(jnp.abs(diag)).sum(-1), lu, pivots
 
@@ -137,8 +118,6 @@ def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> t
 
 def inv_ex(a: Any, check_errors: bool = False) -> tuple[Any, Any]:
     """``aten.linalg_inv_ex``: ``(inverse, info)``, solving against the identity as torch does."""
-    import jax.numpy as jnp
-
     lu, pivots, info = _lu(a)
     eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
     return _lu_solve(lu, pivots, eye, transposed=False), info
@@ -148,9 +127,6 @@ def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tupl
     """``aten.linalg_cholesky_ex``: ``(L, info)`` (``U = L^H`` when ``upper``), reading only the lower (upper)
     triangle as LAPACK's ``potrf`` does. ``info`` is the order of the first leading minor that is not positive
     definite (0: none): computed, column by column, only when the factorization failed (jax returns NaN then)."""
-    import jax
-    import jax.numpy as jnp
-
     if a.shape[-1] == 0:  # 0 x 0 matrices: nothing to factor
         return a, jnp.zeros(a.shape[:-2], jnp.int32)
     sym = _symmetric(a, upper)
@@ -162,8 +138,6 @@ def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tupl
 
 def _symmetric(a: Any, upper: bool) -> Any:
     """The symmetric matrix ``a``'s lower (upper) triangle stands for: what LAPACK's symmetric kernels read."""
-    import jax.numpy as jnp
-
     half = jnp.triu(a) if upper else jnp.tril(a)
     return half + _mT(jnp.triu(half, 1) if upper else jnp.tril(half, -1))
 
@@ -171,9 +145,6 @@ def _symmetric(a: Any, upper: bool) -> Any:
 def eigh(a: Any, uplo: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
     """``aten._linalg_eigh``: ``(eigenvalues ascending, eigenvectors)`` of the ``uplo`` triangle (torchax averages
     ``a`` with its transpose: other values for an ``a`` that is not symmetric)."""
-    import jax
-    import jax.numpy as jnp
-
     vectors, values = jax.lax.linalg.eigh(_symmetric(a, uplo.upper() == "U"), symmetrize_input=False)
     return values, (vectors if compute_v else jnp.zeros((0,), a.dtype))
 
@@ -181,9 +152,6 @@ def eigh(a: Any, uplo: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
 def _cholesky_info(a: Any) -> Any:
     """The order of the first leading minor of ``a`` (symmetric) whose Cholesky pivot is not positive (0: none):
     an unblocked right-looking Cholesky over the columns."""
-    import jax
-    import jax.numpy as jnp
-
     n = a.shape[-1]
     rows = jnp.arange(n)
 
@@ -203,8 +171,6 @@ def _cholesky_info(a: Any) -> Any:
 def cholesky_solve(b: Any, factor: Any, upper: bool = False) -> Any:
     """``aten.cholesky_solve``: ``X`` with ``A X = B`` for ``A = L L^H`` (``U^H U`` when ``upper``), batch dims
     broadcast (torchax transposes every dim of an upper factor)."""
-    import jax.scipy.linalg as jsl
-
     factor, b = _broadcast_batch(factor, b)
     return jsl.cho_solve((factor, not upper), b)
 
@@ -212,8 +178,6 @@ def cholesky_solve(b: Any, factor: Any, upper: bool = False) -> Any:
 def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:
     """``aten.linalg_pinv``: singular values at most ``max(atol, rtol * s_max)`` dropped, with torch's default
     ``rtol`` (torchax ignores ``atol``); ``hermitian`` reads only the lower triangle, as torch."""
-    import jax.numpy as jnp
-
     if hermitian:
         a = _symmetric(a, upper=False)
     u, s, vh = jnp.linalg.svd(a, full_matrices=False)
@@ -229,8 +193,6 @@ def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) ->
 
 def _per_matrix(value: Any, dtype: Any) -> Any:
     """A tolerance (a float, or a tensor over the batch) shaped to compare with the singular values."""
-    import jax.numpy as jnp
-
     return jnp.asarray(value, dtype) if isinstance(value, (int, float)) else jnp.asarray(value, dtype)[..., None]
 
 
@@ -243,8 +205,6 @@ def geqrf(a: Any) -> tuple[Any, Any]:
 
 def ormqr(a: Any, tau: Any, other: Any, left: bool = True, transpose: bool = False) -> Any:
     """``aten.ormqr``: ``Q @ other`` (``other @ Q`` when not ``left``; ``Q^H`` when ``transpose``)."""
-    import jax.lax.linalg
-
     return jax.lax.linalg.ormqr(a, tau, other, left=left, transpose=transpose)
 
 

@@ -20,6 +20,7 @@ from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
 from neuron_args.lowering.gradients import (
     adaptive_avg_pool_backward, backward_of, convolution_backward, weight_norm_backward)
+from neuron_args.lowering.lazy_jax import jnp
 from neuron_args.lowering.matmul import addbmm, addmm, grouped_mm, grouped_mm_backward
 from neuron_args.lowering.pooling import adaptive_max_pool, adaptive_max_pool_backward, max_unpool
 from neuron_args.lowering.recurrent import mkldnn_rnn_layer, mkldnn_rnn_layer_backward
@@ -31,8 +32,6 @@ aten = torch.ops.aten
 def _rrelu_with_noise(x: Any, noise: Any, lower: float = 0.125, upper: float = 1 / 3, training: bool = False,
                       generator: Any = None) -> tuple[Any, Any]:
     """``aten.rrelu_with_noise_functional`` in eval mode: a leaky ReLU with the mean slope; the noise unchanged."""
-    import jax.numpy as jnp
-
     if training:
         raise ValueError("F.rrelu in training mode draws a random slope per element: Neuron graphs lower it in "
                          "eval mode only (model.eval(), or F.rrelu(..., training=False))")
@@ -42,8 +41,6 @@ def _rrelu_with_noise(x: Any, noise: Any, lower: float = 0.125, upper: float = 1
 def _jnp(name: str) -> Callable[..., Any]:
     """A lowering that is ``jax.numpy.<name>`` (jax imported on the first call)."""
     def lowering(*args: Any) -> Any:
-        import jax.numpy as jnp
-
         return getattr(jnp, name)(*args)
 
     return lowering

@@ -6,20 +6,19 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
+
+from neuron_args.lowering.lazy_jax import jnp
 
 aten = torch.ops.aten
 
 
 def triangle(x: Any) -> Any:
-    import numpy as np
-
     return np.maximum(0.0, 1.0 - np.abs(x))
 
 
 def cubic(x: Any, a: float = -0.5) -> Any:
-    import numpy as np
-
     x = np.abs(x)
     near = ((a + 2) * x - (a + 3)) * x * x + 1
     far = (((x - 5) * x + 8) * x - 4) * a
@@ -30,8 +29,6 @@ def antialias_weights(in_size: int, out_size: int, align_corners: bool, scale: f
                        kernel: Callable[[Any], Any], support: float) -> Any:
     """The ``(out_size, in_size)`` matrix of an antialiased resize along one axis, as torch's CPU kernel builds it:
     the filter stretched by the downscale factor, each output's taps normalised to sum to one."""
-    import numpy as np
-
     if align_corners:
         ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
     else:
@@ -51,8 +48,6 @@ def antialias_weights(in_size: int, out_size: int, align_corners: bool, scale: f
 def _resize(kernel: Callable[[Any], Any], support: float, equation: str, x: Any, output_size: Any, input_size: Any,
             align_corners: bool, scales_h: float | None = None, scales_w: float | None = None) -> Any:
     """``equation`` over the constant row and column weight matrices and ``x``, in float32, in ``x``'s dtype."""
-    import jax.numpy as jnp
-
     (out_h, out_w), (in_h, in_w) = output_size, input_size[-2:]
     rows = jnp.asarray(antialias_weights(in_h, out_h, align_corners, scales_h, kernel, support), jnp.float32)
     cols = jnp.asarray(antialias_weights(in_w, out_w, align_corners, scales_w, kernel, support), jnp.float32)
