@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jnp, jss
+from neuron_args.lazy_modules import jnp, jss
 
 _K0_A = (
     1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11, 1.90451637722020886025e-09,

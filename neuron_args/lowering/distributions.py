@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from neuron_args.lazy_modules import jax
 from neuron_args.lowering import environments
-from neuron_args.lowering.lazy_jax import jax
 
 
 def _draw(sample: Callable[..., Any]) -> Callable[..., Any]:

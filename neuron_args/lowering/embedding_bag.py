@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from neuron_args.lowering.lazy_jax import jax, jnp
+from neuron_args.lazy_modules import jax, jnp
 
 aten = torch.ops.aten
 

@@ -6,7 +6,7 @@ import functools
 import math
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jnp
+from neuron_args.lazy_modules import jnp
 
 
 def _starts(sample: Any, size: int, out: int, pool: int) -> Any:

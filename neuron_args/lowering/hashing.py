@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from neuron_args.lowering.lazy_jax import jnp, lax
+from neuron_args.lazy_modules import jnp, lax
 
 _HASH = torch.ops.aten.hash_tensor.default
 _FLOAT64 = (torch.float64, torch.complex128)

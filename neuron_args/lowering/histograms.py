@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jnp
+from neuron_args.lazy_modules import jnp
 
 
 def _linspace(start: Any, end: Any, steps: int, dtype: Any) -> Any:

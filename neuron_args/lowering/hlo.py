@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
+from neuron_args.lazy_modules import jax, jnp
 from neuron_args.lowering import hashing, precision
-from neuron_args.lowering.lazy_jax import jax, jnp
 from neuron_args.scope import current_graph_type
 from neuron_args.tensors import LOWERED_DTYPES, WORD_PAIR_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
 from neuron_args.text import first_line

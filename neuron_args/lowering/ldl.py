@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jax, jnp
+from neuron_args.lazy_modules import jax, jnp
 
 
 def ldl_solve(ld: Any, pivots: Any, b: Any, hermitian: bool = False) -> Any:

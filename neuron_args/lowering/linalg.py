@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from neuron_args.lowering.lazy_jax import jax, jnp, jsl
+from neuron_args.lazy_modules import jax, jnp, jsl
 
 aten = torch.ops.aten
 

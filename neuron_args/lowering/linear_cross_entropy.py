@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jax, jnp
+from neuron_args.lazy_modules import jax, jnp
 
 
 def _weighted_nll(x: Any, linear_weight: Any, target: Any, linear_bias: Any, weight: Any,

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jnp, lax
 from neuron_args.lowering.gradients import pullback
-from neuron_args.lowering.lazy_jax import jnp, lax
 
 aten = torch.ops.aten
 

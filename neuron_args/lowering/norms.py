@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jnp
+from neuron_args.lazy_modules import jnp
 
 
 def renorm_factor(norm: Any, maxnorm: float, dtype: Any) -> Any:

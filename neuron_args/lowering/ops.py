@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jnp
 from neuron_args.lowering import (
     bessel, distributions, elementwise, environments, fractional_pooling, hashing, histograms, indexing, ldl, linalg,
     linear_cross_entropy, norms, orthogonal, segments, special, strided)
@@ -20,7 +21,6 @@ from neuron_args.lowering.embedding_bag import (
     embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
 from neuron_args.lowering.gradients import (
     adaptive_avg_pool_backward, backward_of, convolution_backward, weight_norm_backward)
-from neuron_args.lowering.lazy_jax import jnp
 from neuron_args.lowering.matmul import addbmm, addmm, grouped_mm, grouped_mm_backward
 from neuron_args.lowering.pooling import adaptive_max_pool, adaptive_max_pool_backward, max_unpool
 from neuron_args.lowering.recurrent import mkldnn_rnn_layer, mkldnn_rnn_layer_backward

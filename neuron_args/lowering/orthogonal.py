@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jax, jnp
+from neuron_args.lazy_modules import jax, jnp
 
 
 def _operands(x: Any, n: Any) -> tuple[Any, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jnp
+from neuron_args.lazy_modules import jnp
 
 
 def segment_reduce(data: Any, reduce: str, *, lengths: Any = None, indices: Any = None, offsets: Any = None,

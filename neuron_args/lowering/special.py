@@ -7,7 +7,7 @@ import functools
 import math
 from typing import Any
 
-from neuron_args.lowering.lazy_jax import jax, jnp
+from neuron_args.lazy_modules import jax, jnp
 
 
 @functools.cache
