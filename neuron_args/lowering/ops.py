@@ -38,14 +38,6 @@ def _rrelu_with_noise(x: Any, noise: Any, lower: float = 0.125, upper: float = 1
     return jnp.where(x >= 0, x, x * ((lower + upper) / 2)).astype(x.dtype), noise
 
 
-def _jnp(name: str) -> Callable[..., Any]:
-    """A lowering that is ``jax.numpy.<name>`` (jax imported on the first call)."""
-    def lowering(*args: Any) -> Any:
-        return getattr(jnp, name)(*args)
-
-    return lowering
-
-
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
 LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": sdpa_flash_for_cpu,
@@ -63,8 +55,8 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_upsample_bilinear2d_aa_backward": upsample_aa_backward(triangle, 1.0),
     "aten::_upsample_bicubic2d_aa_backward": upsample_aa_backward(cubic, 2.0),
     "aten::rrelu_with_noise_functional": _rrelu_with_noise,
-    "aten::_is_all_true": _jnp("all"),  # torch._check_tensor_all's condition
-    "aten::_is_any_true": _jnp("any"),
+    "aten::_is_all_true": lambda x: jnp.all(x),  # torch._check_tensor_all's condition
+    "aten::_is_any_true": lambda x: jnp.any(x),
     # the 2d and 3d ops (1d too for padding); the backward ops torchax has no lowering for: the vjp of their forward op
     **{name: fn for n in (2, 3) for name, fn in (
         (f"aten::adaptive_max_pool{n}d", adaptive_max_pool),
