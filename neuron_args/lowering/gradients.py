@@ -23,7 +23,7 @@ def pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> tu
 def lowered_op(op: Any, *args: Any) -> Callable[..., Any]:
     """``op(*tensors, *args)`` as a function of jax arrays, lowered as the graph lowers it (a lowering
     here, torchax's, or torch's decomposition); its first output when it has several."""
-    env = environments.current()
+    env = environments.INSTALLED[-1]
 
     def forward(*arrays: Any) -> Any:
         # fresh lists: some torchax lowerings extend theirs in place (convolution's padding)
