@@ -8,6 +8,7 @@ so a prompt padded to its bucket does not move the next token's position.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import torch
@@ -19,8 +20,6 @@ from neuron_args.lazy_modules import cache_utils, transformers
 def cache_keyword(model: torch.nn.Module) -> str:
     """The keyword ``model``'s forward takes its cache by: ``cache`` (transformers 5.24 renames it; Mamba takes only
     that), else ``past_key_values`` (a model given the other name would build and fill a cache of its own)."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
