@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from neuron_args.lazy_modules import jnp
 from neuron_args.lowering import (
@@ -166,8 +167,6 @@ _HALF = (torch.bfloat16, torch.float16)
 
 def in_float32(op: Any, args: Any, kwargs: Any, result: Any) -> Any:
     """Run ``op`` on torchax tensors with half inputs upcast; cast outputs to ``result``'s dtypes."""
-    from torch.utils._pytree import tree_map
-
     def up(x: Any) -> Any:
         return x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype in _HALF else x
 
