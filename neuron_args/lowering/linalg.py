@@ -198,9 +198,7 @@ def _per_matrix(value: Any, dtype: Any) -> Any:
 
 def geqrf(a: Any) -> tuple[Any, Any]:
     """``aten.geqrf``: ``(a, tau)`` as LAPACK's ``?geqrf`` (its entry point is not public in jax 0.10)."""
-    from jax._src.lax.linalg import geqrf as lax_geqrf
-
-    return lax_geqrf(a)
+    return jax._src.lax.linalg.geqrf(a)
 
 
 def ormqr(a: Any, tau: Any, other: Any, left: bool = True, transpose: bool = False) -> Any:
