@@ -56,11 +56,10 @@ def scaled_modified_bessel_k(x: Any, order: int) -> Any:
     if order == 0:
         series = _chbevl(small_x * small_x - 2, _K0_A)
         small = (series - jnp.log(0.5 * small_x) * jss.i0(small_x)) * jnp.exp(small_x)
-        large = _chbevl(8 / large_x - 2, _K0_B) / jnp.sqrt(large_x)
     else:
         small = (jnp.log(0.5 * small_x) * jss.i1(small_x) + _chbevl(small_x * small_x - 2, _K1_A) / small_x) \
             * jnp.exp(small_x)
-        large = _chbevl(8 / large_x - 2, _K1_B) / jnp.sqrt(large_x)
+    large = _chbevl(8 / large_x - 2, _K1_B if order else _K0_B) / jnp.sqrt(large_x)
     out = jnp.where(x <= 2, small, large)
     return jnp.where(x == 0, jnp.inf, jnp.where((x < 0) | jnp.isnan(x), jnp.nan, out)).astype(x.dtype)
 
