@@ -2,7 +2,6 @@
 the separable filter weights torch's CPU kernel uses."""
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -66,6 +65,11 @@ def upsample_aa(kernel: Callable[[Any], Any], support: float) -> Callable[..., A
 
 
 def upsample_aa_backward(kernel: Callable[[Any], Any], support: float) -> Callable[..., Any]:
-    """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa_backward`` ``(grad_output, output_size, input_size,
-    align_corners, scales_h, scales_w)``: the forward's weights transposed."""
-    return functools.partial(_resize, kernel, support, "oh,...op,pw->...hw")
+    """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa_backward``: the forward's weights transposed (a
+    closure, not a partial of functions: the trace memo digests a closure's cells across processes)."""
+    def lowering(grad_output: Any, output_size: Any, input_size: Any, align_corners: bool,
+                 scales_h: float | None = None, scales_w: float | None = None) -> Any:
+        return _resize(kernel, support, "oh,...op,pw->...hw", grad_output, output_size, input_size, align_corners,
+                       scales_h, scales_w)
+
+    return lowering
