@@ -84,22 +84,23 @@ def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
     return lu_unpack(factors, pivots)
 
 
-def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any, Any]:
-    """``(LU, pivots, U's diagonal, the pivots' sign)`` of ``A``, or of ``A^T`` where torch factors that."""
+def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any]:
+    """``(LU, pivots, U's diagonal)`` of ``A``, or of ``A^T`` where torch factors that."""
     lu, pivots, _ = _lu(_mT(a) if layout.is_contiguous() and not layout.is_complex() else a)
-    return lu, pivots, jnp.diagonal(lu, axis1=-2, axis2=-1), _permutation_sign(pivots).astype(a.dtype)
+    return lu, pivots, jnp.diagonal(lu, axis1=-2, axis2=-1)
 
 
 def det(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any]:
     """``aten._linalg_det``: ``(det, LU, pivots)``; the product of ``U``'s diagonal times the pivots' sign."""
-    lu, pivots, diag, sign = _factored(a, layout)
-    return diag.prod(-1) * sign, lu, pivots
+    lu, pivots, diag = _factored(a, layout)
+    return diag.prod(-1) * _permutation_sign(pivots).astype(a.dtype), lu, pivots
 
 
 def slogdet(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any, Any]:
     """``aten._linalg_slogdet``: ``(sign, logabsdet, LU, pivots)``; a singular matrix has sign 0, logabsdet -inf."""
-    lu, pivots, diag, sign = _factored(a, layout)
-    return jnp.sign(diag).prod(-1) * sign, jnp.log(jnp.abs(diag)).sum(-1), lu, pivots
+    lu, pivots, diag = _factored(a, layout)
+    sign = jnp.sign(diag).prod(-1) * _permutation_sign(pivots).astype(a.dtype)
+    return sign, jnp.log(jnp.abs(diag)).sum(-1), lu, pivots
 
 
 def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any, Any]:
