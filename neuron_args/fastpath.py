@@ -95,9 +95,7 @@ def _module_hooks(module: torch.nn.Module, other: torch.nn.Module | None = None)
 
 
 def _cache_entries(code: types.CodeType) -> list[Any]:
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-
-    return list(_debug_get_cache_entry_list(code))
+    return list(_eval_frame._debug_get_cache_entry_list(code))
 
 
 @dataclass

@@ -8,18 +8,18 @@ so a prompt padded to its bucket does not move the next token's position.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import torch
 
 from neuron_args.errors import NeuronArgsError
+from neuron_args.lazy_modules import cache_utils, transformers
 
 
 def cache_keyword(model: torch.nn.Module) -> str:
     """The keyword ``model``'s forward takes its cache by: ``cache`` (transformers 5.24 renames it; Mamba takes only
     that), else ``past_key_values`` (a model given the other name would build and fill a cache of its own)."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
@@ -35,10 +35,8 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
     differently, the filled cache does not); a layer it leaves empty is a ``DummyLayer``, layers past the last
     one filled are dropped.
     """
-    from transformers import DynamicCache
-
     param = next(model.parameters())
-    probe = DynamicCache(config=model.config)
+    probe = transformers.DynamicCache(config=model.config)
     try:
         with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
             model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), **{cache_keyword(model): probe},
@@ -54,19 +52,15 @@ def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int 
 
 def _positioned_cache(layers: list[Any]) -> Any:
     """A StaticCache of ``layers`` (transformers' constructor would build its own from the config first)."""
-    from transformers.cache_utils import Cache
-
     cache = positioned_cache_class().__new__(positioned_cache_class())
-    Cache.__init__(cache, layers=layers)
+    cache_utils.Cache.__init__(cache, layers=layers)
     return cache
 
 
 @functools.cache
 def positioned_cache_class() -> type:
     """transformers' ``StaticCache`` with a Python-int filled length (made on first use: transformers is optional)."""
-    from transformers.cache_utils import StaticCache
-
-    class PositionedCache(StaticCache):
+    class PositionedCache(cache_utils.StaticCache):
         """A ``StaticCache`` whose ``get_seq_length()`` is a Python int read once from the layer's filled length:
         models that compute ``torch.arange(length, length + n)`` from it (MVP, RoFormer, MPT) would read the 0-d
         tensor once per bound and break the graph; read once, the length stays a traced value
@@ -137,15 +131,13 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
 def _static_indexed_layer(model_name: str, i: int, seen: Any, max_cache_len: int, batch_size: int) -> Any:
     """transformers' ``StaticIndexedLayer`` for a sparse-attention layer (DeepSeek V3.2, GLM-5: keys, values and the
     indexer's keys, full length), allocated in the probe's shapes."""
-    from transformers.cache_utils import StaticIndexedLayer
-
     if seen.indexer_position_ids is not None:  # Qwen4-Exp: a Python attribute the forward grows by concatenation
         raise StaticCacheError(
             f"{model_name}: cache layer {i} (DynamicIndexedLayer) keeps the position of every token so far "
             "(`indexer_position_ids`, concatenated on each call), so each decode step would be a graph of its own "
             "shape; static_cache holds fixed-size states only. fix: serve this architecture without a cache "
             "(use_cache=False, one graph per sequence bucket), or keep it in eager PyTorch")
-    layer = StaticIndexedLayer(max_cache_len=max_cache_len)
+    layer = cache_utils.StaticIndexedLayer(max_cache_len=max_cache_len)
     _allocate_keys_values(layer, seen, batch_size)
     if seen.is_indexer_initialized:
         keys = seen.indexer_keys
@@ -246,9 +238,7 @@ class CrossAttentionFlags:
 
 def _static_layer(seen: Any, max_cache_len: int, batch_size: int) -> Any:
     """A full-length ``StaticLayer`` of ``max_cache_len`` for a filled dynamic layer, with its heads and dtype."""
-    from transformers.cache_utils import StaticLayer
-
-    layer = StaticLayer(max_cache_len=max_cache_len)
+    layer = cache_utils.StaticLayer(max_cache_len=max_cache_len)
     _allocate_keys_values(layer, seen, batch_size)
     return layer
 
@@ -267,7 +257,7 @@ def encoder_width(model: torch.nn.Module) -> int:
 def _encoder_outputs(states: torch.Tensor) -> Any:
     """The encoder states as a transformers output: models read them by index, or by name (NLLB-MoE), with the
     expert routing fields a mixture-of-experts encoder's output has (``None``: the decoder graph does not use them)."""
-    from transformers.modeling_outputs import MoEModelOutput
+    from transformers.modeling_outputs import MoEModelOutput  # a plain import: Dynamo traces this call
 
     return MoEModelOutput(last_hidden_state=states)
 
@@ -276,12 +266,9 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
                                  batch_size: int = 1) -> Any:
     """An ``EncoderDecoderCache`` of static layers for ``model``: self-attention ``max_cache_len`` long, cross-attention
     ``encoder_len`` long, shaped by one eager decoder call as in :func:`static_cache`."""
-    from transformers import DynamicCache, EncoderDecoderCache
-    from transformers.cache_utils import Cache
-
     param = next(model.parameters())
     hidden = encoder_width(model)
-    probe = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    probe = transformers.EncoderDecoderCache(transformers.DynamicCache(), transformers.DynamicCache())
     with torch.inference_mode(), torch.compiler.set_stance("force_eager"):
         states = torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device)
         model(encoder_outputs=_encoder_outputs(states),
@@ -294,8 +281,8 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
                              "static_encoder_decoder_cache handles models whose attention layers cache keys and values")
         layers = [_static_layer(seen, length, batch_size) for seen in filled]
         # the self-attention cache's filled length gives positions (see positioned_cache_class)
-        caches.append(Cache(layers=layers) if caches else _positioned_cache(layers))
-    return EncoderDecoderCache(*caches)
+        caches.append(cache_utils.Cache(layers=layers) if caches else _positioned_cache(layers))
+    return transformers.EncoderDecoderCache(*caches)
 
 
 class Seq2SeqEncoder(torch.nn.Module):
@@ -314,13 +301,11 @@ class Seq2SeqDecoderStep(torch.nn.Module):
     ``computes_cross``: it writes the cross-attention cache from the encoder states (prefill), else reads it."""
 
     def __init__(self, model: torch.nn.Module, cache: Any, *, computes_cross: bool) -> None:
-        from transformers import EncoderDecoderCache
-
         super().__init__()
         self.model = model
         self.computes_cross = computes_cross
         # its own view of the shared caches: the flags are this graph's, the tensors everyone's
-        self.cache = EncoderDecoderCache(cache.self_attention_cache, cache.cross_attention_cache)
+        self.cache = transformers.EncoderDecoderCache(cache.self_attention_cache, cache.cross_attention_cache)
         self.cache.is_updated = CrossAttentionFlags(not computes_cross)
         max_cache_len = cache.self_attention_cache.layers[0].max_cache_len
         batch_size = cache.self_attention_cache.layers[0].keys.shape[0]

@@ -18,6 +18,7 @@ import torch
 
 from neuron_args import envs
 from neuron_args.errors import NeuronArgsError
+from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, parse_visible_devices
 from neuron_args.tensors import TensorSpec, from_lowered_output
 
 RUNTIME_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
@@ -74,8 +75,6 @@ def core_window(environ: Mapping[str, str] | None = None) -> str | None:
     """``NEURON_RT_VISIBLE_CORES`` for this process (``"2-3"``, ``"4"``; None without a window): tensor-parallel rank
     ``r`` takes the ``r``-th equal slice of the ``NEURON_VISIBLE_DEVICES`` window. The runtime takes one range, so
     a window with gaps, or one that does not split evenly among the ranks, is refused."""
-    from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV, parse_visible_devices
-
     env = envs.environ() if environ is None else environ
     value = env.get(VISIBLE_DEVICES_ENV, "").strip()
     if not value:
@@ -109,8 +108,6 @@ def apply_core_window(environ: MutableMapping[str, str] | None = None) -> str | 
         return env.get(RUNTIME_CORES_ENV)
     explicit = env.get(RUNTIME_CORES_ENV)
     if explicit is not None and explicit.strip() != window:
-        from neuron_args.manifest.engine import VISIBLE_DEVICES_ENV
-
         raise NeuronArgsError(
             f"{RUNTIME_CORES_ENV}={explicit!r} but {VISIBLE_DEVICES_ENV}={env[VISIBLE_DEVICES_ENV]!r} gives this "
             f"process cores {window}: it would run on other cores than its manifest names; unset "
@@ -182,10 +179,7 @@ class NeffExecutable:
         inputs = []
         for index, (t, spec, cast) in enumerate(zip(args, self.input_specs, self._in_casts)):
             if t.dtype is not spec.torch_dtype or tuple(t.shape) != spec.shape:
-                raise TypeError(
-                    f"NEFF input {index} expects {spec.dtype}{list(spec.shape)}, got "
-                    f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}: the graph was compiled for other "
-                    "inputs (pass tensors shaped like the ones it was traced with)")
+                raise TypeError(spec.mismatch(f"NEFF input {index}", t))
             t = t.detach()
             inputs.append((t if cast is None else t.to(cast)).contiguous())
         outs = self.forward(inputs, self.model)

@@ -35,16 +35,10 @@ from typing import Any
 import torch
 
 from neuron_args import xla_cpu
+from neuron_args.lazy_modules import jaxlib_jax
 from neuron_args.tensors import WORD_PAIR_DTYPES, TensorSpec, from_lowered_output
 
 log = logging.getLogger("neuron_args.runtime")
-
-
-def _dlpack() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """jaxlib's DLPack entry points: (capsule, device) -> buffer and buffer -> capsule."""
-    from jaxlib import _jax
-
-    return _jax.dlpack_managed_tensor_to_buffer, _jax.buffer_to_dlpack_managed_tensor
 
 
 def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[torch.Tensor], Any]:
@@ -55,7 +49,7 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
     """
     dtype, shape = spec.torch_dtype, torch.Size(spec.shape)
     cast = None if spec.lowered_dtype == spec.dtype else getattr(torch, spec.lowered_dtype)
-    to_buffer, _ = _dlpack()
+    to_buffer = jaxlib_jax.dlpack_managed_tensor_to_buffer  # (capsule, device) -> buffer
     to_dlpack = torch._C._to_dlpack
     # (tensor, its data pointer, the buffer aliasing it), replaced as one tuple: threads may share it
     last: list[tuple[torch.Tensor, int, Any] | None] = [None]
@@ -80,11 +74,7 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
                 and t.dtype is dtype and t.shape == shape:
             return seen[2]
         if t.dtype is not dtype or t.shape != shape:
-            raise TypeError(
-                f"executable input {index} expects {spec.dtype}{list(spec.shape)}, got "
-                f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}: the graph was compiled for "
-                "other inputs (pass tensors shaped like the ones it was traced with)"
-            )
+            raise TypeError(spec.mismatch(f"executable input {index}", t))
         if t.device.type != "cpu":
             raise TypeError(f"executable input {index} is on {t.device}; XLA:CPU executables take CPU tensors")
         if cast is not None:
@@ -103,7 +93,7 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
 def _output_converter(spec: TensorSpec, copy: bool) -> Callable[[Any], torch.Tensor]:
     """``result buffer -> tensor``: the buffer itself through DLPack, cast back if it was lowered (a uint64's
     word pair viewed as uint64)."""
-    _, to_capsule = _dlpack()
+    to_capsule = jaxlib_jax.buffer_to_dlpack_managed_tensor  # buffer -> capsule
     from_dlpack = torch._C._from_dlpack
     if spec.dtype in WORD_PAIR_DTYPES:  # a view of the words: copied only where the buffer is aliased
         return lambda a: from_lowered_output(from_dlpack(to_capsule(a)).clone() if copy else from_dlpack(to_capsule(a)),
@@ -126,9 +116,8 @@ def _result_handlers(outs: Sequence[Any]) -> tuple[Any, ...] | None:
     if _handlers_missing:
         return None
     try:
-        from jaxlib import _jax
-
-        return tuple(_jax.array_result_handler(o.aval, o.sharding, committed=True, _skip_checks=True) for o in outs)
+        return tuple(jaxlib_jax.array_result_handler(o.aval, o.sharding, committed=True, _skip_checks=True)
+                     for o in outs)
     except (ImportError, AttributeError, TypeError) as exc:
         _handlers_missing = True
         log.warning("this jaxlib has no result handler for executable outputs (%s): each call's outputs go through "

@@ -53,6 +53,12 @@ class TensorSpec:
         """The dtype name of this tensor as an HLO result (a word pair is uint32)."""
         return "uint32" if self.dtype in WORD_PAIR_DTYPES else self.lowered_dtype
 
+    def mismatch(self, what: str, t: torch.Tensor) -> str:
+        """The error for ``t`` passed where ``what`` (``"NEFF input 0"``) takes a tensor of this spec."""
+        return (f"{what} expects {self.dtype}{list(self.shape)}, got {str(t.dtype).removeprefix('torch.')}"
+                f"{list(t.shape)}: the graph was compiled for other inputs (pass tensors shaped like the ones it was "
+                "traced with)")
+
     def shape_string(self) -> str:
         """Manifest input form, Python tuple style: ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``."""
         if len(self.shape) == 1:

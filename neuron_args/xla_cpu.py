@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 from neuron_args import envs
+from neuron_args.lazy_modules import jax, xla_client
 
 #: set to 1 to execute on jax's asynchronous CPU client instead of the synchronous one
 ASYNC_ENV = "NEURON_ARGS_XLA_CPU_ASYNC"
@@ -19,17 +20,13 @@ ASYNC_ENV = "NEURON_ARGS_XLA_CPU_ASYNC"
 @functools.cache
 def cpu_client() -> Any:
     """jax's XLA:CPU client (created on first call); the local compiler compiles on it."""
-    import jax
-
     return jax.devices("cpu")[0].client
 
 
 @functools.cache
 def sync_client() -> Any:
     """A synchronous XLA:CPU client of our own (created on first call): executables run on the calling thread."""
-    from jax._src.lib import xla_client as xc
-
-    return xc.make_cpu_client(asynchronous=False, num_devices=1)
+    return jax._src.lib.xla_client.make_cpu_client(asynchronous=False, num_devices=1)  # imports jax: its arrays
 
 
 def clients_created() -> bool:
@@ -50,25 +47,19 @@ def runtime_client(asynchronous: bool | None = None) -> Any:
 
 
 def compile_options(env_overrides: Sequence[tuple[str, Any]] = ()) -> Any:
-    from jaxlib import xla_client as xc  # jax's own xla_client, without importing jax
-
-    opts = xc.CompileOptions()
+    opts = xla_client.CompileOptions()
     opts.env_option_overrides = list(env_overrides)
     return opts
 
 
 def _device_list(client: Any) -> Any:
-    from jaxlib import xla_client as xc
-
-    return xc.DeviceList(tuple(client.devices()[:1]))
+    return xla_client.DeviceList(tuple(client.devices()[:1]))
 
 
 def compile_hlo(hlo_module_proto: bytes, env_overrides: Sequence[tuple[str, Any]] = (), client: Any = None) -> bytes:
     """HloModuleProto bytes compiled for XLA:CPU on ``client`` (default :func:`cpu_client`), serialized."""
-    from jaxlib import xla_client as xc
-
     client = client if client is not None else cpu_client()
-    mlir = xc._xla.mlir.hlo_to_stablehlo(hlo_module_proto)
+    mlir = xla_client._xla.mlir.hlo_to_stablehlo(hlo_module_proto)
     exe = client.compile_and_load(mlir, _device_list(client), compile_options(env_overrides))
     return client.serialize_executable(exe)
 

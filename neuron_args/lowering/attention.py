@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jnp
+
 aten = torch.ops.aten
 
 
@@ -16,8 +18,6 @@ def sdpa_flash_for_cpu(
     """``aten._scaled_dot_product_flash_attention_for_cpu``: ``(output, logsumexp)`` (torch's decomposition
     returns the weights instead of the log-sum-exp a backward needs), in float32 as the CPU kernel; a fully
     masked row gives zeros, as the kernel does."""
-    import jax.numpy as jnp
-
     f32 = jnp.float32
     key, value, scores, _ = sdpa_scores(query, key, value, dropout_p, is_causal, attn_mask, scale)
     peak = jnp.max(scores, axis=-1, keepdims=True)
@@ -38,8 +38,6 @@ def sdpa_flash_for_cpu_backward(
 ) -> tuple[Any, Any, Any]:
     """``aten._scaled_dot_product_flash_attention_for_cpu_backward`` (torch has no decomposition): the flash
     backward in float32, rounded once; a shared key/value head's gradients summed over its query group."""
-    import jax.numpy as jnp
-
     f32 = jnp.float32
     kv_shape = key.shape
     keys, values, scores, scale = sdpa_scores(query, key, value, dropout_p, is_causal, attn_mask, scale)
@@ -61,8 +59,6 @@ def sdpa_flash_for_cpu_backward(
 def sdpa_scores(query: Any, key: Any, value: Any, dropout_p: float, is_causal: bool, attn_mask: Any,
                  scale: float | None) -> tuple[Any, Any, Any, float]:
     """Keys and values repeated to the query's heads, the scaled float32 scores (-inf where disallowed), the scale."""
-    import jax.numpy as jnp
-
     if dropout_p:
         raise ValueError(f"dropout_p={dropout_p}: Neuron graphs lower SDPA without dropout (set the "
                          "attention dropout to 0 or call model.eval())")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_args.lazy_modules import jnp, jss
+
 _K0_A = (
     1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11, 1.90451637722020886025e-09,
     2.53479107902614945675e-07, 2.28621210311945178607e-05, 1.26461541144692592338e-03, 3.59799365153615016266e-02,
@@ -38,8 +40,6 @@ _K1_B = (
 
 def _chbevl(y: Any, coeffs: tuple[float, ...]) -> Any:
     """Cephes' Chebyshev series at ``y`` (torch's loop: ``a = y q - p + c``), ``(a - p) / 2``."""
-    import jax.numpy as jnp
-
     p = q = jnp.zeros_like(y)
     a = jnp.full_like(y, coeffs[0])
     for c in coeffs[1:]:
@@ -50,20 +50,16 @@ def _chbevl(y: Any, coeffs: tuple[float, ...]) -> Any:
 
 def scaled_modified_bessel_k(x: Any, order: int) -> Any:
     """``scaled_modified_bessel_k0`` (``order`` 0) or ``k1`` (1), as torch's Cephes kernels."""
-    import jax.numpy as jnp
-    from jax.scipy import special
-
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
     small_x = jnp.where(x <= 2, x, 1)  # each branch on inputs it is defined for: no NaN through the other's gradient
     large_x = jnp.where(x > 2, x, 4)
     if order == 0:
         series = _chbevl(small_x * small_x - 2, _K0_A)
-        small = (series - jnp.log(0.5 * small_x) * special.i0(small_x)) * jnp.exp(small_x)
-        large = _chbevl(8 / large_x - 2, _K0_B) / jnp.sqrt(large_x)
+        small = (series - jnp.log(0.5 * small_x) * jss.i0(small_x)) * jnp.exp(small_x)
     else:
-        small = (jnp.log(0.5 * small_x) * special.i1(small_x) + _chbevl(small_x * small_x - 2, _K1_A) / small_x) \
+        small = (jnp.log(0.5 * small_x) * jss.i1(small_x) + _chbevl(small_x * small_x - 2, _K1_A) / small_x) \
             * jnp.exp(small_x)
-        large = _chbevl(8 / large_x - 2, _K1_B) / jnp.sqrt(large_x)
+    large = _chbevl(8 / large_x - 2, _K1_B if order else _K0_B) / jnp.sqrt(large_x)
     out = jnp.where(x <= 2, small, large)
     return jnp.where(x == 0, jnp.inf, jnp.where((x < 0) | jnp.isnan(x), jnp.nan, out)).astype(x.dtype)
 
@@ -110,8 +106,6 @@ def _horner(y: Any, coeffs: tuple[float, ...]) -> Any:
 def airy_ai(x: Any) -> Any:
     """``special.airy_ai`` as torch computes it: the rational forms beyond +-2.09 and the power series (to
     float32's epsilon, each element stopping at its own term) inside."""
-    import jax.numpy as jnp
-
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
     eps = jnp.finfo(x.dtype).eps
     neg = jnp.where(x < -2.09, x, -4.0)  # each branch on the inputs it is defined for
@@ -130,19 +124,12 @@ def airy_ai(x: Any) -> Any:
                            jnp.ones_like(small))
     cube = small * small * small
     for _ in range(40):  # |x| < 2.09 converges in fewer steps; an element whose term is below eps stops
-        active = term > eps
-        m2 = m * cube
-        k2 = k + 1.0
-        m2 = m2 / k2
-        n2 = n * cube
-        k2 = k2 + 1.0
-        n2 = n2 / k2
-        m2 = m2 / k2
+        active = term > eps  # Cephes' step: m and n each divided by the next two values of k
+        m2 = m * cube / (k + 1.0) / (k + 2.0)
+        n2 = n * cube / (k + 2.0) / (k + 3.0)
         f2 = f + m2
-        k2 = k2 + 1.0
-        n2 = n2 / k2
         g2 = g + n2
-        f, g, k, m, n = (jnp.where(active, new, old) for new, old in ((f2, f), (g2, g), (k2, k), (m2, m), (n2, n)))
+        f, g, k, m, n = (jnp.where(active, new, old) for new, old in ((f2, f), (g2, g), (k + 3.0, k), (m2, m), (n2, n)))
         term = jnp.where(active, jnp.abs(m2 / f2), term)
     series = 0.355028053887817239260 * f - 0.258819403792806798405 * g
     out = jnp.where(x < -2.09, negative, jnp.where(x >= 2.09, positive, series))

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jax, jnp
 from neuron_args.tensors import LOWERED_DTYPES, numpy_dtype
 
 
@@ -21,9 +22,6 @@ def convert_element_type(x: Any, dtype: torch.dtype) -> Any:
 def to_complex32(x: Any) -> Any:
     """A conversion to ``complex32`` (``chalf``), which XLA has no type for: complex64 holding the value eager's
     complex32 holds (real and imaginary parts each rounded to float16)."""
-    import jax
-    import jax.numpy as jnp
-
     def half(part: Any) -> Any:
         return part.astype(jnp.float16).astype(jnp.float32)
 
@@ -32,16 +30,12 @@ def to_complex32(x: Any) -> Any:
 
 def angle(x: Any) -> Any:
     """``aten.angle`` of a real tensor: pi where ``x < 0``, else 0 (``-0.0`` too), NaN kept; integers give floats."""
-    import jax.numpy as jnp
-
     out = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
     return jnp.where(jnp.isnan(out), out, jnp.where(out < 0, jnp.pi, 0).astype(out.dtype))
 
 
 def spherical_bessel_j0(x: Any) -> Any:
     """``aten.special_spherical_bessel_j0``: ``sin(x) / x``, 1 at 0 and 0 at +-inf (as eager)."""
-    import jax.numpy as jnp
-
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
     safe = jnp.where((x == 0) | jnp.isinf(x), 1, x)
     return jnp.where(x == 0, 1, jnp.where(jnp.isinf(x), 0, jnp.sin(safe) / safe)).astype(x.dtype)

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jax, jnp
+
 aten = torch.ops.aten
 
 
@@ -15,8 +17,6 @@ _SUM, _MEAN, _MAX = 0, 1, 2  # embedding_bag modes
 def bags(indices: Any, offsets: Any, num_bags: int, padding_idx: int) -> tuple[Any, Any]:
     """Each index's bag (``num_bags`` where it is in none) and whether it counts (not padding, inside a bag): the
     last bag whose offset is at or below the index (a static form of the kernel's loop over ``offsets``)."""
-    import jax.numpy as jnp
-
     rows = jnp.arange(indices.shape[0])
     starts = offsets[:num_bags].astype(rows.dtype)
     bag = jnp.sum(rows[:, None] >= starts[None, :], axis=1) - 1
@@ -35,9 +35,6 @@ def embedding_bag(
 ) -> tuple[Any, Any, Any, Any]:
     """``aten._embedding_bag``: ``(output, offset2bag, bag_size, max_indices)``, as torch's meta shapes them
     (torchax's lowering reads the traced ``offsets`` into numpy): a segment sum, mean or max in float32."""
-    import jax
-    import jax.numpy as jnp
-
     num_bags = offsets.shape[0] - (1 if include_last_offset else 0)
     bag, valid = bags(indices, offsets, num_bags, padding_idx)
     rows = weight[indices].astype(jnp.float32)
@@ -70,9 +67,6 @@ def embedding_bag(
 
 def round_half_up_to_bfloat16(x: Any) -> Any:
     """float32 -> bfloat16 rounding ties away from zero, as fbgemm does (float32 holding bfloat16 values)."""
-    import jax
-    import jax.numpy as jnp
-
     bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
     rounded = jax.lax.bitcast_convert_type((bits + jnp.uint32(0x8000)) & jnp.uint32(0xFFFF0000), jnp.float32)
     return jnp.where(jnp.isfinite(x), rounded, x)
@@ -83,9 +77,6 @@ def embedding_bag_backward(
     scale_grad_by_freq: bool, mode: int, sparse: bool, per_sample_weights: Any, padding_idx: int = -1,
 ) -> Any:
     """``aten._embedding_bag_backward``: the dense gradient of the weight (``sparse=True`` is refused)."""
-    import jax
-    import jax.numpy as jnp
-
     if sparse:
         raise ValueError("sparse=True: Neuron graphs compute dense gradients (use sparse=False)")
     f32 = jnp.float32
@@ -117,8 +108,6 @@ def embedding_bag_per_sample_weights_backward(
     grad: Any, weight: Any, indices: Any, offsets: Any, offset2bag: Any, mode: int, padding_idx: int = -1,
 ) -> Any:
     """``aten._embedding_bag_per_sample_weights_backward``: each index's row dotted with its bag's gradient."""
-    import jax.numpy as jnp
-
     num_bags = grad.shape[0]
     bag, valid = bags(indices, offsets, num_bags, padding_idx)
     f32 = jnp.float32

@@ -2,13 +2,15 @@
 ``random_samples`` input as torch's ``generate_intervals`` (NaN: the first maximum, where torch keeps the last)."""
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
+
+from neuron_args.lazy_modules import jnp
 
 
 def _starts(sample: Any, size: int, out: int, pool: int) -> Any:
     """torch's ``generate_intervals``: ``int((i + u) * alpha) - int(u * alpha)``, the last window at the end."""
-    import jax.numpy as jnp
-
     if out == 1:
         return jnp.full(sample.shape + (1,), size - pool, jnp.int32)
     alpha = jnp.asarray((size - pool) / (out - 1), sample.dtype)
@@ -17,10 +19,11 @@ def _starts(sample: Any, size: int, out: int, pool: int) -> Any:
     return seq.at[..., -1].set(size - pool)
 
 
-def _fractional_max_pool(x: Any, kernel: Any, output_size: Any, samples: Any,
-                         order: tuple[int, ...]) -> tuple[Any, Any]:
-    import jax.numpy as jnp
-
+def _fractional_max_pool(order: tuple[int, ...], x: Any, kernel_size: Any, output_size: Any,
+                         samples: Any) -> tuple[Any, Any]:
+    """``aten.fractional_max_pool{2,3}d``, spatial dim ``d``'s windows from sample ``order[d]``."""
+    kernel = tuple(kernel_size)
+    output_size = tuple(output_size)
     dims = len(order)
     batched = x.ndim == dims + 2
     if not batched:
@@ -36,10 +39,7 @@ def _fractional_max_pool(x: Any, kernel: Any, output_size: Any, samples: Any,
     for d in range(dims):
         shape = [n, c] + [1] * (2 * dims)
         shape[2 + d], shape[2 + dims + d] = output_size[d], kernel[d]
-        stride = 1
-        for s in spatial[d + 1:]:
-            stride *= s
-        index = index + windows[d].reshape(shape) * stride
+        index = index + windows[d].reshape(shape) * math.prod(spatial[d + 1:])
     index = index.reshape(n, c, -1)
     values = jnp.take_along_axis(flat, index, axis=-1).reshape(n, c, *output_size, -1)
     best = jnp.argmax(values, axis=-1)
@@ -50,11 +50,6 @@ def _fractional_max_pool(x: Any, kernel: Any, output_size: Any, samples: Any,
     return out, where
 
 
-def fractional_max_pool2d(x: Any, kernel_size: Any, output_size: Any, random_samples: Any) -> tuple[Any, Any]:
-    """``aten.fractional_max_pool2d``: the height's windows from sample 1, the width's from sample 0 (torch's)."""
-    return _fractional_max_pool(x, tuple(kernel_size), tuple(output_size), random_samples, (1, 0))
-
-
-def fractional_max_pool3d(x: Any, kernel_size: Any, output_size: Any, random_samples: Any) -> tuple[Any, Any]:
-    """``aten.fractional_max_pool3d``: time, height and width windows from samples 0, 1 and 2."""
-    return _fractional_max_pool(x, tuple(kernel_size), tuple(output_size), random_samples, (0, 1, 2))
+#: the height's windows from sample 1, the width's from sample 0 (torch's); 3d: time, height, width from 0, 1, 2
+fractional_max_pool2d = functools.partial(_fractional_max_pool, (1, 0))
+fractional_max_pool3d = functools.partial(_fractional_max_pool, (0, 1, 2))

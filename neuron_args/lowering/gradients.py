@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jax, jnp
 from neuron_args.lowering import environments
 
 aten = torch.ops.aten
@@ -15,8 +16,6 @@ aten = torch.ops.aten
 def pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> tuple[Any, ...]:
     """The gradients of ``forward`` at ``primals`` for ``grad_output``: a backward op as the vjp of its
     forward op's lowering, so forward and backward come from one definition."""
-    import jax
-
     out, pull = jax.vjp(forward, *primals)
     return pull(grad_output.astype(out.dtype))
 
@@ -24,7 +23,7 @@ def pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> tu
 def lowered_op(op: Any, *args: Any) -> Callable[..., Any]:
     """``op(*tensors, *args)`` as a function of jax arrays, lowered as the graph lowers it (a lowering
     here, torchax's, or torch's decomposition); its first output when it has several."""
-    env = environments.current()
+    env = environments.INSTALLED[-1]
 
     def forward(*arrays: Any) -> Any:
         # fresh lists: some torchax lowerings extend theirs in place (convolution's padding)
@@ -66,8 +65,6 @@ def convolution_backward(
     transposed: bool, output_padding: Any, groups: int, output_mask: Any,
 ) -> tuple[Any, Any, Any]:
     """``aten.convolution_backward``: ``(grad_input, grad_weight, grad_bias)``, each None unless asked for."""
-    import jax.numpy as jnp
-
     conv = lowered_op(aten.convolution.default, None, stride, padding, dilation, transposed, output_padding,
                        groups)
     grad_input, grad_weight = pullback(conv, grad_output, input, weight)

@@ -8,15 +8,14 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jnp, lax
+
 _HASH = torch.ops.aten.hash_tensor.default
 _FLOAT64 = (torch.float64, torch.complex128)
 
 
 def hash_tensor(x: Any, dim: Any = (), keepdim: bool = False, mode: int = 0) -> Any:
     """``aten.hash_tensor``: the uint64 XOR hash as uint32 words ``(low, high)`` on a new last axis."""
-    import jax.numpy as jnp
-    from jax import lax
-
     if mode != 0:
         raise ValueError(f"torch.hash_tensor mode={mode} is not defined (mode 0, the xor reduction, is)")
     low, high = _words(x)
@@ -39,9 +38,6 @@ def _reduced_dims(dim: Any, ndim: int) -> tuple[int, ...]:
 
 def _words(x: Any) -> tuple[Any, Any]:
     """The (low, high) uint32 words of each element's 64-bit pattern."""
-    import jax.numpy as jnp
-    from jax import lax
-
     dtype = jnp.dtype(x.dtype)
     if dtype == jnp.bool_ or jnp.issubdtype(dtype, jnp.unsignedinteger):  # zero-extended
         return x.astype(jnp.uint32), jnp.zeros(x.shape, jnp.uint32)
@@ -56,9 +52,6 @@ def _words(x: Any) -> tuple[Any, Any]:
 def _float64_words(bits: Any) -> tuple[Any, Any]:
     """The float64 bit pattern of float32 values given as their uint32 bits, as (low, high) words (a subnormal
     normalized, a NaN quieted, as the CPU's conversion does)."""
-    import jax.numpy as jnp
-    from jax import lax
-
     u32 = jnp.uint32
     sign = bits & u32(0x80000000)
     exponent = (bits >> u32(23)) & u32(0xFF)

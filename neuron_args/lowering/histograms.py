@@ -3,14 +3,15 @@ as torch's (equal ends widened by 0.5, an empty input over [0, 1]); samples outs
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
+
+from neuron_args.lazy_modules import jnp
 
 
 def _linspace(start: Any, end: Any, steps: int, dtype: Any) -> Any:
     """torch's CPU ``linspace``: the first half from ``start``, the second from ``end``."""
-    import jax.numpy as jnp
-
     i = jnp.arange(steps)
     step = (end - start) / max(steps - 1, 1)
     return jnp.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i)).astype(dtype)
@@ -18,8 +19,6 @@ def _linspace(start: Any, end: Any, steps: int, dtype: Any) -> Any:
 
 def _edges(samples: Any, bins: Sequence[int], range_: Sequence[float] | None) -> list[Any]:
     """Each dimension's ``bins[d] + 1`` edges over ``range_`` (lo0, hi0, lo1, hi1...) or the samples' min and max."""
-    import jax.numpy as jnp
-
     edges = []
     for d, count in enumerate(bins):
         if range_ is not None:
@@ -36,8 +35,6 @@ def _edges(samples: Any, bins: Sequence[int], range_: Sequence[float] | None) ->
 
 def _counts(samples: Any, edges: Sequence[Any], weight: Any, density: bool) -> Any:
     """The (weighted, or density) counts of ``samples`` ``(M, D)`` in the bins ``edges`` span."""
-    import jax.numpy as jnp
-
     shape = tuple(e.shape[0] - 1 for e in edges)
     flat = jnp.zeros(samples.shape[:1], jnp.int32)
     inside = jnp.ones(samples.shape[:1], bool)
@@ -48,9 +45,7 @@ def _counts(samples: Any, edges: Sequence[Any], weight: Any, density: bool) -> A
         inside = inside & (col >= e[0]) & (col <= e[-1])
         flat = flat * shape[d] + pos
     w = jnp.ones(samples.shape[:1], samples.dtype) if weight is None else weight.reshape(-1).astype(samples.dtype)
-    total = 1
-    for n in shape:
-        total *= n
+    total = math.prod(shape)
     hist = jnp.zeros(total, samples.dtype).at[jnp.where(inside, flat, total)].add(w, mode="drop").reshape(shape)
     if density:
         volume = jnp.ones(shape, samples.dtype)

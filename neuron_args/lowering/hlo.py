@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from neuron_args.errors import LoweringError
+from neuron_args.lazy_modules import jax, jnp
 from neuron_args.lowering import hashing, precision
 from neuron_args.scope import current_graph_type
 from neuron_args.tensors import LOWERED_DTYPES, WORD_PAIR_DTYPES, TensorSpec, numpy_dtype, tensor_to_numpy
@@ -192,8 +193,6 @@ def _lower(
     from neuron_args.lowering.torchax_compat import import_torchax
 
     import_torchax()  # before any torchax submodule import (see torchax_compat)
-    import jax
-
     graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), tokens, seeded)
     args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in input_specs]
     try:
@@ -246,8 +245,6 @@ def _environment() -> Any:
 
         def get_and_rotate_prng_key(self, generator: Any = None) -> Any:
             # never the process's own key (it would be baked into the HLO): a seeded graph takes a key input
-            import jax
-
             if self.graph_key is None:
                 raise _NeedsRandomKey()
             self.graph_key, key = jax.random.split(self.graph_key)
@@ -277,7 +274,6 @@ def _environment() -> Any:
 
 def _constant(env: Any, value: torch.Tensor) -> Any:
     """A real torch tensor held by the graph (get_attr, lifted constant) as a torchax tensor."""
-    import jax.numpy as jnp
     from torchax.tensor import Tensor
 
     if isinstance(value, torch._subclasses.FakeTensor):
@@ -316,10 +312,7 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 return _with_effects(*args, **kwargs)
             if (out := scalars.lower(target, self._node, args, kwargs)) is not NotImplemented:
                 return out
-            if target in ops.BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
-                jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
-                return env.j2t_iso(ops.BY_LAYOUT[target](*jax_args, layout=self._node.args[0].meta["val"], **jax_kwargs))
-            lowering = ops.lowering_for(target)
+            lowering = ops.lowering_for(target, self._node)
             if lowering is not None:
                 jax_args, jax_kwargs = env.t2j_iso((args, kwargs))
                 return env.j2t_iso(lowering(*jax_args, **jax_kwargs))
@@ -339,8 +332,6 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 raise LoweringError(_cannot_lower(n, e)) from e
 
     def neuron_graph(*arrays: Any) -> tuple[Any, ...]:
-        import jax
-
         if seeded:  # random ops split the key input
             *arrays, key_data = arrays
             env.graph_key = jax.random.wrap_key_data(jax.lax.bitcast_convert_type(key_data, jax.numpy.uint32))
@@ -493,6 +484,8 @@ def _data_dependent_fix(op: str, graph: torch.fx.Graph) -> str | None:
 
 def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
     """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
@@ -506,7 +499,7 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
         lines.append(f"  {_data_dependent_fix(op, n.graph)}")
     elif "complex32" in str(error):
         lines.append("  torch.complex32 (chalf) has no XLA type: compute in torch.complex64")
-    elif _has_unbacked_size(n):
+    elif free_unbacked_symbols(n.meta.get("val")):
         lines.append("  its output size depends on tensor values (a boolean mask index, nonzero): keep sizes fixed "
                      "with torch.where, or compute it outside the compiled function")
         if _boolean_index(n):
@@ -535,12 +528,6 @@ def _boolean_index(n: torch.fx.Node) -> bool:
     return n.target is torch.ops.aten.index.Tensor and any(
         isinstance(i, torch.fx.Node) and getattr(i.meta.get("val"), "dtype", None) is torch.bool
         for i in (n.args[1] if len(n.args) > 1 else ()))
-
-
-def _has_unbacked_size(n: torch.fx.Node) -> bool:
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
-
-    return bool(free_unbacked_symbols(n.meta.get("val")))
 
 
 def _user_source(n: torch.fx.Node) -> str:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_args.lazy_modules import jax, jnp
+
 
 def searchsorted(seq: Any, values: Any, *, out_int32: bool = False, right: bool = False, side: str | None = None,
                  sorter: Any = None) -> Any:
     """``aten.searchsorted.{Tensor,Scalar}`` per row of an N-d ``seq``, with ``right``, ``side`` and ``sorter`` (torchax
     drops them and searches one flat array)."""
-    import jax
-    import jax.numpy as jnp
-
     side = side or ("right" if right else "left")
     if sorter is not None:
         seq = jnp.take_along_axis(seq, sorter.astype(jnp.int32), axis=-1)
@@ -29,8 +28,6 @@ def index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, incl
     """``aten.index_reduce``: slice ``index[i]`` of ``x`` along ``dim`` reduced (``prod``, ``mean``, ``amax``,
     ``amin``) with slice ``i`` of ``source``; ``include_self=False`` leaves ``x``'s own values out of the slices
     indexed. ``mean`` divides by the count (floor division for integers, as eager)."""
-    import jax.numpy as jnp
-
     if x.ndim == 0:  # a scalar: one slice
         return index_reduce(x.reshape(1), 0, index, source.reshape(1), reduce, include_self=include_self)[0]
     out, src = jnp.moveaxis(x, dim, 0), jnp.moveaxis(source.astype(x.dtype), dim, 0)
@@ -53,8 +50,6 @@ def index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, incl
 def nonzero_static(x: Any, *, size: int, fill_value: int = -1) -> Any:
     """``aten.nonzero_static``: the indices of the first ``size`` nonzero elements (row-major), one row each,
     rows past the last nonzero element filled with ``fill_value``: a fixed size, unlike ``nonzero``."""
-    import jax.numpy as jnp
-
     if x.ndim == 0:
         return jnp.zeros((size, 0), jnp.int32)
     return jnp.stack(jnp.nonzero(x, size=size, fill_value=fill_value), axis=-1).astype(jnp.int32)
@@ -62,6 +57,4 @@ def nonzero_static(x: Any, *, size: int, fill_value: int = -1) -> Any:
 
 def repeat_interleave_indices(repeats: Any, *, output_size: int | None = None) -> Any:
     """``aten.repeat_interleave.Tensor`` with ``output_size`` (torchax refuses it): ``i`` ``repeats[i]`` times."""
-    import jax.numpy as jnp
-
     return jnp.repeat(jnp.arange(repeats.shape[0], dtype=jnp.int32), repeats, total_repeat_length=output_size)

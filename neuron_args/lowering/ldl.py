@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_args.lazy_modules import jax, jnp
+
 
 def ldl_solve(ld: Any, pivots: Any, b: Any, hermitian: bool = False) -> Any:
     """``aten.linalg_ldl_solve``: ``X`` with ``A X = B`` from ``ldl_factor``'s ``LD`` and ``pivots``, batched."""
-    import jax
-    import jax.numpy as jnp
-
     if hermitian and jnp.iscomplexobj(ld):
         raise ValueError("linalg.ldl_solve of a complex Hermitian factorization (hermitian=True) is not lowered: "
                          "factor and solve it outside the compiled function, or use linalg.solve")
@@ -31,9 +30,6 @@ def _swap(b: Any, i: Any, j: Any) -> Any:
 
 def _solve(ld: Any, pivots: Any, b: Any) -> Any:
     """One matrix: ``L D`` forward (``k = 0..n-1``), then ``L^T`` backward (``k = n-1..0``), as ``?sytrs``."""
-    import jax
-    import jax.numpy as jnp
-
     n = ld.shape[-1]
     rows = jnp.arange(n)
 

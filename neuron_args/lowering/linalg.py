@@ -12,29 +12,24 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jax, jnp, jsl
+
 aten = torch.ops.aten
 
 
 def _mT(x: Any) -> Any:
-    import jax.numpy as jnp
-
     return jnp.swapaxes(x, -1, -2)
 
 
 def _lu(a: Any) -> tuple[Any, Any, Any]:
     """LAPACK ``getrf`` as torch returns it: ``(LU, pivots, info)``, pivots 1-based int32, info the 1-based index of
     the first exactly-zero pivot of ``U`` (0: none)."""
-    import jax
-    import jax.numpy as jnp
-
     lu, pivots, _ = jax.lax.linalg.lu(a)
     return lu, (pivots + 1).astype(jnp.int32), _first_true(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
 
 
 def _first_true(flags: Any) -> Any:
     """The 1-based index of the first True along the last axis, 0 when there is none (int32)."""
-    import jax.numpy as jnp
-
     if flags.shape[-1] == 0:  # 0 x 0 matrices: nothing to fail
         return jnp.zeros(flags.shape[:-1], jnp.int32)
     return jnp.where(flags.any(-1), jnp.argmax(flags, -1) + 1, 0).astype(jnp.int32)
@@ -42,26 +37,21 @@ def _first_true(flags: Any) -> Any:
 
 def _permutation_sign(pivots: Any) -> Any:
     """+1 or -1: the parity of the row swaps ``pivots`` (1-based) makes."""
-    import jax.numpy as jnp
-
     swaps = (pivots != jnp.arange(1, pivots.shape[-1] + 1, dtype=pivots.dtype)).sum(-1)
     return 1 - 2 * (swaps % 2)
 
 
 def _lu_solve(lu: Any, pivots: Any, b: Any, *, transposed: bool) -> Any:
     """Solve ``A x = b`` (``A^T x = b`` when ``transposed``) with ``A``'s LU factors, batch dims broadcast."""
-    import jax.numpy as jnp
-    import jax.scipy.linalg as jsl
-
-    batch = jnp.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
-    lu = jnp.broadcast_to(lu, batch + lu.shape[-2:])
-    pivots = jnp.broadcast_to(pivots, batch + pivots.shape[-1:])
-    return jsl.lu_solve((lu, pivots - 1), jnp.broadcast_to(b, batch + b.shape[-2:]), trans=1 if transposed else 0)
+    lu, b = _broadcast_batch(lu, b)
+    pivots = jnp.broadcast_to(pivots, lu.shape[:-2] + pivots.shape[-1:])
+    return jsl.lu_solve((lu, pivots - 1), b, trans=1 if transposed else 0)
 
 
-def _factors_transpose(layout: torch.Tensor) -> bool:
-    """Whether torch factors ``A^T`` for an input laid out as ``layout`` (contiguous real matrices)."""
-    return layout.is_contiguous() and not layout.is_complex()
+def _broadcast_batch(a: Any, b: Any) -> tuple[Any, Any]:
+    """Matrices ``a`` and ``b`` with their batch dims broadcast to one shape."""
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return jnp.broadcast_to(a, batch + a.shape[-2:]), jnp.broadcast_to(b, batch + b.shape[-2:])
 
 
 def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any]:
@@ -74,9 +64,6 @@ def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tupl
 def lu_unpack(lu: Any, pivots: Any, unpack_data: bool = True, unpack_pivots: bool = True) -> tuple[Any, Any, Any]:
     """``aten.lu_unpack``: ``(P, L, U)`` with ``A = P L U`` (what the LU backward formulas use); an output not
     asked for is empty (torchax slices with traced indices, which jax refuses)."""
-    import jax
-    import jax.numpy as jnp
-
     *batch, m, n = lu.shape
     k = min(m, n)
     empty = jnp.zeros((0,), lu.dtype)
@@ -97,21 +84,21 @@ def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
     return lu_unpack(factors, pivots)
 
 
+def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any]:
+    """``(LU, pivots, U's diagonal)`` of ``A``, or of ``A^T`` where torch factors that."""
+    lu, pivots, _ = _lu(_mT(a) if layout.is_contiguous() and not layout.is_complex() else a)
+    return lu, pivots, jnp.diagonal(lu, axis1=-2, axis2=-1)
+
+
 def det(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any]:
     """``aten._linalg_det``: ``(det, LU, pivots)``; the product of ``U``'s diagonal times the pivots' sign."""
-    import jax.numpy as jnp
-
-    lu, pivots, _ = _lu(_mT(a) if _factors_transpose(layout) else a)
-    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    lu, pivots, diag = _factored(a, layout)
     return diag.prod(-1) * _permutation_sign(pivots).astype(a.dtype), lu, pivots
 
 
 def slogdet(a: Any, *, layout: torch.Tensor) -> tuple[Any, Any, Any, Any]:
     """``aten._linalg_slogdet``: ``(sign, logabsdet, LU, pivots)``; a singular matrix has sign 0, logabsdet -inf."""
-    import jax.numpy as jnp
-
-    lu, pivots, _ = _lu(_mT(a) if _factors_transpose(layout) else a)
-    diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    lu, pivots, diag = _factored(a, layout)
     sign = jnp.sign(diag).prod(-1) * _permutation_sign(pivots).astype(a.dtype)
     return sign, jnp.log(jnp.abs(diag)).sum(-1), lu, pivots
 
@@ -132,8 +119,6 @@ def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> t
 
 def inv_ex(a: Any, check_errors: bool = False) -> tuple[Any, Any]:
     """``aten.linalg_inv_ex``: ``(inverse, info)``, solving against the identity as torch does."""
-    import jax.numpy as jnp
-
     lu, pivots, info = _lu(a)
     eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
     return _lu_solve(lu, pivots, eye, transposed=False), info
@@ -143,9 +128,6 @@ def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tupl
     """``aten.linalg_cholesky_ex``: ``(L, info)`` (``U = L^H`` when ``upper``), reading only the lower (upper)
     triangle as LAPACK's ``potrf`` does. ``info`` is the order of the first leading minor that is not positive
     definite (0: none): computed, column by column, only when the factorization failed (jax returns NaN then)."""
-    import jax
-    import jax.numpy as jnp
-
     if a.shape[-1] == 0:  # 0 x 0 matrices: nothing to factor
         return a, jnp.zeros(a.shape[:-2], jnp.int32)
     sym = _symmetric(a, upper)
@@ -157,8 +139,6 @@ def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tupl
 
 def _symmetric(a: Any, upper: bool) -> Any:
     """The symmetric matrix ``a``'s lower (upper) triangle stands for: what LAPACK's symmetric kernels read."""
-    import jax.numpy as jnp
-
     half = jnp.triu(a) if upper else jnp.tril(a)
     return half + _mT(jnp.triu(half, 1) if upper else jnp.tril(half, -1))
 
@@ -166,9 +146,6 @@ def _symmetric(a: Any, upper: bool) -> Any:
 def eigh(a: Any, uplo: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
     """``aten._linalg_eigh``: ``(eigenvalues ascending, eigenvectors)`` of the ``uplo`` triangle (torchax averages
     ``a`` with its transpose: other values for an ``a`` that is not symmetric)."""
-    import jax
-    import jax.numpy as jnp
-
     vectors, values = jax.lax.linalg.eigh(_symmetric(a, uplo.upper() == "U"), symmetrize_input=False)
     return values, (vectors if compute_v else jnp.zeros((0,), a.dtype))
 
@@ -176,9 +153,6 @@ def eigh(a: Any, uplo: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
 def _cholesky_info(a: Any) -> Any:
     """The order of the first leading minor of ``a`` (symmetric) whose Cholesky pivot is not positive (0: none):
     an unblocked right-looking Cholesky over the columns."""
-    import jax
-    import jax.numpy as jnp
-
     n = a.shape[-1]
     rows = jnp.arange(n)
 
@@ -198,19 +172,13 @@ def _cholesky_info(a: Any) -> Any:
 def cholesky_solve(b: Any, factor: Any, upper: bool = False) -> Any:
     """``aten.cholesky_solve``: ``X`` with ``A X = B`` for ``A = L L^H`` (``U^H U`` when ``upper``), batch dims
     broadcast (torchax transposes every dim of an upper factor)."""
-    import jax.numpy as jnp
-    import jax.scipy.linalg as jsl
-
-    batch = jnp.broadcast_shapes(factor.shape[:-2], b.shape[:-2])
-    factor = jnp.broadcast_to(factor, batch + factor.shape[-2:])
-    return jsl.cho_solve((factor, not upper), jnp.broadcast_to(b, batch + b.shape[-2:]))
+    factor, b = _broadcast_batch(factor, b)
+    return jsl.cho_solve((factor, not upper), b)
 
 
 def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:
     """``aten.linalg_pinv``: singular values at most ``max(atol, rtol * s_max)`` dropped, with torch's default
     ``rtol`` (torchax ignores ``atol``); ``hermitian`` reads only the lower triangle, as torch."""
-    import jax.numpy as jnp
-
     if hermitian:
         a = _symmetric(a, upper=False)
     u, s, vh = jnp.linalg.svd(a, full_matrices=False)
@@ -226,22 +194,16 @@ def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) ->
 
 def _per_matrix(value: Any, dtype: Any) -> Any:
     """A tolerance (a float, or a tensor over the batch) shaped to compare with the singular values."""
-    import jax.numpy as jnp
-
     return jnp.asarray(value, dtype) if isinstance(value, (int, float)) else jnp.asarray(value, dtype)[..., None]
 
 
 def geqrf(a: Any) -> tuple[Any, Any]:
     """``aten.geqrf``: ``(a, tau)`` as LAPACK's ``?geqrf`` (its entry point is not public in jax 0.10)."""
-    from jax._src.lax.linalg import geqrf as lax_geqrf
-
-    return lax_geqrf(a)
+    return jax._src.lax.linalg.geqrf(a)
 
 
 def ormqr(a: Any, tau: Any, other: Any, left: bool = True, transpose: bool = False) -> Any:
     """``aten.ormqr``: ``Q @ other`` (``other @ Q`` when not ``left``; ``Q^H`` when ``transpose``)."""
-    import jax.lax.linalg
-
     return jax.lax.linalg.ormqr(a, tau, other, left=left, transpose=transpose)
 
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_args.lazy_modules import jax, jnp
+
 
 def _weighted_nll(x: Any, linear_weight: Any, target: Any, linear_bias: Any, weight: Any,
                   ignore_index: int) -> tuple[Any, Any]:
     """Per row: ``-log_softmax(x W^T + b)[target]`` and its class weight (0 on ``ignore_index`` rows)."""
-    import jax
-    import jax.numpy as jnp
-
     logits = jnp.matmul(x, linear_weight.T, preferred_element_type=jnp.float32)
     if linear_bias is not None:
         logits = logits + linear_bias.astype(jnp.float32)
@@ -32,9 +31,6 @@ def batch_chunked(x: Any, linear_weight: Any, target: Any, linear_bias: Any, wei
                   compute_linear_bias_grad: bool) -> tuple[Any, Any, Any, Any]:
     """The scalar (``mean``/``sum``) op: ``(loss, grad_input, grad_linear_weight, grad_linear_bias)``, a gradient
     not asked for empty (``(0, 0)``, ``(0,)``) as eager returns it."""
-    import jax
-    import jax.numpy as jnp
-
     if label_smoothing > 0:
         raise ValueError("linear_cross_entropy does not support label smoothing (eager refuses it too)")
     dtype = x.dtype

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jnp, lax
 from neuron_args.lowering.gradients import pullback
 
 aten = torch.ops.aten
@@ -14,8 +15,6 @@ aten = torch.ops.aten
 def grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
     """``transformers::grouped_mm_fallback`` (rows sorted by expert, ``offs`` = cumulative counts): each row times
     its expert's gathered weight in float32, where the eager kernel loops over ``offs.tolist()``."""
-    import jax.numpy as jnp
-
     rows = jnp.arange(input.shape[0])
     expert = jnp.sum(rows[:, None] >= offs[None, :].astype(rows.dtype), axis=1)
     expert = jnp.minimum(expert, weight.shape[0] - 1)  # rows past the last offset: zero in eager
@@ -32,8 +31,6 @@ def grouped_mm_backward(input: Any, weight: Any, offs: Any, grad_output: Any) ->
 def addmm(bias: Any, a: Any, b: Any, *, beta: float = 1, alpha: float = 1) -> Any:
     """``bias + a @ b`` accumulated in float32 and rounded once, as torch's CPU kernel does (the matmul stays in
     the input dtype with a float32 result, as accelerators run it)."""
-    import jax.numpy as jnp
-
     f32 = jnp.float32
     out = jnp.matmul(a, b, preferred_element_type=f32 if a.dtype != jnp.float64 else None)
     if alpha != 1:
@@ -46,9 +43,6 @@ def addbmm(input: Any, batch1: Any, batch2: Any, *, beta: float = 1, alpha: floa
     """``beta * input + alpha * sum_i batch1[i] @ batch2[i]`` as torch's CPU kernel computes it: one :func:`addmm` per
     batch into the result, each rounded to the dtype (``beta`` on the first only). A half-precision result summed once
     instead differs from eager's by several units in the last place."""
-    import jax.numpy as jnp
-    from jax import lax
-
     dtype = jnp.result_type(batch1.dtype, batch2.dtype)
     shape = (batch1.shape[1], batch2.shape[2])
     out = jnp.zeros(shape, dtype) if beta == 0 else jnp.broadcast_to(input, shape).astype(dtype)

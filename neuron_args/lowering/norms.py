@@ -4,27 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_args.lazy_modules import jnp
+
 
 def renorm_factor(norm: Any, maxnorm: float, dtype: Any) -> Any:
     """Eager's scale for a slice of norm ``norm``: ``maxnorm / (norm + 1e-7)`` above ``maxnorm``, else 1."""
-    import jax.numpy as jnp
-
     return jnp.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0).astype(dtype)
-
-
-def _accumulation(x: Any) -> Any:
-    """``x`` in the dtype eager computes its norm in (float32 for float16/bfloat16)."""
-    import jax.numpy as jnp
-
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
 
 
 def renorm(x: Any, p: float, dim: int, maxnorm: float) -> Any:
     """``aten.renorm``: each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it."""
-    import jax.numpy as jnp
-
     dim = dim % x.ndim
-    rows = jnp.moveaxis(_accumulation(x), dim, 0).reshape(x.shape[dim], -1)
+    wide = x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x  # eager's norm dtype
+    rows = jnp.moveaxis(wide, dim, 0).reshape(x.shape[dim], -1)
     norm = jnp.linalg.norm(rows, ord=p, axis=1)
     shape = [1] * x.ndim
     shape[dim] = x.shape[dim]
@@ -34,8 +26,6 @@ def renorm(x: Any, p: float, dim: int, maxnorm: float) -> Any:
 def embedding_renorm(weight: Any, indices: Any, max_norm: float, norm_type: float) -> Any:
     """``aten.embedding_renorm`` (``nn.Embedding(max_norm=...)``): the rows ``indices`` picks whose ``norm_type``-norm
     exceeds ``max_norm`` scaled as :func:`renorm` does; the other rows unchanged."""
-    import jax.numpy as jnp
-
     picked = jnp.zeros(weight.shape[0], bool).at[indices.reshape(-1).astype(jnp.int32)].set(True)
     norm = jnp.linalg.norm(weight.astype(jnp.float32), ord=norm_type, axis=-1)
     scale = jnp.where(picked, renorm_factor(norm, max_norm, weight.dtype), jnp.ones((), weight.dtype))

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
+from neuron_args.lazy_modules import jnp
 from neuron_args.lowering import (
     bessel, distributions, elementwise, environments, fractional_pooling, hashing, histograms, indexing, ldl, linalg,
     linear_cross_entropy, norms, orthogonal, segments, special, strided)
@@ -31,22 +33,10 @@ aten = torch.ops.aten
 def _rrelu_with_noise(x: Any, noise: Any, lower: float = 0.125, upper: float = 1 / 3, training: bool = False,
                       generator: Any = None) -> tuple[Any, Any]:
     """``aten.rrelu_with_noise_functional`` in eval mode: a leaky ReLU with the mean slope; the noise unchanged."""
-    import jax.numpy as jnp
-
     if training:
         raise ValueError("F.rrelu in training mode draws a random slope per element: Neuron graphs lower it in "
                          "eval mode only (model.eval(), or F.rrelu(..., training=False))")
     return jnp.where(x >= 0, x, x * ((lower + upper) / 2)).astype(x.dtype), noise
-
-
-def _jnp(name: str) -> Callable[..., Any]:
-    """A lowering that is ``jax.numpy.<name>`` (jax imported on the first call)."""
-    def lowering(*args: Any) -> Any:
-        import jax.numpy as jnp
-
-        return getattr(jnp, name)(*args)
-
-    return lowering
 
 
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
@@ -66,25 +56,22 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_upsample_bilinear2d_aa_backward": upsample_aa_backward(triangle, 1.0),
     "aten::_upsample_bicubic2d_aa_backward": upsample_aa_backward(cubic, 2.0),
     "aten::rrelu_with_noise_functional": _rrelu_with_noise,
-    "aten::_is_all_true": _jnp("all"),  # torch._check_tensor_all's condition
-    "aten::_is_any_true": _jnp("any"),
-    "aten::adaptive_max_pool2d": adaptive_max_pool,
-    "aten::adaptive_max_pool3d": adaptive_max_pool,
-    "aten::adaptive_max_pool2d_backward": adaptive_max_pool_backward(2),
-    "aten::adaptive_max_pool3d_backward": adaptive_max_pool_backward(3),
-    "aten::max_unpool2d": max_unpool,
-    "aten::max_unpool3d": max_unpool,
+    "aten::_is_all_true": lambda x: jnp.all(x),  # torch._check_tensor_all's condition
+    "aten::_is_any_true": lambda x: jnp.any(x),
+    # the 2d and 3d ops (1d too for padding); the backward ops torchax has no lowering for: the vjp of their forward op
+    **{name: fn for n in (2, 3) for name, fn in (
+        (f"aten::adaptive_max_pool{n}d", adaptive_max_pool),
+        (f"aten::adaptive_max_pool{n}d_backward", adaptive_max_pool_backward(n)),
+        (f"aten::max_unpool{n}d", max_unpool),
+        (f"aten::fractional_max_pool{n}d", getattr(fractional_pooling, f"fractional_max_pool{n}d")),
+        (f"aten::avg_pool{n}d_backward", backward_of(getattr(aten, f"avg_pool{n}d").default, 1)),
+        (f"aten::_adaptive_avg_pool{n}d_backward",
+         adaptive_avg_pool_backward(getattr(aten, f"_adaptive_avg_pool{n}d").default, n)),
+        (f"aten::grid_sampler_{n}d_backward", backward_of(getattr(aten, f"grid_sampler_{n}d").default, 2, masked=True)),
+    )},
+    **{f"aten::replication_pad{n}d_backward": backward_of(getattr(aten, f"replication_pad{n}d").default, 1)
+       for n in (1, 2, 3)},
     "aten::mkldnn_rnn_layer_backward": mkldnn_rnn_layer_backward,
-    # backward ops torchax has no lowering for: the vjp of their forward op
-    "aten::avg_pool2d_backward": backward_of(aten.avg_pool2d.default, 1),
-    "aten::avg_pool3d_backward": backward_of(aten.avg_pool3d.default, 1),
-    "aten::_adaptive_avg_pool2d_backward": adaptive_avg_pool_backward(aten._adaptive_avg_pool2d.default, 2),
-    "aten::_adaptive_avg_pool3d_backward": adaptive_avg_pool_backward(aten._adaptive_avg_pool3d.default, 3),
-    "aten::replication_pad1d_backward": backward_of(aten.replication_pad1d.default, 1),
-    "aten::replication_pad2d_backward": backward_of(aten.replication_pad2d.default, 1),
-    "aten::replication_pad3d_backward": backward_of(aten.replication_pad3d.default, 1),
-    "aten::grid_sampler_2d_backward": backward_of(aten.grid_sampler_2d.default, 2, masked=True),
-    "aten::grid_sampler_3d_backward": backward_of(aten.grid_sampler_3d.default, 2, masked=True),
     "aten::_weight_norm_interface_backward": weight_norm_backward,
     "aten::linalg_lu_factor_ex": linalg.lu_factor_ex,
     "aten::linalg_lu": linalg.lu,
@@ -105,8 +92,6 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_histogramdd_bin_edges": histograms.histogramdd_bin_edges,
     "aten::_histogramdd_from_bin_cts": histograms.histogramdd_from_bin_cts,
     "aten::_histogramdd_from_bin_tensors": histograms.histogramdd_from_bin_tensors,
-    "aten::fractional_max_pool2d": fractional_pooling.fractional_max_pool2d,
-    "aten::fractional_max_pool3d": fractional_pooling.fractional_max_pool3d,
     "aten::searchsorted": indexing.searchsorted,
     "aten::index_reduce": indexing.index_reduce,
     "aten::nonzero_static": indexing.nonzero_static,
@@ -153,8 +138,11 @@ def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[.
     return register
 
 
-def lowering_for(target: Any) -> Callable[..., Any] | None:
-    """The registered lowering of FX target ``target`` (an ``OpOverload``), or None."""
+def lowering_for(target: Any, node: torch.fx.Node) -> Callable[..., Any] | None:
+    """The lowering of FX node ``node`` calling ``target`` (an ``OpOverload``): a registered one, one given the
+    layout of its first input (:data:`BY_LAYOUT`), or None."""
+    if target in BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
+        return functools.partial(BY_LAYOUT[target], layout=node.args[0].meta["val"])
     schema = getattr(target, "_schema", None)
     if schema is None:
         return None
@@ -179,8 +167,6 @@ _HALF = (torch.bfloat16, torch.float16)
 
 def in_float32(op: Any, args: Any, kwargs: Any, result: Any) -> Any:
     """Run ``op`` on torchax tensors with half inputs upcast; cast outputs to ``result``'s dtypes."""
-    from torch.utils._pytree import tree_map
-
     def up(x: Any) -> Any:
         return x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype in _HALF else x
 

@@ -7,11 +7,11 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from neuron_args.lazy_modules import jax, jnp
+
 
 def _operands(x: Any, n: Any) -> tuple[Any, Any]:
     """``x`` as a float array (integers: float32), ``n`` truncated to integers (torch's ``int64_t`` cast), broadcast."""
-    import jax.numpy as jnp
-
     x, n = jnp.asarray(x), jnp.asarray(n)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.float32)
@@ -22,9 +22,6 @@ def _operands(x: Any, n: Any) -> tuple[Any, Any]:
 
 def _recurrence(x: Any, n: Any, first: Any, step: Callable[[Any, Any, Any], Any]) -> Any:
     """``q_n`` from ``q_0 = 1``, ``q_1 = first`` and ``q_k = step(k, q_{k-2}, q_{k-1})`` for ``2 <= k <= n``."""
-    import jax
-    import jax.numpy as jnp
-
     def body(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         k, p, q = state
         active = k <= n
@@ -38,8 +35,6 @@ def _recurrence(x: Any, n: Any, first: Any, step: Callable[[Any, Any, Any], Any]
 
 def _select(default: Any, *cases: tuple[Any, Any]) -> Any:
     """The first case whose condition holds (torch's early returns, in order), else ``default``."""
-    import jax.numpy as jnp
-
     out = default
     for cond, value in reversed(cases):
         out = jnp.where(cond, value, out)
@@ -47,8 +42,6 @@ def _select(default: Any, *cases: tuple[Any, Any]) -> Any:
 
 
 def _chebyshev_vw(x: Any, n: Any, *, w: bool) -> Any:
-    import jax.numpy as jnp
-
     x, n = _operands(x, n)
     nf = n.astype(x.dtype)
     two_n1 = nf + nf + 1
@@ -73,8 +66,6 @@ def _chebyshev_vw(x: Any, n: Any, *, w: bool) -> Any:
 
 
 def legendre_polynomial_p(x: Any, n: Any) -> Any:
-    import jax.numpy as jnp
-
     x, n = _operands(x, n)
     end = jnp.where((x > 0) | (n % 2 == 0), 1.0, -1.0)
     # torch's loop index k runs 1 .. n-1: step k here is its k - 1
@@ -83,8 +74,6 @@ def legendre_polynomial_p(x: Any, n: Any) -> Any:
 
 
 def _shifted(x: Any, n: Any, kind: str) -> Any:
-    import jax.numpy as jnp
-
     x, n = _operands(x, n)
     nf = n.astype(x.dtype)
     y = x + x - 1

@@ -5,7 +5,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
+
+from neuron_args.lazy_modules import jnp
 
 aten = torch.ops.aten
 
@@ -14,8 +17,6 @@ def adaptive_windows(in_sizes: Any, out_sizes: Any) -> tuple[Any, Any]:
     """Adaptive pooling's windows as constants: for each output position the flat input positions of its window
     (padded to the largest window) and which of them are real. Window ``i`` of an axis spans
     ``[floor(i * in / out), ceil((i + 1) * in / out))``."""
-    import numpy as np
-
     axes = []
     for n_in, n_out in zip(in_sizes, out_sizes):
         starts = np.array([(i * n_in) // n_out for i in range(n_out)])
@@ -36,8 +37,6 @@ def adaptive_windows(in_sizes: Any, out_sizes: Any) -> tuple[Any, Any]:
 def adaptive_max_pool(x: Any, output_size: Any) -> tuple[Any, Any]:
     """``aten.adaptive_max_pool{2,3}d``: ``(output, indices)``, each index the flat position of its window's first
     maximum in the input plane, as torch's kernel (torchax has no lowering)."""
-    import jax.numpy as jnp
-
     spatial = len(output_size)
     positions, real = adaptive_windows(x.shape[-spatial:], list(output_size))
     windows = jnp.where(real, x.reshape(*x.shape[:-spatial], -1)[..., positions], -jnp.inf)
@@ -57,8 +56,6 @@ def adaptive_max_pool_backward(spatial: int) -> Callable[..., Any]:
 
 def scatter_into_planes(values: Any, indices: Any, shape: Any, spatial: int, add: bool) -> Any:
     """Zeros shaped ``shape`` with ``values`` put (or added) at the flat ``indices`` of their last ``spatial`` dims."""
-    import jax.numpy as jnp
-
     lead = tuple(shape[:-spatial])
     flat_values = values.reshape(*lead, -1)
     flat_indices = indices.reshape(flat_values.shape).astype(jnp.int32)

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from neuron_args.lazy_modules import jax, jnp
+
 aten = torch.ops.aten
 
 
@@ -22,9 +24,6 @@ def mkldnn_rnn_layer(
     A half-precision layer computes as oneDNN's kernel: gates and cell state in float32, each ``h`` rounded to the
     input's dtype (rounding every intermediate doubles the error against float32, measured on a bf16 LSTM).
     """
-    import jax
-    import jax.numpy as jnp
-
     if mode != _LSTM or batch_sizes:
         raise ValueError(f"mkldnn_rnn_layer mode={mode} with batch_sizes={list(batch_sizes)}: only a padded LSTM "
                          "lowers (mode 2, no PackedSequence); pad the sequences instead of packing them")
@@ -52,9 +51,6 @@ def mkldnn_rnn_layer_backward(
     has_biases: bool, train: bool, bidirectional: bool, batch_sizes: Any, batch_first: bool, workspace: Any,
 ) -> tuple[Any, ...]:
     """``aten.mkldnn_rnn_layer_backward``: the vjp of the layer's lowering above (a missing output gradient is zero)."""
-    import jax
-    import jax.numpy as jnp
-
     def layer(x: Any, w0: Any, w1: Any, w2: Any, w3: Any, h: Any, c: Any) -> tuple[Any, Any, Any]:
         out, h_n, c_n, _ = mkldnn_rnn_layer(x, w0, w1, w2, w3, h, c, reverse, batch_sizes, mode, hidden_size,
                                              num_layers, has_biases, bidirectional, batch_first, train)

@@ -5,20 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
+
+from neuron_args.lazy_modules import jnp
 
 aten = torch.ops.aten
 
 
 def triangle(x: Any) -> Any:
-    import numpy as np
-
     return np.maximum(0.0, 1.0 - np.abs(x))
 
 
 def cubic(x: Any, a: float = -0.5) -> Any:
-    import numpy as np
-
     x = np.abs(x)
     near = ((a + 2) * x - (a + 3)) * x * x + 1
     far = (((x - 5) * x + 8) * x - 4) * a
@@ -29,8 +28,6 @@ def antialias_weights(in_size: int, out_size: int, align_corners: bool, scale: f
                        kernel: Callable[[Any], Any], support: float) -> Any:
     """The ``(out_size, in_size)`` matrix of an antialiased resize along one axis, as torch's CPU kernel builds it:
     the filter stretched by the downscale factor, each output's taps normalised to sum to one."""
-    import numpy as np
-
     if align_corners:
         ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
     else:
@@ -47,11 +44,9 @@ def antialias_weights(in_size: int, out_size: int, align_corners: bool, scale: f
     return weights
 
 
-def _resize(equation: str, x: Any, output_size: Any, input_size: Any, align_corners: bool, scales_h: float | None,
-            scales_w: float | None, kernel: Callable[[Any], Any], support: float) -> Any:
+def _resize(kernel: Callable[[Any], Any], support: float, equation: str, x: Any, output_size: Any, input_size: Any,
+            align_corners: bool, scales_h: float | None = None, scales_w: float | None = None) -> Any:
     """``equation`` over the constant row and column weight matrices and ``x``, in float32, in ``x``'s dtype."""
-    import jax.numpy as jnp
-
     (out_h, out_w), (in_h, in_w) = output_size, input_size[-2:]
     rows = jnp.asarray(antialias_weights(in_h, out_h, align_corners, scales_h, kernel, support), jnp.float32)
     cols = jnp.asarray(antialias_weights(in_w, out_w, align_corners, scales_w, kernel, support), jnp.float32)
@@ -63,17 +58,18 @@ def upsample_aa(kernel: Callable[[Any], Any], support: float) -> Callable[..., A
     constant weight matrices, ``W_h @ x @ W_w^T`` per image and channel."""
     def lowering(x: Any, output_size: Any, align_corners: bool, scales_h: float | None = None,
                  scales_w: float | None = None) -> Any:
-        return _resize("oh,...hw,pw->...op", x, output_size, x.shape, align_corners, scales_h, scales_w, kernel,
-                       support)
+        return _resize(kernel, support, "oh,...hw,pw->...op", x, output_size, x.shape, align_corners, scales_h,
+                       scales_w)
 
     return lowering
 
 
 def upsample_aa_backward(kernel: Callable[[Any], Any], support: float) -> Callable[..., Any]:
-    """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa_backward``: the forward's weights transposed."""
+    """The lowering of ``aten._upsample_{bilinear,bicubic}2d_aa_backward``: the forward's weights transposed (a
+    closure, not a partial of functions: the trace memo digests a closure's cells across processes)."""
     def lowering(grad_output: Any, output_size: Any, input_size: Any, align_corners: bool,
                  scales_h: float | None = None, scales_w: float | None = None) -> Any:
-        return _resize("oh,...op,pw->...hw", grad_output, output_size, input_size, align_corners, scales_h, scales_w,
-                       kernel, support)
+        return _resize(kernel, support, "oh,...op,pw->...hw", grad_output, output_size, input_size, align_corners,
+                       scales_h, scales_w)
 
     return lowering

@@ -17,15 +17,6 @@ def _is_traced(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
-def _scalar(node: torch.fx.Node, tensor: Any) -> Any:
-    """``aten._local_scalar_dense``: the value as a traced 0-d array (not read out of the trace), when the graph
-    uses it as a value only (:func:`_used_as_value`)."""
-    misuse = _used_as_value(node)
-    if misuse is not None:
-        raise NotAValue(*misuse)
-    return tensor.reshape(())
-
-
 class NotAValue(ValueError):
     """A value read from a tensor that the graph uses as more than a value; ``node`` is that use (its line is the
     user's, where the read may be a library's)."""
@@ -101,8 +92,11 @@ TRACED: dict[Any, Any] = {
 
 def lower(target: Any, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
     """The lowering of ``target`` when it reads or takes a traced scalar, else ``NotImplemented``."""
-    if target is aten._local_scalar_dense.default:
-        return _scalar(node, *args)
+    if target is aten._local_scalar_dense.default:  # the value as a traced 0-d array, if used as a value only
+        misuse = _used_as_value(node)
+        if misuse is not None:
+            raise NotAValue(*misuse)
+        return args[0].reshape(())
     if target in TRACED and any(_is_traced(a) for a in (*args, *kwargs.values())):
         return TRACED[target](node, *args, **kwargs)
     return NotImplemented

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_args.lazy_modules import jnp
+
 
 def segment_reduce(data: Any, reduce: str, *, lengths: Any = None, indices: Any = None, offsets: Any = None,
                    axis: int = 0, unsafe: bool = False, initial: Any = None) -> Any:
-    import jax.numpy as jnp
-
     if indices is not None:
         raise ValueError("segment_reduce with indices= is not supported by torch either; pass lengths= or offsets=")
     if lengths is None:

@@ -7,6 +7,8 @@ import functools
 import math
 from typing import Any
 
+from neuron_args.lazy_modules import jax, jnp
+
 
 @functools.cache
 def cot_derivative(n: int) -> tuple[int, ...]:
@@ -25,8 +27,6 @@ def cot_derivative(n: int) -> tuple[int, ...]:
 def trigamma(x: Any) -> Any:
     """``polygamma(1, x)`` as torch's CPU kernel computes it (its reflection below 0.5, six steps up, then the
     asymptotic series), so compiled and eager agree where eager's ``sin(pi * x)`` itself rounds."""
-    import jax.numpy as jnp
-
     pi = jnp.asarray(math.pi, x.dtype)
     reflect = x < 0.5
     sin_pi_x = jnp.sin(pi * x)
@@ -42,9 +42,6 @@ def trigamma(x: Any) -> Any:
 
 def polygamma(n: int, x: Any) -> Any:
     """``aten.polygamma(n, x)`` in ``x``'s floating dtype (integers give float32), right for negative ``x``."""
-    import jax
-    import jax.numpy as jnp
-
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"polygamma's order must be a non-negative Python int, got {n!r}")
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
+
+from neuron_args.lazy_modules import jnp
 
 aten = torch.ops.aten
 
@@ -26,8 +29,6 @@ def storage_order(layout: torch.Tensor) -> tuple[list[int], int]:
 def strided_positions(numel: int, base_offset: int, size: Any, stride: Any, storage_offset: int | None) -> Any:
     """The memory positions (relative to the input's first element) an as_strided view reads, as a constant index
     array shaped ``size``; positions outside the input are refused (eager would read a larger base tensor)."""
-    import numpy as np
-
     offset = base_offset if storage_offset is None else storage_offset
     positions = np.full(tuple(size), offset - base_offset, dtype=np.int64)
     for dim, (n, step) in enumerate(zip(size, stride)):
@@ -43,8 +44,6 @@ def strided_positions(numel: int, base_offset: int, size: Any, stride: Any, stor
 def as_strided(x: Any, layout: torch.Tensor, size: Any, stride: Any, storage_offset: int | None = None) -> Any:
     """``aten.as_strided``: ``size``/``stride`` index the input's memory, laid out first in the order its meta value
     ``layout`` has (torchax assumes a contiguous input)."""
-    import jax.numpy as jnp
-
     order, base = storage_order(layout)
     memory = jnp.transpose(x, order).reshape(-1)
     return memory[strided_positions(memory.shape[0], base, size, stride, storage_offset)]
@@ -53,8 +52,6 @@ def as_strided(x: Any, layout: torch.Tensor, size: Any, stride: Any, storage_off
 def as_strided_scatter(x: Any, src: Any, layout: torch.Tensor, size: Any, stride: Any,
                        storage_offset: int | None = None) -> Any:
     """``aten.as_strided_scatter``: ``x`` with the elements :func:`as_strided` would read replaced by ``src``."""
-    import jax.numpy as jnp
-
     order, base = storage_order(layout)
     memory = jnp.transpose(x, order)
     flat = memory.reshape(-1)

@@ -28,17 +28,9 @@ MISSING_OVERLOADS: list[str] = []
 _lock = threading.Lock()
 
 
-class _MissingOverload:
-    """Stands in for an overload torch removed; only fails if a graph really calls it."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __repr__(self) -> str:
-        return f"<missing overload {self._name}>"
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{self._name} does not exist in this torch version")
+def _missing_overload(name: str, *args: Any, **kwargs: Any) -> Any:
+    """Stands in (bound to ``name``) for an overload torch removed; only fails if a graph really calls it."""
+    raise NotImplementedError(f"{name} does not exist in this torch version")
 
 
 def import_torchax() -> ModuleType:
@@ -64,7 +56,7 @@ def _import() -> ModuleType:
             if key.startswith("_") or key == "default":
                 raise
             MISSING_OVERLOADS.append(f"{self._qualified_op_name}.{key}")
-            return _MissingOverload(MISSING_OVERLOADS[-1])
+            return functools.partial(_missing_overload, MISSING_OVERLOADS[-1])
 
     ops.OpOverloadPacket.__getattr__ = getattr_or_placeholder
     # problem 2: torchax must not rename or register privateuse1 (whoever owns it, or nobody)
