@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.graph_outcome import GraphOutcome
+from neuron_args.text import format_shapes, human_size, render_table
 
 #: this process's outcomes, by key (``ACTIVITY.records``: ``ACTIVITY.reset()`` clears them)
 RECORDS: dict[str, GraphOutcome] = ACTIVITY.records
@@ -43,6 +44,19 @@ def record(rec: GraphOutcome) -> GraphOutcome:
 
 def records() -> list[GraphOutcome]:
     return list(RECORDS.values())
+
+
+def table(rows: list[GraphOutcome]) -> str:
+    """The per-graph table the main jobs print: graph type, input shapes, -O level, key, compile time, size, serve
+    hits/misses."""
+    head = ["graph type", "inputs", "-O", "key", "compile", "size", "serve hits/misses"]
+    body = []
+    for r in sorted(rows, key=lambda r: (r.graph_type or "", r.input_shapes or [])):
+        compile_s = f"{r.compile_seconds:.1f}s" if r.compile_seconds is not None else ("captured" if r.captured else "cached")
+        calls = f"{r.serve_hits}/{r.serve_misses}"
+        body.append([r.graph_type or "-", format_shapes(list(r.input_shapes or []), empty="", sep=" / "),
+                     str(r.optimization_level or "-"), r.key[:12], compile_s, human_size(r.executable_size), calls])
+    return render_table(head, body)
 
 
 def clear() -> None:
