@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
-from neuron_args.compilers.lifetime import die_with_parent, start_on_lifetime_thread
+from neuron_args.compilers.lifetime import start_on_lifetime_thread
 from neuron_args.compilers.process import describe_exit
+from neuron_args.compilers.supervisor import die_with_parent
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
