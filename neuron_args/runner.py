@@ -27,7 +27,7 @@ import torch
 from neuron_args import eager_fallback
 from neuron_args.activity import ACTIVITY, Tally, commit, tally
 from neuron_args.cache import CacheStats, CompileCache, cache_root
-from neuron_args.compile_start import on_compile_start
+from neuron_args.compilers.base import on_compile_start
 from neuron_args.deferred import FLOWS, CompileProgress, build_trace_job, parallel_compile, parallel_trace
 from neuron_args.deferred.parallel_compile import CompileReport, ParallelCompileError, pending_keys
 from neuron_args.deferred.parallel_trace import recorded_complete

@@ -537,3 +537,25 @@ def test_losing_the_scheduler_mid_run_fails_the_graphs_clearly(tmp_path, fake_bi
     assert f"lost the Dask scheduler at {address}" in err and f"FAILED 'decode' {key}" in err
     entry = CompileCache(root).entry(key)
     assert entry.status == "pending" and sorted(p.name for p in entry.path.iterdir()) == ["graph.hlo", "metadata.json"]
+
+
+def test_a_graph_whose_key_lock_stays_held_fails_after_the_lock_timeout_naming_it(tmp_path, fake_path, monkeypatch):
+    """A wedged holder of the key's lock never hangs a farm submit: past the cache's lock timeout the graph fails
+    naming its graph type, key, the lock's holder and the fix; the entry stays pending and nothing compiled."""
+    from neuron_args.cache import KeyLock
+    from neuron_args.deferred import farm
+
+    root = tmp_path / "cache"
+    key = make_fake_pending(root, "wedged", "ok")
+    held = KeyLock(CompileCache(root).entry(key))
+    assert held.acquire()
+    monkeypatch.setattr(farm, "LOCK_TIMEOUT", 0.5)
+    try:
+        with cf.ThreadPoolExecutor(1) as pool:
+            graph = farm.submit_graph(pool, root, key, None, None).result(timeout=30)
+    finally:
+        held.release()
+    assert graph.status == "failed" and key in graph.error and "'decode'" in graph.error
+    assert f"process {os.getpid()}" in graph.error and "fix:" in graph.error and "stays pending" in graph.error
+    assert CompileCache(root).entry(key).status == "pending"
+    assert not (fake_path / "wedged.calls").exists()

@@ -6,16 +6,17 @@ executable, run as a child process (a bad option can abort a process) with the s
 from __future__ import annotations
 
 import abc
+import contextlib
+import contextvars
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CacheEntry, executable_fields
-from neuron_args.compile_start import compile_starting
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CompilerArgsError, CompilerArgsWarning
@@ -29,6 +30,21 @@ DRIVER_OPTIONS = ("--target", "--framework", "--output", "--logfile")
 #: A work folder given in the arguments is shared by every compile (xdist workers, parallel_compile):
 #: each compile gets its own ``<folder>/<key>`` in it.
 WORKDIR_OPTIONS = ("--workdir", "--compile_workdir")
+
+
+_compile_listener: contextvars.ContextVar[Callable[[str | None, str], None] | None] = contextvars.ContextVar(
+    "neuron_args_compile_start", default=None)
+
+
+@contextlib.contextmanager
+def on_compile_start(listener: Callable[[str | None, str], None]) -> Iterator[None]:
+    """Call ``listener(graph_type, key)`` as each compile this context starts inside the block begins (a warmup's
+    progress says "compiling" only when a compiler really starts)."""
+    token = _compile_listener.set(listener)
+    try:
+        yield
+    finally:
+        _compile_listener.reset(token)
 
 
 @dataclass(frozen=True)
@@ -159,7 +175,9 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
     """Compile ``entry``'s graph.hlo and record how, with the executable's size and sha256 that loads verify
     (the completion marker is the caller's)."""
     check_keyed_build(entry, metadata, compiler_args, target, graph_type)
-    compile_starting(graph_type, entry.key)
+    listener = _compile_listener.get()
+    if listener is not None:
+        listener(graph_type, entry.key)
     result = compiler.compile(
         hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
         compiler_args=compiler_args, workdir=entry.path, graph_type=graph_type, key=entry.key,

@@ -23,7 +23,6 @@ T = TypeVar("T")
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 SUPERVISED = sys.platform.startswith("linux")
-PR_SET_PDEATHSIG = 1
 
 
 def supervised_argv(argv: list[str], *, reap: bool = False) -> list[str]:
@@ -32,18 +31,6 @@ def supervised_argv(argv: list[str], *, reap: bool = False) -> list[str]:
     if not SUPERVISED:
         return argv
     return [sys.executable, "-I", "-S", str(SUPERVISOR), *(["--reap"] if reap else []), str(os.getpid()), *argv]
-
-
-def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send ``sig`` to this forked child when its parent dies (Linux; else nothing). Call it
-    first thing in the child with the parent's pid taken before the fork (a parent already gone: ``sig`` now)."""
-    if not SUPERVISED:
-        return
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    if os.getppid() != parent_pid:
-        os.kill(os.getpid(), sig)
 
 
 _starter: cf.ThreadPoolExecutor | None = None  # its one thread lives as long as the process

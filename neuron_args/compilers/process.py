@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.compilers.lifetime import CompileCancelled, current_scope, kill_group, supervised_argv
+from neuron_args.compilers.supervisor import EXIT_CANNOT_START
 from neuron_args.errors import CompileError
 from neuron_args.settings import COMPILE_TIMEOUT_ENV
 from neuron_args.untrusted import UntrustedFileError, read_tail
@@ -33,9 +34,6 @@ LOG_FILE = "log-neuron-cc.txt"
 
 #: How many log lines a :class:`CompileError` quotes.
 LOG_TAIL_LINES = 20
-#: The supervisor's exit status when the compiler program could not be executed (its own copy:
-#: the supervisor is a script that imports nothing of this package).
-EXIT_CANNOT_START = 127
 
 
 @dataclass(frozen=True)

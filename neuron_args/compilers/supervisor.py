@@ -7,6 +7,7 @@ included) or on SIGTERM/SIGINT/SIGHUP; ``--reap`` also kills what the compiler l
 passes on unchanged. Standard library only, run with ``-I -S`` (a few milliseconds per compile).
 """
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -30,17 +31,16 @@ def _kill_group(signum, frame=None):
         os._exit(128 + signum)
 
 
-def _die_with_parent(parent: int, reap: bool) -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        print(f"neuron-args supervisor: prctl failed (errno {ctypes.get_errno()}); "
-              "the compiler may outlive a killed parent", file=sys.stderr)
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; else nothing): the supervisor,
+    and a trace child first thing, with the parent's pid taken before the fork (one already gone: ``sig`` now)."""
+    if not sys.platform.startswith("linux"):
+        return
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        print(f"neuron-args: prctl failed (errno {ctypes.get_errno()}); process {os.getpid()} may outlive a "
+              "killed parent", file=sys.stderr)
     if os.getppid() != parent:  # the parent died before the request took effect
-        _kill_group(signal.SIGTERM)
-    if reap:
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of the compiler come here, not to init
+        os.kill(os.getpid(), sig)
 
 
 def _kill_leftovers() -> None:
@@ -68,7 +68,9 @@ def main(argv):
     parent, program = int(argv[0]), argv[1:]
     for sig in _FORWARDED:
         signal.signal(sig, _kill_group)
-    _die_with_parent(parent, reap)
+    die_with_parent(parent, signal.SIGTERM)  # the handler above kills the group
+    if reap:
+        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of the compiler come here, not to init
     global _child
     pid = _child = os.fork()
     if pid == 0:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import select
 import signal
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,6 +40,8 @@ DEFAULT_IDLE_SECONDS: float = envs.variable(IDLE_ENV).default
 ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "PYTHON", "LD_")
 #: How long a worker's process may take to go after its pipe reported it gone.
 REAP_SECONDS = 5.0
+#: How often a compile waiting for its new worker's start looks for a worker given back ready.
+GIVEN_BACK_POLL = 0.05
 
 
 def enabled() -> bool:
@@ -153,7 +156,6 @@ class WorkerPool:
         self.program = list(program) if program else [sys.executable, "-m", MODULE]
         self.broken = False  # a worker died before it was ready: one process per graph from then on
         self._idle: list[Worker] = []
-        self._waiters: set[int] = set()  # wake-up pipes of the compiles waiting for a worker
         self._lock = threading.Lock()
 
     def take(self, ready_only: bool = False) -> Worker | None:
@@ -215,30 +217,10 @@ class WorkerPool:
             return sum(w.reusable(env) for w in self._idle)
 
     def release(self, worker: Worker) -> None:
-        """Give a worker back (it waits for the next compile); wakes the compiles waiting for one."""
+        """Give a worker back (it waits for the next compile)."""
         worker.last_used = time.monotonic()
         with self._lock:
             self._idle.append(worker)
-            waiters = list(self._waiters)
-        for fd in waiters:
-            with contextlib.suppress(OSError):
-                os.write(fd, b"w")
-
-    @contextlib.contextmanager
-    def waiting(self) -> Iterator[int]:
-        """A file descriptor that becomes readable when a worker is given back (drain it after a wake-up)."""
-        r, w = os.pipe()
-        os.set_blocking(r, False)
-        os.set_blocking(w, False)
-        with self._lock:
-            self._waiters.add(w)
-        try:
-            yield r
-        finally:
-            with self._lock:
-                self._waiters.discard(w)
-            os.close(r)
-            os.close(w)
 
     def idle_pids(self) -> list[int]:
         """The supervisor pids of the idle workers (each leads its worker's process group)."""
@@ -337,25 +319,17 @@ class PooledCompile:
         return self._worker.receive_status(deadline)
 
     def _await_worker(self, deadline: float | None) -> bool:
-        """Until the held worker is ready or another one is given back ready, whichever first; False: timed out."""
-        if self._worker.ready:
-            return True
-        with self._pool.waiting() as wake:
-            while True:
-                other = self._pool.take(ready_only=True)
-                if other is not None:
-                    self._pool.release(self._worker)  # still starting: the next compile takes it
-                    self._worker = other
-                    return True
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                readable = select.select([self._worker.fileno(), wake], [], [], remaining)[0]
-                if wake in readable:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake, 4096)
-                if self._worker.fileno() in readable and self._worker.wait_ready(time.monotonic()):
-                    return True
+        """Until the held worker is ready or another one is given back ready (looked for every
+        :data:`GIVEN_BACK_POLL` s: a start takes longer), whichever first; False: timed out."""
+        while not self._worker.wait_ready(min(time.monotonic() + GIVEN_BACK_POLL, deadline or math.inf)):
+            other = self._pool.take(ready_only=True)
+            if other is not None:
+                self._pool.release(self._worker)  # still starting: the next compile takes it
+                self._worker = other
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return True
 
     def _replace(self, code: int) -> None:
         """The worker died on its own: run this graph in a process of its own (the one-shot way)."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
-from neuron_args.cache import HLO_NAME, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
+from neuron_args.cache import HLO_NAME, LOCK_TIMEOUT, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
 from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.entry_metadata import EntryMetadata
@@ -378,10 +378,14 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
         inner.add_done_callback(lambda f: _COMMIT_POOL.submit(collect, f, md, task, report, t0))
 
     def wait_for_lock(wait: LockWait) -> None:
-        """Another process builds this key: wait (cancellable, saying so), then it is complete or ours to build."""
+        """Another process builds this key: wait (cancellable, saying so, at most ``LOCK_TIMEOUT`` as the cache's
+        own waits), then it is complete or ours to build; a holder wedged past that fails the graph, naming it."""
         while not lock.acquire():
             if outer.cancelled():
                 return
+            if time.monotonic() >= wait.started + LOCK_TIMEOUT:
+                return finish(pending_graph(entry, base_args)[1], wait.started, how="failed",
+                              error=f"{wait.timed_out()}\nThe entry stays pending.")
             wait.tick()
             time.sleep(0.2)
         try:
@@ -393,7 +397,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
     if lock.acquire():
         start()
     else:
-        wait = LockWait(entry, graph_type=entry.graph_type)
+        wait = LockWait(entry, graph_type=entry.graph_type, timeout=LOCK_TIMEOUT)
         threading.Thread(target=wait_for_lock, args=(wait,), name=f"neuron-args-farm-lock-{key[:8]}",
                          daemon=True).start()
     return outer

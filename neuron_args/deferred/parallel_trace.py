@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
-from neuron_args.compilers.lifetime import die_with_parent, start_on_lifetime_thread
+from neuron_args.compilers.lifetime import start_on_lifetime_thread
 from neuron_args.compilers.process import describe_exit
+from neuron_args.compilers.supervisor import die_with_parent
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
@@ -132,20 +133,20 @@ def _run_job(job: TraceJob, settings: CompileSettings) -> tuple[str, Any]:
 def _raised(job: TraceJob) -> str:
     """The exception a job raised as its reader needs it first: what, on which inputs, the fix; then the traceback."""
     exc = sys.exc_info()[1]
-    inputs = ", ".join(f"{k}={_describe(v)}" for k, v in job[1].items()) or "none"
-    head = f"{type(exc).__name__}: {clip(str(exc).splitlines()[0] if str(exc) else '', 300)}\n  inputs: {inputs}\n"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    head = f"{type(exc).__name__}: {clip(first, 300)}\n  inputs: {_inputs(job)}\n"
     if not isinstance(exc, NeuronArgsError):  # ours carry their own fix
         head += ("  fix: the model raised on this graph's example inputs; call it eagerly with them to reproduce, "
                  "then fix the model or the inputs its bucket returns\n")
     return head + traceback.format_exc()
 
 
-def _describe(value: Any) -> str:
+def _inputs(job: TraceJob) -> str:
+    """``x=(2, 4) float32, n=3``: which bucket of its graph type a job was (a graph type has several)."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-    return clip(repr(value), 40)
+    return ", ".join(f"{k}={tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}" if isinstance(v, torch.Tensor)
+                     else f"{k}={clip(repr(v), 40)}" for k, v in job[1].items()) or "none"
 
 
 def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
@@ -505,12 +506,6 @@ _KILLED_HINT = ("; fix: a signal ended it (SIGKILL with no one sending it is mos
                 "rerun; the other jobs are not affected")
 
 
-def _inputs_text(job: TraceJob) -> str:
-    """``inputs x=[2, 4]``: which bucket of its graph type a job was (a graph type has several)."""
-    shapes = [f"{k}={list(v.shape)}" for k, v in job[1].items() if hasattr(v, "shape")]
-    return "inputs " + (", ".join(shapes) or "without tensors")
-
-
 def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any, call: int, opts: CompileSettings) -> None:
     try:
         child.give(i, todo[i], call, opts)
@@ -549,7 +544,7 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
             code = child.proc.exitcode
             finish(child, "failed", f"trace child of graph type {label!r} died without a result "
                                     f"({describe_exit(code, brief=True)}){_DIED_HINT.get(code, '')} while tracing "
-                                    f"{_inputs_text(todo[child.job])}" + (_KILLED_HINT if code and code < 0 else ""))
+                                    f"inputs {_inputs(todo[child.job])}" + (_KILLED_HINT if code and code < 0 else ""))
         elif time.monotonic() - child.started > deadline_s:
             child.proc.kill()
             child.proc.join(5)
