@@ -7,13 +7,13 @@ the first lowering only (a jax client in the parent breaks forked children).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 import os
 import threading
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ _STATIC_HINT = (
 )
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class LoweredGraph:
     """One lowered graph: compiler input, cache-key text and the specs the runtime needs."""
 
@@ -69,17 +69,19 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     if refused is not None:
         raise LoweringError(_cannot_lower(*refused))
     tokens = _effect_tokens(gm)
-    input_specs = _input_specs(gm, example_inputs, tokens)
     output_specs, constants = _output_specs(gm)
+    specs = LoweredGraph(hlo_module_proto=b"", hlo_text="", result_shapes=(),  # the HLO: _lower fills them in
+                         input_specs=_input_specs(gm, example_inputs, tokens), output_specs=output_specs,
+                         constant_outputs=constants, token_inputs=tokens)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     # real tensors under aot_autograd's fake mode (graph constants, torchax's own); one lowering at a time:
     # the torchax environment and its torch modes are shared by the process
     with _lock, unset_fake_temporarily():
         try:
-            return _lower(gm, input_specs, output_specs, constants, tokens, seeded=False)
+            return _lower(gm, specs)
         except _NeedsRandomKey:  # an op drew random numbers: lower again, with a key input
-            return _lower(gm, input_specs + (SEED_SPEC,), output_specs, constants, tokens, seeded=True)
+            return _lower(gm, dataclasses.replace(specs, input_specs=specs.input_specs + (SEED_SPEC,), seeded=True))
 
 
 def _effect_tokens(gm: torch.fx.GraphModule) -> tuple[int, ...]:
@@ -181,20 +183,13 @@ _CONSTANT_TYPES = (type(None), bool, int, float, str, torch.dtype, torch.device,
                    torch.memory_format)
 
 
-def _lower(
-    gm: torch.fx.GraphModule,
-    input_specs: tuple[TensorSpec, ...],
-    output_specs: tuple[TensorSpec, ...],
-    constants: tuple[tuple[int, Any], ...],
-    tokens: tuple[int, ...],
-    *,
-    seeded: bool,
-) -> LoweredGraph:
+def _lower(gm: torch.fx.GraphModule, specs: LoweredGraph) -> LoweredGraph:
+    """``specs`` with the HLO of ``gm`` lowered for them."""
     from neuron_args.lowering.torchax_compat import import_torchax
 
     import_torchax()  # before any torchax submodule import (see torchax_compat)
-    graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), tokens, seeded)
-    args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in input_specs]
+    graph_fn = _jax_function(gm, specs)
+    args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in specs.input_specs]
     try:
         # x64 off whatever the process set: int64 -> s32 is part of the graph (and its key).
         # keep_unused: every graph input stays an HLO parameter, one-to-one with the runtime args.
@@ -206,16 +201,9 @@ def _lower(
     except Exception as e:  # jax tracing errors outside any one node
         raise LoweringError(f"lowering the graph to HLO failed: {type(e).__name__}: {e}") from e
     computation = lowered.compiler_ir("hlo")
-    return LoweredGraph(
-        hlo_module_proto=computation.as_serialized_hlo_module_proto(),
-        hlo_text=_canonical_text(computation),
-        input_specs=input_specs,
-        output_specs=output_specs,
-        result_shapes=_result_shapes(computation.program_shape().result_shape()),
-        constant_outputs=constants,
-        seeded=seeded,
-        token_inputs=tokens,
-    )
+    return dataclasses.replace(specs, hlo_module_proto=computation.as_serialized_hlo_module_proto(),
+                               hlo_text=_canonical_text(computation),
+                               result_shapes=_result_shapes(computation.program_shape().result_shape()))
 
 
 def _canonical_text(computation: Any) -> str:
@@ -281,9 +269,8 @@ def _constant(env: Any, value: torch.Tensor) -> Any:
     return Tensor(jnp.asarray(tensor_to_numpy(value)), env)
 
 
-def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...], constants: frozenset[int],
-                  tokens: tuple[int, ...], seeded: bool) -> Any:
-    """``gm`` as a function of jax arrays returning its tensor outputs (not those at ``constants``); effect
+def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
+    """``gm`` as a function of jax arrays returning its tensor outputs (not its constant ones); effect
     tokens are no arguments; a seeded graph's last argument is the key its random ops split from."""
     from torchax.tensor import Tensor
     from torchax.view import View
@@ -291,6 +278,8 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     from neuron_args.lowering import ops, scalars
 
     env = _environment()
+    output_specs, tokens, seeded = specs.output_specs, specs.token_inputs, specs.seeded
+    constants = frozenset(i for i, _ in specs.constant_outputs)
     out_dtypes = [numpy_dtype(s.lowered_output_dtype) for s in output_specs]
     # the tensor outputs that are torch.hash_tensor's (low, high) words already
     words = [hashing.is_hash(n) for i, n in enumerate(_returned(gm)) if i not in constants]
