@@ -68,11 +68,11 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     refused = hashing.refusal(gm)
     if refused is not None:
         raise LoweringError(_cannot_lower(*refused))
-    tokens = _effect_tokens(gm)
+    input_specs, tokens = _input_specs(gm, example_inputs)
     output_specs, constants = _output_specs(gm)
     specs = LoweredGraph(hlo_module_proto=b"", hlo_text="", result_shapes=(),  # the HLO: _lower fills them in
-                         input_specs=_input_specs(gm, example_inputs, tokens), output_specs=output_specs,
-                         constant_outputs=constants, token_inputs=tokens)
+                         input_specs=input_specs, output_specs=output_specs, constant_outputs=constants,
+                         token_inputs=tokens)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     # real tensors under aot_autograd's fake mode (graph constants, torchax's own); one lowering at a time:
@@ -84,42 +84,34 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
             return _lower(gm, dataclasses.replace(specs, input_specs=specs.input_specs + (SEED_SPEC,), seeded=True))
 
 
-def _effect_tokens(gm: torch.fx.GraphModule) -> tuple[int, ...]:
-    """The positions of the inputs that are effect tokens (``None`` at run time): those ``with_effects`` orders on."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    return tuple(i for i, n in enumerate(placeholders)
-                 if n.users and all(u.target is _WITH_EFFECTS and u.args[0] is n for u in n.users))
-
-
 def _is_token(node: Any) -> bool:
     """``node`` is the token a ``with_effects`` node returns (its item 0)."""
     return (isinstance(node, torch.fx.Node) and node.target is operator.getitem and node.args[1] == 0
             and isinstance(node.args[0], torch.fx.Node) and node.args[0].target is _WITH_EFFECTS)
 
 
-def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                 tokens: tuple[int, ...] = ()) -> tuple[TensorSpec, ...]:
+def _input_specs(gm: torch.fx.GraphModule,
+                 example_inputs: Sequence[Any]) -> tuple[tuple[TensorSpec, ...], tuple[int, ...]]:
+    """The tensor inputs' specs, and the positions of the effect tokens (``None`` at run time: the inputs
+    ``with_effects`` orders on)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise LoweringError(
             f"graph has {len(placeholders)} inputs but {len(example_inputs)} example inputs were "
             "given; pass the example inputs the forward compiler received"
         )
-    specs = []
+    specs, tokens = [], []
     for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
-        if i in tokens:
+        if node.users and all(u.target is _WITH_EFFECTS and u.args[0] is node for u in node.users):
+            tokens.append(i)
             continue
         if not isinstance(value, torch.Tensor):
             kind = "a symbolic size" if isinstance(value, torch.SymInt) else type(value).__name__
-            raise LoweringError(
-                f"graph input {node.name!r} is {kind}, not a tensor. {_STATIC_HINT}"
-            )
+            raise LoweringError(f"graph input {node.name!r} is {kind}, not a tensor. {_STATIC_HINT}")
         if any(not isinstance(d, int) for d in value.shape):
-            raise LoweringError(
-                f"graph input {node.name!r} has symbolic shape {tuple(value.shape)}. {_STATIC_HINT}"
-            )
+            raise LoweringError(f"graph input {node.name!r} has symbolic shape {tuple(value.shape)}. {_STATIC_HINT}")
         specs.append(TensorSpec.of(value))
-    return tuple(specs)
+    return tuple(specs), tuple(tokens)
 
 
 def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tuple[tuple[int, Any], ...]]:

@@ -52,12 +52,13 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     # the 2d and 3d ops (1d too for padding); the backward ops torchax has no lowering for: the vjp of their forward op
     **{name: fn for n in (2, 3) for name, fn in (
         (f"aten::adaptive_max_pool{n}d", pooling.adaptive_max_pool),
-        (f"aten::adaptive_max_pool{n}d_backward", pooling.adaptive_max_pool_backward(n)),
+        (f"aten::adaptive_max_pool{n}d_backward",
+         gradients.adaptive_pool_backward(getattr(aten, f"adaptive_max_pool{n}d").default, n)),
         (f"aten::max_unpool{n}d", pooling.max_unpool),
         (f"aten::fractional_max_pool{n}d", getattr(pooling, f"fractional_max_pool{n}d")),
         (f"aten::avg_pool{n}d_backward", gradients.backward_of(getattr(aten, f"avg_pool{n}d").default, 1)),
         (f"aten::_adaptive_avg_pool{n}d_backward",
-         gradients.adaptive_avg_pool_backward(getattr(aten, f"_adaptive_avg_pool{n}d").default, n)),
+         gradients.adaptive_pool_backward(getattr(aten, f"_adaptive_avg_pool{n}d").default, n)),
         (f"aten::grid_sampler_{n}d_backward",
          gradients.backward_of(getattr(aten, f"grid_sampler_{n}d").default, 2, masked=True)),
     )},

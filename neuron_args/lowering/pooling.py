@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,28 +45,14 @@ def adaptive_max_pool(x: Any, output_size: Any) -> tuple[Any, Any]:
     return out.astype(x.dtype), indices[..., 0]
 
 
-def adaptive_max_pool_backward(spatial: int) -> Callable[..., Any]:
-    """``aten.adaptive_max_pool{2,3}d_backward``: each output's gradient added at its maximum's position."""
-    def lowering(grad_output: Any, x: Any, indices: Any) -> Any:
-        return scatter_into_planes(grad_output, indices, x.shape, spatial, add=True)
-
-    return lowering
-
-
-def scatter_into_planes(values: Any, indices: Any, shape: Any, spatial: int, add: bool) -> Any:
-    """Zeros shaped ``shape`` with ``values`` put (or added) at the flat ``indices`` of their last ``spatial`` dims."""
-    lead = tuple(shape[:-spatial])
-    flat_values = values.reshape(*lead, -1)
-    flat_indices = indices.reshape(flat_values.shape).astype(jnp.int32)
-    out = jnp.zeros((*lead, math.prod(shape[-spatial:])), values.dtype)
-    at = out.at[(*jnp.indices(flat_values.shape)[:-1], flat_indices)]
-    return (at.add(flat_values) if add else at.set(flat_values)).reshape(shape)
-
-
 def max_unpool(x: Any, indices: Any, output_size: Any, stride: Any = None, padding: Any = None) -> Any:
-    """``aten.max_unpool{2,3}d``: each value at its index in zeros (torchax reads the indices into numpy)."""
-    spatial = len(output_size)
-    return scatter_into_planes(x, indices, (*x.shape[:-spatial], *output_size), spatial, add=False)
+    """``aten.max_unpool{2,3}d``: each value at its flat index in zeros planes of ``output_size`` (torchax reads the
+    indices into numpy)."""
+    lead = x.shape[:-len(output_size)]
+    values = x.reshape(*lead, -1)
+    flat = jnp.zeros((*lead, math.prod(output_size)), x.dtype)
+    at = flat.at[(*jnp.indices(values.shape)[:-1], indices.reshape(values.shape).astype(jnp.int32))]
+    return at.set(values).reshape(*lead, *output_size)
 
 
 def _starts(sample: Any, size: int, out: int, pool: int) -> Any:
