@@ -232,30 +232,6 @@ def _select(default: Any, *cases: tuple[Any, Any]) -> Any:
     return out
 
 
-def _chebyshev_vw(x: Any, n: Any, *, w: bool) -> Any:
-    x, n = _operands(x, n)
-    nf = n.astype(x.dtype)
-    two_n1 = nf + nf + 1
-    odd = n % 2 == 1
-    at_end = jnp.abs(x) == 1
-    a = jnp.arccos(x)
-    if w:
-        end = jnp.where(x > 0, two_n1, jnp.where(odd, -1.0, 1.0))
-        trig_ok = jnp.cos(a / 2) != 1
-        trig = jnp.sin((nf + 0.5) * a) / jnp.sin(a / 2)
-        end_trig = end
-    else:
-        end = jnp.where(x > 0, 1.0, jnp.where(odd, -two_n1, two_n1))
-        trig_ok = jnp.sin(a / 2) != 1
-        trig = jnp.cos((nf + 0.5) * a) / jnp.cos(a / 2)
-        end_trig = jnp.where(odd, -two_n1, two_n1)
-    first = x + x + 1 if w else x + x - 1
-    return _select(
-        _recurrence(x, n, first, lambda k, p, q: (x + x) * q - p),
-        (n < 0, 0.0), (at_end, end), ((n > 8) & (jnp.abs(x) < 1), jnp.where(trig_ok, trig, end_trig)),
-    ).astype(x.dtype)
-
-
 def legendre_polynomial_p(x: Any, n: Any) -> Any:
     x, n = _operands(x, n)
     end = jnp.where((x > 0) | (n % 2 == 0), 1.0, -1.0)
@@ -264,38 +240,41 @@ def legendre_polynomial_p(x: Any, n: Any) -> Any:
     return _select(rec, (n < 0, 0.0), (jnp.abs(x) == 1, end)).astype(x.dtype)
 
 
-def _shifted(x: Any, n: Any, kind: str) -> Any:
+def _chebyshev(x: Any, n: Any, kind: str, *, shifted: bool) -> Any:
+    """Chebyshev ``kind`` (t, u, v, w) of ``x``, or of ``2x - 1`` when ``shifted``, as torch's kernel: the values at
+    the interval's ends, the trigonometric form inside it for large ``n``, else the recurrence."""
     x, n = _operands(x, n)
     nf = n.astype(x.dtype)
-    y = x + x - 1
+    y = x + x - 1 if shifted else x
     a = jnp.arccos(y)
-    odd = n % 2 == 1
-    inside = jnp.abs(y) < 1
+    sign = jnp.where(n % 2 == 1, -1.0, 1.0)
+    two_n1 = nf + nf + 1
     if kind == "t":
-        at_one, at_zero, big, first = 1.0, jnp.where(odd, -1.0, 1.0), 6, y
+        at_one, at_minus_one, first = 1.0, sign, y
         trig = jnp.cos(nf * a)
     elif kind == "u":
-        at_one, at_zero, big, first = nf + 1, jnp.where(odd, -(nf + 1), nf + 1), 6, y + y
+        at_one, at_minus_one, first = nf + 1, sign * (nf + 1), y + y
         trig = jnp.where(jnp.sin(a) != 0, jnp.sin((nf + 1) * a) / jnp.sin(a), (nf + 1) * jnp.cos((nf + 1) * a) / y)
-    else:
-        two_n1 = nf + nf + 1
-        if kind == "v":
-            at_one, at_zero, first, big = 1.0, jnp.where(odd, -two_n1, two_n1), y + y - 1, 6
-            trig = jnp.where(jnp.sin(a / 2) != 1, jnp.cos((nf + 0.5) * a) / jnp.cos(a / 2),
-                             jnp.where(odd, -two_n1, two_n1))
-        else:
-            at_one, at_zero, first, big = two_n1, jnp.where(odd, -1.0, 1.0), y + y + 1, 4
-            trig = jnp.where(jnp.cos(a / 2) != 1, jnp.sin((nf + 0.5) * a) / jnp.sin(a / 2), jnp.where(odd, -1.0, 1.0))
+    elif kind == "v":
+        at_one, at_minus_one, first = 1.0, sign * two_n1, y + y - 1
+        trig = jnp.where(jnp.sin(a / 2) != 1, jnp.cos((nf + 0.5) * a) / jnp.cos(a / 2), sign * two_n1)
+    else:  # where cos(a / 2) rounds to 1, torch's unshifted kernel returns the value at 1 (x > 0 there)
+        at_one, at_minus_one, first = two_n1, sign, y + y + 1
+        trig = jnp.where(jnp.cos(a / 2) != 1, jnp.sin((nf + 0.5) * a) / jnp.sin(a / 2),
+                         sign if shifted else jnp.where(x > 0, two_n1, sign))
+    big = 8 if not shifted else 4 if kind == "w" else 6
     return _select(
         _recurrence(x, n, first, lambda k, p, q: (y + y) * q - p),
-        (n < 0, 0.0), (x == 1, at_one), (x == 0, at_zero), ((n > big) & inside, trig),
+        (n < 0, 0.0), (x == 1, at_one), (x == (0 if shifted else -1), at_minus_one),
+        ((n > big) & (jnp.abs(y) < 1), trig),
     ).astype(x.dtype)
 
 
 #: the ``torch.special`` names lowered here (``aten::special_<name>``, every overload: tensor or scalar x and n)
 ORTHOGONAL: dict[str, Callable[..., Any]] = {
-    "chebyshev_polynomial_v": functools.partial(_chebyshev_vw, w=False),
-    "chebyshev_polynomial_w": functools.partial(_chebyshev_vw, w=True),
+    "chebyshev_polynomial_v": functools.partial(_chebyshev, kind="v", shifted=False),
+    "chebyshev_polynomial_w": functools.partial(_chebyshev, kind="w", shifted=False),
     "legendre_polynomial_p": legendre_polynomial_p,
-    **{f"shifted_chebyshev_polynomial_{kind}": functools.partial(_shifted, kind=kind) for kind in "tuvw"},
+    **{f"shifted_chebyshev_polynomial_{kind}": functools.partial(_chebyshev, kind=kind, shifted=True)
+       for kind in "tuvw"},
 }
