@@ -217,7 +217,6 @@ def _result_shapes(shape: Any) -> tuple[str, ...]:
 def _environment() -> Any:
     """One torchax environment per process, adapted to whole ATen graphs (created lazily, under ``_lock``)."""
     from torchax.tensor import Environment, Tensor
-    from torchax.view import View
 
     class GraphEnvironment(Environment):
         #: the key random ops split while a seeded graph lowers (None: the graph has no key input)
@@ -236,8 +235,7 @@ def _environment() -> Any:
 
         def _to_copy(self, the_tensor: Any, new_dtype: Any, new_device: Any) -> Any:
             # a device move means nothing inside one graph (device='cpu' would copy a tracer out): dtype only
-            if isinstance(the_tensor, torch.Tensor) and not isinstance(the_tensor, (Tensor, View)):
-                the_tensor = _constant(self, the_tensor)
+            the_tensor = _constant(self, the_tensor)
             if new_dtype is torch.complex32:  # no XLA type: complex64 holding complex32's values
                 from neuron_args.lowering.elementwise import to_complex32
 
@@ -252,10 +250,13 @@ def _environment() -> Any:
     return env
 
 
-def _constant(env: Any, value: torch.Tensor) -> Any:
-    """A real torch tensor held by the graph (get_attr, lifted constant) as a torchax tensor."""
+def _constant(env: Any, value: Any) -> Any:
+    """A real torch tensor held by the graph (get_attr, lifted constant) as a torchax tensor; anything else as is."""
     from torchax.tensor import Tensor
+    from torchax.view import View
 
+    if not isinstance(value, torch.Tensor) or isinstance(value, (Tensor, View)):
+        return value
     if isinstance(value, torch._subclasses.FakeTensor):
         raise LoweringError("the graph holds a fake tensor constant; its values are unknown")
     return Tensor(jnp.asarray(tensor_to_numpy(value)), env)
@@ -279,10 +280,7 @@ def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
 
     class ToJax(torch.fx.Interpreter):
         def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
-            value = super().get_attr(target, args, kwargs)
-            if isinstance(value, torch.Tensor) and not isinstance(value, (Tensor, View)):
-                return _constant(env, value)
-            return value
+            return _constant(env, super().get_attr(target, args, kwargs))
 
         def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
             # FX hands over immutable lists, which some torchax lowerings extend in place (convolution)
@@ -329,12 +327,10 @@ def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
         outs = [o for i, o in enumerate(outs) if i not in constants]
         result = []
         for i, (out, spec, dtype, pair) in enumerate(zip(outs, output_specs, out_dtypes, words)):
-            if isinstance(out, (Tensor, View)):
-                arr = out.jax()
-            elif isinstance(out, torch.Tensor):
-                arr = _constant(env, out).jax()
-            else:
+            out = _constant(env, out)
+            if not isinstance(out, (Tensor, View)):
                 raise LoweringError(f"graph output {i} is {type(out).__name__}, not a tensor")
+            arr = out.jax()
             if tuple(arr.shape) != (spec.lowered_output_shape if pair else spec.shape):
                 raise LoweringError(
                     f"graph output {i} lowered with shape {tuple(arr.shape)}, "
