@@ -226,8 +226,7 @@ class CrossAttentionFlags:
     def get(self, layer_idx: int, default: Any = None) -> bool:
         return self.updated
 
-    def __getitem__(self, layer_idx: int) -> bool:
-        return self.updated
+    __getitem__ = get
 
     def __setitem__(self, layer_idx: int, value: bool) -> None:
         pass
