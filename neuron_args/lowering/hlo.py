@@ -271,9 +271,8 @@ def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
     from neuron_args.lowering import ops, scalars
 
     env = _environment()
-    output_specs, tokens, seeded = specs.output_specs, specs.token_inputs, specs.seeded
     constants = frozenset(i for i, _ in specs.constant_outputs)
-    out_dtypes = [numpy_dtype(s.lowered_output_dtype) for s in output_specs]
+    out_dtypes = [numpy_dtype(s.lowered_output_dtype) for s in specs.output_specs]
     # the tensor outputs that are torch.hash_tensor's (low, high) words already
     words = [hashing.is_hash(n) for i, n in enumerate(_returned(gm)) if i not in constants]
     checks = _runtime_checks(gm)
@@ -311,11 +310,11 @@ def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
                 raise LoweringError(_cannot_lower(n, e)) from e
 
     def neuron_graph(*arrays: Any) -> tuple[Any, ...]:
-        if seeded:  # random ops split the key input
+        if specs.seeded:  # random ops split the key input
             *arrays, key_data = arrays
             env.graph_key = jax.random.wrap_key_data(jax.lax.bitcast_convert_type(key_data, jax.numpy.uint32))
         inputs: list[Any] = [Tensor(a, env) for a in arrays]
-        for i in tokens:
+        for i in specs.token_inputs:
             inputs.insert(i, None)
         try:
             with env:
@@ -326,7 +325,7 @@ def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
             outs = (outs,)
         outs = [o for i, o in enumerate(outs) if i not in constants]
         result = []
-        for i, (out, spec, dtype, pair) in enumerate(zip(outs, output_specs, out_dtypes, words)):
+        for i, (out, spec, dtype, pair) in enumerate(zip(outs, specs.output_specs, out_dtypes, words)):
             out = _constant(env, out)
             if not isinstance(out, (Tensor, View)):
                 raise LoweringError(f"graph output {i} is {type(out).__name__}, not a tensor")
