@@ -1,5 +1,5 @@
-"""Max pooling torchax does not lower: adaptive (2d/3d) with its indices and backward, ``max_unpool``, and
-``fractional_max_pool{2,3}d`` with windows from the graph's ``random_samples`` input as torch's
+"""Max pooling torchax does not lower: adaptive (2d/3d) with its indices (its backward: the vjp, in gradients),
+``max_unpool``, and ``fractional_max_pool{2,3}d`` with windows from the graph's ``random_samples`` input as torch's
 ``generate_intervals`` (NaN: the first maximum, where torch keeps the last)."""
 from __future__ import annotations
 
