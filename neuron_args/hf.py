@@ -107,7 +107,7 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
         if isinstance(seen, DummyLayer) or not filled(seen):  # a layer no forward writes (a feed-forward block's)
             layers.append(seen if isinstance(seen, DummyLayer) else DummyLayer())
         elif kind in (DynamicLayer, DynamicSlidingWindowLayer) and seen.keys is not None:
-            layers.append(_static_layer(seen, max_cache_len, batch_size))
+            layers.append(_allocate_keys_values(cache_utils.StaticLayer(max_cache_len=max_cache_len), seen, batch_size))
         elif kind is DynamicIndexedLayer and seen.keys is not None:
             layers.append(_static_indexed_layer(model_name, i, seen, max_cache_len, batch_size))
         elif kind is LinearAttentionLayer:
@@ -116,8 +116,7 @@ def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: 
         elif isinstance(seen, LinearAttentionLayer) and isinstance(seen, DynamicLayer) and seen.keys is not None:
             # both kinds of state (full or sliding attention): a full-length hybrid
             layer = LinearAttentionAndStaticFullAttentionLayer(max_cache_len, number_of_states=seen.number_of_states)
-            _allocate_keys_values(layer, seen, batch_size)
-            layers.append(_allocate_recurrent(layer, seen, batch_size))
+            layers.append(_allocate_recurrent(_allocate_keys_values(layer, seen, batch_size), seen, batch_size))
         else:
             raise StaticCacheError(
                 f"{model_name}: cache layer {i} ({kind.__name__}) is of a kind static_cache does not hold; "
@@ -137,19 +136,20 @@ def _static_indexed_layer(model_name: str, i: int, seen: Any, max_cache_len: int
             "(`indexer_position_ids`, concatenated on each call), so each decode step would be a graph of its own "
             "shape; static_cache holds fixed-size states only. fix: serve this architecture without a cache "
             "(use_cache=False, one graph per sequence bucket), or keep it in eager PyTorch")
-    layer = cache_utils.StaticIndexedLayer(max_cache_len=max_cache_len)
-    _allocate_keys_values(layer, seen, batch_size)
+    layer = _allocate_keys_values(cache_utils.StaticIndexedLayer(max_cache_len=max_cache_len), seen, batch_size)
     if seen.is_indexer_initialized:
         keys = seen.indexer_keys
         layer.lazy_initialization_indexer(keys.new_empty(batch_size, 0, keys.shape[-1]))
     return layer
 
 
-def _allocate_keys_values(layer: Any, seen: Any, batch_size: int) -> None:
+def _allocate_keys_values(layer: Any, seen: Any, batch_size: int) -> Any:
+    """``layer`` (of full length) with its keys and values allocated in the heads and dtype of the probe's ``seen``."""
     keys, values = seen.keys, seen.values
     layer.lazy_initialization(
         torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
         torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
+    return layer
 
 
 def _allocate_recurrent(layer: Any, seen: Any, batch_size: int) -> Any:
@@ -226,21 +226,13 @@ class CrossAttentionFlags:
     def get(self, layer_idx: int, default: Any = None) -> bool:
         return self.updated
 
-    def __getitem__(self, layer_idx: int) -> bool:
-        return self.updated
+    __getitem__ = get
 
     def __setitem__(self, layer_idx: int, value: bool) -> None:
         pass
 
     def __iter__(self) -> Any:
         return iter(())
-
-
-def _static_layer(seen: Any, max_cache_len: int, batch_size: int) -> Any:
-    """A full-length ``StaticLayer`` of ``max_cache_len`` for a filled dynamic layer, with its heads and dtype."""
-    layer = cache_utils.StaticLayer(max_cache_len=max_cache_len)
-    _allocate_keys_values(layer, seen, batch_size)
-    return layer
 
 
 def encoder_width(model: torch.nn.Module) -> int:
@@ -279,7 +271,8 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
         if not filled:
             raise ValueError(f"{type(model).__name__}: a decoder call filled no cache layers; "
                              "static_encoder_decoder_cache handles models whose attention layers cache keys and values")
-        layers = [_static_layer(seen, length, batch_size) for seen in filled]
+        layers = [_allocate_keys_values(cache_utils.StaticLayer(max_cache_len=length), seen, batch_size)
+                  for seen in filled]
         # the self-attention cache's filled length gives positions (see positioned_cache_class)
         caches.append(cache_utils.Cache(layers=layers) if caches else _positioned_cache(layers))
     return transformers.EncoderDecoderCache(*caches)

@@ -4,11 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
-
 from neuron_args.lazy_modules import jnp
-
-aten = torch.ops.aten
 
 
 def sdpa_flash_for_cpu(

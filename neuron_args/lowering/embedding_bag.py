@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from neuron_args.lazy_modules import jax, jnp
-
-aten = torch.ops.aten
 
 
 _SUM, _MEAN, _MAX = 0, 1, 2  # embedding_bag modes

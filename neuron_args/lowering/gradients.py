@@ -47,9 +47,10 @@ def backward_of(forward_op: Any, primals: int, masked: bool = False) -> Callable
     return lowering
 
 
-def adaptive_avg_pool_backward(forward_op: Any, spatial: int) -> Callable[..., Any]:
-    """The lowering of ``aten._adaptive_avg_pool{2,3}d_backward``: the vjp of the pooling to the gradient's size."""
-    def lowering(grad_output: Any, input: Any) -> Any:
+def adaptive_pool_backward(forward_op: Any, spatial: int) -> Callable[..., Any]:
+    """The lowering of ``aten._adaptive_{avg,max}_pool{2,3}d_backward``: the vjp of the pooling to the gradient's
+    size (a max pool's ``indices`` are where the vjp of its lowering puts each gradient: not read)."""
+    def lowering(grad_output: Any, input: Any, indices: Any = None) -> Any:
         return pullback(lowered_op(forward_op, list(grad_output.shape[-spatial:])), grad_output, input)[0]
 
     return lowering

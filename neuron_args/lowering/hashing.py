@@ -9,9 +9,9 @@ from typing import Any
 import torch
 
 from neuron_args.lazy_modules import jnp, lax
+from neuron_args.lowering.precision import WIDE
 
 _HASH = torch.ops.aten.hash_tensor.default
-_FLOAT64 = (torch.float64, torch.complex128)
 
 
 def hash_tensor(x: Any, dim: Any = (), keepdim: bool = False, mode: int = 0) -> Any:
@@ -77,7 +77,7 @@ def refusal(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, ValueError] | None
         if n.target is not _HASH:
             continue
         source = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else None
-        if isinstance(source, torch.Tensor) and source.dtype in _FLOAT64:
+        if isinstance(source, torch.Tensor) and source.dtype in WIDE:
             return n, ValueError(
                 f"torch.hash_tensor of a {str(source.dtype).removeprefix('torch.')} tensor hashes its 64-bit "
                 "pattern, which a Neuron graph cannot hold (float64 is lowered as float32). Hash that tensor "

@@ -69,24 +69,20 @@ def histogram_bins_tensor(x: Any, bins: Any, *, weight: Any = None, density: boo
     return _counts(x.reshape(-1, 1), [edges], weight, density), edges
 
 
-def _samples(x: Any) -> Any:
-    return x.reshape(-1, x.shape[-1])
-
-
 def histogramdd_bin_edges(x: Any, bins: Sequence[int], *, range: Any = None,  # noqa: A002 - torch's name
                           weight: Any = None, density: bool = False) -> list[Any]:
     """``aten._histogramdd_bin_edges``: each dimension's edges."""
-    return _edges(_samples(x), bins, range)
+    return _edges(x.reshape(-1, x.shape[-1]), bins, range)
 
 
 def histogramdd_from_bin_cts(x: Any, bins: Sequence[int], *, range: Any = None,  # noqa: A002 - torch's name
                              weight: Any = None, density: bool = False) -> Any:
     """``aten._histogramdd_from_bin_cts``: the counts in ``bins`` equal bins per dimension."""
-    samples = _samples(x)
+    samples = x.reshape(-1, x.shape[-1])
     return _counts(samples, _edges(samples, bins, range), weight, density)
 
 
 def histogramdd_from_bin_tensors(x: Any, bins: Sequence[Any], *, weight: Any = None, density: bool = False) -> Any:
     """``aten._histogramdd_from_bin_tensors``: the counts in the given edges per dimension."""
-    samples = _samples(x)
+    samples = x.reshape(-1, x.shape[-1])
     return _counts(samples, [b.astype(x.dtype) for b in bins], weight, density)

@@ -7,13 +7,13 @@ the first lowering only (a jax client in the parent breaks forked children).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 import os
 import threading
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ _STATIC_HINT = (
 )
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class LoweredGraph:
     """One lowered graph: compiler input, cache-key text and the specs the runtime needs."""
 
@@ -68,25 +68,20 @@ def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> L
     refused = hashing.refusal(gm)
     if refused is not None:
         raise LoweringError(_cannot_lower(*refused))
-    tokens = _effect_tokens(gm)
-    input_specs = _input_specs(gm, example_inputs, tokens)
+    input_specs, tokens = _input_specs(gm, example_inputs)
     output_specs, constants = _output_specs(gm)
+    specs = LoweredGraph(hlo_module_proto=b"", hlo_text="", result_shapes=(),  # the HLO: _lower fills them in
+                         input_specs=input_specs, output_specs=output_specs, constant_outputs=constants,
+                         token_inputs=tokens)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     # real tensors under aot_autograd's fake mode (graph constants, torchax's own); one lowering at a time:
     # the torchax environment and its torch modes are shared by the process
     with _lock, unset_fake_temporarily():
         try:
-            return _lower(gm, input_specs, output_specs, constants, tokens, seeded=False)
+            return _lower(gm, specs)
         except _NeedsRandomKey:  # an op drew random numbers: lower again, with a key input
-            return _lower(gm, input_specs + (SEED_SPEC,), output_specs, constants, tokens, seeded=True)
-
-
-def _effect_tokens(gm: torch.fx.GraphModule) -> tuple[int, ...]:
-    """The positions of the inputs that are effect tokens (``None`` at run time): those ``with_effects`` orders on."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    return tuple(i for i, n in enumerate(placeholders)
-                 if n.users and all(u.target is _WITH_EFFECTS and u.args[0] is n for u in n.users))
+            return _lower(gm, dataclasses.replace(specs, input_specs=specs.input_specs + (SEED_SPEC,), seeded=True))
 
 
 def _is_token(node: Any) -> bool:
@@ -95,29 +90,28 @@ def _is_token(node: Any) -> bool:
             and isinstance(node.args[0], torch.fx.Node) and node.args[0].target is _WITH_EFFECTS)
 
 
-def _input_specs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                 tokens: tuple[int, ...] = ()) -> tuple[TensorSpec, ...]:
+def _input_specs(gm: torch.fx.GraphModule,
+                 example_inputs: Sequence[Any]) -> tuple[tuple[TensorSpec, ...], tuple[int, ...]]:
+    """The tensor inputs' specs, and the positions of the effect tokens (``None`` at run time: the inputs
+    ``with_effects`` orders on)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise LoweringError(
             f"graph has {len(placeholders)} inputs but {len(example_inputs)} example inputs were "
             "given; pass the example inputs the forward compiler received"
         )
-    specs = []
+    specs, tokens = [], []
     for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
-        if i in tokens:
+        if node.users and all(u.target is _WITH_EFFECTS and u.args[0] is node for u in node.users):
+            tokens.append(i)
             continue
         if not isinstance(value, torch.Tensor):
             kind = "a symbolic size" if isinstance(value, torch.SymInt) else type(value).__name__
-            raise LoweringError(
-                f"graph input {node.name!r} is {kind}, not a tensor. {_STATIC_HINT}"
-            )
+            raise LoweringError(f"graph input {node.name!r} is {kind}, not a tensor. {_STATIC_HINT}")
         if any(not isinstance(d, int) for d in value.shape):
-            raise LoweringError(
-                f"graph input {node.name!r} has symbolic shape {tuple(value.shape)}. {_STATIC_HINT}"
-            )
+            raise LoweringError(f"graph input {node.name!r} has symbolic shape {tuple(value.shape)}. {_STATIC_HINT}")
         specs.append(TensorSpec.of(value))
-    return tuple(specs)
+    return tuple(specs), tuple(tokens)
 
 
 def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tuple[tuple[int, Any], ...]]:
@@ -181,20 +175,13 @@ _CONSTANT_TYPES = (type(None), bool, int, float, str, torch.dtype, torch.device,
                    torch.memory_format)
 
 
-def _lower(
-    gm: torch.fx.GraphModule,
-    input_specs: tuple[TensorSpec, ...],
-    output_specs: tuple[TensorSpec, ...],
-    constants: tuple[tuple[int, Any], ...],
-    tokens: tuple[int, ...],
-    *,
-    seeded: bool,
-) -> LoweredGraph:
+def _lower(gm: torch.fx.GraphModule, specs: LoweredGraph) -> LoweredGraph:
+    """``specs`` with the HLO of ``gm`` lowered for them."""
     from neuron_args.lowering.torchax_compat import import_torchax
 
     import_torchax()  # before any torchax submodule import (see torchax_compat)
-    graph_fn = _jax_function(gm, output_specs, frozenset(i for i, _ in constants), tokens, seeded)
-    args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in input_specs]
+    graph_fn = _jax_function(gm, specs)
+    args = [jax.ShapeDtypeStruct(s.shape, numpy_dtype(s.lowered_dtype)) for s in specs.input_specs]
     try:
         # x64 off whatever the process set: int64 -> s32 is part of the graph (and its key).
         # keep_unused: every graph input stays an HLO parameter, one-to-one with the runtime args.
@@ -206,16 +193,9 @@ def _lower(
     except Exception as e:  # jax tracing errors outside any one node
         raise LoweringError(f"lowering the graph to HLO failed: {type(e).__name__}: {e}") from e
     computation = lowered.compiler_ir("hlo")
-    return LoweredGraph(
-        hlo_module_proto=computation.as_serialized_hlo_module_proto(),
-        hlo_text=_canonical_text(computation),
-        input_specs=input_specs,
-        output_specs=output_specs,
-        result_shapes=_result_shapes(computation.program_shape().result_shape()),
-        constant_outputs=constants,
-        seeded=seeded,
-        token_inputs=tokens,
-    )
+    return dataclasses.replace(specs, hlo_module_proto=computation.as_serialized_hlo_module_proto(),
+                               hlo_text=_canonical_text(computation),
+                               result_shapes=_result_shapes(computation.program_shape().result_shape()))
 
 
 def _canonical_text(computation: Any) -> str:
@@ -237,7 +217,6 @@ def _result_shapes(shape: Any) -> tuple[str, ...]:
 def _environment() -> Any:
     """One torchax environment per process, adapted to whole ATen graphs (created lazily, under ``_lock``)."""
     from torchax.tensor import Environment, Tensor
-    from torchax.view import View
 
     class GraphEnvironment(Environment):
         #: the key random ops split while a seeded graph lowers (None: the graph has no key input)
@@ -256,8 +235,7 @@ def _environment() -> Any:
 
         def _to_copy(self, the_tensor: Any, new_dtype: Any, new_device: Any) -> Any:
             # a device move means nothing inside one graph (device='cpu' would copy a tracer out): dtype only
-            if isinstance(the_tensor, torch.Tensor) and not isinstance(the_tensor, (Tensor, View)):
-                the_tensor = _constant(self, the_tensor)
+            the_tensor = _constant(self, the_tensor)
             if new_dtype is torch.complex32:  # no XLA type: complex64 holding complex32's values
                 from neuron_args.lowering.elementwise import to_complex32
 
@@ -272,18 +250,20 @@ def _environment() -> Any:
     return env
 
 
-def _constant(env: Any, value: torch.Tensor) -> Any:
-    """A real torch tensor held by the graph (get_attr, lifted constant) as a torchax tensor."""
+def _constant(env: Any, value: Any) -> Any:
+    """A real torch tensor held by the graph (get_attr, lifted constant) as a torchax tensor; anything else as is."""
     from torchax.tensor import Tensor
+    from torchax.view import View
 
+    if not isinstance(value, torch.Tensor) or isinstance(value, (Tensor, View)):
+        return value
     if isinstance(value, torch._subclasses.FakeTensor):
         raise LoweringError("the graph holds a fake tensor constant; its values are unknown")
     return Tensor(jnp.asarray(tensor_to_numpy(value)), env)
 
 
-def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...], constants: frozenset[int],
-                  tokens: tuple[int, ...], seeded: bool) -> Any:
-    """``gm`` as a function of jax arrays returning its tensor outputs (not those at ``constants``); effect
+def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
+    """``gm`` as a function of jax arrays returning its tensor outputs (not its constant ones); effect
     tokens are no arguments; a seeded graph's last argument is the key its random ops split from."""
     from torchax.tensor import Tensor
     from torchax.view import View
@@ -291,17 +271,15 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
     from neuron_args.lowering import ops, scalars
 
     env = _environment()
-    out_dtypes = [numpy_dtype(s.lowered_output_dtype) for s in output_specs]
+    constants = frozenset(i for i, _ in specs.constant_outputs)
+    out_dtypes = [numpy_dtype(s.lowered_output_dtype) for s in specs.output_specs]
     # the tensor outputs that are torch.hash_tensor's (low, high) words already
     words = [hashing.is_hash(n) for i, n in enumerate(_returned(gm)) if i not in constants]
     checks = _runtime_checks(gm)
 
     class ToJax(torch.fx.Interpreter):
         def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
-            value = super().get_attr(target, args, kwargs)
-            if isinstance(value, torch.Tensor) and not isinstance(value, (Tensor, View)):
-                return _constant(env, value)
-            return value
+            return _constant(env, super().get_attr(target, args, kwargs))
 
         def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
             # FX hands over immutable lists, which some torchax lowerings extend in place (convolution)
@@ -332,11 +310,11 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
                 raise LoweringError(_cannot_lower(n, e)) from e
 
     def neuron_graph(*arrays: Any) -> tuple[Any, ...]:
-        if seeded:  # random ops split the key input
+        if specs.seeded:  # random ops split the key input
             *arrays, key_data = arrays
             env.graph_key = jax.random.wrap_key_data(jax.lax.bitcast_convert_type(key_data, jax.numpy.uint32))
         inputs: list[Any] = [Tensor(a, env) for a in arrays]
-        for i in tokens:
+        for i in specs.token_inputs:
             inputs.insert(i, None)
         try:
             with env:
@@ -347,13 +325,11 @@ def _jax_function(gm: torch.fx.GraphModule, output_specs: tuple[TensorSpec, ...]
             outs = (outs,)
         outs = [o for i, o in enumerate(outs) if i not in constants]
         result = []
-        for i, (out, spec, dtype, pair) in enumerate(zip(outs, output_specs, out_dtypes, words)):
-            if isinstance(out, (Tensor, View)):
-                arr = out.jax()
-            elif isinstance(out, torch.Tensor):
-                arr = _constant(env, out).jax()
-            else:
+        for i, (out, spec, dtype, pair) in enumerate(zip(outs, specs.output_specs, out_dtypes, words)):
+            out = _constant(env, out)
+            if not isinstance(out, (Tensor, View)):
                 raise LoweringError(f"graph output {i} is {type(out).__name__}, not a tensor")
+            arr = out.jax()
             if tuple(arr.shape) != (spec.lowered_output_shape if pair else spec.shape):
                 raise LoweringError(
                     f"graph output {i} lowered with shape {tuple(arr.shape)}, "

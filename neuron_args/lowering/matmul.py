@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from neuron_args.lazy_modules import jnp, lax
 from neuron_args.lowering.gradients import pullback
-
-aten = torch.ops.aten
 
 
 def grouped_mm(input: Any, weight: Any, offs: Any) -> Any:

@@ -15,17 +15,8 @@ from torch.utils._pytree import tree_map
 
 from neuron_args.lazy_modules import jnp
 from neuron_args.lowering import (
-    bessel, distributions, elementwise, environments, fractional_pooling, hashing, histograms, indexing, ldl, linalg,
-    linear_cross_entropy, norms, orthogonal, segments, special, strided)
-from neuron_args.lowering.attention import sdpa_flash_for_cpu, sdpa_flash_for_cpu_backward
-from neuron_args.lowering.embedding_bag import (
-    embedding_bag, embedding_bag_backward, embedding_bag_per_sample_weights_backward)
-from neuron_args.lowering.gradients import (
-    adaptive_avg_pool_backward, backward_of, convolution_backward, weight_norm_backward)
-from neuron_args.lowering.matmul import addbmm, addmm, grouped_mm, grouped_mm_backward
-from neuron_args.lowering.pooling import adaptive_max_pool, adaptive_max_pool_backward, max_unpool
-from neuron_args.lowering.recurrent import mkldnn_rnn_layer, mkldnn_rnn_layer_backward
-from neuron_args.lowering.resampling import cubic, triangle, upsample_aa, upsample_aa_backward
+    attention, distributions, elementwise, embedding_bag, environments, gradients, hashing, histograms, indexing,
+    linalg, linear_cross_entropy, matmul, norms, pooling, recurrent, resampling, segments, special, strided)
 
 aten = torch.ops.aten
 
@@ -41,38 +32,40 @@ def _rrelu_with_noise(x: Any, noise: Any, lower: float = 0.125, upper: float = 1
 
 #: qualified op name (``namespace::name`` or ``namespace::name.overload``) -> jax lowering
 LOWERINGS: dict[str, Callable[..., Any]] = {
-    "aten::_scaled_dot_product_flash_attention_for_cpu": sdpa_flash_for_cpu,
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": sdpa_flash_for_cpu_backward,
-    "aten::addmm": addmm,
-    "aten::addbmm": addbmm,
-    "aten::_embedding_bag": embedding_bag,
-    "aten::_embedding_bag_forward_only": functools.partial(embedding_bag, forward_only=True),
-    "aten::_embedding_bag_backward": embedding_bag_backward,
-    "aten::_embedding_bag_per_sample_weights_backward": embedding_bag_per_sample_weights_backward,
-    "aten::convolution_backward": convolution_backward,
-    "aten::mkldnn_rnn_layer": mkldnn_rnn_layer,
-    "aten::_upsample_bilinear2d_aa": upsample_aa(triangle, 1.0),
-    "aten::_upsample_bicubic2d_aa": upsample_aa(cubic, 2.0),
-    "aten::_upsample_bilinear2d_aa_backward": upsample_aa_backward(triangle, 1.0),
-    "aten::_upsample_bicubic2d_aa_backward": upsample_aa_backward(cubic, 2.0),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": attention.sdpa_flash_for_cpu,
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": attention.sdpa_flash_for_cpu_backward,
+    "aten::addmm": matmul.addmm,
+    "aten::addbmm": matmul.addbmm,
+    "aten::_embedding_bag": embedding_bag.embedding_bag,
+    "aten::_embedding_bag_forward_only": functools.partial(embedding_bag.embedding_bag, forward_only=True),
+    "aten::_embedding_bag_backward": embedding_bag.embedding_bag_backward,
+    "aten::_embedding_bag_per_sample_weights_backward": embedding_bag.embedding_bag_per_sample_weights_backward,
+    "aten::convolution_backward": gradients.convolution_backward,
+    "aten::mkldnn_rnn_layer": recurrent.mkldnn_rnn_layer,
+    "aten::_upsample_bilinear2d_aa": resampling.upsample_aa(resampling.triangle, 1.0),
+    "aten::_upsample_bicubic2d_aa": resampling.upsample_aa(resampling.cubic, 2.0),
+    "aten::_upsample_bilinear2d_aa_backward": resampling.upsample_aa_backward(resampling.triangle, 1.0),
+    "aten::_upsample_bicubic2d_aa_backward": resampling.upsample_aa_backward(resampling.cubic, 2.0),
     "aten::rrelu_with_noise_functional": _rrelu_with_noise,
     "aten::_is_all_true": lambda x: jnp.all(x),  # torch._check_tensor_all's condition
     "aten::_is_any_true": lambda x: jnp.any(x),
     # the 2d and 3d ops (1d too for padding); the backward ops torchax has no lowering for: the vjp of their forward op
     **{name: fn for n in (2, 3) for name, fn in (
-        (f"aten::adaptive_max_pool{n}d", adaptive_max_pool),
-        (f"aten::adaptive_max_pool{n}d_backward", adaptive_max_pool_backward(n)),
-        (f"aten::max_unpool{n}d", max_unpool),
-        (f"aten::fractional_max_pool{n}d", getattr(fractional_pooling, f"fractional_max_pool{n}d")),
-        (f"aten::avg_pool{n}d_backward", backward_of(getattr(aten, f"avg_pool{n}d").default, 1)),
+        (f"aten::adaptive_max_pool{n}d", pooling.adaptive_max_pool),
+        (f"aten::adaptive_max_pool{n}d_backward",
+         gradients.adaptive_pool_backward(getattr(aten, f"adaptive_max_pool{n}d").default, n)),
+        (f"aten::max_unpool{n}d", pooling.max_unpool),
+        (f"aten::fractional_max_pool{n}d", getattr(pooling, f"fractional_max_pool{n}d")),
+        (f"aten::avg_pool{n}d_backward", gradients.backward_of(getattr(aten, f"avg_pool{n}d").default, 1)),
         (f"aten::_adaptive_avg_pool{n}d_backward",
-         adaptive_avg_pool_backward(getattr(aten, f"_adaptive_avg_pool{n}d").default, n)),
-        (f"aten::grid_sampler_{n}d_backward", backward_of(getattr(aten, f"grid_sampler_{n}d").default, 2, masked=True)),
+         gradients.adaptive_pool_backward(getattr(aten, f"_adaptive_avg_pool{n}d").default, n)),
+        (f"aten::grid_sampler_{n}d_backward",
+         gradients.backward_of(getattr(aten, f"grid_sampler_{n}d").default, 2, masked=True)),
     )},
-    **{f"aten::replication_pad{n}d_backward": backward_of(getattr(aten, f"replication_pad{n}d").default, 1)
+    **{f"aten::replication_pad{n}d_backward": gradients.backward_of(getattr(aten, f"replication_pad{n}d").default, 1)
        for n in (1, 2, 3)},
-    "aten::mkldnn_rnn_layer_backward": mkldnn_rnn_layer_backward,
-    "aten::_weight_norm_interface_backward": weight_norm_backward,
+    "aten::mkldnn_rnn_layer_backward": recurrent.mkldnn_rnn_layer_backward,
+    "aten::_weight_norm_interface_backward": gradients.weight_norm_backward,
     "aten::linalg_lu_factor_ex": linalg.lu_factor_ex,
     "aten::linalg_lu": linalg.lu,
     "aten::lu_unpack": linalg.lu_unpack,
@@ -82,7 +75,7 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::cholesky_solve": linalg.cholesky_solve,
     "aten::linalg_pinv": linalg.pinv,
     "aten::_linalg_eigh": linalg.eigh,
-    "aten::linalg_ldl_solve": ldl.ldl_solve,
+    "aten::linalg_ldl_solve": linalg.ldl_solve,
     "aten::hash_tensor": hashing.hash_tensor,
     "aten::geqrf": linalg.geqrf,
     "aten::ormqr": linalg.ormqr,
@@ -108,19 +101,25 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "prims::convert_element_type": elementwise.convert_element_type,
     "aten::polygamma": special.polygamma,
     "aten::digamma": functools.partial(special.polygamma, 0),  # in x's dtype (torchax's: float32 for all)
-    **{f"aten::special_{name}": fn for name, fn in orthogonal.LOWERINGS.items()},
-    "aten::special_airy_ai": bessel.airy_ai,
-    "aten::special_scaled_modified_bessel_k0": functools.partial(bessel.scaled_modified_bessel_k, order=0),
-    "aten::special_scaled_modified_bessel_k1": functools.partial(bessel.scaled_modified_bessel_k, order=1),
+    **{f"aten::special_{name}": fn for name, fn in special.ORTHOGONAL.items()},
+    "aten::special_airy_ai": special.airy_ai,
+    "aten::special_scaled_modified_bessel_k0": functools.partial(special.scaled_modified_bessel_k, order=0),
+    "aten::special_scaled_modified_bessel_k1": functools.partial(special.scaled_modified_bessel_k, order=1),
     "torch_nn::_linear_cross_entropy_batch_chunked": linear_cross_entropy.batch_chunked,
     "torch_nn::_linear_cross_entropy_batch_chunked_no_reduction": linear_cross_entropy.batch_chunked_no_reduction,
-    "transformers::grouped_mm_fallback": grouped_mm,
-    "transformers::grouped_mm_fallback_backward": grouped_mm_backward,
+    "transformers::grouped_mm_fallback": matmul.grouped_mm,
+    "transformers::grouped_mm_fallback_backward": matmul.grouped_mm_backward,
 }
 
 
 #: ops whose lowering needs the layout (meta value) of their first input: op -> lowering(x, *rest, layout=...)
-BY_LAYOUT: dict[Any, Callable[..., Any]] = {**strided.BY_LAYOUT, **linalg.BY_LAYOUT}
+BY_LAYOUT: dict[Any, Callable[..., Any]] = {
+    aten.as_strided.default: strided.as_strided,  # torchax assumes a contiguous input
+    aten.as_strided_copy.default: strided.as_strided,
+    aten.as_strided_scatter.default: strided.as_strided_scatter,
+    aten._linalg_det.default: linalg.det,  # torch factors A^T when A is contiguous
+    aten._linalg_slogdet.default: linalg.slogdet,
+}
 
 
 def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

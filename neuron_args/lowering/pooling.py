@@ -1,16 +1,15 @@
-"""Adaptive max pooling (2d/3d) with its indices and backward, and ``max_unpool``."""
+"""Max pooling torchax does not lower: adaptive (2d/3d) with its indices (its backward: the vjp, in gradients),
+``max_unpool``, and ``fractional_max_pool{2,3}d`` with windows from the graph's ``random_samples`` input as torch's
+``generate_intervals`` (NaN: the first maximum, where torch keeps the last)."""
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
 from neuron_args.lazy_modules import jnp
-
-aten = torch.ops.aten
 
 
 def adaptive_windows(in_sizes: Any, out_sizes: Any) -> tuple[Any, Any]:
@@ -46,25 +45,57 @@ def adaptive_max_pool(x: Any, output_size: Any) -> tuple[Any, Any]:
     return out.astype(x.dtype), indices[..., 0]
 
 
-def adaptive_max_pool_backward(spatial: int) -> Callable[..., Any]:
-    """``aten.adaptive_max_pool{2,3}d_backward``: each output's gradient added at its maximum's position."""
-    def lowering(grad_output: Any, x: Any, indices: Any) -> Any:
-        return scatter_into_planes(grad_output, indices, x.shape, spatial, add=True)
-
-    return lowering
-
-
-def scatter_into_planes(values: Any, indices: Any, shape: Any, spatial: int, add: bool) -> Any:
-    """Zeros shaped ``shape`` with ``values`` put (or added) at the flat ``indices`` of their last ``spatial`` dims."""
-    lead = tuple(shape[:-spatial])
-    flat_values = values.reshape(*lead, -1)
-    flat_indices = indices.reshape(flat_values.shape).astype(jnp.int32)
-    out = jnp.zeros((*lead, math.prod(shape[-spatial:])), values.dtype)
-    at = out.at[(*jnp.indices(flat_values.shape)[:-1], flat_indices)]
-    return (at.add(flat_values) if add else at.set(flat_values)).reshape(shape)
-
-
 def max_unpool(x: Any, indices: Any, output_size: Any, stride: Any = None, padding: Any = None) -> Any:
-    """``aten.max_unpool{2,3}d``: each value at its index in zeros (torchax reads the indices into numpy)."""
-    spatial = len(output_size)
-    return scatter_into_planes(x, indices, (*x.shape[:-spatial], *output_size), spatial, add=False)
+    """``aten.max_unpool{2,3}d``: each value at its flat index in zeros planes of ``output_size`` (torchax reads the
+    indices into numpy)."""
+    lead = x.shape[:-len(output_size)]
+    values = x.reshape(*lead, -1)
+    flat = jnp.zeros((*lead, math.prod(output_size)), x.dtype)
+    at = flat.at[(*jnp.indices(values.shape)[:-1], indices.reshape(values.shape).astype(jnp.int32))]
+    return at.set(values).reshape(*lead, *output_size)
+
+
+def _starts(sample: Any, size: int, out: int, pool: int) -> Any:
+    """torch's ``generate_intervals``: ``int((i + u) * alpha) - int(u * alpha)``, the last window at the end."""
+    if out == 1:
+        return jnp.full(sample.shape + (1,), size - pool, jnp.int32)
+    alpha = jnp.asarray((size - pool) / (out - 1), sample.dtype)
+    i = jnp.arange(out, dtype=sample.dtype)
+    seq = ((i + sample[..., None]) * alpha).astype(jnp.int32) - (sample[..., None] * alpha).astype(jnp.int32)
+    return seq.at[..., -1].set(size - pool)
+
+
+def _fractional_max_pool(order: tuple[int, ...], x: Any, kernel_size: Any, output_size: Any,
+                         samples: Any) -> tuple[Any, Any]:
+    """``aten.fractional_max_pool{2,3}d``, spatial dim ``d``'s windows from sample ``order[d]``."""
+    kernel = tuple(kernel_size)
+    output_size = tuple(output_size)
+    dims = len(order)
+    batched = x.ndim == dims + 2
+    if not batched:
+        x, samples = x[None], samples if samples.ndim == 3 else samples[None]
+    spatial = x.shape[-dims:]
+    windows = []  # per spatial dim: the input positions of each output's window, (N, C, out, pool)
+    for d in range(dims):
+        start = _starts(samples[..., order[d]], spatial[d], output_size[d], kernel[d])
+        windows.append(start[..., None] + jnp.arange(kernel[d]))
+    n, c = x.shape[:2]
+    flat = x.reshape(n, c, -1)
+    index = jnp.zeros((n, c) + tuple(output_size) + tuple(kernel), jnp.int32)
+    for d in range(dims):
+        shape = [n, c] + [1] * (2 * dims)
+        shape[2 + d], shape[2 + dims + d] = output_size[d], kernel[d]
+        index = index + windows[d].reshape(shape) * math.prod(spatial[d + 1:])
+    index = index.reshape(n, c, -1)
+    values = jnp.take_along_axis(flat, index, axis=-1).reshape(n, c, *output_size, -1)
+    best = jnp.argmax(values, axis=-1)
+    out = jnp.take_along_axis(values, best[..., None], axis=-1)[..., 0]
+    where = jnp.take_along_axis(index.reshape(n, c, *output_size, -1), best[..., None], axis=-1)[..., 0]
+    if not batched:
+        out, where = out[0], where[0]
+    return out, where
+
+
+#: the height's windows from sample 1, the width's from sample 0 (torch's); 3d: time, height, width from 0, 1, 2
+fractional_max_pool2d = functools.partial(_fractional_max_pool, (1, 0))
+fractional_max_pool3d = functools.partial(_fractional_max_pool, (0, 1, 2))

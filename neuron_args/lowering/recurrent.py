@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from neuron_args.lazy_modules import jax, jnp
-
-aten = torch.ops.aten
 
 
 _LSTM = 2  # mkldnn_rnn_layer's mode for an LSTM (ideep's rnn_kind)

@@ -6,11 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
 from neuron_args.lazy_modules import jnp
-
-aten = torch.ops.aten
 
 
 def triangle(x: Any) -> Any:

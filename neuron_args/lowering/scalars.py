@@ -13,10 +13,6 @@ import torch
 aten = torch.ops.aten
 
 
-def _is_traced(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
-
-
 class NotAValue(ValueError):
     """A value read from a tensor that the graph uses as more than a value; ``node`` is that use (its line is the
     user's, where the read may be a library's)."""
@@ -62,7 +58,7 @@ def _arange(node: torch.fx.Node, start: Any, end: Any = None, step: Any = 1, **_
     n = val.shape[0]
     if not isinstance(n, int):
         raise ValueError(f"arange's length {n} depends on tensor values; keep end - start a constant")
-    start = start if _is_traced(start) else torch.full((), start, dtype=val.dtype)
+    start = start if isinstance(start, torch.Tensor) else torch.full((), start, dtype=val.dtype)
     return (start.to(val.dtype) + torch.arange(n, dtype=val.dtype) * step).to(val.dtype)
 
 
@@ -73,8 +69,8 @@ def _scalar_tensor(node: torch.fx.Node, value: Any, **_: Any) -> Any:
 
 def _extremum(pick: Any) -> Any:
     def lower(node: torch.fx.Node, a: Any, b: Any) -> Any:
-        like = a if _is_traced(a) else b
-        a, b = (x if _is_traced(x) else torch.full((), x, dtype=like.dtype) for x in (a, b))
+        like = a if isinstance(a, torch.Tensor) else b
+        a, b = (x if isinstance(x, torch.Tensor) else torch.full((), x, dtype=like.dtype) for x in (a, b))
         return pick(a, b)
     return lower
 
@@ -97,6 +93,6 @@ def lower(target: Any, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         if misuse is not None:
             raise NotAValue(*misuse)
         return args[0].reshape(())
-    if target in TRACED and any(_is_traced(a) for a in (*args, *kwargs.values())):
+    if target in TRACED and any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
         return TRACED[target](node, *args, **kwargs)
     return NotImplemented

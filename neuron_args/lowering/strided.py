@@ -2,15 +2,12 @@
 contiguous input, but a transposed or chunked one (Longformer's attention) is strided in memory."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from neuron_args.lazy_modules import jnp
-
-aten = torch.ops.aten
 
 
 def storage_order(layout: torch.Tensor) -> tuple[list[int], int]:
@@ -41,7 +38,7 @@ def strided_positions(numel: int, base_offset: int, size: Any, stride: Any, stor
     return positions.astype(np.int32)
 
 
-def as_strided(x: Any, layout: torch.Tensor, size: Any, stride: Any, storage_offset: int | None = None) -> Any:
+def as_strided(x: Any, size: Any, stride: Any, storage_offset: int | None = None, *, layout: torch.Tensor) -> Any:
     """``aten.as_strided``: ``size``/``stride`` index the input's memory, laid out first in the order its meta value
     ``layout`` has (torchax assumes a contiguous input)."""
     order, base = storage_order(layout)
@@ -49,8 +46,8 @@ def as_strided(x: Any, layout: torch.Tensor, size: Any, stride: Any, storage_off
     return memory[strided_positions(memory.shape[0], base, size, stride, storage_offset)]
 
 
-def as_strided_scatter(x: Any, src: Any, layout: torch.Tensor, size: Any, stride: Any,
-                       storage_offset: int | None = None) -> Any:
+def as_strided_scatter(x: Any, src: Any, size: Any, stride: Any, storage_offset: int | None = None, *,
+                       layout: torch.Tensor) -> Any:
     """``aten.as_strided_scatter``: ``x`` with the elements :func:`as_strided` would read replaced by ``src``."""
     order, base = storage_order(layout)
     memory = jnp.transpose(x, order)
@@ -59,10 +56,3 @@ def as_strided_scatter(x: Any, src: Any, layout: torch.Tensor, size: Any, stride
     inverse = sorted(range(len(order)), key=lambda d: order[d])
     return jnp.transpose(flat.reshape(memory.shape), inverse)
 
-
-#: ops whose lowering needs the layout (meta value) of their first input: op -> lowering(x, *rest, layout=...)
-BY_LAYOUT: dict[Any, Callable[..., Any]] = {
-    aten.as_strided.default: lambda x, *rest, layout, **kw: as_strided(x, layout, *rest, **kw),
-    aten.as_strided_copy.default: lambda x, *rest, layout, **kw: as_strided(x, layout, *rest, **kw),
-    aten.as_strided_scatter.default: lambda x, src, *rest, layout, **kw: as_strided_scatter(x, src, layout, *rest, **kw),
-}
