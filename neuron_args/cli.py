@@ -18,7 +18,7 @@ from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, 
 from neuron_args import remote_cache, remote_listing
 from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
-from neuron_args.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
@@ -534,6 +534,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_Usage, OptionsError) as exc:
         print(f"neuron-args: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # every command, before a RemoteCacheError a remote gone down meanwhile would raise
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `neuron-args cache ls | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
         return EXIT_OK

@@ -136,6 +136,34 @@ def test_compile_on_an_unreachable_remote_exits_3_and_builds_nothing(monkeypatch
     assert entry.status == "pending" and not entry.executable_path.exists()
 
 
+def test_ctrl_c_after_the_remote_went_down_exits_130_not_3(monkeypatch, tmp_path, capsys):
+    """Ctrl-C wins over a remote that went down midway: the interrupted run exits 130 (as without a remote), and
+    its entries stay pending."""
+    import importlib
+
+    from neuron_args import remote_cache
+
+    parallel_compile = importlib.import_module("neuron_args.deferred.parallel_compile")  # the module, not the function
+
+    url = f"s3://{BUCKET}/cli-ctrl-c-{tmp_path.name[-16:]}"
+    key = make_key(f"HloModule interrupted {tmp_path.name}")
+    entry = host(monkeypatch, tmp_path, "a", url).entry(key)
+    entry.reset()
+    entry.hlo_path.write_bytes(b"HloModule pending")
+    entry.write_metadata(new_metadata(key, seam="neuron_libtorch_graph_capture", graph_type="decode",
+                                      compiler_args=["-O1"], target="trn2", status="pending"))
+
+    def down_then_interrupted(root, **_):  # an upload found the endpoint gone, then the user pressed Ctrl-C
+        remote_cache.store_for(root).go_down("ConnectTimeoutError", key.key, "decode", while_="uploading")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel_compile, "parallel_compile", down_then_interrupted)
+    assert main(["compile", url, "--workers", "1"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; 1 entries stay pending" in err and "went unreachable" not in err
+    assert entry.status == "pending"
+
+
 def test_refused_credentials_exit_3(monkeypatch, tmp_path, capsys):
     from moto import settings
 
