@@ -236,28 +236,26 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 
 def _cache_ls(args: argparse.Namespace) -> int:
+    """The entries (of an ``s3://`` cache: from the remote's markers, nothing downloaded, and the local copy's)."""
     from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
 
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, None)
-    remote = remote_listing.list_remote(CompileCache(root))  # an s3:// cache: its markers, nothing downloaded
-    if remote is not None:
-        names = None if wanted is None else {s.value for s in wanted}
-        return _remote_ls(args, root, [r for r in remote if names is None or r.status.split(" ")[0] in names])
-    entries = [e for e in cache_entries(CompileCache(root)) if wanted is None or e.status in wanted]
-    return _output(args, lambda: {"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
-                                  "counts": status_counts([e.status for e in entries]),
-                                  "total_size": sum(e.size for e in entries)},
-                   lambda: [f"compile cache {root}", cache_table(entries) if entries else "no entries"])
-
-
-def _remote_ls(args: argparse.Namespace, root: Path, rows: list[remote_listing.RemoteRow]) -> int:
-    url = remote_cache.remote_url(root)
-    return _output(args, lambda: {"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
-                                  "counts": remote_listing.remote_counts(rows),
-                                  "total_size": sum(r.size or 0 for r in rows if r.remote)},
-                   lambda: [f"remote compile cache {url}: listed from its markers (nothing downloaded); "
-                            f"local copy {root}", remote_listing.remote_table(rows) if rows else "no entries"])
+    listed = remote_listing.list_remote(CompileCache(root))
+    url = None if listed is None else remote_cache.remote_url(root)
+    rows = [r for r in (cache_entries(CompileCache(root)) if listed is None else listed)
+            if wanted is None or r.status in wanted]
+    counted = rows if listed is None else [r for r in rows if r.remote]  # of an s3:// cache: its remote entries
+    if url is None:
+        head, table = f"compile cache {root}", cache_table
+    else:
+        head = f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}"
+        table = remote_listing.remote_table
+    return _output(args, lambda: {"cache_dir": str(root), **({} if url is None else {"remote_cache": url}),
+                                  "entries": [cache_entry_dict(r) for r in rows],
+                                  "counts": status_counts([r.status for r in counted]),
+                                  "total_size": sum(r.size or 0 for r in counted)},
+                   lambda: [head, table(rows) if rows else "no entries"])
 
 
 def _copy_regular(source: Path, target: Path) -> bool:

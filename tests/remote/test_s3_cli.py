@@ -194,6 +194,39 @@ def test_ls_shows_a_malformed_or_older_marker_without_failing(monkeypatch, tmp_p
     assert rows[older.key]["created"] is not None  # the marker object's time when the marker records none
 
 
+def test_ls_rows_follow_the_local_listing_rules(monkeypatch, tmp_path, capsys, client):
+    """A row of an s3:// listing is a local ``cache ls`` row plus where it is: the same fields, an -O level shown
+    '-' is null in JSON (whether or not arguments were recorded), a compiling entry's holder is ``lock_pid``."""
+    import os
+
+    from neuron_args.cache import KeyLock
+
+    url, prefix = f"s3://{BUCKET}/cli-rules-{tmp_path.name[-16:]}", f"cli-rules-{tmp_path.name[-16:]}"
+    no_level, building = make_key("HloModule no level"), make_key("HloModule building")
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{no_level.key}/COMPLETE", Body=json.dumps({
+        "format": 1, "key": no_level.key, "folder": "a" * 32, "compiler_args": ["--auto-cast=none"],
+        "files": {"graph.hlo": {"size": 3, "sha256": "0" * 64}}}))
+    ops = host(monkeypatch, tmp_path, "ops", url)
+    lock = KeyLock(ops.entry(building))
+    assert lock.acquire()
+    try:
+        ops.entry(building).reset()
+        assert main(["cache", "ls", "--json", url]) == 0
+        rows = {e["key"]: e for e in json.loads(capsys.readouterr().out)["entries"]}
+        assert main(["cache", "ls", "--json", "--status", "compiling", url]) == 0
+        only = [e["key"] for e in json.loads(capsys.readouterr().out)["entries"]]
+        assert main(["cache", "ls", url]) == 0
+        table = capsys.readouterr().out
+    finally:
+        lock.release()
+    local = {"key", "graph_type", "opt_level", "status", "lock_pid", "size"}
+    assert all(local | {"compiler_args", "created", "remote", "local_status"} <= set(e) for e in rows.values())
+    assert (rows[no_level.key]["opt_level"], rows[building.key]["opt_level"]) == (None, None)
+    assert (rows[building.key]["status"], rows[building.key]["lock_pid"]) == ("compiling", os.getpid())
+    assert rows[no_level.key]["lock_pid"] is None and only == [building.key]
+    assert f"compiling (pid {os.getpid()})" in table
+
+
 def test_explain_names_candidates_from_the_remote_and_the_local_copy(monkeypatch, tmp_path, capsys, client):
     """A key prefix is matched against the remote's markers and the local copy's folders together: one in each is
     ambiguous, and the message names both and where they were looked for."""
