@@ -396,12 +396,12 @@ def _cache_prune_memo(args: argparse.Namespace) -> int:
 
 
 def _report_compare(args: argparse.Namespace) -> int:
-    from neuron_args.report import Thresholds, compare_files
+    from neuron_args.report import Thresholds, compare, read_report
 
     thresholds = Thresholds(seconds_ratio=args.seconds_ratio, seconds_abs=args.seconds_abs,
                             size_ratio=args.size_ratio, size_abs=args.size_abs)
     try:
-        result = compare_files(args.old, args.new, thresholds)
+        result = compare(read_report(args.old), read_report(args.new), thresholds)
     except ValueError as exc:
         raise _Usage(str(exc)) from None
     return _output(args, result.as_dict,
@@ -410,7 +410,7 @@ def _report_compare(args: argparse.Namespace) -> int:
 
 
 def _report_plot(args: argparse.Namespace) -> int:
-    from neuron_args.report_plot import PlotUnavailable, plot_trend
+    from neuron_args.report import PlotUnavailable, plot_trend
 
     try:
         out = plot_trend(args.reports, args.output, title=args.title)
