@@ -25,12 +25,11 @@ from neuron_args import envs, remote_cache
 from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import directory_problem, file_stamp, remove_path, remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
-from neuron_args.digests import file_sha256
 from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, CorruptEntryError, OptionsError
 from neuron_args.flags import CompilerArgs
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
-from neuron_args.untrusted import METADATA_LIMIT, read_bounded, read_json
+from neuron_args.untrusted import METADATA_LIMIT, file_sha256, read_bounded, read_json
 from neuron_args.settings import CompileSettings
 from neuron_args.text import graph_label
 

@@ -28,10 +28,9 @@ from typing import Any, BinaryIO, Protocol
 from neuron_args import envs
 from neuron_args.atomic import file_stamp, remove_path, write_atomic
 from neuron_args.cache_key import is_cache_key
-from neuron_args.digests import stream_sha256
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.text import graph_label
-from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json
+from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json, stream_sha256
 
 log = logging.getLogger("neuron_args.remote_cache")
 
