@@ -579,14 +579,12 @@ class FlagChanges:
                 "changed": [{"option": name, "old": old, "new": new} for name, old, new in self.changed]}
 
 
-def _token_option(token: str) -> str:
-    return OPTLEVEL if token.startswith("-O") and not token.startswith("--") else token.split("=", 1)[0]
-
-
 def _by_option(tokens: list[str]) -> dict[str, list[str]]:
+    """Canonical tokens by option (``-O3`` under ``--optlevel``, ``--name=value`` under ``--name``)."""
     grouped: dict[str, list[str]] = {}
     for token in tokens:
-        grouped.setdefault(_token_option(token), []).append(token)
+        name = OPTLEVEL if token.startswith("-O") and not token.startswith("--") else token.split("=", 1)[0]
+        grouped.setdefault(name, []).append(token)
     return grouped
 
 
