@@ -116,6 +116,17 @@ def test_unreachable_remote_exits_3(monkeypatch, tmp_path, capsys):
         assert "fix: check the endpoint" in err
 
 
+def _pending_entry(monkeypatch, tmp_path, url):
+    """A captured (pending) entry in host A's copy of ``url``: what ``compile`` builds."""
+    key = make_key(f"HloModule pending {tmp_path.name}")
+    entry = host(monkeypatch, tmp_path, "a", url).entry(key)
+    entry.reset()
+    entry.hlo_path.write_bytes(b"HloModule pending")
+    entry.write_metadata(new_metadata(key, seam="neuron_libtorch_graph_capture", graph_type="decode",
+                                      compiler_args=["-O1"], target="trn2", status="pending"))
+    return entry
+
+
 def test_compile_on_an_unreachable_remote_exits_3_and_builds_nothing(monkeypatch, tmp_path, capsys):
     """``compile`` builds for the remote: like the ``cache`` commands it exits 3 when the remote cannot be used,
     not 0 or 1 after building graphs nobody else will see."""
@@ -123,12 +134,7 @@ def test_compile_on_an_unreachable_remote_exits_3_and_builds_nothing(monkeypatch
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     monkeypatch.setenv(TIMEOUT_ENV, "2")
     url = f"s3://{BUCKET}/cli-down-compile"
-    key = make_key(f"HloModule pending {tmp_path.name}")
-    entry = host(monkeypatch, tmp_path, "a", url).entry(key)
-    entry.reset()
-    entry.hlo_path.write_bytes(b"HloModule pending")
-    entry.write_metadata(new_metadata(key, seam="neuron_libtorch_graph_capture", graph_type="decode",
-                                      compiler_args=["-O1"], target="trn2", status="pending"))
+    entry = _pending_entry(monkeypatch, tmp_path, url)
     assert main(["compile", url, "--workers", "1"]) == EXIT_REMOTE
     out, err = capsys.readouterr()
     assert f"neuron-args: remote compile cache {url} (endpoint http://127.0.0.1:" in err and "is unreachable" in err
@@ -146,15 +152,10 @@ def test_ctrl_c_after_the_remote_went_down_exits_130_not_3(monkeypatch, tmp_path
     parallel_compile = importlib.import_module("neuron_args.deferred.parallel_compile")  # the module, not the function
 
     url = f"s3://{BUCKET}/cli-ctrl-c-{tmp_path.name[-16:]}"
-    key = make_key(f"HloModule interrupted {tmp_path.name}")
-    entry = host(monkeypatch, tmp_path, "a", url).entry(key)
-    entry.reset()
-    entry.hlo_path.write_bytes(b"HloModule pending")
-    entry.write_metadata(new_metadata(key, seam="neuron_libtorch_graph_capture", graph_type="decode",
-                                      compiler_args=["-O1"], target="trn2", status="pending"))
+    entry = _pending_entry(monkeypatch, tmp_path, url)
 
     def down_then_interrupted(root, **_):  # an upload found the endpoint gone, then the user pressed Ctrl-C
-        remote_cache.store_for(root).go_down("ConnectTimeoutError", key.key, "decode", while_="uploading")
+        remote_cache.store_for(root).go_down("ConnectTimeoutError", entry.key, "decode", while_="uploading")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(parallel_compile, "parallel_compile", down_then_interrupted)
