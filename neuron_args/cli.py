@@ -178,17 +178,12 @@ def cross_check(doc: Mapping, cache: Path) -> list[str]:
             path = (root / rel).resolve()
             if root not in path.parents:
                 problems.append(f"{where}.{name}: {rel!r} points outside the cache {cache}")
-                continue
-            if not path.is_file():
+            elif not path.is_file():
                 problems.append(f"{where}.{name}: {rel} not found in the cache {cache}")
-                continue
-            if name == "neff_path" and isinstance(graph.get("neff_size"), int):
-                actual = path.stat().st_size
-                if actual != graph["neff_size"]:
-                    problems.append(
-                        f"{where}.neff_size: manifest says {graph['neff_size']} bytes, "
-                        f"{rel} has {actual} (recompiled or replaced since the manifest was written)"
-                    )
+            elif name == "neff_path" and isinstance(graph.get("neff_size"), int) and (
+                    actual := path.stat().st_size) != graph["neff_size"]:
+                problems.append(f"{where}.neff_size: manifest says {graph['neff_size']} bytes, {rel} has {actual} "
+                                "(recompiled or replaced since the manifest was written)")
     return problems
 
 
