@@ -450,9 +450,8 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
                                  "host": socket.gethostname(), "graph_type": md.graph_type, "created": md.created,
                                  "compiler_args": None if md.compiler_args is None else list(md.compiler_args)},
                                 sort_keys=True).encode()
-            replacing = key in store.replace
-            name = store.loc.object_key(key, REMOTE_MARKER)
-            store.put(name, marker, key, graph_type, create=not replacing)
+            # If-None-Match unless a reader found the remote entry corrupt: then this build replaces it
+            store.put(store.loc.object_key(key, REMOTE_MARKER), marker, key, graph_type, create=key not in store.replace)
             store.replace.discard(key)
             return _kept(store, key, graph_type, marker, folder)
         except _Exists:
