@@ -70,22 +70,19 @@ def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | 
     neither is on this machine."""
     from neuron_args.manifest.show import recorded_cache_dir, recorded_remote_cache
 
-    if given is not None and remote_cache.is_remote(given):
-        return _open_cache(given)[0], None
-    if given is not None:
+    if given is not None and not remote_cache.is_remote(given):
         path = Path(given).expanduser()
         if not path.is_dir():
             raise _Usage(f"--cache-dir {given}: no such directory")
         return path, None
-    recorded = recorded_cache_dir(doc)
-    remote = recorded_remote_cache(doc)
-    if (recorded is None or not recorded.is_dir()) and remote_cache.is_remote(remote):
+    recorded = None if given is not None else recorded_cache_dir(doc)
+    if recorded is not None and recorded.is_dir():
+        return recorded, None
+    remote = given if given is not None else recorded_remote_cache(doc)
+    if remote_cache.is_remote(remote):
         return _open_cache(remote)[0], None
-    if recorded is None:
-        return None, None
-    if not recorded.is_dir():
-        return None, f"note: recorded cache dir {recorded} is not on this machine; cache not checked"
-    return recorded, None
+    return None, None if recorded is None else (f"note: recorded cache dir {recorded} is not on this machine; "
+                                                "cache not checked")
 
 
 def _cache_arg(args: argparse.Namespace) -> str | None:
