@@ -142,8 +142,14 @@ class CacheEntry:
     marker_path = property(lambda self: self.path / MARKER)
     command_path = property(lambda self: self.path / "command.txt")
     log_path = property(lambda self: self.path / "log-neuron-cc.txt")
-    lock_path = property(lambda self: self.root / f".{self.key}.lock")
-    is_complete = property(lambda self: self.marker_path.exists())
+
+    @property
+    def is_complete(self) -> bool:
+        return self.marker_path.exists()
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / f".{self.key}.lock"
 
     @property
     def status(self) -> EntryStatus:
