@@ -451,7 +451,8 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
                                  "compiler_args": None if md.compiler_args is None else list(md.compiler_args)},
                                 sort_keys=True).encode()
             # If-None-Match unless a reader found the remote entry corrupt: then this build replaces it
-            store.put(store.loc.object_key(key, REMOTE_MARKER), marker, key, graph_type, create=key not in store.replace)
+            store.put(store.loc.object_key(key, REMOTE_MARKER), marker, key, graph_type,
+                      create=key not in store.replace)
             store.replace.discard(key)
             return _kept(store, key, graph_type, marker, folder)
         except _Exists:
