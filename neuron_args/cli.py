@@ -342,16 +342,15 @@ def _cache_explain(args: argparse.Namespace) -> int:
                      f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, args.operands)) or 'nothing'}")
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
-    entries = []
-    fetched = []  # an s3:// cache: only the two named entries are downloaded (and checked) when not local
+    found = []  # an s3:// cache: only the two named entries are downloaded (and checked) when not local
     for prefix in (args.key_a, args.key_b):
         try:
-            fetched.append(remote_listing.fetch_named(cache, prefix))
-            entries.append(cache.find(prefix))
+            found.append(remote_listing.fetch_named(cache, prefix))
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None
-    for line in filter(None, fetched):
+    for line in filter(None, (line for _, line in found)):
         print(f"remote compile cache {remote_cache.remote_url(root)}: {line}", file=sys.stderr)
+    entries = [entry for entry, _ in found]
     keys = [e.key for e in entries]
     metadata = []
     for entry in entries:

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from neuron_args import remote_cache
-from neuron_args.cache import CompileCache, EntryStatus
+from neuron_args.cache import CacheEntry, CompileCache, EntryStatus
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CorruptEntryError
 from neuron_args.manifest.show import SHORT_HASH, CacheEntryInfo, cache_entries, opt_level, status_counts
@@ -84,24 +84,24 @@ def remote_table(rows: list[RemoteRow]) -> str:
             f"{len(rows) - len(remote)} only in the local copy")
 
 
-def fetch_named(cache: CompileCache, prefix: str) -> str | None:
-    """Make the one entry whose key starts with ``prefix`` local (downloaded and checked when missing); returns what
-    was done, None for a plain local cache; KeyError when none or several match or the remote entry does not check
-    out (:meth:`CompileCache.find`)."""
+def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | None]:
+    """The one entry whose key starts with ``prefix`` (:meth:`CompileCache.find`) and, of an ``s3://`` cache, what made
+    it local (downloaded and checked when missing; None: a plain local cache); KeyError when none or several match or
+    the remote entry does not check out."""
     store = remote_cache.store_for(cache.root)
     if store is None:
-        return None
+        return cache.find(prefix), None
     with store.reachable():
         entry = cache.find(prefix, remote=store)
     if entry.is_complete:
-        return f"{entry.key}: the local copy's entry (not downloaded again)"
+        return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
     with store.reachable():
         pulled = cache.pull(entry)
     if not pulled:
         raise KeyError(f"cache entry {entry.key}: the remote entry {store.loc.entry_url(entry.key)} did not check out "
                        "on download (the log says why) and the local copy has no complete entry; nothing to explain")
-    return (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
-            "metadata, the executable's sha256, the signature when signing is on)")
+    return entry, (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
+                   "metadata, the executable's sha256, the signature when signing is on)")
 
 
 @dataclass
