@@ -170,7 +170,5 @@ def explain_components(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     ta, tb = a.get("tool_versions") or {}, b.get("tool_versions") or {}
     if not isinstance(ta, Mapping) or not isinstance(tb, Mapping):  # damaged in a metadata.json: what each holds
         return lines + ([f"tool_versions: {ta!r} -> {tb!r}"] if ta != tb else [])
-    for tool in sorted(set(ta) | set(tb)):
-        if ta.get(tool) != tb.get(tool):
-            lines.append(f"tool_versions: {tool} {ta.get(tool)} -> {tb.get(tool)}")
-    return lines
+    return lines + [f"tool_versions: {tool} {ta.get(tool)} -> {tb.get(tool)}" for tool in sorted(set(ta) | set(tb))
+                    if ta.get(tool) != tb.get(tool)]

@@ -97,12 +97,9 @@ def _setting_text(name: str, value: Any) -> str:
 def settings_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """``tp: 1 -> 2``...: the compared settings whose values differ between two reports' ``settings``."""
     old, new = old if isinstance(old, Mapping) else {}, new if isinstance(new, Mapping) else {}
-    out = []
-    for name, label in COMPARED_SETTINGS:
-        a, b = _setting_text(name, old.get(name)), _setting_text(name, new.get(name))
-        if a != b:
-            out.append(f"{label}: {a} -> {b}")
-    return out
+    shown = ((label, _setting_text(name, old.get(name)), _setting_text(name, new.get(name)))
+             for name, label in COMPARED_SETTINGS)
+    return [f"{label}: {a} -> {b}" for label, a, b in shown if a != b]
 
 
 @dataclass
