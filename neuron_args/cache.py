@@ -25,12 +25,11 @@ from neuron_args import envs, remote_cache
 from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import directory_problem, file_stamp, remove_path, remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
-from neuron_args.digests import file_sha256
 from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, CorruptEntryError, OptionsError
 from neuron_args.flags import CompilerArgs
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
-from neuron_args.untrusted import METADATA_LIMIT, read_bounded, read_json
+from neuron_args.untrusted import METADATA_LIMIT, file_sha256, read_bounded, read_json
 from neuron_args.settings import CompileSettings
 from neuron_args.text import graph_label
 
@@ -388,24 +387,25 @@ class LockWait:
         if pid is not None:
             log.warning("%s", self.message(pid, now - self.started))
 
-    def message(self, pid: int, waited: float) -> str:
+    def _lock(self, pid: int | None) -> tuple[str, str]:
+        """``the lock ... of cache entry ... (graph type ...)`` and who holds it."""
         entry = self.entry
-        holder = f"process {pid}" if pid else "another process"
+        return (f"the lock {entry.lock_path} of cache entry {entry.key} (graph type "
+                f"{self.graph_type or entry.graph_type!r})", f"process {pid}" if pid else "another process")
+
+    def message(self, pid: int, waited: float) -> str:
+        lock, holder = self._lock(pid)
         limit = "" if self.timeout is None else f", gives up after {self.timeout:.0f} s"
         stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
-        return (f"waiting for the lock {entry.lock_path} of cache entry {entry.key} (graph type "
-                f"{self.graph_type or entry.graph_type!r}): {holder} holds it while it builds that entry "
-                f"(waited {waited:.0f} s{limit}); this run uses the entry once it is built (or builds it itself "
-                "if that process dies first).\n"
+        return (f"waiting for {lock}: {holder} holds it while it builds that entry (waited {waited:.0f} s{limit}); "
+                "this run uses the entry once it is built (or builds it itself if that process dies first).\n"
                 f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
-                f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
+                f"(`neuron-args cache ls {shlex.quote(str(self.entry.root))}` shows the entry as compiling).")
 
     def timed_out(self) -> CompileError:
-        entry, pid = self.entry, self.entry.lock_pid()
-        holder = f"process {pid}" if pid else "another process"
+        lock, holder = self._lock(self.entry.lock_pid())
         return CompileError(
-            f"waited {self.timeout or 0:.0f} s for the lock {entry.lock_path} of cache entry {entry.key} "
-            f"(graph type {self.graph_type or entry.graph_type!r}): {holder} has been building it all that time.\n"
+            f"waited {self.timeout or 0:.0f} s for {lock}: {holder} has been building it all that time.\n"
             f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
             "a build that legitimately takes longer needs a longer compile timeout.")
 
@@ -659,12 +659,13 @@ class CompileCache:
             f"and rebuilds it), or delete {entry.path}; `neuron-args cache verify {shlex.quote(str(self.root))}` "
             "lists every corrupt entry.")
 
-    def closest(self, key: CacheKey, graph_type: str | None = None) -> tuple[CacheEntry, list[str]] | None:
+    def closest(self, key: CacheKey, graph_type: str | None = None
+                ) -> tuple[CacheEntry, EntryMetadata, list[str]] | None:
         """The complete entry most like ``key``: same graph, same graph type, fewest differences, warmed by the runner
         now serving (a shared cache holds other runs' variants), then key order."""
         target = key.components.as_dict()
         warmed_here = _warmed_keys()
-        ranked: list[tuple[tuple[int, int, int, int, str], CacheEntry, list[str]]] = []
+        ranked: list[tuple[tuple[int, int, int, int, str], CacheEntry, EntryMetadata, list[str]]] = []
         for entry in self.entries():
             if entry.key == key.key or not entry.is_complete:
                 continue
@@ -682,7 +683,7 @@ class CompileCache:
                 len(diff),
                 0 if entry.key in warmed_here else 1,
                 entry.key,  # unique: two scores never tie, so entries are never compared
-            ), entry, diff))
+            ), entry, md, diff))
         return None if not ranked else min(ranked)[1:]
 
     def miss_error(self, key: CacheKey, graph_type: str | None) -> CacheMissError:
@@ -698,18 +699,15 @@ class CompileCache:
         if near is None:
             lines.append("  no warmed-up entry resembles it: the cache holds no complete entry for this graph.")
         else:
-            entry, diff = near
-            lines.append(
-                f"  closest warmed-up entry: {entry.key} (graph type {entry.graph_type!r}); "
-                "it differs in:"
-            )
+            entry, md, diff = near
+            lines.append(f"  closest warmed-up entry: {entry.key} (graph type {md.graph_type!r}); it differs in:")
             lines += [f"    {d}" for d in diff] or ["    nothing but the key"]
         label = repr(graph_type) if graph_type is not None else "<graph type>"
         if any(d.startswith("compiler_args") for d in diff):
             lines.append(
                 f"  fix: run this call inside scoped_compiler_args(resolve_graph_compiler_args({label})) so it "
                 "resolves the same arguments as warmup (or make the policy deterministic).")
-        casts = [] if near is None else _dtype_changes(near[0].info().key_components, key)
+        casts = [] if near is None else _dtype_changes(near[1].key_components, key)
         if casts:
             lines.append(f"  fix: pass inputs of the dtypes warmed up ({'; '.join(casts)}), "
                          f"or declare a bucket with these dtypes for {label} and warm it up.")

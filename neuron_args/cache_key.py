@@ -130,18 +130,14 @@ def _spec_str(spec: Any) -> str:
 def _explain_specs(kind: str, a: Any, b: Any) -> list[str]:
     """``output_specs: output 0 float32[4] -> float64[4]``: the specs that differ, one line each."""
     name = f"{kind}_specs"
-    if a == b:
-        return []
+
     def count(v: Any) -> str:  # None: a key made without them (outside a seam)
         return f"{len(v)} {kind}s" if isinstance(v, list) else "unrecorded" if v is None else repr(v)
 
     if not isinstance(a, list) or not isinstance(b, list):
-        return [f"{name}: {count(a)} -> {count(b)}"]
-    lines = [f"{name}: {count(a)} -> {count(b)}"] if len(a) != len(b) else []
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            lines.append(f"{name}: {kind} {i} {_spec_str(x)} -> {_spec_str(y)}")
-    return lines
+        return [] if a == b else [f"{name}: {count(a)} -> {count(b)}"]
+    return ([f"{name}: {count(a)} -> {count(b)}"] if len(a) != len(b) else []) + [
+        f"{name}: {kind} {i} {_spec_str(x)} -> {_spec_str(y)}" for i, (x, y) in enumerate(zip(a, b)) if x != y]
 
 
 def explain_compiler_args(a: Any, b: Any) -> list[str]:
@@ -174,7 +170,5 @@ def explain_components(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     ta, tb = a.get("tool_versions") or {}, b.get("tool_versions") or {}
     if not isinstance(ta, Mapping) or not isinstance(tb, Mapping):  # damaged in a metadata.json: what each holds
         return lines + ([f"tool_versions: {ta!r} -> {tb!r}"] if ta != tb else [])
-    for tool in sorted(set(ta) | set(tb)):
-        if ta.get(tool) != tb.get(tool):
-            lines.append(f"tool_versions: {tool} {ta.get(tool)} -> {tb.get(tool)}")
-    return lines
+    return lines + [f"tool_versions: {tool} {ta.get(tool)} -> {tb.get(tool)}" for tool in sorted(set(ta) | set(tb))
+                    if ta.get(tool) != tb.get(tool)]

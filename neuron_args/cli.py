@@ -18,7 +18,7 @@ from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, 
 from neuron_args import remote_cache, remote_listing
 from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
-from neuron_args.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
@@ -70,22 +70,19 @@ def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | 
     neither is on this machine."""
     from neuron_args.manifest.show import recorded_cache_dir, recorded_remote_cache
 
-    if given is not None and remote_cache.is_remote(given):
-        return _open_cache(given)[0], None
-    if given is not None:
+    if given is not None and not remote_cache.is_remote(given):
         path = Path(given).expanduser()
         if not path.is_dir():
             raise _Usage(f"--cache-dir {given}: no such directory")
         return path, None
-    recorded = recorded_cache_dir(doc)
-    remote = recorded_remote_cache(doc)
-    if (recorded is None or not recorded.is_dir()) and remote_cache.is_remote(remote):
+    recorded = None if given is not None else recorded_cache_dir(doc)
+    if recorded is not None and recorded.is_dir():
+        return recorded, None
+    remote = given if given is not None else recorded_remote_cache(doc)
+    if remote_cache.is_remote(remote):
         return _open_cache(remote)[0], None
-    if recorded is None:
-        return None, None
-    if not recorded.is_dir():
-        return None, f"note: recorded cache dir {recorded} is not on this machine; cache not checked"
-    return recorded, None
+    return None, None if recorded is None else (f"note: recorded cache dir {recorded} is not on this machine; "
+                                                "cache not checked")
 
 
 def _cache_arg(args: argparse.Namespace) -> str | None:
@@ -178,17 +175,12 @@ def cross_check(doc: Mapping, cache: Path) -> list[str]:
             path = (root / rel).resolve()
             if root not in path.parents:
                 problems.append(f"{where}.{name}: {rel!r} points outside the cache {cache}")
-                continue
-            if not path.is_file():
+            elif not path.is_file():
                 problems.append(f"{where}.{name}: {rel} not found in the cache {cache}")
-                continue
-            if name == "neff_path" and isinstance(graph.get("neff_size"), int):
-                actual = path.stat().st_size
-                if actual != graph["neff_size"]:
-                    problems.append(
-                        f"{where}.neff_size: manifest says {graph['neff_size']} bytes, "
-                        f"{rel} has {actual} (recompiled or replaced since the manifest was written)"
-                    )
+            elif name == "neff_path" and isinstance(graph.get("neff_size"), int) and (
+                    actual := path.stat().st_size) != graph["neff_size"]:
+                problems.append(f"{where}.neff_size: manifest says {graph['neff_size']} bytes, {rel} has {actual} "
+                                "(recompiled or replaced since the manifest was written)")
     return problems
 
 
@@ -236,28 +228,26 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 
 def _cache_ls(args: argparse.Namespace) -> int:
+    """The entries (of an ``s3://`` cache: from the remote's markers, nothing downloaded, and the local copy's)."""
     from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
 
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, None)
-    remote = remote_listing.list_remote(CompileCache(root))  # an s3:// cache: its markers, nothing downloaded
-    if remote is not None:
-        names = None if wanted is None else {s.value for s in wanted}
-        return _remote_ls(args, root, [r for r in remote if names is None or r.status.split(" ")[0] in names])
-    entries = [e for e in cache_entries(CompileCache(root)) if wanted is None or e.status in wanted]
-    return _output(args, lambda: {"cache_dir": str(root), "entries": [cache_entry_dict(e) for e in entries],
-                                  "counts": status_counts([e.status for e in entries]),
-                                  "total_size": sum(e.size for e in entries)},
-                   lambda: [f"compile cache {root}", cache_table(entries) if entries else "no entries"])
-
-
-def _remote_ls(args: argparse.Namespace, root: Path, rows: list[remote_listing.RemoteRow]) -> int:
-    url = remote_cache.remote_url(root)
-    return _output(args, lambda: {"cache_dir": str(root), "remote_cache": url, "entries": [r.as_dict() for r in rows],
-                                  "counts": remote_listing.remote_counts(rows),
-                                  "total_size": sum(r.size or 0 for r in rows if r.remote)},
-                   lambda: [f"remote compile cache {url}: listed from its markers (nothing downloaded); "
-                            f"local copy {root}", remote_listing.remote_table(rows) if rows else "no entries"])
+    listed = remote_listing.list_remote(CompileCache(root))
+    url = None if listed is None else remote_cache.remote_url(root)
+    rows = [r for r in (cache_entries(CompileCache(root)) if listed is None else listed)
+            if wanted is None or r.status in wanted]
+    counted = rows if listed is None else [r for r in rows if r.remote]  # of an s3:// cache: its remote entries
+    if url is None:
+        head, table = f"compile cache {root}", cache_table
+    else:
+        head = f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}"
+        table = remote_listing.remote_table
+    return _output(args, lambda: {"cache_dir": str(root), **({} if url is None else {"remote_cache": url}),
+                                  "entries": [cache_entry_dict(r) for r in rows],
+                                  "counts": status_counts([r.status for r in counted]),
+                                  "total_size": sum(r.size or 0 for r in counted)},
+                   lambda: [head, table(rows) if rows else "no entries"])
 
 
 def _copy_regular(source: Path, target: Path) -> bool:
@@ -352,16 +342,15 @@ def _cache_explain(args: argparse.Namespace) -> int:
                      f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, args.operands)) or 'nothing'}")
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
-    entries = []
-    fetched = []  # an s3:// cache: only the two named entries are downloaded (and checked) when not local
+    found = []  # an s3:// cache: only the two named entries are downloaded (and checked) when not local
     for prefix in (args.key_a, args.key_b):
         try:
-            fetched.append(remote_listing.fetch_named(cache, prefix))
-            entries.append(cache.find(prefix))
+            found.append(remote_listing.fetch_named(cache, prefix))
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None
-    for line in filter(None, fetched):
+    for line in filter(None, (line for _, line in found)):
         print(f"remote compile cache {remote_cache.remote_url(root)}: {line}", file=sys.stderr)
+    entries = [entry for entry, _ in found]
     keys = [e.key for e in entries]
     metadata = []
     for entry in entries:
@@ -398,12 +387,12 @@ def _cache_prune_memo(args: argparse.Namespace) -> int:
 
 
 def _report_compare(args: argparse.Namespace) -> int:
-    from neuron_args.report import Thresholds, compare_files
+    from neuron_args.report import Thresholds, compare, read_report
 
     thresholds = Thresholds(seconds_ratio=args.seconds_ratio, seconds_abs=args.seconds_abs,
                             size_ratio=args.size_ratio, size_abs=args.size_abs)
     try:
-        result = compare_files(args.old, args.new, thresholds)
+        result = compare(read_report(args.old), read_report(args.new), thresholds)
     except ValueError as exc:
         raise _Usage(str(exc)) from None
     return _output(args, result.as_dict,
@@ -412,7 +401,7 @@ def _report_compare(args: argparse.Namespace) -> int:
 
 
 def _report_plot(args: argparse.Namespace) -> int:
-    from neuron_args.report_plot import PlotUnavailable, plot_trend
+    from neuron_args.report import PlotUnavailable, plot_trend
 
     try:
         out = plot_trend(args.reports, args.output, title=args.title)
@@ -534,6 +523,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (_Usage, OptionsError) as exc:
         print(f"neuron-args: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # every command, before a RemoteCacheError a remote gone down meanwhile would raise
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `neuron-args cache ls | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
         return EXIT_OK

@@ -32,10 +32,6 @@ def _checked(test: Callable[[Any], bool], what: str, convert: Callable[[Any], An
     return parse
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _spec(s: Any) -> bool:
     return (isinstance(s, dict) and isinstance(s.get("dtype"), str) and isinstance(s.get("shape"), list)
             and all(isinstance(d, int) and not isinstance(d, bool) for d in s["shape"]))
@@ -54,7 +50,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "CompilerArgs | None": _checked(_texts, "a list of strings", CompilerArgs),
     "Mapping[str, Any] | None": _checked(lambda v: isinstance(v, dict), "an object"),
     # compile_timeout records the option as given, which may be a numeric string
-    "float | None": _checked(lambda v: (_number(v) or isinstance(v, str)) and float(v) >= 0, "a number of seconds", float),
+    "float | None": _checked(lambda v: isinstance(v, (int, float, str)) and not isinstance(v, bool) and float(v) >= 0,
+                             "a number of seconds", float),
     "int | None": _checked(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of bytes"),
     "tuple[RecordedSpec, ...] | None": _checked(lambda v: isinstance(v, list) and all(map(_spec, v)),
                                                 'a list of {"shape": [int, ...], "dtype": str}',

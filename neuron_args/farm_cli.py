@@ -13,7 +13,7 @@ from typing import Any
 
 from neuron_args import envs, remote_cache
 from neuron_args.errors import CompilerArgsError, OptionsError
-from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_OK
 from neuron_args.flags import CompilerArgs
 
 DEFAULT_CONNECT_TIMEOUT = 20.0
@@ -165,7 +165,7 @@ def _compile(args: argparse.Namespace, root: Path) -> int:
         left = sum(not cache.entry(key).is_complete for key in pending)
         print(f"neuron-args compile: interrupted; {left} entries stay pending (rerun to build them)",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise  # cli.main exits 130, also past a remote that went down meanwhile (store.reachable)
     finally:
         progress.close()
         lost = client is not None and client.status != "running"

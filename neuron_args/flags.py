@@ -460,13 +460,10 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
 
 
 def _looks_machine_specific(item: Flag) -> bool:
-    if item.name is None:
-        return False
-    if item.name in MACHINE_SPECIFIC:
-        return True
-    if item.name.startswith(INTERNAL_PREFIX):
-        return "dump" in item.name.lower() or (item.value or "").startswith(("/", "~"))
-    return False
+    """A path option, or an ``--internal-*`` one that dumps or names an absolute path."""
+    name, value = item.name or "", item.value or ""
+    return name in MACHINE_SPECIFIC or (name.startswith(INTERNAL_PREFIX)
+                                        and ("dump" in name.lower() or value.startswith(("/", "~"))))
 
 
 def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
@@ -481,11 +478,7 @@ def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
             tokens = [str(args)]
         else:
             tokens = [str(token) for token in args]
-    kept: list[str] = []
-    for item in _scan(tokens):
-        if not _looks_machine_specific(item):
-            kept.extend(item.tokens)
-    return shlex.join(kept)
+    return shlex.join([token for item in _scan(tokens) if not _looks_machine_specific(item) for token in item.tokens])
 
 
 def _resolve_names(names: Iterable[str], *, what: str) -> set[str]:
@@ -579,14 +572,12 @@ class FlagChanges:
                 "changed": [{"option": name, "old": old, "new": new} for name, old, new in self.changed]}
 
 
-def _token_option(token: str) -> str:
-    return OPTLEVEL if token.startswith("-O") and not token.startswith("--") else token.split("=", 1)[0]
-
-
 def _by_option(tokens: list[str]) -> dict[str, list[str]]:
+    """Canonical tokens by option (``-O3`` under ``--optlevel``, ``--name=value`` under ``--name``)."""
     grouped: dict[str, list[str]] = {}
     for token in tokens:
-        grouped.setdefault(_token_option(token), []).append(token)
+        name = OPTLEVEL if token.startswith("-O") and not token.startswith("--") else token.split("=", 1)[0]
+        grouped.setdefault(name, []).append(token)
     return grouped
 
 

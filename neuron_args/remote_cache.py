@@ -28,10 +28,9 @@ from typing import Any, BinaryIO, Protocol
 from neuron_args import envs
 from neuron_args.atomic import file_stamp, remove_path, write_atomic
 from neuron_args.cache_key import is_cache_key
-from neuron_args.digests import stream_sha256
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.text import graph_label
-from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json
+from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json, stream_sha256
 
 log = logging.getLogger("neuron_args.remote_cache")
 
@@ -451,9 +450,9 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
                                  "host": socket.gethostname(), "graph_type": md.graph_type, "created": md.created,
                                  "compiler_args": None if md.compiler_args is None else list(md.compiler_args)},
                                 sort_keys=True).encode()
-            replacing = key in store.replace
-            name = store.loc.object_key(key, REMOTE_MARKER)
-            store.put(name, marker, key, graph_type, create=not replacing)
+            # If-None-Match unless a reader found the remote entry corrupt: then this build replaces it
+            store.put(store.loc.object_key(key, REMOTE_MARKER), marker, key, graph_type,
+                      create=key not in store.replace)
             store.replace.discard(key)
             return _kept(store, key, graph_type, marker, folder)
         except _Exists:

@@ -3,29 +3,26 @@ bounded reads); ``explain`` downloads (and checks) only the entries it names, ``
 """
 from __future__ import annotations
 
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from neuron_args import remote_cache
-from neuron_args.cache import CompileCache, EntryStatus
+from neuron_args.cache import CacheEntry, CompileCache, EntryStatus
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CorruptEntryError
-from neuron_args.manifest.show import SHORT_HASH, cache_entries, opt_level
+from neuron_args.manifest.show import SHORT_HASH, CacheEntryInfo, cache_entries, opt_level, status_counts
 from neuron_args.text import human_size, render_table
 
 READERS = 8
 
 
 @dataclass(frozen=True)
-class RemoteRow:
-    """One ``cache ls`` row of an ``s3://`` cache: a remote entry (``remote``) or one only in the local copy."""
+class RemoteRow(CacheEntryInfo):
+    """One ``cache ls`` row of an ``s3://`` cache: a local listing's row (its status text, its JSON form) plus where
+    the entry is; a remote entry's fields come from its marker."""
 
-    key: str
-    graph_type: str | None
+    size: int | None  # None: a remote marker that does not parse
     compiler_args: list[str] | None
-    status: str  # a remote entry: complete, or corrupt (its marker does not parse); else the local status
-    size: int | None
     created: str | None
     remote: bool
     local_status: str | None  # the local copy's status of the key, None when it has no folder for it
@@ -36,19 +33,16 @@ class RemoteRow:
             return "local only"
         return "remote+local" if self.local_status == EntryStatus.COMPLETE.value else "remote"
 
-    def as_dict(self) -> dict:
-        return {**asdict(self), "opt_level": None if self.compiler_args is None else opt_level(self.compiler_args)}
-
 
 def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> RemoteRow:
     try:
         marker = store.marker(key)
     except ValueError:
-        return RemoteRow(key, None, None, EntryStatus.CORRUPT.value, None, modified, True, local)
+        return RemoteRow(key, None, "-", EntryStatus.CORRUPT, None, None, None, modified, True, local)
     if marker is None:  # removed between the listing and the read
-        return RemoteRow(key, None, None, "gone", None, modified, True, local)
-    return RemoteRow(key, marker.graph_type, marker.compiler_args, EntryStatus.COMPLETE.value, marker.size,
-                     marker.created or modified, True, local)
+        return RemoteRow(key, None, "-", EntryStatus.MISSING, None, None, None, modified, True, local)
+    return RemoteRow(key, marker.graph_type, opt_level(marker.compiler_args), EntryStatus.COMPLETE, None, marker.size,
+                     marker.compiler_args, marker.created or modified, True, local)
 
 
 def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
@@ -70,8 +64,9 @@ def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
                 md = cache.entry(info.key).info()
             except CorruptEntryError:  # shown as corrupt, without its fields
                 md = EntryMetadata()
-            rows.append(RemoteRow(info.key, info.graph_type, None if md.compiler_args is None else list(md.compiler_args),
-                                  info.status_text, info.size, md.created, False, info.status.value))
+            args = None if md.compiler_args is None else list(md.compiler_args)
+            rows.append(RemoteRow(**vars(info), compiler_args=args, created=md.created, remote=False,
+                                  local_status=info.status.value))
     return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
 
 
@@ -79,39 +74,34 @@ def remote_table(rows: list[RemoteRow]) -> str:
     """The ``cache ls`` table of an ``s3://`` cache: the local columns, then CREATED and WHERE."""
     table = render_table(
         ["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE", "CREATED", "WHERE"],
-        [[r.graph_type or "-", r.key[:SHORT_HASH], "-" if r.compiler_args is None else opt_level(r.compiler_args), r.status,
+        [[r.graph_type or "-", r.key[:SHORT_HASH], r.opt_level, r.status_text,
           "-" if r.size is None else human_size(r.size), r.created or "-", r.where] for r in rows])
     remote = [r for r in rows if r.remote]
-    shown = ", ".join(f"{n} {status}" for status, n in remote_counts(rows).items()) or "none"
+    shown = ", ".join(f"{n} {status}" for status, n in status_counts([r.status for r in remote]).items()) or "none"
     copied = sum(r.where == "remote+local" for r in remote)
     return (f"{table}\n{len(remote)} remote entr{'y' if len(remote) == 1 else 'ies'} ({shown}), "
             f"{human_size(sum(r.size or 0 for r in remote))}; {copied} also in the local copy; "
             f"{len(rows) - len(remote)} only in the local copy")
 
 
-def remote_counts(rows: list[RemoteRow]) -> dict[str, int]:
-    """``{"complete": 2, "corrupt": 1}`` of the remote rows (``cache ls --json``'s counts)."""
-    return dict(sorted(Counter(row.status for row in rows if row.remote).items()))
-
-
-def fetch_named(cache: CompileCache, prefix: str) -> str | None:
-    """Make the one entry whose key starts with ``prefix`` local (downloaded and checked when missing); returns what
-    was done, None for a plain local cache; KeyError when none or several match or the remote entry does not check
-    out (:meth:`CompileCache.find`)."""
+def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | None]:
+    """The one entry whose key starts with ``prefix`` (:meth:`CompileCache.find`) and, of an ``s3://`` cache, what made
+    it local (downloaded and checked when missing; None: a plain local cache); KeyError when none or several match or
+    the remote entry does not check out."""
     store = remote_cache.store_for(cache.root)
     if store is None:
-        return None
+        return cache.find(prefix), None
     with store.reachable():
         entry = cache.find(prefix, remote=store)
     if entry.is_complete:
-        return f"{entry.key}: the local copy's entry (not downloaded again)"
+        return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
     with store.reachable():
         pulled = cache.pull(entry)
     if not pulled:
         raise KeyError(f"cache entry {entry.key}: the remote entry {store.loc.entry_url(entry.key)} did not check out "
                        "on download (the log says why) and the local copy has no complete entry; nothing to explain")
-    return (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
-            "metadata, the executable's sha256, the signature when signing is on)")
+    return entry, (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
+                   "metadata, the executable's sha256, the signature when signing is on)")
 
 
 @dataclass

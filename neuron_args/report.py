@@ -1,7 +1,8 @@
-"""The machine-readable run report (``--neuron-report=PATH``) and the night-to-night comparison.
+"""The machine-readable run report (``--neuron-report=PATH``), the night-to-night comparison and the trend plot.
 
 Graphs are matched by graph type and input shapes (a key changes with the compiler version, the graph does not);
-a comparison names first the run settings that differ (such runs compile different things).
+a comparison names first the run settings that differ (such runs compile different things). The plot draws with
+matplotlib, the optional ``plot`` extra, imported only when a plot is drawn.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
+from neuron_args.errors import NeuronArgsError
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
@@ -95,12 +97,9 @@ def _setting_text(name: str, value: Any) -> str:
 def settings_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """``tp: 1 -> 2``...: the compared settings whose values differ between two reports' ``settings``."""
     old, new = old if isinstance(old, Mapping) else {}, new if isinstance(new, Mapping) else {}
-    out = []
-    for name, label in COMPARED_SETTINGS:
-        a, b = _setting_text(name, old.get(name)), _setting_text(name, new.get(name))
-        if a != b:
-            out.append(f"{label}: {a} -> {b}")
-    return out
+    shown = ((label, _setting_text(name, old.get(name)), _setting_text(name, new.get(name)))
+             for name, label in COMPARED_SETTINGS)
+    return [f"{label}: {a} -> {b}" for label, a, b in shown if a != b]
 
 
 @dataclass
@@ -180,6 +179,66 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Threshol
     return result
 
 
-def compare_files(old: str | Path, new: str | Path, thresholds: Thresholds | None = None) -> Comparison:
-    return compare(read_report(old), read_report(new), thresholds)
+# -- the trend over runs (`neuron-args report plot`): a gap where a run lacks a graph -----------------------
 
+class PlotUnavailable(NeuronArgsError, ImportError):
+    """matplotlib (the ``plot`` extra) is not installed."""
+
+
+def series(reports: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, list[float | None]]]:
+    """``{graph name: {"compile_seconds": [...], "executable_size": [...]}}``, one value (or None) per run."""
+    out: dict[str, dict[str, list[float | None]]] = {}
+    for i, report in enumerate(reports):
+        for g in report.get("graphs", []):
+            row = out.setdefault(graph_name(g), {f: [None] * len(reports)
+                                                 for f in ("compile_seconds", "executable_size")})
+            for field, values in row.items():
+                if g.get(field) is not None:
+                    values[i] = float(g[field])
+    return dict(sorted(out.items()))
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[tuple[str, dict[str, Any]]]:
+    """The reports, oldest first (by ``created``; the given order breaks ties); ``ValueError`` names a bad file."""
+    runs = sorted(((Path(p), read_report(p)) for p in paths), key=lambda run: str(run[1].get("created") or ""))
+    # sorted() is stable: ties keep their order; a run is labelled by its creation minute, else its file name
+    return [(str(report.get("created") or "")[:16].replace("T", " ") or path.stem, report) for path, report in runs]
+
+
+def plot_trend(paths: Sequence[str | Path], out: str | Path, *, title: str | None = None) -> Path:
+    """Draw the trend of the reports at ``paths`` into ``out`` (PNG, or any format matplotlib knows by suffix)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display on CI hosts
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PlotUnavailable(f"neuron-args report plot draws with matplotlib, which is not installed "
+                              f"({exc}); install the plot extra: pip install 'neuron-args[plot]'") from None
+    if not paths:
+        raise ValueError("no report given: pass one or more files written by pytest --neuron-report=PATH")
+    runs = load_runs(paths)
+    labels = [label for label, _ in runs]
+    data = series([report for _, report in runs])
+    x = list(range(len(runs)))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 1.2 * len(runs) + 3), 7), sharex=True)
+    for name, values in data.items():
+        for ax, measure, scale in ((top, "compile_seconds", 1), (bottom, "executable_size", 1024)):
+            ax.plot(x, [float("nan") if v is None else v / scale for v in values[measure]], marker="o", label=name)
+    top.set_ylabel("compile seconds")
+    bottom.set_ylabel("executable size (KiB)")
+    bottom.set_xticks(x)
+    bottom.set_xticklabels(labels, rotation=30, ha="right")
+    bottom.set_xlabel("run")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+    if data:
+        top.legend(fontsize="small", loc="best")
+    top.set_title(title or f"neuron-args: {len(data)} graph(s) over {len(runs)} run(s)")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

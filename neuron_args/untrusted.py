@@ -1,14 +1,15 @@
-"""Bounded reads and JSON of files in folders others may write: cache entries, manifests, reports, ledgers.
+"""Bounded reads, JSON and sha256 of files in folders others may write: cache entries, manifests, reports, ledgers.
 
 Such a file may be a FIFO (``open`` blocks), a link to ``/dev/zero`` (a read never ends) or JSON nested a million
 deep (``RecursionError``): each is an :class:`UntrustedFileError`, a ``ValueError`` naming the file.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 from neuron_args.errors import NeuronArgsError
 
@@ -83,3 +84,16 @@ def load_json(data: bytes | str, what: object = "JSON") -> Any:
 
 def read_json(path: str | os.PathLike[str], limit: int) -> Any:
     return load_json(read_bounded(path, limit), os.fsdecode(path))
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    with open(path, "rb") as f:
+        return stream_sha256(f)
+
+
+def stream_sha256(f: BinaryIO) -> str:
+    """The sha256 of what is left to read in ``f`` (an open file: the remote cache hashes what it uploads)."""
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        digest.update(chunk)
+    return digest.hexdigest()

@@ -120,7 +120,7 @@ def test_closest_entry_prefers_what_the_serving_runner_warmed_among_equally_clos
     for warmed in (o2, o3):
         monkeypatch.setattr(ACTIVITY, "serving",
                             SimpleNamespace(warmed={"decode": [SimpleNamespace(key=warmed.key)]}))
-        entry, diff = cache.closest(cold, None)
+        entry, _, diff = cache.closest(cold, None)
         assert entry.key == warmed.key
         assert diff == [f"compiler_args: changed {warmed.components.as_dict()['compiler_args'][0]} -> -O1"]
 

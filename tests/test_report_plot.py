@@ -9,7 +9,7 @@ import pytest
 
 from neuron_args.cli import main
 from neuron_args.report import build_report, graph_record, write_report
-from neuron_args.report_plot import load_runs, series
+from neuron_args.report import load_runs, series
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -116,6 +116,17 @@ def test_unreachable_remote_exits_3(monkeypatch, tmp_path, capsys):
         assert "fix: check the endpoint" in err
 
 
+def _pending_entry(monkeypatch, tmp_path, url):
+    """A captured (pending) entry in host A's copy of ``url``: what ``compile`` builds."""
+    key = make_key(f"HloModule pending {tmp_path.name}")
+    entry = host(monkeypatch, tmp_path, "a", url).entry(key)
+    entry.reset()
+    entry.hlo_path.write_bytes(b"HloModule pending")
+    entry.write_metadata(new_metadata(key, seam="neuron_libtorch_graph_capture", graph_type="decode",
+                                      compiler_args=["-O1"], target="trn2", status="pending"))
+    return entry
+
+
 def test_compile_on_an_unreachable_remote_exits_3_and_builds_nothing(monkeypatch, tmp_path, capsys):
     """``compile`` builds for the remote: like the ``cache`` commands it exits 3 when the remote cannot be used,
     not 0 or 1 after building graphs nobody else will see."""
@@ -123,17 +134,35 @@ def test_compile_on_an_unreachable_remote_exits_3_and_builds_nothing(monkeypatch
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     monkeypatch.setenv(TIMEOUT_ENV, "2")
     url = f"s3://{BUCKET}/cli-down-compile"
-    key = make_key(f"HloModule pending {tmp_path.name}")
-    entry = host(monkeypatch, tmp_path, "a", url).entry(key)
-    entry.reset()
-    entry.hlo_path.write_bytes(b"HloModule pending")
-    entry.write_metadata(new_metadata(key, seam="neuron_libtorch_graph_capture", graph_type="decode",
-                                      compiler_args=["-O1"], target="trn2", status="pending"))
+    entry = _pending_entry(monkeypatch, tmp_path, url)
     assert main(["compile", url, "--workers", "1"]) == EXIT_REMOTE
     out, err = capsys.readouterr()
     assert f"neuron-args: remote compile cache {url} (endpoint http://127.0.0.1:" in err and "is unreachable" in err
     assert "fix: check the endpoint" in err and "compiling" not in err and out == ""
     assert entry.status == "pending" and not entry.executable_path.exists()
+
+
+def test_ctrl_c_after_the_remote_went_down_exits_130_not_3(monkeypatch, tmp_path, capsys):
+    """Ctrl-C wins over a remote that went down midway: the interrupted run exits 130 (as without a remote), and
+    its entries stay pending."""
+    import importlib
+
+    from neuron_args import remote_cache
+
+    parallel_compile = importlib.import_module("neuron_args.deferred.parallel_compile")  # the module, not the function
+
+    url = f"s3://{BUCKET}/cli-ctrl-c-{tmp_path.name[-16:]}"
+    entry = _pending_entry(monkeypatch, tmp_path, url)
+
+    def down_then_interrupted(root, **_):  # an upload found the endpoint gone, then the user pressed Ctrl-C
+        remote_cache.store_for(root).go_down("ConnectTimeoutError", entry.key, "decode", while_="uploading")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel_compile, "parallel_compile", down_then_interrupted)
+    assert main(["compile", url, "--workers", "1"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; 1 entries stay pending" in err and "went unreachable" not in err
+    assert entry.status == "pending"
 
 
 def test_refused_credentials_exit_3(monkeypatch, tmp_path, capsys):
@@ -164,6 +193,39 @@ def test_ls_shows_a_malformed_or_older_marker_without_failing(monkeypatch, tmp_p
     assert (rows[older.key]["status"], rows[older.key]["size"], rows[older.key]["graph_type"],
             rows[older.key]["compiler_args"]) == ("complete", 43, None, None)
     assert rows[older.key]["created"] is not None  # the marker object's time when the marker records none
+
+
+def test_ls_rows_follow_the_local_listing_rules(monkeypatch, tmp_path, capsys, client):
+    """A row of an s3:// listing is a local ``cache ls`` row plus where it is: the same fields, an -O level shown
+    '-' is null in JSON (whether or not arguments were recorded), a compiling entry's holder is ``lock_pid``."""
+    import os
+
+    from neuron_args.cache import KeyLock
+
+    url, prefix = f"s3://{BUCKET}/cli-rules-{tmp_path.name[-16:]}", f"cli-rules-{tmp_path.name[-16:]}"
+    no_level, building = make_key("HloModule no level"), make_key("HloModule building")
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{no_level.key}/COMPLETE", Body=json.dumps({
+        "format": 1, "key": no_level.key, "folder": "a" * 32, "compiler_args": ["--auto-cast=none"],
+        "files": {"graph.hlo": {"size": 3, "sha256": "0" * 64}}}))
+    ops = host(monkeypatch, tmp_path, "ops", url)
+    lock = KeyLock(ops.entry(building))
+    assert lock.acquire()
+    try:
+        ops.entry(building).reset()
+        assert main(["cache", "ls", "--json", url]) == 0
+        rows = {e["key"]: e for e in json.loads(capsys.readouterr().out)["entries"]}
+        assert main(["cache", "ls", "--json", "--status", "compiling", url]) == 0
+        only = [e["key"] for e in json.loads(capsys.readouterr().out)["entries"]]
+        assert main(["cache", "ls", url]) == 0
+        table = capsys.readouterr().out
+    finally:
+        lock.release()
+    local = {"key", "graph_type", "opt_level", "status", "lock_pid", "size"}
+    assert all(local | {"compiler_args", "created", "remote", "local_status"} <= set(e) for e in rows.values())
+    assert (rows[no_level.key]["opt_level"], rows[building.key]["opt_level"]) == (None, None)
+    assert (rows[building.key]["status"], rows[building.key]["lock_pid"]) == ("compiling", os.getpid())
+    assert rows[no_level.key]["lock_pid"] is None and only == [building.key]
+    assert f"compiling (pid {os.getpid()})" in table
 
 
 def test_explain_names_candidates_from_the_remote_and_the_local_copy(monkeypatch, tmp_path, capsys, client):
