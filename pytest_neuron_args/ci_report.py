@@ -21,25 +21,14 @@ if TYPE_CHECKING:
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
-def _level(args: Iterable[str] | None) -> int | None:
-    from neuron_args.errors import NeuronArgsError
-    from neuron_args.flags import optimization_level
-
-    try:
-        return optimization_level(list(args or []))
-    except NeuronArgsError:
-        return None
-
-
 def warmup_properties(graphs: Iterable[GraphOutcome | Mapping[str, Any]]) -> list[tuple[str, str]]:
     """JUnit properties of a warmup's graphs: one ``neuron_graph`` per graph, and one-line digests of their graph
-    types, keys and ``-O`` levels."""
+    types, keys and ``-O`` levels (each graph's typed level, as the summary table shows it)."""
     rows = sorted(map(GraphOutcome.of, graphs), key=lambda g: g.sort_key)
     props: list[tuple[str, str]] = []
     levels: dict[str, set[str]] = {}
     for g in rows:
-        level = _level(g.compiler_args)
-        shown = "-" if level is None else f"-O{level}"
+        shown = "-" if g.optimization_level is None else f"-O{g.optimization_level}"
         levels.setdefault(str(g.graph_type), set()).add(shown)
         inputs = format_shapes(list(g.input_shapes or []), empty="")
         props.append(("neuron_graph", f"graph_type={g.graph_type} inputs={inputs} key={g.key} "

@@ -41,9 +41,9 @@ def _properties(junit: Path) -> dict[str, list[tuple[str, str]]]:
 
 def test_warmup_properties_name_keys_levels_and_types():
     graphs = [{"graph_type": "decode", "key": "d" * 32, "input_shapes": ["1, 8"], "compiler_args": ["--x", "-O3"],
-               "how": "loaded"},
+               "optimization_level": 3, "how": "loaded"},
               {"graph_type": "prefill", "key": "p" * 32, "input_shapes": ["1, 16"], "compiler_args": ["-O1"],
-               "how": "compiled"}]
+               "optimization_level": 1, "how": "compiled"}]
     assert warmup_properties(graphs) == [
         ("neuron_graph", f"graph_type=decode inputs=(1, 8) key={'d' * 32} level=-O3 how=loaded"),
         ("neuron_graph", f"graph_type=prefill inputs=(1, 16) key={'p' * 32} level=-O1 how=compiled"),
