@@ -29,7 +29,7 @@ from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.ledger_view import emit_engines
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
-from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings
+from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings, ini_folder
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
 USER_FIXTURE = "neuron_model"
@@ -417,7 +417,7 @@ def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
     if source:
         folder = Path(source).resolve().parent
         return _ini_dir(folder) or folder
-    return config.inipath.parent if config.inipath is not None else config.rootpath
+    return ini_folder(config)
 
 
 def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any, ...]:

@@ -324,6 +324,11 @@ def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> tuple
     return value, where
 
 
+def ini_folder(config: pytest.Config) -> Path:
+    """The ini file's folder, else the rootdir: where an ini value's relative path and the default baseline live."""
+    return config.inipath.parent if config.inipath is not None else config.rootpath
+
+
 def _path(config: pytest.Config, dest: str) -> tuple[Path | None, str]:
     value, where = _raw(config, dest)
     if value is None:
@@ -332,9 +337,7 @@ def _path(config: pytest.Config, dest: str) -> tuple[Path | None, str]:
         return cache_root(value), where
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():
-        base: Any = config.invocation_params.dir if where.startswith("--") else (
-            config.inipath.parent if config.inipath is not None else config.rootpath)
-        path = Path(base) / path
+        path = Path(config.invocation_params.dir if where.startswith("--") else ini_folder(config)) / path
     return path, where
 
 

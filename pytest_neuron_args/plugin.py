@@ -15,7 +15,7 @@ from neuron_args import eager_fallback, envs
 from pytest_neuron_args import fixtures, gc_policy, markers
 from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
                                          model_fixturedef_of, tp_serve)
-from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning
+from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning, ini_folder
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, tidy_session
 from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
@@ -172,7 +172,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         path, anchor = baseline_location(config, item, model_fixturedef_of(item), s)
         anchors.setdefault(str(path.parent), set()).add(anchor)
         tests.setdefault(str(path.parent), set()).add(name_parts(path)[0])
-    default_anchor = (config.inipath.parent if config.inipath is not None else config.rootpath).resolve()
+    default_anchor = ini_folder(config).resolve()
     default_folder = (s.baseline if s.baseline is not None else default_anchor / BASELINE_DIRNAME).resolve()
     anchors.setdefault(str(default_folder), set()).add(default_anchor)
     state.baseline_inventory = {
