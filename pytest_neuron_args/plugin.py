@@ -20,9 +20,8 @@ from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, ti
 from pytest_neuron_args.ci_report import write_step_summary
 from pytest_neuron_args.report import header_line, write_json_report, write_summary
 from pytest_neuron_args.ranks import note_phase
-from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session, safe_name
+from pytest_neuron_args.state import STASH_KEY, WORKEROUTPUT_KEY, NeuronSession, get_session, safe_name
 from pytest_neuron_args.trace_log import TRACE_LOG
-from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
 
 #: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
@@ -63,7 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # a recompile-limit fallback fails the test
     session.at_stop.callback(eager_fallback.error_by_default, eager_fallback.error_by_default(True))
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
+        config.pluginmanager.register(session, "neuron_args_xdist")  # it merges the workers' exports
     # torch's structured-trace logger (DEBUG, not propagating) would fill each failing test's captured log with
     # empty "DEBUG torch.__trace" lines under pytest >= 9: dropped unless TORCH_TRACE is set (by a filter of this
     # session: a pytester run inside keeps ours)

@@ -56,7 +56,9 @@ def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> 
     return (len(missing), len(graphs), elsewhere) if missing or elsewhere else None
 
 
+#: xdist: the controller's cache directory in a worker's workerinput, and a worker's export() in its workeroutput
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
+WORKEROUTPUT_KEY = "neuron_args"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
 
 
@@ -200,6 +202,22 @@ class NeuronSession:
 
     def stop(self) -> None:
         self.at_stop.close()
+
+    # the controller's side of pytest-xdist (the session is registered as a plugin when xdist is loaded)
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        # a fresh per-session cache must be one directory for all workers, not one per worker
+        node.workerinput[WORKER_CACHE_KEY] = str(self.cache_dir())
+        self.workers_started.add(self._worker_id(node))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        data = (getattr(node, "workeroutput", None) or {}).get(WORKEROUTPUT_KEY)
+        if isinstance(data, dict):
+            self.workers[self._worker_id(node)] = data
+
+    def _worker_id(self, node: Any) -> str:
+        return getattr(getattr(node, "gateway", None), "id", None) or str(len(self.workers))
 
     def report_rank_failure(self, error: str) -> None:
         """A rank process's failure before its warmup reported: tell the pytest process what it was."""
@@ -358,4 +376,4 @@ def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
     return row
 
 
-__all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "row_order", "safe_name"]
+__all__ = ["MANIFEST_DIR_ENV", "WORKEROUTPUT_KEY", "NeuronSession", "get_session", "row_order", "safe_name"]
