@@ -27,7 +27,6 @@ from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args import ci_report, gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
-from pytest_neuron_args.ledger_view import emit_engines
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
 from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings, ini_folder
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
@@ -340,6 +339,8 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
                     pytestconfig: pytest.Config, tmp_path: Path) -> ManifestView:
     """This test's view of the session manifest (``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``): the
     graphs its warmup covers, with every rank that built them."""
+    from neuron_args.manifest.emit import emit_engines
+
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         return None  # type: ignore[return-value]

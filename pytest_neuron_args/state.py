@@ -238,7 +238,7 @@ class NeuronSession:
         root = self.settings.manifest_dir
         if root is None or self.is_worker or self.is_rank_worker or self.inner_session:
             return []
-        from pytest_neuron_args.ledger_view import emit_engines
+        from neuron_args.manifest.emit import emit_engines
 
         for worker in self.workers.values():  # xdist workers' runners: their models too
             self.note_manifest_config(worker.get("manifest_config") or None)
