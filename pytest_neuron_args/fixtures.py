@@ -24,11 +24,12 @@ from neuron_args.deferred.parallel_compile import ParallelCompileError
 from neuron_args.errors import TraceError
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
-from pytest_neuron_args import ci_report, gc_policy, ranks, trace_log
+from pytest_neuron_args import gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
 from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings, ini_folder
+from pytest_neuron_args.report import add_properties, serve_properties, warmup_properties
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
 USER_FIXTURE = "neuron_model"
@@ -253,7 +254,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     finally:  # a failed warmup's graphs are in the manifest too: with the model, target and graph types
         session.note_manifest_config(neuron_runner.manifest_config_block())
         session.note_runner_cache(neuron_runner.cache_dir, request.node.nodeid)
-    ci_report.record(request.node, ci_report.warmup_properties(report.graphs))
+    add_properties(request.node, warmup_properties(report.graphs))
     return report
 
 
@@ -326,7 +327,7 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     with neuron_runner.serve() as served:
         yield neuron_runner
     session.add_serve(served.calls, served.counts.misses)
-    ci_report.record(request.node, ci_report.serve_properties(served.calls, served.counts.misses))
+    add_properties(request.node, serve_properties(served.calls, served.counts.misses))
     if served.undeclared and not request.node.stash.get(CALL_FAILED, False):
         pytest.fail("while serving, " + f"{len(served.undeclared)} call(s) matched no declared graph (the test caught "
                     "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared)

@@ -17,8 +17,7 @@ from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_K
                                          model_fixturedef_of, tp_serve)
 from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning, ini_folder
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, tidy_session
-from pytest_neuron_args.ci_report import write_step_summary
-from pytest_neuron_args.report import header_line, write_json_report, write_summary
+from pytest_neuron_args.report import header_line, write_json_report, write_step_summary, write_summary
 from pytest_neuron_args.ranks import note_phase
 from pytest_neuron_args.state import STASH_KEY, WORKEROUTPUT_KEY, NeuronSession, get_session, safe_name
 from pytest_neuron_args.trace_log import TRACE_LOG

@@ -7,7 +7,7 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.report import graph_record
 from neuron_args.seams import records
-from pytest_neuron_args.ci_report import warmup_properties
+from pytest_neuron_args.report import warmup_properties
 from pytest_neuron_args.options import NeuronSettings
 from pytest_neuron_args.state import NeuronSession
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_neuron_args.ci_report import summary_markdown, warmup_properties
+from pytest_neuron_args.report import summary_markdown, warmup_properties
 
 TESTS = """
 import pytest
