@@ -331,7 +331,7 @@ class NeuronSession:
             calls.update(part.get("serve_calls", {}))
             stats.update(part.get("stats", {}))
         return {
-            "rows": [row.to_json() for row in sorted(rows.values(), key=row_order)],
+            "rows": [row.to_json() for row in sorted(rows.values(), key=lambda row: row.sort_key)],
             "serve_calls": dict(calls),
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
@@ -360,11 +360,6 @@ _CONCATENATED = ("baseline_checks", "warmup_failures", "tp_serves")
 _UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
 
 
-def row_order(row: GraphOutcome | dict[str, Any]) -> tuple[Any, ...]:
-    """Graph type, then input shapes compared as numbers (``(2, 8)`` before ``(16, 8)``), then key."""
-    return GraphOutcome.of(row).sort_key
-
-
 def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
     """A graph with no executable size (captured here, built by a ``parallel_compile`` the session did not see):
     its size from the session cache's entry, when it holds one."""
@@ -376,4 +371,4 @@ def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
     return row
 
 
-__all__ = ["MANIFEST_DIR_ENV", "WORKEROUTPUT_KEY", "NeuronSession", "get_session", "row_order", "safe_name"]
+__all__ = ["MANIFEST_DIR_ENV", "WORKEROUTPUT_KEY", "NeuronSession", "get_session", "safe_name"]
