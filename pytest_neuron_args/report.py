@@ -320,11 +320,11 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def summary_markdown(data: Mapping[str, Any], header: str, footer: str,
-                     baseline_checks: Iterable[Mapping[str, Any]] = (),
-                     baseline_counts: Mapping[str, int] | None = None,
-                     notice: str | None = None) -> str:
+def summary_markdown(data: Mapping[str, Any], header: str, footer: str) -> str:
     """The step summary of merged session data (see ``NeuronSession.merged``)."""
+    from neuron_args.executables import eager_outputs_notice
+
+    notice = eager_outputs_notice(data.get("eager_outputs") or {})
     out = ["## neuron-args: graphs of this session", ""]
     if notice:
         out += [f"> **{_cell(notice)}**", ""]
@@ -345,11 +345,9 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str,
     else:
         out.append(f"none ({data.get('serve_sessions', 0)} serve block(s))")
     out.append("")
-    checks = list(baseline_checks)
-    if checks or (baseline_counts and any(baseline_counts.values())):
-        out += ["### Manifest baselines", ""]
-        if baseline_counts:
-            out += [", ".join(f"{n} {k}" for k, n in baseline_counts.items()), ""]
+    checks, counts = data.get("baseline_checks") or [], baseline_counts(data)
+    if checks or any(counts.values()):
+        out += ["### Manifest baselines", "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
         for c in sorted(checks, key=lambda c: str(c.get("nodeid"))):
             out.append(f"- `{c.get('nodeid')}` (`{c.get('path')}`): **{c.get('status')}**")
             if c.get("lines"):
@@ -362,16 +360,10 @@ def write_step_summary(session: NeuronSession) -> Any:
     """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
     if session.is_worker or session.is_rank_worker or not envs.is_set(STEP_SUMMARY_ENV):
         return None
-    from neuron_args.executables import eager_outputs_notice
-
     data = session.merged()
     if not _has_content(data):
         return None  # a session that used no neuron fixture adds nothing to the job's page
-    counts = baseline_counts(data)
-    markdown = summary_markdown(
-        data, header_line(session), footer_line(data, str(session.cache_dir())),
-        baseline_checks=data.get("baseline_checks", []), baseline_counts=counts if any(counts.values()) else None,
-        notice=eager_outputs_notice(data.get("eager_outputs") or {}))
+    markdown = summary_markdown(data, header_line(session), footer_line(data, str(session.cache_dir())))
     path = Path(envs.text(STEP_SUMMARY_ENV))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -112,7 +112,7 @@ def test_step_summary_shows_the_baseline_diff_and_the_misses():
             "serve_calls": {"decode": 3}, "serve_misses": 2, "serve_sessions": 1}
     checks = [{"nodeid": "t.py::test_b", "path": "/b/t.json", "status": "differs",
                "lines": ["- graph a | (decode)", "+ graph b (decode)"]}]
-    text = summary_markdown(data, "neuron-args: target trn2", "1 graph", checks, {"differs": 1})
+    text = summary_markdown({**data, "baseline_checks": checks}, "neuron-args: target trn2", "1 graph")
     assert f"- `decode` (1, 8) key `{'k' * 32}`: 2 miss(es)" in text
     assert "- 2 miss(es) in 1 serve block(s)" in text
     assert "- `t.py::test_b` (`/b/t.json`): **differs**" in text
