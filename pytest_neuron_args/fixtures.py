@@ -124,10 +124,6 @@ def neuron_cache(pytestconfig: pytest.Config) -> Any:
     return CompileCache(get_session(pytestconfig).cache_dir())
 
 
-def _fullgraph(settings: NeuronSettings, node: pytest.Item) -> bool:
-    return not (settings.allow_graph_breaks or node.get_closest_marker(ALLOW_BREAKS) is not None)
-
-
 def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model: Any) -> Any:
     """The session's runner for this model object and these settings (a new one per test for a per-test model)."""
     import torch
@@ -136,7 +132,7 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
     from neuron_args.runner import NeuronRunner
 
     s = session.settings
-    fullgraph = _fullgraph(s, request.node)
+    fullgraph = not (s.allow_graph_breaks or request.node.get_closest_marker(ALLOW_BREAKS) is not None)
     fixturedef = model_fixturedef_of(request.node)
     shared = fixturedef is not None and fixturedef.scope != "function"
     key = (id(model), fullgraph, s.runner_key())
@@ -356,7 +352,7 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
     path = max(paths, key=lambda p: len(read_json(p, MANIFEST_LIMIT).get("graphs", [])))
     expected = {g: len(neuron_runner.spec(g).buckets) for g in neuron_warmup.graph_types}
     return ManifestView.load(path, cache_dir=neuron_runner.cache_dir, expected_graphs=expected,
-                             rank_weights=session.tp_weights.get(_tp_key(request, session)),
+                             rank_weights=session.tp_weights.get(neuron_runner),
                              single_rank_layout=ranks.weights_digest(neuron_runner.model)["layout"]
                              if session.settings.tp > 1 else None)
 
@@ -422,14 +418,6 @@ def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
     return ini_folder(config)
 
 
-def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any, ...]:
-    fixturedef = model_fixturedef_of(request.node)
-    param = getattr(getattr(request.node, "callspec", None), "params", {}).get(USER_FIXTURE)
-    shared = fixturedef is not None and fixturedef.scope != "function"
-    owner = (id(fixturedef), repr(param)) if shared else request.node.nodeid
-    return (owner, _fullgraph(session.settings, request.node), session.settings.runner_key())
-
-
 def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str], *extra: str) -> int:
     """Run ``node`` with its fixtures in the ``--neuron-tp`` rank processes (gloo on CPU), each reporting into
     ``out``; their exit status."""
@@ -466,7 +454,7 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
 
     s = session.settings
     chosen = list(graph_types or runner.graphs)
-    done = session.tp_warmups.setdefault(_tp_key(request, session), {})
+    done = session.tp_warmups.setdefault(runner, {})
     todo = [g for g in chosen if g not in done]
     t0 = time.monotonic()
     if todo:
@@ -482,7 +470,7 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
                         + ("".join(f"\n{e}" for e in errors) or
                            f"; ranks {missing} reported nothing (their output is in the captured stdout)"),
                         pytrace=False)
-        weights = session.tp_weights.setdefault(_tp_key(request, session), {})
+        weights = session.tp_weights.setdefault(runner, {})
         for result in results:
             if result["weights"] is not None:
                 weights[result["rank"]] = {k: str(v) for k, v in result["weights"].items()}

@@ -114,8 +114,9 @@ class NeuronSession:
             weakref.WeakKeyDictionary()
         #: every graph type whose warmup failed ({graph_type, test, error}): the summary names those with no key
         self.warmup_failures: list[dict[str, str]] = []
-        self.tp_warmups: dict[tuple[Any, ...], dict[str, list[GraphOutcome]]] = {}  # -> graph type -> graphs
-        self.tp_weights: dict[tuple[Any, ...], dict[int, dict[str, str]]] = {}  # same key -> rank -> its weights' digests
+        #: --neuron-tp: runner -> graph type -> the graphs its rank processes warmed; runner -> rank -> weight digests
+        self.tp_warmups: weakref.WeakKeyDictionary[Any, dict[str, list[GraphOutcome]]] = weakref.WeakKeyDictionary()
+        self.tp_weights: weakref.WeakKeyDictionary[Any, dict[int, dict[str, str]]] = weakref.WeakKeyDictionary()
         self.tp_serves: list[dict[str, Any]] = []  # serving tests run in the rank processes: each rank's result
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
