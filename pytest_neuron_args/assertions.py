@@ -11,7 +11,7 @@ from typing import Any
 
 from neuron_args.activity import ACTIVITY
 from neuron_args.graph_outcome import GraphOutcome
-from neuron_args.manifest.show import recorded_cache_dir, recorded_graph_types
+from neuron_args.manifest.show import manifest_graphs, recorded_cache_dir, recorded_graph_types
 from neuron_args.text import format_shapes
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args.ranks import unsharded_reason
@@ -160,9 +160,8 @@ class ManifestView:
         return cls(read_json(path, MANIFEST_LIMIT), path, **kwargs)  # a manifest is untrusted input
 
     @property
-    def graphs(self) -> list[dict[str, Any]]:
-        graphs = self.doc.get("graphs")
-        return [g for g in graphs if isinstance(g, dict)] if isinstance(graphs, list) else []
+    def graphs(self) -> list[Mapping[str, Any]]:
+        return manifest_graphs(self.doc)
 
     @property
     def keys(self) -> list[str]:

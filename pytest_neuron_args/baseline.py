@@ -136,11 +136,6 @@ def covers(args: list[str], anchor: Path) -> bool:
     return False
 
 
-def _skipped_owner(name: str, prefixes: list[str]) -> bool:
-    """Whether a baseline's test part lies in a module or folder whose collection was skipped."""
-    return any(not p or name == p or name.startswith(p + "_") for p in prefixes)
-
-
 def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,
          complete: bool) -> tuple[list[str], list[str], list[str]]:
     """Baseline files this session left unused, those it did not check, and those it removed.
@@ -163,7 +158,8 @@ def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, 
             if str(path) in used:
                 continue
             name, path_variant = name_parts(path)
-            if name in tests or _skipped_owner(name, skipped):
+            # its test exists: collected, or in a module or folder whose collection was skipped
+            if name in tests or any(not p or name == p or name.startswith(p + "_") for p in skipped):
                 if path_variant == variant:
                     unchecked.append(str(path))
                 continue

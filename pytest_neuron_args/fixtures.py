@@ -24,12 +24,12 @@ from neuron_args.deferred.parallel_compile import ParallelCompileError
 from neuron_args.errors import TraceError
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
-from pytest_neuron_args import ci_report, gc_policy, ranks, trace_log
+from pytest_neuron_args import gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
-from pytest_neuron_args.ledger_view import emit_engines
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
-from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings
+from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings, ini_folder
+from pytest_neuron_args.report import add_properties, serve_properties, warmup_properties
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
 USER_FIXTURE = "neuron_model"
@@ -124,10 +124,6 @@ def neuron_cache(pytestconfig: pytest.Config) -> Any:
     return CompileCache(get_session(pytestconfig).cache_dir())
 
 
-def _fullgraph(settings: NeuronSettings, node: pytest.Item) -> bool:
-    return not (settings.allow_graph_breaks or node.get_closest_marker(ALLOW_BREAKS) is not None)
-
-
 def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model: Any) -> Any:
     """The session's runner for this model object and these settings (a new one per test for a per-test model)."""
     import torch
@@ -136,7 +132,7 @@ def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model
     from neuron_args.runner import NeuronRunner
 
     s = session.settings
-    fullgraph = _fullgraph(s, request.node)
+    fullgraph = not (s.allow_graph_breaks or request.node.get_closest_marker(ALLOW_BREAKS) is not None)
     fixturedef = model_fixturedef_of(request.node)
     shared = fixturedef is not None and fixturedef.scope != "function"
     key = (id(model), fullgraph, s.runner_key())
@@ -254,7 +250,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
     finally:  # a failed warmup's graphs are in the manifest too: with the model, target and graph types
         session.note_manifest_config(neuron_runner.manifest_config_block())
         session.note_runner_cache(neuron_runner.cache_dir, request.node.nodeid)
-    ci_report.record(request.node, ci_report.warmup_properties(report.graphs))
+    add_properties(request.node, warmup_properties(report.graphs))
     return report
 
 
@@ -327,7 +323,7 @@ def neuron_served(request: pytest.FixtureRequest, neuron_runner: Any, neuron_war
     with neuron_runner.serve() as served:
         yield neuron_runner
     session.add_serve(served.calls, served.counts.misses)
-    ci_report.record(request.node, ci_report.serve_properties(served.calls, served.counts.misses))
+    add_properties(request.node, serve_properties(served.calls, served.counts.misses))
     if served.undeclared and not request.node.stash.get(CALL_FAILED, False):
         pytest.fail("while serving, " + f"{len(served.undeclared)} call(s) matched no declared graph (the test caught "
                     "the UndeclaredGraphError):\n" + "\n".join(f"  {m}" for m in served.undeclared)
@@ -340,6 +336,8 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
                     pytestconfig: pytest.Config, tmp_path: Path) -> ManifestView:
     """This test's view of the session manifest (``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``): the
     graphs its warmup covers, with every rank that built them."""
+    from neuron_args.manifest.emit import emit_engines
+
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         return None  # type: ignore[return-value]
@@ -354,7 +352,7 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
     path = max(paths, key=lambda p: len(read_json(p, MANIFEST_LIMIT).get("graphs", [])))
     expected = {g: len(neuron_runner.spec(g).buckets) for g in neuron_warmup.graph_types}
     return ManifestView.load(path, cache_dir=neuron_runner.cache_dir, expected_graphs=expected,
-                             rank_weights=session.tp_weights.get(_tp_key(request, session)),
+                             rank_weights=session.tp_weights.get(neuron_runner),
                              single_rank_layout=ranks.weights_digest(neuron_runner.model)["layout"]
                              if session.settings.tp > 1 else None)
 
@@ -417,15 +415,7 @@ def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
     if source:
         folder = Path(source).resolve().parent
         return _ini_dir(folder) or folder
-    return config.inipath.parent if config.inipath is not None else config.rootpath
-
-
-def _tp_key(request: pytest.FixtureRequest, session: NeuronSession) -> tuple[Any, ...]:
-    fixturedef = model_fixturedef_of(request.node)
-    param = getattr(getattr(request.node, "callspec", None), "params", {}).get(USER_FIXTURE)
-    shared = fixturedef is not None and fixturedef.scope != "function"
-    owner = (id(fixturedef), repr(param)) if shared else request.node.nodeid
-    return (owner, _fullgraph(session.settings, request.node), session.settings.runner_key())
+    return ini_folder(config)
 
 
 def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str], *extra: str) -> int:
@@ -464,7 +454,7 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
 
     s = session.settings
     chosen = list(graph_types or runner.graphs)
-    done = session.tp_warmups.setdefault(_tp_key(request, session), {})
+    done = session.tp_warmups.setdefault(runner, {})
     todo = [g for g in chosen if g not in done]
     t0 = time.monotonic()
     if todo:
@@ -480,7 +470,7 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
                         + ("".join(f"\n{e}" for e in errors) or
                            f"; ranks {missing} reported nothing (their output is in the captured stdout)"),
                         pytrace=False)
-        weights = session.tp_weights.setdefault(_tp_key(request, session), {})
+        weights = session.tp_weights.setdefault(runner, {})
         for result in results:
             if result["weights"] is not None:
                 weights[result["rank"]] = {k: str(v) for k, v in result["weights"].items()}

@@ -50,20 +50,16 @@ def marked_graph_types(node: pytest.Item) -> list[str]:
     return found
 
 
-def declared_graph_types(model: Any) -> list[str]:
-    """The graph types ``model.neuron_graphs()`` declares, in declaration order, checked as the runner checks them."""
+def check_graph_types(nodeid: str, model: Any, marked: Iterable[str]) -> None:
+    """Fail (at setup) when a marked graph type is not one the model declares, naming those it does; the model's
+    ``neuron_graphs()`` is checked as the runner checks it."""
     from neuron_args.errors import NeuronArgsError
     from neuron_args.graphs import declared_graphs  # imports torch: not at plugin load
 
     try:
-        return [g.graph_type for g in declared_graphs(model)]
+        declared = [g.graph_type for g in declared_graphs(model)]
     except NeuronArgsError as exc:
         pytest.fail(f"neuron_model ({type(model).__name__}): {exc}", pytrace=False)
-
-
-def check_graph_types(nodeid: str, model: Any, marked: Iterable[str]) -> None:
-    """Fail (at setup) when a marked graph type is not one the model declares, naming those it does."""
-    declared = declared_graph_types(model)
     unknown = [g for g in marked if g not in declared]
     if unknown:
         pytest.fail(
@@ -74,5 +70,5 @@ def check_graph_types(nodeid: str, model: Any, marked: Iterable[str]) -> None:
         )
 
 
-__all__ = ["ALLOW_BREAKS", "GRAPH_TYPE", "HARDWARE", "NO_DEVICE_REASON", "check_graph_types", "declared_graph_types",
+__all__ = ["ALLOW_BREAKS", "GRAPH_TYPE", "HARDWARE", "NO_DEVICE_REASON", "check_graph_types",
            "marked_graph_types", "register", "skip_without_device"]

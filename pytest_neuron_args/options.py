@@ -93,7 +93,8 @@ _OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
     "--neuron-allow-eager-outputs": ({"action": "store_true",
                                       "help": "where NEFFs cannot run (no torch-neuronx runtime binding), take graph "
                                               "outputs from eager PyTorch instead of failing; compiling, cache and "
-                                              "manifest checks still run (ini: neuron_allow_eager_outputs)"}, None),
+                                              "manifest checks still run (ini: neuron_allow_eager_outputs)"},
+                                    "true: take graph outputs from eager PyTorch where NEFFs cannot run"),
 }
 _INI_KEYS = {flag.removeprefix("--").replace("-", "_") for flag, (_, ini) in _OPTIONS.items() if ini is not None}
 #: the options that take no value (``--neuron-tp 2`` takes the next argument, ``--neuron-allow-graph-breaks`` not)
@@ -109,8 +110,6 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(flag, **{"default": None, **options})
         if ini_help is not None:
             parser.addini(flag.removeprefix("--").replace("-", "_"), ini_help, default="")
-    parser.addini("neuron_allow_eager_outputs", "take graph outputs from eager PyTorch where NEFFs cannot run",
-                  type="bool", default=False)
 
 
 @dataclass(frozen=True)
@@ -165,9 +164,7 @@ class NeuronSettings:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> NeuronSettings:
-        target = _target(config)
         compiler, compiler_source = _choice(config, "neuron_compiler", COMPILERS)
-        flow = _choice(config, "neuron_flow", FLOWS)[0] or DEFAULT_FLOW
         level = config.getoption("neuron_optimization_level")
         if level is not None and level not in OPT_LEVELS:
             raise pytest.UsageError(
@@ -188,7 +185,6 @@ class NeuronSettings:
         timeout = None if timeout_text is None else envs.as_seconds(timeout_text)  # the one rule for seconds
         if timeout_text is not None and timeout is None:
             raise pytest.UsageError(f"--neuron-compile-timeout {timeout_text}: give a number of seconds above 0")
-        breaks = _raw(config, "neuron_allow_graph_breaks")[0]
         manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir")
         # else $VLLM_NEURON_MANIFEST_DIR as the session starts (a conftest may set it): the session manifest's
         # folder, so its ledger lines end in a manifest, not left behind
@@ -197,23 +193,15 @@ class NeuronSettings:
             manifest_dir_source = f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
         settings = cls(
-            compiler_args=args, compiler_args_source=source, tp=tp, compile_timeout=timeout,
-            allow_graph_breaks=str(breaks).strip().lower() in envs.TRUE_VALUES if breaks else False,
+            target=_target(config), compiler=compiler, compiler_source=compiler_source, optimization_level=level,
+            flow=_choice(config, "neuron_flow", FLOWS)[0] or DEFAULT_FLOW, compiler_args=args,
+            compiler_args_source=source, tp=tp, compile_timeout=timeout, manifest_dir=manifest_dir,
+            manifest_dir_source=manifest_dir_source,
+            **{name: _path(config, f"neuron_{name}")[0] for name in ("cache_dir", "baseline", "report")},
+            **{name: _switch(config, f"neuron_{name}") for name in ("allow_graph_breaks", "allow_eager_outputs")},
+            update_baseline=bool(config.getoption("neuron_update_baseline")),
             rank_worker=Path(worker) if worker else None,
             rank_serve=bool(worker) and bool(config.getoption("neuron_rank_serve", False)),
-            target=target,
-            compiler=compiler,
-            compiler_source=compiler_source,
-            cache_dir=_path(config, "neuron_cache_dir")[0],
-            manifest_dir=manifest_dir,
-            manifest_dir_source=manifest_dir_source,
-            optimization_level=level,
-            flow=flow,
-            baseline=_path(config, "neuron_baseline")[0],
-            update_baseline=bool(config.getoption("neuron_update_baseline")),
-            report=_path(config, "neuron_report")[0],
-            allow_eager_outputs=bool(config.getoption("neuron_allow_eager_outputs")
-                                     or config.getini("neuron_allow_eager_outputs")),
         )
         # the base arguments are checked where they enter; a repeated option is told once, by the controller
         # (an xdist worker only notes it as told)
@@ -315,6 +303,16 @@ def _target(config: pytest.Config) -> Target:
         raise pytest.UsageError(str(exc)) from None
 
 
+def _switch(config: pytest.Config, dest: str) -> bool:
+    """A switch: its option given, else its ini key in the one boolean spelling of the environment variables."""
+    value, where = _raw(config, dest)
+    if value is None or value.lower() in envs.FALSE_VALUES:
+        return False
+    if value.lower() in envs.TRUE_VALUES:
+        return True
+    raise pytest.UsageError(f"{where} = {value!r}: give {envs.BOOLEAN_HELP}")
+
+
 def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> tuple[str | None, str]:
     value, where = _raw(config, dest)
     if value is not None and value not in choices:
@@ -322,6 +320,11 @@ def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> tuple
             f"ini option {dest} = {value!r}: use one of {', '.join(choices)}"
         )
     return value, where
+
+
+def ini_folder(config: pytest.Config) -> Path:
+    """The ini file's folder, else the rootdir: where an ini value's relative path and the default baseline live."""
+    return config.inipath.parent if config.inipath is not None else config.rootpath
 
 
 def _path(config: pytest.Config, dest: str) -> tuple[Path | None, str]:
@@ -332,9 +335,7 @@ def _path(config: pytest.Config, dest: str) -> tuple[Path | None, str]:
         return cache_root(value), where
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():
-        base: Any = config.invocation_params.dir if where.startswith("--") else (
-            config.inipath.parent if config.inipath is not None else config.rootpath)
-        path = Path(base) / path
+        path = Path(config.invocation_params.dir if where.startswith("--") else ini_folder(config)) / path
     return path, where
 
 

@@ -15,14 +15,12 @@ from neuron_args import eager_fallback, envs
 from pytest_neuron_args import fixtures, gc_policy, markers
 from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
                                          model_fixturedef_of, tp_serve)
-from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning
+from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning, ini_folder
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, tidy_session
-from pytest_neuron_args.ci_report import write_step_summary
-from pytest_neuron_args.report import header_line, write_json_report, write_summary
+from pytest_neuron_args.report import header_line, write_json_report, write_step_summary, write_summary
 from pytest_neuron_args.ranks import note_phase
-from pytest_neuron_args.state import STASH_KEY, NeuronSession, get_session, safe_name
+from pytest_neuron_args.state import STASH_KEY, WORKEROUTPUT_KEY, NeuronSession, get_session, safe_name
 from pytest_neuron_args.trace_log import TRACE_LOG
-from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
 
 
 #: The name pytest's entry-point autoload registers this module under (``pytest11`` in pyproject.toml).
@@ -63,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # a recompile-limit fallback fails the test
     session.at_stop.callback(eager_fallback.error_by_default, eager_fallback.error_by_default(True))
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(session), "neuron_args_xdist")
+        config.pluginmanager.register(session, "neuron_args_xdist")  # it merges the workers' exports
     # torch's structured-trace logger (DEBUG, not propagating) would fill each failing test's captured log with
     # empty "DEBUG torch.__trace" lines under pytest >= 9: dropped unless TORCH_TRACE is set (by a filter of this
     # session: a pytester run inside keeps ours)
@@ -172,7 +170,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         path, anchor = baseline_location(config, item, model_fixturedef_of(item), s)
         anchors.setdefault(str(path.parent), set()).add(anchor)
         tests.setdefault(str(path.parent), set()).add(name_parts(path)[0])
-    default_anchor = (config.inipath.parent if config.inipath is not None else config.rootpath).resolve()
+    default_anchor = ini_folder(config).resolve()
     default_folder = (s.baseline if s.baseline is not None else default_anchor / BASELINE_DIRNAME).resolve()
     anchors.setdefault(str(default_folder), set()).add(default_anchor)
     state.baseline_inventory = {

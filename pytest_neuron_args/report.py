@@ -1,18 +1,27 @@
-"""The report header line and the terminal summary table of the graphs a session compiled or loaded."""
+"""What a session tells its user: the header line and the terminal summary of the graphs it compiled or loaded,
+``--neuron-report``'s JSON, and what CI systems read: per test, the graphs ``neuron_warmup`` covered and what
+``neuron_served`` served as ``user_properties`` (``--junitxml``); at session end, the summary as markdown appended
+to ``$GITHUB_STEP_SUMMARY``.
+"""
 from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from neuron_args import envs
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, QUARANTINE_DIR, assert_cache_hit_enabled
 from neuron_args.graph_outcome import GraphOutcome
-from neuron_args.text import human_size, render_table
+from neuron_args.text import format_shapes, human_size, render_table
 from pytest_neuron_args.ranks import rank_line
 from pytest_neuron_args.state import NeuronSession
 
 SUMMARY_TITLE = "neuron-args: graphs of this session"
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
 def _compiler_info(compiler: str | None) -> tuple[Any, str | None]:
@@ -271,5 +280,101 @@ def write_json_report(session: NeuronSession) -> Any:
         return None
 
 
-__all__ = ["SUMMARY_TITLE", "baseline_counts", "compiler_description", "header_line", "table_rows",
-           "write_json_report", "write_summary"]
+def warmup_properties(graphs: Iterable[GraphOutcome | Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """JUnit properties of a warmup's graphs: one ``neuron_graph`` per graph, and one-line digests of their graph
+    types, keys and ``-O`` levels (each graph's typed level, as the summary table shows it)."""
+    rows = sorted(map(GraphOutcome.of, graphs), key=lambda g: g.sort_key)
+    props: list[tuple[str, str]] = []
+    levels: dict[str, set[str]] = {}
+    for g in rows:
+        shown = "-" if g.optimization_level is None else f"-O{g.optimization_level}"
+        levels.setdefault(str(g.graph_type), set()).add(shown)
+        inputs = format_shapes(list(g.input_shapes or []), empty="")
+        props.append(("neuron_graph", f"graph_type={g.graph_type} inputs={inputs} key={g.key} "
+                                      f"level={shown} how={g.how or '-'}"))
+    types = list(dict.fromkeys(str(g.graph_type) for g in rows))
+    props.append(("neuron_warmed_graph_types", " ".join(types)))
+    props.append(("neuron_graph_keys", " ".join(sorted({g.key for g in rows}))))
+    props.append(("neuron_optimization_levels",
+                  " ".join(f"{t}={','.join(sorted(levels[t]))}" for t in types)))
+    return props
+
+
+def serve_properties(calls: Mapping[str, int], misses: int) -> list[tuple[str, str]]:
+    """JUnit properties of one ``neuron_served`` block: calls per graph type and the misses."""
+    served = sorted(calls.items(), key=lambda kv: str(kv[0]))
+    return [("neuron_served_graph_types", " ".join(f"{g}={n}" for g, n in served)),
+            ("neuron_serve_misses", str(int(misses)))]
+
+
+def add_properties(node: pytest.Item, props: Iterable[tuple[str, str]]) -> None:
+    """Add properties to a test as ``record_property`` does (one value per name and test: the last wins)."""
+    props = list(props)
+    names = {name for name, _ in props if name != "neuron_graph"}
+    kept = [(n, v) for n, v in node.user_properties if n not in names]
+    seen = set(kept)
+    node.user_properties[:] = kept + [p for p in props if p not in seen]
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def summary_markdown(data: Mapping[str, Any], header: str, footer: str) -> str:
+    """The step summary of merged session data (see ``NeuronSession.merged``)."""
+    from neuron_args.executables import eager_outputs_notice
+
+    notice = eager_outputs_notice(data.get("eager_outputs") or {})
+    out = ["## neuron-args: graphs of this session", ""]
+    if notice:
+        out += [f"> **{_cell(notice)}**", ""]
+    out += [_cell(header), ""]
+    if data.get("rows"):
+        header_cells, body = table_rows(data)
+        rows = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in (header_cells, *body)]
+        out += [rows[0], "|" + "---|" * len(header_cells), *rows[1:], ""]
+    out += [_cell(footer), ""]
+    missed = [r for r in data.get("rows", []) if (r.get("serve_misses") or 0) > 0]
+    out.append("### Cache misses while serving")
+    out.append("")
+    if missed or data.get("serve_misses"):
+        for r in missed:
+            inputs = format_shapes(list(r.get("input_shapes") or []), empty="")
+            out.append(f"- `{r.get('graph_type')}` {inputs} key `{r['key']}`: {r.get('serve_misses')} miss(es)")
+        out.append(f"- {data.get('serve_misses', 0)} miss(es) in {data.get('serve_sessions', 0)} serve block(s)")
+    else:
+        out.append(f"none ({data.get('serve_sessions', 0)} serve block(s))")
+    out.append("")
+    checks, counts = data.get("baseline_checks") or [], baseline_counts(data)
+    if checks or any(counts.values()):
+        out += ["### Manifest baselines", "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
+        for c in sorted(checks, key=lambda c: str(c.get("nodeid"))):
+            out.append(f"- `{c.get('nodeid')}` (`{c.get('path')}`): **{c.get('status')}**")
+            if c.get("lines"):
+                out += ["", "  ```diff", *(f"  {line}" for line in c["lines"]), "  ```"]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def write_step_summary(session: NeuronSession) -> Any:
+    """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
+    if session.is_worker or session.is_rank_worker or not envs.is_set(STEP_SUMMARY_ENV):
+        return None
+    data = session.merged()
+    if not _has_content(data):
+        return None  # a session that used no neuron fixture adds nothing to the job's page
+    markdown = summary_markdown(data, header_line(session), footer_line(data, str(session.cache_dir())))
+    path = Path(envs.text(STEP_SUMMARY_ENV))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(markdown)
+        return path
+    except OSError as exc:  # a full disk: said in the terminal summary, and the session fails
+        session.output_failures.append(f"${STEP_SUMMARY_ENV} {envs.text(STEP_SUMMARY_ENV)}: {exc.strerror or exc}")
+        return None
+
+
+__all__ = ["STEP_SUMMARY_ENV", "SUMMARY_TITLE", "add_properties", "baseline_counts", "compiler_description",
+           "header_line", "serve_properties", "summary_markdown", "table_rows", "warmup_properties",
+           "write_json_report", "write_step_summary", "write_summary"]

@@ -56,7 +56,9 @@ def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> 
     return (len(missing), len(graphs), elsewhere) if missing or elsewhere else None
 
 
+#: xdist: the controller's cache directory in a worker's workerinput, and a worker's export() in its workeroutput
 WORKER_CACHE_KEY = "neuron_args_cache_dir"
+WORKEROUTPUT_KEY = "neuron_args"
 STASH_KEY = pytest.StashKey["NeuronSession"]()
 
 
@@ -112,8 +114,9 @@ class NeuronSession:
             weakref.WeakKeyDictionary()
         #: every graph type whose warmup failed ({graph_type, test, error}): the summary names those with no key
         self.warmup_failures: list[dict[str, str]] = []
-        self.tp_warmups: dict[tuple[Any, ...], dict[str, list[GraphOutcome]]] = {}  # -> graph type -> graphs
-        self.tp_weights: dict[tuple[Any, ...], dict[int, dict[str, str]]] = {}  # same key -> rank -> its weights' digests
+        #: --neuron-tp: runner -> graph type -> the graphs its rank processes warmed; runner -> rank -> weight digests
+        self.tp_warmups: weakref.WeakKeyDictionary[Any, dict[str, list[GraphOutcome]]] = weakref.WeakKeyDictionary()
+        self.tp_weights: weakref.WeakKeyDictionary[Any, dict[int, dict[str, str]]] = weakref.WeakKeyDictionary()
         self.tp_serves: list[dict[str, Any]] = []  # serving tests run in the rank processes: each rank's result
         self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
         self.manifests_written: list[str] = []
@@ -201,6 +204,22 @@ class NeuronSession:
     def stop(self) -> None:
         self.at_stop.close()
 
+    # the controller's side of pytest-xdist (the session is registered as a plugin when xdist is loaded)
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        # a fresh per-session cache must be one directory for all workers, not one per worker
+        node.workerinput[WORKER_CACHE_KEY] = str(self.cache_dir())
+        self.workers_started.add(self._worker_id(node))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        data = (getattr(node, "workeroutput", None) or {}).get(WORKEROUTPUT_KEY)
+        if isinstance(data, dict):
+            self.workers[self._worker_id(node)] = data
+
+    def _worker_id(self, node: Any) -> str:
+        return getattr(getattr(node, "gateway", None), "id", None) or str(len(self.workers))
+
     def report_rank_failure(self, error: str) -> None:
         """A rank process's failure before its warmup reported: tell the pytest process what it was."""
         out = self.settings.rank_worker
@@ -220,7 +239,7 @@ class NeuronSession:
         root = self.settings.manifest_dir
         if root is None or self.is_worker or self.is_rank_worker or self.inner_session:
             return []
-        from pytest_neuron_args.ledger_view import emit_engines
+        from neuron_args.manifest.emit import emit_engines
 
         for worker in self.workers.values():  # xdist workers' runners: their models too
             self.note_manifest_config(worker.get("manifest_config") or None)
@@ -313,7 +332,7 @@ class NeuronSession:
             calls.update(part.get("serve_calls", {}))
             stats.update(part.get("stats", {}))
         return {
-            "rows": [row.to_json() for row in sorted(rows.values(), key=row_order)],
+            "rows": [row.to_json() for row in sorted(rows.values(), key=lambda row: row.sort_key)],
             "serve_calls": dict(calls),
             "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
             "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
@@ -342,11 +361,6 @@ _CONCATENATED = ("baseline_checks", "warmup_failures", "tp_serves")
 _UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
 
 
-def row_order(row: GraphOutcome | dict[str, Any]) -> tuple[Any, ...]:
-    """Graph type, then input shapes compared as numbers (``(2, 8)`` before ``(16, 8)``), then key."""
-    return GraphOutcome.of(row).sort_key
-
-
 def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
     """A graph with no executable size (captured here, built by a ``parallel_compile`` the session did not see):
     its size from the session cache's entry, when it holds one."""
@@ -358,4 +372,4 @@ def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
     return row
 
 
-__all__ = ["MANIFEST_DIR_ENV", "NeuronSession", "get_session", "row_order", "safe_name"]
+__all__ = ["MANIFEST_DIR_ENV", "WORKEROUTPUT_KEY", "NeuronSession", "get_session", "safe_name"]

@@ -7,7 +7,7 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.report import graph_record
 from neuron_args.seams import records
-from pytest_neuron_args.ci_report import warmup_properties
+from pytest_neuron_args.report import warmup_properties
 from pytest_neuron_args.options import NeuronSettings
 from pytest_neuron_args.state import NeuronSession
 
@@ -73,11 +73,24 @@ def test_json_round_trip_and_what_from_json_refuses() -> None:
 
 
 def test_junit_properties_read_outcomes_as_they_read_json_forms() -> None:
-    graphs = [GraphOutcome("p" * 32, "prefill", ["1, 16"], ["-O1"], how="compiled"),
-              GraphOutcome("d" * 32, "decode", ["1, 8"], ["--x", "-O3"], how="loaded")]
+    graphs = [GraphOutcome("p" * 32, "prefill", ["1, 16"], ["-O1"], 1, how="compiled"),
+              GraphOutcome("d" * 32, "decode", ["1, 8"], ["--x", "-O3"], 3, how="loaded")]
     assert warmup_properties(graphs) == warmup_properties([g.to_json() for g in graphs])
     assert warmup_properties(graphs)[0] == ("neuron_graph", f"graph_type=decode inputs=(1, 8) key={'d' * 32} "
                                                             "level=-O3 how=loaded")
+
+
+def test_junit_levels_are_the_typed_level_the_summary_table_shows() -> None:
+    """The JUnit level was parsed again from the argument list: a graph whose list is unknown (an older worker's
+    row) or says no -O showed '-' though its typed level (what the compile got, and the table's -O) was known."""
+    from pytest_neuron_args.report import table_rows
+
+    graphs = [GraphOutcome("d" * 32, "decode", ["1, 8"], None, 2, how="loaded"),
+              GraphOutcome("p" * 32, "prefill", ["1, 16"], ["--x"], 1, how="compiled")]
+    props = dict(p for p in warmup_properties(graphs) if p[0] != "neuron_graph")
+    assert props["neuron_optimization_levels"] == "decode=-O2 prefill=-O1"
+    assert [f"level=-O{cells[2]}" in v for (_, v), cells in zip(warmup_properties(graphs)[:2],
+                                                                 table_rows({"rows": graphs})[1])] == [True, True]
 
 
 def test_a_compile_report_serializes_its_outcomes_as_the_compile_cli_always_printed_them() -> None:

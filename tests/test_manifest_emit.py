@@ -201,6 +201,30 @@ def test_two_engines_write_two_manifests(monkeypatch, root, tmp_path):
     assert list((root / "ledger").iterdir()) == []
 
 
+def test_emit_engines_names_each_engine_by_its_ledger_folder_and_a_view_leaves_the_source_alone(
+        monkeypatch, root, tmp_path):
+    """emit_engines hands each ledger folder's engine id to emit_manifest (it set NEURON_VISIBLE_DEVICES from the
+    id, parsed back); the environment's devices name no engine here."""
+    from neuron_args.manifest.emit import emit_engines
+
+    for devices, key in (("0-1", KEY_A), ("3", KEY_B)):
+        monkeypatch.setenv("NEURON_VISIBLE_DEVICES", devices)
+        record_graph(key=key, input_shapes=["4,"], compiler_flags="-O1", graph_type="decode")
+    record_graph(key=KEY_C, input_shapes=["4,"], compiler_flags="-O3", graph_type="prefill")
+    monkeypatch.setenv("NEURON_VISIBLE_DEVICES", "7")
+    config = {"model": "m", "neuron_config": {}}
+    view = emit_engines(root, tmp_path / "view", cache_dir=tmp_path / "cache", config=config, keys=[KEY_B])
+    assert view == [tmp_path / "view" / "dev3_3" / "manifest.json"]
+    doc = json.loads(view[0].read_text())
+    assert [g["graph_hash"] for g in doc["graphs"]] == [KEY_B]
+    assert doc["config"]["neuron_config"]["graph_types"] == {KEY_B: "decode"}
+    assert sorted(os.listdir(root / "ledger")) == ["dev0_1", "dev3_3"]  # the source is left alone
+    written = emit_engines(root, root, cache_dir=tmp_path / "cache", config=None)
+    assert written == [root / "dev0_1" / "manifest.json", root / "dev3_3" / "manifest.json"]
+    assert [g["graph_hash"] for g in json.loads(written[1].read_text())["graphs"]] == [KEY_B, KEY_C]
+    assert list((root / "ledger").iterdir()) == []  # consumed
+
+
 def test_relaunch_overwrites_and_an_empty_ledger_still_writes(root, tmp_path):
     record_graph(key=KEY_A, input_shapes=["4,"], compiler_flags="-O1")
     path = emit_manifest(cache_dir=tmp_path / "cache")

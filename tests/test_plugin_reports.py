@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_neuron_args.ci_report import summary_markdown, warmup_properties
+from pytest_neuron_args.report import summary_markdown, warmup_properties
 
 TESTS = """
 import pytest
@@ -41,9 +41,9 @@ def _properties(junit: Path) -> dict[str, list[tuple[str, str]]]:
 
 def test_warmup_properties_name_keys_levels_and_types():
     graphs = [{"graph_type": "decode", "key": "d" * 32, "input_shapes": ["1, 8"], "compiler_args": ["--x", "-O3"],
-               "how": "loaded"},
+               "optimization_level": 3, "how": "loaded"},
               {"graph_type": "prefill", "key": "p" * 32, "input_shapes": ["1, 16"], "compiler_args": ["-O1"],
-               "how": "compiled"}]
+               "optimization_level": 1, "how": "compiled"}]
     assert warmup_properties(graphs) == [
         ("neuron_graph", f"graph_type=decode inputs=(1, 8) key={'d' * 32} level=-O3 how=loaded"),
         ("neuron_graph", f"graph_type=prefill inputs=(1, 16) key={'p' * 32} level=-O1 how=compiled"),
@@ -112,7 +112,7 @@ def test_step_summary_shows_the_baseline_diff_and_the_misses():
             "serve_calls": {"decode": 3}, "serve_misses": 2, "serve_sessions": 1}
     checks = [{"nodeid": "t.py::test_b", "path": "/b/t.json", "status": "differs",
                "lines": ["- graph a | (decode)", "+ graph b (decode)"]}]
-    text = summary_markdown(data, "neuron-args: target trn2", "1 graph", checks, {"differs": 1})
+    text = summary_markdown({**data, "baseline_checks": checks}, "neuron-args: target trn2", "1 graph")
     assert f"- `decode` (1, 8) key `{'k' * 32}`: 2 miss(es)" in text
     assert "- 2 miss(es) in 1 serve block(s)" in text
     assert "- `t.py::test_b` (`/b/t.json`): **differs**" in text

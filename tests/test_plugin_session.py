@@ -162,7 +162,7 @@ def test_summary_sorts_shapes_as_numbers_and_abbreviates_long_input_lists(neuron
 
 def test_shapes_text_and_row_order() -> None:
     from pytest_neuron_args.report import shapes_text
-    from pytest_neuron_args.state import row_order
+    from neuron_args.graph_outcome import GraphOutcome
 
     assert shapes_text(["1, 8", "2, 64", "2, 64", "2, 64", "2, 64"]) == "(1, 8) (2, 64)x4"
     assert shapes_text(["1,", "1,"]) == "(1,) (1,)"
@@ -171,7 +171,7 @@ def test_shapes_text_and_row_order() -> None:
     rows = [{"key": k, "graph_type": t, "input_shapes": s} for k, t, s in
             [("a", "prefill", ["1, 128"]), ("b", "decode", ["16, 1"]), ("c", "decode", ["2, 1"]), ("d", None, ["1,"]),
              ("e", "prefill", ["1, 16"])]]
-    assert [r["key"] for r in sorted(rows, key=row_order)] == ["c", "b", "e", "a", "d"]
+    assert [r["key"] for r in sorted(rows, key=lambda r: GraphOutcome.of(r).sort_key)] == ["c", "b", "e", "a", "d"]
 
 
 @pytest.mark.slow

@@ -134,11 +134,9 @@ def test_xdist_workers_that_never_reported_are_named_in_the_summary(pytestconfig
     manifest listing graphs. The summary now names the silent workers and where their work is."""
     from pytest_neuron_args.options import NeuronSettings
     from pytest_neuron_args.report import write_summary
-    from pytest_neuron_args.state import NeuronSession
-    from pytest_neuron_args.xdist import WORKEROUTPUT_KEY, XdistHooks
+    from pytest_neuron_args.state import WORKEROUTPUT_KEY, NeuronSession
 
-    session = NeuronSession(pytestconfig, NeuronSettings(cache_dir=tmp_path / "cache"))
-    hooks = XdistHooks(session)
+    session = hooks = NeuronSession(pytestconfig, NeuronSettings(cache_dir=tmp_path / "cache"))
     nodes = {w: SimpleNamespace(gateway=SimpleNamespace(id=w), workerinput={}, workeroutput={}) for w in ("gw0", "gw1")}
     for node in nodes.values():
         hooks.pytest_configure_node(node)

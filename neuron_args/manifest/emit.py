@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,16 +24,18 @@ from neuron_args.manifest.engine import get_server_prefix, manifest_root
 from neuron_args.manifest.folder_lock import hold_engine
 from neuron_args.manifest.ledger import (
     SHAPE_RE,
+    Ledger,
     LedgerGraph,
     forget_recorded,
     ledger_dir,
+    ledger_engines,
     rank_mapper,
     read_ledger,
 )
 from neuron_args.manifest.schema import GRAPH_FIELDS, MANIFEST_FILENAME, MANIFEST_VERSION
 from neuron_args.remote_cache import is_remote, remote_url
 
-__all__ = ["dumps_manifest", "emit_manifest"]
+__all__ = ["dumps_manifest", "emit_engines", "emit_manifest"]
 
 logger = logging.getLogger("neuron_args.manifest")
 
@@ -135,20 +137,23 @@ def emit_manifest(
     rank_map: Mapping[int, int] | Sequence[int] | None = None,
     local_rank: int = 0,
     failures: list[str] | None = None,
+    root: str | os.PathLike[str] | None = None,
+    engine_id: str | None = None,
 ) -> Path | None:
     """Write ``<root>/<engine-id>/manifest.json`` from this engine's ledger (local rank 0 only); its path, or None.
 
     ``rank_map`` maps ledger (TP-local) ranks to global ranks (a mapping, or the TP group's global ranks);
-    ``cache_dir`` None leaves the cache fields null. Never raises: a failure is logged, and appended to
-    ``failures`` when given (the pytest plugin, asked for a manifest, reports it).
+    ``cache_dir`` None leaves the cache fields null; ``root`` and ``engine_id`` default to the environment's.
+    Never raises: a failure is logged, and appended to ``failures`` when given (the pytest plugin, asked for a
+    manifest, reports it).
     """
-    root = manifest_root()
+    root = manifest_root() if root is None else Path(root)
     if root is None or local_rank != 0:
         return None
     stage = "resolve the engine id"
     hold = None
     try:
-        engine_id = get_server_prefix()
+        engine_id = get_server_prefix() if engine_id is None else engine_id
         stage = f"hold the manifest folder {root / engine_id}"
         hold = hold_engine(root, engine_id)  # none when this process holds it (a runner's job, a pytest session)
         source = ledger_dir(root, engine_id)
@@ -201,3 +206,40 @@ def emit_manifest(
     finally:
         hold.release()
     return target
+
+
+def _with_graph_types(config: Mapping[str, Any] | None, ledger: Ledger, keys: set[str]) -> dict[str, Any] | None:
+    """``config`` with ``neuron_config.graph_types`` set to the graph types of these graphs."""
+    if config is None:
+        return None
+    out = json.loads(json.dumps(config, default=str))
+    neuron_config = out.get("neuron_config")
+    if isinstance(neuron_config, dict):
+        neuron_config["graph_types"] = {key: g.graph_type for key, g in sorted(ledger.graphs.items())
+                                        if key in keys and g.graph_type}
+    return out
+
+
+def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping[str, Any] | None,
+                 keys: Iterable[str] | None = None, failures: list[str] | None = None) -> list[Path]:
+    """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given);
+    ``source == target`` consumes the ledger (a pytest session's end), else ``source`` is left alone (a test's view:
+    its lines are copied into a ledger under ``target``, which its emit consumes)."""
+    wanted = None if keys is None else set(keys)
+    written = []
+    for engine in ledger_engines(source):
+        ledger = read_ledger(ledger_dir(source, engine))
+        chosen = {k for k in ledger.graphs if wanted is None or k in wanted}
+        if not chosen:
+            continue
+        lines = ledger.lines(chosen)
+        if source != target:
+            folder = Path(ledger_dir(target, engine))
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "view.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+        path = emit_manifest(cache_dir=cache_dir, config=_with_graph_types(config, ledger, chosen), root=target,
+                             engine_id=engine, rank_map=list(range(max(r["rank"] for r in lines) + 1)),
+                             failures=failures)
+        if path is not None:
+            written.append(Path(path))
+    return written
