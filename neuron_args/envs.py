@@ -15,8 +15,9 @@ from typing import Any
 
 from neuron_args.errors import OptionsError
 
-TRUE_VALUES = ("1", "true", "yes", "on")
-FALSE_VALUES = ("0", "false", "no", "off")
+# pytest's own bool ini words too (y, t, n, f), so an ini switch given the way pytest reads one keeps working.
+TRUE_VALUES = ("1", "true", "yes", "on", "y", "t")
+FALSE_VALUES = ("0", "false", "no", "off", "n", "f")
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def test_every_boolean_reads_the_same_words_the_same_way(name, monkeypatch):
     with pytest.raises(OptionsError) as info:
         read()
     assert f"{name}='maybe' is not a boolean" in str(info.value)
-    assert "1, true, yes, on (true) or 0, false, no, off (false)" in str(info.value)
+    assert "1, true, yes, on, y, t (true) or 0, false, no, off, n, f (false)" in str(info.value)
 
 
 def test_fast_path_false_turns_it_off_as_trace_memo_false_does(monkeypatch):

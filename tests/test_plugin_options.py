@@ -291,19 +291,23 @@ def test_the_resolved_settings_hold_checked_base_arguments(pytester: pytest.Pyte
 
 def test_both_switch_ini_keys_take_the_one_boolean_spelling(pytester: pytest.Pytester) -> None:
     """``neuron_allow_graph_breaks = maybe`` was silently off, while ``neuron_allow_eager_outputs`` was pytest's own
-    bool ini key (``t``, ``y`` too): both now read envs' spelling, and anything else is a usage error naming it."""
+    bool ini key (``t``, ``y`` too): both now read envs' spelling, which takes pytest's words too, and anything else
+    is a usage error naming it."""
     from pytest_neuron_args.options import NeuronSettings
 
     pytester.makeini("[pytest]\nneuron_allow_graph_breaks = on\nneuron_allow_eager_outputs = Off\n")
     settings = NeuronSettings.from_config(pytester.parseconfig())
     assert (settings.allow_graph_breaks, settings.allow_eager_outputs) == (True, False)
     assert NeuronSettings.from_config(pytester.parseconfig("--neuron-allow-eager-outputs")).allow_eager_outputs
+    pytester.makeini("[pytest]\nneuron_allow_graph_breaks = t\nneuron_allow_eager_outputs = Y\n")
+    settings = NeuronSettings.from_config(pytester.parseconfig())
+    assert (settings.allow_graph_breaks, settings.allow_eager_outputs) == (True, True)
     for key in ("neuron_allow_graph_breaks", "neuron_allow_eager_outputs"):
         pytester.makeini(f"[pytest]\n{key} = maybe\n")
         with pytest.raises(pytest.UsageError) as excinfo:
             NeuronSettings.from_config(pytester.parseconfig())
         assert str(excinfo.value) == (f"ini key {key} ({pytester.path / 'tox.ini'}) = 'maybe': give one of 1, true, "
-                                      "yes, on (true) or 0, false, no, off (false)")
+                                      "yes, on, y, t (true) or 0, false, no, off, n, f (false)")
 
 
 @pytest.mark.parametrize("given", ["inf", "nan"])
