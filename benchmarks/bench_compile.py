@@ -194,7 +194,7 @@ def hit_path(title: str, root: Path, make_model: Callable[[], torch.nn.Module], 
         entry = next(e for e in CompileCache(root).entries() if e.metadata()["input_specs"] == wanted)
         md = entry.metadata()
         in_specs, out_specs = specs(md["input_specs"]), specs(md["output_specs"])
-        exe = LoadedExecutable.load(entry.executable_path, in_specs, out_specs)
+        exe = LoadedExecutable.from_bytes(entry.executable_path.read_bytes(), in_specs, out_specs)
         exe_sync = LoadedExecutable(async_client_executable(entry.executable_path.read_bytes()), in_specs, out_specs)
         # the client before end to end: while "cm_sync" runs, the graph's variant is the async executable
         on_sync = {"cm_sync": lambda: variants_running(cg, lambda a: exe_sync(*a))}
@@ -328,7 +328,8 @@ def decoder(root: Path, compile_reps: int, calls: int, reps: int) -> None:
             jax_starts[level].append(jax_start)
             xlas[level].append(xla)
             exes[level] = out
-    loaded = {lvl: LoadedExecutable.load(p, lowered.input_specs, lowered.output_specs) for lvl, p in exes.items()}
+    loaded = {lvl: LoadedExecutable.from_bytes(p.read_bytes(), lowered.input_specs, lowered.output_specs)
+              for lvl, p in exes.items()}
     inputs = sample_inputs(lowered.input_specs)
     with torch.inference_mode():
         o1, o3 = loaded[1](*inputs), loaded[3](*inputs)
