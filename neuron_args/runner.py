@@ -46,7 +46,8 @@ from neuron_args.target import given_or_default
 log = logging.getLogger("neuron_args.runner")
 
 # Every bucket is a static graph (one recompile per shape): Dynamo's limits (8 per code object, 256 per process)
-# would fall back to eager in a session serving many buckets or models of one class.
+# would fall back to eager in a session serving many buckets or models of one class. Raised around the runner's own
+# calls only (:func:`_raise_dynamo_limits`): other torch.compile users of the process keep theirs.
 RECOMPILE_LIMIT = 256
 ACCUMULATED_RECOMPILE_LIMIT = 1 << 16
 ALLOW_BREAKS_HINT = ("remove the break, or allow graph breaks where you want them: NeuronRunner(fullgraph=False), "
@@ -140,6 +141,15 @@ class ServedForward:
         return runner._served_call(self.module, args, kwargs)
 
 
+def _raise_dynamo_limits() -> Callable[[], None]:
+    """Raise Dynamo's recompile limits in this context for one guarded call (a limit hit is still an error:
+    :func:`eager_fallback.strict`); returns the undo. Its closure patcher costs a few us, ``config.patch`` tens."""
+    config = torch._dynamo.config
+    return config._make_closure_patcher(
+        recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT),
+        accumulated_recompile_limit=max(config.accumulated_recompile_limit, ACCUMULATED_RECOMPILE_LIMIT))()
+
+
 def _tensor_signature(kwargs: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
     return tuple(sorted((name, tuple(v.shape), str(v.dtype)) for name, v in kwargs.items()
                         if isinstance(v, torch.Tensor)))
@@ -209,10 +219,6 @@ class NeuronRunner:
             if "forward" not in spec.entry.__dict__:
                 spec.entry.forward = ServedForward(spec.entry)  # type: ignore[method-assign]
         self.fast_path = FastPath()
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
-                                                               ACCUMULATED_RECOMPILE_LIMIT)
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
 
     # -- the compile sites -----------------------------------------------------------------------
     @property
@@ -251,7 +257,7 @@ class NeuronRunner:
         if out is not MISS:
             return out
         fn = self.compiled(graph_type)
-        token = _in_run.set(True)
+        token, restore_limits = _in_run.set(True), _raise_dynamo_limits()
         try:
             with self.scope(graph_type), torch.inference_mode(), eager_fallback.strict():
                 return self.fast_path.record(graph_type, fn, self.spec(graph_type).entry, kwargs)
@@ -264,6 +270,7 @@ class NeuronRunner:
         except torch._dynamo.exc.InternalTorchDynamoError as exc:  # Dynamo's own failure: say where, and what to try
             raise GraphBreakError(dynamo_failure_message(graph_type, exc), graph_type=graph_type) from exc
         finally:
+            restore_limits()
             _in_run.reset(token)
 
     # -- warmup ------------------------------------------------------------------------------------
