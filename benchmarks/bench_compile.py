@@ -12,7 +12,7 @@
      flat argument list (lifted parameters and buffers + the inputs): variant dispatch + below;
    - ``exe(*args)``: the same executable as a :class:`LoadedExecutable` loaded from the cache entry
      (specs from ``metadata.json``): tensor<->numpy conversions + execute + output copies;
-   - ``xla_cpu.execute(executable, arrays)`` on numpy arrays: the runtime call alone;
+   - ``tests.xla_run.execute(executable, arrays)`` on numpy arrays: the runtime call alone;
    - the torch.compile floor: the same model through Dynamo + aot_autograd with a forward that
      returns preallocated outputs (what torch.compile costs when the graph costs nothing);
    - the eager model, for reference;
@@ -67,6 +67,7 @@ from neuron_args.tensors import tensor_to_numpy  # noqa: E402
 from neuron_args import executables  # noqa: E402
 from neuron_args.seams import backends  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
+from tests.xla_run import execute  # noqa: E402
 
 BASE = ["--auto-cast=none", "-O1"]
 
@@ -208,11 +209,11 @@ def hit_path(title: str, root: Path, make_model: Callable[[], torch.nn.Module], 
             "floor": lambda: floor(*inputs),
             "cg": lambda: cg(args),
             "exe": lambda: exe(*args),
-            "execute": lambda: xla_cpu.execute(exe.executable, arrays),
+            "execute": lambda: execute(exe.executable, arrays),
             "eager": lambda: model(*inputs),
             "cm_sync": lambda: cm(*inputs),
             "exe_sync": lambda: exe_sync(*args),
-            "execute_sync": lambda: xla_cpu.execute(exe_sync.executable, arrays),
+            "execute_sync": lambda: execute(exe_sync.executable, arrays),
         }
         for name, fn in fns.items():  # warm-up (the floor compiles here)
             with on_sync.get(name, contextlib.nullcontext)():

@@ -71,6 +71,7 @@ from neuron_args.runtime import LoadedExecutable  # noqa: E402
 from neuron_args.tensors import TensorSpec, numpy_dtype, tensor_to_numpy  # noqa: E402
 from neuron_args.seams import backends, dispatch  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
+from tests.xla_run import placer  # noqa: E402
 
 BASE = ["--auto-cast=none", "-O1"]
 
@@ -103,7 +104,7 @@ class LegacyExecutable:
 
     def __init__(self, blob: bytes, input_specs: tuple[TensorSpec, ...], output_specs: tuple[TensorSpec, ...]) -> None:
         self.executable = xla_cpu.deserialize_executable(blob, xla_cpu.cpu_client())
-        self.put = xla_cpu.placer(self.executable.local_devices()[0])
+        self.put = placer(self.executable.local_devices()[0])
         self.casts = [numpy_dtype(s.lowered_dtype) if s.lowered_dtype != s.dtype else None for s in input_specs]
         self.back = [numpy_dtype(s.dtype) if s.lowered_dtype != s.dtype else None for s in output_specs]
 
