@@ -335,7 +335,7 @@ def seam_copy(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], dir
     returned = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        returned.append(backends.backend_for(runner.backend)(gm, example_inputs, options=runner.options))
+        returned.append(getattr(backends, runner.backend)(gm, example_inputs, options=runner.options))
         return returned[-1]
 
     # another backend object: Dynamo does not reuse the runner's cache entry for the copy

@@ -415,8 +415,8 @@ class NeuronBackend:
         self.seam = seam
         self.__name__ = seam
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        return (backend_for, (self.seam,))
+    def __reduce__(self) -> str:
+        return self.seam  # pickled by name: the module-level instance below
 
     def __repr__(self) -> str:
         return f"NeuronBackend({self.seam!r})"
@@ -517,11 +517,5 @@ def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 neuron_libtorch = NeuronBackend(COMPILE_SEAM)
 neuron_libtorch_graph_capture = NeuronBackend(CAPTURE_SEAM)
 neuron_native_lite = NeuronBackend(NATIVE_SEAM)
-_BACKENDS = {b.seam: b for b in (neuron_libtorch, neuron_libtorch_graph_capture, neuron_native_lite)}
-
-
-def backend_for(seam: str) -> NeuronBackend:
-    return _BACKENDS[seam]
-
 
 eager_fallback.install(lambda fn: fn.seam if isinstance(fn, NeuronBackend) else None)
