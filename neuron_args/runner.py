@@ -213,7 +213,8 @@ class NeuronRunner:
 
             register_tp_group(*tp_group)
         self._compiled: dict[int, Any] = {}
-        self._serving: ServeSession | None = None
+        #: the open ``serve()`` block's session (calls per graph type so far), else None
+        self.serving: ServeSession | None = None
         self._bucket_signatures: dict[int, list[tuple[str, str, tuple[Any, ...]]]] = {}
         for spec in declared:  # calls routed while serving; an entry with its own per-instance forward is left alone
             if "forward" not in spec.entry.__dict__:
@@ -251,8 +252,8 @@ class NeuronRunner:
 
     def run(self, graph_type: str, kwargs: Mapping[str, Any]) -> Any:
         """Run one graph under its resolved scope (the signature example models' ``generate`` takes)."""
-        if self._serving is not None:
-            self._serving.calls[graph_type] = self._serving.calls.get(graph_type, 0) + 1
+        if self.serving is not None:
+            self.serving.calls[graph_type] = self.serving.calls.get(graph_type, 0) + 1
         out = self.fast_path.call(graph_type, kwargs)  # a warmed call: guards, then its variant
         if out is not MISS:
             return out
@@ -494,11 +495,6 @@ class NeuronRunner:
                           captures=len(built)), outcomes
 
     # -- serve ---------------------------------------------------------------------------------------
-    @property
-    def serving(self) -> ServeSession | None:
-        """The open ``serve()`` block's session (calls per graph type so far), else None."""
-        return self._serving
-
     @contextlib.contextmanager
     def serve(self, assert_cache_hit: bool = True) -> Iterator[ServeSession]:
         """Serve, counting cache activity; inside, a cache miss raises :class:`CacheMissError`
@@ -507,7 +503,7 @@ class NeuronRunner:
         :class:`UndeclaredGraphError`.
         """
         session = ServeSession()
-        self._serving = session
+        self.serving = session
         was = ACTIVITY.serving, ACTIVITY.assert_hit
         ACTIVITY.serving = self
         if assert_cache_hit:
@@ -517,7 +513,7 @@ class NeuronRunner:
                 yield session
         finally:
             ACTIVITY.serving, ACTIVITY.assert_hit = was
-            self._serving = None
+            self.serving = None
             session.counts = served.counts
 
     def _signatures(self, module: torch.nn.Module) -> list[tuple[str, str, tuple[Any, ...]]]:
@@ -566,8 +562,8 @@ class NeuronRunner:
                                   for (n, _, d), (_, _, want) in zip(signature, sig) if d != want)
                 message += f". The shapes match {g} {b} but not the dtypes ({casts}): cast the inputs to them"
                 break
-        if self._serving is not None:
-            self._serving.undeclared.append(message)
+        if self.serving is not None:
+            self.serving.undeclared.append(message)
         raise UndeclaredGraphError(message)
 
     # -- manifest ------------------------------------------------------------------------------------
