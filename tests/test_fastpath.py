@@ -243,7 +243,7 @@ def fast_calls(runner: NeuronRunner) -> int:
 
 
 #: modules a served call must not enter: resolving a variant (scope, flags, keys), the cache, records, manifests
-_RESOLUTION = ("cache", "cache_key", "scope", "flags", "manifest", "seams/records", "seams/platform", "seams/trace_memo")
+_RESOLUTION = ("cache", "cache_key", "scope", "flags", "manifest", "seams/records", "seams/trace_memo")
 
 
 def _neuron_args_calls(fn) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 import operator
@@ -38,7 +39,6 @@ from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
 from neuron_args.seams.dispatch import OWNED, Plan
 from neuron_args.seams.memo_files import FORMAT, memo_path, predicted_digest
-from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.signing import signature_matches, signed
 from neuron_args.tensors import TensorSpec
 from neuron_args.untrusted import RECORD_LIMIT, load_json, read_bounded
@@ -47,10 +47,6 @@ log = logging.getLogger("neuron_args.seams")
 
 #: set to 0 to trace every graph in full (aot_autograd and lowering) even when the memo knows it
 ENV = "NEURON_ARGS_TRACE_MEMO"
-
-
-def enabled() -> bool:
-    return envs.flag(ENV)
 
 
 @dataclass(frozen=True)
@@ -125,18 +121,35 @@ def forget(cache: CompileCache, fp: str) -> None:
         memo_path(cache, fp).unlink(missing_ok=True)
 
 
+@functools.lru_cache(maxsize=None)
+def lowering_tool_versions() -> tuple[tuple[str, str], ...]:
+    """Versions of everything that shapes the HLO (package metadata, no import): a key component and part of the
+    fingerprint."""
+    return tuple((d, _version(d)) for d in ("torch", "torchax", "jax", "jaxlib", "neuron-args")) + (("jax_x64", "off"),)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
 class NoFingerprint(Exception):
     """The trace holds something the fingerprint cannot pin down (its values are unknown or opaque)."""
 
 
 def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
-    """sha256 of everything a seam's trace of ``gm`` depends on, or None when something cannot be pinned.
+    """sha256 of everything a seam's trace of ``gm`` depends on; None when something cannot be pinned (or the memo
+    is off: ``NEURON_ARGS_TRACE_MEMO=0``).
 
     Neither the seam nor a torch.compile option shapes the trace (the compiler, its arguments and the
     target enter the key at call time, from the scope; the runner's id only keeps Dynamo frames apart),
     so none is hashed: a graph the capture seam traced in a trace child is known to the compile seam
     of the pytest process.
     """
+    if not envs.flag(ENV):
+        return None
     h = hashlib.sha256()
     h.update(f"trace-memo {FORMAT}\n".encode())
     h.update(_lowering_identity().encode())
