@@ -45,11 +45,6 @@ from neuron_args.target import given_or_default
 
 log = logging.getLogger("neuron_args.runner")
 
-# Every bucket is a static graph (one recompile per shape): Dynamo's limits (8 per code object, 256 per process)
-# would fall back to eager in a session serving many buckets or models of one class. Raised around the runner's own
-# calls only (:func:`_raise_dynamo_limits`): other torch.compile users of the process keep theirs.
-RECOMPILE_LIMIT = 256
-ACCUMULATED_RECOMPILE_LIMIT = 1 << 16
 ALLOW_BREAKS_HINT = ("remove the break, or allow graph breaks where you want them: NeuronRunner(fullgraph=False), "
                      "@pytest.mark.neuron_allow_graph_breaks or --neuron-allow-graph-breaks")
 
@@ -122,10 +117,6 @@ class ServeSession:
 
 _RUNNER_IDS = itertools.count(1)
 
-# "inside runner.run" (the runner whose serve() is open, where direct model calls route, is ACTIVITY.serving)
-_in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("neuron_args_in_run", default=False)
-
-
 class ServedForward:
     """An entry module's ``forward`` while it belongs to a runner: eager outside ``serve()``, routed inside.
     Installed before the module is compiled (Dynamo's guards never see it change); an object, so it pickles."""
@@ -135,19 +126,11 @@ class ServedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         runner = None if torch.compiler.is_compiling() else ACTIVITY.serving
-        if runner is None or _in_run.get() or all(spec.entry is not self.module for spec in runner.graphs.values()):
+        if runner is None or eager_fallback.in_runner_call() or all(spec.entry is not self.module
+                                                                    for spec in runner.graphs.values()):
             # traced, not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager copy)
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
-
-
-def _raise_dynamo_limits() -> Callable[[], None]:
-    """Raise Dynamo's recompile limits in this context for one guarded call (a limit hit is still an error:
-    :func:`eager_fallback.strict`); returns the undo. Its closure patcher costs a few us, ``config.patch`` tens."""
-    config = torch._dynamo.config
-    return config._make_closure_patcher(
-        recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT),
-        accumulated_recompile_limit=max(config.accumulated_recompile_limit, ACCUMULATED_RECOMPILE_LIMIT))()
 
 
 def _tensor_signature(kwargs: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -258,9 +241,8 @@ class NeuronRunner:
         if out is not MISS:
             return out
         fn = self.compiled(graph_type)
-        token, restore_limits = _in_run.set(True), _raise_dynamo_limits()
         try:
-            with self.scope(graph_type), torch.inference_mode(), eager_fallback.strict():
+            with self.scope(graph_type), torch.inference_mode(), eager_fallback.runner_call():
                 return self.fast_path.record(graph_type, fn, self.spec(graph_type).entry, kwargs)
         except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as exc:
             # UserError: a Python branch on a data-dependent size ("Could not guard on data-dependent expression")
@@ -270,9 +252,6 @@ class NeuronRunner:
             raise GraphBreakError(graph_break_message(graph_type, exc), graph_type=graph_type) from None
         except torch._dynamo.exc.InternalTorchDynamoError as exc:  # Dynamo's own failure: say where, and what to try
             raise GraphBreakError(dynamo_failure_message(graph_type, exc), graph_type=graph_type) from exc
-        finally:
-            restore_limits()
-            _in_run.reset(token)
 
     # -- warmup ------------------------------------------------------------------------------------
     @staticmethod

@@ -191,7 +191,7 @@ def test_serving_from_the_cache_in_a_fresh_process_hits_every_graph(warm_cache):
 
 
 def test_recompile_limit_is_reported_instead_of_a_silent_eager_fallback(warm_cache, monkeypatch):
-    monkeypatch.setattr("neuron_args.runner.RECOMPILE_LIMIT", 1)  # the runner's calls raise the limit to it at least
+    monkeypatch.setattr("neuron_args.eager_fallback.RECOMPILE_LIMIT", 1)  # the runner's calls raise the limit to it at least
     runner = make_runner(warm_cache)
     with torch._dynamo.config.patch(recompile_limit=1):
         runner.run("prefill", {"input": torch.ones(4, 8)})
@@ -211,7 +211,7 @@ def test_dynamo_limits_are_raised_in_the_runner_calls_only(warm_cache):
         runner = make_runner(warm_cache)
         real, runner.fast_path.record = runner.fast_path.record, record
         runner.run("decode", {"input": torch.ones(1, 8)})
-        assert limits == [(256, 1 << 16, False)]  # the runner's guarded call (a hit fails: eager_fallback.strict)
+        assert limits == [(256, 1 << 16, False)]  # the runner's guarded call (a hit fails: eager_fallback.runner_call)
         assert (config.recompile_limit, config.accumulated_recompile_limit, config.fail_on_recompile_limit_hit) == (
             8, 256, False)  # the process's other torch.compile calls keep Dynamo's
 
