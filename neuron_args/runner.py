@@ -329,9 +329,9 @@ class NeuronRunner:
                         progress(WarmupProgress(done, total, g, bucket))
                     started.append(key)
 
-                with on_compile_start(starting), tally() as bucket_tally, records.watching() as events:
+                with on_compile_start(starting), tally() as bucket_tally:
                     self.run(g, kwargs)
-                touched = self._touched(g, bucket, events, bucket_tally.counts.snapshot())
+                touched = self._touched(g, bucket, bucket_tally)
                 if progress is not None and not started and touched:
                     how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
                     progress(WarmupProgress(done, total, g, bucket, how))
@@ -346,12 +346,12 @@ class NeuronRunner:
         """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
         return build_trace_job(self.resolver, self.spec(graph_type).entry, kwargs, graph_type, "inference_mode")
 
-    def _touched(self, graph_type: str, bucket: str, events: Sequence[GraphOutcome],
-                 counts: dict[str, int]) -> list[GraphOutcome]:
+    def _touched(self, graph_type: str, bucket: str, run: Tally) -> list[GraphOutcome]:
         """The graphs one bucket's run built (a graph break allowed by the caller makes several), from the
-        outcomes recorded during the run (:func:`records.watching`)."""
+        outcomes recorded in its block."""
         done: dict[str, GraphOutcome] = {}
-        for event in events:
+        counts = run.counts.snapshot()
+        for event in run.outcomes:
             done[event.key] = done[event.key].merged(event) if event.key in done else event
         out = []
         for key, d in done.items():
@@ -640,11 +640,10 @@ class _ServeAhead:
         as the same GraphBreakError a child's capture gets (after the compiles), not as a trace failure."""
         i = self.index[id(job)]
         try:
-            with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
-                with records.watching() as events:
-                    counts = self.runner._run_asserting_hit(job).counts
-                commit(counts)  # the warmup's: it loaded these graphs
-                self.loaded[i] = self.runner._touched(job.graph_type, self.buckets[i], events, counts.snapshot())
+            with _TRACING:  # one trace at a time (the serve-ahead trace may run on another thread)
+                probe = self.runner._run_asserting_hit(job)
+                commit(probe.counts)  # the warmup's: it loaded these graphs
+                self.loaded[i] = self.runner._touched(job.graph_type, self.buckets[i], probe)
         except GraphBreakError as exc:
             self.graph_breaks.append(exc)
             return []
