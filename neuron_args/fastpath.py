@@ -177,15 +177,14 @@ class FastPath:
         """
         kwargs, outside = serving_kwargs(kwargs)
         signature = _signature(kwargs)
-        if not self.enabled or (graph_type, signature) in self.refused:
-            with without_overhead_records():
-                result = wrapper(**kwargs)
-            _mutated(outside, None)
-            return result
+        learn = self.enabled and (graph_type, signature) not in self.refused
         seen: list[Observed] = []
         with without_overhead_records():
-            result = _observed_call(lambda: wrapper(**kwargs), seen)
+            result = _observed_call(lambda: wrapper(**kwargs), seen) if learn else wrapper(**kwargs)
         mutated: frozenset[str] | None = None  # unknown: every tensor made outside inference mode counts as written
+        if not learn:
+            _mutated(outside, mutated)
+            return result
         try:
             fast = _learn(graph_type, wrapper, entry, kwargs, seen)
         except Exception as exc:  # learning never breaks a served call
