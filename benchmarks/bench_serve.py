@@ -360,6 +360,7 @@ def main() -> int:
     ns = parser.parse_args()
     calls, reps = (20, 25) if ns.quick else (20, 150)  # many short repetitions: their min resists load
     torch.set_num_threads(1)
+    torch._dynamo.config.recompile_limit = 256  # the copies compiled outside runner calls share ServedForward's frame
     print(f"bench_serve: {load()} (start); torch {torch.__version__}, 1 torch thread")
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         decoder = NeuronRunner(DecoderModel(), compiler_args=BASE, compiler="local", cache_dir=Path(tmp) / "dec")
