@@ -433,7 +433,7 @@ class NeuronBackend:
             opts = CompileSettings.from_options(options, self.seam)
             _refuse_symbolic(example_inputs, self.seam)
             user_inputs = _user_input_mask(gm)
-            fp = trace_memo.fingerprint(gm, example_inputs)
+            fp = trace_memo.fingerprint(gm, example_inputs) if trace_memo.enabled() else None
             memo = None if fp is None else trace_memo.load(CompileCache.from_settings(opts), fp)
             fast = None if memo is None else self._from_memo(memo, fp, gm, example_inputs, opts, user_inputs, mode)
             if fast is not None:

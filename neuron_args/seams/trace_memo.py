@@ -49,6 +49,10 @@ log = logging.getLogger("neuron_args.seams")
 ENV = "NEURON_ARGS_TRACE_MEMO"
 
 
+def enabled() -> bool:
+    return envs.flag(ENV)
+
+
 @dataclass(frozen=True)
 class TraceMemo:
     """What one trace produced that the key and the direct call need."""
@@ -140,16 +144,13 @@ class NoFingerprint(Exception):
 
 
 def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
-    """sha256 of everything a seam's trace of ``gm`` depends on; None when something cannot be pinned (or the memo
-    is off: ``NEURON_ARGS_TRACE_MEMO=0``).
+    """sha256 of everything a seam's trace of ``gm`` depends on, or None when something cannot be pinned.
 
     Neither the seam nor a torch.compile option shapes the trace (the compiler, its arguments and the
     target enter the key at call time, from the scope; the runner's id only keeps Dynamo frames apart),
     so none is hashed: a graph the capture seam traced in a trace child is known to the compile seam
     of the pytest process.
     """
-    if not envs.flag(ENV):
-        return None
     h = hashlib.sha256()
     h.update(f"trace-memo {FORMAT}\n".encode())
     h.update(_lowering_identity().encode())
