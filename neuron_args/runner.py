@@ -40,7 +40,7 @@ from neuron_args.scope import CompilerArgsResolver, current_graph_type, scoped_c
 from neuron_args.seams import records
 from neuron_args.flags import optimization_level
 from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM
-from neuron_args.settings import CompileSettings, base_compiler_args
+from neuron_args.settings import CompileSettings, base_compiler_args, check_timeout
 from neuron_args.target import given_or_default
 
 log = logging.getLogger("neuron_args.runner")
@@ -171,9 +171,10 @@ class NeuronRunner:
         # the design's load_model: base args at the caller level; the policy only without an explicit level
         self.resolver = CompilerArgsResolver.from_model(model, base, explicit_optimization_level=optimization_level)
         self.cache_dir = cache_root(cache_dir)
+        timeout = None if compile_timeout is None else check_timeout(compile_timeout, "NeuronRunner compile_timeout")
         self.settings = CompileSettings(
             compiler_args=self.resolver.base_args, target=target, cache_dir=str(self.cache_dir),
-            compiler=compiler, compile_timeout=None if compile_timeout is None else float(compile_timeout),
+            compiler=compiler, compile_timeout=timeout,
             # None: $NEURON_ARGS_ALLOW_EAGER_OUTPUTS (neuron_args.executables)
             allow_eager_outputs=None if allow_eager_outputs is None else bool(allow_eager_outputs),
             # Dynamo shares compiled frames between torch.compile calls with equal options (and so another

@@ -76,6 +76,14 @@ def test_load_model_wiring_stamps_base_and_resolves_per_graph(tmp_path):
         runner.run("jf", {})
 
 
+def test_a_bad_compile_timeout_fails_where_it_enters(tmp_path):
+    from neuron_args.errors import OptionsError
+
+    with pytest.raises(OptionsError, match=r"NeuronRunner compile_timeout=-1 is not a compile timeout"):
+        make_runner(tmp_path, compile_timeout=-1)
+    assert make_runner(tmp_path, compile_timeout="90").settings.compile_timeout == 90.0
+
+
 def test_warmup_compiles_each_graph_with_its_args(warm_cache):
     assert levels(warm_cache) == [("decode", "-O3"), ("prefill", "-O1")]
 
