@@ -117,6 +117,7 @@ class ServeSession:
 
 _RUNNER_IDS = itertools.count(1)
 
+
 class ServedForward:
     """An entry module's ``forward`` while it belongs to a runner: eager outside ``serve()``, routed inside.
     Installed before the module is compiled (Dynamo's guards never see it change); an object, so it pickles."""
