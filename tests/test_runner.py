@@ -199,7 +199,7 @@ def test_serving_from_the_cache_in_a_fresh_process_hits_every_graph(warm_cache):
 
 
 def test_recompile_limit_is_reported_instead_of_a_silent_eager_fallback(warm_cache, monkeypatch):
-    monkeypatch.setattr("neuron_args.eager_fallback.RECOMPILE_LIMIT", 1)  # the runner's calls raise the limit to it at least
+    monkeypatch.setattr("neuron_args.eager_fallback.RECOMPILE_LIMIT", 1)  # a runner call raises the limit to it
     runner = make_runner(warm_cache)
     with torch._dynamo.config.patch(recompile_limit=1):
         runner.run("prefill", {"input": torch.ones(4, 8)})
