@@ -12,7 +12,7 @@
      flat argument list (lifted parameters and buffers + the inputs): variant dispatch + below;
    - ``exe(*args)``: the same executable as a :class:`LoadedExecutable` loaded from the cache entry
      (specs from ``metadata.json``): tensor<->numpy conversions + execute + output copies;
-   - ``xla_cpu.execute(executable, arrays)`` on numpy arrays: the runtime call alone;
+   - ``tests.xla_run.execute(executable, arrays)`` on numpy arrays: the runtime call alone;
    - the torch.compile floor: the same model through Dynamo + aot_autograd with a forward that
      returns preallocated outputs (what torch.compile costs when the graph costs nothing);
    - the eager model, for reference;
@@ -67,6 +67,7 @@ from neuron_args.tensors import tensor_to_numpy  # noqa: E402
 from neuron_args import executables  # noqa: E402
 from neuron_args.seams import backends  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
+from tests.xla_run import execute  # noqa: E402
 
 BASE = ["--auto-cast=none", "-O1"]
 
@@ -194,7 +195,7 @@ def hit_path(title: str, root: Path, make_model: Callable[[], torch.nn.Module], 
         entry = next(e for e in CompileCache(root).entries() if e.metadata()["input_specs"] == wanted)
         md = entry.metadata()
         in_specs, out_specs = specs(md["input_specs"]), specs(md["output_specs"])
-        exe = LoadedExecutable.load(entry.executable_path, in_specs, out_specs)
+        exe = LoadedExecutable.from_bytes(entry.executable_path.read_bytes(), in_specs, out_specs)
         exe_sync = LoadedExecutable(async_client_executable(entry.executable_path.read_bytes()), in_specs, out_specs)
         # the client before end to end: while "cm_sync" runs, the graph's variant is the async executable
         on_sync = {"cm_sync": lambda: variants_running(cg, lambda a: exe_sync(*a))}
@@ -208,11 +209,11 @@ def hit_path(title: str, root: Path, make_model: Callable[[], torch.nn.Module], 
             "floor": lambda: floor(*inputs),
             "cg": lambda: cg(args),
             "exe": lambda: exe(*args),
-            "execute": lambda: xla_cpu.execute(exe.executable, arrays),
+            "execute": lambda: execute(exe.executable, arrays),
             "eager": lambda: model(*inputs),
             "cm_sync": lambda: cm(*inputs),
             "exe_sync": lambda: exe_sync(*args),
-            "execute_sync": lambda: xla_cpu.execute(exe_sync.executable, arrays),
+            "execute_sync": lambda: execute(exe_sync.executable, arrays),
         }
         for name, fn in fns.items():  # warm-up (the floor compiles here)
             with on_sync.get(name, contextlib.nullcontext)():
@@ -328,7 +329,8 @@ def decoder(root: Path, compile_reps: int, calls: int, reps: int) -> None:
             jax_starts[level].append(jax_start)
             xlas[level].append(xla)
             exes[level] = out
-    loaded = {lvl: LoadedExecutable.load(p, lowered.input_specs, lowered.output_specs) for lvl, p in exes.items()}
+    loaded = {lvl: LoadedExecutable.from_bytes(p.read_bytes(), lowered.input_specs, lowered.output_specs)
+              for lvl, p in exes.items()}
     inputs = sample_inputs(lowered.input_specs)
     with torch.inference_mode():
         o1, o3 = loaded[1](*inputs), loaded[3](*inputs)

@@ -71,6 +71,7 @@ from neuron_args.runtime import LoadedExecutable  # noqa: E402
 from neuron_args.tensors import TensorSpec, numpy_dtype, tensor_to_numpy  # noqa: E402
 from neuron_args.seams import backends, dispatch  # noqa: E402
 from tests.models import decoder_inputs, make_decoder, make_mlp, mlp_inputs  # noqa: E402
+from tests.xla_run import placer  # noqa: E402
 
 BASE = ["--auto-cast=none", "-O1"]
 
@@ -103,7 +104,7 @@ class LegacyExecutable:
 
     def __init__(self, blob: bytes, input_specs: tuple[TensorSpec, ...], output_specs: tuple[TensorSpec, ...]) -> None:
         self.executable = xla_cpu.deserialize_executable(blob, xla_cpu.cpu_client())
-        self.put = xla_cpu.placer(self.executable.local_devices()[0])
+        self.put = placer(self.executable.local_devices()[0])
         self.casts = [numpy_dtype(s.lowered_dtype) if s.lowered_dtype != s.dtype else None for s in input_specs]
         self.back = [numpy_dtype(s.dtype) if s.lowered_dtype != s.dtype else None for s in output_specs]
 
@@ -334,7 +335,7 @@ def seam_copy(runner: NeuronRunner, graph_type: str, kwargs: dict[str, Any], dir
     returned = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        returned.append(backends.backend_for(runner.backend)(gm, example_inputs, options=runner.options))
+        returned.append(getattr(backends, runner.backend)(gm, example_inputs, options=runner.options))
         return returned[-1]
 
     # another backend object: Dynamo does not reuse the runner's cache entry for the copy
@@ -359,6 +360,7 @@ def main() -> int:
     ns = parser.parse_args()
     calls, reps = (20, 25) if ns.quick else (20, 150)  # many short repetitions: their min resists load
     torch.set_num_threads(1)
+    torch._dynamo.config.recompile_limit = 256  # the copies compiled outside runner calls share ServedForward's frame
     print(f"bench_serve: {load()} (start); torch {torch.__version__}, 1 torch thread")
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         decoder = NeuronRunner(DecoderModel(), compiler_args=BASE, compiler="local", cache_dir=Path(tmp) / "dec")

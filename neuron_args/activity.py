@@ -34,12 +34,14 @@ class CacheStats:
 
 @dataclass
 class Tally:
-    """What one block did: its cache counts, its hit assertion, the ``parallel_compile`` reports it started."""
+    """What one block did: its cache counts, its hit assertion, the ``parallel_compile`` reports it started, the
+    graph outcomes recorded in it (as given: what one warmup bucket built, captured or loaded)."""
 
     counts: CacheStats = field(default_factory=CacheStats)
     assert_hit: bool | None = None  # None: the enclosing block's, else the open serve's, else the environment's
     held: bool = False  # its counts stay in it (see :func:`tally`)
     compile_reports: list[Any] = field(default_factory=list)
+    outcomes: list[Any] = field(default_factory=list)  # ``graph_outcome.GraphOutcome`` (seams.records.record)
 
 
 _OPEN: contextvars.ContextVar[tuple[Tally, ...]] = contextvars.ContextVar("neuron_args_tallies", default=())
@@ -79,6 +81,12 @@ def note_compile_report(report: Any) -> None:
     """A ``parallel_compile`` run started in this context: every open block lists it (it fills as graphs finish)."""
     for block in _OPEN.get():
         block.compile_reports.append(report)
+
+
+def note_outcome(outcome: Any) -> None:
+    """A graph outcome recorded in this context: every open block lists it."""
+    for block in _OPEN.get():
+        block.outcomes.append(outcome)
 
 
 def block_assert_hit() -> bool | None:
@@ -171,4 +179,4 @@ def cleared_on_reset(fn: F) -> F:
 ACTIVITY = Activity()
 
 __all__ = ["ACTIVITY", "Activity", "CacheStats", "LedgerActivity", "Tally", "block_assert_hit", "cleared_on_reset",
-           "commit", "count", "note_compile_report", "tally"]
+           "commit", "count", "note_compile_report", "note_outcome", "tally"]

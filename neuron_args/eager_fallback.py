@@ -1,4 +1,4 @@
-"""Dynamo's recompile limit, never silent for a neuron backend.
+"""Dynamo's recompile limit, never silent for a neuron backend, and raised in a runner's calls.
 
 Past its recompile limit Dynamo runs a frame in eager PyTorch (on a Neuron host: the host CPU, while tests
 pass). :func:`install` wraps its limit check: a neuron seam's frame is recorded in ``ACTIVITY.eager_fallbacks``
@@ -25,8 +25,14 @@ log = logging.getLogger("neuron_args.eager_fallback")
 MODE_ENV = "NEURON_ARGS_EAGER_FALLBACK"
 MODES = ("error", "warn")
 
+# Every bucket is a static graph (one recompile per shape): Dynamo's limits (8 per code object, 256 per process)
+# would fall back to eager in a session serving many buckets or models of one class. Raised in a runner's calls
+# only (:func:`runner_call`): other torch.compile users of the process keep theirs.
+RECOMPILE_LIMIT = 256
+ACCUMULATED_RECOMPILE_LIMIT = 1 << 16
+
 _error_by_default = [False]  # the pytest plugin's default
-_strict = contextvars.ContextVar("neuron_args_eager_fallback_strict", default=False)
+_in_runner_call = contextvars.ContextVar("neuron_args_runner_call", default=False)
 
 
 class EagerFallbackError(NeuronArgsError):
@@ -44,18 +50,30 @@ def error_by_default(on: bool = True) -> bool:
 
 
 @contextlib.contextmanager
-def strict() -> Iterator[None]:
-    """A fallback in this block is an error unless the variable says ``warn`` (a ``NeuronRunner`` call)."""
-    token = _strict.set(True)
+def runner_call() -> Iterator[None]:
+    """A ``NeuronRunner`` call: Dynamo's recompile limits raised in this context (its config is context-local; the
+    closure patcher costs a few us, ``config.patch`` tens), a fallback an error unless the variable says ``warn``."""
+    import torch
+
+    config = torch._dynamo.config
+    restore = config._make_closure_patcher(
+        recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT),
+        accumulated_recompile_limit=max(config.accumulated_recompile_limit, ACCUMULATED_RECOMPILE_LIMIT))()
+    token = _in_runner_call.set(True)
     try:
         yield
     finally:
-        _strict.reset(token)
+        _in_runner_call.reset(token)
+        restore()
+
+
+def in_runner_call() -> bool:
+    return _in_runner_call.get()
 
 
 def mode() -> str:
     """``error`` or ``warn``: ``$NEURON_ARGS_EAGER_FALLBACK`` when set, else ``error`` under the pytest plugin,
-    under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` or in :func:`strict`, else ``warn``."""
+    under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` or in :func:`runner_call`, else ``warn``."""
     from neuron_args.cache import assert_cache_hit_enabled
 
     given = envs.text(MODE_ENV).lower()
@@ -63,7 +81,7 @@ def mode() -> str:
         raise OptionsError(f"{MODE_ENV}={given!r} is not one of {', '.join(MODES)}: give error or warn, or unset it")
     if given:
         return given
-    return "error" if _error_by_default[0] or _strict.get() or assert_cache_hit_enabled() else "warn"
+    return "error" if _error_by_default[0] or _in_runner_call.get() or assert_cache_hit_enabled() else "warn"
 
 
 def message(frame: str, limit_type: str, limit: int, seam: str, graph_type: str | None) -> str:

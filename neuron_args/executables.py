@@ -8,7 +8,10 @@ cached and recorded, its outputs come from eager PyTorch, and :func:`eager_outpu
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +23,7 @@ from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
 from neuron_args.tensors import TensorSpec
 from neuron_args.text import graph_label
+from neuron_args.untrusted import HLO_LIMIT
 
 log = logging.getLogger("neuron_args.executables")
 
@@ -33,13 +37,6 @@ _eager = ACTIVITY.eager_outputs
 def allow_eager_outputs(value: bool | None = None) -> bool:
     """``value`` (``options["allow_eager_outputs"]``) when given, else ``$NEURON_ARGS_ALLOW_EAGER_OUTPUTS``."""
     return bool(value) if value is not None else envs.flag(ALLOW_EAGER_ENV)
-
-
-def recorded_specs(metadata: EntryMetadata, key: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """The entry's ``input_specs`` and ``output_specs`` as :class:`TensorSpec` lists (typed when the metadata was read)."""
-    if metadata.input_specs is None or metadata.output_specs is None:  # an older or another neuron-args's: rebuilt
-        raise corrupt(key, metadata.graph_type, "metadata.json records no valid input_specs/output_specs")
-    return ([TensorSpec(*s) for s in metadata.input_specs], [TensorSpec(*s) for s in metadata.output_specs])
 
 
 def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
@@ -56,20 +53,45 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
         raise CorruptEntryError(
             f"cache entry {entry.key} ({graph_label(graph_type)}) records executable format {fmt!r}; this "
             f"neuron-args runs {', '.join(FORMATS)}: remove the entry ({entry.path}) so it is rebuilt", problem=problem)
-    inputs, outputs = recorded_specs(md, entry.key)
+    if md.input_specs is None or md.output_specs is None:  # an older or another neuron-args's: rebuilt
+        raise corrupt(entry.key, md.graph_type, "metadata.json records no valid input_specs/output_specs")
+    inputs, outputs = [TensorSpec(*s) for s in md.input_specs], [TensorSpec(*s) for s in md.output_specs]
     if fmt == XLA_CPU_FORMAT:
         from neuron_args.runtime import LoadedExecutable
 
-        exe = LoadedExecutable.load(entry.executable_path, inputs, outputs)
+        exe = LoadedExecutable.from_bytes(executable_bytes(entry, md, graph_type), inputs, outputs)
     else:
-        exe = _load_neff(entry, inputs, outputs, graph_type=graph_type, allow_eager=allow_eager)
+        exe = _load_neff(entry, md, inputs, outputs, graph_type=graph_type, allow_eager=allow_eager)
         if exe is None:
             return None
     _loaded[entry.key] = exe
     return exe
 
 
-def _load_neff(entry: CacheEntry, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+def executable_bytes(entry: CacheEntry, md: EntryMetadata, graph_type: str | None) -> bytes:
+    """The executable, read once and checked as read (regular file, no link followed, recorded size and sha256): the
+    file may have been swapped since the entry was verified, and what loads is what was checked."""
+    path = entry.executable_path
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))  # a FIFO opens without blocking; a link fails (ELOOP)
+    except OSError as exc:
+        raise corrupt(entry.key, graph_type, f"the executable {path.name} does not open as a file of the entry "
+                                             f"({'a link' if os.path.islink(path) else exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise corrupt(entry.key, graph_type, f"the executable {path.name} is not a regular file")
+        want = md.executable_size
+        blob = f.read((HLO_LIMIT if want is None else want) + 1)
+    if len(blob) > HLO_LIMIT or want not in (None, len(blob)):
+        raise corrupt(entry.key, graph_type, f"the executable read has {len(blob)} bytes, "
+                                             f"{f'at most {HLO_LIMIT}' if want is None else want} expected")
+    if md.executable_sha256 is not None and hashlib.sha256(blob).hexdigest() != md.executable_sha256:
+        raise corrupt(entry.key, graph_type, "the executable read does not have the recorded sha256 (replaced)")
+    return blob
+
+
+def _load_neff(entry: CacheEntry, md: EntryMetadata, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
                graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
     from neuron_args.neuron_runtime import INSTALL_HINT, NeffExecutable, RuntimeBindingError, load_binding
 
@@ -88,7 +110,8 @@ def _load_neff(entry: CacheEntry, inputs: Sequence[TensorSpec], outputs: Sequenc
                 "(%s): graph outputs come from eager PyTorch, as allowed by allow_eager_outputs", exc)
         _eager[entry.key] = graph_type
         return None
-    return NeffExecutable.load(entry.executable_path, inputs, outputs, binding=binding)
+    return NeffExecutable.load(executable_bytes(entry, md, graph_type), inputs, outputs, binding=binding,
+                               path=entry.executable_path)
 
 
 def eager_output_graphs() -> dict[str, str | None]:
@@ -117,4 +140,4 @@ def forget_loaded() -> None:
 
 
 __all__ = ["ALLOW_EAGER_ENV", "FORMATS", "NEFF_FORMAT", "XLA_CPU_FORMAT", "allow_eager_outputs",
-           "eager_output_graphs", "eager_outputs_notice", "forget_loaded", "load_executable", "recorded_specs"]
+           "eager_output_graphs", "eager_outputs_notice", "executable_bytes", "forget_loaded", "load_executable"]

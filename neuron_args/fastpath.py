@@ -177,15 +177,14 @@ class FastPath:
         """
         kwargs, outside = serving_kwargs(kwargs)
         signature = _signature(kwargs)
-        if not self.enabled or (graph_type, signature) in self.refused:
-            with without_overhead_records():
-                result = wrapper(**kwargs)
-            _mutated(outside, None)
-            return result
+        learn = self.enabled and (graph_type, signature) not in self.refused
         seen: list[Observed] = []
         with without_overhead_records():
-            result = _observed_call(lambda: wrapper(**kwargs), seen)
+            result = _observed_call(lambda: wrapper(**kwargs), seen) if learn else wrapper(**kwargs)
         mutated: frozenset[str] | None = None  # unknown: every tensor made outside inference mode counts as written
+        if not learn:
+            _mutated(outside, mutated)
+            return result
         try:
             fast = _learn(graph_type, wrapper, entry, kwargs, seen)
         except Exception as exc:  # learning never breaks a served call
@@ -206,39 +205,24 @@ class FastPath:
         return result
 
 
-class _OverheadRecords:
-    """Dynamo's ``record_runtime_overhead`` flag, off while any thread is inside :meth:`off`."""
+@contextlib.contextmanager
+def without_overhead_records() -> Iterator[None]:
+    """Dynamo generates the code of the frames it traces inside without its profiler bookkeeping.
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.inside = 0  # threads inside off()
-        self.before = True  # the flag's value when the first of them entered
-
-    @contextlib.contextmanager
-    def off(self) -> Iterator[None]:
-        """Dynamo generates the code of the frames it traces inside without its profiler bookkeeping.
-
-        With ``torch._dynamo.config.record_runtime_overhead`` on (torch's default), the code Dynamo generates
-        for a frame calls ``record_pregraph_bytecode_enter``/``_exit`` around reading the graph's arguments:
-        ~2 us on every call the fast path replays, for a profiler label. The flag is read when Dynamo builds
-        the code, so it is off around the runner's guarded calls (where its traces happen) and back as it
-        was once the last thread leaves; a trace another thread runs meanwhile goes without the label too.
-        """
-        with self.lock:
-            if self.inside == 0:
-                self.before = _dynamo_config.record_runtime_overhead
-                _dynamo_config.record_runtime_overhead = False
-            self.inside += 1
-        try:
-            yield
-        finally:
-            with self.lock:
-                self.inside -= 1
-                if self.inside == 0:
-                    _dynamo_config.record_runtime_overhead = self.before
+    With ``torch._dynamo.config.record_runtime_overhead`` on (torch's default), the code Dynamo generates
+    for a frame calls ``record_pregraph_bytecode_enter``/``_exit`` around reading the graph's arguments:
+    ~2 us on every call the fast path replays, for a profiler label. The flag is read when Dynamo builds
+    the code, so it is off around the runner's guarded calls (where its traces happen), in this context only
+    (Dynamo's config is context-local: another thread's traces keep theirs) and restored as it was.
+    """
+    restore = _overhead_records_off()
+    try:
+        yield
+    finally:
+        restore()
 
 
-without_overhead_records = _OverheadRecords().off
+_overhead_records_off = _dynamo_config._make_closure_patcher(record_runtime_overhead=False)
 
 
 def _aliasable(value: Any) -> bool:

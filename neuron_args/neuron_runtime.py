@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -158,14 +157,15 @@ class NeffExecutable:
         self._out_casts = tuple(s.lowered_output_dtype != s.dtype for s in self.output_specs)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], input_specs: Sequence[TensorSpec],
-             output_specs: Sequence[TensorSpec], binding: Binding | None = None) -> NeffExecutable:
-        """Load ``path`` onto the engine's cores (``NEURON_VISIBLE_DEVICES``) through torch-neuronx."""
+    def load(cls, neff: bytes, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec],
+             binding: Binding | None = None, *, path: str | os.PathLike[str]) -> NeffExecutable:
+        """Load a NEFF (read and checked by the caller from ``path``) onto the engine's cores
+        (``NEURON_VISIBLE_DEVICES``) through torch-neuronx."""
         binding = binding or load_binding()
         apply_core_window()
         meta = metaneff(binding, input_specs, output_specs)
         try:
-            model = binding.model_class(Path(path).read_bytes(), meta)
+            model = binding.model_class(neff, meta)
         except RuntimeError as exc:  # nrt_load failed: no free core, a NEFF for another target...
             raise RuntimeBindingError(
                 f"the Neuron runtime could not load {path} ({exc}); check the NEFF's target against this host "

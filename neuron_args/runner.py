@@ -40,15 +40,11 @@ from neuron_args.scope import CompilerArgsResolver, current_graph_type, scoped_c
 from neuron_args.seams import records
 from neuron_args.flags import optimization_level
 from neuron_args.seams.backends import CAPTURE_SEAM, COMPILE_SEAM
-from neuron_args.settings import CompileSettings, base_compiler_args
+from neuron_args.settings import CompileSettings, base_compiler_args, check_timeout
 from neuron_args.target import given_or_default
 
 log = logging.getLogger("neuron_args.runner")
 
-# Every bucket is a static graph (one recompile per shape): Dynamo's limits (8 per code object, 256 per process)
-# would fall back to eager in a session serving many buckets or models of one class.
-RECOMPILE_LIMIT = 256
-ACCUMULATED_RECOMPILE_LIMIT = 1 << 16
 ALLOW_BREAKS_HINT = ("remove the break, or allow graph breaks where you want them: NeuronRunner(fullgraph=False), "
                      "@pytest.mark.neuron_allow_graph_breaks or --neuron-allow-graph-breaks")
 
@@ -121,9 +117,6 @@ class ServeSession:
 
 _RUNNER_IDS = itertools.count(1)
 
-# "inside runner.run" (the runner whose serve() is open, where direct model calls route, is ACTIVITY.serving)
-_in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("neuron_args_in_run", default=False)
-
 
 class ServedForward:
     """An entry module's ``forward`` while it belongs to a runner: eager outside ``serve()``, routed inside.
@@ -134,7 +127,8 @@ class ServedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         runner = None if torch.compiler.is_compiling() else ACTIVITY.serving
-        if runner is None or _in_run.get() or all(spec.entry is not self.module for spec in runner.graphs.values()):
+        if runner is None or eager_fallback.in_runner_call() or all(spec.entry is not self.module
+                                                                    for spec in runner.graphs.values()):
             # traced, not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager copy)
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
@@ -178,9 +172,10 @@ class NeuronRunner:
         # the design's load_model: base args at the caller level; the policy only without an explicit level
         self.resolver = CompilerArgsResolver.from_model(model, base, explicit_optimization_level=optimization_level)
         self.cache_dir = cache_root(cache_dir)
+        timeout = None if compile_timeout is None else check_timeout(compile_timeout, "NeuronRunner compile_timeout")
         self.settings = CompileSettings(
             compiler_args=self.resolver.base_args, target=target, cache_dir=str(self.cache_dir),
-            compiler=compiler, compile_timeout=None if compile_timeout is None else float(compile_timeout),
+            compiler=compiler, compile_timeout=timeout,
             # None: $NEURON_ARGS_ALLOW_EAGER_OUTPUTS (neuron_args.executables)
             allow_eager_outputs=None if allow_eager_outputs is None else bool(allow_eager_outputs),
             # Dynamo shares compiled frames between torch.compile calls with equal options (and so another
@@ -203,16 +198,13 @@ class NeuronRunner:
 
             register_tp_group(*tp_group)
         self._compiled: dict[int, Any] = {}
-        self._serving: ServeSession | None = None
+        #: the open ``serve()`` block's session (calls per graph type so far), else None
+        self.serving: ServeSession | None = None
         self._bucket_signatures: dict[int, list[tuple[str, str, tuple[Any, ...]]]] = {}
         for spec in declared:  # calls routed while serving; an entry with its own per-instance forward is left alone
             if "forward" not in spec.entry.__dict__:
                 spec.entry.forward = ServedForward(spec.entry)  # type: ignore[method-assign]
         self.fast_path = FastPath()
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
-                                                               ACCUMULATED_RECOMPILE_LIMIT)
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
 
     # -- the compile sites -----------------------------------------------------------------------
     @property
@@ -245,15 +237,14 @@ class NeuronRunner:
 
     def run(self, graph_type: str, kwargs: Mapping[str, Any]) -> Any:
         """Run one graph under its resolved scope (the signature example models' ``generate`` takes)."""
-        if self._serving is not None:
-            self._serving.calls[graph_type] = self._serving.calls.get(graph_type, 0) + 1
+        if self.serving is not None:
+            self.serving.calls[graph_type] = self.serving.calls.get(graph_type, 0) + 1
         out = self.fast_path.call(graph_type, kwargs)  # a warmed call: guards, then its variant
         if out is not MISS:
             return out
         fn = self.compiled(graph_type)
-        token = _in_run.set(True)
         try:
-            with self.scope(graph_type), torch.inference_mode(), eager_fallback.strict():
+            with self.scope(graph_type), torch.inference_mode(), eager_fallback.runner_call():
                 return self.fast_path.record(graph_type, fn, self.spec(graph_type).entry, kwargs)
         except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as exc:
             # UserError: a Python branch on a data-dependent size ("Could not guard on data-dependent expression")
@@ -263,8 +254,6 @@ class NeuronRunner:
             raise GraphBreakError(graph_break_message(graph_type, exc), graph_type=graph_type) from None
         except torch._dynamo.exc.InternalTorchDynamoError as exc:  # Dynamo's own failure: say where, and what to try
             raise GraphBreakError(dynamo_failure_message(graph_type, exc), graph_type=graph_type) from exc
-        finally:
-            _in_run.reset(token)
 
     # -- warmup ------------------------------------------------------------------------------------
     @staticmethod
@@ -342,9 +331,9 @@ class NeuronRunner:
                         progress(WarmupProgress(done, total, g, bucket))
                     started.append(key)
 
-                with on_compile_start(starting), tally() as bucket_tally, records.watching() as events:
+                with on_compile_start(starting), tally() as bucket_tally:
                     self.run(g, kwargs)
-                touched = self._touched(g, bucket, events, bucket_tally.counts.snapshot())
+                touched = self._touched(g, bucket, bucket_tally)
                 if progress is not None and not started and touched:
                     how = "captured" if any(w.how == "captured" for w in touched) else "loaded"
                     progress(WarmupProgress(done, total, g, bucket, how))
@@ -359,12 +348,12 @@ class NeuronRunner:
         """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
         return build_trace_job(self.resolver, self.spec(graph_type).entry, kwargs, graph_type, "inference_mode")
 
-    def _touched(self, graph_type: str, bucket: str, events: Sequence[GraphOutcome],
-                 counts: dict[str, int]) -> list[GraphOutcome]:
+    def _touched(self, graph_type: str, bucket: str, run: Tally) -> list[GraphOutcome]:
         """The graphs one bucket's run built (a graph break allowed by the caller makes several), from the
-        outcomes recorded during the run (:func:`records.watching`)."""
+        outcomes recorded in its block."""
         done: dict[str, GraphOutcome] = {}
-        for event in events:
+        counts = run.counts.snapshot()
+        for event in run.outcomes:
             done[event.key] = done[event.key].merged(event) if event.key in done else event
         out = []
         for key, d in done.items():
@@ -487,11 +476,6 @@ class NeuronRunner:
                           captures=len(built)), outcomes
 
     # -- serve ---------------------------------------------------------------------------------------
-    @property
-    def serving(self) -> ServeSession | None:
-        """The open ``serve()`` block's session (calls per graph type so far), else None."""
-        return self._serving
-
     @contextlib.contextmanager
     def serve(self, assert_cache_hit: bool = True) -> Iterator[ServeSession]:
         """Serve, counting cache activity; inside, a cache miss raises :class:`CacheMissError`
@@ -500,7 +484,7 @@ class NeuronRunner:
         :class:`UndeclaredGraphError`.
         """
         session = ServeSession()
-        self._serving = session
+        self.serving = session
         was = ACTIVITY.serving, ACTIVITY.assert_hit
         ACTIVITY.serving = self
         if assert_cache_hit:
@@ -510,7 +494,7 @@ class NeuronRunner:
                 yield session
         finally:
             ACTIVITY.serving, ACTIVITY.assert_hit = was
-            self._serving = None
+            self.serving = None
             session.counts = served.counts
 
     def _signatures(self, module: torch.nn.Module) -> list[tuple[str, str, tuple[Any, ...]]]:
@@ -559,8 +543,8 @@ class NeuronRunner:
                                   for (n, _, d), (_, _, want) in zip(signature, sig) if d != want)
                 message += f". The shapes match {g} {b} but not the dtypes ({casts}): cast the inputs to them"
                 break
-        if self._serving is not None:
-            self._serving.undeclared.append(message)
+        if self.serving is not None:
+            self.serving.undeclared.append(message)
         raise UndeclaredGraphError(message)
 
     # -- manifest ------------------------------------------------------------------------------------
@@ -658,11 +642,10 @@ class _ServeAhead:
         as the same GraphBreakError a child's capture gets (after the compiles), not as a trace failure."""
         i = self.index[id(job)]
         try:
-            with _TRACING:  # the serve-ahead trace may run on another thread: its records are not this job's
-                with records.watching() as events:
-                    counts = self.runner._run_asserting_hit(job).counts
-                commit(counts)  # the warmup's: it loaded these graphs
-                self.loaded[i] = self.runner._touched(job.graph_type, self.buckets[i], events, counts.snapshot())
+            with _TRACING:  # one trace at a time (the serve-ahead trace may run on another thread)
+                probe = self.runner._run_asserting_hit(job)
+                commit(probe.counts)  # the warmup's: it loaded these graphs
+                self.loaded[i] = self.runner._touched(job.graph_type, self.buckets[i], probe)
         except GraphBreakError as exc:
             self.graph_breaks.append(exc)
             return []

@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import logging
 import operator
-import os
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -181,18 +179,11 @@ class LoadedExecutable:
         self._handlers: tuple[Any, ...] | None = None  # set by the first call (see _disassembled)
 
     @classmethod
-    def load(
-        cls, path: str | os.PathLike[str], input_specs: Sequence[TensorSpec],
-        output_specs: Sequence[TensorSpec],
-    ) -> LoadedExecutable:
-        """Load a serialized executable file (``graph_<key>.neff`` from the local compiler)."""
-        return cls.from_bytes(Path(path).read_bytes(), input_specs, output_specs)
-
-    @classmethod
     def from_bytes(
         cls, blob: bytes, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec],
         client: Any = None,
     ) -> LoadedExecutable:
+        """Load a serialized executable (the local compiler's ``graph_<key>.neff``, read and checked by the caller)."""
         return cls(xla_cpu.deserialize_executable(blob, client), input_specs, output_specs)
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:

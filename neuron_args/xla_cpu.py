@@ -1,4 +1,4 @@
-"""Thin access to jaxlib's XLA:CPU PJRT clients: compile an HloModuleProto, (de)serialize, execute.
+"""Thin access to jaxlib's XLA:CPU PJRT clients: compile an HloModuleProto, (de)serialize.
 
 Executables run on a synchronous client of our own (on the calling thread: 2.3-6x faster on this project's
 graphs, ``benchmarks/bench_serve.py``). jax is imported on first use only: a process that forks after its
@@ -7,10 +7,9 @@ clients started threads gets children that hang (:func:`clients_created`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from neuron_args import envs
 from neuron_args.lazy_modules import jax, xla_client
 
@@ -84,41 +83,3 @@ def _initialize_lapack() -> None:
 def has_input_output_aliasing(executable: Any) -> bool:
     """True when the executable may return an input's buffer as an output (donation)."""
     return any("input_output_alias" in m.to_string() for m in executable.hlo_modules())
-
-
-def execute(executable: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run a loaded executable on host arrays; outputs are read-only views of runtime buffers."""
-    put = placer(executable.local_devices()[0])
-    result = executable.execute_sharded([put(a) for a in arrays])
-    return [np.asarray(out[0]) for out in result.disassemble_into_single_device_arrays()]
-
-
-@functools.cache
-def placer(device: Any) -> Callable[[Any], Any]:
-    """``put(host array) -> device buffer`` for one device: jax.device_put (~90 us per array) in ~2.5 us, with a
-    cached abstract value per (shape, dtype). A dense aligned array is aliased, not copied."""
-    from jax import dtypes
-    from jax._src import core
-    from jax._src.lib import xla_client as xc
-    from jax.sharding import SingleDeviceSharding
-
-    sharding = SingleDeviceSharding(device)
-    devices = [device]
-    avals: dict[tuple[Any, ...], tuple[Any, Any]] = {}
-    batched_device_put = xc.batched_device_put
-
-    def put(a: Any) -> Any:
-        if type(a) is not np.ndarray:
-            a = np.asarray(a)
-        entry = avals.get((a.shape, a.dtype))
-        if entry is None:
-            # jax x64 off: int64/float64 host arrays become 32-bit, as jax.device_put does
-            canonical = np.dtype(dtypes.canonicalize_dtype(a.dtype))
-            cast = None if canonical == a.dtype else canonical
-            entry = avals[(a.shape, a.dtype)] = (core.ShapedArray(a.shape, canonical), cast)
-        aval, cast = entry
-        if cast is not None:
-            a = a.astype(cast)
-        return batched_device_put(aval, sharding, [a], devices, True)
-
-    return put

@@ -342,3 +342,13 @@ def test_compiled_entries_record_size_and_sha256(tmp_path):
     (entry,) = CompileCache(tmp_path / "cache").entries()
     md, blob = entry.metadata(), entry.executable_path.read_bytes()
     assert md["executable_size"] == len(blob) and md["executable_sha256"] == hashlib.sha256(blob).hexdigest()
+
+
+def test_each_backend_pickles_as_its_module_level_instance():
+    import pickle
+
+    from neuron_args.seams import backends
+
+    for seam in backends.SEAMS:
+        backend = getattr(backends, seam)
+        assert backend.seam == seam and pickle.loads(pickle.dumps(backend)) is backend

@@ -131,10 +131,11 @@ def _first_line(entry: Path) -> str:
 
 def _run(blob: Path) -> np.ndarray:
     from neuron_args import xla_cpu
+    from tests.xla_run import execute
 
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal(X_SHAPE, dtype=np.float32), rng.standard_normal(Y_SHAPE, dtype=np.float32)
-    (out,) = xla_cpu.execute(xla_cpu.deserialize_executable(blob.read_bytes()), [x, y])
+    (out,) = execute(xla_cpu.deserialize_executable(blob.read_bytes()), [x, y])
     np.testing.assert_allclose(out, np.tanh(x @ y) + 1, rtol=1e-5, atol=1e-6)
     return out
 
@@ -467,11 +468,12 @@ def lapack_hlo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _run_inv(blob: Path) -> None:
     from neuron_args import xla_cpu
+    from tests.xla_run import execute
 
     rng = np.random.default_rng(0)
     a = (rng.standard_normal((4, 4)) + 4 * np.eye(4)).astype(np.float32)
     b = rng.standard_normal((4, 4), dtype=np.float32)
-    (out,) = xla_cpu.execute(xla_cpu.deserialize_executable(blob.read_bytes()), [a, b])
+    (out,) = execute(xla_cpu.deserialize_executable(blob.read_bytes()), [a, b])
     np.testing.assert_allclose(out, np.linalg.inv(a) @ b, rtol=1e-4, atol=1e-5)
 
 

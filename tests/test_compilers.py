@@ -83,12 +83,13 @@ def _entry(tmp_path: Path) -> tuple[Path, Path]:
 def _run_reference(blob_path: Path) -> None:
     """Load the executable the local compiler wrote and compare with numpy."""
     from neuron_args import xla_cpu
+    from tests.xla_run import execute
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal(X_SHAPE, dtype=np.float32)
     y = rng.standard_normal(Y_SHAPE, dtype=np.float32)
     exe = xla_cpu.deserialize_executable(blob_path.read_bytes())
-    (out,) = xla_cpu.execute(exe, [x, y])
+    (out,) = execute(exe, [x, y])
     np.testing.assert_allclose(out, np.tanh(x @ y) + 1, rtol=1e-5, atol=1e-6)
 
 

@@ -331,7 +331,7 @@ def test_runtime_load_from_file_and_fresh_writable_outputs(
     graph = mlp_run["graphs"][0]
     path = tmp_path / "graph.neff"
     path.write_bytes(graph.blob)
-    exe = LoadedExecutable.load(path, graph.lowered.input_specs, graph.lowered.output_specs)
+    exe = LoadedExecutable.from_bytes(path.read_bytes(), graph.lowered.input_specs, graph.lowered.output_specs)
     model = models.make_mlp(0)
     params = {name: p.detach() for name, p in model.named_parameters()}
     x = mlp_run["x"]

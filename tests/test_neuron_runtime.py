@@ -16,7 +16,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -24,7 +26,7 @@ import torch
 from neuron_args import executables
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CompileCache
-from neuron_args.errors import NeuronArgsError
+from neuron_args.errors import CorruptEntryError, NeuronArgsError
 from neuron_args.tensors import TensorSpec
 from neuron_args.neuron_runtime import (RUNTIME_CORES_ENV, NeffExecutable, RuntimeBindingError, apply_core_window,
                                         core_window, load_binding, metaneff)
@@ -167,8 +169,8 @@ def test_neff_executable_casts_and_checks_inputs(tmp_path, fake_runtime, monkeyp
     monkeypatch.setenv("NEURON_VISIBLE_DEVICES", "6-7")
     neff = tmp_path / "graph.neff"
     neff.write_bytes(b"NEFF-bytes")
-    exe = NeffExecutable.load(neff, [TensorSpec((1, 4), "int64")], [TensorSpec((1, 4), "int64"),
-                                                                     TensorSpec((1, 4, 6), "float32")])
+    exe = NeffExecutable.load(neff.read_bytes(), [TensorSpec((1, 4), "int64")],
+                              [TensorSpec((1, 4), "int64"), TensorSpec((1, 4, 6), "float32")], path=neff)
     assert os.environ[RUNTIME_CORES_ENV] == "6-7"
     (load,) = fake_runtime.LOADS[-1:]
     assert load["visible_cores"] == "6-7" and load["inputs"] == [{"name": "input0", "shape": [1, 4], "dtype": "INT32"}]
@@ -184,7 +186,7 @@ def test_neff_executable_casts_and_checks_inputs(tmp_path, fake_runtime, monkeyp
         short(IDS)
     monkeypatch.setenv("FAKE_NEURON_RUNTIME_MODE", "load-fails")
     with pytest.raises(RuntimeBindingError, match=r"could not load .*graph.neff.*NEURON_RT_VISIBLE_CORES=6-7"):
-        NeffExecutable.load(neff, [TensorSpec((1, 4), "int64")], [])
+        NeffExecutable.load(neff.read_bytes(), [TensorSpec((1, 4), "int64")], [], path=neff)
 
 
 # -- the seam: the loader by recorded format ---------------------------------------------------------------
@@ -270,6 +272,47 @@ def test_unknown_recorded_format_names_the_entry_and_the_fix(tmp_path, fake_cc, 
     entry.write_metadata({k: v for k, v in md.items() if k != "output_specs"})
     with pytest.raises(NeuronArgsError, match=r"records no valid input_specs/output_specs"):
         executables.load_executable(entry, graph_type="decode", allow_eager=False)
+
+
+@pytest.mark.parametrize("swap", ["link", "bytes", "fifo"])
+def test_the_executable_is_checked_as_it_is_read(tmp_path, fake_cc, fake_runtime, swap):
+    """An executable swapped after its entry was verified (for a link to a good copy, other bytes of its size, a
+    FIFO) never loads: the read is the check, so the seam moves the entry aside and rebuilds it."""
+    _, cm = compile_embedder(tmp_path / "cache")
+    with torch.inference_mode():
+        cm(IDS)
+    (entry,) = CompileCache(tmp_path / "cache").entries()
+    path, good = entry.executable_path, entry.executable_path.read_bytes()
+    executables.forget_loaded()  # verified in this process, not loaded: the next load reads the file again
+    path.unlink()
+    if swap == "link":
+        (tmp_path / "copy.neff").write_bytes(good)
+        path.symlink_to(tmp_path / "copy.neff")
+    elif swap == "bytes":
+        path.write_bytes(bytes(len(good)))
+    else:
+        os.mkfifo(path)
+    got: dict[str, Any] = {}
+
+    def load() -> None:
+        try:
+            got["exe"] = executables.load_executable(entry, graph_type="decode", allow_eager=False)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            got["error"] = exc
+
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "the executable's read blocked"
+    assert isinstance(got.get("error"), CorruptEntryError), got
+    assert f"cache entry {entry.key} (graph type 'decode')" in str(got["error"])
+    assert {"link": "a link", "bytes": "sha256", "fifo": "not a regular file"}[swap] in got["error"].problem
+    assert len(fake_runtime.LOADS) == 1  # the first load only
+    torch._dynamo.reset()
+    _, cm = compile_embedder(tmp_path / "cache")
+    with torch.inference_mode():
+        cm(IDS)  # the seam moves the entry aside and rebuilds it
+    assert entry.executable_path.read_bytes() == good and len(fake_runtime.LOADS) == 2
 
 
 # -- real processes: warmup, then serve from a fresh process ----------------------------------------------------

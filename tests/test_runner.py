@@ -76,6 +76,14 @@ def test_load_model_wiring_stamps_base_and_resolves_per_graph(tmp_path):
         runner.run("jf", {})
 
 
+def test_a_bad_compile_timeout_fails_where_it_enters(tmp_path):
+    from neuron_args.errors import OptionsError
+
+    with pytest.raises(OptionsError, match=r"NeuronRunner compile_timeout=-1 is not a compile timeout"):
+        make_runner(tmp_path, compile_timeout=-1)
+    assert make_runner(tmp_path, compile_timeout="90").settings.compile_timeout == 90.0
+
+
 def test_warmup_compiles_each_graph_with_its_args(warm_cache):
     assert levels(warm_cache) == [("decode", "-O3"), ("prefill", "-O1")]
 
@@ -190,12 +198,30 @@ def test_serving_from_the_cache_in_a_fresh_process_hits_every_graph(warm_cache):
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {"hits": 2, "misses": 0, "compiles": 0}
 
 
-def test_recompile_limit_is_reported_instead_of_a_silent_eager_fallback(warm_cache):
+def test_recompile_limit_is_reported_instead_of_a_silent_eager_fallback(warm_cache, monkeypatch):
+    monkeypatch.setattr("neuron_args.eager_fallback.RECOMPILE_LIMIT", 1)  # a runner call raises the limit to it
     runner = make_runner(warm_cache)
     with torch._dynamo.config.patch(recompile_limit=1):
         runner.run("prefill", {"input": torch.ones(4, 8)})
         with pytest.raises(NeuronArgsError, match=r"graph type 'decode': Dynamo's recompile limit \(1\)"):
             runner.run("decode", {"input": torch.ones(1, 8)})
+
+
+def test_dynamo_limits_are_raised_in_the_runner_calls_only(warm_cache):
+    config = torch._dynamo.config
+    limits = []
+
+    def record(*args, **kwargs):
+        limits.append((config.recompile_limit, config.accumulated_recompile_limit, config.fail_on_recompile_limit_hit))
+        return real(*args, **kwargs)
+
+    with config.patch(recompile_limit=8, accumulated_recompile_limit=256, fail_on_recompile_limit_hit=False):
+        runner = make_runner(warm_cache)
+        real, runner.fast_path.record = runner.fast_path.record, record
+        runner.run("decode", {"input": torch.ones(1, 8)})
+        assert limits == [(256, 1 << 16, False)]  # the runner's guarded call (a hit fails: eager_fallback.runner_call)
+        assert (config.recompile_limit, config.accumulated_recompile_limit, config.fail_on_recompile_limit_hit) == (
+            8, 256, False)  # the process's other torch.compile calls keep Dynamo's
 
 
 def test_a_second_warmup_traces_nothing_and_replays_the_first(warm_cache):

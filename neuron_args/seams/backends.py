@@ -47,8 +47,7 @@ from neuron_args.scope import (
     resolve_request,
     scoped_compiler_args,
 )
-from neuron_args.seams import dispatch, forward_scope, records, trace_memo
-from neuron_args.seams.platform import lowering_tool_versions
+from neuron_args.seams import dispatch, records, trace_memo
 from neuron_args.settings import CompileSettings, PlatformArgs, resolve_compile_timeout
 from neuron_args.text import graph_label
 
@@ -63,6 +62,8 @@ SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 call_observer: Callable[[CompiledGraph, Callable[[list[Any]], Any], list[Any]], Any] | None = None
 # what _load returns for a NEFF whose outputs come from eager PyTorch (no runtime binding, allowed)
 EAGER: Any = object()
+#: a scope as a variant picks it: the scoped compiler args (None: none) and the scope's graph type
+Scope = tuple[tuple[str, ...] | None, str | None]
 
 
 class CompiledGraph:
@@ -74,10 +75,10 @@ class CompiledGraph:
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None, forward: CompiledGraph | None = None) -> None:
         self.seam = seam
-        # a backward graph's forward: the backward takes the scope of its own forward call (:mod:`forward_scope`),
+        # a backward graph's forward: the backward takes the scope of its own forward call (tag_backward_node),
         # else ``last_scope``, so a loss.backward() outside the scope still gets its arguments
         self.forward = forward
-        self.last_scope: forward_scope.Scope = (None, None)
+        self.last_scope: Scope = (None, None)
         self.kind = SEAM_KINDS[seam]
         self._gm = gm
         self._lowered = lowered
@@ -114,7 +115,7 @@ class CompiledGraph:
         if self.forward is None:
             scope = self.last_scope = (_scoped_compiler_args.get(), _scoped_graph_type.get())
         else:
-            scope = forward_scope.running_forward_scope() or self.forward.last_scope
+            scope = running_forward_scope() or self.forward.last_scope
         pick = (scope[0], self.autograd())
         run = self._variants.get(pick)
         if run is None:
@@ -176,7 +177,7 @@ class CompiledGraph:
             autograd=autograd or self.autograd(),
             compiler_args=request.compiler_args if self.kind.keys_args else None,
             target=request.target,
-            tool_versions={**dict(lowering_tool_versions()), "compiler": f"{info.name} {info.version}"},
+            tool_versions={**dict(trace_memo.lowering_tool_versions()), "compiler": f"{info.name} {info.version}"},
         )
 
     def built(self, key: CacheKey) -> bool:
@@ -195,7 +196,7 @@ class CompiledGraph:
                                                                       ("inference_mode", "no_grad")))
 
     # -- resolving a variant (first call under an argument set) -------------------------------
-    def _build_variant(self, scope: forward_scope.Scope) -> Callable[[list[Any]], Any]:
+    def _build_variant(self, scope: Scope) -> Callable[[list[Any]], Any]:
         """Resolve and key the scope's request for the seam; a backward graph's under its forward's scope, labelled
         with the forward's graph type and ``.backward``."""
         with contextlib.nullcontext() if self.forward is None else scoped_compiler_args(
@@ -415,8 +416,8 @@ class NeuronBackend:
         self.seam = seam
         self.__name__ = seam
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        return (backend_for, (self.seam,))
+    def __reduce__(self) -> str:
+        return self.seam  # pickled by name: the module-level instance below
 
     def __repr__(self) -> str:
         return f"NeuronBackend({self.seam!r})"
@@ -484,14 +485,44 @@ def _raise(error: NeuronArgsError, *args: Any) -> Any:
 
 
 def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]:
-    """aot_autograd's call, setting each call's scope on the backward node it creates (:mod:`forward_scope`)."""
+    """aot_autograd's call, setting each call's scope on the backward node it creates (:func:`tag_backward_node`)."""
     @functools.wraps(aot_result)
     def call(*args: Any, **kwargs: Any) -> Any:
         outs = aot_result(*args, **kwargs)
-        forward_scope.tag_backward_node(outs, (_scoped_compiler_args.get(), _scoped_graph_type.get()))
+        tag_backward_node(outs, (_scoped_compiler_args.get(), _scoped_graph_type.get()))
         return outs
 
     return call
+
+
+#: the attribute of aot_autograd's backward node (its ctx) that holds its forward call's scope
+_SCOPE_ATTRIBUTE = "_neuron_args_forward_scope"
+#: autograd nodes between an output and aot's node (views and aliases aot's runtime wrapper regenerates)
+_DEPTH = 4
+
+
+def tag_backward_node(outputs: Any, scope: Scope) -> None:
+    """Set ``scope`` on the aot_autograd node of the call that returned ``outputs`` (one tagged is an earlier call's):
+    a forward may run under several scopes before a ``backward()``, which runs outside them all."""
+    outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    stack = [(o.grad_fn, 0) for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+    seen: set[int] = set()
+    while stack:
+        node, depth = stack.pop()
+        if node is None or id(node) in seen or depth > _DEPTH:
+            continue
+        seen.add(id(node))
+        if hasattr(getattr(node, "_forward_cls", None), "_aot_id"):  # aot_autograd's CompiledFunction node (its ctx)
+            if not hasattr(node, _SCOPE_ATTRIBUTE):
+                setattr(node, _SCOPE_ATTRIBUTE, scope)
+            continue
+        stack.extend((n, depth + 1) for n, _ in node.next_functions)
+
+
+def running_forward_scope() -> Scope | None:
+    """The scope of the forward call whose backward autograd is running now, else None."""
+    node = torch._C._current_autograd_node()
+    return getattr(node, _SCOPE_ATTRIBUTE, None) if node is not None else None
 
 
 def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
@@ -517,11 +548,5 @@ def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 neuron_libtorch = NeuronBackend(COMPILE_SEAM)
 neuron_libtorch_graph_capture = NeuronBackend(CAPTURE_SEAM)
 neuron_native_lite = NeuronBackend(NATIVE_SEAM)
-_BACKENDS = {b.seam: b for b in (neuron_libtorch, neuron_libtorch_graph_capture, neuron_native_lite)}
-
-
-def backend_for(seam: str) -> NeuronBackend:
-    return _BACKENDS[seam]
-
 
 eager_fallback.install(lambda fn: fn.seam if isinstance(fn, NeuronBackend) else None)

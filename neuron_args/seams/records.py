@@ -1,11 +1,9 @@
 """What this process compiled or loaded, graph by graph (read by the runner and the pytest plugin)."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 
-from neuron_args.activity import ACTIVITY
+from neuron_args.activity import ACTIVITY, note_outcome
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes, human_size, render_table
 
@@ -13,26 +11,10 @@ from neuron_args.text import format_shapes, human_size, render_table
 RECORDS: dict[str, GraphOutcome] = ACTIVITY.records
 
 
-_watchers: list[list[GraphOutcome]] = []  # what each open watching() block was given
-
-
-@contextlib.contextmanager
-def watching() -> Iterator[list[GraphOutcome]]:
-    """The outcomes recorded during the block, as given: what one warmup bucket built, captured or loaded,
-    found without scanning every record of the process before and after (a warmup of N buckets would
-    scan N records per bucket)."""
-    events: list[GraphOutcome] = []
-    _watchers.append(events)
-    try:
-        yield events
-    finally:
-        _watchers.remove(events)
-
-
 def record(rec: GraphOutcome) -> GraphOutcome:
-    """Merge ``rec`` into the process's records (one per key; the latest compile time and error win)."""
-    for events in _watchers:
-        events.append(rec)
+    """Merge ``rec`` into the process's records (one per key; the latest compile time and error win); the open
+    :func:`~neuron_args.activity.tally` blocks list it as given."""
+    note_outcome(rec)
     old = RECORDS.get(rec.key)
     if old is not None:
         rec = dataclasses.replace(old.merged(rec), compile_seconds=(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 import operator
@@ -38,7 +39,6 @@ from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
 from neuron_args.seams.dispatch import OWNED, Plan
 from neuron_args.seams.memo_files import FORMAT, memo_path, predicted_digest
-from neuron_args.seams.platform import lowering_tool_versions
 from neuron_args.signing import signature_matches, signed
 from neuron_args.tensors import TensorSpec
 from neuron_args.untrusted import RECORD_LIMIT, load_json, read_bounded
@@ -123,6 +123,20 @@ def store(cache: CompileCache, fp: str, memo: TraceMemo) -> None:
 def forget(cache: CompileCache, fp: str) -> None:
     with contextlib.suppress(OSError):  # best effort: a memo that stays is re-checked against its entry
         memo_path(cache, fp).unlink(missing_ok=True)
+
+
+@functools.lru_cache(maxsize=None)
+def lowering_tool_versions() -> tuple[tuple[str, str], ...]:
+    """Versions of everything that shapes the HLO (package metadata, no import): a key component and part of the
+    fingerprint."""
+    return tuple((d, _version(d)) for d in ("torch", "torchax", "jax", "jaxlib", "neuron-args")) + (("jax_x64", "off"),)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 class NoFingerprint(Exception):
