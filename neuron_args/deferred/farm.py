@@ -24,7 +24,7 @@ from typing import Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import HLO_NAME, LOCK_TIMEOUT, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
-from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler
+from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler, check_keyed_version
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
@@ -172,12 +172,10 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
             info = compiler.info
         except NeuronArgsError as exc:
             return outcome("failed", error=f"{where}: {exc}")
-        if task.compiler_version is not None and info.version != task.compiler_version:
-            return outcome("failed", compiler=info.as_dict(), error=(
-                f"{where}: this worker's {info.name} is version {info.version!r} but the key was computed for "
-                f"{task.compiler_version!r}; an executable built here would be stored under a key that lies. "
-                f"fix: install {info.name} {task.compiler_version} on every worker (the same environment as "
-                "the capture), or capture again with the workers' version."))
+        try:
+            check_keyed_version(task.key, task.graph_type, info, task.compiler_version, f"on worker {worker}")
+        except CompileError as exc:
+            return outcome("failed", compiler=info.as_dict(), error=str(exc))
         # the entry's own file names, so the recorded argv differs from the entry's only in the folder
         hlo_path = Path(workdir) / HLO_NAME
         hlo_path.write_bytes(task.hlo)

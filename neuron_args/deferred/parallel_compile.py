@@ -22,9 +22,9 @@ from typing import Any
 from neuron_args.activity import note_compile_report
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
 from neuron_args.compilers import compiler_choice
-from neuron_args.compilers.base import check_keyed_compiler, compile_entry
+from neuron_args.compilers.base import check_keyed_compiler, check_keyed_version, compile_entry
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
-from neuron_args.deferred.farm import pending_graph, submit_graph
+from neuron_args.deferred.farm import expected_compiler, pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import CompilerArgs
@@ -120,6 +120,7 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
             recorded_compiler = md.compiler_name
             compiler = select_compiler(compiler_name or recorded_compiler)
             check_keyed_compiler(key, graph_type, recorded_compiler, compiler.info.name)
+            check_keyed_version(key, graph_type, compiler.info, expected_compiler(md)[1], "on this machine")
             if timeout is None and md.compile_timeout is not None:  # the capture's own option
                 timeout = resolve_compile_timeout(md.compile_timeout, compiler.info.name)
             try:
