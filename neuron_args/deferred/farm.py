@@ -271,6 +271,13 @@ def commit_outcome(entry: CacheEntry, metadata: EntryMetadata, task: CompileTask
             f"graph type {task.graph_type!r}, key {task.key}: the executable from worker {outcome.worker} arrived "
             f"{'empty' if not blob else 'corrupted'} ({len(blob)} bytes, sha256 {sha[:16]}..., the worker sent "
             f"{str(outcome.executable_sha256)[:16]}...). The entry stays pending; rerun to build it again.")
+    name, version = outcome.compiler.get("name"), outcome.compiler.get("version")
+    if (task.compiler != "auto" and name != task.compiler) or (task.compiler_version not in (None, version)):
+        raise CompileError(
+            f"graph type {task.graph_type!r}, key {task.key}: worker {outcome.worker} says compiler {name!r} version "
+            f"{version!r} built the executable, but the key was computed for {task.compiler!r} version "
+            f"{task.compiler_version!r}; nothing was written and the entry stays pending. fix: run the capture's "
+            "compiler and neuron-args version on every worker, and only workers you trust")
     argv = [a.replace(outcome.workdir, str(entry.path)) for a in outcome.argv]
     write_atomic(entry.executable_path, blob, durable=True)
     write_atomic(entry.log_path, outcome.log)
