@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from neuron_args.atomic import write_atomic
+from neuron_args.atomic import open_for_writing, write_atomic
 from neuron_args.compilers.lifetime import CompileCancelled, current_scope, kill_group, supervised_argv
 from neuron_args.compilers.supervisor import EXIT_CANNOT_START
 from neuron_args.errors import CompileError
@@ -284,11 +284,11 @@ def _append_output(captured: Path, log_path: Path) -> None:
     size = captured.stat().st_size
     with open(captured, "rb") as out:
         head = out.read(4096)
+        # the entry's folder may be others': a link planted at the log is replaced, never written through
         if size <= len(head) and not head.strip():
-            if not log_path.exists():
-                log_path.write_bytes(b"")
+            os.close(open_for_writing(log_path, append=True))
             return
-        with open(log_path, "ab") as log:  # streamed: the output may be gigabytes
+        with os.fdopen(open_for_writing(log_path, append=True), "ab") as log:  # streamed: may be gigabytes
             log.write(b"---- compiler stdout/stderr ----\n")
             log.write(head)
             shutil.copyfileobj(out, log, 1 << 20)
