@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neuron_args import envs, flags
+from neuron_args.atomic import open_for_writing
 from neuron_args.errors import CompilerArgsError
 from neuron_args.target import KNOWN_TARGETS, Target, parse_target
 from neuron_args.text import first_line
@@ -116,7 +117,8 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
     """Run one command line; ``worker`` names the warm worker running it (for the log), if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ns, extra = _parser().parse_known_args(argv)  # argparse exits 2 on a bad fixed part
-    with open(ns.logfile, "w", buffering=1) as log:  # line-buffered: a crash keeps every line before it
+    # line-buffered: a crash keeps every line before it; a link planted in the entry is replaced, not followed
+    with os.fdopen(open_for_writing(ns.logfile), "w", buffering=1) as log:
         print(f"local-xla compile (XLA:CPU, pid {os.getpid()}{', ' + worker if worker else ''})", file=log)
         print(f"argv: {shlex.join([sys.executable, '-m', MODULE, *argv])}", file=log)
         print(f"target: {ns.target} (no effect on XLA:CPU; kept for parity with neuronx-cc)", file=log)

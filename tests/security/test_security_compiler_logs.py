@@ -48,3 +48,18 @@ def test_compiler_output_is_not_appended_through_a_log_link_planted_mid_compile(
     assert victim.read_text() == "the user's file\n"
     assert not log.is_symlink() and "echo owned" in log.read_text()
 
+
+def test_the_local_compiler_writes_its_log_in_place_of_a_planted_link(tmp_path):
+    """The local compiler child opens ``--logfile`` itself: a link planted there since the driver removed the old
+    log is replaced, the user's file untouched."""
+    from neuron_args.compilers import local_xla
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    log = tmp_path / "log-neuron-cc.txt"
+    log.symlink_to(victim)
+    code = local_xla.main(["compile", str(tmp_path / "missing.hlo"), "--target", "trn2", "--output",
+                           str(tmp_path / "out.bin"), "--logfile", str(log)])
+    assert code != 0
+    assert victim.read_text() == "the user's file\n"
+    assert not log.is_symlink() and "cannot read the HLO module" in log.read_text()
