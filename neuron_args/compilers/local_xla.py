@@ -27,6 +27,7 @@ from neuron_args.atomic import open_for_writing
 from neuron_args.errors import CompilerArgsError
 from neuron_args.target import KNOWN_TARGETS, Target, parse_target
 from neuron_args.text import first_line
+from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded
 
 MODULE = "neuron_args.compilers.local_xla"
 PROG = f"python -m {MODULE}"
@@ -139,8 +140,8 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
                 print(f"ignored on XLA:CPU: {flag.name}{'' if flag.value is None else '=' + flag.value}", file=log)
 
         try:
-            hlo = ns.hlo.read_bytes()
-        except OSError as exc:
+            hlo = read_bounded(ns.hlo, HLO_LIMIT)  # the entry's file: a planted FIFO or /dev/zero link fails at once
+        except (OSError, UntrustedFileError) as exc:
             return _fail(log, EXIT_FAILED, f"cannot read the HLO module {ns.hlo}: {exc}")
 
         start = time.perf_counter()

@@ -63,3 +63,33 @@ def test_the_local_compiler_writes_its_log_in_place_of_a_planted_link(tmp_path):
     assert code != 0
     assert victim.read_text() == "the user's file\n"
     assert not log.is_symlink() and "cannot read the HLO module" in log.read_text()
+
+
+
+@pytest.mark.parametrize("kind", ["fifo", "oversized"])
+def test_the_local_compiler_refuses_a_planted_hlo_module_at_once(tmp_path, monkeypatch, kind):
+    """graph.hlo planted as a FIFO (a read blocks until the compile timeout) or larger than any HLO module (a
+    link to /dev/zero never ends, filling memory; the cap lowered here): the child fails at once, saying why."""
+    import os
+    import threading
+
+    from neuron_args.compilers import local_xla
+
+    hlo = tmp_path / "graph.hlo"
+    if kind == "fifo":
+        os.mkfifo(hlo)
+    else:
+        hlo.write_bytes(b"x" * 64)
+        monkeypatch.setattr(local_xla, "HLO_LIMIT", 16)
+    result = []
+    run = threading.Thread(target=lambda: result.append(local_xla.main(
+        ["compile", str(hlo), "--target", "trn2", "--output", str(tmp_path / "out.bin"),
+         "--logfile", str(tmp_path / "log.txt")])), daemon=True)
+    run.start()
+    run.join(20)
+    if run.is_alive():  # unblock the FIFO's reader so the thread ends
+        with open(hlo, "wb"):
+            pass
+        pytest.fail(f"the local compiler blocked on a planted {kind} graph.hlo")
+    assert result and result[0] != 0
+    assert ("is not a regular file" if kind == "fifo" else "more than the 16") in (tmp_path / "log.txt").read_text()
