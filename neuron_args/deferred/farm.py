@@ -31,7 +31,7 @@ from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
 from neuron_args.flags import optimization_level
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import graph_label
-from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded
+from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded, read_tail
 
 __all__ = ["CompileOutcome", "CompileTask", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
 
@@ -162,7 +162,8 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
 
     def outcome(status: str, **fields: Any) -> CompileOutcome:
         log_path = Path(workdir) / "log-neuron-cc.txt"
-        log = log_path.read_bytes() if log_path.is_file() else b""
+        # its end, where the errors are: a verbose compile's log may pass what the caller takes (MAX_LOG_BYTES)
+        log = read_tail(log_path, MAX_LOG_BYTES)[0] if log_path.is_file() else b""
         return CompileOutcome(key=task.key, status=status, worker=worker, workdir=workdir, log=log,
                               worker_seconds=round(time.monotonic() - start, 3), **fields)
 
