@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.activity import note_compile_report
-from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
+from neuron_args.cache import HLO_NAME, METADATA_NAME, CacheEntry, CompileCache, disk_error
 from neuron_args.compilers import compiler_choice
 from neuron_args.compilers.base import check_keyed_compiler, check_keyed_version, compile_entry
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
@@ -202,7 +202,7 @@ def parallel_compile(
         raise OptionsError(f"parallel_compile: cache_dir {cache.root} is not a directory; pass the compile cache "
                            "the capture wrote into (options['cache_dir'] of the capture seam)")
     statuses = [(e, e.status) for e in cache.entries()] if keys is None else []
-    pending = [e.key for e, status in statuses if status == "pending"]
+    pending = [e.key for e, status in statuses if _buildable(e, status)]
     for entry in (e for e, status in statuses if status == "crashed" and not e.has_metadata):
         log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
                     "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
@@ -363,5 +363,10 @@ def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Futur
         *(" ".join(keys) or "-" for keys in groups))
 
 
+def _buildable(entry: CacheEntry, status: str) -> bool:
+    """Pending, or crashed with its capture whole (a build killed after its metadata, before its marker)."""
+    return status == "pending" or (status == "crashed" and entry.has_metadata and entry.hlo_path.is_file())
+
+
 def pending_keys(cache_dir: str | os.PathLike[str]) -> list[str]:
-    return [e.key for e in CompileCache(cache_dir).entries() if e.status == "pending"]
+    return [e.key for e in CompileCache(cache_dir).entries() if _buildable(e, e.status)]

@@ -66,3 +66,22 @@ def test_own_threads_build_a_key_computed_for_the_installed_version(tmp_path, fa
     report = parallel_compile(root, workers=1, quiet=True)
     assert [g.status for g in report.graphs] == ["compiled"]
     assert CompileCache(root).entry(key).info().compiler_version == INSTALLED
+
+
+def test_a_build_killed_after_its_metadata_before_its_marker_is_built_again(tmp_path, fake_cc):
+    """parallel_compile killed between metadata.json ("compiled") and the marker: the entry is crashed, its
+    capture intact; the next parallel_compile builds it (it skipped it silently, and the warmup's serve missed)."""
+    import json
+
+    from neuron_args.deferred.parallel_compile import pending_keys
+
+    root = tmp_path / "cache"
+    key = pending(root, "killed", INSTALLED)
+    entry = CompileCache(root).entry(key)
+    doc = json.loads(entry.metadata_path.read_text())
+    entry.write_metadata({**doc, "status": "compiled"})
+    assert entry.status == "crashed"
+    assert pending_keys(root) == [key]
+    report = parallel_compile(root, workers=1, quiet=True)
+    assert [(g.key, g.status) for g in report.graphs] == [(key, "compiled")]
+    assert entry.is_complete and (fake_cc / "killed.calls").exists()
