@@ -210,13 +210,14 @@ def check_keyed_version(key: str, graph_type: str | None, info: CompilerInfo, ke
 def check_keyed_build(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], target: str,
                       graph_type: str | None) -> None:
     """Refuse to build a key with other compiler arguments or another target than its ``key_components`` hold
-    (metadata edited by hand); a key without arguments (native seam) or an entry recording none is not checked."""
+    (metadata edited by hand, or recording no arguments: the base ones stand in); a key without arguments (native
+    seam) is not checked."""
     comps = metadata.key_components
     if comps is None:
         return
     keyed_args, keyed_target = comps.get("compiler_args"), comps.get("target")
     problems = []
-    if isinstance(keyed_args, list) and metadata.compiler_args is not None:
+    if isinstance(keyed_args, list):
         try:
             given = list(CompilerArgs.of(compiler_args).canonical)
         except (CompilerArgsError, TypeError) as exc:

@@ -85,3 +85,25 @@ def test_a_build_killed_after_its_metadata_before_its_marker_is_built_again(tmp_
     report = parallel_compile(root, workers=1, quiet=True)
     assert [(g.key, g.status) for g in report.graphs] == [(key, "compiled")]
     assert entry.is_complete and (fake_cc / "killed.calls").exists()
+
+
+def test_an_entry_recording_no_arguments_is_not_built_with_base_arguments_its_key_does_not_hold(tmp_path, fake_cc):
+    """metadata.json without compiler_args (damaged, or edited) but a key hashing -O1: parallel_compile's base
+    arguments -O3 would build an executable its key does not describe; refused, naming the key and the fix."""
+    import json
+
+    from neuron_args.flags import CompilerArgs
+
+    root = tmp_path / "cache"
+    key = pending(root, "unrecorded", INSTALLED)
+    entry = CompileCache(root).entry(key)
+    doc = json.loads(entry.metadata_path.read_text())
+    doc.pop("compiler_args")
+    doc["key_components"]["compiler_args"] = list(CompilerArgs.of(["-O1"]).canonical)
+    entry.write_metadata(doc)
+    report = parallel_compile(root, workers=1, base_compiler_args=["-O3"], quiet=True, raise_on_error=False)
+    (g,) = report.graphs
+    assert g.status == "failed" and key in g.error and "the key holds" in g.error and "fix:" in g.error
+    assert entry.status == "pending" and not (fake_cc / "unrecorded.calls").exists()
+    report = parallel_compile(root, workers=1, base_compiler_args=["-O1"], quiet=True)  # the key's own: built
+    assert [g.status for g in report.graphs] == ["compiled"]
