@@ -93,3 +93,22 @@ def test_the_local_compiler_refuses_a_planted_hlo_module_at_once(tmp_path, monke
         pytest.fail(f"the local compiler blocked on a planted {kind} graph.hlo")
     assert result and result[0] != 0
     assert ("is not a regular file" if kind == "fifo" else "more than the 16") in (tmp_path / "log.txt").read_text()
+
+
+def test_the_local_compiler_writes_its_executable_in_place_of_a_planted_link(tmp_path, monkeypatch):
+    """The temporary output's name is on the child's command line (``/proc/<pid>/cmdline`` is world-readable):
+    a link planted there mid-compile is replaced, the executable is not written through it."""
+    from neuron_args.compilers import local_xla
+
+    monkeypatch.setattr(local_xla, "compile_client", lambda: None)
+    monkeypatch.setattr(local_xla, "_compile", lambda hlo, overrides, log: b"executable")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    hlo, out = tmp_path / "graph.hlo", tmp_path / ".graph.partial-1.neff"
+    hlo.write_bytes(b"hlo")
+    out.symlink_to(victim)
+    code = local_xla.main(["compile", str(hlo), "--target", "trn2", "--output", str(out),
+                           "--logfile", str(tmp_path / "log.txt")])
+    assert code == 0
+    assert victim.read_text() == "the user's file\n"
+    assert not out.is_symlink() and out.read_bytes() == b"executable"
