@@ -112,3 +112,32 @@ def test_the_local_compiler_writes_its_executable_in_place_of_a_planted_link(tmp
     assert code == 0
     assert victim.read_text() == "the user's file\n"
     assert not out.is_symlink() and out.read_bytes() == b"executable"
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_the_compilers_output_is_read_back_from_its_own_file_not_a_link_swapped_in(tmp_path, code):
+    """Another cache user lists the entry, sees ``.compiler-output.<id>.tmp`` and swaps it for a link to the
+    user's secret mid-compile: the log gets what the compiler printed, never the secret (the log is shared)."""
+    secret = tmp_path / "id_rsa"
+    secret.write_text("PRIVATE KEY\n")
+    workdir = tmp_path / "entry"
+    workdir.mkdir()
+    log, tmp = workdir / "log-neuron-cc.txt", workdir / ".out.partial-1.neff"
+
+    def swapping_child(argv, *, cwd, stdout):
+        stdout.write(b"compiler says hi\n")
+        stdout.flush()
+        (captured,) = workdir.glob(".compiler-output.*.tmp")
+        captured.unlink()
+        captured.symlink_to(secret)
+        tmp.write_bytes(b"exe")
+        return _Exited(code)
+
+    try:
+        run_compiler(compiler="neuronx-cc", argv=["/bin/true"], recorded_argv=["neuronx-cc", "compile"],
+                     tmp_output=tmp, output_path=workdir / "out.neff", workdir=workdir, log_path=log,
+                     graph_type="decode", key=KEY, timeout=None, start_child=swapping_child)
+    except CompileError as exc:
+        assert code and "PRIVATE KEY" not in str(exc) and "compiler says hi" in str(exc)
+    text = log.read_text()
+    assert "PRIVATE KEY" not in text and "compiler says hi" in text
