@@ -141,3 +141,31 @@ def test_the_compilers_output_is_read_back_from_its_own_file_not_a_link_swapped_
         assert code and "PRIVATE KEY" not in str(exc) and "compiler says hi" in str(exc)
     text = log.read_text()
     assert "PRIVATE KEY" not in text and "compiler says hi" in text
+
+
+@pytest.mark.slow
+def test_a_warm_worker_does_not_write_a_compile_s_output_through_a_link_swapped_in(tmp_path):
+    """The warm worker opens the capture file by name: one swapped for a link to the user's file since the driver
+    created it is not followed (the compile fails instead, its output not appended to the user's file)."""
+    import os
+    import signal
+
+    from neuron_args.compilers import workers
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    capture = tmp_path / ".compiler-output.1.tmp"
+    pool = workers.WorkerPool()
+    try:
+        with open(capture, "x+b") as out:
+            capture.unlink()
+            capture.symlink_to(victim)
+            args = ["compile", str(tmp_path / "missing.hlo"), "--target", "trn2", "--output", str(tmp_path / "o"),
+                    "--logfile", str(tmp_path / "log.txt")]
+            code = pool.start(args, ["python", *args], cwd=tmp_path, stdout=out).wait(120)
+        assert code != 0
+        assert victim.read_text() == "the user's file\n"
+    finally:
+        for pid in pool.idle_pids():
+            os.killpg(pid, signal.SIGKILL)
+        pool.close()
