@@ -1,12 +1,15 @@
 """A compiler's log in a cache entry others may write: never written through a link planted there."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from neuron_args.compilers.process import run_compiler
 from neuron_args.errors import CompileError
 
 KEY = "ab" * 16
+LOG = "log-neuron-cc.txt"
 
 
 class _Exited:
@@ -19,35 +22,40 @@ class _Exited:
         return self.code
 
 
+def _compile_in_entry(tmp_path, code: int, meddle) -> tuple[Path, str | None]:
+    """Run a compile in ``tmp_path/entry`` whose child prints, calls ``meddle(workdir)`` (the other cache user)
+    and exits ``code``; the entry's log and the CompileError's text (None: it succeeded)."""
+    workdir = tmp_path / "entry"
+    workdir.mkdir()
+    tmp = workdir / ".out.partial-1.neff"
+
+    def child(argv, *, cwd, stdout):
+        stdout.write(b"compiler says hi\n")
+        stdout.flush()
+        meddle(workdir)
+        tmp.write_bytes(b"exe")
+        return _Exited(code)
+
+    try:
+        run_compiler(compiler="neuronx-cc", argv=["/bin/true"], recorded_argv=["neuronx-cc", "compile"],
+                     tmp_output=tmp, output_path=workdir / "out.neff", workdir=workdir, log_path=workdir / LOG,
+                     graph_type="decode", key=KEY, timeout=None, start_child=child)
+    except CompileError as exc:
+        assert code and f"key {KEY}" in str(exc)
+        return workdir / LOG, str(exc)
+    assert not code
+    return workdir / LOG, None
+
+
 @pytest.mark.parametrize("code", [0, 1])
 def test_compiler_output_is_not_appended_through_a_log_link_planted_mid_compile(tmp_path, code):
     """Another cache user plants ``log-neuron-cc.txt -> ~/.bashrc`` while the compile runs: the compiler's
     stdout/stderr lands in the entry's own log, the user's file is untouched."""
     victim = tmp_path / "victim.txt"
     victim.write_text("the user's file\n")
-    workdir = tmp_path / "entry"
-    workdir.mkdir()
-    log, tmp = workdir / "log-neuron-cc.txt", workdir / ".out.partial-1.neff"
-
-    def planting_child(argv, *, cwd, stdout):
-        stdout.write(b"echo owned\n")
-        tmp.write_bytes(b"exe")
-        log.symlink_to(victim)
-        return _Exited(code)
-
-    def run():
-        return run_compiler(compiler="neuronx-cc", argv=["/bin/true"], recorded_argv=["neuronx-cc", "compile"],
-                            tmp_output=tmp, output_path=workdir / "out.neff", workdir=workdir, log_path=log,
-                            graph_type="decode", key=KEY, timeout=None, start_child=planting_child)
-
-    if code:
-        with pytest.raises(CompileError, match=f"key {KEY}"):
-            run()
-    else:
-        run()
+    log, _ = _compile_in_entry(tmp_path, code, lambda workdir: (workdir / LOG).symlink_to(victim))
     assert victim.read_text() == "the user's file\n"
-    assert not log.is_symlink() and "echo owned" in log.read_text()
-
+    assert not log.is_symlink() and "compiler says hi" in log.read_text()
 
 def test_the_local_compiler_writes_its_log_in_place_of_a_planted_link(tmp_path):
     """The local compiler child opens ``--logfile`` itself: a link planted there since the driver removed the old
@@ -120,28 +128,16 @@ def test_the_compilers_output_is_read_back_from_its_own_file_not_a_link_swapped_
     user's secret mid-compile: the log gets what the compiler printed, never the secret (the log is shared)."""
     secret = tmp_path / "id_rsa"
     secret.write_text("PRIVATE KEY\n")
-    workdir = tmp_path / "entry"
-    workdir.mkdir()
-    log, tmp = workdir / "log-neuron-cc.txt", workdir / ".out.partial-1.neff"
 
-    def swapping_child(argv, *, cwd, stdout):
-        stdout.write(b"compiler says hi\n")
-        stdout.flush()
+    def swap(workdir):
         (captured,) = workdir.glob(".compiler-output.*.tmp")
         captured.unlink()
         captured.symlink_to(secret)
-        tmp.write_bytes(b"exe")
-        return _Exited(code)
 
-    try:
-        run_compiler(compiler="neuronx-cc", argv=["/bin/true"], recorded_argv=["neuronx-cc", "compile"],
-                     tmp_output=tmp, output_path=workdir / "out.neff", workdir=workdir, log_path=log,
-                     graph_type="decode", key=KEY, timeout=None, start_child=swapping_child)
-    except CompileError as exc:
-        assert code and "PRIVATE KEY" not in str(exc) and "compiler says hi" in str(exc)
+    log, error = _compile_in_entry(tmp_path, code, swap)
+    assert error is None or ("PRIVATE KEY" not in error and "compiler says hi" in error)
     text = log.read_text()
     assert "PRIVATE KEY" not in text and "compiler says hi" in text
-
 
 @pytest.mark.slow
 def test_a_warm_worker_does_not_write_a_compile_s_output_through_a_link_swapped_in(tmp_path):

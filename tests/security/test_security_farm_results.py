@@ -7,8 +7,6 @@ import pytest
 
 from neuron_args.errors import CompileError
 from neuron_args.deferred.farm import commit_outcome
-from tests.security.test_security_compiler_versions import INSTALLED, fake_cc  # noqa: F401  (a fixture)
-from tests.security.test_security_compiler_versions import pending as pending_entry
 from tests.security.test_security_inputs import _outcome, _task, pending  # noqa: F401  (a fixture)
 
 
@@ -26,20 +24,3 @@ def test_an_executable_built_by_another_compiler_is_not_committed(pending, compi
     assert entry.key in str(err.value) and "'decode'" in str(err.value) and "fix:" in str(err.value)
     assert not entry.executable_path.exists() and entry.metadata()["status"] == "pending"
 
-
-def test_a_worker_sends_the_tail_of_a_log_past_the_cap_not_an_invalid_result(tmp_path, fake_cc, monkeypatch):  # noqa: F811
-    """A verbose compile's log larger than the cap on what a worker may send (lowered here): the worker sends its
-    end (where the errors are), and the good executable is committed, not refused as an invalid result."""
-    from neuron_args import deferred
-    from neuron_args.cache import CompileCache
-    from neuron_args.deferred.farm import prepare_task, run_compile_task
-
-    monkeypatch.setattr(deferred.farm, "MAX_LOG_BYTES", 24)
-    root = tmp_path / "cache"
-    entry = CompileCache(root).entry(pending_entry(root, "verbose", INSTALLED))
-    md = entry.info()
-    outcome = run_compile_task(prepare_task(entry, md, ["-O1"]))
-    assert outcome.status == "compiled", outcome.error
-    assert len(outcome.log) == 24 and outcome.log.endswith(b"\n")
-    assert commit_outcome(entry, md, prepare_task(entry, md, ["-O1"]), outcome) > 0
-    assert entry.is_complete and entry.log_path.read_bytes() == outcome.log
