@@ -197,16 +197,27 @@ def check_keyed_compiler(key: str, graph_type: str | None, recorded: str | None,
             "executable. Capture again with the same compiler option.")
 
 
+def check_keyed_version(key: str, graph_type: str | None, info: CompilerInfo, keyed: str | None, where: str) -> None:
+    """Refuse to build a key with another compiler version than it hashed (``keyed`` None: not recorded)."""
+    if keyed is not None and info.version != keyed:
+        raise CompileError(
+            f"{graph_label(graph_type)}, key {key}: the {info.name} {where} is version {info.version!r} but the key "
+            f"was computed for {keyed!r}; an executable built here would be stored under a key that lies. fix: "
+            f"install {info.name} {keyed} {where} (the same environment as the capture), or capture again with "
+            f"version {info.version}.")
+
+
 def check_keyed_build(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], target: str,
                       graph_type: str | None) -> None:
     """Refuse to build a key with other compiler arguments or another target than its ``key_components`` hold
-    (metadata edited by hand); a key without arguments (native seam) or an entry recording none is not checked."""
+    (metadata edited by hand, or recording no arguments: the base ones stand in); a key without arguments (native
+    seam) is not checked."""
     comps = metadata.key_components
     if comps is None:
         return
     keyed_args, keyed_target = comps.get("compiler_args"), comps.get("target")
     problems = []
-    if isinstance(keyed_args, list) and metadata.compiler_args is not None:
+    if isinstance(keyed_args, list):
         try:
             given = list(CompilerArgs.of(compiler_args).canonical)
         except (CompilerArgsError, TypeError) as exc:

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neuron_args import envs, flags
+from neuron_args.atomic import open_for_writing
 from neuron_args.errors import CompilerArgsError
 from neuron_args.target import KNOWN_TARGETS, Target, parse_target
 from neuron_args.text import first_line
+from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded
 
 MODULE = "neuron_args.compilers.local_xla"
 PROG = f"python -m {MODULE}"
@@ -116,7 +118,8 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
     """Run one command line; ``worker`` names the warm worker running it (for the log), if any."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ns, extra = _parser().parse_known_args(argv)  # argparse exits 2 on a bad fixed part
-    with open(ns.logfile, "w", buffering=1) as log:  # line-buffered: a crash keeps every line before it
+    # line-buffered: a crash keeps every line before it; a link planted in the entry is replaced, not followed
+    with os.fdopen(open_for_writing(ns.logfile), "w", buffering=1) as log:
         print(f"local-xla compile (XLA:CPU, pid {os.getpid()}{', ' + worker if worker else ''})", file=log)
         print(f"argv: {shlex.join([sys.executable, '-m', MODULE, *argv])}", file=log)
         print(f"target: {ns.target} (no effect on XLA:CPU; kept for parity with neuronx-cc)", file=log)
@@ -137,8 +140,8 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
                 print(f"ignored on XLA:CPU: {flag.name}{'' if flag.value is None else '=' + flag.value}", file=log)
 
         try:
-            hlo = ns.hlo.read_bytes()
-        except OSError as exc:
+            hlo = read_bounded(ns.hlo, HLO_LIMIT)  # the entry's file: a planted FIFO or /dev/zero link fails at once
+        except (OSError, UntrustedFileError) as exc:
             return _fail(log, EXIT_FAILED, f"cannot read the HLO module {ns.hlo}: {exc}")
 
         start = time.perf_counter()
@@ -152,7 +155,9 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
             return _fail(log, EXIT_FAILED,
                          f"XLA:CPU could not compile {ns.hlo}: {type(exc).__name__}: {first_line(str(exc))}")
         seconds = time.perf_counter() - start
-        ns.output.write_bytes(blob)
+        # its name is on this command line (world-readable): a link planted there is replaced, not written through
+        with os.fdopen(open_for_writing(ns.output), "wb") as out:
+            out.write(blob)
         import jaxlib
 
         print(f"xla version: jaxlib {jaxlib.__version__}", file=log)

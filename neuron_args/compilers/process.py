@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from neuron_args.atomic import write_atomic
+from neuron_args.atomic import open_for_writing, write_atomic
 from neuron_args.compilers.lifetime import CompileCancelled, current_scope, kill_group, supervised_argv
 from neuron_args.compilers.supervisor import EXIT_CANNOT_START
 from neuron_args.errors import CompileError
@@ -202,7 +202,8 @@ def run_compiler(
     start = time.perf_counter()
     returncode: int | None = None
     try:
-        with open(captured, "wb") as out:
+        # read back through this descriptor (x: never through a link): the name can be swapped in a shared entry
+        with open(captured, "x+b") as out:
             try:
                 proc = start_child(argv, cwd=workdir, stdout=out)
             except OSError as exc:
@@ -222,9 +223,9 @@ def run_compiler(
             finally:
                 if scope is not None:
                     scope.discard(proc)
-        seconds = time.perf_counter() - start
-        with contextlib.suppress(OSError):  # a full disk must not hide the compiler's own failure
-            _append_output(captured, log_path)
+            seconds = time.perf_counter() - start
+            with contextlib.suppress(OSError):  # a full disk must not hide the compiler's own failure
+                _append_output(out, log_path)
 
         def fail(status: str, hint: str) -> CompileError:
             return CompileError(
@@ -279,22 +280,23 @@ def _remove_leftovers(workdir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def _append_output(captured: Path, log_path: Path) -> None:
-    """Append the child's stdout/stderr to the log, after what the compiler logged itself."""
-    size = captured.stat().st_size
-    with open(captured, "rb") as out:
-        head = out.read(4096)
-        if size <= len(head) and not head.strip():
-            if not log_path.exists():
-                log_path.write_bytes(b"")
-            return
-        with open(log_path, "ab") as log:  # streamed: the output may be gigabytes
-            log.write(b"---- compiler stdout/stderr ----\n")
-            log.write(head)
-            shutil.copyfileobj(out, log, 1 << 20)
-            out.seek(max(0, size - 1))
-            if out.read(1) != b"\n":
-                log.write(b"\n")
+def _append_output(out: IO[bytes], log_path: Path) -> None:
+    """Append the child's stdout/stderr (``out``, the file it wrote) to the log, after what the compiler logged."""
+    out.flush()
+    size = os.fstat(out.fileno()).st_size
+    out.seek(0)
+    head = out.read(4096)
+    # the entry's folder may be others': a link planted at the log is replaced, never written through
+    if size <= len(head) and not head.strip():
+        os.close(open_for_writing(log_path, append=True))
+        return
+    with os.fdopen(open_for_writing(log_path, append=True), "ab") as log:  # streamed: may be gigabytes
+        log.write(b"---- compiler stdout/stderr ----\n")
+        log.write(head)
+        shutil.copyfileobj(out, log, 1 << 20)
+        out.seek(max(0, size - 1))
+        if out.read(1) != b"\n":
+            log.write(b"\n")
 
 
 def temp_output_path(workdir: Path, output_path: Path) -> Path:

@@ -390,7 +390,8 @@ def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
 
     try:
         os.chdir(request["cwd"])
-        out = os.open(request["capture"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # the driver created it: a link swapped in since (the entry's folder may be others') is not followed
+        out = os.open(request["capture"], os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)

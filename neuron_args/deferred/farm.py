@@ -24,14 +24,14 @@ from typing import Any
 
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import HLO_NAME, LOCK_TIMEOUT, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
-from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler
+from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler, check_keyed_version
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
 from neuron_args.flags import optimization_level
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import graph_label
-from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded
+from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded, read_tail
 
 __all__ = ["CompileOutcome", "CompileTask", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
 
@@ -162,7 +162,8 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
 
     def outcome(status: str, **fields: Any) -> CompileOutcome:
         log_path = Path(workdir) / "log-neuron-cc.txt"
-        log = log_path.read_bytes() if log_path.is_file() else b""
+        # its end, where the errors are: a verbose compile's log may pass what the caller takes (MAX_LOG_BYTES)
+        log = read_tail(log_path, MAX_LOG_BYTES)[0] if log_path.is_file() else b""
         return CompileOutcome(key=task.key, status=status, worker=worker, workdir=workdir, log=log,
                               worker_seconds=round(time.monotonic() - start, 3), **fields)
 
@@ -172,12 +173,10 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
             info = compiler.info
         except NeuronArgsError as exc:
             return outcome("failed", error=f"{where}: {exc}")
-        if task.compiler_version is not None and info.version != task.compiler_version:
-            return outcome("failed", compiler=info.as_dict(), error=(
-                f"{where}: this worker's {info.name} is version {info.version!r} but the key was computed for "
-                f"{task.compiler_version!r}; an executable built here would be stored under a key that lies. "
-                f"fix: install {info.name} {task.compiler_version} on every worker (the same environment as "
-                "the capture), or capture again with the workers' version."))
+        try:
+            check_keyed_version(task.key, task.graph_type, info, task.compiler_version, f"on worker {worker}")
+        except CompileError as exc:
+            return outcome("failed", compiler=info.as_dict(), error=str(exc))
         # the entry's own file names, so the recorded argv differs from the entry's only in the folder
         hlo_path = Path(workdir) / HLO_NAME
         hlo_path.write_bytes(task.hlo)
@@ -273,6 +272,13 @@ def commit_outcome(entry: CacheEntry, metadata: EntryMetadata, task: CompileTask
             f"graph type {task.graph_type!r}, key {task.key}: the executable from worker {outcome.worker} arrived "
             f"{'empty' if not blob else 'corrupted'} ({len(blob)} bytes, sha256 {sha[:16]}..., the worker sent "
             f"{str(outcome.executable_sha256)[:16]}...). The entry stays pending; rerun to build it again.")
+    name, version = outcome.compiler.get("name"), outcome.compiler.get("version")
+    if (task.compiler != "auto" and name != task.compiler) or (task.compiler_version not in (None, version)):
+        raise CompileError(
+            f"graph type {task.graph_type!r}, key {task.key}: worker {outcome.worker} says compiler {name!r} version "
+            f"{version!r} built the executable, but the key was computed for {task.compiler!r} version "
+            f"{task.compiler_version!r}; nothing was written and the entry stays pending. fix: run the capture's "
+            "compiler and neuron-args version on every worker, and only workers you trust")
     argv = [a.replace(outcome.workdir, str(entry.path)) for a in outcome.argv]
     write_atomic(entry.executable_path, blob, durable=True)
     write_atomic(entry.log_path, outcome.log)

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.activity import note_compile_report
-from neuron_args.cache import HLO_NAME, METADATA_NAME, CompileCache, disk_error
+from neuron_args.cache import HLO_NAME, METADATA_NAME, CacheEntry, CompileCache, disk_error
 from neuron_args.compilers import compiler_choice
-from neuron_args.compilers.base import check_keyed_compiler, compile_entry
+from neuron_args.compilers.base import check_keyed_compiler, check_keyed_version, compile_entry
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
-from neuron_args.deferred.farm import pending_graph, submit_graph
+from neuron_args.deferred.farm import expected_compiler, pending_graph, submit_graph
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
 from neuron_args.flags import CompilerArgs
@@ -120,6 +120,7 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
             recorded_compiler = md.compiler_name
             compiler = select_compiler(compiler_name or recorded_compiler)
             check_keyed_compiler(key, graph_type, recorded_compiler, compiler.info.name)
+            check_keyed_version(key, graph_type, compiler.info, expected_compiler(md)[1], "on this machine")
             if timeout is None and md.compile_timeout is not None:  # the capture's own option
                 timeout = resolve_compile_timeout(md.compile_timeout, compiler.info.name)
             try:
@@ -201,7 +202,7 @@ def parallel_compile(
         raise OptionsError(f"parallel_compile: cache_dir {cache.root} is not a directory; pass the compile cache "
                            "the capture wrote into (options['cache_dir'] of the capture seam)")
     statuses = [(e, e.status) for e in cache.entries()] if keys is None else []
-    pending = [e.key for e, status in statuses if status == "pending"]
+    pending = [e.key for e, status in statuses if _buildable(e, status)]
     for entry in (e for e, status in statuses if status == "crashed" and not e.has_metadata):
         log.warning("parallel_compile: entry %s has no readable %s, so its compiler arguments are unknown and it is "
                     "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
@@ -362,5 +363,10 @@ def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Futur
         *(" ".join(keys) or "-" for keys in groups))
 
 
+def _buildable(entry: CacheEntry, status: str) -> bool:
+    """Pending, or crashed with its capture whole (a build killed after its metadata, before its marker)."""
+    return status == "pending" or (status == "crashed" and entry.has_metadata and entry.hlo_path.is_file())
+
+
 def pending_keys(cache_dir: str | os.PathLike[str]) -> list[str]:
-    return [e.key for e in CompileCache(cache_dir).entries() if e.status == "pending"]
+    return [e.key for e in CompileCache(cache_dir).entries() if _buildable(e, e.status)]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_CC = REPO / "tests" / "fakes" / "neuronx_cc.py"
+#: the fake's `--version` (tests/fakes/neuronx_cc.py): a capture records the compiler version its key hashed
+FAKE_CC_VERSION = "2.21.33363.0+82d8b54d"
 ENV_TO_CLEAR = ("VLLM_NEURON_MANIFEST_DIR", "NEURON_CC_FLAGS", "NEURON_ARGS_COMPILER", "NEURON_ARGS_TARGET",
                 "NEURON_LIBTORCH_ASSERT_CACHE_HIT", "NEURON_LIBTORCH_CACHE_DIR", "NEURON_ARGS_COMPILE_TIMEOUT",
                 "NEURON_ARGS_COMPILE_WORKERS", "NEURON_VISIBLE_DEVICES")
@@ -104,7 +106,7 @@ def make_pending(root: Path, n: int, *, graph_type: str = "decode") -> list[str]
         (entry / "metadata.json").write_text(json.dumps({
             "metadata_version": 1, "key": key, "status": "pending", "seam": "neuron_libtorch_graph_capture",
             "graph_type": f"{graph_type}{i}", "compiler_args": ["-O1"], "target": "trn2",
-            "compiler": {"name": "neuronx-cc", "version": "2.21", "format": "neff"},
+            "compiler": {"name": "neuronx-cc", "version": FAKE_CC_VERSION, "format": "neff"},
         }))
         keys.append(key)
     return keys

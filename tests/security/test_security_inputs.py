@@ -42,7 +42,8 @@ def _outcome(key, **fields):
     blob = b"executable"
     good = dict(key=key, status="compiled", worker="host:1", workdir="/tmp/neuron-args-farm-x", executable=blob,
                 executable_sha256=hashlib.sha256(blob).hexdigest(), log=b"ok\n",
-                argv=("neuronx-cc", "compile", "/tmp/neuron-args-farm-x/graph.hlo"), compiler={"name": "neuronx-cc"},
+                argv=("neuronx-cc", "compile", "/tmp/neuron-args-farm-x/graph.hlo"),
+                compiler={"name": "neuronx-cc", "version": "2.0", "format": "neff"},
                 compile_seconds=1.0, worker_seconds=1.5)
     return CompileOutcome(**{**good, **fields})
 
