@@ -8,6 +8,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -20,15 +21,30 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def open_for_writing(path: str | os.PathLike[str], *, append: bool = False) -> int:
-    """A descriptor writing ``path`` in place; a link planted there is replaced by a fresh file, never followed."""
+    """A descriptor writing ``path`` in place; a link or FIFO planted there is replaced by a fresh file, never
+    followed or written to (opened non-blocking: a FIFO nobody reads would block the writer)."""
     flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
     try:
-        return os.open(path, flags, _MODE)
-    except OSError:
-        if not os.path.islink(path):
+        fd = os.open(path, flags | os.O_NONBLOCK, _MODE)
+    except OSError:  # ELOOP: a link; ENXIO: a FIFO with no reader
+        if not _planted(path):
             raise
+    else:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)
     os.unlink(path)
     return os.open(path, flags | os.O_EXCL, _MODE)
+
+
+def _planted(path: str | os.PathLike[str]) -> bool:
+    """A link or a FIFO at ``path``: something put there to be written through."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISLNK(mode) or stat.S_ISFIFO(mode)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, durable: bool = False) -> None:

@@ -52,6 +52,35 @@ def test_ledger_file_planted_as_a_link_is_replaced_not_followed(tmp_path, monkey
     assert sorted(read_ledger(folder).graphs) == [KEY]
 
 
+@pytest.mark.parametrize("reader", [False, True], ids=["nobody-reads", "someone-reads"])
+def test_ledger_file_planted_as_a_fifo_is_replaced_not_written_to(tmp_path, monkeypatch, reader):
+    """A FIFO at a ledger (or log) path blocked the writer when nobody read it, and handed the graph's record to
+    whoever did: ``open_for_writing`` replaces it by a regular file."""
+    import signal
+
+    root = tmp_path / "manifests"
+    monkeypatch.setenv("VLLM_NEURON_MANIFEST_DIR", str(root))
+    folder = ledger_dir(root, get_server_prefix())
+    os.makedirs(folder)
+    planted = os.path.join(folder, f"{os.getpid()}.jsonl")
+    os.mkfifo(planted)
+    listener = os.open(planted, os.O_RDONLY | os.O_NONBLOCK) if reader else None
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the ledger write blocked on a planted FIFO"))
+    signal.alarm(10)
+    try:
+        record_graph(key=KEY, input_shapes=["4,"], compiler_flags="-O1")
+    finally:
+        signal.alarm(0)
+    try:
+        assert stat.S_ISREG(os.lstat(planted).st_mode)
+        assert sorted(read_ledger(folder).graphs) == [KEY]
+        if listener is not None:
+            assert os.read(listener, 4096) == b""  # the FIFO got nothing: its one writer closed it unwritten
+    finally:
+        if listener is not None:
+            os.close(listener)
+
+
 @pytest.mark.parametrize(("umask", "mode"), [(0o077, 0o600), (0o002, 0o664), (0o022, 0o644)])
 def test_write_atomic_honours_the_umask(tmp_path, umask, mode):
     before = os.umask(umask)
