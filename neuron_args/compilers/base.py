@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.activity import ACTIVITY
-from neuron_args.cache import CacheEntry, executable_fields
+from neuron_args.cache import CacheEntry
 from neuron_args.compilers.process import LOG_FILE, CompileResult, run_compiler, start_process, temp_output_path
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, CompilerArgsError, CompilerArgsWarning
@@ -185,7 +185,8 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
     )
     entry.write_metadata(metadata.compiled(
         compiler_args=compiler_args, command=result.argv, seconds=round(result.seconds, 4),
-        compiler=compiler.info.as_dict(), executable=executable_fields(entry.executable_path)))
+        compiler=compiler.info.as_dict(),
+        executable={"executable_size": result.output_size, "executable_sha256": result.output_sha256}))
 
 
 def check_keyed_compiler(key: str, graph_type: str | None, recorded: str | None, given: str | None) -> None:

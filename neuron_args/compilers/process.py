@@ -13,6 +13,7 @@ import select
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import time
 import uuid
@@ -26,7 +27,7 @@ from neuron_args.compilers.lifetime import CompileCancelled, current_scope, kill
 from neuron_args.compilers.supervisor import EXIT_CANNOT_START
 from neuron_args.errors import CompileError
 from neuron_args.settings import COMPILE_TIMEOUT_ENV
-from neuron_args.untrusted import UntrustedFileError, read_tail
+from neuron_args.untrusted import UntrustedFileError, read_tail, stream_sha256
 
 #: File names inside the work directory (the cache entry); see docs/ARCHITECTURE.md.
 COMMAND_FILE = "command.txt"
@@ -46,6 +47,7 @@ class CompileResult:
     output_path: Path
     log_path: Path
     output_size: int
+    output_sha256: str
 
 
 #: Exit statuses with a known reading: (what happened, what to change). Negative: killed by that
@@ -130,6 +132,25 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join("  " + line for line in tail) if tail else "(log is empty)"
 
 
+def _own_output(path: Path, writer_uid: int) -> tuple[int, str] | str | None:
+    """The compiler's output's size and sha256, read through one descriptor that followed no link and is a regular
+    file of the user this process writes as: its name is on a command line anyone can read, so what another cache
+    user swaps in there is refused, never recorded (or signed). None: no output; a str: why it is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be opened without following a link ({exc.strerror or exc})"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file"
+        if st.st_uid != writer_uid:
+            return f"belongs to uid {st.st_uid}, not to uid {writer_uid} this process writes as"
+        return None if st.st_size == 0 else (st.st_size, stream_sha256(f))
+
+
 def _move_into_place(tmp: Path, output_path: Path) -> None:
     try:
         os.replace(tmp, output_path)
@@ -204,6 +225,7 @@ def run_compiler(
     try:
         # read back through this descriptor (x: never through a link): the name can be swapped in a shared entry
         with open(captured, "x+b") as out:
+            writer_uid = os.fstat(out.fileno()).st_uid  # who files this process writes here belong to
             try:
                 proc = start_child(argv, cwd=workdir, stdout=out)
             except OSError as exc:
@@ -243,12 +265,17 @@ def run_compiler(
             raise fail("could not start", f"check that {argv[0]} is installed and executable")
         if returncode != 0:
             raise fail(describe_exit(returncode), _hint(returncode, log_path))
-        if not tmp_output.is_file() or tmp_output.stat().st_size == 0:
+        output = _own_output(tmp_output, writer_uid)
+        if output is None:
             raise fail(
                 f"exited 0 but wrote no executable (expected {tmp_output})",
                 "check the log; the compiler did not honour --output",
             )
-        size = tmp_output.stat().st_size
+        if isinstance(output, str):
+            raise fail(f"exited 0, but its output {tmp_output} {output}",
+                       "another user of this cache folder may be tampering with it: keep the cache where only you "
+                       "write (or sign it: $NEURON_ARGS_CACHE_SIGNING_KEY), then compile again")
+        size, sha256 = output
         _move_into_place(tmp_output, output_path)
         return CompileResult(
             argv=list(recorded_argv),
@@ -256,6 +283,7 @@ def run_compiler(
             output_path=output_path,
             log_path=log_path,
             output_size=size,
+            output_sha256=sha256,
         )
     finally:
         tmp_output.unlink(missing_ok=True)
