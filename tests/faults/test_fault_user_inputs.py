@@ -198,8 +198,8 @@ def test_a_trace_child_killed_by_a_signal_names_the_bucket_and_the_likely_cause(
                        start_method=fork_server())
     message = str(caught.value)
     assert "trace child of graph type 'decode' died without a result (killed by signal 9) while tracing inputs " \
-           "x=(2, 4) float32; fix: a signal ended it (SIGKILL with no one sending it is mostly the kernel's out-of-memory " \
-           "killer: see `dmesg`): trace fewer jobs at once (NEURON_ARGS_TRACE_WORKERS)" in message
+           "x=(2, 4) float32; fix: a signal ended it (SIGKILL with no one sending it is mostly the kernel's " \
+           "out-of-memory killer: see `dmesg`): trace fewer jobs at once (NEURON_ARGS_TRACE_WORKERS)" in message
 
 
 SERVED_ONCE = "import torch\n\ndef test_served(neuron_served):\n    neuron_served.run('decode', {'x': torch.ones(1, 8)})\n"
