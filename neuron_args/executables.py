@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +21,7 @@ from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
 from neuron_args.tensors import TensorSpec
 from neuron_args.text import graph_label
-from neuron_args.untrusted import HLO_LIMIT
+from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded
 
 log = logging.getLogger("neuron_args.executables")
 
@@ -71,21 +69,13 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
 def executable_bytes(entry: CacheEntry, md: EntryMetadata, graph_type: str | None) -> bytes:
     """The executable, read once and checked as read (regular file, no link followed, recorded size and sha256): the
     file may have been swapped since the entry was verified, and what loads is what was checked."""
-    path = entry.executable_path
+    want = md.executable_size
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_CLOEXEC", 0))  # a FIFO opens without blocking; a link fails (ELOOP)
-    except OSError as exc:
-        raise corrupt(entry.key, graph_type, f"the executable {path.name} does not open as a file of the entry "
-                                             f"({'a link' if os.path.islink(path) else exc.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise corrupt(entry.key, graph_type, f"the executable {path.name} is not a regular file")
-        want = md.executable_size
-        blob = f.read((HLO_LIMIT if want is None else want) + 1)
-    if len(blob) > HLO_LIMIT or want not in (None, len(blob)):
-        raise corrupt(entry.key, graph_type, f"the executable read has {len(blob)} bytes, "
-                                             f"{f'at most {HLO_LIMIT}' if want is None else want} expected")
+        blob = read_bounded(entry.executable_path, HLO_LIMIT if want is None else want, follow_links=False)
+    except (UntrustedFileError, OSError) as exc:
+        raise corrupt(entry.key, graph_type, f"the executable does not read as a file of the entry ({exc})") from None
+    if want not in (None, len(blob)):
+        raise corrupt(entry.key, graph_type, f"the executable read has {len(blob)} bytes, {want} expected")
     if md.executable_sha256 is not None and hashlib.sha256(blob).hexdigest() != md.executable_sha256:
         raise corrupt(entry.key, graph_type, "the executable read does not have the recorded sha256 (replaced)")
     return blob

@@ -5,6 +5,7 @@ deep (``RecursionError``): each is an :class:`UntrustedFileError`, a ``ValueErro
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -21,15 +22,22 @@ LEDGER_LIMIT = 512 << 20  # one process's ledger file
 HLO_LIMIT = 4 << 30  # a serialized HLO module (a large model's is hundreds of MB)
 
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class UntrustedFileError(NeuronArgsError, ValueError):
     """A file that is not what it should be: not a regular file, larger than its cap, or not parseable."""
 
 
-def _open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
-    """A descriptor of the regular file ``path``, opened without blocking and checked on the descriptor."""
-    fd = os.open(path, _READ_FLAGS)
+def open_regular(path: str | os.PathLike[str], *, follow_links: bool = True) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file ``path``, opened without blocking and checked on the descriptor;
+    ``follow_links=False`` refuses a link at ``path`` (what is read is then what the name held when opened)."""
+    try:
+        fd = os.open(path, _READ_FLAGS | (0 if follow_links else _NOFOLLOW))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise UntrustedFileError(f"{os.fsdecode(path)} is a link") from None
+        raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -37,9 +45,9 @@ def _open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit``; opened without blocking, checked on the descriptor."""
-    fd, st = _open_regular(path)
+def read_bounded(path: str | os.PathLike[str], limit: int, *, follow_links: bool = True) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit``; opened as :func:`open_regular` says."""
+    fd, st = open_regular(path, follow_links=follow_links)
     try:
         if st.st_size > limit:
             raise UntrustedFileError(f"{os.fsdecode(path)} has {st.st_size} bytes, more than the {limit} allowed")
@@ -56,7 +64,7 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
 
 def read_tail(path: str | os.PathLike[str], size: int) -> tuple[bytes, bool]:
     """The last ``size`` bytes of the regular file ``path`` (a log), and whether bytes before them were left out."""
-    fd, st = _open_regular(path)
+    fd, st = open_regular(path)
     try:
         start = max(0, st.st_size - size)
         return os.pread(fd, size, start), start > 0

@@ -13,7 +13,6 @@ import select
 import shlex
 import shutil
 import signal
-import stat
 import subprocess
 import time
 import uuid
@@ -27,7 +26,7 @@ from neuron_args.compilers.lifetime import CompileCancelled, current_scope, kill
 from neuron_args.compilers.supervisor import EXIT_CANNOT_START
 from neuron_args.errors import CompileError
 from neuron_args.settings import COMPILE_TIMEOUT_ENV
-from neuron_args.untrusted import UntrustedFileError, read_tail, stream_sha256
+from neuron_args.untrusted import UntrustedFileError, open_regular, read_tail, stream_sha256
 
 #: File names inside the work directory (the cache entry); see docs/ARCHITECTURE.md.
 COMMAND_FILE = "command.txt"
@@ -137,15 +136,12 @@ def _own_output(path: Path, writer_uid: int) -> tuple[int, str] | str | None:
     file of the user this process writes as: its name is on a command line anyone can read, so what another cache
     user swaps in there is refused, never recorded (or signed). None: no output; a str: why it is refused."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd, st = open_regular(path, follow_links=False)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        return f"cannot be opened without following a link ({exc.strerror or exc})"
+    except (UntrustedFileError, OSError) as exc:
+        return f"cannot be opened as a regular file without following a link ({exc})"
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "is not a regular file"
         if st.st_uid != writer_uid:
             return f"belongs to uid {st.st_uid}, not to uid {writer_uid} this process writes as"
         return None if st.st_size == 0 else (st.st_size, stream_sha256(f))

@@ -96,8 +96,7 @@ def test_the_local_compiler_refuses_a_planted_hlo_module_at_once(tmp_path, monke
     run.start()
     run.join(20)
     if run.is_alive():  # unblock the FIFO's reader so the thread ends
-        with open(hlo, "wb"):
-            pass
+        open(hlo, "wb").close()
         pytest.fail(f"the local compiler blocked on a planted {kind} graph.hlo")
     assert result and result[0] != 0
     assert ("is not a regular file" if kind == "fifo" else "more than the 16") in (tmp_path / "log.txt").read_text()
