@@ -202,9 +202,8 @@ BASELINE_DIRNAME = ".neuron-baseline"
 
 
 def is_baseline(doc: Mapping, path: str | os.PathLike[str] | None = None) -> bool:
-    """Whether ``doc`` is a manifest baseline (the plugin's ``.neuron-baseline/*.json``), not a manifest:
-    its cache dir is the placeholder, or it has no ``environment`` and no graph carries a volatile field,
-    or it sits in a ``.neuron-baseline`` folder without an ``environment``."""
+    """Whether ``doc`` is a manifest baseline (the plugin's ``.neuron-baseline/*.json``): a masked cache dir, else
+    no ``environment`` and (in a ``.neuron-baseline`` folder, or) no graph with a volatile field."""
     if neuron_config(doc).get("cache_dir") == BASELINE_CACHE_DIR_PLACEHOLDER:
         return True
     if "environment" in doc:
@@ -216,9 +215,8 @@ def is_baseline(doc: Mapping, path: str | os.PathLike[str] | None = None) -> boo
 
 
 def validate_baseline(doc: Mapping) -> list[str]:
-    """Problems with a baseline: the manifest schema less what the baseline form leaves out
-    (``environment`` and the volatile graph fields), plus what that form promises (none of those
-    fields present, the cache dir masked, graph types only for its own graphs)."""
+    """Problems with a baseline: the manifest schema's less the fields the baseline form leaves out, plus what
+    that form promises (those fields absent, the cache dir masked, graph types only of its own graphs)."""
     from neuron_args.manifest.schema import validate_manifest
 
     omitted = {"environment", *BASELINE_VOLATILE_GRAPH_FIELDS}
