@@ -106,7 +106,7 @@ def _join_tp_group(session: NeuronSession) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(STASH_KEY, None)
     if session is not None:
-        session.stop()
+        session.at_stop.close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,8 +1,7 @@
 """Per-session plugin state: the cache and manifest directories, and what the session compiled and served.
 
-One :class:`NeuronSession` per ``pytest.Config``, and ``ACTIVITY`` read as differences from its snapshot at
-session start: an in-process ``pytester`` run shares this module with the session that started it.
-:meth:`NeuronSession.export` returns plain builtins, so it can travel through xdist's ``workeroutput``.
+One :class:`NeuronSession` per ``pytest.Config``; ``ACTIVITY`` is read as differences from its snapshot at session
+start (an in-process ``pytester`` run shares it), and exported as builtins for xdist's ``workeroutput``.
 """
 from __future__ import annotations
 
@@ -36,9 +35,8 @@ from pytest_neuron_args.options import NeuronSettings
 
 
 def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> tuple[int, int, dict[str, int]] | None:
-    """(graphs whose executable the cache does not hold, graphs, {other cache: how many of those it holds}) of a
-    written manifest, when some lack it. ``other_caches``: caches of the project's own runners (a manifest names
-    one cache, so their graphs are listed without an executable although they were built)."""
+    """(graphs without an executable in the cache, graphs, {a project runner's own cache: how many it holds}) of a
+    written manifest, when some lack it (a manifest names one cache, so graphs built elsewhere lack their NEFF)."""
     from neuron_args.cache import CompileCache
 
     try:
@@ -184,10 +182,8 @@ class NeuronSession:
         self._corrupt_before = dict(ACTIVITY.corrupt)
 
     def _hold_manifest_dir(self, root: Path) -> bool:
-        """Hold the manifest folder for this session: False when this process's outer session holds it.
-
-        Two sessions on one folder would delete each other's ledger lines at start-up and write one
-        engine's manifest.json in turn, so the second one is a usage error naming the first."""
+        """Hold the manifest folder for this session (False: this process's outer session holds it); a second
+        session on it is a usage error, since each would delete the other's ledger lines."""
         try:
             self.at_stop.callback(unlock_folder, lock_folder(root))  # releases the folder's flock
         except BlockingIOError:
@@ -200,9 +196,6 @@ class NeuronSession:
                 "session its own --neuron-manifest-dir (ini neuron_manifest_dir, else $VLLM_NEURON_MANIFEST_DIR), or "
                 "run them one after the other") from None
         return True
-
-    def stop(self) -> None:
-        self.at_stop.close()
 
     # the controller's side of pytest-xdist (the session is registered as a plugin when xdist is loaded)
     @pytest.hookimpl(optionalhook=True)
@@ -276,8 +269,8 @@ class NeuronSession:
             self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
 
     def add_compile_report(self, report: Any) -> None:
-        """Remember the graphs a parallel warmup (or the part of one that raised) compiled or failed to compile: their
-        records live in the compile workers. None: an in-process warmup, nothing to add."""
+        """The graphs a parallel warmup (or the part that ran before it raised) compiled or failed: their records
+        live in the compile workers (None: an in-process warmup)."""
         for g in getattr(report, "graphs", None) or []:
             # compiled elsewhere: not served here; its status comes from the counts, as every row's
             unseen = replace(g, how=None, serve_hits=None, serve_misses=None)
@@ -362,8 +355,7 @@ _UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
 
 
 def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
-    """A graph with no executable size (captured here, built by a ``parallel_compile`` the session did not see):
-    its size from the session cache's entry, when it holds one."""
+    """A graph with no executable size (built by a ``parallel_compile``): its size from the session cache."""
     from neuron_args.cache import CompileCache
 
     entry = None if row.executable_size or cache_dir is None else CompileCache(cache_dir).lookup(row.key)

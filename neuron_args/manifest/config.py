@@ -40,9 +40,8 @@ _PER_MODEL = ("dtype", "max_num_seqs", "max_model_len")
 
 
 def merge_configs(first: Mapping[str, Any], other: Mapping[str, Any] | None) -> dict:
-    """The config block of a manifest whose graphs come from the runners of ``first`` and ``other``: ``first``,
-    its ``model`` naming every model (joined by :data:`MODEL_SEPARATOR`, each once, in order), and a per-model
-    value (dtype, max_num_seqs, max_model_len) the two disagree on left out (None) rather than the first's."""
+    """The config block of a manifest over the runners of ``first`` and ``other``: ``first``, its ``model`` naming
+    each model once, and a per-model value the two disagree on None rather than the first's."""
     merged = dict(first)
     if not isinstance(other, Mapping):
         return merged
