@@ -134,12 +134,9 @@ def expect_message(expected: Mapping[str, int], got: Mapping[str, int],
 
 
 class ManifestView:
-    """An emitted manifest with the checks a test asks of it.
-
-    ``expected_graphs`` (graph type -> declared buckets) makes ``assert_complete`` require every bucket;
-    ``rank_weights`` (``--neuron-tp`` rank -> digests of its weights) and ``single_rank_layout`` (of the model
-    built outside a TP group) let ``assert_ranks`` tell a model that ignores its rank.
-    """
+    """An emitted manifest with the checks a test asks of it: ``expected_graphs`` (graph type -> declared buckets)
+    for ``assert_complete``; ``rank_weights`` (rank -> weight digests) and ``single_rank_layout`` (the model's
+    outside a TP group) let ``assert_ranks`` tell a model that ignores its rank."""
 
     def __init__(self, doc: Mapping[str, Any], path: str | os.PathLike[str] | None = None, *,
                  cache_dir: str | os.PathLike[str] | None = None,

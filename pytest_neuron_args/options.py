@@ -1,7 +1,5 @@
-"""Command-line options, their ini equivalents, and the resolved settings every fixture reads.
-
-Command line > ini file > default; relative paths are relative to where they were given. No torch import:
-the plugin loads in every pytest session of an environment that has neuron-args.
+"""Command-line options, their ini keys, and the resolved settings every fixture reads: command line > ini file >
+default, relative paths relative to where they were given. No torch import: every pytest session loads this.
 """
 from __future__ import annotations
 

@@ -28,10 +28,9 @@ ENTRY_POINT_NAME = "neuron_args"
 
 
 def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
-    """This module has two names: its entry point's (autoload, ``-p neuron_args``) and its path (a conftest's
-    ``pytest_plugins = ["pytest_neuron_args.plugin"]``, ``-p pytest_neuron_args.plugin``, both usual where
-    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` is set). Registered under one, the other is marked as taken, so naming
-    it again is a no-op instead of pluggy's "Plugin already registered under a different name" crash."""
+    """This module has two names, its entry point's (``-p neuron_args``) and its path (``pytest_plugins``, usual
+    where ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` is set): registered under one, the other is blocked, so naming it
+    again is a no-op instead of pluggy's "Plugin already registered under a different name" crash."""
     if plugin is not sys.modules[__name__]:
         return
     for name in {ENTRY_POINT_NAME, __name__} - {manager.get_name(plugin)}:
@@ -72,9 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _warn_split_path_options(config: pytest.Config) -> None:
-    """pytest locates its ini file before plugin options are known, so in ``--neuron-cache-dir PATH``
-    an existing PATH counts as a test path and can move the rootdir away from the project's ini file
-    (an xdist worker, started after the directories exist, is hit even when the controller is not)."""
+    """pytest finds its ini file before it knows plugin options, so in ``--neuron-cache-dir PATH`` an existing PATH
+    is a test path that can move the rootdir (an xdist worker, started after the directories exist, is hit too)."""
     args = [str(a) for a in config.invocation_params.args]
     for flag, value in zip(args, args[1:]):
         if flag in PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
