@@ -47,8 +47,7 @@ def graph_activity(before: Mapping[str, GraphOutcome]) -> dict[str, list[dict[st
 
 
 class CompileCounter:
-    """Compile-cache activity of this process, like vLLM's ``compilation_counter``: ``counts`` since set-up, and
-    ``expect(compiles=2, misses=2)`` blocks."""
+    """This process's compile-cache ``counts`` since set-up and ``expect(...)`` blocks (as vLLM's counter)."""
 
     def __init__(self) -> None:
         self._start = ACTIVITY.stats.snapshot()

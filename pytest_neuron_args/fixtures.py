@@ -62,8 +62,7 @@ def model_fixturedef_of(item: pytest.Item) -> Any:
 
 
 def _progress_writer(config: pytest.Config, node: pytest.Item) -> Any:
-    """Warmup progress lines on the terminal (on an xdist worker, in the test's report for the controller to print);
-    none under -q."""
+    """Warmup progress lines (an xdist worker's go in the test's report, for the controller); none under -q."""
     session = get_session(config)
     if config.get_verbosity() < 0 or session.is_rank_worker:
         return None
@@ -413,8 +412,7 @@ def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
 
 
 def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str], *extra: str) -> int:
-    """Run ``node`` with its fixtures in the ``--neuron-tp`` rank processes (gloo on CPU), each reporting into
-    ``out``; their exit status."""
+    """Run ``node`` in the ``--neuron-tp`` rank processes, each reporting into ``out``; their exit status."""
     from neuron_args.launch import launch
 
     config = node.config

@@ -126,8 +126,7 @@ class NeuronSettings:
 
     @functools.cached_property
     def base_args(self) -> CompilerArgs | None:
-        """``compiler_args`` as the value every runner of the session takes, parsed and validated once
-        (:meth:`check_compiler_args` turns its error into a usage error at start-up)."""
+        """``compiler_args`` parsed once for every runner (:meth:`check_compiler_args` reports its error)."""
         return None if self.compiler_args is None else CompilerArgs.parse(self.compiler_args)
 
     def runner_key(self) -> tuple[Any, ...]:
@@ -270,8 +269,7 @@ def config_warning(config: pytest.Config, warning: Warning) -> None:
 
 
 def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
-    """``(value, where it came from)``: the command line (its option), then the ini key (with its file), for
-    errors; ``(None, "")`` when unset."""
+    """``(value, where it came from)`` for errors: the option, else the ini key (with its file); ``(None, "")``."""
     value = config.getoption(dest)
     if value is not None and value is not False:
         return str(value), "--" + dest.replace("_", "-")
@@ -282,8 +280,7 @@ def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
 
 
 def _target(config: pytest.Config) -> Target:
-    """``--neuron-target`` or its ini key (else ``$NEURON_ARGS_TARGET``, else the default) as a :class:`Target`; a
-    usage error with the one message."""
+    """``--neuron-target``, its ini key, ``$NEURON_ARGS_TARGET`` or the default; a usage error with the one message."""
     value, where = _raw(config, "neuron_target")
     try:
         return given_or_default(value, where)

@@ -83,8 +83,7 @@ def _warn_split_path_options(config: pytest.Config) -> None:
 
 
 def _join_tp_group(session: NeuronSession) -> None:
-    """A ``--neuron-tp`` rank process: join the gloo group the launcher set up (left as the session stops) and tell
-    the ledger our rank."""
+    """A ``--neuron-tp`` rank process joins the launcher's gloo group (until the session stops) and tells the ledger."""
     world = envs.WORLD_SIZE
     if world <= 1:
         return

@@ -269,8 +269,7 @@ class NeuronSession:
             self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
 
     def add_compile_report(self, report: Any) -> None:
-        """The graphs a parallel warmup (or the part that ran before it raised) compiled or failed: their records
-        live in the compile workers (None: an in-process warmup)."""
+        """What a parallel warmup (or its part before it raised) compiled or failed: the records are the workers'."""
         for g in getattr(report, "graphs", None) or []:
             # compiled elsewhere: not served here; its status comes from the counts, as every row's
             unseen = replace(g, how=None, serve_hits=None, serve_misses=None)

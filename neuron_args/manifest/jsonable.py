@@ -42,8 +42,7 @@ def _qualified_name(obj: Any) -> str:
 
 
 class _Coercer:
-    """One :func:`to_jsonable` pass: the containers on the current path (cycles) and a node budget (an accidental
-    reference to something huge becomes reprs, not a hang)."""
+    """One :func:`to_jsonable` pass: the containers on the path (cycles) and a node budget (huge input: reprs)."""
 
     def __init__(self) -> None:
         self.active: set[int] = set()

@@ -160,8 +160,7 @@ def recorded_graph_types(doc: Mapping) -> dict[str, str]:
 
 
 def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> str:
-    """The config in one line, then one row per graph; ``graph_types`` maps hash -> type (else the
-    manifest's own ``config.neuron_config.graph_types``)."""
+    """The config in one line, then one row per graph; ``graph_types``: hash -> type (else the manifest's own)."""
     rows = [[
         g["graph_type"] or "-",
         str(g["graph_hash"] if g["graph_hash"] is not None else "?")[:SHORT_HASH],
@@ -246,8 +245,7 @@ def validate_baseline(doc: Mapping) -> list[str]:
 
 
 def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> list[dict]:
-    """``manifest show --json``'s graphs (and the table's columns) with full values; ``graph_types`` as in
-    :func:`manifest_table`."""
+    """``manifest show --json``'s graphs (the table's columns, full values); ``graph_types`` as in the table's."""
     types = {**recorded_graph_types(doc), **{k: v for k, v in (graph_types or {}).items() if v}}
     rows = []
     for g in manifest_graphs(doc):
