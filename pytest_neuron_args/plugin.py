@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 
 from neuron_args import eager_fallback, envs
-from pytest_neuron_args import fixtures, gc_policy, markers
+from pytest_neuron_args import fixtures, gc_policy, markers, ranks
 from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
                                          model_fixturedef_of, tp_serve)
 from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning, ini_folder
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, tidy_session
 from pytest_neuron_args.report import header_line, write_json_report, write_step_summary, write_summary
-from pytest_neuron_args.ranks import note_phase
 from pytest_neuron_args.state import STASH_KEY, WORKEROUTPUT_KEY, NeuronSession, get_session, safe_name
 from pytest_neuron_args.trace_log import TRACE_LOG
 
@@ -38,8 +37,7 @@ def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager
             manager.set_blocked(name)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
+pytest_addoption = add_options
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -199,10 +197,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "call" and report.failed:
         item.stash[CALL_FAILED] = True
     session = get_session(item.config)
-    if report.failed and session.is_rank_worker:  # tell the pytest process what it was
-        session.report_rank_failure(str(report.longrepr))
-    if session.settings.rank_serve and session.settings.rank_worker is not None:
-        note_phase(session.settings.rank_worker, report, session.export())
+    out = session.settings.rank_worker
+    if report.failed and out is not None and not ranks.warmup_file(out, envs.RANK).exists():
+        ranks.write_warmup(out, {"error": str(report.longrepr)})  # a failure before the warmup reported: say what
+    if session.settings.rank_serve and out is not None:
+        ranks.note_phase(out, report, session.export())
     lines = item.stash.get(PROGRESS_KEY, None)
     if lines:  # an xdist worker's warmup progress, printed by the controller (pytest_runtest_logreport)
         report.neuron_progress = list(lines)

@@ -30,7 +30,7 @@ from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from neuron_args.manifest.schema import MANIFEST_FILENAME
 from neuron_args.text import first_line
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
-from pytest_neuron_args import gc_policy, ranks
+from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
 
 
@@ -212,14 +212,6 @@ class NeuronSession:
 
     def _worker_id(self, node: Any) -> str:
         return getattr(getattr(node, "gateway", None), "id", None) or str(len(self.workers))
-
-    def report_rank_failure(self, error: str) -> None:
-        """A rank process's failure before its warmup reported: tell the pytest process what it was."""
-        out = self.settings.rank_worker
-        if out is None:
-            return
-        if not ranks.warmup_file(out, envs.RANK).exists():
-            ranks.write_warmup(out, {"error": error})
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
         """A runner's config block: the session manifest's is the first one, naming every model (merge_configs)."""

@@ -37,18 +37,13 @@ __all__ = ["dumps_manifest", "emit_engines", "emit_manifest"]
 logger = logging.getLogger("neuron_args.manifest")
 
 
-def _shape_list(value: Sequence[str] | None) -> list[str] | None:
-    if value is not None and all(SHAPE_RE.match(s) for s in value):
-        return list(value)
-    return None
-
-
 def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
     """The cache-derived fields of one graph; those whose source is missing are left out (null in the manifest)."""
     entry = None if cache is None else cache.lookup(key)
     if entry is None:
         return {}
     found = entry.artifacts()
+    shapes = found.output_shapes
     mtime = found.executable_mtime
     created = None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat()
     return {
@@ -56,7 +51,7 @@ def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
         "neff_path": found.executable_path,
         "neff_size": found.executable_size,
         "created_timestamp": created,
-        "output_shapes": _shape_list(found.output_shapes),
+        "output_shapes": list(shapes) if shapes is not None and all(SHAPE_RE.match(s) for s in shapes) else None,
     }
 
 
