@@ -5,10 +5,8 @@ from __future__ import annotations
 import importlib.metadata
 import io
 import logging
-import os
 import platform
 from collections.abc import Mapping
-from pathlib import PurePath
 from typing import Any
 
 from neuron_args.manifest.jsonable import to_jsonable
@@ -81,7 +79,7 @@ def build_config(
     topo.update({name: _count(f"topology[{name!r}]", value) for name, value in topo.items()
                  if name != "has_collectives"})
     return {
-        "model": None if model is None else os.fspath(model) if isinstance(model, PurePath) else str(model),
+        "model": None if model is None else str(model),  # a path's str is its fspath
         "target": None if target is None else str(target),
         "dtype": _dtype_string(dtype),
         "max_num_seqs": _count("max_num_seqs", max_num_seqs, optional=True),
