@@ -82,7 +82,7 @@ class NeuronSession:
         self.worker_id: str | None = workerinput.get("workerid") if workerinput is not None else None
         self._workerinput: dict[str, Any] = dict(workerinput or {})
         self._cache_dir: Path | None = None
-        #: what stop() undoes: the plugin's process-wide settings, the manifest folder's lock, the environment
+        #: what pytest_unconfigure undoes: process-wide settings, the manifest folder's lock, the environment
         self.at_stop = contextlib.ExitStack()
         #: a session run inside another one of this process on the same manifest folder: the outer one emits
         self.inner_session = False
