@@ -35,9 +35,10 @@ RANK_SERVE_OPTION = "--neuron-rank-serve"  # internal: that rank process runs th
 _OPTIONS: dict[str, dict[str, Any]] = {
     # no argparse choices: the option, its ini key and every other route share the target's one message
     "--neuron-target": {"metavar": "{" + ",".join(TARGETS) + "}",
-                        "help": f"compile target (default ${TARGET_ENV}, else {DEFAULT_TARGET}; ini: neuron_target)"},
+                        "help": f"compile target, one of {', '.join(TARGETS)} (default ${TARGET_ENV}, else "
+                                f"{DEFAULT_TARGET}; ini: neuron_target)"},
     "--neuron-compiler": {"choices": COMPILERS,
-                          "help": "compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
+                          "help": "compiler: neuronx-cc, local (XLA:CPU) or auto (neuronx-cc when on PATH); "
                                   "default: $NEURON_ARGS_COMPILER, else auto (ini: neuron_compiler)"},
     "--neuron-cache-dir": {"metavar": "DIR",
                            "help": "compile cache directory or s3://bucket/prefix, kept across runs (default: a fresh "
