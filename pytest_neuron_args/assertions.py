@@ -47,8 +47,7 @@ def graph_activity(before: Mapping[str, GraphOutcome]) -> dict[str, list[dict[st
 
 
 class CompileCounter:
-    """Compile-cache activity of this process, like vLLM's ``compilation_counter``: ``counts`` since set-up, and
-    ``expect(compiles=2, misses=2)`` blocks."""
+    """This process's compile-cache ``counts`` since set-up and ``expect(...)`` blocks (as vLLM's counter)."""
 
     def __init__(self) -> None:
         self._start = ACTIVITY.stats.snapshot()
@@ -100,46 +99,40 @@ class Expectation:
         wrong = {name: (want, self.counts[name]) for name, want in self.expected.items()
                  if self.counts[name] != want}
         if wrong:
-            raise AssertionError(expect_message(self.expected, self.counts, self.graphs, wrong, self.reused))
+            raise AssertionError(self._message(wrong))
 
-
-def expect_message(expected: Mapping[str, int], got: Mapping[str, int],
-                   graphs: Mapping[str, list[dict[str, Any]]], wrong: Mapping[str, tuple[int, int]],
-                   reused: Iterable[Any] = ()) -> str:
-    call = ", ".join(f"{k}={v}" for k, v in expected.items())
-    lines = [f"neuron_compile_counter.expect({call}): the compile-cache counts inside the block differ"]
-    lines += [f"  {name}: expected {want}, got {have}" for name, (want, have) in wrong.items()]
-    lines.append("  (all counts in the block: " + ", ".join(f"{n} {got[n]}" for n in COUNT_NAMES) + ")")
-    for what, _, title in _ACTIVITIES:
-        found = graphs.get(what, [])
-        if what == "captured" and not found:
-            continue
-        lines.append(f"{title} ({len(found)}):" if found else f"{title}: none")
-        lines += [_graph_line(r) for r in found]
-    reused = list(reused)
-    if reused:
-        lines.append(f"graphs warmed earlier in this session, not traced again inside the block ({len(reused)}); "
-                     "counted as their first warmup:")
-        lines += [f"  {g.graph_type} {g.bucket}  key {g.key}  inputs "
-                  f"{' '.join(f'({s})' for s in g.input_shapes) or '-'}: {g.how} when first warmed"
-                  + (f" (by {g.origin})" if g.origin else "") for g in reused]
-    else:
-        lines.append("every graph the block warmed up was warmed for the first time in this session")
-    unlisted = (got["misses"] - len(graphs.get("compiled", [])) - len(graphs.get("captured", []))
-                - sum(int(g.counts.get("misses", 0)) for g in reused))
-    if unlisted > 0:
-        lines.append(f"{unlisted} miss(es) compiled nothing: NEURON_LIBTORCH_ASSERT_CACHE_HIT turned them into "
-                     "CacheMissError (the error names the graph, its key and the closest entry)")
-    return "\n".join(lines)
+    def _message(self, wrong: Mapping[str, tuple[int, int]]) -> str:
+        expected, got, graphs, reused = self.expected, self.counts, self.graphs, self.reused
+        call = ", ".join(f"{k}={v}" for k, v in expected.items())
+        lines = [f"neuron_compile_counter.expect({call}): the compile-cache counts inside the block differ"]
+        lines += [f"  {name}: expected {want}, got {have}" for name, (want, have) in wrong.items()]
+        lines.append("  (all counts in the block: " + ", ".join(f"{n} {got[n]}" for n in COUNT_NAMES) + ")")
+        for what, _, title in _ACTIVITIES:
+            found = graphs.get(what, [])
+            if what == "captured" and not found:
+                continue
+            lines.append(f"{title} ({len(found)}):" if found else f"{title}: none")
+            lines += [_graph_line(r) for r in found]
+        if reused:
+            lines.append(f"graphs warmed earlier in this session, not traced again inside the block ({len(reused)}); "
+                         "counted as their first warmup:")
+            lines += [f"  {g.graph_type} {g.bucket}  key {g.key}  inputs "
+                      f"{format_shapes(g.input_shapes, empty='-')}: {g.how} when first warmed"
+                      + (f" (by {g.origin})" if g.origin else "") for g in reused]
+        else:
+            lines.append("every graph the block warmed up was warmed for the first time in this session")
+        unlisted = (got["misses"] - len(graphs.get("compiled", [])) - len(graphs.get("captured", []))
+                    - sum(int(g.counts.get("misses", 0)) for g in reused))
+        if unlisted > 0:
+            lines.append(f"{unlisted} miss(es) compiled nothing: NEURON_LIBTORCH_ASSERT_CACHE_HIT turned them into "
+                         "CacheMissError (the error names the graph, its key and the closest entry)")
+        return "\n".join(lines)
 
 
 class ManifestView:
-    """An emitted manifest with the checks a test asks of it.
-
-    ``expected_graphs`` (graph type -> declared buckets) makes ``assert_complete`` require every bucket;
-    ``rank_weights`` (``--neuron-tp`` rank -> digests of its weights) and ``single_rank_layout`` (of the model
-    built outside a TP group) let ``assert_ranks`` tell a model that ignores its rank.
-    """
+    """An emitted manifest with the checks a test asks of it: ``expected_graphs`` (graph type -> declared buckets)
+    for ``assert_complete``; ``rank_weights`` (rank -> weight digests) and ``single_rank_layout`` (the model's
+    outside a TP group) let ``assert_ranks`` tell a model that ignores its rank."""
 
     def __init__(self, doc: Mapping[str, Any], path: str | os.PathLike[str] | None = None, *,
                  cache_dir: str | os.PathLike[str] | None = None,
@@ -270,4 +263,4 @@ class ManifestView:
         return f"ManifestView({str(self.path)!r}, {len(self.graphs)} graphs)"
 
 
-__all__ = ["CompileCounter", "Expectation", "ManifestView", "expect_message", "graph_activity"]
+__all__ = ["CompileCounter", "Expectation", "ManifestView", "graph_activity"]

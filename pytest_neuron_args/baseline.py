@@ -1,7 +1,5 @@
-"""Manifest baselines: write one with ``--neuron-update-baseline``, compare against it otherwise.
-
-A baseline is the manifest without what changes between two runs of one build (package snapshot, NEFF sizes,
-timestamps, cache paths), its graph-type map cut to its own graphs (a runner's map depends on what ran before).
+"""Manifest baselines (written with ``--neuron-update-baseline``, else compared): the manifest without what changes
+between two runs of one build, its graph-type map cut to its own graphs (a runner's depends on what ran before).
 """
 from __future__ import annotations
 
@@ -138,12 +136,9 @@ def covers(args: list[str], anchor: Path) -> bool:
 
 def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,
          complete: bool) -> tuple[list[str], list[str], list[str]]:
-    """Baseline files this session left unused, those it did not check, and those it removed.
-
-    ``inventory``: folder -> ``{"tests": [test parts collected], "covered": every test below its anchor collected,
-    "skipped": [test-part prefixes whose collection was skipped]}``. A file of an existing test that no check used
-    is "not checked" and kept; one whose test no longer exists (known only when covered and complete) is unused,
-    and removed only under ``--neuron-update-baseline`` (a partial run never removes anything, as in syrupy).
+    """Baseline files (of ``inventory``: folder -> ``{"tests", "covered", "skipped"}``) left unused, not checked, and
+    removed. An existing test's unchecked file is kept; one whose test is gone (known only when covered and complete)
+    is unused, and removed only under ``--neuron-update-baseline`` (a partial run never removes anything, as syrupy).
     """
     unused: list[str] = []
     unchecked: list[str] = []

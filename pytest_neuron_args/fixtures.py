@@ -7,7 +7,6 @@ into ``neuron_compile_counter`` blocks, so counts do not depend on test order.
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
 import time
 import traceback
@@ -23,6 +22,7 @@ from neuron_args.cache import CacheStats
 from neuron_args.deferred.parallel_compile import ParallelCompileError
 from neuron_args.errors import TraceError
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.text import first_line
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
 from pytest_neuron_args import gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
@@ -62,8 +62,7 @@ def model_fixturedef_of(item: pytest.Item) -> Any:
 
 
 def _progress_writer(config: pytest.Config, node: pytest.Item) -> Any:
-    """Warmup progress lines: on the terminal; on an xdist worker, attached to the test's setup report
-    (the controller prints them). Not under -q."""
+    """Warmup progress lines (an xdist worker's go in the test's report, for the controller); none under -q."""
     session = get_session(config)
     if config.get_verbosity() < 0 or session.is_rank_worker:
         return None
@@ -260,15 +259,9 @@ def _first_line(text: object) -> str:
     return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
 
 
-def _last_line(text: object) -> str:
-    """A traceback's last line: the exception raised."""
-    return next((line.strip() for line in reversed(str(text).splitlines()) if line.strip()), "")
-
-
 def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> dict[str, str]:
-    """graph type -> its error's first line, for the graph types a failed warmup failed on: the failed graphs
-    of a parallel warmup, else the first one it had not warmed (the in-process flow warms one graph type after
-    the other and stops at the error)."""
+    """graph type -> its error's first line, for the graph types a failed warmup failed on: a parallel warmup's
+    failed graphs, else the first one not warmed (the in-process flow stops at the error)."""
     from neuron_args.runner import GraphBreakError
 
     named: dict[str, str] = {}
@@ -278,7 +271,8 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
         named.setdefault(g.graph_type, _first_line(g.error))
     for r in exc.results if isinstance(exc, TraceError) else ():
         if r.status == "failed":
-            named.setdefault(r.graph_type, f"trace of graph type {r.graph_type!r} failed: " + _last_line(r.error or exc))
+            raised = first_line("\n".join(reversed(str(r.error or exc).splitlines())))  # a traceback's last line
+            named.setdefault(r.graph_type, f"trace of graph type {r.graph_type!r} failed: {raised}")
     named = {g: line for g, line in named.items() if g in chosen}
     if named:
         return named
@@ -294,9 +288,8 @@ def _note_failed_warmup(session: NeuronSession, runner: Any, chosen: list[str], 
 
 
 def _fail_if_failed_before(session: NeuronSession, runner: Any, chosen: list[str]) -> None:
-    """A graph type whose warmup failed earlier in the session fails at once: compiling it again for each test
-    would repeat the same error (a neuronx-cc compile can take an hour). pytest does the same for a
-    higher-scoped fixture that raised."""
+    """A graph type whose warmup failed earlier in the session fails at once, as pytest's higher-scoped fixtures
+    do: compiling it again for each test would repeat the same error (a neuronx-cc compile can take an hour)."""
     failed = session.failed_warmups.get(runner) or {}
     for graph_type in chosen:
         if graph_type in failed and graph_type not in runner.warmed:
@@ -419,8 +412,7 @@ def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
 
 
 def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str], *extra: str) -> int:
-    """Run ``node`` with its fixtures in the ``--neuron-tp`` rank processes (gloo on CPU), each reporting into
-    ``out``; their exit status."""
+    """Run ``node`` in the ``--neuron-tp`` rank processes, each reporting into ``out``; their exit status."""
     from neuron_args.launch import launch
 
     config = node.config
@@ -520,7 +512,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
         session.add_compile_report(report.compile_report)
         result.update(graphs=[g.to_json() for g in report.graphs], export=session.export(),
                       weights=ranks.weights_digest(runner.model),
-                      config=json.loads(json.dumps(runner.manifest_config_block(), default=str)))
+                      config=runner.manifest_config_block())  # write_warmup's JSON takes any value as its str
         return report
     except BaseException:
         result["error"] = traceback.format_exc()

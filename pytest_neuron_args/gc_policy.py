@@ -1,16 +1,10 @@
-"""Python's cyclic garbage collector in a session that warms up models: full collections skip the long-lived heap.
+"""Python's cyclic collector in a session that warms up models: full collections skip the long-lived heap.
 
-A warm session tracks ~570k objects (torch, jax, transformers, Dynamo's traces), and each full
-collection walks them all (``benchmarks/bench_session.py``). What is collected never changes, only when:
-after collection (when tests use the model fixtures) the heap is :func:`gc.freeze`-d; a warmup pauses
-the collector (:func:`paused`, Dynamo's ``run_gc_after_compile`` too) and, for a runner the session shares,
-collects once and freezes what the warmup left (the traces live as long as the runner: otherwise the
-collector walks them three more times, as they age through its generations and at the session's end; the
-few hundred of its objects that a later runner's ``torch._dynamo.reset()`` drops wait for the process's exit); the
-session's end collects once (pytest still sees every unraisable exception) and freezes again. Only the
-outermost session of a process freezes, and a session unfreezes what an earlier one froze.
-``NEURON_ARGS_GC_FREEZE=0`` turns the freezes off (for a test that inspects ``gc.get_objects()`` or waits
-for an object alive at a freeze point).
+A warm session tracks ~570k objects (torch, jax, Dynamo's traces) that every full collection walks
+(``benchmarks/bench_session.py``); what is collected never changes, only when. The heap is frozen after
+collection, after a shared runner's warmup (its traces live as long as the runner) and at the session's end,
+by the outermost session of a process only; warmups run with the collector paused. ``NEURON_ARGS_GC_FREEZE=0``
+turns the freezes off (a test that inspects ``gc.get_objects()``).
 """
 from __future__ import annotations
 
@@ -54,10 +48,8 @@ def freeze(collect: bool) -> None:
 
 @contextlib.contextmanager
 def paused(keep: bool = False) -> Iterator[None]:
-    """The collector off for the block (a warmup: Dynamo's trace allocates many short-lived cycles).
-
-    ``keep``: what the block leaves alive lives as long as the session (a shared runner's warmup): collected and
-    frozen after it, before the collector is back on. A per-test runner's traces die with its test: not frozen."""
+    """The collector off for the block (Dynamo's trace allocates many short-lived cycles); ``keep``: what the
+    block leaves lives as long as the session (a shared runner's warmup), so it is collected and frozen after."""
     from torch._dynamo import config as dynamo_config
 
     was = gc.isenabled()

@@ -1,7 +1,5 @@
-"""Command-line options, their ini equivalents, and the resolved settings every fixture reads.
-
-Command line > ini file > default; relative paths are relative to where they were given. No torch import:
-the plugin loads in every pytest session of an environment that has neuron-args.
+"""Command-line options, their ini keys, and the resolved settings every fixture reads: command line > ini file >
+default, relative paths relative to where they were given. No torch import: every pytest session loads this.
 """
 from __future__ import annotations
 
@@ -32,84 +30,75 @@ DEFAULT_FLOW = FLOWS[0]
 RANK_WORKER_OPTION = "--neuron-rank-worker"  # internal: a --neuron-tp rank process (see fixtures.tp_warmup)
 RANK_SERVE_OPTION = "--neuron-rank-serve"  # internal: that rank process runs the test itself (fixtures.tp_serve)
 
-#: option -> (addoption keywords, help of its ini key or None: no ini key). An ini key is named as the option's
-#: dest (``--neuron-target``: ``neuron_target``); options appear in ``--help`` in this order.
-_OPTIONS: dict[str, tuple[dict[str, Any], str | None]] = {
+#: option -> addoption keywords; an option has an ini key, named as its dest (``--neuron-target``: ``neuron_target``),
+#: exactly where its help names it, and the ini key's help is the option's. Options appear in ``--help`` in this order.
+_OPTIONS: dict[str, dict[str, Any]] = {
     # no argparse choices: the option, its ini key and every other route share the target's one message
-    "--neuron-target": ({"metavar": "{" + ",".join(TARGETS) + "}",
-                         "help": f"compile target (default ${TARGET_ENV}, else {DEFAULT_TARGET}; ini: neuron_target)"},
-                        f"compile target, one of {', '.join(TARGETS)}"),
-    "--neuron-compiler": ({"choices": COMPILERS,
-                           "help": "compiler: neuronx-cc, the local XLA:CPU one, or auto (neuronx-cc when on PATH); "
-                                   "default: $NEURON_ARGS_COMPILER, else auto (ini: neuron_compiler)"},
-                          f"compiler, one of {', '.join(COMPILERS)}"),
-    "--neuron-cache-dir": ({"metavar": "DIR",
-                            "help": "compile cache directory or s3://bucket/prefix, kept across runs (default: a fresh "
-                                    "directory per session under pytest's base temp; ini: neuron_cache_dir)"},
-                           "persistent compile cache directory (relative to the ini file)"),
-    "--neuron-manifest-dir": ({"metavar": "DIR",
-                               "help": "VLLM_NEURON_MANIFEST_DIR for the session (restored after; default: that "
-                                       "variable as the session starts): the session writes "
-                                       "<DIR>/<engine-id>/manifest.json with every graph it compiled or loaded, merged "
-                                       "across xdist workers (ini: neuron_manifest_dir)"},
-                              "VLLM_NEURON_MANIFEST_DIR for the session (relative to the ini file)"),
-    "--neuron-optimization-level": ({"type": int, "metavar": "N",
-                                     "help": "explicit caller -O level (1, 2 or 3): every graph gets it and model "
-                                             "compiler_args_for policies are disabled"}, None),
-    "--neuron-compiler-args": ({"metavar": "ARGS",
-                                "help": "base neuronx-cc arguments at the caller level, e.g. '-O1 --auto-cast=none' "
-                                        "(default: $NEURON_CC_FLAGS; ini: neuron_compiler_args)"},
-                               "base neuronx-cc arguments at the caller level"),
-    "--neuron-flow": ({"choices": FLOWS, "help": f"warmup flow of the neuron_served / neuron_manifest fixtures "
-                                                 f"(default {DEFAULT_FLOW}; ini: neuron_flow)"},
-                      f"warmup flow, one of {', '.join(FLOWS)}"),
-    "--neuron-baseline": ({"metavar": "PATH",
-                           "help": "manifest baseline: a .json file, or a directory of <test>.json files (default "
-                                   "<rootdir>/.neuron-baseline/; ini: neuron_baseline)"},
-                          "manifest baseline file or directory (relative to the ini file)"),
-    "--neuron-update-baseline": ({"action": "store_true", "default": False,
-                                  "help": "write the neuron_baseline files instead of comparing against them"}, None),
-    "--neuron-tp": ({"type": int, "metavar": "N",
-                     "help": "run each warmup in N tensor-parallel rank processes (gloo on CPU, the launcher of "
-                             "scripts/main.sh --tp), so the manifest lists ranks 0..N-1 (default 1; ini: neuron_tp)"},
-                    "tensor-parallel rank processes per warmup"),
-    "--neuron-allow-graph-breaks": ({"action": "store_true",
-                                     "help": "let Dynamo split a graph type into several graphs (default: a graph "
-                                             "break fails the warmup; per test: @pytest.mark.neuron_allow_graph_breaks;"
-                                             " ini: neuron_allow_graph_breaks)"},
-                                    "true: let Dynamo split graph types into several graphs"),
-    "--neuron-compile-timeout": ({"type": float, "metavar": "SECONDS",
-                                  "help": "give up on one graph's compile after SECONDS (compile option "
-                                          "compile_timeout; ini: neuron_compile_timeout)"},
-                                 "seconds one graph's compile may take"),
-    "--neuron-report": ({"metavar": "PATH",
-                         "help": "write a JSON report of the session: settings, one record per graph (graph type, key, "
-                                 "compiler args, shapes, status, compile seconds, size, serve hits/misses) and totals, "
-                                 "merged across xdist workers (ini: neuron_report)"},
-                        "JSON report path (relative to the ini file)"),
-    RANK_WORKER_OPTION: ({"help": argparse.SUPPRESS}, None),
-    "--neuron-rank-graph-types": ({"help": argparse.SUPPRESS}, None),
-    RANK_SERVE_OPTION: ({"action": "store_true", "default": False, "help": argparse.SUPPRESS}, None),
-    "--neuron-allow-eager-outputs": ({"action": "store_true",
-                                      "help": "where NEFFs cannot run (no torch-neuronx runtime binding), take graph "
-                                              "outputs from eager PyTorch instead of failing; compiling, cache and "
-                                              "manifest checks still run (ini: neuron_allow_eager_outputs)"},
-                                    "true: take graph outputs from eager PyTorch where NEFFs cannot run"),
+    "--neuron-target": {"metavar": "{" + ",".join(TARGETS) + "}",
+                        "help": f"compile target, one of {', '.join(TARGETS)} (default ${TARGET_ENV}, else "
+                                f"{DEFAULT_TARGET}; ini: neuron_target)"},
+    "--neuron-compiler": {"choices": COMPILERS,
+                          "help": "compiler: neuronx-cc, local (XLA:CPU) or auto (neuronx-cc when on PATH); "
+                                  "default: $NEURON_ARGS_COMPILER, else auto (ini: neuron_compiler)"},
+    "--neuron-cache-dir": {"metavar": "DIR",
+                           "help": "compile cache directory or s3://bucket/prefix, kept across runs (default: a fresh "
+                                   "directory per session under pytest's base temp; ini: neuron_cache_dir, relative "
+                                   "to its file)"},
+    "--neuron-manifest-dir": {"metavar": "DIR",
+                              "help": "VLLM_NEURON_MANIFEST_DIR for the session (restored after; default: that "
+                                      "variable as the session starts): the session writes "
+                                      "<DIR>/<engine-id>/manifest.json with every graph it compiled or loaded, merged "
+                                      "across xdist workers (ini: neuron_manifest_dir, relative to its file)"},
+    "--neuron-optimization-level": {"type": int, "metavar": "N",
+                                    "help": "explicit caller -O level (1, 2 or 3): every graph gets it and model "
+                                            "compiler_args_for policies are disabled"},
+    "--neuron-compiler-args": {"metavar": "ARGS",
+                               "help": "base neuronx-cc arguments at the caller level, e.g. '-O1 --auto-cast=none' "
+                                       "(default: $NEURON_CC_FLAGS; ini: neuron_compiler_args)"},
+    "--neuron-flow": {"choices": FLOWS, "help": f"warmup flow of the neuron_served / neuron_manifest fixtures, one of "
+                                                f"{', '.join(FLOWS)} (default {DEFAULT_FLOW}; ini: neuron_flow)"},
+    "--neuron-baseline": {"metavar": "PATH",
+                          "help": "manifest baseline: a .json file, or a directory of <test>.json files (default "
+                                  "<rootdir>/.neuron-baseline/; ini: neuron_baseline, relative to its file)"},
+    "--neuron-update-baseline": {"action": "store_true", "default": False,
+                                 "help": "write the neuron_baseline files instead of comparing against them"},
+    "--neuron-tp": {"type": int, "metavar": "N",
+                    "help": "run each warmup in N tensor-parallel rank processes (gloo on CPU, the launcher of "
+                            "scripts/main.sh --tp), so the manifest lists ranks 0..N-1 (default 1; ini: neuron_tp)"},
+    "--neuron-allow-graph-breaks": {"action": "store_true",
+                                    "help": "let Dynamo split a graph type into several graphs (default: a graph "
+                                            "break fails the warmup; per test: @pytest.mark.neuron_allow_graph_breaks;"
+                                            " ini: neuron_allow_graph_breaks)"},
+    "--neuron-compile-timeout": {"type": float, "metavar": "SECONDS",
+                                 "help": "give up on one graph's compile after SECONDS (compile option "
+                                         "compile_timeout; ini: neuron_compile_timeout)"},
+    "--neuron-report": {"metavar": "PATH",
+                        "help": "write a JSON report of the session: settings, one record per graph (graph type, key, "
+                                "compiler args, shapes, status, compile seconds, size, serve hits/misses) and totals, "
+                                "merged across xdist workers (ini: neuron_report, relative to its file)"},
+    RANK_WORKER_OPTION: {"help": argparse.SUPPRESS},
+    "--neuron-rank-graph-types": {"help": argparse.SUPPRESS},
+    RANK_SERVE_OPTION: {"action": "store_true", "default": False, "help": argparse.SUPPRESS},
+    "--neuron-allow-eager-outputs": {"action": "store_true",
+                                     "help": "where NEFFs cannot run (no torch-neuronx runtime binding), take graph "
+                                             "outputs from eager PyTorch instead of failing; compiling, cache and "
+                                             "manifest checks still run (ini: neuron_allow_eager_outputs)"},
 }
-_INI_KEYS = {flag.removeprefix("--").replace("-", "_") for flag, (_, ini) in _OPTIONS.items() if ini is not None}
+_INI_HELP = {key: text for key, text in ((flag.removeprefix("--").replace("-", "_"), options["help"])
+                                          for flag, options in _OPTIONS.items()) if f"ini: {key}" in text}
 #: the options that take no value (``--neuron-tp 2`` takes the next argument, ``--neuron-allow-graph-breaks`` not)
-FLAG_OPTIONS = frozenset(flag for flag, (options, _) in _OPTIONS.items() if options.get("action") == "store_true")
+FLAG_OPTIONS = frozenset(flag for flag, options in _OPTIONS.items() if options.get("action") == "store_true")
 #: the options whose value is a path (see plugin._warn_split_path_options)
-PATH_OPTIONS = frozenset(flag for flag, (options, _) in _OPTIONS.items() if options.get("metavar") in ("DIR", "PATH"))
+PATH_OPTIONS = frozenset(flag for flag, options in _OPTIONS.items() if options.get("metavar") in ("DIR", "PATH"))
 
 
 def add_options(parser: pytest.Parser) -> None:
     """Register the ``--neuron-*`` options and their ini keys."""
     group = parser.getgroup("neuron-args", "neuron-args: per-graph compiler arguments, compile cache, manifest")
-    for flag, (options, ini_help) in _OPTIONS.items():
+    for flag, options in _OPTIONS.items():
         group.addoption(flag, **{"default": None, **options})
-        if ini_help is not None:
-            parser.addini(flag.removeprefix("--").replace("-", "_"), ini_help, default="")
+    for key, text in _INI_HELP.items():
+        parser.addini(key, text, default="")
 
 
 @dataclass(frozen=True)
@@ -138,8 +127,7 @@ class NeuronSettings:
 
     @functools.cached_property
     def base_args(self) -> CompilerArgs | None:
-        """``compiler_args`` as the value every runner of the session takes, parsed and validated once
-        (:meth:`check_compiler_args` turns its error into a usage error at start-up)."""
+        """``compiler_args`` parsed once for every runner (:meth:`check_compiler_args` reports its error)."""
         return None if self.compiler_args is None else CompilerArgs.parse(self.compiler_args)
 
     def runner_key(self) -> tuple[Any, ...]:
@@ -282,20 +270,18 @@ def config_warning(config: pytest.Config, warning: Warning) -> None:
 
 
 def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
-    """``(value, where it came from)``: the command line (its option), then the ini key (with its file), for
-    errors; ``(None, "")`` when unset."""
+    """``(value, where it came from)`` for errors: the option, else the ini key (with its file); ``(None, "")``."""
     value = config.getoption(dest)
     if value is not None and value is not False:
         return str(value), "--" + dest.replace("_", "-")
-    ini = config.getini(dest) if dest in _INI_KEYS else ""
+    ini = config.getini(dest) if dest in _INI_HELP else ""
     if isinstance(ini, str) and ini.strip():
         return ini.strip(), f"ini key {dest} ({config.inipath})"
     return None, ""
 
 
 def _target(config: pytest.Config) -> Target:
-    """``--neuron-target`` or its ini key (else ``$NEURON_ARGS_TARGET``, else the default) as a :class:`Target`; a
-    usage error with the one message."""
+    """``--neuron-target``, its ini key, ``$NEURON_ARGS_TARGET`` or the default; a usage error with the one message."""
     value, where = _raw(config, "neuron_target")
     try:
         return given_or_default(value, where)

@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 
 from neuron_args import eager_fallback, envs
-from pytest_neuron_args import fixtures, gc_policy, markers
+from pytest_neuron_args import fixtures, gc_policy, markers, ranks
 from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
                                          model_fixturedef_of, tp_serve)
 from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning, ini_folder
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, tidy_session
 from pytest_neuron_args.report import header_line, write_json_report, write_step_summary, write_summary
-from pytest_neuron_args.ranks import note_phase
 from pytest_neuron_args.state import STASH_KEY, WORKEROUTPUT_KEY, NeuronSession, get_session, safe_name
 from pytest_neuron_args.trace_log import TRACE_LOG
 
@@ -28,10 +27,9 @@ ENTRY_POINT_NAME = "neuron_args"
 
 
 def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
-    """This module has two names: its entry point's (autoload, ``-p neuron_args``) and its path (a conftest's
-    ``pytest_plugins = ["pytest_neuron_args.plugin"]``, ``-p pytest_neuron_args.plugin``, both usual where
-    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` is set). Registered under one, the other is marked as taken, so naming
-    it again is a no-op instead of pluggy's "Plugin already registered under a different name" crash."""
+    """This module has two names, its entry point's (``-p neuron_args``) and its path (``pytest_plugins``, usual
+    where ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` is set): registered under one, the other is blocked, so naming it
+    again is a no-op instead of pluggy's "Plugin already registered under a different name" crash."""
     if plugin is not sys.modules[__name__]:
         return
     for name in {ENTRY_POINT_NAME, __name__} - {manager.get_name(plugin)}:
@@ -39,8 +37,7 @@ def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager
             manager.set_blocked(name)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
+pytest_addoption = add_options
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -72,9 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _warn_split_path_options(config: pytest.Config) -> None:
-    """pytest locates its ini file before plugin options are known, so in ``--neuron-cache-dir PATH``
-    an existing PATH counts as a test path and can move the rootdir away from the project's ini file
-    (an xdist worker, started after the directories exist, is hit even when the controller is not)."""
+    """pytest finds its ini file before it knows plugin options, so in ``--neuron-cache-dir PATH`` an existing PATH
+    is a test path that can move the rootdir (an xdist worker, started after the directories exist, is hit too)."""
     args = [str(a) for a in config.invocation_params.args]
     for flag, value in zip(args, args[1:]):
         if flag in PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
@@ -85,8 +81,7 @@ def _warn_split_path_options(config: pytest.Config) -> None:
 
 
 def _join_tp_group(session: NeuronSession) -> None:
-    """A ``--neuron-tp`` rank process: join the gloo group the launcher set up (left as the session stops) and tell
-    the ledger our rank."""
+    """A ``--neuron-tp`` rank process joins the launcher's gloo group (until the session stops) and tells the ledger."""
     world = envs.WORLD_SIZE
     if world <= 1:
         return
@@ -106,7 +101,7 @@ def _join_tp_group(session: NeuronSession) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(STASH_KEY, None)
     if session is not None:
-        session.stop()
+        session.at_stop.close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -202,10 +197,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "call" and report.failed:
         item.stash[CALL_FAILED] = True
     session = get_session(item.config)
-    if report.failed and session.is_rank_worker:  # tell the pytest process what it was
-        session.report_rank_failure(str(report.longrepr))
-    if session.settings.rank_serve and session.settings.rank_worker is not None:
-        note_phase(session.settings.rank_worker, report, session.export())
+    out = session.settings.rank_worker
+    if report.failed and out is not None and not ranks.warmup_file(out, envs.RANK).exists():
+        ranks.write_warmup(out, {"error": str(report.longrepr)})  # a failure before the warmup reported: say what
+    if session.settings.rank_serve and out is not None:
+        ranks.note_phase(out, report, session.export())
     lines = item.stash.get(PROGRESS_KEY, None)
     if lines:  # an xdist worker's warmup progress, printed by the controller (pytest_runtest_logreport)
         report.neuron_progress = list(lines)

@@ -1,8 +1,6 @@
-"""What ``--neuron-tp`` rank processes hand back besides their graphs, and how the pytest process reads it.
-
-Digests of each rank's weights, so ``assert_ranks(N)`` refuses a model that ignores its rank (the unsharded
-model's weights, or the same on every rank); what a rank warmed, in ``rank<rank>.json``; and a serving test's
-outcome, phase by phase, in ``serve<rank>.json``. Every file is read bounded and checked: a rank process is not trusted.
+"""What ``--neuron-tp`` rank processes hand back, read bounded and checked (a rank process is not trusted): digests
+of each rank's weights (``assert_ranks(N)`` refuses a model that ignores its rank), what it warmed
+(``rank<rank>.json``) and a serving test's outcome, phase by phase (``serve<rank>.json``).
 """
 from __future__ import annotations
 
@@ -73,9 +71,8 @@ def write_warmup(out: Path, result: dict[str, Any]) -> None:
 
 
 def read_warmups(out: Path, tp: int) -> list[dict[str, Any]]:
-    """Each rank's ``rank<rank>.json``, typed: ``graphs`` is a list only when the rank reported them, ``error`` a
-    string or None, ``export``/``weights``/``config`` dicts or None (a rank that wrote nothing or garbage reported
-    nothing)."""
+    """Each rank's ``rank<rank>.json``, typed (untrusted): ``graphs`` a list only when reported, ``error`` a string
+    or None, ``export``/``weights``/``config`` dicts or None."""
     results = []
     for rank in range(tp):
         doc = _read_object(warmup_file(out, rank))

@@ -1,8 +1,7 @@
 """Per-session plugin state: the cache and manifest directories, and what the session compiled and served.
 
-One :class:`NeuronSession` per ``pytest.Config``, and ``ACTIVITY`` read as differences from its snapshot at
-session start: an in-process ``pytester`` run shares this module with the session that started it.
-:meth:`NeuronSession.export` returns plain builtins, so it can travel through xdist's ``workeroutput``.
+One :class:`NeuronSession` per ``pytest.Config``; ``ACTIVITY`` is read as differences from its snapshot at session
+start (an in-process ``pytester`` run shares it), and exported as builtins for xdist's ``workeroutput``.
 """
 from __future__ import annotations
 
@@ -31,14 +30,13 @@ from neuron_args.manifest.ledger import LEDGER_DIRNAME
 from neuron_args.manifest.schema import MANIFEST_FILENAME
 from neuron_args.text import first_line
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
-from pytest_neuron_args import gc_policy, ranks
+from pytest_neuron_args import gc_policy
 from pytest_neuron_args.options import NeuronSettings
 
 
 def _graphs_without_executable(path: Path, other_caches: Iterable[str] = ()) -> tuple[int, int, dict[str, int]] | None:
-    """(graphs whose executable the cache does not hold, graphs, {other cache: how many of those it holds}) of a
-    written manifest, when some lack it. ``other_caches``: caches of the project's own runners (a manifest names
-    one cache, so their graphs are listed without an executable although they were built)."""
+    """(graphs without an executable in the cache, graphs, {a project runner's own cache: how many it holds}) of a
+    written manifest, when some lack it (a manifest names one cache, so graphs built elsewhere lack their NEFF)."""
     from neuron_args.cache import CompileCache
 
     try:
@@ -84,7 +82,7 @@ class NeuronSession:
         self.worker_id: str | None = workerinput.get("workerid") if workerinput is not None else None
         self._workerinput: dict[str, Any] = dict(workerinput or {})
         self._cache_dir: Path | None = None
-        #: what stop() undoes: the plugin's process-wide settings, the manifest folder's lock, the environment
+        #: what pytest_unconfigure undoes: process-wide settings, the manifest folder's lock, the environment
         self.at_stop = contextlib.ExitStack()
         #: a session run inside another one of this process on the same manifest folder: the outer one emits
         self.inner_session = False
@@ -184,10 +182,8 @@ class NeuronSession:
         self._corrupt_before = dict(ACTIVITY.corrupt)
 
     def _hold_manifest_dir(self, root: Path) -> bool:
-        """Hold the manifest folder for this session: False when this process's outer session holds it.
-
-        Two sessions on one folder would delete each other's ledger lines at start-up and write one
-        engine's manifest.json in turn, so the second one is a usage error naming the first."""
+        """Hold the manifest folder for this session (False: this process's outer session holds it); a second
+        session on it is a usage error, since each would delete the other's ledger lines."""
         try:
             self.at_stop.callback(unlock_folder, lock_folder(root))  # releases the folder's flock
         except BlockingIOError:
@@ -200,9 +196,6 @@ class NeuronSession:
                 "session its own --neuron-manifest-dir (ini neuron_manifest_dir, else $VLLM_NEURON_MANIFEST_DIR), or "
                 "run them one after the other") from None
         return True
-
-    def stop(self) -> None:
-        self.at_stop.close()
 
     # the controller's side of pytest-xdist (the session is registered as a plugin when xdist is loaded)
     @pytest.hookimpl(optionalhook=True)
@@ -219,14 +212,6 @@ class NeuronSession:
 
     def _worker_id(self, node: Any) -> str:
         return getattr(getattr(node, "gateway", None), "id", None) or str(len(self.workers))
-
-    def report_rank_failure(self, error: str) -> None:
-        """A rank process's failure before its warmup reported: tell the pytest process what it was."""
-        out = self.settings.rank_worker
-        if out is None:
-            return
-        if not ranks.warmup_file(out, envs.RANK).exists():
-            ranks.write_warmup(out, {"error": error})
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
         """A runner's config block: the session manifest's is the first one, naming every model (merge_configs)."""
@@ -276,8 +261,7 @@ class NeuronSession:
             self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
 
     def add_compile_report(self, report: Any) -> None:
-        """Remember the graphs a parallel warmup (or the part of one that raised) compiled or failed to compile: their
-        records live in the compile workers. None: an in-process warmup, nothing to add."""
+        """What a parallel warmup (or its part before it raised) compiled or failed: the records are the workers'."""
         for g in getattr(report, "graphs", None) or []:
             # compiled elsewhere: not served here; its status comes from the counts, as every row's
             unseen = replace(g, how=None, serve_hits=None, serve_misses=None)
@@ -362,8 +346,7 @@ _UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
 
 
 def _with_size(row: GraphOutcome, cache_dir: Path | None) -> GraphOutcome:
-    """A graph with no executable size (captured here, built by a ``parallel_compile`` the session did not see):
-    its size from the session cache's entry, when it holds one."""
+    """A graph with no executable size (built by a ``parallel_compile``): its size from the session cache."""
     from neuron_args.cache import CompileCache
 
     entry = None if row.executable_size or cache_dir is None else CompileCache(cache_dir).lookup(row.key)

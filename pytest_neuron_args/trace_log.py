@@ -1,13 +1,9 @@
 """Torch's structured trace log during a warmup: no handler on it unless ``TORCH_TRACE`` asks for the trace.
 
-torch builds a structured record of each Dynamo trace step whenever its trace log (``torch.__trace``)
-has a handler, and pytest attaches one to every non-propagating logger while the plugin drops all its
-records (``plugin.pytest_configure``): ~4 % of a warm session's trace CPU for records nobody reads. During a
-warmup :func:`detached` takes those handlers off (all of them when ``TORCH_TRACE`` is unset, else only
-the root logger's, so the trace file is still written) and puts them back after. It also skips two
-costs that only feed debug output: Dynamo's guard-latency measurement (``profile_guard_manager``, kept
-when ``TORCH_TRACE`` is set or ``TORCH_LOGS=guards``) and the function names of traced lines
-(``get_funcname``, kept while ``TORCH_LOGS=trace_call,trace_source`` is at DEBUG).
+torch builds a record of each Dynamo trace step whenever ``torch.__trace`` has a handler, and pytest attaches one
+that the plugin's filter then drops (~4 % of a warm session's trace CPU). :func:`detached` takes those handlers off
+for a warmup, and skips two costs that only feed debug output: Dynamo's guard-latency measurement and the function
+names of traced lines (each kept while ``TORCH_TRACE`` or the matching ``TORCH_LOGS`` asks for it).
 """
 from __future__ import annotations
 

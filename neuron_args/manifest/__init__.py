@@ -1,14 +1,12 @@
 """The compile-artifact manifest: a per-engine ``manifest.json`` of every graph it compiled.
 
 Off unless ``VLLM_NEURON_MANIFEST_DIR`` names a directory. Seams call :func:`record_graph`; after warmup local
-rank 0 calls :func:`emit_manifest`. ``diff`` (deepdiff) loads only when used.
+rank 0 calls :func:`emit_manifest`. A diff imports deepdiff only when two manifests differ.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from neuron_args.manifest.config import build_config, environment_snapshot
+from neuron_args.manifest.diff import ManifestDiff, diff_manifests
 from neuron_args.manifest.emit import emit_manifest
 from neuron_args.manifest.engine import (
     MANIFEST_DIR_ENV,
@@ -43,11 +41,3 @@ __all__ = [
     "to_jsonable",
     "validate_manifest",
 ]
-
-_LAZY = {"ManifestDiff": "neuron_args.manifest.diff", "diff_manifests": "neuron_args.manifest.diff"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'neuron_args.manifest' has no attribute {name!r}")

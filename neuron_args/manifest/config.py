@@ -5,10 +5,8 @@ from __future__ import annotations
 import importlib.metadata
 import io
 import logging
-import os
 import platform
 from collections.abc import Mapping
-from pathlib import PurePath
 from typing import Any
 
 from neuron_args.manifest.jsonable import to_jsonable
@@ -40,9 +38,8 @@ _PER_MODEL = ("dtype", "max_num_seqs", "max_model_len")
 
 
 def merge_configs(first: Mapping[str, Any], other: Mapping[str, Any] | None) -> dict:
-    """The config block of a manifest whose graphs come from the runners of ``first`` and ``other``: ``first``,
-    its ``model`` naming every model (joined by :data:`MODEL_SEPARATOR`, each once, in order), and a per-model
-    value (dtype, max_num_seqs, max_model_len) the two disagree on left out (None) rather than the first's."""
+    """The config block of a manifest over the runners of ``first`` and ``other``: ``first``, its ``model`` naming
+    each model once, and a per-model value the two disagree on None rather than the first's."""
     merged = dict(first)
     if not isinstance(other, Mapping):
         return merged
@@ -82,7 +79,7 @@ def build_config(
     topo.update({name: _count(f"topology[{name!r}]", value) for name, value in topo.items()
                  if name != "has_collectives"})
     return {
-        "model": None if model is None else os.fspath(model) if isinstance(model, PurePath) else str(model),
+        "model": None if model is None else str(model),  # a path's str is its fspath
         "target": None if target is None else str(target),
         "dtype": _dtype_string(dtype),
         "max_num_seqs": _count("max_num_seqs", max_num_seqs, optional=True),

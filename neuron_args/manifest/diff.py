@@ -1,9 +1,7 @@
-"""Compare two manifests: what a run compiled differently from another.
-
-Graphs are matched by ``graph_hash``; what changes between two runs of one deployment is ignored (timestamps,
-NEFF sizes, cache paths, absolute paths in ``config``, ``environment`` unless asked for). A changed flag changes
-the key, so when exactly one removed and one added graph share their input shapes, the pair is also reported
-as a likely replacement with its flag changes: the "why did this recompile" answer.
+"""Compare two manifests by ``graph_hash``, ignoring what changes between two runs of one deployment (timestamps,
+NEFF sizes, cache and absolute paths, ``environment`` unless asked for). A changed flag changes the key, so one
+removed and one added graph with the same input shapes are also reported as a likely replacement with its flag
+changes: the "why did this recompile" answer.
 """
 from __future__ import annotations
 
@@ -225,9 +223,8 @@ class ManifestDiff:
 
 
 def _stable_config(doc: Mapping) -> Any:
-    """``config`` without what differs between two runs of one build, as the pytest plugin's baselines
-    store it: the cache directory (machine- and run-specific), and graph-type entries of keys that
-    are not among the manifest's own graphs (a runner maps every key its process resolved)."""
+    """``config`` without the cache directory (machine-specific) and graph types of keys not among the manifest's
+    graphs (a runner maps every key its process resolved): what differs between two runs of one build."""
     config = doc.get("config")
     if not isinstance(config, Mapping) or not isinstance(config.get("neuron_config"), Mapping):
         return config

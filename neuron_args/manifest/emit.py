@@ -1,9 +1,6 @@
-"""Emit: after warmup, local rank 0 turns its engine's ledger into ``<engine-id>/manifest.json``.
-
-Ranks are mapped to global ranks, each graph is enriched from its compile-cache entry, the file is written
-atomically (a relaunch overwrites it) and the engine's ledger removed, all under the engine's folder lock
-(:mod:`neuron_args.manifest.folder_lock`) so no emit removes lines another job still writes. Best-effort: a
-failure is logged and :func:`emit_manifest` returns None; nothing here may break warmup or serving.
+"""Emit: after warmup, local rank 0 turns its engine's ledger into ``<engine-id>/manifest.json`` (global ranks,
+cache fields), written atomically and its ledger removed under the engine's folder lock, so no emit removes lines
+another job still writes. Best-effort: a failure is logged, never raised into warmup or serving.
 """
 from __future__ import annotations
 
@@ -40,18 +37,13 @@ __all__ = ["dumps_manifest", "emit_engines", "emit_manifest"]
 logger = logging.getLogger("neuron_args.manifest")
 
 
-def _shape_list(value: Sequence[str] | None) -> list[str] | None:
-    if value is not None and all(SHAPE_RE.match(s) for s in value):
-        return list(value)
-    return None
-
-
 def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
     """The cache-derived fields of one graph; those whose source is missing are left out (null in the manifest)."""
     entry = None if cache is None else cache.lookup(key)
     if entry is None:
         return {}
     found = entry.artifacts()
+    shapes = found.output_shapes
     mtime = found.executable_mtime
     created = None if mtime is None else _dt.datetime.fromtimestamp(mtime, tz=_dt.timezone.utc).isoformat()
     return {
@@ -59,7 +51,7 @@ def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
         "neff_path": found.executable_path,
         "neff_size": found.executable_size,
         "created_timestamp": created,
-        "output_shapes": _shape_list(found.output_shapes),
+        "output_shapes": list(shapes) if shapes is not None and all(SHAPE_RE.match(s) for s in shapes) else None,
     }
 
 
@@ -142,11 +134,8 @@ def emit_manifest(
 ) -> Path | None:
     """Write ``<root>/<engine-id>/manifest.json`` from this engine's ledger (local rank 0 only); its path, or None.
 
-    ``rank_map`` maps ledger (TP-local) ranks to global ranks (a mapping, or the TP group's global ranks);
-    ``cache_dir`` None leaves the cache fields null; ``root`` and ``engine_id`` default to the environment's.
-    Never raises: a failure is logged, and appended to ``failures`` when given (the pytest plugin, asked for a
-    manifest, reports it).
-    """
+    ``rank_map``: ledger (TP-local) ranks to global ones (a mapping, or the TP group's global ranks); ``cache_dir``
+    None leaves the cache fields null. Never raises: a failure is logged, and appended to ``failures`` when given."""
     root = manifest_root() if root is None else Path(root)
     if root is None or local_rank != 0:
         return None
@@ -223,8 +212,7 @@ def _with_graph_types(config: Mapping[str, Any] | None, ledger: Ledger, keys: se
 def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping[str, Any] | None,
                  keys: Iterable[str] | None = None, failures: list[str] | None = None) -> list[Path]:
     """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given);
-    ``source == target`` consumes the ledger (a pytest session's end), else ``source`` is left alone (a test's view:
-    its lines are copied into a ledger under ``target``, which its emit consumes)."""
+    ``source == target`` consumes the ledger (a session's end), else it is copied (a test's view) and left alone."""
     wanted = None if keys is None else set(keys)
     written = []
     for engine in ledger_engines(source):

@@ -50,8 +50,8 @@ def _device(text: str, spec: str) -> int:
 
 
 def parse_visible_devices(value: str) -> list[int]:
-    """Device indices of a ``NEURON_VISIBLE_DEVICES`` value (``"3"``, ``"0,1,2,3"``, ``"0-7"``, ``"0-1,4-5"``), in
-    the order given; ValueError on anything else (empty items, reversed ranges, repeated devices)."""
+    """Device indices of a ``NEURON_VISIBLE_DEVICES`` value (``"3"``, ``"0-7"``, ``"0-1,4-5"``) in order;
+    ValueError on anything else (empty items, reversed ranges, repeated devices)."""
     if not isinstance(value, str):
         raise ValueError(f"{VISIBLE_DEVICES_ENV} must be a string, got {type(value).__name__}")
     devices: list[int] = []

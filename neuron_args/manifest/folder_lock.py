@@ -1,10 +1,9 @@
 """Who writes into a manifest folder: ``flock`` on the folder itself, taken by the pytest plugin and NeuronRunner jobs.
 
-An emit reads an engine's ledger and then removes it, so a second writer of the engine at the same time would
-lose its lines (its manifest would miss graphs and still read as valid). A pytest session holds ``<root>``
-exclusively; a NeuronRunner job holds ``<root>`` shared and ``<root>/<engine-id>/`` exclusively from its first
-warmup to its emit (:func:`hold_engine`), as a plain ``emit_manifest`` does for the emit. A lock this process
-holds is never waited for; the locks leave no file and die with their holder (no guard where folders cannot lock).
+An emit reads an engine's ledger and then removes it, so a second writer of the engine at once would lose its lines
+(its manifest would miss graphs and still read as valid). A pytest session holds ``<root>`` exclusively; a job
+holds ``<root>`` shared and ``<root>/<engine-id>/`` exclusively until its emit (:func:`hold_engine`). The locks
+leave no file and die with their holder; one this process holds is never waited for.
 """
 from __future__ import annotations
 
@@ -137,9 +136,8 @@ class EngineHold:
 
 
 def hold_engine(root: Path, engine_id: str) -> EngineHold:
-    """Hold ``root`` shared and ``root/engine_id`` exclusively (creating both), waiting for other processes'
-    holds; nothing where this process holds the engine's folder already (a second runner of the engine), and no
-    shared hold of ``root`` where it holds that (a pytest session's runners and emit)."""
+    """Hold ``root`` shared and ``root/engine_id`` exclusively (creating both), waiting for other processes';
+    either is skipped where this process holds it already (a second runner of the engine, a pytest session)."""
     engine = root / engine_id
     hold = EngineHold()
     try:

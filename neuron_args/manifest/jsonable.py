@@ -1,8 +1,6 @@
-"""Plain JSON data from whatever a runner's config objects hold (the manifest's config block).
-
-Dataclasses and objects become dicts of their public fields, enums their name, torch dtypes their string,
-sets sorted lists, non-finite floats strings, cycles ``"<cycle: Type>"``, anything else its clipped repr.
-"""
+"""Plain JSON data from whatever a runner's config objects hold (the manifest's config block): dataclasses and
+objects become dicts of their public fields, enums their name, torch dtypes their string, sets sorted lists,
+non-finite floats strings, cycles ``"<cycle: Type>"``, anything else its clipped repr."""
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +42,7 @@ def _qualified_name(obj: Any) -> str:
 
 
 class _Coercer:
-    """One :func:`to_jsonable` pass: tracks the containers on the current path (cycles) and a
-    node budget (an accidental reference to something huge becomes reprs, not a hang)."""
+    """One :func:`to_jsonable` pass: the containers on the path (cycles) and a node budget (huge input: reprs)."""
 
     def __init__(self) -> None:
         self.active: set[int] = set()

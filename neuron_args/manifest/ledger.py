@@ -1,10 +1,9 @@
 """The compile-time ledger: each process appends one JSONL line per captured graph to
-``<root>/ledger/<engine-id>/<pid>.jsonl``; the emitter (local rank 0, after warmup) reads it.
+``<root>/ledger/<engine-id>/<pid>.jsonl``, which the emitter (local rank 0, after warmup) reads.
 
-A line is a raw ``os.write`` on an ``O_APPEND`` descriptor opened per line, so it survives a fork child's
-``os._exit()`` and a folder an emit removed is recreated; one file per process needs no lock across
-processes; a process's first write (tracked by pid, so a fork child too) truncates a stale file of an
-earlier run. Best-effort: a failure is logged once and swallowed, since the manifest must never break a compile.
+A line is a raw ``os.write`` on an ``O_APPEND`` descriptor opened per line (it survives a fork child's
+``os._exit()``); one file per process needs no lock, and a process's first write truncates an earlier run's
+file. Best-effort: a failure is logged once and swallowed, since the manifest must never break a compile.
 """
 from __future__ import annotations
 
@@ -121,9 +120,8 @@ def _by_index(group: Sequence[int]) -> Callable[[int], int | None]:
 
 
 def rank_mapper(rank_map: Mapping[int, int] | Sequence[int] | None = None) -> Callable[[int], int | None]:
-    """TP-local rank (what a ledger line records) -> global rank, from (in order) ``rank_map``, the
-    registered TP group, torch.distributed's default group, or identity. None for a rank the map
-    does not cover."""
+    """TP-local rank (as a ledger line records it) -> global rank (None: not covered), from ``rank_map``, else
+    the registered TP group, else torch.distributed's default group, else identity."""
     if isinstance(rank_map, Mapping):
         return {int(k): int(v) for k, v in rank_map.items()}.get
     if rank_map is not None:
@@ -355,11 +353,8 @@ def _rank_slot(line: str, key: str, rank: int) -> tuple[str, str] | None:
 
 
 def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
-    """The graphs of one engine's ledger folder and the dropped lines (torn fragments, invalid records) by reason.
-
-    The hot loop of an emit. Every rank writes the same line for a graph but for its rank digits, so a line
-    equal to a checked one but for them costs a dict lookup, not a parse and check.
-    """
+    """The graphs of one engine's ledger folder and the dropped lines by reason. The hot loop of an emit: a line
+    equal to a checked one but for its rank digits (every rank writes the same line) is a lookup, not a parse."""
     found = Ledger()
     graphs, dropped = found.graphs, found.dropped
     try:
@@ -367,7 +362,6 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
     except FileNotFoundError:
         return found
     checked: dict[tuple[str, str], LedgerGraph] = {}  # _rank_slot of a checked line -> its graph
-    ranks: dict[str, int] = {}  # a rank's digits (a non-negative integer, no leading zero) -> the rank
     for name in names:
         try:
             text = read_bounded(os.path.join(directory, name), LEDGER_LIMIT).decode("utf-8", errors="replace")
@@ -378,7 +372,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             end = line.find(",", _RANK_AT)
             entry = checked.get((line[:_RANK_AT], line[end:])) if end > _RANK_AT else None
             if entry is not None:
-                rank = _rank_digits(line[_RANK_AT:end], ranks)  # a writer's lines share its rank: checked once
+                rank = _rank_digits(line[_RANK_AT:end])
                 if rank is not None:
                     entry.add(rank)
                     continue
@@ -407,9 +401,6 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
     return found
 
 
-def _rank_digits(digits: str, ranks: dict[str, int]) -> int | None:
+def _rank_digits(digits: str) -> int | None:
     """The rank written as ``digits`` (a non-negative integer without a leading zero), else None."""
-    rank = ranks.get(digits)
-    if rank is None and digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1):
-        rank = ranks[digits] = int(digits)
-    return rank
+    return int(digits) if digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1) else None

@@ -1,12 +1,8 @@
-"""Manifest schema, version 1 (the JSON Schema ships next to this module; the fields are listed below).
+"""Manifest schema, version 1 (``manifest.schema.json`` next to this module describes each field).
 
-``graphs[]`` is sorted by ``graph_hash`` (two manifests diff line by line); ``hlo_path`` and ``neff_path``
-are relative to the compile-cache root; ``neff_size`` and ``created_timestamp`` (ISO 8601 with UTC offset)
-come from one stat of the NEFF; shapes are ordered strings (``""`` for a scalar); ``compiler_flags`` have
-machine-specific paths removed; ``ranks`` are global, sorted and unique; snapshot paths are reserved.
-A graph the ledger proves was traced is listed even when its cache folder is gone, with the fields it
-would be read from null: null means "not in the cache when the manifest was written", never a guess.
-``jsonschema`` is imported only by :func:`validate_manifest`, so writing a manifest never pays for it.
+``graphs[]`` is sorted by ``graph_hash`` (two manifests diff line by line); a graph the ledger proves was traced is
+listed even when its cache folder is gone, its cache fields null: null means "not in the cache when the manifest
+was written", never a guess. ``jsonschema`` is imported only by :func:`validate_manifest`.
 """
 from __future__ import annotations
 
@@ -82,11 +78,8 @@ def json_path(parts: Iterable[Any], prefix: str = "") -> str:
 
 
 def validate_manifest(doc: Mapping) -> list[str]:
-    """Human-readable problems with ``doc``; ``[]`` when it is a valid version-1 manifest.
-
-    JSON Schema first, then what a schema cannot say: ranks sorted, graphs sorted by
-    ``graph_hash`` and each hash listed once.
-    """
+    """Human-readable problems with ``doc`` (``[]``: a valid version-1 manifest): the JSON Schema's, then what a
+    schema cannot say (ranks sorted, graphs sorted by ``graph_hash``, each hash once)."""
     if not isinstance(doc, Mapping):
         return [f"(top level): a manifest is a JSON object, got {type(doc).__name__}"]
     plain = copy.deepcopy(dict(doc))

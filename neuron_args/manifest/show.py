@@ -160,8 +160,7 @@ def recorded_graph_types(doc: Mapping) -> dict[str, str]:
 
 
 def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> str:
-    """The config in one line, then one row per graph; ``graph_types`` maps hash -> type (else the
-    manifest's own ``config.neuron_config.graph_types``)."""
+    """The config in one line, then one row per graph; ``graph_types``: hash -> type (else the manifest's own)."""
     rows = [[
         g["graph_type"] or "-",
         str(g["graph_hash"] if g["graph_hash"] is not None else "?")[:SHORT_HASH],
@@ -202,9 +201,8 @@ BASELINE_DIRNAME = ".neuron-baseline"
 
 
 def is_baseline(doc: Mapping, path: str | os.PathLike[str] | None = None) -> bool:
-    """Whether ``doc`` is a manifest baseline (the plugin's ``.neuron-baseline/*.json``), not a manifest:
-    its cache dir is the placeholder, or it has no ``environment`` and no graph carries a volatile field,
-    or it sits in a ``.neuron-baseline`` folder without an ``environment``."""
+    """Whether ``doc`` is a manifest baseline (the plugin's ``.neuron-baseline/*.json``): a masked cache dir, else
+    no ``environment`` and (in a ``.neuron-baseline`` folder, or) no graph with a volatile field."""
     if neuron_config(doc).get("cache_dir") == BASELINE_CACHE_DIR_PLACEHOLDER:
         return True
     if "environment" in doc:
@@ -216,9 +214,8 @@ def is_baseline(doc: Mapping, path: str | os.PathLike[str] | None = None) -> boo
 
 
 def validate_baseline(doc: Mapping) -> list[str]:
-    """Problems with a baseline: the manifest schema less what the baseline form leaves out
-    (``environment`` and the volatile graph fields), plus what that form promises (none of those
-    fields present, the cache dir masked, graph types only for its own graphs)."""
+    """Problems with a baseline: the manifest schema's less the fields the baseline form leaves out, plus what
+    that form promises (those fields absent, the cache dir masked, graph types only of its own graphs)."""
     from neuron_args.manifest.schema import validate_manifest
 
     omitted = {"environment", *BASELINE_VOLATILE_GRAPH_FIELDS}
@@ -248,8 +245,7 @@ def validate_baseline(doc: Mapping) -> list[str]:
 
 
 def manifest_graph_rows(doc: Mapping, graph_types: Mapping[str, str | None] | None = None) -> list[dict]:
-    """``manifest show --json``'s graphs (and the table's columns) with full values; ``graph_types`` as in
-    :func:`manifest_table`."""
+    """``manifest show --json``'s graphs (the table's columns, full values); ``graph_types`` as in the table's."""
     types = {**recorded_graph_types(doc), **{k: v for k, v in (graph_types or {}).items() if v}}
     rows = []
     for g in manifest_graphs(doc):
