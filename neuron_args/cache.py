@@ -1,8 +1,5 @@
-"""The compile cache: one folder per key, a completion marker written last, a per-key lock.
-
-A crash mid-compile leaves no complete entry, so nothing half-built is ever loaded. The only code that knows
-the ``<root>/<key>/`` layout and reads or writes ``metadata.json`` (as :class:`~neuron_args.entry_metadata.EntryMetadata`).
-"""
+"""The compile cache: one folder per key, a completion marker written last (a crash leaves nothing half-built to
+load), a per-key lock; the only code that knows the ``<root>/<key>/`` layout and ``metadata.json``."""
 from __future__ import annotations
 
 import contextlib

@@ -1,9 +1,6 @@
-"""Cache keys built from named, separately hashed components (after JAX's ``cache_key.py``): a miss is explained
-by construction (:func:`explain_components`).
-
-The HLO alone does not pin what a call returns (64-bit types lower as 32-bit ones, the runtime converts), so the
-torch specs of inputs and outputs are components of their own, and so is the autograd mode of the trace.
-"""
+"""Cache keys of named, separately hashed components (after JAX's ``cache_key.py``), so a miss explains itself
+(:func:`explain_components`); torch specs and the autograd mode are components: the HLO alone does not pin what a
+call returns (64-bit types lower as 32-bit ones, the runtime converts)."""
 from __future__ import annotations
 
 import hashlib

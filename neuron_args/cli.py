@@ -1,8 +1,5 @@
-"""``neuron-args``: inspect manifests and compile caches from a shell or CI step (the commands: :data:`_COMMANDS`).
-
-Exit statuses: :mod:`neuron_args.exit_codes`; ``--json`` changes only what is printed (errors stay on stderr).
-Nothing here imports torch or jax.
-"""
+"""``neuron-args``: inspect manifests and compile caches from a shell or CI step (:data:`_COMMANDS`; exit statuses:
+:mod:`neuron_args.exit_codes`; ``--json`` changes only what is printed). Imports neither torch nor jax."""
 from __future__ import annotations
 
 import argparse

@@ -1,9 +1,5 @@
-"""Every environment variable neuron-args reads, in one table (the vLLM ``envs.py`` idea).
-
-Each variable is one :class:`EnvVar` row (name, type, default, doc line), read through :func:`flag` (the one
-boolean parser), :func:`text`, :func:`seconds`, :func:`count` or as an attribute; a name not in the table is a
-``KeyError``. README's table is :func:`markdown_table`. Writes go through the helpers at the end.
-"""
+"""Every environment variable neuron-args reads or writes, one :class:`EnvVar` row each (the vLLM ``envs.py``
+idea): read through :func:`flag`, :func:`text`, :func:`seconds`, :func:`count`; an undeclared name is a ``KeyError``."""
 from __future__ import annotations
 
 import contextlib

@@ -1,11 +1,6 @@
-"""The neuronx-cc ``compile`` option table: the one answer to "which tokens are one option, and its value?"
-that policies, the cache key and the manifest share. Pure Python (imports without torch or jax).
-
-Strict reading (``CompilerArgs.parse``, ``parse_compiler_args``, ``canonical_compiler_args``) raises
-:class:`CompilerArgsError` on anything neuronx-cc would reject, so a policy typo fails on a laptop; lenient
-editing (``with_optimization_level``, ``remove_options``, ``CompilerArgs.value``, ``manifest_compiler_flags``) keeps
-tokens it cannot identify, because it edits lists it does not own.
-"""
+"""The neuronx-cc option table, the one answer policies, the cache key and the manifest share to "which tokens are
+one option, and its value?" (pure Python). Strict reading raises :class:`CompilerArgsError` on what neuronx-cc would
+reject, so a typo fails on a laptop; lenient editing keeps unknown tokens, as it edits lists it does not own."""
 from __future__ import annotations
 
 import difflib

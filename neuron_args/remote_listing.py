@@ -1,6 +1,5 @@
-"""``cache ls``, ``explain`` and ``verify`` on an ``s3://`` cache: a listing reads only the remote's markers (one listing,
-bounded reads); ``explain`` downloads (and checks) only the entries it names, ``verify`` (:func:`sync`) every one.
-"""
+"""``cache ls``, ``explain`` and ``verify`` on an ``s3://`` cache: ls reads only the remote's markers, explain
+downloads (and checks) the entries it names, verify (:func:`sync`) every one."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor

@@ -1,9 +1,5 @@
-"""The machine-readable run report (``--neuron-report=PATH``), the night-to-night comparison and the trend plot.
-
-Graphs are matched by graph type and input shapes (a key changes with the compiler version, the graph does not);
-a comparison names first the run settings that differ (such runs compile different things). The plot draws with
-matplotlib, the optional ``plot`` extra, imported only when a plot is drawn.
-"""
+"""The run report (``--neuron-report=PATH``), its comparison and trend plot (matplotlib, the ``plot`` extra, on
+first use); graphs match by graph type and input shapes: a key changes with the compiler version, a graph does not."""
 from __future__ import annotations
 
 import json

@@ -1,12 +1,6 @@
-"""Per-graph compiler arguments from the runner to the seams: the resolver (the design's ``load_model`` wiring +
-``resolve_graph_compiler_args``) and the scope (libtorch-neuronx-lite's ``compile/compiler_args.py``).
-
-:class:`CompilerArgsResolver` calls the model's ``compiler_args_for`` policy eagerly and gives a concrete list (an
-explicit caller ``-O`` level disables the policy: the base list carries that level); the runner opens
-:func:`scoped_compiler_args` with it around the call that compiles a graph, and every seam reads the scope
-(:func:`resolve_request`) before the cache key. ``graph_type`` is a label for errors, metadata and the manifest,
-never part of the key.
-"""
+"""Per-graph compiler arguments from the runner to the seams: :class:`CompilerArgsResolver` runs the model's
+``compiler_args_for`` policy eagerly, :func:`scoped_compiler_args` carries the list, every seam reads it
+(:func:`resolve_request`) before the key; ``graph_type`` labels errors and records, never the key."""
 from __future__ import annotations
 
 import contextlib
