@@ -483,10 +483,6 @@ class CompileCache:
         self.root = cache_root(root) if remote_cache.is_remote(root) else Path(root).expanduser().resolve()
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any] | None = None) -> CompileCache:
-        return cls.from_settings(CompileSettings.from_options(options, "CompileCache.from_options"))
-
-    @classmethod
     def from_settings(cls, settings: CompileSettings) -> CompileCache:
         return cls(cache_root(settings.cache_dir))
 

@@ -16,28 +16,10 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
 from neuron_args.target import KNOWN_TARGETS, target_problem
 
-__all__ = [
-    "KNOWN_TARGETS",
-    "OPT_LEVELS",
-    "Flag",
-    "FlagChanges",
-    "OptionSpec",
-    "OPTIONS",
-    "RepeatedOption",
-    "CompilerArgs",
-    "canonical_compiler_args",
-    "closest_option",
-    "flag_changes",
-    "manifest_compiler_flags",
-    "optimization_level",
-    "parse_compiler_args",
-    "remove_options",
-    "repeated_options",
-    "split_compiler_args",
-    "validate_compiler_args",
-    "warn_repeated_options",
-    "with_optimization_level",
-]
+__all__ = ["KNOWN_TARGETS", "OPT_LEVELS", "Flag", "FlagChanges", "OptionSpec", "OPTIONS", "RepeatedOption",
+           "CompilerArgs", "canonical_compiler_args", "closest_option", "flag_changes", "manifest_compiler_flags",
+           "optimization_level", "parse_compiler_args", "remove_options", "repeated_options", "split_compiler_args",
+           "validate_compiler_args", "warn_repeated_options", "with_optimization_level"]
 
 OPT_LEVELS: tuple[int, ...] = (1, 2, 3)
 
@@ -304,19 +286,12 @@ def closest_option(name: str) -> str | None:
     return vocabulary[match[0]] if match else None
 
 
-def _check_level(level: object) -> int:
-    if isinstance(level, bool) or not isinstance(level, int) or level not in OPT_LEVELS:
-        allowed = ", ".join(str(n) for n in OPT_LEVELS)
-        raise ValueError(
-            f"optimization level must be one of {allowed} (an int, spelled -O<n>); got {level!r}"
-        )
-    return level
-
-
 def with_optimization_level(args: str | Sequence[str] | None, level: int) -> list[str]:
     """A new list holding exactly one ``-O<level>``, where the first level was (else appended); every
     other token keeps its place, unknown flags included, so a policy can set the level on any base list."""
-    level = _check_level(level)
+    if isinstance(level, bool) or not isinstance(level, int) or level not in OPT_LEVELS:
+        allowed = ", ".join(str(n) for n in OPT_LEVELS)
+        raise ValueError(f"optimization level must be one of {allowed} (an int, spelled -O<n>); got {level!r}")
     items = _scan(split_compiler_args(args))
     first = next((k for k, item in enumerate(items) if item.name == OPTLEVEL), len(items))
     return [*(t for item in items[:first] for t in item.tokens), f"-O{level}",
@@ -362,20 +337,14 @@ def _canonical(flags: Iterable[Flag]) -> tuple[str, ...]:
 
 
 def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
-    """The form the cache key hashes: equal meaning, equal list (validated first, so a bad list has no key).
-
-    Canonical spellings; a repeated option keeps its last value; named options sorted, then the
-    order-sensitive opaque ones in their order; machine-specific paths dropped.
-    """
+    """The key's form, equal for equal meaning (validated first: a bad list has no key): canonical spellings, a
+    repeated option's last value, named options sorted, then opaque ones in order; machine-specific paths dropped."""
     return list(CompilerArgs.of(args).canonical)
 
 
 class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
-    """One argument list as a value (the tokens as given): split once where it enters, validated at most once.
-
-    ``CompilerArgs(args)`` does not validate (a policy may edit unknown flags); :meth:`parse` does, and the
-    parsed flags are kept so nothing downstream parses the list again.
-    """
+    """One argument list as a value (the tokens as given), split once where it enters; ``CompilerArgs(args)`` does not
+    validate (a policy may edit unknown flags), :meth:`parse` does, once: the parsed flags are kept."""
 
     def __new__(cls, args: str | Sequence[str] | None = None) -> CompilerArgs:
         return super().__new__(cls, split_compiler_args(args))
