@@ -17,6 +17,11 @@ from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
+from neuron_args.manifest.ledger import ledger_engines
+from neuron_args.manifest.schema import validate_manifest
+from neuron_args.manifest.show import (cache_entries, cache_entry_dict, cache_table, is_baseline, manifest_graph_rows,
+                                      manifest_table, recorded_cache_dir, recorded_remote_cache, status_counts,
+                                      validate_baseline)
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
 __all__ = ["EXIT_REMOTE", "main"]
@@ -40,8 +45,6 @@ def _load_manifest(path: str) -> dict:
     except UntrustedFileError as exc:
         raise _Usage(f"cannot read manifest {target}: {exc}") from None
     except OSError as exc:
-        from neuron_args.manifest.ledger import ledger_engines
-
         given = Path(path).expanduser()
         pending = ledger_engines(given) if given.is_dir() else []
         hint = (f"; {given} holds ledger lines of engine(s) {', '.join(pending)} that no process emitted yet: "
@@ -65,8 +68,6 @@ def _graphs(doc: Mapping) -> list:
 def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
     """``--cache-dir``, else the recorded cache (else the local copy of its recorded remote), and a note when
     neither is on this machine."""
-    from neuron_args.manifest.show import recorded_cache_dir, recorded_remote_cache
-
     if given is not None and not remote_cache.is_remote(given):
         path = Path(given).expanduser()
         if not path.is_dir():
@@ -139,8 +140,6 @@ def _output(args: argparse.Namespace, doc: Callable[[], Mapping[str, object]], l
 
 
 def _manifest_show(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table
-
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
     lookup = CompileCache(cache).lookup if cache is not None else lambda key: None
@@ -183,9 +182,6 @@ def cross_check(doc: Mapping, cache: Path) -> list[str]:
 
 def _manifest_validate(args: argparse.Namespace) -> int:
     """A manifest against schema v1 and its cache; a baseline against the baseline form (it names no files)."""
-    from neuron_args.manifest.schema import validate_manifest
-    from neuron_args.manifest.show import is_baseline, validate_baseline
-
     doc = _load_manifest(args.path)
     kind = "baseline" if is_baseline(doc, args.path) else "manifest"
     if kind == "baseline":
@@ -226,8 +222,6 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 def _cache_ls(args: argparse.Namespace) -> int:
     """The entries (of an ``s3://`` cache: from the remote's markers, nothing downloaded, and the local copy's)."""
-    from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
-
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, None)
     listed = remote_listing.list_remote(CompileCache(root))
@@ -260,8 +254,6 @@ def _copy_regular(source: Path, target: Path) -> bool:
 
 def _cache_logs(args: argparse.Namespace) -> int:
     """Copy what unbuilt entries' compiles left into ``OUT/<key>/``: what CI uploads after failed compiles."""
-    from neuron_args.manifest.show import cache_entries
-
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, UNBUILT)
     out = Path(args.out).expanduser()
@@ -287,8 +279,6 @@ def _cache_logs(args: argparse.Namespace) -> int:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import status_counts
-
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
