@@ -315,11 +315,6 @@ class CacheEntry:
         return f"CacheEntry({str(self.path)!r}, status={self.status.value!r})"
 
 
-def executable_fields(path: Path) -> dict[str, Any]:
-    """``executable_size`` and ``executable_sha256`` of a built executable, for metadata.json."""
-    return {"executable_size": path.stat().st_size, "executable_sha256": file_sha256(path)}
-
-
 def _write_pid(lock_path: Path, pid: int | None) -> None:
     """The holder's pid into its lock file, or blanks: padded in place, as ext4 flushes a truncated file on close."""
     with contextlib.suppress(OSError), open(lock_path, "r+b") as handle:

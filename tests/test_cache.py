@@ -241,7 +241,7 @@ def test_a_neighbour_with_damaged_key_components_never_breaks_a_miss_explanation
 
 def test_an_entry_whose_executable_was_replaced_is_caught_by_its_checksum(tmp_path):
     from neuron_args.activity import ACTIVITY
-    from neuron_args.cache import executable_fields
+    from tests.security.security_helpers import executable_fields
 
     cache, key = CompileCache(tmp_path), make_key()
     entry, _ = cache.get_or_build(key, builder(key))
