@@ -50,8 +50,7 @@ TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace
 
 
 def assert_cache_hit_enabled() -> bool:
-    """The open serve's ``assert_cache_hit``, else the innermost :func:`~neuron_args.activity.tally` block's, else the
-    environment's."""
+    """Whether a miss raises: the open serve's say, else the innermost ``activity.tally`` block's, else the variable."""
     if ACTIVITY.assert_hit is not None:
         return ACTIVITY.assert_hit
     block = block_assert_hit()
@@ -163,8 +162,7 @@ class CacheEntry:
         return EntryStatus.CRASHED
 
     def lock_pid(self) -> int | None:
-        """The pid of the live process building this key (0 when it wrote none), else None: a dead holder holds no
-        lock."""
+        """The live builder's pid (0 when it wrote none), else None: a dead holder holds no lock."""
         if not self.lock_path.exists():
             return None
         probe = FileLock(self.lock_path)
@@ -622,8 +620,7 @@ class CompileCache:
             raise self.miss_error(key, graph_type)
         try:
             with self.lock(key, graph_type=graph_type):
-                if entry.is_complete and entry.problem() is None:  # another process built it while we waited
-                    _verified.add((str(self.root), entry.key))
+                if entry.is_complete and self.verified(entry) is None:  # another process built it while we waited
                     return hit()
                 count("misses")
                 try:

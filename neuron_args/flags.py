@@ -219,8 +219,7 @@ def _value_problem(spec: OptionSpec, value: str) -> str | None:
 def parse_compiler_args(
     args: str | Sequence[str] | None, *, graph_type: str | None = None
 ) -> list[Flag]:
-    """Parse and validate into :class:`Flag` objects; :class:`CompilerArgsError` names the flag, the fix
-    and ``graph_type``."""
+    """Parse and validate into :class:`Flag` objects; :class:`CompilerArgsError` names flag, fix and ``graph_type``."""
     tokens = split_compiler_args(args)
     ctx = f"compiler args for graph type {graph_type!r}: " if graph_type is not None else "compiler args: "
     flags: list[Flag] = []
@@ -435,13 +434,8 @@ def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
     Never raises: tokens it cannot identify are kept."""
     try:
         tokens = split_compiler_args(args)
-    except CompilerArgsError:
-        tokens = str(args).split()
-    except TypeError:
-        if args is None or isinstance(args, (str, bytes, bytearray)) or not isinstance(args, Iterable):
-            tokens = [str(args)]
-        else:
-            tokens = [str(token) for token in args]
+    except (CompilerArgsError, TypeError):  # as given: a list's items as text, anything else split on spaces
+        tokens = [str(token) for token in args] if isinstance(args, (list, tuple)) else str(args).split()
     return shlex.join([token for item in _scan(tokens) if not _looks_machine_specific(item) for token in item.tokens])
 
 
