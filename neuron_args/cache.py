@@ -266,10 +266,8 @@ class CacheEntry:
         doc = metadata.doc if isinstance(metadata, EntryMetadata) else metadata
         write_atomic(self.metadata_path, json.dumps(signed(doc), indent=2, sort_keys=True))
 
-    def update_metadata(self, **fields: Any) -> dict[str, Any]:
-        md = {**self.metadata(), **fields}
-        self.write_metadata(md)
-        return md
+    def update_metadata(self, **fields: Any) -> None:
+        self.write_metadata({**self.metadata(), **fields})
 
     def record_unfinished(self, exc: BaseException) -> None:
         """Say in the metadata that the compiler failed or Ctrl-C stopped it (``cache ls``: ``failed`` or

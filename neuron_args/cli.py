@@ -285,9 +285,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
     found, statuses = [], []
     remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded]
     for entry in entries:
-        status = entry.status
-        problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None
-        statuses.append(EntryStatus.CORRUPT if problem is not None else status)
+        problem = entry.problem() if entry.is_complete else None  # the full check: the status's skips the sha256
+        statuses.append(EntryStatus.CORRUPT if problem is not None else entry.status)
         if problem is None:
             continue
         label = entry.graph_type
