@@ -328,28 +328,22 @@ def _cache_explain(args: argparse.Namespace) -> int:
                      f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, args.operands)) or 'nothing'}")
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
-    found = []  # an s3:// cache: only the two named entries are downloaded (and checked) when not local
-    for prefix in (args.key_a, args.key_b):
+    keys, metadata = [], []
+    for prefix in (args.key_a, args.key_b):  # an s3:// cache: only the named entries are downloaded (and checked)
         try:
-            found.append(remote_listing.fetch_named(cache, prefix))
+            entry, fetched = remote_listing.fetch_named(cache, prefix)
+            md = entry.info()
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None
-    for line in filter(None, (line for _, line in found)):
-        print(f"remote compile cache {remote_cache.remote_url(root)}: {line}", file=sys.stderr)
-    entries = [entry for entry, _ in found]
-    keys = [e.key for e in entries]
-    metadata = []
-    for entry in entries:
-        try:
-            md = entry.info()
         except CorruptEntryError as exc:
             raise _Usage(f"{exc}; `neuron-args cache verify --fix` moves it aside") from None
-        metadata.append(md)
+        if fetched is not None:
+            print(f"remote compile cache {remote_cache.remote_url(root)}: {fetched}", file=sys.stderr)
         if md.key_components is None:
-            raise _Usage(
-                f"cache entry {entry.key} has no key_components in its metadata.json "
-                "(written before keys recorded their components, or unreadable); recompile it"
-            )
+            raise _Usage(f"cache entry {entry.key} has no key_components in its metadata.json "
+                         "(written before keys recorded their components, or unreadable); recompile it")
+        keys.append(entry.key)
+        metadata.append(md)
     lines = explain_components(metadata[0].key_components, metadata[1].key_components)
     return _output(args, lambda: {"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
                                   "graph_types": [md.graph_type for md in metadata], "identical": not lines,
