@@ -322,9 +322,8 @@ _PID_WIDTH = 20
 
 
 class KeyLock:
-    """``<root>/.<key>.lock``, not tied to a thread (the farm releases it on a callback thread).
-
-    Every writer of an entry holds it, so whoever takes it removes the temporaries a killed writer left."""
+    """``<root>/.<key>.lock``, held by every writer of the entry (so its taker removes a killed writer's temporaries);
+    not tied to a thread: the farm releases it on a callback thread."""
 
     #: the lock files this process holds -> whether its holder completed the entry of a remote cache's copy, so owes
     #: its upload when it releases the lock (a dict's set and pop are atomic)
@@ -587,9 +586,8 @@ class CompileCache:
         assert_hit: bool | None = None,
         on_hit: Callable[[CacheEntry], None] | None = None,
     ) -> tuple[CacheEntry, bool]:
-        """``(entry, hit)``; on a miss run ``build`` (it fills a fresh entry folder) under the key's lock.
-
-        A corrupt entry is moved aside and rebuilt; a miss under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises
+        """``(entry, hit)``; on a miss run ``build`` (it fills a fresh entry folder) under the key's lock. A corrupt
+        entry is moved aside and rebuilt; a miss under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises
         :class:`CacheMissError`. ``on_hit(entry)`` runs before any hit is taken (it may raise)."""
         entry = self.entry(key)
         asserting = assert_cache_hit_enabled() if assert_hit is None else assert_hit

@@ -92,9 +92,8 @@ def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | Non
         return cache.find(prefix), None
     with store.reachable():
         entry = cache.find(prefix, remote=store)
-    if entry.is_complete:
-        return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
-    with store.reachable():
+        if entry.is_complete:
+            return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
         pulled = cache.pull(entry)
     if not pulled:
         raise KeyError(f"cache entry {entry.key}: the remote entry {store.loc.entry_url(entry.key)} did not check out "
