@@ -583,14 +583,13 @@ class CompileCache:
         build: Callable[[CacheEntry], None],
         *,
         graph_type: str | None = None,
-        assert_hit: bool | None = None,
         on_hit: Callable[[CacheEntry], None] | None = None,
     ) -> tuple[CacheEntry, bool]:
         """``(entry, hit)``; on a miss run ``build`` (it fills a fresh entry folder) under the key's lock. A corrupt
         entry is moved aside and rebuilt; a miss under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises
         :class:`CacheMissError`. ``on_hit(entry)`` runs before any hit is taken (it may raise)."""
         entry = self.entry(key)
-        asserting = assert_cache_hit_enabled() if assert_hit is None else assert_hit
+        asserting = assert_cache_hit_enabled()
 
         def hit() -> tuple[CacheEntry, bool]:
             if on_hit is not None:

@@ -138,18 +138,18 @@ def parse_bool(name: str, raw: str | None, default: bool) -> bool:
                        f"(default: {'true' if default else 'false'})")
 
 
-def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+def flag(name: str) -> bool:
     """A boolean variable's value (its default when unset or empty)."""
     var = variable(name)
     if var.kind != "bool":
         raise TypeError(f"{name} is a {var.kind} variable, not a bool")
-    return parse_bool(name, (os.environ if environ is None else environ).get(name), var.default)
+    return parse_bool(name, os.environ.get(name), var.default)
 
 
-def text(name: str, environ: Mapping[str, str] | None = None) -> str:
+def text(name: str) -> str:
     """A declared variable's value, stripped; ``""`` when unset."""
     variable(name)
-    return (os.environ if environ is None else environ).get(name, "").strip()
+    return os.environ.get(name, "").strip()
 
 
 def as_seconds(value: object, *, zero_ok: bool = False) -> float | None:
