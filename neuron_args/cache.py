@@ -589,7 +589,6 @@ class CompileCache:
         entry is moved aside and rebuilt; a miss under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises
         :class:`CacheMissError`. ``on_hit(entry)`` runs before any hit is taken (it may raise)."""
         entry = self.entry(key)
-        asserting = assert_cache_hit_enabled()
 
         def hit() -> tuple[CacheEntry, bool]:
             if on_hit is not None:
@@ -599,20 +598,19 @@ class CompileCache:
 
         if not entry.is_complete:
             self.pull(entry, graph_type)
-        if entry.is_complete:
-            problem = self.verified(entry)
-            if problem is None:
-                return hit()
-            if asserting:
-                count("misses")
-                raise self.corrupt_error(entry, problem, graph_type)
+        complete = entry.is_complete  # read once: only what was verified is a hit
+        problem = self.verified(entry) if complete else None
+        if complete and problem is None:
+            return hit()
+        if assert_cache_hit_enabled():
+            count("misses")
+            raise (self.miss_error(key, graph_type) if problem is None else
+                   self.corrupt_error(entry, problem, graph_type))
+        if problem is not None:
             try:
                 self.quarantine(entry, problem)
             except OSError as exc:  # a read-only or full cache: its lock file or the move
                 raise disk_error(exc, self.root, key=key.key, graph_type=graph_type, corrupt=problem) from exc
-        if asserting:
-            count("misses")
-            raise self.miss_error(key, graph_type)
         try:
             with self.lock(key, graph_type=graph_type):
                 if entry.is_complete and self.verified(entry) is None:  # another process built it while we waited
