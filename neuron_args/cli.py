@@ -17,11 +17,14 @@ from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
+from neuron_args.manifest.diff import diff_manifests
 from neuron_args.manifest.ledger import ledger_engines
 from neuron_args.manifest.schema import validate_manifest
 from neuron_args.manifest.show import (cache_entries, cache_entry_dict, cache_table, is_baseline, manifest_graph_rows,
                                       manifest_table, recorded_cache_dir, recorded_remote_cache, status_counts,
                                       validate_baseline)
+from neuron_args.report import PlotUnavailable, Thresholds, compare, plot_trend, read_report
+from neuron_args.seams.memo_files import prune
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
 __all__ = ["EXIT_REMOTE", "main"]
@@ -212,8 +215,6 @@ def _manifest_validate(args: argparse.Namespace) -> int:
 
 
 def _manifest_diff(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.diff import diff_manifests
-
     old, new = _load_manifest(args.old), _load_manifest(args.new)
     result = diff_manifests(old, new, include_environment=args.include_environment)
     return _output(args, result.as_dict, lambda: ["no differences"] if result.empty else result.lines(),
@@ -353,8 +354,6 @@ def _cache_explain(args: argparse.Namespace) -> int:
 
 
 def _cache_prune_memo(args: argparse.Namespace) -> int:
-    from neuron_args.seams.memo_files import prune
-
     if args.older_than is not None and args.older_than < 0:
         raise _Usage(f"cache prune-memo: --older-than must be >= 0 days, got {args.older_than}")
     root = _open_cache(_cache_arg(args))[0]  # an s3:// cache: the remote's entries keep their memos
@@ -367,8 +366,6 @@ def _cache_prune_memo(args: argparse.Namespace) -> int:
 
 
 def _report_compare(args: argparse.Namespace) -> int:
-    from neuron_args.report import Thresholds, compare, read_report
-
     thresholds = Thresholds(seconds_ratio=args.seconds_ratio, seconds_abs=args.seconds_abs,
                             size_ratio=args.size_ratio, size_abs=args.size_abs)
     try:
@@ -381,8 +378,6 @@ def _report_compare(args: argparse.Namespace) -> int:
 
 
 def _report_plot(args: argparse.Namespace) -> int:
-    from neuron_args.report import PlotUnavailable, plot_trend
-
     try:
         out = plot_trend(args.reports, args.output, title=args.title)
     except (ValueError, PlotUnavailable) as exc:
