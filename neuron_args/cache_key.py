@@ -100,8 +100,7 @@ def create_cache_hash(
     output_specs: Sequence[tuple[Sequence[int], str]] | None = None,
     autograd: str | None = None,
 ) -> CacheKey:
-    """Key a graph (as text or its :func:`graph_digest`) on its components; ``compiler_args=None`` leaves the
-    arguments out (the native seam)."""
+    """Key a graph (text or its :func:`graph_digest`) on its components; ``compiler_args=None`` leaves the args out."""
     if (graph_text is None) == (graph_sha256 is None):
         raise TypeError("create_cache_hash needs exactly one of graph_text or graph_sha256")
     if autograd is not None and autograd not in AUTOGRAD_MODES:

@@ -69,8 +69,7 @@ def _graphs(doc: Mapping) -> list:
 
 
 def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
-    """``--cache-dir``, else the recorded cache (else the local copy of its recorded remote), and a note when
-    neither is on this machine."""
+    """``--cache-dir``, else the recorded cache (or its remote's local copy), and a note when neither is here."""
     if given is not None and not remote_cache.is_remote(given):
         path = Path(given).expanduser()
         if not path.is_dir():

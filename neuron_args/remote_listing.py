@@ -45,8 +45,7 @@ def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, loc
 
 
 def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
-    """Every remote entry (from its marker) and every entry only in the local copy, by graph type then key (None: a
-    plain local cache)."""
+    """Every remote entry (from its marker) and every local-only one, by graph type then key (None: a local cache)."""
     store = remote_cache.store_for(cache.root)
     if store is None:
         return None
