@@ -434,22 +434,20 @@ def new_metadata(
     }, key.key)
 
 
-_warned_roots: set[Path] = set()
 trust_log = logging.getLogger("neuron_args.cache.trust")
 
 
 def warn_if_shared(root: Path) -> str | None:
     """Warn once per root (as pip does) when others may write it and signing is off: they choose what runs here."""
-    if root in _warned_roots or signing_key() is not None or not hasattr(os, "getuid"):
+    if signing_key() is not None or not hasattr(os, "getuid"):
         return None
     try:
         st = root.stat()
     except OSError:
         return None
     owner = st.st_uid != os.getuid()
-    if not owner and not st.st_mode & stat.S_IWOTH:  # a group-writable team cache (umask 002) is a choice
-        return None
-    _warned_roots.add(root)
+    if not owner and not st.st_mode & stat.S_IWOTH or not ACTIVITY.say_once(f"shared cache {root}"):
+        return None  # a group-writable team cache (umask 002) is a choice
     who = (f"owned by user id {st.st_uid}, not by this user ({os.getuid()})" if owner else
            f"writable by every user (mode {stat.filemode(st.st_mode)})")
     message = (f"compile cache {root} is {who}: whoever can write it chooses the executables this process loads "
@@ -471,6 +469,10 @@ def _warmed_keys() -> set[str]:
 class CompileCache:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = cache_root(root) if remote_cache.is_remote(root) else Path(root).expanduser().resolve()
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None = None) -> CompileCache:
+        return cls.from_settings(CompileSettings.from_options(options, "CompileCache.from_options"))
 
     @classmethod
     def from_settings(cls, settings: CompileSettings) -> CompileCache:

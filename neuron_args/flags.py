@@ -494,6 +494,7 @@ def warn_repeated_options(
     """Warn (:class:`CompilerArgsWarning`) about each option ``args`` repeats with another value, naming
     ``source``, every value, the one in effect and the fix. Once per process (the same list passes the plugin,
     the runner, the scope and the seam) unless ``once=False``."""
+    emit = warn if warn is not None else functools.partial(warnings.warn, stacklevel=2)  # C call: no frame of its own
     repeats = repeated_options(args)
     for repeat in repeats:
         first = ACTIVITY.say_once(f"repeated option {repeat.name}: {' '.join(repeat.given)}")
@@ -501,16 +502,12 @@ def warn_repeated_options(
             continue
         where = f"graph type {graph_type!r}: " if graph_type is not None else ""
         dropped = ", ".join(repr(g) for g in repeat.given[:-1])
-        message = CompilerArgsWarning(
+        emit(CompilerArgsWarning(
             f"{where}{source} gives {repeat.name} {len(repeat.given)} times with different values "
             f"({', '.join(repr(g) for g in repeat.given)}); neuronx-cc keeps the last, so {repeat.effective!r} "
             f"is what compiles{'' if repeat.name in MACHINE_SPECIFIC else ' and what the cache key holds'}. "
             f"Fix: give {repeat.name} once in {source} "
-            f"(remove {dropped}){'; ' + hint if hint else ''}.")
-        if warn is None:
-            warnings.warn(message, stacklevel=2)
-        else:
-            warn(message)
+            f"(remove {dropped}){'; ' + hint if hint else ''}."))
     return repeats
 
 
