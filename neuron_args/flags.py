@@ -430,8 +430,7 @@ def _looks_machine_specific(item: Flag) -> bool:
 
 
 def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
-    """The manifest's one line: given order, machine-specific paths removed, shell-quoted so it splits back.
-    Never raises: tokens it cannot identify are kept."""
+    """The manifest's one line: given order, no machine-specific paths, shell-quoted to split back; never raises."""
     try:
         tokens = split_compiler_args(args)
     except (CompilerArgsError, TypeError):  # as given: a list's items as text, anything else split on spaces

@@ -317,8 +317,7 @@ class S3Store:
 
     @contextlib.contextmanager
     def reachable(self) -> Iterator[None]:
-        """For a command that must reach the remote (the CLI): unreachable is a :class:`RemoteCacheError`, not a
-        quiet fallback to the local copy."""
+        """For a command that must reach the remote (the CLI): unreachable is a :class:`RemoteCacheError`, no fallback."""
         try:
             yield
         except _Unavailable as exc:
