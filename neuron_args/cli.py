@@ -491,12 +491,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         return args.run(args)
-    except remote_cache.RemoteCacheError as exc:  # before OptionsError, its base class
+    except (_Usage, OptionsError) as exc:  # a RemoteCacheError (an OptionsError): the remote refused or is unreachable
         print(f"neuron-args: {exc}", file=sys.stderr)
-        return EXIT_REMOTE
-    except (_Usage, OptionsError) as exc:
-        print(f"neuron-args: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_REMOTE if isinstance(exc, remote_cache.RemoteCacheError) else EXIT_USAGE
     except KeyboardInterrupt:  # every command, before a RemoteCacheError a remote gone down meanwhile would raise
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `neuron-args cache ls | head`
