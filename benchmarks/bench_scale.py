@@ -109,7 +109,8 @@ def _key(i: int) -> str:
 def make_cache(root: Path, n: int) -> None:
     """E complete entries through the cache's write path: reset, graph and executable atomically, metadata, marker."""
     from neuron_args.atomic import write_atomic
-    from neuron_args.cache import CompileCache, executable_fields, now_iso
+    from neuron_args.cache import CompileCache, now_iso
+    from tests.security.security_helpers import executable_fields
 
     cache = CompileCache(root)
     for i in range(n):

@@ -1,9 +1,5 @@
-"""neuron-args: per-graph neuronx-cc compiler arguments, carried by a scope to every compile seam.
-
-Importing the package is cheap and starts no threads: torch-dependent pieces (the runner, the
-deferred flow, the backend seams) load on first attribute access, and jax only when a graph is
-lowered or run.
-"""
+"""neuron-args: per-graph neuronx-cc compiler arguments, carried by a scope to every compile seam. Importing it is
+cheap and starts no threads: torch-dependent pieces load on first attribute access, jax when a graph is lowered."""
 from __future__ import annotations
 
 import importlib

@@ -1,7 +1,5 @@
-"""Atomic file writes (a temp file, then ``os.replace``): readers see the old file or the new one, never half.
-
-The folders written may be writable by others, so links are never followed (``O_EXCL | O_NOFOLLOW``).
-"""
+"""Atomic writes (a temp file, then ``os.replace``: old or new, never half), never following links (``O_EXCL |
+O_NOFOLLOW``): the folders written may be writable by others."""
 from __future__ import annotations
 
 import contextlib

@@ -1,8 +1,5 @@
-"""The compile cache: one folder per key, a completion marker written last, a per-key lock.
-
-A crash mid-compile leaves no complete entry, so nothing half-built is ever loaded. The only code that knows
-the ``<root>/<key>/`` layout and reads or writes ``metadata.json`` (as :class:`~neuron_args.entry_metadata.EntryMetadata`).
-"""
+"""The compile cache: one folder per key, a completion marker written last (a crash leaves nothing half-built to
+load), a per-key lock; the only code that knows the ``<root>/<key>/`` layout and ``metadata.json``."""
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +50,7 @@ TRACE_MEMO_DIR = ".trace-memo"  # the seams' trace memo (neuron_args.seams.trace
 
 
 def assert_cache_hit_enabled() -> bool:
-    """The open serve's ``assert_cache_hit``, else the innermost :func:`~neuron_args.activity.tally` block's, else the
-    environment's."""
+    """Whether a miss raises: the open serve's say, else the innermost ``activity.tally`` block's, else the variable."""
     if ACTIVITY.assert_hit is not None:
         return ACTIVITY.assert_hit
     block = block_assert_hit()
@@ -166,8 +162,7 @@ class CacheEntry:
         return EntryStatus.CRASHED
 
     def lock_pid(self) -> int | None:
-        """The pid of the live process building this key (0 when it wrote none), else None: a dead holder holds no
-        lock."""
+        """The live builder's pid (0 when it wrote none), else None: a dead holder holds no lock."""
         if not self.lock_path.exists():
             return None
         probe = FileLock(self.lock_path)
@@ -271,10 +266,8 @@ class CacheEntry:
         doc = metadata.doc if isinstance(metadata, EntryMetadata) else metadata
         write_atomic(self.metadata_path, json.dumps(signed(doc), indent=2, sort_keys=True))
 
-    def update_metadata(self, **fields: Any) -> dict[str, Any]:
-        md = {**self.metadata(), **fields}
-        self.write_metadata(md)
-        return md
+    def update_metadata(self, **fields: Any) -> None:
+        self.write_metadata({**self.metadata(), **fields})
 
     def record_unfinished(self, exc: BaseException) -> None:
         """Say in the metadata that the compiler failed or Ctrl-C stopped it (``cache ls``: ``failed`` or
@@ -318,11 +311,6 @@ class CacheEntry:
         return f"CacheEntry({str(self.path)!r}, status={self.status.value!r})"
 
 
-def executable_fields(path: Path) -> dict[str, Any]:
-    """``executable_size`` and ``executable_sha256`` of a built executable, for metadata.json."""
-    return {"executable_size": path.stat().st_size, "executable_sha256": file_sha256(path)}
-
-
 def _write_pid(lock_path: Path, pid: int | None) -> None:
     """The holder's pid into its lock file, or blanks: padded in place, as ext4 flushes a truncated file on close."""
     with contextlib.suppress(OSError), open(lock_path, "r+b") as handle:
@@ -334,9 +322,8 @@ _PID_WIDTH = 20
 
 
 class KeyLock:
-    """``<root>/.<key>.lock``, not tied to a thread (the farm releases it on a callback thread).
-
-    Every writer of an entry holds it, so whoever takes it removes the temporaries a killed writer left."""
+    """``<root>/.<key>.lock``, held by every writer of the entry (so its taker removes a killed writer's temporaries);
+    not tied to a thread: the farm releases it on a callback thread."""
 
     #: the lock files this process holds -> whether its holder completed the entry of a remote cache's copy, so owes
     #: its upload when it releases the lock (a dict's set and pop are atomic)
@@ -447,22 +434,20 @@ def new_metadata(
     }, key.key)
 
 
-_warned_roots: set[Path] = set()
 trust_log = logging.getLogger("neuron_args.cache.trust")
 
 
 def warn_if_shared(root: Path) -> str | None:
     """Warn once per root (as pip does) when others may write it and signing is off: they choose what runs here."""
-    if root in _warned_roots or signing_key() is not None or not hasattr(os, "getuid"):
+    if signing_key() is not None or not hasattr(os, "getuid"):
         return None
     try:
         st = root.stat()
     except OSError:
         return None
     owner = st.st_uid != os.getuid()
-    if not owner and not st.st_mode & stat.S_IWOTH:  # a group-writable team cache (umask 002) is a choice
-        return None
-    _warned_roots.add(root)
+    if not owner and not st.st_mode & stat.S_IWOTH or not ACTIVITY.say_once(f"shared cache {root}"):
+        return None  # a group-writable team cache (umask 002) is a choice
     who = (f"owned by user id {st.st_uid}, not by this user ({os.getuid()})" if owner else
            f"writable by every user (mode {stat.filemode(st.st_mode)})")
     message = (f"compile cache {root} is {who}: whoever can write it chooses the executables this process loads "
@@ -600,15 +585,12 @@ class CompileCache:
         build: Callable[[CacheEntry], None],
         *,
         graph_type: str | None = None,
-        assert_hit: bool | None = None,
         on_hit: Callable[[CacheEntry], None] | None = None,
     ) -> tuple[CacheEntry, bool]:
-        """``(entry, hit)``; on a miss run ``build`` (it fills a fresh entry folder) under the key's lock.
-
-        A corrupt entry is moved aside and rebuilt; a miss under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises
+        """``(entry, hit)``; on a miss run ``build`` (it fills a fresh entry folder) under the key's lock. A corrupt
+        entry is moved aside and rebuilt; a miss under ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` raises
         :class:`CacheMissError`. ``on_hit(entry)`` runs before any hit is taken (it may raise)."""
         entry = self.entry(key)
-        asserting = assert_cache_hit_enabled() if assert_hit is None else assert_hit
 
         def hit() -> tuple[CacheEntry, bool]:
             if on_hit is not None:
@@ -618,24 +600,22 @@ class CompileCache:
 
         if not entry.is_complete:
             self.pull(entry, graph_type)
-        if entry.is_complete:
-            problem = self.verified(entry)
-            if problem is None:
-                return hit()
-            if asserting:
-                count("misses")
-                raise self.corrupt_error(entry, problem, graph_type)
+        complete = entry.is_complete  # read once: only what was verified is a hit
+        problem = self.verified(entry) if complete else None
+        if complete and problem is None:
+            return hit()
+        if assert_cache_hit_enabled():
+            count("misses")
+            raise (self.miss_error(key, graph_type) if problem is None else
+                   self.corrupt_error(entry, problem, graph_type))
+        if problem is not None:
             try:
                 self.quarantine(entry, problem)
             except OSError as exc:  # a read-only or full cache: its lock file or the move
                 raise disk_error(exc, self.root, key=key.key, graph_type=graph_type, corrupt=problem) from exc
-        if asserting:
-            count("misses")
-            raise self.miss_error(key, graph_type)
         try:
             with self.lock(key, graph_type=graph_type):
-                if entry.is_complete and entry.problem() is None:  # another process built it while we waited
-                    _verified.add((str(self.root), entry.key))
+                if entry.is_complete and self.verified(entry) is None:  # another process built it while we waited
                     return hit()
                 count("misses")
                 try:

@@ -1,9 +1,6 @@
-"""Cache keys built from named, separately hashed components (after JAX's ``cache_key.py``): a miss is explained
-by construction (:func:`explain_components`).
-
-The HLO alone does not pin what a call returns (64-bit types lower as 32-bit ones, the runtime converts), so the
-torch specs of inputs and outputs are components of their own, and so is the autograd mode of the trace.
-"""
+"""Cache keys of named, separately hashed components (after JAX's ``cache_key.py``), so a miss explains itself
+(:func:`explain_components`); torch specs and the autograd mode are components: the HLO alone does not pin what a
+call returns (64-bit types lower as 32-bit ones, the runtime converts)."""
 from __future__ import annotations
 
 import hashlib
@@ -103,8 +100,7 @@ def create_cache_hash(
     output_specs: Sequence[tuple[Sequence[int], str]] | None = None,
     autograd: str | None = None,
 ) -> CacheKey:
-    """Key a graph (as text or its :func:`graph_digest`) on its components; ``compiler_args=None`` leaves the
-    arguments out (the native seam)."""
+    """Key a graph (text or its :func:`graph_digest`) on its components; ``compiler_args=None`` leaves the args out."""
     if (graph_text is None) == (graph_sha256 is None):
         raise TypeError("create_cache_hash needs exactly one of graph_text or graph_sha256")
     if autograd is not None and autograd not in AUTOGRAD_MODES:

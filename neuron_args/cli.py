@@ -1,8 +1,5 @@
-"""``neuron-args``: inspect manifests and compile caches from a shell or CI step (the commands: :data:`_COMMANDS`).
-
-Exit statuses: :mod:`neuron_args.exit_codes`; ``--json`` changes only what is printed (errors stay on stderr).
-Nothing here imports torch or jax.
-"""
+"""``neuron-args``: inspect manifests and compile caches from a shell or CI step (:data:`_COMMANDS`; exit statuses:
+:mod:`neuron_args.exit_codes`; ``--json`` changes only what is printed). Imports neither torch nor jax."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +17,14 @@ from neuron_args.cache_key import explain_components
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
+from neuron_args.manifest.diff import diff_manifests
+from neuron_args.manifest.ledger import ledger_engines
+from neuron_args.manifest.schema import validate_manifest
+from neuron_args.manifest.show import (cache_entries, cache_entry_dict, cache_table, is_baseline, manifest_graph_rows,
+                                      manifest_table, recorded_cache_dir, recorded_remote_cache, status_counts,
+                                      validate_baseline)
+from neuron_args.report import PlotUnavailable, Thresholds, compare, plot_trend, read_report
+from neuron_args.seams.memo_files import prune
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
 __all__ = ["EXIT_REMOTE", "main"]
@@ -43,8 +48,6 @@ def _load_manifest(path: str) -> dict:
     except UntrustedFileError as exc:
         raise _Usage(f"cannot read manifest {target}: {exc}") from None
     except OSError as exc:
-        from neuron_args.manifest.ledger import ledger_engines
-
         given = Path(path).expanduser()
         pending = ledger_engines(given) if given.is_dir() else []
         hint = (f"; {given} holds ledger lines of engine(s) {', '.join(pending)} that no process emitted yet: "
@@ -66,10 +69,7 @@ def _graphs(doc: Mapping) -> list:
 
 
 def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
-    """``--cache-dir``, else the recorded cache (else the local copy of its recorded remote), and a note when
-    neither is on this machine."""
-    from neuron_args.manifest.show import recorded_cache_dir, recorded_remote_cache
-
+    """``--cache-dir``, else the recorded cache (or its remote's local copy), and a note when neither is here."""
     if given is not None and not remote_cache.is_remote(given):
         path = Path(given).expanduser()
         if not path.is_dir():
@@ -142,8 +142,6 @@ def _output(args: argparse.Namespace, doc: Callable[[], Mapping[str, object]], l
 
 
 def _manifest_show(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import is_baseline, manifest_graph_rows, manifest_table
-
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
     lookup = CompileCache(cache).lookup if cache is not None else lambda key: None
@@ -186,9 +184,6 @@ def cross_check(doc: Mapping, cache: Path) -> list[str]:
 
 def _manifest_validate(args: argparse.Namespace) -> int:
     """A manifest against schema v1 and its cache; a baseline against the baseline form (it names no files)."""
-    from neuron_args.manifest.schema import validate_manifest
-    from neuron_args.manifest.show import is_baseline, validate_baseline
-
     doc = _load_manifest(args.path)
     kind = "baseline" if is_baseline(doc, args.path) else "manifest"
     if kind == "baseline":
@@ -219,8 +214,6 @@ def _manifest_validate(args: argparse.Namespace) -> int:
 
 
 def _manifest_diff(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.diff import diff_manifests
-
     old, new = _load_manifest(args.old), _load_manifest(args.new)
     result = diff_manifests(old, new, include_environment=args.include_environment)
     return _output(args, result.as_dict, lambda: ["no differences"] if result.empty else result.lines(),
@@ -229,8 +222,6 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 def _cache_ls(args: argparse.Namespace) -> int:
     """The entries (of an ``s3://`` cache: from the remote's markers, nothing downloaded, and the local copy's)."""
-    from neuron_args.manifest.show import cache_entries, cache_entry_dict, cache_table, status_counts
-
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, None)
     listed = remote_listing.list_remote(CompileCache(root))
@@ -263,8 +254,6 @@ def _copy_regular(source: Path, target: Path) -> bool:
 
 def _cache_logs(args: argparse.Namespace) -> int:
     """Copy what unbuilt entries' compiles left into ``OUT/<key>/``: what CI uploads after failed compiles."""
-    from neuron_args.manifest.show import cache_entries
-
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, UNBUILT)
     out = Path(args.out).expanduser()
@@ -290,17 +279,14 @@ def _cache_logs(args: argparse.Namespace) -> int:
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    from neuron_args.manifest.show import status_counts
-
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
     found, statuses = [], []
     remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded]
     for entry in entries:
-        status = entry.status
-        problem = entry.problem() if status in (EntryStatus.COMPLETE, EntryStatus.CORRUPT) else None
-        statuses.append(EntryStatus.CORRUPT if problem is not None else status)
+        problem = entry.problem() if entry.is_complete else None  # the full check: the status's skips the sha256
+        statuses.append(EntryStatus.CORRUPT if problem is not None else entry.status)
         if problem is None:
             continue
         label = entry.graph_type
@@ -342,28 +328,22 @@ def _cache_explain(args: argparse.Namespace) -> int:
                      f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, args.operands)) or 'nothing'}")
     root = _require_cache(_cache_arg(args))
     cache = CompileCache(root)
-    found = []  # an s3:// cache: only the two named entries are downloaded (and checked) when not local
-    for prefix in (args.key_a, args.key_b):
+    keys, metadata = [], []
+    for prefix in (args.key_a, args.key_b):  # an s3:// cache: only the named entries are downloaded (and checked)
         try:
-            found.append(remote_listing.fetch_named(cache, prefix))
+            entry, fetched = remote_listing.fetch_named(cache, prefix)
+            md = entry.info()
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None
-    for line in filter(None, (line for _, line in found)):
-        print(f"remote compile cache {remote_cache.remote_url(root)}: {line}", file=sys.stderr)
-    entries = [entry for entry, _ in found]
-    keys = [e.key for e in entries]
-    metadata = []
-    for entry in entries:
-        try:
-            md = entry.info()
         except CorruptEntryError as exc:
             raise _Usage(f"{exc}; `neuron-args cache verify --fix` moves it aside") from None
-        metadata.append(md)
+        if fetched is not None:
+            print(f"remote compile cache {remote_cache.remote_url(root)}: {fetched}", file=sys.stderr)
         if md.key_components is None:
-            raise _Usage(
-                f"cache entry {entry.key} has no key_components in its metadata.json "
-                "(written before keys recorded their components, or unreadable); recompile it"
-            )
+            raise _Usage(f"cache entry {entry.key} has no key_components in its metadata.json "
+                         "(written before keys recorded their components, or unreadable); recompile it")
+        keys.append(entry.key)
+        metadata.append(md)
     lines = explain_components(metadata[0].key_components, metadata[1].key_components)
     return _output(args, lambda: {"cache_dir": str(root), "key_a": keys[0], "key_b": keys[1],
                                   "graph_types": [md.graph_type for md in metadata], "identical": not lines,
@@ -373,8 +353,6 @@ def _cache_explain(args: argparse.Namespace) -> int:
 
 
 def _cache_prune_memo(args: argparse.Namespace) -> int:
-    from neuron_args.seams.memo_files import prune
-
     if args.older_than is not None and args.older_than < 0:
         raise _Usage(f"cache prune-memo: --older-than must be >= 0 days, got {args.older_than}")
     root = _open_cache(_cache_arg(args))[0]  # an s3:// cache: the remote's entries keep their memos
@@ -387,8 +365,6 @@ def _cache_prune_memo(args: argparse.Namespace) -> int:
 
 
 def _report_compare(args: argparse.Namespace) -> int:
-    from neuron_args.report import Thresholds, compare, read_report
-
     thresholds = Thresholds(seconds_ratio=args.seconds_ratio, seconds_abs=args.seconds_abs,
                             size_ratio=args.size_ratio, size_abs=args.size_abs)
     try:
@@ -401,8 +377,6 @@ def _report_compare(args: argparse.Namespace) -> int:
 
 
 def _report_plot(args: argparse.Namespace) -> int:
-    from neuron_args.report import PlotUnavailable, plot_trend
-
     try:
         out = plot_trend(args.reports, args.output, title=args.title)
     except (ValueError, PlotUnavailable) as exc:
@@ -517,12 +491,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         return args.run(args)
-    except remote_cache.RemoteCacheError as exc:  # before OptionsError, its base class
+    except (_Usage, OptionsError) as exc:  # a RemoteCacheError (an OptionsError): the remote refused or is unreachable
         print(f"neuron-args: {exc}", file=sys.stderr)
-        return EXIT_REMOTE
-    except (_Usage, OptionsError) as exc:
-        print(f"neuron-args: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_REMOTE if isinstance(exc, remote_cache.RemoteCacheError) else EXIT_USAGE
     except KeyboardInterrupt:  # every command, before a RemoteCacheError a remote gone down meanwhile would raise
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `neuron-args cache ls | head`

@@ -1,8 +1,5 @@
-"""The ``metadata.json`` of one cache entry as one typed value, parsed and validated once where it is read.
-
-The document is kept as written (``doc``: what is signed and written back). A field of another type is a
-:class:`~neuron_args.errors.CorruptEntryError` (the entry is moved aside and rebuilt); a field absent is None.
-"""
+"""An entry's ``metadata.json`` as one typed value, parsed once where read and kept as written (``doc``: what is
+signed); a field of another type is a :class:`~neuron_args.errors.CorruptEntryError`, an absent one None."""
 from __future__ import annotations
 
 import contextlib

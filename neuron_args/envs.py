@@ -1,9 +1,5 @@
-"""Every environment variable neuron-args reads, in one table (the vLLM ``envs.py`` idea).
-
-Each variable is one :class:`EnvVar` row (name, type, default, doc line), read through :func:`flag` (the one
-boolean parser), :func:`text`, :func:`seconds`, :func:`count` or as an attribute; a name not in the table is a
-``KeyError``. README's table is :func:`markdown_table`. Writes go through the helpers at the end.
-"""
+"""Every environment variable neuron-args reads or writes, one :class:`EnvVar` row each (the vLLM ``envs.py``
+idea): read through :func:`flag`, :func:`text`, :func:`seconds`, :func:`count`; an undeclared name is a ``KeyError``."""
 from __future__ import annotations
 
 import contextlib
@@ -146,18 +142,18 @@ def parse_bool(name: str, raw: str | None, default: bool) -> bool:
                        f"(default: {'true' if default else 'false'})")
 
 
-def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+def flag(name: str) -> bool:
     """A boolean variable's value (its default when unset or empty)."""
     var = variable(name)
     if var.kind != "bool":
         raise TypeError(f"{name} is a {var.kind} variable, not a bool")
-    return parse_bool(name, (os.environ if environ is None else environ).get(name), var.default)
+    return parse_bool(name, os.environ.get(name), var.default)
 
 
-def text(name: str, environ: Mapping[str, str] | None = None) -> str:
+def text(name: str) -> str:
     """A declared variable's value, stripped; ``""`` when unset."""
     variable(name)
-    return (os.environ if environ is None else environ).get(name, "").strip()
+    return os.environ.get(name, "").strip()
 
 
 def as_seconds(value: object, *, zero_ok: bool = False) -> float | None:

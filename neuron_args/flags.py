@@ -1,11 +1,6 @@
-"""The neuronx-cc ``compile`` option table: the one answer to "which tokens are one option, and its value?"
-that policies, the cache key and the manifest share. Pure Python (imports without torch or jax).
-
-Strict reading (``CompilerArgs.parse``, ``parse_compiler_args``, ``canonical_compiler_args``) raises
-:class:`CompilerArgsError` on anything neuronx-cc would reject, so a policy typo fails on a laptop; lenient
-editing (``with_optimization_level``, ``remove_options``, ``CompilerArgs.value``, ``manifest_compiler_flags``) keeps
-tokens it cannot identify, because it edits lists it does not own.
-"""
+"""The neuronx-cc option table, the one answer policies, the cache key and the manifest share to "which tokens are
+one option, and its value?" (pure Python). Strict reading raises :class:`CompilerArgsError` on what neuronx-cc would
+reject, so a typo fails on a laptop; lenient editing keeps unknown tokens, as it edits lists it does not own."""
 from __future__ import annotations
 
 import difflib
@@ -21,28 +16,10 @@ from neuron_args.activity import ACTIVITY
 from neuron_args.errors import CompilerArgsError, CompilerArgsWarning
 from neuron_args.target import KNOWN_TARGETS, target_problem
 
-__all__ = [
-    "KNOWN_TARGETS",
-    "OPT_LEVELS",
-    "Flag",
-    "FlagChanges",
-    "OptionSpec",
-    "OPTIONS",
-    "RepeatedOption",
-    "CompilerArgs",
-    "canonical_compiler_args",
-    "closest_option",
-    "flag_changes",
-    "manifest_compiler_flags",
-    "optimization_level",
-    "parse_compiler_args",
-    "remove_options",
-    "repeated_options",
-    "split_compiler_args",
-    "validate_compiler_args",
-    "warn_repeated_options",
-    "with_optimization_level",
-]
+__all__ = ["KNOWN_TARGETS", "OPT_LEVELS", "Flag", "FlagChanges", "OptionSpec", "OPTIONS", "RepeatedOption",
+           "CompilerArgs", "canonical_compiler_args", "closest_option", "flag_changes", "manifest_compiler_flags",
+           "optimization_level", "parse_compiler_args", "remove_options", "repeated_options", "split_compiler_args",
+           "validate_compiler_args", "warn_repeated_options", "with_optimization_level"]
 
 OPT_LEVELS: tuple[int, ...] = (1, 2, 3)
 
@@ -242,8 +219,7 @@ def _value_problem(spec: OptionSpec, value: str) -> str | None:
 def parse_compiler_args(
     args: str | Sequence[str] | None, *, graph_type: str | None = None
 ) -> list[Flag]:
-    """Parse and validate into :class:`Flag` objects; :class:`CompilerArgsError` names the flag, the fix
-    and ``graph_type``."""
+    """Parse and validate into :class:`Flag` objects; :class:`CompilerArgsError` names flag, fix and ``graph_type``."""
     tokens = split_compiler_args(args)
     ctx = f"compiler args for graph type {graph_type!r}: " if graph_type is not None else "compiler args: "
     flags: list[Flag] = []
@@ -309,19 +285,12 @@ def closest_option(name: str) -> str | None:
     return vocabulary[match[0]] if match else None
 
 
-def _check_level(level: object) -> int:
-    if isinstance(level, bool) or not isinstance(level, int) or level not in OPT_LEVELS:
-        allowed = ", ".join(str(n) for n in OPT_LEVELS)
-        raise ValueError(
-            f"optimization level must be one of {allowed} (an int, spelled -O<n>); got {level!r}"
-        )
-    return level
-
-
 def with_optimization_level(args: str | Sequence[str] | None, level: int) -> list[str]:
     """A new list holding exactly one ``-O<level>``, where the first level was (else appended); every
     other token keeps its place, unknown flags included, so a policy can set the level on any base list."""
-    level = _check_level(level)
+    if isinstance(level, bool) or not isinstance(level, int) or level not in OPT_LEVELS:
+        allowed = ", ".join(str(n) for n in OPT_LEVELS)
+        raise ValueError(f"optimization level must be one of {allowed} (an int, spelled -O<n>); got {level!r}")
     items = _scan(split_compiler_args(args))
     first = next((k for k, item in enumerate(items) if item.name == OPTLEVEL), len(items))
     return [*(t for item in items[:first] for t in item.tokens), f"-O{level}",
@@ -367,20 +336,14 @@ def _canonical(flags: Iterable[Flag]) -> tuple[str, ...]:
 
 
 def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
-    """The form the cache key hashes: equal meaning, equal list (validated first, so a bad list has no key).
-
-    Canonical spellings; a repeated option keeps its last value; named options sorted, then the
-    order-sensitive opaque ones in their order; machine-specific paths dropped.
-    """
+    """The key's form, equal for equal meaning (validated first: a bad list has no key): canonical spellings, a
+    repeated option's last value, named options sorted, then opaque ones in order; machine-specific paths dropped."""
     return list(CompilerArgs.of(args).canonical)
 
 
 class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
-    """One argument list as a value (the tokens as given): split once where it enters, validated at most once.
-
-    ``CompilerArgs(args)`` does not validate (a policy may edit unknown flags); :meth:`parse` does, and the
-    parsed flags are kept so nothing downstream parses the list again.
-    """
+    """One argument list as a value (the tokens as given), split once where it enters; ``CompilerArgs(args)`` does not
+    validate (a policy may edit unknown flags), :meth:`parse` does, once: the parsed flags are kept."""
 
     def __new__(cls, args: str | Sequence[str] | None = None) -> CompilerArgs:
         return super().__new__(cls, split_compiler_args(args))
@@ -467,17 +430,11 @@ def _looks_machine_specific(item: Flag) -> bool:
 
 
 def manifest_compiler_flags(args: str | Sequence[str] | None) -> str:
-    """The manifest's one line: given order, machine-specific paths removed, shell-quoted so it splits back.
-    Never raises: tokens it cannot identify are kept."""
+    """The manifest's one line: given order, no machine-specific paths, shell-quoted to split back; never raises."""
     try:
         tokens = split_compiler_args(args)
-    except CompilerArgsError:
-        tokens = str(args).split()
-    except TypeError:
-        if args is None or isinstance(args, (str, bytes, bytearray)) or not isinstance(args, Iterable):
-            tokens = [str(args)]
-        else:
-            tokens = [str(token) for token in args]
+    except (CompilerArgsError, TypeError):  # as given: a list's items as text, anything else split on spaces
+        tokens = [str(token) for token in args] if isinstance(args, (list, tuple)) else str(args).split()
     return shlex.join([token for item in _scan(tokens) if not _looks_machine_specific(item) for token in item.tokens])
 
 
@@ -536,6 +493,7 @@ def warn_repeated_options(
     """Warn (:class:`CompilerArgsWarning`) about each option ``args`` repeats with another value, naming
     ``source``, every value, the one in effect and the fix. Once per process (the same list passes the plugin,
     the runner, the scope and the seam) unless ``once=False``."""
+    emit = warn if warn is not None else functools.partial(warnings.warn, stacklevel=2)  # C call: no frame of its own
     repeats = repeated_options(args)
     for repeat in repeats:
         first = ACTIVITY.say_once(f"repeated option {repeat.name}: {' '.join(repeat.given)}")
@@ -543,16 +501,12 @@ def warn_repeated_options(
             continue
         where = f"graph type {graph_type!r}: " if graph_type is not None else ""
         dropped = ", ".join(repr(g) for g in repeat.given[:-1])
-        message = CompilerArgsWarning(
+        emit(CompilerArgsWarning(
             f"{where}{source} gives {repeat.name} {len(repeat.given)} times with different values "
             f"({', '.join(repr(g) for g in repeat.given)}); neuronx-cc keeps the last, so {repeat.effective!r} "
             f"is what compiles{'' if repeat.name in MACHINE_SPECIFIC else ' and what the cache key holds'}. "
             f"Fix: give {repeat.name} once in {source} "
-            f"(remove {dropped}){'; ' + hint if hint else ''}.")
-        if warn is None:
-            warnings.warn(message, stacklevel=2)
-        else:
-            warn(message)
+            f"(remove {dropped}){'; ' + hint if hint else ''}."))
     return repeats
 
 

@@ -1,10 +1,5 @@
-"""The heavy or optional modules the package computes with, each imported when one of its attributes is first read.
-
-Importing jax takes 1-2 s and transformers several: a process that lowers no graph (cache and trace memo hits) or
-builds no Hugging Face cache does not pay for them. The lowerings, :mod:`neuron_args.hf`, the runtime and xla_cpu
-import these names at their top and use them as the modules themselves; not in code Dynamo traces (a model's
-forward), where reading an attribute here is a graph break.
-"""
+"""jax and transformers, each imported when an attribute is first read (jax takes 1-2 s): a process of cache hits
+pays for neither. Not for code Dynamo traces, where such a read is a graph break."""
 from __future__ import annotations
 
 import importlib

@@ -317,8 +317,7 @@ class S3Store:
 
     @contextlib.contextmanager
     def reachable(self) -> Iterator[None]:
-        """For a command that must reach the remote (the CLI): unreachable is a :class:`RemoteCacheError`, not a
-        quiet fallback to the local copy."""
+        """For a command that must reach the remote (the CLI): unreachable is a :class:`RemoteCacheError`, no fallback."""
         try:
             yield
         except _Unavailable as exc:
@@ -422,7 +421,6 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
 
 def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
     """Upload the complete local ``entry``, the marker last; True when this host's marker stands (a failure warns).
-
     Outside the key's lock, so each file is opened once and uploaded from that descriptor, and the local marker
     must be the same before and after the opens: one complete build, never a mix of two."""
     store = store_for(entry.root)

@@ -1,6 +1,5 @@
-"""``cache ls``, ``explain`` and ``verify`` on an ``s3://`` cache: a listing reads only the remote's markers (one listing,
-bounded reads); ``explain`` downloads (and checks) only the entries it names, ``verify`` (:func:`sync`) every one.
-"""
+"""``cache ls``, ``explain`` and ``verify`` on an ``s3://`` cache: ls reads only the remote's markers, explain
+downloads (and checks) the entries it names, verify (:func:`sync`) every one."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -46,8 +45,7 @@ def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, loc
 
 
 def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
-    """Every remote entry (from its marker) and every entry only in the local copy, by graph type then key (None: a
-    plain local cache)."""
+    """Every remote entry (from its marker) and every local-only one, by graph type then key (None: a local cache)."""
     store = remote_cache.store_for(cache.root)
     if store is None:
         return None
@@ -93,9 +91,8 @@ def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | Non
         return cache.find(prefix), None
     with store.reachable():
         entry = cache.find(prefix, remote=store)
-    if entry.is_complete:
-        return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
-    with store.reachable():
+        if entry.is_complete:
+            return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
         pulled = cache.pull(entry)
     if not pulled:
         raise KeyError(f"cache entry {entry.key}: the remote entry {store.loc.entry_url(entry.key)} did not check out "

@@ -1,9 +1,5 @@
-"""The machine-readable run report (``--neuron-report=PATH``), the night-to-night comparison and the trend plot.
-
-Graphs are matched by graph type and input shapes (a key changes with the compiler version, the graph does not);
-a comparison names first the run settings that differ (such runs compile different things). The plot draws with
-matplotlib, the optional ``plot`` extra, imported only when a plot is drawn.
-"""
+"""The run report (``--neuron-report=PATH``), its comparison and trend plot (matplotlib, the ``plot`` extra, on
+first use); graphs match by graph type and input shapes: a key changes with the compiler version, a graph does not."""
 from __future__ import annotations
 
 import json
@@ -222,17 +218,16 @@ def plot_trend(paths: Sequence[str | Path], out: str | Path, *, title: str | Non
     data = series([report for _, report in runs])
     x = list(range(len(runs)))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 1.2 * len(runs) + 3), 7), sharex=True)
-    for name, values in data.items():
-        for ax, measure, scale in ((top, "compile_seconds", 1), (bottom, "executable_size", 1024)):
+    for ax, measure, scale, unit in ((top, "compile_seconds", 1, "compile seconds"),
+                                     (bottom, "executable_size", 1024, "executable size (KiB)")):
+        for name, values in data.items():
             ax.plot(x, [float("nan") if v is None else v / scale for v in values[measure]], marker="o", label=name)
-    top.set_ylabel("compile seconds")
-    bottom.set_ylabel("executable size (KiB)")
+        ax.set_ylabel(unit)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
     bottom.set_xticks(x)
     bottom.set_xticklabels(labels, rotation=30, ha="right")
     bottom.set_xlabel("run")
-    for ax in (top, bottom):
-        ax.grid(True, alpha=0.3)
-        ax.set_ylim(bottom=0)
     if data:
         top.legend(fontsize="small", loc="best")
     top.set_title(title or f"neuron-args: {len(data)} graph(s) over {len(runs)} run(s)")

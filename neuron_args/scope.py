@@ -1,12 +1,6 @@
-"""Per-graph compiler arguments from the runner to the seams: the resolver (the design's ``load_model`` wiring +
-``resolve_graph_compiler_args``) and the scope (libtorch-neuronx-lite's ``compile/compiler_args.py``).
-
-:class:`CompilerArgsResolver` calls the model's ``compiler_args_for`` policy eagerly and gives a concrete list (an
-explicit caller ``-O`` level disables the policy: the base list carries that level); the runner opens
-:func:`scoped_compiler_args` with it around the call that compiles a graph, and every seam reads the scope
-(:func:`resolve_request`) before the cache key. ``graph_type`` is a label for errors, metadata and the manifest,
-never part of the key.
-"""
+"""Per-graph compiler arguments from the runner to the seams: :class:`CompilerArgsResolver` runs the model's
+``compiler_args_for`` policy eagerly, :func:`scoped_compiler_args` carries the list, every seam reads it
+(:func:`resolve_request`) before the key; ``graph_type`` labels errors and records, never the key."""
 from __future__ import annotations
 
 import contextlib
@@ -19,12 +13,9 @@ from neuron_args.errors import CompilerArgsError, PolicyError
 from neuron_args.flags import CompilerArgs, warn_repeated_options
 from neuron_args.settings import CompileSettings, PlatformArgs, apply_platform_compiler_args
 
-_scoped_compiler_args: contextvars.ContextVar[CompilerArgs | None] = contextvars.ContextVar(
-    "neuron_args_scoped_compiler_args", default=None
-)
-_scoped_graph_type: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "neuron_args_scoped_graph_type", default=None
-)
+#: The innermost scope: ``(compiler args or None, graph-type label or None)``, set and read as one pair.
+_SCOPE: contextvars.ContextVar[tuple[CompilerArgs | None, str | None]] = contextvars.ContextVar(
+    "neuron_args_scope", default=(None, None))
 
 
 def _scope_value(compiler_args: Sequence[str] | None) -> CompilerArgs | None:
@@ -43,29 +34,27 @@ def scoped_compiler_args(
     compiler_args: Sequence[str] | None, *, graph_type: str | None = None
 ) -> Iterator[None]:
     """Set the concrete args for the graph compiled in this scope (``None`` = no override)."""
-    token = _scoped_compiler_args.set(_scope_value(compiler_args))
-    label_token = _scoped_graph_type.set(graph_type)
+    token = _SCOPE.set((_scope_value(compiler_args), graph_type))
     try:
         yield
     finally:
-        _scoped_graph_type.reset(label_token)
-        _scoped_compiler_args.reset(token)
+        _SCOPE.reset(token)
 
 
 def current_compiler_args() -> CompilerArgs | None:
     """The scoped argument list, or ``None`` outside any scope (or inside a ``None`` scope)."""
-    return _scoped_compiler_args.get()
+    return _SCOPE.get()[0]
 
 
 def current_graph_type() -> str | None:
     """The graph-type label of the innermost scope, if the runner gave one."""
-    return _scoped_graph_type.get()
+    return _SCOPE.get()[1]
 
 
 def apply_scoped_compiler_args(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """``options`` with the scoped ``compiler_args`` applied (a new dict inside a scope; never mutated)."""
     options = options if options is not None else {}
-    scoped = _scoped_compiler_args.get()
+    scoped = _SCOPE.get()[0]
     return options if scoped is None else {**options, "compiler_args": list(scoped)}
 
 

@@ -1,10 +1,5 @@
-"""The compile settings of one torch.compile call: torch's ``options`` dict, typed and checked once.
-
-:meth:`CompileSettings.from_options` checks the dict where it enters (a backend call, ``parallel_trace``, a
-runner), so no other module knows the option keys and a bad option fails naming itself and the fix. A setting
-left out falls back to the environment, then the default; :func:`apply_platform_compiler_args` turns the
-settings into one graph's request (``--target``/``--framework`` are the driver's, so they live in ``target``).
-"""
+"""torch.compile's ``options`` dict typed and checked once where it enters (:meth:`CompileSettings.from_options`),
+so no other module knows the keys; unset ones fall back to the environment, then the default."""
 from __future__ import annotations
 
 import dataclasses

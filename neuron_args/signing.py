@@ -1,8 +1,5 @@
-"""The signed cache: an HMAC-SHA256 over each entry's metadata (so over its executable's sha256).
-
-Checksums catch corruption, not tampering: whoever writes a shared cache can rewrite an entry's sha256. With
-``NEURON_ARGS_CACHE_SIGNING_KEY`` set, an unsigned or badly signed entry is corrupt (never loaded).
-"""
+"""The signed cache: an HMAC-SHA256 over each entry's metadata (so over its executable's sha256), since checksums
+catch corruption, not a writer of a shared cache rewriting them; with the key set, an unsigned entry is corrupt."""
 from __future__ import annotations
 
 import hashlib

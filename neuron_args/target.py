@@ -1,6 +1,4 @@
-"""The compile target: checked once where it enters (:func:`parse_target` naming the source), with one message
-for a bad one; code behind the entry trusts the :class:`Target` type.
-"""
+"""The compile target, checked once where it enters (:func:`parse_target`, one message naming the source)."""
 from __future__ import annotations
 
 from neuron_args import envs

@@ -1,8 +1,5 @@
-"""Bounded reads, JSON and sha256 of files in folders others may write: cache entries, manifests, reports, ledgers.
-
-Such a file may be a FIFO (``open`` blocks), a link to ``/dev/zero`` (a read never ends) or JSON nested a million
-deep (``RecursionError``): each is an :class:`UntrustedFileError`, a ``ValueError`` naming the file.
-"""
+"""Bounded reads, JSON and sha256 of files others may write, which may be a FIFO, a link to ``/dev/zero`` or JSON
+nested a million deep: each is an :class:`UntrustedFileError` (a ``ValueError``) naming the file."""
 from __future__ import annotations
 
 import errno

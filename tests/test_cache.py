@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from neuron_args import CacheKeyArgsConflict, CacheMissError
-from neuron_args.activity import ACTIVITY
+from neuron_args.activity import ACTIVITY, tally
 from neuron_args.cache import (
     ASSERT_CACHE_HIT_ENV, CACHE_DIR_ENV, STATS, CompileCache, _assert_cache_key_args, cache_root, new_metadata,
 )
@@ -215,11 +215,11 @@ def test_metadata_that_is_not_an_object_is_corrupt_and_never_breaks_a_miss_expla
     assert entry.metadata() == {} and entry.status == "corrupt"
     assert "metadata.json holds a JSON list" in entry.problem()
     other = make_key(shape=(8,))
-    with pytest.raises(CacheMissError) as err:  # the explanation walks every entry, the corrupt one too
-        cache.get_or_build(other, builder(other), assert_hit=True)
+    with pytest.raises(CacheMissError) as err, tally(assert_hit=True):  # the explanation walks every entry too
+        cache.get_or_build(other, builder(other))
     assert other.key in str(err.value)
-    with pytest.raises(CacheMissError, match="is corrupt: metadata.json holds a JSON list"):
-        cache.get_or_build(key, builder(key), assert_hit=True)
+    with pytest.raises(CacheMissError, match="is corrupt: metadata.json holds a JSON list"), tally(assert_hit=True):
+        cache.get_or_build(key, builder(key))
     rebuilt, hit = cache.get_or_build(key, builder(key))
     assert hit is False and rebuilt.status == "complete"
     assert [p.name[:32] for p in (tmp_path / ".corrupt").iterdir()] == [key.key]
@@ -232,8 +232,8 @@ def test_a_neighbour_with_damaged_key_components_never_breaks_a_miss_explanation
     entry, _ = cache.get_or_build(key, builder(key))
     entry.update_metadata(key_components={**key.components.as_dict(), "compiler_args": [3], "tool_versions": ["x"]})
     other = make_key(args=("-O1",))
-    with pytest.raises(CacheMissError) as err:
-        cache.get_or_build(other, builder(other), assert_hit=True)
+    with pytest.raises(CacheMissError) as err, tally(assert_hit=True):
+        cache.get_or_build(other, builder(other))
     assert f"closest warmed-up entry: {key.key}" in str(err.value)
     assert "compiler_args: [3] -> ['-O1']" in str(err.value)
     assert "tool_versions: ['x'] -> {'compiler': 'fake 1'}" in str(err.value)
@@ -241,7 +241,7 @@ def test_a_neighbour_with_damaged_key_components_never_breaks_a_miss_explanation
 
 def test_an_entry_whose_executable_was_replaced_is_caught_by_its_checksum(tmp_path):
     from neuron_args.activity import ACTIVITY
-    from neuron_args.cache import executable_fields
+    from tests.security.security_helpers import executable_fields
 
     cache, key = CompileCache(tmp_path), make_key()
     entry, _ = cache.get_or_build(key, builder(key))

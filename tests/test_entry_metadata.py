@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from neuron_args.cache import CompileCache, EntryStatus, executable_fields, new_metadata
+from neuron_args.cache import CompileCache, EntryStatus, new_metadata
 from neuron_args.cache_key import CacheKey, create_cache_hash
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CorruptEntryError
+from tests.security.security_helpers import executable_fields
 
 LIBRARY = [Path(__file__).resolve().parents[1] / name for name in ("neuron_args", "pytest_neuron_args")]
 

@@ -41,8 +41,7 @@ from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.manifest.ledger import record_graph
 from neuron_args.runtime import graph_call
 from neuron_args.scope import (
-    _scoped_compiler_args,
-    _scoped_graph_type,
+    _SCOPE,
     current_graph_type,
     resolve_request,
     scoped_compiler_args,
@@ -113,7 +112,7 @@ class CompiledGraph:
 
     def __call__(self, args: list[Any]) -> Any:
         if self.forward is None:
-            scope = self.last_scope = (_scoped_compiler_args.get(), _scoped_graph_type.get())
+            scope = self.last_scope = _SCOPE.get()
         else:
             scope = running_forward_scope() or self.forward.last_scope
         pick = (scope[0], self.autograd())
@@ -489,7 +488,7 @@ def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]
     @functools.wraps(aot_result)
     def call(*args: Any, **kwargs: Any) -> Any:
         outs = aot_result(*args, **kwargs)
-        tag_backward_node(outs, (_scoped_compiler_args.get(), _scoped_graph_type.get()))
+        tag_backward_node(outs, _SCOPE.get())
         return outs
 
     return call

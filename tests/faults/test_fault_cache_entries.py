@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from neuron_args.activity import ACTIVITY
-from neuron_args.cache import CompileCache, executable_fields
+from neuron_args.cache import CompileCache
+from tests.security.security_helpers import executable_fields
 from tests.test_cache import builder, make_key
 
 

@@ -26,7 +26,8 @@ from tests.faults.fault_helpers import make_pending, wait_until
 
 HOLD_THEN_BUILD = textwrap.dedent("""
     import sys
-    from neuron_args.cache import CompileCache, executable_fields
+    from neuron_args.cache import CompileCache
+    from tests.security.security_helpers import executable_fields
     from neuron_args.cache_key import create_cache_hash
 
     def build(entry):  # under the key's lock; the test says when (and whether) to finish

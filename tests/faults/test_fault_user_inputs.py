@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from neuron_args import CacheMissError
-from neuron_args.activity import ACTIVITY
+from neuron_args.activity import ACTIVITY, tally
 from neuron_args.atomic import directory_problem
 from neuron_args.cache import CompileCache, new_metadata
 from neuron_args.cache_key import create_cache_hash
@@ -67,8 +67,8 @@ def test_a_miss_on_dtypes_alone_says_which_input_to_cast(tmp_path):
     cache = CompileCache(tmp_path)
     warm, cold = _key("float32"), _key("bfloat16")
     cache.get_or_build(warm, _build(warm))
-    with pytest.raises(CacheMissError) as caught:
-        cache.get_or_build(cold, _build(cold), graph_type="decode", assert_hit=True)
+    with pytest.raises(CacheMissError) as caught, tally(assert_hit=True):
+        cache.get_or_build(cold, _build(cold), graph_type="decode")
     message = str(caught.value)
     assert cold.key in message and warm.key in message and "'decode'" in message
     assert "fix: pass inputs of the dtypes warmed up (input 0 is bfloat16, warmed up as float32: " \
@@ -83,8 +83,8 @@ def test_a_corrupt_entry_s_fix_quotes_a_cache_path_with_spaces(tmp_path):
     entry, _ = cache.get_or_build(key, _build(key))
     entry.executable_path.write_bytes(b"")
     ACTIVITY.verified.clear()
-    with pytest.raises(CacheMissError) as caught:
-        cache.get_or_build(key, _build(key), graph_type="decode", assert_hit=True)
+    with pytest.raises(CacheMissError) as caught, tally(assert_hit=True):
+        cache.get_or_build(key, _build(key), graph_type="decode")
     command = str(caught.value).split("`")[1]
     assert shlex.split(command) == ["neuron-args", "cache", "verify", str(cache.root)]  # pastes into a shell
 

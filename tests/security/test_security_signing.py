@@ -7,10 +7,10 @@ import json
 import pytest
 
 from neuron_args.activity import ACTIVITY
-from neuron_args.cache import ASSERT_CACHE_HIT_ENV, CompileCache, QUARANTINE_DIR, executable_fields
+from neuron_args.cache import ASSERT_CACHE_HIT_ENV, CompileCache, QUARANTINE_DIR
 from neuron_args.errors import CacheMissError
 
-from tests.security.security_helpers import builder, make_key
+from tests.security.security_helpers import builder, executable_fields, make_key
 
 SIGNING = "NEURON_ARGS_CACHE_SIGNING_KEY"
 
