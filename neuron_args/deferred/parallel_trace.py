@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
-from neuron_args.compilers.lifetime import start_on_lifetime_thread
+from neuron_args.compilers.lifetime import IdleChildren, start_on_lifetime_thread
 from neuron_args.compilers.process import describe_exit
 from neuron_args.compilers.supervisor import die_with_parent
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
@@ -368,59 +368,18 @@ class _TraceChild:
         self.proc.join(5)
         self.conn.close()
 
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
 
 def idle_seconds() -> float:
     """How long a kept trace child waits idle (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)."""
     return envs.seconds(IDLE_ENV, zero_ok=True, hint=" (0 keeps no child idle)")
 
 
-class _KeptChildren:
-    """Idle trace children kept for this process's next ``parallel_trace``; all stop after
-    :func:`idle_seconds` without use, and a dead one is dropped when taken."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.children: list[_TraceChild] = []
-        self.timer: threading.Timer | None = None
-
-    def put(self, child: _TraceChild, cap: int) -> None:
-        """Keep ``child``; the oldest kept beyond ``cap`` (the most a next call may use) are stopped."""
-        idle = idle_seconds()
-        if idle <= 0:
-            child.stop()
-            return
-        with self.lock:
-            self.children.append(child)
-            extra, self.children = self.children[:-cap], self.children[-cap:]
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer = threading.Timer(idle, self.close)
-            self.timer.daemon = True
-            self.timer.start()
-        for old in extra:
-            old.stop()
-
-    def take(self, n: int) -> list[_TraceChild]:
-        """Up to ``n`` live kept children (removed from the kept ones); dead ones are dropped."""
-        with self.lock:
-            alive = [c for c in self.children if c.proc.is_alive()]
-            for child in self.children:
-                if child not in alive:
-                    child.kill()
-            taken, self.children = alive[:n], alive[n:]
-        return taken
-
-    def close(self) -> None:
-        with self.lock:
-            children, self.children = self.children, []
-            if self.timer is not None:
-                self.timer.cancel()
-                self.timer = None
-        for child in children:
-            child.stop()
-
-
-_KEPT = _KeptChildren()
+#: idle trace children kept for this process's next ``parallel_trace``
+_KEPT: IdleChildren[_TraceChild] = IdleChildren(_TraceChild.stop)
 _CALLS = itertools.count(1)
 
 
@@ -431,8 +390,7 @@ def close_kept_children() -> None:
 
 def kept_children() -> list[int]:
     """The pids of the trace children kept idle now."""
-    with _KEPT.lock:
-        return [c.proc.pid for c in _KEPT.children]
+    return _KEPT.pids()
 
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSettings, workers: int | None,
@@ -453,7 +411,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
     call = next(_CALLS)
     children: list[_TraceChild] = []
     if keep and start_method is None and ctx.get_start_method() != "fork":
-        children = _KEPT.take(n_workers)
+        children = _KEPT.take(n_workers, lambda child: child.proc.is_alive())
 
     def finish(child: _TraceChild, status: str, error: str | None = None, keys: list[str] | None = None,
                pid: int | None = None) -> None:
@@ -467,7 +425,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
     def leave(child: _TraceChild) -> None:
         children.remove(child)
         if keep:
-            _KEPT.put(child, _worker_cap(workers))
+            _KEPT.put(child, idle_seconds(), _worker_cap(workers))
         else:
             child.stop()
 
