@@ -37,7 +37,6 @@ log = logging.getLogger("neuron_args.compilers")
 MODULE = "neuron_args.compilers.workers"
 WARM_WORKERS_ENV = "NEURON_ARGS_WARM_WORKERS"
 IDLE_ENV = "NEURON_ARGS_WARM_WORKER_IDLE"
-DEFAULT_IDLE_SECONDS: float = envs.variable(IDLE_ENV).default
 #: Environment variables a worker reads at start-up (jax, XLA, the interpreter): a change retires it.
 ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "PYTHON", "LD_")
 #: How long a worker's process may take to go after its connection reported it gone.
@@ -73,12 +72,12 @@ class WorkerDied(Exception):
 class Worker:
     """One worker process (its supervisor heading its group, the worker inside) and its connection."""
 
-    def __init__(self, proc: subprocess.Popen, conn: Connection) -> None:
+    def __init__(self, proc: subprocess.Popen, conn: Connection, idle: float) -> None:
         self.proc, self.conn = proc, conn
         self.env = _env_key()
         self.ready = False  # it said it has started its XLA client
         self.worker_pid: int = proc.pid  # the worker's own pid once it said so (proc is its supervisor)
-        self.idle = DEFAULT_IDLE_SECONDS  # how long it is kept unused (set when started)
+        self.idle = idle  # how long it is kept unused
 
     @property
     def pid(self) -> int:
@@ -158,12 +157,10 @@ class WorkerPool:
         return taken[0] if taken else None
 
     def _spawn(self) -> Worker:
-        idle = idle_seconds()
-        worker = start_on_lifetime_thread(self._start, Worker.kill)
-        worker.idle = idle
-        return worker
+        idle = idle_seconds()  # a bad value fails before any process starts
+        return start_on_lifetime_thread(lambda: self._start(idle), Worker.kill)
 
-    def _start(self) -> Worker:
+    def _start(self, idle: float) -> Worker:
         """One new worker under the supervisor, in a process group of its own (on the start thread), its
         connection on the worker's standard input."""
         ours, theirs = socket.socketpair()
@@ -174,7 +171,7 @@ class WorkerPool:
             except BaseException:
                 ours.close()
                 raise
-        return Worker(proc, Connection(ours.detach()))
+        return Worker(proc, Connection(ours.detach()), idle)
 
     def prestart(self, n: int, timeout: float = 300.0, wait: bool = True) -> int:
         """Start workers until ``n`` are idle and ready; returns how many are. One not ready within ``timeout``
@@ -229,11 +226,8 @@ class WorkerPool:
 
 
 class PooledCompile:
-    """One compile on a warm worker, shaped like the ``Popen`` :func:`process.run_compiler` waits on.
-
-    A worker still starting races a ready one given back (two workers are never slower than one); a worker
-    that dies mid-compile unasked is replaced by a one-shot process.
-    """
+    """One compile on a warm worker, shaped like the ``Popen`` :func:`process.run_compiler` waits on; a worker
+    still starting races a ready one given back (two workers are never slower than one)."""
 
     def __init__(self, pool: WorkerPool, worker: Worker, program_args: Sequence[str], argv: Sequence[str], *,
                  cwd: Path, stdout: IO[bytes]) -> None:
