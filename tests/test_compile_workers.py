@@ -251,7 +251,9 @@ def test_an_idle_worker_leaves_after_its_idle_time(hlo_file, tmp_path, pool, mon
     monkeypatch.setenv(workers.IDLE_ENV, "0.5")
     _compile(hlo_file, tmp_path / "a", LocalCompiler(pool=pool))
     (leader,) = pool.idle_pids()
-    wait_until(lambda: pool._idle[0].proc.poll() is not None, 30, "the idle worker left")
+    (worker,) = pool._idle.children
+    wait_until(lambda: worker.proc.poll() is not None, 30, "the idle worker left")
+    assert pool.idle_pids() == []
     _compile(hlo_file, tmp_path / "b", LocalCompiler(pool=pool))  # a fresh worker, no fallback
     assert pool.idle_pids() != [leader] and "warm worker, compile 1" in _first_line(tmp_path / "b")
     monkeypatch.setenv(workers.IDLE_ENV, "soon")
@@ -444,7 +446,7 @@ def test_a_prestart_that_does_not_wait_hands_its_worker_to_the_next_compile(hlo_
     keys = _local_pending(root, hlo_file, 2)
     assert shared.prestart(1, wait=False) == 1
     (leader,) = shared.idle_pids()
-    assert not shared._idle[0].ready  # nobody waited for it
+    assert not shared._idle.children[0].ready  # nobody waited for it
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")  # as importing jax here would
     assert parallel_compile(root, workers=1, quiet=True).ok
     logs = [(root / k / LOG_FILE).read_text() for k in keys]
@@ -534,7 +536,7 @@ def test_in_process_warmup_starts_its_worker_before_the_first_compile_on_a_cold_
     def prestart(n, timeout=300.0, wait=True):
         before = STATS.snapshot()
         count = real(n, timeout, wait)
-        started.append((before, shared._idle[-1]))
+        started.append((before, shared._idle.children[-1]))
         return count
 
     monkeypatch.setattr(shared, "prestart", prestart)
@@ -622,20 +624,20 @@ def test_a_compile_takes_a_worker_given_back_rather_than_wait_for_its_new_one(hl
     assert not thread.is_alive() and result["r"].ok
     assert {k: _worker_pid(root / k) for k in keys} == {k: worker_a for k in keys}
     assert sorted(slow.idle_pids()) == sorted([leader_a, leader_b])  # B was given back, still starting
-    (worker_b,) = [w for w in slow._idle if w.pid == leader_b]
+    (worker_b,) = [w for w in slow._idle.children if w.pid == leader_b]
     assert not worker_b.ready
     gate.touch()
     assert worker_b.wait_ready(time.monotonic() + 120)  # and it starts once let go
 
 
 def test_a_forked_child_lets_go_of_the_pool_so_a_closed_pool_leaves_while_it_lives(pool, monkeypatch):
-    """A kept trace child forks from the driver: were it to hold the pipes, an idle worker would live on after
+    """A kept trace child forks from the driver: were it to hold the connections, an idle worker would live on after
     the driver let it go, until that child left."""
     monkeypatch.setitem(workers._state, "pool", pool)
     assert pool.prestart(1) == 1
     (leader,) = pool.idle_pids()
     held = pool.inherited_fds()
-    assert len(held) == 2  # the worker's request and answer pipes
+    assert len(held) == 1  # the worker's connection (one socket both ways)
     r, w = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child reports what its copies of the descriptors are, then waits
@@ -647,7 +649,7 @@ def test_a_forked_child_lets_go_of_the_pool_so_a_closed_pool_leaves_while_it_liv
     try:
         os.close(w)
         with os.fdopen(r) as f:
-            assert json.load(f) == [os.devnull] * 2
+            assert json.load(f) == [os.devnull] * len(held)
         pool.close()
         wait_until(lambda: not alive(leader), 30, "the closed pool's worker left while the forked child lives")
         assert alive(child)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -227,7 +228,8 @@ def test_children_kept_by_a_thread_outlive_it_but_not_their_parent(tmp_path):
 
 
 def test_no_more_children_are_kept_than_a_call_may_use_and_closing_stops_them_all():
-    from neuron_args.deferred.parallel_trace import _KeptChildren
+    from neuron_args.deferred.parallel_trace import _KEPT
+    from neuron_args.compilers.lifetime import IdleChildren
 
     class Child:
         def __init__(self, name, stopped):
@@ -236,10 +238,30 @@ def test_no_more_children_are_kept_than_a_call_may_use_and_closing_stops_them_al
         def stop(self):
             self.stopped.append(self.name)
 
+    assert isinstance(_KEPT, IdleChildren)  # the kept trace children are the shared idle set below
     stopped: list[str] = []
-    kept = _KeptChildren()
+    kept = IdleChildren(Child.stop)
     for name in "abc":
-        kept.put(Child(name, stopped), cap=2)
+        kept.put(Child(name, stopped), 30, cap=2)
     assert [c.name for c in kept.children] == ["b", "c"] and stopped == ["a"]  # the oldest beyond the cap
     kept.close()
     assert stopped == ["a", "b", "c"] and kept.children == [] and kept.timer is None
+
+
+def test_each_kept_child_stops_its_idle_time_after_it_was_put_back_and_a_taken_one_never():
+    from neuron_args.compilers.lifetime import IdleChildren
+
+    stopped: list[str] = []
+    kept = IdleChildren(stopped.append)
+    kept.put("short", 0.2)
+    kept.put("long", 30)
+    kept.put("taken", 0.2)
+    kept.put("now", 0)  # 0: not kept
+    assert kept.take(1, lambda c: c == "taken") == ["taken"]  # the ones it refuses are stopped
+    assert stopped == ["now", "short", "long"] and kept.children == []
+    kept.put("short", 0.2)
+    kept.put("long", 30)
+    time.sleep(0.6)
+    assert stopped[3:] == ["short"] and kept.children == ["long"]
+    kept.close()
+    assert stopped[4:] == ["long"] and kept.timer is None

@@ -3,7 +3,8 @@
 Each compiler runs under :mod:`neuron_args.compilers.supervisor` (Linux), which kills its process group when
 this process dies. Long-lived children start on :func:`start_on_lifetime_thread`'s one thread, because
 ``PR_SET_PDEATHSIG`` fires when the *thread* that started a process ends. A :class:`CancelScope` kills every
-compiler started inside it and refuses new ones.
+compiler started inside it and refuses new ones. :class:`IdleChildren` keeps long-lived children (warm compile
+workers, trace children) between uses, and stops each after its idle time on one clock, this process's.
 """
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 SUPERVISED = sys.platform.startswith("linux")
@@ -74,6 +77,73 @@ def kill_group(proc: Any, *, reap: bool = True) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     if reap:
         proc.wait()
+
+
+class IdleChildren(Generic[C]):
+    """Long-lived children waiting for their next use, oldest first. Each is stopped ``idle`` seconds after it was
+    put back, by a timer of this process: one taken (under the lock) is never stopped under its user."""
+
+    def __init__(self, stop: Callable[[C], None]) -> None:
+        self.lock = threading.Lock()
+        self.children: list[C] = []
+        self.timer: threading.Timer | None = None
+        self._stop = stop
+        self._until: dict[int, float] = {}  # id(child): when it is stopped
+
+    def put(self, child: C, idle: float, cap: int | None = None) -> None:
+        """Keep ``child`` for ``idle`` seconds (0: stop it now); the oldest kept beyond ``cap`` are stopped."""
+        if idle <= 0:
+            self._stop(child)
+            return
+        with self.lock:
+            self.children.append(child)
+            self._until[id(child)] = time.monotonic() + idle
+            extra = self._remove(self.children[:-cap] if cap else [])
+        for old in extra:
+            self._stop(old)
+
+    def take(self, n: int, usable: Callable[[C], bool], rank: Callable[[C], Any] = lambda c: 0) -> list[C]:
+        """Up to ``n`` kept children ``usable`` accepts (called under the lock), the lowest ``rank`` first, then the
+        newest; the ones it refuses are stopped."""
+        with self.lock:
+            fit = [c for c in reversed(self.children) if usable(c)]
+            taken = sorted(fit, key=rank)[:n]
+            refused = [c for c in self.children if c not in fit]
+            self._remove(refused + taken)
+        for child in refused:
+            self._stop(child)
+        return taken
+
+    def pids(self) -> list[int]:
+        with self.lock:
+            return [c.pid for c in self.children]  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Stop every kept child now."""
+        with self.lock:
+            children = self._remove(self.children)
+        for child in children:
+            self._stop(child)
+
+    def _expire(self) -> None:
+        with self.lock:
+            expired = self._remove([c for c in self.children if self._until[id(c)] <= time.monotonic()])
+        for child in expired:
+            self._stop(child)
+
+    def _remove(self, children: list[C]) -> list[C]:
+        """Forget ``children`` and arm the timer for the next expiry (under the lock); returns them."""
+        self.children = [c for c in self.children if c not in children]
+        for child in children:
+            del self._until[id(child)]
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self._until:
+            self.timer = threading.Timer(max(0.0, min(self._until.values()) - time.monotonic()), self._expire)
+            self.timer.daemon = True
+            self.timer.start()
+        return children
 
 
 class CompileCancelled(Exception):

@@ -15,19 +15,21 @@ import json
 import logging
 import math
 import os
-import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
 
 from neuron_args import envs
 from neuron_args.compilers.process import describe_exit, start_process
-from neuron_args.compilers.lifetime import current_scope, kill_group, start_on_lifetime_thread, supervised_argv
+from neuron_args.compilers.lifetime import (IdleChildren, current_scope, kill_group, start_on_lifetime_thread,
+                                            supervised_argv)
 from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
 
 log = logging.getLogger("neuron_args.compilers")
@@ -35,11 +37,12 @@ log = logging.getLogger("neuron_args.compilers")
 MODULE = "neuron_args.compilers.workers"
 WARM_WORKERS_ENV = "NEURON_ARGS_WARM_WORKERS"
 IDLE_ENV = "NEURON_ARGS_WARM_WORKER_IDLE"
-DEFAULT_IDLE_SECONDS: float = envs.variable(IDLE_ENV).default
 #: Environment variables a worker reads at start-up (jax, XLA, the interpreter): a change retires it.
 ENV_PREFIXES = ("XLA_", "JAX_", "TF_", "PYTHON", "LD_")
-#: How long a worker's process may take to go after its pipe reported it gone.
+#: How long a worker's process may take to go after its connection reported it gone.
 REAP_SECONDS = 5.0
+#: The longest answer read from a worker (its answers are a few dozen bytes).
+MAX_MESSAGE = 1 << 16
 #: How often a compile waiting for its new worker's start looks for a worker given back ready.
 GIVEN_BACK_POLL = 0.05
 
@@ -63,40 +66,27 @@ def _env_key() -> tuple[tuple[str, str], ...]:
 
 
 class WorkerDied(Exception):
-    """The worker's pipe closed before it answered (it exited, crashed or was killed)."""
+    """The worker's connection closed before it answered (it exited, crashed or was killed)."""
 
 
 class Worker:
-    """One worker process (its supervisor heading its group, the worker inside) and its pipes."""
+    """One worker process (its supervisor heading its group, the worker inside) and its connection."""
 
-    def __init__(self, proc: subprocess.Popen, idle: float = DEFAULT_IDLE_SECONDS) -> None:
-        self.proc = proc
+    def __init__(self, proc: subprocess.Popen, conn: Connection, idle: float) -> None:
+        self.proc, self.conn = proc, conn
         self.env = _env_key()
         self.ready = False  # it said it has started its XLA client
         self.worker_pid: int = proc.pid  # the worker's own pid once it said so (proc is its supervisor)
-        self.idle = idle  # it leaves after that many seconds without a request
-        self.last_used = time.monotonic()
-        self._buffer = b""
-
-    def reusable(self, env: tuple[tuple[str, str], ...]) -> bool:
-        """Alive, same environment, and not about to leave on its idle timeout."""
-        fresh = time.monotonic() - self.last_used < self.idle * 0.9
-        return fresh and self.proc.poll() is None and self.env == env
+        self.idle = idle  # how long it is kept unused
 
     @property
     def pid(self) -> int:
         """Its supervisor's pid (the process group a timeout kills)."""
         return self.proc.pid
 
-    def fileno(self) -> int:
-        assert self.proc.stdout is not None
-        return self.proc.stdout.fileno()
-
     def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-            self.proc.stdin.flush()
+            self.conn.send_bytes(json.dumps(message).encode())
         except (OSError, ValueError) as exc:  # it died while idle (or was given up)
             raise WorkerDied() from exc
 
@@ -115,24 +105,20 @@ class Worker:
         return True
 
     def _receive(self, deadline: float | None) -> dict[str, Any] | None:
-        """The next message (a ``ready`` one noted on the way); None when ``deadline`` passed first."""
-        fd = self.fileno()
-        while b"\n" not in self._buffer:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())  # past: look once
-            if not select.select([fd], [], [], remaining)[0]:
+        """The next message (a ``ready`` one noted on the way), at most :data:`MAX_MESSAGE` bytes; None when
+        ``deadline`` passed first (past: look once)."""
+        try:
+            if not self.conn.poll(None if deadline is None else max(0.0, deadline - time.monotonic())):
                 return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                raise WorkerDied()
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        message = json.loads(line)
+            message = json.loads(self.conn.recv_bytes(MAX_MESSAGE))
+        except (EOFError, OSError) as exc:  # closed, or a message past the bound
+            raise WorkerDied() from exc
         if "ready" in message:
             self.ready, self.worker_pid = True, int(message["ready"])
         return message
 
     def reap(self) -> int:
-        """Wait for the process (its pipe is closed); SIGKILL the group if it lingers."""
+        """Wait for the process (its connection is closed); SIGKILL the group if it lingers."""
         try:
             return self.proc.wait(timeout=REAP_SECONDS)
         except subprocess.TimeoutExpired:
@@ -145,8 +131,7 @@ class Worker:
     def close(self) -> None:
         """Ask an idle worker to leave (end of its input), without waiting for it."""
         with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
+            self.conn.close()
 
 
 class WorkerPool:
@@ -155,53 +140,47 @@ class WorkerPool:
     def __init__(self, program: Sequence[str] | None = None) -> None:
         self.program = list(program) if program else [sys.executable, "-m", MODULE]
         self.broken = False  # a worker died before it was ready: one process per graph from then on
-        self._idle: list[Worker] = []
-        self._lock = threading.Lock()
+        self._idle: IdleChildren[Worker] = IdleChildren(Worker.close)
 
     def take(self, ready_only: bool = False) -> Worker | None:
         """An idle worker to use, one that is ready first (``ready_only``: only such one), or None."""
-        env, stale, chosen = _env_key(), [], None
-        with self._lock:
-            for worker in reversed(self._idle):
-                if not worker.reusable(env):
-                    stale.append(worker)
-                    continue
-                if not worker.ready:
-                    try:
-                        worker.wait_ready(time.monotonic())  # it may have said so meanwhile (never waits)
-                    except WorkerDied:
-                        stale.append(worker)
-                        continue
-                if worker.ready or (chosen is None and not ready_only):
-                    chosen = worker
-                    if worker.ready:
-                        break
-            self._idle = [w for w in self._idle if w is not chosen and w not in stale]
-        for old in stale:
-            old.close()
-        return chosen
+        env = _env_key()
+
+        def usable(worker: Worker) -> bool:
+            try:  # it may have said it is ready meanwhile (never waits)
+                started = worker.wait_ready(time.monotonic())
+            except WorkerDied:
+                return False
+            return worker.proc.poll() is None and worker.env == env and (started or not ready_only)
+
+        taken = self._idle.take(1, usable, rank=lambda worker: not worker.ready)
+        return taken[0] if taken else None
 
     def _spawn(self) -> Worker:
-        idle = idle_seconds()
-        return Worker(start_on_lifetime_thread(lambda: self._start(idle), lambda proc: Worker(proc).kill()), idle)
+        idle = idle_seconds()  # a bad value fails before any process starts
+        return start_on_lifetime_thread(lambda: self._start(idle), Worker.kill)
 
-    def _start(self, idle: float) -> subprocess.Popen:
-        """One new worker under the supervisor, in a process group of its own (on the start thread)."""
-        argv = supervised_argv([*self.program, f"{idle:g}"])
-        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                bufsize=0, start_new_session=True)
+    def _start(self, idle: float) -> Worker:
+        """One new worker under the supervisor, in a process group of its own (on the start thread), its
+        connection on the worker's standard input."""
+        ours, theirs = socket.socketpair()
+        with theirs:
+            try:
+                proc = subprocess.Popen(supervised_argv(self.program), stdin=theirs, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+            except BaseException:
+                ours.close()
+                raise
+        return Worker(proc, Connection(ours.detach()), idle)
 
     def prestart(self, n: int, timeout: float = 300.0, wait: bool = True) -> int:
         """Start workers until ``n`` are idle and ready; returns how many are. One not ready within ``timeout``
         is dropped; ``wait=False`` returns at once (the new workers wait idle while they start)."""
-        env = _env_key()
-        with self._lock:
-            have = sum(w.reusable(env) for w in self._idle)
-        new = [self._spawn() for _ in range(max(0, n - have))]
+        new = [self._spawn() for _ in range(max(0, n - self._usable()))]
         if not wait:
             for worker in new:
                 self.release(worker)
-            return have + len(new)
+            return self._usable()
         deadline = time.monotonic() + timeout
         for worker in new:
             try:
@@ -213,32 +192,29 @@ class WorkerPool:
             else:
                 worker.kill()
                 worker.reap()
-        with self._lock:
-            return sum(w.reusable(env) for w in self._idle)
+        return self._usable()
+
+    def _usable(self) -> int:
+        env = _env_key()
+        with self._idle.lock:
+            return sum(w.proc.poll() is None and w.env == env for w in self._idle.children)
 
     def release(self, worker: Worker) -> None:
         """Give a worker back (it waits for the next compile)."""
-        worker.last_used = time.monotonic()
-        with self._lock:
-            self._idle.append(worker)
+        self._idle.put(worker, worker.idle)
 
     def idle_pids(self) -> list[int]:
         """The supervisor pids of the idle workers (each leads its worker's process group)."""
-        with self._lock:
-            return [w.pid for w in self._idle]
+        return self._idle.pids()
 
     def inherited_fds(self) -> list[int]:
-        """The descriptors a forked child of this process got from this pool: the idle workers' pipes
+        """The descriptors a forked child of this process got from this pool: the idle workers' connections
         (read without the lock: a fork leaves it as whichever thread held it)."""
-        return [f.fileno() for worker in list(self._idle) for f in (worker.proc.stdin, worker.proc.stdout)
-                if f is not None and not f.closed]
+        return [worker.conn.fileno() for worker in list(self._idle.children) if not worker.conn.closed]
 
     def close(self) -> None:
         """Let every idle worker go (busy ones leave when their compile ends and they are not given back)."""
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for worker in idle:
-            worker.close()
+        self._idle.close()
 
     def start(self, program_args: Sequence[str], argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> Any:
         """Start one compile on a warm worker (``program_args``: ``argv`` without the program part); a one-shot
@@ -250,11 +226,8 @@ class WorkerPool:
 
 
 class PooledCompile:
-    """One compile on a warm worker, shaped like the ``Popen`` :func:`process.run_compiler` waits on.
-
-    A worker still starting races a ready one given back (two workers are never slower than one); a worker
-    that dies mid-compile unasked is replaced by a one-shot process.
-    """
+    """One compile on a warm worker, shaped like the ``Popen`` :func:`process.run_compiler` waits on; a worker
+    still starting races a ready one given back (two workers are never slower than one)."""
 
     def __init__(self, pool: WorkerPool, worker: Worker, program_args: Sequence[str], argv: Sequence[str], *,
                  cwd: Path, stdout: IO[bytes]) -> None:
@@ -363,7 +336,7 @@ def shared_pool() -> WorkerPool:
 
 
 def _forget_after_fork() -> None:
-    """A forked child starts its own workers, and points the parent's pipes at ``/dev/null`` so a worker the
+    """A forked child starts its own workers, and points the parent's connections at ``/dev/null`` so a worker the
     parent closes sees its end of input then, not when a kept child leaves (the fd numbers stay taken)."""
     global _state_lock
     pool = _state.get("pool")
@@ -374,7 +347,7 @@ def _forget_after_fork() -> None:
             os.dup2(devnull, fd, inheritable=False)
         os.close(devnull)
     _state_lock = threading.Lock()
-    _forgotten.append(dict(_state))  # the parent's pipes and Popen objects: never used, never collected
+    _forgotten.append(dict(_state))  # the parent's connections and Popen objects: never used, never collected
     _state.clear()
 
 
@@ -413,13 +386,10 @@ def _run_request(request: dict[str, Any], devnull: int, n: int) -> int:
         os.dup2(devnull, 2)
 
 
-def serve(argv: Sequence[str] | None = None) -> int:
-    """The worker: start its XLA client, say so, then answer one ``{"status": N}`` line per request line;
-    ``argv``: ``[idle seconds]`` before it leaves unused."""
-    argv = sys.argv[1:] if argv is None else argv
-    idle = float(argv[0]) if argv else DEFAULT_IDLE_SECONDS
-    requests = os.fdopen(os.dup(0), "rb")
-    answers = os.fdopen(os.dup(1), "wb", buffering=0)
+def serve() -> int:
+    """The worker: start its XLA client, say so, then answer each request with ``{"status": N}`` until its
+    connection (standard input) closes: the pool closes it when the worker was idle too long."""
+    conn = Connection(os.dup(0))
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -428,16 +398,15 @@ def serve(argv: Sequence[str] | None = None) -> int:
     from neuron_args.compilers import local_xla
 
     local_xla.compile_client()
-    answers.write(json.dumps({"ready": os.getpid(), "seconds": round(time.perf_counter() - start, 3)}).encode() + b"\n")
+    conn.send_bytes(json.dumps({"ready": os.getpid(), "seconds": round(time.perf_counter() - start, 3)}).encode())
     n = 0
-    while select.select([requests], [], [], idle)[0]:  # one request at a time: none waits in the buffer
-        line = requests.readline()
-        if not line:
-            break
+    while True:  # one request at a time: none waits in the buffer
+        try:
+            request = json.loads(conn.recv_bytes())
+        except EOFError:
+            return 0
         n += 1
-        status = _run_request(json.loads(line), devnull, n)
-        answers.write(json.dumps({"status": status}).encode() + b"\n")
-    return 0
+        conn.send_bytes(json.dumps({"status": _run_request(request, devnull, n)}).encode())
 
 
 if __name__ == "__main__":

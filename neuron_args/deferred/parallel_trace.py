@@ -1,13 +1,10 @@
 """Capture every graph in long-lived child processes (the design's ``parallel_trace.py``).
 
-Each child traces job after job under the job's scope and autograd mode (so the keys are the ones
-the caller's serve resolves), writes ``graph.hlo`` and a pending entry, and resets Dynamo between
-jobs: it pays its start-up once, not once per job. Children fork while that is safe (jax's client
-does not survive a fork), else start from a fork server (given an ``in_process`` tracer) or spawn.
-With ``keep_children`` they stay idle for this process's next call (``$NEURON_ARGS_TRACE_IDLE_SECONDS``;
-``benchmarks/bench_trace_children.py`` measures why). Every job has a deadline and fails alone;
-:class:`TraceError` names each failed graph type after all jobs ran. On a warm cache the jobs the
-trace record lists complete are traced in this process instead, asserting a cache hit.
+Each child traces job after job under the job's scope and autograd mode (the keys the caller's serve
+resolves), resetting Dynamo between jobs: it pays its start-up once. Children fork while that is safe
+(jax's client does not survive a fork), else start from a fork server or spawn; with ``keep_children``
+they stay idle for this process's next call (``benchmarks/bench_trace_children.py`` measures both).
+Each job fails alone; on a warm cache the jobs the trace record lists complete are traced here instead.
 """
 from __future__ import annotations
 
@@ -31,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
-from neuron_args.compilers.lifetime import start_on_lifetime_thread
+from neuron_args.compilers.lifetime import IdleChildren, start_on_lifetime_thread
 from neuron_args.compilers.process import describe_exit
 from neuron_args.compilers.supervisor import die_with_parent
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
@@ -149,11 +146,11 @@ def _inputs(job: TraceJob) -> str:
                      else f"{k}={clip(repr(v), 40)}" for k, v in job[1].items()) or "none"
 
 
-def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings, conn: Any, parent: int) -> None:
+def _child_main(inherited: Sequence[TraceJob] | None, conn: Any, parent: int) -> None:
     """A trace child's body: it dies with ``parent`` (0: started by the fork server, which exits when the
     caller dies), then traces each ``(index, pickled job or None, settings, environment)`` sent until None.
 
-    A None job is ``inherited[index]`` (forked for this call); settings and environment are the call's,
+    A None job is ``inherited[index]`` (forked for this call); settings and environment come with each job,
     since a kept child traces for later calls. Each answer is ``(index, status, keys or traceback, pid)``.
     """
     try:
@@ -163,20 +160,17 @@ def _child_main(inherited: Sequence[TraceJob] | None, settings: CompileSettings,
 
         torch.set_num_threads(1)
         while True:
-            try:
-                message = conn.recv()
-            except EOFError:
-                return
+            message = conn.recv()  # EOFError: the caller is gone (the finally exits quietly)
             if message is None:
                 return
-            index, blob, job_settings, env = message
+            index, blob, settings, env = message
             envs.replace({**env, "OMP_NUM_THREADS": "1"})
             try:
                 job = inherited[index] if blob is None else pickle.loads(blob)
             except BaseException:
                 status, payload = "error", f"the job did not unpickle in the trace child:\n{traceback.format_exc()}"
             else:
-                status, payload = _run_job(job, settings if job_settings is None else job_settings)
+                status, payload = _run_job(job, settings)
             conn.send((index, status, payload, os.getpid()))
     finally:
         os._exit(0)
@@ -329,12 +323,12 @@ class _TraceChild:
     """One long-lived trace child and the index of the job it traces now; ``call`` is the call it forked
     for (whose job list it inherited): any other call pickles its jobs to it."""
 
-    def __init__(self, ctx: Any, todo: list[TraceJob], opts: CompileSettings, call: int) -> None:
+    def __init__(self, ctx: Any, todo: list[TraceJob], call: int) -> None:
         self.forked = ctx.get_start_method() == "fork"
         self.call = call
         self.conn, child_conn = ctx.Pipe()
         parent = 0 if ctx.get_start_method() == "forkserver" else os.getpid()
-        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, opts, child_conn, parent),
+        self.proc = ctx.Process(target=_child_main, args=(todo if self.forked else None, child_conn, parent),
                                 daemon=True, name="neuron-args-trace")
         try:
             if parent:  # PDEATHSIG follows the starting thread: a child kept for a later call outlives this call's
@@ -368,59 +362,18 @@ class _TraceChild:
         self.proc.join(5)
         self.conn.close()
 
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
 
 def idle_seconds() -> float:
     """How long a kept trace child waits idle (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)."""
     return envs.seconds(IDLE_ENV, zero_ok=True, hint=" (0 keeps no child idle)")
 
 
-class _KeptChildren:
-    """Idle trace children kept for this process's next ``parallel_trace``; all stop after
-    :func:`idle_seconds` without use, and a dead one is dropped when taken."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.children: list[_TraceChild] = []
-        self.timer: threading.Timer | None = None
-
-    def put(self, child: _TraceChild, cap: int) -> None:
-        """Keep ``child``; the oldest kept beyond ``cap`` (the most a next call may use) are stopped."""
-        idle = idle_seconds()
-        if idle <= 0:
-            child.stop()
-            return
-        with self.lock:
-            self.children.append(child)
-            extra, self.children = self.children[:-cap], self.children[-cap:]
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer = threading.Timer(idle, self.close)
-            self.timer.daemon = True
-            self.timer.start()
-        for old in extra:
-            old.stop()
-
-    def take(self, n: int) -> list[_TraceChild]:
-        """Up to ``n`` live kept children (removed from the kept ones); dead ones are dropped."""
-        with self.lock:
-            alive = [c for c in self.children if c.proc.is_alive()]
-            for child in self.children:
-                if child not in alive:
-                    child.kill()
-            taken, self.children = alive[:n], alive[n:]
-        return taken
-
-    def close(self) -> None:
-        with self.lock:
-            children, self.children = self.children, []
-            if self.timer is not None:
-                self.timer.cancel()
-                self.timer = None
-        for child in children:
-            child.stop()
-
-
-_KEPT = _KeptChildren()
+#: idle trace children kept for this process's next ``parallel_trace``
+_KEPT: IdleChildren[_TraceChild] = IdleChildren(_TraceChild.stop)
 _CALLS = itertools.count(1)
 
 
@@ -431,8 +384,7 @@ def close_kept_children() -> None:
 
 def kept_children() -> list[int]:
     """The pids of the trace children kept idle now."""
-    with _KEPT.lock:
-        return [c.proc.pid for c in _KEPT.children]
+    return _KEPT.pids()
 
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSettings, workers: int | None,
@@ -453,7 +405,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
     call = next(_CALLS)
     children: list[_TraceChild] = []
     if keep and start_method is None and ctx.get_start_method() != "fork":
-        children = _KEPT.take(n_workers)
+        children = _KEPT.take(n_workers, lambda child: child.proc.is_alive())
 
     def finish(child: _TraceChild, status: str, error: str | None = None, keys: list[str] | None = None,
                pid: int | None = None) -> None:
@@ -467,7 +419,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
     def leave(child: _TraceChild) -> None:
         children.remove(child)
         if keep:
-            _KEPT.put(child, _worker_cap(workers))
+            _KEPT.put(child, idle_seconds(), _worker_cap(workers))
         else:
             child.stop()
 
@@ -478,7 +430,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
             if ctx.get_start_method() == "fork" and start_method is None and not fork_is_safe():
                 ctx = _context(None, server)  # a replacement child: this process made jax's client since
             while pending and sum(c.job is None for c in children) < len(pending) and len(children) < n_workers:
-                children.append(_TraceChild(ctx, todo, opts, call))
+                children.append(_TraceChild(ctx, todo, call))
             for child in [c for c in children if c.job is None]:
                 if pending:
                     _give(child, pending.popleft(), todo, finish, call, opts)
