@@ -1,10 +1,8 @@
 """Load a cache entry's executable, once per process, with the loader its recorded format names.
 
-``xla-cpu-executable`` loads as :class:`neuron_args.runtime.LoadedExecutable` on XLA:CPU, ``neff`` as
-:class:`neuron_args.neuron_runtime.NeffExecutable` through torch-neuronx. A NEFF with no runtime binding
-is an error naming what to install, unless eager outputs are allowed (``allow_eager_outputs``,
-``--neuron-allow-eager-outputs``, ``NEURON_ARGS_ALLOW_EAGER_OUTPUTS=1``): the graph is still compiled,
-cached and recorded, its outputs come from eager PyTorch, and :func:`eager_output_graphs` lists it.
+A NEFF with no runtime binding is an error naming what to install, unless eager outputs are allowed
+(``allow_eager_outputs``, ``--neuron-allow-eager-outputs``, ``NEURON_ARGS_ALLOW_EAGER_OUTPUTS=1``): the graph is still
+compiled, cached and recorded, its outputs come from eager PyTorch, and :func:`eager_output_graphs` lists it.
 """
 from __future__ import annotations
 

@@ -1,29 +1,13 @@
 """The serve fast path: a warmed graph's call runs Dynamo's own code for it, without Dynamo's frame evaluation.
 
-A call through ``torch.compile`` pays, besides the executable, Dynamo's frame evaluation (eval-frame
-callback, cache lookup, guards), the ``disable`` wrapper around the compiled graph and the seam's
-scope resolution (``CompiledGraph.__call__``): 30-60 us on a decode step here (``benchmarks/bench_serve.py``).
-``set_stance(skip_guard_eval_unsafe=True)`` and ``guard_filter_fn`` save a few us of it, and drop guards.
-
-:class:`FastGraph` learns, from one call that went through the guarded path, which Dynamo cache entry
-and which compiled variant served it, and then per call:
-
-- **check**: Dynamo's own guard manager for that cache entry, run on the call's frame locals (shapes,
-  dtypes, strides, devices, grad mode, the module attributes and globals the graph specialized on);
-- **code**: runs the cache entry's code object (the bytecode Dynamo generated for the frame: reads the
-  graph's arguments, calls the graph, replays side effects, builds the result) as a plain function of
-  the frame's arguments; in a copy of that code the compiled graph's global name is swapped for the
-  variant's direct call (the variant the recorded call ran, then the copy-back of mutated inputs), so
-  no scope is resolved and no ``disable`` wrapper runs. Nothing of Dynamo's code is interpreted here;
-  Dynamo generates it without its profiler bookkeeping (:func:`without_overhead_records`).
-
-It is used only when the recorded call ran exactly one compiled graph, Dynamo's code for the frame names
-that one graph (through the ``disable`` wrapper Dynamo installed) and no resume function (no graph break),
-the seam calls it directly (aot_autograd's metadata: plain data mutations, outputs that own their data),
-and the entry has no module hooks. Anything else, any call whose guards fail, a stance other than the
-default, and a Dynamo cache entry that was reset or invalidated, goes through the guarded path: the fast
-path never returns what the guarded path would not. ``FastPath.refused`` keeps why a recorded call was
-not learned; a refusal that means Dynamo changed (:class:`UnknownDynamo`) is warned.
+A call through ``torch.compile`` pays, besides the executable, Dynamo's frame evaluation, the ``disable`` wrapper
+and the seam's scope resolution: 30-60 us a decode step (``benchmarks/bench_serve.py``); skipping guard evaluation
+by stance saves a few us and drops the guards. :class:`FastGraph` learns from one guarded call which Dynamo cache
+entry and variant served it, then per call runs that entry's guard manager on the frame's locals and its code, with
+the compiled graph's global swapped for the variant's direct call. Only an exact replay is learned (one compiled
+graph, no graph break, the seam's direct call, no module hooks); anything else, a failed guard, another stance or
+a dropped cache entry takes the guarded path: the fast path never returns what the guarded path would not.
+``FastPath.refused`` keeps why a call was not learned; :class:`UnknownDynamo` (Dynamo changed) is warned.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """One compiled graph (one cache key) and what happened to it: the one record every layer passes on.
 
-A seam records one per key (:mod:`neuron_args.seams.records`); a warmup reports one per bucket and key
-(``WarmupReport.graphs``, with ``bucket``/``how``/``origin``); the pytest plugin takes differences of them
-(:meth:`GraphOutcome.since`), merges them across processes (:meth:`GraphOutcome.merged`) and shows them in
-its summary, ``--neuron-report`` and JUnit properties. Across a process boundary (xdist, ``--neuron-tp``
-ranks, snapshots) it travels as :meth:`GraphOutcome.to_json` and comes back through
-:meth:`GraphOutcome.from_json`, which checks the untrusted dict once.
+Seams record one per key, a warmup one per bucket and key; the pytest plugin takes differences and merges them.
+Across a process boundary (xdist, ``--neuron-tp`` ranks) it travels as JSON, checked once by
+:meth:`GraphOutcome.from_json` (untrusted).
 """
 from __future__ import annotations
 

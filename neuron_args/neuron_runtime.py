@@ -1,10 +1,7 @@
 """Run a NEFF on a NeuronCore through torch-neuronx's runtime binding (sources: docs/NEURON_RUNTIME.md).
 
-Exactly what torch-neuronx's traced modules use: ``import torch_neuronx`` registers
-``torch.classes.neuron.Model(neff, metaneff)`` (``nrt_load``) and ``torch.ops.neuron.forward_v2``; the
-``MetaNeff`` is built from the entry's specs, typed as the HLO (64-bit tensors cast to 32-bit and back).
-:func:`apply_core_window` sets ``NEURON_RT_VISIBLE_CORES`` from the engine's ``NEURON_VISIBLE_DEVICES`` window
-before the first load, so an engine runs on the cores its manifest is named after.
+Exactly what torch-neuronx's traced modules use (``torch.classes.neuron.Model``, ``torch.ops.neuron.forward_v2``);
+the cores come from the engine's ``NEURON_VISIBLE_DEVICES`` window, so an engine runs where its manifest says.
 """
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """A model runner: the design's ``load_model`` wiring, warmup in either flow, and a serve context.
 
-Every compile site (warmup, serve, trace job) resolves a graph type's arguments through one
-:class:`CompilerArgsResolver`, so both flows give the same cache key; a graph type is warmed once per runner.
-"""
+Every compile site resolves a graph type's arguments through one :class:`CompilerArgsResolver`, so both flows give
+the same cache key."""
 from __future__ import annotations
 
 import contextlib

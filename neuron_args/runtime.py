@@ -1,26 +1,11 @@
 """Run a compiled graph with torch tensors: the serve hot path.
 
-A :class:`LoadedExecutable` is built once per graph per process; everything that depends only on
-the graph's specs (dtype casts, checks) is chosen at load, so a call is one check per input, one
-``execute`` and one DLPack hand-over per output.
-
-Inputs reach the runtime through DLPack: a dense tensor is aliased by its PJRT buffer, not copied.
-Each input position keeps the buffer it made last, and the same tensor (same storage pointer,
-still contiguous, same shape and dtype) reuses it: parameters and KV-cache buffers cost a few
-checks per call instead of a transfer, and in-place updates to them (a KV cache written back
-after each step) are seen by the next call because the memory is shared. The inputs a call passes
-again (the same tensors as the call before: weights, KV caches) are checked together, each check
-one C-level ``map`` over them instead of a Python call per input. An input that needs a
-cast (int64 -> int32: jax x64 is off) is cast into a staging tensor per thread that a buffer
-aliases, so it costs one ``copy_``; a non-contiguous one is copied every call.
-
-Outputs leave through DLPack too: writable tensors over the runtime's own result buffers, which
-each execution allocates afresh and nothing else refers to, so no copy is needed. They are taken out of
-the execution's results by jaxlib's C++ result handlers, one per output, built from the first call's
-outputs (``disassemble_into_single_device_arrays`` calls jax's Python once per output array). Only an
-executable with input/output aliasing (donation) gets its outputs copied, and 32-bit results of
-64-bit torch tensors are cast back (one copy); a uint64 output (``torch.hash_tensor``) leaves the HLO as two uint32
-words, viewed as one uint64.
+What depends only on the graph's specs (casts, checks) is chosen at load, so a call is a check per input, one
+``execute`` and one DLPack hand-over per output. Inputs are aliased through DLPack, not copied: an input position
+reuses its last buffer for the same dense tensor (weights, a KV cache written in place are seen by the next call),
+the inputs passed again are checked in bulk, and a cast input (int64 -> int32: jax x64 is off) goes through a
+per-thread staging tensor. Outputs are the runtime's own fresh result buffers through DLPack, made by jaxlib's C++
+result handlers (jax's Python disassembly costs a call per output); copied only under input/output aliasing.
 """
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Thin access to jaxlib's XLA:CPU PJRT clients: compile an HloModuleProto, (de)serialize.
 
-Executables run on a synchronous client of our own (on the calling thread: 2.3-6x faster on this project's
-graphs, ``benchmarks/bench_serve.py``). jax is imported on first use only: a process that forks after its
-clients started threads gets children that hang (:func:`clients_created`).
+Executables run on a synchronous client of our own (2.3-6x faster here, ``benchmarks/bench_serve.py``); jax is
+imported on first use only: a process that forks after its clients started threads gets children that hang.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The three torch.compile backend seams (the design's ``backend.py``, ``capture_backend.py``, ``native_backend.py``).
 
-Dynamo calls a backend once per graph and shape; it lowers the graph once and returns a
-:class:`CompiledGraph`, which reads the scope and autograd mode **at call time** and keeps one variant per
-argument set and mode, so two scopes never silently share a variant and a served call is a contextvar read
-and a dict lookup. What a variant's first call does is its seam's (:class:`CompileSeam`, the native seam's
-with ``keys_args=False``, :class:`CaptureSeam`).
+A backend lowers each Dynamo graph once into a :class:`CompiledGraph`, which reads the scope and autograd mode **at
+call time** and keeps one variant per argument set and mode: two scopes never silently share a variant.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """How a compiled graph's call is dispatched: straight to the graph when aot_autograd's wrapper adds nothing.
 
-The wrapper handles aliases, metadata mutations, tokens, subclasses, RNG and autograd on every call; an inference
-decode step needs only the copy-back of mutated inputs. :func:`plan` says whether a graph is that *plain*.
+The wrapper's per-call work (aliases, tokens, subclasses, RNG, autograd) is wasted on an inference decode step,
+which needs only the copy-back of mutated inputs; :func:`plan` says whether a graph is that *plain*.
 """
 from __future__ import annotations
 

@@ -1,21 +1,11 @@
 """The trace memo: what a seam's trace of a Dynamo graph produced, so a warm re-trace skips the work.
 
-On a warm cache a torch.compile'd graph costs Dynamo's trace, then aot_autograd and the lowering
-to HLO, only to compute a key whose entry already exists. The memo maps a **fingerprint** of what
-the backend receives from Dynamo (the FX graph's code and constants, each input's
-shape/stride/dtype/device/requires_grad, grad, inference and autocast mode, the versions and
-sources of everything that shapes the HLO) to what the key and the call need: the
-HLO digest (the key's ``graph`` component), the input and output specs, and the plan of
-:func:`neuron_args.seams.dispatch.direct_call` (which inputs the graph mutates, its output kinds).
-
-It is a prediction only. A seam uses it when the key it predicts for the current scope has a
-complete, verified entry, and only for graphs Dynamo calls directly (plain inference graphs):
-then aot_autograd and the lowering are skipped. Anything else takes the full path, and a later
-variant whose key misses runs them then (``CompiledGraph`` materializes lazily).
-
-One JSON file per fingerprint under ``<cache>/.trace-memo/`` (a dot folder: never an entry),
-written atomically, so concurrent writers (xdist workers, trace children) only replace a file with
-an equal one; a torn or foreign file is ignored. ``NEURON_ARGS_TRACE_MEMO=0`` turns it off.
+On a warm cache aot_autograd and the lowering run only to compute a key whose entry exists. The memo maps a
+:func:`fingerprint` of what the backend receives from Dynamo to the HLO digest, the specs and the direct call's
+plan. It is a prediction only, used when the predicted key's entry is complete and verified and Dynamo calls the
+graph directly; anything else takes the full path (``CompiledGraph`` materializes lazily). One signed JSON file per
+fingerprint under ``<cache>/.trace-memo/``, written atomically (concurrent writers write equal files); a torn or
+foreign file is ignored. ``NEURON_ARGS_TRACE_MEMO=0`` turns it off.
 """
 from __future__ import annotations
 
