@@ -108,10 +108,8 @@ def eager_output_graphs() -> dict[str, str | None]:
 
 
 def eager_outputs_notice(eager: Mapping[str, str | None]) -> str | None:
-    """The line a session summary opens with when NEFF outputs came from eager PyTorch (None: they did not).
-
-    ``eager`` is :func:`eager_output_graphs`, merged across processes (xdist workers) by the caller.
-    """
+    """The line a session summary opens with when NEFF outputs came from eager PyTorch (None: they did not); ``eager``
+    is :func:`eager_output_graphs` merged across processes (xdist workers) by the caller."""
     if not eager:
         return None
     types = sorted({str(g) for g in eager.values() if g is not None})

@@ -155,10 +155,7 @@ class FastPath:
 
     def record(self, graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module,
                kwargs: Mapping[str, Any]) -> Any:
-        """Run ``wrapper(**kwargs)`` (the guarded path) and learn a fast graph from it when exact.
-
-        Call inside the scope and inference mode the guarded call needs; returns its result.
-        """
+        """Run ``wrapper(**kwargs)`` (the guarded path, in its scope and inference mode); learn from it when exact."""
         kwargs, outside = serving_kwargs(kwargs)
         signature = _signature(kwargs)
         learn = self.enabled and (graph_type, signature) not in self.refused
@@ -191,14 +188,10 @@ class FastPath:
 
 @contextlib.contextmanager
 def without_overhead_records() -> Iterator[None]:
-    """Dynamo generates the code of the frames it traces inside without its profiler bookkeeping.
+    """Dynamo's code for frames traced in this block has no profiler bookkeeping (~2 us a replayed call).
 
-    With ``torch._dynamo.config.record_runtime_overhead`` on (torch's default), the code Dynamo generates
-    for a frame calls ``record_pregraph_bytecode_enter``/``_exit`` around reading the graph's arguments:
-    ~2 us on every call the fast path replays, for a profiler label. The flag is read when Dynamo builds
-    the code, so it is off around the runner's guarded calls (where its traces happen), in this context only
-    (Dynamo's config is context-local: another thread's traces keep theirs) and restored as it was.
-    """
+    ``record_runtime_overhead`` (torch's default on) is read when Dynamo builds the code; its config is context-local,
+    so another thread's traces keep theirs."""
     restore = _overhead_records_off()
     try:
         yield
@@ -216,14 +209,10 @@ def _aliasable(value: Any) -> bool:
 
 
 def serving_kwargs(kwargs: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, torch.Tensor]]:
-    """``kwargs`` with each tensor made outside ``torch.inference_mode()`` replaced by an inference tensor on the
-    same memory (no copy), and those originals by name.
+    """``kwargs`` with each tensor made outside inference mode aliased as an inference tensor (no copy); the originals.
 
-    Warmup traces with inference tensors, and Dynamo's guards tell the two kinds apart (dispatch keys:
-    ``ADInplaceOrView``): a served tensor from outside inference mode would otherwise be traced again,
-    once per graph. The graph reads and writes the same memory either way; the original of a tensor
-    the graph writes gets its version bumped (:func:`_mutated`), as an in-place write would.
-    """
+    Warmup traces with inference tensors and Dynamo's guards tell the kinds apart: an outside tensor would be traced
+    again once per graph. The graph writes the same memory; a written original's version is bumped (``_mutated``)."""
     for v in kwargs.values():  # the common case (inference tensors, ints) in one plain loop
         if isinstance(v, torch.Tensor) and not v.is_inference():
             break
@@ -268,10 +257,7 @@ def _observer(graph: Any, run: Callable[[list[Any]], Any], args: list[Any]) -> A
 
 
 def _observed_call(call: Callable[[], Any], seen: list[Observed]) -> Any:
-    """``call()`` with every CompiledGraph call this thread makes recorded in ``seen``.
-
-    Other threads keep running (and compiling) meanwhile; only their calls are not recorded.
-    """
+    """``call()`` with every CompiledGraph call this thread makes recorded in ``seen`` (not other threads' calls)."""
     from neuron_args.seams import backends
 
     me = threading.get_ident()
@@ -367,11 +353,8 @@ def _swapped(code: types.CodeType, forward: Callable[..., Any], obs: Observed, p
 
 
 def _compiled_frame(entry: torch.nn.Module) -> tuple[Callable[..., Any], Any]:
-    """The function whose frame Dynamo compiled for ``entry``'s calls, and its first local.
-
-    ``type(entry).forward`` bound to the entry, unless the instance has a forward object of its own
-    (the runner's ``ServedForward``): Dynamo then compiled that object's ``__call__``.
-    """
+    """The function whose frame Dynamo compiled for ``entry``'s calls, and its first local: ``type(entry).forward``,
+    or the ``__call__`` of a forward object the instance holds (the runner's ``ServedForward``)."""
     own = entry.__dict__.get("forward")
     if own is not None and not inspect.isfunction(own) and not inspect.ismethod(own):
         return type(own).__call__, own
@@ -392,8 +375,7 @@ def _frame(defaults: Mapping[str, Any], kwargs: Mapping[str, Any], frame_self: A
 
 
 def _seam_call(obj: Any) -> Any:
-    """The seam's direct call (``dispatch.direct_call``: ``.graph``, ``.plan``) inside Dynamo's ``disable``
-    wrappers of ``obj``, or None."""
+    """The seam's direct call (``.graph``, ``.plan``) inside Dynamo's ``disable`` wrappers of ``obj``, or None."""
     while obj is not None and getattr(obj, "graph", None) is None:
         obj = getattr(obj, "_torchdynamo_orig_callable", None)
     return obj

@@ -156,8 +156,7 @@ class NeffExecutable:
     @classmethod
     def load(cls, neff: bytes, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec],
              binding: Binding | None = None, *, path: str | os.PathLike[str]) -> NeffExecutable:
-        """Load a NEFF (read and checked by the caller from ``path``) onto the engine's cores
-        (``NEURON_VISIBLE_DEVICES``) through torch-neuronx."""
+        """Load a NEFF (read and checked from ``path`` by the caller) onto the engine's cores through torch-neuronx."""
         binding = binding or load_binding()
         apply_core_window()
         meta = metaneff(binding, input_specs, output_specs)

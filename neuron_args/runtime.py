@@ -25,11 +25,8 @@ log = logging.getLogger("neuron_args.runtime")
 
 
 def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[torch.Tensor], Any]:
-    """``tensor -> device buffer`` for one graph input, remembering the buffer that aliases it.
-
-    A tensor of another dtype/shape is refused: XLA only checks byte sizes, so an int32 tensor
-    would be read as float32 bits.
-    """
+    """``tensor -> device buffer`` for one graph input, remembering the buffer that aliases it; another dtype or shape
+    is refused (XLA checks byte sizes only: int32 would be read as float32 bits)."""
     dtype, shape = spec.torch_dtype, torch.Size(spec.shape)
     cast = None if spec.lowered_dtype == spec.dtype else getattr(torch, spec.lowered_dtype)
     to_buffer = jaxlib_jax.dlpack_managed_tensor_to_buffer  # (capsule, device) -> buffer
@@ -74,8 +71,7 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
 
 
 def _output_converter(spec: TensorSpec, copy: bool) -> Callable[[Any], torch.Tensor]:
-    """``result buffer -> tensor``: the buffer itself through DLPack, cast back if it was lowered (a uint64's
-    word pair viewed as uint64)."""
+    """``result buffer -> tensor`` through DLPack, cast back if it was lowered (a uint64 from its word pair)."""
     to_capsule = jaxlib_jax.buffer_to_dlpack_managed_tensor  # buffer -> capsule
     from_dlpack = torch._C._from_dlpack
     if spec.dtype in WORD_PAIR_DTYPES:  # a view of the words: copied only where the buffer is aliased
@@ -188,8 +184,7 @@ class LoadedExecutable:
         return outs
 
     def input_buffers(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        """The device buffers for a call's inputs: the stable ones' held buffers after one bulk check, each
-        other input through its own converter."""
+        """The device buffers of a call's inputs: the stable ones' after one bulk check, the others converted."""
         convert = self._convert_in
         if len(args) != len(convert):
             raise TypeError(f"executable takes {len(convert)} tensors, got {len(args)}")
@@ -214,12 +209,8 @@ class LoadedExecutable:
 
 
 def graph_call(run: Callable[..., Sequence[Any]], lowered: Any) -> Callable[..., list[Any]]:
-    """``run`` (an executable's call, tensors in and out) as the call of the FX graph ``lowered``
-    (a ``LoweredGraph``) was lowered from: a seeded graph gets a fresh random key from torch's
-    generator as its last input (``torch.manual_seed`` makes runs repeat), and each output kept out of
-    the HLO (``lowered.constant_outputs``: ``None`` gradients, constants) is put back at its position;
-    the effect tokens aot_autograd passes (``None``, ``lowered.token_inputs``) are not executable inputs.
-    ``run`` itself for a graph with none of these (every inference graph without random ops)."""
+    """``run`` as the call of the FX graph ``lowered`` came from: a seeded graph gets a fresh random key from torch's
+    generator (``torch.manual_seed`` repeats runs), outputs kept out of the HLO are put back, aot's tokens dropped."""
     constants, seeded = tuple(lowered.constant_outputs), bool(lowered.seeded)
     tokens = frozenset(getattr(lowered, "token_inputs", ()))
     if not constants and not seeded and not tokens:

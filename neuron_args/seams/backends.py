@@ -283,8 +283,7 @@ class CompileSeam:
 
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
-        """The loaded executable; :data:`EAGER` for a NEFF run eagerly here; None when a cached one does not
-        load (moved aside for the caller to rebuild)."""
+        """The loaded executable; :data:`EAGER`: run eagerly; None: a cached one did not load (moved aside: rebuild)."""
         graph_type = v.graph_type
         try:
             exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))
@@ -524,8 +523,7 @@ def running_forward_scope() -> Scope | None:
 
 def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                  mode: str) -> tuple[torch.fx.GraphModule, Sequence[Any]]:
-    """aot_autograd's forward graph of a Dynamo graph and its inputs, traced later than Dynamo's call
-    (after a memo hit), in the autograd mode of that call."""
+    """aot_autograd's forward graph of a Dynamo graph and its inputs, traced after a memo hit in that call's mode."""
     from torch._dynamo.backends.common import aot_autograd
 
     got: list[tuple[torch.fx.GraphModule, Sequence[Any]]] = []

@@ -29,8 +29,7 @@ def records() -> list[GraphOutcome]:
 
 
 def table(rows: list[GraphOutcome]) -> str:
-    """The per-graph table the main jobs print: graph type, input shapes, -O level, key, compile time, size, serve
-    hits/misses."""
+    """The per-graph table the main jobs print (type, inputs, -O, key, compile time, size, serve hits/misses)."""
     head = ["graph type", "inputs", "-O", "key", "compile", "size", "serve hits/misses"]
     body = []
     for r in sorted(rows, key=lambda r: (r.graph_type or "", r.input_shapes or [])):

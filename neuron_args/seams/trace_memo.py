@@ -86,9 +86,8 @@ class TraceMemo:
 
 
 def load(cache: CompileCache, fp: str) -> TraceMemo | None:
-    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error).
-
-    A memo read is touched (its mtime is when it was last used: :func:`prune` goes by it)."""
+    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error); a read touches the
+    file (:func:`prune` goes by its mtime)."""
     path = memo_path(cache, fp)
     try:
         memo = TraceMemo.from_json(read_bounded(path, RECORD_LIMIT), fp)
@@ -117,8 +116,7 @@ def forget(cache: CompileCache, fp: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def lowering_tool_versions() -> tuple[tuple[str, str], ...]:
-    """Versions of everything that shapes the HLO (package metadata, no import): a key component and part of the
-    fingerprint."""
+    """Versions of everything that shapes the HLO (package metadata, no import): a key component, and fingerprinted."""
     return tuple((d, _version(d)) for d in ("torch", "torchax", "jax", "jaxlib", "neuron-args")) + (("jax_x64", "off"),)
 
 
@@ -136,11 +134,8 @@ class NoFingerprint(Exception):
 def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
     """sha256 of everything a seam's trace of ``gm`` depends on, or None when something cannot be pinned.
 
-    Neither the seam nor a torch.compile option shapes the trace (the compiler, its arguments and the
-    target enter the key at call time, from the scope; the runner's id only keeps Dynamo frames apart),
-    so none is hashed: a graph the capture seam traced in a trace child is known to the compile seam
-    of the pytest process.
-    """
+    No seam nor option is hashed (they enter the key at call time): a graph a trace child's capture seam traced is known
+    to the compile seam of the pytest process."""
     h = hashlib.sha256()
     h.update(f"trace-memo {FORMAT}\n".encode())
     h.update(_lowering_identity().encode())
@@ -237,8 +232,7 @@ def _lowering_sources() -> str:
 
 
 def _lowering_identity() -> str:
-    """Tool versions, lowering sources, jax's environment settings and the registered op lowerings (user
-    ones included)."""
+    """Tool versions, lowering sources, jax's environment and the registered op lowerings (users' too)."""
     from neuron_args.lowering import ops
 
     jax_env = sorted(envs.snapshot(("JAX_", "TORCHAX_")).items())
