@@ -157,7 +157,8 @@ class FastPath:
                kwargs: Mapping[str, Any]) -> Any:
         """Run ``wrapper(**kwargs)`` (the guarded path, in its scope and inference mode); learn from it when exact."""
         kwargs, outside = serving_kwargs(kwargs)
-        signature = _signature(kwargs)
+        signature = tuple(sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__)
+                                 for k, v in kwargs.items()))
         learn = self.enabled and (graph_type, signature) not in self.refused
         seen: list[Observed] = []
         with without_overhead_records():
@@ -234,11 +235,6 @@ def _mutated(outside: Mapping[str, torch.Tensor], written: frozenset[str] | None
     bumped = [t for k, t in outside.items() if written is None or k in written]
     if bumped:
         torch.autograd.graph.increment_version(bumped)
-
-
-def _signature(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__)
-                        for k, v in kwargs.items()))
 
 
 # threads recording a guarded call -> the CompiledGraph calls seen in it

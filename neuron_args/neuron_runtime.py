@@ -123,18 +123,13 @@ def metaneff(binding: Binding, input_specs: Sequence[TensorSpec], output_specs: 
             tensor.name = f"{prefix}{index}".encode("utf8")  # the runtime looks tensors up as input#/output#
             output = prefix == "output"  # a uint64 output is two uint32 words in the HLO
             tensor.shape[:] = list(spec.lowered_output_shape if output else spec.shape)
-            tensor.data_type = getattr(pb.MetaTensor.DataType,
-                                       _metaneff_dtype(spec, spec.lowered_output_dtype if output else spec.lowered_dtype))
+            lowered = spec.lowered_output_dtype if output else spec.lowered_dtype
+            if lowered not in METANEFF_DTYPES:
+                raise NeuronArgsError(
+                    f"a NEFF tensor of dtype {spec.dtype} has no Neuron runtime data type (supported: "
+                    f"{', '.join(sorted(METANEFF_DTYPES))}); cast it in the model before the graph boundary")
+            tensor.data_type = getattr(pb.MetaTensor.DataType, METANEFF_DTYPES[lowered])
     return message.SerializeToString()
-
-
-def _metaneff_dtype(spec: TensorSpec, lowered: str) -> str:
-    try:
-        return METANEFF_DTYPES[lowered]
-    except KeyError:
-        raise NeuronArgsError(
-            f"a NEFF tensor of dtype {spec.dtype} has no Neuron runtime data type (supported: "
-            f"{', '.join(sorted(METANEFF_DTYPES))}); cast it in the model before the graph boundary") from None
 
 
 class NeffExecutable:

@@ -112,7 +112,7 @@ class CompiledGraph:
         if self.forward is None:
             scope = self.last_scope = (_scoped_compiler_args.get(), _scoped_graph_type.get())
         else:
-            scope = running_forward_scope() or self.forward.last_scope
+            scope = getattr(torch._C._current_autograd_node(), _SCOPE_ATTRIBUTE, None) or self.forward.last_scope
         pick = (scope[0], self.autograd())
         run = self._variants.get(pick)
         if run is None:
@@ -284,9 +284,9 @@ class CompileSeam:
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
         """The loaded executable; :data:`EAGER`: run eagerly; None: a cached one did not load (moved aside: rebuild)."""
-        graph_type = v.graph_type
         try:
-            exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))
+            exe = load_executable(entry, graph_type=v.graph_type,
+                                  allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))
         except Exception as exc:
             if isinstance(exc, NeuronArgsError) and not isinstance(exc, CorruptEntryError):
                 raise
@@ -294,11 +294,11 @@ class CompileSeam:
                        f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})")
             if not hit:
                 raise CompileError(
-                    f"{graph_label(graph_type)}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
+                    f"{graph_label(v.graph_type)}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
                     f"{entry.executable_path} but it does not load: {problem}\nfix: report it with graph.hlo "
                     "and command.txt of that entry") from exc
             if assert_cache_hit_enabled():
-                raise graph.cache.corrupt_error(entry, problem, graph_type) from None
+                raise graph.cache.corrupt_error(entry, problem, v.graph_type) from None
             graph.cache.quarantine(entry, problem)
             return None
         return EAGER if exe is None else exe
@@ -513,12 +513,6 @@ def tag_backward_node(outputs: Any, scope: Scope) -> None:
                 setattr(node, _SCOPE_ATTRIBUTE, scope)
             continue
         stack.extend((n, depth + 1) for n, _ in node.next_functions)
-
-
-def running_forward_scope() -> Scope | None:
-    """The scope of the forward call whose backward autograd is running now, else None."""
-    node = torch._C._current_autograd_node()
-    return getattr(node, _SCOPE_ATTRIBUTE, None) if node is not None else None
 
 
 def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],

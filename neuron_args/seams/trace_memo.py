@@ -250,14 +250,9 @@ def _callable_digest(fn: Any, depth: int = 3) -> str:
     code = getattr(fn, "__code__", None)
     if code is None:
         return repr(fn)
-    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _cell_filled(c)]
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell (a name assigned after the closure was made)
+            cells.append(cell.cell_contents)
     inner = [_callable_digest(v, depth - 1) if callable(v) and depth else repr(v) for v in cells]
     return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')} {_code_digest(code)} {inner}"
-
-
-def _cell_filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell (a name assigned after the closure was made)
-        return False
-    return True
