@@ -13,7 +13,7 @@ from typing import Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
-from neuron_args.cache import CacheEntry, CorruptEntryError
+from neuron_args.cache import CacheEntry
 from neuron_args.entry_metadata import EntryMetadata, corrupt
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
@@ -45,10 +45,8 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
     md = entry.info()
     fmt = md.executable_format
     if fmt not in FORMATS:  # a damaged metadata.json, or another neuron-args's: the seam moves it aside, rebuilds
-        problem = f"metadata.json records executable format {fmt!r}; this neuron-args runs {', '.join(FORMATS)}"
-        raise CorruptEntryError(
-            f"cache entry {entry.key} ({graph_label(graph_type)}) records executable format {fmt!r}; this "
-            f"neuron-args runs {', '.join(FORMATS)}: remove the entry ({entry.path}) so it is rebuilt", problem=problem)
+        raise corrupt(entry.key, graph_type,
+                      f"metadata.json records executable format {fmt!r}; this neuron-args runs {', '.join(FORMATS)}")
     if md.input_specs is None or md.output_specs is None:  # an older or another neuron-args's: rebuilt
         raise corrupt(entry.key, md.graph_type, "metadata.json records no valid input_specs/output_specs")
     inputs, outputs = [TensorSpec(*s) for s in md.input_specs], [TensorSpec(*s) for s in md.output_specs]

@@ -213,8 +213,9 @@ class CompiledGraph:
             )
             return self.kind.variant(self, Variant(key, request, graph_type, rec))
 
-    def ledger(self, v: Variant) -> None:
-        """The manifest's ledger line: written once the graph is captured, compiled or found built."""
+    def recorded(self, v: Variant, **done: Any) -> None:
+        """The graph captured, compiled or found built: this process's record of it and the manifest's ledger line."""
+        records.record(replace(v.rec, **done))
         record_graph(key=v.key.key, input_shapes=self.input_shapes, compiler_flags=v.request.compiler_flags(),
                      graph_type=v.graph_type)
 
@@ -273,9 +274,7 @@ class CompileSeam:
         except CompileError as exc:  # recorded: the session's table lists the graph as failed, with its key
             records.record(replace(v.rec, failures=1, error=next(iter(str(exc).splitlines()), type(exc).__name__)))
             raise
-        graph.ledger(v)
-        records.record(replace(v.rec, loads=v.rec.loads + int(hit),
-                               executable_size=entry.executable_path.stat().st_size))
+        graph.recorded(v, loads=v.rec.loads + int(hit), executable_size=entry.executable_path.stat().st_size)
         if run is EAGER:
             return _counted(graph.gm, v.key.key)
         # a graph built from the trace memo and found built is a plain inference graph: nothing to add
@@ -319,8 +318,7 @@ class CaptureSeam:
     keys_args = True
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        records.record(replace(v.rec, captures=int(self._capture(graph, v))))
-        graph.ledger(v)
+        graph.recorded(v, captures=int(self._capture(graph, v)))
         return _counted(graph.gm, v.key.key)
 
     @staticmethod
