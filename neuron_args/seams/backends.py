@@ -220,8 +220,7 @@ class CompiledGraph:
                      graph_type=v.graph_type)
 
     def write_entry(self, entry: CacheEntry, v: Variant, status: str) -> EntryMetadata:
-        """Write ``graph.hlo`` (atomically: never half a graph) and the entry's ``metadata.json`` as the graph is
-        captured (``pending``) or compiled; the metadata written."""
+        """Write ``graph.hlo`` atomically (never half a graph) and ``metadata.json`` of a captured or compiled graph."""
         lowered = self.lowered
         write_atomic(entry.hlo_path, lowered.hlo_module_proto)
         md = new_metadata(
@@ -473,8 +472,7 @@ class NeuronBackend:
 
 
 def _raise(error: NeuronArgsError, *args: Any) -> Any:
-    """A seam's error, handed to Dynamo as a graph that raises it, so the caller sees the error itself rather than
-    Dynamo's ``BackendCompilerFailed`` wrapper."""
+    """A seam's error as a graph raising it: the caller sees it, not Dynamo's ``BackendCompilerFailed`` around it."""
     raise error.with_traceback(None)
 
 
