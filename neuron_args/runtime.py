@@ -148,7 +148,8 @@ class LoadedExecutable:
         self.input_specs = tuple(input_specs)
         self.output_specs = tuple(output_specs)
         device = executable.local_devices()[0]
-        copy = xla_cpu.has_input_output_aliasing(executable)
+        # an executable that may return an input's buffer as an output (donation) gets its outputs copied
+        copy = any("input_output_alias" in m.to_string() for m in executable.hlo_modules())
         self._convert_in = tuple(_input_converter(i, s, device) for i, s in enumerate(self.input_specs))
         self._convert_out = tuple(_output_converter(s, copy) for s in self.output_specs)
         self._execute = executable.execute_sharded

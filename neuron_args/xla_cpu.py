@@ -77,8 +77,3 @@ def _initialize_lapack() -> None:
     from jaxlib.lapack import _lapack
 
     _lapack.initialize()
-
-
-def has_input_output_aliasing(executable: Any) -> bool:
-    """True when the executable may return an input's buffer as an output (donation)."""
-    return any("input_output_alias" in m.to_string() for m in executable.hlo_modules())
