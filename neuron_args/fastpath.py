@@ -7,7 +7,6 @@ entry and variant served it, then per call runs that entry's guard manager on th
 the compiled graph's global swapped for the variant's direct call. Only an exact replay is learned (one compiled
 graph, no graph break, the seam's direct call, no module hooks); anything else, a failed guard, another stance or
 a dropped cache entry takes the guarded path: the fast path never returns what the guarded path would not.
-``FastPath.refused`` keeps why a call was not learned; :class:`UnknownDynamo` (Dynamo changed) is warned.
 """
 from __future__ import annotations
 

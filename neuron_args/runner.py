@@ -64,8 +64,7 @@ class UndeclaredGraphError(NeuronArgsError):
     """A call while serving matched none of the model's declared buckets (it would run eagerly)."""
 
 
-#: Graphs a warmup found already warmed by its runner, in order; each is counted as its first warmup was
-#: (``neuron_compile_counter`` adds them to a block's counts, naming them). ``ACTIVITY.reused``.
+#: ``ACTIVITY.reused``, each counted as its first warmup was (``neuron_compile_counter`` adds them, naming them)
 REUSED: list[GraphOutcome] = ACTIVITY.reused
 
 

@@ -1,11 +1,9 @@
 """Run a compiled graph with torch tensors: the serve hot path.
 
-What depends only on the graph's specs (casts, checks) is chosen at load, so a call is a check per input, one
-``execute`` and one DLPack hand-over per output. Inputs are aliased through DLPack, not copied: an input position
-reuses its last buffer for the same dense tensor (weights, a KV cache written in place are seen by the next call),
-the inputs passed again are checked in bulk, and a cast input (int64 -> int32: jax x64 is off) goes through a
-per-thread staging tensor. Outputs are the runtime's own fresh result buffers through DLPack, made by jaxlib's C++
-result handlers (jax's Python disassembly costs a call per output); copied only under input/output aliasing.
+What depends only on the graph's specs is chosen at load, so a call is a check per input, one ``execute`` and one
+DLPack hand-over per output. Inputs are aliased through DLPack, not copied: a position reuses its last buffer for the
+same dense tensor (weights, a KV cache written in place), those passed again are checked in bulk, a cast input
+(int64 -> int32: jax x64 is off) goes through a staging tensor. Outputs are the runtime's fresh result buffers.
 """
 from __future__ import annotations
 
