@@ -107,8 +107,7 @@ _shape, _dtype = operator.attrgetter("shape"), operator.attrgetter("dtype")
 
 
 class _Stable:
-    """The inputs the last call passed again, aliased by their buffers: positions, tensors, what each
-    input's own check compares (data pointer, contiguity, shape, dtype) and the buffers to reuse."""
+    """The inputs the last call passed again, aliased by their buffers, with what each one's own check compares."""
 
     __slots__ = ("pick", "tensors", "ptrs", "shapes", "dtypes", "held", "rest")
 
