@@ -34,13 +34,12 @@ class CacheStats:
 
 @dataclass
 class Tally:
-    """What one block did: its cache counts, its hit assertion, the ``parallel_compile`` reports it started, the
-    graph outcomes recorded in it (as given: what one warmup bucket built, captured or loaded)."""
+    """What one :func:`tally` block did (its outcomes as given: what one warmup bucket built, captured or loaded)."""
 
     counts: CacheStats = field(default_factory=CacheStats)
     assert_hit: bool | None = None  # None: the enclosing block's, else the open serve's, else the environment's
     held: bool = False  # its counts stay in it (see :func:`tally`)
-    compile_reports: list[Any] = field(default_factory=list)
+    compile_reports: list[Any] = field(default_factory=list)  # the ``parallel_compile`` runs it started
     outcomes: list[Any] = field(default_factory=list)  # ``graph_outcome.GraphOutcome`` (seams.records.record)
 
 

@@ -1,8 +1,7 @@
 """Dynamo's recompile limit, never silent for a neuron backend, and raised in a runner's calls.
 
-Past its recompile limit Dynamo runs a frame in eager PyTorch (on a Neuron host: the host CPU, while tests
-pass). :func:`install` wraps its limit check: a neuron seam's frame is recorded in ``ACTIVITY.eager_fallbacks``
-and raises :class:`EagerFallbackError` or warns :class:`EagerFallbackWarning` (:func:`mode`).
+Past its limit Dynamo runs a frame in eager PyTorch (on a Neuron host: the host CPU, while tests pass); for a
+neuron seam's frame :func:`install` records it and raises or warns (:func:`mode`).
 """
 from __future__ import annotations
 

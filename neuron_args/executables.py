@@ -1,10 +1,8 @@
 """Load a cache entry's executable, once per process, with the loader its recorded format names.
 
-``xla-cpu-executable`` loads as :class:`neuron_args.runtime.LoadedExecutable` on XLA:CPU, ``neff`` as
-:class:`neuron_args.neuron_runtime.NeffExecutable` through torch-neuronx. A NEFF with no runtime binding
-is an error naming what to install, unless eager outputs are allowed (``allow_eager_outputs``,
-``--neuron-allow-eager-outputs``, ``NEURON_ARGS_ALLOW_EAGER_OUTPUTS=1``): the graph is still compiled,
-cached and recorded, its outputs come from eager PyTorch, and :func:`eager_output_graphs` lists it.
+A NEFF with no runtime binding is an error naming what to install, unless eager outputs are allowed
+(``allow_eager_outputs``, ``--neuron-allow-eager-outputs``, ``NEURON_ARGS_ALLOW_EAGER_OUTPUTS=1``): the graph is still
+compiled, cached and recorded, its outputs come from eager PyTorch, and :func:`eager_output_graphs` lists it.
 """
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from typing import Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
-from neuron_args.cache import CacheEntry, CorruptEntryError
+from neuron_args.cache import CacheEntry
 from neuron_args.entry_metadata import EntryMetadata, corrupt
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
@@ -47,10 +45,8 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
     md = entry.info()
     fmt = md.executable_format
     if fmt not in FORMATS:  # a damaged metadata.json, or another neuron-args's: the seam moves it aside, rebuilds
-        problem = f"metadata.json records executable format {fmt!r}; this neuron-args runs {', '.join(FORMATS)}"
-        raise CorruptEntryError(
-            f"cache entry {entry.key} ({graph_label(graph_type)}) records executable format {fmt!r}; this "
-            f"neuron-args runs {', '.join(FORMATS)}: remove the entry ({entry.path}) so it is rebuilt", problem=problem)
+        raise corrupt(entry.key, graph_type,
+                      f"metadata.json records executable format {fmt!r}; this neuron-args runs {', '.join(FORMATS)}")
     if md.input_specs is None or md.output_specs is None:  # an older or another neuron-args's: rebuilt
         raise corrupt(entry.key, md.graph_type, "metadata.json records no valid input_specs/output_specs")
     inputs, outputs = [TensorSpec(*s) for s in md.input_specs], [TensorSpec(*s) for s in md.output_specs]
@@ -110,10 +106,8 @@ def eager_output_graphs() -> dict[str, str | None]:
 
 
 def eager_outputs_notice(eager: Mapping[str, str | None]) -> str | None:
-    """The line a session summary opens with when NEFF outputs came from eager PyTorch (None: they did not).
-
-    ``eager`` is :func:`eager_output_graphs`, merged across processes (xdist workers) by the caller.
-    """
+    """The line a session summary opens with when NEFF outputs came from eager PyTorch (None: they did not); ``eager``
+    is :func:`eager_output_graphs` merged across processes (xdist workers) by the caller."""
     if not eager:
         return None
     types = sorted({str(g) for g in eager.values() if g is not None})

@@ -1,29 +1,12 @@
 """The serve fast path: a warmed graph's call runs Dynamo's own code for it, without Dynamo's frame evaluation.
 
-A call through ``torch.compile`` pays, besides the executable, Dynamo's frame evaluation (eval-frame
-callback, cache lookup, guards), the ``disable`` wrapper around the compiled graph and the seam's
-scope resolution (``CompiledGraph.__call__``): 30-60 us on a decode step here (``benchmarks/bench_serve.py``).
-``set_stance(skip_guard_eval_unsafe=True)`` and ``guard_filter_fn`` save a few us of it, and drop guards.
-
-:class:`FastGraph` learns, from one call that went through the guarded path, which Dynamo cache entry
-and which compiled variant served it, and then per call:
-
-- **check**: Dynamo's own guard manager for that cache entry, run on the call's frame locals (shapes,
-  dtypes, strides, devices, grad mode, the module attributes and globals the graph specialized on);
-- **code**: runs the cache entry's code object (the bytecode Dynamo generated for the frame: reads the
-  graph's arguments, calls the graph, replays side effects, builds the result) as a plain function of
-  the frame's arguments; in a copy of that code the compiled graph's global name is swapped for the
-  variant's direct call (the variant the recorded call ran, then the copy-back of mutated inputs), so
-  no scope is resolved and no ``disable`` wrapper runs. Nothing of Dynamo's code is interpreted here;
-  Dynamo generates it without its profiler bookkeeping (:func:`without_overhead_records`).
-
-It is used only when the recorded call ran exactly one compiled graph, Dynamo's code for the frame names
-that one graph (through the ``disable`` wrapper Dynamo installed) and no resume function (no graph break),
-the seam calls it directly (aot_autograd's metadata: plain data mutations, outputs that own their data),
-and the entry has no module hooks. Anything else, any call whose guards fail, a stance other than the
-default, and a Dynamo cache entry that was reset or invalidated, goes through the guarded path: the fast
-path never returns what the guarded path would not. ``FastPath.refused`` keeps why a recorded call was
-not learned; a refusal that means Dynamo changed (:class:`UnknownDynamo`) is warned.
+A call through ``torch.compile`` pays, besides the executable, Dynamo's frame evaluation, the ``disable`` wrapper
+and the seam's scope resolution: 30-60 us a decode step (``benchmarks/bench_serve.py``); skipping guard evaluation
+by stance saves a few us and drops the guards. :class:`FastGraph` learns from one guarded call which Dynamo cache
+entry and variant served it, then per call runs that entry's guard manager on the frame's locals and its code, with
+the compiled graph's global swapped for the variant's direct call. Only an exact replay is learned (one compiled
+graph, no graph break, the seam's direct call, no module hooks); anything else, a failed guard, another stance or
+a dropped cache entry takes the guarded path: the fast path never returns what the guarded path would not.
 """
 from __future__ import annotations
 
@@ -171,12 +154,10 @@ class FastPath:
 
     def record(self, graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module,
                kwargs: Mapping[str, Any]) -> Any:
-        """Run ``wrapper(**kwargs)`` (the guarded path) and learn a fast graph from it when exact.
-
-        Call inside the scope and inference mode the guarded call needs; returns its result.
-        """
+        """Run ``wrapper(**kwargs)`` (the guarded path, in its scope and inference mode); learn from it when exact."""
         kwargs, outside = serving_kwargs(kwargs)
-        signature = _signature(kwargs)
+        signature = tuple(sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__)
+                                 for k, v in kwargs.items()))
         learn = self.enabled and (graph_type, signature) not in self.refused
         seen: list[Observed] = []
         with without_overhead_records():
@@ -207,14 +188,10 @@ class FastPath:
 
 @contextlib.contextmanager
 def without_overhead_records() -> Iterator[None]:
-    """Dynamo generates the code of the frames it traces inside without its profiler bookkeeping.
+    """Dynamo's code for frames traced in this block has no profiler bookkeeping (~2 us a replayed call).
 
-    With ``torch._dynamo.config.record_runtime_overhead`` on (torch's default), the code Dynamo generates
-    for a frame calls ``record_pregraph_bytecode_enter``/``_exit`` around reading the graph's arguments:
-    ~2 us on every call the fast path replays, for a profiler label. The flag is read when Dynamo builds
-    the code, so it is off around the runner's guarded calls (where its traces happen), in this context only
-    (Dynamo's config is context-local: another thread's traces keep theirs) and restored as it was.
-    """
+    ``record_runtime_overhead`` (torch's default on) is read when Dynamo builds the code; its config is context-local,
+    so another thread's traces keep theirs."""
     restore = _overhead_records_off()
     try:
         yield
@@ -232,14 +209,10 @@ def _aliasable(value: Any) -> bool:
 
 
 def serving_kwargs(kwargs: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, torch.Tensor]]:
-    """``kwargs`` with each tensor made outside ``torch.inference_mode()`` replaced by an inference tensor on the
-    same memory (no copy), and those originals by name.
+    """``kwargs`` with each tensor made outside inference mode aliased as an inference tensor (no copy); the originals.
 
-    Warmup traces with inference tensors, and Dynamo's guards tell the two kinds apart (dispatch keys:
-    ``ADInplaceOrView``): a served tensor from outside inference mode would otherwise be traced again,
-    once per graph. The graph reads and writes the same memory either way; the original of a tensor
-    the graph writes gets its version bumped (:func:`_mutated`), as an in-place write would.
-    """
+    Warmup traces with inference tensors and Dynamo's guards tell the kinds apart: an outside tensor would be traced
+    again once per graph. The graph writes the same memory; a written original's version is bumped (``_mutated``)."""
     for v in kwargs.values():  # the common case (inference tensors, ints) in one plain loop
         if isinstance(v, torch.Tensor) and not v.is_inference():
             break
@@ -263,11 +236,6 @@ def _mutated(outside: Mapping[str, torch.Tensor], written: frozenset[str] | None
         torch.autograd.graph.increment_version(bumped)
 
 
-def _signature(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__)
-                        for k, v in kwargs.items()))
-
-
 # threads recording a guarded call -> the CompiledGraph calls seen in it
 _recording: dict[int, list[Observed]] = {}
 _recording_lock = threading.Lock()
@@ -284,10 +252,7 @@ def _observer(graph: Any, run: Callable[[list[Any]], Any], args: list[Any]) -> A
 
 
 def _observed_call(call: Callable[[], Any], seen: list[Observed]) -> Any:
-    """``call()`` with every CompiledGraph call this thread makes recorded in ``seen``.
-
-    Other threads keep running (and compiling) meanwhile; only their calls are not recorded.
-    """
+    """``call()`` with every CompiledGraph call this thread makes recorded in ``seen`` (not other threads' calls)."""
     from neuron_args.seams import backends
 
     me = threading.get_ident()
@@ -383,11 +348,8 @@ def _swapped(code: types.CodeType, forward: Callable[..., Any], obs: Observed, p
 
 
 def _compiled_frame(entry: torch.nn.Module) -> tuple[Callable[..., Any], Any]:
-    """The function whose frame Dynamo compiled for ``entry``'s calls, and its first local.
-
-    ``type(entry).forward`` bound to the entry, unless the instance has a forward object of its own
-    (the runner's ``ServedForward``): Dynamo then compiled that object's ``__call__``.
-    """
+    """The function whose frame Dynamo compiled for ``entry``'s calls, and its first local: ``type(entry).forward``,
+    or the ``__call__`` of a forward object the instance holds (the runner's ``ServedForward``)."""
     own = entry.__dict__.get("forward")
     if own is not None and not inspect.isfunction(own) and not inspect.ismethod(own):
         return type(own).__call__, own
@@ -408,8 +370,7 @@ def _frame(defaults: Mapping[str, Any], kwargs: Mapping[str, Any], frame_self: A
 
 
 def _seam_call(obj: Any) -> Any:
-    """The seam's direct call (``dispatch.direct_call``: ``.graph``, ``.plan``) inside Dynamo's ``disable``
-    wrappers of ``obj``, or None."""
+    """The seam's direct call (``.graph``, ``.plan``) inside Dynamo's ``disable`` wrappers of ``obj``, or None."""
     while obj is not None and getattr(obj, "graph", None) is None:
         obj = getattr(obj, "_torchdynamo_orig_callable", None)
     return obj

@@ -1,11 +1,8 @@
 """One compiled graph (one cache key) and what happened to it: the one record every layer passes on.
 
-A seam records one per key (:mod:`neuron_args.seams.records`); a warmup reports one per bucket and key
-(``WarmupReport.graphs``, with ``bucket``/``how``/``origin``); the pytest plugin takes differences of them
-(:meth:`GraphOutcome.since`), merges them across processes (:meth:`GraphOutcome.merged`) and shows them in
-its summary, ``--neuron-report`` and JUnit properties. Across a process boundary (xdist, ``--neuron-tp``
-ranks, snapshots) it travels as :meth:`GraphOutcome.to_json` and comes back through
-:meth:`GraphOutcome.from_json`, which checks the untrusted dict once.
+Seams record one per key, a warmup one per bucket and key; the pytest plugin takes differences and merges them.
+Across a process boundary (xdist, ``--neuron-tp`` ranks) it travels as JSON, checked once by
+:meth:`GraphOutcome.from_json` (untrusted).
 """
 from __future__ import annotations
 
@@ -26,12 +23,9 @@ _FACTS = ("graph_type", "input_shapes", "optimization_level", "compiler_args", "
 class GraphOutcome:
     """One graph (cache key): what it is (type, inputs, arguments) and what this process or session did with it.
 
-    ``serve_hits``/``serve_misses`` are None where nobody counted them (a graph another process built);
-    ``input_shapes``/``compiler_args`` are None where unknown. ``bucket``, ``how`` (``compiled`` | ``loaded`` |
-    ``captured``), ``counts`` (the cache counts its first warmup caused) and ``origin`` (the test that warmed it
-    first) are a warmup's; a ``parallel_compile`` sets ``how`` to how the build ended (``compiled`` | ``failed`` |
-    ``already-complete`` | ``cancelled``).
-    """
+    Serve counts, ``input_shapes`` and ``compiler_args`` are None where unknown (another process's graph). ``bucket``,
+    ``how`` (compiled | loaded | captured), ``counts`` (its first warmup's cache counts) and ``origin`` (the test that
+    warmed it first) are a warmup's; a parallel compile's ``how``: compiled | failed | already-complete | cancelled."""
 
     key: str
     graph_type: str | None = None
@@ -95,8 +89,7 @@ class GraphOutcome:
         return dataclasses.replace(self, **change)
 
     def since(self, before: GraphOutcome | None) -> GraphOutcome:
-        """What happened to this graph after ``before`` (an earlier outcome of the key): counts subtracted, its
-        compile time only when it compiled since."""
+        """What happened to the graph after ``before``: counts subtracted; compile time only when it compiled since."""
         before = before or GraphOutcome(self.key)
         change: dict[str, Any] = {name: getattr(self, name) - (getattr(before, name) or 0)
                                   for name in COUNTERS if getattr(self, name) is not None}

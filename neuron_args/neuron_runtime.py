@@ -1,10 +1,7 @@
 """Run a NEFF on a NeuronCore through torch-neuronx's runtime binding (sources: docs/NEURON_RUNTIME.md).
 
-Exactly what torch-neuronx's traced modules use: ``import torch_neuronx`` registers
-``torch.classes.neuron.Model(neff, metaneff)`` (``nrt_load``) and ``torch.ops.neuron.forward_v2``; the
-``MetaNeff`` is built from the entry's specs, typed as the HLO (64-bit tensors cast to 32-bit and back).
-:func:`apply_core_window` sets ``NEURON_RT_VISIBLE_CORES`` from the engine's ``NEURON_VISIBLE_DEVICES`` window
-before the first load, so an engine runs on the cores its manifest is named after.
+Exactly what torch-neuronx's traced modules use (``torch.classes.neuron.Model``, ``torch.ops.neuron.forward_v2``);
+the cores come from the engine's ``NEURON_VISIBLE_DEVICES`` window, so an engine runs where its manifest says.
 """
 from __future__ import annotations
 
@@ -126,18 +123,13 @@ def metaneff(binding: Binding, input_specs: Sequence[TensorSpec], output_specs: 
             tensor.name = f"{prefix}{index}".encode("utf8")  # the runtime looks tensors up as input#/output#
             output = prefix == "output"  # a uint64 output is two uint32 words in the HLO
             tensor.shape[:] = list(spec.lowered_output_shape if output else spec.shape)
-            tensor.data_type = getattr(pb.MetaTensor.DataType,
-                                       _metaneff_dtype(spec, spec.lowered_output_dtype if output else spec.lowered_dtype))
+            lowered = spec.lowered_output_dtype if output else spec.lowered_dtype
+            if lowered not in METANEFF_DTYPES:
+                raise NeuronArgsError(
+                    f"a NEFF tensor of dtype {spec.dtype} has no Neuron runtime data type (supported: "
+                    f"{', '.join(sorted(METANEFF_DTYPES))}); cast it in the model before the graph boundary")
+            tensor.data_type = getattr(pb.MetaTensor.DataType, METANEFF_DTYPES[lowered])
     return message.SerializeToString()
-
-
-def _metaneff_dtype(spec: TensorSpec, lowered: str) -> str:
-    try:
-        return METANEFF_DTYPES[lowered]
-    except KeyError:
-        raise NeuronArgsError(
-            f"a NEFF tensor of dtype {spec.dtype} has no Neuron runtime data type (supported: "
-            f"{', '.join(sorted(METANEFF_DTYPES))}); cast it in the model before the graph boundary") from None
 
 
 class NeffExecutable:
@@ -159,8 +151,7 @@ class NeffExecutable:
     @classmethod
     def load(cls, neff: bytes, input_specs: Sequence[TensorSpec], output_specs: Sequence[TensorSpec],
              binding: Binding | None = None, *, path: str | os.PathLike[str]) -> NeffExecutable:
-        """Load a NEFF (read and checked by the caller from ``path``) onto the engine's cores
-        (``NEURON_VISIBLE_DEVICES``) through torch-neuronx."""
+        """Load a NEFF (read and checked from ``path`` by the caller) onto the engine's cores through torch-neuronx."""
         binding = binding or load_binding()
         apply_core_window()
         meta = metaneff(binding, input_specs, output_specs)

@@ -1,8 +1,7 @@
 """A model runner: the design's ``load_model`` wiring, warmup in either flow, and a serve context.
 
-Every compile site (warmup, serve, trace job) resolves a graph type's arguments through one
-:class:`CompilerArgsResolver`, so both flows give the same cache key; a graph type is warmed once per runner.
-"""
+Every compile site resolves a graph type's arguments through one :class:`CompilerArgsResolver`, so both flows give
+the same cache key."""
 from __future__ import annotations
 
 import contextlib
@@ -65,8 +64,7 @@ class UndeclaredGraphError(NeuronArgsError):
     """A call while serving matched none of the model's declared buckets (it would run eagerly)."""
 
 
-#: Graphs a warmup found already warmed by its runner, in order; each is counted as its first warmup was
-#: (``neuron_compile_counter`` adds them to a block's counts, naming them). ``ACTIVITY.reused``.
+#: ``ACTIVITY.reused``, each counted as its first warmup was (``neuron_compile_counter`` adds them, naming them)
 REUSED: list[GraphOutcome] = ACTIVITY.reused
 
 
@@ -271,11 +269,9 @@ class NeuronRunner:
         trace_timeout: float | None = None,
         emit: bool | None = None,
     ) -> WarmupReport:
-        """Compile every bucket of the chosen graph types, in-process or through the deferred flow.
-
-        Graph types this runner warmed before are not traced again: their first warmup's graphs
-        are reported (and appended to :data:`REUSED`). ``emit`` defaults to ``self.emit_manifests``.
-        """
+        """Compile every bucket of the chosen graph types, in-process or through the deferred flow; a graph type warmed
+        before is not traced again (its first warmup's graphs are reported, into :data:`REUSED`). ``emit`` defaults to
+        ``self.emit_manifests``."""
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
         chosen = list(self.graphs) if graph_types is None else [self.spec(g).graph_type for g in graph_types]
@@ -349,8 +345,7 @@ class NeuronRunner:
         return build_trace_job(self.resolver, self.spec(graph_type).entry, kwargs, graph_type, "inference_mode")
 
     def _touched(self, graph_type: str, bucket: str, run: Tally) -> list[GraphOutcome]:
-        """The graphs one bucket's run built (a graph break allowed by the caller makes several), from the
-        outcomes recorded in its block."""
+        """The graphs one bucket's run built, loaded or captured (several under an allowed graph break)."""
         done: dict[str, GraphOutcome] = {}
         counts = run.counts.snapshot()
         for event in run.outcomes:
@@ -479,10 +474,8 @@ class NeuronRunner:
     @contextlib.contextmanager
     def serve(self, assert_cache_hit: bool = True) -> Iterator[ServeSession]:
         """Serve, counting cache activity; inside, a cache miss raises :class:`CacheMissError`
-        (``assert_cache_hit=False`` leaves it to ``NEURON_LIBTORCH_ASSERT_CACHE_HIT``). A direct call of an
-        entry module is matched to its bucket by input shapes; one matching none raises
-        :class:`UndeclaredGraphError`.
-        """
+        (``assert_cache_hit=False``: as ``NEURON_LIBTORCH_ASSERT_CACHE_HIT`` says); an entry call matching no bucket
+        :class:`UndeclaredGraphError`."""
         session = ServeSession()
         self.serving = session
         was = ACTIVITY.serving, ACTIVITY.assert_hit
@@ -689,11 +682,8 @@ def _own_failures_raised(report: Any, own: set[str]) -> Any:
 
 
 def prestart_compile_worker(settings: CompileSettings, *, unless_warm: bool = False) -> None:
-    """Start one warm local-compiler worker now, without waiting, so the first compile finds it ready.
-
-    Nothing for neuronx-cc or ``NEURON_ARGS_WARM_WORKERS=0``; ``unless_warm``: nor when the trace record lists
-    every job complete. A compiler that cannot be chosen fails at compile time instead.
-    """
+    """Start one warm local-compiler worker now, without waiting, so the first compile finds it ready (none for
+    neuronx-cc, an unknown compiler, ``NEURON_ARGS_WARM_WORKERS=0``, or ``unless_warm`` and a warm trace record)."""
     from neuron_args.compilers import select_compiler, workers
     from neuron_args.compilers.local import LocalCompiler
 

@@ -1,26 +1,9 @@
 """Run a compiled graph with torch tensors: the serve hot path.
 
-A :class:`LoadedExecutable` is built once per graph per process; everything that depends only on
-the graph's specs (dtype casts, checks) is chosen at load, so a call is one check per input, one
-``execute`` and one DLPack hand-over per output.
-
-Inputs reach the runtime through DLPack: a dense tensor is aliased by its PJRT buffer, not copied.
-Each input position keeps the buffer it made last, and the same tensor (same storage pointer,
-still contiguous, same shape and dtype) reuses it: parameters and KV-cache buffers cost a few
-checks per call instead of a transfer, and in-place updates to them (a KV cache written back
-after each step) are seen by the next call because the memory is shared. The inputs a call passes
-again (the same tensors as the call before: weights, KV caches) are checked together, each check
-one C-level ``map`` over them instead of a Python call per input. An input that needs a
-cast (int64 -> int32: jax x64 is off) is cast into a staging tensor per thread that a buffer
-aliases, so it costs one ``copy_``; a non-contiguous one is copied every call.
-
-Outputs leave through DLPack too: writable tensors over the runtime's own result buffers, which
-each execution allocates afresh and nothing else refers to, so no copy is needed. They are taken out of
-the execution's results by jaxlib's C++ result handlers, one per output, built from the first call's
-outputs (``disassemble_into_single_device_arrays`` calls jax's Python once per output array). Only an
-executable with input/output aliasing (donation) gets its outputs copied, and 32-bit results of
-64-bit torch tensors are cast back (one copy); a uint64 output (``torch.hash_tensor``) leaves the HLO as two uint32
-words, viewed as one uint64.
+What depends only on the graph's specs is chosen at load, so a call is a check per input, one ``execute`` and one
+DLPack hand-over per output. Inputs are aliased through DLPack, not copied: a position reuses its last buffer for the
+same dense tensor (weights, a KV cache written in place), those passed again are checked in bulk, a cast input
+(int64 -> int32: jax x64 is off) goes through a staging tensor. Outputs are the runtime's fresh result buffers.
 """
 from __future__ import annotations
 
@@ -40,11 +23,8 @@ log = logging.getLogger("neuron_args.runtime")
 
 
 def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[torch.Tensor], Any]:
-    """``tensor -> device buffer`` for one graph input, remembering the buffer that aliases it.
-
-    A tensor of another dtype/shape is refused: XLA only checks byte sizes, so an int32 tensor
-    would be read as float32 bits.
-    """
+    """``tensor -> device buffer`` for one graph input, remembering the buffer that aliases it; another dtype or shape
+    is refused (XLA checks byte sizes only: int32 would be read as float32 bits)."""
     dtype, shape = spec.torch_dtype, torch.Size(spec.shape)
     cast = None if spec.lowered_dtype == spec.dtype else getattr(torch, spec.lowered_dtype)
     to_buffer = jaxlib_jax.dlpack_managed_tensor_to_buffer  # (capsule, device) -> buffer
@@ -89,8 +69,7 @@ def _input_converter(index: int, spec: TensorSpec, device: Any) -> Callable[[tor
 
 
 def _output_converter(spec: TensorSpec, copy: bool) -> Callable[[Any], torch.Tensor]:
-    """``result buffer -> tensor``: the buffer itself through DLPack, cast back if it was lowered (a uint64's
-    word pair viewed as uint64)."""
+    """``result buffer -> tensor`` through DLPack, cast back if it was lowered (a uint64 from its word pair)."""
     to_capsule = jaxlib_jax.buffer_to_dlpack_managed_tensor  # buffer -> capsule
     from_dlpack = torch._C._from_dlpack
     if spec.dtype in WORD_PAIR_DTYPES:  # a view of the words: copied only where the buffer is aliased
@@ -128,8 +107,7 @@ _shape, _dtype = operator.attrgetter("shape"), operator.attrgetter("dtype")
 
 
 class _Stable:
-    """The inputs the last call passed again, aliased by their buffers: positions, tensors, what each
-    input's own check compares (data pointer, contiguity, shape, dtype) and the buffers to reuse."""
+    """The inputs the last call passed again, aliased by their buffers, with what each one's own check compares."""
 
     __slots__ = ("pick", "tensors", "ptrs", "shapes", "dtypes", "held", "rest")
 
@@ -167,7 +145,8 @@ class LoadedExecutable:
         self.input_specs = tuple(input_specs)
         self.output_specs = tuple(output_specs)
         device = executable.local_devices()[0]
-        copy = xla_cpu.has_input_output_aliasing(executable)
+        # an executable that may return an input's buffer as an output (donation) gets its outputs copied
+        copy = any("input_output_alias" in m.to_string() for m in executable.hlo_modules())
         self._convert_in = tuple(_input_converter(i, s, device) for i, s in enumerate(self.input_specs))
         self._convert_out = tuple(_output_converter(s, copy) for s in self.output_specs)
         self._execute = executable.execute_sharded
@@ -203,8 +182,7 @@ class LoadedExecutable:
         return outs
 
     def input_buffers(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        """The device buffers for a call's inputs: the stable ones' held buffers after one bulk check, each
-        other input through its own converter."""
+        """The device buffers of a call's inputs: the stable ones' after one bulk check, the others converted."""
         convert = self._convert_in
         if len(args) != len(convert):
             raise TypeError(f"executable takes {len(convert)} tensors, got {len(args)}")
@@ -229,12 +207,8 @@ class LoadedExecutable:
 
 
 def graph_call(run: Callable[..., Sequence[Any]], lowered: Any) -> Callable[..., list[Any]]:
-    """``run`` (an executable's call, tensors in and out) as the call of the FX graph ``lowered``
-    (a ``LoweredGraph``) was lowered from: a seeded graph gets a fresh random key from torch's
-    generator as its last input (``torch.manual_seed`` makes runs repeat), and each output kept out of
-    the HLO (``lowered.constant_outputs``: ``None`` gradients, constants) is put back at its position;
-    the effect tokens aot_autograd passes (``None``, ``lowered.token_inputs``) are not executable inputs.
-    ``run`` itself for a graph with none of these (every inference graph without random ops)."""
+    """``run`` as the call of the FX graph ``lowered`` came from: a seeded graph gets a fresh random key from torch's
+    generator (``torch.manual_seed`` repeats runs), outputs kept out of the HLO are put back, aot's tokens dropped."""
     constants, seeded = tuple(lowered.constant_outputs), bool(lowered.seeded)
     tokens = frozenset(getattr(lowered, "token_inputs", ()))
     if not constants and not seeded and not tokens:

@@ -67,8 +67,7 @@ class TensorSpec:
 
 
 def from_lowered_output(t: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
-    """An HLO result (a CPU tensor of ``spec.lowered_output_*``) as the torch tensor ``spec`` names: a word pair
-    read as one uint64 (little-endian: the low word first, a view), a 32-bit result of a 64-bit type cast back."""
+    """An HLO result as the tensor ``spec`` names (a uint64 from its little-endian words, a view; 64-bit types cast)."""
     if spec.dtype in WORD_PAIR_DTYPES:
         return t.contiguous().view(spec.torch_dtype).reshape(spec.shape)
     if spec.lowered_dtype != spec.dtype:

@@ -1,8 +1,7 @@
 """Thin access to jaxlib's XLA:CPU PJRT clients: compile an HloModuleProto, (de)serialize.
 
-Executables run on a synchronous client of our own (on the calling thread: 2.3-6x faster on this project's
-graphs, ``benchmarks/bench_serve.py``). jax is imported on first use only: a process that forks after its
-clients started threads gets children that hang (:func:`clients_created`).
+Executables run on a synchronous client of our own (2.3-6x faster here, ``benchmarks/bench_serve.py``); jax is
+imported on first use only: a process that forks after its clients started threads gets children that hang.
 """
 from __future__ import annotations
 
@@ -78,8 +77,3 @@ def _initialize_lapack() -> None:
     from jaxlib.lapack import _lapack
 
     _lapack.initialize()
-
-
-def has_input_output_aliasing(executable: Any) -> bool:
-    """True when the executable may return an input's buffer as an output (donation)."""
-    return any("input_output_alias" in m.to_string() for m in executable.hlo_modules())

@@ -266,8 +266,8 @@ def test_unknown_recorded_format_names_the_entry_and_the_fix(tmp_path, fake_cc, 
     md = entry.metadata()
     entry.write_metadata({**md, "compiler": {**md["compiler"], "format": "tpu-blob"}})
     executables.forget_loaded()
-    with pytest.raises(NeuronArgsError, match=rf"cache entry {entry.key} \(graph type 'decode'\) records executable "
-                                              r"format 'tpu-blob'.*remove the entry"):
+    with pytest.raises(NeuronArgsError, match=rf"cache entry {entry.key} \(graph type 'decode'\): metadata.json records "
+                                              r"executable format 'tpu-blob'.*remove the entry"):
         executables.load_executable(entry, graph_type="decode", allow_eager=False)
     entry.write_metadata({k: v for k, v in md.items() if k != "output_specs"})
     with pytest.raises(NeuronArgsError, match=r"records no valid input_specs/output_specs"):

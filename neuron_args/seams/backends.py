@@ -1,10 +1,7 @@
 """The three torch.compile backend seams (the design's ``backend.py``, ``capture_backend.py``, ``native_backend.py``).
 
-Dynamo calls a backend once per graph and shape; it lowers the graph once and returns a
-:class:`CompiledGraph`, which reads the scope and autograd mode **at call time** and keeps one variant per
-argument set and mode, so two scopes never silently share a variant and a served call is a contextvar read
-and a dict lookup. What a variant's first call does is its seam's (:class:`CompileSeam`, the native seam's
-with ``keys_args=False``, :class:`CaptureSeam`).
+A backend lowers each Dynamo graph once into a :class:`CompiledGraph`, which reads the scope and autograd mode **at
+call time** and keeps one variant per argument set and mode: two scopes never silently share a variant.
 """
 from __future__ import annotations
 
@@ -114,7 +111,7 @@ class CompiledGraph:
         if self.forward is None:
             scope = self.last_scope = _SCOPE.get()
         else:
-            scope = running_forward_scope() or self.forward.last_scope
+            scope = getattr(torch._C._current_autograd_node(), _SCOPE_ATTRIBUTE, None) or self.forward.last_scope
         pick = (scope[0], self.autograd())
         run = self._variants.get(pick)
         if run is None:
@@ -215,14 +212,14 @@ class CompiledGraph:
             )
             return self.kind.variant(self, Variant(key, request, graph_type, rec))
 
-    def ledger(self, v: Variant) -> None:
-        """The manifest's ledger line: written once the graph is captured, compiled or found built."""
+    def recorded(self, v: Variant, **done: Any) -> None:
+        """The graph captured, compiled or found built: this process's record of it and the manifest's ledger line."""
+        records.record(replace(v.rec, **done))
         record_graph(key=v.key.key, input_shapes=self.input_shapes, compiler_flags=v.request.compiler_flags(),
                      graph_type=v.graph_type)
 
     def write_entry(self, entry: CacheEntry, v: Variant, status: str) -> EntryMetadata:
-        """Write ``graph.hlo`` (atomically: never half a graph) and the entry's ``metadata.json`` as the graph is
-        captured (``pending``) or compiled; the metadata written."""
+        """Write ``graph.hlo`` atomically (never half a graph) and ``metadata.json`` of a captured or compiled graph."""
         lowered = self.lowered
         write_atomic(entry.hlo_path, lowered.hlo_module_proto)
         md = new_metadata(
@@ -275,9 +272,7 @@ class CompileSeam:
         except CompileError as exc:  # recorded: the session's table lists the graph as failed, with its key
             records.record(replace(v.rec, failures=1, error=next(iter(str(exc).splitlines()), type(exc).__name__)))
             raise
-        graph.ledger(v)
-        records.record(replace(v.rec, loads=v.rec.loads + int(hit),
-                               executable_size=entry.executable_path.stat().st_size))
+        graph.recorded(v, loads=v.rec.loads + int(hit), executable_size=entry.executable_path.stat().st_size)
         if run is EAGER:
             return _counted(graph.gm, v.key.key)
         # a graph built from the trace memo and found built is a plain inference graph: nothing to add
@@ -285,11 +280,10 @@ class CompileSeam:
 
     @staticmethod
     def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
-        """The loaded executable; :data:`EAGER` for a NEFF run eagerly here; None when a cached one does not
-        load (moved aside for the caller to rebuild)."""
-        graph_type = v.graph_type
+        """The loaded executable; :data:`EAGER`: run eagerly; None: a cached one did not load (moved aside: rebuild)."""
         try:
-            exe = load_executable(entry, graph_type=graph_type, allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))
+            exe = load_executable(entry, graph_type=v.graph_type,
+                                  allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))
         except Exception as exc:
             if isinstance(exc, NeuronArgsError) and not isinstance(exc, CorruptEntryError):
                 raise
@@ -297,11 +291,11 @@ class CompileSeam:
                        f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})")
             if not hit:
                 raise CompileError(
-                    f"{graph_label(graph_type)}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
+                    f"{graph_label(v.graph_type)}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
                     f"{entry.executable_path} but it does not load: {problem}\nfix: report it with graph.hlo "
                     "and command.txt of that entry") from exc
             if assert_cache_hit_enabled():
-                raise graph.cache.corrupt_error(entry, problem, graph_type) from None
+                raise graph.cache.corrupt_error(entry, problem, v.graph_type) from None
             graph.cache.quarantine(entry, problem)
             return None
         return EAGER if exe is None else exe
@@ -322,8 +316,7 @@ class CaptureSeam:
     keys_args = True
 
     def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        records.record(replace(v.rec, captures=int(self._capture(graph, v))))
-        graph.ledger(v)
+        graph.recorded(v, captures=int(self._capture(graph, v)))
         return _counted(graph.gm, v.key.key)
 
     @staticmethod
@@ -478,8 +471,7 @@ class NeuronBackend:
 
 
 def _raise(error: NeuronArgsError, *args: Any) -> Any:
-    """A seam's error, handed to Dynamo as a graph that raises it, so the caller sees the error itself rather than
-    Dynamo's ``BackendCompilerFailed`` wrapper."""
+    """A seam's error as a graph raising it: the caller sees it, not Dynamo's ``BackendCompilerFailed`` around it."""
     raise error.with_traceback(None)
 
 
@@ -518,16 +510,9 @@ def tag_backward_node(outputs: Any, scope: Scope) -> None:
         stack.extend((n, depth + 1) for n, _ in node.next_functions)
 
 
-def running_forward_scope() -> Scope | None:
-    """The scope of the forward call whose backward autograd is running now, else None."""
-    node = torch._C._current_autograd_node()
-    return getattr(node, _SCOPE_ATTRIBUTE, None) if node is not None else None
-
-
 def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                  mode: str) -> tuple[torch.fx.GraphModule, Sequence[Any]]:
-    """aot_autograd's forward graph of a Dynamo graph and its inputs, traced later than Dynamo's call
-    (after a memo hit), in the autograd mode of that call."""
+    """aot_autograd's forward graph of a Dynamo graph and its inputs, traced after a memo hit in that call's mode."""
     from torch._dynamo.backends.common import aot_autograd
 
     got: list[tuple[torch.fx.GraphModule, Sequence[Any]]] = []

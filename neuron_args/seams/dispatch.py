@@ -1,7 +1,7 @@
 """How a compiled graph's call is dispatched: straight to the graph when aot_autograd's wrapper adds nothing.
 
-The wrapper handles aliases, metadata mutations, tokens, subclasses, RNG and autograd on every call; an inference
-decode step needs only the copy-back of mutated inputs. :func:`plan` says whether a graph is that *plain*.
+The wrapper's per-call work (aliases, tokens, subclasses, RNG, autograd) is wasted on an inference decode step,
+which needs only the copy-back of mutated inputs; :func:`plan` says whether a graph is that *plain*.
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ class NotPlain(Exception):
 
 @dataclass(frozen=True)
 class Plan:
-    """A graph's plain runtime needs, as the trace memo keeps them too: outputs ``[:n_mutated]`` are new values of
-    mutated inputs."""
+    """A graph's plain runtime needs (the trace memo keeps them too): outputs ``[:n_mutated]`` update mutated inputs."""
 
     n_args: int
     n_outputs: int  # user outputs, after the mutated ones
@@ -47,8 +46,7 @@ class Plan:
 
 
 def plan(md: Any, n_args: int) -> Plan:
-    """The plain plan of a graph from its aot_autograd metadata (or the trace memo's :class:`Plan`), or
-    :class:`NotPlain`."""
+    """A graph's plain plan from aot_autograd's metadata (or the memo's :class:`Plan`), else :class:`NotPlain`."""
     if md is None:
         raise NotPlain("aot_autograd's metadata was not recorded for the graph")
     if isinstance(md, Plan):

@@ -25,8 +25,7 @@ def is_digest(value: Any) -> bool:
 
 
 def predicted_digest(d: Any, fp: str) -> str | None:
-    """The graph digest a memo file's JSON predicts for fingerprint ``fp``, or None when it is not a memo of ``fp``
-    this version reads (its signature is the reader's to check)."""
+    """The graph digest a memo file's JSON predicts for ``fp``; None: not a memo of ``fp`` (signature unchecked)."""
     if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != fp \
             or not is_digest(d.get("graph_sha256")):
         return None

@@ -12,14 +12,13 @@ RECORDS: dict[str, GraphOutcome] = ACTIVITY.records
 
 
 def record(rec: GraphOutcome) -> GraphOutcome:
-    """Merge ``rec`` into the process's records (one per key; the latest compile time and error win); the open
+    """Merge ``rec`` into the process's records (one per key; the latest compile time, size and error win); the open
     :func:`~neuron_args.activity.tally` blocks list it as given."""
     note_outcome(rec)
     old = RECORDS.get(rec.key)
     if old is not None:
-        rec = dataclasses.replace(old.merged(rec), compile_seconds=(
-            old.compile_seconds if rec.compile_seconds is None else rec.compile_seconds),
-            executable_size=rec.executable_size or old.executable_size, error=rec.error or old.error)
+        latest = {name: getattr(rec, name) for name in ("compile_seconds", "executable_size", "error")}
+        rec = dataclasses.replace(old.merged(rec), **{name: v for name, v in latest.items() if v is not None})
     RECORDS[rec.key] = rec
     return rec
 
@@ -29,8 +28,7 @@ def records() -> list[GraphOutcome]:
 
 
 def table(rows: list[GraphOutcome]) -> str:
-    """The per-graph table the main jobs print: graph type, input shapes, -O level, key, compile time, size, serve
-    hits/misses."""
+    """The per-graph table the main jobs print (type, inputs, -O, key, compile time, size, serve hits/misses)."""
     head = ["graph type", "inputs", "-O", "key", "compile", "size", "serve hits/misses"]
     body = []
     for r in sorted(rows, key=lambda r: (r.graph_type or "", r.input_shapes or [])):

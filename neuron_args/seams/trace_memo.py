@@ -1,21 +1,11 @@
 """The trace memo: what a seam's trace of a Dynamo graph produced, so a warm re-trace skips the work.
 
-On a warm cache a torch.compile'd graph costs Dynamo's trace, then aot_autograd and the lowering
-to HLO, only to compute a key whose entry already exists. The memo maps a **fingerprint** of what
-the backend receives from Dynamo (the FX graph's code and constants, each input's
-shape/stride/dtype/device/requires_grad, grad, inference and autocast mode, the versions and
-sources of everything that shapes the HLO) to what the key and the call need: the
-HLO digest (the key's ``graph`` component), the input and output specs, and the plan of
-:func:`neuron_args.seams.dispatch.direct_call` (which inputs the graph mutates, its output kinds).
-
-It is a prediction only. A seam uses it when the key it predicts for the current scope has a
-complete, verified entry, and only for graphs Dynamo calls directly (plain inference graphs):
-then aot_autograd and the lowering are skipped. Anything else takes the full path, and a later
-variant whose key misses runs them then (``CompiledGraph`` materializes lazily).
-
-One JSON file per fingerprint under ``<cache>/.trace-memo/`` (a dot folder: never an entry),
-written atomically, so concurrent writers (xdist workers, trace children) only replace a file with
-an equal one; a torn or foreign file is ignored. ``NEURON_ARGS_TRACE_MEMO=0`` turns it off.
+On a warm cache aot_autograd and the lowering run only to compute a key whose entry exists. The memo maps a
+:func:`fingerprint` of what the backend receives from Dynamo to the HLO digest, the specs and the direct call's
+plan. It is a prediction only, used when the predicted key's entry is complete and verified and Dynamo calls the
+graph directly; anything else takes the full path (``CompiledGraph`` materializes lazily). One signed JSON file per
+fingerprint under ``<cache>/.trace-memo/``, written atomically (concurrent writers write equal files); a torn or
+foreign file is ignored. ``NEURON_ARGS_TRACE_MEMO=0`` turns it off.
 """
 from __future__ import annotations
 
@@ -96,9 +86,8 @@ class TraceMemo:
 
 
 def load(cache: CompileCache, fp: str) -> TraceMemo | None:
-    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error).
-
-    A memo read is touched (its mtime is when it was last used: :func:`prune` goes by it)."""
+    """The memo of ``fp``, or None (absent, torn, corrupt or of another format: never an error); a read touches the
+    file (:func:`prune` goes by its mtime)."""
     path = memo_path(cache, fp)
     try:
         memo = TraceMemo.from_json(read_bounded(path, RECORD_LIMIT), fp)
@@ -127,8 +116,7 @@ def forget(cache: CompileCache, fp: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def lowering_tool_versions() -> tuple[tuple[str, str], ...]:
-    """Versions of everything that shapes the HLO (package metadata, no import): a key component and part of the
-    fingerprint."""
+    """Versions of everything that shapes the HLO (package metadata, no import): a key component, and fingerprinted."""
     return tuple((d, _version(d)) for d in ("torch", "torchax", "jax", "jaxlib", "neuron-args")) + (("jax_x64", "off"),)
 
 
@@ -146,11 +134,8 @@ class NoFingerprint(Exception):
 def fingerprint(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
     """sha256 of everything a seam's trace of ``gm`` depends on, or None when something cannot be pinned.
 
-    Neither the seam nor a torch.compile option shapes the trace (the compiler, its arguments and the
-    target enter the key at call time, from the scope; the runner's id only keeps Dynamo frames apart),
-    so none is hashed: a graph the capture seam traced in a trace child is known to the compile seam
-    of the pytest process.
-    """
+    No seam nor option is hashed (they enter the key at call time): a graph a trace child's capture seam traced is known
+    to the compile seam of the pytest process."""
     h = hashlib.sha256()
     h.update(f"trace-memo {FORMAT}\n".encode())
     h.update(_lowering_identity().encode())
@@ -247,8 +232,7 @@ def _lowering_sources() -> str:
 
 
 def _lowering_identity() -> str:
-    """Tool versions, lowering sources, jax's environment settings and the registered op lowerings (user
-    ones included)."""
+    """Tool versions, lowering sources, jax's environment and the registered op lowerings (users' too)."""
     from neuron_args.lowering import ops
 
     jax_env = sorted(envs.snapshot(("JAX_", "TORCHAX_")).items())
@@ -266,14 +250,9 @@ def _callable_digest(fn: Any, depth: int = 3) -> str:
     code = getattr(fn, "__code__", None)
     if code is None:
         return repr(fn)
-    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _cell_filled(c)]
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):  # an empty cell (a name assigned after the closure was made)
+            cells.append(cell.cell_contents)
     inner = [_callable_digest(v, depth - 1) if callable(v) and depth else repr(v) for v in cells]
     return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')} {_code_digest(code)} {inner}"
-
-
-def _cell_filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell (a name assigned after the closure was made)
-        return False
-    return True
