@@ -1,11 +1,5 @@
-"""Dense linear algebra torchax lowers wrongly or not at all: LU-based ``det``, ``slogdet``, ``solve``, ``inv_ex``,
-``lu_factor_ex``, Cholesky with its ``info``, ``cholesky_solve``, ``pinv``, ``eigh``, and QR in LAPACK's Householder
-form (``geqrf``, ``ormqr``: XLA:CPU's LAPACK calls, equal to eager's to rounding), ``ldl_solve``.
-
-The LU factors, pivots and LAPACK ``info`` values are computed as torch's kernels return them (a backward reuses
-them, a ``*_ex`` call reads ``info``). ``det`` and ``slogdet`` factor ``A^T`` when ``A`` is contiguous, as torch
-does, so their lowerings take the input's layout (its meta value).
-"""
+"""Dense linear algebra torchax lowers wrongly or not at all, its LU factors, pivots and LAPACK ``info`` values as
+torch's kernels return them (a backward reuses them, a ``*_ex`` call reads ``info``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -193,16 +187,6 @@ def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) ->
 def _per_matrix(value: Any, dtype: Any) -> Any:
     """A tolerance (a float, or a tensor over the batch) shaped to compare with the singular values."""
     return jnp.asarray(value, dtype) if isinstance(value, (int, float)) else jnp.asarray(value, dtype)[..., None]
-
-
-def geqrf(a: Any) -> tuple[Any, Any]:
-    """``aten.geqrf``: ``(a, tau)`` as LAPACK's ``?geqrf`` (its entry point is not public in jax 0.10)."""
-    return jax._src.lax.linalg.geqrf(a)
-
-
-def ormqr(a: Any, tau: Any, other: Any, left: bool = True, transpose: bool = False) -> Any:
-    """``aten.ormqr``: ``Q @ other`` (``other @ Q`` when not ``left``; ``Q^H`` when ``transpose``)."""
-    return jax.lax.linalg.ormqr(a, tau, other, left=left, transpose=transpose)
 
 
 def ldl_solve(ld: Any, pivots: Any, b: Any, hermitian: bool = False) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from neuron_args.lazy_modules import jnp
+from neuron_args.lazy_modules import jax, jnp
 from neuron_args.lowering import (
     attention, distributions, elementwise, embedding_bag, environments, gradients, hashing, histograms, indexing,
     linalg, linear_cross_entropy, matmul, norms, pooling, recurrent, resampling, segments, special, strided)
@@ -77,8 +77,10 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_linalg_eigh": linalg.eigh,
     "aten::linalg_ldl_solve": linalg.ldl_solve,
     "aten::hash_tensor": hashing.hash_tensor,
-    "aten::geqrf": linalg.geqrf,
-    "aten::ormqr": linalg.ormqr,
+    # QR in LAPACK's Householder form, XLA:CPU's LAPACK calls (geqrf's entry point is not public in jax 0.10)
+    "aten::geqrf": lambda a: jax._src.lax.linalg.geqrf(a),
+    "aten::ormqr": lambda a, tau, other, left=True, transpose=False: jax.lax.linalg.ormqr(
+        a, tau, other, left=left, transpose=transpose),  # jax takes left and transpose by keyword only
     "aten::segment_reduce": segments.segment_reduce,
     "aten::histogram.bin_ct": histograms.histogram_bin_ct,
     "aten::histogram.bins_tensor": histograms.histogram_bins_tensor,
