@@ -1,10 +1,5 @@
-"""Lower an aot_autograd forward graph (ATen, functionalized) to HLO with torchax + jax.
-
-The result holds the ``HloModuleProto`` the compiler consumes, a canonical HLO text the cache key hashes
-(the proto is not stable across lowerings) and the tensor specs :func:`neuron_args.runtime.graph_call`
-needs. jax x64 stays off: 64-bit tensors are lowered as their 32-bit type. jax and torchax are imported on
-the first lowering only (a jax client in the parent breaks forked children).
-"""
+"""Lower an aot_autograd forward graph (ATen, functionalized) to HLO with torchax + jax, x64 off (64-bit tensors
+as their 32-bit type). jax and torchax are imported on the first lowering (a jax client breaks forked children)."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +30,8 @@ _STATIC_HINT = (
 
 @dataclasses.dataclass(frozen=True)
 class LoweredGraph:
-    """One lowered graph: compiler input, cache-key text and the specs the runtime needs."""
+    """One lowered graph: the compiler's ``HloModuleProto``, the canonical text the cache key hashes (the proto is
+    not stable across lowerings) and the specs :func:`neuron_args.runtime.graph_call` needs."""
 
     hlo_module_proto: bytes
     hlo_text: str
@@ -92,8 +88,7 @@ def _is_token(node: Any) -> bool:
 
 def _input_specs(gm: torch.fx.GraphModule,
                  example_inputs: Sequence[Any]) -> tuple[tuple[TensorSpec, ...], tuple[int, ...]]:
-    """The tensor inputs' specs, and the positions of the effect tokens (``None`` at run time: the inputs
-    ``with_effects`` orders on)."""
+    """The tensor inputs' specs, and the positions of the effect tokens ``with_effects`` orders on (``None``)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise LoweringError(
@@ -367,9 +362,8 @@ def _as_traced_dtype(out: Any, val: Any) -> Any:
 
 
 def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """The nodes that only serve runtime assertions on tensor values (``_assert_scalar``, ``_assert_async`` and
-    what feeds nothing else): an executable cannot raise, so they are not lowered and a call that breaks one
-    gives wrong values instead of an error."""
+    """The nodes only serving runtime assertions on tensor values (:data:`_ASSERTS` and what feeds nothing else):
+    an executable cannot raise, so they are not lowered and a call that breaks one gives wrong values."""
     checks: set[torch.fx.Node] = set()
     for n in reversed(gm.graph.nodes):
         if n.op == "call_function" and (n.target in _ASSERTS or (n.users and all(u in checks for u in n.users))):

@@ -1,9 +1,5 @@
-"""The registry of lowerings for ops torchax lowers wrong or not at all, and the way to add one.
-
-A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by the op's
-qualified name (``"aten::addmm"``); ours live in this package's modules by family. They take precedence
-over torchax's table and decompositions, in the graph and inside decompositions.
-"""
+"""The registry of jax lowerings (the op's signature, jax arrays for tensors) by qualified op name, for ops torchax
+lowers wrong or not at all: they take precedence over torchax's table, in the graph and inside decompositions."""
 from __future__ import annotations
 
 import functools

@@ -1,8 +1,5 @@
-"""Float64 honesty: a graph that computes in float64 or complex128 is refused, naming the tensor.
-
-jax x64 is off and Neuron devices have no float64 arithmetic, so the computation would silently be float32.
-Moving values through float64 (an input, output, conversion, view or copy) stays allowed: it is exact.
-"""
+"""A graph computing in float64 or complex128 is refused, naming the tensor: jax x64 is off and Neuron devices have no
+64-bit float arithmetic (it would silently be float32). Moving values through float64 stays allowed: it is exact."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,8 +1,5 @@
-"""Tensor values read into Python scalars (``.item()``) that stay traced values in the HLO.
-
-A graph that uses a read value only as a value (an ``arange`` offset, a ``max``, a scalar operand) is still one
-static graph: the read and the arithmetic on it lower to 0-d arrays. A size taken from the value still fails.
-"""
+"""Tensor values read into Python scalars (``.item()``) and used only as values (an ``arange`` offset, a ``max``, a
+scalar operand) stay traced 0-d arrays: one static graph. A size taken from the value still fails."""
 from __future__ import annotations
 
 import operator
