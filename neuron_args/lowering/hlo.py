@@ -58,12 +58,9 @@ SEED_SPEC = TensorSpec((2,), "int32")
 
 def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
     """Lower ``gm`` for inputs shaped like ``example_inputs`` (fakes do); :class:`LoweringError` names the node."""
-    wide = precision.first_float64_compute(gm)
-    if wide is not None:
-        raise LoweringError(precision.float64_refusal(*wide, current_graph_type(), _user_source(wide[0])))
-    refused = hashing.refusal(gm)
-    if refused is not None:
-        raise LoweringError(_cannot_lower(*refused))
+    for refused in (precision.refusal(gm), hashing.refusal(gm)):  # a 64-bit float computation, a hash used inside
+        if refused is not None:
+            raise LoweringError(_cannot_lower(*refused))
     input_specs, tokens = _input_specs(gm, example_inputs)
     output_specs, constants = _output_specs(gm)
     specs = LoweredGraph(hlo_module_proto=b"", hlo_text="", result_shapes=(),  # the HLO: _lower fills them in
@@ -452,8 +449,9 @@ def _data_dependent_fix(op: str, graph: torch.fx.Graph) -> str | None:
     return fix
 
 
-def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
-    """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
+def _cannot_lower(n: torch.fx.Node, error: Exception, fix: str | None = None) -> str:
+    """The message for a node that does not lower: the op, the graph type, the user's line, the fix (``fix``, else
+    the ways around any op)."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     op = _op_name(n)
@@ -476,11 +474,10 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
             lines.append(f"  {_BOOLEAN_INDEX_FIX}")
     if where:
         lines.append(f"  it comes from {where}")
-    lines.append(
-        "  fix: express that line with ops that lower (the error names the one that does not), move it "
+    lines.append("  fix: " + (fix or (
+        "express that line with ops that lower (the error names the one that does not), move it "
         "out of the compiled graph (compute it eagerly before or after the compiled call), or register a "
-        "jax lowering for the op with neuron_args.lowering.register_lowering"
-    )
+        "jax lowering for the op with neuron_args.lowering.register_lowering")))
     return "\n".join(lines)
 
 

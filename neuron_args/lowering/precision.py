@@ -35,9 +35,9 @@ def _wide(val: Any) -> torch.dtype | None:
     return None
 
 
-def first_float64_compute(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, torch.dtype] | None:
+def refusal(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, ValueError, str] | None:
     """The first node computing a float64/complex128 value the caller asked for (an input, a conversion up, a
-    non-scalar constant, ``dtype=``, or a value computed from those; not torch's own 0-dim constants)."""
+    non-scalar constant, ``dtype=``, or a value computed from those; not torch's own 0-dim constants), why and the fix."""
     asked: set[torch.fx.Node] = set()
     for n in gm.graph.nodes:
         val = n.meta.get("val")
@@ -56,21 +56,10 @@ def first_float64_compute(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, torc
             if requested or any(_wide(i.meta.get("val")) is None for i in inputs):  # a conversion up
                 asked.add(n)
         elif requested:
-            return n, dtype
+            narrow = "float32" if dtype is torch.float64 else "complex64"
+            return n, ValueError(
+                f"it computes a {str(dtype).removeprefix('torch.')} tensor, which a Neuron graph cannot run: Neuron "
+                f"devices have no 64-bit float arithmetic, and the graph would silently compute it in {narrow}"), (
+                f"compute in {narrow} (.float(), dtype=torch.{narrow} where the tensor is made, "
+                f"torch.set_default_dtype(torch.{narrow})), or compute that part outside the compiled graph")
     return None
-
-
-def float64_refusal(n: torch.fx.Node, dtype: torch.dtype, graph_type: str | None, where: str) -> str:
-    """The message for a node computing in 64-bit floats: the tensor, the graph type, the line and the fix."""
-    narrow = "float32" if dtype is torch.float64 else "complex64"
-    lines = [
-        f"FX node {n.name!r} ({n.target}) of graph type {graph_type!r} computes a {str(dtype).removeprefix('torch.')} "
-        f"tensor, which a Neuron graph cannot run: Neuron devices have no 64-bit float arithmetic, and the graph "
-        f"would silently compute it in {narrow}",
-    ]
-    if where:
-        lines.append(f"  it comes from {where}")
-    lines.append(
-        f"  fix: compute in {narrow} (.float(), dtype=torch.{narrow} where the tensor is made, "
-        f"torch.set_default_dtype(torch.{narrow})), or compute that part outside the compiled graph")
-    return "\n".join(lines)
