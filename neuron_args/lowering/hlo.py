@@ -352,9 +352,7 @@ def _as_traced_dtype(out: Any, val: Any) -> Any:
         items = [_as_traced_dtype(o, v) for o, v in zip(out, val)]
         if all(a is b for a, b in zip(items, out)):
             return out
-        if isinstance(out, list):
-            return items
-        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)  # a namedtuple, a tuple
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)  # a namedtuple, a tuple, a list
     return out
 
 

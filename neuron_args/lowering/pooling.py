@@ -75,17 +75,14 @@ def _fractional_max_pool(order: tuple[int, ...], x: Any, kernel_size: Any, outpu
     if not batched:
         x, samples = x[None], samples if samples.ndim == 3 else samples[None]
     spatial = x.shape[-dims:]
-    windows = []  # per spatial dim: the input positions of each output's window, (N, C, out, pool)
-    for d in range(dims):
-        start = _starts(samples[..., order[d]], spatial[d], output_size[d], kernel[d])
-        windows.append(start[..., None] + jnp.arange(kernel[d]))
     n, c = x.shape[:2]
     flat = x.reshape(n, c, -1)
     index = jnp.zeros((n, c) + tuple(output_size) + tuple(kernel), jnp.int32)
-    for d in range(dims):
+    for d in range(dims):  # the flat input positions of each output's window, (N, C, *out, *pool)
+        start = _starts(samples[..., order[d]], spatial[d], output_size[d], kernel[d])  # (N, C, out)
         shape = [n, c] + [1] * (2 * dims)
         shape[2 + d], shape[2 + dims + d] = output_size[d], kernel[d]
-        index = index + windows[d].reshape(shape) * math.prod(spatial[d + 1:])
+        index = index + (start[..., None] + jnp.arange(kernel[d])).reshape(shape) * math.prod(spatial[d + 1:])
     index = index.reshape(n, c, -1)
     values = jnp.take_along_axis(flat, index, axis=-1).reshape(n, c, *output_size, -1)
     best = jnp.argmax(values, axis=-1)
