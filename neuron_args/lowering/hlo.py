@@ -455,7 +455,7 @@ def _cannot_lower(n: torch.fx.Node, error: Exception, fix: str | None = None) ->
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
-    where = _nearest_user_source(getattr(error, "node", None) or n)  # a read's use (scalars.NotAValue): its line
+    where = _user_source(getattr(error, "node", None) or n)  # a read's use (scalars.NotAValue): its line
     of_type = "" if graph_type is None else f" of graph type {graph_type!r}"  # none: a plain torch.compile
     lines = [
         f"cannot lower op {op} (FX node {n.name!r}){of_type} to HLO: "
@@ -496,24 +496,17 @@ def _boolean_index(n: torch.fx.Node) -> bool:
 
 
 def _user_source(n: torch.fx.Node) -> str:
-    """``file:line`` and code of the user's frame that produced node ``n`` (Dynamo keeps its stack)."""
-    trace = n.meta.get("stack_trace") or ""
-    lines = trace.rstrip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        line = lines[i].strip()
-        if line.startswith('File "'):
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            return f"{line.removeprefix('File ')}: {code}" if code else line.removeprefix("File ")
-    return ""
-
-
-def _nearest_user_source(n: torch.fx.Node) -> str:
-    """:func:`_user_source` of ``n`` or of the nearest node with one (aot_autograd's own nodes have none)."""
+    """``file:line`` and code of the user's frame that produced node ``n``, or the nearest node with one (Dynamo
+    keeps its stack; aot_autograd's own nodes have none)."""
     seen, ring = {n}, [n]
     while ring:
         for node in ring:
-            if where := _user_source(node):
-                return where
+            lines = (node.meta.get("stack_trace") or "").rstrip().splitlines()
+            frame = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip().startswith('File "')), None)
+            if frame is not None:
+                where = lines[frame].strip().removeprefix("File ")
+                code = lines[frame + 1].strip() if frame + 1 < len(lines) else ""
+                return f"{where}: {code}" if code else where
         ring = [m for node in ring for m in (*node.all_input_nodes, *node.users) if m not in seen]
         seen.update(ring)
     return ""
