@@ -281,10 +281,8 @@ class Seq2SeqDecoderStep(torch.nn.Module):
         # its own view of the shared caches: the flags are this graph's, the tensors everyone's
         self.cache = transformers.EncoderDecoderCache(cache.self_attention_cache, cache.cross_attention_cache)
         self.cache.is_updated = CrossAttentionFlags(not computes_cross)
-        max_cache_len = cache.self_attention_cache.layers[0].max_cache_len
-        batch_size = cache.self_attention_cache.layers[0].keys.shape[0]
-        self.register_buffer("attention_mask", torch.ones(batch_size, max_cache_len, dtype=torch.long),
-                             persistent=False)
+        keys = cache.self_attention_cache.layers[0].keys  # (batch, heads, cache length, head dim)
+        self.register_buffer("attention_mask", torch.ones_like(keys[:, 0, :, 0], dtype=torch.long), persistent=False)
 
     def forward(self, decoder_input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, start: torch.Tensor,
                 encoder_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
