@@ -140,12 +140,10 @@ def lowering_for(target: Any, node: torch.fx.Node) -> Callable[..., Any] | None:
     layout of its first input (:data:`BY_LAYOUT`), or None."""
     if target in BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
         return functools.partial(BY_LAYOUT[target], layout=node.args[0].meta["val"])
-    schema = getattr(target, "_schema", None)
+    schema = getattr(target, "_schema", None)  # name "aten::addmm", overload_name "" for the default
     if schema is None:
         return None
-    name = schema.name  # "aten::addmm"
-    overload = schema.overload_name
-    return LOWERINGS.get(f"{name}.{overload}" if overload else name) or LOWERINGS.get(name)
+    return LOWERINGS.get(f"{schema.name}.{schema.overload_name}") or LOWERINGS.get(schema.name)
 
 
 #: Ops whose CPU kernels compute half-precision inputs in float32 and round once at the end, lowered so
