@@ -49,10 +49,9 @@ def _positioned_cache(layers: list[Any]) -> Any:
 def positioned_cache_class() -> type:
     """transformers' ``StaticCache`` with a Python-int filled length (made on first use: transformers is optional)."""
     class PositionedCache(cache_utils.StaticCache):
-        """A ``StaticCache`` whose ``get_seq_length()`` is a Python int read once from the layer's filled length:
-        models that compute ``torch.arange(length, length + n)`` from it (MVP, RoFormer, MPT) would read the 0-d
-        tensor once per bound and break the graph; read once, the length stays a traced value
-        (``neuron_args.lowering.scalars``)."""
+        """A ``StaticCache`` whose ``get_seq_length()`` is a Python int read once from the filled length: models
+        computing ``torch.arange(length, length + n)`` (MVP, RoFormer, MPT) would read the 0-d tensor once per bound
+        and break the graph; read once, it stays a traced value (``neuron_args.lowering.scalars``)."""
 
         def get_seq_length(self, layer_idx: int = 0) -> Any:
             length = super().get_seq_length(layer_idx)
@@ -253,10 +252,10 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
         model(encoder_outputs=_encoder_outputs(states),
               decoder_input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), cache=probe, use_cache=True)
     name = type(model).__name__
+    self_layers = _static_layers_like(name, probe.self_attention_cache.layers, max_cache_len, batch_size)
+    cross_layers = _static_layers_like(name, probe.cross_attention_cache.layers, encoder_len, batch_size)
     # the self-attention cache's filled length gives positions (see positioned_cache_class)
-    return transformers.EncoderDecoderCache(
-        _positioned_cache(_static_layers_like(name, probe.self_attention_cache.layers, max_cache_len, batch_size)),
-        cache_utils.Cache(layers=_static_layers_like(name, probe.cross_attention_cache.layers, encoder_len, batch_size)))
+    return transformers.EncoderDecoderCache(_positioned_cache(self_layers), cache_utils.Cache(layers=cross_layers))
 
 
 class Seq2SeqEncoder(torch.nn.Module):

@@ -255,8 +255,7 @@ def _constant(env: Any, value: Any) -> Any:
 
 
 def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
-    """``gm`` as a function of jax arrays returning its tensor outputs (not its constant ones); effect
-    tokens are no arguments; a seeded graph's last argument is the key its random ops split from."""
+    """``gm`` as a function of the arrays ``specs.input_specs`` describes, returning its tensor outputs."""
     from torchax.tensor import Tensor
     from torchax.view import View
 

@@ -13,9 +13,8 @@ from neuron_args.lazy_modules import jnp
 
 
 def adaptive_windows(in_sizes: Any, out_sizes: Any) -> tuple[Any, Any]:
-    """Adaptive pooling's windows as constants: for each output position the flat input positions of its window
-    (padded to the largest window) and which of them are real. Window ``i`` of an axis spans
-    ``[floor(i * in / out), ceil((i + 1) * in / out))``."""
+    """Each output position's flat input positions (padded to the largest window) and which are real, as constants;
+    window ``i`` of an axis spans ``[floor(i * in / out), ceil((i + 1) * in / out))``."""
     axes = []
     for n_in, n_out in zip(in_sizes, out_sizes):
         starts = np.array([(i * n_in) // n_out for i in range(n_out)])

@@ -29,15 +29,12 @@ CONSTANTS: frozenset[Any] = frozenset({
 def _wide(val: Any) -> torch.dtype | None:
     """The 64-bit float dtype among ``val``'s tensors (a node's ``meta["val"]``), or None."""
     vals = val if isinstance(val, (tuple, list)) else (val,)
-    for v in vals:
-        if isinstance(v, torch.Tensor) and v.dtype in WIDE:
-            return v.dtype
-    return None
+    return next((v.dtype for v in vals if isinstance(v, torch.Tensor) and v.dtype in WIDE), None)
 
 
 def refusal(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, ValueError, str] | None:
     """The first node computing a float64/complex128 value the caller asked for (an input, a conversion up, a
-    non-scalar constant, ``dtype=``, or a value computed from those; not torch's own 0-dim constants), why and the fix."""
+    non-scalar constant, ``dtype=``, or computed from those; not torch's own 0-dim constants), why, and the fix."""
     asked: set[torch.fx.Node] = set()
     for n in gm.graph.nodes:
         val = n.meta.get("val")

@@ -26,9 +26,8 @@ _COMPARISONS = frozenset({operator.eq, operator.ne, operator.lt, operator.le, op
 
 
 def _used_as_value(read: torch.fx.Node) -> tuple[str, torch.fx.Node] | None:
-    """None if every use of ``read``'s value is a value use (arithmetic, a pointwise op's scalar operand, an
-    ``arange`` bound, a runtime check); else the first other use in the graph (a size, a slice bound, a branch),
-    named, and its node."""
+    """None if every use of ``read``'s value is a value use (arithmetic, a pointwise op's scalar operand, an ``arange``
+    bound, a runtime check); else the first other use (a size, a slice bound, a branch), named, and its node."""
     pending, seen, misuses = [read], {read}, []
     while pending:
         for user in pending.pop().users:
