@@ -124,7 +124,8 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
                 f"graph output {i} ({node}) is {type(val).__name__}, not a tensor with a recorded "
                 "value (meta['val']) or a constant; only aot_autograd graphs returning tensors lower"
             )
-        if not all(_static(d) for d in val.shape):
+        # static: every size an int, or a symbolic one whose expression is a constant
+        if not all(isinstance(d, int) or d.node.maybe_as_int() is not None for d in val.shape):
             raise LoweringError(
                 f"graph output {i} has symbolic shape {tuple(val.shape)}. {_symbolic_hint(gm, val.shape)}"
             )
@@ -136,11 +137,6 @@ def _returned(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
     """The values the graph's output node lists."""
     values = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
     return tuple(values) if isinstance(values, (tuple, list)) else (values,)
-
-
-def _static(size: Any) -> bool:
-    """A size known while tracing: an int, or a symbolic one whose expression is a constant."""
-    return isinstance(size, int) or (isinstance(size, torch.SymInt) and size.node.maybe_as_int() is not None)
 
 
 def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
@@ -185,9 +181,11 @@ def _lower(gm: torch.fx.GraphModule, specs: LoweredGraph) -> LoweredGraph:
     except Exception as e:  # jax tracing errors outside any one node
         raise LoweringError(f"lowering the graph to HLO failed: {type(e).__name__}: {e}") from e
     computation = lowered.compiler_ir("hlo")
+    result = computation.program_shape().result_shape()
+    shapes = result.tuple_shapes() if result.is_tuple() else [result]
     return dataclasses.replace(specs, hlo_module_proto=computation.as_serialized_hlo_module_proto(),
                                hlo_text=_canonical_text(computation),
-                               result_shapes=_result_shapes(computation.program_shape().result_shape()))
+                               result_shapes=tuple(", ".join(str(d) for d in s.dimensions()) for s in shapes))
 
 
 def _canonical_text(computation: Any) -> str:
@@ -198,11 +196,6 @@ def _canonical_text(computation: Any) -> str:
     options.print_large_constants = True
     options.print_metadata = False
     return computation.get_hlo_module().to_string(options)
-
-
-def _result_shapes(shape: Any) -> tuple[str, ...]:
-    shapes = shape.tuple_shapes() if shape.is_tuple() else [shape]
-    return tuple(", ".join(str(d) for d in s.dimensions()) for s in shapes)
 
 
 @functools.cache

@@ -111,9 +111,8 @@ def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> t
 
 def inv_ex(a: Any, check_errors: bool = False) -> tuple[Any, Any]:
     """``aten.linalg_inv_ex``: ``(inverse, info)``, solving against the identity as torch does."""
-    lu, pivots, info = _lu(a)
-    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
-    return _lu_solve(lu, pivots, eye, transposed=False), info
+    inverse, _, _, info = solve_ex(a, jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape))
+    return inverse, info
 
 
 def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tuple[Any, Any]:
@@ -190,8 +189,7 @@ def _per_matrix(value: Any, dtype: Any) -> Any:
 
 
 def ldl_solve(ld: Any, pivots: Any, b: Any, hermitian: bool = False) -> Any:
-    """``aten.linalg_ldl_solve``: ``X`` with ``A X = B`` from ``ldl_factor``'s Bunch-Kaufman factors (LAPACK's
-    ``?sytrf`` form ``LD`` and ``pivots``), batched."""
+    """``aten.linalg_ldl_solve``: ``X`` with ``A X = B`` from ``ldl_factor``'s ``?sytrf`` ``LD`` and ``pivots``."""
     if hermitian and jnp.iscomplexobj(ld):
         raise ValueError("linalg.ldl_solve of a complex Hermitian factorization (hermitian=True) is not lowered: "
                          "factor and solve it outside the compiled function, or use linalg.solve")

@@ -136,8 +136,7 @@ def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[.
 
 
 def lowering_for(target: Any, node: torch.fx.Node) -> Callable[..., Any] | None:
-    """The lowering of FX node ``node`` calling ``target`` (an ``OpOverload``): a registered one, one given the
-    layout of its first input (:data:`BY_LAYOUT`), or None."""
+    """The lowering of ``node`` calling ``target`` (None: none): registered, or given its input's layout (BY_LAYOUT)."""
     if target in BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
         return functools.partial(BY_LAYOUT[target], layout=node.args[0].meta["val"])
     schema = getattr(target, "_schema", None)  # name "aten::addmm", overload_name "" for the default
@@ -157,13 +156,11 @@ FLOAT32_INSIDE: frozenset[Any] = frozenset({
     aten.native_group_norm.default,
 })
 
-_HALF = (torch.bfloat16, torch.float16)
-
 
 def in_float32(op: Any, args: Any, kwargs: Any, result: Any) -> Any:
     """Run ``op`` on torchax tensors with half inputs upcast; cast outputs to ``result``'s dtypes."""
     def up(x: Any) -> Any:
-        return x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype in _HALF else x
+        return x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype in (torch.bfloat16, torch.float16) else x
 
     out = op(*tree_map(up, args), **tree_map(up, kwargs))
     if isinstance(out, (tuple, list)):
