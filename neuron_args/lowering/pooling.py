@@ -45,8 +45,7 @@ def adaptive_max_pool(x: Any, output_size: Any) -> tuple[Any, Any]:
 
 
 def max_unpool(x: Any, indices: Any, output_size: Any, stride: Any = None, padding: Any = None) -> Any:
-    """``aten.max_unpool{2,3}d``: each value at its flat index in zeros planes of ``output_size`` (torchax reads the
-    indices into numpy)."""
+    """``aten.max_unpool{2,3}d``: each value at its flat index in zeros of ``output_size`` (torchax reads indices)."""
     lead = x.shape[:-len(output_size)]
     values = x.reshape(*lead, -1)
     flat = jnp.zeros((*lead, math.prod(output_size)), x.dtype)
