@@ -72,8 +72,7 @@ def lu_unpack(lu: Any, pivots: Any, unpack_data: bool = True, unpack_pivots: boo
 
 def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
     """``aten.linalg_lu``: ``(P, L, U)`` (torchax takes ``min(m, n)`` as a traced value)."""
-    factors, pivots, _ = lu_factor_ex(a, pivot)
-    return lu_unpack(factors, pivots)
+    return lu_unpack(*lu_factor_ex(a, pivot)[:2])  # the factors and pivots
 
 
 def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any]:
