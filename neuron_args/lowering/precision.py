@@ -54,9 +54,9 @@ def refusal(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, ValueError, str] |
                 asked.add(n)
         elif requested:
             narrow = "float32" if dtype is torch.float64 else "complex64"
-            return n, ValueError(
-                f"it computes a {str(dtype).removeprefix('torch.')} tensor, which a Neuron graph cannot run: Neuron "
-                f"devices have no 64-bit float arithmetic, and the graph would silently compute it in {narrow}"), (
-                f"compute in {narrow} (.float(), dtype=torch.{narrow} where the tensor is made, "
-                f"torch.set_default_dtype(torch.{narrow})), or compute that part outside the compiled graph")
+            why = (f"it computes a {str(dtype).removeprefix('torch.')} tensor, which a Neuron graph cannot run: Neuron "
+                   f"devices have no 64-bit float arithmetic, and the graph would silently compute it in {narrow}")
+            return n, ValueError(why), (f"compute in {narrow} (.float(), dtype=torch.{narrow} where the tensor is "
+                                        f"made, torch.set_default_dtype(torch.{narrow})), or compute that part outside "
+                                        "the compiled graph")
     return None
