@@ -8,7 +8,6 @@ so a prompt padded to its bucket does not move the next token's position.
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import Any
 
 import torch
@@ -17,29 +16,18 @@ from neuron_args.errors import NeuronArgsError
 from neuron_args.lazy_modules import cache_utils, transformers
 
 
-def cache_keyword(model: torch.nn.Module) -> str:
-    """The keyword ``model``'s forward takes its cache by: ``cache`` (transformers 5.24 renames it; Mamba takes only
-    that), else ``past_key_values`` (a model given the other name would build and fill a cache of its own)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 class StaticCacheError(NeuronArgsError, ValueError):
     """A model's cache cannot be made static for Neuron graphs (the message names the layer and the fix)."""
 
 
 def static_cache(model: torch.nn.Module, max_cache_len: int, *, batch_size: int = 1) -> Any:
-    """A ``StaticCache`` for ``model`` with a full-length static layer per attention layer (and the states of its
-    recurrent layers), allocated now so its tensors are graph inputs every graph reads and writes in place.
-
-    Each layer's shapes come from one eager one-token call with a ``DynamicCache`` (configs name them
-    differently, the filled cache does not); a layer it leaves empty is a ``DummyLayer``, layers past the last
-    one filled are dropped.
-    """
+    """A ``StaticCache`` for ``model``, allocated now so its tensors are graph inputs every graph reads and writes in
+    place; shaped by one eager one-token call with a ``DynamicCache`` (configs name the shapes differently)."""
     param = next(model.parameters())
     probe = transformers.DynamicCache(config=model.config)
     try:
         with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # a compiled forward too: no graph
-            model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), **{cache_keyword(model): probe},
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), cache=probe,
                   use_cache=True, cache_position=torch.zeros(1, dtype=torch.long, device=param.device))
     except Exception as exc:  # noqa: BLE001 - a model with a cache class of its own (xLSTM), named with the fix
         raise StaticCacheError(
@@ -61,10 +49,9 @@ def _positioned_cache(layers: list[Any]) -> Any:
 def positioned_cache_class() -> type:
     """transformers' ``StaticCache`` with a Python-int filled length (made on first use: transformers is optional)."""
     class PositionedCache(cache_utils.StaticCache):
-        """A ``StaticCache`` whose ``get_seq_length()`` is a Python int read once from the layer's filled length:
-        models that compute ``torch.arange(length, length + n)`` from it (MVP, RoFormer, MPT) would read the 0-d
-        tensor once per bound and break the graph; read once, the length stays a traced value
-        (``neuron_args.lowering.scalars``)."""
+        """A ``StaticCache`` whose ``get_seq_length()`` is a Python int read once from the filled length: models
+        computing ``torch.arange(length, length + n)`` (MVP, RoFormer, MPT) would read the 0-d tensor once per bound
+        and break the graph; read once, it stays a traced value (``neuron_args.lowering.scalars``)."""
 
         def get_seq_length(self, layer_idx: int = 0) -> Any:
             length = super().get_seq_length(layer_idx)
@@ -83,8 +70,8 @@ def positioned_cache_class() -> type:
 
 
 def _static_layers_like(model_name: str, seen_layers: list[Any], max_cache_len: int, batch_size: int) -> list[Any]:
-    """A static layer for each layer a probe call filled, by index: full-length key/value layers, recurrent states
-    (``LinearAttentionLayer``, alone or with attention) allocated as zeros in the probe's shapes."""
+    """A static layer for each layer a probe call filled, by index (an empty one: a ``DummyLayer``; those past the
+    last filled: dropped): full-length key/value layers, recurrent states allocated as zeros in the probe's shapes."""
     from transformers.cache_utils import (DummyLayer, DynamicIndexedLayer, DynamicLayer, DynamicSlidingWindowLayer,
                                           LinearAttentionAndStaticFullAttentionLayer, LinearAttentionLayer)
 
@@ -177,7 +164,6 @@ class StaticCausalLM(torch.nn.Module):
         super().__init__()
         self.model = model
         self.cache = static_cache(model, max_cache_len, batch_size=batch_size)
-        self.cache_keyword = cache_keyword(model)
         self.max_cache_len = max_cache_len
         # every cache slot may be attended to (causality comes from the positions): passed so models that
         # size a mask from the cache's filled length (OPT) do not read that tensor into a Python int. Not to
@@ -196,7 +182,7 @@ class StaticCausalLM(torch.nn.Module):
             if hasattr(layer, "has_previous_state"):
                 _continue_or_restart(layer, start, one_token=input_ids.shape[1] == 1)
         out = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
-                         cache_position=positions, **{self.cache_keyword: self.cache}, use_cache=True,
+                         cache_position=positions, cache=self.cache, use_cache=True,
                          attention_mask=None if self.recurrent else self.attention_mask[: input_ids.shape[0]])
         return out.logits
 
@@ -265,17 +251,11 @@ def static_encoder_decoder_cache(model: torch.nn.Module, max_cache_len: int, enc
         states = torch.zeros(1, encoder_len, hidden, dtype=param.dtype, device=param.device)
         model(encoder_outputs=_encoder_outputs(states),
               decoder_input_ids=torch.zeros(1, 1, dtype=torch.long, device=param.device), cache=probe, use_cache=True)
-    caches = []
-    for part, length in ((probe.self_attention_cache, max_cache_len), (probe.cross_attention_cache, encoder_len)):
-        filled = [layer for layer in part.layers if getattr(layer, "keys", None) is not None]
-        if not filled:
-            raise ValueError(f"{type(model).__name__}: a decoder call filled no cache layers; "
-                             "static_encoder_decoder_cache handles models whose attention layers cache keys and values")
-        layers = [_allocate_keys_values(cache_utils.StaticLayer(max_cache_len=length), seen, batch_size)
-                  for seen in filled]
-        # the self-attention cache's filled length gives positions (see positioned_cache_class)
-        caches.append(cache_utils.Cache(layers=layers) if caches else _positioned_cache(layers))
-    return transformers.EncoderDecoderCache(*caches)
+    name = type(model).__name__
+    self_layers = _static_layers_like(name, probe.self_attention_cache.layers, max_cache_len, batch_size)
+    cross_layers = _static_layers_like(name, probe.cross_attention_cache.layers, encoder_len, batch_size)
+    # the self-attention cache's filled length gives positions (see positioned_cache_class)
+    return transformers.EncoderDecoderCache(_positioned_cache(self_layers), cache_utils.Cache(layers=cross_layers))
 
 
 class Seq2SeqEncoder(torch.nn.Module):
@@ -300,10 +280,8 @@ class Seq2SeqDecoderStep(torch.nn.Module):
         # its own view of the shared caches: the flags are this graph's, the tensors everyone's
         self.cache = transformers.EncoderDecoderCache(cache.self_attention_cache, cache.cross_attention_cache)
         self.cache.is_updated = CrossAttentionFlags(not computes_cross)
-        max_cache_len = cache.self_attention_cache.layers[0].max_cache_len
-        batch_size = cache.self_attention_cache.layers[0].keys.shape[0]
-        self.register_buffer("attention_mask", torch.ones(batch_size, max_cache_len, dtype=torch.long),
-                             persistent=False)
+        keys = cache.self_attention_cache.layers[0].keys  # (batch, heads, cache length, head dim)
+        self.register_buffer("attention_mask", torch.ones_like(keys[:, 0, :, 0], dtype=torch.long), persistent=False)
 
     def forward(self, decoder_input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, start: torch.Tensor,
                 encoder_attention_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -14,8 +14,7 @@ aten = torch.ops.aten
 
 
 def pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> tuple[Any, ...]:
-    """The gradients of ``forward`` at ``primals`` for ``grad_output``: a backward op as the vjp of its
-    forward op's lowering, so forward and backward come from one definition."""
+    """``forward``'s gradients at ``primals`` for ``grad_output``: a backward op's lowering from its forward's."""
     out, pull = jax.vjp(forward, *primals)
     return pull(grad_output.astype(out.dtype))
 

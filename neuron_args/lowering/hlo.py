@@ -1,10 +1,5 @@
-"""Lower an aot_autograd forward graph (ATen, functionalized) to HLO with torchax + jax.
-
-The result holds the ``HloModuleProto`` the compiler consumes, a canonical HLO text the cache key hashes
-(the proto is not stable across lowerings) and the tensor specs :func:`neuron_args.runtime.graph_call`
-needs. jax x64 stays off: 64-bit tensors are lowered as their 32-bit type. jax and torchax are imported on
-the first lowering only (a jax client in the parent breaks forked children).
-"""
+"""Lower an aot_autograd forward graph (ATen, functionalized) to HLO with torchax + jax, x64 off (64-bit tensors
+as their 32-bit type). jax and torchax are imported on the first lowering (a jax client breaks forked children)."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +30,8 @@ _STATIC_HINT = (
 
 @dataclasses.dataclass(frozen=True)
 class LoweredGraph:
-    """One lowered graph: compiler input, cache-key text and the specs the runtime needs."""
+    """One lowered graph: the compiler's ``HloModuleProto``, the canonical text the cache key hashes (the proto is
+    not stable across lowerings) and the specs :func:`neuron_args.runtime.graph_call` needs."""
 
     hlo_module_proto: bytes
     hlo_text: str
@@ -62,12 +58,9 @@ SEED_SPEC = TensorSpec((2,), "int32")
 
 def lower_fx_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
     """Lower ``gm`` for inputs shaped like ``example_inputs`` (fakes do); :class:`LoweringError` names the node."""
-    wide = precision.first_float64_compute(gm)
-    if wide is not None:
-        raise LoweringError(precision.float64_refusal(*wide, current_graph_type(), _user_source(wide[0])))
-    refused = hashing.refusal(gm)
-    if refused is not None:
-        raise LoweringError(_cannot_lower(*refused))
+    for refused in (precision.refusal(gm), hashing.refusal(gm)):  # a 64-bit float computation, a hash used inside
+        if refused is not None:
+            raise LoweringError(_cannot_lower(*refused))
     input_specs, tokens = _input_specs(gm, example_inputs)
     output_specs, constants = _output_specs(gm)
     specs = LoweredGraph(hlo_module_proto=b"", hlo_text="", result_shapes=(),  # the HLO: _lower fills them in
@@ -92,8 +85,7 @@ def _is_token(node: Any) -> bool:
 
 def _input_specs(gm: torch.fx.GraphModule,
                  example_inputs: Sequence[Any]) -> tuple[tuple[TensorSpec, ...], tuple[int, ...]]:
-    """The tensor inputs' specs, and the positions of the effect tokens (``None`` at run time: the inputs
-    ``with_effects`` orders on)."""
+    """The tensor inputs' specs, and the positions of the effect tokens ``with_effects`` orders on (``None``)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         raise LoweringError(
@@ -132,7 +124,8 @@ def _output_specs(gm: torch.fx.GraphModule) -> tuple[tuple[TensorSpec, ...], tup
                 f"graph output {i} ({node}) is {type(val).__name__}, not a tensor with a recorded "
                 "value (meta['val']) or a constant; only aot_autograd graphs returning tensors lower"
             )
-        if not all(_static(d) for d in val.shape):
+        # static: every size an int, or a symbolic one whose expression is a constant
+        if not all(isinstance(d, int) or d.node.maybe_as_int() is not None for d in val.shape):
             raise LoweringError(
                 f"graph output {i} has symbolic shape {tuple(val.shape)}. {_symbolic_hint(gm, val.shape)}"
             )
@@ -144,11 +137,6 @@ def _returned(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
     """The values the graph's output node lists."""
     values = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
     return tuple(values) if isinstance(values, (tuple, list)) else (values,)
-
-
-def _static(size: Any) -> bool:
-    """A size known while tracing: an int, or a symbolic one whose expression is a constant."""
-    return isinstance(size, int) or (isinstance(size, torch.SymInt) and size.node.maybe_as_int() is not None)
 
 
 def _symbolic_hint(gm: torch.fx.GraphModule, value: Any) -> str:
@@ -193,9 +181,11 @@ def _lower(gm: torch.fx.GraphModule, specs: LoweredGraph) -> LoweredGraph:
     except Exception as e:  # jax tracing errors outside any one node
         raise LoweringError(f"lowering the graph to HLO failed: {type(e).__name__}: {e}") from e
     computation = lowered.compiler_ir("hlo")
+    result = computation.program_shape().result_shape()
+    shapes = result.tuple_shapes() if result.is_tuple() else [result]
     return dataclasses.replace(specs, hlo_module_proto=computation.as_serialized_hlo_module_proto(),
                                hlo_text=_canonical_text(computation),
-                               result_shapes=_result_shapes(computation.program_shape().result_shape()))
+                               result_shapes=tuple(", ".join(str(d) for d in s.dimensions()) for s in shapes))
 
 
 def _canonical_text(computation: Any) -> str:
@@ -206,11 +196,6 @@ def _canonical_text(computation: Any) -> str:
     options.print_large_constants = True
     options.print_metadata = False
     return computation.get_hlo_module().to_string(options)
-
-
-def _result_shapes(shape: Any) -> tuple[str, ...]:
-    shapes = shape.tuple_shapes() if shape.is_tuple() else [shape]
-    return tuple(", ".join(str(d) for d in s.dimensions()) for s in shapes)
 
 
 @functools.cache
@@ -263,8 +248,7 @@ def _constant(env: Any, value: Any) -> Any:
 
 
 def _jax_function(gm: torch.fx.GraphModule, specs: LoweredGraph) -> Any:
-    """``gm`` as a function of jax arrays returning its tensor outputs (not its constant ones); effect
-    tokens are no arguments; a seeded graph's last argument is the key its random ops split from."""
+    """``gm`` as a function of the arrays ``specs.input_specs`` describes, returning its tensor outputs."""
     from torchax.tensor import Tensor
     from torchax.view import View
 
@@ -360,16 +344,13 @@ def _as_traced_dtype(out: Any, val: Any) -> Any:
         items = [_as_traced_dtype(o, v) for o, v in zip(out, val)]
         if all(a is b for a, b in zip(items, out)):
             return out
-        if isinstance(out, list):
-            return items
-        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)  # a namedtuple, a tuple
+        return type(out)(*items) if hasattr(out, "_fields") else type(out)(items)  # a namedtuple, a tuple, a list
     return out
 
 
 def _runtime_checks(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """The nodes that only serve runtime assertions on tensor values (``_assert_scalar``, ``_assert_async`` and
-    what feeds nothing else): an executable cannot raise, so they are not lowered and a call that breaks one
-    gives wrong values instead of an error."""
+    """The nodes only serving runtime assertions on tensor values (:data:`_ASSERTS` and what feeds nothing else):
+    an executable cannot raise, so they are not lowered and a call that breaks one gives wrong values."""
     checks: set[torch.fx.Node] = set()
     for n in reversed(gm.graph.nodes):
         if n.op == "call_function" and (n.target in _ASSERTS or (n.users and all(u in checks for u in n.users))):
@@ -458,14 +439,15 @@ def _data_dependent_fix(op: str, graph: torch.fx.Graph) -> str | None:
     return fix
 
 
-def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
-    """The message for a node that does not lower: the op, the graph type, the user's line, the fix."""
+def _cannot_lower(n: torch.fx.Node, error: Exception, fix: str | None = None) -> str:
+    """The message for a node that does not lower: the op, the graph type, the user's line, the fix (``fix``, else
+    the ways around any op)."""
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     op = _op_name(n)
     missing = type(error).__name__ in ("OperatorNotFound", "NoLowering")
     graph_type = current_graph_type()
-    where = _nearest_user_source(getattr(error, "node", None) or n)  # a read's use (scalars.NotAValue): its line
+    where = _user_source(getattr(error, "node", None) or n)  # a read's use (scalars.NotAValue): its line
     of_type = "" if graph_type is None else f" of graph type {graph_type!r}"  # none: a plain torch.compile
     lines = [
         f"cannot lower op {op} (FX node {n.name!r}){of_type} to HLO: "
@@ -482,11 +464,10 @@ def _cannot_lower(n: torch.fx.Node, error: Exception) -> str:
             lines.append(f"  {_BOOLEAN_INDEX_FIX}")
     if where:
         lines.append(f"  it comes from {where}")
-    lines.append(
-        "  fix: express that line with ops that lower (the error names the one that does not), move it "
+    lines.append("  fix: " + (fix or (
+        "express that line with ops that lower (the error names the one that does not), move it "
         "out of the compiled graph (compute it eagerly before or after the compiled call), or register a "
-        "jax lowering for the op with neuron_args.lowering.register_lowering"
-    )
+        "jax lowering for the op with neuron_args.lowering.register_lowering")))
     return "\n".join(lines)
 
 
@@ -507,24 +488,17 @@ def _boolean_index(n: torch.fx.Node) -> bool:
 
 
 def _user_source(n: torch.fx.Node) -> str:
-    """``file:line`` and code of the user's frame that produced node ``n`` (Dynamo keeps its stack)."""
-    trace = n.meta.get("stack_trace") or ""
-    lines = trace.rstrip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        line = lines[i].strip()
-        if line.startswith('File "'):
-            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            return f"{line.removeprefix('File ')}: {code}" if code else line.removeprefix("File ")
-    return ""
-
-
-def _nearest_user_source(n: torch.fx.Node) -> str:
-    """:func:`_user_source` of ``n`` or of the nearest node with one (aot_autograd's own nodes have none)."""
+    """``file:line`` and code of the user's frame that produced node ``n``, or the nearest node with one (Dynamo
+    keeps its stack; aot_autograd's own nodes have none)."""
     seen, ring = {n}, [n]
     while ring:
         for node in ring:
-            if where := _user_source(node):
-                return where
+            lines = (node.meta.get("stack_trace") or "").rstrip().splitlines()
+            frame = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip().startswith('File "')), None)
+            if frame is not None:
+                where = lines[frame].strip().removeprefix("File ")
+                code = lines[frame + 1].strip() if frame + 1 < len(lines) else ""
+                return f"{where}: {code}" if code else where
         ring = [m for node in ring for m in (*node.all_input_nodes, *node.users) if m not in seen]
         seen.update(ring)
     return ""

@@ -15,19 +15,14 @@ def searchsorted(seq: Any, values: Any, *, out_int32: bool = False, right: bool 
     if sorter is not None:
         seq = jnp.take_along_axis(seq, sorter.astype(jnp.int32), axis=-1)
     values = jnp.asarray(values, seq.dtype)
-    if seq.ndim == 1:
-        found = jnp.searchsorted(seq, values, side=side)
-    else:  # one search per row of the leading dims
-        rows = seq.reshape(-1, seq.shape[-1])
-        found = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(
-            rows, values.reshape(rows.shape[0], -1)).reshape(values.shape)
-    return found.astype(jnp.int32)
+    rows = seq.reshape(-1, seq.shape[-1])  # one search per row of the leading dims (a 1-D seq: one row for all)
+    found = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(rows, values.reshape(rows.shape[0], -1))
+    return found.reshape(values.shape).astype(jnp.int32)
 
 
 def index_reduce(x: Any, dim: int, index: Any, source: Any, reduce: str, *, include_self: bool = True) -> Any:
-    """``aten.index_reduce``: slice ``index[i]`` of ``x`` along ``dim`` reduced (``prod``, ``mean``, ``amax``,
-    ``amin``) with slice ``i`` of ``source``; ``include_self=False`` leaves ``x``'s own values out of the slices
-    indexed. ``mean`` divides by the count (floor division for integers, as eager)."""
+    """``aten.index_reduce``: slice ``index[i]`` of ``x`` along ``dim`` reduced with slice ``i`` of ``source`` (not with
+    ``x``'s own unless ``include_self``); ``mean`` divides by the count (floor division for integers, as eager)."""
     if x.ndim == 0:  # a scalar: one slice
         return index_reduce(x.reshape(1), 0, index, source.reshape(1), reduce, include_self=include_self)[0]
     out, src = jnp.moveaxis(x, dim, 0), jnp.moveaxis(source.astype(x.dtype), dim, 0)

@@ -1,11 +1,5 @@
-"""Dense linear algebra torchax lowers wrongly or not at all: LU-based ``det``, ``slogdet``, ``solve``, ``inv_ex``,
-``lu_factor_ex``, Cholesky with its ``info``, ``cholesky_solve``, ``pinv``, ``eigh``, and QR in LAPACK's Householder
-form (``geqrf``, ``ormqr``: XLA:CPU's LAPACK calls, equal to eager's to rounding), ``ldl_solve``.
-
-The LU factors, pivots and LAPACK ``info`` values are computed as torch's kernels return them (a backward reuses
-them, a ``*_ex`` call reads ``info``). ``det`` and ``slogdet`` factor ``A^T`` when ``A`` is contiguous, as torch
-does, so their lowerings take the input's layout (its meta value).
-"""
+"""Dense linear algebra torchax lowers wrongly or not at all, its LU factors, pivots and LAPACK ``info`` values as
+torch's kernels return them (a backward reuses them, a ``*_ex`` call reads ``info``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -78,8 +72,7 @@ def lu_unpack(lu: Any, pivots: Any, unpack_data: bool = True, unpack_pivots: boo
 
 def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
     """``aten.linalg_lu``: ``(P, L, U)`` (torchax takes ``min(m, n)`` as a traced value)."""
-    factors, pivots, _ = lu_factor_ex(a, pivot)
-    return lu_unpack(factors, pivots)
+    return lu_unpack(*lu_factor_ex(a, pivot)[:2])  # the factors and pivots
 
 
 def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any]:
@@ -117,9 +110,8 @@ def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> t
 
 def inv_ex(a: Any, check_errors: bool = False) -> tuple[Any, Any]:
     """``aten.linalg_inv_ex``: ``(inverse, info)``, solving against the identity as torch does."""
-    lu, pivots, info = _lu(a)
-    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
-    return _lu_solve(lu, pivots, eye, transposed=False), info
+    inverse, _, _, info = solve_ex(a, jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape))
+    return inverse, info
 
 
 def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tuple[Any, Any]:
@@ -195,19 +187,8 @@ def _per_matrix(value: Any, dtype: Any) -> Any:
     return jnp.asarray(value, dtype) if isinstance(value, (int, float)) else jnp.asarray(value, dtype)[..., None]
 
 
-def geqrf(a: Any) -> tuple[Any, Any]:
-    """``aten.geqrf``: ``(a, tau)`` as LAPACK's ``?geqrf`` (its entry point is not public in jax 0.10)."""
-    return jax._src.lax.linalg.geqrf(a)
-
-
-def ormqr(a: Any, tau: Any, other: Any, left: bool = True, transpose: bool = False) -> Any:
-    """``aten.ormqr``: ``Q @ other`` (``other @ Q`` when not ``left``; ``Q^H`` when ``transpose``)."""
-    return jax.lax.linalg.ormqr(a, tau, other, left=left, transpose=transpose)
-
-
 def ldl_solve(ld: Any, pivots: Any, b: Any, hermitian: bool = False) -> Any:
-    """``aten.linalg_ldl_solve``: ``X`` with ``A X = B`` from ``ldl_factor``'s Bunch-Kaufman factors (LAPACK's
-    ``?sytrf`` form ``LD`` and ``pivots``), batched."""
+    """``aten.linalg_ldl_solve``: ``X`` with ``A X = B`` from ``ldl_factor``'s ``?sytrf`` ``LD`` and ``pivots``."""
     if hermitian and jnp.iscomplexobj(ld):
         raise ValueError("linalg.ldl_solve of a complex Hermitian factorization (hermitian=True) is not lowered: "
                          "factor and solve it outside the compiled function, or use linalg.solve")

@@ -1,9 +1,5 @@
-"""``F.linear_cross_entropy``'s opt-in chunked custom ops (``torch_nn::_linear_cross_entropy_batch_chunked*``).
-
-Eager loops over batch chunks to keep the ``(N, C)`` logits out of memory; a Neuron graph's memory is the
-compiler's, so the lowering computes the same values without chunks (the chunking arguments only steer eager's
-loop), the scalar op's gradients as the vjp of the loss.
-"""
+"""``F.linear_cross_entropy``'s opt-in chunked custom ops, without chunks: eager loops over batch chunks to keep the
+``(N, C)`` logits out of memory, a Neuron graph's memory is the compiler's (the chunk arguments only steer eager)."""
 from __future__ import annotations
 
 from typing import Any

@@ -24,8 +24,7 @@ def renorm(x: Any, p: float, dim: int, maxnorm: float) -> Any:
 
 
 def embedding_renorm(weight: Any, indices: Any, max_norm: float, norm_type: float) -> Any:
-    """``aten.embedding_renorm`` (``nn.Embedding(max_norm=...)``): the rows ``indices`` picks whose ``norm_type``-norm
-    exceeds ``max_norm`` scaled as :func:`renorm` does; the other rows unchanged."""
+    """``aten.embedding_renorm`` (``nn.Embedding(max_norm=...)``): the rows ``indices`` picks, as :func:`renorm`."""
     picked = jnp.zeros(weight.shape[0], bool).at[indices.reshape(-1).astype(jnp.int32)].set(True)
     norm = jnp.linalg.norm(weight.astype(jnp.float32), ord=norm_type, axis=-1)
     scale = jnp.where(picked, renorm_factor(norm, max_norm, weight.dtype), jnp.ones((), weight.dtype))

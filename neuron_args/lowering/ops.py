@@ -1,9 +1,5 @@
-"""The registry of lowerings for ops torchax lowers wrong or not at all, and the way to add one.
-
-A lowering is a jax function with the op's signature (jax arrays in place of tensors), keyed by the op's
-qualified name (``"aten::addmm"``); ours live in this package's modules by family. They take precedence
-over torchax's table and decompositions, in the graph and inside decompositions.
-"""
+"""The registry of jax lowerings (the op's signature, jax arrays for tensors) by qualified op name, for ops torchax
+lowers wrong or not at all: they take precedence over torchax's table, in the graph and inside decompositions."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from neuron_args.lazy_modules import jnp
+from neuron_args.lazy_modules import jax, jnp
 from neuron_args.lowering import (
     attention, distributions, elementwise, embedding_bag, environments, gradients, hashing, histograms, indexing,
     linalg, linear_cross_entropy, matmul, norms, pooling, recurrent, resampling, segments, special, strided)
@@ -77,8 +73,10 @@ LOWERINGS: dict[str, Callable[..., Any]] = {
     "aten::_linalg_eigh": linalg.eigh,
     "aten::linalg_ldl_solve": linalg.ldl_solve,
     "aten::hash_tensor": hashing.hash_tensor,
-    "aten::geqrf": linalg.geqrf,
-    "aten::ormqr": linalg.ormqr,
+    # QR in LAPACK's Householder form, XLA:CPU's LAPACK calls (geqrf's entry point is not public in jax 0.10)
+    "aten::geqrf": lambda a: jax._src.lax.linalg.geqrf(a),
+    "aten::ormqr": lambda a, tau, other, left=True, transpose=False: jax.lax.linalg.ormqr(
+        a, tau, other, left=left, transpose=transpose),  # jax takes left and transpose by keyword only
     "aten::segment_reduce": segments.segment_reduce,
     "aten::histogram.bin_ct": histograms.histogram_bin_ct,
     "aten::histogram.bins_tensor": histograms.histogram_bins_tensor,
@@ -138,16 +136,13 @@ def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[.
 
 
 def lowering_for(target: Any, node: torch.fx.Node) -> Callable[..., Any] | None:
-    """The lowering of FX node ``node`` calling ``target`` (an ``OpOverload``): a registered one, one given the
-    layout of its first input (:data:`BY_LAYOUT`), or None."""
+    """The lowering of ``node`` calling ``target`` (None: none): registered, or given its input's layout (BY_LAYOUT)."""
     if target in BY_LAYOUT:  # the input's memory layout, as eager has it, decides the result
         return functools.partial(BY_LAYOUT[target], layout=node.args[0].meta["val"])
-    schema = getattr(target, "_schema", None)
+    schema = getattr(target, "_schema", None)  # name "aten::addmm", overload_name "" for the default
     if schema is None:
         return None
-    name = schema.name  # "aten::addmm"
-    overload = schema.overload_name
-    return LOWERINGS.get(f"{name}.{overload}" if overload else name) or LOWERINGS.get(name)
+    return LOWERINGS.get(f"{schema.name}.{schema.overload_name}") or LOWERINGS.get(schema.name)
 
 
 #: Ops whose CPU kernels compute half-precision inputs in float32 and round once at the end, lowered so
@@ -161,13 +156,11 @@ FLOAT32_INSIDE: frozenset[Any] = frozenset({
     aten.native_group_norm.default,
 })
 
-_HALF = (torch.bfloat16, torch.float16)
-
 
 def in_float32(op: Any, args: Any, kwargs: Any, result: Any) -> Any:
     """Run ``op`` on torchax tensors with half inputs upcast; cast outputs to ``result``'s dtypes."""
     def up(x: Any) -> Any:
-        return x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype in _HALF else x
+        return x.to(torch.float32) if isinstance(x, torch.Tensor) and x.dtype in (torch.bfloat16, torch.float16) else x
 
     out = op(*tree_map(up, args), **tree_map(up, kwargs))
     if isinstance(out, (tuple, list)):

@@ -13,9 +13,8 @@ from neuron_args.lazy_modules import jnp
 
 
 def adaptive_windows(in_sizes: Any, out_sizes: Any) -> tuple[Any, Any]:
-    """Adaptive pooling's windows as constants: for each output position the flat input positions of its window
-    (padded to the largest window) and which of them are real. Window ``i`` of an axis spans
-    ``[floor(i * in / out), ceil((i + 1) * in / out))``."""
+    """Each output position's flat input positions (padded to the largest window) and which are real, as constants;
+    window ``i`` of an axis spans ``[floor(i * in / out), ceil((i + 1) * in / out))``."""
     axes = []
     for n_in, n_out in zip(in_sizes, out_sizes):
         starts = np.array([(i * n_in) // n_out for i in range(n_out)])
@@ -46,8 +45,7 @@ def adaptive_max_pool(x: Any, output_size: Any) -> tuple[Any, Any]:
 
 
 def max_unpool(x: Any, indices: Any, output_size: Any, stride: Any = None, padding: Any = None) -> Any:
-    """``aten.max_unpool{2,3}d``: each value at its flat index in zeros planes of ``output_size`` (torchax reads the
-    indices into numpy)."""
+    """``aten.max_unpool{2,3}d``: each value at its flat index in zeros of ``output_size`` (torchax reads indices)."""
     lead = x.shape[:-len(output_size)]
     values = x.reshape(*lead, -1)
     flat = jnp.zeros((*lead, math.prod(output_size)), x.dtype)
@@ -75,17 +73,14 @@ def _fractional_max_pool(order: tuple[int, ...], x: Any, kernel_size: Any, outpu
     if not batched:
         x, samples = x[None], samples if samples.ndim == 3 else samples[None]
     spatial = x.shape[-dims:]
-    windows = []  # per spatial dim: the input positions of each output's window, (N, C, out, pool)
-    for d in range(dims):
-        start = _starts(samples[..., order[d]], spatial[d], output_size[d], kernel[d])
-        windows.append(start[..., None] + jnp.arange(kernel[d]))
     n, c = x.shape[:2]
     flat = x.reshape(n, c, -1)
     index = jnp.zeros((n, c) + tuple(output_size) + tuple(kernel), jnp.int32)
-    for d in range(dims):
+    for d in range(dims):  # the flat input positions of each output's window, (N, C, *out, *pool)
+        start = _starts(samples[..., order[d]], spatial[d], output_size[d], kernel[d])  # (N, C, out)
         shape = [n, c] + [1] * (2 * dims)
         shape[2 + d], shape[2 + dims + d] = output_size[d], kernel[d]
-        index = index + windows[d].reshape(shape) * math.prod(spatial[d + 1:])
+        index = index + (start[..., None] + jnp.arange(kernel[d])).reshape(shape) * math.prod(spatial[d + 1:])
     index = index.reshape(n, c, -1)
     values = jnp.take_along_axis(flat, index, axis=-1).reshape(n, c, *output_size, -1)
     best = jnp.argmax(values, axis=-1)

@@ -1,8 +1,5 @@
-"""Float64 honesty: a graph that computes in float64 or complex128 is refused, naming the tensor.
-
-jax x64 is off and Neuron devices have no float64 arithmetic, so the computation would silently be float32.
-Moving values through float64 (an input, output, conversion, view or copy) stays allowed: it is exact.
-"""
+"""A graph computing in float64 or complex128 is refused, naming the tensor: jax x64 is off and Neuron devices have no
+64-bit float arithmetic (it would silently be float32). Moving values through float64 stays allowed: it is exact."""
 from __future__ import annotations
 
 from typing import Any
@@ -32,15 +29,12 @@ CONSTANTS: frozenset[Any] = frozenset({
 def _wide(val: Any) -> torch.dtype | None:
     """The 64-bit float dtype among ``val``'s tensors (a node's ``meta["val"]``), or None."""
     vals = val if isinstance(val, (tuple, list)) else (val,)
-    for v in vals:
-        if isinstance(v, torch.Tensor) and v.dtype in WIDE:
-            return v.dtype
-    return None
+    return next((v.dtype for v in vals if isinstance(v, torch.Tensor) and v.dtype in WIDE), None)
 
 
-def first_float64_compute(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, torch.dtype] | None:
+def refusal(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, ValueError, str] | None:
     """The first node computing a float64/complex128 value the caller asked for (an input, a conversion up, a
-    non-scalar constant, ``dtype=``, or a value computed from those; not torch's own 0-dim constants)."""
+    non-scalar constant, ``dtype=``, or computed from those; not torch's own 0-dim constants), why, and the fix."""
     asked: set[torch.fx.Node] = set()
     for n in gm.graph.nodes:
         val = n.meta.get("val")
@@ -59,21 +53,10 @@ def first_float64_compute(gm: torch.fx.GraphModule) -> tuple[torch.fx.Node, torc
             if requested or any(_wide(i.meta.get("val")) is None for i in inputs):  # a conversion up
                 asked.add(n)
         elif requested:
-            return n, dtype
+            narrow = "float32" if dtype is torch.float64 else "complex64"
+            why = (f"it computes a {str(dtype).removeprefix('torch.')} tensor, which a Neuron graph cannot run: Neuron "
+                   f"devices have no 64-bit float arithmetic, and the graph would silently compute it in {narrow}")
+            return n, ValueError(why), (f"compute in {narrow} (.float(), dtype=torch.{narrow} where the tensor is "
+                                        f"made, torch.set_default_dtype(torch.{narrow})), or compute that part outside "
+                                        "the compiled graph")
     return None
-
-
-def float64_refusal(n: torch.fx.Node, dtype: torch.dtype, graph_type: str | None, where: str) -> str:
-    """The message for a node computing in 64-bit floats: the tensor, the graph type, the line and the fix."""
-    narrow = "float32" if dtype is torch.float64 else "complex64"
-    lines = [
-        f"FX node {n.name!r} ({n.target}) of graph type {graph_type!r} computes a {str(dtype).removeprefix('torch.')} "
-        f"tensor, which a Neuron graph cannot run: Neuron devices have no 64-bit float arithmetic, and the graph "
-        f"would silently compute it in {narrow}",
-    ]
-    if where:
-        lines.append(f"  it comes from {where}")
-    lines.append(
-        f"  fix: compute in {narrow} (.float(), dtype=torch.{narrow} where the tensor is made, "
-        f"torch.set_default_dtype(torch.{narrow})), or compute that part outside the compiled graph")
-    return "\n".join(lines)

@@ -15,11 +15,8 @@ def mkldnn_rnn_layer(
     mode: int, hidden_size: int, num_layers: int, has_biases: bool, bidirectional: bool, batch_first: bool,
     train: bool,
 ) -> tuple[Any, Any, Any, Any]:
-    """``aten.mkldnn_rnn_layer``: one direction of one LSTM layer, ``(output, h, c, workspace)``, as a scan over time.
-
-    A half-precision layer computes as oneDNN's kernel: gates and cell state in float32, each ``h`` rounded to the
-    input's dtype (rounding every intermediate doubles the error against float32, measured on a bf16 LSTM).
-    """
+    """``aten.mkldnn_rnn_layer``: one direction of one LSTM layer, ``(output, h, c, workspace)``; half precision as
+    oneDNN: gates and cell state in float32, each ``h`` rounded (rounding every intermediate doubles the error)."""
     if mode != _LSTM or batch_sizes:
         raise ValueError(f"mkldnn_rnn_layer mode={mode} with batch_sizes={list(batch_sizes)}: only a padded LSTM "
                          "lowers (mode 2, no PackedSequence); pad the sequences instead of packing them")

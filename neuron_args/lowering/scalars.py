@@ -1,8 +1,5 @@
-"""Tensor values read into Python scalars (``.item()``) that stay traced values in the HLO.
-
-A graph that uses a read value only as a value (an ``arange`` offset, a ``max``, a scalar operand) is still one
-static graph: the read and the arithmetic on it lower to 0-d arrays. A size taken from the value still fails.
-"""
+"""Tensor values read into Python scalars (``.item()``) and used only as values (an ``arange`` offset, a ``max``, a
+scalar operand) stay traced 0-d arrays: one static graph. A size taken from the value still fails."""
 from __future__ import annotations
 
 import operator
@@ -29,9 +26,8 @@ _COMPARISONS = frozenset({operator.eq, operator.ne, operator.lt, operator.le, op
 
 
 def _used_as_value(read: torch.fx.Node) -> tuple[str, torch.fx.Node] | None:
-    """None if every use of ``read``'s value is a value use (arithmetic, a pointwise op's scalar operand, an
-    ``arange`` bound, a runtime check); else the first other use in the graph (a size, a slice bound, a branch),
-    named, and its node."""
+    """None if every use of ``read``'s value is a value use (arithmetic, a pointwise op's scalar operand, an ``arange``
+    bound, a runtime check); else the first other use (a size, a slice bound, a branch), named, and its node."""
     pending, seen, misuses = [read], {read}, []
     while pending:
         for user in pending.pop().users:

@@ -1,10 +1,5 @@
-"""Special functions torchax lowers wrongly or not at all, as torch's CPU kernels compute them: ``polygamma`` below
-x = 0.5, where jax's Hurwitz zeta is wrong (polygamma(1, -8.48): 7.74, torch 9.80), by the reflection formula
-``psi_n(x) = (-1)^n psi_n(1 - x) - pi^(n+1) cot^(n)(pi x)`` (the poles as eager's); the Bessel family (``airy_ai``,
-``exp(x) K0(x)``, ``exp(x) K1(x)``: from torchax's ``K0`` it would underflow to 0 * inf) as Cephes; the orthogonal
-polynomials (Chebyshev V and W, shifted Chebyshev T, U, V, W, Legendre P), the recurrence running to the largest
-tensor ``n``, each element stopping at its own.
-"""
+"""Special functions torchax lowers wrongly or not at all, as torch's CPU kernels compute them: ``polygamma``, the
+Bessel family as Cephes, the orthogonal polynomials by their recurrence (each element stopping at its own ``n``)."""
 from __future__ import annotations
 
 import functools
@@ -46,7 +41,8 @@ def trigamma(x: Any) -> Any:
 
 
 def polygamma(n: int, x: Any) -> Any:
-    """``aten.polygamma(n, x)`` in ``x``'s floating dtype (integers give float32), right for negative ``x``."""
+    """``aten.polygamma(n, x)`` in ``x``'s floating dtype (integers: float32); below 0.5, where jax's Hurwitz zeta is
+    wrong (n=1 at -8.48: 7.74, torch 9.80), ``psi_n(x) = (-1)^n psi_n(1 - x) - pi^(n+1) cot^(n)(pi x)``."""
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"polygamma's order must be a non-negative Python int, got {n!r}")
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
@@ -113,7 +109,8 @@ def _chbevl(y: Any, coeffs: tuple[float, ...]) -> Any:
 
 
 def scaled_modified_bessel_k(x: Any, order: int) -> Any:
-    """``scaled_modified_bessel_k0`` (``order`` 0) or ``k1`` (1), as torch's Cephes kernels."""
+    """``scaled_modified_bessel_k0`` (``order`` 0) or ``k1`` (1), as torch's Cephes kernels (torchax's ``K0``
+    times ``exp(x)`` underflows to 0 * inf)."""
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
     small_x = jnp.where(x <= 2, x, 1)  # each branch on inputs it is defined for: no NaN through the other's gradient
     large_x = jnp.where(x > 2, x, 4)

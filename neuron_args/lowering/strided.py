@@ -39,8 +39,7 @@ def strided_positions(numel: int, base_offset: int, size: Any, stride: Any, stor
 
 
 def as_strided(x: Any, size: Any, stride: Any, storage_offset: int | None = None, *, layout: torch.Tensor) -> Any:
-    """``aten.as_strided``: ``size``/``stride`` index the input's memory, laid out first in the order its meta value
-    ``layout`` has (torchax assumes a contiguous input)."""
+    """``aten.as_strided``: ``size``/``stride`` index the input's memory, laid out as its meta value ``layout`` is."""
     order, base = storage_order(layout)
     memory = jnp.transpose(x, order).reshape(-1)
     return memory[strided_positions(memory.shape[0], base, size, stride, storage_offset)]

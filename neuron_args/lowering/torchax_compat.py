@@ -1,7 +1,5 @@
-"""Import torchax 0.0.13 on torch 2.13 without breaking the rest of the process.
-
-Imported as-is, torchax fails or leaves torch state that breaks every other ``torch.compile``;
-:func:`import_torchax` works around each problem (torch 2.13.0+cpu, torchax 0.0.13, jax 0.10.2):
+"""Import torchax 0.0.13 on torch 2.13.0+cpu and jax 0.10.2 without breaking the rest of the process: imported as-is,
+torchax fails or leaves torch state that breaks every other ``torch.compile``. :func:`import_torchax` works around:
 
 1. torchax names 22 named-tensor overloads torch 2.13 removed: a missing one resolves, during the
    import only, to a placeholder that raises if called (ATen graphs never contain them).
