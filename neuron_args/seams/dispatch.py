@@ -73,8 +73,11 @@ def plan(md: Any, n_args: int) -> Plan:
         mutated.append((i, j, bool(info.is_leaf)))
     if any(info.mutates_data and i not in md.mutated_inp_runtime_indices for i, info in enumerate(md.input_info)):
         raise NotPlain("a mutation is kept inside the graph")
-    return Plan(n_args=n_args, n_outputs=len(md.output_info), mutated=tuple(mutated),
-                kinds=tuple(o.output_type.name for o in md.output_info))
+    kinds = tuple(o.output_type.name for o in md.output_info)
+    for k, kind in enumerate(kinds):
+        if kind not in OWNED:  # aot_autograd regenerates aliases of inputs/intermediates itself
+            raise NotPlain(f"graph output {k} aliases ({kind}) rather than owns its data")
+    return Plan(n_args=n_args, n_outputs=len(md.output_info), mutated=tuple(mutated), kinds=kinds)
 
 
 def _copy_back(mutated: tuple[tuple[int, int, bool], ...]) -> Callable[[Sequence[Any], Sequence[Any]], None]:
@@ -146,13 +149,8 @@ def direct_plan(graphs: Sequence[Any], gm: torch.fx.GraphModule, example_inputs:
            else inputs_need_aot(example_inputs, gm))
     if why is None:
         try:
-            p = plan(graphs[0].fw_metadata, len(example_inputs))
+            return plan(graphs[0].fw_metadata, len(example_inputs))
         except NotPlain as exc:
             why = str(exc)
-        else:
-            aliased = sorted({k for k in p.kinds if k not in OWNED})
-            if not aliased:
-                return p
-            why = f"an output is an alias ({', '.join(aliased)}) aot_autograd regenerates"
     log.debug("graph keeps aot_autograd's runtime wrapper: %s", why)
     return None
