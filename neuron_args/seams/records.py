@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from neuron_args.activity import ACTIVITY, note_outcome
+from neuron_args.activity import ACTIVITY, note
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes, human_size, render_table
 
@@ -14,7 +14,7 @@ RECORDS: dict[str, GraphOutcome] = ACTIVITY.records
 def record(rec: GraphOutcome) -> GraphOutcome:
     """Merge ``rec`` into the process's records (one per key; the latest compile time, size and error win); the open
     :func:`~neuron_args.activity.tally` blocks list it as given."""
-    note_outcome(rec)
+    note("outcomes", rec)
     old = RECORDS.get(rec.key)
     if old is not None:
         latest = {name: getattr(rec, name) for name in ("compile_seconds", "executable_size", "error")}
