@@ -292,16 +292,12 @@ class NeuronRunner:
         todo = [g for g in chosen if g not in self.warmed]
         reused = [g for g in chosen if g in self.warmed]
         t0 = time.monotonic()
-        compile_report = None
-        deferred = CacheStats()
-        traced: list[Any] = []
+        warm = self._warmup_in_process if flow == "in-process" else functools.partial(
+            self._warmup_parallel, trace_timeout=trace_timeout)
         # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
         # asserts after it, and a conftest or CI job that exports it must not fail the warmup
         with tally(assert_hit=False) as here:
-            if todo and flow == "in-process":
-                self._warmup_in_process(todo, progress)
-            elif todo:
-                compile_report, deferred, traced = self._warmup_parallel(todo, progress, trace_timeout)
+            compile_report, deferred, traced = warm(todo, progress) if todo else (None, CacheStats(), [])
         counts = CacheStats(**here.counts.snapshot())
         counts.add(deferred.snapshot())
         for g in reused:
@@ -310,7 +306,9 @@ class NeuronRunner:
         return WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
                             graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
 
-    def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None) -> None:
+    def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None
+                           ) -> tuple[None, CacheStats, list[Any]]:
+        """Run each bucket here; what it built counts in the warmup's tally (no compile report, nothing deferred)."""
         prestart_compile_worker(self.settings, unless_warm=True)  # it starts while the first graph is traced
         total = sum(len(self.spec(g).buckets) for g in graph_types)
         done = 0
@@ -339,6 +337,7 @@ class NeuronRunner:
             self.warmed[g] = warmed
         if self.backend == COMPILE_SEAM:  # the capture seam's keys: a parallel warmup of this cache starts no child
             TraceRecord(self.cache_dir).note(resolved)
+        return None, CacheStats(), []
 
     def _job(self, graph_type: str, kwargs: dict[str, Any]) -> Any:
         """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
@@ -359,7 +358,7 @@ class NeuronRunner:
             out.append(replace(rec, graph_type=graph_type, bucket=bucket, how=how, counts=counts, origin=self.origin))
         return out
 
-    def _warmup_parallel(self, graph_types: list[str], progress: Callable[[Any], None] | None,
+    def _warmup_parallel(self, graph_types: list[str], progress: Callable[[Any], None] | None, *,
                          trace_timeout: float | None) -> tuple[Any, CacheStats, list[Any]]:
         buckets = [(g, b, self._example(make, g, b)) for g in graph_types for b, make in self.spec(g).buckets.items()]
         jobs = [self._job(g, kwargs) for g, _, kwargs in buckets]
