@@ -397,18 +397,12 @@ class NeuronRunner:
                            ahead: _ServeAhead) -> tuple[list[Any], Any]:
         """Trace in children on a thread of its own while ``parallel_compile`` here builds each capture as its
         child reports it (then every other pending entry); a trace failure is raised after the compiles."""
-        keys: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        keys = ahead.queue = queue.SimpleQueue()
         cancel, box = threading.Event(), {}
-
-        def captured(i: int, result: Any) -> None:
-            ahead.captured(i, result)
-            for key in result.keys if result.status == "captured" else ():
-                if self.cache.entry(key).status == "pending":
-                    keys.put(key)
 
         def run_trace() -> None:
             try:
-                box["traced"] = trace(on_result=captured, cancel=cancel)
+                box["traced"] = trace(on_result=ahead.captured, cancel=cancel)
             except BaseException as exc:  # noqa: BLE001 - raised on the warmup's thread below
                 box["error"] = exc
             finally:
@@ -611,12 +605,16 @@ class _ServeAhead:
         self.done: set[str] = set()
         self.graph_breaks: list[GraphBreakError] = []  # under fullgraph: the warmup fails, as in-process
         self.lock = threading.Lock()  # ``captured`` comes from the trace's thread when streaming
+        self.queue: queue.SimpleQueue[str | None] | None = None  # streaming: pending keys for ``parallel_compile``
 
     def captured(self, i: int, result: Any) -> None:
-        """``parallel_trace``'s result for job ``i``: a captured job waits for its keys (before they are queued)."""
+        """Job ``i``'s ``parallel_trace`` result: a captured job waits for its keys (streaming: pending ones queued)."""
         if result.status == "captured" and result.keys:
             with self.lock:
                 self.waiting[i] = set(result.keys)
+            for key in result.keys if self.queue is not None else ():
+                if self.runner.cache.entry(key).status == "pending":
+                    self.queue.put(key)
 
     def built(self, event: Any) -> None:
         """``parallel_compile``'s progress callback: pass the event on, then trace the jobs it completed."""
