@@ -65,16 +65,13 @@ class Observed:
     outs: Any
 
 
-def _module_hooks(module: torch.nn.Module, other: torch.nn.Module | None = None) -> bool:
+def _module_hooks(module: torch.nn.Module, other: torch.nn.Module) -> bool:
     """True when calling ``module`` (or ``other``) runs hooks around its forward (the fast path would skip them)."""
     m = _nn_module
-    if m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks \
-            or m._global_backward_pre_hooks:
-        return True
-    if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks:
-        return True
-    return other is not None and bool(other._forward_hooks or other._forward_pre_hooks or other._backward_hooks
-                                      or other._backward_pre_hooks)
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
+                or m._global_backward_pre_hooks or module._forward_hooks or module._forward_pre_hooks
+                or module._backward_hooks or module._backward_pre_hooks or other._forward_hooks
+                or other._forward_pre_hooks or other._backward_hooks or other._backward_pre_hooks)
 
 
 def _cache_entries(code: types.CodeType) -> list[Any]:
