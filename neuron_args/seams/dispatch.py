@@ -41,8 +41,14 @@ class Plan:
 
     @functools.cached_property
     def copy_back(self) -> Callable[[Sequence[Any], Sequence[Any]], None]:
-        """copy_back(args, outs), as aot's epilogue."""
-        return _copy_back(self.mutated)
+        """``copy_back(args, outs)``, aot's epilogue as straight-line ``copy_`` of each new value into its input (a
+        leaf that requires grad through ``detach``)."""
+        lines = ["def copy_back(args, outs):"]
+        for i, j, leaf in self.mutated:
+            lines += ([f"    t = args[{i}]", f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])"] if leaf
+                      else [f"    args[{i}].copy_(outs[{j}])"])
+        lines.append("    return None")
+        return _compiled("\n".join(lines) + "\n", "copy_back", {})
 
 
 def plan(md: Any, n_args: int) -> Plan:
@@ -78,16 +84,6 @@ def plan(md: Any, n_args: int) -> Plan:
         if kind not in OWNED:  # aot_autograd regenerates aliases of inputs/intermediates itself
             raise NotPlain(f"graph output {k} aliases ({kind}) rather than owns its data")
     return Plan(n_args=n_args, n_outputs=len(md.output_info), mutated=tuple(mutated), kinds=kinds)
-
-
-def _copy_back(mutated: tuple[tuple[int, int, bool], ...]) -> Callable[[Sequence[Any], Sequence[Any]], None]:
-    """Straight-line ``copy_`` of each new value into its input (a leaf that requires grad through ``detach``)."""
-    lines = ["def copy_back(args, outs):"]
-    for i, j, leaf in mutated:
-        lines += ([f"    t = args[{i}]", f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])"] if leaf
-                  else [f"    args[{i}].copy_(outs[{j}])"])
-    lines.append("    return None")
-    return _compiled("\n".join(lines) + "\n", "copy_back", {})
 
 
 def _compiled(source: str, name: str, namespace: dict[str, Any]) -> Callable[..., Any]:
