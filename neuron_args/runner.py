@@ -684,9 +684,7 @@ def prestart_compile_worker(settings: CompileSettings, *, unless_warm: bool = Fa
     from neuron_args.compilers import select_compiler, workers
     from neuron_args.compilers.local import LocalCompiler
 
-    if not workers.enabled():
-        return
-    if unless_warm and TraceRecord(cache_root(settings.cache_dir)).all_complete():
+    if not workers.enabled() or unless_warm and TraceRecord(cache_root(settings.cache_dir)).all_complete():
         return
     with contextlib.suppress(NeuronArgsError):
         if isinstance(select_compiler(settings.compiler), LocalCompiler):
