@@ -76,16 +76,11 @@ def commit(counts: CacheStats) -> None:
     _add(counts.snapshot(), _OPEN.get())
 
 
-def note_compile_report(report: Any) -> None:
-    """A ``parallel_compile`` run started in this context: every open block lists it (it fills as graphs finish)."""
+def note(kind: str, item: Any) -> None:
+    """Every open block lists ``item`` under ``kind``: ``compile_reports`` (a ``parallel_compile`` run started here,
+    filling as graphs finish) or ``outcomes`` (a graph outcome recorded here)."""
     for block in _OPEN.get():
-        block.compile_reports.append(report)
-
-
-def note_outcome(outcome: Any) -> None:
-    """A graph outcome recorded in this context: every open block lists it."""
-    for block in _OPEN.get():
-        block.outcomes.append(outcome)
+        getattr(block, kind).append(item)
 
 
 def block_assert_hit() -> bool | None:
@@ -178,4 +173,4 @@ def cleared_on_reset(fn: F) -> F:
 ACTIVITY = Activity()
 
 __all__ = ["ACTIVITY", "Activity", "CacheStats", "LedgerActivity", "Tally", "block_assert_hit", "cleared_on_reset",
-           "commit", "count", "note_compile_report", "note_outcome", "tally"]
+           "commit", "count", "note", "tally"]

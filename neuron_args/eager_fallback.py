@@ -76,11 +76,9 @@ def mode() -> str:
     from neuron_args.cache import assert_cache_hit_enabled
 
     given = envs.text(MODE_ENV).lower()
-    if given and given not in MODES:
+    if given not in ("", *MODES):
         raise OptionsError(f"{MODE_ENV}={given!r} is not one of {', '.join(MODES)}: give error or warn, or unset it")
-    if given:
-        return given
-    return "error" if _error_by_default[0] or _in_runner_call.get() or assert_cache_hit_enabled() else "warn"
+    return given or ("error" if _error_by_default[0] or _in_runner_call.get() or assert_cache_hit_enabled() else "warn")
 
 
 def message(frame: str, limit_type: str, limit: int, seam: str, graph_type: str | None) -> str:

@@ -65,16 +65,13 @@ class Observed:
     outs: Any
 
 
-def _module_hooks(module: torch.nn.Module, other: torch.nn.Module | None = None) -> bool:
+def _module_hooks(module: torch.nn.Module, other: torch.nn.Module) -> bool:
     """True when calling ``module`` (or ``other``) runs hooks around its forward (the fast path would skip them)."""
     m = _nn_module
-    if m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks \
-            or m._global_backward_pre_hooks:
-        return True
-    if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks:
-        return True
-    return other is not None and bool(other._forward_hooks or other._forward_pre_hooks or other._backward_hooks
-                                      or other._backward_pre_hooks)
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
+                or m._global_backward_pre_hooks or module._forward_hooks or module._forward_pre_hooks
+                or module._backward_hooks or module._backward_pre_hooks or other._forward_hooks
+                or other._forward_pre_hooks or other._backward_hooks or other._backward_pre_hooks)
 
 
 def _cache_entries(code: types.CodeType) -> list[Any]:
@@ -162,27 +159,25 @@ class FastPath:
         seen: list[Observed] = []
         with without_overhead_records():
             result = _observed_call(lambda: wrapper(**kwargs), seen) if learn else wrapper(**kwargs)
-        mutated: frozenset[str] | None = None  # unknown: every tensor made outside inference mode counts as written
-        if not learn:
-            _mutated(outside, mutated)
-            return result
-        try:
-            fast = _learn(graph_type, wrapper, entry, kwargs, seen)
-        except Exception as exc:  # learning never breaks a served call
-            why = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"
-            self.refused[(graph_type, signature)] = why
-            if isinstance(exc, Refused) and not isinstance(exc, UnknownDynamo):  # the model's own call
-                log.debug("graph type %r %s: no fast path: %s", graph_type, signature, why)
-            elif ACTIVITY.say_once(f"fastpath: {why}"):  # this code met a torch it does not know: said
-                log.warning("graph type %r %s: the serve fast path is off for this graph (its calls take Dynamo's "
-                            "guarded path: right, slower): %s", graph_type, signature, why,
-                            exc_info=not isinstance(exc, Refused))
-        else:
-            # one fast graph per Dynamo cache entry (a shape, or the same shape with other guarded values)
-            kept = [g for g in self.graphs.get(graph_type, ()) if g.valid() and g.guard_manager is not fast.guard_manager]
-            self.graphs[graph_type] = [fast, *kept][:_MAX_PER_GRAPH_TYPE]
-            mutated = fast.mutated_kwargs
-        _mutated(outside, mutated)
+        fast = None
+        if learn:
+            try:
+                fast = _learn(graph_type, wrapper, entry, kwargs, seen)
+            except Exception as exc:  # learning never breaks a served call
+                why = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"
+                self.refused[(graph_type, signature)] = why
+                if isinstance(exc, Refused) and not isinstance(exc, UnknownDynamo):  # the model's own call
+                    log.debug("graph type %r %s: no fast path: %s", graph_type, signature, why)
+                elif ACTIVITY.say_once(f"fastpath: {why}"):  # this code met a torch it does not know: said
+                    log.warning("graph type %r %s: the serve fast path is off for this graph (its calls take "
+                                "Dynamo's guarded path: right, slower): %s", graph_type, signature, why,
+                                exc_info=not isinstance(exc, Refused))
+            else:  # one fast graph per Dynamo cache entry (a shape, or the same shape with other guarded values)
+                kept = [g for g in self.graphs.get(graph_type, ())
+                        if g.valid() and g.guard_manager is not fast.guard_manager]
+                self.graphs[graph_type] = [fast, *kept][:_MAX_PER_GRAPH_TYPE]
+        # no fast graph: what the graph wrote is unknown, so every tensor made outside inference mode counts
+        _mutated(outside, None if fast is None else fast.mutated_kwargs)
         return result
 
 
@@ -278,11 +273,8 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
         raise Refused("the entry module has hooks")
     try:
         plan = dispatch.plan(obs.graph.fw_metadata, len(obs.args))
-    except dispatch.NotPlain as why:
+    except dispatch.NotPlain as why:  # an output aliasing an input or intermediate too
         raise Refused(str(why)) from None
-    for k, kind in enumerate(plan.kinds):
-        if kind not in dispatch.OWNED:  # aot_autograd regenerates aliases of inputs/intermediates itself
-            raise Refused(f"graph output {k} aliases ({kind}) rather than owns its data")
 
     # the Dynamo cache entry this call ran, its guards, and its code
     forward, frame_self = _compiled_frame(entry)

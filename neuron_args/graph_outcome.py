@@ -50,14 +50,6 @@ class GraphOutcome:
     used_base_args: bool = False  # a parallel compile's: the entry recorded no arguments (an older cache)
 
     @property
-    def compiled(self) -> bool:
-        return self.compiles > 0
-
-    @property
-    def captured(self) -> bool:
-        return self.captures > 0
-
-    @property
     def status(self) -> str:
         """``how`` when a step set it, else how the graph got into the session: compiled, loaded, failed, missed,
         captured, else ``-``."""
@@ -108,7 +100,7 @@ class GraphOutcome:
         subclass (a :class:`~neuron_args.target.Target`) leaves as a plain str, which xdist's execnet can send."""
         data = dataclasses.asdict(self)
         data.update({name: str(data[name]) for name in _TEXT if data[name] is not None})
-        return {**data, "compiled": self.compiled, "captured": self.captured}
+        return {**data, "compiled": self.compiles > 0, "captured": self.captures > 0}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GraphOutcome:

@@ -292,16 +292,12 @@ class NeuronRunner:
         todo = [g for g in chosen if g not in self.warmed]
         reused = [g for g in chosen if g in self.warmed]
         t0 = time.monotonic()
-        compile_report = None
-        deferred = CacheStats()
-        traced: list[Any] = []
+        warm = self._warmup_in_process if flow == "in-process" else functools.partial(
+            self._warmup_parallel, trace_timeout=trace_timeout)
         # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
         # asserts after it, and a conftest or CI job that exports it must not fail the warmup
         with tally(assert_hit=False) as here:
-            if todo and flow == "in-process":
-                self._warmup_in_process(todo, progress)
-            elif todo:
-                compile_report, deferred, traced = self._warmup_parallel(todo, progress, trace_timeout)
+            compile_report, deferred, traced = warm(todo, progress) if todo else (None, CacheStats(), [])
         counts = CacheStats(**here.counts.snapshot())
         counts.add(deferred.snapshot())
         for g in reused:
@@ -310,7 +306,9 @@ class NeuronRunner:
         return WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
                             graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
 
-    def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None) -> None:
+    def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None
+                           ) -> tuple[None, CacheStats, list[Any]]:
+        """Run each bucket here; what it built counts in the warmup's tally (no compile report, nothing deferred)."""
         prestart_compile_worker(self.settings, unless_warm=True)  # it starts while the first graph is traced
         total = sum(len(self.spec(g).buckets) for g in graph_types)
         done = 0
@@ -339,6 +337,7 @@ class NeuronRunner:
             self.warmed[g] = warmed
         if self.backend == COMPILE_SEAM:  # the capture seam's keys: a parallel warmup of this cache starts no child
             TraceRecord(self.cache_dir).note(resolved)
+        return None, CacheStats(), []
 
     def _job(self, graph_type: str, kwargs: dict[str, Any]) -> Any:
         """One bucket's trace job, traced in inference mode: the mode :meth:`run` serves in (its keys are serve's)."""
@@ -359,7 +358,7 @@ class NeuronRunner:
             out.append(replace(rec, graph_type=graph_type, bucket=bucket, how=how, counts=counts, origin=self.origin))
         return out
 
-    def _warmup_parallel(self, graph_types: list[str], progress: Callable[[Any], None] | None,
+    def _warmup_parallel(self, graph_types: list[str], progress: Callable[[Any], None] | None, *,
                          trace_timeout: float | None) -> tuple[Any, CacheStats, list[Any]]:
         buckets = [(g, b, self._example(make, g, b)) for g in graph_types for b, make in self.spec(g).buckets.items()]
         jobs = [self._job(g, kwargs) for g, _, kwargs in buckets]
@@ -398,18 +397,12 @@ class NeuronRunner:
                            ahead: _ServeAhead) -> tuple[list[Any], Any]:
         """Trace in children on a thread of its own while ``parallel_compile`` here builds each capture as its
         child reports it (then every other pending entry); a trace failure is raised after the compiles."""
-        keys: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        keys = ahead.queue = queue.SimpleQueue()
         cancel, box = threading.Event(), {}
-
-        def captured(i: int, result: Any) -> None:
-            ahead.captured(i, result)
-            for key in result.keys if result.status == "captured" else ():
-                if self.cache.entry(key).status == "pending":
-                    keys.put(key)
 
         def run_trace() -> None:
             try:
-                box["traced"] = trace(on_result=captured, cancel=cancel)
+                box["traced"] = trace(on_result=ahead.captured, cancel=cancel)
             except BaseException as exc:  # noqa: BLE001 - raised on the warmup's thread below
                 box["error"] = exc
             finally:
@@ -612,12 +605,16 @@ class _ServeAhead:
         self.done: set[str] = set()
         self.graph_breaks: list[GraphBreakError] = []  # under fullgraph: the warmup fails, as in-process
         self.lock = threading.Lock()  # ``captured`` comes from the trace's thread when streaming
+        self.queue: queue.SimpleQueue[str | None] | None = None  # streaming: pending keys for ``parallel_compile``
 
     def captured(self, i: int, result: Any) -> None:
-        """``parallel_trace``'s result for job ``i``: a captured job waits for its keys (before they are queued)."""
+        """Job ``i``'s ``parallel_trace`` result: a captured job waits for its keys (streaming: pending ones queued)."""
         if result.status == "captured" and result.keys:
             with self.lock:
                 self.waiting[i] = set(result.keys)
+            for key in result.keys if self.queue is not None else ():
+                if self.runner.cache.entry(key).status == "pending":
+                    self.queue.put(key)
 
     def built(self, event: Any) -> None:
         """``parallel_compile``'s progress callback: pass the event on, then trace the jobs it completed."""
@@ -687,9 +684,7 @@ def prestart_compile_worker(settings: CompileSettings, *, unless_warm: bool = Fa
     from neuron_args.compilers import select_compiler, workers
     from neuron_args.compilers.local import LocalCompiler
 
-    if not workers.enabled():
-        return
-    if unless_warm and TraceRecord(cache_root(settings.cache_dir)).all_complete():
+    if not workers.enabled() or unless_warm and TraceRecord(cache_root(settings.cache_dir)).all_complete():
         return
     with contextlib.suppress(NeuronArgsError):
         if isinstance(select_compiler(settings.compiler), LocalCompiler):

@@ -155,7 +155,7 @@ class LoadedExecutable:
         # the inputs passed again call after call, checked in bulk (replaced as one object: threads share it)
         self._stable: _Stable | None = None
         self._previous: tuple[torch.Tensor, ...] = ()
-        self._handlers: tuple[Any, ...] | None = None  # set by the first call (see _disassembled)
+        self._handlers: tuple[Any, ...] | None = None  # set by the first call
 
     @classmethod
     def from_bytes(
@@ -169,17 +169,15 @@ class LoadedExecutable:
         """Run on CPU tensors shaped like ``input_specs``; fresh writable tensors out."""
         result = self._execute(self.input_buffers(args))
         handlers = self._handlers
-        outs = self._disassembled(result) if handlers is None else result.consume_with_handlers(handlers)
+        if handlers is None:  # the first call: its outputs, disassembled, give the result handlers of the next
+            outs = [o[0] for o in result.disassemble_into_single_device_arrays()]
+            self._handlers = _result_handlers(outs)
+        else:
+            outs = result.consume_with_handlers(handlers)
         if self._wait:
             for o in outs:
                 o.block_until_ready()
         return [f(o) for f, o in zip(self._convert_out, outs)]
-
-    def _disassembled(self, result: Any) -> list[Any]:
-        """The outputs of a call without result handlers yet (the first), from which they are built."""
-        outs = [o[0] for o in result.disassemble_into_single_device_arrays()]
-        self._handlers = _result_handlers(outs)
-        return outs
 
     def input_buffers(self, args: Sequence[torch.Tensor]) -> list[Any]:
         """The device buffers of a call's inputs: the stable ones' after one bulk check, the others converted."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from neuron_args.activity import note_compile_report
+from neuron_args.activity import note
 from neuron_args.cache import HLO_NAME, METADATA_NAME, CacheEntry, CompileCache, disk_error
 from neuron_args.compilers import compiler_choice
 from neuron_args.compilers.base import check_keyed_compiler, check_keyed_version, compile_entry
@@ -208,7 +208,7 @@ def parallel_compile(
                     "not compiled; capture it again (re-run the warmup or parallel_trace), or remove %s",
                     entry.key, METADATA_NAME, entry.path)
     report = CompileReport()
-    note_compile_report(report)  # a warmup that raises (Ctrl-C, a trace failure) still lists what this built
+    note("compile_reports", report)  # a warmup that raises (Ctrl-C, a trace failure) still lists what this built
     t0 = time.monotonic()
     if keys is None and not pending:
         return report

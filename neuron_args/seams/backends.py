@@ -87,17 +87,13 @@ class CompiledGraph:
         self.cache.check_root()
         self.compiler = select_compiler(settings.compiler)
         self.compile_timeout = resolve_compile_timeout(settings.compile_timeout, self.compiler.info.name)
-        if memo is None:
-            self.graph_sha256 = graph_digest(lowered.hlo_text)
-            self.input_specs = lowered.input_specs
-            self.output_specs = lowered.output_specs
-            # aot_autograd's view/mutation metadata of this graph (which outputs are mutated inputs)
-            self.fw_metadata = getattr(torch._guards.TracingContext.try_get(), "fw_metadata", None)
-        else:  # the memo's prediction; its plan stands for aot's metadata (dispatch.plan reads either)
-            self.graph_sha256 = memo.graph_sha256
-            self.input_specs = memo.input_specs
-            self.output_specs = memo.output_specs
-            self.fw_metadata = memo.plan
+        # the memo's prediction stands for the lowering; its plan for aot_autograd's view/mutation metadata of the
+        # graph (which outputs are mutated inputs: dispatch.plan reads either)
+        self.graph_sha256 = memo.graph_sha256 if memo is not None else graph_digest(lowered.hlo_text)
+        self.input_specs = (memo or lowered).input_specs
+        self.output_specs = (memo or lowered).output_specs
+        self.fw_metadata = memo.plan if memo is not None else getattr(
+            torch._guards.TracingContext.try_get(), "fw_metadata", None)
         specs = self.input_specs if lowered is None else lowered.graph_input_specs  # not a random key input
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
         self.input_shapes = [s.shape_string() for s, user in zip(specs, mask) if user]

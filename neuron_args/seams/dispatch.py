@@ -41,8 +41,14 @@ class Plan:
 
     @functools.cached_property
     def copy_back(self) -> Callable[[Sequence[Any], Sequence[Any]], None]:
-        """copy_back(args, outs), as aot's epilogue."""
-        return _copy_back(self.mutated)
+        """``copy_back(args, outs)``, aot's epilogue as straight-line ``copy_`` of each new value into its input (a
+        leaf that requires grad through ``detach``)."""
+        lines = ["def copy_back(args, outs):"]
+        for i, j, leaf in self.mutated:
+            lines += ([f"    t = args[{i}]", f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])"] if leaf
+                      else [f"    args[{i}].copy_(outs[{j}])"])
+        lines.append("    return None")
+        return _compiled("\n".join(lines) + "\n", "copy_back", {})
 
 
 def plan(md: Any, n_args: int) -> Plan:
@@ -73,18 +79,11 @@ def plan(md: Any, n_args: int) -> Plan:
         mutated.append((i, j, bool(info.is_leaf)))
     if any(info.mutates_data and i not in md.mutated_inp_runtime_indices for i, info in enumerate(md.input_info)):
         raise NotPlain("a mutation is kept inside the graph")
-    return Plan(n_args=n_args, n_outputs=len(md.output_info), mutated=tuple(mutated),
-                kinds=tuple(o.output_type.name for o in md.output_info))
-
-
-def _copy_back(mutated: tuple[tuple[int, int, bool], ...]) -> Callable[[Sequence[Any], Sequence[Any]], None]:
-    """Straight-line ``copy_`` of each new value into its input (a leaf that requires grad through ``detach``)."""
-    lines = ["def copy_back(args, outs):"]
-    for i, j, leaf in mutated:
-        lines += ([f"    t = args[{i}]", f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])"] if leaf
-                  else [f"    args[{i}].copy_(outs[{j}])"])
-    lines.append("    return None")
-    return _compiled("\n".join(lines) + "\n", "copy_back", {})
+    kinds = tuple(o.output_type.name for o in md.output_info)
+    for k, kind in enumerate(kinds):
+        if kind not in OWNED:  # aot_autograd regenerates aliases of inputs/intermediates itself
+            raise NotPlain(f"graph output {k} aliases ({kind}) rather than owns its data")
+    return Plan(n_args=n_args, n_outputs=len(md.output_info), mutated=tuple(mutated), kinds=kinds)
 
 
 def _compiled(source: str, name: str, namespace: dict[str, Any]) -> Callable[..., Any]:
@@ -146,13 +145,8 @@ def direct_plan(graphs: Sequence[Any], gm: torch.fx.GraphModule, example_inputs:
            else inputs_need_aot(example_inputs, gm))
     if why is None:
         try:
-            p = plan(graphs[0].fw_metadata, len(example_inputs))
+            return plan(graphs[0].fw_metadata, len(example_inputs))
         except NotPlain as exc:
             why = str(exc)
-        else:
-            aliased = sorted({k for k in p.kinds if k not in OWNED})
-            if not aliased:
-                return p
-            why = f"an output is an alias ({', '.join(aliased)}) aot_autograd regenerates"
     log.debug("graph keeps aot_autograd's runtime wrapper: %s", why)
     return None

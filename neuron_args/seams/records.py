@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from neuron_args.activity import ACTIVITY, note_outcome
+from neuron_args.activity import ACTIVITY, note
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.text import format_shapes, human_size, render_table
 
@@ -14,7 +14,7 @@ RECORDS: dict[str, GraphOutcome] = ACTIVITY.records
 def record(rec: GraphOutcome) -> GraphOutcome:
     """Merge ``rec`` into the process's records (one per key; the latest compile time, size and error win); the open
     :func:`~neuron_args.activity.tally` blocks list it as given."""
-    note_outcome(rec)
+    note("outcomes", rec)
     old = RECORDS.get(rec.key)
     if old is not None:
         latest = {name: getattr(rec, name) for name in ("compile_seconds", "executable_size", "error")}
@@ -32,7 +32,7 @@ def table(rows: list[GraphOutcome]) -> str:
     head = ["graph type", "inputs", "-O", "key", "compile", "size", "serve hits/misses"]
     body = []
     for r in sorted(rows, key=lambda r: (r.graph_type or "", r.input_shapes or [])):
-        compile_s = f"{r.compile_seconds:.1f}s" if r.compile_seconds is not None else ("captured" if r.captured else "cached")
+        compile_s = f"{r.compile_seconds:.1f}s" if r.compile_seconds is not None else ("captured" if r.captures else "cached")
         calls = f"{r.serve_hits}/{r.serve_misses}"
         body.append([r.graph_type or "-", format_shapes(list(r.input_shapes or []), empty="", sep=" / "),
                      str(r.optimization_level or "-"), r.key[:12], compile_s, human_size(r.executable_size), calls])
