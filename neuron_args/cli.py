@@ -282,7 +282,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
-    found, statuses = [], []
+    found, statuses, text = [], [], [f"compile cache {root}: {len(entries)} entries checked"]
     remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded]
     for entry in entries:
         problem = entry.problem() if entry.is_complete else None  # the full check: the status's skips the sha256
@@ -298,12 +298,10 @@ def _cache_verify(args: argparse.Namespace) -> int:
                          "loaded meanwhile)") from None
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
+        done = ("; moved to " + str(moved) if moved else "; already replaced") if args.fix else ""
+        text.append(f"  corrupt {entry.key} (graph type {label!r}): {problem}{done}")
     counts = status_counts(statuses)
     ok = (not found or bool(args.fix)) and not remote_bad
-    text = [f"compile cache {root}: {len(entries)} entries checked"]
-    for item in found:
-        moved = ("; moved to " + item["moved_to"] if item["moved_to"] else "; already replaced") if args.fix else ""
-        text.append(f"  corrupt {item['key']} (graph type {item['graph_type']!r}): {item['problem']}{moved}")
     text.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
     text += [f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
              "replaces it" for item in remote_bad]
