@@ -149,11 +149,8 @@ def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, loc
                      marker.compiler_args, marker.created or modified, True, local)
 
 
-def list_remote(cache: CompileCache) -> list[RemoteRow] | None:
-    """Every remote entry (from its marker) and every local-only one, by graph type then key (None: a local cache)."""
-    store = remote_cache.store_for(cache.root)
-    if store is None:
-        return None
+def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[RemoteRow]:
+    """Every remote entry (from its marker) and every local-only one, by graph type then key."""
     local = {info.key: info for info in cache_entries(cache)}
     with store.reachable():
         markers = store.markers()
@@ -355,11 +352,11 @@ def _cache_ls(args: argparse.Namespace) -> int:
     """The entries (of an ``s3://`` cache: from the remote's markers, nothing downloaded, and the local copy's)."""
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, None)
-    listed = list_remote(CompileCache(root))
-    url = None if listed is None else remote_cache.remote_url(root)
-    rows = [r for r in (cache_entries(CompileCache(root)) if listed is None else listed)
+    cache, store = CompileCache(root), remote_cache.store_for(root)
+    rows = [r for r in (cache_entries(cache) if store is None else list_remote(cache, store))
             if wanted is None or r.status in wanted]
-    counted = rows if listed is None else [r for r in rows if r.remote]  # of an s3:// cache: its remote entries
+    counted = rows if store is None else [r for r in rows if r.remote]  # of an s3:// cache: its remote entries
+    url = None if store is None else store.loc.url
     if url is None:
         head, table = f"compile cache {root}", cache_table
     else:

@@ -470,9 +470,8 @@ class RepeatedOption:
 def repeated_options(args: str | Sequence[str] | None) -> list[RepeatedOption]:
     """The options ``args`` gives more than once with different values, in order of first use (lenient;
     equal values in other spellings, switches and order-sensitive opaque options are no conflict)."""
-    tokens = split_compiler_args(args)
     seen: dict[str, list[tuple[str, str]]] = {}
-    for item in _scan(tokens):
+    for item in _scan(split_compiler_args(args)):
         if item.name is None or item.value is None or item.problem is not None or _is_opaque(item.name):
             continue
         spec = _BY_SPELLING.get(item.name)
