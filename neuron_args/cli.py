@@ -205,7 +205,7 @@ def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | Non
 
 @dataclass
 class SyncReport:
-    """What :func:`sync` did: entries listed, copied now, and those that did not check out."""
+    """What :func:`_open_cache` did to an ``s3://`` cache: entries listed, copied now, those that did not check out."""
 
     url: str
     listed: int = 0
@@ -220,11 +220,22 @@ class SyncReport:
                 + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
 
 
-def sync(cache: CompileCache) -> SyncReport | None:
-    """Download (and check) every complete remote entry the local copy lacks; None for a plain local cache."""
-    store = remote_cache.store_for(cache.root)
+def _require_cache(path: str | None) -> Path:
+    """The cache folder; of an ``s3://`` cache, its local copy as it is (nothing downloaded)."""
+    root = cache_root(path)
+    if not root.is_dir():
+        hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
+        raise _Usage(f"no compile cache at {root}{hint}")
+    return root
+
+
+def _open_cache(path: str | None) -> tuple[Path, SyncReport | None]:
+    """The cache folder; of an ``s3://`` cache, its local copy brought up to date first: every complete remote entry
+    it lacks downloaded and checked (and what that did, said on stderr)."""
+    root = _require_cache(path)
+    cache, store = CompileCache(root), remote_cache.store_for(root)
     if store is None:
-        return None
+        return root, None
     report = SyncReport(store.loc.url)
     with store.reachable():
         keys = store.keys()
@@ -237,25 +248,8 @@ def sync(cache: CompileCache) -> SyncReport | None:
                 report.copied += 1
             elif store.down is None:
                 report.not_loaded.append(key)
-    return report
-
-
-def _require_cache(path: str | None) -> Path:
-    """The cache folder; of an ``s3://`` cache, its local copy as it is (nothing downloaded)."""
-    root = cache_root(path)
-    if not root.is_dir():
-        hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
-        raise _Usage(f"no compile cache at {root}{hint}")
-    return root
-
-
-def _open_cache(path: str | None) -> tuple[Path, SyncReport | None]:
-    """The cache folder; of an ``s3://`` cache, its local copy brought up to date first (and what that did)."""
-    root = _require_cache(path)
-    synced = sync(CompileCache(root))
-    if synced is not None:
-        print(f"{synced.line()}; local copy {root}", file=sys.stderr)
-    return root, synced
+    print(f"{report.line()}; local copy {root}", file=sys.stderr)
+    return root, report
 
 
 def _output(args: argparse.Namespace, doc: Callable[[], Mapping[str, object]], lines: Callable[[], Iterable[str]],
