@@ -9,22 +9,27 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_args.cache import CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CompileCache, EntryStatus, cache_root
-from neuron_args import remote_cache, remote_listing
+from neuron_args.cache import (CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CacheEntry, CompileCache, EntryStatus,
+                               cache_root)
+from neuron_args import remote_cache
 from neuron_args.cache_key import explain_components
+from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
 from neuron_args.manifest.diff import diff_manifests
 from neuron_args.manifest.ledger import ledger_engines
 from neuron_args.manifest.schema import validate_manifest
-from neuron_args.manifest.show import (cache_entries, cache_entry_dict, cache_table, is_baseline, manifest_graph_rows,
-                                      manifest_table, recorded_cache_dir, recorded_remote_cache, status_counts,
-                                      validate_baseline)
+from neuron_args.manifest.show import (SHORT_HASH, CacheEntryInfo, cache_entries, cache_entry_dict, cache_table,
+                                      is_baseline, manifest_graph_rows, manifest_table, opt_level, recorded_cache_dir,
+                                      recorded_remote_cache, status_counts, validate_baseline)
 from neuron_args.report import PlotUnavailable, Thresholds, compare, plot_trend, read_report
 from neuron_args.seams.memo_files import prune
+from neuron_args.text import human_size, render_table
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
 __all__ = ["EXIT_REMOTE", "main"]
@@ -112,6 +117,109 @@ def _statuses(text: str | None, default: Sequence[EntryStatus] | None) -> set[En
     return {known[n] for n in names}
 
 
+REMOTE_READERS = 8  # `cache ls` of an s3:// cache: markers read at once
+
+
+@dataclass(frozen=True)
+class RemoteRow(CacheEntryInfo):
+    """One ``cache ls`` row of an ``s3://`` cache: a local listing's row (its status text, its JSON form) plus where
+    the entry is; a remote entry's fields come from its marker."""
+
+    size: int | None  # None: a remote marker that does not parse
+    compiler_args: list[str] | None
+    created: str | None
+    remote: bool
+    local_status: str | None  # the local copy's status of the key, None when it has no folder for it
+
+    @property
+    def where(self) -> str:
+        if not self.remote:
+            return "local only"
+        return "remote+local" if self.local_status == EntryStatus.COMPLETE.value else "remote"
+
+
+def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> RemoteRow:
+    try:
+        marker = store.marker(key)
+    except ValueError:
+        return RemoteRow(key, None, "-", EntryStatus.CORRUPT, None, None, None, modified, True, local)
+    if marker is None:  # removed between the listing and the read
+        return RemoteRow(key, None, "-", EntryStatus.MISSING, None, None, None, modified, True, local)
+    return RemoteRow(key, marker.graph_type, opt_level(marker.compiler_args), EntryStatus.COMPLETE, None, marker.size,
+                     marker.compiler_args, marker.created or modified, True, local)
+
+
+def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[RemoteRow]:
+    """Every remote entry (from its marker) and every local-only one, by graph type then key."""
+    local = {info.key: info for info in cache_entries(cache)}
+    with store.reachable():
+        markers = store.markers()
+        with ThreadPoolExecutor(REMOTE_READERS) as pool:
+            rows = list(pool.map(lambda km: _remote_row(store, km[0], km[1], local[km[0]].status.value
+                                                        if km[0] in local else None), markers))
+    listed = {row.key for row in rows}
+    for info in local.values():
+        if info.key not in listed:
+            try:
+                md = cache.entry(info.key).info()
+            except CorruptEntryError:  # shown as corrupt, without its fields
+                md = EntryMetadata()
+            args = None if md.compiler_args is None else list(md.compiler_args)
+            rows.append(RemoteRow(**vars(info), compiler_args=args, created=md.created, remote=False,
+                                  local_status=info.status.value))
+    return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
+
+
+def remote_table(rows: list[RemoteRow]) -> str:
+    """The ``cache ls`` table of an ``s3://`` cache: the local columns, then CREATED and WHERE."""
+    table = render_table(
+        ["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE", "CREATED", "WHERE"],
+        [[r.graph_type or "-", r.key[:SHORT_HASH], r.opt_level, r.status_text,
+          "-" if r.size is None else human_size(r.size), r.created or "-", r.where] for r in rows])
+    remote = [r for r in rows if r.remote]
+    shown = ", ".join(f"{n} {status}" for status, n in status_counts([r.status for r in remote]).items()) or "none"
+    copied = sum(r.where == "remote+local" for r in remote)
+    return (f"{table}\n{len(remote)} remote entr{'y' if len(remote) == 1 else 'ies'} ({shown}), "
+            f"{human_size(sum(r.size or 0 for r in remote))}; {copied} also in the local copy; "
+            f"{len(rows) - len(remote)} only in the local copy")
+
+
+def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | None]:
+    """The one entry whose key starts with ``prefix`` (:meth:`CompileCache.find`) and, of an ``s3://`` cache, what made
+    it local (downloaded and checked when missing; None: a plain local cache); KeyError when none or several match or
+    the remote entry does not check out."""
+    store = remote_cache.store_for(cache.root)
+    if store is None:
+        return cache.find(prefix), None
+    with store.reachable():
+        entry = cache.find(prefix, remote=store)
+        if entry.is_complete:
+            return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
+        pulled = cache.pull(entry)
+    if not pulled:
+        raise KeyError(f"cache entry {entry.key}: the remote entry {store.loc.entry_url(entry.key)} did not check out "
+                       "on download (the log says why) and the local copy has no complete entry; nothing to explain")
+    return entry, (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
+                   "metadata, the executable's sha256, the signature when signing is on)")
+
+
+@dataclass
+class SyncReport:
+    """What :func:`_open_cache` did to an ``s3://`` cache: entries listed, copied now, those that did not check out."""
+
+    url: str
+    listed: int = 0
+    copied: int = 0
+    not_loaded: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        bad = self.not_loaded
+        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
+                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
+                "its marker, then the cache's own check)"
+                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
+
+
 def _require_cache(path: str | None) -> Path:
     """The cache folder; of an ``s3://`` cache, its local copy as it is (nothing downloaded)."""
     root = cache_root(path)
@@ -121,13 +229,27 @@ def _require_cache(path: str | None) -> Path:
     return root
 
 
-def _open_cache(path: str | None) -> tuple[Path, remote_listing.SyncReport | None]:
-    """The cache folder; of an ``s3://`` cache, its local copy brought up to date first (and what that did)."""
+def _open_cache(path: str | None) -> tuple[Path, SyncReport | None]:
+    """The cache folder; of an ``s3://`` cache, its local copy brought up to date first: every complete remote entry
+    it lacks downloaded and checked (and what that did, said on stderr)."""
     root = _require_cache(path)
-    synced = remote_listing.sync(CompileCache(root))
-    if synced is not None:
-        print(f"{synced.line()}; local copy {root}", file=sys.stderr)
-    return root, synced
+    cache, store = CompileCache(root), remote_cache.store_for(root)
+    if store is None:
+        return root, None
+    report = SyncReport(store.loc.url)
+    with store.reachable():
+        keys = store.keys()
+        report.listed = len(keys)
+        for key in keys:
+            entry = cache.entry(key)
+            if entry.is_complete:
+                continue
+            if cache.pull(entry):
+                report.copied += 1
+            elif store.down is None:
+                report.not_loaded.append(key)
+    print(f"{report.line()}; local copy {root}", file=sys.stderr)
+    return root, report
 
 
 def _output(args: argparse.Namespace, doc: Callable[[], Mapping[str, object]], lines: Callable[[], Iterable[str]],
@@ -224,16 +346,16 @@ def _cache_ls(args: argparse.Namespace) -> int:
     """The entries (of an ``s3://`` cache: from the remote's markers, nothing downloaded, and the local copy's)."""
     root = _require_cache(_cache_arg(args))
     wanted = _statuses(args.status, None)
-    listed = remote_listing.list_remote(CompileCache(root))
-    url = None if listed is None else remote_cache.remote_url(root)
-    rows = [r for r in (cache_entries(CompileCache(root)) if listed is None else listed)
+    cache, store = CompileCache(root), remote_cache.store_for(root)
+    rows = [r for r in (cache_entries(cache) if store is None else list_remote(cache, store))
             if wanted is None or r.status in wanted]
-    counted = rows if listed is None else [r for r in rows if r.remote]  # of an s3:// cache: its remote entries
+    counted = rows if store is None else [r for r in rows if r.remote]  # of an s3:// cache: its remote entries
+    url = None if store is None else store.loc.url
     if url is None:
         head, table = f"compile cache {root}", cache_table
     else:
         head = f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}"
-        table = remote_listing.remote_table
+        table = remote_table
     return _output(args, lambda: {"cache_dir": str(root), **({} if url is None else {"remote_cache": url}),
                                   "entries": [cache_entry_dict(r) for r in rows],
                                   "counts": status_counts([r.status for r in counted]),
@@ -282,7 +404,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
     root, synced = _open_cache(_cache_arg(args))
     cache = CompileCache(root)
     entries = cache.entries()
-    found, statuses = [], []
+    found, statuses, text = [], [], [f"compile cache {root}: {len(entries)} entries checked"]
     remote_bad = [] if synced is None else [{"key": k, "remote": f"{synced.url}/{k}/"} for k in synced.not_loaded]
     for entry in entries:
         problem = entry.problem() if entry.is_complete else None  # the full check: the status's skips the sha256
@@ -298,12 +420,10 @@ def _cache_verify(args: argparse.Namespace) -> int:
                          "loaded meanwhile)") from None
         found.append({"key": entry.key, "graph_type": label, "problem": problem,
                       "moved_to": str(moved) if moved else None})
+        done = ("; moved to " + str(moved) if moved else "; already replaced") if args.fix else ""
+        text.append(f"  corrupt {entry.key} (graph type {label!r}): {problem}{done}")
     counts = status_counts(statuses)
     ok = (not found or bool(args.fix)) and not remote_bad
-    text = [f"compile cache {root}: {len(entries)} entries checked"]
-    for item in found:
-        moved = ("; moved to " + item["moved_to"] if item["moved_to"] else "; already replaced") if args.fix else ""
-        text.append(f"  corrupt {item['key']} (graph type {item['graph_type']!r}): {item['problem']}{moved}")
     text.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items()) if counts else "  no entries")
     text += [f"  corrupt remote entry {item['remote']}: not loaded (the log says why); the next build of the key "
              "replaces it" for item in remote_bad]
@@ -331,7 +451,7 @@ def _cache_explain(args: argparse.Namespace) -> int:
     keys, metadata = [], []
     for prefix in (args.key_a, args.key_b):  # an s3:// cache: only the named entries are downloaded (and checked)
         try:
-            entry, fetched = remote_listing.fetch_named(cache, prefix)
+            entry, fetched = fetch_named(cache, prefix)
             md = entry.info()
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None

@@ -28,93 +28,89 @@ class EnvVar:
     documented: bool = True  # in README's table; False: set by another tool (torchrun, GitHub Actions, XDG)
 
 
-def _v(name: str, kind: str, default: Any, doc: str, **kw: Any) -> EnvVar:
-    return EnvVar(name, kind, default, doc, **kw)
-
-
 VARIABLES: tuple[EnvVar, ...] = (
-    _v("NEURON_LIBTORCH_ASSERT_CACHE_HIT", "bool", False,
-       "true value: a cache miss raises `CacheMissError` instead of compiling (the default; `NeuronRunner.serve()` "
-       "asserts for its block without setting it, `serve(assert_cache_hit=False)` leaves it to this variable; a "
-       "runner's warmup compiles regardless: the variable asserts after warmup, and the pytest summary says how "
-       "many graphs the warmups compiled under it; to fail on a cold cache, assert `with "
-       "neuron_compile_counter.expect(compiles=0): neuron_runner.warmup()`); a true value also makes Dynamo's "
-       "recompile limit an error (see `NEURON_ARGS_EAGER_FALLBACK`)"),
-    _v("NEURON_LIBTORCH_CACHE_DIR", "path", None,
-       "compile-cache root (else `options[\"cache_dir\"]`, else `$XDG_CACHE_HOME/neuron-args/compile-cache` when "
-       "that is an absolute path, else `~/.cache/neuron-args/compile-cache`; no home directory at all is an "
-       "`OptionsError` saying what to set)"),
-    _v("NEURON_ARGS_REMOTE_CACHE_COPY", "path", None,
-       "folder of the local read-through copies of `s3://` caches: `<folder>/<bucket>/<prefix>` (default "
-       "`~/.cache/neuron-args/remote`, under `$XDG_CACHE_HOME` when set); see Sharing a cache across hosts"),
-    _v("NEURON_ARGS_REMOTE_CACHE_TIMEOUT", "seconds", 20.0,
-       "connect and read timeout of the S3 client of an `s3://` cache (retries: the AWS standard mode, "
-       "`AWS_MAX_ATTEMPTS`); an endpoint that does not answer in time makes the process go on local-only, warned"),
-    _v("NEURON_ARGS_CACHE_SIGNING_KEY", "text", None,
-       "HMAC key for a signed cache: entries written are signed (HMAC-SHA256) and entries not signed with it are "
-       "never loaded; see Sharing a cache safely (a secret: never logged)", secret=True),
-    _v("VLLM_NEURON_MANIFEST_DIR", "path", None,
-       "enables the ledger and manifests under this directory; unset or empty: nothing is written"),
-    _v("NEURON_VISIBLE_DEVICES", "text", None,
-       "the engine's core window: `dev{first}_{last}` names its manifest (`nodev` when unset)"),
-    _v("NEURON_RT_VISIBLE_CORES", "text", None,
-       "the Neuron runtime's cores; set from this rank's share of `NEURON_VISIBLE_DEVICES` (an explicit value "
-       "naming other cores is an error)"),
-    _v("NEURON_CC_FLAGS", "text", None,
-       "base compiler args when the compile options give none (split shell-style); an option given twice with "
-       "different values (`-O1 -O3`) compiles with the last, as neuronx-cc does, and is one `CompilerArgsWarning` "
-       "naming both values"),
-    _v("NEURON_ARGS_COMPILER", "text", "auto",
-       "`local`, `neuronx-cc` or `auto` (default: neuronx-cc when on PATH, else local); in a pytest session "
-       "without `--neuron-compiler` or its ini key, another value, or `neuronx-cc` not on PATH, is a usage error "
-       "at start-up"),
-    _v("NEURON_ARGS_TARGET", "text", "trn2",
-       "compile target when none is given by `--neuron-target` or its ini key, `NeuronRunner(target=)`, "
-       "`options[\"target\"]` or `--target` in the compiler args (an unknown target is a `CompilerArgsError` naming "
-       "the variable and the known targets)"),
-    _v("NEURON_ARGS_ALLOW_EAGER_OUTPUTS", "bool", False,
-       "true value: NEFFs with no torch-neuronx runtime binding take eager outputs instead of failing"),
-    _v("NEURON_ARGS_EAGER_FALLBACK", "text", None,
-       "`error` or `warn`: what a frame compiled by a neuron backend does when Dynamo's recompile limit stops "
-       "compiling it (it would run in eager PyTorch); default `error` under the pytest plugin, with "
-       "`NEURON_LIBTORCH_ASSERT_CACHE_HIT` or in a `NeuronRunner` call, else `warn`"),
-    _v("NEURON_ARGS_TRACE_WORKERS", "count", None, "parallel trace worker count (default: the CPU count)"),
-    _v("NEURON_ARGS_COMPILE_WORKERS", "count", None, "parallel compile worker count (default: the CPU count)"),
-    _v("NEURON_ARGS_COMPILE_TIMEOUT", "seconds", None,
-       "seconds a compile may run when `options[\"compile_timeout\"]` is not given (defaults: neuronx-cc 7200, "
-       "local 1800)"),
-    _v("NEURON_ARGS_WARM_WORKERS", "bool", True,
-       "false value: the local compiler starts one process per graph (default: warm worker processes that start "
-       "their XLA:CPU client once, one per concurrent compile)"),
-    _v("NEURON_ARGS_WARM_WORKER_IDLE", "seconds", 300.0, "seconds an idle warm worker stays before it exits"),
-    _v("NEURON_ARGS_TRACE_IDLE_SECONDS", "seconds", 30.0,
-       "seconds a runner's idle trace children wait for its next parallel warmup before they exit (0 keeps none)"),
-    _v("NEURON_ARGS_FAST_PATH", "bool", True,
-       "false value: serve every runner call through `torch.compile`'s guarded path (default: warmed calls take "
-       "the fast path)"),
-    _v("NEURON_ARGS_DIRECT_CALL", "bool", True,
-       "false value: every compiled graph keeps aot_autograd's runtime wrapper (default: inference graphs that "
-       "only copy mutated inputs back are called directly)"),
-    _v("NEURON_ARGS_TRACE_MEMO", "bool", True,
-       "false value: trace every graph in full (default: a re-trace whose memoized key is built skips "
-       "aot_autograd and the lowering; memo in `<cache>/.trace-memo/`)"),
-    _v("NEURON_ARGS_GC_FREEZE", "bool", True,
-       "false value: the pytest plugin leaves Python's collector alone (default: after collection, after a shared "
-       "runner's warmup and at session end it collects once and freezes the heap, so later full collections skip "
-       "it; see docs/ARCHITECTURE.md)"),
-    _v("NEURON_ARGS_XLA_CPU_ASYNC", "bool", False,
-       "true value: run local executables on jax's asynchronous XLA:CPU client instead of the synchronous one"),
-    _v("NEURON_ARGS_ENGINE", "index", 0, "this process's engine index (set by `neuron_args.launch`)"),
-    _v("NEURON_ARGS_DP", "count", 1, "how many engines run side by side (set by `neuron_args.launch`)"),
-    _v("RANK", "index", 0, "tensor-parallel rank (torchrun, `neuron_args.launch`)", documented=False),
-    _v("WORLD_SIZE", "count", 1, "tensor-parallel world size (torchrun, `neuron_args.launch`)", documented=False),
-    _v("LOCAL_RANK", "index", None, "rank within this host (torchrun)", documented=False),
-    _v("LOCAL_WORLD_SIZE", "count", None, "ranks on this host (torchrun)", documented=False),
-    _v("TORCH_TRACE", "path", None, "torch's structured trace folder: the plugin keeps its trace log on",
-       documented=False),
-    _v("GITHUB_STEP_SUMMARY", "path", None, "GitHub Actions' step summary file the plugin appends to",
-       documented=False),
-    _v("XDG_CACHE_HOME", "path", None, "per-user cache root for the default compile cache", documented=False),
+    EnvVar("NEURON_LIBTORCH_ASSERT_CACHE_HIT", "bool", False,
+           "true value: a cache miss raises `CacheMissError` instead of compiling (the default; `NeuronRunner.serve()` "
+           "asserts for its block without setting it, `serve(assert_cache_hit=False)` leaves it to this variable; a "
+           "runner's warmup compiles regardless: the variable asserts after warmup, and the pytest summary says how "
+           "many graphs the warmups compiled under it; to fail on a cold cache, assert `with "
+           "neuron_compile_counter.expect(compiles=0): neuron_runner.warmup()`); a true value also makes Dynamo's "
+           "recompile limit an error (see `NEURON_ARGS_EAGER_FALLBACK`)"),
+    EnvVar("NEURON_LIBTORCH_CACHE_DIR", "path", None,
+           "compile-cache root (else `options[\"cache_dir\"]`, else `$XDG_CACHE_HOME/neuron-args/compile-cache` when "
+           "that is an absolute path, else `~/.cache/neuron-args/compile-cache`; no home directory at all is an "
+           "`OptionsError` saying what to set)"),
+    EnvVar("NEURON_ARGS_REMOTE_CACHE_COPY", "path", None,
+           "folder of the local read-through copies of `s3://` caches: `<folder>/<bucket>/<prefix>` (default "
+           "`~/.cache/neuron-args/remote`, under `$XDG_CACHE_HOME` when set); see Sharing a cache across hosts"),
+    EnvVar("NEURON_ARGS_REMOTE_CACHE_TIMEOUT", "seconds", 20.0,
+           "connect and read timeout of the S3 client of an `s3://` cache (retries: the AWS standard mode, "
+           "`AWS_MAX_ATTEMPTS`); an endpoint that does not answer in time makes the process go on local-only, warned"),
+    EnvVar("NEURON_ARGS_CACHE_SIGNING_KEY", "text", None,
+           "HMAC key for a signed cache: entries written are signed (HMAC-SHA256) and entries not signed with it are "
+           "never loaded; see Sharing a cache safely (a secret: never logged)", secret=True),
+    EnvVar("VLLM_NEURON_MANIFEST_DIR", "path", None,
+           "enables the ledger and manifests under this directory; unset or empty: nothing is written"),
+    EnvVar("NEURON_VISIBLE_DEVICES", "text", None,
+           "the engine's core window: `dev{first}_{last}` names its manifest (`nodev` when unset)"),
+    EnvVar("NEURON_RT_VISIBLE_CORES", "text", None,
+           "the Neuron runtime's cores; set from this rank's share of `NEURON_VISIBLE_DEVICES` (an explicit value "
+           "naming other cores is an error)"),
+    EnvVar("NEURON_CC_FLAGS", "text", None,
+           "base compiler args when the compile options give none (split shell-style); an option given twice with "
+           "different values (`-O1 -O3`) compiles with the last, as neuronx-cc does, and is one `CompilerArgsWarning` "
+           "naming both values"),
+    EnvVar("NEURON_ARGS_COMPILER", "text", "auto",
+           "`local`, `neuronx-cc` or `auto` (default: neuronx-cc when on PATH, else local); in a pytest session "
+           "without `--neuron-compiler` or its ini key, another value, or `neuronx-cc` not on PATH, is a usage error "
+           "at start-up"),
+    EnvVar("NEURON_ARGS_TARGET", "text", "trn2",
+           "compile target when none is given by `--neuron-target` or its ini key, `NeuronRunner(target=)`, "
+           "`options[\"target\"]` or `--target` in the compiler args (an unknown target is a `CompilerArgsError` "
+           "naming the variable and the known targets)"),
+    EnvVar("NEURON_ARGS_ALLOW_EAGER_OUTPUTS", "bool", False,
+           "true value: NEFFs with no torch-neuronx runtime binding take eager outputs instead of failing"),
+    EnvVar("NEURON_ARGS_EAGER_FALLBACK", "text", None,
+           "`error` or `warn`: what a frame compiled by a neuron backend does when Dynamo's recompile limit stops "
+           "compiling it (it would run in eager PyTorch); default `error` under the pytest plugin, with "
+           "`NEURON_LIBTORCH_ASSERT_CACHE_HIT` or in a `NeuronRunner` call, else `warn`"),
+    EnvVar("NEURON_ARGS_TRACE_WORKERS", "count", None, "parallel trace worker count (default: the CPU count)"),
+    EnvVar("NEURON_ARGS_COMPILE_WORKERS", "count", None, "parallel compile worker count (default: the CPU count)"),
+    EnvVar("NEURON_ARGS_COMPILE_TIMEOUT", "seconds", None,
+           "seconds a compile may run when `options[\"compile_timeout\"]` is not given (defaults: neuronx-cc 7200, "
+           "local 1800)"),
+    EnvVar("NEURON_ARGS_WARM_WORKERS", "bool", True,
+           "false value: the local compiler starts one process per graph (default: warm worker processes that start "
+           "their XLA:CPU client once, one per concurrent compile)"),
+    EnvVar("NEURON_ARGS_WARM_WORKER_IDLE", "seconds", 300.0, "seconds an idle warm worker stays before it exits"),
+    EnvVar("NEURON_ARGS_TRACE_IDLE_SECONDS", "seconds", 30.0,
+           "seconds a runner's idle trace children wait for its next parallel warmup before they exit (0 keeps none)"),
+    EnvVar("NEURON_ARGS_FAST_PATH", "bool", True,
+           "false value: serve every runner call through `torch.compile`'s guarded path (default: warmed calls take "
+           "the fast path)"),
+    EnvVar("NEURON_ARGS_DIRECT_CALL", "bool", True,
+           "false value: every compiled graph keeps aot_autograd's runtime wrapper (default: inference graphs that "
+           "only copy mutated inputs back are called directly)"),
+    EnvVar("NEURON_ARGS_TRACE_MEMO", "bool", True,
+           "false value: trace every graph in full (default: a re-trace whose memoized key is built skips "
+           "aot_autograd and the lowering; memo in `<cache>/.trace-memo/`)"),
+    EnvVar("NEURON_ARGS_GC_FREEZE", "bool", True,
+           "false value: the pytest plugin leaves Python's collector alone (default: after collection, after a shared "
+           "runner's warmup and at session end it collects once and freezes the heap, so later full collections skip "
+           "it; see docs/ARCHITECTURE.md)"),
+    EnvVar("NEURON_ARGS_XLA_CPU_ASYNC", "bool", False,
+           "true value: run local executables on jax's asynchronous XLA:CPU client instead of the synchronous one"),
+    EnvVar("NEURON_ARGS_ENGINE", "index", 0, "this process's engine index (set by `neuron_args.launch`)"),
+    EnvVar("NEURON_ARGS_DP", "count", 1, "how many engines run side by side (set by `neuron_args.launch`)"),
+    EnvVar("RANK", "index", 0, "tensor-parallel rank (torchrun, `neuron_args.launch`)", documented=False),
+    EnvVar("WORLD_SIZE", "count", 1, "tensor-parallel world size (torchrun, `neuron_args.launch`)", documented=False),
+    EnvVar("LOCAL_RANK", "index", None, "rank within this host (torchrun)", documented=False),
+    EnvVar("LOCAL_WORLD_SIZE", "count", None, "ranks on this host (torchrun)", documented=False),
+    EnvVar("TORCH_TRACE", "path", None, "torch's structured trace folder: the plugin keeps its trace log on",
+           documented=False),
+    EnvVar("GITHUB_STEP_SUMMARY", "path", None, "GitHub Actions' step summary file the plugin appends to",
+           documented=False),
+    EnvVar("XDG_CACHE_HOME", "path", None, "per-user cache root for the default compile cache", documented=False),
 )
 _BY_NAME = {v.name: v for v in VARIABLES}
 BOOLEAN_HELP = f"one of {', '.join(TRUE_VALUES)} (true) or {', '.join(FALSE_VALUES)} (false)"

@@ -220,13 +220,10 @@ def parse_compiler_args(
     args: str | Sequence[str] | None, *, graph_type: str | None = None
 ) -> list[Flag]:
     """Parse and validate into :class:`Flag` objects; :class:`CompilerArgsError` names flag, fix and ``graph_type``."""
-    tokens = split_compiler_args(args)
     ctx = f"compiler args for graph type {graph_type!r}: " if graph_type is not None else "compiler args: "
-    flags: list[Flag] = []
-    items = _scan(tokens)
-    for index, item in enumerate(items):
-        given = item.tokens
-        token = given[0]
+    items = _scan(split_compiler_args(args))
+    for index, item in enumerate(items):  # the first problem raises: what is left are the flags
+        token = item.tokens[0]
         if item.name is None:
             if item.problem == "unknown flag":
                 flag = token.split("=", 1)[0]
@@ -262,9 +259,8 @@ def parse_compiler_args(
         if spec is not None and item.value is not None:
             problem = _value_problem(spec, item.value)
             if problem is not None:
-                raise CompilerArgsError(f"{ctx}{problem} (given as {' '.join(given)!r}).")
-        flags.append(item)
-    return flags
+                raise CompilerArgsError(f"{ctx}{problem} (given as {' '.join(item.tokens)!r}).")
+    return items
 
 
 def validate_compiler_args(
@@ -474,9 +470,8 @@ class RepeatedOption:
 def repeated_options(args: str | Sequence[str] | None) -> list[RepeatedOption]:
     """The options ``args`` gives more than once with different values, in order of first use (lenient;
     equal values in other spellings, switches and order-sensitive opaque options are no conflict)."""
-    tokens = split_compiler_args(args)
     seen: dict[str, list[tuple[str, str]]] = {}
-    for item in _scan(tokens):
+    for item in _scan(split_compiler_args(args)):
         if item.name is None or item.value is None or item.problem is not None or _is_opaque(item.name):
             continue
         spec = _BY_SPELLING.get(item.name)
