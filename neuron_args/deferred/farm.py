@@ -104,12 +104,10 @@ def expected_compiler(metadata: EntryMetadata) -> tuple[str | None, str | None]:
 
 def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], *,
                  compiler_name: str | None = None, timeout: float | None = None) -> CompileTask:
-    """The task for one pending entry, read in the caller's process (which holds the cache)."""
+    """The task for one pending entry, read in the caller's process (which holds the cache); ``compiler_name``
+    None: the entry's own compiler (its name is part of the key)."""
     graph_type = metadata.graph_type
     name, version = expected_compiler(metadata)
-    compiler_name = (compiler_name or "").strip().lower() or None
-    if compiler_name == "auto":  # the entry's own compiler: its name is part of the key
-        compiler_name = None
     check_keyed_compiler(entry.key, graph_type, name, compiler_name)
     check_keyed_build(entry, metadata, compiler_args, metadata.build_target, graph_type)
     try:
