@@ -74,15 +74,11 @@ class Worker:
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, idle: float) -> None:
         self.proc, self.conn = proc, conn
+        self.pid = proc.pid  # its supervisor's: the process group a timeout kills
         self.env = _env_key()
         self.ready = False  # it said it has started its XLA client
         self.worker_pid: int = proc.pid  # the worker's own pid once it said so (proc is its supervisor)
         self.idle = idle  # how long it is kept unused
-
-    @property
-    def pid(self) -> int:
-        """Its supervisor's pid (the process group a timeout kills)."""
-        return self.proc.pid
 
     def send(self, message: dict[str, Any]) -> None:
         try:

@@ -335,6 +335,7 @@ class _TraceChild:
                 self.proc.start()
         finally:
             child_conn.close()
+        self.pid: int = self.proc.pid
         self.job: int | None = None
         self.started = 0.0
 
@@ -359,10 +360,6 @@ class _TraceChild:
         self.proc.kill()
         self.proc.join(5)
         self.conn.close()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
 
 def idle_seconds() -> float:
