@@ -341,6 +341,25 @@ def test_cancel_kills_a_busy_worker_at_once_and_starts_no_fallback(hlo_file, tmp
     assert "compiled again" not in log and slow.idle_pids() == []
 
 
+
+@pytest.mark.slow
+def test_a_compile_cancelled_as_its_worker_gets_ready_gives_the_worker_back_once(hlo_file, tmp_path, pool,
+                                                                                  monkeypatch):
+    """Cancelled between its worker getting ready and the request: the unused worker goes back once (given back
+    twice, it was listed twice and closing the pool failed)."""
+    scope, real = CancelScope(), workers.PooledCompile._await_worker
+
+    def await_then_cancel(self, deadline):
+        ready = real(self, deadline)
+        scope.cancel()
+        return ready
+
+    monkeypatch.setattr(workers.PooledCompile, "_await_worker", await_then_cancel)
+    with within(scope), pytest.raises(CompileCancelled):
+        _compile(hlo_file, tmp_path / "entry", LocalCompiler(pool=pool))
+    assert len(pool.idle_pids()) == 1
+    pool.close()
+
 PARENT_SCRIPT = textwrap.dedent("""
     import json, sys, threading, time
     from pathlib import Path

@@ -48,10 +48,8 @@ def compiler_choice(requested: object, source: str = "options['compiler']") -> s
 
 def select_compiler(requested: str | None = None) -> Compiler:
     """The compiler ``requested`` (``options["compiler"]``; else the environment, else PATH detection) names."""
-    if requested is None:
-        name, source = compiler_choice(envs.text(COMPILER_ENV) or "auto", COMPILER_ENV), COMPILER_ENV
-    else:
-        name, source = compiler_choice(requested), "options['compiler']"
+    source = COMPILER_ENV if requested is None else "options['compiler']"
+    name = compiler_choice((envs.text(COMPILER_ENV) or "auto") if requested is None else requested, source)
     found = shutil.which("neuronx-cc")
     if name == "auto":
         name = "neuronx-cc" if found else "local"

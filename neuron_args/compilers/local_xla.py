@@ -128,11 +128,9 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
             level = flags.optimization_level(list(extra))
         except CompilerArgsError as exc:
             return _fail(log, EXIT_USAGE, str(exc))
-        if level is None:
-            level = DEFAULT_OPT_LEVEL
-            print(f"optimization level: -O{level} (default: no -O given)", file=log)
-        else:
-            print(f"optimization level: -O{level}", file=log)
+        default = " (default: no -O given)" if level is None else ""
+        level = DEFAULT_OPT_LEVEL if level is None else level
+        print(f"optimization level: -O{level}{default}", file=log)
         overrides = [(XLA_OPT_OPTION, level), *FIDELITY_OPTIONS]
         print("xla options: " + ", ".join(f"{name}={value}" for name, value in overrides), file=log)
         for flag in parsed:

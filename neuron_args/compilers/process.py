@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.atomic import open_for_writing, write_atomic
-from neuron_args.compilers.lifetime import CompileCancelled, current_scope, kill_group, supervised_argv
+from neuron_args.compilers.lifetime import CancelScope, current_scope, kill_group, supervised_argv
 from neuron_args.compilers.supervisor import EXIT_CANNOT_START
 from neuron_args.errors import CompileError
 from neuron_args.settings import COMPILE_TIMEOUT_ENV
@@ -95,20 +95,18 @@ def describe_exit(returncode: int | None, *, brief: bool = False) -> str:
     return f"{how} (exit status {returncode})"
 
 
-def _hint(returncode: int | None, log_path: Path | None = None) -> str:
-    """The fix for a failed compile: a full disk first, then the timeout, then the exit-code table."""
-    tail = log_tail(log_path, 200) if log_path is not None else ""
-    if log_path is not None and ("No space left on device" in tail or "Disk quota exceeded" in tail):
+def _hint(returncode: int, log_path: Path | None = None) -> str:
+    """The fix for a failed compile: what the log names first (a full disk, a damaged graph), then the exit code."""
+    tail = log_tail(log_path, 200) if log_path is not None else ""  # no log: nothing below matches it
+    if "No space left on device" in tail or "Disk quota exceeded" in tail:
         return f"free space on the file system of {log_path.parent} or point the compile cache elsewhere"
-    if log_path is not None and "File too large" in tail:  # EFBIG: a file-size limit (RLIMIT_FSIZE), not the graph
+    if "File too large" in tail:  # EFBIG: a file-size limit (RLIMIT_FSIZE), not the graph
         return (f"the compiler hit a file-size limit writing into {log_path.parent}: raise the job's limit "
                 "(`ulimit -f`) or point the compile cache to a file system that takes files this large")
-    if returncode is None:
-        return _TIMEOUT_FIX
-    if log_path is not None and "Failed to deserialize HloModuleProto" in tail:  # XLA: not the graph, its file
+    if "Failed to deserialize HloModuleProto" in tail:  # XLA: not the graph, its file
         return (f"{log_path.parent / 'graph.hlo'} is damaged (a capture cut short): capture it again (rerun the "
                 "warmup or parallel_trace), or remove that entry's folder")
-    if returncode == 2 and log_path is not None and _ARGPARSE_ERROR.search(tail):
+    if returncode == 2 and _ARGPARSE_ERROR.search(tail):
         return _REJECTED_ARGS_FIX
     return EXIT_CODES.get(returncode, ("", _DEFAULT_FIX))[1]
 
@@ -206,9 +204,8 @@ def run_compiler(
     appended to the log a :class:`CompileError` quotes. ``start_child`` returns a ``Popen`` or a look-alike
     (a warm worker)."""
     start_child = start_child or start_process
-    scope = current_scope()
-    if scope is not None:
-        scope.check()
+    scope = current_scope() or CancelScope()  # outside any scope: one nobody cancels
+    scope.check()
     _check_startable(compiler, argv, graph_type, key)
     workdir.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(workdir)
@@ -229,8 +226,7 @@ def run_compiler(
                     f"{compiler} could not start for graph type {graph_type!r}, key "
                     f"{key or '(none)'}: {exc}\ncommand: {shlex.join(argv)}"
                 ) from exc
-            if scope is not None:
-                scope.add(proc)
+            scope.add(proc)
             try:
                 returncode = wait_child(proc, timeout)
             except subprocess.TimeoutExpired:
@@ -239,8 +235,7 @@ def run_compiler(
                 kill_group(proc)
                 raise
             finally:
-                if scope is not None:
-                    scope.discard(proc)
+                scope.discard(proc)
             seconds = time.perf_counter() - start
             with contextlib.suppress(OSError):  # a full disk must not hide the compiler's own failure
                 _append_output(out, log_path)
@@ -253,10 +248,9 @@ def run_compiler(
                 f"fix: {hint}"
             )
 
-        if scope is not None and scope.cancelled:
-            raise CompileCancelled()
+        scope.check()
         if returncode is None:
-            raise fail(f"timed out after {timeout:g} s (its process group was killed)", _hint(None))
+            raise fail(f"timed out after {timeout:g} s (its process group was killed)", _TIMEOUT_FIX)
         if returncode == EXIT_CANNOT_START and "neuron-args supervisor: cannot start" in log_tail(log_path, 200):
             raise fail("could not start", f"check that {argv[0]} is installed and executable")
         if returncode != 0:
@@ -271,16 +265,8 @@ def run_compiler(
             raise fail(f"exited 0, but its output {tmp_output} {output}",
                        "another user of this cache folder may be tampering with it: keep the cache where only you "
                        "write (or sign it: $NEURON_ARGS_CACHE_SIGNING_KEY), then compile again")
-        size, sha256 = output
         _move_into_place(tmp_output, output_path)
-        return CompileResult(
-            argv=list(recorded_argv),
-            seconds=seconds,
-            output_path=output_path,
-            log_path=log_path,
-            output_size=size,
-            output_sha256=sha256,
-        )
+        return CompileResult(list(recorded_argv), seconds, output_path, log_path, *output)  # output: size, sha256
     finally:
         tmp_output.unlink(missing_ok=True)
         captured.unlink(missing_ok=True)

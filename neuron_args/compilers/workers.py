@@ -74,15 +74,11 @@ class Worker:
 
     def __init__(self, proc: subprocess.Popen, conn: Connection, idle: float) -> None:
         self.proc, self.conn = proc, conn
+        self.pid = proc.pid  # its supervisor's: the process group a timeout kills
         self.env = _env_key()
         self.ready = False  # it said it has started its XLA client
         self.worker_pid: int = proc.pid  # the worker's own pid once it said so (proc is its supervisor)
         self.idle = idle  # how long it is kept unused
-
-    @property
-    def pid(self) -> int:
-        """Its supervisor's pid (the process group a timeout kills)."""
-        return self.proc.pid
 
     def send(self, message: dict[str, Any]) -> None:
         try:
@@ -253,28 +249,24 @@ class PooledCompile:
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._fallback is None:
             try:
-                status = self._status(deadline)
+                code = self._status(deadline)
             except WorkerDied:
                 code = self._worker.reap()
                 scope = current_scope()
-                if self._stopping or (scope is not None and scope.cancelled):
-                    self.returncode = code
-                    return code
-                self._replace(code)
+                if not (self._stopping or (scope is not None and scope.cancelled)):  # it died on its own
+                    self._replace(code)
             except BaseException:  # KeyboardInterrupt: the caller kills the group next
                 self._stopping = True
                 raise
             else:
-                if status is None:
+                if code is None:
                     self._stopping = True
                     raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
                 self._pool.release(self._worker)
-                self.returncode = status
-                return status
-        assert self._fallback is not None
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        self.returncode = self._fallback.wait(remaining)  # TimeoutExpired: the caller kills its group
-        return self.returncode
+        if self._fallback is not None:  # TimeoutExpired: the caller kills its group
+            code = self._fallback.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.returncode = code
+        return code
 
     def _status(self, deadline: float | None) -> int | None:
         """The compile's exit status from the worker (sending the request once one is ready); None: timed out."""
@@ -284,8 +276,7 @@ class PooledCompile:
             if not self._await_worker(deadline):
                 return None
             scope = current_scope()
-            if scope is not None and scope.cancelled:  # cancelled while it waited: the unused worker goes back
-                self._pool.release(self._worker)
+            if scope is not None and scope.cancelled:  # cancelled while it waited: wait() gives the unused worker back
                 return -signal.SIGKILL
             self._worker.send(self._request)
             self._sent = True

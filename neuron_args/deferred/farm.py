@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -104,12 +104,10 @@ def expected_compiler(metadata: EntryMetadata) -> tuple[str | None, str | None]:
 
 def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequence[str], *,
                  compiler_name: str | None = None, timeout: float | None = None) -> CompileTask:
-    """The task for one pending entry, read in the caller's process (which holds the cache)."""
+    """The task for one pending entry, read in the caller's process (which holds the cache); ``compiler_name``
+    None: the entry's own compiler (its name is part of the key)."""
     graph_type = metadata.graph_type
     name, version = expected_compiler(metadata)
-    compiler_name = (compiler_name or "").strip().lower() or None
-    if compiler_name == "auto":  # the entry's own compiler: its name is part of the key
-        compiler_name = None
     check_keyed_compiler(entry.key, graph_type, name, compiler_name)
     check_keyed_build(entry, metadata, compiler_args, metadata.build_target, graph_type)
     try:
@@ -129,25 +127,35 @@ def prepare_task(entry: CacheEntry, metadata: EntryMetadata, compiler_args: Sequ
 # ----------------------------------------------------------------------------- worker side
 
 
-def _dask_cancelled() -> Callable[[], bool] | None:
-    """On a Dask worker, a check that this task was cancelled (elsewhere None: importing Dask costs ~1 s)."""
-    if "distributed" not in sys.modules:
-        return None
-    try:
-        from distributed import get_worker
-        from distributed.worker import thread_state
-    except ImportError:
-        return None
-    try:
-        worker, key = get_worker(), thread_state.key
-    except (ValueError, AttributeError):
-        return None
+@contextlib.contextmanager
+def _dask_cancels(scope: CancelScope, label: str) -> Iterator[None]:
+    """On a Dask worker, cancel ``scope`` (killing the compiler's group) once this task is cancelled; elsewhere
+    nothing (importing Dask costs ~1 s)."""
+    worker = None
+    if "distributed" in sys.modules:
+        with contextlib.suppress(ImportError, ValueError, AttributeError):  # not on a Dask worker's task
+            from distributed import get_worker
+            from distributed.worker import thread_state
 
-    def cancelled() -> bool:
-        ts = worker.state.tasks.get(key)
-        return ts is None or ts.state in ("cancelled", "released", "forgotten")
+            worker, key = get_worker(), thread_state.key
+    if worker is None:
+        yield
+        return
+    stop = threading.Event()
 
-    return cancelled
+    def watch() -> None:
+        while not stop.wait(CANCEL_POLL_SECONDS):
+            ts = worker.state.tasks.get(key)
+            if ts is None or ts.state in ("cancelled", "released", "forgotten"):
+                scope.cancel()
+
+    watcher = threading.Thread(target=watch, name=f"neuron-args-farm-watch-{label}", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
 
 
 def run_compile_task(task: CompileTask) -> CompileOutcome:
@@ -181,18 +189,9 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
         hlo_path = Path(workdir) / HLO_NAME
         hlo_path.write_bytes(task.hlo)
         output = Path(workdir) / executable_file_name(task.key)
-        cancelled, scope = _dask_cancelled(), CancelScope()  # cancelled: the scope kills the compiler's group
-        stop = threading.Event()
-        watcher = None
-        if cancelled is not None:
-            def watch() -> None:
-                while not stop.wait(CANCEL_POLL_SECONDS):
-                    if cancelled():
-                        scope.cancel()
-            watcher = threading.Thread(target=watch, name=f"neuron-args-farm-watch-{task.key[:8]}", daemon=True)
-            watcher.start()
+        scope = CancelScope()
         try:
-            with within(scope):
+            with within(scope), _dask_cancels(scope, task.key[:8]):
                 result = compiler.compile(hlo_path=hlo_path, output_path=output, target=task.target,
                                           compiler_args=list(task.compiler_args), workdir=Path(workdir),
                                           graph_type=task.graph_type, key=task.key, timeout=task.timeout)
@@ -200,10 +199,6 @@ def run_compile_task(task: CompileTask) -> CompileOutcome:
             if scope.cancelled:
                 return outcome("cancelled", compiler=info.as_dict(), error=f"{where}: cancelled")
             return outcome("failed", compiler=info.as_dict(), error=f"{where}: {exc}")
-        finally:
-            stop.set()
-            if watcher is not None:
-                watcher.join()
         blob = output.read_bytes()
         return outcome("compiled", executable=blob, executable_sha256=hashlib.sha256(blob).hexdigest(),
                        argv=tuple(result.argv), compiler=info.as_dict(), compile_seconds=round(result.seconds, 4))
@@ -312,12 +307,27 @@ class _FarmFuture(cf.Future):
 _COMMIT_POOL = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit")
 
 
-def _worker_error(exc: BaseException) -> str:
-    name = type(exc).__name__
-    if name == "KilledWorker":
-        return (f"the workers running it died repeatedly ({exc}); killed or out of memory. fix: give the "
-                "workers more memory or fewer threads (one compile per worker), then rerun")
-    return f"the worker raised {name}: {exc}"
+def _settle(inner: cf.Future, entry: CacheEntry, md: EntryMetadata, task: CompileTask) -> int:
+    """Commit a worker's finished task into ``entry`` (its executable's size), else a CompileError saying why not."""
+    where = f"graph type {task.graph_type!r}, key {task.key}"
+    if inner.cancelled():
+        raise CompileError(f"{where}: its task was cancelled before it finished (Ctrl-C, or the cluster let go of "
+                           "it); the entry stays pending, rerun to build it")
+    exc = inner.exception()
+    if type(exc).__name__ == "KilledWorker":
+        raise CompileError(f"{where}: the workers running it died repeatedly ({exc}); killed or out of memory. fix: "
+                           "give the workers more memory or fewer threads (one compile per worker), then rerun; the "
+                           "entry stays pending")
+    if exc is not None:
+        raise CompileError(f"{where}: the worker raised {type(exc).__name__}: {exc}; the entry stays pending")
+    outcome: CompileOutcome = inner.result()
+    check_outcome(outcome, task)
+    if outcome.status == "compiled":
+        return commit_outcome(entry, md, task, outcome)
+    if outcome.log:  # the log, where the error message says it is
+        with contextlib.suppress(OSError):
+            write_atomic(entry.log_path, outcome.log)
+    raise CompileError((outcome.error or outcome.status).replace(outcome.workdir, str(entry.path)))
 
 
 def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, base_args: Sequence[str] | None,
@@ -337,25 +347,7 @@ def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, 
                 t0: float) -> None:
         ended: dict[str, Any] = {}
         try:
-            if inner.cancelled():
-                ended.update(how="failed", error=(
-                    f"graph type {report.graph_type!r}, key {key}: its task was cancelled before it finished "
-                    "(Ctrl-C, or the cluster let go of it); the entry stays pending, rerun to build it"))
-            elif inner.exception() is not None:
-                ended.update(how="failed", error=(
-                    f"graph type {report.graph_type!r}, key {key}: {_worker_error(inner.exception())}; the entry "
-                    "stays pending"))
-            else:
-                outcome: CompileOutcome = inner.result()
-                check_outcome(outcome, task)
-                if outcome.status == "compiled":
-                    ended.update(executable_size=commit_outcome(entry, md, task, outcome))
-                else:
-                    ended.update(how="failed", error=(outcome.error or outcome.status).replace(outcome.workdir,
-                                                                                             str(entry.path)))
-                    if outcome.log:  # the log, where the error message says it is
-                        with contextlib.suppress(OSError):
-                            write_atomic(entry.log_path, outcome.log)
+            ended.update(executable_size=_settle(inner, entry, md, task))
         except NeuronArgsError as exc:
             ended.update(how="failed", error=str(exc))
         except Exception as exc:  # one graph never stops the others

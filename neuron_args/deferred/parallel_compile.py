@@ -117,9 +117,8 @@ def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_
                 raise CompileError(
                     f"entry {key} (graph type {graph_type!r}) is pending but has no {HLO_NAME}: its capture did not "
                     f"finish writing it. Fix: capture it again (re-run the warmup or parallel_trace), or remove {entry.path}")
-            recorded_compiler = md.compiler_name
-            compiler = select_compiler(compiler_name or recorded_compiler)
-            check_keyed_compiler(key, graph_type, recorded_compiler, compiler.info.name)
+            compiler = select_compiler(compiler_name or md.compiler_name)
+            check_keyed_compiler(key, graph_type, md.compiler_name, compiler.info.name)
             check_keyed_version(key, graph_type, compiler.info, expected_compiler(md)[1], "on this machine")
             if timeout is None and md.compile_timeout is not None:  # the capture's own option
                 timeout = resolve_compile_timeout(md.compile_timeout, compiler.info.name)
@@ -149,7 +148,8 @@ class _Terminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def _interrupts_cancel(scope: CancelScope) -> Iterator[list[int]]:
     """While compiling, Ctrl-C and SIGTERM kill the running compilers at once; only the first raises, so a
-    second can never interrupt the clean-up. Main thread only, over default dispositions only."""
+    second can never interrupt the clean-up; a SIGTERM is re-delivered at the end (die of it, as the sender
+    expects). Main thread only, over default dispositions only."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -170,6 +170,8 @@ def _interrupts_cancel(scope: CancelScope) -> Iterator[list[int]]:
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+        if received[:1] == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 #: How long an interrupted parallel_compile waits for its killed compiles to report.
@@ -224,44 +226,37 @@ def parallel_compile(
     pool = executor or cf.ThreadPoolExecutor(max_workers=workers or default_workers(n_hint),
                                              thread_name_prefix="neuron-args-compile")
     run = _CompileRun(cache.root, pool, own, base, compiler, compile_timeout, scope)
-    terminated = False
-    try:
-        with _interrupts_cancel(scope) as received:
-            try:
-                if keys is None:
-                    for key in pending:
-                        run.submit(key)
-                else:
-                    run.feed(keys)
-                for graph in run.finished():
-                    report.graphs.append(graph)
-                    n, elapsed = len(report.graphs), time.monotonic() - t0
-                    total = len(run.futures)
-                    event = CompileProgress(n, total, graph, elapsed, elapsed / n * (total - n), more=run.feeding)
-                    if graph.used_base_args and not quiet:
-                        log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
-                                    "it with the base arguments %s", graph.key, base.argv)
-                    if not quiet:
-                        log.info("parallel_compile %s", event.line())
-                    if progress is not None:
-                        progress(event)
-                if received:  # the handler's exception was dropped where it landed (a __del__, a gc callback)
-                    raise _Terminated() if received[0] == signal.SIGTERM else KeyboardInterrupt()
-            except KeyboardInterrupt as exc:
-                received.append(0)  # from here on a further Ctrl-C or SIGTERM only cancels again
-                terminated = isinstance(exc, _Terminated)
-                run.stop()
-                _cancel(scope, pool if own else None, run.futures, report, cache.root)
-                raise
-            except BaseException:  # a progress callback raised: nothing more starts, running compiles end
-                run.stop()
-                raise
-            finally:
-                if own and not received:
-                    pool.shutdown(wait=True)
-    finally:  # after the handlers are restored
-        if terminated and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            os.kill(os.getpid(), signal.SIGTERM)  # die of SIGTERM, as the sender expects
+    with _interrupts_cancel(scope) as received:
+        try:
+            if keys is None:
+                for key in pending:
+                    run.submit(key)
+            else:
+                run.feed(keys)
+            for graph in run.finished():
+                report.graphs.append(graph)
+                n, elapsed = len(report.graphs), time.monotonic() - t0
+                total = len(run.futures)
+                event = CompileProgress(n, total, graph, elapsed, elapsed / n * (total - n), more=run.feeding)
+                if graph.used_base_args and not quiet:
+                    log.warning("parallel_compile: entry %s has no recorded compiler_args (older cache); compiled "
+                                "it with the base arguments %s", graph.key, base.argv)
+                if not quiet:
+                    log.info("parallel_compile %s", event.line())
+                if progress is not None:
+                    progress(event)
+            if received:  # the handler's exception was dropped where it landed (a __del__, a gc callback)
+                raise _Terminated() if received[0] == signal.SIGTERM else KeyboardInterrupt()
+        except KeyboardInterrupt:
+            received.append(0)  # from here on a further Ctrl-C or SIGTERM only cancels again
+            run.cancel(report)
+            raise
+        except BaseException:  # a progress callback raised: nothing more starts, running compiles end
+            run.stop()
+            raise
+        finally:
+            if own and not received:
+                pool.shutdown(wait=True)
     if run.feed_error is not None:  # the caller's key iterable raised: its error, after the compiles it fed
         raise run.feed_error
 
@@ -336,31 +331,30 @@ class _CompileRun:
             taken += 1
             yield item.result()
 
-
-def _cancel(scope: CancelScope, pool: cf.Executor | None, futures: dict[cf.Future, str], report: CompileReport,
-            root: Path) -> None:
-    """After Ctrl-C: cancel what is queued, kill what runs, wait (bounded) and log the outcome."""
-    scope.cancel()
-    for fut in futures:
-        fut.cancel()
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
-    # a cancelled future never completes (nobody notifies it): wait for the ones that started only
-    done, not_done = cf.wait([f for f in futures if not f.cancelled()], timeout=CANCEL_GRACE_SECONDS)
-    ended = {g.key: g.status for g in report.graphs}
-    for fut, key in futures.items():
-        if key not in ended:
-            graph = fut.result() if fut in done and not fut.cancelled() and fut.exception() is None else None
-            if graph is not None:
-                report.graphs.append(graph)  # the interrupt's compile_report: what each graph came to
-            ended[key] = "cancelled" if graph is None else graph.status
-    groups = [sorted(k[:12] for k, s in ended.items() if s in statuses)
-              for statuses in (("compiled", "already-complete"), ("failed",), ("cancelled",))]
-    log.warning(
-        "parallel_compile interrupted in %s: %d built, %d failed, %d cancelled (left pending; a rerun builds "
-        "them)%s\n  built: %s\n  failed: %s\n  cancelled: %s", root, *map(len, groups),
-        f"; {len(not_done)} compile(s) did not stop within {CANCEL_GRACE_SECONDS:g} s" if not_done else "",
-        *(" ".join(keys) or "-" for keys in groups))
+    def cancel(self, report: CompileReport) -> None:
+        """After Ctrl-C: stop, cancel what is queued, kill what runs, wait (bounded) and log the outcome."""
+        self.stop()
+        self.scope.cancel()
+        for fut in self.futures:
+            fut.cancel()
+        if self.own:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        # a cancelled future never completes (nobody notifies it): wait for the ones that started only
+        done, not_done = cf.wait([f for f in self.futures if not f.cancelled()], timeout=CANCEL_GRACE_SECONDS)
+        ended = {g.key: g.status for g in report.graphs}
+        for fut, key in self.futures.items():
+            if key not in ended:
+                graph = fut.result() if fut in done and not fut.cancelled() and fut.exception() is None else None
+                if graph is not None:
+                    report.graphs.append(graph)  # the interrupt's compile_report: what each graph came to
+                ended[key] = "cancelled" if graph is None else graph.status
+        groups = [sorted(k[:12] for k, s in ended.items() if s in statuses)
+                  for statuses in (("compiled", "already-complete"), ("failed",), ("cancelled",))]
+        log.warning(
+            "parallel_compile interrupted in %s: %d built, %d failed, %d cancelled (left pending; a rerun builds "
+            "them)%s\n  built: %s\n  failed: %s\n  cancelled: %s", self.root, *map(len, groups),
+            f"; {len(not_done)} compile(s) did not stop within {CANCEL_GRACE_SECONDS:g} s" if not_done else "",
+            *(" ".join(keys) or "-" for keys in groups))
 
 
 def _buildable(entry: CacheEntry, status: str) -> bool:

@@ -301,19 +301,17 @@ def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[
     for i in indices:
         job, t0 = todo[i], time.monotonic()
         try:
-            keys = in_process(job)
+            status, keys, error = "loaded", in_process(job), None
         except CacheMissError as exc:
             log.info("parallel_trace: graph type %r is not in the cache as recorded (%s); tracing it in a child",
                      job.graph_type, str(exc).splitlines()[0])
             missed.append(i)
             continue
         except Exception:
-            results[i] = TraceResult(job.graph_type, job[2], "failed", round(time.monotonic() - t0, 3), [],
-                                     f"trace of graph type {job.graph_type!r} raised in this process: {_raised(job)}",
-                                     os.getpid())
-        else:
-            results[i] = TraceResult(job.graph_type, job[2], "loaded", round(time.monotonic() - t0, 3), list(keys),
-                                     pid=os.getpid())
+            status, keys = "failed", []
+            error = f"trace of graph type {job.graph_type!r} raised in this process: {_raised(job)}"
+        results[i] = TraceResult(job.graph_type, job[2], status, round(time.monotonic() - t0, 3), list(keys), error,
+                                 os.getpid())
         if on_result is not None:
             on_result(i, results[i])
     return missed
@@ -337,6 +335,7 @@ class _TraceChild:
                 self.proc.start()
         finally:
             child_conn.close()
+        self.pid: int = self.proc.pid
         self.job: int | None = None
         self.started = 0.0
 
@@ -361,10 +360,6 @@ class _TraceChild:
         self.proc.kill()
         self.proc.join(5)
         self.conn.close()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
 
 def idle_seconds() -> float:
@@ -498,8 +493,7 @@ def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: floa
                                     f"({describe_exit(code, brief=True)}){_DIED_HINT.get(code, '')} while tracing "
                                     f"inputs {_inputs(todo[child.job])}" + (_KILLED_HINT if code and code < 0 else ""))
         elif time.monotonic() - child.started > deadline_s:
-            child.proc.kill()
-            child.proc.join(5)
+            child.kill()
             finish(child, "failed", f"trace child of graph type {label!r} hung past its deadline of {deadline_s:g}s "
                                     f"and was killed ({describe_exit(child.proc.exitcode, brief=True)})")
         else:
