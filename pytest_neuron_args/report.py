@@ -197,8 +197,8 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         write(f"--neuron-tp {serve['tp']} served in the rank processes: {serve['test']}: "
               + "; ".join(rank_line(r) for r in serve["ranks"]), red=failed)
     counts = baseline_counts(data)
-    if any(counts.values()):
-        write("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    if counts:
+        write(f"baselines: {counts}")
     for name, what in _BASELINE_LINES:
         for path in data.get(name) or []:
             write(f"{what}: {path}")
@@ -233,18 +233,19 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
         write(f"report written: {session.report_written}")
 
 
-def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
-    """Baselines by what became of them, then the checks' outcomes (merged data); written/updated/unused always
-    listed once anything is counted, as snapshot tools do, the rest only when non-zero."""
-    order = ("written", "updated", "unused", "not checked", "removed", "unchanged", "match", "differs", "missing", "unreadable")
+def baseline_counts(data: dict[str, Any]) -> str:
+    """``2 written, 0 updated, ...``: baselines by what became of them, then the checks' outcomes ('' when none);
+    written/updated/unused always listed once anything is counted, as snapshot tools do, the rest only when non-zero."""
+    order = ("written", "updated", "unused", "not checked", "removed", "unchanged", "match", "differs", "missing",
+             "unreadable")
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
         counts[check["status"]] = counts.get(check["status"], 0) + 1
-    counts["unused"] = len(data.get("baselines_unused") or [])
-    counts["removed"] = len(data.get("baselines_removed") or [])
-    counts["not checked"] = len(data.get("baselines_unchecked") or [])
-    always = ("written", "updated", "unused")
-    return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in always}
+    for name, label in (("baselines_unused", "unused"), ("baselines_removed", "removed"),
+                        ("baselines_unchecked", "not checked")):
+        counts[label] = len(data.get(name) or [])
+    shown = [f"{n} {'matched' if k == 'match' else k}" for k, n in counts.items() if n or k in order[:3]]
+    return ", ".join(shown) if any(counts.values()) else ""
 
 
 def write_json_report(session: NeuronSession) -> Any:
@@ -327,20 +328,18 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str) -> str:
         out += [rows[0], "|" + "---|" * len(header_cells), *rows[1:], ""]
     out += [_cell(footer), ""]
     missed = [r for r in data.get("rows", []) if (r.get("serve_misses") or 0) > 0]
-    out.append("### Cache misses while serving")
-    out.append("")
+    out += ["### Cache misses while serving", ""]
     if missed or data.get("serve_misses"):
-        for r in missed:
-            inputs = format_shapes(list(r.get("input_shapes") or []), empty="")
-            out.append(f"- `{r.get('graph_type')}` {inputs} key `{r['key']}`: {r.get('serve_misses')} miss(es)")
+        out += [f"- `{r.get('graph_type')}` {format_shapes(list(r.get('input_shapes') or []), empty='')} key "
+                f"`{r['key']}`: {r.get('serve_misses')} miss(es)" for r in missed]
         out.append(f"- {data.get('serve_misses', 0)} miss(es) in {data.get('serve_sessions', 0)} serve block(s)")
     else:
         out.append(f"none ({data.get('serve_sessions', 0)} serve block(s))")
     out.append("")
-    checks, counts = data.get("baseline_checks") or [], baseline_counts(data)
-    if checks or any(counts.values()):
-        out += ["### Manifest baselines", "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
-        for c in sorted(checks, key=lambda c: str(c.get("nodeid"))):
+    counts = baseline_counts(data)  # every check is counted: no counts, no checks
+    if counts:
+        out += ["### Manifest baselines", "", counts, ""]
+        for c in sorted(data.get("baseline_checks") or [], key=lambda c: str(c.get("nodeid"))):
             out.append(f"- `{c.get('nodeid')}` (`{c.get('path')}`): **{c.get('status')}**")
             if c.get("lines"):
                 out += ["", "  ```diff", *(f"  {line}" for line in c["lines"]), "  ```"]
