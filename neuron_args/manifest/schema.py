@@ -34,14 +34,10 @@ CONFIG_FIELDS: tuple[str, ...] = (
     "model", "target", "dtype", "max_num_seqs", "max_model_len", "topology",
     "neuron_config", "vllm_config",
 )
+#: every topology count defaults to 1 (one device, no parallelism)
 TOPOLOGY_DEFAULTS: dict[str, int | bool] = {
-    "world_size": 1,
-    "tensor_parallel_size": 1,
-    "pipeline_parallel_size": 1,
-    "data_parallel_size": 1,
-    "attention_dp_size": 1,
-    "ep_degree": 1,
-    "decode_context_parallel_size": 1,
+    **dict.fromkeys(("world_size", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                     "attention_dp_size", "ep_degree", "decode_context_parallel_size"), 1),
     "has_collectives": False,
 }
 GRAPH_FIELDS: tuple[str, ...] = (
