@@ -19,7 +19,7 @@ from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
 from neuron_args.deferred import FLOWS
 from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import OPT_LEVELS, CompilerArgs, warn_repeated_options
-from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.manifest.engine import MANIFEST_DIR_ENV, manifest_root
 from neuron_args.remote_cache import is_remote
 from neuron_args.target import DEFAULT_TARGET
 from neuron_args.target import KNOWN_TARGETS as TARGETS
@@ -172,9 +172,8 @@ class NeuronSettings:
         manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir")
         # else $VLLM_NEURON_MANIFEST_DIR as the session starts (a conftest may set it): the session manifest's
         # folder, so its ledger lines end in a manifest, not left behind
-        if manifest_dir is None and envs.text(MANIFEST_DIR_ENV):
-            manifest_dir = Path(os.path.expanduser(envs.text(MANIFEST_DIR_ENV))).absolute()
-            manifest_dir_source = f"${MANIFEST_DIR_ENV}"
+        if manifest_dir is None and (env_root := manifest_root()) is not None:
+            manifest_dir, manifest_dir_source = env_root.absolute(), f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
         settings = cls(
             target=_target(config), compiler=compiler, compiler_source=compiler_source, optimization_level=level,
