@@ -46,14 +46,9 @@ GRAPH_FIELDS: tuple[str, ...] = (
 )
 
 
-@functools.lru_cache(maxsize=1)
-def _schema_text() -> str:
-    return resources.files("neuron_args.manifest").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
-
-
 def schema() -> dict:
-    """The JSON Schema (draft 2020-12) of manifest version 1, as a fresh dict."""
-    return json.loads(_schema_text())
+    """The JSON Schema (draft 2020-12) of manifest version 1, as a fresh dict (the validator reads it once)."""
+    return json.loads(resources.files("neuron_args.manifest").joinpath(SCHEMA_RESOURCE).read_text("utf-8"))
 
 
 @functools.lru_cache(maxsize=1)
