@@ -255,8 +255,7 @@ def record_graph(
 def forget_recorded(directory: str) -> None:
     """An emit consumed ``directory``: graphs recorded there may be recorded again (a relaunch)."""
     recorded = ACTIVITY.ledger.recorded
-    for item in [r for r in recorded if r[0] == directory]:
-        recorded.discard(item)
+    recorded.difference_update([r for r in recorded if r[0] == directory])
 
 
 @dataclass(slots=True)
