@@ -121,13 +121,8 @@ def name_parts(path: Path) -> tuple[str, str]:
 
 def covers(args: list[str], anchor: Path) -> bool:
     """Whether collection arguments take in every test below ``anchor`` (a path at or above it, no ``::``)."""
-    for arg in args:
-        if "::" in arg:
-            continue
-        path = Path(arg).resolve()
-        if path == anchor or path in anchor.parents:
-            return True
-    return False
+    paths = (Path(arg).resolve() for arg in args if "::" not in arg)
+    return any(path == anchor or path in anchor.parents for path in paths)
 
 
 def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,
