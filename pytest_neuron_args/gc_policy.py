@@ -21,6 +21,10 @@ _open = [0]
 _frozen = [False]
 
 
+def enabled() -> bool:
+    return envs.flag(ENV)
+
+
 def session_started() -> None:
     if _open[0] == 0 and _frozen[0]:  # a previous session of this process froze its heap: collectable again
         gc.unfreeze()
@@ -34,7 +38,7 @@ def session_stopped() -> None:
 
 def freeze(collect: bool) -> None:
     """Move every tracked object to the permanent generation (after a full collection when ``collect``)."""
-    if not envs.flag(ENV) or _open[0] != 1:  # only the outermost session of the process
+    if not enabled() or _open[0] != 1:  # only the outermost session of the process
         return
     if collect:
         gc.collect()
