@@ -237,14 +237,10 @@ class ManifestView:
         gaps = []
         for g in self.graphs:
             have = {r for r in g.get("ranks") or [] if isinstance(r, int)}
-            lacking, extra = sorted(expected - have), sorted(have - expected)
-            if lacking or extra:
-                text = f"{self._graph_head(g)}: ranks {sorted(have)}"
-                if lacking:
-                    text += f", missing ranks {lacking}"
-                if extra:
-                    text += f", unexpected ranks {extra}"
-                gaps.append(text)
+            off = [f", {what} ranks {sorted(rs)}" for what, rs in (("missing", expected - have),
+                                                                  ("unexpected", have - expected)) if rs]
+            if off:
+                gaps.append(f"{self._graph_head(g)}: ranks {sorted(have)}" + "".join(off))
         if gaps:
             raise AssertionError("\n".join([
                 f"{self.where()}: rank gap in {len(gaps)} of {len(self.graphs)} graph(s); expected every graph "

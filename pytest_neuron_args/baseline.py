@@ -66,13 +66,9 @@ class Baseline:
         __tracebackhide__ = True
         from neuron_args.manifest.diff import diff_manifests
 
-        if isinstance(manifest, ManifestView):
-            doc: Mapping[str, Any] = manifest.doc
-        elif isinstance(manifest, Mapping):
-            doc = manifest
-        else:
-            doc = ManifestView.load(manifest).doc
-        new = normalize(doc)
+        if not isinstance(manifest, (ManifestView, Mapping)):
+            manifest = ManifestView.load(manifest)
+        new = normalize(manifest.doc if isinstance(manifest, ManifestView) else manifest)
         if self.update:
             text = json.dumps(new, indent=2, sort_keys=True) + "\n"
             try:
@@ -125,13 +121,8 @@ def name_parts(path: Path) -> tuple[str, str]:
 
 def covers(args: list[str], anchor: Path) -> bool:
     """Whether collection arguments take in every test below ``anchor`` (a path at or above it, no ``::``)."""
-    for arg in args:
-        if "::" in arg:
-            continue
-        path = Path(arg).resolve()
-        if path == anchor or path in anchor.parents:
-            return True
-    return False
+    paths = (Path(arg).resolve() for arg in args if "::" not in arg)
+    return any(path == anchor or path in anchor.parents for path in paths)
 
 
 def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,
@@ -162,9 +153,7 @@ def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, 
                 continue  # its test may exist and simply not be collected this time
             if update:
                 path.unlink(missing_ok=True)
-                removed.append(str(path))
-            else:
-                unused.append(str(path))
+            (removed if update else unused).append(str(path))
     return unused, unchecked, removed
 
 

@@ -504,8 +504,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     assert s.rank_worker is not None
     asked = request.config.getoption("neuron_rank_graph_types")
     chosen = asked.split(",") if asked else graph_types
-    rank = envs.RANK
-    result: dict[str, Any] = {"rank": rank, "error": None}
+    result: dict[str, Any] = {"error": None}  # write_warmup adds the rank
     try:
         with gc_policy.paused(keep=_shared(session, runner)), trace_log.detached():
             report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)

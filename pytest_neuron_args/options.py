@@ -19,7 +19,7 @@ from neuron_args.compilers import COMPILER_CHOICES as COMPILERS
 from neuron_args.deferred import FLOWS
 from neuron_args.errors import CompilerArgsError
 from neuron_args.flags import OPT_LEVELS, CompilerArgs, warn_repeated_options
-from neuron_args.manifest.engine import MANIFEST_DIR_ENV
+from neuron_args.manifest.engine import MANIFEST_DIR_ENV, manifest_root
 from neuron_args.remote_cache import is_remote
 from neuron_args.target import DEFAULT_TARGET
 from neuron_args.target import KNOWN_TARGETS as TARGETS
@@ -162,12 +162,8 @@ class NeuronSettings:
         args, source = _raw(config, "neuron_compiler_args")
         if args is None and envs.is_set("NEURON_CC_FLAGS"):
             args, source = envs.text("NEURON_CC_FLAGS"), "NEURON_CC_FLAGS"
-        tp_text = _raw(config, "neuron_tp")[0]
-        try:
-            tp = int(tp_text) if tp_text is not None else 1
-        except ValueError:
-            tp = 0
-        if tp < 1:
+        tp_text = _raw(config, "neuron_tp")[0] or "1"
+        if not (tp_text.isascii() and tp_text.isdigit() and int(tp_text) >= 1):  # envs.count's rule for a count
             raise pytest.UsageError(f"--neuron-tp {tp_text}: give the number of tensor-parallel ranks, 1 or more")
         timeout_text = _raw(config, "neuron_compile_timeout")[0]
         timeout = None if timeout_text is None else envs.as_seconds(timeout_text)  # the one rule for seconds
@@ -176,14 +172,13 @@ class NeuronSettings:
         manifest_dir, manifest_dir_source = _path(config, "neuron_manifest_dir")
         # else $VLLM_NEURON_MANIFEST_DIR as the session starts (a conftest may set it): the session manifest's
         # folder, so its ledger lines end in a manifest, not left behind
-        if manifest_dir is None and envs.text(MANIFEST_DIR_ENV):
-            manifest_dir = Path(os.path.expanduser(envs.text(MANIFEST_DIR_ENV))).absolute()
-            manifest_dir_source = f"${MANIFEST_DIR_ENV}"
+        if manifest_dir is None and (env_root := manifest_root()) is not None:
+            manifest_dir, manifest_dir_source = env_root.absolute(), f"${MANIFEST_DIR_ENV}"
         worker = config.getoption("neuron_rank_worker")
         settings = cls(
             target=_target(config), compiler=compiler, compiler_source=compiler_source, optimization_level=level,
             flow=_choice(config, "neuron_flow", FLOWS)[0] or DEFAULT_FLOW, compiler_args=args,
-            compiler_args_source=source, tp=tp, compile_timeout=timeout, manifest_dir=manifest_dir,
+            compiler_args_source=source, tp=int(tp_text), compile_timeout=timeout, manifest_dir=manifest_dir,
             manifest_dir_source=manifest_dir_source,
             **{name: _path(config, f"neuron_{name}")[0] for name in ("cache_dir", "baseline", "report")},
             **{name: _switch(config, f"neuron_{name}") for name in ("allow_graph_breaks", "allow_eager_outputs")},

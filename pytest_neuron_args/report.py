@@ -154,105 +154,98 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     data = session.merged()
     if not _has_content(data, session):
         return
+    write, cache_dir = terminalreporter.write_line, session.cache_dir()
     terminalreporter.write_sep("=", SUMMARY_TITLE)
     notice = eager_outputs_notice(data.get("eager_outputs") or {})
     if notice:
-        terminalreporter.write_line(notice, red=True, bold=True)
+        write(notice, red=True, bold=True)
     fallbacks = data.get("eager_fallbacks") or {}
     if fallbacks:  # frames of a neuron backend Dynamo's recompile limit stopped compiling
         ran = sum(how == "warn" for how in fallbacks.values())
-        terminalreporter.write_line(
-            f"eager fallbacks: {ran} frame(s) ran in eager PyTorch and {len(fallbacks) - ran} failed past Dynamo's "
-            f"recompile limit: {'; '.join(sorted(fallbacks))}; fix: torch._dynamo.reset() between models, a higher "
-            "recompile_limit, or bucketing", red=True, bold=True)
+        write(f"eager fallbacks: {ran} frame(s) ran in eager PyTorch and {len(fallbacks) - ran} failed past Dynamo's "
+              f"recompile limit: {'; '.join(sorted(fallbacks))}; fix: torch._dynamo.reset() between models, a higher "
+              "recompile_limit, or bucketing", red=True, bold=True)
     if data["rows"]:
         for line in render_table(*table_rows(data), rule=False).split("\n"):
-            terminalreporter.write_line(line)
-    terminalreporter.write_line(footer_line(data, str(session.cache_dir())))
+            write(line)
+    write(footer_line(data, str(cache_dir)))
     if data.get("workers_silent"):
-        terminalreporter.write_line(
-            f"xdist worker(s) {', '.join(data['workers_silent'])} did not report (the session was interrupted, or they "
-            "crashed): the table and counts lack what they compiled or loaded; the cache and any manifest written below "
-            f"hold it (`neuron-args cache ls {session.cache_dir()}`)", yellow=True)
+        write(f"xdist worker(s) {', '.join(data['workers_silent'])} did not report (the session was interrupted, or "
+              "they crashed): the table and counts lack what they compiled or loaded; the cache and any manifest "
+              f"written below hold it (`neuron-args cache ls {cache_dir}`)", yellow=True)
     compiled = (data.get("stats") or {}).get("compiles", 0)
     if compiled and assert_cache_hit_enabled():  # no serve block is open: the variable's value
-        terminalreporter.write_line(
-            f"{ASSERT_CACHE_HIT_ENV} is set, and the warmups compiled {compiled} graph(s): a warmup builds what the "
-            "cache lacks whatever the variable says (it asserts after warmup, while serving). To fail when the cache "
-            "lacks a graph, assert it in a test: with neuron_compile_counter.expect(compiles=0): "
-            "neuron_runner.warmup()", yellow=True)
+        write(f"{ASSERT_CACHE_HIT_ENV} is set, and the warmups compiled {compiled} graph(s): a warmup builds what the "
+              "cache lacks whatever the variable says (it asserts after warmup, while serving). To fail when the "
+              "cache lacks a graph, assert it in a test: with neuron_compile_counter.expect(compiles=0): "
+              "neuron_runner.warmup()", yellow=True)
     failed = [row for row in _rows(data) if row.status == "failed"]
     for row in failed:
         error = row.error or "see the test that warmed it"
         where = "" if row.key in error else f" key {row.key}"
-        terminalreporter.write_line(f"failed: {row.graph_type or '-'} {shapes_text(row.input_shapes)}"
-                                    f"{where}: {error}", red=True)
+        write(f"failed: {row.graph_type or '-'} {shapes_text(row.input_shapes)}{where}: {error}", red=True)
     listed = {row.graph_type for row in failed}
     for failure in data.get("warmup_failures") or []:  # no key to list it by: its trace or lowering failed
         if failure["graph_type"] not in listed:
-            terminalreporter.write_line(f"warmup failed: graph type {failure['graph_type']!r} in {failure['test']}: "
-                                        f"{failure['error']}", red=True)
+            write(f"warmup failed: graph type {failure['graph_type']!r} in {failure['test']}: {failure['error']}",
+                  red=True)
     for key, why in sorted((data.get("corrupt") or {}).items()):
-        terminalreporter.write_line(f"cache entry {key} was corrupt ({why}): moved to {QUARANTINE_DIR}/ in the cache "
-                                    "and rebuilt; if this repeats, check the disk (`neuron-args cache verify`)",
-                                    yellow=True)
+        write(f"cache entry {key} was corrupt ({why}): moved to {QUARANTINE_DIR}/ in the cache and rebuilt; if this "
+              "repeats, check the disk (`neuron-args cache verify`)", yellow=True)
     for serve in data.get("tp_serves") or []:
         failed = any(r.get("outcome") != "passed" or r.get("serve_misses") for r in serve["ranks"])
-        terminalreporter.write_line(f"--neuron-tp {serve['tp']} served in the rank processes: {serve['test']}: "
-                                    + "; ".join(rank_line(r) for r in serve["ranks"]), red=failed)
+        write(f"--neuron-tp {serve['tp']} served in the rank processes: {serve['test']}: "
+              + "; ".join(rank_line(r) for r in serve["ranks"]), red=failed)
     counts = baseline_counts(data)
-    if any(counts.values()):
-        terminalreporter.write_line("baselines: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    if counts:
+        write(f"baselines: {counts}")
     for name, what in _BASELINE_LINES:
         for path in data.get(name) or []:
-            terminalreporter.write_line(f"{what}: {path}")
+            write(f"{what}: {path}")
     if data.get("baselines_unused") and not session.settings.update_baseline:
-        terminalreporter.write_line("(re-run the whole suite with --neuron-update-baseline to remove the baselines "
-                                    "of tests that no longer exist)")
+        write("(re-run the whole suite with --neuron-update-baseline to remove the baselines of tests that no longer "
+              "exist)")
     for path in data.get("manifests_written", []):
-        terminalreporter.write_line(f"manifest written: {path}")
+        write(f"manifest written: {path}")
         if session.interrupted:
-            terminalreporter.write_line("  the session was interrupted: it lists only the graphs the warmups reached "
-                                        "by then; rerun to write the whole manifest", yellow=True)
+            write("  the session was interrupted: it lists only the graphs the warmups reached by then; rerun to "
+                  "write the whole manifest", yellow=True)
         missing, total, elsewhere = session.manifest_gaps.get(path, (0, 0, {}))
         for cache, n in elsewhere.items():
             test = (data.get("other_caches") or {}).get(cache, "a test")
-            terminalreporter.write_line(
-                f"  {n} of its {total} graph(s) were built into {cache}, the cache of a project's own neuron_runner "
-                f"(first warmed in {test}), not the session cache {session.cache_dir()}: a manifest names one cache, so "
-                "it lists them without their NEFF; build that runner with cache_dir=neuron_cache.root (the plugin's "
-                "neuron_cache fixture) to have them listed", yellow=True)
+            write(f"  {n} of its {total} graph(s) were built into {cache}, the cache of a project's own neuron_runner "
+                  f"(first warmed in {test}), not the session cache {cache_dir}: a manifest names one cache, so it "
+                  "lists them without their NEFF; build that runner with cache_dir=neuron_cache.root (the plugin's "
+                  "neuron_cache fixture) to have them listed", yellow=True)
         if missing:
-            terminalreporter.write_line(
-                f"  {missing} of its {total} graph(s) have no executable in the cache {session.cache_dir()}: not built "
-                "(a warmup failed or was interrupted before their compile) or removed from the cache during the "
-                "session; rerun to build them and write a manifest that lists their NEFFs", yellow=True)
+            write(f"  {missing} of its {total} graph(s) have no executable in the cache {cache_dir}: not built (a "
+                  "warmup failed or was interrupted before their compile) or removed from the cache during the "
+                  "session; rerun to build them and write a manifest that lists their NEFFs", yellow=True)
     for path in session.manifests_not_ours if data.get("manifests_written") else []:
-        terminalreporter.write_line(f"not written by this session: {path} (another engine's, from an earlier session: "
-                                    "remove it if that engine is gone, so the folder holds only this run's manifests)",
-                                    yellow=True)
-    for reason in session.manifest_failures:
-        terminalreporter.write_line(f"manifest NOT written (the session fails): {reason}; free space or make "
-                                    "the folder writable (or give another --neuron-manifest-dir) and rerun", red=True)
-    for reason in session.output_failures:
-        terminalreporter.write_line(f"NOT written (the session fails): {reason}; free space or make the folder "
-                                    "writable (or give another path) and rerun", red=True)
+        write(f"not written by this session: {path} (another engine's, from an earlier session: remove it if that "
+              "engine is gone, so the folder holds only this run's manifests)", yellow=True)
+    for what, reasons, other in (("manifest NOT written", session.manifest_failures, "--neuron-manifest-dir"),
+                                 ("NOT written", session.output_failures, "path")):
+        for reason in reasons:
+            write(f"{what} (the session fails): {reason}; free space or make the folder writable (or give another "
+                  f"{other}) and rerun", red=True)
     if session.report_written is not None:
-        terminalreporter.write_line(f"report written: {session.report_written}")
+        write(f"report written: {session.report_written}")
 
 
-def baseline_counts(data: dict[str, Any]) -> dict[str, int]:
-    """Baselines by what became of them, then the checks' outcomes (merged data); written/updated/unused always
-    listed once anything is counted, as snapshot tools do, the rest only when non-zero."""
-    order = ("written", "updated", "unused", "not checked", "removed", "unchanged", "match", "differs", "missing", "unreadable")
+def baseline_counts(data: dict[str, Any]) -> str:
+    """``2 written, 0 updated, ...``: baselines by what became of them, then the checks' outcomes ('' when none);
+    written/updated/unused always listed once anything is counted, as snapshot tools do, the rest only when non-zero."""
+    order = ("written", "updated", "unused", "not checked", "removed", "unchanged", "match", "differs", "missing",
+             "unreadable")
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
         counts[check["status"]] = counts.get(check["status"], 0) + 1
-    counts["unused"] = len(data.get("baselines_unused") or [])
-    counts["removed"] = len(data.get("baselines_removed") or [])
-    counts["not checked"] = len(data.get("baselines_unchecked") or [])
-    always = ("written", "updated", "unused")
-    return {("matched" if k == "match" else k): n for k, n in counts.items() if n or k in always}
+    for name, label in (("baselines_unused", "unused"), ("baselines_removed", "removed"),
+                        ("baselines_unchecked", "not checked")):
+        counts[label] = len(data.get(name) or [])
+    shown = [f"{n} {'matched' if k == 'match' else k}" for k, n in counts.items() if n or k in order[:3]]
+    return ", ".join(shown) if any(counts.values()) else ""
 
 
 def write_json_report(session: NeuronSession) -> Any:
@@ -335,20 +328,18 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str) -> str:
         out += [rows[0], "|" + "---|" * len(header_cells), *rows[1:], ""]
     out += [_cell(footer), ""]
     missed = [r for r in data.get("rows", []) if (r.get("serve_misses") or 0) > 0]
-    out.append("### Cache misses while serving")
-    out.append("")
+    out += ["### Cache misses while serving", ""]
     if missed or data.get("serve_misses"):
-        for r in missed:
-            inputs = format_shapes(list(r.get("input_shapes") or []), empty="")
-            out.append(f"- `{r.get('graph_type')}` {inputs} key `{r['key']}`: {r.get('serve_misses')} miss(es)")
+        out += [f"- `{r.get('graph_type')}` {format_shapes(list(r.get('input_shapes') or []), empty='')} key "
+                f"`{r['key']}`: {r.get('serve_misses')} miss(es)" for r in missed]
         out.append(f"- {data.get('serve_misses', 0)} miss(es) in {data.get('serve_sessions', 0)} serve block(s)")
     else:
         out.append(f"none ({data.get('serve_sessions', 0)} serve block(s))")
     out.append("")
-    checks, counts = data.get("baseline_checks") or [], baseline_counts(data)
-    if checks or any(counts.values()):
-        out += ["### Manifest baselines", "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
-        for c in sorted(checks, key=lambda c: str(c.get("nodeid"))):
+    counts = baseline_counts(data)  # every check is counted: no counts, no checks
+    if counts:
+        out += ["### Manifest baselines", "", counts, ""]
+        for c in sorted(data.get("baseline_checks") or [], key=lambda c: str(c.get("nodeid"))):
             out.append(f"- `{c.get('nodeid')}` (`{c.get('path')}`): **{c.get('status')}**")
             if c.get("lines"):
                 out += ["", "  ```diff", *(f"  {line}" for line in c["lines"]), "  ```"]

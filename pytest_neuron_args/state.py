@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from neuron_args import envs
-from neuron_args.activity import ACTIVITY
+from neuron_args.activity import ACTIVITY, CacheStats
 from neuron_args.graph_outcome import COUNTERS, GraphOutcome
 from neuron_args.manifest.config import merge_configs
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
@@ -78,9 +78,8 @@ class NeuronSession:
         self.config = config
         self.settings = settings
         self.report_written: Path | None = None  # --neuron-report's file, once written
-        workerinput = getattr(config, "workerinput", None)
-        self.worker_id: str | None = workerinput.get("workerid") if workerinput is not None else None
-        self._workerinput: dict[str, Any] = dict(workerinput or {})
+        self._workerinput: dict[str, Any] = dict(getattr(config, "workerinput", None) or {})
+        self.worker_id: str | None = self._workerinput.get("workerid")
         self._cache_dir: Path | None = None
         #: what pytest_unconfigure undoes: process-wide settings, the manifest folder's lock, the environment
         self.at_stop = contextlib.ExitStack()
@@ -93,7 +92,7 @@ class NeuronSession:
         self.serve_misses = 0
         self.serve_sessions = 0
         self.parallel_compiled: dict[str, GraphOutcome] = {}  # what parallel compiles built or failed
-        self.deferred_counts: dict[str, int] = {}
+        self.deferred_counts: Counter[str] = Counter()
         self.baseline_checks: list[dict[str, Any]] = []  # every neuron_baseline.check (see baseline.Baseline)
         self.baseline_inventory: dict[str, dict[str, Any]] | None = None  # set where tests were collected
         self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error
@@ -255,10 +254,9 @@ class NeuronSession:
         for graph_type, n in calls.items():
             self.serve_calls[graph_type] = self.serve_calls.get(graph_type, 0) + int(n)
 
-    def add_deferred_counts(self, counts: Any) -> None:
+    def add_deferred_counts(self, counts: CacheStats) -> None:
         """Cache counts of a parallel-flow warmup (its traces and compiles ran in other processes)."""
-        for name in ("hits", "misses", "compiles", "captures"):
-            self.deferred_counts[name] = self.deferred_counts.get(name, 0) + int(getattr(counts, name, 0))
+        self.deferred_counts.update(counts.snapshot())
 
     def add_compile_report(self, report: Any) -> None:
         """What a parallel warmup (or its part before it raised) compiled or failed: the records are the workers'."""
@@ -273,10 +271,9 @@ class NeuronSession:
 
     def stats(self) -> dict[str, int]:
         now = ACTIVITY.stats.snapshot()
-        out = {k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now}  # a test may reset STATS
-        for name, value in self.deferred_counts.items():  # what parallel-flow children and workers did
-            out[name] = out.get(name, 0) + value
-        return out
+        out = Counter({k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now})  # a test may reset STATS
+        out.update(self.deferred_counts)  # what parallel-flow children and workers did
+        return dict(out)
 
     def local_rows(self) -> list[GraphOutcome]:
         """One outcome per graph this process compiled, captured or loaded during the session."""

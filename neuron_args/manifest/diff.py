@@ -248,10 +248,8 @@ def diff_manifests(
     result.removed_graphs = [_summary(g) for g in removed]
     result.added_graphs = [_summary(g) for g in added]
     result.replacements = _replacements(removed, added)
-    for h in sorted(old_graphs.keys() & new_graphs.keys()):
-        change = _compare_graphs(old_graphs[h], new_graphs[h])
-        if not change.empty:
-            result.changed_graphs.append(change)
+    result.changed_graphs = [change for h in sorted(old_graphs.keys() & new_graphs.keys())
+                             if not (change := _compare_graphs(old_graphs[h], new_graphs[h])).empty]
     result.config = _value_changes(
         _stable_config(old), _stable_config(new), "config", ignore_paths=True
     )

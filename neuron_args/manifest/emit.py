@@ -18,7 +18,7 @@ from neuron_args.cache import CompileCache
 from neuron_args.flags import manifest_compiler_flags
 from neuron_args.manifest.config import config_block, environment_snapshot
 from neuron_args.manifest.engine import get_server_prefix, manifest_root
-from neuron_args.manifest.folder_lock import hold_engine
+from neuron_args.manifest.folder_lock import EngineHold, hold_engine
 from neuron_args.manifest.ledger import (
     SHAPE_RE,
     Ledger,
@@ -140,7 +140,7 @@ def emit_manifest(
     if root is None or local_rank != 0:
         return None
     stage = "resolve the engine id"
-    hold = None
+    hold = EngineHold()  # nothing held yet: released in every case below
     try:
         engine_id = get_server_prefix() if engine_id is None else engine_id
         stage = f"hold the manifest folder {root / engine_id}"
@@ -150,19 +150,15 @@ def emit_manifest(
         ledger = read_ledger(source)
         if ledger.dropped:
             reasons = ", ".join(f"{n} {why}" for why, n in sorted(ledger.dropped.items()))  # "2 torn or non-JSON, ..."
-            logger.warning(
-                "manifest: skipped %d ledger line(s) in %s (%s); the graphs they name are not in the manifest",
-                sum(ledger.dropped.values()), source, reasons,
-            )
+            logger.warning("manifest: skipped %d ledger line(s) in %s (%s); the graphs they name are not in the "
+                           "manifest", sum(ledger.dropped.values()), source, reasons)
         stage = f"map ranks with rank_map={rank_map!r}"
         to_global = rank_mapper(rank_map)
         cache = None if cache_dir is None else CompileCache(cache_dir)
         stage = f"enrich graphs from the compile cache {cache_dir}"
         graphs, unmapped = _graph_entries(ledger.graphs, cache, to_global)
         if unmapped:
-            logger.warning(
-                "manifest: TP-local rank(s) %s are not in the TP group; recorded unmapped", unmapped
-            )
+            logger.warning("manifest: TP-local rank(s) %s are not in the TP group; recorded unmapped", unmapped)
         stage = "collect the config and environment"
         doc = {
             "manifest_version": MANIFEST_VERSION,
@@ -174,24 +170,21 @@ def emit_manifest(
         stage = f"write {target}"
         write_atomic(target, dumps_manifest(doc), durable=True)
     except Exception as exc:  # best-effort: never break warmup or serving
-        if hold is not None:
-            hold.release()
         reason = f"could not {stage} ({type(exc).__name__}: {exc})"
         logger.warning("manifest emit failed: %s; no manifest written this run. "
                        "Compilation and serving are unaffected.", reason)
         if failures is not None:
             failures.append(reason)
         return None
-    forget_recorded(source)
-    try:
-        shutil.rmtree(source)
-    except FileNotFoundError:
-        pass
-    except Exception as exc:
-        logger.warning(
-            "manifest written to %s, but its ledger %s could not be removed (%s: %s)",
-            target, source, type(exc).__name__, exc,
-        )
+    else:
+        forget_recorded(source)
+        try:
+            shutil.rmtree(source)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            logger.warning("manifest written to %s, but its ledger %s could not be removed (%s: %s)",
+                           target, source, type(exc).__name__, exc)
     finally:
         hold.release()
     return target

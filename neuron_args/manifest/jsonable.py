@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from pathlib import PurePath
 from typing import Any
 
@@ -117,14 +117,8 @@ class _Coercer:
         if isinstance(obj, Mapping):
             return {self.key(k): self.convert(v, depth) for k, v in list(obj.items())}
         if dataclasses.is_dataclass(obj):
-            out: dict[str, Any] = {}
-            for field in dataclasses.fields(obj):
-                try:
-                    value = getattr(obj, field.name)
-                except AttributeError:  # an init=False field never set
-                    continue
-                out[field.name] = self.convert(value, depth)
-            return out
+            fields = _set_attributes(obj, [field.name for field in dataclasses.fields(obj)])
+            return {name: self.convert(value, depth) for name, value in fields.items()}
         if isinstance(obj, Sequence):  # str and bytes never get here: convert and _special took them
             return [self.convert(v, depth) for v in list(obj)]
         if isinstance(obj, Set):
@@ -143,22 +137,24 @@ class _Coercer:
 _NOTHING = object()
 
 
-def _public_attributes(obj: Any) -> dict[str, Any] | None:
-    """``vars(obj)`` and ``__slots__`` values without private names; None when neither exists."""
-    found: dict[str, Any] | None = None
+def _set_attributes(obj: Any, names: Iterable[str]) -> dict[str, Any]:
+    """The attributes of ``obj`` among ``names`` that are set (an unset slot or ``init=False`` field is not)."""
+    found: dict[str, Any] = {}
+    for name in names:
+        with contextlib.suppress(AttributeError):
+            found[name] = getattr(obj, name)
+    return found
+
+
+def _public_attributes(obj: Any) -> dict[str, Any]:
+    """``vars(obj)`` and the set ``__slots__`` values, without private names (``__dict__`` and ``__weakref__`` too)."""
+    found: dict[str, Any] = {}
     with contextlib.suppress(TypeError):  # no __dict__
         found = {k: v for k, v in vars(obj).items() if isinstance(k, str) and not k.startswith("_")}
     for cls in type(obj).__mro__:
         slots = cls.__dict__.get("__slots__", ())
-        for name in (slots,) if isinstance(slots, str) else slots:
-            if name.startswith("_") or name in ("__dict__", "__weakref__"):
-                continue
-            try:
-                value = getattr(obj, name)
-            except AttributeError:
-                continue
-            found = {} if found is None else found
-            found.setdefault(name, value)
+        names = (slots,) if isinstance(slots, str) else slots
+        found.update(_set_attributes(obj, [n for n in names if not n.startswith("_") and n not in found]))
     return found
 
 

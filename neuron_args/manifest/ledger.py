@@ -189,16 +189,15 @@ def _append(path: str, data: bytes) -> None:
         state.started_paths.add(path)
         if path in state.torn_paths and not first:  # end the torn fragment: it must not swallow this line
             data = b"\n" + data
+        view = memoryview(data)
         try:
-            view = memoryview(data)
             while view:
-                try:
-                    written = os.write(fd, view)
-                except OSError:
-                    if len(view) < len(data):
-                        state.torn_paths.add(path)
-                    raise
-                view = view[written:]
+                view = view[os.write(fd, view):]
+        except OSError:
+            if len(view) < len(data):  # a part of the line is on disk: the next line starts a new one
+                state.torn_paths.add(path)
+            raise
+        else:
             state.torn_paths.discard(path)
         finally:
             os.close(fd)
@@ -256,8 +255,7 @@ def record_graph(
 def forget_recorded(directory: str) -> None:
     """An emit consumed ``directory``: graphs recorded there may be recorded again (a relaunch)."""
     recorded = ACTIVITY.ledger.recorded
-    for item in [r for r in recorded if r[0] == directory]:
-        recorded.discard(item)
+    recorded.difference_update([r for r in recorded if r[0] == directory])
 
 
 @dataclass(slots=True)
@@ -390,11 +388,8 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
                 dropped[problem] += 1
                 continue
             key, rank = record["key"], record["rank"]  # type: ignore[index]
-            entry = graphs.get(key)
-            if entry is None:
-                entry = graphs[key] = LedgerGraph({rank}, record, rank)  # type: ignore[arg-type]
-            else:
-                entry.add(rank, record)  # type: ignore[arg-type]
+            entry = graphs.setdefault(key, LedgerGraph({rank}, record, rank))  # type: ignore[arg-type]
+            entry.add(rank, record)  # type: ignore[arg-type]
             slot = _rank_slot(line, key, rank) if whole else None
             if slot is not None:
                 checked[slot] = entry

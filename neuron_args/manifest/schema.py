@@ -34,14 +34,10 @@ CONFIG_FIELDS: tuple[str, ...] = (
     "model", "target", "dtype", "max_num_seqs", "max_model_len", "topology",
     "neuron_config", "vllm_config",
 )
+#: every topology count defaults to 1 (one device, no parallelism)
 TOPOLOGY_DEFAULTS: dict[str, int | bool] = {
-    "world_size": 1,
-    "tensor_parallel_size": 1,
-    "pipeline_parallel_size": 1,
-    "data_parallel_size": 1,
-    "attention_dp_size": 1,
-    "ep_degree": 1,
-    "decode_context_parallel_size": 1,
+    **dict.fromkeys(("world_size", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                     "attention_dp_size", "ep_degree", "decode_context_parallel_size"), 1),
     "has_collectives": False,
 }
 GRAPH_FIELDS: tuple[str, ...] = (
@@ -50,14 +46,9 @@ GRAPH_FIELDS: tuple[str, ...] = (
 )
 
 
-@functools.lru_cache(maxsize=1)
-def _schema_text() -> str:
-    return resources.files("neuron_args.manifest").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
-
-
 def schema() -> dict:
-    """The JSON Schema (draft 2020-12) of manifest version 1, as a fresh dict."""
-    return json.loads(_schema_text())
+    """The JSON Schema (draft 2020-12) of manifest version 1, as a fresh dict (the validator reads it once)."""
+    return json.loads(resources.files("neuron_args.manifest").joinpath(SCHEMA_RESOURCE).read_text("utf-8"))
 
 
 @functools.lru_cache(maxsize=1)
