@@ -317,7 +317,7 @@ class S3Store:
 
     @contextlib.contextmanager
     def reachable(self) -> Iterator[None]:
-        """For a command that must reach the remote (the CLI): unreachable is a :class:`RemoteCacheError`, no fallback."""
+        """For a command that must reach the remote (the CLI): unreachable is a :class:`RemoteCacheError`."""
         try:
             yield
         except _Unavailable as exc:

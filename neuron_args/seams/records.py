@@ -32,7 +32,8 @@ def table(rows: list[GraphOutcome]) -> str:
     head = ["graph type", "inputs", "-O", "key", "compile", "size", "serve hits/misses"]
     body = []
     for r in sorted(rows, key=lambda r: (r.graph_type or "", r.input_shapes or [])):
-        compile_s = f"{r.compile_seconds:.1f}s" if r.compile_seconds is not None else ("captured" if r.captures else "cached")
+        done = "captured" if r.captures else "cached"
+        compile_s = done if r.compile_seconds is None else f"{r.compile_seconds:.1f}s"
         calls = f"{r.serve_hits}/{r.serve_misses}"
         body.append([r.graph_type or "-", format_shapes(list(r.input_shapes or []), empty="", sep=" / "),
                      str(r.optimization_level or "-"), r.key[:12], compile_s, human_size(r.executable_size), calls])
