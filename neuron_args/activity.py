@@ -7,7 +7,7 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,7 +76,7 @@ def commit(counts: CacheStats) -> None:
     _add(counts.snapshot(), _OPEN.get())
 
 
-def note(kind: str, item: Any) -> None:
+def note(kind: Literal["compile_reports", "outcomes"], item: Any) -> None:
     """Every open block lists ``item`` under ``kind``: ``compile_reports`` (a ``parallel_compile`` run started here,
     filling as graphs finish) or ``outcomes`` (a graph outcome recorded here)."""
     for block in _OPEN.get():

@@ -180,11 +180,10 @@ def emit_manifest(
         forget_recorded(source)
         try:
             shutil.rmtree(source)
-        except FileNotFoundError:
-            pass
         except Exception as exc:
-            logger.warning("manifest written to %s, but its ledger %s could not be removed (%s: %s)",
-                           target, source, type(exc).__name__, exc)
+            if not isinstance(exc, FileNotFoundError):  # already gone: nothing to say
+                logger.warning("manifest written to %s, but its ledger %s could not be removed (%s: %s)",
+                               target, source, type(exc).__name__, exc)
     finally:
         hold.release()
     return target
