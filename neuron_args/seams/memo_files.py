@@ -12,7 +12,7 @@ from neuron_args.cache import CompileCache
 from neuron_args.errors import CorruptEntryError
 from neuron_args.untrusted import RECORD_LIMIT, read_json
 
-FORMAT = 2  # 2: output specs (a key component)
+FORMAT = 3  # 2: output specs (a key component); 3: the TraceMemo fields as dataclasses.asdict gives them
 _WRITE_GRACE = STALE_AFTER  # seconds a temporary file in the memo folder is left to its writer (write_atomic)
 
 
