@@ -37,11 +37,9 @@ def is_sync_client(client: Any) -> bool:
     return bool(sync_client.cache_info().currsize) and client is sync_client()
 
 
-def runtime_client(asynchronous: bool | None = None) -> Any:
+def runtime_client() -> Any:
     """The client executables are loaded on and run by: synchronous unless ``NEURON_ARGS_XLA_CPU_ASYNC=1``."""
-    if asynchronous is None:
-        asynchronous = envs.flag(ASYNC_ENV)
-    return cpu_client() if asynchronous else sync_client()
+    return cpu_client() if envs.flag(ASYNC_ENV) else sync_client()
 
 
 def _placement(client: Any, env_overrides: Sequence[tuple[str, Any]] = ()) -> tuple[Any, Any]:
