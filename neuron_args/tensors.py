@@ -60,7 +60,7 @@ class TensorSpec:
                 "traced with)")
 
     def shape_string(self) -> str:
-        """Manifest input form, Python tuple style: ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``."""
+        """Manifest input form, tuple style: ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``."""
         if len(self.shape) == 1:
             return f"{self.shape[0]},"
         return ", ".join(str(d) for d in self.shape)

@@ -384,10 +384,8 @@ def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
 
 
 def _refuse_symbolic(example_inputs: Sequence[Any], seam: str) -> None:
-    symbolic = [
-        i for i, x in enumerate(example_inputs)
-        if isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
-    ]
+    symbolic = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.SymInt)
+                or isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape)]
     if symbolic:
         raise LoweringError(
             f"{seam}: Dynamo handed over a graph with symbolic sizes (inputs {symbolic}). Neuron graphs are static: "
