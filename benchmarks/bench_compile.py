@@ -107,7 +107,7 @@ def _floor_backend(outputs: Sequence[torch.Tensor]) -> Any:
 
 def async_client_executable(blob: bytes) -> Any:
     """The executable on jax's asynchronous XLA:CPU client (what the runtime used before the sync client)."""
-    return xla_cpu.deserialize_executable(blob, xla_cpu.runtime_client(asynchronous=True))
+    return xla_cpu.deserialize_executable(blob, xla_cpu.cpu_client())
 
 
 @contextlib.contextmanager

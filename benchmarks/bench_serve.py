@@ -126,7 +126,7 @@ def measure(title: str, runner: NeuronRunner, graph_type: str, kwargs: dict[str,
     blob = runner.cache.entry(key).executable_path.read_bytes()
     legacy = LegacyExecutable(blob, exe.input_specs, exe.output_specs)
     async_exe = LoadedExecutable.from_bytes(blob, exe.input_specs, exe.output_specs,
-                                            client=xla_cpu.runtime_client(asynchronous=True))
+                                            client=xla_cpu.cpu_client())
     aot_compiled, aot_call, aot_args = seam_copy(runner, graph_type, kwargs, direct=False)
     _, direct_call, direct_args = seam_copy(runner, graph_type, kwargs, direct=True)
     no_module_guards = seam_copy(runner, graph_type, kwargs, direct=True,

@@ -59,12 +59,6 @@ class TensorSpec:
                 f"{list(t.shape)}: the graph was compiled for other inputs (pass tensors shaped like the ones it was "
                 "traced with)")
 
-    def shape_string(self) -> str:
-        """Manifest input form, Python tuple style: ``(4,)`` -> ``"4,"``, ``(4, 16)`` -> ``"4, 16"``, ``()`` -> ``""``."""
-        if len(self.shape) == 1:
-            return f"{self.shape[0]},"
-        return ", ".join(str(d) for d in self.shape)
-
 
 def from_lowered_output(t: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     """An HLO result as the tensor ``spec`` names (a uint64 from its little-endian words, a view; 64-bit types cast)."""

@@ -37,28 +37,23 @@ def is_sync_client(client: Any) -> bool:
     return bool(sync_client.cache_info().currsize) and client is sync_client()
 
 
-def runtime_client(asynchronous: bool | None = None) -> Any:
+def runtime_client() -> Any:
     """The client executables are loaded on and run by: synchronous unless ``NEURON_ARGS_XLA_CPU_ASYNC=1``."""
-    if asynchronous is None:
-        asynchronous = envs.flag(ASYNC_ENV)
-    return cpu_client() if asynchronous else sync_client()
+    return cpu_client() if envs.flag(ASYNC_ENV) else sync_client()
 
 
-def compile_options(env_overrides: Sequence[tuple[str, Any]] = ()) -> Any:
+def _placement(client: Any, env_overrides: Sequence[tuple[str, Any]] = ()) -> tuple[Any, Any]:
+    """What compiling and loading on ``client`` take: its first device, and options with jax's overrides."""
     opts = xla_client.CompileOptions()
     opts.env_option_overrides = list(env_overrides)
-    return opts
-
-
-def _device_list(client: Any) -> Any:
-    return xla_client.DeviceList(tuple(client.devices()[:1]))
+    return xla_client.DeviceList(tuple(client.devices()[:1])), opts
 
 
 def compile_hlo(hlo_module_proto: bytes, env_overrides: Sequence[tuple[str, Any]] = (), client: Any = None) -> bytes:
     """HloModuleProto bytes compiled for XLA:CPU on ``client`` (default :func:`cpu_client`), serialized."""
     client = client if client is not None else cpu_client()
     mlir = xla_client._xla.mlir.hlo_to_stablehlo(hlo_module_proto)
-    exe = client.compile_and_load(mlir, _device_list(client), compile_options(env_overrides))
+    exe = client.compile_and_load(mlir, *_placement(client, env_overrides))
     return client.serialize_executable(exe)
 
 
@@ -67,7 +62,7 @@ def deserialize_executable(blob: bytes, client: Any = None) -> Any:
     client = client if client is not None else runtime_client()
     if b"lapack_" in blob:
         _initialize_lapack()
-    return client.deserialize_executable(blob, _device_list(client), compile_options())
+    return client.deserialize_executable(blob, *_placement(client))
 
 
 @functools.cache

@@ -293,8 +293,8 @@ def meta(**over: Any) -> Any:
 def test_plan_of_a_plain_data_mutation():
     p = dispatch.plan(meta(), 1)
     assert (p.n_mutated, p.n_outputs, p.mutated, p.kinds) == (1, 1, ((0, 0, False),), ("non_alias",))
-    target, new = torch.zeros(3), torch.arange(3.0)
-    p.copy_back([target], [new, None])
+    target, new, out = torch.zeros(3), torch.arange(3.0), torch.ones(2)
+    assert dispatch.direct_call(lambda args: [new, out], p)(target) == [out]  # the copy-back: aot's epilogue
     assert torch.equal(target, new)
 
 

@@ -202,7 +202,7 @@ def test_async_client_gives_the_same_results(matmul):
         return c, a + 1.0, c
 
     exe = build(fn, [spec((4, 8)), spec((8, 3))], [spec((4, 3)), spec((4, 8)), spec((4, 3))],
-                client=xla_cpu.runtime_client(asynchronous=True))
+                client=xla_cpu.cpu_client())
     assert exe.executable.client is xla_cpu.cpu_client() is not xla_cpu.runtime_client()
     a, b = torch.randn(4, 8), torch.randn(8, 3)
     for got, want in zip(exe(a, b), matmul(a, b)):
@@ -225,7 +225,7 @@ def test_outputs_after_the_first_call_come_out_without_jaxs_python(asynchronous)
         return a @ a.T, k.at[0].set(a[0, :4])
 
     exe = build(fn, [spec((4, 8)), spec((2, 4))], [spec((4, 4)), spec((2, 4))],
-                client=xla_cpu.runtime_client(asynchronous=asynchronous))
+                client=xla_cpu.cpu_client() if asynchronous else xla_cpu.sync_client())
     a, k = torch.randn(4, 8), torch.zeros(2, 4)
     first = exe(a, k)
     entered: list[str] = []

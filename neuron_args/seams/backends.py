@@ -35,7 +35,7 @@ from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, LoweringError, NeuronArgsError
 from neuron_args.executables import allow_eager_outputs, load_executable
 from neuron_args.graph_outcome import GraphOutcome
-from neuron_args.manifest.ledger import record_graph
+from neuron_args.manifest.ledger import record_graph, shape_string
 from neuron_args.runtime import graph_call
 from neuron_args.scope import (
     _SCOPE,
@@ -96,7 +96,7 @@ class CompiledGraph:
             torch._guards.TracingContext.try_get(), "fw_metadata", None)
         specs = self.input_specs if lowered is None else lowered.graph_input_specs  # not a random key input
         mask = user_inputs if user_inputs is not None and len(user_inputs) == len(specs) else [True] * len(specs)
-        self.input_shapes = [s.shape_string() for s, user in zip(specs, mask) if user]
+        self.input_shapes = [shape_string(s.shape) for s, user in zip(specs, mask) if user]
         # picked by what the key holds besides the graph: the scope's arguments and the autograd mode
         self._variants: dict[tuple[tuple[str, ...] | None, str], Callable[[list[Any]], Any]] = {}
         # aot_autograd calls a backward graph through disable(), whose functools.wraps copies only instance
@@ -384,10 +384,8 @@ def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
 
 
 def _refuse_symbolic(example_inputs: Sequence[Any], seam: str) -> None:
-    symbolic = [
-        i for i, x in enumerate(example_inputs)
-        if isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
-    ]
+    symbolic = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.SymInt)
+                or isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape)]
     if symbolic:
         raise LoweringError(
             f"{seam}: Dynamo handed over a graph with symbolic sizes (inputs {symbolic}). Neuron graphs are static: "

@@ -5,7 +5,6 @@ which needs only the copy-back of mutated inputs; :func:`plan` says whether a gr
 """
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,17 +37,6 @@ class Plan:
     @property
     def n_mutated(self) -> int:
         return len(self.mutated)
-
-    @functools.cached_property
-    def copy_back(self) -> Callable[[Sequence[Any], Sequence[Any]], None]:
-        """``copy_back(args, outs)``, aot's epilogue as straight-line ``copy_`` of each new value into its input (a
-        leaf that requires grad through ``detach``)."""
-        lines = ["def copy_back(args, outs):"]
-        for i, j, leaf in self.mutated:
-            lines += ([f"    t = args[{i}]", f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])"] if leaf
-                      else [f"    args[{i}].copy_(outs[{j}])"])
-        lines.append("    return None")
-        return _compiled("\n".join(lines) + "\n", "copy_back", {})
 
 
 def plan(md: Any, n_args: int) -> Plan:
@@ -86,11 +74,6 @@ def plan(md: Any, n_args: int) -> Plan:
     return Plan(n_args=n_args, n_outputs=len(md.output_info), mutated=tuple(mutated), kinds=kinds)
 
 
-def _compiled(source: str, name: str, namespace: dict[str, Any]) -> Callable[..., Any]:
-    exec(compile(source, f"<neuron_args.seams.dispatch {name}>", "exec"), namespace)  # noqa: S102 - generated here
-    return namespace[name]
-
-
 def inputs_need_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) -> str | None:
     """What of the trace itself needs aot's runtime wrapper (None: nothing); asked before aot_autograd runs."""
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -115,7 +98,8 @@ def inputs_need_aot(example_inputs: Sequence[Any], gm: torch.fx.GraphModule) -> 
 
 
 def direct_call(graph: Any, plan_: Plan) -> Callable[..., Any]:
-    """Dynamo's unboxed call of the boxed ``graph``: grad off (as aot does), mutated inputs copied back."""
+    """Dynamo's unboxed call of the boxed ``graph``: grad off (as aot does), then aot's epilogue as straight-line
+    ``copy_`` of each new value into its mutated input (a leaf that requires grad through ``detach``)."""
     n, total = plan_.n_mutated, plan_.n_mutated + plan_.n_outputs
     lines = [
         "def direct(*args):",
@@ -130,10 +114,15 @@ def direct_call(graph: Any, plan_: Plan) -> Callable[..., Any]:
         f"    if len(outs) != {total}:",
         f"        raise AssertionError(f'the compiled graph returned {{len(outs)}} outputs, not {total}')",
     ]
-    lines += ["    copy_back(args, outs)", f"    return outs[{n}:]"] if n else ["    return outs"]
-    namespace = {"graph": graph, "copy_back": plan_.copy_back, "is_grad_enabled": torch.is_grad_enabled,
+    for i, j, leaf in plan_.mutated:
+        lines += ([f"    t = args[{i}]", f"    (t.detach() if t.requires_grad else t).copy_(outs[{j}])"] if leaf
+                  else [f"    args[{i}].copy_(outs[{j}])"])
+    lines.append(f"    return outs[{n}:]" if n else "    return outs")
+    namespace = {"graph": graph, "is_grad_enabled": torch.is_grad_enabled,
                  "set_grad_enabled": torch._C._set_grad_enabled}
-    direct = _compiled("\n".join(lines) + "\n", "direct", namespace)
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<neuron_args.seams.dispatch direct>", "exec"), namespace)  # noqa: S102 - generated here
+    direct = namespace["direct"]
     direct.graph = graph  # type: ignore[attr-defined]
     direct.plan = plan_  # type: ignore[attr-defined]
     return direct

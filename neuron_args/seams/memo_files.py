@@ -12,8 +12,7 @@ from neuron_args.cache import CompileCache
 from neuron_args.errors import CorruptEntryError
 from neuron_args.untrusted import RECORD_LIMIT, read_json
 
-FORMAT = 2  # 2: output specs (a key component)
-_WRITE_GRACE = STALE_AFTER  # seconds a temporary file in the memo folder is left to its writer (write_atomic)
+FORMAT = 3  # 2: output specs (a key component); 3: the TraceMemo fields as dataclasses.asdict gives them
 
 
 def memo_path(cache: CompileCache, fp: str) -> Path:
@@ -62,8 +61,8 @@ def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bo
             mtime = path.stat().st_mtime
         except FileNotFoundError:  # removed meanwhile
             continue
-        if path.name.startswith(".") and mtime > now - _WRITE_GRACE:
-            continue  # perhaps still being written
+        if path.name.startswith(".") and mtime > now - STALE_AFTER:
+            continue  # a temporary of write_atomic perhaps still being written
         try:  # the graph digest the file predicts (None: not a memo this version reads)
             digest = predicted_digest(read_json(path, RECORD_LIMIT), path.stem) if path.suffix == ".json" else None
         except (OSError, ValueError):

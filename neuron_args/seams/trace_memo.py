@@ -53,12 +53,8 @@ class TraceMemo:
     plan: Plan
 
     def as_json(self, fp: str) -> str:
-        return json.dumps(signed({  # signed too: a memo chooses which entry a call loads
-            "format": FORMAT, "fingerprint": fp, "graph_sha256": self.graph_sha256,
-            "input_specs": [[list(s.shape), s.dtype] for s in self.input_specs],
-            "output_specs": [[list(s.shape), s.dtype] for s in self.output_specs],
-            "plan": asdict(self.plan),
-        }), sort_keys=True)
+        # signed too: a memo chooses which entry a call loads
+        return json.dumps(signed({"format": FORMAT, "fingerprint": fp, **asdict(self)}), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, fp: str) -> TraceMemo:
@@ -73,7 +69,7 @@ class TraceMemo:
             n_args=int(p["n_args"]), n_outputs=int(p["n_outputs"]),
             mutated=tuple((int(i), int(j), bool(leaf)) for i, j, leaf in p["mutated"]),
             kinds=tuple(str(k) for k in p["kinds"]))
-        specs, outs = (tuple(TensorSpec(tuple(int(n) for n in shape), str(dtype)) for shape, dtype in d[name])
+        specs, outs = (tuple(TensorSpec(tuple(int(n) for n in s["shape"]), str(s["dtype"])) for s in d[name])
                        for name in ("input_specs", "output_specs"))
         # a valid JSON file that is not a direct call's memo must not reach the call
         if len(specs) != plan.n_args or any(not isinstance(getattr(torch, s.dtype, None), torch.dtype)
