@@ -329,8 +329,8 @@ def test_read_ledger_groups_a_graphs_ranks_and_still_checks_every_other_line(tmp
                             "graph_type": "decode"}
     assert sorted(read.graphs) == [KEY_A, KEY_B] and read.graphs[KEY_B].ranks == {2}
     assert read.dropped == {"torn or non-JSON": 1, "input_shapes is not a list of shape strings": 1}
-    assert read.lines({KEY_B}) == [{"key": KEY_B, "rank": 2, "input_shapes": [""], "compiler_flags": "-O1",
-                                    "graph_type": "decode"}]
+    assert read.graphs[KEY_B].record == {"key": KEY_B, "rank": 2, "input_shapes": [""], "compiler_flags": "-O1",
+                                         "graph_type": "decode"}
 
 
 def _reference_read(folder) -> tuple[dict, dict]:

@@ -284,11 +284,6 @@ class Ledger:
     graphs: dict[str, LedgerGraph] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)
 
-    def lines(self, keys: set[str] | None = None) -> list[dict]:
-        """One record per graph and rank (only ``keys``, if given): the lines of an equivalent ledger."""
-        return [{**g.record, "rank": rank} for key, g in sorted(self.graphs.items())
-                if keys is None or key in keys for rank in sorted(g.ranks)]
-
 
 def ledger_engines(root: os.PathLike[str] | str) -> list[str]:
     """The engine ids with a ledger under ``root`` (``<root>/ledger/<engine-id>/``), sorted."""
