@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.manifest import emit as emit_module
 from neuron_args.manifest import engine, ledger
 from neuron_args.manifest.engine import get_server_prefix, manifest_root, parse_visible_devices
@@ -95,9 +96,9 @@ def test_register_tp_group_sets_the_recorded_rank():
     assert current_tp_rank() == 0
     register_tp_group([4, 5, 6, 7], 2)
     assert current_tp_rank() == 2
-    assert ledger.registered_tp_group() == ((4, 5, 6, 7), 2)
+    assert ACTIVITY.ledger.tp_group == ((4, 5, 6, 7), 2)
     ledger.clear_tp_group()
-    assert ledger.registered_tp_group() is None
+    assert ACTIVITY.ledger.tp_group is None
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,6 @@ __all__ = [
     "read_ledger",
     "record_graph",
     "register_tp_group",
-    "registered_tp_group",
     "shape_string",
 ]
 
@@ -84,11 +83,6 @@ def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
 def clear_tp_group() -> None:
     """Forget a registered TP group (e.g. when a runner tears its engine down)."""
     ACTIVITY.ledger.tp_group = None
-
-
-def registered_tp_group() -> tuple[tuple[int, ...], int] | None:
-    """``(group_ranks, rank_in_group)`` as registered, or None."""
-    return ACTIVITY.ledger.tp_group
 
 
 def _torch_dist():
@@ -313,7 +307,8 @@ def _problem(record: object) -> str | None:
     if not isinstance(shapes, list) or not all(isinstance(s, str) and SHAPE_RE.match(s) for s in shapes):
         return "input_shapes is not a list of shape strings"
     flags = record.get("compiler_flags")
-    if flags is not None and not (isinstance(flags, str) or (isinstance(flags, list) and all(isinstance(f, str) for f in flags))):
+    if flags is not None and not isinstance(flags, str) and not (
+            isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
         return "compiler_flags is not a string or a list of strings"
     if record.get("graph_type") is not None and not isinstance(record["graph_type"], str):
         return "graph_type is not a string"

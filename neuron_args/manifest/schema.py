@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
@@ -80,11 +81,8 @@ def validate_manifest(doc: Mapping) -> list[str]:
             if isinstance(ranks, list) and all(type(r) is int for r in ranks) and ranks != sorted(ranks):
                 problems.append(f"graphs[{index}].ranks: {ranks} is not sorted")
         str_hashes = [h for g in graphs if isinstance(g, Mapping) and isinstance(h := g.get("graph_hash"), str)]
-        seen: set[str] = set()
-        for h in str_hashes:
-            if h in seen:
-                problems.append(f"graphs: graph_hash {h!r} is listed more than once")
-            seen.add(h)
+        problems += [f"graphs: graph_hash {h!r} is listed more than once"
+                     for h, n in Counter(str_hashes).items() if n > 1]
         if str_hashes != sorted(str_hashes):
             problems.append("graphs: entries are not sorted by graph_hash")
     return problems
