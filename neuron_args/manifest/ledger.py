@@ -331,15 +331,6 @@ def _after_torn(line: str) -> object | None:
 _RANK_AT = len('{"key":"') + KEY_LENGTH + len('","rank":')
 
 
-def _rank_slot(line: str, key: str, rank: int) -> tuple[str, str] | None:
-    """``(text before, text after)`` the rank of a line in :func:`_encode`'s form, else None."""
-    end = line.find(",", _RANK_AT)
-    if (end == -1 or line[_RANK_AT:end] != str(rank) or not line.startswith('{"key":"')
-            or line[:_RANK_AT] != f'{{"key":"{key}","rank":' or '"rank":' in line[end:]):
-        return None
-    return line[:_RANK_AT], line[end:]
-
-
 def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
     """The graphs of one engine's ledger folder and the dropped lines by reason. The hot loop of an emit: a line
     equal to a checked one but for its rank digits (every rank writes the same line) is a lookup, not a parse."""
@@ -349,7 +340,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
     except FileNotFoundError:
         return found
-    checked: dict[tuple[str, str], LedgerGraph] = {}  # _rank_slot of a checked line -> its graph
+    checked: dict[tuple[str, str], LedgerGraph] = {}  # a checked line's text before and after its rank -> its graph
     for name in names:
         try:
             text = read_bounded(os.path.join(directory, name), LEDGER_LIMIT).decode("utf-8", errors="replace")
@@ -358,12 +349,11 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             continue
         for line in text.splitlines():
             end = line.find(",", _RANK_AT)
-            entry = checked.get((line[:_RANK_AT], line[end:])) if end > _RANK_AT else None
-            if entry is not None:
-                rank = _rank_digits(line[_RANK_AT:end])
-                if rank is not None:
-                    entry.add(rank)
-                    continue
+            slot = (line[:_RANK_AT], line[end:]) if end > _RANK_AT else None
+            entry, digits = checked.get(slot), line[_RANK_AT:end]  # type: ignore[arg-type]
+            if entry is not None and digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1):
+                entry.add(int(digits))  # a rank without a leading zero (as JSON has it)
+                continue
             try:
                 record, whole = load_json(line), True
             except ValueError:  # too deep a nesting too: one such line loses no other
@@ -380,12 +370,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             key, rank = record["key"], record["rank"]  # type: ignore[index]
             entry = graphs.setdefault(key, LedgerGraph({rank}, record, rank))  # type: ignore[arg-type]
             entry.add(rank, record)  # type: ignore[arg-type]
-            slot = _rank_slot(line, key, rank) if whole else None
-            if slot is not None:
+            if (whole and slot is not None and digits == str(rank) and slot[0] == f'{{"key":"{key}","rank":'
+                    and '"rank":' not in slot[1]):  # in _encode's form: its twins on other ranks are lookups
                 checked[slot] = entry
     return found
-
-
-def _rank_digits(digits: str) -> int | None:
-    """The rank written as ``digits`` (a non-negative integer without a leading zero), else None."""
-    return int(digits) if digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1) else None
