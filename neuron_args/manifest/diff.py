@@ -46,13 +46,6 @@ def _tokens(line: str | None) -> list[str]:
         return args.argv
 
 
-def _flag_lines(change: Mapping[str, list]) -> list[str]:
-    parts = [f"{c['old']} -> {c['new']}" for c in change.get("changed", [])]
-    parts += [f"added {t}" for t in change.get("added", [])]
-    parts += [f"removed {t}" for t in change.get("removed", [])]
-    return parts
-
-
 @dataclass(frozen=True)
 class ValueChange:
     """One changed leaf: ``path`` (dotted), ``kind`` (changed / added / removed), old / new."""
@@ -78,10 +71,6 @@ class ValueChange:
         return out
 
 
-def _is_absolute_path(value: Any) -> bool:
-    return isinstance(value, str) and bool(_ABSOLUTE.match(value))
-
-
 def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> list[ValueChange]:
     if old == new:  # before importing deepdiff (~0.25 s): a matching baseline does not need it
         return []
@@ -98,7 +87,8 @@ def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> li
                 changes.append(ValueChange(path, "added", new=t2))
             elif isinstance(t2, NotPresent) or report.endswith("_removed"):
                 changes.append(ValueChange(path, "removed", old=t1))
-            elif not (ignore_paths and _is_absolute_path(t1) and _is_absolute_path(t2)):  # machine-specific paths
+            elif not (ignore_paths and all(isinstance(t, str) and _ABSOLUTE.match(t) for t in (t1, t2))):
+                # (two absolute paths: they differ by machine, not by build)
                 changes.append(ValueChange(path, "changed", old=t1, new=t2))
     return sorted(changes, key=lambda c: c.path)
 
@@ -118,8 +108,11 @@ class GraphChange:
 
     def describe(self) -> list[str]:
         out: list[str] = []
-        if self.compiler_flags is not None:
-            out.append("compiler_flags " + ", ".join(_flag_lines(self.compiler_flags)))
+        flags = self.compiler_flags
+        if flags is not None:
+            out.append("compiler_flags " + ", ".join([*(f"{c['old']} -> {c['new']}" for c in flags.get("changed", [])),
+                                                      *(f"added {t}" for t in flags.get("added", [])),
+                                                      *(f"removed {t}" for t in flags.get("removed", []))]))
         for name, (old, new) in self.fields.items():
             text = format_shapes if name in ("input_shapes", "output_shapes") else _short
             out.append(f"{name} {text(old)} -> {text(new)}")
