@@ -193,14 +193,12 @@ def emit_manifest(
 
 
 def _with_graph_types(config: Mapping[str, Any] | None, graphs: Mapping[str, LedgerGraph]) -> dict[str, Any] | None:
-    """``config`` with ``neuron_config.graph_types`` set to the graph types of ``graphs``."""
-    if config is None:
-        return None
-    out = json.loads(json.dumps(config, default=str))
-    neuron_config = out.get("neuron_config")
-    if isinstance(neuron_config, dict):
-        neuron_config["graph_types"] = {key: g.graph_type for key, g in sorted(graphs.items()) if g.graph_type}
-    return out
+    """A copy of ``config`` with ``neuron_config.graph_types`` set to the graph types of ``graphs``."""
+    neuron_config = None if config is None else config.get("neuron_config")
+    if not isinstance(neuron_config, Mapping):
+        return config
+    types = {key: g.graph_type for key, g in sorted(graphs.items()) if g.graph_type}
+    return {**config, "neuron_config": {**neuron_config, "graph_types": types}}
 
 
 def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping[str, Any] | None,
