@@ -46,51 +46,36 @@ def _tokens(line: str | None) -> list[str]:
         return args.argv
 
 
-@dataclass(frozen=True)
-class ValueChange:
-    """One changed leaf: ``path`` (dotted), ``kind`` (changed / added / removed), old / new."""
-
-    path: str
-    kind: str
-    old: Any = None
-    new: Any = None
-
-    def line(self) -> str:
-        if self.kind == "added":
-            return f"{self.path}: added {_short(self.new)}"
-        if self.kind == "removed":
-            return f"{self.path}: removed (was {_short(self.old)})"
-        return f"{self.path}: {_short(self.old)} -> {_short(self.new)}"
-
-    def as_dict(self) -> dict:
-        out: dict[str, Any] = {"path": self.path, "change": self.kind}
-        if self.kind != "added":
-            out["old"] = self.old
-        if self.kind != "removed":
-            out["new"] = self.new
-        return out
+def _value_line(change: Mapping[str, Any]) -> str:
+    """A changed leaf (``{"path", "change": added / removed / changed, "old", "new"}``) as a line."""
+    path, kind = change["path"], change["change"]
+    if kind == "added":
+        return f"{path}: added {_short(change['new'])}"
+    if kind == "removed":
+        return f"{path}: removed (was {_short(change['old'])})"
+    return f"{path}: {_short(change['old'])} -> {_short(change['new'])}"
 
 
-def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> list[ValueChange]:
+def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> list[dict]:
     if old == new:  # before importing deepdiff (~0.25 s): a matching baseline does not need it
         return []
     from deepdiff import DeepDiff
     from deepdiff.helper import NotPresent
 
     tree = DeepDiff(old, new, view="tree", verbose_level=2)
-    changes: list[ValueChange] = []
+    changes: list[dict] = []
     for report, levels in tree.items():
         for level in levels:
             path = json_path(level.path(output_format="list"), prefix)
             t1, t2 = level.t1, level.t2
             if isinstance(t1, NotPresent) or report.endswith("_added"):
-                changes.append(ValueChange(path, "added", new=t2))
+                changes.append({"path": path, "change": "added", "new": t2})
             elif isinstance(t2, NotPresent) or report.endswith("_removed"):
-                changes.append(ValueChange(path, "removed", old=t1))
+                changes.append({"path": path, "change": "removed", "old": t1})
             elif not (ignore_paths and all(isinstance(t, str) and _ABSOLUTE.match(t) for t in (t1, t2))):
                 # (two absolute paths: they differ by machine, not by build)
-                changes.append(ValueChange(path, "changed", old=t1, new=t2))
-    return sorted(changes, key=lambda c: c.path)
+                changes.append({"path": path, "change": "changed", "old": t1, "new": t2})
+    return sorted(changes, key=lambda c: c["path"])
 
 
 @dataclass
@@ -168,8 +153,8 @@ class ManifestDiff:
     removed_graphs: list[dict] = field(default_factory=list)
     changed_graphs: list[GraphChange] = field(default_factory=list)
     replacements: list[GraphChange] = field(default_factory=list)
-    config: list[ValueChange] = field(default_factory=list)
-    environment: list[ValueChange] = field(default_factory=list)
+    config: list[dict] = field(default_factory=list)  # changed leaves: {"path", "change", "old", "new"}
+    environment: list[dict] = field(default_factory=list)
     graph_types: dict[str, str] = field(default_factory=dict)  # key -> graph type, from both configs
 
     @property
@@ -194,7 +179,7 @@ class ManifestDiff:
             )
         for c in self.changed_graphs:
             out.append(f"~ graph {self._name(c.old_hash)}: " + "; ".join(c.describe()))
-        out += [f"~ {c.line()}" for c in (*self.config, *self.environment)]
+        out += [f"~ {_value_line(c)}" for c in (*self.config, *self.environment)]
         return out
 
     def _name(self, key: Any) -> str:
@@ -210,8 +195,10 @@ class ManifestDiff:
             "manifest_version": {"old": version[0], "new": version[1]} if version else None,
             "added_graphs": self.added_graphs,
             "removed_graphs": self.removed_graphs,
-            **{name: [c.as_dict() for c in getattr(self, name)]
-               for name in ("changed_graphs", "replacements", "config", "environment")},
+            "changed_graphs": [c.as_dict() for c in self.changed_graphs],
+            "replacements": [c.as_dict() for c in self.replacements],
+            "config": self.config,
+            "environment": self.environment,
         }
 
 
