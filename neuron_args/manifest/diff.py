@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from neuron_args.errors import CompilerArgsError
@@ -78,50 +78,33 @@ def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> li
     return sorted(changes, key=lambda c: c["path"])
 
 
-@dataclass
-class GraphChange:
-    """A graph present in both manifests (``old_hash == new_hash``), or a likely replacement."""
-
-    old_hash: str
-    new_hash: str
-    compiler_flags: dict[str, list] | None = None
-    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-
-    @property
-    def empty(self) -> bool:
-        return self.compiler_flags is None and not self.fields
-
-    def describe(self) -> list[str]:
-        out: list[str] = []
-        flags = self.compiler_flags
-        if flags is not None:
-            out.append("compiler_flags " + ", ".join([*(f"{c['old']} -> {c['new']}" for c in flags.get("changed", [])),
-                                                      *(f"added {t}" for t in flags.get("added", [])),
-                                                      *(f"removed {t}" for t in flags.get("removed", []))]))
-        for name, (old, new) in self.fields.items():
-            text = format_shapes if name in ("input_shapes", "output_shapes") else _short
-            out.append(f"{name} {text(old)} -> {text(new)}")
-        return out
-
-    def as_dict(self) -> dict:
-        out: dict[str, Any] = (
-            {"graph_hash": self.old_hash}
-            if self.old_hash == self.new_hash
-            else {"old_hash": self.old_hash, "new_hash": self.new_hash}
-        )
-        if self.compiler_flags is not None:
-            out["compiler_flags"] = self.compiler_flags
-        return {**out, **{name: {"old": old, "new": new} for name, (old, new) in self.fields.items()}}
-
-
-def _compare_graphs(old: Mapping, new: Mapping) -> GraphChange:
-    fields = {name: (old.get(name), new.get(name)) for name in _COMPARED_GRAPH_FIELDS if old.get(name) != new.get(name)}
-    change = GraphChange(str(old.get("graph_hash")), str(new.get("graph_hash")), fields=fields)
+def _compare_graphs(old: Mapping, new: Mapping) -> dict:
+    """A graph in both manifests (``graph_hash``) or a likely replacement (``old_hash``, ``new_hash``), with what
+    changed: ``compiler_flags`` (:func:`compiler_flag_changes`) and ``{"old", "new"}`` of each compared field."""
+    old_hash, new_hash = str(old.get("graph_hash")), str(new.get("graph_hash"))
+    change: dict[str, Any] = (
+        {"graph_hash": old_hash} if old_hash == new_hash else {"old_hash": old_hash, "new_hash": new_hash})
     if old.get("compiler_flags") != new.get("compiler_flags"):
         flags = compiler_flag_changes(old.get("compiler_flags"), new.get("compiler_flags"))
         if any(flags.values()):  # added, removed or changed options
-            change.compiler_flags = flags
+            change["compiler_flags"] = flags
+    change.update({name: {"old": old.get(name), "new": new.get(name)}
+                   for name in _COMPARED_GRAPH_FIELDS if old.get(name) != new.get(name)})
     return change
+
+
+def _graph_change_lines(change: Mapping[str, Any]) -> list[str]:
+    """What :func:`_compare_graphs` found changed, a phrase each."""
+    out: list[str] = []
+    for name, value in change.items():
+        if name == "compiler_flags":
+            out.append("compiler_flags " + ", ".join([*(f"{c['old']} -> {c['new']}" for c in value.get("changed", [])),
+                                                      *(f"added {t}" for t in value.get("added", [])),
+                                                      *(f"removed {t}" for t in value.get("removed", []))]))
+        elif name in _COMPARED_GRAPH_FIELDS:
+            text = format_shapes if name in ("input_shapes", "output_shapes") else _short
+            out.append(f"{name} {text(value['old'])} -> {text(value['new'])}")
+    return out
 
 
 def _graphs_by_hash(doc: Mapping) -> dict[str, Mapping]:
@@ -132,7 +115,7 @@ def _summary(graph: Mapping) -> dict:
     return {name: graph.get(name) for name in _SUMMARY_FIELDS}
 
 
-def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphChange]:
+def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[dict]:
     def by_shapes(graphs: list[Mapping]) -> dict[str, list[Mapping]]:
         out: dict[str, list[Mapping]] = {}
         for g in graphs:
@@ -148,11 +131,11 @@ def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphCha
 class ManifestDiff:
     """The difference of two manifests. ``empty`` when nothing that matters changed."""
 
-    manifest_version: tuple[Any, Any] | None = None
+    manifest_version: dict[str, Any] | None = None  # {"old", "new"}
     added_graphs: list[dict] = field(default_factory=list)
     removed_graphs: list[dict] = field(default_factory=list)
-    changed_graphs: list[GraphChange] = field(default_factory=list)
-    replacements: list[GraphChange] = field(default_factory=list)
+    changed_graphs: list[dict] = field(default_factory=list)  # _compare_graphs of each: JSON data, like the rest
+    replacements: list[dict] = field(default_factory=list)
     config: list[dict] = field(default_factory=list)  # changed leaves: {"path", "change", "old", "new"}
     environment: list[dict] = field(default_factory=list)
     graph_types: dict[str, str] = field(default_factory=dict)  # key -> graph type, from both configs
@@ -168,17 +151,17 @@ class ManifestDiff:
         """Readable lines (``[]`` when empty): ``+`` added, ``-`` removed, ``~`` changed."""
         out: list[str] = []
         if self.manifest_version:
-            out.append(f"manifest_version: {self.manifest_version[0]!r} -> {self.manifest_version[1]!r}")
+            out.append(f"manifest_version: {self.manifest_version['old']!r} -> {self.manifest_version['new']!r}")
         for sign, graphs in (("-", self.removed_graphs), ("+", self.added_graphs)):
             out += [f"{sign} graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
                     f"flags {g.get('compiler_flags') or '-'}" for g in graphs]
         for r in self.replacements:
-            what = r.describe() or ["same flags, shapes and ranks: the graph or tool versions changed"]
+            what = _graph_change_lines(r) or ["same flags, shapes and ranks: the graph or tool versions changed"]
             out.append(
-                f"~ graph {self._name(r.old_hash)} -> {r.new_hash[:12]} (same input shapes): " + "; ".join(what)
+                f"~ graph {self._name(r['old_hash'])} -> {r['new_hash'][:12]} (same input shapes): " + "; ".join(what)
             )
         for c in self.changed_graphs:
-            out.append(f"~ graph {self._name(c.old_hash)}: " + "; ".join(c.describe()))
+            out.append(f"~ graph {self._name(c['graph_hash'])}: " + "; ".join(_graph_change_lines(c)))
         out += [f"~ {_value_line(c)}" for c in (*self.config, *self.environment)]
         return out
 
@@ -189,17 +172,8 @@ class ManifestDiff:
 
     def as_dict(self) -> dict:
         """JSON-able form (the CLI's ``--json``)."""
-        version = self.manifest_version
-        return {
-            "same": self.empty,
-            "manifest_version": {"old": version[0], "new": version[1]} if version else None,
-            "added_graphs": self.added_graphs,
-            "removed_graphs": self.removed_graphs,
-            "changed_graphs": [c.as_dict() for c in self.changed_graphs],
-            "replacements": [c.as_dict() for c in self.replacements],
-            "config": self.config,
-            "environment": self.environment,
-        }
+        shown = [f.name for f in fields(self) if f.name != "graph_types"]  # graph_types only names graphs in lines()
+        return {"same": self.empty, **{name: getattr(self, name) for name in shown}}
 
 
 def _stable_config(doc: Mapping) -> Any:
@@ -221,7 +195,7 @@ def diff_manifests(
     """Compare two manifest documents (``old`` -> ``new``); see the module docstring."""
     result = ManifestDiff()
     if old.get("manifest_version") != new.get("manifest_version"):
-        result.manifest_version = (old.get("manifest_version"), new.get("manifest_version"))
+        result.manifest_version = {"old": old.get("manifest_version"), "new": new.get("manifest_version")}
     old_graphs, new_graphs = _graphs_by_hash(old), _graphs_by_hash(new)
     removed = [old_graphs[h] for h in sorted(old_graphs.keys() - new_graphs.keys())]
     added = [new_graphs[h] for h in sorted(new_graphs.keys() - old_graphs.keys())]
@@ -229,7 +203,7 @@ def diff_manifests(
     result.added_graphs = [_summary(g) for g in added]
     result.replacements = _replacements(removed, added)
     result.changed_graphs = [change for h in sorted(old_graphs.keys() & new_graphs.keys())
-                             if not (change := _compare_graphs(old_graphs[h], new_graphs[h])).empty]
+                             if len(change := _compare_graphs(old_graphs[h], new_graphs[h])) > 1]  # beyond its hash
     result.config = _value_changes(
         _stable_config(old), _stable_config(new), "config", ignore_paths=True
     )
