@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_args.activity import ACTIVITY
 from neuron_args.manifest import emit as emit_module
 from neuron_args.manifest import engine, ledger
 from neuron_args.manifest.engine import get_server_prefix, manifest_root, parse_visible_devices
@@ -95,9 +96,9 @@ def test_register_tp_group_sets_the_recorded_rank():
     assert current_tp_rank() == 0
     register_tp_group([4, 5, 6, 7], 2)
     assert current_tp_rank() == 2
-    assert ledger.registered_tp_group() == ((4, 5, 6, 7), 2)
+    assert ACTIVITY.ledger.tp_group == ((4, 5, 6, 7), 2)
     ledger.clear_tp_group()
-    assert ledger.registered_tp_group() is None
+    assert ACTIVITY.ledger.tp_group is None
 
 
 @pytest.mark.parametrize(
@@ -329,8 +330,8 @@ def test_read_ledger_groups_a_graphs_ranks_and_still_checks_every_other_line(tmp
                             "graph_type": "decode"}
     assert sorted(read.graphs) == [KEY_A, KEY_B] and read.graphs[KEY_B].ranks == {2}
     assert read.dropped == {"torn or non-JSON": 1, "input_shapes is not a list of shape strings": 1}
-    assert read.lines({KEY_B}) == [{"key": KEY_B, "rank": 2, "input_shapes": [""], "compiler_flags": "-O1",
-                                    "graph_type": "decode"}]
+    assert read.graphs[KEY_B].record == {"key": KEY_B, "rank": 2, "input_shapes": [""], "compiler_flags": "-O1",
+                                         "graph_type": "decode"}
 
 
 def _reference_read(folder) -> tuple[dict, dict]:

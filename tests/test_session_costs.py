@@ -94,10 +94,10 @@ def test_detached_skips_dynamo_guard_latency_timing_unless_the_trace_or_the_guar
 
 EQUAL_BASELINE = """
 import sys
-from neuron_args.manifest.diff import _value_changes
+from neuron_args.manifest.diff import _value_changes, _value_line
 assert _value_changes({"a": [1, {"b": "x"}]}, {"a": [1, {"b": "x"}]}, "config", ignore_paths=True) == []
 print("deepdiff" in sys.modules)
-print([c.line() for c in _value_changes({"a": 1}, {"a": 2}, "config", ignore_paths=True)])
+print([_value_line(c) for c in _value_changes({"a": 1}, {"a": 2}, "config", ignore_paths=True)])
 """
 
 

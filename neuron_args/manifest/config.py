@@ -25,13 +25,6 @@ def _count(label: str, value: Any, *, optional: bool = False) -> int | None:
     return int(value)
 
 
-def _dtype_string(dtype: Any) -> str | None:
-    if dtype is None:
-        return None
-    value = to_jsonable(dtype)
-    return value if isinstance(value, str) else str(dtype)
-
-
 #: Between the models a manifest's graphs come from, in ``config.model`` (a pytest session over two models).
 MODEL_SEPARATOR = " + "
 _PER_MODEL = ("dtype", "max_num_seqs", "max_model_len")
@@ -78,10 +71,11 @@ def build_config(
         raise ValueError(f"topology['has_collectives'] must be a bool, got {topo['has_collectives']!r}")
     topo.update({name: _count(f"topology[{name!r}]", value) for name, value in topo.items()
                  if name != "has_collectives"})
+    dtype_text = to_jsonable(dtype)  # "torch.bfloat16"
     return {
         "model": None if model is None else str(model),  # a path's str is its fspath
         "target": None if target is None else str(target),
-        "dtype": _dtype_string(dtype),
+        "dtype": None if dtype is None else dtype_text if isinstance(dtype_text, str) else str(dtype),
         "max_num_seqs": _count("max_num_seqs", max_num_seqs, optional=True),
         "max_model_len": _count("max_model_len", max_model_len, optional=True),
         "topology": topo,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from neuron_args.errors import CompilerArgsError
@@ -46,104 +46,65 @@ def _tokens(line: str | None) -> list[str]:
         return args.argv
 
 
-def _flag_lines(change: Mapping[str, list]) -> list[str]:
-    parts = [f"{c['old']} -> {c['new']}" for c in change.get("changed", [])]
-    parts += [f"added {t}" for t in change.get("added", [])]
-    parts += [f"removed {t}" for t in change.get("removed", [])]
-    return parts
+def _value_line(change: Mapping[str, Any]) -> str:
+    """A changed leaf (``{"path", "change": added / removed / changed, "old", "new"}``) as a line."""
+    path, kind = change["path"], change["change"]
+    if kind == "added":
+        return f"{path}: added {_short(change['new'])}"
+    if kind == "removed":
+        return f"{path}: removed (was {_short(change['old'])})"
+    return f"{path}: {_short(change['old'])} -> {_short(change['new'])}"
 
 
-@dataclass(frozen=True)
-class ValueChange:
-    """One changed leaf: ``path`` (dotted), ``kind`` (changed / added / removed), old / new."""
-
-    path: str
-    kind: str
-    old: Any = None
-    new: Any = None
-
-    def line(self) -> str:
-        if self.kind == "added":
-            return f"{self.path}: added {_short(self.new)}"
-        if self.kind == "removed":
-            return f"{self.path}: removed (was {_short(self.old)})"
-        return f"{self.path}: {_short(self.old)} -> {_short(self.new)}"
-
-    def as_dict(self) -> dict:
-        out: dict[str, Any] = {"path": self.path, "change": self.kind}
-        if self.kind != "added":
-            out["old"] = self.old
-        if self.kind != "removed":
-            out["new"] = self.new
-        return out
-
-
-def _is_absolute_path(value: Any) -> bool:
-    return isinstance(value, str) and bool(_ABSOLUTE.match(value))
-
-
-def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> list[ValueChange]:
+def _value_changes(old: Any, new: Any, prefix: str, *, ignore_paths: bool) -> list[dict]:
     if old == new:  # before importing deepdiff (~0.25 s): a matching baseline does not need it
         return []
     from deepdiff import DeepDiff
     from deepdiff.helper import NotPresent
 
     tree = DeepDiff(old, new, view="tree", verbose_level=2)
-    changes: list[ValueChange] = []
+    changes: list[dict] = []
     for report, levels in tree.items():
         for level in levels:
             path = json_path(level.path(output_format="list"), prefix)
             t1, t2 = level.t1, level.t2
             if isinstance(t1, NotPresent) or report.endswith("_added"):
-                changes.append(ValueChange(path, "added", new=t2))
+                changes.append({"path": path, "change": "added", "new": t2})
             elif isinstance(t2, NotPresent) or report.endswith("_removed"):
-                changes.append(ValueChange(path, "removed", old=t1))
-            elif not (ignore_paths and _is_absolute_path(t1) and _is_absolute_path(t2)):  # machine-specific paths
-                changes.append(ValueChange(path, "changed", old=t1, new=t2))
-    return sorted(changes, key=lambda c: c.path)
+                changes.append({"path": path, "change": "removed", "old": t1})
+            elif not (ignore_paths and all(isinstance(t, str) and _ABSOLUTE.match(t) for t in (t1, t2))):
+                # (two absolute paths: they differ by machine, not by build)
+                changes.append({"path": path, "change": "changed", "old": t1, "new": t2})
+    return sorted(changes, key=lambda c: c["path"])
 
 
-@dataclass
-class GraphChange:
-    """A graph present in both manifests (``old_hash == new_hash``), or a likely replacement."""
-
-    old_hash: str
-    new_hash: str
-    compiler_flags: dict[str, list] | None = None
-    fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-
-    @property
-    def empty(self) -> bool:
-        return self.compiler_flags is None and not self.fields
-
-    def describe(self) -> list[str]:
-        out: list[str] = []
-        if self.compiler_flags is not None:
-            out.append("compiler_flags " + ", ".join(_flag_lines(self.compiler_flags)))
-        for name, (old, new) in self.fields.items():
-            text = format_shapes if name in ("input_shapes", "output_shapes") else _short
-            out.append(f"{name} {text(old)} -> {text(new)}")
-        return out
-
-    def as_dict(self) -> dict:
-        out: dict[str, Any] = (
-            {"graph_hash": self.old_hash}
-            if self.old_hash == self.new_hash
-            else {"old_hash": self.old_hash, "new_hash": self.new_hash}
-        )
-        if self.compiler_flags is not None:
-            out["compiler_flags"] = self.compiler_flags
-        return {**out, **{name: {"old": old, "new": new} for name, (old, new) in self.fields.items()}}
-
-
-def _compare_graphs(old: Mapping, new: Mapping) -> GraphChange:
-    fields = {name: (old.get(name), new.get(name)) for name in _COMPARED_GRAPH_FIELDS if old.get(name) != new.get(name)}
-    change = GraphChange(str(old.get("graph_hash")), str(new.get("graph_hash")), fields=fields)
+def _compare_graphs(old: Mapping, new: Mapping) -> dict:
+    """A graph in both manifests (``graph_hash``) or a likely replacement (``old_hash``, ``new_hash``), with what
+    changed: ``compiler_flags`` (:func:`compiler_flag_changes`) and ``{"old", "new"}`` of each compared field."""
+    old_hash, new_hash = str(old.get("graph_hash")), str(new.get("graph_hash"))
+    change: dict[str, Any] = (
+        {"graph_hash": old_hash} if old_hash == new_hash else {"old_hash": old_hash, "new_hash": new_hash})
     if old.get("compiler_flags") != new.get("compiler_flags"):
         flags = compiler_flag_changes(old.get("compiler_flags"), new.get("compiler_flags"))
         if any(flags.values()):  # added, removed or changed options
-            change.compiler_flags = flags
+            change["compiler_flags"] = flags
+    change.update({name: {"old": old.get(name), "new": new.get(name)}
+                   for name in _COMPARED_GRAPH_FIELDS if old.get(name) != new.get(name)})
     return change
+
+
+def _graph_change_lines(change: Mapping[str, Any]) -> list[str]:
+    """What :func:`_compare_graphs` found changed, a phrase each."""
+    out: list[str] = []
+    for name, value in change.items():
+        if name == "compiler_flags":
+            out.append("compiler_flags " + ", ".join([*(f"{c['old']} -> {c['new']}" for c in value.get("changed", [])),
+                                                      *(f"added {t}" for t in value.get("added", [])),
+                                                      *(f"removed {t}" for t in value.get("removed", []))]))
+        elif name in _COMPARED_GRAPH_FIELDS:
+            text = format_shapes if name in ("input_shapes", "output_shapes") else _short
+            out.append(f"{name} {text(value['old'])} -> {text(value['new'])}")
+    return out
 
 
 def _graphs_by_hash(doc: Mapping) -> dict[str, Mapping]:
@@ -154,7 +115,7 @@ def _summary(graph: Mapping) -> dict:
     return {name: graph.get(name) for name in _SUMMARY_FIELDS}
 
 
-def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphChange]:
+def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[dict]:
     def by_shapes(graphs: list[Mapping]) -> dict[str, list[Mapping]]:
         out: dict[str, list[Mapping]] = {}
         for g in graphs:
@@ -170,13 +131,13 @@ def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[GraphCha
 class ManifestDiff:
     """The difference of two manifests. ``empty`` when nothing that matters changed."""
 
-    manifest_version: tuple[Any, Any] | None = None
+    manifest_version: dict[str, Any] | None = None  # {"old", "new"}
     added_graphs: list[dict] = field(default_factory=list)
     removed_graphs: list[dict] = field(default_factory=list)
-    changed_graphs: list[GraphChange] = field(default_factory=list)
-    replacements: list[GraphChange] = field(default_factory=list)
-    config: list[ValueChange] = field(default_factory=list)
-    environment: list[ValueChange] = field(default_factory=list)
+    changed_graphs: list[dict] = field(default_factory=list)  # _compare_graphs of each: JSON data, like the rest
+    replacements: list[dict] = field(default_factory=list)
+    config: list[dict] = field(default_factory=list)  # changed leaves: {"path", "change", "old", "new"}
+    environment: list[dict] = field(default_factory=list)
     graph_types: dict[str, str] = field(default_factory=dict)  # key -> graph type, from both configs
 
     @property
@@ -190,18 +151,18 @@ class ManifestDiff:
         """Readable lines (``[]`` when empty): ``+`` added, ``-`` removed, ``~`` changed."""
         out: list[str] = []
         if self.manifest_version:
-            out.append(f"manifest_version: {self.manifest_version[0]!r} -> {self.manifest_version[1]!r}")
+            out.append(f"manifest_version: {self.manifest_version['old']!r} -> {self.manifest_version['new']!r}")
         for sign, graphs in (("-", self.removed_graphs), ("+", self.added_graphs)):
             out += [f"{sign} graph {self._name(g['graph_hash'])}  inputs {format_shapes(g.get('input_shapes'))}  "
                     f"flags {g.get('compiler_flags') or '-'}" for g in graphs]
         for r in self.replacements:
-            what = r.describe() or ["same flags, shapes and ranks: the graph or tool versions changed"]
+            what = _graph_change_lines(r) or ["same flags, shapes and ranks: the graph or tool versions changed"]
             out.append(
-                f"~ graph {self._name(r.old_hash)} -> {r.new_hash[:12]} (same input shapes): " + "; ".join(what)
+                f"~ graph {self._name(r['old_hash'])} -> {r['new_hash'][:12]} (same input shapes): " + "; ".join(what)
             )
         for c in self.changed_graphs:
-            out.append(f"~ graph {self._name(c.old_hash)}: " + "; ".join(c.describe()))
-        out += [f"~ {c.line()}" for c in (*self.config, *self.environment)]
+            out.append(f"~ graph {self._name(c['graph_hash'])}: " + "; ".join(_graph_change_lines(c)))
+        out += [f"~ {_value_line(c)}" for c in (*self.config, *self.environment)]
         return out
 
     def _name(self, key: Any) -> str:
@@ -211,15 +172,8 @@ class ManifestDiff:
 
     def as_dict(self) -> dict:
         """JSON-able form (the CLI's ``--json``)."""
-        version = self.manifest_version
-        return {
-            "same": self.empty,
-            "manifest_version": {"old": version[0], "new": version[1]} if version else None,
-            "added_graphs": self.added_graphs,
-            "removed_graphs": self.removed_graphs,
-            **{name: [c.as_dict() for c in getattr(self, name)]
-               for name in ("changed_graphs", "replacements", "config", "environment")},
-        }
+        shown = [f.name for f in fields(self) if f.name != "graph_types"]  # graph_types only names graphs in lines()
+        return {"same": self.empty, **{name: getattr(self, name) for name in shown}}
 
 
 def _stable_config(doc: Mapping) -> Any:
@@ -241,7 +195,7 @@ def diff_manifests(
     """Compare two manifest documents (``old`` -> ``new``); see the module docstring."""
     result = ManifestDiff()
     if old.get("manifest_version") != new.get("manifest_version"):
-        result.manifest_version = (old.get("manifest_version"), new.get("manifest_version"))
+        result.manifest_version = {"old": old.get("manifest_version"), "new": new.get("manifest_version")}
     old_graphs, new_graphs = _graphs_by_hash(old), _graphs_by_hash(new)
     removed = [old_graphs[h] for h in sorted(old_graphs.keys() - new_graphs.keys())]
     added = [new_graphs[h] for h in sorted(new_graphs.keys() - old_graphs.keys())]
@@ -249,7 +203,7 @@ def diff_manifests(
     result.added_graphs = [_summary(g) for g in added]
     result.replacements = _replacements(removed, added)
     result.changed_graphs = [change for h in sorted(old_graphs.keys() & new_graphs.keys())
-                             if not (change := _compare_graphs(old_graphs[h], new_graphs[h])).empty]
+                             if len(change := _compare_graphs(old_graphs[h], new_graphs[h])) > 1]  # beyond its hash
     result.config = _value_changes(
         _stable_config(old), _stable_config(new), "config", ignore_paths=True
     )

@@ -131,11 +131,13 @@ def emit_manifest(
     failures: list[str] | None = None,
     root: str | os.PathLike[str] | None = None,
     engine_id: str | None = None,
+    view: Ledger | None = None,
 ) -> Path | None:
     """Write ``<root>/<engine-id>/manifest.json`` from this engine's ledger (local rank 0 only); its path, or None.
 
     ``rank_map``: ledger (TP-local) ranks to global ones (a mapping, or the TP group's global ranks); ``cache_dir``
-    None leaves the cache fields null. Never raises: a failure is logged, and appended to ``failures`` when given."""
+    None leaves the cache fields null; ``view``: these graphs instead of the ledger folder's, which is left alone.
+    Never raises: a failure is logged, and appended to ``failures`` when given."""
     root = manifest_root() if root is None else Path(root)
     if root is None or local_rank != 0:
         return None
@@ -147,7 +149,7 @@ def emit_manifest(
         hold = hold_engine(root, engine_id)  # none when this process holds it (a runner's job, a pytest session)
         source = ledger_dir(root, engine_id)
         stage = f"read the ledger {source}"
-        ledger = read_ledger(source)
+        ledger = read_ledger(source) if view is None else view
         if ledger.dropped:
             reasons = ", ".join(f"{n} {why}" for why, n in sorted(ledger.dropped.items()))  # "2 torn or non-JSON, ..."
             logger.warning("manifest: skipped %d ledger line(s) in %s (%s); the graphs they name are not in the "
@@ -177,49 +179,42 @@ def emit_manifest(
             failures.append(reason)
         return None
     else:
-        forget_recorded(source)
-        try:
-            shutil.rmtree(source)
-        except Exception as exc:
-            if not isinstance(exc, FileNotFoundError):  # already gone: nothing to say
-                logger.warning("manifest written to %s, but its ledger %s could not be removed (%s: %s)",
-                               target, source, type(exc).__name__, exc)
+        if view is None:  # the ledger this manifest consumed
+            forget_recorded(source)
+            try:
+                shutil.rmtree(source)
+            except Exception as exc:
+                if not isinstance(exc, FileNotFoundError):  # already gone: nothing to say
+                    logger.warning("manifest written to %s, but its ledger %s could not be removed (%s: %s)",
+                                   target, source, type(exc).__name__, exc)
     finally:
         hold.release()
     return target
 
 
-def _with_graph_types(config: Mapping[str, Any] | None, ledger: Ledger, keys: set[str]) -> dict[str, Any] | None:
-    """``config`` with ``neuron_config.graph_types`` set to the graph types of these graphs."""
-    if config is None:
-        return None
-    out = json.loads(json.dumps(config, default=str))
-    neuron_config = out.get("neuron_config")
-    if isinstance(neuron_config, dict):
-        neuron_config["graph_types"] = {key: g.graph_type for key, g in sorted(ledger.graphs.items())
-                                        if key in keys and g.graph_type}
-    return out
+def _with_graph_types(config: Mapping[str, Any] | None, graphs: Mapping[str, LedgerGraph]) -> dict[str, Any] | None:
+    """A copy of ``config`` with ``neuron_config.graph_types`` set to the graph types of ``graphs``."""
+    neuron_config = None if config is None else config.get("neuron_config")
+    if not isinstance(neuron_config, Mapping):
+        return config
+    types = {key: g.graph_type for key, g in sorted(graphs.items()) if g.graph_type}
+    return {**config, "neuron_config": {**neuron_config, "graph_types": types}}
 
 
 def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping[str, Any] | None,
                  keys: Iterable[str] | None = None, failures: list[str] | None = None) -> list[Path]:
     """Write ``<target>/<engine-id>/manifest.json`` for each engine of ``source``'s ledger (only ``keys``, if given);
-    ``source == target`` consumes the ledger (a session's end), else it is copied (a test's view) and left alone."""
+    ``source == target`` consumes the ledger (a session's end), else it is read as a view (a test's) and left alone."""
     wanted = None if keys is None else set(keys)
     written = []
     for engine in ledger_engines(source):
-        ledger = read_ledger(ledger_dir(source, engine))
-        chosen = {k for k in ledger.graphs if wanted is None or k in wanted}
+        graphs = read_ledger(ledger_dir(source, engine)).graphs
+        chosen = {k: g for k, g in graphs.items() if wanted is None or k in wanted}
         if not chosen:
             continue
-        lines = ledger.lines(chosen)
-        if source != target:
-            folder = Path(ledger_dir(target, engine))
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "view.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
-        path = emit_manifest(cache_dir=cache_dir, config=_with_graph_types(config, ledger, chosen), root=target,
-                             engine_id=engine, rank_map=list(range(max(r["rank"] for r in lines) + 1)),
-                             failures=failures)
+        path = emit_manifest(cache_dir=cache_dir, config=_with_graph_types(config, chosen), root=target,
+                             engine_id=engine, rank_map=list(range(max(max(g.ranks) for g in chosen.values()) + 1)),
+                             failures=failures, view=None if source == target else Ledger(chosen))
         if path is not None:
             written.append(Path(path))
     return written

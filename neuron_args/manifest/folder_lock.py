@@ -25,18 +25,13 @@ REPEAT_NOTICE_SECONDS = 600.0
 _HELD: dict[int, tuple[int, int]] = {}  # a descriptor this process locked a folder by -> the folder's (st_dev, st_ino)
 
 
-def _identity(root: Path) -> tuple[int, int] | None:
+def held_here(root: Path) -> bool:
+    """Whether this process holds a lock on ``root`` (taken through this module)."""
     try:
         st = os.stat(root)
     except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def held_here(root: Path) -> bool:
-    """Whether this process holds a lock on ``root`` (taken through this module)."""
-    ident = _identity(root)
-    return ident is not None and ident in _HELD.values()
+        return False
+    return (st.st_dev, st.st_ino) in _HELD.values()
 
 
 def lock_folder(root: Path, *, shared: bool = False) -> int | None:
@@ -154,9 +149,9 @@ def hold_engine(root: Path, engine_id: str) -> EngineHold:
     try:
         hold.fds.append(_wait_for(
             engine, shared=False,
-            why=f"another job warms up engine {engine_id} into this folder until it writes its manifest (two jobs at once "
-                "would lose each other's ledger lines; give each job its own manifest folder, e.g. its own --out, to run "
-                "them side by side)"))
+            why=f"another job warms up engine {engine_id} into this folder until it writes its manifest (two jobs "
+                "at once would lose each other's ledger lines; give each job its own manifest folder, e.g. its own "
+                "--out, to run them side by side)"))
     except BaseException:
         hold.release()
         raise

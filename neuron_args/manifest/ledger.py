@@ -35,7 +35,6 @@ __all__ = [
     "read_ledger",
     "record_graph",
     "register_tp_group",
-    "registered_tp_group",
     "shape_string",
 ]
 
@@ -84,11 +83,6 @@ def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
 def clear_tp_group() -> None:
     """Forget a registered TP group (e.g. when a runner tears its engine down)."""
     ACTIVITY.ledger.tp_group = None
-
-
-def registered_tp_group() -> tuple[tuple[int, ...], int] | None:
-    """``(group_ranks, rank_in_group)`` as registered, or None."""
-    return ACTIVITY.ledger.tp_group
 
 
 def _torch_dist():
@@ -284,11 +278,6 @@ class Ledger:
     graphs: dict[str, LedgerGraph] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)
 
-    def lines(self, keys: set[str] | None = None) -> list[dict]:
-        """One record per graph and rank (only ``keys``, if given): the lines of an equivalent ledger."""
-        return [{**g.record, "rank": rank} for key, g in sorted(self.graphs.items())
-                if keys is None or key in keys for rank in sorted(g.ranks)]
-
 
 def ledger_engines(root: os.PathLike[str] | str) -> list[str]:
     """The engine ids with a ledger under ``root`` (``<root>/ledger/<engine-id>/``), sorted."""
@@ -318,7 +307,8 @@ def _problem(record: object) -> str | None:
     if not isinstance(shapes, list) or not all(isinstance(s, str) and SHAPE_RE.match(s) for s in shapes):
         return "input_shapes is not a list of shape strings"
     flags = record.get("compiler_flags")
-    if flags is not None and not (isinstance(flags, str) or (isinstance(flags, list) and all(isinstance(f, str) for f in flags))):
+    if flags is not None and not isinstance(flags, str) and not (
+            isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
         return "compiler_flags is not a string or a list of strings"
     if record.get("graph_type") is not None and not isinstance(record["graph_type"], str):
         return "graph_type is not a string"
@@ -341,15 +331,6 @@ def _after_torn(line: str) -> object | None:
 _RANK_AT = len('{"key":"') + KEY_LENGTH + len('","rank":')
 
 
-def _rank_slot(line: str, key: str, rank: int) -> tuple[str, str] | None:
-    """``(text before, text after)`` the rank of a line in :func:`_encode`'s form, else None."""
-    end = line.find(",", _RANK_AT)
-    if (end == -1 or line[_RANK_AT:end] != str(rank) or not line.startswith('{"key":"')
-            or line[:_RANK_AT] != f'{{"key":"{key}","rank":' or '"rank":' in line[end:]):
-        return None
-    return line[:_RANK_AT], line[end:]
-
-
 def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
     """The graphs of one engine's ledger folder and the dropped lines by reason. The hot loop of an emit: a line
     equal to a checked one but for its rank digits (every rank writes the same line) is a lookup, not a parse."""
@@ -359,7 +340,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
     except FileNotFoundError:
         return found
-    checked: dict[tuple[str, str], LedgerGraph] = {}  # _rank_slot of a checked line -> its graph
+    checked: dict[tuple[str, str], LedgerGraph] = {}  # a checked line's text before and after its rank -> its graph
     for name in names:
         try:
             text = read_bounded(os.path.join(directory, name), LEDGER_LIMIT).decode("utf-8", errors="replace")
@@ -368,12 +349,11 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             continue
         for line in text.splitlines():
             end = line.find(",", _RANK_AT)
-            entry = checked.get((line[:_RANK_AT], line[end:])) if end > _RANK_AT else None
-            if entry is not None:
-                rank = _rank_digits(line[_RANK_AT:end])
-                if rank is not None:
-                    entry.add(rank)
-                    continue
+            slot = (line[:_RANK_AT], line[end:]) if end > _RANK_AT else None
+            entry, digits = checked.get(slot), line[_RANK_AT:end]  # type: ignore[arg-type]
+            if entry is not None and digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1):
+                entry.add(int(digits))  # a rank without a leading zero (as JSON has it)
+                continue
             try:
                 record, whole = load_json(line), True
             except ValueError:  # too deep a nesting too: one such line loses no other
@@ -390,12 +370,7 @@ def read_ledger(directory: str | os.PathLike[str]) -> Ledger:
             key, rank = record["key"], record["rank"]  # type: ignore[index]
             entry = graphs.setdefault(key, LedgerGraph({rank}, record, rank))  # type: ignore[arg-type]
             entry.add(rank, record)  # type: ignore[arg-type]
-            slot = _rank_slot(line, key, rank) if whole else None
-            if slot is not None:
+            if (whole and slot is not None and digits == str(rank) and slot[0] == f'{{"key":"{key}","rank":'
+                    and '"rank":' not in slot[1]):  # in _encode's form: its twins on other ranks are lookups
                 checked[slot] = entry
     return found
-
-
-def _rank_digits(digits: str) -> int | None:
-    """The rank written as ``digits`` (a non-negative integer without a leading zero), else None."""
-    return int(digits) if digits.isascii() and digits.isdigit() and (digits[0] != "0" or len(digits) == 1) else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
@@ -30,25 +31,20 @@ MANIFEST_VERSION = "1"
 MANIFEST_FILENAME = "manifest.json"
 SCHEMA_RESOURCE = "manifest.schema.json"
 
-CONFIG_FIELDS: tuple[str, ...] = (
-    "model", "target", "dtype", "max_num_seqs", "max_model_len", "topology",
-    "neuron_config", "vllm_config",
-)
-#: every topology count defaults to 1 (one device, no parallelism)
-TOPOLOGY_DEFAULTS: dict[str, int | bool] = {
-    **dict.fromkeys(("world_size", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-                     "attention_dp_size", "ep_degree", "decode_context_parallel_size"), 1),
-    "has_collectives": False,
-}
-GRAPH_FIELDS: tuple[str, ...] = (
-    "graph_hash", "hlo_path", "neff_path", "neff_size", "created_timestamp", "input_shapes",
-    "output_shapes", "compiler_flags", "ranks", "input_snapshot_paths", "output_snapshot_paths",
-)
-
 
 def schema() -> dict:
-    """The JSON Schema (draft 2020-12) of manifest version 1, as a fresh dict (the validator reads it once)."""
+    """The JSON Schema (draft 2020-12) of manifest version 1, as a fresh dict."""
     return json.loads(resources.files("neuron_args.manifest").joinpath(SCHEMA_RESOURCE).read_text("utf-8"))
+
+
+# The field lists of emit, config and diff, read from the schema: one description of a manifest's fields.
+_DEFS = schema()["$defs"]
+CONFIG_FIELDS: tuple[str, ...] = tuple(_DEFS["config"]["properties"])
+#: every topology count defaults to 1 (one device, no parallelism)
+TOPOLOGY_DEFAULTS: dict[str, int | bool] = {
+    name: False if spec.get("type") == "boolean" else 1 for name, spec in _DEFS["topology"]["properties"].items()
+}
+GRAPH_FIELDS: tuple[str, ...] = tuple(_DEFS["graph"]["properties"])
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,11 +81,8 @@ def validate_manifest(doc: Mapping) -> list[str]:
             if isinstance(ranks, list) and all(type(r) is int for r in ranks) and ranks != sorted(ranks):
                 problems.append(f"graphs[{index}].ranks: {ranks} is not sorted")
         str_hashes = [h for g in graphs if isinstance(g, Mapping) and isinstance(h := g.get("graph_hash"), str)]
-        seen: set[str] = set()
-        for h in str_hashes:
-            if h in seen:
-                problems.append(f"graphs: graph_hash {h!r} is listed more than once")
-            seen.add(h)
+        problems += [f"graphs: graph_hash {h!r} is listed more than once"
+                     for h, n in Counter(str_hashes).items() if n > 1]
         if str_hashes != sorted(str_hashes):
             problems.append("graphs: entries are not sorted by graph_hash")
     return problems
