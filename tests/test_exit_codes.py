@@ -5,12 +5,13 @@ import ast
 from pathlib import Path
 
 from neuron_args import cli, exit_codes, farm_cli
+from neuron_args.compilers import local_xla
 
 
 def test_the_commands_share_one_exit_status_table():
     table = {name: value for name, value in vars(exit_codes).items() if name.startswith("EXIT_")}
     assert table == {"EXIT_OK": 0, "EXIT_FAIL": 1, "EXIT_USAGE": 2, "EXIT_REMOTE": 3, "EXIT_INTERRUPTED": 130}
-    for module in (cli, farm_cli):
+    for module in (cli, farm_cli, local_xla):
         source = ast.parse(Path(module.__file__).read_text())
         own = [t.id for node in source.body if isinstance(node, ast.Assign) for t in ast.walk(node)
                if isinstance(t, ast.Name) and t.id.startswith("EXIT_")]

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from neuron_args import envs, flags
 from neuron_args.atomic import open_for_writing
 from neuron_args.errors import CompilerArgsError
+from neuron_args.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from neuron_args.target import KNOWN_TARGETS, Target, parse_target
 from neuron_args.text import first_line
 from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded
@@ -37,10 +38,6 @@ XLA_OPT_OPTION = "xla_backend_optimization_level"
 #: Every op rounds its result to its own dtype, as eager PyTorch does: without this XLA drops the
 #: float32 -> bfloat16 -> float32 round trips between fused ops and bf16 graphs drift from eager.
 FIDELITY_OPTIONS = (("xla_allow_excess_precision", False),)
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -140,7 +137,7 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
         try:
             hlo = read_bounded(ns.hlo, HLO_LIMIT)  # the entry's file: a planted FIFO or /dev/zero link fails at once
         except (OSError, UntrustedFileError) as exc:
-            return _fail(log, EXIT_FAILED, f"cannot read the HLO module {ns.hlo}: {exc}")
+            return _fail(log, EXIT_FAIL, f"cannot read the HLO module {ns.hlo}: {exc}")
 
         start = time.perf_counter()
         compile_client()
@@ -150,7 +147,7 @@ def main(argv: Sequence[str] | None = None, *, worker: str = "") -> int:
         try:
             blob = _compile(hlo, overrides, log)
         except Exception as exc:  # XLA reports bad HLO as a runtime error
-            return _fail(log, EXIT_FAILED,
+            return _fail(log, EXIT_FAIL,
                          f"XLA:CPU could not compile {ns.hlo}: {type(exc).__name__}: {first_line(str(exc))}")
         seconds = time.perf_counter() - start
         # its name is on this command line (world-readable): a link planted there is replaced, not written through

@@ -7,13 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 from neuron_args.lazy_modules import jax
-from neuron_args.lowering import environments
+from neuron_args.lowering.torchax_compat import INSTALLED
 
 
 def _draw(sample: Callable[..., Any]) -> Callable[..., Any]:
     """A lowering ``(x, *params, generator=None)``: ``sample(jax, key, x.shape, *params)`` in ``x``'s dtype."""
     def lowering(x: Any, *params: Any, generator: Any = None) -> Any:
-        key = environments.INSTALLED[-1].get_and_rotate_prng_key(generator)
+        key = INSTALLED[-1].get_and_rotate_prng_key(generator)
         return sample(jax, key, x.shape, *params).astype(x.dtype)
 
     return lowering
@@ -32,4 +32,4 @@ log_normal = _draw(lambda jax, key, shape, mean=1.0, std=2.0: jax.numpy.exp(_nor
 def normal_of_size(mean: float, std: float, size: Any, *, generator: Any = None, **factory: Any) -> Any:
     """``aten.normal.float_float`` (``torch.normal(mean, std, size)``): float32 draws; the graph casts them to the
     ``dtype`` asked for (the other factory arguments mean nothing in a graph)."""
-    return _normal(jax, environments.INSTALLED[-1].get_and_rotate_prng_key(generator), tuple(size), mean, std)
+    return _normal(jax, INSTALLED[-1].get_and_rotate_prng_key(generator), tuple(size), mean, std)

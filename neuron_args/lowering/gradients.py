@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from neuron_args.lazy_modules import jax, jnp
-from neuron_args.lowering import environments
+from neuron_args.lowering.torchax_compat import INSTALLED
 
 aten = torch.ops.aten
 
@@ -22,7 +22,7 @@ def pullback(forward: Callable[..., Any], grad_output: Any, *primals: Any) -> tu
 def lowered_op(op: Any, *args: Any) -> Callable[..., Any]:
     """``op(*tensors, *args)`` as a function of jax arrays, lowered as the graph lowers it (a lowering
     here, torchax's, or torch's decomposition); its first output when it has several."""
-    env = environments.INSTALLED[-1]
+    env = INSTALLED[-1]
 
     def forward(*arrays: Any) -> Any:
         # fresh lists: some torchax lowerings extend theirs in place (convolution's padding)

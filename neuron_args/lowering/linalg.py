@@ -13,9 +13,11 @@ def _mT(x: Any) -> Any:
     return jnp.swapaxes(x, -1, -2)
 
 
-def _lu(a: Any) -> tuple[Any, Any, Any]:
-    """LAPACK ``getrf`` as torch returns it: ``(LU, pivots, info)``, pivots 1-based int32, info the 1-based index of
-    the first exactly-zero pivot of ``U`` (0: none)."""
+def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any]:
+    """``aten.linalg_lu_factor_ex``, LAPACK ``getrf`` as torch returns it: ``(LU, pivots, info)``, pivots 1-based
+    int32, info the 1-based index of the first exactly-zero pivot of ``U`` (0: none)."""
+    if not pivot:
+        raise ValueError("torch.linalg.lu_factor(pivot=False) is not implemented on CPU; use pivot=True")
     lu, pivots, _ = jax.lax.linalg.lu(a)
     return lu, (pivots + 1).astype(jnp.int32), _first_true(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
 
@@ -46,13 +48,6 @@ def _broadcast_batch(a: Any, b: Any) -> tuple[Any, Any]:
     return jnp.broadcast_to(a, batch + a.shape[-2:]), jnp.broadcast_to(b, batch + b.shape[-2:])
 
 
-def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any]:
-    """``aten.linalg_lu_factor_ex``: ``(LU, pivots, info)``."""
-    if not pivot:
-        raise ValueError("torch.linalg.lu_factor(pivot=False) is not implemented on CPU; use pivot=True")
-    return _lu(a)
-
-
 def lu_unpack(lu: Any, pivots: Any, unpack_data: bool = True, unpack_pivots: bool = True) -> tuple[Any, Any, Any]:
     """``aten.lu_unpack``: ``(P, L, U)`` with ``A = P L U`` (what the LU backward formulas use); an output not
     asked for is empty (torchax slices with traced indices, which jax refuses)."""
@@ -77,7 +72,7 @@ def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
 
 def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any]:
     """``(LU, pivots, U's diagonal)`` of ``A``, or of ``A^T`` where torch factors that."""
-    lu, pivots, _ = _lu(_mT(a) if layout.is_contiguous() and not layout.is_complex() else a)
+    lu, pivots, _ = lu_factor_ex(_mT(a) if layout.is_contiguous() and not layout.is_complex() else a)
     return lu, pivots, jnp.diagonal(lu, axis1=-2, axis2=-1)
 
 
@@ -100,7 +95,7 @@ def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> t
     ``A.shape[:-1]`` (torch's rule; torchax guesses from the last dim and ignores ``left``)."""
     vector = b.ndim == 1 or (b.ndim == a.ndim - 1 and tuple(b.shape) == tuple(a.shape[:-1]))
     rhs = b[..., None] if vector else b
-    lu, pivots, info = _lu(a)
+    lu, pivots, info = lu_factor_ex(a)
     if left:
         x = _lu_solve(lu, pivots, rhs, transposed=False)
     else:  # X A = B  <=>  A^T X^T = B^T

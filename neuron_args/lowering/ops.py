@@ -11,8 +11,8 @@ from torch.utils._pytree import tree_map
 
 from neuron_args.lazy_modules import jax, jnp
 from neuron_args.lowering import (
-    attention, distributions, elementwise, embedding_bag, environments, gradients, hashing, histograms, indexing,
-    linalg, linear_cross_entropy, matmul, norms, pooling, recurrent, resampling, segments, special, strided)
+    attention, distributions, elementwise, embedding_bag, gradients, hashing, histograms, indexing, linalg,
+    linear_cross_entropy, matmul, norms, pooling, recurrent, resampling, segments, special, strided, torchax_compat)
 
 aten = torch.ops.aten
 
@@ -128,7 +128,7 @@ def register_lowering(op_name: str) -> Callable[[Callable[..., Any]], Callable[.
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         LOWERINGS[op_name] = fn
-        for env in environments.INSTALLED:
+        for env in torchax_compat.INSTALLED:
             _install_one(env, op_name, fn)
         return fn
 
@@ -180,7 +180,7 @@ def install(env: Any) -> None:
     from torch._decomp import decomposition_table
     from torchax.ops.ops_registry import Operator
 
-    environments.INSTALLED.append(env)
+    torchax_compat.INSTALLED.append(env)
     for packet in TORCH_DECOMPOSED:
         env._ops.pop(packet, None)
         for name in packet.overloads():

@@ -7,7 +7,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from neuron_args.lazy_modules import jax, jnp, jss
+import torch
+
+from neuron_args.lazy_modules import jax, jnp
+from neuron_args.lowering.gradients import lowered_op
+
+aten = torch.ops.aten
 
 
 @functools.cache
@@ -67,11 +72,6 @@ def polygamma(n: int, x: Any) -> Any:
     return out.astype(dtype)
 
 
-_K0_A = (
-    1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11, 1.90451637722020886025e-09,
-    2.53479107902614945675e-07, 2.28621210311945178607e-05, 1.26461541144692592338e-03, 3.59799365153615016266e-02,
-    3.44289899924628486886e-01, -5.35327393233902768720e-01,
-)
 _K0_B = (
     5.30043377268626276149e-18, -1.64758043015242134646e-17, 5.21039150503902756861e-17, -1.67823109680541210385e-16,
     5.51205597852431940784e-16, -1.84859337734377901440e-15, 6.34007647740507060557e-15, -2.22751332699166985548e-14,
@@ -80,12 +80,6 @@ _K0_B = (
     8.57403401741422608519e-09, -4.66048989768794782956e-08, 2.76681363944501510342e-07, -1.83175552271911948767e-06,
     1.39498137188764993662e-05, -1.28495495816278026384e-04, 1.56988388573005337491e-03, -3.14481013119645005427e-02,
     2.44030308206595545468e+00,
-)
-_K1_A = (
-    -7.02386347938628759343e-18, -2.42744985051936593393e-15, -6.66690169419932900609e-13,
-    -1.41148839263352776110e-10, -2.21338763073472585583e-08, -2.43340614156596823496e-06,
-    -1.73028895751305206302e-04, -6.97572385963986435018e-03, -1.22611180822657148235e-01,
-    -3.53155960776544875667e-01, 1.52530022733894777053e+00,
 )
 _K1_B = (
     -5.75674448366501715755e-18, 1.79405087314755922667e-17, -5.68946255844285935196e-17, 1.83809354436663880070e-16,
@@ -109,17 +103,13 @@ def _chbevl(y: Any, coeffs: tuple[float, ...]) -> Any:
 
 
 def scaled_modified_bessel_k(x: Any, order: int) -> Any:
-    """``scaled_modified_bessel_k0`` (``order`` 0) or ``k1`` (1), as torch's Cephes kernels (torchax's ``K0``
-    times ``exp(x)`` underflows to 0 * inf)."""
+    """``scaled_modified_bessel_k0`` (``order`` 0) or ``k1`` (1), as torch's Cephes kernels: torchax's ``K`` times
+    ``exp(x)`` up to 2, the scaled series beyond (where ``K`` underflows and ``K * exp(x)`` is 0 * inf)."""
     x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
     small_x = jnp.where(x <= 2, x, 1)  # each branch on inputs it is defined for: no NaN through the other's gradient
     large_x = jnp.where(x > 2, x, 4)
-    if order == 0:
-        series = _chbevl(small_x * small_x - 2, _K0_A)
-        small = (series - jnp.log(0.5 * small_x) * jss.i0(small_x)) * jnp.exp(small_x)
-    else:
-        small = (jnp.log(0.5 * small_x) * jss.i1(small_x) + _chbevl(small_x * small_x - 2, _K1_A) / small_x) \
-            * jnp.exp(small_x)
+    unscaled = aten.special_modified_bessel_k1.default if order else aten.special_modified_bessel_k0.default
+    small = lowered_op(unscaled)(small_x) * jnp.exp(small_x)
     large = _chbevl(8 / large_x - 2, _K1_B if order else _K0_B) / jnp.sqrt(large_x)
     out = jnp.where(x <= 2, small, large)
     return jnp.where(x == 0, jnp.inf, jnp.where((x < 0) | jnp.isnan(x), jnp.nan, out)).astype(x.dtype)

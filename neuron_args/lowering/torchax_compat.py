@@ -22,6 +22,9 @@ from typing import Any
 
 #: Overload names torchax asked for that this torch does not have (problem 1), for diagnostics.
 MISSING_OVERLOADS: list[str] = []
+#: The environments our lowerings are installed in (the last: the current one), for a lowering that reaches it (a
+#: backward's forward op, a random draw) without importing the registry (:mod:`~neuron_args.lowering.ops`).
+INSTALLED: list[Any] = []
 
 _lock = threading.Lock()
 
