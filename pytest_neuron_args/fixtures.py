@@ -234,7 +234,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
                 with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}), \
                         gc_policy.paused(keep=_shared(session, neuron_runner)), trace_log.detached():
                     report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
-                session.add_deferred_counts(report.deferred_counts)  # graphs loaded here are in ACTIVITY.stats already
+                session.deferred_counts.update(report.deferred_counts.snapshot())  # loads here: in ACTIVITY.stats
                 session.add_compile_report(report.compile_report)
     except BaseException as exc:
         # what a failed parallel warmup built before it raised (a ParallelCompileError's report; the parallel_compile
@@ -242,7 +242,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
         for built in [exc.report] if isinstance(exc, ParallelCompileError) else warming.compile_reports:
             session.add_compile_report(built)
             n = sum(g.status == "compiled" for g in built.graphs)
-            session.add_deferred_counts(CacheStats(misses=n, compiles=n, captures=n))
+            session.deferred_counts.update(misses=n, compiles=n, captures=n)
         if isinstance(exc, Exception):
             _note_failed_warmup(session, neuron_runner, chosen, request.node.nodeid, exc)
         raise

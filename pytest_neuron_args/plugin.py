@@ -169,7 +169,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     default_folder = (s.baseline if s.baseline is not None else default_anchor / BASELINE_DIRNAME).resolve()
     anchors.setdefault(str(default_folder), set()).add(default_anchor)
     state.baseline_inventory = {
-        folder: {"tests": sorted(tests.get(folder, ())), "covered": all(covers(args, a) for a in folder_anchors),
+        folder: {"tests": sorted(tests.get(folder, ())),
+                 "covered": state.collection_complete and all(covers(args, a) for a in folder_anchors),
                  "skipped": _skipped_prefixes(state, folder_anchors)}
         for folder, folder_anchors in anchors.items()}
 
@@ -228,7 +229,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput[WORKEROUTPUT_KEY] = state.export()
-    else:
+    elif not state.is_rank_worker:  # the controller's (or a plain run's) outputs
         state.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
         state.emit_manifests()
         tidy_session(state)
