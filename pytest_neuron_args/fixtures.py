@@ -421,16 +421,15 @@ def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_ty
     target = f"{node.path}{nodeid[nodeid.index('::'):]}" if "::" in nodeid else str(node.path)
     argv = ["-m", "pytest", target, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
             "-p", "pytest_neuron_args.plugin",  # also where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set
-            f"--rootdir={config.rootpath}", f"{RANK_WORKER_OPTION}={out}",
-            f"--neuron-rank-graph-types={','.join(graph_types)}", f"--neuron-tp={s.tp}",
-            f"--neuron-cache-dir={session.cache_dir()}", f"--neuron-manifest-dir={session.ledger_root()}",
-            f"--neuron-target={s.target}", f"--neuron-flow={s.flow}"]
+            f"--rootdir={config.rootpath}", f"{RANK_WORKER_OPTION}={out}"]
     if config.inipath is not None:
         argv += ["-c", str(config.inipath)]
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]
     argv += [f"--neuron-{flag}={value}" for flag, value in (
-        ("compiler", s.compiler), ("compiler-args", s.compiler_args), ("optimization-level", s.optimization_level),
+        ("rank-graph-types", ",".join(graph_types)), ("tp", s.tp), ("cache-dir", session.cache_dir()),
+        ("manifest-dir", session.ledger_root()), ("target", s.target), ("flow", s.flow), ("compiler", s.compiler),
+        ("compiler-args", s.compiler_args), ("optimization-level", s.optimization_level),
         ("compile-timeout", s.compile_timeout)) if value is not None]
     if s.allow_graph_breaks:
         argv.append("--neuron-allow-graph-breaks")
