@@ -96,11 +96,11 @@ class NeuronSession:
         self.baseline_checks: list[dict[str, Any]] = []  # every neuron_baseline.check (see baseline.Baseline)
         self.baseline_inventory: dict[str, dict[str, Any]] | None = None  # set where tests were collected
         self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error (see covered)
-        self.baselines_unused: list[str] | None = None  # set by the controller at session end
-        self.baselines_unchecked: list[str] = []  # baselines of tests that exist but did not check (skipped...)
+        #: set by the controller at session end (baseline.tidy): baseline files unused, unchecked (their test exists but
+        #: was skipped...) and removed
+        self.baselines_tidied: dict[str, list[str]] = {}
         #: modules and folders whose collection was skipped (an importorskip): their tests exist
         self.skipped_collectors: list[Path] = []
-        self.baselines_removed: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.workers_started: set[str] = set()  # xdist workers the controller configured (all report, unless stopped)
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
@@ -115,7 +115,7 @@ class NeuronSession:
         self.tp_warmups: weakref.WeakKeyDictionary[Any, dict[str, list[GraphOutcome]]] = weakref.WeakKeyDictionary()
         self.tp_weights: weakref.WeakKeyDictionary[Any, dict[int, dict[str, str]]] = weakref.WeakKeyDictionary()
         self.tp_serves: list[dict[str, Any]] = []  # serving tests run in the rank processes: each rank's result
-        self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
+        self.manifest_config: dict[str, Any] | None = None  # this process's runners' config blocks (see merged)
         self.manifests_written: list[str] = []
         #: manifest -> (graphs with no executable, graphs, {another cache: graphs built there})
         self.manifest_gaps: dict[str, tuple[int, int, dict[str, int]]] = {}
@@ -213,7 +213,7 @@ class NeuronSession:
         return getattr(getattr(node, "gateway", None), "id", None) or str(len(self.workers))
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
-        """A runner's config block (as builtins), into this process's; ``merged`` unites the processes' (merge_configs)."""
+        """A runner's config block (as builtins), into this process's; ``merged`` unites the processes' ones."""
         if config is not None:
             config = json.loads(json.dumps(config, default=str))
             self.manifest_config = config if self.manifest_config is None else merge_configs(self.manifest_config, config)
@@ -324,9 +324,7 @@ class NeuronSession:
             "baselines_written": [c["path"] for p in parts for c in p.get("baseline_checks") or []
                                   if c["status"] in ("written", "updated")],
             **{name: {k: v for p in parts for k, v in (p.get(name) or {}).items()} for name in _UNITED},
-            "baselines_unused": self.baselines_unused,
-            "baselines_unchecked": list(self.baselines_unchecked),
-            "baselines_removed": list(self.baselines_removed),
+            **{name: list(paths) for name, paths in self.baselines_tidied.items()},
             "stats": dict(stats),
             "workers": sorted(self.workers),
             "workers_silent": sorted(self.workers_started - set(self.workers)),
