@@ -28,7 +28,7 @@ from pytest_neuron_args import gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
-from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings, ini_folder
+from pytest_neuron_args.options import RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings, given_options, ini_folder
 from pytest_neuron_args.report import add_properties, serve_properties, warmup_properties
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
@@ -83,15 +83,7 @@ def _progress_writer(config: pytest.Config, node: pytest.Item) -> Any:
 
 def _neuron_args(config: pytest.Config) -> list[str]:
     """This run's ``--neuron-*`` arguments (but ``--neuron-update-baseline``), for a copy-paste command."""
-    args = [str(a) for a in config.invocation_params.args]
-    out: list[str] = []
-    for i, arg in enumerate(args):
-        if not arg.startswith("--neuron-") or arg == "--neuron-update-baseline":
-            continue
-        out.append(arg)
-        if "=" not in arg and i + 1 < len(args) and arg not in FLAG_OPTIONS:
-            out.append(args[i + 1])
-    return out
+    return [arg for given in given_options(config) if given[0] != "--neuron-update-baseline" for arg in given]
 
 
 @pytest.fixture(autouse=True)
