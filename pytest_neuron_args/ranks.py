@@ -84,7 +84,7 @@ def read_warmups(out: Path, tp: int) -> list[dict[str, Any]]:
     return [{"rank": rank, "error": str(doc["error"]) if doc.get("error") else None,
              "graphs": doc["graphs"] if isinstance(doc.get("graphs"), list) else None,
              **{k: doc[k] if isinstance(doc.get(k), dict) else None for k in ("export", "weights", "config")}}
-            for rank, doc in ((rank, _read_object(warmup_file(out, rank))) for rank in range(tp))]
+            for rank, doc in enumerate(_read_object(warmup_file(out, r)) for r in range(tp))]
 
 
 def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
