@@ -126,14 +126,12 @@ def covers(args: list[str], anchor: Path) -> bool:
 
 
 def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, update: bool,
-         complete: bool) -> tuple[list[str], list[str], list[str]]:
+         complete: bool) -> dict[str, list[str]]:
     """Baseline files (of ``inventory``: folder -> ``{"tests", "covered", "skipped"}``) left unused, not checked, and
-    removed. An existing test's unchecked file is kept; one whose test is gone (known only when covered and complete)
-    is unused, and removed only under ``--neuron-update-baseline`` (a partial run never removes anything, as syrupy).
-    """
-    unused: list[str] = []
-    unchecked: list[str] = []
-    removed: list[str] = []
+    removed, by the names the summary reads. An existing test's unchecked file is kept; one whose test is gone (known
+    only when its folder was covered by a whole collection and the run ``complete``) is unused, and removed only under
+    ``--neuron-update-baseline`` (a partial run never removes anything, as syrupy)."""
+    found: dict[str, list[str]] = {"baselines_unused": [], "baselines_unchecked": [], "baselines_removed": []}
     for folder, info in sorted(inventory.items()):
         root = Path(folder)
         if not root.is_dir():
@@ -147,40 +145,28 @@ def tidy(inventory: dict[str, dict[str, Any]], used: set[str], variant: str, *, 
             # its test exists: collected, or in a module or folder whose collection was skipped
             if name in tests or any(not p or name == p or name.startswith(p + "_") for p in skipped):
                 if path_variant == variant:
-                    unchecked.append(str(path))
+                    found["baselines_unchecked"].append(str(path))
                 continue
             if not (complete and info.get("covered")):
                 continue  # its test may exist and simply not be collected this time
             if update:
                 path.unlink(missing_ok=True)
-            (removed if update else unused).append(str(path))
-    return unused, unchecked, removed
+            found["baselines_removed" if update else "baselines_unused"].append(str(path))
+    return found
 
 
 def tidy_session(session: NeuronSession) -> None:
     """Count (and under ``--neuron-update-baseline`` remove) baselines the session left unused (controller)."""
-    if session.is_worker or session.is_rank_worker:
-        return
     s = session.settings
     if s.baseline is not None and s.baseline.suffix == ".json":
         return  # one file for every test: nothing to tidy
-    parts = [session.export(), *session.workers.values()]
-    inventories = [p["baseline_inventory"] for p in parts if p.get("baseline_inventory") is not None]
-    if not inventories or session.config.option.collectonly:
+    data = session.merged()
+    if data["baseline_inventory"] is None or session.config.option.collectonly:
         return  # nothing collected (e.g. --collect-only under xdist), or nothing ran: no check to count
-    inventory: dict[str, dict[str, Any]] = {}
-    for inv in inventories:
-        for folder, info in inv.items():
-            into = inventory.setdefault(folder, {"tests": [], "covered": True, "skipped": []})
-            for name in ("tests", "skipped"):
-                into[name] = sorted(set(into[name]) | set(info.get(name, [])))
-            into["covered"] = into["covered"] and bool(info.get("covered"))
+    used = {c["path"] for c in data["baseline_checks"]}
     # Ctrl-C: the tests that did not run still exist; nothing is removed on their account
-    complete = not session.interrupted and all(
-        p.get("collection_complete", True) for p in parts if p.get("baseline_inventory") is not None)
-    used = {c["path"] for p in parts for c in p.get("baseline_checks", [])}
-    session.baselines_unused, session.baselines_unchecked, session.baselines_removed = tidy(
-        inventory, used, s.baseline_variant(), update=s.update_baseline, complete=complete)
+    session.baselines_tidied = tidy(data["baseline_inventory"], used, s.baseline_variant(), update=s.update_baseline,
+                                    complete=not session.interrupted)
 
 
 __all__ = ["BASELINE_DIRNAME", "Baseline", "baseline_path", "covers", "name_parts", "normalize", "tidy",

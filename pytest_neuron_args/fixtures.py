@@ -28,7 +28,7 @@ from pytest_neuron_args import gc_policy, ranks, trace_log
 from pytest_neuron_args.assertions import CompileCounter, ManifestView
 from pytest_neuron_args.baseline import Baseline, baseline_path
 from pytest_neuron_args.markers import ALLOW_BREAKS, check_graph_types, marked_graph_types
-from pytest_neuron_args.options import FLAG_OPTIONS, RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings, ini_folder
+from pytest_neuron_args.options import RANK_SERVE_OPTION, RANK_WORKER_OPTION, NeuronSettings, given_options, ini_folder
 from pytest_neuron_args.report import add_properties, serve_properties, warmup_properties
 from pytest_neuron_args.state import NeuronSession, get_session, safe_name
 
@@ -83,15 +83,7 @@ def _progress_writer(config: pytest.Config, node: pytest.Item) -> Any:
 
 def _neuron_args(config: pytest.Config) -> list[str]:
     """This run's ``--neuron-*`` arguments (but ``--neuron-update-baseline``), for a copy-paste command."""
-    args = [str(a) for a in config.invocation_params.args]
-    out: list[str] = []
-    for i, arg in enumerate(args):
-        if not arg.startswith("--neuron-") or arg == "--neuron-update-baseline":
-            continue
-        out.append(arg)
-        if "=" not in arg and i + 1 < len(args) and arg not in FLAG_OPTIONS:
-            out.append(args[i + 1])
-    return out
+    return [arg for given in given_options(config) if given[0] != "--neuron-update-baseline" for arg in given]
 
 
 @pytest.fixture(autouse=True)
@@ -234,7 +226,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
                 with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}), \
                         gc_policy.paused(keep=_shared(session, neuron_runner)), trace_log.detached():
                     report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
-                session.add_deferred_counts(report.deferred_counts)  # graphs loaded here are in ACTIVITY.stats already
+                session.deferred_counts.update(report.deferred_counts.snapshot())  # loads here: in ACTIVITY.stats
                 session.add_compile_report(report.compile_report)
     except BaseException as exc:
         # what a failed parallel warmup built before it raised (a ParallelCompileError's report; the parallel_compile
@@ -242,7 +234,7 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
         for built in [exc.report] if isinstance(exc, ParallelCompileError) else warming.compile_reports:
             session.add_compile_report(built)
             n = sum(g.status == "compiled" for g in built.graphs)
-            session.add_deferred_counts(CacheStats(misses=n, compiles=n, captures=n))
+            session.deferred_counts.update(misses=n, compiles=n, captures=n)
         if isinstance(exc, Exception):
             _note_failed_warmup(session, neuron_runner, chosen, request.node.nodeid, exc)
         raise
@@ -421,16 +413,15 @@ def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_ty
     target = f"{node.path}{nodeid[nodeid.index('::'):]}" if "::" in nodeid else str(node.path)
     argv = ["-m", "pytest", target, "-q", "--no-header", "-p", "no:cacheprovider", "-p", "no:randomly",
             "-p", "pytest_neuron_args.plugin",  # also where PYTEST_DISABLE_PLUGIN_AUTOLOAD is set
-            f"--rootdir={config.rootpath}", f"{RANK_WORKER_OPTION}={out}",
-            f"--neuron-rank-graph-types={','.join(graph_types)}", f"--neuron-tp={s.tp}",
-            f"--neuron-cache-dir={session.cache_dir()}", f"--neuron-manifest-dir={session.ledger_root()}",
-            f"--neuron-target={s.target}", f"--neuron-flow={s.flow}"]
+            f"--rootdir={config.rootpath}", f"{RANK_WORKER_OPTION}={out}"]
     if config.inipath is not None:
         argv += ["-c", str(config.inipath)]
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]
     argv += [f"--neuron-{flag}={value}" for flag, value in (
-        ("compiler", s.compiler), ("compiler-args", s.compiler_args), ("optimization-level", s.optimization_level),
+        ("rank-graph-types", ",".join(graph_types)), ("tp", s.tp), ("cache-dir", session.cache_dir()),
+        ("manifest-dir", session.ledger_root()), ("target", s.target), ("flow", s.flow), ("compiler", s.compiler),
+        ("compiler-args", s.compiler_args), ("optimization-level", s.optimization_level),
         ("compile-timeout", s.compile_timeout)) if value is not None]
     if s.allow_graph_breaks:
         argv.append("--neuron-allow-graph-breaks")

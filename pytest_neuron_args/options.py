@@ -92,6 +92,13 @@ FLAG_OPTIONS = frozenset(flag for flag, options in _OPTIONS.items() if options.g
 PATH_OPTIONS = frozenset(flag for flag, options in _OPTIONS.items() if options.get("metavar") in ("DIR", "PATH"))
 
 
+def given_options(config: pytest.Config) -> list[tuple[str, ...]]:
+    """This run's ``--neuron-*`` arguments as given: ``(flag=value,)``, ``(flag,)`` or ``(flag, value)`` (split)."""
+    args = [str(a) for a in config.invocation_params.args]
+    return [tuple(args[i:i + (1 if "=" in arg or arg in FLAG_OPTIONS else 2)])
+            for i, arg in enumerate(args) if arg.startswith("--neuron-")]
+
+
 def add_options(parser: pytest.Parser) -> None:
     """Register the ``--neuron-*`` options and their ini keys."""
     group = parser.getgroup("neuron-args", "neuron-args: per-graph compiler arguments, compile cache, manifest")
@@ -320,4 +327,4 @@ def _path(config: pytest.Config, dest: str) -> tuple[Path | None, str]:
     return path, where
 
 
-__all__ = ["COMPILERS", "FLOWS", "NeuronSettings", "TARGETS", "add_options"]
+__all__ = ["COMPILERS", "FLOWS", "NeuronSettings", "TARGETS", "add_options", "given_options"]

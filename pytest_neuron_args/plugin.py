@@ -15,7 +15,8 @@ from neuron_args import eager_fallback, envs
 from pytest_neuron_args import fixtures, gc_policy, markers, ranks
 from pytest_neuron_args.fixtures import (CALL_FAILED, MODEL_FIXTURES, PROGRESS_KEY, baseline_location,
                                          model_fixturedef_of, tp_serve)
-from pytest_neuron_args.options import PATH_OPTIONS, NeuronSettings, add_options, config_warning, ini_folder
+from pytest_neuron_args.options import (PATH_OPTIONS, NeuronSettings, add_options, config_warning, given_options,
+                                        ini_folder)
 from pytest_neuron_args.baseline import BASELINE_DIRNAME, covers, name_parts, tidy_session
 from pytest_neuron_args.report import header_line, write_json_report, write_step_summary, write_summary
 from pytest_neuron_args.state import STASH_KEY, WORKEROUTPUT_KEY, NeuronSession, get_session, safe_name
@@ -71,8 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _warn_split_path_options(config: pytest.Config) -> None:
     """pytest finds its ini file before it knows plugin options, so in ``--neuron-cache-dir PATH`` an existing PATH
     is a test path that can move the rootdir (an xdist worker, started after the directories exist, is hit too)."""
-    args = [str(a) for a in config.invocation_params.args]
-    for flag, value in zip(args, args[1:]):
+    for flag, value in (given for given in given_options(config) if len(given) == 2):
         if flag in PATH_OPTIONS and Path(config.invocation_params.dir, value).exists():
             config_warning(config, pytest.PytestConfigWarning(
                 f"write {flag}={value} (with '='): pytest looks for its ini file before it knows plugin "
@@ -169,7 +169,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     default_folder = (s.baseline if s.baseline is not None else default_anchor / BASELINE_DIRNAME).resolve()
     anchors.setdefault(str(default_folder), set()).add(default_anchor)
     state.baseline_inventory = {
-        folder: {"tests": sorted(tests.get(folder, ())), "covered": all(covers(args, a) for a in folder_anchors),
+        folder: {"tests": sorted(tests.get(folder, ())),
+                 "covered": state.collection_complete and all(covers(args, a) for a in folder_anchors),
                  "skipped": _skipped_prefixes(state, folder_anchors)}
         for folder, folder_anchors in anchors.items()}
 
@@ -228,7 +229,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput[WORKEROUTPUT_KEY] = state.export()
-    else:
+    elif not state.is_rank_worker:  # the controller's (or a plain run's) outputs
         state.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
         state.emit_manifests()
         tidy_session(state)

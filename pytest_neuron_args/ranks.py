@@ -64,26 +64,27 @@ def warmup_file(out: Path, rank: int) -> Path:
     return out / f"rank{rank}.json"
 
 
+def serve_file(out: Path, rank: int) -> Path:
+    return out / f"serve{rank}.json"
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(doc, default=str))  # a link planted at the path is replaced, not followed
+
+
 def write_warmup(out: Path, result: dict[str, Any]) -> None:
     """In a rank process: what its warmup did (or why it failed), for :func:`read_warmups`."""
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(warmup_file(out, envs.RANK), json.dumps({**result, "rank": envs.RANK}, default=str))
+    _write(warmup_file(out, envs.RANK), {**result, "rank": envs.RANK})
 
 
 def read_warmups(out: Path, tp: int) -> list[dict[str, Any]]:
     """Each rank's ``rank<rank>.json``, typed (untrusted): ``graphs`` a list only when reported, ``error`` a string
     or None, ``export``/``weights``/``config`` dicts or None."""
-    results = []
-    for rank in range(tp):
-        doc = _read_object(warmup_file(out, rank))
-        results.append({"rank": rank, "error": str(doc["error"]) if doc.get("error") else None,
-                        "graphs": doc["graphs"] if isinstance(doc.get("graphs"), list) else None,
-                        **{k: doc[k] if isinstance(doc.get(k), dict) else None for k in ("export", "weights", "config")}})
-    return results
-
-
-def serve_file(out: Path, rank: int) -> Path:
-    return out / f"serve{rank}.json"
+    return [{"rank": rank, "error": str(doc["error"]) if doc.get("error") else None,
+             "graphs": doc["graphs"] if isinstance(doc.get("graphs"), list) else None,
+             **{k: doc[k] if isinstance(doc.get(k), dict) else None for k in ("export", "weights", "config")}}
+            for rank, doc in enumerate(_read_object(warmup_file(out, r)) for r in range(tp))]
 
 
 def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
@@ -98,9 +99,7 @@ def note_phase(out: Path, report: Any, export: dict[str, Any]) -> None:
         result["outcome"], result["error"] = "skipped", str(report.longrepr)
     elif report.when == "call" and result["outcome"] is None:
         result["outcome"] = "passed"
-    result["export"] = export
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(result, default=str))  # a link planted at the path is replaced, not followed
+    _write(path, {**result, "export": export})
 
 
 def read_serves(out: Path, tp: int) -> list[dict[str, Any]]:

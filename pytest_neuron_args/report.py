@@ -249,9 +249,9 @@ def baseline_counts(data: dict[str, Any]) -> str:
 
 
 def write_json_report(session: NeuronSession) -> Any:
-    """``--neuron-report=PATH``: the session's graphs as a JSON report (controller only); the path, or None."""
+    """``--neuron-report=PATH``: the session's graphs as a JSON report (by the controller); the path, or None."""
     path = session.settings.report
-    if path is None or session.is_worker or session.is_rank_worker:
+    if path is None:
         return None
     from neuron_args.report import build_report, graph_record, write_report
 
@@ -349,7 +349,7 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str) -> str:
 
 def write_step_summary(session: NeuronSession) -> Any:
     """The markdown summary appended to ``$GITHUB_STEP_SUMMARY`` (controller only); the path, or None."""
-    if session.is_worker or session.is_rank_worker or not envs.is_set(STEP_SUMMARY_ENV):
+    if not envs.is_set(STEP_SUMMARY_ENV):
         return None
     data = session.merged()
     if not _has_content(data):

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from neuron_args import envs
-from neuron_args.activity import ACTIVITY, CacheStats
+from neuron_args.activity import ACTIVITY
 from neuron_args.graph_outcome import COUNTERS, GraphOutcome
 from neuron_args.manifest.config import merge_configs
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
@@ -92,15 +92,15 @@ class NeuronSession:
         self.serve_misses = 0
         self.serve_sessions = 0
         self.parallel_compiled: dict[str, GraphOutcome] = {}  # what parallel compiles built or failed
-        self.deferred_counts: Counter[str] = Counter()
+        self.deferred_counts: Counter[str] = Counter()  # cache counts of parallel warmups' other processes
         self.baseline_checks: list[dict[str, Any]] = []  # every neuron_baseline.check (see baseline.Baseline)
         self.baseline_inventory: dict[str, dict[str, Any]] | None = None  # set where tests were collected
-        self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error
-        self.baselines_unused: list[str] | None = None  # set by the controller at session end
-        self.baselines_unchecked: list[str] = []  # baselines of tests that exist but did not check (skipped...)
+        self.collection_complete = True  # no -k/-m/--deselect/node-id selection, no collection error (see covered)
+        #: set by the controller at session end (baseline.tidy): baseline files unused, unchecked (their test exists but
+        #: was skipped...) and removed
+        self.baselines_tidied: dict[str, list[str]] = {}
         #: modules and folders whose collection was skipped (an importorskip): their tests exist
         self.skipped_collectors: list[Path] = []
-        self.baselines_removed: list[str] = []
         self.workers: dict[str, dict[str, Any]] = {}
         self.workers_started: set[str] = set()  # xdist workers the controller configured (all report, unless stopped)
         self.rank_parts: list[dict[str, Any]] = []  # what --neuron-tp rank processes compiled or loaded
@@ -115,7 +115,7 @@ class NeuronSession:
         self.tp_warmups: weakref.WeakKeyDictionary[Any, dict[str, list[GraphOutcome]]] = weakref.WeakKeyDictionary()
         self.tp_weights: weakref.WeakKeyDictionary[Any, dict[int, dict[str, str]]] = weakref.WeakKeyDictionary()
         self.tp_serves: list[dict[str, Any]] = []  # serving tests run in the rank processes: each rank's result
-        self.manifest_config: dict[str, Any] | None = None  # the config block of the session manifest
+        self.manifest_config: dict[str, Any] | None = None  # this process's runners' config blocks (see merged)
         self.manifests_written: list[str] = []
         #: manifest -> (graphs with no executable, graphs, {another cache: graphs built there})
         self.manifest_gaps: dict[str, tuple[int, int, dict[str, int]]] = {}
@@ -213,7 +213,7 @@ class NeuronSession:
         return getattr(getattr(node, "gateway", None), "id", None) or str(len(self.workers))
 
     def note_manifest_config(self, config: dict[str, Any] | None) -> None:
-        """A runner's config block: the session manifest's is the first one, naming every model (merge_configs)."""
+        """A runner's config block (as builtins), into this process's; ``merged`` unites the processes' ones."""
         if config is not None:
             config = json.loads(json.dumps(config, default=str))
             self.manifest_config = config if self.manifest_config is None else merge_configs(self.manifest_config, config)
@@ -221,15 +221,13 @@ class NeuronSession:
     def emit_manifests(self) -> list[Path]:
         """The session manifest: one ``<DIR>/<engine-id>/manifest.json`` per engine that wrote ledger lines."""
         root = self.settings.manifest_dir
-        if root is None or self.is_worker or self.is_rank_worker or self.inner_session:
+        if root is None or self.inner_session:
             return []
         from neuron_args.manifest.emit import emit_engines
 
-        for worker in self.workers.values():  # xdist workers' runners: their models too
-            self.note_manifest_config(worker.get("manifest_config") or None)
-        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=self.manifest_config,
+        merged = self.merged()  # xdist workers' runners: their models too
+        written = emit_engines(root, root, cache_dir=self.cache_dir(), config=merged["manifest_config"],
                                failures=self.manifest_failures)
-        merged = self.merged()
         graphs = {row["key"] for row in merged["rows"]}
         if graphs and not written and not self.manifest_failures:  # every ledger write failed (logged once each)
             self.manifest_failures.append(f"none of the {len(graphs)} graph(s) of this session reached the ledger "
@@ -253,10 +251,6 @@ class NeuronSession:
         self.serve_misses += int(misses)
         for graph_type, n in calls.items():
             self.serve_calls[graph_type] = self.serve_calls.get(graph_type, 0) + int(n)
-
-    def add_deferred_counts(self, counts: CacheStats) -> None:
-        """Cache counts of a parallel-flow warmup (its traces and compiles ran in other processes)."""
-        self.deferred_counts.update(counts.snapshot())
 
     def add_compile_report(self, report: Any) -> None:
         """What a parallel warmup (or its part before it raised) compiled or failed: the records are the workers'."""
@@ -307,11 +301,20 @@ class NeuronSession:
         rows: dict[str, GraphOutcome] = {}
         calls: Counter[str] = Counter()
         stats: Counter[str] = Counter()
+        config: dict[str, Any] | None = None  # the session manifest's: the first runner's, naming every model
+        inventory: dict[str, dict[str, Any]] = {}  # baseline folder -> its tests, where collected (not in ranks)
         for part in parts:
             for row in map(GraphOutcome.from_json, part.get("rows", [])):
                 rows[row.key] = rows[row.key].merged(row) if row.key in rows else row
             calls.update(part.get("serve_calls", {}))
             stats.update(part.get("stats", {}))
+            if part.get("manifest_config"):
+                config = part["manifest_config"] if config is None else merge_configs(config, part["manifest_config"])
+            for folder, info in (part.get("baseline_inventory") or {}).items():
+                into = inventory.setdefault(folder, {"tests": [], "covered": True, "skipped": []})
+                for name in ("tests", "skipped"):
+                    into[name] = sorted(set(into[name]) | set(info.get(name, [])))
+                into["covered"] = into["covered"] and bool(info.get("covered"))
         return {
             "rows": [row.to_json() for row in sorted(rows.values(), key=lambda row: row.sort_key)],
             "serve_calls": dict(calls),
@@ -321,22 +324,22 @@ class NeuronSession:
             "baselines_written": [c["path"] for p in parts for c in p.get("baseline_checks") or []
                                   if c["status"] in ("written", "updated")],
             **{name: {k: v for p in parts for k, v in (p.get(name) or {}).items()} for name in _UNITED},
-            "baselines_unused": self.baselines_unused,
-            "baselines_unchecked": list(self.baselines_unchecked),
-            "baselines_removed": list(self.baselines_removed),
+            **{name: list(paths) for name, paths in self.baselines_tidied.items()},
             "stats": dict(stats),
             "workers": sorted(self.workers),
             "workers_silent": sorted(self.workers_started - set(self.workers)),
             "rank_processes": len(ranks),
             "manifests_written": list(self.manifests_written),
             "other_caches": {c: t for p in reversed(parts) for c, t in (p.get("other_caches") or {}).items()},
+            "manifest_config": config,
+            "baseline_inventory": inventory if any(p.get("baseline_inventory") is not None for p in parts) else None,
         }
 
 
 #: the session's own fields an export carries (copies): an xdist worker's --neuron-tp rank processes among them,
 #: for the controller
 _EXPORTED = ("serve_calls", "serve_misses", "serve_sessions", "baseline_checks", "baseline_inventory",
-             "collection_complete", "manifest_config", "rank_parts", "tp_serves", "warmup_failures", "other_caches")
+             "manifest_config", "rank_parts", "tp_serves", "warmup_failures", "other_caches")
 #: export fields merged by concatenating the parts' lists, and by uniting their dicts
 _CONCATENATED = ("baseline_checks", "warmup_failures", "tp_serves")
 _UNITED = ("eager_outputs", "eager_fallbacks", "corrupt")
