@@ -27,35 +27,13 @@ from neuron_args.cache import HLO_NAME, CacheEntry, executable_file_name
 from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler, check_keyed_version
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.entry_metadata import EntryMetadata
-from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
-from neuron_args.flags import optimization_level
-from neuron_args.graph_outcome import GraphOutcome
-from neuron_args.text import graph_label
+from neuron_args.errors import CompileError, NeuronArgsError
 from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded, read_tail
 
 __all__ = ["CompileOutcome", "CompileTask", "build_on", "commit_outcome", "prepare_task", "run_compile_task"]
 
 #: How often a worker checks whether its Dask task was cancelled, and a caller waiting on one whether its run was.
 CANCEL_POLL_SECONDS = 0.3
-
-
-def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[EntryMetadata | None, GraphOutcome]:
-    """A pending entry's metadata (None: damaged) and the outcome of its build with its recorded arguments, else
-    the base ones (an older cache)."""
-    try:
-        md = entry.info()
-    except CorruptEntryError as exc:
-        return None, GraphOutcome(
-            entry.key, entry.graph_type, compiler_args=list(base_args or []), how="failed", compile_seconds=0.0,
-            error=f"{graph_label(entry.graph_type)}, key {entry.key}: {exc.problem}; the entry stays pending.\nfix: "
-                  f"capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder {entry.path}")
-    recorded = md.compiler_args
-    args = list(recorded) if recorded is not None else list(base_args or [])
-    level = None
-    with contextlib.suppress(ValueError):  # a malformed level fails the build, with the compiler's words
-        level = optimization_level(args)
-    return md, GraphOutcome(entry.key, md.graph_type, list(md.input_shapes or []), args, level, how="compiled",
-                            compile_seconds=0.0, used_base_args=recorded is None)
 
 
 @dataclass(frozen=True)

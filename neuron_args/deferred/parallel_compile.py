@@ -24,13 +24,14 @@ from neuron_args.cache import HLO_NAME, LOCK_TIMEOUT, METADATA_NAME, CacheEntry,
 from neuron_args.compilers import compiler_choice
 from neuron_args.compilers.base import check_keyed_compiler, check_keyed_version, compile_entry
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
-from neuron_args.deferred.farm import build_on, expected_compiler, pending_graph
+from neuron_args.deferred.farm import build_on, expected_compiler
 from neuron_args.deferred.jobs import workers_from_env
 from neuron_args.entry_metadata import EntryMetadata
-from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
-from neuron_args.flags import CompilerArgs
+from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError, OptionsError
+from neuron_args.flags import CompilerArgs, optimization_level
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.settings import check_timeout, resolve_compile_timeout
+from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -93,6 +94,25 @@ class CompileProgress:
         left = "more graphs arriving" if self.more else f"~{self.remaining_estimate:.0f}s left"
         return (f"[{self.done}/{self.total}{'+' if self.more else ''}] {g.graph_type or '-'} {g.key[:12]} {g.status} "
                 f"in {g.compile_seconds or 0.0:.1f}s (elapsed {self.elapsed:.1f}s, {left})")
+
+
+def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[EntryMetadata | None, GraphOutcome]:
+    """A pending entry's metadata (None: damaged) and the outcome of its build with its recorded arguments, else
+    the base ones (an older cache)."""
+    try:
+        md = entry.info()
+    except CorruptEntryError as exc:
+        return None, GraphOutcome(
+            entry.key, entry.graph_type, compiler_args=list(base_args or []), how="failed", compile_seconds=0.0,
+            error=f"{graph_label(entry.graph_type)}, key {entry.key}: {exc.problem}; the entry stays pending.\nfix: "
+                  f"capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder {entry.path}")
+    recorded = md.compiler_args
+    args = list(recorded) if recorded is not None else list(base_args or [])
+    level = None
+    with contextlib.suppress(ValueError):  # a malformed level fails the build, with the compiler's words
+        level = optimization_level(args)
+    return md, GraphOutcome(entry.key, md.graph_type, list(md.input_shapes or []), args, level, how="compiled",
+                            compile_seconds=0.0, used_base_args=recorded is None)
 
 
 def _build(root: str, key: str, base_args: list[str] | None, compiler_name: str | None, timeout: float | None,
