@@ -371,9 +371,7 @@ class _CompileRun:
         """After Ctrl-C: stop, cancel what is queued, kill what runs, wait (bounded) and log the outcome."""
         self.stop()
         self.scope.cancel()
-        for fut in self.futures:
-            fut.cancel()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)  # every future is the pool's: the queued ones cancelled
         # a cancelled future never completes (nobody notifies it): wait for the ones that started only
         done, not_done = cf.wait([f for f in self.futures if not f.cancelled()], timeout=CANCEL_GRACE_SECONDS)
         ended = {g.key: g.status for g in report.graphs}
