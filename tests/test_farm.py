@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -540,19 +541,19 @@ def test_losing_the_scheduler_mid_run_fails_the_graphs_clearly(tmp_path, fake_bi
 
 
 def test_a_graph_whose_key_lock_stays_held_fails_after_the_lock_timeout_naming_it(tmp_path, fake_path, monkeypatch):
-    """A wedged holder of the key's lock never hangs a farm submit: past the cache's lock timeout the graph fails
+    """A wedged holder of the key's lock never hangs a farm build: past the cache's lock timeout the graph fails
     naming its graph type, key, the lock's holder and the fix; the entry stays pending and nothing compiled."""
     from neuron_args.cache import KeyLock
-    from neuron_args.deferred import farm
+    pc = importlib.import_module("neuron_args.deferred.parallel_compile")  # the package's name is the function
 
     root = tmp_path / "cache"
     key = make_fake_pending(root, "wedged", "ok")
     held = KeyLock(CompileCache(root).entry(key))
     assert held.acquire()
-    monkeypatch.setattr(farm, "LOCK_TIMEOUT", 0.5)
+    monkeypatch.setattr(pc, "LOCK_TIMEOUT", 0.5)
     try:
         with cf.ThreadPoolExecutor(1) as pool:
-            graph = farm.submit_graph(pool, root, key, None, None).result(timeout=30)
+            (graph,) = pc.parallel_compile(root, executor=pool, keys=[key], quiet=True, raise_on_error=False).graphs
     finally:
         held.release()
     assert graph.status == "failed" and key in graph.error and "'decode'" in graph.error

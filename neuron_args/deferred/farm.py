@@ -1,8 +1,8 @@
 """Compile farm: ship a pending graph's inputs to a worker, ship the executable back.
 
 A worker (a pool child, a thread, a Dask worker on another host) never touches the cache folder: the caller
-sends a :class:`CompileTask` to any ``concurrent.futures.Executor`` and writes the entry itself, under the key's
-lock, marker last, so a worker that dies mid-compile leaves the graph pending, never half an entry.
+sends a :class:`CompileTask` to any ``concurrent.futures.Executor`` and writes the entry itself (:func:`build_on`,
+under the key's lock, marker last), so a worker that dies mid-compile leaves the graph pending, never half an entry.
 """
 from __future__ import annotations
 
@@ -18,44 +18,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from neuron_args.atomic import write_atomic
-from neuron_args.cache import HLO_NAME, LOCK_TIMEOUT, CacheEntry, CompileCache, KeyLock, LockWait, executable_file_name
+from neuron_args.cache import HLO_NAME, CacheEntry, executable_file_name
 from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler, check_keyed_version
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.entry_metadata import EntryMetadata
-from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError
-from neuron_args.flags import optimization_level
-from neuron_args.graph_outcome import GraphOutcome
-from neuron_args.text import graph_label
+from neuron_args.errors import CompileError, NeuronArgsError
 from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded, read_tail
 
-__all__ = ["CompileOutcome", "CompileTask", "commit_outcome", "prepare_task", "run_compile_task", "submit_graph"]
+__all__ = ["CompileOutcome", "CompileTask", "build_on", "commit_outcome", "prepare_task", "run_compile_task"]
 
-#: How often a worker checks whether its Dask task was cancelled (seconds).
+#: How often a worker checks whether its Dask task was cancelled, and a caller waiting on one whether its run was.
 CANCEL_POLL_SECONDS = 0.3
-
-
-def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[EntryMetadata | None, GraphOutcome]:
-    """A pending entry's metadata (None: damaged) and the outcome of its build with its recorded arguments, else
-    the base ones (an older cache)."""
-    try:
-        md = entry.info()
-    except CorruptEntryError as exc:
-        return None, GraphOutcome(
-            entry.key, entry.graph_type, compiler_args=list(base_args or []), how="failed", compile_seconds=0.0,
-            error=f"{graph_label(entry.graph_type)}, key {entry.key}: {exc.problem}; the entry stays pending.\nfix: "
-                  f"capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder {entry.path}")
-    recorded = md.compiler_args
-    args = list(recorded) if recorded is not None else list(base_args or [])
-    level = None
-    with contextlib.suppress(ValueError):  # a malformed level fails the build, with the compiler's words
-        level = optimization_level(args)
-    return md, GraphOutcome(entry.key, md.graph_type, list(md.input_shapes or []), args, level, how="compiled",
-                            compile_seconds=0.0, used_base_args=recorded is None)
 
 
 @dataclass(frozen=True)
@@ -286,29 +264,16 @@ def commit_outcome(entry: CacheEntry, metadata: EntryMetadata, task: CompileTask
     return len(blob)
 
 
-class _FarmFuture(cf.Future):
-    """The caller's future of one graph; cancelling it cancels the worker's task too."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner: cf.Future | None = None
-
-    def cancel(self) -> bool:
-        if self.inner is not None:
-            self.inner.cancel()
-        if not super().cancel():
-            return False
-        self.set_running_or_notify_cancel()  # wakes as_completed() and wait()
-        return True
-
-
-#: Writes results off the executor's callback thread (Dask's event loop must not block on disk); its threads
-#: start with its first write.
-_COMMIT_POOL = cf.ThreadPoolExecutor(max_workers=2, thread_name_prefix="neuron-args-farm-commit")
-
-
-def _settle(inner: cf.Future, entry: CacheEntry, md: EntryMetadata, task: CompileTask) -> int:
-    """Commit a worker's finished task into ``entry`` (its executable's size), else a CompileError saying why not."""
+def build_on(executor: cf.Executor, entry: CacheEntry, md: EntryMetadata, compiler_args: Sequence[str],
+             compiler_name: str | None, timeout: float | None, scope: CancelScope) -> int:
+    """Build ``entry`` (its key's lock held) on ``executor``: ship its task, wait, check the worker's outcome and
+    write it; the executable's size, else a CompileError. A cancelled ``scope`` lets go of the task."""
+    task = prepare_task(entry, md, compiler_args, compiler_name=compiler_name, timeout=timeout)
+    inner = executor.submit(run_compile_task, task)
+    while not cf.wait([inner], timeout=CANCEL_POLL_SECONDS).done:
+        if scope.cancelled:
+            inner.cancel()
+            raise CompileCancelled()
     where = f"graph type {task.graph_type!r}, key {task.key}"
     if inner.cancelled():
         raise CompileError(f"{where}: its task was cancelled before it finished (Ctrl-C, or the cluster let go of "
@@ -328,74 +293,3 @@ def _settle(inner: cf.Future, entry: CacheEntry, md: EntryMetadata, task: Compil
         with contextlib.suppress(OSError):
             write_atomic(entry.log_path, outcome.log)
     raise CompileError((outcome.error or outcome.status).replace(outcome.workdir, str(entry.path)))
-
-
-def submit_graph(executor: cf.Executor, root: str | os.PathLike[str], key: str, base_args: Sequence[str] | None,
-                 compiler_name: str | None, *, timeout: float | None = None) -> cf.Future[GraphOutcome]:
-    """Compile one pending entry on ``executor``; the future's result is its report (never raises)."""
-    cache = CompileCache(root)
-    entry = cache.entry(key)
-    outer = _FarmFuture()
-    lock = KeyLock(entry)  # held from submission to commit (across threads): two runs build a graph once
-
-    def finish(report: GraphOutcome, t0: float, **ended: Any) -> None:
-        lock.release()
-        with contextlib.suppress(cf.InvalidStateError):  # cancelled meanwhile
-            outer.set_result(replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3)))
-
-    def collect(inner: cf.Future, md: EntryMetadata, task: CompileTask, report: GraphOutcome,
-                t0: float) -> None:
-        ended: dict[str, Any] = {}
-        try:
-            ended.update(executable_size=_settle(inner, entry, md, task))
-        except NeuronArgsError as exc:
-            ended.update(how="failed", error=str(exc))
-        except Exception as exc:  # one graph never stops the others
-            ended.update(how="failed", error=f"{type(exc).__name__}: {exc}")
-        finally:
-            finish(report, t0, **ended)
-
-    def start() -> None:
-        t0 = time.monotonic()
-        md, report = pending_graph(entry, base_args)
-        if outer.cancelled():
-            return lock.release()
-        if entry.is_complete:
-            return finish(report, t0, how="already-complete", error=None)
-        if md is None:
-            return finish(report, t0)
-        try:
-            task = prepare_task(entry, md, report.compiler_args, compiler_name=compiler_name, timeout=timeout)
-            inner = executor.submit(run_compile_task, task)
-        except NeuronArgsError as exc:
-            return finish(report, t0, how="failed", error=str(exc))
-        except BaseException:
-            lock.release()
-            raise
-        outer.inner = inner
-        inner.add_done_callback(lambda f: _COMMIT_POOL.submit(collect, f, md, task, report, t0))
-
-    def wait_for_lock(wait: LockWait) -> None:
-        """Another process builds this key: wait (cancellable, saying so, at most ``LOCK_TIMEOUT`` as the cache's
-        own waits), then it is complete or ours to build; a holder wedged past that fails the graph, naming it."""
-        while not lock.acquire():
-            if outer.cancelled():
-                return
-            if time.monotonic() >= wait.started + LOCK_TIMEOUT:
-                return finish(pending_graph(entry, base_args)[1], wait.started, how="failed",
-                              error=f"{wait.timed_out()}\nThe entry stays pending.")
-            wait.tick()
-            time.sleep(0.2)
-        try:
-            start()
-        except BaseException as exc:  # noqa: BLE001 - reported through the future
-            with contextlib.suppress(cf.InvalidStateError):
-                outer.set_exception(exc)
-
-    if lock.acquire():
-        start()
-    else:
-        wait = LockWait(entry, graph_type=entry.graph_type, timeout=LOCK_TIMEOUT)
-        threading.Thread(target=wait_for_lock, args=(wait,), name=f"neuron-args-farm-lock-{key[:8]}",
-                         daemon=True).start()
-    return outer

@@ -20,16 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.activity import note
-from neuron_args.cache import HLO_NAME, METADATA_NAME, CacheEntry, CompileCache, disk_error
+from neuron_args.cache import HLO_NAME, LOCK_TIMEOUT, METADATA_NAME, CacheEntry, CompileCache, disk_error
 from neuron_args.compilers import compiler_choice
 from neuron_args.compilers.base import check_keyed_compiler, check_keyed_version, compile_entry
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
-from neuron_args.deferred.farm import expected_compiler, pending_graph, submit_graph
+from neuron_args.deferred.farm import build_on, expected_compiler
 from neuron_args.deferred.jobs import workers_from_env
-from neuron_args.errors import CompileError, NeuronArgsError, OptionsError
-from neuron_args.flags import CompilerArgs
+from neuron_args.entry_metadata import EntryMetadata
+from neuron_args.errors import CompileError, CorruptEntryError, NeuronArgsError, OptionsError
+from neuron_args.flags import CompilerArgs, optimization_level
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.settings import check_timeout, resolve_compile_timeout
+from neuron_args.text import graph_label
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -94,47 +96,81 @@ class CompileProgress:
                 f"in {g.compile_seconds or 0.0:.1f}s (elapsed {self.elapsed:.1f}s, {left})")
 
 
-def _compile_pending(root: str, key: str, base_args: list[str] | None, compiler_name: str | None,
-                     timeout: float | None, scope: CancelScope) -> GraphOutcome:
-    """Compile one pending entry (module level so any executor can run it); ``timeout`` None: the capture's
-    option, else the environment's or the compiler's. A cancelled ``scope`` starts nothing and kills its compiler."""
-    from neuron_args.compilers import select_compiler
+def pending_graph(entry: CacheEntry, base_args: Sequence[str] | None) -> tuple[EntryMetadata | None, GraphOutcome]:
+    """A pending entry's metadata (None: damaged) and the outcome of its build with its recorded arguments, else
+    the base ones (an older cache)."""
+    try:
+        md = entry.info()
+    except CorruptEntryError as exc:
+        return None, GraphOutcome(
+            entry.key, entry.graph_type, compiler_args=list(base_args or []), how="failed", compile_seconds=0.0,
+            error=f"{graph_label(entry.graph_type)}, key {entry.key}: {exc.problem}; the entry stays pending.\nfix: "
+                  f"capture the graph again (re-run the warmup or parallel_trace), or remove the entry's folder {entry.path}")
+    recorded = md.compiler_args
+    args = list(recorded) if recorded is not None else list(base_args or [])
+    level = None
+    with contextlib.suppress(ValueError):  # a malformed level fails the build, with the compiler's words
+        level = optimization_level(args)
+    return md, GraphOutcome(entry.key, md.graph_type, list(md.input_shapes or []), args, level, how="compiled",
+                            compile_seconds=0.0, used_base_args=recorded is None)
 
+
+def _build(root: str, key: str, base_args: list[str] | None, compiler_name: str | None, timeout: float | None,
+           scope: CancelScope, farm: cf.Executor | None) -> GraphOutcome:
+    """Build one pending entry under its key's lock, on one of the call's threads: here, or on ``farm``
+    (``farm.build_on``: its task shipped, the worker's answer checked as untrusted, written marker last). A cancelled
+    ``scope`` starts nothing, ends a lock wait and kills (or lets go of) the compile."""
     cache = CompileCache(root)
     entry = cache.entry(key)
-    md, report = pending_graph(entry, base_args)
-    if md is None:
-        return report
-    graph_type, args = report.graph_type, report.compiler_args
+    report = None
     t0 = time.monotonic()
     try:
         scope.check()
-        with within(scope), cache.lock(key, stop=scope.wait, graph_type=graph_type):
+        with within(scope), cache.lock(key, stop=scope.wait, timeout=LOCK_TIMEOUT, graph_type=entry.graph_type):
+            md, report = pending_graph(entry, base_args)
             if entry.is_complete:
-                return replace(report, how="already-complete")
+                return replace(report, how="already-complete", error=None)
+            if md is None:
+                return report
             scope.check()
-            if not entry.hlo_path.is_file():
-                raise CompileError(
-                    f"entry {key} (graph type {graph_type!r}) is pending but has no {HLO_NAME}: its capture did not "
-                    f"finish writing it. Fix: capture it again (re-run the warmup or parallel_trace), or remove {entry.path}")
-            compiler = select_compiler(compiler_name or md.compiler_name)
-            check_keyed_compiler(key, graph_type, md.compiler_name, compiler.info.name)
-            check_keyed_version(key, graph_type, compiler.info, expected_compiler(md)[1], "on this machine")
-            if timeout is None and md.compile_timeout is not None:  # the capture's own option
-                timeout = resolve_compile_timeout(md.compile_timeout, compiler.info.name)
-            try:
-                compile_entry(entry, compiler, args, md.build_target, graph_type, md, timeout=timeout)
-                entry.mark_complete()
-            except OSError as exc:
-                raise disk_error(exc, entry.path, key=key, graph_type=graph_type) from exc
-            ended: dict[str, Any] = {"executable_size": entry.executable_path.stat().st_size}
+            if farm is not None:
+                size = build_on(farm, entry, md, report.compiler_args, compiler_name, timeout, scope)
+            else:
+                size = _build_here(entry, md, report.compiler_args, compiler_name, timeout)
+            ended: dict[str, Any] = {"executable_size": size}
     except (CompileCancelled, InterruptedError):
         ended = {"how": "cancelled"}
-    except NeuronArgsError as exc:
-        ended = {"how": "failed", "error": str(exc)}
-    except Exception as exc:  # a worker must report, not die: one graph never stops the others
+    except NeuronArgsError as exc:  # with no report yet, the lock wait failed: nothing was touched
+        ended = {"how": "failed", "error": str(exc) if report is not None else f"{exc}\nThe entry stays pending."}
+    except Exception as exc:  # a thread must report, not die: one graph never stops the others
         ended = {"how": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    if report is None:
+        report = pending_graph(entry, base_args)[1]
     return replace(report, **ended, compile_seconds=round(time.monotonic() - t0, 3))
+
+
+def _build_here(entry: CacheEntry, md: EntryMetadata, compiler_args: list[str], compiler_name: str | None,
+                timeout: float | None) -> int:
+    """Compile ``entry`` (its key's lock held) in a compiler process of this machine; the executable's size.
+    ``timeout`` None: the capture's option, else the environment's or the compiler's."""
+    from neuron_args.compilers import select_compiler
+
+    key, graph_type = entry.key, md.graph_type
+    if not entry.hlo_path.is_file():
+        raise CompileError(
+            f"entry {key} (graph type {graph_type!r}) is pending but has no {HLO_NAME}: its capture did not "
+            f"finish writing it. Fix: capture it again (re-run the warmup or parallel_trace), or remove {entry.path}")
+    compiler = select_compiler(compiler_name or md.compiler_name)
+    check_keyed_compiler(key, graph_type, md.compiler_name, compiler.info.name)
+    check_keyed_version(key, graph_type, compiler.info, expected_compiler(md)[1], "on this machine")
+    if timeout is None and md.compile_timeout is not None:  # the capture's own option
+        timeout = resolve_compile_timeout(md.compile_timeout, compiler.info.name)
+    try:
+        compile_entry(entry, compiler, compiler_args, md.build_target, graph_type, md, timeout=timeout)
+        entry.mark_complete()
+    except OSError as exc:
+        raise disk_error(exc, entry.path, key=key, graph_type=graph_type) from exc
+    return entry.executable_path.stat().st_size
 
 
 #: ``default_workers(n)``: the compile threads for ``n`` graphs (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPUs)
@@ -176,6 +212,8 @@ def _interrupts_cancel(scope: CancelScope) -> Iterator[list[int]]:
 
 #: How long an interrupted parallel_compile waits for its killed compiles to report.
 CANCEL_GRACE_SECONDS = 10.0
+#: The graphs an executor builds at once when ``workers`` does not say (each waited for on a thread here).
+FARM_IN_FLIGHT = 256
 
 
 def parallel_compile(
@@ -194,10 +232,11 @@ def parallel_compile(
     """Compile every pending entry under ``cache_dir`` with its recorded arguments.
 
     ``workers`` threads (``$NEURON_ARGS_COMPILE_WORKERS``, else the CPU count) each drive a compiler process,
-    or any ``executor`` (a cluster's too). ``compile_timeout`` bounds each compile (None: the capture's option,
-    else ``$NEURON_ARGS_COMPILE_TIMEOUT``, else the compiler's default). ``keys`` streams the work instead of
-    the scan (read on a thread of its own, so it may block; repeats skipped). Ctrl-C or SIGTERM cancels the
-    queue, kills running compilers, logs the outcome and propagates; interrupted entries stay pending.
+    or wait on any ``executor``'s worker (a cluster's too; ``workers`` None: up to ``FARM_IN_FLIGHT`` at once).
+    ``compile_timeout`` bounds each compile (None: the capture's option, else ``$NEURON_ARGS_COMPILE_TIMEOUT``,
+    else the compiler's default). ``keys`` streams the work instead of the scan (read on a thread of its own, so it
+    may block; repeats skipped). Ctrl-C or SIGTERM cancels the queue, kills running compilers (lets go of an
+    executor's), logs the outcome and propagates; interrupted entries stay pending.
     """
     cache = CompileCache(cache_dir)
     if cache.root.exists() and not cache.root.is_dir():
@@ -220,12 +259,12 @@ def parallel_compile(
         chosen = compiler_choice(compiler, "parallel_compile(compiler)")
         compiler = None if chosen == "auto" else chosen
     base = CompilerArgs.of(base_compiler_args)
-    own = executor is None
     scope = CancelScope()
     n_hint = len(pending) if keys is None else os.cpu_count() or 1  # streamed: as many as the machine runs
-    pool = executor or cf.ThreadPoolExecutor(max_workers=workers or default_workers(n_hint),
-                                             thread_name_prefix="neuron-args-compile")
-    run = _CompileRun(cache.root, pool, own, base, compiler, compile_timeout, scope)
+    # a thread per graph in flight: it compiles, or waits for the executor's worker (FARM_IN_FLIGHT at most)
+    threads = workers or (default_workers(n_hint) if executor is None else FARM_IN_FLIGHT)
+    pool = cf.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="neuron-args-compile")
+    run = _CompileRun(cache.root, pool, executor, base, compiler, compile_timeout, scope)
     with _interrupts_cancel(scope) as received:
         try:
             if keys is None:
@@ -255,7 +294,7 @@ def parallel_compile(
             run.stop()
             raise
         finally:
-            if own and not received:
+            if not received:
                 pool.shutdown(wait=True)
     if run.feed_error is not None:  # the caller's key iterable raised: its error, after the compiles it fed
         raise run.feed_error
@@ -273,9 +312,9 @@ class _CompileRun:
 
     _END = object()
 
-    def __init__(self, root: Path, pool: cf.Executor, own: bool, base: list[str], compiler: str | None,
-                 timeout: float | None, scope: CancelScope) -> None:
-        self.root, self.pool, self.own, self.base = root, pool, own, base
+    def __init__(self, root: Path, pool: cf.ThreadPoolExecutor, farm: cf.Executor | None, base: list[str],
+                 compiler: str | None, timeout: float | None, scope: CancelScope) -> None:
+        self.root, self.pool, self.farm, self.base = root, pool, farm, base
         self.compiler, self.timeout, self.scope = compiler, timeout, scope
         self.futures: dict[cf.Future, str] = {}
         self.done: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -291,11 +330,8 @@ class _CompileRun:
         with self.lock:
             if self.stopped or key in self.futures.values():
                 return
-            if self.own:
-                fut = self.pool.submit(_compile_pending, str(self.root), key, self.base, self.compiler, self.timeout,
-                                       self.scope)
-            else:  # another executor (a cluster too): inputs shipped, results shipped back (farm.py)
-                fut = submit_graph(self.pool, self.root, key, self.base, self.compiler, timeout=self.timeout)
+            fut = self.pool.submit(_build, str(self.root), key, self.base, self.compiler, self.timeout, self.scope,
+                                   self.farm)
             self.futures[fut] = key
         fut.add_done_callback(self.done.put)
 
@@ -335,10 +371,7 @@ class _CompileRun:
         """After Ctrl-C: stop, cancel what is queued, kill what runs, wait (bounded) and log the outcome."""
         self.stop()
         self.scope.cancel()
-        for fut in self.futures:
-            fut.cancel()
-        if self.own:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)  # every future is the pool's: the queued ones cancelled
         # a cancelled future never completes (nobody notifies it): wait for the ones that started only
         done, not_done = cf.wait([f for f in self.futures if not f.cancelled()], timeout=CANCEL_GRACE_SECONDS)
         ended = {g.key: g.status for g in report.graphs}

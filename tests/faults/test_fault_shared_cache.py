@@ -103,21 +103,25 @@ def test_a_lock_wait_says_once_whom_it_waits_for_then_uses_the_holders_entry(
 
 @pytest.mark.slow
 def test_the_compile_farm_waiting_for_a_key_says_whom_it_waits_for(tmp_path, fake_env, reaper, monkeypatch, caplog):
-    from neuron_args.deferred.farm import submit_graph
+    from neuron_args.deferred.parallel_compile import parallel_compile
 
     monkeypatch.setattr(cache_module, "LOCK_NOTICE_AFTER", 0.0)
     root, key = tmp_path / "cache", create_cache_hash(**KEY_FIELDS).key
     holder = _hold(tmp_path, reaper, fake_env)
     caplog.set_level(logging.WARNING, logger="neuron_args.cache")
     with cf.ThreadPoolExecutor(1) as pool:
-        future = submit_graph(pool, root, key, ["-O1"], "neuronx-cc")
+        run = threading.Thread(target=parallel_compile, args=(root,), kwargs=dict(
+            executor=pool, keys=[key], base_compiler_args=["-O1"], compiler="neuronx-cc", quiet=True,
+            raise_on_error=False))
+        run.start()
         wait_until(lambda: _notices(caplog), 30, "the farm's notice")
-        assert future.cancel() and future.cancelled()
-    [notice] = _notices(caplog)
-    _assert_names_holder(notice, CompileCache(root), key, holder.pid)
-    holder.stdin.write("stop\n")
-    holder.stdin.flush()
-    assert holder.wait(30) == 0
+        [notice] = _notices(caplog)
+        _assert_names_holder(notice, CompileCache(root), key, holder.pid)
+        holder.stdin.write("stop\n")
+        holder.stdin.flush()
+        assert holder.wait(30) == 0
+        run.join(30)
+        assert not run.is_alive(), "the farm's wait did not end when the holder let go of the lock"
 
 
 STALL_METADATA_WRITE = textwrap.dedent("""
