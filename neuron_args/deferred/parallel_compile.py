@@ -128,10 +128,10 @@ def _build(root: str, key: str, base_args: list[str] | None, compiler_name: str 
         scope.check()
         with within(scope), cache.lock(key, stop=scope.wait, timeout=LOCK_TIMEOUT, graph_type=entry.graph_type):
             md, report = pending_graph(entry, base_args)
-            if entry.is_complete:
-                return replace(report, how="already-complete", error=None)
-            if md is None:
+            if md is None:  # damaged metadata fails the graph, complete or not: nothing vouches for its executable
                 return report
+            if entry.is_complete:
+                return replace(report, how="already-complete")
             scope.check()
             if farm is not None:
                 size = build_on(farm, entry, md, report.compiler_args, compiler_name, timeout, scope)

@@ -163,3 +163,24 @@ def test_a_pending_entry_whose_arguments_disagree_with_its_key_is_not_built(tmp_
            f"{entry.path}" in graph.error
 
 
+@pytest.mark.parametrize("farm", [False, True], ids=["threads", "farm"])
+def test_a_complete_entry_with_damaged_metadata_is_not_reported_already_complete(tmp_path, farm):
+    """A key streamed to parallel_compile whose entry is complete but whose metadata.json is damaged: nothing vouches
+    for its executable, so the graph fails naming the fix rather than counting as already built."""
+    import concurrent.futures as cf
+
+    from neuron_args.deferred.parallel_compile import parallel_compile
+
+    torch._dynamo.reset()
+    opts = {"cache_dir": str(tmp_path), "compiler": "local", "compiler_args": ["-O1"]}
+    torch.compile(_double, backend="neuron_libtorch_graph_capture", options=opts, dynamic=False)(X)
+    (entry,) = CompileCache(tmp_path).entries()
+    assert parallel_compile(tmp_path, quiet=True).graphs[0].status == "compiled" and entry.is_complete
+    _edit_metadata(entry, compiler_args=5)
+    with cf.ThreadPoolExecutor(1) if farm else contextlib.nullcontext() as pool:
+        report = parallel_compile(tmp_path, keys=[entry.key], executor=pool, quiet=True, raise_on_error=False)
+    (graph,) = report.graphs
+    assert graph.status == "failed" and "metadata.json field 'compiler_args' is 5" in graph.error
+    assert "capture the graph again" in graph.error
+
+
