@@ -51,12 +51,13 @@ def error_by_default(on: bool = True) -> bool:
 @contextlib.contextmanager
 def runner_call() -> Iterator[None]:
     """A ``NeuronRunner`` call: Dynamo's recompile limits raised in this context (its config is context-local; the
-    closure patcher costs a few us, ``config.patch`` tens), a fallback an error unless the variable says ``warn``."""
+    closure patcher costs a few us, ``config.patch`` tens), a fallback an error unless the variable says ``warn``;
+    the code Dynamo generates here skips its profiler bookkeeping (~2 us a call the fast path replays)."""
     import torch
 
     config = torch._dynamo.config
     restore = config._make_closure_patcher(
-        recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT),
+        recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT), record_runtime_overhead=False,
         accumulated_recompile_limit=max(config.accumulated_recompile_limit, ACCUMULATED_RECOMPILE_LIMIT))()
     token = _in_runner_call.set(True)
     try:

@@ -10,19 +10,17 @@ a dropped cache entry takes the guarded path: the fast path never returns what t
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import itertools
 import logging
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch._dynamo.config as _dynamo_config
 import torch._dynamo.eval_frame as _eval_frame
 import torch.nn.modules.module as _nn_module
 
@@ -151,14 +149,13 @@ class FastPath:
 
     def record(self, graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module,
                kwargs: Mapping[str, Any]) -> Any:
-        """Run ``wrapper(**kwargs)`` (the guarded path, in its scope and inference mode); learn from it when exact."""
+        """Run ``wrapper(**kwargs)``, the guarded path (in ``NeuronRunner.run``'s context); learn from it when exact."""
         kwargs, outside = serving_kwargs(kwargs)
         signature = tuple(sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__)
                                  for k, v in kwargs.items()))
         learn = self.enabled and (graph_type, signature) not in self.refused
         seen: list[Observed] = []
-        with without_overhead_records():
-            result = _observed_call(lambda: wrapper(**kwargs), seen) if learn else wrapper(**kwargs)
+        result = _observed_call(lambda: wrapper(**kwargs), seen) if learn else wrapper(**kwargs)
         fast = None
         if learn:
             try:
@@ -179,22 +176,6 @@ class FastPath:
         # no fast graph: what the graph wrote is unknown, so every tensor made outside inference mode counts
         _mutated(outside, None if fast is None else fast.mutated_kwargs)
         return result
-
-
-@contextlib.contextmanager
-def without_overhead_records() -> Iterator[None]:
-    """Dynamo's code for frames traced in this block has no profiler bookkeeping (~2 us a replayed call).
-
-    ``record_runtime_overhead`` (torch's default on) is read when Dynamo builds the code; its config is context-local,
-    so another thread's traces keep theirs."""
-    restore = _overhead_records_off()
-    try:
-        yield
-    finally:
-        restore()
-
-
-_overhead_records_off = _dynamo_config._make_closure_patcher(record_runtime_overhead=False)
 
 
 def _aliasable(value: Any) -> bool:
