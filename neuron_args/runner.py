@@ -56,9 +56,6 @@ class GraphBreakError(NeuronArgsError):
         super().__init__(message)
         self.graph_type = graph_type
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.graph_type))
-
 
 class UndeclaredGraphError(NeuronArgsError):
     """A call while serving matched none of the model's declared buckets (it would run eagerly)."""
