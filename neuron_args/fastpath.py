@@ -91,7 +91,6 @@ class FastGraph:
     guard_manager: Any
     run: Callable[[list[Any]], Any]  # the variant the recorded call ran
     code: Callable[..., Any]  # Dynamo's code for the frame, calling ``run`` directly; forward's signature
-    mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
     mutated_kwargs: frozenset[str] = frozenset()  # keyword arguments whose tensors the graph writes
     calls: int = 0
 
@@ -142,10 +141,6 @@ class FastPath:
                     _mutated(outside, fast.mutated_kwargs)
                 return out
         return MISS
-
-    def clear(self) -> None:
-        self.graphs.clear()
-        self.refused.clear()
 
     def record(self, graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module,
                kwargs: Mapping[str, Any]) -> Any:
@@ -285,7 +280,7 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     fast = FastGraph(
         graph_type=graph_type, entry=entry, wrapper=wrapper, frame_self=frame_self, keys=frozenset(kwargs),
         shapes=shapes, defaults=defaults, star=star, guard_manager=entry_used.guard_manager, run=obs.run,
-        code=code_fn, mutated=plan.mutated, mutated_kwargs=mutated_kwargs,
+        code=code_fn, mutated_kwargs=mutated_kwargs,
     )
     weakref.finalize(fast, code_fn.__globals__.pop, name, None)  # the variant is not kept past its fast graph
     return fast
