@@ -122,8 +122,8 @@ class ServedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         runner = None if torch.compiler.is_compiling() else ACTIVITY.serving
-        if runner is None or eager_fallback.in_runner_call() or all(spec.entry is not self.module
-                                                                    for spec in runner.graphs.values()):
+        if runner is None or eager_fallback.IN_RUNNER_CALL.get() or all(spec.entry is not self.module
+                                                                          for spec in runner.graphs.values()):
             # traced, not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager copy)
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
