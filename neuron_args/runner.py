@@ -272,36 +272,32 @@ class NeuronRunner:
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
         chosen = list(self.graphs) if graph_types is None else [self.spec(g).graph_type for g in graph_types]
-        first = self._manifest_hold is None
-        self._hold_manifest_folder()
-        try:
-            report = self._warm(chosen, flow, progress, trace_timeout)
-        except BaseException:  # a job whose first warmup failed emits nothing: another job of the engine goes on
-            if first:
-                self._release_manifest_folder()
-            raise
-        if self.emit_manifests if emit is None else emit:
-            report.manifest_path = self.emit_manifest()
-        return report
-
-    def _warm(self, chosen: list[str], flow: str, progress: Callable[[Any], None] | None,
-              trace_timeout: float | None) -> WarmupReport:
         todo = [g for g in chosen if g not in self.warmed]
         reused = [g for g in chosen if g in self.warmed]
         t0 = time.monotonic()
         warm = self._warmup_in_process if flow == "in-process" else functools.partial(
             self._warmup_parallel, trace_timeout=trace_timeout)
-        # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
-        # asserts after it, and a conftest or CI job that exports it must not fail the warmup
-        with tally(assert_hit=False) as here:
-            compile_report, deferred, traced = warm(todo, progress) if todo else (None, CacheStats(), [])
+        first = self._manifest_hold is None
+        self._hold_manifest_folder()
+        try:
+            # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
+            # asserts after it, and a conftest or CI job that exports it must not fail the warmup
+            with tally(assert_hit=False) as here:
+                compile_report, deferred, traced = warm(todo, progress) if todo else (None, CacheStats(), [])
+        except BaseException:  # a job whose first warmup failed emits nothing: another job of the engine goes on
+            if first:
+                self._release_manifest_folder()
+            raise
         counts = CacheStats(**here.counts.snapshot())
         counts.add(deferred.snapshot())
         for g in reused:
             REUSED.extend(self.warmed[g])
         graphs = [w for g in chosen for w in self.warmed.get(g, [])]
-        return WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
-                            graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
+        report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
+                              graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
+        if self.emit_manifests if emit is None else emit:
+            report.manifest_path = self.emit_manifest()
+        return report
 
     def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None
                            ) -> tuple[None, CacheStats, list[Any]]:
