@@ -55,12 +55,11 @@ class UnknownDynamo(Refused):
 
 @dataclass
 class Observed:
-    """One CompiledGraph call seen while recording: the variant that ran, its arguments and outputs."""
+    """One CompiledGraph call seen while recording: the variant that ran and its arguments."""
 
     graph: Any
     run: Callable[[list[Any]], Any]
     args: list[Any]
-    outs: Any
 
 
 def _module_hooks(module: torch.nn.Module, other: torch.nn.Module) -> bool:
@@ -91,6 +90,7 @@ class FastGraph:
     guard_manager: Any
     run: Callable[[list[Any]], Any]  # the variant the recorded call ran
     code: Callable[..., Any]  # Dynamo's code for the frame, calling ``run`` directly; forward's signature
+    mutated: tuple[tuple[int, int, bool], ...]  # (argument index, output index, leaf: detach before copy)
     mutated_kwargs: frozenset[str] = frozenset()  # keyword arguments whose tensors the graph writes
     calls: int = 0
 
@@ -189,9 +189,9 @@ def serving_kwargs(kwargs: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[s
             break
     else:
         return kwargs, {}
-    if not any(_aliasable(v) for v in kwargs.values()):
-        return kwargs, {}
     outside = {k: v for k, v in kwargs.items() if _aliasable(v)}
+    if not outside:
+        return kwargs, {}
     with torch.inference_mode():
         aliases = {k: torch.empty(0, dtype=v.dtype, device=v.device).set_(v.untyped_storage(), v.storage_offset(),
                                                                           v.size(), v.stride())
@@ -218,7 +218,7 @@ def _observer(graph: Any, run: Callable[[list[Any]], Any], args: list[Any]) -> A
     outs = run(args)
     seen = _recording.get(threading.get_ident())
     if seen is not None:
-        seen.append(Observed(graph, run, flat, outs))
+        seen.append(Observed(graph, run, flat))
     return outs
 
 
@@ -280,7 +280,7 @@ def _learn(graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module, kw
     fast = FastGraph(
         graph_type=graph_type, entry=entry, wrapper=wrapper, frame_self=frame_self, keys=frozenset(kwargs),
         shapes=shapes, defaults=defaults, star=star, guard_manager=entry_used.guard_manager, run=obs.run,
-        code=code_fn, mutated_kwargs=mutated_kwargs,
+        code=code_fn, mutated=plan.mutated, mutated_kwargs=mutated_kwargs,
     )
     weakref.finalize(fast, code_fn.__globals__.pop, name, None)  # the variant is not kept past its fast graph
     return fast
