@@ -373,8 +373,10 @@ class NeuronRunner:
             if ahead.graph_breaks:  # the graphs are built; the graph type is not one graph
                 raise ahead.graph_breaks[0]
         here = {} if ahead is None else ahead.loaded
-        counts, deferred = self._record_deferred([t for t in traced if t.status != "loaded"], compile_report,
-                                                 skip={w.key for ws in here.values() for w in ws})
+        skip = {w.key for ws in here.values() for w in ws}  # traced here: counted in the warmup's tally already
+        built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
+        deferred = {key: self._deferred_outcome(key, built.get(key), record=key not in skip)
+                    for key in sorted({k for t in traced if t.status != "loaded" for k in t.keys})}
         for i, ((g, bucket, _), result) in enumerate(zip(buckets, traced)):
             if result.status == "loaded":
                 self.warmed.setdefault(g, []).extend(here[i])
@@ -384,6 +386,8 @@ class NeuronRunner:
                 self.warmed.setdefault(g, []).append(replace(
                     deferred[key], graph_type=g, bucket=bucket, how="compiled" if c else "loaded",
                     counts={"hits": 1 - c, "misses": c, "compiles": c, "captures": c}, origin=self.origin))
+        counts = CacheStats(hits=len(deferred.keys() - skip) - len(built), misses=len(built), compiles=len(built),
+                            captures=len(built))  # what the trace children and compile workers did
         return compile_report, counts, traced
 
     def _trace_and_compile(self, trace: Callable[..., list[Any]], compile_: Callable[..., Any],
@@ -433,28 +437,19 @@ class NeuronRunner:
             self.run(job.graph_type, job[1])
         return probe
 
-    def _record_deferred(self, traced: Any, compile_report: Any,
-                         skip: Iterable[str] = ()) -> tuple[CacheStats, dict[str, GraphOutcome]]:
-        """The graphs the trace children and the compile workers handled, as this process's records (by key)."""
-        built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
-        keys = {k for t in traced for k in t.keys}
-        counted = keys - set(skip)
-        outcomes = {}
-        for key in sorted(keys):
-            entry = self.cache.entry(key)
-            md = entry.info()
-            args = list(md.compiler_args or [])
-            outcome = GraphOutcome(
-                key=key, seam=md.seam or CAPTURE_SEAM, graph_type=md.graph_type,
-                input_shapes=list(md.input_shapes or []), compiler_args=args,
-                optimization_level=optimization_level(args), target=md.target or self.settings.target,
-                compiles=int(key in built), captures=int(key in built),
-                loads=int(key not in built and entry.is_complete),
-                compile_seconds=built[key].compile_seconds if key in built else None,
-                executable_size=entry.executable_path.stat().st_size if entry.is_complete else None)
-            outcomes[key] = records.record(outcome) if key in counted else outcome
-        return CacheStats(hits=len(counted) - len(built), misses=len(built), compiles=len(built),
-                          captures=len(built)), outcomes
+    def _deferred_outcome(self, key: str, built: GraphOutcome | None, record: bool) -> GraphOutcome:
+        """A graph a trace child and a compile worker handled (``built``: its compile), from its entry; ``record``:
+        as this process's record too."""
+        entry = self.cache.entry(key)
+        md = entry.info()
+        args = list(md.compiler_args or [])
+        outcome = GraphOutcome(
+            key=key, seam=md.seam or CAPTURE_SEAM, graph_type=md.graph_type, input_shapes=list(md.input_shapes or []),
+            compiler_args=args, optimization_level=optimization_level(args), target=md.target or self.settings.target,
+            compiles=int(built is not None), captures=int(built is not None),
+            loads=int(built is None and entry.is_complete), compile_seconds=built.compile_seconds if built else None,
+            executable_size=entry.executable_path.stat().st_size if entry.is_complete else None)
+        return records.record(outcome) if record else outcome
 
     # -- serve ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
