@@ -136,18 +136,6 @@ class Activity:
         self.said.add(what)
         return True
 
-    def snapshot(self) -> dict[str, Any]:
-        """A copy in plain builtins."""
-        return {
-            "stats": self.stats.snapshot(),
-            "records": {key: rec.to_json() for key, rec in self.records.items()},
-            "reused": list(self.reused),
-            "loaded": sorted(self.loaded),
-            "eager_outputs": dict(self.eager_outputs),
-            "eager_fallbacks": dict(self.eager_fallbacks),
-            "serving": self.serving is not None,
-        }
-
     def reset(self) -> None:
         """Start over as a fresh process would (tests); caches registered with :func:`cleared_on_reset` too."""
         self.stats.reset()

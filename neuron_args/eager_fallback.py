@@ -31,7 +31,8 @@ RECOMPILE_LIMIT = 256
 ACCUMULATED_RECOMPILE_LIMIT = 1 << 16
 
 _error_by_default = [False]  # the pytest plugin's default
-_in_runner_call = contextvars.ContextVar("neuron_args_runner_call", default=False)
+#: True inside :func:`runner_call`
+IN_RUNNER_CALL = contextvars.ContextVar("neuron_args_runner_call", default=False)
 
 
 class EagerFallbackError(NeuronArgsError):
@@ -51,23 +52,20 @@ def error_by_default(on: bool = True) -> bool:
 @contextlib.contextmanager
 def runner_call() -> Iterator[None]:
     """A ``NeuronRunner`` call: Dynamo's recompile limits raised in this context (its config is context-local; the
-    closure patcher costs a few us, ``config.patch`` tens), a fallback an error unless the variable says ``warn``."""
+    closure patcher costs a few us, ``config.patch`` tens), a fallback an error unless the variable says ``warn``;
+    the code Dynamo generates here skips its profiler bookkeeping (~2 us a call the fast path replays)."""
     import torch
 
     config = torch._dynamo.config
     restore = config._make_closure_patcher(
-        recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT),
+        recompile_limit=max(config.recompile_limit, RECOMPILE_LIMIT), record_runtime_overhead=False,
         accumulated_recompile_limit=max(config.accumulated_recompile_limit, ACCUMULATED_RECOMPILE_LIMIT))()
-    token = _in_runner_call.set(True)
+    token = IN_RUNNER_CALL.set(True)
     try:
         yield
     finally:
-        _in_runner_call.reset(token)
+        IN_RUNNER_CALL.reset(token)
         restore()
-
-
-def in_runner_call() -> bool:
-    return _in_runner_call.get()
 
 
 def mode() -> str:
@@ -78,7 +76,7 @@ def mode() -> str:
     given = envs.text(MODE_ENV).lower()
     if given not in ("", *MODES):
         raise OptionsError(f"{MODE_ENV}={given!r} is not one of {', '.join(MODES)}: give error or warn, or unset it")
-    return given or ("error" if _error_by_default[0] or _in_runner_call.get() or assert_cache_hit_enabled() else "warn")
+    return given or ("error" if _error_by_default[0] or IN_RUNNER_CALL.get() or assert_cache_hit_enabled() else "warn")
 
 
 def message(frame: str, limit_type: str, limit: int, seam: str, graph_type: str | None) -> str:

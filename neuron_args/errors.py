@@ -55,6 +55,3 @@ class TraceError(NeuronArgsError):
     def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.results = list(results)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.results))

@@ -10,19 +10,17 @@ a dropped cache entry takes the guarded path: the fast path never returns what t
 """
 from __future__ import annotations
 
-import contextlib
 import inspect
 import itertools
 import logging
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch._dynamo.config as _dynamo_config
 import torch._dynamo.eval_frame as _eval_frame
 import torch.nn.modules.module as _nn_module
 
@@ -57,12 +55,11 @@ class UnknownDynamo(Refused):
 
 @dataclass
 class Observed:
-    """One CompiledGraph call seen while recording: the variant that ran, its arguments and outputs."""
+    """One CompiledGraph call seen while recording: the variant that ran and its arguments."""
 
     graph: Any
     run: Callable[[list[Any]], Any]
     args: list[Any]
-    outs: Any
 
 
 def _module_hooks(module: torch.nn.Module, other: torch.nn.Module) -> bool:
@@ -145,20 +142,15 @@ class FastPath:
                 return out
         return MISS
 
-    def clear(self) -> None:
-        self.graphs.clear()
-        self.refused.clear()
-
     def record(self, graph_type: str, wrapper: torch.nn.Module, entry: torch.nn.Module,
                kwargs: Mapping[str, Any]) -> Any:
-        """Run ``wrapper(**kwargs)`` (the guarded path, in its scope and inference mode); learn from it when exact."""
+        """Run ``wrapper(**kwargs)``, the guarded path (in ``NeuronRunner.run``'s context); learn from it when exact."""
         kwargs, outside = serving_kwargs(kwargs)
         signature = tuple(sorted((k, tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__)
                                  for k, v in kwargs.items()))
         learn = self.enabled and (graph_type, signature) not in self.refused
         seen: list[Observed] = []
-        with without_overhead_records():
-            result = _observed_call(lambda: wrapper(**kwargs), seen) if learn else wrapper(**kwargs)
+        result = _observed_call(lambda: wrapper(**kwargs), seen) if learn else wrapper(**kwargs)
         fast = None
         if learn:
             try:
@@ -181,22 +173,6 @@ class FastPath:
         return result
 
 
-@contextlib.contextmanager
-def without_overhead_records() -> Iterator[None]:
-    """Dynamo's code for frames traced in this block has no profiler bookkeeping (~2 us a replayed call).
-
-    ``record_runtime_overhead`` (torch's default on) is read when Dynamo builds the code; its config is context-local,
-    so another thread's traces keep theirs."""
-    restore = _overhead_records_off()
-    try:
-        yield
-    finally:
-        restore()
-
-
-_overhead_records_off = _dynamo_config._make_closure_patcher(record_runtime_overhead=False)
-
-
 def _aliasable(value: Any) -> bool:
     return type(value) is torch.Tensor and not value.is_inference() and not value.requires_grad \
         and value.layout is torch.strided and not value.is_conj() and not value.is_neg() \
@@ -213,9 +189,9 @@ def serving_kwargs(kwargs: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[s
             break
     else:
         return kwargs, {}
-    if not any(_aliasable(v) for v in kwargs.values()):
-        return kwargs, {}
     outside = {k: v for k, v in kwargs.items() if _aliasable(v)}
+    if not outside:
+        return kwargs, {}
     with torch.inference_mode():
         aliases = {k: torch.empty(0, dtype=v.dtype, device=v.device).set_(v.untyped_storage(), v.storage_offset(),
                                                                           v.size(), v.stride())
@@ -242,7 +218,7 @@ def _observer(graph: Any, run: Callable[[list[Any]], Any], args: list[Any]) -> A
     outs = run(args)
     seen = _recording.get(threading.get_ident())
     if seen is not None:
-        seen.append(Observed(graph, run, flat, outs))
+        seen.append(Observed(graph, run, flat))
     return outs
 
 

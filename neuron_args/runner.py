@@ -56,9 +56,6 @@ class GraphBreakError(NeuronArgsError):
         super().__init__(message)
         self.graph_type = graph_type
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.graph_type))
-
 
 class UndeclaredGraphError(NeuronArgsError):
     """A call while serving matched none of the model's declared buckets (it would run eagerly)."""
@@ -125,8 +122,8 @@ class ServedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         runner = None if torch.compiler.is_compiling() else ACTIVITY.serving
-        if runner is None or eager_fallback.in_runner_call() or all(spec.entry is not self.module
-                                                                    for spec in runner.graphs.values()):
+        if runner is None or eager_fallback.IN_RUNNER_CALL.get() or all(spec.entry is not self.module
+                                                                          for spec in runner.graphs.values()):
             # traced, not serving, a runner's own call, or a module it does not hold (a deepcopy kept as eager copy)
             return type(self.module).forward(self.module, *args, **kwargs)
         return runner._served_call(self.module, args, kwargs)
@@ -275,36 +272,32 @@ class NeuronRunner:
         if flow not in FLOWS:
             raise ValueError(f"flow must be one of {FLOWS}, got {flow!r}")
         chosen = list(self.graphs) if graph_types is None else [self.spec(g).graph_type for g in graph_types]
-        first = self._manifest_hold is None
-        self._hold_manifest_folder()
-        try:
-            report = self._warm(chosen, flow, progress, trace_timeout)
-        except BaseException:  # a job whose first warmup failed emits nothing: another job of the engine goes on
-            if first:
-                self._release_manifest_folder()
-            raise
-        if self.emit_manifests if emit is None else emit:
-            report.manifest_path = self.emit_manifest()
-        return report
-
-    def _warm(self, chosen: list[str], flow: str, progress: Callable[[Any], None] | None,
-              trace_timeout: float | None) -> WarmupReport:
         todo = [g for g in chosen if g not in self.warmed]
         reused = [g for g in chosen if g in self.warmed]
         t0 = time.monotonic()
         warm = self._warmup_in_process if flow == "in-process" else functools.partial(
             self._warmup_parallel, trace_timeout=trace_timeout)
-        # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
-        # asserts after it, and a conftest or CI job that exports it must not fail the warmup
-        with tally(assert_hit=False) as here:
-            compile_report, deferred, traced = warm(todo, progress) if todo else (None, CacheStats(), [])
+        first = self._manifest_hold is None
+        self._hold_manifest_folder()
+        try:
+            # a warmup compiles (as the parallel flow's capture and compiles do): $NEURON_LIBTORCH_ASSERT_CACHE_HIT
+            # asserts after it, and a conftest or CI job that exports it must not fail the warmup
+            with tally(assert_hit=False) as here:
+                compile_report, deferred, traced = warm(todo, progress) if todo else (None, CacheStats(), [])
+        except BaseException:  # a job whose first warmup failed emits nothing: another job of the engine goes on
+            if first:
+                self._release_manifest_folder()
+            raise
         counts = CacheStats(**here.counts.snapshot())
         counts.add(deferred.snapshot())
         for g in reused:
             REUSED.extend(self.warmed[g])
         graphs = [w for g in chosen for w in self.warmed.get(g, [])]
-        return WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
-                            graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
+        report = WarmupReport(flow, chosen, round(time.monotonic() - t0, 3), counts, compile_report,
+                              graphs=graphs, reused=reused, traced=traced, deferred_counts=deferred)
+        if self.emit_manifests if emit is None else emit:
+            report.manifest_path = self.emit_manifest()
+        return report
 
     def _warmup_in_process(self, graph_types: list[str], progress: Callable[[Any], None] | None
                            ) -> tuple[None, CacheStats, list[Any]]:
@@ -380,8 +373,10 @@ class NeuronRunner:
             if ahead.graph_breaks:  # the graphs are built; the graph type is not one graph
                 raise ahead.graph_breaks[0]
         here = {} if ahead is None else ahead.loaded
-        counts, deferred = self._record_deferred([t for t in traced if t.status != "loaded"], compile_report,
-                                                 skip={w.key for ws in here.values() for w in ws})
+        skip = {w.key for ws in here.values() for w in ws}  # traced here: counted in the warmup's tally already
+        built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
+        deferred = {key: self._deferred_outcome(key, built.get(key), record=key not in skip)
+                    for key in sorted({k for t in traced if t.status != "loaded" for k in t.keys})}
         for i, ((g, bucket, _), result) in enumerate(zip(buckets, traced)):
             if result.status == "loaded":
                 self.warmed.setdefault(g, []).extend(here[i])
@@ -391,6 +386,8 @@ class NeuronRunner:
                 self.warmed.setdefault(g, []).append(replace(
                     deferred[key], graph_type=g, bucket=bucket, how="compiled" if c else "loaded",
                     counts={"hits": 1 - c, "misses": c, "compiles": c, "captures": c}, origin=self.origin))
+        counts = CacheStats(hits=len(deferred.keys() - skip) - len(built), misses=len(built), compiles=len(built),
+                            captures=len(built))  # what the trace children and compile workers did
         return compile_report, counts, traced
 
     def _trace_and_compile(self, trace: Callable[..., list[Any]], compile_: Callable[..., Any],
@@ -440,28 +437,19 @@ class NeuronRunner:
             self.run(job.graph_type, job[1])
         return probe
 
-    def _record_deferred(self, traced: Any, compile_report: Any,
-                         skip: Iterable[str] = ()) -> tuple[CacheStats, dict[str, GraphOutcome]]:
-        """The graphs the trace children and the compile workers handled, as this process's records (by key)."""
-        built = {g.key: g for g in compile_report.graphs if g.status == "compiled"}
-        keys = {k for t in traced for k in t.keys}
-        counted = keys - set(skip)
-        outcomes = {}
-        for key in sorted(keys):
-            entry = self.cache.entry(key)
-            md = entry.info()
-            args = list(md.compiler_args or [])
-            outcome = GraphOutcome(
-                key=key, seam=md.seam or CAPTURE_SEAM, graph_type=md.graph_type,
-                input_shapes=list(md.input_shapes or []), compiler_args=args,
-                optimization_level=optimization_level(args), target=md.target or self.settings.target,
-                compiles=int(key in built), captures=int(key in built),
-                loads=int(key not in built and entry.is_complete),
-                compile_seconds=built[key].compile_seconds if key in built else None,
-                executable_size=entry.executable_path.stat().st_size if entry.is_complete else None)
-            outcomes[key] = records.record(outcome) if key in counted else outcome
-        return CacheStats(hits=len(counted) - len(built), misses=len(built), compiles=len(built),
-                          captures=len(built)), outcomes
+    def _deferred_outcome(self, key: str, built: GraphOutcome | None, record: bool) -> GraphOutcome:
+        """A graph a trace child and a compile worker handled (``built``: its compile), from its entry; ``record``:
+        as this process's record too."""
+        entry = self.cache.entry(key)
+        md = entry.info()
+        args = list(md.compiler_args or [])
+        outcome = GraphOutcome(
+            key=key, seam=md.seam or CAPTURE_SEAM, graph_type=md.graph_type, input_shapes=list(md.input_shapes or []),
+            compiler_args=args, optimization_level=optimization_level(args), target=md.target or self.settings.target,
+            compiles=int(built is not None), captures=int(built is not None),
+            loads=int(built is None and entry.is_complete), compile_seconds=built.compile_seconds if built else None,
+            executable_size=entry.executable_path.stat().st_size if entry.is_complete else None)
+        return records.record(outcome) if record else outcome
 
     # -- serve ---------------------------------------------------------------------------------------
     @contextlib.contextmanager

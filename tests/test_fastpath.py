@@ -198,13 +198,13 @@ def test_the_bookkeeping_flag_is_restored_as_it_was_after_nested_and_threaded_sc
     (Dynamo's config is context-local)."""
     import threading
 
-    from neuron_args.fastpath import without_overhead_records
+    from neuron_args.eager_fallback import runner_call
 
     config = torch._dynamo.config
     for before in (True, False):
         with config.patch(record_runtime_overhead=before):
-            with without_overhead_records():
-                with without_overhead_records():
+            with runner_call():
+                with runner_call():
                     assert config.record_runtime_overhead is False
                 assert config.record_runtime_overhead is False
             assert config.record_runtime_overhead is before
@@ -212,7 +212,7 @@ def test_the_bookkeeping_flag_is_restored_as_it_was_after_nested_and_threaded_sc
 
             def other_thread():
                 seen["before"] = config.record_runtime_overhead
-                with without_overhead_records():
+                with runner_call():
                     entered.set()
                     leave.wait(30)
                     seen["inside"] = config.record_runtime_overhead
@@ -222,7 +222,7 @@ def test_the_bookkeeping_flag_is_restored_as_it_was_after_nested_and_threaded_sc
             thread = threading.Thread(target=other_thread)
             thread.start()
             entered.wait(30)
-            with without_overhead_records():  # threads leave in any order: off in each until it leaves
+            with runner_call():  # threads leave in any order: off in each until it leaves
                 leave.set()
                 left.wait(30)
                 assert config.record_runtime_overhead is False  # the other thread left first
@@ -520,7 +520,8 @@ def test_threads_serving_one_runner_get_their_own_results(scaled):
         for _ in range(20):
             got[i] = run_x(scaled, inputs[i])
 
-    scaled.fast_path.clear()  # the first calls record while the others run
+    scaled.fast_path.graphs.clear()  # the first calls record while the others run
+    scaled.fast_path.refused.clear()
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
     for t in threads:
         t.start()

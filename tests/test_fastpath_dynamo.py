@@ -158,6 +158,6 @@ def test_a_dropped_fast_graph_takes_its_variant_out_of_the_module_globals(tmp_pa
     (name,) = [n for n in fast.code.__code__.co_names if n.startswith("__neuron_args_fast_")]
     assert g[name].graph is fast.run
     del fast
-    runner.fast_path.clear()
+    runner.fast_path.graphs.clear()
     gc.collect()
     assert name not in g

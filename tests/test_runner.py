@@ -315,3 +315,16 @@ def test_a_warmup_bucket_reads_only_the_records_it_touched(warm_cache, monkeypat
     assert sorted((g.graph_type, g.how, g.input_shapes) for g in report.graphs) == [
         ("decode", "loaded", ["1, 8"]), ("prefill", "loaded", ["4, 8"])]
     assert scans == []
+
+
+def test_errors_with_a_field_of_their_own_pickle_with_it():
+    """A trace child or a rank process hands its error back pickled: the field travels (BaseException's own reduce)."""
+    import pickle
+
+    from neuron_args.errors import TraceError
+    from neuron_args.runner import GraphBreakError
+
+    again = pickle.loads(pickle.dumps(GraphBreakError("graph break in graph type 'decode'", graph_type="decode")))
+    assert (type(again), str(again), again.graph_type) == (GraphBreakError, "graph break in graph type 'decode'", "decode")
+    again = pickle.loads(pickle.dumps(TraceError("child died", results=["r0", "r1"])))
+    assert (type(again), str(again), again.results) == (TraceError, "child died", ["r0", "r1"])
