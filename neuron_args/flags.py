@@ -307,19 +307,6 @@ def _render(name: str, value: str | None) -> str:
     return name if value is None else f"{name}={value}"
 
 
-def _canonical(flags: Iterable[Flag]) -> tuple[str, ...]:
-    named: dict[str, str | None] = {}
-    opaque: list[str] = []
-    for flag in flags:
-        if flag.name in MACHINE_SPECIFIC:
-            continue
-        if _is_opaque(flag.name):
-            opaque.append(_render(flag.name, flag.value))
-            continue
-        named[flag.name] = flag.value
-    return tuple(_render(name, named[name]) for name in sorted(named)) + tuple(opaque)
-
-
 def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
     """The key's form, equal for equal meaning (validated first: a bad list has no key): canonical spellings, a
     repeated option's last value, named options sorted, then opaque ones in order; machine-specific paths dropped."""
@@ -369,7 +356,16 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
     @functools.cached_property
     def canonical(self) -> tuple[str, ...]:
         """The key form (:func:`canonical_compiler_args`); validates an unchecked value."""
-        return _canonical(self.checked().__dict__["flags"])
+        named: dict[str, str | None] = {}
+        opaque: list[str] = []
+        for flag in self.checked().__dict__["flags"]:
+            if flag.name in MACHINE_SPECIFIC:
+                continue
+            if _is_opaque(flag.name):
+                opaque.append(_render(flag.name, flag.value))
+                continue
+            named[flag.name] = flag.value
+        return tuple(_render(name, named[name]) for name in sorted(named)) + tuple(opaque)
 
     argv = property(list, doc="The tokens as the compiler's argv (and JSON) holds them.")
     manifest = property(lambda self: manifest_compiler_flags(self), doc="The manifest's one-line form.")
