@@ -24,17 +24,13 @@ COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
 #: Default compile timeout in seconds per compiler name: neuronx-cc builds of large graphs at -O3
 #: take tens of minutes; the embedded XLA:CPU compiler takes seconds.
 DEFAULT_TIMEOUTS = {"neuronx-cc": 7200.0, "local": 1800.0}
+_TIMEOUT_FIX = " of seconds (e.g. 3600); the defaults are " + ", ".join(
+    f"{k} {v:g} s" for k, v in DEFAULT_TIMEOUTS.items())
 
 
 def check_timeout(value: Any, source: str) -> float:
     """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
-    seconds = envs.as_seconds(value)
-    if seconds is None:
-        raise OptionsError(
-            f"{source}={value!r} is not a compile timeout: give a positive number of seconds "
-            f"(e.g. 3600); the defaults are {', '.join(f'{k} {v:g} s' for k, v in DEFAULT_TIMEOUTS.items())}"
-        )
-    return seconds
+    return envs.checked_seconds(value, source, what="a compile timeout", fix=_TIMEOUT_FIX)
 
 
 def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
