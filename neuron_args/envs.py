@@ -164,17 +164,22 @@ def as_seconds(value: object, *, zero_ok: bool = False) -> float | None:
     return seconds if math.isfinite(seconds) and (seconds > 0 or (zero_ok and seconds == 0)) else None
 
 
+def checked_seconds(value: object, source: str, *, zero_ok: bool = False, what: str = "a number of seconds",
+                    fix: str = "") -> float:
+    """``value`` as :func:`as_seconds` reads it, else an :class:`OptionsError` naming ``source`` and ``fix``."""
+    seconds = as_seconds(value, zero_ok=zero_ok)
+    if seconds is None:
+        raise OptionsError(f"{source}={value!r} is not {what}: give a {'non-negative' if zero_ok else 'positive'} "
+                           f"number{fix}")
+    return seconds
+
+
 def seconds(name: str, *, zero_ok: bool = False, hint: str = "") -> float:
     """A ``seconds`` variable: a finite positive number (zero too when ``zero_ok``), else its default."""
     var = variable(name)
+    default = "" if var.default is None else f" (default {var.default:g})"
     raw = text(name)
-    if not raw:
-        return var.default
-    value = as_seconds(raw, zero_ok=zero_ok)
-    if value is None:
-        raise OptionsError(f"{name}={raw!r} is not a number of seconds: give a {'non-negative' if zero_ok else 'positive'} "
-                           f"number{hint}, or unset it (default {var.default:g})")
-    return value
+    return checked_seconds(raw, name, zero_ok=zero_ok, fix=f"{hint}, or unset it{default}") if raw else var.default
 
 
 def count(name: str, *, hint: str = "") -> int | None:
@@ -230,10 +235,6 @@ def put(name: str, value: str | None) -> None:
         os.environ.pop(name, None)
     else:
         os.environ[name] = value
-
-
-def put_default(name: str, value: str) -> None:
-    os.environ.setdefault(name, value)
 
 
 def replace(env: Mapping[str, str]) -> None:

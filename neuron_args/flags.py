@@ -158,11 +158,6 @@ def _known_name(token: str) -> str | None:
     return _BY_SPELLING[head].name if head in _BY_SPELLING else head if _is_internal(head) else None
 
 
-def _is_known_spelling(token: str) -> bool:
-    """True when ``token`` starts an option this table identifies (its value form included)."""
-    return _known_name(token) is not None or (token.startswith("-O") and len(token) > 2)
-
-
 def _scan(tokens: Sequence[str]) -> list[Flag]:
     """Group tokens into options. Never raises: problems are recorded on the flags."""
     items: list[Flag] = []
@@ -177,7 +172,7 @@ def _scan(tokens: Sequence[str]) -> list[Flag]:
             # options) unless it is itself one of ours (a token holding a space never is, as in
             # argparse); other values may not look like options.
             nxt = tokens[i + 1] if i + 1 < n else None
-            if nxt is not None and (any(c.isspace() for c in nxt) or not _is_known_spelling(nxt)
+            if nxt is not None and (any(c.isspace() for c in nxt) or not (nxt.startswith("-O") or _known_name(nxt))
                                     if spec.kind == OPAQUE else not _is_option_like(nxt)):
                 value, width = nxt, 2
             else:
@@ -196,6 +191,8 @@ def _scan(tokens: Sequence[str]) -> list[Flag]:
             problem = f"'{head}' is a switch and takes no value" if eq else None
         else:
             value = inline
+        if spec is not None and spec.kind == INT and value is not None and value.isdecimal():
+            value = str(int(value))  # '04' is '4': the key and the repeat check compare values
         items.append(Flag(name, value, tuple(tokens[i:i + width]), problem))
         i += width
     return items
@@ -209,7 +206,7 @@ def _value_problem(spec: OptionSpec, value: str) -> str | None:
         if spec.name == OPTLEVEL:
             return f"bad optimization level {value!r}; allowed levels are {allowed} (write -O1, -O2 or -O3)"
         return f"invalid value {value!r} for '{spec.name}'; allowed values are {allowed}"
-    if spec.kind == INT and not (value.isdigit() and int(value) > 0):
+    if spec.kind == INT and not (value.isdecimal() and int(value) > 0):
         return f"invalid value {value!r} for '{spec.name}'; expected a positive integer"
     if spec.kind in (PATH, TEXT) and value == "":
         return f"'{spec.name}' needs a non-empty value"
@@ -236,14 +233,12 @@ def parse_compiler_args(
                     f"{ctx}unknown neuronx-cc flag '{flag}' (token {token!r}).{hint} Fix or "
                     f"remove it; compiler-internal options pass through only as '--internal-...'."
                 )
-            previous = items[index - 1].tokens[-1] if index else None
-            after = f" after '{previous}'" if previous is not None else ""
-            prev_head = previous.split("=", 1)[0] if previous is not None else ""
-            prev_spec = _BY_SPELLING.get(prev_head)
-            if prev_spec is not None and not prev_spec.takes_value:
+            prev = items[index - 1].name if index else None  # the option the stray token may belong to
+            after = f" after '{items[index - 1].tokens[-1]}'" if index else ""
+            if prev in _BY_SPELLING and not _BY_SPELLING[prev].takes_value:
                 after += " (a switch: it takes no value)"
-            elif prev_head.startswith(INTERNAL_PREFIX):
-                after += f" ('--internal-*' flags take a value only as '{prev_head}=VALUE')"
+            elif prev is not None and _is_internal(prev):
+                after += f" ('--internal-*' flags take a value only as '{prev}=VALUE')"
             raise CompilerArgsError(
                 f"{ctx}stray token {token!r}{after}: only options belong here (the compiler "
                 f"driver adds the input file). Remove it, or attach it to its option as "
@@ -254,12 +249,9 @@ def parse_compiler_args(
             choices = f" (one of {', '.join(spec.choices)})" if spec and spec.choices else ""
             example = "-O2" if item.name == OPTLEVEL else f"{token}=VALUE"
             raise CompilerArgsError(f"{ctx}'{token}' needs a value{choices}; write e.g. '{example}'.")
-        if item.problem is not None:
-            raise CompilerArgsError(f"{ctx}{item.problem} (token {token!r}).")
-        if spec is not None and item.value is not None:
-            problem = _value_problem(spec, item.value)
-            if problem is not None:
-                raise CompilerArgsError(f"{ctx}{problem} (given as {' '.join(item.tokens)!r}).")
+        problem = item.problem or (_value_problem(spec, item.value) if spec and item.value is not None else None)
+        if problem is not None:
+            raise CompilerArgsError(f"{ctx}{problem} (given as {' '.join(item.tokens)!r}).")
     return items
 
 
@@ -315,22 +307,6 @@ def _render(name: str, value: str | None) -> str:
     return name if value is None else f"{name}={value}"
 
 
-def _canonical(flags: Iterable[Flag]) -> tuple[str, ...]:
-    named: dict[str, str | None] = {}
-    opaque: list[str] = []
-    for flag in flags:
-        if flag.name in MACHINE_SPECIFIC:
-            continue
-        if _is_opaque(flag.name):
-            opaque.append(_render(flag.name, flag.value))
-            continue
-        value = flag.value
-        if value is not None and _BY_SPELLING[flag.name].kind == INT:
-            value = str(int(value))
-        named[flag.name] = value
-    return tuple(_render(name, named[name]) for name in sorted(named)) + tuple(opaque)
-
-
 def canonical_compiler_args(args: str | Sequence[str] | None) -> list[str]:
     """The key's form, equal for equal meaning (validated first: a bad list has no key): canonical spellings, a
     repeated option's last value, named options sorted, then opaque ones in order; machine-specific paths dropped."""
@@ -380,7 +356,16 @@ class CompilerArgs(tuple):  # type: ignore[type-arg]  # tuple[str, ...]
     @functools.cached_property
     def canonical(self) -> tuple[str, ...]:
         """The key form (:func:`canonical_compiler_args`); validates an unchecked value."""
-        return _canonical(self.checked().__dict__["flags"])
+        named: dict[str, str | None] = {}
+        opaque: list[str] = []
+        for flag in self.checked().__dict__["flags"]:
+            if flag.name in MACHINE_SPECIFIC:
+                continue
+            if _is_opaque(flag.name):
+                opaque.append(_render(flag.name, flag.value))
+                continue
+            named[flag.name] = flag.value
+        return tuple(_render(name, named[name]) for name in sorted(named)) + tuple(opaque)
 
     argv = property(list, doc="The tokens as the compiler's argv (and JSON) holds them.")
     manifest = property(lambda self: manifest_compiler_flags(self), doc="The manifest's one-line form.")
@@ -474,9 +459,7 @@ def repeated_options(args: str | Sequence[str] | None) -> list[RepeatedOption]:
     for item in _scan(split_compiler_args(args)):
         if item.name is None or item.value is None or item.problem is not None or _is_opaque(item.name):
             continue
-        spec = _BY_SPELLING.get(item.name)
-        value = str(int(item.value)) if spec is not None and spec.kind == INT and item.value.isdigit() else item.value
-        seen.setdefault(item.name, []).append((value, " ".join(item.tokens)))
+        seen.setdefault(item.name, []).append((item.value, " ".join(item.tokens)))
     return [RepeatedOption(name, tuple(given for _, given in uses))
             for name, uses in seen.items() if len({value for value, _ in uses}) > 1]
 

@@ -24,17 +24,13 @@ COMPILE_TIMEOUT_ENV = "NEURON_ARGS_COMPILE_TIMEOUT"
 #: Default compile timeout in seconds per compiler name: neuronx-cc builds of large graphs at -O3
 #: take tens of minutes; the embedded XLA:CPU compiler takes seconds.
 DEFAULT_TIMEOUTS = {"neuronx-cc": 7200.0, "local": 1800.0}
+_TIMEOUT_FIX = " of seconds (e.g. 3600); the defaults are " + ", ".join(
+    f"{k} {v:g} s" for k, v in DEFAULT_TIMEOUTS.items())
 
 
 def check_timeout(value: Any, source: str) -> float:
     """``value`` as positive finite seconds; :class:`OptionsError` naming ``source`` otherwise."""
-    seconds = envs.as_seconds(value)
-    if seconds is None:
-        raise OptionsError(
-            f"{source}={value!r} is not a compile timeout: give a positive number of seconds "
-            f"(e.g. 3600); the defaults are {', '.join(f'{k} {v:g} s' for k, v in DEFAULT_TIMEOUTS.items())}"
-        )
-    return seconds
+    return envs.checked_seconds(value, source, what="a compile timeout", fix=_TIMEOUT_FIX)
 
 
 def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
@@ -50,10 +46,13 @@ def resolve_compile_timeout(given: Any, compiler_name: str) -> float:
 def base_compiler_args(given: str | Sequence[str] | None, *, graph_type: str | None = None,
                        source: str | None = None) -> CompilerArgs:
     """``given``, else ``$NEURON_CC_FLAGS``, else none: validated; errors and warnings name ``source``."""
-    args = CompilerArgs.of(given) if given is not None else _env_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None)
     source = _args_source(given, source)
-    warn_repeated_options(args, source=source, graph_type=graph_type)
-    return args.checked(graph_type=graph_type, source=source)  # a checked value returns at once
+    try:  # an unclosed quote in $NEURON_CC_FLAGS too: say where the string came from
+        args = _env_compiler_args(envs.text(NEURON_CC_FLAGS_ENV) or None) if given is None else CompilerArgs.of(given)
+        warn_repeated_options(args, source=source, graph_type=graph_type)
+        return args.checked(graph_type=graph_type)  # a checked value returns at once
+    except CompilerArgsError as exc:
+        raise CompilerArgsError(f"{exc} (these arguments come from {source})") from None
 
 
 def _args_source(given: object, source: str | None) -> str:
@@ -61,13 +60,8 @@ def _args_source(given: object, source: str | None) -> str:
     return f"${NEURON_CC_FLAGS_ENV}" if given is None else source or "options['compiler_args']"
 
 
-@functools.lru_cache(maxsize=8)
-def _env_compiler_args(text: str | None) -> CompilerArgs:
-    """``$NEURON_CC_FLAGS`` as a value, split (and, on first use, validated) once per distinct value."""
-    try:
-        return CompilerArgs(text)
-    except CompilerArgsError as exc:  # an unclosed quote: say where the string came from
-        raise CompilerArgsError(f"{exc} (these arguments come from ${NEURON_CC_FLAGS_ENV})") from None
+#: ``$NEURON_CC_FLAGS`` as a value, split (and, on first use, validated) once per distinct value.
+_env_compiler_args = functools.lru_cache(maxsize=8)(CompilerArgs)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def _target_argument(value: str) -> Target:
 
 def preload() -> None:
     """Import what a compile needs (jaxlib, not jax) and queue jaxlib's CPU custom-call targets; starts no thread."""
-    envs.put_default("TF_CPP_MIN_LOG_LEVEL", "1")  # as `import jax` sets it: XLA's info lines stay out of logs
+    envs.environ().setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # as `import jax` sets it: XLA's info lines stay out of logs
     from jaxlib import lapack
     from jaxlib import xla_client as xc
 

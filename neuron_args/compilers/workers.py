@@ -384,7 +384,7 @@ def serve() -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    envs.put_default("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins (if jax is imported)
+    envs.environ().setdefault("JAX_PLATFORMS", "cpu")  # skip probing for accelerator plugins (if jax is imported)
     start = time.perf_counter()
     from neuron_args.compilers import local_xla
 
