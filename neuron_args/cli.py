@@ -10,26 +10,24 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from neuron_args.cache import (CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CacheEntry, CompileCache, EntryStatus,
                                cache_root)
 from neuron_args import remote_cache
 from neuron_args.cache_key import explain_components
-from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
 from neuron_args.manifest.diff import diff_manifests
 from neuron_args.manifest.ledger import ledger_engines
 from neuron_args.manifest.schema import validate_manifest
-from neuron_args.manifest.show import (SHORT_HASH, CacheEntryInfo, cache_entries, cache_entry_dict, cache_table,
-                                      is_baseline, manifest_graph_rows, manifest_table, opt_level, recorded_cache_dir,
+from neuron_args.manifest.show import (CacheEntryInfo, cache_entries, cache_entry_dict, cache_table, is_baseline,
+                                      manifest_graph_rows, manifest_table, opt_level, recorded_cache_dir,
                                       recorded_remote_cache, status_counts, validate_baseline)
 from neuron_args.report import PlotUnavailable, Thresholds, compare, plot_trend, read_report
 from neuron_args.seams.memo_files import prune
-from neuron_args.text import human_size, render_table
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
 
 __all__ = ["EXIT_REMOTE", "main"]
@@ -120,36 +118,18 @@ def _statuses(text: str | None, default: Sequence[EntryStatus] | None) -> set[En
 REMOTE_READERS = 8  # `cache ls` of an s3:// cache: markers read at once
 
 
-@dataclass(frozen=True)
-class RemoteRow(CacheEntryInfo):
-    """One ``cache ls`` row of an ``s3://`` cache: a local listing's row (its status text, its JSON form) plus where
-    the entry is; a remote entry's fields come from its marker."""
-
-    size: int | None  # None: a remote marker that does not parse
-    compiler_args: list[str] | None
-    created: str | None
-    remote: bool
-    local_status: str | None  # the local copy's status of the key, None when it has no folder for it
-
-    @property
-    def where(self) -> str:
-        if not self.remote:
-            return "local only"
-        return "remote+local" if self.local_status == EntryStatus.COMPLETE.value else "remote"
-
-
-def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> RemoteRow:
+def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> CacheEntryInfo:
     try:
         marker = store.marker(key)
     except ValueError:
-        return RemoteRow(key, None, "-", EntryStatus.CORRUPT, None, None, None, modified, True, local)
+        return CacheEntryInfo(key, None, "-", EntryStatus.CORRUPT, None, None, None, modified, True, local)
     if marker is None:  # removed between the listing and the read
-        return RemoteRow(key, None, "-", EntryStatus.MISSING, None, None, None, modified, True, local)
-    return RemoteRow(key, marker.graph_type, opt_level(marker.compiler_args), EntryStatus.COMPLETE, None, marker.size,
-                     marker.compiler_args, marker.created or modified, True, local)
+        return CacheEntryInfo(key, None, "-", EntryStatus.MISSING, None, None, None, modified, True, local)
+    return CacheEntryInfo(key, marker.graph_type, opt_level(marker.compiler_args), EntryStatus.COMPLETE, None,
+                          marker.size, marker.compiler_args, marker.created or modified, True, local)
 
 
-def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[RemoteRow]:
+def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[CacheEntryInfo]:
     """Every remote entry (from its marker) and every local-only one, by graph type then key."""
     local = {info.key: info for info in cache_entries(cache)}
     with store.reachable():
@@ -158,30 +138,9 @@ def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[Remote
             rows = list(pool.map(lambda km: _remote_row(store, km[0], km[1], local[km[0]].status.value
                                                         if km[0] in local else None), markers))
     listed = {row.key for row in rows}
-    for info in local.values():
-        if info.key not in listed:
-            try:
-                md = cache.entry(info.key).info()
-            except CorruptEntryError:  # shown as corrupt, without its fields
-                md = EntryMetadata()
-            args = None if md.compiler_args is None else list(md.compiler_args)
-            rows.append(RemoteRow(**vars(info), compiler_args=args, created=md.created, remote=False,
-                                  local_status=info.status.value))
+    rows += [replace(info, remote=False, local_status=info.status.value) for info in local.values()
+             if info.key not in listed]
     return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
-
-
-def remote_table(rows: list[RemoteRow]) -> str:
-    """The ``cache ls`` table of an ``s3://`` cache: the local columns, then CREATED and WHERE."""
-    table = render_table(
-        ["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE", "CREATED", "WHERE"],
-        [[r.graph_type or "-", r.key[:SHORT_HASH], r.opt_level, r.status_text,
-          "-" if r.size is None else human_size(r.size), r.created or "-", r.where] for r in rows])
-    remote = [r for r in rows if r.remote]
-    shown = ", ".join(f"{n} {status}" for status, n in status_counts([r.status for r in remote]).items()) or "none"
-    copied = sum(r.where == "remote+local" for r in remote)
-    return (f"{table}\n{len(remote)} remote entr{'y' if len(remote) == 1 else 'ies'} ({shown}), "
-            f"{human_size(sum(r.size or 0 for r in remote))}; {copied} also in the local copy; "
-            f"{len(rows) - len(remote)} only in the local copy")
 
 
 def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | None]:
@@ -351,16 +310,13 @@ def _cache_ls(args: argparse.Namespace) -> int:
             if wanted is None or r.status in wanted]
     counted = rows if store is None else [r for r in rows if r.remote]  # of an s3:// cache: its remote entries
     url = None if store is None else store.loc.url
-    if url is None:
-        head, table = f"compile cache {root}", cache_table
-    else:
-        head = f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}"
-        table = remote_table
+    head = (f"compile cache {root}" if url is None else
+            f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}")
     return _output(args, lambda: {"cache_dir": str(root), **({} if url is None else {"remote_cache": url}),
                                   "entries": [cache_entry_dict(r) for r in rows],
                                   "counts": status_counts([r.status for r in counted]),
                                   "total_size": sum(r.size or 0 for r in counted)},
-                   lambda: [head, table(rows) if rows else "no entries"])
+                   lambda: [head, cache_table(rows) if rows else "no entries"])
 
 
 def _copy_regular(source: Path, target: Path) -> bool:

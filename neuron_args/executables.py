@@ -60,8 +60,8 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
     return exe
 
 
-def _load_neff(entry: CacheEntry, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, graph_type: str | None,
-               allow_eager: bool) -> Callable[..., Any] | None:
+def _load_neff(entry: CacheEntry, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+               graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
     from neuron_args.neuron_runtime import INSTALL_HINT, NeffExecutable, RuntimeBindingError, load_binding
 
     try:
