@@ -28,7 +28,7 @@ from neuron_args.manifest.show import (CacheEntryInfo, cache_entries, cache_entr
                                       recorded_remote_cache, status_counts, validate_baseline)
 from neuron_args.report import PlotUnavailable, Thresholds, compare, plot_trend, read_report
 from neuron_args.seams.memo_files import prune
-from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
+from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, read_json
 
 __all__ = ["EXIT_REMOTE", "main"]
 
@@ -47,8 +47,8 @@ def _load_manifest(path: str) -> dict:
                          + ", ".join(str(e) for e in engines))
         target = engines[0] if not (target / "manifest.json").exists() and engines else target / "manifest.json"
     try:
-        text = read_bounded(target, MANIFEST_LIMIT)
-    except UntrustedFileError as exc:
+        doc = read_json(target, MANIFEST_LIMIT)
+    except UntrustedFileError as exc:  # not a regular file, too large, not JSON
         raise _Usage(f"cannot read manifest {target}: {exc}") from None
     except OSError as exc:
         given = Path(path).expanduser()
@@ -57,10 +57,6 @@ def _load_manifest(path: str) -> dict:
                 "an engine emits at its end (NeuronRunner.emit_manifest(), neuron_args.manifest.emit_manifest), or run "
                 f"pytest with --neuron-manifest-dir={shlex.quote(str(given))}") if pending else ""
         raise _Usage(f"cannot read manifest {target}: {exc.strerror or exc}{hint}") from None
-    try:
-        doc = load_json(text, target)
-    except ValueError as exc:
-        raise _Usage(str(exc)) from None
     if not isinstance(doc, dict):
         raise _Usage(f"{target} holds a JSON {type(doc).__name__}, not a manifest object")
     return doc
