@@ -100,11 +100,5 @@ def eager_outputs_notice(eager: Mapping[str, str | None]) -> str | None:
             "--neuron-allow-eager-outputs)")
 
 
-def forget_loaded() -> None:
-    """Drop this process's loaded executables (tests; a fresh process starts empty anyway)."""
-    _loaded.clear()
-    _eager.clear()
-
-
 __all__ = ["ALLOW_EAGER_ENV", "FORMATS", "NEFF_FORMAT", "XLA_CPU_FORMAT", "allow_eager_outputs",
-           "eager_output_graphs", "eager_outputs_notice", "forget_loaded", "load_executable"]
+           "eager_output_graphs", "eager_outputs_notice", "load_executable"]
