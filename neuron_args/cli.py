@@ -167,29 +167,16 @@ class SyncReport:
     copied: int = 0
     not_loaded: list[str] = field(default_factory=list)
 
-    def line(self) -> str:
-        bad = self.not_loaded
-        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
-                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
-                "its marker, then the cache's own check)"
-                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
 
-
-def _require_cache(path: str | None) -> Path:
-    """The cache folder; of an ``s3://`` cache, its local copy as it is (nothing downloaded)."""
+def _open_cache(path: str | None, *, sync: bool = True) -> tuple[Path, SyncReport | None]:
+    """The cache folder; of an ``s3://`` cache, its local copy, with ``sync`` brought up to date first: every complete
+    remote entry it lacks downloaded and checked (and what that did, said on stderr)."""
     root = cache_root(path)
     if not root.is_dir():
         hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
         raise _Usage(f"no compile cache at {root}{hint}")
-    return root
-
-
-def _open_cache(path: str | None) -> tuple[Path, SyncReport | None]:
-    """The cache folder; of an ``s3://`` cache, its local copy brought up to date first: every complete remote entry
-    it lacks downloaded and checked (and what that did, said on stderr)."""
-    root = _require_cache(path)
     cache, store = CompileCache(root), remote_cache.store_for(root)
-    if store is None:
+    if store is None or not sync:
         return root, None
     report = SyncReport(store.loc.url)
     with store.reachable():
@@ -203,7 +190,12 @@ def _open_cache(path: str | None) -> tuple[Path, SyncReport | None]:
                 report.copied += 1
             elif store.down is None:
                 report.not_loaded.append(key)
-    print(f"{report.line()}; local copy {root}", file=sys.stderr)
+    bad = report.not_loaded
+    print(f"remote cache {report.url}: {report.listed} complete entr{'y' if report.listed == 1 else 'ies'} listed, "
+          f"{report.copied} downloaded to the local copy now, each checked on download (size and sha256 from its "
+          "marker, then the cache's own check)"
+          + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else "")
+          + f"; local copy {root}", file=sys.stderr)
     return root, report
 
 
@@ -299,7 +291,7 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 def _cache_ls(args: argparse.Namespace) -> int:
     """The entries (of an ``s3://`` cache: from the remote's markers, nothing downloaded, and the local copy's)."""
-    root = _require_cache(_cache_arg(args))
+    root = _open_cache(_cache_arg(args), sync=False)[0]
     wanted = _statuses(args.status, None)
     cache, store = CompileCache(root), remote_cache.store_for(root)
     rows = [r for r in (cache_entries(cache) if store is None else list_remote(cache, store))
@@ -328,7 +320,7 @@ def _copy_regular(source: Path, target: Path) -> bool:
 
 def _cache_logs(args: argparse.Namespace) -> int:
     """Copy what unbuilt entries' compiles left into ``OUT/<key>/``: what CI uploads after failed compiles."""
-    root = _require_cache(_cache_arg(args))
+    root = _open_cache(_cache_arg(args), sync=False)[0]
     wanted = _statuses(args.status, UNBUILT)
     out = Path(args.out).expanduser()
     collected = []
@@ -398,7 +390,7 @@ def _cache_explain(args: argparse.Namespace) -> int:
     else:
         raise _Usage(f"cache explain takes DIR KEY_A KEY_B (or KEY_A KEY_B with --cache-dir DIR or "
                      f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, args.operands)) or 'nothing'}")
-    root = _require_cache(_cache_arg(args))
+    root = _open_cache(_cache_arg(args), sync=False)[0]
     cache = CompileCache(root)
     keys, metadata = [], []
     for prefix in (args.key_a, args.key_b):  # an s3:// cache: only the named entries are downloaded (and checked)
