@@ -519,7 +519,7 @@ class CompileCache:
         wanted = prefix.strip().lower()
         if not wanted or not all(c in "0123456789abcdef" for c in wanted):
             raise KeyError(f"{prefix!r} is not a cache key or key prefix (hex characters)")
-        keys = {e.key for e in self.entries()} | set(() if remote is None else remote.keys())
+        keys = {e.key for e in self.entries()} | {k for k, _ in (() if remote is None else remote.markers())}
         matches = sorted(k for k in keys if k.startswith(wanted))
         if not matches:
             raise KeyError(f"no cache entry in {self.root} has a key starting with {prefix!r}")

@@ -180,7 +180,7 @@ def _open_cache(path: str | None, *, sync: bool = True) -> tuple[Path, SyncRepor
         return root, None
     report = SyncReport(store.loc.url)
     with store.reachable():
-        keys = store.keys()
+        keys = [key for key, _ in store.markers()]
         report.listed = len(keys)
         for key in keys:
             entry = cache.entry(key)
