@@ -104,9 +104,10 @@ def _entry_row(entry: CacheEntry) -> CacheEntryInfo:
     except CorruptEntryError:  # shown as corrupt, without its fields
         md = EntryMetadata()
     args: Any = md.compiler_args if md.compiler_args is not None else (md.key_components or {}).get("compiler_args")
-    return CacheEntryInfo(entry.key, entry.graph_type, opt_level(list(args)) if isinstance(args, (tuple, list, str))
-                          else "-", status, entry.lock_pid() if status is EntryStatus.COMPILING else None,
-                          entry.size_bytes(), None if md.compiler_args is None else list(md.compiler_args), md.created)
+    level = opt_level(list(args)) if isinstance(args, (tuple, list, str)) else "-"
+    return CacheEntryInfo(entry.key, entry.graph_type, level, status,
+                          entry.lock_pid() if status is EntryStatus.COMPILING else None, entry.size_bytes(),
+                          None if md.compiler_args is None else list(md.compiler_args), md.created)
 
 
 def cache_entries(cache: CompileCache) -> list[CacheEntryInfo]:
