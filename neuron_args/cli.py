@@ -139,23 +139,24 @@ def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[CacheE
     return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
 
 
-def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | None]:
-    """The one entry whose key starts with ``prefix`` (:meth:`CompileCache.find`) and, of an ``s3://`` cache, what made
-    it local (downloaded and checked when missing; None: a plain local cache); KeyError when none or several match or
-    the remote entry does not check out."""
+def fetch_named(cache: CompileCache, prefix: str) -> CacheEntry:
+    """The one entry whose key starts with ``prefix`` (:meth:`CompileCache.find`); of an ``s3://`` cache downloaded
+    and checked when missing (said on stderr, as the sync of :func:`_open_cache`); KeyError when none or several
+    match or the remote entry does not check out."""
     store = remote_cache.store_for(cache.root)
     if store is None:
-        return cache.find(prefix), None
+        return cache.find(prefix)
     with store.reachable():
         entry = cache.find(prefix, remote=store)
-        if entry.is_complete:
-            return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
-        pulled = cache.pull(entry)
-    if not pulled:
+        pulled = not entry.is_complete and cache.pull(entry)
+    if not (pulled or entry.is_complete):
         raise KeyError(f"cache entry {entry.key}: the remote entry {store.loc.entry_url(entry.key)} did not check out "
                        "on download (the log says why) and the local copy has no complete entry; nothing to explain")
-    return entry, (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
-                   "metadata, the executable's sha256, the signature when signing is on)")
+    how = (f"downloaded from {store.loc.url} and checked (size and sha256 from its marker, the metadata, the "
+           "executable's sha256, the signature when signing is on)" if pulled else
+           "the local copy's entry (not downloaded again)")
+    print(f"remote compile cache {store.loc.url}: {entry.key}: {how}", file=sys.stderr)
+    return entry
 
 
 @dataclass
@@ -395,14 +396,12 @@ def _cache_explain(args: argparse.Namespace) -> int:
     keys, metadata = [], []
     for prefix in (args.key_a, args.key_b):  # an s3:// cache: only the named entries are downloaded (and checked)
         try:
-            entry, fetched = fetch_named(cache, prefix)
+            entry = fetch_named(cache, prefix)
             md = entry.info()
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None
         except CorruptEntryError as exc:
             raise _Usage(f"{exc}; `neuron-args cache verify --fix` moves it aside") from None
-        if fetched is not None:
-            print(f"remote compile cache {remote_cache.remote_url(root)}: {fetched}", file=sys.stderr)
         if md.key_components is None:
             raise _Usage(f"cache entry {entry.key} has no key_components in its metadata.json "
                          "(written before keys recorded their components, or unreadable); recompile it")
