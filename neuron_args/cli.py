@@ -24,8 +24,8 @@ from neuron_args.manifest.diff import diff_manifests
 from neuron_args.manifest.ledger import ledger_engines
 from neuron_args.manifest.schema import validate_manifest
 from neuron_args.manifest.show import (CacheEntryInfo, cache_entries, cache_entry_dict, cache_table, is_baseline,
-                                      manifest_graph_rows, manifest_table, opt_level, recorded_cache_dir,
-                                      recorded_remote_cache, status_counts, validate_baseline)
+                                      manifest_graph_rows, manifest_graphs, manifest_table, opt_level,
+                                      recorded_cache_dir, recorded_remote_cache, status_counts, validate_baseline)
 from neuron_args.report import PlotUnavailable, Thresholds, compare, plot_trend, read_report
 from neuron_args.seams.memo_files import prune
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, read_json
@@ -215,7 +215,7 @@ def _manifest_show(args: argparse.Namespace) -> int:
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
     lookup = CompileCache(cache).lookup if cache is not None else lambda key: None
-    found = [lookup(g["graph_hash"]) for g in _graphs(doc) if isinstance(g, Mapping) and isinstance(g.get("graph_hash"), str)]
+    found = [lookup(g["graph_hash"]) for g in manifest_graphs(doc) if isinstance(g.get("graph_hash"), str)]
     types: dict[str, str | None] = {entry.key: entry.graph_type for entry in found if entry is not None}
     return _output(args, lambda: {
         "path": args.path,
