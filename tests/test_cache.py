@@ -137,8 +137,6 @@ RACE = textwrap.dedent("""
     import sys, time
     from neuron_args.cache import CompileCache, STATS, new_metadata
     from neuron_args.cache_key import create_cache_hash
-from neuron_args.errors import CorruptEntryError
-from neuron_args.untrusted import read_open
     key = create_cache_hash(graph_text="HloModule race", input_specs=[((4,), "float32")],
                             compiler_args=["-O3"], target="trn2", tool_versions={"compiler": "fake 1"})
     def build(entry):
@@ -166,8 +164,6 @@ CONFLICT = textwrap.dedent("""
     import sys
     from neuron_args.cache import CompileCache, _assert_cache_key_args, new_metadata
     from neuron_args.cache_key import create_cache_hash
-from neuron_args.errors import CorruptEntryError
-from neuron_args.untrusted import read_open
     key = create_cache_hash(graph_text="HloModule native", input_specs=[((4,), "float32")],
                             compiler_args=None, target="trn2", tool_versions={"compiler": "fake 1"})
     args = sys.argv[2:]
