@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -22,11 +23,11 @@ from neuron_args import envs, remote_cache
 from neuron_args.activity import ACTIVITY, CacheStats, block_assert_hit, count  # noqa: F401  (CacheStats: re-exported)
 from neuron_args.atomic import directory_problem, file_stamp, remove_path, remove_temporaries, write_atomic
 from neuron_args.cache_key import CacheKey, explain_components, is_cache_key
-from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, now_iso
+from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, corrupt, now_iso
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, CorruptEntryError, OptionsError
 from neuron_args.flags import CompilerArgs
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
-from neuron_args.untrusted import METADATA_LIMIT, file_sha256, read_bounded, read_json
+from neuron_args.untrusted import METADATA_LIMIT, UntrustedFileError, open_regular, read_bounded, read_json, read_open
 from neuron_args.settings import CompileSettings
 from neuron_args.text import graph_label
 
@@ -130,6 +131,7 @@ class CacheEntry:
         self.root = root
         self.key = key
         self.path = root / key
+        self._executable: bytes | None = None  # as verified, until loaded
 
     executable_name = property(lambda self: executable_file_name(self.key))
     hlo_path = property(lambda self: self.path / HLO_NAME)
@@ -228,8 +230,9 @@ class CacheEntry:
             output_shapes=shapes,
         )
 
-    def problem(self, *, checksum: bool = True) -> str | None:
-        """Why this complete entry cannot be loaded (metadata, signature, executable size and sha256), or None."""
+    def problem(self, *, checksum: bool = True, keep: bool = False) -> str | None:
+        """Why this complete entry cannot be loaded (metadata, signature, executable size and sha256), or None;
+        ``keep``: the executable bytes hashed stay for :meth:`executable_bytes` (no second read)."""
         md = self._document()
         if isinstance(md, str):
             return md
@@ -244,22 +247,34 @@ class CacheEntry:
         if untrusted is not None:
             return untrusted
         try:
-            st = self.executable_path.stat()
-        except OSError:
-            return f"the executable {self.executable_path.name} is missing"
-        if not stat.S_ISREG(st.st_mode):
-            return f"the executable {self.executable_path.name} is not a regular file"
-        size = st.st_size
-        want_size, want_sha = recorded.executable_size, recorded.executable_sha256
-        if want_size is not None and size != want_size:
-            return f"the executable has {size} bytes, {want_size} were recorded (truncated or replaced)"
-        if size == 0:
-            return "the executable is empty"
-        if checksum and want_sha is not None:
-            got = file_sha256(self.executable_path)
-            if got != want_sha:
-                return f"the executable's sha256 is {got[:16]}..., {want_sha[:16]}... was recorded"
+            fd, st = open_regular(self.executable_path, follow_links=False)
+            try:
+                size, want_size, want_sha = st.st_size, recorded.executable_size, recorded.executable_sha256
+                if want_size is not None and size != want_size:
+                    return f"the executable has {size} bytes, {want_size} were recorded (truncated or replaced)"
+                if size == 0:
+                    return "the executable is empty"
+                blob = read_open(fd, st, size, self.executable_path) if checksum else None
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            return f"the executable {self.executable_name} is missing"
+        except (UntrustedFileError, OSError) as exc:  # a link, a FIFO; grown or an I/O error while read
+            return f"the executable does not read as a file of the entry ({exc})"
+        if blob is not None and want_sha is not None and (got := hashlib.sha256(blob).hexdigest()) != want_sha:
+            return f"the executable's sha256 is {got[:16]}..., {want_sha[:16]}... was recorded"
+        if keep:
+            self._executable = blob
         return None
+
+    def executable_bytes(self, graph_type: str | None) -> bytes:
+        """The executable as :meth:`problem` read and hashed it (kept by the cache's verification), else read and
+        checked now: what loads is the bytes checked, read once."""
+        if self._executable is None and (problem := self.problem(keep=True)) is not None:
+            raise corrupt(self.key, graph_type, problem)
+        blob, self._executable = self._executable, None
+        assert blob is not None
+        return blob
 
     def write_metadata(self, metadata: EntryMetadata | Mapping[str, Any]) -> None:
         """Write the document (signed when signing is on); a mapping is written as given (tests damage entries so)."""
@@ -504,7 +519,7 @@ class CompileCache:
         wanted = prefix.strip().lower()
         if not wanted or not all(c in "0123456789abcdef" for c in wanted):
             raise KeyError(f"{prefix!r} is not a cache key or key prefix (hex characters)")
-        keys = {e.key for e in self.entries()} | set(() if remote is None else remote.keys())
+        keys = {e.key for e in self.entries()} | {k for k, _ in (() if remote is None else remote.markers())}
         matches = sorted(k for k in keys if k.startswith(wanted))
         if not matches:
             raise KeyError(f"no cache entry in {self.root} has a key starting with {prefix!r}")
@@ -548,11 +563,11 @@ class CompileCache:
         return remote_cache.pull(entry, lock=lambda: self.lock(entry.key, graph_type=graph_type), graph_type=graph_type)
 
     def verified(self, entry: CacheEntry) -> str | None:
-        """:meth:`CacheEntry.problem`, once per process and entry."""
+        """:meth:`CacheEntry.problem`, once per process and entry (the bytes hashed kept on ``entry`` for its load)."""
         ident = (str(self.root), entry.key)
         if ident in _verified:
             return None
-        problem = entry.problem()
+        problem = entry.problem(keep=True)
         if problem is None:
             _verified.add(ident)
         return problem

@@ -10,27 +10,25 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from neuron_args.cache import (CACHE_DIR_ENV, DEFAULT_CACHE_DIR, QUARANTINE_DIR, CacheEntry, CompileCache, EntryStatus,
                                cache_root)
 from neuron_args import remote_cache
 from neuron_args.cache_key import explain_components
-from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REMOTE, EXIT_USAGE
 from neuron_args.farm_cli import add_compile_command
 from neuron_args.manifest.diff import diff_manifests
 from neuron_args.manifest.ledger import ledger_engines
 from neuron_args.manifest.schema import validate_manifest
-from neuron_args.manifest.show import (SHORT_HASH, CacheEntryInfo, cache_entries, cache_entry_dict, cache_table,
-                                      is_baseline, manifest_graph_rows, manifest_table, opt_level, recorded_cache_dir,
-                                      recorded_remote_cache, status_counts, validate_baseline)
+from neuron_args.manifest.show import (CacheEntryInfo, cache_entries, cache_entry_dict, cache_table, is_baseline,
+                                      manifest_graph_rows, manifest_graphs, manifest_table, opt_level,
+                                      recorded_cache_dir, recorded_remote_cache, status_counts, validate_baseline)
 from neuron_args.report import PlotUnavailable, Thresholds, compare, plot_trend, read_report
 from neuron_args.seams.memo_files import prune
-from neuron_args.text import human_size, render_table
-from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, load_json, read_bounded
+from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, read_json
 
 __all__ = ["EXIT_REMOTE", "main"]
 
@@ -49,8 +47,8 @@ def _load_manifest(path: str) -> dict:
                          + ", ".join(str(e) for e in engines))
         target = engines[0] if not (target / "manifest.json").exists() and engines else target / "manifest.json"
     try:
-        text = read_bounded(target, MANIFEST_LIMIT)
-    except UntrustedFileError as exc:
+        doc = read_json(target, MANIFEST_LIMIT)
+    except UntrustedFileError as exc:  # not a regular file, too large, not JSON
         raise _Usage(f"cannot read manifest {target}: {exc}") from None
     except OSError as exc:
         given = Path(path).expanduser()
@@ -59,10 +57,6 @@ def _load_manifest(path: str) -> dict:
                 "an engine emits at its end (NeuronRunner.emit_manifest(), neuron_args.manifest.emit_manifest), or run "
                 f"pytest with --neuron-manifest-dir={shlex.quote(str(given))}") if pending else ""
         raise _Usage(f"cannot read manifest {target}: {exc.strerror or exc}{hint}") from None
-    try:
-        doc = load_json(text, target)
-    except ValueError as exc:
-        raise _Usage(str(exc)) from None
     if not isinstance(doc, dict):
         raise _Usage(f"{target} holds a JSON {type(doc).__name__}, not a manifest object")
     return doc
@@ -120,36 +114,18 @@ def _statuses(text: str | None, default: Sequence[EntryStatus] | None) -> set[En
 REMOTE_READERS = 8  # `cache ls` of an s3:// cache: markers read at once
 
 
-@dataclass(frozen=True)
-class RemoteRow(CacheEntryInfo):
-    """One ``cache ls`` row of an ``s3://`` cache: a local listing's row (its status text, its JSON form) plus where
-    the entry is; a remote entry's fields come from its marker."""
-
-    size: int | None  # None: a remote marker that does not parse
-    compiler_args: list[str] | None
-    created: str | None
-    remote: bool
-    local_status: str | None  # the local copy's status of the key, None when it has no folder for it
-
-    @property
-    def where(self) -> str:
-        if not self.remote:
-            return "local only"
-        return "remote+local" if self.local_status == EntryStatus.COMPLETE.value else "remote"
-
-
-def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> RemoteRow:
+def _remote_row(store: remote_cache.S3Store, key: str, modified: str | None, local: str | None) -> CacheEntryInfo:
     try:
         marker = store.marker(key)
     except ValueError:
-        return RemoteRow(key, None, "-", EntryStatus.CORRUPT, None, None, None, modified, True, local)
+        return CacheEntryInfo(key, None, "-", EntryStatus.CORRUPT, None, None, None, modified, True, local)
     if marker is None:  # removed between the listing and the read
-        return RemoteRow(key, None, "-", EntryStatus.MISSING, None, None, None, modified, True, local)
-    return RemoteRow(key, marker.graph_type, opt_level(marker.compiler_args), EntryStatus.COMPLETE, None, marker.size,
-                     marker.compiler_args, marker.created or modified, True, local)
+        return CacheEntryInfo(key, None, "-", EntryStatus.MISSING, None, None, None, modified, True, local)
+    return CacheEntryInfo(key, marker.graph_type, opt_level(marker.compiler_args), EntryStatus.COMPLETE, None,
+                          marker.size, marker.compiler_args, marker.created or modified, True, local)
 
 
-def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[RemoteRow]:
+def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[CacheEntryInfo]:
     """Every remote entry (from its marker) and every local-only one, by graph type then key."""
     local = {info.key: info for info in cache_entries(cache)}
     with store.reachable():
@@ -158,49 +134,29 @@ def list_remote(cache: CompileCache, store: remote_cache.S3Store) -> list[Remote
             rows = list(pool.map(lambda km: _remote_row(store, km[0], km[1], local[km[0]].status.value
                                                         if km[0] in local else None), markers))
     listed = {row.key for row in rows}
-    for info in local.values():
-        if info.key not in listed:
-            try:
-                md = cache.entry(info.key).info()
-            except CorruptEntryError:  # shown as corrupt, without its fields
-                md = EntryMetadata()
-            args = None if md.compiler_args is None else list(md.compiler_args)
-            rows.append(RemoteRow(**vars(info), compiler_args=args, created=md.created, remote=False,
-                                  local_status=info.status.value))
+    rows += [replace(info, remote=False, local_status=info.status.value) for info in local.values()
+             if info.key not in listed]
     return sorted(rows, key=lambda r: (r.graph_type is None, r.graph_type or "", r.key))
 
 
-def remote_table(rows: list[RemoteRow]) -> str:
-    """The ``cache ls`` table of an ``s3://`` cache: the local columns, then CREATED and WHERE."""
-    table = render_table(
-        ["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE", "CREATED", "WHERE"],
-        [[r.graph_type or "-", r.key[:SHORT_HASH], r.opt_level, r.status_text,
-          "-" if r.size is None else human_size(r.size), r.created or "-", r.where] for r in rows])
-    remote = [r for r in rows if r.remote]
-    shown = ", ".join(f"{n} {status}" for status, n in status_counts([r.status for r in remote]).items()) or "none"
-    copied = sum(r.where == "remote+local" for r in remote)
-    return (f"{table}\n{len(remote)} remote entr{'y' if len(remote) == 1 else 'ies'} ({shown}), "
-            f"{human_size(sum(r.size or 0 for r in remote))}; {copied} also in the local copy; "
-            f"{len(rows) - len(remote)} only in the local copy")
-
-
-def fetch_named(cache: CompileCache, prefix: str) -> tuple[CacheEntry, str | None]:
-    """The one entry whose key starts with ``prefix`` (:meth:`CompileCache.find`) and, of an ``s3://`` cache, what made
-    it local (downloaded and checked when missing; None: a plain local cache); KeyError when none or several match or
-    the remote entry does not check out."""
+def fetch_named(cache: CompileCache, prefix: str) -> CacheEntry:
+    """The one entry whose key starts with ``prefix`` (:meth:`CompileCache.find`); of an ``s3://`` cache downloaded
+    and checked when missing (said on stderr, as the sync of :func:`_open_cache`); KeyError when none or several
+    match or the remote entry does not check out."""
     store = remote_cache.store_for(cache.root)
     if store is None:
-        return cache.find(prefix), None
+        return cache.find(prefix)
     with store.reachable():
         entry = cache.find(prefix, remote=store)
-        if entry.is_complete:
-            return entry, f"{entry.key}: the local copy's entry (not downloaded again)"
-        pulled = cache.pull(entry)
-    if not pulled:
+        pulled = not entry.is_complete and cache.pull(entry)
+    if not (pulled or entry.is_complete):
         raise KeyError(f"cache entry {entry.key}: the remote entry {store.loc.entry_url(entry.key)} did not check out "
                        "on download (the log says why) and the local copy has no complete entry; nothing to explain")
-    return entry, (f"{entry.key}: downloaded from {store.loc.url} and checked (size and sha256 from its marker, the "
-                   "metadata, the executable's sha256, the signature when signing is on)")
+    how = (f"downloaded from {store.loc.url} and checked (size and sha256 from its marker, the metadata, the "
+           "executable's sha256, the signature when signing is on)" if pulled else
+           "the local copy's entry (not downloaded again)")
+    print(f"remote compile cache {store.loc.url}: {entry.key}: {how}", file=sys.stderr)
+    return entry
 
 
 @dataclass
@@ -212,33 +168,20 @@ class SyncReport:
     copied: int = 0
     not_loaded: list[str] = field(default_factory=list)
 
-    def line(self) -> str:
-        bad = self.not_loaded
-        return (f"remote cache {self.url}: {self.listed} complete entr{'y' if self.listed == 1 else 'ies'} listed, "
-                f"{self.copied} downloaded to the local copy now, each checked on download (size and sha256 from "
-                "its marker, then the cache's own check)"
-                + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else ""))
 
-
-def _require_cache(path: str | None) -> Path:
-    """The cache folder; of an ``s3://`` cache, its local copy as it is (nothing downloaded)."""
+def _open_cache(path: str | None, *, sync: bool = True) -> tuple[Path, SyncReport | None]:
+    """The cache folder; of an ``s3://`` cache, its local copy, with ``sync`` brought up to date first: every complete
+    remote entry it lacks downloaded and checked (and what that did, said on stderr)."""
     root = cache_root(path)
     if not root.is_dir():
         hint = "" if path else f" (set {CACHE_DIR_ENV} or pass --cache-dir DIR)"
         raise _Usage(f"no compile cache at {root}{hint}")
-    return root
-
-
-def _open_cache(path: str | None) -> tuple[Path, SyncReport | None]:
-    """The cache folder; of an ``s3://`` cache, its local copy brought up to date first: every complete remote entry
-    it lacks downloaded and checked (and what that did, said on stderr)."""
-    root = _require_cache(path)
     cache, store = CompileCache(root), remote_cache.store_for(root)
-    if store is None:
+    if store is None or not sync:
         return root, None
     report = SyncReport(store.loc.url)
     with store.reachable():
-        keys = store.keys()
+        keys = [key for key, _ in store.markers()]
         report.listed = len(keys)
         for key in keys:
             entry = cache.entry(key)
@@ -248,7 +191,12 @@ def _open_cache(path: str | None) -> tuple[Path, SyncReport | None]:
                 report.copied += 1
             elif store.down is None:
                 report.not_loaded.append(key)
-    print(f"{report.line()}; local copy {root}", file=sys.stderr)
+    bad = report.not_loaded
+    print(f"remote cache {report.url}: {report.listed} complete entr{'y' if report.listed == 1 else 'ies'} listed, "
+          f"{report.copied} downloaded to the local copy now, each checked on download (size and sha256 from its "
+          "marker, then the cache's own check)"
+          + (f", {len(bad)} not loaded (corrupt or unreadable, see the log): {', '.join(bad)}" if bad else "")
+          + f"; local copy {root}", file=sys.stderr)
     return root, report
 
 
@@ -267,7 +215,7 @@ def _manifest_show(args: argparse.Namespace) -> int:
     doc = _load_manifest(args.path)
     cache, note = _cache_dir_for(doc, args.cache_dir)
     lookup = CompileCache(cache).lookup if cache is not None else lambda key: None
-    found = [lookup(g["graph_hash"]) for g in _graphs(doc) if isinstance(g, Mapping) and isinstance(g.get("graph_hash"), str)]
+    found = [lookup(g["graph_hash"]) for g in manifest_graphs(doc) if isinstance(g.get("graph_hash"), str)]
     types: dict[str, str | None] = {entry.key: entry.graph_type for entry in found if entry is not None}
     return _output(args, lambda: {
         "path": args.path,
@@ -344,23 +292,20 @@ def _manifest_diff(args: argparse.Namespace) -> int:
 
 def _cache_ls(args: argparse.Namespace) -> int:
     """The entries (of an ``s3://`` cache: from the remote's markers, nothing downloaded, and the local copy's)."""
-    root = _require_cache(_cache_arg(args))
+    root = _open_cache(_cache_arg(args), sync=False)[0]
     wanted = _statuses(args.status, None)
     cache, store = CompileCache(root), remote_cache.store_for(root)
     rows = [r for r in (cache_entries(cache) if store is None else list_remote(cache, store))
             if wanted is None or r.status in wanted]
     counted = rows if store is None else [r for r in rows if r.remote]  # of an s3:// cache: its remote entries
     url = None if store is None else store.loc.url
-    if url is None:
-        head, table = f"compile cache {root}", cache_table
-    else:
-        head = f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}"
-        table = remote_table
+    head = (f"compile cache {root}" if url is None else
+            f"remote compile cache {url}: listed from its markers (nothing downloaded); local copy {root}")
     return _output(args, lambda: {"cache_dir": str(root), **({} if url is None else {"remote_cache": url}),
                                   "entries": [cache_entry_dict(r) for r in rows],
                                   "counts": status_counts([r.status for r in counted]),
                                   "total_size": sum(r.size or 0 for r in counted)},
-                   lambda: [head, table(rows) if rows else "no entries"])
+                   lambda: [head, cache_table(rows) if rows else "no entries"])
 
 
 def _copy_regular(source: Path, target: Path) -> bool:
@@ -376,7 +321,7 @@ def _copy_regular(source: Path, target: Path) -> bool:
 
 def _cache_logs(args: argparse.Namespace) -> int:
     """Copy what unbuilt entries' compiles left into ``OUT/<key>/``: what CI uploads after failed compiles."""
-    root = _require_cache(_cache_arg(args))
+    root = _open_cache(_cache_arg(args), sync=False)[0]
     wanted = _statuses(args.status, UNBUILT)
     out = Path(args.out).expanduser()
     collected = []
@@ -446,19 +391,17 @@ def _cache_explain(args: argparse.Namespace) -> int:
     else:
         raise _Usage(f"cache explain takes DIR KEY_A KEY_B (or KEY_A KEY_B with --cache-dir DIR or "
                      f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, args.operands)) or 'nothing'}")
-    root = _require_cache(_cache_arg(args))
+    root = _open_cache(_cache_arg(args), sync=False)[0]
     cache = CompileCache(root)
     keys, metadata = [], []
     for prefix in (args.key_a, args.key_b):  # an s3:// cache: only the named entries are downloaded (and checked)
         try:
-            entry, fetched = fetch_named(cache, prefix)
+            entry = fetch_named(cache, prefix)
             md = entry.info()
         except KeyError as exc:
             raise _Usage(exc.args[0]) from None
         except CorruptEntryError as exc:
             raise _Usage(f"{exc}; `neuron-args cache verify --fix` moves it aside") from None
-        if fetched is not None:
-            print(f"remote compile cache {remote_cache.remote_url(root)}: {fetched}", file=sys.stderr)
         if md.key_components is None:
             raise _Usage(f"cache entry {entry.key} has no key_components in its metadata.json "
                          "(written before keys recorded their components, or unreadable); recompile it")

@@ -113,16 +113,12 @@ class EntryMetadata:
         value = (self.compiler or {}).get(what)
         return value if isinstance(value, str) else None
 
-    def with_fields(self, **fields: Any) -> EntryMetadata:
-        """This metadata with ``fields`` set (their values as JSON writes them), validated as any read is."""
-        return EntryMetadata.parse({**self.doc, **fields}, self.key or "?")
-
     def compiled(self, *, compiler_args: Sequence[str], command: Sequence[str], seconds: float | None,
                  compiler: Mapping[str, Any], executable: Mapping[str, Any], **extra: Any) -> EntryMetadata:
         """A built entry's metadata, one shape whether built here or on a farm worker (``extra`` says where)."""
-        return self.with_fields(status="compiled", compiler_args=list(compiler_args), command=list(command),
-                                compiled=now_iso(), compile_seconds=seconds, compiler=dict(compiler), **executable,
-                                **extra)
+        return EntryMetadata.parse({**self.doc, "status": "compiled", "compiler_args": list(compiler_args),
+                                    "command": list(command), "compiled": now_iso(), "compile_seconds": seconds,
+                                    "compiler": dict(compiler), **executable, **extra}, self.key or "?")
 
 
 def corrupt(key: str, graph_type: str | None, problem: str) -> CorruptEntryError:

@@ -6,7 +6,6 @@ compiled, cached and recorded, its outputs come from eager PyTorch, and :func:`e
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -14,12 +13,11 @@ from typing import Any
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
 from neuron_args.cache import CacheEntry
-from neuron_args.entry_metadata import EntryMetadata, corrupt
+from neuron_args.entry_metadata import corrupt
 from neuron_args.compilers.local import FORMAT as XLA_CPU_FORMAT
 from neuron_args.compilers.neuronx_cc import FORMAT as NEFF_FORMAT
 from neuron_args.tensors import TensorSpec
 from neuron_args.text import graph_label
-from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded
 
 log = logging.getLogger("neuron_args.executables")
 
@@ -53,31 +51,16 @@ def load_executable(entry: CacheEntry, *, graph_type: str | None, allow_eager: b
     if fmt == XLA_CPU_FORMAT:
         from neuron_args.runtime import LoadedExecutable
 
-        exe = LoadedExecutable.from_bytes(executable_bytes(entry, md, graph_type), inputs, outputs)
+        exe = LoadedExecutable.from_bytes(entry.executable_bytes(graph_type), inputs, outputs)
     else:
-        exe = _load_neff(entry, md, inputs, outputs, graph_type=graph_type, allow_eager=allow_eager)
+        exe = _load_neff(entry, inputs, outputs, graph_type=graph_type, allow_eager=allow_eager)
         if exe is None:
             return None
     _loaded[entry.key] = exe
     return exe
 
 
-def executable_bytes(entry: CacheEntry, md: EntryMetadata, graph_type: str | None) -> bytes:
-    """The executable, read once and checked as read (regular file, no link followed, recorded size and sha256): the
-    file may have been swapped since the entry was verified, and what loads is what was checked."""
-    want = md.executable_size
-    try:
-        blob = read_bounded(entry.executable_path, HLO_LIMIT if want is None else want, follow_links=False)
-    except (UntrustedFileError, OSError) as exc:
-        raise corrupt(entry.key, graph_type, f"the executable does not read as a file of the entry ({exc})") from None
-    if want not in (None, len(blob)):
-        raise corrupt(entry.key, graph_type, f"the executable read has {len(blob)} bytes, {want} expected")
-    if md.executable_sha256 is not None and hashlib.sha256(blob).hexdigest() != md.executable_sha256:
-        raise corrupt(entry.key, graph_type, "the executable read does not have the recorded sha256 (replaced)")
-    return blob
-
-
-def _load_neff(entry: CacheEntry, md: EntryMetadata, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+def _load_neff(entry: CacheEntry, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
                graph_type: str | None, allow_eager: bool) -> Callable[..., Any] | None:
     from neuron_args.neuron_runtime import INSTALL_HINT, NeffExecutable, RuntimeBindingError, load_binding
 
@@ -96,7 +79,7 @@ def _load_neff(entry: CacheEntry, md: EntryMetadata, inputs: Sequence[TensorSpec
                 "(%s): graph outputs come from eager PyTorch, as allowed by allow_eager_outputs", exc)
         _eager[entry.key] = graph_type
         return None
-    return NeffExecutable.load(executable_bytes(entry, md, graph_type), inputs, outputs, binding=binding,
+    return NeffExecutable.load(entry.executable_bytes(graph_type), inputs, outputs, binding=binding,
                                path=entry.executable_path)
 
 
@@ -117,11 +100,5 @@ def eager_outputs_notice(eager: Mapping[str, str | None]) -> str | None:
             "--neuron-allow-eager-outputs)")
 
 
-def forget_loaded() -> None:
-    """Drop this process's loaded executables (tests; a fresh process starts empty anyway)."""
-    _loaded.clear()
-    _eager.clear()
-
-
 __all__ = ["ALLOW_EAGER_ENV", "FORMATS", "NEFF_FORMAT", "XLA_CPU_FORMAT", "allow_eager_outputs",
-           "eager_output_graphs", "eager_outputs_notice", "executable_bytes", "forget_loaded", "load_executable"]
+           "eager_output_graphs", "eager_outputs_notice", "load_executable"]

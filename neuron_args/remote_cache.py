@@ -250,19 +250,24 @@ class S3Store:
                 "fix: check the endpoint (AWS_ENDPOINT_URL, the network) and %s, then run again",
                 self.loc.url, self.endpoint, key, graph_label(graph_type), why, TIMEOUT_ENV)
 
-    def get_file(self, name: str, dest: Path, size: int, key: str, graph_type: str | None) -> str:
-        """Download ``name`` into ``dest`` (at most ``size`` + 1 bytes read); returns its sha256."""
-        digest, got = hashlib.sha256(), 0
+    def read(self, name: str, limit: int, key: str, graph_type: str | None, into: Callable[[bytes], Any]) -> int:
+        """Stream the object ``name`` into ``into``, at most ``limit`` + 1 bytes; returns how many were read."""
+        got = 0
         with self._call("read", key, graph_type):
             body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
             try:
-                with open(dest, "wb") as f:
-                    while got <= size and (chunk := body.read(min(_CHUNK, size + 1 - got))):
-                        got += len(chunk)
-                        digest.update(chunk)
-                        f.write(chunk)
+                while got <= limit and (chunk := body.read(min(_CHUNK, limit + 1 - got))):
+                    got += len(chunk)
+                    into(chunk)
             finally:
                 body.close()
+        return got
+
+    def get_file(self, name: str, dest: Path, size: int, key: str, graph_type: str | None) -> str:
+        """Download ``name`` into ``dest`` (at most ``size`` + 1 bytes read); returns its sha256."""
+        digest = hashlib.sha256()
+        with open(dest, "wb") as f:
+            got = self.read(name, size, key, graph_type, lambda chunk: (digest.update(chunk), f.write(chunk)))
         if got != size:
             raise ValueError(f"{name} has {'more than ' if got > size else ''}{got} bytes, {size} were recorded")
         return digest.hexdigest()
@@ -272,9 +277,6 @@ class S3Store:
         extra = {"IfNoneMatch": "*"} if create else {}
         with self._call("write", key, graph_type):
             self.client.put_object(Bucket=self.loc.bucket, Key=name, Body=data, **extra)
-
-    def keys(self) -> list[str]:
-        return [key for key, _ in self.markers()]
 
     def markers(self) -> list[tuple[str, str | None]]:
         """``(key, the marker's last-modified time)`` of every remote marker, sorted by key (one listing, no reads)."""
@@ -291,16 +293,10 @@ class S3Store:
 
     def marker_bytes(self, key: str, graph_type: str | None = None) -> bytes:
         """The remote marker of ``key`` as stored (one bounded read); :class:`_Absent` when there is none."""
-        name = self.loc.object_key(key, REMOTE_MARKER)
-        with self._call("read", key, graph_type):
-            body = self.client.get_object(Bucket=self.loc.bucket, Key=name)["Body"]
-            try:
-                data = body.read(MARKER_LIMIT + 1)
-            finally:
-                body.close()
-        if len(data) > MARKER_LIMIT:
+        name, chunks = self.loc.object_key(key, REMOTE_MARKER), []
+        if self.read(name, MARKER_LIMIT, key, graph_type, chunks.append) > MARKER_LIMIT:
             raise ValueError(f"{name} has more than the {MARKER_LIMIT} bytes allowed")
-        return data
+        return b"".join(chunks)
 
     def marker(self, key: str) -> Marker | None:
         """The parsed remote marker of ``key``, None when absent; ValueError when malformed."""

@@ -46,14 +46,19 @@ def read_bounded(path: str | os.PathLike[str], limit: int, *, follow_links: bool
     """The bytes of the regular file ``path``, at most ``limit``; opened as :func:`open_regular` says."""
     fd, st = open_regular(path, follow_links=follow_links)
     try:
-        if st.st_size > limit:
-            raise UntrustedFileError(f"{os.fsdecode(path)} has {st.st_size} bytes, more than the {limit} allowed")
-        chunks, left = [], limit + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
+        return read_open(fd, st, limit, path)
     finally:
         os.close(fd)
+
+
+def read_open(fd: int, st: os.stat_result, limit: int, path: str | os.PathLike[str]) -> bytes:
+    """The bytes of ``path`` opened by :func:`open_regular` (``fd``, ``st``), at most ``limit``."""
+    if st.st_size > limit:
+        raise UntrustedFileError(f"{os.fsdecode(path)} has {st.st_size} bytes, more than the {limit} allowed")
+    chunks, left = [], limit + 1
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+        chunks.append(chunk)
+        left -= len(chunk)
     if left <= 0:  # grew while read
         raise UntrustedFileError(f"{os.fsdecode(path)} has more than the {limit} bytes allowed")
     return b"".join(chunks)
@@ -89,11 +94,6 @@ def load_json(data: bytes | str, what: object = "JSON") -> Any:
 
 def read_json(path: str | os.PathLike[str], limit: int) -> Any:
     return load_json(read_bounded(path, limit), os.fsdecode(path))
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    with open(path, "rb") as f:
-        return stream_sha256(f)
 
 
 def stream_sha256(f: BinaryIO) -> str:

@@ -15,6 +15,8 @@ from neuron_args.cache import (
     ASSERT_CACHE_HIT_ENV, CACHE_DIR_ENV, STATS, CompileCache, _assert_cache_key_args, cache_root, new_metadata,
 )
 from neuron_args.cache_key import create_cache_hash
+from neuron_args.errors import CorruptEntryError
+from neuron_args.untrusted import read_open
 
 VERSIONS = {"compiler": "fake 1"}
 
@@ -252,6 +254,25 @@ def test_an_entry_whose_executable_was_replaced_is_caught_by_its_checksum(tmp_pa
     assert "sha256" in entry.problem()
     rebuilt, hit = cache.get_or_build(key, builder(key))
     assert hit is False and rebuilt.executable_path.read_bytes() == b"exe"
+
+
+def test_a_first_hit_reads_the_executable_once_and_loads_the_bytes_it_hashed(tmp_path, monkeypatch):
+    """The verification of a hit reads and hashes the executable and hands those bytes to the load: no second
+    read, and a file replaced in between is not what loads."""
+    from neuron_args import cache as cache_module
+    from tests.security.security_helpers import executable_fields
+
+    cache, key = CompileCache(tmp_path), make_key()
+    entry, _ = cache.get_or_build(key, builder(key))
+    entry.update_metadata(**executable_fields(entry.executable_path))
+    ACTIVITY.verified.clear()  # a new process
+    reads = []
+    monkeypatch.setattr(cache_module, "read_open", lambda *a: reads.append(a[3]) or read_open(*a))
+    hit_entry, hit = cache.get_or_build(key, builder(key))
+    entry.executable_path.write_bytes(b"EXE")  # replaced after the check
+    assert hit and hit_entry.executable_bytes("decode") == b"exe" and reads == [entry.executable_path]
+    with pytest.raises(CorruptEntryError, match="sha256"):  # nothing kept: read and checked again
+        hit_entry.executable_bytes("decode")
 
 
 def test_status_is_an_enum_equal_to_its_word(tmp_path):

@@ -31,7 +31,7 @@ def _complete(root: Path, **fields) -> tuple:
     md = new_metadata(key, seam="neuron_libtorch", graph_type="decode", compiler_args=["-O1"], target="trn2",
                       status="compiled", input_specs=[{"shape": [2, 3], "dtype": "float32"}], input_shapes=["[2,3]"],
                       **executable_fields(entry.executable_path))
-    entry.write_metadata(md.with_fields(**fields) if fields else md)
+    entry.write_metadata({**md.doc, **fields} if fields else md)
     entry.mark_complete()
     return entry, md
 

@@ -49,6 +49,12 @@ class Embedder(torch.nn.Module):
         return self.proj(self.emb(ids)).relu() + 1.0
 
 
+def _forget_loaded() -> None:
+    """Drop this process's loaded executables (a fresh process starts empty)."""
+    ACTIVITY.loaded.clear()
+    ACTIVITY.eager_outputs.clear()
+
+
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     for name in ("NEURON_LIBTORCH_ASSERT_CACHE_HIT", executables.ALLOW_EAGER_ENV, "NEURON_VISIBLE_DEVICES",
@@ -58,7 +64,7 @@ def _fresh(monkeypatch):
     torch._dynamo.reset()
     ACTIVITY.reset()  # this process starts over: records, counters, loaded executables...
     yield
-    executables.forget_loaded()
+    _forget_loaded()
     torch._dynamo.reset()
 
 
@@ -265,7 +271,7 @@ def test_unknown_recorded_format_names_the_entry_and_the_fix(tmp_path, fake_cc, 
     (entry,) = CompileCache(tmp_path / "cache").entries()
     md = entry.metadata()
     entry.write_metadata({**md, "compiler": {**md["compiler"], "format": "tpu-blob"}})
-    executables.forget_loaded()
+    _forget_loaded()
     with pytest.raises(NeuronArgsError, match=rf"cache entry {entry.key} \(graph type 'decode'\): metadata.json records "
                                               r"executable format 'tpu-blob'.*remove the entry"):
         executables.load_executable(entry, graph_type="decode", allow_eager=False)
@@ -283,7 +289,7 @@ def test_the_executable_is_checked_as_it_is_read(tmp_path, fake_cc, fake_runtime
         cm(IDS)
     (entry,) = CompileCache(tmp_path / "cache").entries()
     path, good = entry.executable_path, entry.executable_path.read_bytes()
-    executables.forget_loaded()  # verified in this process, not loaded: the next load reads the file again
+    _forget_loaded()  # verified in this process, not loaded: the next load reads the file again
     path.unlink()
     if swap == "link":
         (tmp_path / "copy.neff").write_bytes(good)

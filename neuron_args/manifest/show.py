@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args.cache import CacheEntry, CompileCache, EntryStatus
+from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CorruptEntryError
 from neuron_args.manifest.config import MODEL_SEPARATOR
 from neuron_args.text import format_shapes, human_size, render_table
@@ -66,62 +67,68 @@ def format_ranks(ranks: Any) -> str:
 
 @dataclass(frozen=True)
 class CacheEntryInfo:
-    """What ``cache ls`` shows of one entry."""
+    """What ``cache ls`` shows of one entry; of an ``s3://`` cache (``remote`` set) also where it is, the fields of
+    a remote entry from its marker."""
 
     key: str
     graph_type: str | None
     opt_level: str
     status: EntryStatus
     lock_pid: int | None  # the builder's pid while ``compiling`` (when it wrote one)
-    size: int
+    size: int | None  # None: a remote marker that does not parse
+    compiler_args: list[str] | None = None
+    created: str | None = None
+    remote: bool | None = None  # None: a plain local cache; else whether the remote holds the entry
+    local_status: str | None = None  # the local copy's status of the key, None when it has no folder for it
 
     @property
     def status_text(self) -> str:
         """``compiling (pid N)`` names the lock holder; otherwise the status itself."""
         return f"{self.status.value} (pid {self.lock_pid})" if self.lock_pid else self.status.value
 
+    @property
+    def where(self) -> str:
+        if not self.remote:
+            return "local only"
+        return "remote+local" if self.local_status == EntryStatus.COMPLETE.value else "remote"
 
-def _entry_opt_level(entry: CacheEntry) -> str:
+
+#: what a row of an ``s3://`` listing adds (in its JSON form only)
+_REMOTE_FIELDS = ("compiler_args", "created", "remote", "local_status")
+
+
+def _entry_row(entry: CacheEntry) -> CacheEntryInfo:
+    status = entry.status
     try:
         md = entry.info()
-    except CorruptEntryError:  # shown as corrupt
-        return "-"
-    args: Any = md.compiler_args
-    if args is None:
-        args = (md.key_components or {}).get("compiler_args")
-    return opt_level(list(args)) if isinstance(args, (tuple, list, str)) else "-"
+    except CorruptEntryError:  # shown as corrupt, without its fields
+        md = EntryMetadata()
+    args: Any = md.compiler_args if md.compiler_args is not None else (md.key_components or {}).get("compiler_args")
+    level = opt_level(list(args)) if isinstance(args, (tuple, list, str)) else "-"
+    return CacheEntryInfo(entry.key, entry.graph_type, level, status,
+                          entry.lock_pid() if status is EntryStatus.COMPILING else None, entry.size_bytes(),
+                          None if md.compiler_args is None else list(md.compiler_args), md.created)
 
 
 def cache_entries(cache: CompileCache) -> list[CacheEntryInfo]:
     """Every entry of a compile cache, sorted by graph type then key."""
-    entries = []
-    for entry in cache.entries():
-        status = entry.status
-        entries.append(CacheEntryInfo(
-            key=entry.key,
-            graph_type=entry.graph_type,
-            opt_level=_entry_opt_level(entry),
-            status=status,
-            lock_pid=entry.lock_pid() if status is EntryStatus.COMPILING else None,
-            size=entry.size_bytes(),
-        ))
-    return sorted(entries, key=lambda e: (e.graph_type is None, e.graph_type or "", e.key))
+    return sorted(map(_entry_row, cache.entries()), key=lambda e: (e.graph_type is None, e.graph_type or "", e.key))
 
 
 def cache_table(entries: Sequence[CacheEntryInfo]) -> str:
-    rows = [
-        [e.graph_type or "-", e.key[:SHORT_HASH], e.opt_level, e.status_text, human_size(e.size)]
-        for e in entries
-    ]
-    table = render_table(["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE"], rows)
-    counts = status_counts([e.status for e in entries])
-    shown = ", ".join(f"{counts.pop(s, 0)} {s}" for s in ("complete", "pending"))
-    shown += "".join(f", {n} {s}" for s, n in sorted(counts.items()))
-    summary = (
-        f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} ({shown}), "
-        f"{human_size(sum(e.size for e in entries))}"
-    )
-    return table + "\n" + summary
+    """``cache ls``'s table and summary; of an ``s3://`` cache also CREATED and WHERE, its remote entries counted."""
+    s3 = any(e.remote is not None for e in entries)
+    table = render_table(["GRAPH TYPE", "KEY", "-O", "STATUS", "SIZE", *(["CREATED", "WHERE"] if s3 else [])], [
+        [e.graph_type or "-", e.key[:SHORT_HASH], e.opt_level, e.status_text, human_size(e.size),
+         *([e.created or "-", e.where] if s3 else [])] for e in entries])
+    counted = [e for e in entries if e.remote] if s3 else entries
+    counts = status_counts([e.status for e in counted])
+    shown = [f"{counts.pop(s)} {s}" for s in ("complete", "pending") if s in counts] + [
+        f"{n} {s}" for s, n in counts.items()]
+    copied = sum(e.where == "remote+local" for e in counted)
+    where = (f"; {copied} also in the local copy; {len(entries) - len(counted)} only in the local copy" if s3 else "")
+    return (f"{table}\n{len(counted)} {'remote ' * s3}entr{'y' if len(counted) == 1 else 'ies'} "
+            f"({', '.join(shown) or 'none'}), {human_size(sum(e.size or 0 for e in counted))}{where}")
 
 
 def _config_summary(doc: Mapping) -> str:
@@ -264,5 +271,6 @@ def status_counts(statuses: Sequence[EntryStatus]) -> dict[str, int]:
 
 def cache_entry_dict(entry: CacheEntryInfo) -> dict:
     """One ``cache ls --json`` entry."""
-    return {**vars(entry), "opt_level": None if entry.opt_level == "-" else entry.opt_level,
+    fields = {k: v for k, v in vars(entry).items() if entry.remote is not None or k not in _REMOTE_FIELDS}
+    return {**fields, "opt_level": None if entry.opt_level == "-" else entry.opt_level,
             "status": entry.status.value, "lock_pid": entry.lock_pid or None}

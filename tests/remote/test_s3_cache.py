@@ -101,7 +101,7 @@ def test_missing_marker_is_a_miss(monkeypatch, tmp_path, client):
     a = host(monkeypatch, tmp_path, "a", url)
     a.get_or_build(key, builder(key, calls))
     client.delete_object(Bucket=BUCKET, Key=f"partial/{key.key}/COMPLETE")  # an upload that died before its marker
-    assert remote_cache.store_for(a.root).keys() == []
+    assert remote_cache.store_for(a.root).markers() == []
     b = host(monkeypatch, tmp_path, "b", url)
     _, hit = b.get_or_build(key, builder(key, calls))
     assert hit is False and calls == [a.root, b.root]
