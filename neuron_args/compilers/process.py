@@ -206,7 +206,6 @@ def run_compiler(
     start_child = start_child or start_process
     scope = current_scope() or CancelScope()  # outside any scope: one nobody cancels
     scope.check()
-    _check_startable(compiler, argv, graph_type, key)
     workdir.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(workdir)
     write_atomic(workdir / COMMAND_FILE, shlex.join(recorded_argv) + "\n")  # never through a link planted there
@@ -270,17 +269,6 @@ def run_compiler(
     finally:
         tmp_output.unlink(missing_ok=True)
         captured.unlink(missing_ok=True)
-
-
-def _check_startable(compiler: str, argv: Sequence[str], graph_type: str | None, key: str | None) -> None:
-    """The program exists and is executable (the supervisor would only report it from its child)."""
-    program = argv[0]
-    found = shutil.which(program) if os.sep not in program else (program if os.access(program, os.X_OK) else None)
-    if found is None:
-        raise CompileError(
-            f"{compiler} could not start for graph type {graph_type!r}, key {key or '(none)'}: "
-            f"{program!r} is not an executable program (not found on PATH, or not executable)\n"
-            f"command: {shlex.join(argv)}\nfix: install it or point the driver at it")
 
 
 def _remove_leftovers(workdir: Path) -> None:
