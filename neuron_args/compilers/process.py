@@ -6,7 +6,6 @@ becomes a :class:`CompileError` naming the graph type, the key, the command, the
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import select
@@ -145,21 +144,6 @@ def _own_output(path: Path, writer_uid: int) -> tuple[int, str] | str | None:
         return None if st.st_size == 0 else (st.st_size, stream_sha256(f))
 
 
-def _move_into_place(tmp: Path, output_path: Path) -> None:
-    try:
-        os.replace(tmp, output_path)
-    except OSError as exc:  # work directory on another file system than the output
-        if exc.errno != errno.EXDEV:
-            raise
-        staged = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            shutil.copyfile(tmp, staged)
-            os.replace(staged, output_path)
-        finally:
-            staged.unlink(missing_ok=True)
-            tmp.unlink(missing_ok=True)
-
-
 def start_process(argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> subprocess.Popen:
     """One compiler process under the supervisor, leading its own process group (a timeout kills all of it)."""
     return subprocess.Popen(supervised_argv(list(argv), reap=True), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
@@ -207,7 +191,7 @@ def run_compiler(
     scope = current_scope() or CancelScope()  # outside any scope: one nobody cancels
     scope.check()
     workdir.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(workdir)
+    _remove_leftovers(workdir, output_path.parent)
     write_atomic(workdir / COMMAND_FILE, shlex.join(recorded_argv) + "\n")  # never through a link planted there
     output_path.unlink(missing_ok=True)  # a failed rebuild must not leave the old result behind
     log_path.unlink(missing_ok=True)
@@ -264,17 +248,17 @@ def run_compiler(
             raise fail(f"exited 0, but its output {tmp_output} {output}",
                        "another user of this cache folder may be tampering with it: keep the cache where only you "
                        "write (or sign it: $NEURON_ARGS_CACHE_SIGNING_KEY), then compile again")
-        _move_into_place(tmp_output, output_path)
+        os.replace(tmp_output, output_path)  # beside it: one file system
         return CompileResult(list(recorded_argv), seconds, output_path, log_path, *output)  # output: size, sha256
     finally:
         tmp_output.unlink(missing_ok=True)
         captured.unlink(missing_ok=True)
 
 
-def _remove_leftovers(workdir: Path) -> None:
+def _remove_leftovers(workdir: Path, output_dir: Path) -> None:
     """Temporary files of a compile whose driver died (``kill -9``): the lock holder may drop them."""
-    for pattern in (".compiler-output.*.tmp", ".*.partial-*"):
-        for path in workdir.glob(pattern):
+    for folder, pattern in ((workdir, ".compiler-output.*.tmp"), (output_dir, ".*.partial-*")):
+        for path in folder.glob(pattern):
             path.unlink(missing_ok=True)
 
 
@@ -297,6 +281,6 @@ def _append_output(out: IO[bytes], log_path: Path) -> None:
             log.write(b"\n")
 
 
-def temp_output_path(workdir: Path, output_path: Path) -> Path:
-    """A unique temporary name in ``workdir`` that keeps the output's suffix (e.g. ``.neff``)."""
-    return workdir / f".{output_path.stem}.partial-{uuid.uuid4().hex[:12]}{output_path.suffix}"
+def temp_output_path(output_path: Path) -> Path:
+    """A unique temporary name beside the output (renamed onto it, never across file systems), its suffix kept."""
+    return output_path.parent / f".{output_path.stem}.partial-{uuid.uuid4().hex[:12]}{output_path.suffix}"
