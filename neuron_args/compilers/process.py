@@ -198,6 +198,15 @@ def run_compiler(
     captured = workdir / f".compiler-output.{uuid.uuid4().hex}.tmp"
     start = time.perf_counter()
     returncode: int | None = None
+
+    def fail(status: str, hint: str) -> CompileError:
+        return CompileError(
+            f"{compiler} failed for graph type {graph_type!r}, key {key or '(none)'}: {status}\n"
+            f"command: {shlex.join(recorded_argv)}\n"
+            f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
+            f"fix: {hint}"
+        )
+
     try:
         # read back through this descriptor (x: never through a link): the name can be swapped in a shared entry
         with open(captured, "x+b") as out:
@@ -205,10 +214,7 @@ def run_compiler(
             try:
                 proc = start_child(argv, cwd=workdir, stdout=out)
             except OSError as exc:
-                raise CompileError(
-                    f"{compiler} could not start for graph type {graph_type!r}, key "
-                    f"{key or '(none)'}: {exc}\ncommand: {shlex.join(argv)}"
-                ) from exc
+                raise fail(f"could not start ({exc})", f"check that {argv[0]} is installed and executable") from exc
             scope.add(proc)
             try:
                 returncode = wait_child(proc, timeout)
@@ -222,14 +228,6 @@ def run_compiler(
             seconds = time.perf_counter() - start
             with contextlib.suppress(OSError):  # a full disk must not hide the compiler's own failure
                 _append_output(out, log_path)
-
-        def fail(status: str, hint: str) -> CompileError:
-            return CompileError(
-                f"{compiler} failed for graph type {graph_type!r}, key {key or '(none)'}: {status}\n"
-                f"command: {shlex.join(recorded_argv)}\n"
-                f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
-                f"fix: {hint}"
-            )
 
         scope.check()
         if returncode is None:
