@@ -191,7 +191,7 @@ def run_compiler(
     scope = current_scope() or CancelScope()  # outside any scope: one nobody cancels
     scope.check()
     workdir.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(workdir, output_path.parent)
+    _remove_leftovers(workdir)
     write_atomic(workdir / COMMAND_FILE, shlex.join(recorded_argv) + "\n")  # never through a link planted there
     output_path.unlink(missing_ok=True)  # a failed rebuild must not leave the old result behind
     log_path.unlink(missing_ok=True)
@@ -253,10 +253,10 @@ def run_compiler(
         captured.unlink(missing_ok=True)
 
 
-def _remove_leftovers(workdir: Path, output_dir: Path) -> None:
+def _remove_leftovers(workdir: Path) -> None:
     """Temporary files of a compile whose driver died (``kill -9``): the lock holder may drop them."""
-    for folder, pattern in ((workdir, ".compiler-output.*.tmp"), (output_dir, ".*.partial-*")):
-        for path in folder.glob(pattern):
+    for pattern in (".compiler-output.*.tmp", ".*.partial-*"):
+        for path in workdir.glob(pattern):
             path.unlink(missing_ok=True)
 
 
