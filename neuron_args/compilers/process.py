@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.atomic import open_for_writing, write_atomic
-from neuron_args.compilers.lifetime import CancelScope, current_scope, kill_group, supervised_argv
+from neuron_args.compilers.lifetime import current_scope, kill_group, supervised_argv
 from neuron_args.compilers.supervisor import EXIT_CANNOT_START
 from neuron_args.errors import CompileError
 from neuron_args.settings import COMPILE_TIMEOUT_ENV
@@ -188,7 +188,7 @@ def run_compiler(
     appended to the log a :class:`CompileError` quotes. ``start_child`` returns a ``Popen`` or a look-alike
     (a warm worker)."""
     start_child = start_child or start_process
-    scope = current_scope() or CancelScope()  # outside any scope: one nobody cancels
+    scope = current_scope()
     scope.check()
     workdir.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(workdir)

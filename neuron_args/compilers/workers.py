@@ -252,8 +252,7 @@ class PooledCompile:
                 code = self._status(deadline)
             except WorkerDied:
                 code = self._worker.reap()
-                scope = current_scope()
-                if not (self._stopping or (scope is not None and scope.cancelled)):  # it died on its own
+                if not (self._stopping or current_scope().cancelled):  # it died on its own
                     self._replace(code)
             except BaseException:  # KeyboardInterrupt: the caller kills the group next
                 self._stopping = True
@@ -275,8 +274,7 @@ class PooledCompile:
                 raise WorkerDied()
             if not self._await_worker(deadline):
                 return None
-            scope = current_scope()
-            if scope is not None and scope.cancelled:  # cancelled while it waited: wait() gives the unused worker back
+            if current_scope().cancelled:  # cancelled while it waited: wait() gives the unused worker back
                 return -signal.SIGKILL
             self._worker.send(self._request)
             self._sent = True
@@ -308,8 +306,7 @@ class PooledCompile:
                            "was compiled again in a process of its own\n".encode())
         self._stdout.flush()
         self._fallback = start_process(self.args, cwd=self._cwd, stdout=self._stdout)
-        scope = current_scope()
-        if scope is not None and scope.cancelled:  # cancelled while it started
+        if current_scope().cancelled:  # cancelled while it started
             kill_group(self._fallback, reap=False)
 
 
