@@ -173,14 +173,10 @@ class WorkerPool:
         """Start workers until ``n`` are idle and ready; returns how many are. One not ready within ``timeout``
         is dropped; ``wait=False`` returns at once (the new workers wait idle while they start)."""
         new = [self._spawn() for _ in range(max(0, n - self._usable()))]
-        if not wait:
-            for worker in new:
-                self.release(worker)
-            return self._usable()
         deadline = time.monotonic() + timeout
         for worker in new:
             try:
-                ready = worker.wait_ready(deadline)
+                ready = not wait or worker.wait_ready(deadline)
             except WorkerDied:
                 ready = False
             if ready:

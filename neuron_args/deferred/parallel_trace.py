@@ -413,10 +413,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
 
     def leave(child: _TraceChild) -> None:
         children.remove(child)
-        if keep:
-            _KEPT.put(child, idle_seconds(), _worker_cap(workers))
-        else:
-            child.stop()
+        _KEPT.put(child, idle_seconds() if keep else 0, _worker_cap(workers))  # 0: stopped now
 
     try:
         while pending or any(c.job is not None for c in children):
