@@ -234,10 +234,7 @@ class PooledCompile:
     def kill_group(self) -> None:
         """SIGKILL the group running this compile now (the worker's, or its one-shot replacement's)."""
         self._stopping = True
-        if self._fallback is not None:
-            kill_group(self._fallback, reap=False)
-        else:
-            self._worker.kill()
+        kill_group(self._fallback or self._worker.proc, reap=False)
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is not None:
