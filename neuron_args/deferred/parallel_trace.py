@@ -370,16 +370,9 @@ def idle_seconds() -> float:
 #: idle trace children kept for this process's next ``parallel_trace``
 _KEPT: IdleChildren[_TraceChild] = IdleChildren(_TraceChild.stop)
 _CALLS = itertools.count(1)
-
-
-def close_kept_children() -> None:
-    """Stop the trace children kept idle for a next ``parallel_trace`` (none left running)."""
-    _KEPT.close()
-
-
-def kept_children() -> list[int]:
-    """The pids of the trace children kept idle now."""
-    return _KEPT.pids()
+#: ``close_kept_children()`` stops them now (none left running); ``kept_children()``: their pids
+close_kept_children = _KEPT.close
+kept_children = _KEPT.pids
 
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSettings, workers: int | None,
