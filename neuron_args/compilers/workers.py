@@ -11,6 +11,7 @@ Workers run under the supervisor, started on the lifetime thread; one per concur
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -47,14 +48,11 @@ MAX_MESSAGE = 1 << 16
 GIVEN_BACK_POLL = 0.05
 
 
-def enabled() -> bool:
-    """False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``."""
-    return envs.flag(WARM_WORKERS_ENV)
-
-
-def idle_seconds() -> float:
-    """How long an idle worker stays (``$NEURON_ARGS_WARM_WORKER_IDLE``, default 300 s)."""
-    return envs.seconds(IDLE_ENV, hint=f" (to turn the warm workers off set {WARM_WORKERS_ENV}=0)")
+#: ``enabled()``: False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``
+enabled = functools.partial(envs.flag, WARM_WORKERS_ENV)
+#: ``idle_seconds()``: how long an idle worker stays (``$NEURON_ARGS_WARM_WORKER_IDLE``, default 300 s)
+idle_seconds = functools.partial(envs.seconds, IDLE_ENV,
+                                 hint=f" (to turn the warm workers off set {WARM_WORKERS_ENV}=0)")
 
 
 def _env_key() -> tuple[tuple[str, str], ...]:

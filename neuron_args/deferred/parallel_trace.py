@@ -263,8 +263,8 @@ def parallel_trace(
                      if r is not None and r.status != "failed"})
     failed = [r for r in done if r.status == "failed"]
     if failed:
-        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed),
-                         done)
+        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n"
+                         + "\n".join(r.error or "" for r in failed), done)
     return done
 
 
@@ -362,9 +362,8 @@ class _TraceChild:
         self.conn.close()
 
 
-def idle_seconds() -> float:
-    """How long a kept trace child waits idle (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)."""
-    return envs.seconds(IDLE_ENV, zero_ok=True, hint=" (0 keeps no child idle)")
+#: ``idle_seconds()``: a kept trace child's idle time (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)
+idle_seconds = functools.partial(envs.seconds, IDLE_ENV, zero_ok=True, hint=" (0 keeps no child idle)")
 
 
 #: idle trace children kept for this process's next ``parallel_trace``
