@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.activity import cleared_on_reset
-from neuron_args.compilers import local_xla, workers
+from neuron_args.compilers import workers
 from neuron_args.compilers.base import Compiler, CompilerInfo
 
 NAME = "local"
 FORMAT = "xla-cpu-executable"
+PROGRAM_MODULE = "neuron_args.compilers.local_xla"
 
 
 @cleared_on_reset
@@ -43,7 +44,7 @@ class LocalCompiler(Compiler):
     display_name = "local compiler (XLA:CPU)"
 
     def __init__(self, program: Sequence[str] | None = None, *, pool: workers.WorkerPool | None = None) -> None:
-        self.program = list(program) if program else [sys.executable, "-m", local_xla.MODULE]
+        self.program = list(program) if program else [sys.executable, "-m", PROGRAM_MODULE]
         self.pool = pool
         self._own_program = bool(program)
 
