@@ -210,7 +210,7 @@ def test_a_bad_option_exits_2_on_a_warm_worker_with_the_program_s_own_message(hl
     compiler = LocalCompiler(pool=pool)
     entry = tmp_path / "entry"
     output = entry / "out.neff"
-    tmp = temp_output_path(entry, output)
+    tmp = temp_output_path(output)
     argv = compiler.build_argv(hlo_path=hlo_file, output_path=tmp, target="trn2", log_path=entry / LOG_FILE,
                                compiler_args=["--modle-type=transformer"])
     with pytest.raises(CompileError) as excinfo:

@@ -151,7 +151,7 @@ class Compiler(abc.ABC):
         # absolute: the child runs with the work directory as its cwd
         workdir, output_path = Path(workdir).absolute(), Path(output_path).absolute()
         log_path = workdir / LOG_FILE
-        tmp = temp_output_path(workdir, output_path)
+        tmp = temp_output_path(output_path)
         common = dict(
             hlo_path=Path(hlo_path).absolute(), target=target, compiler_args=args, log_path=log_path
         )

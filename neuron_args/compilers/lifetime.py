@@ -2,9 +2,7 @@
 
 Each compiler runs under :mod:`neuron_args.compilers.supervisor` (Linux), which kills its process group when
 this process dies. Long-lived children start on :func:`start_on_lifetime_thread`'s one thread, because
-``PR_SET_PDEATHSIG`` fires when the *thread* that started a process ends. A :class:`CancelScope` kills every
-compiler started inside it and refuses new ones. :class:`IdleChildren` keeps long-lived children (warm compile
-workers, trace children) between uses, and stops each after its idle time on one clock, this process's.
+``PR_SET_PDEATHSIG`` fires when the *thread* that started a process ends.
 """
 from __future__ import annotations
 
@@ -80,8 +78,9 @@ def kill_group(proc: Any, *, reap: bool = True) -> None:
 
 
 class IdleChildren(Generic[C]):
-    """Long-lived children waiting for their next use, oldest first. Each is stopped ``idle`` seconds after it was
-    put back, by a timer of this process: one taken (under the lock) is never stopped under its user."""
+    """Long-lived children (warm compile workers, trace children) waiting for their next use, oldest first. Each is
+    stopped ``idle`` seconds after it was put back, by a timer of this process: one taken (under the lock) is never
+    stopped under its user."""
 
     def __init__(self, stop: Callable[[C], None]) -> None:
         self.lock = threading.Lock()
@@ -192,8 +191,9 @@ class CancelScope:
 _scope: contextvars.ContextVar[CancelScope | None] = contextvars.ContextVar("neuron_args_cancel_scope", default=None)
 
 
-def current_scope() -> CancelScope | None:
-    return _scope.get()
+def current_scope() -> CancelScope:
+    """The scope compiles started now run under; outside any, a fresh one nobody cancels."""
+    return _scope.get() or CancelScope()
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ becomes a :class:`CompileError` naming the graph type, the key, the command, the
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import select
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.atomic import open_for_writing, write_atomic
-from neuron_args.compilers.lifetime import CancelScope, current_scope, kill_group, supervised_argv
+from neuron_args.compilers.lifetime import current_scope, kill_group, supervised_argv
 from neuron_args.compilers.supervisor import EXIT_CANNOT_START
 from neuron_args.errors import CompileError
 from neuron_args.settings import COMPILE_TIMEOUT_ENV
@@ -145,21 +144,6 @@ def _own_output(path: Path, writer_uid: int) -> tuple[int, str] | str | None:
         return None if st.st_size == 0 else (st.st_size, stream_sha256(f))
 
 
-def _move_into_place(tmp: Path, output_path: Path) -> None:
-    try:
-        os.replace(tmp, output_path)
-    except OSError as exc:  # work directory on another file system than the output
-        if exc.errno != errno.EXDEV:
-            raise
-        staged = output_path.with_name(f".{output_path.name}.{uuid.uuid4().hex}.tmp")
-        try:
-            shutil.copyfile(tmp, staged)
-            os.replace(staged, output_path)
-        finally:
-            staged.unlink(missing_ok=True)
-            tmp.unlink(missing_ok=True)
-
-
 def start_process(argv: Sequence[str], *, cwd: Path, stdout: IO[bytes]) -> subprocess.Popen:
     """One compiler process under the supervisor, leading its own process group (a timeout kills all of it)."""
     return subprocess.Popen(supervised_argv(list(argv), reap=True), cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout,
@@ -204,9 +188,8 @@ def run_compiler(
     appended to the log a :class:`CompileError` quotes. ``start_child`` returns a ``Popen`` or a look-alike
     (a warm worker)."""
     start_child = start_child or start_process
-    scope = current_scope() or CancelScope()  # outside any scope: one nobody cancels
+    scope = current_scope()
     scope.check()
-    _check_startable(compiler, argv, graph_type, key)
     workdir.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(workdir)
     write_atomic(workdir / COMMAND_FILE, shlex.join(recorded_argv) + "\n")  # never through a link planted there
@@ -215,6 +198,15 @@ def run_compiler(
     captured = workdir / f".compiler-output.{uuid.uuid4().hex}.tmp"
     start = time.perf_counter()
     returncode: int | None = None
+
+    def fail(status: str, hint: str) -> CompileError:
+        return CompileError(
+            f"{compiler} failed for graph type {graph_type!r}, key {key or '(none)'}: {status}\n"
+            f"command: {shlex.join(recorded_argv)}\n"
+            f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
+            f"fix: {hint}"
+        )
+
     try:
         # read back through this descriptor (x: never through a link): the name can be swapped in a shared entry
         with open(captured, "x+b") as out:
@@ -222,10 +214,7 @@ def run_compiler(
             try:
                 proc = start_child(argv, cwd=workdir, stdout=out)
             except OSError as exc:
-                raise CompileError(
-                    f"{compiler} could not start for graph type {graph_type!r}, key "
-                    f"{key or '(none)'}: {exc}\ncommand: {shlex.join(argv)}"
-                ) from exc
+                raise fail(f"could not start ({exc})", f"check that {argv[0]} is installed and executable") from exc
             scope.add(proc)
             try:
                 returncode = wait_child(proc, timeout)
@@ -239,14 +228,6 @@ def run_compiler(
             seconds = time.perf_counter() - start
             with contextlib.suppress(OSError):  # a full disk must not hide the compiler's own failure
                 _append_output(out, log_path)
-
-        def fail(status: str, hint: str) -> CompileError:
-            return CompileError(
-                f"{compiler} failed for graph type {graph_type!r}, key {key or '(none)'}: {status}\n"
-                f"command: {shlex.join(recorded_argv)}\n"
-                f"log {log_path} (last {LOG_TAIL_LINES} lines):\n{log_tail(log_path)}\n"
-                f"fix: {hint}"
-            )
 
         scope.check()
         if returncode is None:
@@ -265,22 +246,11 @@ def run_compiler(
             raise fail(f"exited 0, but its output {tmp_output} {output}",
                        "another user of this cache folder may be tampering with it: keep the cache where only you "
                        "write (or sign it: $NEURON_ARGS_CACHE_SIGNING_KEY), then compile again")
-        _move_into_place(tmp_output, output_path)
+        os.replace(tmp_output, output_path)  # beside it: one file system
         return CompileResult(list(recorded_argv), seconds, output_path, log_path, *output)  # output: size, sha256
     finally:
         tmp_output.unlink(missing_ok=True)
         captured.unlink(missing_ok=True)
-
-
-def _check_startable(compiler: str, argv: Sequence[str], graph_type: str | None, key: str | None) -> None:
-    """The program exists and is executable (the supervisor would only report it from its child)."""
-    program = argv[0]
-    found = shutil.which(program) if os.sep not in program else (program if os.access(program, os.X_OK) else None)
-    if found is None:
-        raise CompileError(
-            f"{compiler} could not start for graph type {graph_type!r}, key {key or '(none)'}: "
-            f"{program!r} is not an executable program (not found on PATH, or not executable)\n"
-            f"command: {shlex.join(argv)}\nfix: install it or point the driver at it")
 
 
 def _remove_leftovers(workdir: Path) -> None:
@@ -309,6 +279,6 @@ def _append_output(out: IO[bytes], log_path: Path) -> None:
             log.write(b"\n")
 
 
-def temp_output_path(workdir: Path, output_path: Path) -> Path:
-    """A unique temporary name in ``workdir`` that keeps the output's suffix (e.g. ``.neff``)."""
-    return workdir / f".{output_path.stem}.partial-{uuid.uuid4().hex[:12]}{output_path.suffix}"
+def temp_output_path(output_path: Path) -> Path:
+    """A unique temporary name beside the output (renamed onto it, never across file systems), its suffix kept."""
+    return output_path.parent / f".{output_path.stem}.partial-{uuid.uuid4().hex[:12]}{output_path.suffix}"

@@ -18,15 +18,9 @@ EXIT_CANNOT_START = 127
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-_child = 0
-
-
 def _kill_group(signum, frame=None):
     try:
-        if os.getpgrp() == os.getpid():  # started as a group leader, as the driver does
-            os.killpg(0, signal.SIGKILL)  # the compiler, its helpers and this process
-        elif _child:  # run by hand inside someone else's group: only what this script started
-            os.kill(_child, signal.SIGKILL)
+        os.killpg(0, signal.SIGKILL)  # the compiler, its helpers and this process (their group's leader)
     finally:
         os._exit(128 + signum)
 
@@ -66,13 +60,14 @@ def main(argv):
     reap = argv[0] == "--reap"
     argv = argv[1:] if reap else argv
     parent, program = int(argv[0]), argv[1:]
+    if os.getpgrp() != os.getpid():  # run by hand inside another group (the driver starts it as a leader)
+        os.setsid()
     for sig in _FORWARDED:
         signal.signal(sig, _kill_group)
     die_with_parent(parent, signal.SIGTERM)  # the handler above kills the group
     if reap:
         ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of the compiler come here, not to init
-    global _child
-    pid = _child = os.fork()
+    pid = os.fork()
     if pid == 0:
         try:
             for sig in _FORWARDED:

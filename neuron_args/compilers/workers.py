@@ -11,6 +11,7 @@ Workers run under the supervisor, started on the lifetime thread; one per concur
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -47,14 +48,11 @@ MAX_MESSAGE = 1 << 16
 GIVEN_BACK_POLL = 0.05
 
 
-def enabled() -> bool:
-    """False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``."""
-    return envs.flag(WARM_WORKERS_ENV)
-
-
-def idle_seconds() -> float:
-    """How long an idle worker stays (``$NEURON_ARGS_WARM_WORKER_IDLE``, default 300 s)."""
-    return envs.seconds(IDLE_ENV, hint=f" (to turn the warm workers off set {WARM_WORKERS_ENV}=0)")
+#: ``enabled()``: False when ``$NEURON_ARGS_WARM_WORKERS`` is ``0``/``off``/``false``/``no``
+enabled = functools.partial(envs.flag, WARM_WORKERS_ENV)
+#: ``idle_seconds()``: how long an idle worker stays (``$NEURON_ARGS_WARM_WORKER_IDLE``, default 300 s)
+idle_seconds = functools.partial(envs.seconds, IDLE_ENV,
+                                 hint=f" (to turn the warm workers off set {WARM_WORKERS_ENV}=0)")
 
 
 def _env_key() -> tuple[tuple[str, str], ...]:
@@ -173,14 +171,10 @@ class WorkerPool:
         """Start workers until ``n`` are idle and ready; returns how many are. One not ready within ``timeout``
         is dropped; ``wait=False`` returns at once (the new workers wait idle while they start)."""
         new = [self._spawn() for _ in range(max(0, n - self._usable()))]
-        if not wait:
-            for worker in new:
-                self.release(worker)
-            return self._usable()
         deadline = time.monotonic() + timeout
         for worker in new:
             try:
-                ready = worker.wait_ready(deadline)
+                ready = not wait or worker.wait_ready(deadline)
             except WorkerDied:
                 ready = False
             if ready:
@@ -238,10 +232,7 @@ class PooledCompile:
     def kill_group(self) -> None:
         """SIGKILL the group running this compile now (the worker's, or its one-shot replacement's)."""
         self._stopping = True
-        if self._fallback is not None:
-            kill_group(self._fallback, reap=False)
-        else:
-            self._worker.kill()
+        kill_group(self._fallback or self._worker.proc, reap=False)
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is not None:
@@ -252,8 +243,7 @@ class PooledCompile:
                 code = self._status(deadline)
             except WorkerDied:
                 code = self._worker.reap()
-                scope = current_scope()
-                if not (self._stopping or (scope is not None and scope.cancelled)):  # it died on its own
+                if not (self._stopping or current_scope().cancelled):  # it died on its own
                     self._replace(code)
             except BaseException:  # KeyboardInterrupt: the caller kills the group next
                 self._stopping = True
@@ -275,8 +265,7 @@ class PooledCompile:
                 raise WorkerDied()
             if not self._await_worker(deadline):
                 return None
-            scope = current_scope()
-            if scope is not None and scope.cancelled:  # cancelled while it waited: wait() gives the unused worker back
+            if current_scope().cancelled:  # cancelled while it waited: wait() gives the unused worker back
                 return -signal.SIGKILL
             self._worker.send(self._request)
             self._sent = True
@@ -308,8 +297,7 @@ class PooledCompile:
                            "was compiled again in a process of its own\n".encode())
         self._stdout.flush()
         self._fallback = start_process(self.args, cwd=self._cwd, stdout=self._stdout)
-        scope = current_scope()
-        if scope is not None and scope.cancelled:  # cancelled while it started
+        if current_scope().cancelled:  # cancelled while it started
             kill_group(self._fallback, reap=False)
 
 

@@ -263,8 +263,8 @@ def parallel_trace(
                      if r is not None and r.status != "failed"})
     failed = [r for r in done if r.status == "failed"]
     if failed:
-        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n" + "\n".join(r.error or "" for r in failed),
-                         done)
+        raise TraceError(f"{len(failed)} of {len(done)} trace jobs failed:\n"
+                         + "\n".join(r.error or "" for r in failed), done)
     return done
 
 
@@ -362,24 +362,16 @@ class _TraceChild:
         self.conn.close()
 
 
-def idle_seconds() -> float:
-    """How long a kept trace child waits idle (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)."""
-    return envs.seconds(IDLE_ENV, zero_ok=True, hint=" (0 keeps no child idle)")
+#: ``idle_seconds()``: a kept trace child's idle time (``$NEURON_ARGS_TRACE_IDLE_SECONDS``, default 30; 0 keeps none)
+idle_seconds = functools.partial(envs.seconds, IDLE_ENV, zero_ok=True, hint=" (0 keeps no child idle)")
 
 
 #: idle trace children kept for this process's next ``parallel_trace``
 _KEPT: IdleChildren[_TraceChild] = IdleChildren(_TraceChild.stop)
 _CALLS = itertools.count(1)
-
-
-def close_kept_children() -> None:
-    """Stop the trace children kept idle for a next ``parallel_trace`` (none left running)."""
-    _KEPT.close()
-
-
-def kept_children() -> list[int]:
-    """The pids of the trace children kept idle now."""
-    return _KEPT.pids()
+#: ``close_kept_children()`` stops them now (none left running); ``kept_children()``: their pids
+close_kept_children = _KEPT.close
+kept_children = _KEPT.pids
 
 
 def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSettings, workers: int | None,
@@ -413,10 +405,7 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
 
     def leave(child: _TraceChild) -> None:
         children.remove(child)
-        if keep:
-            _KEPT.put(child, idle_seconds(), _worker_cap(workers))
-        else:
-            child.stop()
+        _KEPT.put(child, idle_seconds() if keep else 0, _worker_cap(workers))  # 0: stopped now
 
     try:
         while pending or any(c.job is not None for c in children):
