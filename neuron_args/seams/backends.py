@@ -17,7 +17,6 @@ import torch
 
 from neuron_args import eager_fallback
 from neuron_args.activity import ACTIVITY, count
-from neuron_args.autograd_modes import autograd_mode, current_autograd_mode
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import (
     CacheEntry,
@@ -28,7 +27,7 @@ from neuron_args.cache import (
     disk_error,
     new_metadata,
 )
-from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
+from neuron_args.cache_key import CacheKey, autograd_mode, create_cache_hash, current_autograd_mode, graph_digest
 from neuron_args.compilers import select_compiler
 from neuron_args.compilers.base import compile_entry
 from neuron_args.entry_metadata import EntryMetadata
