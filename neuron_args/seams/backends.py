@@ -70,7 +70,7 @@ class CompiledGraph:
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None, forward: CompiledGraph | None = None) -> None:
         self.seam = seam
-        # a backward graph's forward: the backward takes the scope of its own forward call (tag_backward_node),
+        # a backward graph's forward: the backward takes the scope of its own forward call (_tagging_forward_scope),
         # else ``last_scope``, so a loss.backward() outside the scope still gets its arguments
         self.forward = forward
         self.last_scope: Scope = (None, None)
@@ -456,39 +456,34 @@ def _raise(error: NeuronArgsError, *args: Any) -> Any:
     raise error.with_traceback(None)
 
 
-def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]:
-    """aot_autograd's call, setting each call's scope on the backward node it creates (:func:`tag_backward_node`)."""
-    @functools.wraps(aot_result)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        outs = aot_result(*args, **kwargs)
-        tag_backward_node(outs, _SCOPE.get())
-        return outs
-
-    return call
-
-
 #: the attribute of aot_autograd's backward node (its ctx) that holds its forward call's scope
 _SCOPE_ATTRIBUTE = "_neuron_args_forward_scope"
 #: autograd nodes between an output and aot's node (views and aliases aot's runtime wrapper regenerates)
 _DEPTH = 4
 
 
-def tag_backward_node(outputs: Any, scope: Scope) -> None:
-    """Set ``scope`` on the aot_autograd node of the call that returned ``outputs`` (one tagged is an earlier call's):
-    a forward may run under several scopes before a ``backward()``, which runs outside them all."""
-    outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    stack = [(o.grad_fn, 0) for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
-    seen: set[int] = set()
-    while stack:
-        node, depth = stack.pop()
-        if node is None or id(node) in seen or depth > _DEPTH:
-            continue
-        seen.add(id(node))
-        if hasattr(getattr(node, "_forward_cls", None), "_aot_id"):  # aot_autograd's CompiledFunction node (its ctx)
-            if not hasattr(node, _SCOPE_ATTRIBUTE):
-                setattr(node, _SCOPE_ATTRIBUTE, scope)
-            continue
-        stack.extend((n, depth + 1) for n, _ in node.next_functions)
+def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]:
+    """aot_autograd's call, setting its scope on the aot_autograd node its outputs come from (one tagged is an earlier
+    call's): a forward may run under several scopes before a ``backward()``, which runs outside them all."""
+    @functools.wraps(aot_result)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        outputs = aot_result(*args, **kwargs)
+        outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        stack = [(o.grad_fn, 0) for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+        seen: set[int] = set()
+        while stack:
+            node, depth = stack.pop()
+            if node is None or id(node) in seen or depth > _DEPTH:
+                continue
+            seen.add(id(node))
+            if hasattr(getattr(node, "_forward_cls", None), "_aot_id"):  # aot_autograd's CompiledFunction node (ctx)
+                if not hasattr(node, _SCOPE_ATTRIBUTE):
+                    setattr(node, _SCOPE_ATTRIBUTE, _SCOPE.get())
+                continue
+            stack.extend((n, depth + 1) for n, _ in node.next_functions)
+        return outputs
+
+    return call
 
 
 def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
