@@ -51,7 +51,6 @@ log = logging.getLogger("neuron_args.seams")
 COMPILE_SEAM = "neuron_libtorch"
 CAPTURE_SEAM = "neuron_libtorch_graph_capture"
 NATIVE_SEAM = "neuron_native_lite"
-SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
 # set by neuron_args.fastpath while it records a guarded call: called instead of each variant
 call_observer: Callable[[CompiledGraph, Callable[[list[Any]], Any], list[Any]], Any] | None = None
@@ -329,6 +328,7 @@ def _capture(graph: CompiledGraph, v: Variant) -> bool:
 #: what the first call of a variant does in each seam
 SEAM_VARIANTS: dict[str, Callable[[CompiledGraph, Variant], Callable[[list[Any]], Any]]] = {
     COMPILE_SEAM: _compiled_variant, CAPTURE_SEAM: _captured_variant, NATIVE_SEAM: _compiled_variant}
+SEAMS = tuple(SEAM_VARIANTS)
 
 
 def _one_native_args(graph: CompiledGraph, v: Variant) -> Callable[[CacheEntry], None]:
