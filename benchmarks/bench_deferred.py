@@ -99,7 +99,7 @@ def _models(n: int, model: str = "mlp") -> tuple[Any, list[Any]]:
 def phase_sequential(cache: str, n: int, model_kind: str = "mlp") -> dict[str, Any]:
     import torch
 
-    from neuron_args.autograd_modes import autograd_mode
+    from neuron_args.cache_key import autograd_mode
     from neuron_args.cache import STATS, CompileCache
 
     model, xs = _models(n, model_kind)

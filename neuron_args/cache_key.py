@@ -3,9 +3,10 @@
 call returns (64-bit types lower as 32-bit ones, the runtime converts)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +15,30 @@ from neuron_args.flags import CompilerArgs, flag_changes
 KEY_LENGTH = 32
 _HEX = frozenset("0123456789abcdef")
 COMPONENT_ORDER = ("graph", "input_specs", "output_specs", "autograd", "compiler_args", "target", "tool_versions")
-#: the autograd modes a graph is traced and keyed in (``neuron_args.autograd_modes`` reads torch's)
+#: the autograd modes a graph is traced and keyed in: aot_autograd traces another graph for each
 AUTOGRAD_MODES = ("grad", "no_grad", "inference_mode")
 
 InputSpec = tuple[tuple[int, ...], str]
+
+
+def current_autograd_mode() -> str:
+    """This thread's autograd mode: ``inference_mode`` over ``no_grad`` over ``grad``."""
+    import torch  # here: importing neuron_args (and the CLI) does not import torch
+
+    if torch.is_inference_mode_enabled():
+        return "inference_mode"
+    return "grad" if torch.is_grad_enabled() else "no_grad"
+
+
+@contextlib.contextmanager
+def autograd_mode(mode: str) -> Iterator[None]:
+    """Run the block in ``mode`` (one of :data:`AUTOGRAD_MODES`)."""
+    import torch
+
+    if mode not in AUTOGRAD_MODES:
+        raise ValueError(f"autograd mode {mode!r} is not one of {', '.join(AUTOGRAD_MODES)}")
+    with torch.inference_mode(mode == "inference_mode"), torch.set_grad_enabled(mode == "grad"):
+        yield
 
 
 @dataclass(frozen=True)

@@ -386,8 +386,9 @@ class NeuronRunner:
                 self.warmed.setdefault(g, []).append(replace(
                     deferred[key], graph_type=g, bucket=bucket, how="compiled" if c else "loaded",
                     counts={"hits": 1 - c, "misses": c, "compiles": c, "captures": c}, origin=self.origin))
-        counts = CacheStats(hits=len(deferred.keys() - skip) - len(built), misses=len(built), compiles=len(built),
-                            captures=len(built))  # what the trace children and compile workers did
+        # what the trace children and compile workers did; ``built`` may hold other pending entries of the cache
+        counts = CacheStats(hits=len(deferred.keys() - skip - built.keys()), misses=len(built), compiles=len(built),
+                            captures=len(built))
         return compile_report, counts, traced
 
     def _trace_and_compile(self, trace: Callable[..., list[Any]], compile_: Callable[..., Any],

@@ -6,7 +6,7 @@ import torch
 
 from neuron_args import CacheMissError, scoped_compiler_args
 from neuron_args.activity import ACTIVITY
-from neuron_args.autograd_modes import autograd_mode
+from neuron_args.cache_key import autograd_mode
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, CompileCache
 from neuron_args.cache_key import AUTOGRAD_MODES, create_cache_hash, explain_components
 from neuron_args.deferred import parallel_compile, parallel_trace

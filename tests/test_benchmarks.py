@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from neuron_args.autograd_modes import current_autograd_mode
+from neuron_args.cache_key import current_autograd_mode
 from neuron_args.cache import CompileCache
 from neuron_args.deferred.jobs import normalize_job
 from neuron_args.deferred.parallel_trace import _run_job

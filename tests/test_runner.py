@@ -127,6 +127,22 @@ def test_parallel_flow_gives_the_same_keys_as_in_process(warm_cache, tmp_path):
     assert sorted(r.graph_type for r in records.records()) == ["decode", "prefill"]
 
 
+
+@pytest.mark.slow
+def test_parallel_flow_counts_hits_of_its_own_graphs_only_when_it_builds_another_pending_entry(tmp_path):
+    """parallel_compile builds every pending entry of the cache: another model's compile is a miss of this warmup,
+    never a hit taken away from its own graphs (the hits were len(own) - len(built): -1 here)."""
+    other = torch.compile(torch.nn.Linear(8, 3).eval(), backend="neuron_libtorch_graph_capture", dynamic=False,
+                          options={"cache_dir": str(tmp_path), "compiler": "local"})
+    with torch.inference_mode():
+        other(torch.ones(5, 8))
+    (foreign,) = [e.key for e in CompileCache(tmp_path).entries() if e.status == "pending"]
+    torch._dynamo.reset()
+    report = make_runner(tmp_path).warmup(flow="parallel")
+    assert CompileCache(tmp_path).entry(foreign).is_complete  # built by this warmup's parallel_compile
+    assert report.deferred_counts.hits == 0 and report.deferred_counts.misses == 3
+    assert report.counts.hits == 0 and report.counts.compiles == 3
+
 @pytest.mark.slow
 def test_parallel_flow_traces_each_captured_graph_here_once_built_so_serving_traces_nothing(tmp_path):
     runner = make_runner(tmp_path)

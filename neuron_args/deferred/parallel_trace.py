@@ -105,7 +105,7 @@ def _run_job(job: TraceJob, settings: CompileSettings) -> tuple[str, Any]:
     from neuron_args.scope import scoped_compiler_args
     from neuron_args.seams import records
 
-    from neuron_args.autograd_modes import autograd_mode
+    from neuron_args.cache_key import autograd_mode
 
     try:
         model, kwargs, compiler_args = job
@@ -228,7 +228,7 @@ def parallel_trace(
     from neuron_args.cache import cache_root
     from neuron_args.settings import CompileSettings
 
-    from neuron_args.autograd_modes import current_autograd_mode
+    from neuron_args.cache_key import current_autograd_mode
 
     opts = CompileSettings.from_options(options, "parallel_trace")  # a bad option fails here, not in every child
     if keep_children:
@@ -277,7 +277,7 @@ def recorded_complete(jobs: Iterable[Sequence[Any]], settings: CompileSettings) 
     """For each job, whether the trace record lists its keys as complete (with an ``in_process`` tracer,
     :func:`parallel_trace` traces those in this process and starts no child for them)."""
     from neuron_args.cache import cache_root
-    from neuron_args.autograd_modes import current_autograd_mode
+    from neuron_args.cache_key import current_autograd_mode
 
     prints, known = _recorded([normalize_job(j, current_autograd_mode()) for j in jobs], settings,
                               TraceRecord(cache_root(settings.cache_dir)))

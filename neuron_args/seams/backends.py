@@ -17,7 +17,6 @@ import torch
 
 from neuron_args import eager_fallback
 from neuron_args.activity import ACTIVITY, count
-from neuron_args.autograd_modes import autograd_mode, current_autograd_mode
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import (
     CacheEntry,
@@ -28,7 +27,7 @@ from neuron_args.cache import (
     disk_error,
     new_metadata,
 )
-from neuron_args.cache_key import CacheKey, create_cache_hash, graph_digest
+from neuron_args.cache_key import CacheKey, autograd_mode, create_cache_hash, current_autograd_mode, graph_digest
 from neuron_args.compilers import select_compiler
 from neuron_args.compilers.base import compile_entry
 from neuron_args.entry_metadata import EntryMetadata
@@ -52,7 +51,6 @@ log = logging.getLogger("neuron_args.seams")
 COMPILE_SEAM = "neuron_libtorch"
 CAPTURE_SEAM = "neuron_libtorch_graph_capture"
 NATIVE_SEAM = "neuron_native_lite"
-SEAMS = (COMPILE_SEAM, CAPTURE_SEAM, NATIVE_SEAM)
 
 # set by neuron_args.fastpath while it records a guarded call: called instead of each variant
 call_observer: Callable[[CompiledGraph, Callable[[list[Any]], Any], list[Any]], Any] | None = None
@@ -71,11 +69,11 @@ class CompiledGraph:
                  trace: Callable[[], tuple[torch.fx.GraphModule, Sequence[Any]]] | None = None,
                  forget: Callable[[], None] | None = None, forward: CompiledGraph | None = None) -> None:
         self.seam = seam
-        # a backward graph's forward: the backward takes the scope of its own forward call (tag_backward_node),
+        # a backward graph's forward: the backward takes the scope of its own forward call (_tagging_forward_scope),
         # else ``last_scope``, so a loss.backward() outside the scope still gets its arguments
         self.forward = forward
         self.last_scope: Scope = (None, None)
-        self.kind = SEAM_KINDS[seam]
+        self.keys_args = seam != NATIVE_SEAM  # the native key leaves the compiler arguments out
         self._gm = gm
         self._lowered = lowered
         self._trace, self._forget = trace, forget
@@ -167,7 +165,7 @@ class CompiledGraph:
             input_specs=[(tuple(s.shape), s.dtype) for s in self.input_specs],
             output_specs=[(tuple(s.shape), s.dtype) for s in self.output_specs],
             autograd=autograd or self.autograd(),
-            compiler_args=request.compiler_args if self.kind.keys_args else None,
+            compiler_args=request.compiler_args if self.keys_args else None,
             target=request.target,
             tool_versions={**dict(trace_memo.lowering_tool_versions()), "compiler": f"{info.name} {info.version}"},
         )
@@ -206,7 +204,7 @@ class CompiledGraph:
                 compiler_args=list(request.compiler_args), optimization_level=request.compiler_args.level,
                 target=request.target,
             )
-            return self.kind.variant(self, Variant(key, request, graph_type, rec))
+            return SEAM_VARIANTS[self.seam](self, Variant(key, request, graph_type, rec))
 
     def recorded(self, v: Variant, **done: Any) -> None:
         """The graph captured, compiled or found built: this process's record of it and the manifest's ledger line."""
@@ -244,104 +242,93 @@ class Variant:
     rec: GraphOutcome
 
 
-class CompileSeam:
-    """``neuron_libtorch``: the key holds the arguments; a miss compiles, a hit loads. ``neuron_native_lite``
-    (``keys_args=False``): the key leaves the arguments out (graph structure and I/O shapes only), so one key
-    must keep one argument set (:func:`_one_native_args`)."""
-
-    def __init__(self, name: str, *, keys_args: bool = True) -> None:
-        self.name, self.keys_args = name, keys_args
-
-    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        """The variant's call, once its entry is built or found."""
-        build = functools.partial(self._compile_into, graph, v)
-        on_hit = None if self.keys_args else _one_native_args(graph, v)
-        try:
+def _compiled_variant(graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
+    """``neuron_libtorch`` and ``neuron_native_lite``: a miss compiles, a hit loads; the native key leaves the
+    arguments out (graph structure and I/O shapes only): one key keeps one argument set (:func:`_one_native_args`)."""
+    build = functools.partial(_compile_into, graph, v)
+    on_hit = None if graph.keys_args else _one_native_args(graph, v)
+    try:
+        entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
+        run = _load(graph, entry, hit, v)
+        if run is None:  # the entry's executable did not load: it was moved aside, build it again
             entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
-            run = self._load(graph, entry, hit, v)
-            if run is None:  # the entry's executable did not load: it was moved aside, build it again
-                entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
-                run = self._load(graph, entry, False, v)  # a second failure is an error
-        except CacheMissError:
-            records.record(replace(v.rec, serve_misses=int(ACTIVITY.serving is not None)))
+            run = _load(graph, entry, False, v)  # a second failure is an error
+    except CacheMissError:
+        records.record(replace(v.rec, serve_misses=int(ACTIVITY.serving is not None)))
+        raise
+    except CompileError as exc:  # recorded: the session's table lists the graph as failed, with its key
+        records.record(replace(v.rec, failures=1, error=next(iter(str(exc).splitlines()), type(exc).__name__)))
+        raise
+    graph.recorded(v, loads=v.rec.loads + int(hit), executable_size=entry.executable_path.stat().st_size)
+    if run is EAGER:
+        return _counted(graph.gm, v.key.key)
+    # a graph built from the trace memo and found built is a plain inference graph: nothing to add
+    return _counted(run if graph._lowered is None else graph_call(run, graph._lowered), v.key.key)
+
+
+def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
+    """The loaded executable; :data:`EAGER`: run eagerly; None: a cached one did not load (moved aside: rebuild)."""
+    try:
+        exe = load_executable(entry, graph_type=v.graph_type,
+                              allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))
+    except Exception as exc:
+        if isinstance(exc, NeuronArgsError) and not isinstance(exc, CorruptEntryError):
             raise
-        except CompileError as exc:  # recorded: the session's table lists the graph as failed, with its key
-            records.record(replace(v.rec, failures=1, error=next(iter(str(exc).splitlines()), type(exc).__name__)))
-            raise
-        graph.recorded(v, loads=v.rec.loads + int(hit), executable_size=entry.executable_path.stat().st_size)
-        if run is EAGER:
-            return _counted(graph.gm, v.key.key)
-        # a graph built from the trace memo and found built is a plain inference graph: nothing to add
-        return _counted(run if graph._lowered is None else graph_call(run, graph._lowered), v.key.key)
-
-    @staticmethod
-    def _load(graph: CompiledGraph, entry: CacheEntry, hit: bool, v: Variant) -> Any:
-        """The loaded executable; :data:`EAGER`: run eagerly; None: a cached one did not load (moved aside: rebuild)."""
-        try:
-            exe = load_executable(entry, graph_type=v.graph_type,
-                                  allow_eager=allow_eager_outputs(graph.settings.allow_eager_outputs))
-        except Exception as exc:
-            if isinstance(exc, NeuronArgsError) and not isinstance(exc, CorruptEntryError):
-                raise
-            problem = (exc.problem if isinstance(exc, CorruptEntryError) else
-                       f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})")
-            if not hit:
-                raise CompileError(
-                    f"{graph_label(v.graph_type)}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
-                    f"{entry.executable_path} but it does not load: {problem}\nfix: report it with graph.hlo "
-                    "and command.txt of that entry") from exc
-            if assert_cache_hit_enabled():
-                raise graph.cache.corrupt_error(entry, problem, v.graph_type) from None
-            graph.cache.quarantine(entry, problem)
-            return None
-        return EAGER if exe is None else exe
-
-    @staticmethod
-    def _compile_into(graph: CompiledGraph, v: Variant, entry: CacheEntry) -> None:
-        md = graph.write_entry(entry, v, "compiling")
-        compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
-                      timeout=graph.compile_timeout)
-        v.rec = replace(v.rec, compiles=v.rec.compiles + 1, compile_seconds=entry.info().compile_seconds)
+        problem = (exc.problem if isinstance(exc, CorruptEntryError) else
+                   f"its executable does not load ({type(exc).__name__}: {str(exc).strip()[:200]})")
+        if not hit:
+            raise CompileError(
+                f"{graph_label(v.graph_type)}, key {v.key.key}: the {graph.compiler.info.name} compiler built "
+                f"{entry.executable_path} but it does not load: {problem}\nfix: report it with graph.hlo "
+                "and command.txt of that entry") from exc
+        if assert_cache_hit_enabled():
+            raise graph.cache.corrupt_error(entry, problem, v.graph_type) from None
+        graph.cache.quarantine(entry, problem)
+        return None
+    return EAGER if exe is None else exe
 
 
-class CaptureSeam:
+def _compile_into(graph: CompiledGraph, v: Variant, entry: CacheEntry) -> None:
+    md = graph.write_entry(entry, v, "compiling")
+    compile_entry(entry, graph.compiler, v.request.compiler_args, v.request.target, v.graph_type, md,
+                  timeout=graph.compile_timeout)
+    v.rec = replace(v.rec, compiles=v.rec.compiles + 1, compile_seconds=entry.info().compile_seconds)
+
+
+def _captured_variant(graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
     """``neuron_libtorch_graph_capture``: the compile seam's key; writes ``graph.hlo`` and a *pending*
     entry with the resolved arguments and runs the graph eagerly (``parallel_compile`` builds it)."""
+    graph.recorded(v, captures=int(_capture(graph, v)))
+    return _counted(graph.gm, v.key.key)
 
-    name = CAPTURE_SEAM
-    keys_args = True
 
-    def variant(self, graph: CompiledGraph, v: Variant) -> Callable[[list[Any]], Any]:
-        graph.recorded(v, captures=int(self._capture(graph, v)))
-        return _counted(graph.gm, v.key.key)
-
-    @staticmethod
-    def _capture(graph: CompiledGraph, v: Variant) -> bool:
-        """Write a pending entry unless the key is already built; True when written."""
-        cache, key = graph.cache, v.key
-        entry = cache.entry(key)
-        if not entry.is_complete:
-            cache.pull(entry, v.graph_type)  # a remote cache that holds it: nothing to capture
-        if entry.is_complete:
-            problem = cache.verified(entry)
-            if problem is None:
+def _capture(graph: CompiledGraph, v: Variant) -> bool:
+    """Write a pending entry unless the key is already built; True when written."""
+    cache, key = graph.cache, v.key
+    entry = cache.entry(key)
+    if not entry.is_complete:
+        cache.pull(entry, v.graph_type)  # a remote cache that holds it: nothing to capture
+    if entry.is_complete:
+        problem = cache.verified(entry)
+        if problem is None:
+            return False
+        cache.quarantine(entry, problem)
+    try:
+        with cache.lock(key):
+            if entry.is_complete:
                 return False
-            cache.quarantine(entry, problem)
-        try:
-            with cache.lock(key):
-                if entry.is_complete:
-                    return False
-                entry.reset()
-                graph.write_entry(entry, v, "pending")
-                count("captures")
-                return True
-        except OSError as exc:
-            raise disk_error(exc, entry.path, key=key.key, graph_type=v.graph_type) from exc
+            entry.reset()
+            graph.write_entry(entry, v, "pending")
+            count("captures")
+            return True
+    except OSError as exc:
+        raise disk_error(exc, entry.path, key=key.key, graph_type=v.graph_type) from exc
 
 
 #: what the first call of a variant does in each seam
-SEAM_KINDS: dict[str, CompileSeam | CaptureSeam] = {kind.name: kind for kind in (
-    CompileSeam(COMPILE_SEAM), CaptureSeam(), CompileSeam(NATIVE_SEAM, keys_args=False))}
+SEAM_VARIANTS: dict[str, Callable[[CompiledGraph, Variant], Callable[[list[Any]], Any]]] = {
+    COMPILE_SEAM: _compiled_variant, CAPTURE_SEAM: _captured_variant, NATIVE_SEAM: _compiled_variant}
+SEAMS = tuple(SEAM_VARIANTS)
 
 
 def _one_native_args(graph: CompiledGraph, v: Variant) -> Callable[[CacheEntry], None]:
@@ -469,39 +456,34 @@ def _raise(error: NeuronArgsError, *args: Any) -> Any:
     raise error.with_traceback(None)
 
 
-def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]:
-    """aot_autograd's call, setting each call's scope on the backward node it creates (:func:`tag_backward_node`)."""
-    @functools.wraps(aot_result)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        outs = aot_result(*args, **kwargs)
-        tag_backward_node(outs, _SCOPE.get())
-        return outs
-
-    return call
-
-
 #: the attribute of aot_autograd's backward node (its ctx) that holds its forward call's scope
 _SCOPE_ATTRIBUTE = "_neuron_args_forward_scope"
 #: autograd nodes between an output and aot's node (views and aliases aot's runtime wrapper regenerates)
 _DEPTH = 4
 
 
-def tag_backward_node(outputs: Any, scope: Scope) -> None:
-    """Set ``scope`` on the aot_autograd node of the call that returned ``outputs`` (one tagged is an earlier call's):
-    a forward may run under several scopes before a ``backward()``, which runs outside them all."""
-    outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    stack = [(o.grad_fn, 0) for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
-    seen: set[int] = set()
-    while stack:
-        node, depth = stack.pop()
-        if node is None or id(node) in seen or depth > _DEPTH:
-            continue
-        seen.add(id(node))
-        if hasattr(getattr(node, "_forward_cls", None), "_aot_id"):  # aot_autograd's CompiledFunction node (its ctx)
-            if not hasattr(node, _SCOPE_ATTRIBUTE):
-                setattr(node, _SCOPE_ATTRIBUTE, scope)
-            continue
-        stack.extend((n, depth + 1) for n, _ in node.next_functions)
+def _tagging_forward_scope(aot_result: Callable[..., Any]) -> Callable[..., Any]:
+    """aot_autograd's call, setting its scope on the aot_autograd node its outputs come from (one tagged is an earlier
+    call's): a forward may run under several scopes before a ``backward()``, which runs outside them all."""
+    @functools.wraps(aot_result)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        outputs = aot_result(*args, **kwargs)
+        outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        stack = [(o.grad_fn, 0) for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+        seen: set[int] = set()
+        while stack:
+            node, depth = stack.pop()
+            if node is None or id(node) in seen or depth > _DEPTH:
+                continue
+            seen.add(id(node))
+            if hasattr(getattr(node, "_forward_cls", None), "_aot_id"):  # aot_autograd's CompiledFunction node (ctx)
+                if not hasattr(node, _SCOPE_ATTRIBUTE):
+                    setattr(node, _SCOPE_ATTRIBUTE, _SCOPE.get())
+                continue
+            stack.extend((n, depth + 1) for n, _ in node.next_functions)
+        return outputs
+
+    return call
 
 
 def _aot_forward(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
