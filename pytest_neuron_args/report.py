@@ -96,11 +96,12 @@ def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> 
         session is not None and bool(session.output_failures or session.manifest_failures))
 
 
-_BASELINE_LINES = (("baselines_written", "baseline written"),
-                   ("baselines_removed", "baseline removed (its test no longer exists)"),
-                   ("baselines_unused", "baseline unused"),
-                   ("baselines_unchecked", "baseline not checked (its test exists but was skipped, failed before its "
-                                           "check or did not run)"))
+#: baseline files by fate: the merged data's list, its ``baseline_counts`` label (but written: from checks), its line
+_BASELINE_LINES = (("baselines_written", "written", "baseline written"),
+                   ("baselines_removed", "removed", "baseline removed (its test no longer exists)"),
+                   ("baselines_unused", "unused", "baseline unused"),
+                   ("baselines_unchecked", "not checked", "baseline not checked (its test exists but was skipped, "
+                                                          "failed before its check or did not run)"))
 
 
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
@@ -154,7 +155,7 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     counts = baseline_counts(data)
     if counts:
         write(f"baselines: {counts}")
-    for name, what in _BASELINE_LINES:
+    for name, _, what in _BASELINE_LINES:
         for path in data.get(name) or []:
             write(f"{what}: {path}")
     if data.get("baselines_unused") and not session.settings.update_baseline:
@@ -196,8 +197,7 @@ def baseline_counts(data: dict[str, Any]) -> str:
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
         counts[check["status"]] = counts.get(check["status"], 0) + 1
-    for name, label in (("baselines_unused", "unused"), ("baselines_removed", "removed"),
-                        ("baselines_unchecked", "not checked")):
+    for name, label, _ in _BASELINE_LINES[1:]:
         counts[label] = len(data.get(name) or [])
     shown = [f"{n} {'matched' if k == 'match' else k}" for k, n in counts.items() if n or k in order[:3]]
     return ", ".join(shown) if any(counts.values()) else ""
