@@ -5,9 +5,7 @@ to ``$GITHUB_STEP_SUMMARY``.
 """
 from __future__ import annotations
 
-import itertools
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,8 @@ import pytest
 from neuron_args import envs
 from neuron_args.cache import ASSERT_CACHE_HIT_ENV, QUARANTINE_DIR, assert_cache_hit_enabled
 from neuron_args.graph_outcome import GraphOutcome
-from neuron_args.text import format_shapes, human_size, render_table
+from neuron_args.seams import records
+from neuron_args.text import format_shapes
 from pytest_neuron_args.ranks import rank_line
 from pytest_neuron_args.state import NeuronSession
 
@@ -62,52 +61,8 @@ def header_line(session: NeuronSession) -> str:
     return "neuron-args: " + ", ".join(parts)
 
 
-MAX_SHAPES = 4
-
-
-def shapes_text(shapes: Sequence[str] | None, limit: int = MAX_SHAPES) -> str:
-    """``(1, 8) (2, 64, 16)x4``: runs of equal shapes (a model's KV buffers) collapsed, then at most ``limit`` items."""
-    if shapes is None:
-        return "-"
-    if not shapes:
-        return "()"
-    runs = [(shape, len(list(same))) for shape, same in itertools.groupby(shapes)]
-    items = [f"({shape})x{n}" if n > 2 else " ".join([f"({shape})"] * n) for shape, n in runs]
-    if len(items) > limit:
-        hidden = sum(n for _, n in runs[limit - 1:])
-        items = items[:limit - 1] + [f"+{hidden} more"]
-    return " ".join(items)
-
-
-def _serve_cell(row: GraphOutcome, serve_calls: dict[str, int], rows_per_type: dict[Any, int]) -> str:
-    if row.serve_hits is not None or row.serve_misses is not None:
-        return f"{row.serve_hits or 0}/{row.serve_misses or 0}"
-    calls = serve_calls.get(row.graph_type)  # a graph another process built: serve calls per graph type only
-    if calls and rows_per_type.get(row.graph_type) == 1:
-        return f"{calls}/-"
-    return "-"
-
-
 def _rows(data: dict[str, Any]) -> list[GraphOutcome]:
     return [GraphOutcome.of(row) for row in data["rows"]]
-
-
-def table_rows(data: dict[str, Any]) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """The summary table's header and cells of merged session data (see :meth:`NeuronSession.merged`)."""
-    rows = _rows(data)
-    serve_calls = data.get("serve_calls", {})
-    per_type = Counter(row.graph_type for row in rows)
-    header = ("graph type", "inputs", "-O", "key", "how", "compile", "size", "loads", "serve hit/miss")
-    body = []
-    for row in rows:
-        level, seconds = row.optimization_level, row.compile_seconds
-        body.append((
-            str(row.graph_type or "-"), shapes_text(row.input_shapes),
-            "-" if level is None else str(level), row.key[:12], row.status,
-            "-" if seconds is None else f"{seconds:.2f}s", human_size(row.executable_size),
-            str(row.loads or 0), _serve_cell(row, serve_calls, per_type),
-        ))
-    return header, body
 
 
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
@@ -141,11 +96,12 @@ def _has_content(data: dict[str, Any], session: NeuronSession | None = None) -> 
         session is not None and bool(session.output_failures or session.manifest_failures))
 
 
-_BASELINE_LINES = (("baselines_written", "baseline written"),
-                   ("baselines_removed", "baseline removed (its test no longer exists)"),
-                   ("baselines_unused", "baseline unused"),
-                   ("baselines_unchecked", "baseline not checked (its test exists but was skipped, failed before its "
-                                           "check or did not run)"))
+#: baseline files by fate: the merged data's list, its ``baseline_counts`` label (but written: from checks), its line
+_BASELINE_LINES = (("baselines_written", "written", "baseline written"),
+                   ("baselines_removed", "removed", "baseline removed (its test no longer exists)"),
+                   ("baselines_unused", "unused", "baseline unused"),
+                   ("baselines_unchecked", "not checked", "baseline not checked (its test exists but was skipped, "
+                                                          "failed before its check or did not run)"))
 
 
 def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
@@ -166,7 +122,7 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
               f"recompile limit: {'; '.join(sorted(fallbacks))}; fix: torch._dynamo.reset() between models, a higher "
               "recompile_limit, or bucketing", red=True, bold=True)
     if data["rows"]:
-        for line in render_table(*table_rows(data), rule=False).split("\n"):
+        for line in records.table(_rows(data), data.get("serve_calls"), rule=False).split("\n"):
             write(line)
     write(footer_line(data, str(cache_dir)))
     if data.get("workers_silent"):
@@ -183,7 +139,7 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     for row in failed:
         error = row.error or "see the test that warmed it"
         where = "" if row.key in error else f" key {row.key}"
-        write(f"failed: {row.graph_type or '-'} {shapes_text(row.input_shapes)}{where}: {error}", red=True)
+        write(f"failed: {row.graph_type or '-'} {records.shapes_text(row.input_shapes)}{where}: {error}", red=True)
     listed = {row.graph_type for row in failed}
     for failure in data.get("warmup_failures") or []:  # no key to list it by: its trace or lowering failed
         if failure["graph_type"] not in listed:
@@ -199,7 +155,7 @@ def write_summary(terminalreporter: Any, session: NeuronSession) -> None:
     counts = baseline_counts(data)
     if counts:
         write(f"baselines: {counts}")
-    for name, what in _BASELINE_LINES:
+    for name, _, what in _BASELINE_LINES:
         for path in data.get(name) or []:
             write(f"{what}: {path}")
     if data.get("baselines_unused") and not session.settings.update_baseline:
@@ -241,8 +197,7 @@ def baseline_counts(data: dict[str, Any]) -> str:
     counts = {k: 0 for k in order}
     for check in data.get("baseline_checks", []):
         counts[check["status"]] = counts.get(check["status"], 0) + 1
-    for name, label in (("baselines_unused", "unused"), ("baselines_removed", "removed"),
-                        ("baselines_unchecked", "not checked")):
+    for name, label, _ in _BASELINE_LINES[1:]:
         counts[label] = len(data.get(name) or [])
     shown = [f"{n} {'matched' if k == 'match' else k}" for k, n in counts.items() if n or k in order[:3]]
     return ", ".join(shown) if any(counts.values()) else ""
@@ -323,7 +278,7 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str) -> str:
         out += [f"> **{_cell(notice)}**", ""]
     out += [_cell(header), ""]
     if data.get("rows"):
-        header_cells, body = table_rows(data)
+        header_cells, body = records.table_rows(_rows(data), data.get("serve_calls"))
         rows = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in (header_cells, *body)]
         out += [rows[0], "|" + "---|" * len(header_cells), *rows[1:], ""]
     out += [_cell(footer), ""]
@@ -367,5 +322,5 @@ def write_step_summary(session: NeuronSession) -> Any:
 
 
 __all__ = ["STEP_SUMMARY_ENV", "SUMMARY_TITLE", "add_properties", "baseline_counts", "compiler_description",
-           "header_line", "serve_properties", "summary_markdown", "table_rows", "warmup_properties",
+           "header_line", "serve_properties", "summary_markdown", "warmup_properties",
            "write_json_report", "write_step_summary", "write_summary"]

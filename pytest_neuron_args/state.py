@@ -139,12 +139,9 @@ class NeuronSession:
                 path = self.settings.cache_dir
             elif self._workerinput.get(WORKER_CACHE_KEY):
                 path = Path(self._workerinput[WORKER_CACHE_KEY])
-            else:
-                factory = getattr(self.config, "_tmp_path_factory", None)
-                if factory is not None:
-                    path = factory.getbasetemp() / "neuron-cache"
-                else:  # -p no:tmpdir
-                    path = Path(tempfile.mkdtemp(prefix="neuron-cache-"))
+            else:  # under -p no:tmpdir, a temporary folder
+                base = self._basetemp()
+                path = base / "neuron-cache" if base is not None else Path(tempfile.mkdtemp(prefix="neuron-cache-"))
             path.mkdir(parents=True, exist_ok=True)
             self._cache_dir = path.resolve()
         return self._cache_dir
@@ -155,12 +152,14 @@ class NeuronSession:
         if root is not None:
             return root
         if self._ledger_root is None:
-            factory = getattr(self.config, "_tmp_path_factory", None)
             # a unique name: the ledger writes one line per graph and *directory* per process, and a basetemp
             # (hence a numbered name in it) repeats across sessions run inside one process (pytester)
-            parent = factory.getbasetemp() if factory is not None else None
-            self._ledger_root = Path(tempfile.mkdtemp(prefix="neuron-ledger-", dir=parent))
+            self._ledger_root = Path(tempfile.mkdtemp(prefix="neuron-ledger-", dir=self._basetemp()))
         return self._ledger_root
+
+    def _basetemp(self) -> Path | None:
+        factory = getattr(self.config, "_tmp_path_factory", None)  # None under -p no:tmpdir
+        return factory.getbasetemp() if factory is not None else None
 
     @property
     def is_rank_worker(self) -> bool:

@@ -83,14 +83,14 @@ def test_junit_properties_read_outcomes_as_they_read_json_forms() -> None:
 def test_junit_levels_are_the_typed_level_the_summary_table_shows() -> None:
     """The JUnit level was parsed again from the argument list: a graph whose list is unknown (an older worker's
     row) or says no -O showed '-' though its typed level (what the compile got, and the table's -O) was known."""
-    from pytest_neuron_args.report import table_rows
+    from neuron_args.seams.records import table_rows
 
     graphs = [GraphOutcome("d" * 32, "decode", ["1, 8"], None, 2, how="loaded"),
               GraphOutcome("p" * 32, "prefill", ["1, 16"], ["--x"], 1, how="compiled")]
     props = dict(p for p in warmup_properties(graphs) if p[0] != "neuron_graph")
     assert props["neuron_optimization_levels"] == "decode=-O2 prefill=-O1"
     assert [f"level=-O{cells[2]}" in v for (_, v), cells in zip(warmup_properties(graphs)[:2],
-                                                                 table_rows({"rows": graphs})[1])] == [True, True]
+                                                                 table_rows(graphs)[1])] == [True, True]
 
 
 def test_a_compile_report_serializes_its_outcomes_as_the_compile_cli_always_printed_them() -> None:

@@ -43,6 +43,6 @@ def test_the_main_jobs_report_prints_the_per_graph_table(tmp_path):
         records.clear()
     rows = [line.split() for line in "\n".join(lines).splitlines()]
     assert ok is True
-    assert ["graph", "type", "inputs", "-O", "key", "compile", "size", "serve", "hits/misses"] in rows
-    assert ["decode", "(1,1)", "3", "abababababab", "1.2s", "2.0", "KiB", "7/0"] in rows
-    assert ["prefill", "(1,8)", "-", "cdcdcdcdcdcd", "cached", "-", "0/0"] in rows
+    assert ["graph", "type", "inputs", "-O", "key", "how", "compile", "size", "loads", "serve", "hit/miss"] in rows
+    assert ["decode", "(1,1)", "3", "abababababab", "-", "1.25s", "2.0", "KiB", "0", "7/0"] in rows
+    assert ["prefill", "(1,8)", "-", "cdcdcdcdcdcd", "loaded", "-", "-", "1", "0/0"] in rows

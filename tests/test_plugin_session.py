@@ -161,8 +161,8 @@ def test_summary_sorts_shapes_as_numbers_and_abbreviates_long_input_lists(neuron
 
 
 def test_shapes_text_and_row_order() -> None:
-    from pytest_neuron_args.report import shapes_text
     from neuron_args.graph_outcome import GraphOutcome
+    from neuron_args.seams.records import shapes_text
 
     assert shapes_text(["1, 8", "2, 64", "2, 64", "2, 64", "2, 64"]) == "(1, 8) (2, 64)x4"
     assert shapes_text(["1,", "1,"]) == "(1,) (1,)"
