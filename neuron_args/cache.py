@@ -27,7 +27,7 @@ from neuron_args.entry_metadata import METADATA_VERSION, EntryMetadata, corrupt,
 from neuron_args.errors import CacheKeyArgsConflict, CacheMissError, CompileError, CorruptEntryError, OptionsError
 from neuron_args.flags import CompilerArgs
 from neuron_args.signing import SIGNING_KEY_ENV, signature_problem, signed, signing_key
-from neuron_args.untrusted import METADATA_LIMIT, UntrustedFileError, open_regular, read_bounded, read_json, read_open
+from neuron_args.untrusted import METADATA_LIMIT, UntrustedFileError, open_regular, read_bounded, read_chunks, read_json
 from neuron_args.settings import CompileSettings
 from neuron_args.text import graph_label
 
@@ -254,17 +254,21 @@ class CacheEntry:
                     return f"the executable has {size} bytes, {want_size} were recorded (truncated or replaced)"
                 if size == 0:
                     return "the executable is empty"
-                blob = read_open(fd, st, size, self.executable_path) if checksum else None
+                digest, kept = hashlib.sha256(), []
+                for chunk in read_chunks(fd, st, size, self.executable_path) if checksum else ():
+                    digest.update(chunk)
+                    if keep:
+                        kept.append(chunk)
             finally:
                 os.close(fd)
         except FileNotFoundError:
             return f"the executable {self.executable_name} is missing"
         except (UntrustedFileError, OSError) as exc:  # a link, a FIFO; grown or an I/O error while read
             return f"the executable does not read as a file of the entry ({exc})"
-        if blob is not None and want_sha is not None and (got := hashlib.sha256(blob).hexdigest()) != want_sha:
+        if checksum and want_sha is not None and (got := digest.hexdigest()) != want_sha:
             return f"the executable's sha256 is {got[:16]}..., {want_sha[:16]}... was recorded"
-        if keep:
-            self._executable = blob
+        if keep and checksum:
+            self._executable = b"".join(kept)
         return None
 
     def executable_bytes(self, graph_type: str | None) -> bytes:

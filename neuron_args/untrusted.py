@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from neuron_args.errors import NeuronArgsError
@@ -53,15 +54,19 @@ def read_bounded(path: str | os.PathLike[str], limit: int, *, follow_links: bool
 
 def read_open(fd: int, st: os.stat_result, limit: int, path: str | os.PathLike[str]) -> bytes:
     """The bytes of ``path`` opened by :func:`open_regular` (``fd``, ``st``), at most ``limit``."""
+    return b"".join(read_chunks(fd, st, limit, path))
+
+
+def read_chunks(fd: int, st: os.stat_result, limit: int, path: str | os.PathLike[str]) -> Iterator[bytes]:
+    """:func:`read_open` a MiB at a time, so a multi-GB file can be hashed without holding it."""
     if st.st_size > limit:
         raise UntrustedFileError(f"{os.fsdecode(path)} has {st.st_size} bytes, more than the {limit} allowed")
-    chunks, left = [], limit + 1
+    left = limit + 1
     while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-        chunks.append(chunk)
+        yield chunk
         left -= len(chunk)
     if left <= 0:  # grew while read
         raise UntrustedFileError(f"{os.fsdecode(path)} has more than the {limit} bytes allowed")
-    return b"".join(chunks)
 
 
 def read_tail(path: str | os.PathLike[str], size: int) -> tuple[bytes, bool]:

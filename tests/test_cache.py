@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ from neuron_args.cache import (
 )
 from neuron_args.cache_key import create_cache_hash
 from neuron_args.errors import CorruptEntryError
-from neuron_args.untrusted import read_open
+from neuron_args.untrusted import read_chunks
 
 VERSIONS = {"compiler": "fake 1"}
 
@@ -267,12 +268,34 @@ def test_a_first_hit_reads_the_executable_once_and_loads_the_bytes_it_hashed(tmp
     entry.update_metadata(**executable_fields(entry.executable_path))
     ACTIVITY.verified.clear()  # a new process
     reads = []
-    monkeypatch.setattr(cache_module, "read_open", lambda *a: reads.append(a[3]) or read_open(*a))
+    monkeypatch.setattr(cache_module, "read_chunks", lambda *a: reads.append(a[3]) or read_chunks(*a))
     hit_entry, hit = cache.get_or_build(key, builder(key))
     entry.executable_path.write_bytes(b"EXE")  # replaced after the check
     assert hit and hit_entry.executable_bytes("decode") == b"exe" and reads == [entry.executable_path]
     with pytest.raises(CorruptEntryError, match="sha256"):  # nothing kept: read and checked again
         hit_entry.executable_bytes("decode")
+
+
+def test_checking_an_executable_streams_its_hash_and_keeps_nothing(tmp_path):
+    """``cache ls``/``verify`` hash an executable a MiB at a time: checking a 64 MiB one holds far less than it,
+    and only the check of a load (``keep``) keeps the bytes."""
+    import tracemalloc
+
+    from tests.security.security_helpers import executable_fields
+
+    cache, key = CompileCache(tmp_path), make_key()
+    entry, _ = cache.get_or_build(key, builder(key))
+    entry.executable_path.write_bytes(os.urandom(1 << 20) * 64)
+    entry.update_metadata(**executable_fields(entry.executable_path))
+    tracemalloc.start()
+    try:
+        assert entry.problem() is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"checking held {peak} bytes"
+    assert entry._executable is None
+    assert entry.problem(keep=True) is None and entry.executable_bytes("decode") == entry.executable_path.read_bytes()
 
 
 def test_status_is_an_enum_equal_to_its_word(tmp_path):
