@@ -30,7 +30,7 @@ from neuron_args.atomic import file_stamp, remove_path, write_atomic
 from neuron_args.cache_key import is_cache_key
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.text import graph_label
-from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json, stream_sha256
+from neuron_args.untrusted import METADATA_LIMIT, is_sha256, load_json, read_json, stream_sha256
 
 log = logging.getLogger("neuron_args.remote_cache")
 
@@ -352,8 +352,8 @@ class Marker:
         for name, info in files.items():
             size, sha = (info.get("size"), info.get("sha256")) if isinstance(info, dict) else (None, None)
             if (not _NAME.match(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
-                    or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not isinstance(sha, str)
-                    or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
+                    or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not is_sha256(sha)
+                    or (name.endswith(".json") and size > METADATA_LIMIT)):
                 raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
             out[name] = (size, sha)
         graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
