@@ -376,44 +376,20 @@ class KeyLock:
                 remote_cache.publish(self.entry, self.entry.graph_type)
 
 
-class LockWait:
-    """Logs what a wait for another process's key lock waits for (it may take hours), so a blocked job is never silent."""
+def _lock_holder(entry: CacheEntry, graph_type: str | None, pid: int | None) -> tuple[str, str]:
+    """``the lock ... of cache entry ... (graph type ...)`` and who holds it."""
+    return (f"the lock {entry.lock_path} of cache entry {entry.key} (graph type "
+            f"{graph_type or entry.graph_type!r})", f"process {pid}" if pid else "another process")
 
-    def __init__(self, entry: CacheEntry, *, graph_type: str | None = None, timeout: float | None = None) -> None:
-        self.entry, self.graph_type, self.timeout = entry, graph_type, timeout
-        self.started = time.monotonic()
-        self.due = self.started + LOCK_NOTICE_AFTER
 
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now < self.due:
-            return
-        self.due = now + LOCK_NOTICE_REPEAT
-        pid = self.entry.lock_pid()
-        if pid is not None:
-            log.warning("%s", self.message(pid, now - self.started))
-
-    def _lock(self, pid: int | None) -> tuple[str, str]:
-        """``the lock ... of cache entry ... (graph type ...)`` and who holds it."""
-        entry = self.entry
-        return (f"the lock {entry.lock_path} of cache entry {entry.key} (graph type "
-                f"{self.graph_type or entry.graph_type!r})", f"process {pid}" if pid else "another process")
-
-    def message(self, pid: int, waited: float) -> str:
-        lock, holder = self._lock(pid)
-        limit = "" if self.timeout is None else f", gives up after {self.timeout:.0f} s"
-        stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
-        return (f"waiting for {lock}: {holder} holds it while it builds that entry (waited {waited:.0f} s{limit}); "
-                "this run uses the entry once it is built (or builds it itself if that process dies first).\n"
-                f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
-                f"(`neuron-args cache ls {shlex.quote(str(self.entry.root))}` shows the entry as compiling).")
-
-    def timed_out(self) -> CompileError:
-        lock, holder = self._lock(self.entry.lock_pid())
-        return CompileError(
-            f"waited {self.timeout or 0:.0f} s for {lock}: {holder} has been building it all that time.\n"
-            f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
-            "a build that legitimately takes longer needs a longer compile timeout.")
+def _lock_waiting(entry: CacheEntry, graph_type: str | None, pid: int, waited: float, timeout: float) -> str:
+    """What a wait for another process's key lock waits for (it may take hours), so a blocked job is never silent."""
+    lock, holder = _lock_holder(entry, graph_type, pid)
+    stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
+    return (f"waiting for {lock}: {holder} holds it while it builds that entry (waited {waited:.0f} s, gives up after "
+            f"{timeout:.0f} s); this run uses the entry once it is built (or builds it itself if that process dies "
+            f"first).\nfix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
+            f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
 
 
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, corrupt: str | None = None) -> CompileError:
@@ -548,13 +524,24 @@ class CompileCache:
              timeout: float = LOCK_TIMEOUT, graph_type: str | None = None) -> Iterator[None]:
         """Exclusive per-key lock across processes (released when the holder dies, too); ``stop(seconds)``,
         polled, makes the wait interruptible (``InterruptedError``), and one past ``timeout`` is a :class:`CompileError`."""
-        key_lock = KeyLock(self.entry(key))
+        entry = self.entry(key)
+        key_lock = KeyLock(entry)
         if not key_lock.acquire(0):
-            wait = LockWait(key_lock.entry, graph_type=graph_type, timeout=timeout)
+            started = time.monotonic()
+            due = started + LOCK_NOTICE_AFTER
             while not key_lock.acquire(0 if stop is not None else _LOCK_POLL):
-                if time.monotonic() >= wait.started + timeout:
-                    raise wait.timed_out()
-                wait.tick()
+                now = time.monotonic()
+                if now >= started + timeout:
+                    lock, holder = _lock_holder(entry, graph_type, entry.lock_pid())
+                    raise CompileError(
+                        f"waited {timeout:.0f} s for {lock}: {holder} has been building it all that time.\nfix: if "
+                        f"{holder} is stuck, stop it (the lock is released when it exits) and run again; a build that "
+                        "legitimately takes longer needs a longer compile timeout.")
+                if now >= due:  # logged every LOCK_NOTICE_REPEAT while another process holds it
+                    due = now + LOCK_NOTICE_REPEAT
+                    pid = entry.lock_pid()
+                    if pid is not None:
+                        log.warning("%s", _lock_waiting(entry, graph_type, pid, now - started, timeout))
                 if stop is not None and stop(_LOCK_POLL):
                     raise InterruptedError(f"stopped waiting for the lock of {key}")
         try:
