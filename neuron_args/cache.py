@@ -140,14 +140,8 @@ class CacheEntry:
     marker_path = property(lambda self: self.path / MARKER)
     command_path = property(lambda self: self.path / "command.txt")
     log_path = property(lambda self: self.path / "log-neuron-cc.txt")
-
-    @property
-    def is_complete(self) -> bool:
-        return self.marker_path.exists()
-
-    @property
-    def lock_path(self) -> Path:
-        return self.root / f".{self.key}.lock"
+    lock_path = property(lambda self: self.root / f".{self.key}.lock")
+    is_complete = property(lambda self: self.marker_path.exists())
 
     @property
     def status(self) -> EntryStatus:
@@ -196,9 +190,7 @@ class CacheEntry:
         doc = self._document()
         return doc if isinstance(doc, dict) else {}
 
-    @property
-    def has_metadata(self) -> bool:
-        return bool(self.metadata())
+    has_metadata = property(lambda self: bool(self.metadata()))
 
     def info(self) -> EntryMetadata:
         """The typed metadata (empty when unreadable); a field of another type raises :class:`CorruptEntryError`."""
@@ -429,9 +421,6 @@ def new_metadata(
     }, key.key)
 
 
-trust_log = logging.getLogger("neuron_args.cache.trust")
-
-
 def warn_if_shared(root: Path) -> str | None:
     """Warn once per root (as pip does) when others may write it and signing is off: they choose what runs here."""
     if signing_key() is not None or not hasattr(os, "getuid"):
@@ -449,7 +438,7 @@ def warn_if_shared(root: Path) -> str | None:
                f"(see README 'Sharing a cache safely'). Fix: use a cache only you write, or set {SIGNING_KEY_ENV} "
                "to load only entries signed with your key; silence with "
                "logging.getLogger('neuron_args.cache.trust').setLevel(logging.ERROR)")
-    trust_log.warning("%s", message)
+    logging.getLogger("neuron_args.cache.trust").warning("%s", message)
     return message
 
 
