@@ -723,7 +723,7 @@ def _assert_cache_key_args(
     if recorded is None:
         return
     requested = CompilerArgs.of(compiler_args)
-    if CompilerArgs.of(recorded).canonical != requested.canonical:  # the recorded list read back: parsed here
+    if recorded.canonical != requested.canonical:  # the recorded list was read back as CompilerArgs by info()
         raise CacheKeyArgsConflict(
             f"cache key {entry.key} ({graph_label(graph_type)}) was compiled with\n"
             f"    {list(recorded)}\n  and is now requested with\n    {requested.argv}\n"

@@ -304,7 +304,7 @@ class S3Store:
             raw = self.marker_bytes(key)
         except _Absent:
             return None
-        return Marker.parse(load_json(raw, f"{self.loc.entry_url(key)}{REMOTE_MARKER}"), key)
+        return Marker.parse(raw, key, self.loc)
 
     def probe(self) -> None:
         """One listing of at most one object: whether this host may list the remote (see :meth:`reachable`)."""
@@ -341,8 +341,9 @@ class Marker:
         return sum(size for size, _ in self.files.values())
 
     @classmethod
-    def parse(cls, doc: Any, key: str) -> Marker:
-        """Untrusted: every field checked (ValueError); a listing field is None when malformed or absent."""
+    def parse(cls, raw: bytes, key: str, loc: RemoteLocation) -> Marker:
+        """Untrusted bytes: every field checked (ValueError); a listing field is None when malformed or absent."""
+        doc = load_json(raw, f"{loc.entry_url(key)}{REMOTE_MARKER}")
         if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
             raise ValueError("the marker is not a neuron-args remote marker of this key")
         folder, files = doc.get("folder"), doc.get("files")
@@ -391,7 +392,7 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
     incoming = entry.root / INCOMING_DIR / f"{os.getpid()}-{secrets.token_hex(4)}"
     staged = incoming / key
     try:
-        marker = Marker.parse(load_json(raw, f"{store.loc.url}/{key}/{REMOTE_MARKER}"), key)
+        marker = Marker.parse(raw, key, store.loc)
         staged.mkdir(parents=True)
         for name, (size, sha) in sorted(marker.files.items()):
             got = store.get_file(store.loc.object_key(key, marker.folder, name), staged / name, size, key, graph_type)
