@@ -442,14 +442,6 @@ def warn_if_shared(root: Path) -> str | None:
     return message
 
 
-def _warmed_keys() -> set[str]:
-    """The keys the runner whose ``serve()`` is open warmed up (none open: every key this process loaded or built)."""
-    serving = ACTIVITY.serving
-    if serving is not None:
-        return {g.key for graphs in serving.warmed.values() for g in graphs}
-    return set(ACTIVITY.loaded) | set(ACTIVITY.records)
-
-
 class CompileCache:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = cache_root(root) if remote_cache.is_remote(root) else Path(root).expanduser().resolve()
@@ -639,7 +631,9 @@ class CompileCache:
         """The complete entry most like ``key``: same graph, same graph type, fewest differences, warmed by the runner
         now serving (a shared cache holds other runs' variants), then key order."""
         target = key.components.as_dict()
-        warmed_here = _warmed_keys()
+        serving = ACTIVITY.serving  # the keys it warmed up (none open: every key this process loaded or built)
+        warmed_here = (set(ACTIVITY.loaded) | set(ACTIVITY.records) if serving is None else
+                       {g.key for graphs in serving.warmed.values() for g in graphs})
         ranked: list[tuple[tuple[int, int, int, int, str], CacheEntry, EntryMetadata, list[str]]] = []
         for entry in self.entries():
             if entry.key == key.key or not entry.is_complete:
