@@ -140,14 +140,8 @@ class CacheEntry:
     marker_path = property(lambda self: self.path / MARKER)
     command_path = property(lambda self: self.path / "command.txt")
     log_path = property(lambda self: self.path / "log-neuron-cc.txt")
-
-    @property
-    def is_complete(self) -> bool:
-        return self.marker_path.exists()
-
-    @property
-    def lock_path(self) -> Path:
-        return self.root / f".{self.key}.lock"
+    lock_path = property(lambda self: self.root / f".{self.key}.lock")
+    is_complete = property(lambda self: self.marker_path.exists())
 
     @property
     def status(self) -> EntryStatus:
@@ -196,9 +190,7 @@ class CacheEntry:
         doc = self._document()
         return doc if isinstance(doc, dict) else {}
 
-    @property
-    def has_metadata(self) -> bool:
-        return bool(self.metadata())
+    has_metadata = property(lambda self: bool(self.metadata()))
 
     def info(self) -> EntryMetadata:
         """The typed metadata (empty when unreadable); a field of another type raises :class:`CorruptEntryError`."""
@@ -376,44 +368,20 @@ class KeyLock:
                 remote_cache.publish(self.entry, self.entry.graph_type)
 
 
-class LockWait:
-    """Logs what a wait for another process's key lock waits for (it may take hours), so a blocked job is never silent."""
+def _lock_holder(entry: CacheEntry, graph_type: str | None, pid: int | None) -> tuple[str, str]:
+    """``the lock ... of cache entry ... (graph type ...)`` and who holds it."""
+    return (f"the lock {entry.lock_path} of cache entry {entry.key} (graph type "
+            f"{graph_type or entry.graph_type!r})", f"process {pid}" if pid else "another process")
 
-    def __init__(self, entry: CacheEntry, *, graph_type: str | None = None, timeout: float | None = None) -> None:
-        self.entry, self.graph_type, self.timeout = entry, graph_type, timeout
-        self.started = time.monotonic()
-        self.due = self.started + LOCK_NOTICE_AFTER
 
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now < self.due:
-            return
-        self.due = now + LOCK_NOTICE_REPEAT
-        pid = self.entry.lock_pid()
-        if pid is not None:
-            log.warning("%s", self.message(pid, now - self.started))
-
-    def _lock(self, pid: int | None) -> tuple[str, str]:
-        """``the lock ... of cache entry ... (graph type ...)`` and who holds it."""
-        entry = self.entry
-        return (f"the lock {entry.lock_path} of cache entry {entry.key} (graph type "
-                f"{self.graph_type or entry.graph_type!r})", f"process {pid}" if pid else "another process")
-
-    def message(self, pid: int, waited: float) -> str:
-        lock, holder = self._lock(pid)
-        limit = "" if self.timeout is None else f", gives up after {self.timeout:.0f} s"
-        stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
-        return (f"waiting for {lock}: {holder} holds it while it builds that entry (waited {waited:.0f} s{limit}); "
-                "this run uses the entry once it is built (or builds it itself if that process dies first).\n"
-                f"fix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
-                f"(`neuron-args cache ls {shlex.quote(str(self.entry.root))}` shows the entry as compiling).")
-
-    def timed_out(self) -> CompileError:
-        lock, holder = self._lock(self.entry.lock_pid())
-        return CompileError(
-            f"waited {self.timeout or 0:.0f} s for {lock}: {holder} has been building it all that time.\n"
-            f"fix: if {holder} is stuck, stop it (the lock is released when it exits) and run again; "
-            "a build that legitimately takes longer needs a longer compile timeout.")
+def _lock_waiting(entry: CacheEntry, graph_type: str | None, pid: int, waited: float, timeout: float) -> str:
+    """What a wait for another process's key lock waits for (it may take hours), so a blocked job is never silent."""
+    lock, holder = _lock_holder(entry, graph_type, pid)
+    stop = f"stop it (`kill {pid}` on the machine running it)" if pid else "stop it"
+    return (f"waiting for {lock}: {holder} holds it while it builds that entry (waited {waited:.0f} s, gives up after "
+            f"{timeout:.0f} s); this run uses the entry once it is built (or builds it itself if that process dies "
+            f"first).\nfix: if {holder} is stuck, {stop}: its lock is released when it exits and this run goes on "
+            f"(`neuron-args cache ls {shlex.quote(str(entry.root))}` shows the entry as compiling).")
 
 
 def disk_error(exc: OSError, where: Path, *, key: str, graph_type: str | None, corrupt: str | None = None) -> CompileError:
@@ -453,9 +421,6 @@ def new_metadata(
     }, key.key)
 
 
-trust_log = logging.getLogger("neuron_args.cache.trust")
-
-
 def warn_if_shared(root: Path) -> str | None:
     """Warn once per root (as pip does) when others may write it and signing is off: they choose what runs here."""
     if signing_key() is not None or not hasattr(os, "getuid"):
@@ -473,16 +438,8 @@ def warn_if_shared(root: Path) -> str | None:
                f"(see README 'Sharing a cache safely'). Fix: use a cache only you write, or set {SIGNING_KEY_ENV} "
                "to load only entries signed with your key; silence with "
                "logging.getLogger('neuron_args.cache.trust').setLevel(logging.ERROR)")
-    trust_log.warning("%s", message)
+    logging.getLogger("neuron_args.cache.trust").warning("%s", message)
     return message
-
-
-def _warmed_keys() -> set[str]:
-    """The keys the runner whose ``serve()`` is open warmed up (none open: every key this process loaded or built)."""
-    serving = ACTIVITY.serving
-    if serving is not None:
-        return {g.key for graphs in serving.warmed.values() for g in graphs}
-    return set(ACTIVITY.loaded) | set(ACTIVITY.records)
 
 
 class CompileCache:
@@ -548,13 +505,24 @@ class CompileCache:
              timeout: float = LOCK_TIMEOUT, graph_type: str | None = None) -> Iterator[None]:
         """Exclusive per-key lock across processes (released when the holder dies, too); ``stop(seconds)``,
         polled, makes the wait interruptible (``InterruptedError``), and one past ``timeout`` is a :class:`CompileError`."""
-        key_lock = KeyLock(self.entry(key))
+        entry = self.entry(key)
+        key_lock = KeyLock(entry)
         if not key_lock.acquire(0):
-            wait = LockWait(key_lock.entry, graph_type=graph_type, timeout=timeout)
+            started = time.monotonic()
+            due = started + LOCK_NOTICE_AFTER
             while not key_lock.acquire(0 if stop is not None else _LOCK_POLL):
-                if time.monotonic() >= wait.started + timeout:
-                    raise wait.timed_out()
-                wait.tick()
+                now = time.monotonic()
+                if now >= started + timeout:
+                    lock, holder = _lock_holder(entry, graph_type, entry.lock_pid())
+                    raise CompileError(
+                        f"waited {timeout:.0f} s for {lock}: {holder} has been building it all that time.\nfix: if "
+                        f"{holder} is stuck, stop it (the lock is released when it exits) and run again; a build that "
+                        "legitimately takes longer needs a longer compile timeout.")
+                if now >= due:  # logged every LOCK_NOTICE_REPEAT while another process holds it
+                    due = now + LOCK_NOTICE_REPEAT
+                    pid = entry.lock_pid()
+                    if pid is not None:
+                        log.warning("%s", _lock_waiting(entry, graph_type, pid, now - started, timeout))
                 if stop is not None and stop(_LOCK_POLL):
                     raise InterruptedError(f"stopped waiting for the lock of {key}")
         try:
@@ -663,7 +631,9 @@ class CompileCache:
         """The complete entry most like ``key``: same graph, same graph type, fewest differences, warmed by the runner
         now serving (a shared cache holds other runs' variants), then key order."""
         target = key.components.as_dict()
-        warmed_here = _warmed_keys()
+        serving = ACTIVITY.serving  # the keys it warmed up (none open: every key this process loaded or built)
+        warmed_here = (set(ACTIVITY.loaded) | set(ACTIVITY.records) if serving is None else
+                       {g.key for graphs in serving.warmed.values() for g in graphs})
         ranked: list[tuple[tuple[int, int, int, int, str], CacheEntry, EntryMetadata, list[str]]] = []
         for entry in self.entries():
             if entry.key == key.key or not entry.is_complete:
@@ -747,7 +717,7 @@ def _assert_cache_key_args(
     if recorded is None:
         return
     requested = CompilerArgs.of(compiler_args)
-    if CompilerArgs.of(recorded).canonical != requested.canonical:  # the recorded list read back: parsed here
+    if recorded.canonical != requested.canonical:  # the recorded list was read back as CompilerArgs by info()
         raise CacheKeyArgsConflict(
             f"cache key {entry.key} ({graph_label(graph_type)}) was compiled with\n"
             f"    {list(recorded)}\n  and is now requested with\n    {requested.argv}\n"

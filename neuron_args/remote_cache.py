@@ -30,7 +30,7 @@ from neuron_args.atomic import file_stamp, remove_path, write_atomic
 from neuron_args.cache_key import is_cache_key
 from neuron_args.errors import CorruptEntryError, OptionsError
 from neuron_args.text import graph_label
-from neuron_args.untrusted import METADATA_LIMIT, load_json, read_json, stream_sha256
+from neuron_args.untrusted import METADATA_LIMIT, is_sha256, load_json, read_json, stream_sha256
 
 log = logging.getLogger("neuron_args.remote_cache")
 
@@ -304,7 +304,7 @@ class S3Store:
             raw = self.marker_bytes(key)
         except _Absent:
             return None
-        return Marker.parse(load_json(raw, f"{self.loc.entry_url(key)}{REMOTE_MARKER}"), key)
+        return Marker.parse(raw, key, self.loc)
 
     def probe(self) -> None:
         """One listing of at most one object: whether this host may list the remote (see :meth:`reachable`)."""
@@ -341,8 +341,9 @@ class Marker:
         return sum(size for size, _ in self.files.values())
 
     @classmethod
-    def parse(cls, doc: Any, key: str) -> Marker:
-        """Untrusted: every field checked (ValueError); a listing field is None when malformed or absent."""
+    def parse(cls, raw: bytes, key: str, loc: RemoteLocation) -> Marker:
+        """Untrusted bytes: every field checked (ValueError); a listing field is None when malformed or absent."""
+        doc = load_json(raw, f"{loc.entry_url(key)}{REMOTE_MARKER}")
         if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
             raise ValueError("the marker is not a neuron-args remote marker of this key")
         folder, files = doc.get("folder"), doc.get("files")
@@ -352,8 +353,8 @@ class Marker:
         for name, info in files.items():
             size, sha = (info.get("size"), info.get("sha256")) if isinstance(info, dict) else (None, None)
             if (not _NAME.match(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
-                    or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not isinstance(sha, str)
-                    or not re.fullmatch(r"[0-9a-f]{64}", sha) or (name.endswith(".json") and size > METADATA_LIMIT)):
+                    or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not is_sha256(sha)
+                    or (name.endswith(".json") and size > METADATA_LIMIT)):
                 raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
             out[name] = (size, sha)
         graph_type, args, created = doc.get("graph_type"), doc.get("compiler_args"), doc.get("created")
@@ -391,7 +392,7 @@ def _download(store: S3Store, entry: EntryLike, raw: bytes, graph_type: str | No
     incoming = entry.root / INCOMING_DIR / f"{os.getpid()}-{secrets.token_hex(4)}"
     staged = incoming / key
     try:
-        marker = Marker.parse(load_json(raw, f"{store.loc.url}/{key}/{REMOTE_MARKER}"), key)
+        marker = Marker.parse(raw, key, store.loc)
         staged.mkdir(parents=True)
         for name, (size, sha) in sorted(marker.files.items()):
             got = store.get_file(store.loc.object_key(key, marker.folder, name), staged / name, size, key, graph_type)

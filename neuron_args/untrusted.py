@@ -47,18 +47,14 @@ def read_bounded(path: str | os.PathLike[str], limit: int, *, follow_links: bool
     """The bytes of the regular file ``path``, at most ``limit``; opened as :func:`open_regular` says."""
     fd, st = open_regular(path, follow_links=follow_links)
     try:
-        return read_open(fd, st, limit, path)
+        return b"".join(read_chunks(fd, st, limit, path))
     finally:
         os.close(fd)
 
 
-def read_open(fd: int, st: os.stat_result, limit: int, path: str | os.PathLike[str]) -> bytes:
-    """The bytes of ``path`` opened by :func:`open_regular` (``fd``, ``st``), at most ``limit``."""
-    return b"".join(read_chunks(fd, st, limit, path))
-
-
 def read_chunks(fd: int, st: os.stat_result, limit: int, path: str | os.PathLike[str]) -> Iterator[bytes]:
-    """:func:`read_open` a MiB at a time, so a multi-GB file can be hashed without holding it."""
+    """The bytes of ``path`` opened by :func:`open_regular` (``fd``, ``st``), at most ``limit``, a MiB at a time, so
+    a multi-GB file can be hashed without holding it."""
     if st.st_size > limit:
         raise UntrustedFileError(f"{os.fsdecode(path)} has {st.st_size} bytes, more than the {limit} allowed")
     left = limit + 1
@@ -80,11 +76,9 @@ def read_tail(path: str | os.PathLike[str], size: int) -> tuple[bytes, bool]:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return name
-    return "not a regular file"
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def load_json(data: bytes | str, what: object = "JSON") -> Any:
@@ -95,6 +89,11 @@ def load_json(data: bytes | str, what: object = "JSON") -> Any:
         raise UntrustedFileError(f"{what} is not JSON (nested too deeply)") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long
         raise UntrustedFileError(f"{what} is not JSON ({exc})") from None
+
+
+def is_sha256(value: object) -> bool:
+    """Whether ``value`` has a sha256 hex digest's form (64 lowercase hex digits): checked where a record enters."""
+    return isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef")
 
 
 def read_json(path: str | os.PathLike[str], limit: int) -> Any:

@@ -28,7 +28,7 @@ from neuron_args.compilers.base import check_keyed_build, check_keyed_compiler, 
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CompileError, NeuronArgsError
-from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, read_bounded, read_tail
+from neuron_args.untrusted import HLO_LIMIT, UntrustedFileError, is_sha256, read_bounded, read_tail
 
 __all__ = ["CompileOutcome", "CompileTask", "build_on", "commit_outcome", "prepare_task", "run_compile_task"]
 
@@ -212,8 +212,7 @@ def outcome_problem(outcome: object, task: CompileTask) -> str | None:
         (_text(o.workdir, 4096) and os.path.isabs(o.workdir) and len(o.workdir) > 1,
          "its workdir is not an absolute folder path"),
         (o.executable is None or isinstance(o.executable, bytes), "its executable is not bytes"),
-        (o.executable_sha256 is None or (isinstance(o.executable_sha256, str) and len(o.executable_sha256) == 64
-                                         and all(c in "0123456789abcdef" for c in o.executable_sha256)),
+        (o.executable_sha256 is None or is_sha256(o.executable_sha256),
          "its executable_sha256 is not 64 hex characters"),
         (isinstance(o.log, bytes) and len(o.log) <= MAX_LOG_BYTES, f"its log is not bytes of at most {MAX_LOG_BYTES}"),
         (isinstance(o.argv, (tuple, list)) and all(_text(a) for a in o.argv)

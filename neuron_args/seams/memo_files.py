@@ -10,7 +10,7 @@ from typing import Any
 from neuron_args.atomic import STALE_AFTER
 from neuron_args.cache import CompileCache
 from neuron_args.errors import CorruptEntryError
-from neuron_args.untrusted import RECORD_LIMIT, read_json
+from neuron_args.untrusted import RECORD_LIMIT, is_sha256, read_json
 
 FORMAT = 3  # 2: output specs (a key component); 3: the TraceMemo fields as dataclasses.asdict gives them
 
@@ -19,14 +19,10 @@ def memo_path(cache: CompileCache, fp: str) -> Path:
     return cache.trace_memo_dir / f"{fp}.json"
 
 
-def is_digest(value: Any) -> bool:
-    return isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef")
-
-
 def predicted_digest(d: Any, fp: str) -> str | None:
     """The graph digest a memo file's JSON predicts for ``fp``; None: not a memo of ``fp`` (signature unchecked)."""
     if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("fingerprint") != fp \
-            or not is_digest(d.get("graph_sha256")):
+            or not is_sha256(d.get("graph_sha256")):
         return None
     return d["graph_sha256"]
 
@@ -52,7 +48,7 @@ def prune(cache: CompileCache, older_than_days: float | None = None, dry_run: bo
             comps = entry.info().key_components
         except CorruptEntryError:  # never loaded: moved aside when used
             continue
-        if comps is not None and is_digest(comps.get("graph")):
+        if comps is not None and is_sha256(comps.get("graph")):
             digests.add(comps["graph"])
     now = time.time()
     out = []
