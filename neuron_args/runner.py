@@ -223,9 +223,6 @@ class NeuronRunner:
                                                             dynamic=False, fullgraph=self.fullgraph)
         return fn
 
-    def resolve(self, graph_type: str | None) -> list[str] | None:
-        return self.resolver.resolve_graph_compiler_args(graph_type)
-
     def scope(self, graph_type: str | None) -> contextlib.AbstractContextManager[None]:
         """The in-process compile site: ``scoped_compiler_args(resolve_graph_compiler_args(graph_type))``."""
         return scoped_compiler_args(self.resolver.args_for(graph_type), graph_type=graph_type)

@@ -193,8 +193,9 @@ def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> 
     if not marked:
         pytest.fail("neuron_compiler_args resolves the graph type(s) of the test's marker: add "
                     "@pytest.mark.graph_type('decode') (or several types) to the test", pytrace=False)
-    resolved = {graph_type: list(args if (args := neuron_runner.resolve(graph_type)) is not None
-                                 else neuron_runner.resolver.base_args) for graph_type in marked}
+    resolver = neuron_runner.resolver
+    resolved = {g: list(args if (args := resolver.resolve_graph_compiler_args(g)) is not None else resolver.base_args)
+                for g in marked}
     return resolved[marked[0]] if len(marked) == 1 else resolved
 
 
@@ -251,9 +252,9 @@ def _first_line(text: object) -> str:
     return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
 
 
-def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> dict[str, str]:
-    """graph type -> its error's first line, for the graph types a failed warmup failed on: a parallel warmup's
-    failed graphs, else the first one not warmed (the in-process flow stops at the error)."""
+def _note_failed_warmup(session: NeuronSession, runner: Any, chosen: list[str], nodeid: str, exc: Exception) -> None:
+    """Note the graph types a failed warmup failed on, each with its error's first line: a parallel warmup's failed
+    graphs, else the first one not warmed (the in-process flow stops at the error)."""
     from neuron_args.runner import GraphBreakError
 
     named: dict[str, str] = {}
@@ -265,15 +266,10 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
         if r.status == "failed":
             raised = first_line("\n".join(reversed(str(r.error or exc).splitlines())))  # a traceback's last line
             named.setdefault(r.graph_type, f"trace of graph type {r.graph_type!r} failed: {raised}")
-    named = {g: line for g, line in named.items() if g in chosen}
-    if named:
-        return named
-    return {g: _first_line(exc) for g in [g for g in chosen if g not in runner.warmed][:1]}
-
-
-def _note_failed_warmup(session: NeuronSession, runner: Any, chosen: list[str], nodeid: str, exc: Exception) -> None:
+    named = {g: line for g, line in named.items() if g in chosen} or {
+        g: _first_line(exc) for g in [g for g in chosen if g not in runner.warmed][:1]}
     failed = session.failed_warmups.setdefault(runner, {})
-    for graph_type, line in _failed_graph_types(runner, chosen, exc).items():
+    for graph_type, line in named.items():
         if graph_type not in failed:
             failed[graph_type] = (nodeid, f"{type(exc).__name__}: {line}")
             session.warmup_failures.append({"graph_type": graph_type, "test": nodeid, "error": failed[graph_type][1]})
