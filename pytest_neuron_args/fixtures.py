@@ -115,40 +115,6 @@ def neuron_cache(pytestconfig: pytest.Config) -> Any:
     return CompileCache(get_session(pytestconfig).cache_dir())
 
 
-def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model: Any) -> Any:
-    """The session's runner for this model object and these settings (a new one per test for a per-test model)."""
-    import torch
-
-    from neuron_args.errors import NeuronArgsError
-    from neuron_args.runner import NeuronRunner
-
-    s = session.settings
-    fullgraph = not (s.allow_graph_breaks or request.node.get_closest_marker(ALLOW_BREAKS) is not None)
-    fixturedef = model_fixturedef_of(request.node)
-    shared = fixturedef is not None and fixturedef.scope != "function"
-    key = (id(model), fullgraph, s.runner_key())
-    runner = session.runners.get(key) if shared else None
-    if runner is None or runner.model is not model:
-        # Dynamo's frame caches grow with every runner (and hold their graphs): start each new runner from
-        # a clean Dynamo; the session's other runners retrace on their next call (loads, never compiles)
-        torch._dynamo.reset()
-        try:
-            runner = NeuronRunner(model, compiler_args=s.base_args, target=s.target, compiler=s.compiler,
-                                  cache_dir=session.cache_dir(), optimization_level=s.optimization_level,
-                                  fullgraph=fullgraph, compile_timeout=s.compile_timeout,
-                                  allow_eager_outputs=s.allow_eager_outputs or None,
-                                  manifest_config={"topology": {"world_size": s.tp, "tensor_parallel_size": s.tp,
-                                                                "has_collectives": s.tp > 1}})
-        except NeuronArgsError as exc:
-            pytest.fail(f"{USER_FIXTURE} ({type(model).__name__}): {exc}", pytrace=False)
-        runner.emit_manifests = False  # the session writes the manifest once, at its end
-        session.runners_made += 1
-        if shared:
-            session.runners[key] = runner
-    runner.origin = request.node.nodeid
-    return runner
-
-
 def _shared(session: NeuronSession, runner: Any) -> bool:
     """True for a runner the session keeps for later tests (its model's fixture outlives a test)."""
     return any(r is runner for r in session.runners.values())
@@ -156,10 +122,39 @@ def _shared(session: NeuronSession, runner: Any) -> bool:
 
 @pytest.fixture
 def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Iterator[Any]:
-    """A NeuronRunner for ``neuron_model`` with the session's options; while the test runs its graphs go to the
-    session's ledger, so a warmup the test calls itself is in the manifest a later ``neuron_manifest`` reads."""
+    """A NeuronRunner for ``neuron_model`` with the session's options, one per model object and settings (a new one
+    per test for a per-test model); while the test runs its graphs go to the session's ledger, so a warmup the test
+    calls itself is in the manifest a later ``neuron_manifest`` reads."""
+    import torch
+
+    from neuron_args.errors import NeuronArgsError
+    from neuron_args.runner import NeuronRunner
+
     session = get_session(pytestconfig)
-    runner = session_runner(request, session, neuron_model)
+    s = session.settings
+    fullgraph = not (s.allow_graph_breaks or request.node.get_closest_marker(ALLOW_BREAKS) is not None)
+    fixturedef = model_fixturedef_of(request.node)
+    shared = fixturedef is not None and fixturedef.scope != "function"
+    key = (id(neuron_model), fullgraph, s.runner_key())
+    runner = session.runners.get(key) if shared else None
+    if runner is None or runner.model is not neuron_model:
+        # Dynamo's frame caches grow with every runner (and hold their graphs): start each new runner from
+        # a clean Dynamo; the session's other runners retrace on their next call (loads, never compiles)
+        torch._dynamo.reset()
+        try:
+            runner = NeuronRunner(neuron_model, compiler_args=s.base_args, target=s.target, compiler=s.compiler,
+                                  cache_dir=session.cache_dir(), optimization_level=s.optimization_level,
+                                  fullgraph=fullgraph, compile_timeout=s.compile_timeout,
+                                  allow_eager_outputs=s.allow_eager_outputs or None,
+                                  manifest_config={"topology": {"world_size": s.tp, "tensor_parallel_size": s.tp,
+                                                                "has_collectives": s.tp > 1}})
+        except NeuronArgsError as exc:
+            pytest.fail(f"{USER_FIXTURE} ({type(neuron_model).__name__}): {exc}", pytrace=False)
+        runner.emit_manifests = False  # the session writes the manifest once, at its end
+        session.runners_made += 1
+        if shared:
+            session.runners[key] = runner
+    runner.origin = request.node.nodeid
     with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}):
         yield runner
 
@@ -353,9 +348,19 @@ def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
 
 def baseline_location(config: pytest.Config, node: pytest.Item, model_fixturedef: Any,
                       settings: NeuronSettings) -> tuple[Path, Path]:
-    """A test's baseline file and its anchor (the folder ``.neuron-baseline/`` lives in by default)."""
+    """A test's baseline file and its anchor, the folder ``.neuron-baseline/`` lives in by default: by the ini file
+    of the conftest defining ``neuron_model``, found from that conftest (pytest's rootdir can move with a split
+    ``--neuron-cache-dir PATH``); else the ini file or rootdir."""
+    import inspect
+
+    model_fixture = getattr(model_fixturedef, "func", None)
+    try:
+        source = inspect.getsourcefile(model_fixture) if model_fixture is not None else None
+    except TypeError:
+        source = None
+    folder = Path(source).resolve().parent if source else None
+    anchor = (_ini_dir(folder) or folder) if folder is not None else ini_folder(config)
     nodeid = node.nodeid
-    anchor = baseline_anchor(config, getattr(model_fixturedef, "func", None))
     try:  # named from the anchor too, so neither the folder nor the name moves with the rootdir
         test_id = Path(node.path).resolve().relative_to(anchor).as_posix() + (
             nodeid[nodeid.index("::"):] if "::" in nodeid else "")
@@ -376,27 +381,10 @@ def _ini_dir(start: Path) -> Path | None:
         for name, section in _INI_FILES:
             path = folder / name
             if path.is_file():
-                try:
+                with contextlib.suppress(OSError):
                     if section is None or section in path.read_text(encoding="utf-8", errors="replace"):
                         return folder
-                except OSError:
-                    continue
     return None
-
-
-def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
-    """Where ``.neuron-baseline/`` lives: by the ini file of the conftest defining ``neuron_model``, found from that
-    conftest (pytest's rootdir can move with a split ``--neuron-cache-dir PATH``); else the ini file or rootdir."""
-    import inspect
-
-    try:
-        source = inspect.getsourcefile(model_fixture) if model_fixture is not None else None
-    except TypeError:
-        source = None
-    if source:
-        folder = Path(source).resolve().parent
-        return _ini_dir(folder) or folder
-    return ini_folder(config)
 
 
 def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str], *extra: str) -> int:
