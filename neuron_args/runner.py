@@ -96,11 +96,8 @@ class WarmupProgress:
 
     def line(self) -> str:
         where = f"{self.graph_type} {self.bucket} ({self.done}/{self.total})"
-        return _PROGRESS_LINES[self.how].format(where)
-
-
-_PROGRESS_LINES = {"loaded": "loaded {} from the cache", "captured": "captured {} for parallel_compile",
-                   "compiling": "compiling {}\u2026"}
+        return {"loaded": f"loaded {where} from the cache", "captured": f"captured {where} for parallel_compile",
+                "compiling": f"compiling {where}\u2026"}[self.how]
 
 
 @dataclass
