@@ -7,6 +7,7 @@ into ``neuron_compile_counter`` blocks, so counts do not depend on test order.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import shlex
 import time
 import traceback
@@ -18,9 +19,11 @@ import pytest
 
 from neuron_args import envs
 from neuron_args.activity import tally
-from neuron_args.cache import CacheStats
+from neuron_args.cache import CacheStats, CompileCache
 from neuron_args.deferred.parallel_compile import ParallelCompileError
-from neuron_args.errors import TraceError
+from neuron_args.errors import NeuronArgsError, TraceError
+from neuron_args.graph_outcome import GraphOutcome
+from neuron_args.manifest.emit import emit_engines
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.text import first_line
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
@@ -110,8 +113,6 @@ def neuron_target(neuron_settings: NeuronSettings) -> str:
 @pytest.fixture(scope="session")
 def neuron_cache(pytestconfig: pytest.Config) -> Any:
     """The session's :class:`neuron_args.cache.CompileCache` (``--neuron-cache-dir`` or a fresh one)."""
-    from neuron_args.cache import CompileCache
-
     return CompileCache(get_session(pytestconfig).cache_dir())
 
 
@@ -127,7 +128,6 @@ def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, n
     calls itself is in the manifest a later ``neuron_manifest`` reads."""
     import torch
 
-    from neuron_args.errors import NeuronArgsError
     from neuron_args.runner import NeuronRunner
 
     session = get_session(pytestconfig)
@@ -167,8 +167,6 @@ def _ours(request: pytest.FixtureRequest, name: str, value: Any, kind: str) -> A
     if isinstance(value, getattr(runner, kind)):  # a subclass of the project's own is fine
         return value
     try:
-        import inspect
-
         func = request._fixturemanager.getfixturedefs(name, request.node)[-1].func
         where = f"{inspect.getsourcefile(func)}:{inspect.getsourcelines(func)[1]}"
     except Exception:  # another pytest's private API, or no source
@@ -312,8 +310,6 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
                     pytestconfig: pytest.Config, tmp_path: Path) -> ManifestView:
     """This test's view of the session manifest (``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``): the
     graphs its warmup covers, with every rank that built them."""
-    from neuron_args.manifest.emit import emit_engines
-
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         return None  # type: ignore[return-value]
@@ -351,8 +347,6 @@ def baseline_location(config: pytest.Config, node: pytest.Item, model_fixturedef
     """A test's baseline file and its anchor, the folder ``.neuron-baseline/`` lives in by default: by the ini file
     of the conftest defining ``neuron_model``, found from that conftest (pytest's rootdir can move with a split
     ``--neuron-cache-dir PATH``); else the ini file or rootdir."""
-    import inspect
-
     model_fixture = getattr(model_fixturedef, "func", None)
     try:
         source = inspect.getsourcefile(model_fixture) if model_fixture is not None else None
@@ -416,7 +410,6 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
               tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``--neuron-tp N``: warm up in N rank processes (gloo on CPU), each running this test's fixtures (its
     ``neuron_model`` built after ``torch.distributed`` is up) but not the test, and reporting what it warmed."""
-    from neuron_args.graph_outcome import GraphOutcome
     from neuron_args.runner import WarmupReport
 
     s = session.settings
