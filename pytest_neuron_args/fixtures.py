@@ -116,9 +116,13 @@ def neuron_cache(pytestconfig: pytest.Config) -> Any:
     return CompileCache(get_session(pytestconfig).cache_dir())
 
 
-def _shared(session: NeuronSession, runner: Any) -> bool:
-    """True for a runner the session keeps for later tests (its model's fixture outlives a test)."""
-    return any(r is runner for r in session.runners.values())
+def _warmup(session: NeuronSession, runner: Any, graph_types: list[str] | None, progress: Any = None) -> Any:
+    """``runner.warmup`` as the plugin runs one (GC paused, no manifest: the session emits it); its report noted."""
+    keep = any(r is runner for r in session.runners.values())  # the session keeps it (its model outlives a test)
+    with gc_policy.paused(keep=keep), trace_log.detached():
+        report = runner.warmup(graph_types=graph_types, flow=session.settings.flow, progress=progress, emit=False)
+    session.add_compile_report(report.compile_report)
+    return report
 
 
 @pytest.fixture
@@ -216,12 +220,9 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
             if s.tp > 1:
                 report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
             else:
-                progress = _progress_writer(pytestconfig, request.node)
-                with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}), \
-                        gc_policy.paused(keep=_shared(session, neuron_runner)), trace_log.detached():
-                    report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
+                with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}):
+                    report = _warmup(session, neuron_runner, graph_types, _progress_writer(pytestconfig, request.node))
                 session.deferred_counts.update(report.deferred_counts.snapshot())  # loads here: in ACTIVITY.stats
-                session.add_compile_report(report.compile_report)
     except BaseException as exc:
         # what a failed parallel warmup built before it raised (a ParallelCompileError's report; the parallel_compile
         # a trace failure, a graph break or Ctrl-C cut short): those graphs were compiled by this session
@@ -474,9 +475,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     chosen = asked.split(",") if asked else graph_types
     result: dict[str, Any] = {"error": None}  # write_warmup adds the rank
     try:
-        with gc_policy.paused(keep=_shared(session, runner)), trace_log.detached():
-            report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
-        session.add_compile_report(report.compile_report)
+        report = _warmup(session, runner, chosen)
         result.update(graphs=[g.to_json() for g in report.graphs], export=session.export(),
                       weights=ranks.weights_digest(runner.model),
                       config=runner.manifest_config_block())  # write_warmup's JSON takes any value as its str
