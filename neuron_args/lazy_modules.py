@@ -20,7 +20,6 @@ jax: Any = _Module("jax")
 jnp: Any = _Module("jax.numpy")
 lax: Any = _Module("jax.lax")
 jsl: Any = _Module("jax.scipy.linalg")
-jss: Any = _Module("jax.scipy.special")
 jaxlib_jax: Any = _Module("jaxlib._jax")
 xla_client: Any = _Module("jaxlib.xla_client")  # jax's own, without importing jax
 transformers: Any = _Module("transformers")

@@ -35,6 +35,10 @@ from neuron_args.errors import NeuronArgsError
 from neuron_args.fastpath import MISS, FastPath
 from neuron_args.graph_outcome import GraphOutcome
 from neuron_args.graphs import GraphSpec, bucket_kwargs, declared_graphs
+from neuron_args.manifest.config import build_config
+from neuron_args.manifest.engine import get_server_prefix, manifest_root
+from neuron_args.manifest.folder_lock import hold_engine
+from neuron_args.manifest.ledger import register_tp_group
 from neuron_args.scope import CompilerArgsResolver, current_graph_type, scoped_compiler_args
 from neuron_args.seams import records
 from neuron_args.flags import optimization_level
@@ -96,11 +100,8 @@ class WarmupProgress:
 
     def line(self) -> str:
         where = f"{self.graph_type} {self.bucket} ({self.done}/{self.total})"
-        return _PROGRESS_LINES[self.how].format(where)
-
-
-_PROGRESS_LINES = {"loaded": "loaded {} from the cache", "captured": "captured {} for parallel_compile",
-                   "compiling": "compiling {}\u2026"}
+        return {"loaded": f"loaded {where} from the cache", "captured": f"captured {where} for parallel_compile",
+                "compiling": f"compiling {where}\u2026"}[self.how]
 
 
 @dataclass
@@ -189,8 +190,6 @@ class NeuronRunner:
         self.warmed: dict[str, list[GraphOutcome]] = {}
         self._manifest_hold: Any = None  # the manifest folder this job holds from its first warmup to its emit
         if tp_group is not None:
-            from neuron_args.manifest.ledger import register_tp_group
-
             register_tp_group(*tp_group)
         self._compiled: dict[int, Any] = {}
         #: the open ``serve()`` block's session (calls per graph type so far), else None
@@ -222,9 +221,6 @@ class NeuronRunner:
             fn = self._compiled[id(entry)] = torch.compile(entry, backend=self.backend, options=self.options,
                                                             dynamic=False, fullgraph=self.fullgraph)
         return fn
-
-    def resolve(self, graph_type: str | None) -> list[str] | None:
-        return self.resolver.resolve_graph_compiler_args(graph_type)
 
     def scope(self, graph_type: str | None) -> contextlib.AbstractContextManager[None]:
         """The in-process compile site: ``scoped_compiler_args(resolve_graph_compiler_args(graph_type))``."""
@@ -526,8 +522,7 @@ class NeuronRunner:
     def emit_manifest(self) -> Any:
         """Write this engine's manifest when ``VLLM_NEURON_MANIFEST_DIR`` is set (local rank 0 only); then another
         job of this engine waiting for the manifest folder goes on."""
-        from neuron_args.manifest.emit import emit_manifest
-        from neuron_args.manifest.engine import manifest_root
+        from neuron_args.manifest.emit import emit_manifest  # here, not at the top: it is named as this method
 
         try:
             if manifest_root() is None:
@@ -545,9 +540,6 @@ class NeuronRunner:
     def _hold_manifest_folder(self) -> None:
         """Hold the engine's manifest folder from the first warmup to the emit, so a second job of the engine
         waits instead of losing its ledger lines to this one's emit."""
-        from neuron_args.manifest.engine import get_server_prefix, manifest_root
-        from neuron_args.manifest.folder_lock import hold_engine
-
         root = manifest_root()
         if self._manifest_hold is not None or root is None or not self.emit_manifests or self.local_rank != 0:
             return
@@ -561,8 +553,6 @@ class NeuronRunner:
 
     def manifest_config_block(self) -> dict[str, Any] | None:
         """The manifest's ``config`` block for this runner (None, with a warning, when it cannot be built)."""
-        from neuron_args.manifest.config import build_config
-
         cfg = dict(self.manifest_config)
         try:
             return build_config(

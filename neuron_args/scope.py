@@ -18,23 +18,18 @@ _SCOPE: contextvars.ContextVar[tuple[CompilerArgs | None, str | None]] = context
     "neuron_args_scope", default=(None, None))
 
 
-def _scope_value(compiler_args: Sequence[str] | None) -> CompilerArgs | None:
-    if compiler_args is None:
-        return None
-    try:
-        if isinstance(compiler_args, (str, bytes)):  # a scope holds the resolved list, not a string to split
-            raise TypeError(f"got {type(compiler_args).__name__} {compiler_args!r}")
-        return CompilerArgs.of(compiler_args)
-    except TypeError as exc:
-        raise TypeError(f"scoped_compiler_args expects None or a sequence of str (e.g. ['-O3']): {exc}") from None
-
-
 @contextlib.contextmanager
 def scoped_compiler_args(
     compiler_args: Sequence[str] | None, *, graph_type: str | None = None
 ) -> Iterator[None]:
     """Set the concrete args for the graph compiled in this scope (``None`` = no override)."""
-    token = _SCOPE.set((_scope_value(compiler_args), graph_type))
+    try:
+        if isinstance(compiler_args, (str, bytes)):  # a scope holds the resolved list, not a string to split
+            raise TypeError(f"got {type(compiler_args).__name__} {compiler_args!r}")
+        scoped = None if compiler_args is None else CompilerArgs.of(compiler_args)
+    except TypeError as exc:
+        raise TypeError(f"scoped_compiler_args expects None or a sequence of str (e.g. ['-O3']): {exc}") from None
+    token = _SCOPE.set((scoped, graph_type))
     try:
         yield
     finally:

@@ -7,6 +7,7 @@ into ``neuron_compile_counter`` blocks, so counts do not depend on test order.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import shlex
 import time
 import traceback
@@ -18,9 +19,11 @@ import pytest
 
 from neuron_args import envs
 from neuron_args.activity import tally
-from neuron_args.cache import CacheStats
+from neuron_args.cache import CacheStats, CompileCache
 from neuron_args.deferred.parallel_compile import ParallelCompileError
-from neuron_args.errors import TraceError
+from neuron_args.errors import NeuronArgsError, TraceError
+from neuron_args.graph_outcome import GraphOutcome
+from neuron_args.manifest.emit import emit_engines
 from neuron_args.manifest.engine import MANIFEST_DIR_ENV
 from neuron_args.text import first_line
 from neuron_args.untrusted import MANIFEST_LIMIT, read_json
@@ -110,56 +113,52 @@ def neuron_target(neuron_settings: NeuronSettings) -> str:
 @pytest.fixture(scope="session")
 def neuron_cache(pytestconfig: pytest.Config) -> Any:
     """The session's :class:`neuron_args.cache.CompileCache` (``--neuron-cache-dir`` or a fresh one)."""
-    from neuron_args.cache import CompileCache
-
     return CompileCache(get_session(pytestconfig).cache_dir())
 
 
-def session_runner(request: pytest.FixtureRequest, session: NeuronSession, model: Any) -> Any:
-    """The session's runner for this model object and these settings (a new one per test for a per-test model)."""
+def _warmup(session: NeuronSession, runner: Any, graph_types: list[str] | None, progress: Any = None) -> Any:
+    """``runner.warmup`` as the plugin runs one (GC paused, no manifest: the session emits it); its report noted."""
+    keep = any(r is runner for r in session.runners.values())  # the session keeps it (its model outlives a test)
+    with gc_policy.paused(keep=keep), trace_log.detached():
+        report = runner.warmup(graph_types=graph_types, flow=session.settings.flow, progress=progress, emit=False)
+    session.add_compile_report(report.compile_report)
+    return report
+
+
+@pytest.fixture
+def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Iterator[Any]:
+    """A NeuronRunner for ``neuron_model`` with the session's options, one per model object and settings (a new one
+    per test for a per-test model); while the test runs its graphs go to the session's ledger, so a warmup the test
+    calls itself is in the manifest a later ``neuron_manifest`` reads."""
     import torch
 
-    from neuron_args.errors import NeuronArgsError
     from neuron_args.runner import NeuronRunner
 
+    session = get_session(pytestconfig)
     s = session.settings
     fullgraph = not (s.allow_graph_breaks or request.node.get_closest_marker(ALLOW_BREAKS) is not None)
     fixturedef = model_fixturedef_of(request.node)
     shared = fixturedef is not None and fixturedef.scope != "function"
-    key = (id(model), fullgraph, s.runner_key())
+    key = (id(neuron_model), fullgraph, s.runner_key())
     runner = session.runners.get(key) if shared else None
-    if runner is None or runner.model is not model:
+    if runner is None or runner.model is not neuron_model:
         # Dynamo's frame caches grow with every runner (and hold their graphs): start each new runner from
         # a clean Dynamo; the session's other runners retrace on their next call (loads, never compiles)
         torch._dynamo.reset()
         try:
-            runner = NeuronRunner(model, compiler_args=s.base_args, target=s.target, compiler=s.compiler,
+            runner = NeuronRunner(neuron_model, compiler_args=s.base_args, target=s.target, compiler=s.compiler,
                                   cache_dir=session.cache_dir(), optimization_level=s.optimization_level,
                                   fullgraph=fullgraph, compile_timeout=s.compile_timeout,
                                   allow_eager_outputs=s.allow_eager_outputs or None,
                                   manifest_config={"topology": {"world_size": s.tp, "tensor_parallel_size": s.tp,
                                                                 "has_collectives": s.tp > 1}})
         except NeuronArgsError as exc:
-            pytest.fail(f"{USER_FIXTURE} ({type(model).__name__}): {exc}", pytrace=False)
+            pytest.fail(f"{USER_FIXTURE} ({type(neuron_model).__name__}): {exc}", pytrace=False)
         runner.emit_manifests = False  # the session writes the manifest once, at its end
         session.runners_made += 1
         if shared:
             session.runners[key] = runner
     runner.origin = request.node.nodeid
-    return runner
-
-
-def _shared(session: NeuronSession, runner: Any) -> bool:
-    """True for a runner the session keeps for later tests (its model's fixture outlives a test)."""
-    return any(r is runner for r in session.runners.values())
-
-
-@pytest.fixture
-def neuron_runner(request: pytest.FixtureRequest, pytestconfig: pytest.Config, neuron_model: Any) -> Iterator[Any]:
-    """A NeuronRunner for ``neuron_model`` with the session's options; while the test runs its graphs go to the
-    session's ledger, so a warmup the test calls itself is in the manifest a later ``neuron_manifest`` reads."""
-    session = get_session(pytestconfig)
-    runner = session_runner(request, session, neuron_model)
     with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}):
         yield runner
 
@@ -172,8 +171,6 @@ def _ours(request: pytest.FixtureRequest, name: str, value: Any, kind: str) -> A
     if isinstance(value, getattr(runner, kind)):  # a subclass of the project's own is fine
         return value
     try:
-        import inspect
-
         func = request._fixturemanager.getfixturedefs(name, request.node)[-1].func
         where = f"{inspect.getsourcefile(func)}:{inspect.getsourcelines(func)[1]}"
     except Exception:  # another pytest's private API, or no source
@@ -193,8 +190,9 @@ def neuron_compiler_args(request: pytest.FixtureRequest, neuron_runner: Any) -> 
     if not marked:
         pytest.fail("neuron_compiler_args resolves the graph type(s) of the test's marker: add "
                     "@pytest.mark.graph_type('decode') (or several types) to the test", pytrace=False)
-    resolved = {graph_type: list(args if (args := neuron_runner.resolve(graph_type)) is not None
-                                 else neuron_runner.resolver.base_args) for graph_type in marked}
+    resolver = neuron_runner.resolver
+    resolved = {g: list(args if (args := resolver.resolve_graph_compiler_args(g)) is not None else resolver.base_args)
+                for g in marked}
     return resolved[marked[0]] if len(marked) == 1 else resolved
 
 
@@ -222,12 +220,9 @@ def neuron_warmup(request: pytest.FixtureRequest, neuron_runner: Any, pytestconf
             if s.tp > 1:
                 report = tp_warmup(request, session, neuron_runner, graph_types, tmp_path_factory)
             else:
-                progress = _progress_writer(pytestconfig, request.node)
-                with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}), \
-                        gc_policy.paused(keep=_shared(session, neuron_runner)), trace_log.detached():
-                    report = neuron_runner.warmup(graph_types=graph_types, flow=s.flow, progress=progress, emit=False)
+                with envs.overridden({MANIFEST_DIR_ENV: str(session.ledger_root())}):
+                    report = _warmup(session, neuron_runner, graph_types, _progress_writer(pytestconfig, request.node))
                 session.deferred_counts.update(report.deferred_counts.snapshot())  # loads here: in ACTIVITY.stats
-                session.add_compile_report(report.compile_report)
     except BaseException as exc:
         # what a failed parallel warmup built before it raised (a ParallelCompileError's report; the parallel_compile
         # a trace failure, a graph break or Ctrl-C cut short): those graphs were compiled by this session
@@ -251,9 +246,9 @@ def _first_line(text: object) -> str:
     return " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
 
 
-def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> dict[str, str]:
-    """graph type -> its error's first line, for the graph types a failed warmup failed on: a parallel warmup's
-    failed graphs, else the first one not warmed (the in-process flow stops at the error)."""
+def _note_failed_warmup(session: NeuronSession, runner: Any, chosen: list[str], nodeid: str, exc: Exception) -> None:
+    """Note the graph types a failed warmup failed on, each with its error's first line: a parallel warmup's failed
+    graphs, else the first one not warmed (the in-process flow stops at the error)."""
     from neuron_args.runner import GraphBreakError
 
     named: dict[str, str] = {}
@@ -265,15 +260,10 @@ def _failed_graph_types(runner: Any, chosen: list[str], exc: BaseException) -> d
         if r.status == "failed":
             raised = first_line("\n".join(reversed(str(r.error or exc).splitlines())))  # a traceback's last line
             named.setdefault(r.graph_type, f"trace of graph type {r.graph_type!r} failed: {raised}")
-    named = {g: line for g, line in named.items() if g in chosen}
-    if named:
-        return named
-    return {g: _first_line(exc) for g in [g for g in chosen if g not in runner.warmed][:1]}
-
-
-def _note_failed_warmup(session: NeuronSession, runner: Any, chosen: list[str], nodeid: str, exc: Exception) -> None:
+    named = {g: line for g, line in named.items() if g in chosen} or {
+        g: _first_line(exc) for g in [g for g in chosen if g not in runner.warmed][:1]}
     failed = session.failed_warmups.setdefault(runner, {})
-    for graph_type, line in _failed_graph_types(runner, chosen, exc).items():
+    for graph_type, line in named.items():
         if graph_type not in failed:
             failed[graph_type] = (nodeid, f"{type(exc).__name__}: {line}")
             session.warmup_failures.append({"graph_type": graph_type, "test": nodeid, "error": failed[graph_type][1]})
@@ -321,8 +311,6 @@ def neuron_manifest(request: pytest.FixtureRequest, neuron_warmup: Any, neuron_r
                     pytestconfig: pytest.Config, tmp_path: Path) -> ManifestView:
     """This test's view of the session manifest (``<tmp_path>/neuron-manifest/<engine-id>/manifest.json``): the
     graphs its warmup covers, with every rank that built them."""
-    from neuron_args.manifest.emit import emit_engines
-
     session = get_session(pytestconfig)
     if session.is_rank_worker:
         return None  # type: ignore[return-value]
@@ -357,9 +345,17 @@ def neuron_baseline(request: pytest.FixtureRequest, pytestconfig: pytest.Config)
 
 def baseline_location(config: pytest.Config, node: pytest.Item, model_fixturedef: Any,
                       settings: NeuronSettings) -> tuple[Path, Path]:
-    """A test's baseline file and its anchor (the folder ``.neuron-baseline/`` lives in by default)."""
+    """A test's baseline file and its anchor, the folder ``.neuron-baseline/`` lives in by default: by the ini file
+    of the conftest defining ``neuron_model``, found from that conftest (pytest's rootdir can move with a split
+    ``--neuron-cache-dir PATH``); else the ini file or rootdir."""
+    model_fixture = getattr(model_fixturedef, "func", None)
+    try:
+        source = inspect.getsourcefile(model_fixture) if model_fixture is not None else None
+    except TypeError:
+        source = None
+    folder = Path(source).resolve().parent if source else None
+    anchor = (_ini_dir(folder) or folder) if folder is not None else ini_folder(config)
     nodeid = node.nodeid
-    anchor = baseline_anchor(config, getattr(model_fixturedef, "func", None))
     try:  # named from the anchor too, so neither the folder nor the name moves with the rootdir
         test_id = Path(node.path).resolve().relative_to(anchor).as_posix() + (
             nodeid[nodeid.index("::"):] if "::" in nodeid else "")
@@ -380,27 +376,10 @@ def _ini_dir(start: Path) -> Path | None:
         for name, section in _INI_FILES:
             path = folder / name
             if path.is_file():
-                try:
+                with contextlib.suppress(OSError):
                     if section is None or section in path.read_text(encoding="utf-8", errors="replace"):
                         return folder
-                except OSError:
-                    continue
     return None
-
-
-def baseline_anchor(config: pytest.Config, model_fixture: Any) -> Path:
-    """Where ``.neuron-baseline/`` lives: by the ini file of the conftest defining ``neuron_model``, found from that
-    conftest (pytest's rootdir can move with a split ``--neuron-cache-dir PATH``); else the ini file or rootdir."""
-    import inspect
-
-    try:
-        source = inspect.getsourcefile(model_fixture) if model_fixture is not None else None
-    except TypeError:
-        source = None
-    if source:
-        folder = Path(source).resolve().parent
-        return _ini_dir(folder) or folder
-    return ini_folder(config)
 
 
 def _launch_ranks(node: pytest.Item, session: NeuronSession, out: Path, graph_types: list[str], *extra: str) -> int:
@@ -432,7 +411,6 @@ def tp_warmup(request: pytest.FixtureRequest, session: NeuronSession, runner: An
               tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``--neuron-tp N``: warm up in N rank processes (gloo on CPU), each running this test's fixtures (its
     ``neuron_model`` built after ``torch.distributed`` is up) but not the test, and reporting what it warmed."""
-    from neuron_args.graph_outcome import GraphOutcome
     from neuron_args.runner import WarmupReport
 
     s = session.settings
@@ -497,9 +475,7 @@ def _rank_worker_warmup(request: pytest.FixtureRequest, session: NeuronSession, 
     chosen = asked.split(",") if asked else graph_types
     result: dict[str, Any] = {"error": None}  # write_warmup adds the rank
     try:
-        with gc_policy.paused(keep=_shared(session, runner)), trace_log.detached():
-            report = runner.warmup(graph_types=chosen, flow=s.flow, emit=False)
-        session.add_compile_report(report.compile_report)
+        report = _warmup(session, runner, chosen)
         result.update(graphs=[g.to_json() for g in report.graphs], export=session.export(),
                       weights=ranks.weights_digest(runner.model),
                       config=runner.manifest_config_block())  # write_warmup's JSON takes any value as its str

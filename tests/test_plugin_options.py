@@ -231,7 +231,8 @@ def test_explicit_optimization_level_overrides_the_model_policy(neuron_project: 
         def test_levels(neuron_compiler_args, neuron_runner):
             assert neuron_compiler_args == {"decode": ["-O2"], "prefill": ["-O2"]}
             assert neuron_runner.resolver.per_graph is False
-            assert neuron_runner.resolve("decode") is None  # no per-graph override: the base list applies
+            # no per-graph override: the base list applies
+            assert neuron_runner.resolver.resolve_graph_compiler_args("decode") is None
     """)
     result = neuron_project.runpytest("--neuron-optimization-level", "2")
     result.assert_outcomes(passed=1)

@@ -68,10 +68,11 @@ def levels(root):
 def test_load_model_wiring_stamps_base_and_resolves_per_graph(tmp_path):
     runner = make_runner(tmp_path)
     assert runner.model._neuron_base_compiler_args == ["--auto-cast=none", "-O1"]
-    assert runner.resolve("decode") == ["--auto-cast=none", "-O3"]
-    assert runner.resolve("prefill") == ["--auto-cast=none", "-O1"]
+    assert runner.resolver.resolve_graph_compiler_args("decode") == ["--auto-cast=none", "-O3"]
+    assert runner.resolver.resolve_graph_compiler_args("prefill") == ["--auto-cast=none", "-O1"]
     explicit = make_runner(tmp_path, optimization_level=2)
-    assert explicit.resolve("decode") is None and explicit.options["compiler_args"] == ["--auto-cast=none", "-O2"]
+    assert explicit.resolver.resolve_graph_compiler_args("decode") is None
+    assert explicit.options["compiler_args"] == ["--auto-cast=none", "-O2"]
     with pytest.raises(NeuronArgsError, match=r"'jf' is not declared .* \['decode', 'prefill'\]"):
         runner.run("jf", {})
 
