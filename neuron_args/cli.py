@@ -41,11 +41,11 @@ def _load_manifest(path: str) -> dict:
     """A manifest file, its ``<engine-id>/`` folder, or a manifest dir holding one engine's folder."""
     target = Path(path).expanduser()
     if target.is_dir():
-        engines = sorted(target.glob("*/manifest.json"))
-        if not (target / "manifest.json").exists() and len(engines) > 1:
+        engines = [] if (target / "manifest.json").exists() else sorted(target.glob("*/manifest.json"))
+        if len(engines) > 1:
             raise _Usage(f"{target} holds the manifests of {len(engines)} engines; name one: "
                          + ", ".join(str(e) for e in engines))
-        target = engines[0] if not (target / "manifest.json").exists() and engines else target / "manifest.json"
+        target = engines[0] if engines else target / "manifest.json"
     try:
         doc = read_json(target, MANIFEST_LIMIT)
     except UntrustedFileError as exc:  # not a regular file, too large, not JSON
@@ -318,9 +318,7 @@ def _cache_logs(args: argparse.Namespace) -> int:
     wanted = _statuses(args.status, UNBUILT)
     out = Path(args.out).expanduser()
     collected = []
-    for info in cache_entries(CompileCache(root)):
-        if info.status not in wanted:
-            continue
+    for info in [i for i in cache_entries(CompileCache(root)) if i.status in wanted]:
         folder = out / info.key
         try:
             folder.mkdir(parents=True, exist_ok=True)
