@@ -24,8 +24,8 @@ from neuron_args.manifest.diff import diff_manifests
 from neuron_args.manifest.ledger import ledger_engines
 from neuron_args.manifest.schema import validate_manifest
 from neuron_args.manifest.show import (CacheEntryInfo, cache_entries, cache_entry_dict, cache_table, is_baseline,
-                                      manifest_graph_rows, manifest_graphs, manifest_table, opt_level,
-                                      recorded_cache_dir, recorded_remote_cache, status_counts, validate_baseline)
+                                      manifest_graph_rows, manifest_graphs, manifest_table, neuron_config,
+                                      numbered_graphs, opt_level, recorded_cache_dir, status_counts, validate_baseline)
 from neuron_args.report import PlotUnavailable, Thresholds, compare, plot_trend, read_report
 from neuron_args.seams.memo_files import prune
 from neuron_args.untrusted import MANIFEST_LIMIT, UntrustedFileError, read_json
@@ -41,11 +41,11 @@ def _load_manifest(path: str) -> dict:
     """A manifest file, its ``<engine-id>/`` folder, or a manifest dir holding one engine's folder."""
     target = Path(path).expanduser()
     if target.is_dir():
-        engines = sorted(target.glob("*/manifest.json"))
-        if not (target / "manifest.json").exists() and len(engines) > 1:
+        engines = [] if (target / "manifest.json").exists() else sorted(target.glob("*/manifest.json"))
+        if len(engines) > 1:
             raise _Usage(f"{target} holds the manifests of {len(engines)} engines; name one: "
                          + ", ".join(str(e) for e in engines))
-        target = engines[0] if not (target / "manifest.json").exists() and engines else target / "manifest.json"
+        target = engines[0] if engines else target / "manifest.json"
     try:
         doc = read_json(target, MANIFEST_LIMIT)
     except UntrustedFileError as exc:  # not a regular file, too large, not JSON
@@ -62,11 +62,6 @@ def _load_manifest(path: str) -> dict:
     return doc
 
 
-def _graphs(doc: Mapping) -> list:
-    graphs = doc.get("graphs")
-    return graphs if isinstance(graphs, list) else []
-
-
 def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | None]:
     """``--cache-dir``, else the recorded cache (or its remote's local copy), and a note when neither is here."""
     if given is not None and not remote_cache.is_remote(given):
@@ -77,7 +72,7 @@ def _cache_dir_for(doc: Mapping, given: str | None) -> tuple[Path | None, str | 
     recorded = None if given is not None else recorded_cache_dir(doc)
     if recorded is not None and recorded.is_dir():
         return recorded, None
-    remote = given if given is not None else recorded_remote_cache(doc)
+    remote = given if given is not None else neuron_config(doc).get("remote_cache")  # s3://bucket/prefix
     if remote_cache.is_remote(remote):
         return _open_cache(remote)[0], None
     return None, None if recorded is None else (f"note: recorded cache dir {recorded} is not on this machine; "
@@ -232,9 +227,7 @@ def cross_check(doc: Mapping, cache: Path) -> list[str]:
     """Problems between a manifest and the cache it names: missing files, NEFF size mismatch."""
     problems = []
     root = cache.resolve()
-    for index, graph in enumerate(_graphs(doc)):
-        if not isinstance(graph, Mapping):
-            continue
+    for index, graph in numbered_graphs(doc):
         where = f"graphs[{index}] ({str(graph.get('graph_hash'))[:12]})"
         for name in ("hlo_path", "neff_path"):
             rel = graph.get(name)
@@ -265,7 +258,7 @@ def _manifest_validate(args: argparse.Namespace) -> int:
         problems = validate_manifest(doc)
         if cache is not None:
             problems += cross_check(doc, cache)
-    count = len(_graphs(doc))
+    count = len(doc["graphs"]) if isinstance(doc.get("graphs"), list) else 0
     if problems:
         text = [f"INVALID: {args.path}: {len(problems)} problem{'s' if len(problems) != 1 else ''} "
                 f"(checked as a {kind})", *(f"  - {problem}" for problem in problems)]
@@ -325,9 +318,7 @@ def _cache_logs(args: argparse.Namespace) -> int:
     wanted = _statuses(args.status, UNBUILT)
     out = Path(args.out).expanduser()
     collected = []
-    for info in cache_entries(CompileCache(root)):
-        if info.status not in wanted:
-            continue
+    for info in [i for i in cache_entries(CompileCache(root)) if i.status in wanted]:
         folder = out / info.key
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -384,17 +375,15 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 def _cache_explain(args: argparse.Namespace) -> int:
     """Why two entries' keys differ, component by component (unique key prefixes accepted)."""
-    if len(args.operands) == 3:
-        args.dir, args.key_a, args.key_b = args.operands
-    elif len(args.operands) == 2 and not Path(args.operands[0]).expanduser().is_dir():
-        args.dir, (args.key_a, args.key_b) = None, args.operands
-    else:
+    operands = args.operands
+    if not (len(operands) == 3 or len(operands) == 2 and not Path(operands[0]).expanduser().is_dir()):
         raise _Usage(f"cache explain takes DIR KEY_A KEY_B (or KEY_A KEY_B with --cache-dir DIR or "
-                     f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, args.operands)) or 'nothing'}")
+                     f"${CACHE_DIR_ENV}), got {' '.join(map(shlex.quote, operands)) or 'nothing'}")
+    args.dir = operands[0] if len(operands) == 3 else None
     root = _open_cache(_cache_arg(args), sync=False)[0]
     cache = CompileCache(root)
     keys, metadata = [], []
-    for prefix in (args.key_a, args.key_b):  # an s3:// cache: only the named entries are downloaded (and checked)
+    for prefix in operands[-2:]:  # an s3:// cache: only the named entries are downloaded (and checked)
         try:
             entry = fetch_named(cache, prefix)
             md = entry.info()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_args import envs, remote_cache
+from neuron_args.cache import CompileCache, cache_root
 from neuron_args.errors import CompilerArgsError, OptionsError
 from neuron_args.exit_codes import EXIT_FAIL, EXIT_OK
 from neuron_args.flags import CompilerArgs
@@ -45,7 +46,7 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
-def add_compile_command(subparsers: Any) -> argparse.ArgumentParser:
+def add_compile_command(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "compile", help="build every pending (captured) entry, locally or on a Dask cluster",
         description="Build every pending entry of a compile cache with its recorded compiler arguments. "
@@ -69,7 +70,6 @@ def add_compile_command(subparsers: Any) -> argparse.ArgumentParser:
                    help="arguments for old entries that recorded none (a quoted string)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.set_defaults(run=run_compile_command)
-    return p
 
 
 def connect(address: str, timeout: float) -> Any:
@@ -124,8 +124,6 @@ class _Progress:
 
 
 def run_compile_command(args: argparse.Namespace) -> int:
-    from neuron_args.cache import cache_root
-
     root = cache_root(args.cache_dir)  # an s3:// cache: its local copy
     if not root.is_dir():
         raise FarmUsage(f"no compile cache at {root}; pass the cache_dir the capture wrote into")
@@ -138,7 +136,6 @@ def run_compile_command(args: argparse.Namespace) -> int:
 
 
 def _compile(args: argparse.Namespace, root: Path) -> int:
-    from neuron_args.cache import CompileCache
     from neuron_args.deferred.parallel_compile import CompileReport, default_workers, parallel_compile, pending_keys
 
     pending = pending_keys(root)

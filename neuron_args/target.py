@@ -43,9 +43,7 @@ def env_target() -> Target | None:
 
 def given_or_default(value: object, source: str) -> Target:
     """``value`` parsed (naming ``source``) when given; else ``$NEURON_ARGS_TARGET``, else :data:`DEFAULT_TARGET`."""
-    if value is not None:
-        return parse_target(value, source)
-    return env_target() or DEFAULT_TARGET
+    return parse_target(value, source) if value is not None else env_target() or DEFAULT_TARGET
 
 
 __all__ = ["DEFAULT_TARGET", "KNOWN_TARGETS", "TARGET_ENV", "Target", "env_target", "given_or_default",

@@ -6,8 +6,6 @@ from typing import Any
 
 __all__ = ["clip", "first_line", "format_shapes", "graph_label", "human_size", "render_table"]
 
-ELLIPSIS = "\u2026"
-
 
 def human_size(size: int | float | None) -> str:
     """Bytes in binary units (``512 B``, ``927.2 KiB``); ``-`` when unknown."""
@@ -30,7 +28,7 @@ def graph_label(graph_type: str | None) -> str:
 
 def clip(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, the last one an ellipsis when cut."""
-    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def first_line(text: str) -> str:

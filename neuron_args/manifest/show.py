@@ -13,6 +13,7 @@ from typing import Any
 from neuron_args.cache import CacheEntry, CompileCache, EntryStatus
 from neuron_args.entry_metadata import EntryMetadata
 from neuron_args.errors import CorruptEntryError
+from neuron_args.flags import CompilerArgs
 from neuron_args.manifest.config import MODEL_SEPARATOR
 from neuron_args.text import format_shapes, human_size, render_table
 
@@ -39,8 +40,6 @@ _ROW_FIELDS = ("graph_hash", "input_shapes", "output_shapes", "compiler_flags", 
 
 def opt_level(flags: str | Sequence[str] | None) -> str:
     """``-O<n>`` from flags in any spelling (``-O3``, ``--optlevel=3``, ``--optlevel 3``), else ``-``."""
-    from neuron_args.flags import CompilerArgs
-
     if not flags:
         return "-"
     try:
@@ -141,16 +140,20 @@ def _config_summary(doc: Mapping) -> str:
             parts.append(f"{'models' if several else name}={config[name]}")
     short = {"world_size": "world", "tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
              "data_parallel_size": "dp", "ep_degree": "ep"}
-    for name, label in short.items():
-        if name in topology:
-            parts.append(f"{label}={topology[name]}")
+    parts += [f"{label}={topology[name]}" for name, label in short.items() if name in topology]
     return "  ".join(parts)
 
 
-def manifest_graphs(doc: Mapping) -> list[Mapping]:
-    """The graph objects a manifest (or baseline) lists; anything else in its ``graphs`` is skipped (untrusted)."""
+def numbered_graphs(doc: Mapping) -> list[tuple[int, Mapping]]:
+    """``(index in graphs, graph)`` of each graph object a manifest (or baseline) lists; anything else in its
+    ``graphs`` is skipped (the file is untrusted)."""
     graphs = doc.get("graphs")
-    return [g for g in graphs if isinstance(g, Mapping)] if isinstance(graphs, list) else []
+    return [(i, g) for i, g in enumerate(graphs) if isinstance(g, Mapping)] if isinstance(graphs, list) else []
+
+
+def manifest_graphs(doc: Mapping) -> list[Mapping]:
+    """The graph objects of :func:`numbered_graphs`, without their indexes."""
+    return [g for _, g in numbered_graphs(doc)]
 
 
 def neuron_config(doc: Mapping) -> Mapping:
@@ -182,22 +185,12 @@ def manifest_table(doc: Mapping, graph_types: Mapping[str, str | None] | None = 
     return f"{_config_summary(doc)}\n{count}\n{table}"
 
 
-def _neuron_config_text(doc: Mapping, name: str) -> str | None:
-    value = neuron_config(doc).get(name)
-    return value if isinstance(value, str) and value else None
-
-
 def recorded_cache_dir(doc: Mapping) -> Path | None:
     """``config.neuron_config.cache_dir`` when the manifest recorded one (a baseline's placeholder is none)."""
-    value = _neuron_config_text(doc, "cache_dir")
-    if value is None or value == BASELINE_CACHE_DIR_PLACEHOLDER:
+    value = neuron_config(doc).get("cache_dir")
+    if not isinstance(value, str) or not value or value == BASELINE_CACHE_DIR_PLACEHOLDER:
         return None
     return Path(value).expanduser()
-
-
-def recorded_remote_cache(doc: Mapping) -> str | None:
-    """``config.neuron_config.remote_cache`` (``s3://bucket/prefix``) when the manifest recorded one."""
-    return _neuron_config_text(doc, "remote_cache")
 
 
 #: What the plugin's baseline form (``pytest_neuron_args.baseline.normalize``) leaves out or masks (it imports
@@ -230,13 +223,11 @@ def validate_baseline(doc: Mapping) -> list[str]:
                 if not any(p.endswith(f"'{name}' is a required property") for name in omitted)]
     if "environment" in doc:
         problems.append("environment: a baseline leaves out the package snapshot (it changes between runs)")
-    graphs = doc.get("graphs") if isinstance(doc.get("graphs"), list) else []
-    for index, graph in enumerate(graphs):
-        if isinstance(graph, Mapping):
-            present = [f for f in BASELINE_VOLATILE_GRAPH_FIELDS if f in graph]
-            if present:
-                problems.append(f"graphs[{index}]: a baseline leaves out {', '.join(present)} "
-                                "(they change between runs of the same build)")
+    for index, graph in numbered_graphs(doc):
+        present = [f for f in BASELINE_VOLATILE_GRAPH_FIELDS if f in graph]
+        if present:
+            problems.append(f"graphs[{index}]: a baseline leaves out {', '.join(present)} "
+                            "(they change between runs of the same build)")
     neuron = neuron_config(doc)
     if "cache_dir" in neuron and neuron["cache_dir"] != BASELINE_CACHE_DIR_PLACEHOLDER:
         problems.append(f"config.neuron_config.cache_dir: a baseline masks it as "
