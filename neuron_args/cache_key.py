@@ -99,8 +99,7 @@ def is_cache_key(name: object) -> bool:
 
 
 def tool_version(dist: str, absent: str = "absent") -> str:
-    """The installed version of ``dist`` from its package metadata (no import), ``absent`` when it is not installed:
-    the versions a key holds (the lowering's tools, the local compiler's jaxlib)."""
+    """The installed version of ``dist`` (package metadata, no import) a key holds; ``absent`` if not installed."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:

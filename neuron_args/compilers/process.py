@@ -94,9 +94,9 @@ def describe_exit(returncode: int | None, *, brief: bool = False) -> str:
     return f"{how} (exit status {returncode})"
 
 
-def _hint(returncode: int, log_path: Path | None = None) -> str:
+def _hint(returncode: int, log_path: Path) -> str:
     """The fix for a failed compile: what the log names first (a full disk, a damaged graph), then the exit code."""
-    tail = log_tail(log_path, 200) if log_path is not None else ""  # no log: nothing below matches it
+    tail = log_tail(log_path, 200)
     if "No space left on device" in tail or "Disk quota exceeded" in tail:
         return f"free space on the file system of {log_path.parent} or point the compile cache elsewhere"
     if "File too large" in tail:  # EFBIG: a file-size limit (RLIMIT_FSIZE), not the graph
@@ -182,12 +182,11 @@ def run_compiler(
     graph_type: str | None,
     key: str | None,
     timeout: float | None,
-    start_child: Callable[..., Any] | None = None,
+    start_child: Callable[..., Any] = start_process,
 ) -> CompileResult:
     """Run one compile child in ``workdir`` and move its output onto ``output_path``; its stdout/stderr is
     appended to the log a :class:`CompileError` quotes. ``start_child`` returns a ``Popen`` or a look-alike
     (a warm worker)."""
-    start_child = start_child or start_process
     scope = current_scope()
     scope.check()
     workdir.mkdir(parents=True, exist_ok=True)

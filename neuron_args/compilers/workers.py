@@ -303,35 +303,33 @@ class PooledCompile:
 
 # ----------------------------------------------------------------------------- one pool per process
 
-_state: dict[str, Any] = {}
+_pool: WorkerPool | None = None
+_pool_lock = threading.Lock()
+_forgotten: list[WorkerPool] = []  # the parent's connections and Popen objects: never used, never collected
 
 
 def shared_pool() -> WorkerPool:
     """This process's pool of the local compiler program (created on first use)."""
-    with _state_lock:
-        if "pool" not in _state:
-            _state["pool"] = WorkerPool()
-        return _state["pool"]
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = WorkerPool()
+        return _pool
 
 
 def _forget_after_fork() -> None:
     """A forked child starts its own workers, and points the parent's connections at ``/dev/null`` so a worker the
     parent closes sees its end of input then, not when a kept child leaves (the fd numbers stay taken)."""
-    global _state_lock
-    pool = _state.get("pool")
-    if pool is not None:
-        fds = pool.inherited_fds()
+    global _pool, _pool_lock
+    if _pool is not None:
         devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in fds:
+        for fd in _pool.inherited_fds():
             os.dup2(devnull, fd, inheritable=False)
         os.close(devnull)
-    _state_lock = threading.Lock()
-    _forgotten.append(dict(_state))  # the parent's connections and Popen objects: never used, never collected
-    _state.clear()
+        _forgotten.append(_pool)
+    _pool, _pool_lock = None, threading.Lock()
 
 
-_state_lock = threading.Lock()
-_forgotten: list[dict[str, Any]] = []
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
