@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from neuron_args import CompileError
+from neuron_args import CompileError, OptionsError
 from neuron_args.cache import CompileCache
 from neuron_args.compilers import LocalCompiler, workers
 from neuron_args.compilers.base import prepare_compiler_args
@@ -257,7 +257,7 @@ def test_an_idle_worker_leaves_after_its_idle_time(hlo_file, tmp_path, pool, mon
     _compile(hlo_file, tmp_path / "b", LocalCompiler(pool=pool))  # a fresh worker, no fallback
     assert pool.idle_pids() != [leader] and "warm worker, compile 1" in _first_line(tmp_path / "b")
     monkeypatch.setenv(workers.IDLE_ENV, "soon")
-    with pytest.raises(workers.OptionsError, match=workers.IDLE_ENV):
+    with pytest.raises(OptionsError, match=workers.IDLE_ENV):
         workers.idle_seconds()
 
 

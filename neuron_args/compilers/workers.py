@@ -31,7 +31,6 @@ from neuron_args import envs
 from neuron_args.compilers.process import describe_exit, start_process
 from neuron_args.compilers.lifetime import (IdleChildren, current_scope, kill_group, start_on_lifetime_thread,
                                             supervised_argv)
-from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
 
 log = logging.getLogger("neuron_args.compilers")
 
