@@ -85,30 +85,27 @@ class Worker:
 
     def receive_status(self, deadline: float | None) -> int | None:
         """The exit status of the request in flight; None when ``deadline`` passed first."""
-        while True:
-            message = self._receive(deadline)
-            if message is None or "status" in message:
-                return None if message is None else int(message["status"])
+        message = self._receive("status", deadline)
+        return None if message is None else int(message["status"])
 
     def wait_ready(self, deadline: float | None) -> bool:
         """True once it has started its XLA client (before any request); False when ``deadline`` passed first."""
-        while not self.ready:
-            if self._receive(deadline) is None:
-                return False
-        return True
+        return self.ready or self._receive("ready", deadline) is not None
 
-    def _receive(self, deadline: float | None) -> dict[str, Any] | None:
-        """The next message (a ``ready`` one noted on the way), at most :data:`MAX_MESSAGE` bytes; None when
-        ``deadline`` passed first (past: look once)."""
-        try:
-            if not self.conn.poll(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                return None
-            message = json.loads(self.conn.recv_bytes(MAX_MESSAGE))
-        except (EOFError, OSError) as exc:  # closed, or a message past the bound
-            raise WorkerDied() from exc
-        if "ready" in message:
-            self.ready, self.worker_pid = True, int(message["ready"])
-        return message
+    def _receive(self, field: str, deadline: float | None) -> dict[str, Any] | None:
+        """The next message holding ``field`` (a ``ready`` one noted on the way), each at most :data:`MAX_MESSAGE`
+        bytes; None when ``deadline`` passed first (past: look once)."""
+        while True:
+            try:
+                if not self.conn.poll(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                    return None
+                message = json.loads(self.conn.recv_bytes(MAX_MESSAGE))
+            except (EOFError, OSError) as exc:  # closed, or a message past the bound
+                raise WorkerDied() from exc
+            if "ready" in message:
+                self.ready, self.worker_pid = True, int(message["ready"])
+            if field in message:
+                return message
 
     def reap(self) -> int:
         """Wait for the process (its connection is closed); SIGKILL the group if it lingers."""
