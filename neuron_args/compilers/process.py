@@ -94,9 +94,9 @@ def describe_exit(returncode: int | None, *, brief: bool = False) -> str:
     return f"{how} (exit status {returncode})"
 
 
-def _hint(returncode: int, log_path: Path) -> str:
+def _hint(returncode: int, log_path: Path | None = None) -> str:
     """The fix for a failed compile: what the log names first (a full disk, a damaged graph), then the exit code."""
-    tail = log_tail(log_path, 200)
+    tail = log_tail(log_path, 200) if log_path is not None else ""  # no log: nothing below matches it
     if "No space left on device" in tail or "Disk quota exceeded" in tail:
         return f"free space on the file system of {log_path.parent} or point the compile cache elsewhere"
     if "File too large" in tail:  # EFBIG: a file-size limit (RLIMIT_FSIZE), not the graph
