@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.metadata
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,14 @@ def _specs(specs: Sequence[tuple[Sequence[int], str]]) -> tuple[InputSpec, ...]:
 def is_cache_key(name: object) -> bool:
     """Whether ``name`` has a key's form (32 lowercase hex characters): entry folders, ledger lines."""
     return isinstance(name, str) and len(name) == KEY_LENGTH and _HEX.issuperset(name)
+
+
+def tool_version(dist: str, absent: str = "absent") -> str:
+    """The installed version of ``dist`` (package metadata, no import) a key holds; ``absent`` if not installed."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return absent
 
 
 _SLICE = 1 << 20

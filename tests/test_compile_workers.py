@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from neuron_args import CompileError
+from neuron_args import CompileError, OptionsError
 from neuron_args.cache import CompileCache
 from neuron_args.compilers import LocalCompiler, workers
 from neuron_args.compilers.base import prepare_compiler_args
@@ -88,7 +88,7 @@ def pool():
 def shared(monkeypatch: pytest.MonkeyPatch):
     """A fresh pool in place of this process's shared one (the one ``LocalCompiler()`` uses), pool on."""
     p = workers.WorkerPool()
-    monkeypatch.setitem(workers._state, "pool", p)
+    monkeypatch.setattr(workers, "_pool", p)
     monkeypatch.delenv(workers.WARM_WORKERS_ENV, raising=False)
     yield p
     _kill_all(p)
@@ -257,7 +257,7 @@ def test_an_idle_worker_leaves_after_its_idle_time(hlo_file, tmp_path, pool, mon
     _compile(hlo_file, tmp_path / "b", LocalCompiler(pool=pool))  # a fresh worker, no fallback
     assert pool.idle_pids() != [leader] and "warm worker, compile 1" in _first_line(tmp_path / "b")
     monkeypatch.setenv(workers.IDLE_ENV, "soon")
-    with pytest.raises(workers.OptionsError, match=workers.IDLE_ENV):
+    with pytest.raises(OptionsError, match=workers.IDLE_ENV):
         workers.idle_seconds()
 
 
@@ -569,7 +569,7 @@ def test_in_process_warmup_starts_its_worker_before_the_first_compile_on_a_cold_
     assert any(f"pid {worker.worker_pid}, warm worker, compile 1)" in line for line in logs), logs
 
     warm = workers.WorkerPool()  # a later process on the warm cache: its record lists every job complete
-    monkeypatch.setitem(workers._state, "pool", warm)
+    monkeypatch.setattr(workers, "_pool", warm)
     try:
         assert _tiny_runner(cache).warmup(emit=False).counts.compiles == 0
         assert warm.idle_pids() == []  # nothing started
@@ -591,7 +591,7 @@ def test_a_session_that_will_compile_starts_a_worker_at_collection(neuron_projec
     assert alive(leader)
     _kill_all(shared)
     fresh = workers.WorkerPool()
-    monkeypatch.setitem(workers._state, "pool", fresh)
+    monkeypatch.setattr(workers, "_pool", fresh)
     neuron_project.runpytest("-p", "no:randomly", "--collect-only", f"--neuron-cache-dir={tmp_path / 'cold2'}")
     assert fresh.idle_pids() == []  # collecting compiles nothing: nothing started
 
@@ -616,7 +616,7 @@ def test_a_compile_takes_a_worker_given_back_rather_than_wait_for_its_new_one(hl
     gate, go = tmp_path / "slow-gate", tmp_path / "slow-go"
     monkeypatch.setenv("SLOW_WORKER_GATE", str(gate))
     monkeypatch.setenv("SLOW_WORKER_GO", str(go))
-    monkeypatch.setitem(workers._state, "pool", slow)
+    monkeypatch.setattr(workers, "_pool", slow)
     monkeypatch.delenv(workers.WARM_WORKERS_ENV, raising=False)
     slow.arm(300)  # A's first compile waits for "go" ... (armed before A starts: it reads the sleep at start)
     gate.touch()
@@ -652,7 +652,7 @@ def test_a_compile_takes_a_worker_given_back_rather_than_wait_for_its_new_one(hl
 def test_a_forked_child_lets_go_of_the_pool_so_a_closed_pool_leaves_while_it_lives(pool, monkeypatch):
     """A kept trace child forks from the driver: were it to hold the connections, an idle worker would live on after
     the driver let it go, until that child left."""
-    monkeypatch.setitem(workers._state, "pool", pool)
+    monkeypatch.setattr(workers, "_pool", pool)
     assert pool.prestart(1) == 1
     (leader,) = pool.idle_pids()
     held = pool.inherited_fds()

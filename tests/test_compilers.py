@@ -410,7 +410,7 @@ def test_local_version_is_memoized(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_compile_timeout_precedence_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    from neuron_args.compilers import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
+    from neuron_args.settings import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
     from neuron_args.errors import OptionsError
 
     monkeypatch.delenv(COMPILE_TIMEOUT_ENV, raising=False)

@@ -12,25 +12,18 @@ from neuron_args import envs
 from neuron_args.compilers.base import Compiler, CompilerInfo
 from neuron_args.compilers.local import LocalCompiler
 from neuron_args.compilers.neuronx_cc import NeuronxCcCompiler
-from neuron_args.compilers.process import CompileResult
 from neuron_args.errors import CompileError, CompilerArgsError
-from neuron_args.settings import COMPILE_TIMEOUT_ENV, DEFAULT_TIMEOUTS, resolve_compile_timeout
 
 COMPILER_ENV = "NEURON_ARGS_COMPILER"
 COMPILER_CHOICES = ("auto", "local", "neuronx-cc")
 
 __all__ = [
-    "COMPILE_TIMEOUT_ENV",
     "COMPILER_CHOICES",
     "COMPILER_ENV",
-    "CompileResult",
-    "Compiler",
     "CompilerInfo",
-    "DEFAULT_TIMEOUTS",
     "LocalCompiler",
     "NeuronxCcCompiler",
     "compiler_choice",
-    "resolve_compile_timeout",
     "select_compiler",
 ]
 

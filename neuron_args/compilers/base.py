@@ -32,8 +32,8 @@ DRIVER_OPTIONS = ("--target", "--framework", "--output", "--logfile")
 WORKDIR_OPTIONS = ("--workdir", "--compile_workdir")
 
 
-_compile_listener: contextvars.ContextVar[Callable[[str | None, str], None] | None] = contextvars.ContextVar(
-    "neuron_args_compile_start", default=None)
+_compile_listener: contextvars.ContextVar[Callable[[str | None, str], None]] = contextvars.ContextVar(
+    "neuron_args_compile_start", default=lambda graph_type, key: None)
 
 
 @contextlib.contextmanager
@@ -152,9 +152,7 @@ class Compiler(abc.ABC):
         workdir, output_path = Path(workdir).absolute(), Path(output_path).absolute()
         log_path = workdir / LOG_FILE
         tmp = temp_output_path(output_path)
-        common = dict(
-            hlo_path=Path(hlo_path).absolute(), target=target, compiler_args=args, log_path=log_path
-        )
+        common = dict(hlo_path=Path(hlo_path).absolute(), target=target, compiler_args=args, log_path=log_path)
         return run_compiler(
             compiler=self.display_name,
             argv=self.build_argv(output_path=tmp, **common),
@@ -175,9 +173,7 @@ def compile_entry(entry: CacheEntry, compiler: Compiler, compiler_args: Sequence
     """Compile ``entry``'s graph.hlo and record how, with the executable's size and sha256 that loads verify
     (the completion marker is the caller's)."""
     check_keyed_build(entry, metadata, compiler_args, target, graph_type)
-    listener = _compile_listener.get()
-    if listener is not None:
-        listener(graph_type, entry.key)
+    _compile_listener.get()(graph_type, entry.key)
     result = compiler.compile(
         hlo_path=entry.hlo_path, output_path=entry.executable_path, target=target,
         compiler_args=compiler_args, workdir=entry.path, graph_type=graph_type, key=entry.key,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuron_args.activity import cleared_on_reset
+from neuron_args.cache_key import tool_version
 from neuron_args.compilers import workers
 from neuron_args.compilers.base import Compiler, CompilerInfo
 
@@ -22,15 +23,9 @@ PROGRAM_MODULE = "neuron_args.compilers.local_xla"
 @functools.cache
 def local_version() -> str:
     """``local-xla-cpu/<jaxlib> neuron-args/<version>``, without starting a process or jax (once per process)."""
-    from importlib import metadata
-
     import neuron_args
 
-    try:
-        jaxlib = metadata.version("jaxlib")
-    except metadata.PackageNotFoundError:
-        jaxlib = "unknown"
-    return f"local-xla-cpu/{jaxlib} neuron-args/{neuron_args.__version__}"
+    return f"local-xla-cpu/{tool_version('jaxlib', 'unknown')} neuron-args/{neuron_args.__version__}"
 
 
 class LocalCompiler(Compiler):

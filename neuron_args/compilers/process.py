@@ -182,16 +182,17 @@ def run_compiler(
     graph_type: str | None,
     key: str | None,
     timeout: float | None,
-    start_child: Callable[..., Any] | None = None,
+    start_child: Callable[..., Any] = start_process,
 ) -> CompileResult:
     """Run one compile child in ``workdir`` and move its output onto ``output_path``; its stdout/stderr is
     appended to the log a :class:`CompileError` quotes. ``start_child`` returns a ``Popen`` or a look-alike
     (a warm worker)."""
-    start_child = start_child or start_process
     scope = current_scope()
     scope.check()
     workdir.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(workdir)
+    for pattern in (".compiler-output.*.tmp", ".*.partial-*"):  # left by a driver killed mid-compile (kill -9)
+        for path in workdir.glob(pattern):
+            path.unlink(missing_ok=True)
     write_atomic(workdir / COMMAND_FILE, shlex.join(recorded_argv) + "\n")  # never through a link planted there
     output_path.unlink(missing_ok=True)  # a failed rebuild must not leave the old result behind
     log_path.unlink(missing_ok=True)
@@ -251,13 +252,6 @@ def run_compiler(
     finally:
         tmp_output.unlink(missing_ok=True)
         captured.unlink(missing_ok=True)
-
-
-def _remove_leftovers(workdir: Path) -> None:
-    """Temporary files of a compile whose driver died (``kill -9``): the lock holder may drop them."""
-    for pattern in (".compiler-output.*.tmp", ".*.partial-*"):
-        for path in workdir.glob(pattern):
-            path.unlink(missing_ok=True)
 
 
 def _append_output(out: IO[bytes], log_path: Path) -> None:

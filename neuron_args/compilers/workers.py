@@ -31,7 +31,6 @@ from neuron_args import envs
 from neuron_args.compilers.process import describe_exit, start_process
 from neuron_args.compilers.lifetime import (IdleChildren, current_scope, kill_group, start_on_lifetime_thread,
                                             supervised_argv)
-from neuron_args.errors import OptionsError  # noqa: F401  (raised by envs.seconds; tests name workers.OptionsError)
 
 log = logging.getLogger("neuron_args.compilers")
 
@@ -86,30 +85,27 @@ class Worker:
 
     def receive_status(self, deadline: float | None) -> int | None:
         """The exit status of the request in flight; None when ``deadline`` passed first."""
-        while True:
-            message = self._receive(deadline)
-            if message is None or "status" in message:
-                return None if message is None else int(message["status"])
+        message = self._receive("status", deadline)
+        return None if message is None else int(message["status"])
 
     def wait_ready(self, deadline: float | None) -> bool:
         """True once it has started its XLA client (before any request); False when ``deadline`` passed first."""
-        while not self.ready:
-            if self._receive(deadline) is None:
-                return False
-        return True
+        return self.ready or self._receive("ready", deadline) is not None
 
-    def _receive(self, deadline: float | None) -> dict[str, Any] | None:
-        """The next message (a ``ready`` one noted on the way), at most :data:`MAX_MESSAGE` bytes; None when
-        ``deadline`` passed first (past: look once)."""
-        try:
-            if not self.conn.poll(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                return None
-            message = json.loads(self.conn.recv_bytes(MAX_MESSAGE))
-        except (EOFError, OSError) as exc:  # closed, or a message past the bound
-            raise WorkerDied() from exc
-        if "ready" in message:
-            self.ready, self.worker_pid = True, int(message["ready"])
-        return message
+    def _receive(self, field: str, deadline: float | None) -> dict[str, Any] | None:
+        """The next message holding ``field`` (a ``ready`` one noted on the way), each at most :data:`MAX_MESSAGE`
+        bytes; None when ``deadline`` passed first (past: look once)."""
+        while True:
+            try:
+                if not self.conn.poll(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                    return None
+                message = json.loads(self.conn.recv_bytes(MAX_MESSAGE))
+            except (EOFError, OSError) as exc:  # closed, or a message past the bound
+                raise WorkerDied() from exc
+            if "ready" in message:
+                self.ready, self.worker_pid = True, int(message["ready"])
+            if field in message:
+                return message
 
     def reap(self) -> int:
         """Wait for the process (its connection is closed); SIGKILL the group if it lingers."""
@@ -303,35 +299,33 @@ class PooledCompile:
 
 # ----------------------------------------------------------------------------- one pool per process
 
-_state: dict[str, Any] = {}
+_pool: WorkerPool | None = None
+_pool_lock = threading.Lock()
+_forgotten: list[WorkerPool] = []  # the parent's connections and Popen objects: never used, never collected
 
 
 def shared_pool() -> WorkerPool:
     """This process's pool of the local compiler program (created on first use)."""
-    with _state_lock:
-        if "pool" not in _state:
-            _state["pool"] = WorkerPool()
-        return _state["pool"]
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = WorkerPool()
+        return _pool
 
 
 def _forget_after_fork() -> None:
     """A forked child starts its own workers, and points the parent's connections at ``/dev/null`` so a worker the
     parent closes sees its end of input then, not when a kept child leaves (the fd numbers stay taken)."""
-    global _state_lock
-    pool = _state.get("pool")
-    if pool is not None:
-        fds = pool.inherited_fds()
+    global _pool, _pool_lock
+    if _pool is not None:
         devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in fds:
+        for fd in _pool.inherited_fds():
             os.dup2(devnull, fd, inheritable=False)
         os.close(devnull)
-    _state_lock = threading.Lock()
-    _forgotten.append(dict(_state))  # the parent's connections and Popen objects: never used, never collected
-    _state.clear()
+        _forgotten.append(_pool)
+    _pool, _pool_lock = None, threading.Lock()
 
 
-_state_lock = threading.Lock()
-_forgotten: list[dict[str, Any]] = []
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 

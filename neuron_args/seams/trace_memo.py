@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.metadata
 import json
 import logging
 import operator
@@ -27,6 +26,7 @@ import torch
 from neuron_args import envs
 from neuron_args.atomic import write_atomic
 from neuron_args.cache import CompileCache
+from neuron_args.cache_key import tool_version
 from neuron_args.seams.dispatch import OWNED, Plan
 from neuron_args.seams.memo_files import FORMAT, memo_path, predicted_digest
 from neuron_args.signing import signature_matches, signed
@@ -113,14 +113,8 @@ def forget(cache: CompileCache, fp: str) -> None:
 @functools.lru_cache(maxsize=None)
 def lowering_tool_versions() -> tuple[tuple[str, str], ...]:
     """Versions of everything that shapes the HLO (package metadata, no import): a key component, and fingerprinted."""
-    return tuple((d, _version(d)) for d in ("torch", "torchax", "jax", "jaxlib", "neuron-args")) + (("jax_x64", "off"),)
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
+    dists = ("torch", "torchax", "jax", "jaxlib", "neuron-args")
+    return tuple((d, tool_version(d)) for d in dists) + (("jax_x64", "off"),)
 
 
 class NoFingerprint(Exception):
