@@ -189,10 +189,8 @@ def airy_ai(x: Any) -> Any:
 def _operands(x: Any, n: Any) -> tuple[Any, Any]:
     """``x`` as a float array (integers: float32), ``n`` truncated to integers (torch's ``int64_t`` cast), broadcast."""
     x, n = jnp.asarray(x), jnp.asarray(n)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.float32)
-    if not jnp.issubdtype(n.dtype, jnp.integer):
-        n = jnp.trunc(n).astype(jnp.int32)
+    x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
+    n = n if jnp.issubdtype(n.dtype, jnp.integer) else jnp.trunc(n)
     return jnp.broadcast_arrays(x, n.astype(jnp.int32))
 
 
