@@ -132,10 +132,7 @@ def _static_indexed_layer(model_name: str, i: int, seen: Any, max_cache_len: int
 
 def _allocate_keys_values(layer: Any, seen: Any, batch_size: int) -> Any:
     """``layer`` (of full length) with its keys and values allocated in the heads and dtype of the probe's ``seen``."""
-    keys, values = seen.keys, seen.values
-    layer.lazy_initialization(
-        torch.empty(batch_size, keys.shape[1], 0, keys.shape[-1], dtype=keys.dtype, device=keys.device),
-        torch.empty(batch_size, values.shape[1], 0, values.shape[-1], dtype=values.dtype, device=values.device))
+    layer.lazy_initialization(*(t.new_empty(batch_size, t.shape[1], 0, t.shape[-1]) for t in (seen.keys, seen.values)))
     return layer
 
 

@@ -22,20 +22,10 @@ INSTALL_HINT = ("pip install torch-neuronx --extra-index-url=https://pip.repos.n
                 "(or pip install -e '.[neuron]' with that index)")
 
 # torch dtype name (as the HLO holds it) -> metaneff MetaTensor.DataType name (torch_neuronx.xla_impl.trace.hlo_metaneff)
+# (the name in capitals, but for these four)
 METANEFF_DTYPES: dict[str, str] = {
-    "float32": "FLOAT",
-    "float64": "DOUBLE",
-    "bfloat16": "BFLOAT16",
-    "float16": "FLOAT16",
-    "uint8": "UINT8",
-    "int8": "INT8",
-    "uint16": "UINT16",
-    "int16": "INT16",
-    "uint32": "INT32",
-    "int32": "INT32",
-    "uint64": "INT64",
-    "int64": "INT64",
-    "bool": "BOOL",
+    "float32": "FLOAT", "float64": "DOUBLE", "uint32": "INT32", "uint64": "INT64",
+    **{n: n.upper() for n in ("bfloat16", "float16", "uint8", "int8", "uint16", "int16", "int32", "int64", "bool")},
 }
 
 

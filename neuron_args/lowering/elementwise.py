@@ -22,10 +22,7 @@ def convert_element_type(x: Any, dtype: torch.dtype) -> Any:
 def to_complex32(x: Any) -> Any:
     """A conversion to ``complex32`` (``chalf``), which XLA has no type for: complex64 holding the value eager's
     complex32 holds (real and imaginary parts each rounded to float16)."""
-    def half(part: Any) -> Any:
-        return part.astype(jnp.float16).astype(jnp.float32)
-
-    return jax.lax.complex(half(jnp.real(x)), half(jnp.imag(x)))
+    return jax.lax.complex(*(part(x).astype(jnp.float16).astype(jnp.float32) for part in (jnp.real, jnp.imag)))
 
 
 def angle(x: Any) -> Any:

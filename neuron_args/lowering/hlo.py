@@ -183,19 +183,14 @@ def _lower(gm: torch.fx.GraphModule, specs: LoweredGraph) -> LoweredGraph:
     computation = lowered.compiler_ir("hlo")
     result = computation.program_shape().result_shape()
     shapes = result.tuple_shapes() if result.is_tuple() else [result]
-    return dataclasses.replace(specs, hlo_module_proto=computation.as_serialized_hlo_module_proto(),
-                               hlo_text=_canonical_text(computation),
-                               result_shapes=tuple(", ".join(str(d) for d in s.dimensions()) for s in shapes))
-
-
-def _canonical_text(computation: Any) -> str:
-    """HLO text without ids, metadata or source paths, with every constant printed in full."""
     from jaxlib import _hlo
 
-    options = _hlo.HloPrintOptions.canonical()
-    options.print_large_constants = True
-    options.print_metadata = False
-    return computation.get_hlo_module().to_string(options)
+    canonical = _hlo.HloPrintOptions.canonical()  # the text: no ids, metadata or source paths; every constant in full
+    canonical.print_large_constants = True
+    canonical.print_metadata = False
+    return dataclasses.replace(specs, hlo_module_proto=computation.as_serialized_hlo_module_proto(),
+                               hlo_text=computation.get_hlo_module().to_string(canonical),
+                               result_shapes=tuple(", ".join(str(d) for d in s.dimensions()) for s in shapes))
 
 
 @functools.cache

@@ -9,10 +9,6 @@ import torch
 from neuron_args.lazy_modules import jax, jnp, jsl
 
 
-def _mT(x: Any) -> Any:
-    return jnp.swapaxes(x, -1, -2)
-
-
 def lu_factor_ex(a: Any, pivot: bool = True, check_errors: bool = False) -> tuple[Any, Any, Any]:
     """``aten.linalg_lu_factor_ex``, LAPACK ``getrf`` as torch returns it: ``(LU, pivots, info)``, pivots 1-based
     int32, info the 1-based index of the first exactly-zero pivot of ``U`` (0: none)."""
@@ -56,7 +52,7 @@ def lu_unpack(lu: Any, pivots: Any, unpack_data: bool = True, unpack_pivots: boo
     empty = jnp.zeros((0,), lu.dtype)
     if unpack_pivots:
         perm = jax.lax.linalg.lu_pivots_to_permutation(pivots - 1, m)  # A[perm] = L U
-        p = _mT(jax.nn.one_hot(perm, m, dtype=lu.dtype))
+        p = jax.nn.one_hot(perm, m, dtype=lu.dtype).mT
     else:
         p = empty
     if not unpack_data:
@@ -72,7 +68,7 @@ def lu(a: Any, pivot: bool = True) -> tuple[Any, Any, Any]:
 
 def _factored(a: Any, layout: torch.Tensor) -> tuple[Any, Any, Any]:
     """``(LU, pivots, U's diagonal)`` of ``A``, or of ``A^T`` where torch factors that."""
-    lu, pivots, _ = lu_factor_ex(_mT(a) if layout.is_contiguous() and not layout.is_complex() else a)
+    lu, pivots, _ = lu_factor_ex(a.mT if layout.is_contiguous() and not layout.is_complex() else a)
     return lu, pivots, jnp.diagonal(lu, axis1=-2, axis2=-1)
 
 
@@ -99,7 +95,7 @@ def solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> t
     if left:
         x = _lu_solve(lu, pivots, rhs, transposed=False)
     else:  # X A = B  <=>  A^T X^T = B^T
-        x = _mT(_lu_solve(lu, pivots, _mT(rhs), transposed=True))
+        x = _lu_solve(lu, pivots, rhs.mT, transposed=True).mT
     return (x[..., 0] if vector else x), lu, pivots, info
 
 
@@ -119,13 +115,13 @@ def cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> tupl
     low = jax.lax.linalg.cholesky(sym, symmetrize_input=False)
     failed = ~jnp.isfinite(jnp.diagonal(low, axis1=-2, axis2=-1)).all()
     info = jax.lax.cond(failed, _cholesky_info, lambda s: jnp.zeros(s.shape[:-2], jnp.int32), sym)
-    return (_mT(low) if upper else low), info
+    return (low.mT if upper else low), info
 
 
 def _symmetric(a: Any, upper: bool) -> Any:
     """The symmetric matrix ``a``'s lower (upper) triangle stands for: what LAPACK's symmetric kernels read."""
     half = jnp.triu(a) if upper else jnp.tril(a)
-    return half + _mT(jnp.triu(half, 1) if upper else jnp.tril(half, -1))
+    return half + (jnp.triu(half, 1) if upper else jnp.tril(half, -1)).mT
 
 
 def eigh(a: Any, uplo: str = "L", compute_v: bool = True) -> tuple[Any, Any]:
@@ -168,13 +164,11 @@ def pinv(a: Any, atol: Any = None, rtol: Any = None, hermitian: bool = False) ->
         a = _symmetric(a, upper=False)
     u, s, vh = jnp.linalg.svd(a, full_matrices=False)
     atol = jnp.zeros((), s.dtype) if atol is None else _per_matrix(atol, s.dtype)
-    if rtol is None:
-        rtol = jnp.where(atol > 0, 0, jnp.finfo(a.dtype).eps * max(a.shape[-2:]))
-    else:
-        rtol = _per_matrix(rtol, s.dtype)
+    rtol = (jnp.where(atol > 0, 0, jnp.finfo(a.dtype).eps * max(a.shape[-2:])) if rtol is None
+            else _per_matrix(rtol, s.dtype))
     keep = s > jnp.maximum(atol, rtol * s.max(-1, keepdims=True, initial=0))
     s_inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0)
-    return _mT(vh) @ (s_inv[..., None] * _mT(u))
+    return vh.mT @ (s_inv[..., None] * u.mT)
 
 
 def _per_matrix(value: Any, dtype: Any) -> Any:

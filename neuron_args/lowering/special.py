@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -63,10 +63,7 @@ def polygamma(n: int, x: Any) -> Any:
     # cot(pi r) through tan of the smaller angle, so cot(pi / 2) is 0, not cos(pi / 2) rounded
     a = jnp.abs(r)
     c = jnp.where(a <= 0.25, 1 / jnp.tan(jnp.pi * r), jnp.sign(r) * jnp.tan(jnp.pi * (0.5 - a)))
-    d = jnp.zeros_like(c)
-    for a in reversed(cot_derivative(n)):
-        d = d * c + a
-    reflected = (-1) ** n * right - math.pi ** (n + 1) * d
+    reflected = (-1) ** n * right - math.pi ** (n + 1) * _horner(c, reversed(cot_derivative(n)))
     pole = (x <= 0) & ((r == 0) | jnp.isinf(x))  # eager: zeta(n + 1, q) is inf at every non-positive integer q
     out = jnp.where(pole, jnp.inf if n % 2 else -jnp.inf, jnp.where(reflect, reflected, right))
     return out.astype(dtype)
@@ -147,7 +144,8 @@ _AGD = (
 )
 
 
-def _horner(y: Any, coeffs: tuple[float, ...]) -> Any:
+def _horner(y: Any, coeffs: Iterable[float]) -> Any:
+    """The polynomial with ``coeffs`` (highest power first) at ``y``."""
     total = 0.0
     for c in coeffs:
         total = total * y + c
@@ -191,10 +189,8 @@ def airy_ai(x: Any) -> Any:
 def _operands(x: Any, n: Any) -> tuple[Any, Any]:
     """``x`` as a float array (integers: float32), ``n`` truncated to integers (torch's ``int64_t`` cast), broadcast."""
     x, n = jnp.asarray(x), jnp.asarray(n)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.float32)
-    if not jnp.issubdtype(n.dtype, jnp.integer):
-        n = jnp.trunc(n).astype(jnp.int32)
+    x = x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
+    n = n if jnp.issubdtype(n.dtype, jnp.integer) else jnp.trunc(n)
     return jnp.broadcast_arrays(x, n.astype(jnp.int32))
 
 

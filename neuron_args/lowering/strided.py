@@ -27,15 +27,12 @@ def strided_positions(numel: int, base_offset: int, size: Any, stride: Any, stor
     """The memory positions (relative to the input's first element) an as_strided view reads, as a constant index
     array shaped ``size``; positions outside the input are refused (eager would read a larger base tensor)."""
     offset = base_offset if storage_offset is None else storage_offset
-    positions = np.full(tuple(size), offset - base_offset, dtype=np.int64)
-    for dim, (n, step) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[dim] = n
-        positions = positions + np.arange(n).reshape(shape) * step
+    # the offset plus each index vector of ``size`` dotted with ``stride`` (a 0-dim ``size``: a numpy scalar)
+    positions = offset - base_offset + np.tensordot(np.asarray(stride, np.int64), np.indices(tuple(size)), 1)
     if positions.size and (positions.min() < 0 or positions.max() >= numel):
         raise ValueError(f"as_strided(size={list(size)}, stride={list(stride)}, storage_offset={storage_offset}) "
                          "reads memory outside its input tensor; apply it to the tensor that owns that memory")
-    return positions.astype(np.int32)
+    return np.asarray(positions, np.int32)
 
 
 def as_strided(x: Any, size: Any, stride: Any, storage_offset: int | None = None, *, layout: torch.Tensor) -> Any:
