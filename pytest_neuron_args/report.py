@@ -66,10 +66,9 @@ def _rows(data: dict[str, Any]) -> list[GraphOutcome]:
 
 
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
-    rows = data["rows"]
     hows = [r.status for r in _rows(data)]
     failed = f", {hows.count('failed')} failed" if "failed" in hows else ""
-    parts = [f"{len(rows)} graph{'s' if len(rows) != 1 else ''}: {hows.count('compiled')} compiled, "
+    parts = [f"{len(hows)} graph{'s' if len(hows) != 1 else ''}: {hows.count('compiled')} compiled, "
              f"{hows.count('loaded')} loaded, {hows.count('captured')} captured{failed}; session cache {cache_dir}"]
     stats = data.get("stats") or {}
     if any(stats.values()):
@@ -240,12 +239,10 @@ def warmup_properties(graphs: Iterable[GraphOutcome | Mapping[str, Any]]) -> lis
         inputs = format_shapes(list(g.input_shapes or []), empty="")
         props.append(("neuron_graph", f"graph_type={g.graph_type} inputs={inputs} key={g.key} "
                                       f"level={shown} how={g.how or '-'}"))
-    types = list(dict.fromkeys(str(g.graph_type) for g in rows))
-    props.append(("neuron_warmed_graph_types", " ".join(types)))
-    props.append(("neuron_graph_keys", " ".join(sorted({g.key for g in rows}))))
-    props.append(("neuron_optimization_levels",
-                  " ".join(f"{t}={','.join(sorted(levels[t]))}" for t in types)))
-    return props
+    # levels' keys: the graph types, in the order of their first graph
+    return [*props, ("neuron_warmed_graph_types", " ".join(levels)),
+            ("neuron_graph_keys", " ".join(sorted({g.key for g in rows}))),
+            ("neuron_optimization_levels", " ".join(f"{t}={','.join(sorted(ls))}" for t, ls in levels.items()))]
 
 
 def serve_properties(calls: Mapping[str, int], misses: int) -> list[tuple[str, str]]:

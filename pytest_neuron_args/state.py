@@ -264,8 +264,7 @@ class NeuronSession:
             if before is None or any(getattr(row, n) for n in COUNTERS):
                 rows[key] = row
         for key, built in self.parallel_compiled.items():
-            row = rows.get(key)
-            rows[key] = built if row is None else row.merged(built)
+            rows[key] = rows[key].merged(built) if key in rows else built
         return [_with_size(row, self._cache_dir) for row in rows.values()]
 
     def export(self) -> dict[str, Any]:
