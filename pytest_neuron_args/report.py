@@ -61,8 +61,8 @@ def header_line(session: NeuronSession) -> str:
     return "neuron-args: " + ", ".join(parts)
 
 
-def _rows(data: dict[str, Any]) -> list[GraphOutcome]:
-    return [GraphOutcome.of(row) for row in data["rows"]]
+def _rows(data: Mapping[str, Any]) -> list[GraphOutcome]:
+    return [GraphOutcome.of(row) for row in data.get("rows") or []]
 
 
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
@@ -279,11 +279,11 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str) -> str:
         rows = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in (header_cells, *body)]
         out += [rows[0], "|" + "---|" * len(header_cells), *rows[1:], ""]
     out += [_cell(footer), ""]
-    missed = [r for r in data.get("rows", []) if (r.get("serve_misses") or 0) > 0]
+    missed = [g for g in _rows(data) if (g.serve_misses or 0) > 0]
     out += ["### Cache misses while serving", ""]
     if missed or data.get("serve_misses"):
-        out += [f"- `{r.get('graph_type')}` {format_shapes(list(r.get('input_shapes') or []), empty='')} key "
-                f"`{r['key']}`: {r.get('serve_misses')} miss(es)" for r in missed]
+        out += [f"- `{g.graph_type}` {format_shapes(g.input_shapes or [], empty='')} key `{g.key}`: "
+                f"{g.serve_misses} miss(es)" for g in missed]
         out.append(f"- {data.get('serve_misses', 0)} miss(es) in {data.get('serve_sessions', 0)} serve block(s)")
     else:
         out.append(f"none ({data.get('serve_sessions', 0)} serve block(s))")
