@@ -51,9 +51,8 @@ def compiler_description(compiler: str | None) -> str:
 def header_line(session: NeuronSession) -> str:
     s = session.settings
     cache = f"{session.cache_dir()}" + (" (fresh per session)" if s.cache_dir is None else "")
-    manifest = str(s.manifest_dir) if s.manifest_dir is not None else "off"
     parts = [f"target {s.target}", f"compiler {compiler_description(s.compiler)}", f"cache {cache}",
-             f"manifest dir {manifest}", f"flow {s.flow}"]
+             f"manifest dir {s.manifest_dir or 'off'}", f"flow {s.flow}"]
     if s.optimization_level is not None:
         parts.append(f"explicit -O{s.optimization_level} (model policies off)")
     if s.update_baseline:
