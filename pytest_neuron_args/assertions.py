@@ -37,13 +37,9 @@ def _counts_since(before: Mapping[str, int]) -> dict[str, int]:
 
 def graph_activity(before: Mapping[str, GraphOutcome]) -> dict[str, list[dict[str, Any]]]:
     """Graphs compiled, loaded from the cache or captured since ``before`` (a copy of ``ACTIVITY.records``)."""
-    out: dict[str, list[dict[str, Any]]] = {what: [] for what, _, _ in _ACTIVITIES}
-    for key, now in list(ACTIVITY.records.items()):
-        delta = now.since(before.get(key))
-        for what, count, _ in _ACTIVITIES:
-            if getattr(delta, count) > 0:
-                out[what].append(now.to_json())
-    return out
+    deltas = [(now, now.since(before.get(key))) for key, now in list(ACTIVITY.records.items())]
+    return {what: [now.to_json() for now, delta in deltas if getattr(delta, count) > 0]
+            for what, count, _ in _ACTIVITIES}
 
 
 class CompileCounter:

@@ -181,9 +181,13 @@ class NeuronSettings:
         # folder, so its ledger lines end in a manifest, not left behind
         if manifest_dir is None and (env_root := manifest_root()) is not None:
             manifest_dir, manifest_dir_source = env_root.absolute(), f"${MANIFEST_DIR_ENV}"
+        try:  # --neuron-target, its ini key, $NEURON_ARGS_TARGET or the default: a usage error with the one message
+            target = given_or_default(*_raw(config, "neuron_target"))
+        except CompilerArgsError as exc:
+            raise pytest.UsageError(str(exc)) from None
         worker = config.getoption("neuron_rank_worker")
         settings = cls(
-            target=_target(config), compiler=compiler, compiler_source=compiler_source, optimization_level=level,
+            target=target, compiler=compiler, compiler_source=compiler_source, optimization_level=level,
             flow=_choice(config, "neuron_flow", FLOWS)[0] or DEFAULT_FLOW, compiler_args=args,
             compiler_args_source=source, tp=int(tp_text), compile_timeout=timeout, manifest_dir=manifest_dir,
             manifest_dir_source=manifest_dir_source,
@@ -282,15 +286,6 @@ def _raw(config: pytest.Config, dest: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def _target(config: pytest.Config) -> Target:
-    """``--neuron-target``, its ini key, ``$NEURON_ARGS_TARGET`` or the default; a usage error with the one message."""
-    value, where = _raw(config, "neuron_target")
-    try:
-        return given_or_default(value, where)
-    except CompilerArgsError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
 def _switch(config: pytest.Config, dest: str) -> bool:
     """A switch: its option given, else its ini key in the one boolean spelling of the environment variables."""
     value, where = _raw(config, dest)
@@ -304,9 +299,7 @@ def _switch(config: pytest.Config, dest: str) -> bool:
 def _choice(config: pytest.Config, dest: str, choices: tuple[str, ...]) -> tuple[str | None, str]:
     value, where = _raw(config, dest)
     if value is not None and value not in choices:
-        raise pytest.UsageError(
-            f"ini option {dest} = {value!r}: use one of {', '.join(choices)}"
-        )
+        raise pytest.UsageError(f"ini option {dest} = {value!r}: use one of {', '.join(choices)}")
     return value, where
 
 

@@ -159,9 +159,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         args.append(str(config.inipath.parent))  # no arguments: the ini file's testpaths are its whole suite
     anchors: dict[str, set[Path]] = {}
     tests: dict[str, set[str]] = {}
-    for item in session.items:
-        if "neuron_baseline" not in getattr(item, "fixturenames", ()):
-            continue
+    for item in (i for i in session.items if "neuron_baseline" in getattr(i, "fixturenames", ())):
         path, anchor = baseline_location(config, item, model_fixturedef_of(item), s)
         anchors.setdefault(str(path.parent), set()).add(anchor)
         tests.setdefault(str(path.parent), set()).add(name_parts(path)[0])

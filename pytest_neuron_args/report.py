@@ -51,9 +51,8 @@ def compiler_description(compiler: str | None) -> str:
 def header_line(session: NeuronSession) -> str:
     s = session.settings
     cache = f"{session.cache_dir()}" + (" (fresh per session)" if s.cache_dir is None else "")
-    manifest = str(s.manifest_dir) if s.manifest_dir is not None else "off"
     parts = [f"target {s.target}", f"compiler {compiler_description(s.compiler)}", f"cache {cache}",
-             f"manifest dir {manifest}", f"flow {s.flow}"]
+             f"manifest dir {s.manifest_dir or 'off'}", f"flow {s.flow}"]
     if s.optimization_level is not None:
         parts.append(f"explicit -O{s.optimization_level} (model policies off)")
     if s.update_baseline:
@@ -61,15 +60,14 @@ def header_line(session: NeuronSession) -> str:
     return "neuron-args: " + ", ".join(parts)
 
 
-def _rows(data: dict[str, Any]) -> list[GraphOutcome]:
-    return [GraphOutcome.of(row) for row in data["rows"]]
+def _rows(data: Mapping[str, Any]) -> list[GraphOutcome]:
+    return [GraphOutcome.of(row) for row in data.get("rows") or []]
 
 
 def footer_line(data: dict[str, Any], cache_dir: str) -> str:
-    rows = data["rows"]
     hows = [r.status for r in _rows(data)]
     failed = f", {hows.count('failed')} failed" if "failed" in hows else ""
-    parts = [f"{len(rows)} graph{'s' if len(rows) != 1 else ''}: {hows.count('compiled')} compiled, "
+    parts = [f"{len(hows)} graph{'s' if len(hows) != 1 else ''}: {hows.count('compiled')} compiled, "
              f"{hows.count('loaded')} loaded, {hows.count('captured')} captured{failed}; session cache {cache_dir}"]
     stats = data.get("stats") or {}
     if any(stats.values()):
@@ -240,12 +238,10 @@ def warmup_properties(graphs: Iterable[GraphOutcome | Mapping[str, Any]]) -> lis
         inputs = format_shapes(list(g.input_shapes or []), empty="")
         props.append(("neuron_graph", f"graph_type={g.graph_type} inputs={inputs} key={g.key} "
                                       f"level={shown} how={g.how or '-'}"))
-    types = list(dict.fromkeys(str(g.graph_type) for g in rows))
-    props.append(("neuron_warmed_graph_types", " ".join(types)))
-    props.append(("neuron_graph_keys", " ".join(sorted({g.key for g in rows}))))
-    props.append(("neuron_optimization_levels",
-                  " ".join(f"{t}={','.join(sorted(levels[t]))}" for t in types)))
-    return props
+    # levels' keys: the graph types, in the order of their first graph
+    return [*props, ("neuron_warmed_graph_types", " ".join(levels)),
+            ("neuron_graph_keys", " ".join(sorted({g.key for g in rows}))),
+            ("neuron_optimization_levels", " ".join(f"{t}={','.join(sorted(ls))}" for t, ls in levels.items()))]
 
 
 def serve_properties(calls: Mapping[str, int], misses: int) -> list[tuple[str, str]]:
@@ -282,11 +278,11 @@ def summary_markdown(data: Mapping[str, Any], header: str, footer: str) -> str:
         rows = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in (header_cells, *body)]
         out += [rows[0], "|" + "---|" * len(header_cells), *rows[1:], ""]
     out += [_cell(footer), ""]
-    missed = [r for r in data.get("rows", []) if (r.get("serve_misses") or 0) > 0]
+    missed = [g for g in _rows(data) if (g.serve_misses or 0) > 0]
     out += ["### Cache misses while serving", ""]
     if missed or data.get("serve_misses"):
-        out += [f"- `{r.get('graph_type')}` {format_shapes(list(r.get('input_shapes') or []), empty='')} key "
-                f"`{r['key']}`: {r.get('serve_misses')} miss(es)" for r in missed]
+        out += [f"- `{g.graph_type}` {format_shapes(g.input_shapes or [], empty='')} key `{g.key}`: "
+                f"{g.serve_misses} miss(es)" for g in missed]
         out.append(f"- {data.get('serve_misses', 0)} miss(es) in {data.get('serve_sessions', 0)} serve block(s)")
     else:
         out.append(f"none ({data.get('serve_sessions', 0)} serve block(s))")

@@ -79,7 +79,8 @@ class NeuronSession:
         self.settings = settings
         self.report_written: Path | None = None  # --neuron-report's file, once written
         self._workerinput: dict[str, Any] = dict(getattr(config, "workerinput", None) or {})
-        self.worker_id: str | None = self._workerinput.get("workerid")
+        self.is_worker = self._workerinput.get("workerid") is not None  # an xdist worker
+        self.is_rank_worker = settings.rank_worker is not None  # a --neuron-tp rank process
         self._cache_dir: Path | None = None
         #: what pytest_unconfigure undoes: process-wide settings, the manifest folder's lock, the environment
         self.at_stop = contextlib.ExitStack()
@@ -128,10 +129,6 @@ class NeuronSession:
         self.output_failures: list[str] = []  # why the --neuron-report file or the step summary could not be written
         self._ledger_root: Path | None = None
 
-    @property
-    def is_worker(self) -> bool:
-        return self.worker_id is not None
-
     def cache_dir(self) -> Path:
         """The session's compile cache: the given one, the controller's (xdist), or a fresh one."""
         if self._cache_dir is None:
@@ -160,10 +157,6 @@ class NeuronSession:
     def _basetemp(self) -> Path | None:
         factory = getattr(self.config, "_tmp_path_factory", None)  # None under -p no:tmpdir
         return factory.getbasetemp() if factory is not None else None
-
-    @property
-    def is_rank_worker(self) -> bool:
-        return self.settings.rank_worker is not None
 
     def start(self) -> None:
         gc_policy.session_started()
@@ -262,12 +255,6 @@ class NeuronSession:
                 error = first_line(str(g.error or "")) or "failed"
                 self.parallel_compiled[g.key] = replace(unseen, failures=1, error=error)
 
-    def stats(self) -> dict[str, int]:
-        now = ACTIVITY.stats.snapshot()
-        out = Counter({k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now})  # a test may reset STATS
-        out.update(self.deferred_counts)  # what parallel-flow children and workers did
-        return dict(out)
-
     def local_rows(self) -> list[GraphOutcome]:
         """One outcome per graph this process compiled, captured or loaded during the session."""
         rows: dict[str, GraphOutcome] = {}
@@ -277,15 +264,17 @@ class NeuronSession:
             if before is None or any(getattr(row, n) for n in COUNTERS):
                 rows[key] = row
         for key, built in self.parallel_compiled.items():
-            row = rows.get(key)
-            rows[key] = built if row is None else row.merged(built)
+            rows[key] = rows[key].merged(built) if key in rows else built
         return [_with_size(row, self._cache_dir) for row in rows.values()]
 
     def export(self) -> dict[str, Any]:
         """This process's contribution, as builtins (the xdist ``workeroutput`` payload)."""
+        now = ACTIVITY.stats.snapshot()
+        stats = Counter({k: max(0, now[k] - self._stats_before.get(k, 0)) for k in now})  # a test may reset STATS
+        stats.update(self.deferred_counts)  # what parallel-flow children and workers did
         return {
             "rows": [row.to_json() for row in self.local_rows()],
-            "stats": self.stats(),
+            "stats": dict(stats),
             **{name: copy.copy(getattr(self, name)) for name in _EXPORTED},
             "eager_outputs": dict(ACTIVITY.eager_outputs),  # NEFFs whose outputs came from eager PyTorch
             "eager_fallbacks": dict(ACTIVITY.eager_fallbacks),  # frames Dynamo's recompile limit stopped compiling
@@ -317,8 +306,7 @@ class NeuronSession:
         return {
             "rows": [row.to_json() for row in sorted(rows.values(), key=lambda row: row.sort_key)],
             "serve_calls": dict(calls),
-            "serve_misses": sum(p.get("serve_misses", 0) for p in parts),
-            "serve_sessions": sum(p.get("serve_sessions", 0) for p in parts),
+            **{name: sum(p.get(name, 0) for p in parts) for name in ("serve_misses", "serve_sessions")},
             **{name: [x for p in parts for x in p.get(name) or []] for name in _CONCATENATED},
             "baselines_written": [c["path"] for p in parts for c in p.get("baseline_checks") or []
                                   if c["status"] in ("written", "updated")],

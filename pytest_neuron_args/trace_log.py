@@ -54,8 +54,6 @@ def _funcnames_unread() -> contextlib.AbstractContextManager[Any]:
     logs = (symbolic_convert.trace_call_log, symbolic_convert.trace_source_log, output_graph.trace_call_log)
 
     def funcname(filename: str, lineno: int) -> str | None:
-        if any(log.isEnabledFor(logging.DEBUG) for log in logs):
-            return named(filename, lineno)
-        return None
+        return named(filename, lineno) if any(log.isEnabledFor(logging.DEBUG) for log in logs) else None
 
     return mock.patch.object(symbolic_convert, "get_funcname", funcname)
