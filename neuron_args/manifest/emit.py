@@ -5,6 +5,7 @@ another job still writes. Best-effort: a failure is logged, never raised into wa
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import logging
 import os
@@ -55,13 +56,8 @@ def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
     }
 
 
-def _flags_line(memo: dict[str, str], flags: Any) -> str:
-    """A graph's manifest flag line, memoized by text (graphs share a few flag sets; shlex is slow)."""
-    if not isinstance(flags, str):
-        return "" if flags is None else manifest_compiler_flags(flags if isinstance(flags, list) else str(flags))
-    if flags not in memo:
-        memo[flags] = manifest_compiler_flags(flags)
-    return memo[flags]
+#: a graph's manifest flag line, cached by its recorded text or tokens (graphs share a few flag sets; shlex is slow)
+_flags_line = functools.lru_cache(maxsize=256)(manifest_compiler_flags)
 
 
 def _graph_entries(
@@ -69,7 +65,6 @@ def _graph_entries(
 ) -> tuple[list[dict], list[int]]:
     entries: list[dict] = []
     unmapped: set[int] = set()
-    flag_lines: dict[str, str] = {}
     mapped_sets: dict[frozenset[int], list[int]] = {}  # most graphs share one rank set
     for key in sorted(grouped):
         record = grouped[key].record
@@ -78,12 +73,12 @@ def _graph_entries(
             mapped = {local: to_global(local) for local in frozen}
             unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
             mapped_sets[frozen] = sorted({local if rank is None else rank for local, rank in mapped.items()})
-        shapes = record.get("input_shapes")
+        shapes, flags = record.get("input_shapes"), record.get("compiler_flags")
         graph = {
             "graph_hash": key,
             **_enrich(cache, key),
             "input_shapes": [str(s) for s in shapes] if isinstance(shapes, list) else [],
-            "compiler_flags": _flags_line(flag_lines, record.get("compiler_flags")),
+            "compiler_flags": _flags_line(tuple(flags) if isinstance(flags, list) else flags),
             "ranks": list(mapped_sets[frozen]),
             "input_snapshot_paths": [],
             "output_snapshot_paths": [],
@@ -168,7 +163,7 @@ def emit_manifest(
             "graphs": graphs,
             "environment": environment_snapshot(),
         }
-        target = Path(root) / engine_id / MANIFEST_FILENAME
+        target = root / engine_id / MANIFEST_FILENAME
         stage = f"write {target}"
         write_atomic(target, dumps_manifest(doc), durable=True)
     except Exception as exc:  # best-effort: never break warmup or serving
@@ -216,5 +211,5 @@ def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping
                              engine_id=engine, rank_map=list(range(max(max(g.ranks) for g in chosen.values()) + 1)),
                              failures=failures, view=None if source == target else Ledger(chosen))
         if path is not None:
-            written.append(Path(path))
+            written.append(path)
     return written
