@@ -77,8 +77,7 @@ class Thresholds:
 
 
 #: run settings that change what is compiled: a comparison names each one that differs before its graph diff
-COMPARED_SETTINGS = (("tp", "tp"), ("target", "target"), ("optimization_level", "optimization level"),
-                     ("compiler", "compiler"), ("compiler_args", "compiler args"))
+COMPARED_SETTINGS = ("tp", "target", "optimization_level", "compiler", "compiler_args")
 
 
 def _setting_text(name: str, value: Any) -> str:
@@ -93,9 +92,9 @@ def _setting_text(name: str, value: Any) -> str:
 def settings_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """``tp: 1 -> 2``...: the compared settings whose values differ between two reports' ``settings``."""
     old, new = old if isinstance(old, Mapping) else {}, new if isinstance(new, Mapping) else {}
-    shown = ((label, _setting_text(name, old.get(name)), _setting_text(name, new.get(name)))
-             for name, label in COMPARED_SETTINGS)
-    return [f"{label}: {a} -> {b}" for label, a, b in shown if a != b]
+    shown = ((name, _setting_text(name, old.get(name)), _setting_text(name, new.get(name)))
+             for name in COMPARED_SETTINGS)
+    return [f"{name.replace('_', ' ')}: {a} -> {b}" for name, a, b in shown if a != b]
 
 
 @dataclass
