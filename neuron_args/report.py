@@ -143,13 +143,12 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Threshol
     t = thresholds or Thresholds()
     before = {_identity(g): g for g in old.get("graphs", [])}
     after = {_identity(g): g for g in new.get("graphs", [])}
+    fresh = [g for k, g in after.items() if k not in before]  # one that did not build is a regression, not an addition
     result = Comparison(settings=settings_changes(old.get("settings") or {}, new.get("settings") or {}),
-                        added=[after[k] for k in after if k not in before and after[k].get("status") != "failed"],
-                        removed=[before[k] for k in before if k not in after])
-    for k in after.keys() - before.keys():  # a new graph that did not build is a regression, not an addition
-        if after[k].get("status") == "failed":
-            result.changed.append((after[k], [f"new graph, failed to build: {after[k].get('error') or 'see its run'}"],
-                                   True))
+                        added=[g for g in fresh if g.get("status") != "failed"],
+                        removed=[before[k] for k in before if k not in after],
+                        changed=[(g, [f"new graph, failed to build: {g.get('error') or 'see its run'}"], True)
+                                 for g in fresh if g.get("status") == "failed"])
     for k in after.keys() & before.keys():
         a, b = before[k], after[k]
         changes: list[tuple[str, bool]] = []  # (line, whether it is a regression)

@@ -64,15 +64,13 @@ def _graph_entries(
     grouped: Mapping[str, LedgerGraph], cache: CompileCache | None, to_global: Callable[[int], int | None]
 ) -> tuple[list[dict], list[int]]:
     entries: list[dict] = []
-    unmapped: set[int] = set()
+    mapped = {local: to_global(local) for local in set().union(*(g.ranks for g in grouped.values()))}
     mapped_sets: dict[frozenset[int], list[int]] = {}  # most graphs share one rank set
     for key in sorted(grouped):
         record = grouped[key].record
         frozen = frozenset(grouped[key].ranks)
-        if frozen not in mapped_sets:
-            mapped = {local: to_global(local) for local in frozen}
-            unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
-            mapped_sets[frozen] = sorted({local if rank is None else rank for local, rank in mapped.items()})
+        if frozen not in mapped_sets:  # an unmapped rank is recorded as it is
+            mapped_sets[frozen] = sorted({local if mapped[local] is None else mapped[local] for local in frozen})
         shapes, flags = record.get("input_shapes"), record.get("compiler_flags")
         graph = {
             "graph_hash": key,
@@ -84,7 +82,7 @@ def _graph_entries(
             "output_snapshot_paths": [],
         }
         entries.append({name: graph.get(name) for name in GRAPH_FIELDS})  # the schema's order; missing: null
-    return entries, sorted(unmapped)
+    return entries, sorted(local for local, rank in mapped.items() if rank is None)
 
 
 _VALUE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode

@@ -197,17 +197,16 @@ def _append(path: str, data: bytes) -> None:
             os.close(fd)
 
 
-def _log_failure_once(path: str | None, exc: BaseException, fix: str | None = None) -> None:
+_FIX_DIR = "Check that VLLM_NEURON_MANIFEST_DIR points to a writable directory, or unset it to turn the manifest off."
+
+
+def _log_failure_once(path: str | None, exc: BaseException, fix: str = _FIX_DIR) -> None:
     pid = os.getpid()
     if ACTIVITY.ledger.failure_logged_pid == pid:
         logger.debug("manifest ledger write failed again: %s: %s", type(exc).__name__, exc)
         return
     ACTIVITY.ledger.failure_logged_pid = pid
     where = f" to {path}" if path else ""
-    fix = fix or (
-        "Check that VLLM_NEURON_MANIFEST_DIR points to a writable directory, or unset it to turn "
-        "the manifest off."
-    )
     logger.warning(
         "manifest ledger write%s failed (%s: %s); the manifest of this engine will miss graphs "
         "recorded by pid %d. Compilation is unaffected. %s",
