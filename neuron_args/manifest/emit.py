@@ -71,11 +71,11 @@ def _graph_entries(
         frozen = frozenset(grouped[key].ranks)
         if frozen not in mapped_sets:  # an unmapped rank is recorded as it is
             mapped_sets[frozen] = sorted({local if mapped[local] is None else mapped[local] for local in frozen})
-        shapes, flags = record.get("input_shapes"), record.get("compiler_flags")
+        flags = record.get("compiler_flags")
         graph = {
             "graph_hash": key,
             **_enrich(cache, key),
-            "input_shapes": [str(s) for s in shapes] if isinstance(shapes, list) else [],
+            "input_shapes": list(record.get("input_shapes", [])),  # read_ledger checked: a list of shape strings
             "compiler_flags": _flags_line(tuple(flags) if isinstance(flags, list) else flags),
             "ranks": list(mapped_sets[frozen]),
             "input_snapshot_paths": [],

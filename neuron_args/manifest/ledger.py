@@ -70,9 +70,7 @@ def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
             f"register_tp_group: group_ranks {list(group_ranks)!r} must be non-empty, unique, "
             "non-negative global ranks"
         )
-    if isinstance(rank_in_group, bool) or not isinstance(rank_in_group, int) or not (
-        0 <= rank_in_group < len(ranks)
-    ):
+    if isinstance(rank_in_group, bool) or not isinstance(rank_in_group, int) or rank_in_group not in range(len(ranks)):
         raise ValueError(
             f"register_tp_group: rank_in_group {rank_in_group!r} is not an index into "
             f"group_ranks {list(ranks)!r} (expected 0..{len(ranks) - 1})"
