@@ -89,7 +89,7 @@ def _setting_text(name: str, value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def settings_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def settings_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
     """``tp: 1 -> 2``...: the compared settings whose values differ between two reports' ``settings``."""
     old, new = old if isinstance(old, Mapping) else {}, new if isinstance(new, Mapping) else {}
     shown = ((name, _setting_text(name, old.get(name)), _setting_text(name, new.get(name)))
@@ -144,7 +144,7 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Threshol
     before = {_identity(g): g for g in old.get("graphs", [])}
     after = {_identity(g): g for g in new.get("graphs", [])}
     fresh = [g for k, g in after.items() if k not in before]  # one that did not build is a regression, not an addition
-    result = Comparison(settings=settings_changes(old.get("settings") or {}, new.get("settings") or {}),
+    result = Comparison(settings=settings_changes(old.get("settings"), new.get("settings")),
                         added=[g for g in fresh if g.get("status") != "failed"],
                         removed=[before[k] for k in before if k not in after],
                         changed=[(g, [f"new graph, failed to build: {g.get('error') or 'see its run'}"], True)

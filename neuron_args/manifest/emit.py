@@ -106,12 +106,12 @@ def _with_cache_dir(block: dict, cache_dir: str | os.PathLike[str] | None, cache
     """The config block with ``neuron_config.cache_dir`` filled when the caller's has none (``manifest show`` finds
     graph types through it; an ``s3://`` cache: its local copy), and ``remote_cache`` when the cache mirrors one."""
     neuron = block.get("neuron_config")
-    if cache is not None and (neuron is None or (isinstance(neuron, dict) and "cache_dir" not in neuron)):
-        shown = cache.root if is_remote(cache_dir) else cache_dir
-        block["neuron_config"] = neuron = {**(neuron or {}), "cache_dir": str(shown)}
-    remote = None if cache is None else remote_url(cache.root)
-    if remote is not None and isinstance(neuron, dict):
-        block["neuron_config"] = {**neuron, "remote_cache": remote}
+    if cache is None or not (neuron is None or isinstance(neuron, dict)):
+        return block
+    block["neuron_config"] = neuron = dict(neuron or {})
+    neuron.setdefault("cache_dir", str(cache.root if is_remote(cache_dir) else cache_dir))
+    if (remote := remote_url(cache.root)) is not None:
+        neuron["remote_cache"] = remote
     return block
 
 
