@@ -77,8 +77,7 @@ class Thresholds:
 
 
 #: run settings that change what is compiled: a comparison names each one that differs before its graph diff
-COMPARED_SETTINGS = (("tp", "tp"), ("target", "target"), ("optimization_level", "optimization level"),
-                     ("compiler", "compiler"), ("compiler_args", "compiler args"))
+COMPARED_SETTINGS = ("tp", "target", "optimization_level", "compiler", "compiler_args")
 
 
 def _setting_text(name: str, value: Any) -> str:
@@ -90,12 +89,12 @@ def _setting_text(name: str, value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-def settings_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def settings_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
     """``tp: 1 -> 2``...: the compared settings whose values differ between two reports' ``settings``."""
     old, new = old if isinstance(old, Mapping) else {}, new if isinstance(new, Mapping) else {}
-    shown = ((label, _setting_text(name, old.get(name)), _setting_text(name, new.get(name)))
-             for name, label in COMPARED_SETTINGS)
-    return [f"{label}: {a} -> {b}" for label, a, b in shown if a != b]
+    shown = ((name, _setting_text(name, old.get(name)), _setting_text(name, new.get(name)))
+             for name in COMPARED_SETTINGS)
+    return [f"{name.replace('_', ' ')}: {a} -> {b}" for name, a, b in shown if a != b]
 
 
 @dataclass
@@ -144,13 +143,12 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], thresholds: Threshol
     t = thresholds or Thresholds()
     before = {_identity(g): g for g in old.get("graphs", [])}
     after = {_identity(g): g for g in new.get("graphs", [])}
-    result = Comparison(settings=settings_changes(old.get("settings") or {}, new.get("settings") or {}),
-                        added=[after[k] for k in after if k not in before and after[k].get("status") != "failed"],
-                        removed=[before[k] for k in before if k not in after])
-    for k in after.keys() - before.keys():  # a new graph that did not build is a regression, not an addition
-        if after[k].get("status") == "failed":
-            result.changed.append((after[k], [f"new graph, failed to build: {after[k].get('error') or 'see its run'}"],
-                                   True))
+    fresh = [g for k, g in after.items() if k not in before]  # one that did not build is a regression, not an addition
+    result = Comparison(settings=settings_changes(old.get("settings"), new.get("settings")),
+                        added=[g for g in fresh if g.get("status") != "failed"],
+                        removed=[before[k] for k in before if k not in after],
+                        changed=[(g, [f"new graph, failed to build: {g.get('error') or 'see its run'}"], True)
+                                 for g in fresh if g.get("status") == "failed"])
     for k in after.keys() & before.keys():
         a, b = before[k], after[k]
         changes: list[tuple[str, bool]] = []  # (line, whether it is a regression)

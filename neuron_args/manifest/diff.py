@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -116,15 +117,14 @@ def _summary(graph: Mapping) -> dict:
 
 
 def _replacements(removed: list[Mapping], added: list[Mapping]) -> list[dict]:
-    def by_shapes(graphs: list[Mapping]) -> dict[str, list[Mapping]]:
-        out: dict[str, list[Mapping]] = {}
-        for g in graphs:
-            out.setdefault(json.dumps(g.get("input_shapes")), []).append(g)
-        return out
+    """A removed and an added graph each alone in its list with its input shapes: the one likely replaced the other."""
+    def alone(graphs: list[Mapping]) -> dict[str, Mapping]:
+        shapes = [json.dumps(g.get("input_shapes")) for g in graphs]
+        counts = Counter(shapes)
+        return {text: g for text, g in zip(shapes, graphs) if counts[text] == 1}
 
-    old_groups, new_groups = by_shapes(removed), by_shapes(added)
-    return [_compare_graphs(olds[0], new_groups[shapes][0]) for shapes, olds in sorted(old_groups.items())
-            if len(olds) == 1 and len(new_groups.get(shapes, [])) == 1]
+    olds, news = alone(removed), alone(added)
+    return [_compare_graphs(olds[text], news[text]) for text in sorted(olds.keys() & news.keys())]
 
 
 @dataclass
@@ -142,10 +142,8 @@ class ManifestDiff:
 
     @property
     def empty(self) -> bool:
-        return not (
-            self.manifest_version or self.added_graphs or self.removed_graphs
-            or self.changed_graphs or self.config or self.environment
-        )
+        return not (self.manifest_version or self.added_graphs or self.removed_graphs
+                    or self.changed_graphs or self.config or self.environment)
 
     def lines(self) -> list[str]:
         """Readable lines (``[]`` when empty): ``+`` added, ``-`` removed, ``~`` changed."""
@@ -157,9 +155,8 @@ class ManifestDiff:
                     f"flags {g.get('compiler_flags') or '-'}" for g in graphs]
         for r in self.replacements:
             what = _graph_change_lines(r) or ["same flags, shapes and ranks: the graph or tool versions changed"]
-            out.append(
-                f"~ graph {self._name(r['old_hash'])} -> {r['new_hash'][:12]} (same input shapes): " + "; ".join(what)
-            )
+            out.append(f"~ graph {self._name(r['old_hash'])} -> {r['new_hash'][:12]} (same input shapes): "
+                       + "; ".join(what))
         for c in self.changed_graphs:
             out.append(f"~ graph {self._name(c['graph_hash'])}: " + "; ".join(_graph_change_lines(c)))
         out += [f"~ {_value_line(c)}" for c in (*self.config, *self.environment)]
@@ -189,27 +186,21 @@ def _stable_config(doc: Mapping) -> Any:
     return {**config, "neuron_config": neuron_config}
 
 
-def diff_manifests(
-    old: Mapping, new: Mapping, *, include_environment: bool = False
-) -> ManifestDiff:
+def diff_manifests(old: Mapping, new: Mapping, *, include_environment: bool = False) -> ManifestDiff:
     """Compare two manifest documents (``old`` -> ``new``); see the module docstring."""
-    result = ManifestDiff()
-    if old.get("manifest_version") != new.get("manifest_version"):
-        result.manifest_version = {"old": old.get("manifest_version"), "new": new.get("manifest_version")}
+    versions = {"old": old.get("manifest_version"), "new": new.get("manifest_version")}
     old_graphs, new_graphs = _graphs_by_hash(old), _graphs_by_hash(new)
     removed = [old_graphs[h] for h in sorted(old_graphs.keys() - new_graphs.keys())]
     added = [new_graphs[h] for h in sorted(new_graphs.keys() - old_graphs.keys())]
-    result.removed_graphs = [_summary(g) for g in removed]
-    result.added_graphs = [_summary(g) for g in added]
-    result.replacements = _replacements(removed, added)
-    result.changed_graphs = [change for h in sorted(old_graphs.keys() & new_graphs.keys())
-                             if len(change := _compare_graphs(old_graphs[h], new_graphs[h])) > 1]  # beyond its hash
-    result.config = _value_changes(
-        _stable_config(old), _stable_config(new), "config", ignore_paths=True
+    return ManifestDiff(
+        manifest_version=versions if versions["old"] != versions["new"] else None,
+        added_graphs=[_summary(g) for g in added],
+        removed_graphs=[_summary(g) for g in removed],
+        changed_graphs=[change for h in sorted(old_graphs.keys() & new_graphs.keys())
+                        if len(change := _compare_graphs(old_graphs[h], new_graphs[h])) > 1],  # beyond its hash
+        replacements=_replacements(removed, added),
+        config=_value_changes(_stable_config(old), _stable_config(new), "config", ignore_paths=True),
+        environment=(_value_changes(old.get("environment"), new.get("environment"), "environment", ignore_paths=False)
+                     if include_environment else []),
+        graph_types={**recorded_graph_types(old), **recorded_graph_types(new)},
     )
-    result.graph_types = {**recorded_graph_types(old), **recorded_graph_types(new)}
-    if include_environment:
-        result.environment = _value_changes(
-            old.get("environment"), new.get("environment"), "environment", ignore_paths=False
-        )
-    return result

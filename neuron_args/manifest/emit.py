@@ -5,6 +5,7 @@ another job still writes. Best-effort: a failure is logged, never raised into wa
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import logging
 import os
@@ -55,41 +56,33 @@ def _enrich(cache: CompileCache | None, key: str) -> dict[str, Any]:
     }
 
 
-def _flags_line(memo: dict[str, str], flags: Any) -> str:
-    """A graph's manifest flag line, memoized by text (graphs share a few flag sets; shlex is slow)."""
-    if not isinstance(flags, str):
-        return "" if flags is None else manifest_compiler_flags(flags if isinstance(flags, list) else str(flags))
-    if flags not in memo:
-        memo[flags] = manifest_compiler_flags(flags)
-    return memo[flags]
+#: a graph's manifest flag line, cached by its recorded text or tokens (graphs share a few flag sets; shlex is slow)
+_flags_line = functools.lru_cache(maxsize=256)(manifest_compiler_flags)
 
 
 def _graph_entries(
     grouped: Mapping[str, LedgerGraph], cache: CompileCache | None, to_global: Callable[[int], int | None]
 ) -> tuple[list[dict], list[int]]:
     entries: list[dict] = []
-    unmapped: set[int] = set()
-    flag_lines: dict[str, str] = {}
+    mapped = {local: to_global(local) for local in set().union(*(g.ranks for g in grouped.values()))}
     mapped_sets: dict[frozenset[int], list[int]] = {}  # most graphs share one rank set
     for key in sorted(grouped):
         record = grouped[key].record
         frozen = frozenset(grouped[key].ranks)
-        if frozen not in mapped_sets:
-            mapped = {local: to_global(local) for local in frozen}
-            unmapped.update(local for local, rank in mapped.items() if rank is None)  # recorded as they are
-            mapped_sets[frozen] = sorted({local if rank is None else rank for local, rank in mapped.items()})
-        shapes = record.get("input_shapes")
+        if frozen not in mapped_sets:  # an unmapped rank is recorded as it is
+            mapped_sets[frozen] = sorted({local if mapped[local] is None else mapped[local] for local in frozen})
+        flags = record.get("compiler_flags")
         graph = {
             "graph_hash": key,
             **_enrich(cache, key),
-            "input_shapes": [str(s) for s in shapes] if isinstance(shapes, list) else [],
-            "compiler_flags": _flags_line(flag_lines, record.get("compiler_flags")),
+            "input_shapes": list(record.get("input_shapes", [])),  # read_ledger checked: a list of shape strings
+            "compiler_flags": _flags_line(tuple(flags) if isinstance(flags, list) else flags),
             "ranks": list(mapped_sets[frozen]),
             "input_snapshot_paths": [],
             "output_snapshot_paths": [],
         }
         entries.append({name: graph.get(name) for name in GRAPH_FIELDS})  # the schema's order; missing: null
-    return entries, sorted(unmapped)
+    return entries, sorted(local for local, rank in mapped.items() if rank is None)
 
 
 _VALUE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
@@ -113,12 +106,12 @@ def _with_cache_dir(block: dict, cache_dir: str | os.PathLike[str] | None, cache
     """The config block with ``neuron_config.cache_dir`` filled when the caller's has none (``manifest show`` finds
     graph types through it; an ``s3://`` cache: its local copy), and ``remote_cache`` when the cache mirrors one."""
     neuron = block.get("neuron_config")
-    if cache is not None and (neuron is None or (isinstance(neuron, dict) and "cache_dir" not in neuron)):
-        shown = cache.root if is_remote(cache_dir) else cache_dir
-        block["neuron_config"] = neuron = {**(neuron or {}), "cache_dir": str(shown)}
-    remote = None if cache is None else remote_url(cache.root)
-    if remote is not None and isinstance(neuron, dict):
-        block["neuron_config"] = {**neuron, "remote_cache": remote}
+    if cache is None or not (neuron is None or isinstance(neuron, dict)):
+        return block
+    block["neuron_config"] = neuron = dict(neuron or {})
+    neuron.setdefault("cache_dir", str(cache.root if is_remote(cache_dir) else cache_dir))
+    if (remote := remote_url(cache.root)) is not None:
+        neuron["remote_cache"] = remote
     return block
 
 
@@ -168,7 +161,7 @@ def emit_manifest(
             "graphs": graphs,
             "environment": environment_snapshot(),
         }
-        target = Path(root) / engine_id / MANIFEST_FILENAME
+        target = root / engine_id / MANIFEST_FILENAME
         stage = f"write {target}"
         write_atomic(target, dumps_manifest(doc), durable=True)
     except Exception as exc:  # best-effort: never break warmup or serving
@@ -216,5 +209,5 @@ def emit_engines(source: Path, target: Path, *, cache_dir: Path, config: Mapping
                              engine_id=engine, rank_map=list(range(max(max(g.ranks) for g in chosen.values()) + 1)),
                              failures=failures, view=None if source == target else Ledger(chosen))
         if path is not None:
-            written.append(Path(path))
+            written.append(path)
     return written

@@ -61,22 +61,14 @@ def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
     """Ledger lines record ``rank_in_group`` (vLLM's ``get_tp_group().rank_in_group``); the emitter maps it back
     to ``group_ranks[rank_in_group]``. Forked children inherit it."""
     if isinstance(group_ranks, (str, bytes)) or not isinstance(group_ranks, Sequence):
-        raise TypeError(
-            f"register_tp_group: group_ranks must be a sequence of global ranks, got {group_ranks!r}"
-        )
+        raise TypeError(f"register_tp_group: group_ranks must be a sequence of global ranks, got {group_ranks!r}")
     ranks = tuple(int(r) for r in group_ranks)
     if not ranks or len(set(ranks)) != len(ranks) or min(ranks) < 0:
-        raise ValueError(
-            f"register_tp_group: group_ranks {list(group_ranks)!r} must be non-empty, unique, "
-            "non-negative global ranks"
-        )
-    if isinstance(rank_in_group, bool) or not isinstance(rank_in_group, int) or not (
-        0 <= rank_in_group < len(ranks)
-    ):
-        raise ValueError(
-            f"register_tp_group: rank_in_group {rank_in_group!r} is not an index into "
-            f"group_ranks {list(ranks)!r} (expected 0..{len(ranks) - 1})"
-        )
+        raise ValueError(f"register_tp_group: group_ranks {list(group_ranks)!r} must be non-empty, unique, "
+                         "non-negative global ranks")
+    if isinstance(rank_in_group, bool) or not isinstance(rank_in_group, int) or rank_in_group not in range(len(ranks)):
+        raise ValueError(f"register_tp_group: rank_in_group {rank_in_group!r} is not an index into "
+                         f"group_ranks {list(ranks)!r} (expected 0..{len(ranks) - 1})")
     ACTIVITY.ledger.tp_group = (ranks, rank_in_group)
 
 
@@ -197,17 +189,16 @@ def _append(path: str, data: bytes) -> None:
             os.close(fd)
 
 
-def _log_failure_once(path: str | None, exc: BaseException, fix: str | None = None) -> None:
+_FIX_DIR = "Check that VLLM_NEURON_MANIFEST_DIR points to a writable directory, or unset it to turn the manifest off."
+
+
+def _log_failure_once(path: str | None, exc: BaseException, fix: str = _FIX_DIR) -> None:
     pid = os.getpid()
     if ACTIVITY.ledger.failure_logged_pid == pid:
         logger.debug("manifest ledger write failed again: %s: %s", type(exc).__name__, exc)
         return
     ACTIVITY.ledger.failure_logged_pid = pid
     where = f" to {path}" if path else ""
-    fix = fix or (
-        "Check that VLLM_NEURON_MANIFEST_DIR points to a writable directory, or unset it to turn "
-        "the manifest off."
-    )
     logger.warning(
         "manifest ledger write%s failed (%s: %s); the manifest of this engine will miss graphs "
         "recorded by pid %d. Compilation is unaffected. %s",

@@ -31,10 +31,7 @@ def records() -> list[GraphOutcome]:
     return list(RECORDS.values())
 
 
-MAX_SHAPES = 4
-
-
-def shapes_text(shapes: Sequence[str] | None, limit: int = MAX_SHAPES) -> str:
+def shapes_text(shapes: Sequence[str] | None, limit: int = 4) -> str:
     """``(1, 8) (2, 64, 16)x4``: runs of equal shapes (a model's KV buffers) collapsed, then at most ``limit`` items."""
     if shapes is None:
         return "-"
