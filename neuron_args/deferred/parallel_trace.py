@@ -24,20 +24,20 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
+from neuron_args.cache import cache_root
+from neuron_args.cache_key import current_autograd_mode
 from neuron_args.compilers.lifetime import IdleChildren, start_on_lifetime_thread
 from neuron_args.compilers.process import describe_exit
 from neuron_args.compilers.supervisor import die_with_parent
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
+from neuron_args.settings import CompileSettings
 from neuron_args.text import clip
-
-if TYPE_CHECKING:
-    from neuron_args.settings import CompileSettings
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -224,10 +224,6 @@ def parallel_trace(
     ``before_children()`` runs once before the first child starts; ``on_result(index, result)`` as each
     job settles (the runner compiles while the rest trace); ``cancel`` stops the call as Ctrl-C does.
     """
-    from neuron_args.cache import cache_root
-    from neuron_args.cache_key import current_autograd_mode
-    from neuron_args.settings import CompileSettings
-
     opts = CompileSettings.from_options(options, "parallel_trace")  # a bad option fails here, not in every child
     if keep_children:
         idle_seconds()  # a bad $NEURON_ARGS_TRACE_IDLE_SECONDS fails here, not when a child is kept
@@ -275,9 +271,6 @@ def _worker_cap(workers: int | None) -> int:
 def recorded_complete(jobs: Iterable[Sequence[Any]], settings: CompileSettings) -> list[bool]:
     """For each job, whether the trace record lists its keys as complete (with an ``in_process`` tracer,
     :func:`parallel_trace` traces those in this process and starts no child for them)."""
-    from neuron_args.cache import cache_root
-    from neuron_args.cache_key import current_autograd_mode
-
     prints = [fingerprint(normalize_job(j, current_autograd_mode()), settings) for j in jobs]
     known = TraceRecord(cache_root(settings.cache_dir)).complete_keys(prints)
     return [fp in known for fp in prints]

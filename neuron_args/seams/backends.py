@@ -131,10 +131,10 @@ class CompiledGraph:
     @property
     def lowered(self) -> Any:
         """The graph lowered to HLO (the compiler's input); lowered on first use after a memo hit."""
-        if self._lowered is None and self._lower() != self.graph_sha256:
+        if self._lowered is None and (digest := self._lower()) != self.graph_sha256:
             raise LoweringError(
                 f"{self.seam}: the trace memo predicted HLO sha256 {self.graph_sha256[:12]} for "
-                f"{graph_label(current_graph_type())}, which now lowers to {graph_digest(self._lowered.hlo_text)[:12]} "
+                f"{graph_label(current_graph_type())}, which now lowers to {digest[:12]} "
                 f"(its lowering changed, or is not deterministic); the memo entry was removed.\nfix: run again, "
                 f"or set {trace_memo.ENV}=0")
         return self._lowered
@@ -370,9 +370,7 @@ def _counted(fn: Callable[..., Any], key: str) -> Callable[[list[Any]], Any]:
 def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
     """Which Dynamo graph inputs are the caller's (not lifted parameters or buffers), for the manifest."""
     mask = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
+    for node in gm.graph.find_nodes(op="placeholder"):
         source = getattr(node.meta.get("grapharg"), "source", None)
         name = source.name() if callable(getattr(source, "name", None)) else str(getattr(source, "name", node.name))
         mask.append(not any(part in name for part in ("_parameters", "_buffers", "._modules")))
