@@ -329,6 +329,21 @@ def test_two_scopes_on_one_graph_get_two_keys_the_second_lowered_when_it_misses(
     assert [(r["key"], r["loads"]) for r in rows()] == [(keys["-O3"], 1)]
 
 
+def test_a_memo_hit_reads_the_executable_once(mlp_built, counts, monkeypatch):
+    """Trusting the memo's prediction verifies the entry, reading and hashing its executable; the load takes the
+    bytes hashed then: one read, no second one for the load."""
+    from neuron_args import cache as cache_module
+    from neuron_args.untrusted import read_chunks
+
+    root, key = mlp_built
+    reads = []
+    monkeypatch.setattr(cache_module, "read_chunks", lambda *a: reads.append(a[3]) or read_chunks(*a))
+    out = run_mlp(root)
+    assert counts.take() == (0, 0) and [(r["key"], r["loads"]) for r in rows()] == [(key, 1)]
+    assert reads == [CompileCache(root).entry(key).executable_path]
+    torch.testing.assert_close(out, make_mlp()(*mlp_inputs()), rtol=1e-5, atol=1e-5)
+
+
 def test_assert_cache_hit_is_unchanged_under_the_memo(mlp_cache, counts, monkeypatch):
     monkeypatch.setenv(ASSERT_CACHE_HIT_ENV, "1")
     run_mlp(mlp_cache)  # built: a hit, from the memo

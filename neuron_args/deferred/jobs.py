@@ -45,10 +45,7 @@ def normalize_job(job: Sequence[Any], autograd: str | None = None) -> TraceJob:
     """Accept ``(model, kwargs)`` (no per-graph override: the native path) or ``(model, kwargs, args)``; a job
     that records no autograd mode gets ``autograd`` (the ``parallel_trace`` call's)."""
     if isinstance(job, TraceJob):
-        if job.autograd is not None or autograd is None:
-            return job
-        return TraceJob(job[0], job[1], job[2], job.graph_type, autograd)
+        return job if job.autograd is not None or autograd is None else TraceJob(*job, job.graph_type, autograd)
     if not isinstance(job, (tuple, list)) or len(job) not in (2, 3):
         raise TypeError(f"a trace job is (model, kwargs) or (model, kwargs, compiler_args), got {job!r}")
-    model, kwargs = job[0], job[1]
-    return TraceJob(model, kwargs, job[2] if len(job) == 3 else None, autograd=autograd)
+    return TraceJob(job[0], job[1], job[2] if len(job) == 3 else None, autograd=autograd)

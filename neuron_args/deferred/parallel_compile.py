@@ -21,7 +21,7 @@ from typing import Any
 
 from neuron_args.activity import note
 from neuron_args.cache import HLO_NAME, LOCK_TIMEOUT, METADATA_NAME, CacheEntry, CompileCache, disk_error
-from neuron_args.compilers import compiler_choice
+from neuron_args.compilers import compiler_choice, select_compiler
 from neuron_args.compilers.base import check_keyed_compiler, check_keyed_version, compile_entry
 from neuron_args.compilers.lifetime import CancelScope, CompileCancelled, within
 from neuron_args.deferred.farm import build_on, expected_compiler
@@ -133,10 +133,8 @@ def _build(root: str, key: str, base_args: list[str] | None, compiler_name: str 
             if entry.is_complete:
                 return replace(report, how="already-complete")
             scope.check()
-            if farm is not None:
-                size = build_on(farm, entry, md, report.compiler_args, compiler_name, timeout, scope)
-            else:
-                size = _build_here(entry, md, report.compiler_args, compiler_name, timeout)
+            size = (_build_here(entry, md, report.compiler_args, compiler_name, timeout) if farm is None else
+                    build_on(farm, entry, md, report.compiler_args, compiler_name, timeout, scope))
             ended: dict[str, Any] = {"executable_size": size}
     except (CompileCancelled, InterruptedError):
         ended = {"how": "cancelled"}
@@ -153,8 +151,6 @@ def _build_here(entry: CacheEntry, md: EntryMetadata, compiler_args: list[str], 
                 timeout: float | None) -> int:
     """Compile ``entry`` (its key's lock held) in a compiler process of this machine; the executable's size.
     ``timeout`` None: the capture's option, else the environment's or the compiler's."""
-    from neuron_args.compilers import select_compiler
-
     key, graph_type = entry.key, md.graph_type
     if not entry.hlo_path.is_file():
         raise CompileError(

@@ -24,20 +24,20 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from neuron_args import envs
 from neuron_args.activity import ACTIVITY
+from neuron_args.cache import cache_root
+from neuron_args.cache_key import current_autograd_mode
 from neuron_args.compilers.lifetime import IdleChildren, start_on_lifetime_thread
 from neuron_args.compilers.process import describe_exit
 from neuron_args.compilers.supervisor import die_with_parent
 from neuron_args.deferred.jobs import TraceJob, normalize_job, workers_from_env
 from neuron_args.deferred.trace_record import TraceRecord, fingerprint
 from neuron_args.errors import CacheMissError, NeuronArgsError, TraceError
+from neuron_args.settings import CompileSettings
 from neuron_args.text import clip
-
-if TYPE_CHECKING:
-    from neuron_args.settings import CompileSettings
 
 log = logging.getLogger("neuron_args.deferred")
 
@@ -102,10 +102,9 @@ def _run_job(job: TraceJob, settings: CompileSettings) -> tuple[str, Any]:
     compiled with a neuron seam keeps its own options. Dynamo is reset after, so the next job keys afresh."""
     import torch
 
+    from neuron_args.cache_key import autograd_mode
     from neuron_args.scope import scoped_compiler_args
     from neuron_args.seams import records
-
-    from neuron_args.cache_key import autograd_mode
 
     try:
         model, kwargs, compiler_args = job
@@ -225,18 +224,14 @@ def parallel_trace(
     ``before_children()`` runs once before the first child starts; ``on_result(index, result)`` as each
     job settles (the runner compiles while the rest trace); ``cancel`` stops the call as Ctrl-C does.
     """
-    from neuron_args.cache import cache_root
-    from neuron_args.settings import CompileSettings
-
-    from neuron_args.cache_key import current_autograd_mode
-
     opts = CompileSettings.from_options(options, "parallel_trace")  # a bad option fails here, not in every child
     if keep_children:
         idle_seconds()  # a bad $NEURON_ARGS_TRACE_IDLE_SECONDS fails here, not when a child is kept
     todo = [normalize_job(j, current_autograd_mode()) for j in jobs]  # each traced in this call's mode
     # the record is the in-process tracer's (a job compiled by its caller may cache elsewhere)
     record = TraceRecord(cache_root(opts.cache_dir)) if in_process is not None else None
-    prints, known = _recorded(todo, opts, record)
+    prints = ["" if record is None else fingerprint(job, opts) for job in todo]
+    known = {} if record is None else record.complete_keys(prints)
     here = [i for i, fp in enumerate(prints) if fp in known]
     children = [i for i, fp in enumerate(prints) if fp not in known]
     results: list[TraceResult | None] = [None] * len(todo)
@@ -276,21 +271,9 @@ def _worker_cap(workers: int | None) -> int:
 def recorded_complete(jobs: Iterable[Sequence[Any]], settings: CompileSettings) -> list[bool]:
     """For each job, whether the trace record lists its keys as complete (with an ``in_process`` tracer,
     :func:`parallel_trace` traces those in this process and starts no child for them)."""
-    from neuron_args.cache import cache_root
-    from neuron_args.cache_key import current_autograd_mode
-
-    prints, known = _recorded([normalize_job(j, current_autograd_mode()) for j in jobs], settings,
-                              TraceRecord(cache_root(settings.cache_dir)))
+    prints = [fingerprint(normalize_job(j, current_autograd_mode()), settings) for j in jobs]
+    known = TraceRecord(cache_root(settings.cache_dir)).complete_keys(prints)
     return [fp in known for fp in prints]
-
-
-def _recorded(todo: list[TraceJob], opts: CompileSettings, record: TraceRecord | None
-              ) -> tuple[list[str], dict[str, list[str]]]:
-    """Each job's fingerprint and, of those, the ones ``record`` lists complete (no record: none)."""
-    if record is None:
-        return [""] * len(todo), {}
-    prints = [fingerprint(job, opts) for job in todo]
-    return prints, record.complete_keys(prints)
 
 
 def _trace_here(todo: list[TraceJob], indices: list[int], in_process: Callable[[TraceJob], list[str]],
@@ -339,13 +322,19 @@ class _TraceChild:
         self.job: int | None = None
         self.started = 0.0
 
-    def give(self, index: int, job: TraceJob, call: int, opts: CompileSettings) -> None:
-        """Send a job (its index when the child inherited it, else pickled: that raises here) with the call's
-        settings and environment; a dead child's job fails when it is collected."""
-        self.job, self.started = index, time.monotonic()
-        blob = None if self.forked and self.call == call else bytes(ForkingPickler.dumps(job))
-        with contextlib.suppress(OSError):
-            self.conn.send((index, blob, opts, envs.snapshot()))
+    def give(self, todo: list[TraceJob], index: int, call: int, opts: CompileSettings) -> str | None:
+        """Send ``todo[index]`` (the index when the child inherited the list, else the job pickled) with the call's
+        settings and environment; why it cannot be sent, else None (a dead child's job fails when it is collected)."""
+        self.job, self.started, job = index, time.monotonic(), todo[index]
+        try:
+            blob = None if self.forked and self.call == call else bytes(ForkingPickler.dumps(job))
+            with contextlib.suppress(OSError):
+                self.conn.send((index, blob, opts, envs.snapshot()))
+        except Exception as exc:  # spawn/fork server: the job is pickled, and this one does not pickle
+            return (f"trace job of graph type {job.graph_type!r} cannot be sent to its child ({type(exc).__name__}: "
+                    f"{exc}); fix: make the model and its inputs picklable, or call parallel_trace before this "
+                    "process first runs a compiled graph (forked children inherit the job)")
+        return None
 
     def stop(self) -> None:
         """No more jobs: the child leaves on reading None (not on the pipe's end: forked siblings hold it too)."""
@@ -416,10 +405,10 @@ def _trace_in_children(todo: list[TraceJob], indices: list[int], opts: CompileSe
             while pending and sum(c.job is None for c in children) < len(pending) and len(children) < n_workers:
                 children.append(_TraceChild(ctx, todo, call))
             for child in [c for c in children if c.job is None]:
-                if pending:
-                    _give(child, pending.popleft(), todo, finish, call, opts)
-                else:
+                if not pending:
                     leave(child)
+                elif (error := child.give(todo, pending.popleft(), call, opts)) is not None:
+                    finish(child, "failed", error)
             _collect(children, todo, deadline_s, finish, 1.0 if cancel is None else 0.2)
         for child in list(children):
             leave(child)
@@ -440,16 +429,6 @@ _DIED_HINT = {1: "; its traceback is on stderr. Under spawn or a fork server a c
 _KILLED_HINT = ("; fix: a signal ended it (SIGKILL with no one sending it is mostly the kernel's out-of-memory "
                 "killer: see `dmesg`): trace fewer jobs at once (NEURON_ARGS_TRACE_WORKERS) or free memory, then "
                 "rerun; the other jobs are not affected")
-
-
-def _give(child: _TraceChild, i: int, todo: list[TraceJob], finish: Any, call: int, opts: CompileSettings) -> None:
-    try:
-        child.give(i, todo[i], call, opts)
-    except Exception as exc:  # spawn/fork server: the job is pickled, and this one does not pickle
-        finish(child, "failed", f"trace job of graph type {todo[i].graph_type!r} cannot be sent to its child "
-                                f"({type(exc).__name__}: {exc}); fix: make the model and its inputs picklable, "
-                                "or call parallel_trace before this process first runs a compiled graph (forked "
-                                "children inherit the job)")
 
 
 def _collect(children: list[_TraceChild], todo: list[TraceJob], deadline_s: float, finish: Any,

@@ -98,17 +98,13 @@ class TraceRecord:
         if not resolved:
             return
         jobs = self.read()
-        changed = False
-        for fp, (graph_type, keys) in resolved.items():
-            if not keys:
-                continue
-            new = {"graph_type": graph_type, "keys": sorted(set(keys))}
-            if jobs.get(fp) != new:
-                jobs.pop(fp, None)  # re-insert: the newest stay when the record is trimmed
-                jobs[fp] = new
-                changed = True
+        new = {fp: {"graph_type": graph_type, "keys": sorted(set(keys))}
+               for fp, (graph_type, keys) in resolved.items() if keys}
+        changed = {fp: line for fp, line in new.items() if jobs.get(fp) != line}
         if not changed:
             return
+        # the changed lines go last: the newest stay when the record is trimmed
+        jobs = {fp: line for fp, line in jobs.items() if fp not in changed} | changed
         kept = dict(list(jobs.items())[-MAX_JOBS:])
         try:
             write_atomic(self.path, json.dumps({"version": RECORD_VERSION, "jobs": kept}, indent=0))

@@ -78,6 +78,8 @@ class CompiledGraph:
         self._lowered = lowered
         self._trace, self._forget = trace, forget
         self._fw_inputs: Sequence[Any] | None = None
+        # the entry built() verified last, holding the executable bytes it hashed: the variant's load takes them
+        self._verified: CacheEntry | None = None
         self._materializing = threading.Lock()  # two scopes' first calls may need the graph at once
         self.settings = settings
         self.grad = grad  # Dynamo traced the graph with grad enabled (see autograd)
@@ -110,6 +112,7 @@ class CompiledGraph:
         run = self._variants.get(pick)
         if run is None:
             run = self._variants[pick] = self._build_variant(scope)
+            self._verified = None  # loaded, or not this variant's entry: its bytes are not kept
         if call_observer is not None:
             return call_observer(self, run, args)
         return run(args)
@@ -128,10 +131,10 @@ class CompiledGraph:
     @property
     def lowered(self) -> Any:
         """The graph lowered to HLO (the compiler's input); lowered on first use after a memo hit."""
-        if self._lowered is None and self._lower() != self.graph_sha256:
+        if self._lowered is None and (digest := self._lower()) != self.graph_sha256:
             raise LoweringError(
                 f"{self.seam}: the trace memo predicted HLO sha256 {self.graph_sha256[:12]} for "
-                f"{graph_label(current_graph_type())}, which now lowers to {graph_digest(self._lowered.hlo_text)[:12]} "
+                f"{graph_label(current_graph_type())}, which now lowers to {digest[:12]} "
                 f"(its lowering changed, or is not deterministic); the memo entry was removed.\nfix: run again, "
                 f"or set {trace_memo.ENV}=0")
         return self._lowered
@@ -171,9 +174,14 @@ class CompiledGraph:
         )
 
     def built(self, key: CacheKey) -> bool:
-        """Whether ``key``'s entry is complete and verified (what trusting the memo's prediction needs)."""
-        entry = self.cache.entry(key)
-        return entry.is_complete and self.cache.verified(entry) is None
+        """Whether ``key``'s entry is complete and verified (what trusting the memo's prediction needs); the entry
+        verified is kept with the bytes it hashed, so the variant's load reads the executable no second time."""
+        kept = self._verified
+        entry = kept if kept is not None and kept.key == key.key else self.cache.entry(key)
+        if not entry.is_complete or self.cache.verified(entry) is not None:
+            return False
+        self._verified = entry
+        return True
 
     def predicted_built(self) -> bool:
         """Whether the current scope's key is built (False when the scope does not resolve: the full path
@@ -249,7 +257,8 @@ def _compiled_variant(graph: CompiledGraph, v: Variant) -> Callable[[list[Any]],
     on_hit = None if graph.keys_args else _one_native_args(graph, v)
     try:
         entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
-        run = _load(graph, entry, hit, v)
+        kept = graph._verified  # a hit built() verified: load the bytes it hashed
+        run = _load(graph, kept if hit and kept is not None and kept.key == entry.key else entry, hit, v)
         if run is None:  # the entry's executable did not load: it was moved aside, build it again
             entry, hit = graph.cache.get_or_build(v.key, build, graph_type=v.graph_type, on_hit=on_hit)
             run = _load(graph, entry, False, v)  # a second failure is an error
@@ -361,9 +370,7 @@ def _counted(fn: Callable[..., Any], key: str) -> Callable[[list[Any]], Any]:
 def _user_input_mask(gm: torch.fx.GraphModule) -> list[bool] | None:
     """Which Dynamo graph inputs are the caller's (not lifted parameters or buffers), for the manifest."""
     mask = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
+    for node in gm.graph.find_nodes(op="placeholder"):
         source = getattr(node.meta.get("grapharg"), "source", None)
         name = source.name() if callable(getattr(source, "name", None)) else str(getattr(source, "name", node.name))
         mask.append(not any(part in name for part in ("_parameters", "_buffers", "._modules")))
