@@ -62,8 +62,10 @@ def build_config(
     given = dict(topology or {})
     unknown = sorted(set(given) - set(TOPOLOGY_DEFAULTS))
     if unknown:
-        raise ValueError(f"build_config: unknown topology key(s) {unknown}; the manifest schema v1 records "
-                         f"{', '.join(TOPOLOGY_DEFAULTS)}")
+        raise ValueError(
+            f"build_config: unknown topology key(s) {unknown}; the manifest schema v1 records "
+            f"{', '.join(TOPOLOGY_DEFAULTS)}"
+        )
     topo: dict[str, Any] = {**TOPOLOGY_DEFAULTS, **given}  # the defaults' order: ``given`` holds none other
     if not isinstance(topo["has_collectives"], bool):
         raise ValueError(f"topology['has_collectives'] must be a bool, got {topo['has_collectives']!r}")
@@ -86,13 +88,17 @@ def config_block(config: Mapping[str, Any] | None) -> dict:
     config = config or {}
     unknown = sorted(str(k) for k in config if k not in CONFIG_FIELDS)
     if unknown:
-        logger.warning("manifest config: dropping unknown field(s) %s (schema v1 has %s); build the config "
-                       "with neuron_args.manifest.build_config()", unknown, ", ".join(CONFIG_FIELDS))
+        logger.warning(
+            "manifest config: dropping unknown field(s) %s (schema v1 has %s); build the config "
+            "with neuron_args.manifest.build_config()", unknown, ", ".join(CONFIG_FIELDS),
+        )
     try:
         return build_config(**{k: config[k] for k in CONFIG_FIELDS if k in config})
     except Exception as exc:
-        logger.warning("manifest config could not be recorded (%s: %s); writing an empty config block",
-                       type(exc).__name__, exc)
+        logger.warning(
+            "manifest config could not be recorded (%s: %s); writing an empty config block",
+            type(exc).__name__, exc,
+        )
         return build_config()
 
 

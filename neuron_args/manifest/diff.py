@@ -142,8 +142,10 @@ class ManifestDiff:
 
     @property
     def empty(self) -> bool:
-        return not (self.manifest_version or self.added_graphs or self.removed_graphs
-                    or self.changed_graphs or self.config or self.environment)
+        return not (
+            self.manifest_version or self.added_graphs or self.removed_graphs
+            or self.changed_graphs or self.config or self.environment
+        )
 
     def lines(self) -> list[str]:
         """Readable lines (``[]`` when empty): ``+`` added, ``-`` removed, ``~`` changed."""
@@ -155,8 +157,9 @@ class ManifestDiff:
                     f"flags {g.get('compiler_flags') or '-'}" for g in graphs]
         for r in self.replacements:
             what = _graph_change_lines(r) or ["same flags, shapes and ranks: the graph or tool versions changed"]
-            out.append(f"~ graph {self._name(r['old_hash'])} -> {r['new_hash'][:12]} (same input shapes): "
-                       + "; ".join(what))
+            out.append(
+                f"~ graph {self._name(r['old_hash'])} -> {r['new_hash'][:12]} (same input shapes): " + "; ".join(what)
+            )
         for c in self.changed_graphs:
             out.append(f"~ graph {self._name(c['graph_hash'])}: " + "; ".join(_graph_change_lines(c)))
         out += [f"~ {_value_line(c)}" for c in (*self.config, *self.environment)]

@@ -42,8 +42,10 @@ def manifest_root() -> Path | None:
 def _device(text: str, spec: str) -> int:
     text = text.strip()
     if not _INDEX_RE.match(text) or int(text) > MAX_DEVICE_INDEX:
-        raise ValueError(f"{VISIBLE_DEVICES_ENV}={spec!r}: {text!r} is not a device index (0..{MAX_DEVICE_INDEX}); "
-                         "write indices and ranges like '0-7', '0,1,2,3' or '0-1,4-5'")
+        raise ValueError(
+            f"{VISIBLE_DEVICES_ENV}={spec!r}: {text!r} is not a device index (0..{MAX_DEVICE_INDEX}); "
+            "write indices and ranges like '0-7', '0,1,2,3' or '0-1,4-5'"
+        )
     return int(text)
 
 
@@ -58,8 +60,10 @@ def parse_visible_devices(value: str) -> list[int]:
             first_text, _, last_text = item.partition("-")
             first, last = _device(first_text, value), _device(last_text, value)
             if last < first:
-                raise ValueError(f"{VISIBLE_DEVICES_ENV}={value!r}: range {item!r} runs backwards; "
-                                 f"write '{last}-{first}'")
+                raise ValueError(
+                    f"{VISIBLE_DEVICES_ENV}={value!r}: range {item!r} runs backwards; "
+                    f"write '{last}-{first}'"
+                )
             devices.extend(range(first, last + 1))
         else:
             devices.append(_device(item, value))

@@ -61,14 +61,20 @@ def register_tp_group(group_ranks: Sequence[int], rank_in_group: int) -> None:
     """Ledger lines record ``rank_in_group`` (vLLM's ``get_tp_group().rank_in_group``); the emitter maps it back
     to ``group_ranks[rank_in_group]``. Forked children inherit it."""
     if isinstance(group_ranks, (str, bytes)) or not isinstance(group_ranks, Sequence):
-        raise TypeError(f"register_tp_group: group_ranks must be a sequence of global ranks, got {group_ranks!r}")
+        raise TypeError(
+            f"register_tp_group: group_ranks must be a sequence of global ranks, got {group_ranks!r}"
+        )
     ranks = tuple(int(r) for r in group_ranks)
     if not ranks or len(set(ranks)) != len(ranks) or min(ranks) < 0:
-        raise ValueError(f"register_tp_group: group_ranks {list(group_ranks)!r} must be non-empty, unique, "
-                         "non-negative global ranks")
+        raise ValueError(
+            f"register_tp_group: group_ranks {list(group_ranks)!r} must be non-empty, unique, "
+            "non-negative global ranks"
+        )
     if isinstance(rank_in_group, bool) or not isinstance(rank_in_group, int) or rank_in_group not in range(len(ranks)):
-        raise ValueError(f"register_tp_group: rank_in_group {rank_in_group!r} is not an index into "
-                         f"group_ranks {list(ranks)!r} (expected 0..{len(ranks) - 1})")
+        raise ValueError(
+            f"register_tp_group: rank_in_group {rank_in_group!r} is not an index into "
+            f"group_ranks {list(ranks)!r} (expected 0..{len(ranks) - 1})"
+        )
     ACTIVITY.ledger.tp_group = (ranks, rank_in_group)
 
 
