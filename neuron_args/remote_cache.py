@@ -84,10 +84,10 @@ class RemoteLocation:
         rest = url[len(SCHEME):].strip("/")
         bucket, _, prefix = rest.partition("/")
         parts = [p for p in prefix.split("/") if p]
-        if not _BUCKET.match(bucket) or ".." in bucket:
+        if not _BUCKET.fullmatch(bucket) or ".." in bucket:
             raise OptionsError(f"cache_dir {url!r}: {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, "
                                "dots and hyphens). Fix: give cache_dir as s3://BUCKET/PREFIX")
-        bad = [p for p in parts if p in (".", "..") or not _PART.match(p)]
+        bad = [p for p in parts if p in (".", "..") or not _PART.fullmatch(p)]
         if bad:
             raise OptionsError(f"cache_dir {url!r}: the prefix part {bad[0]!r} is not allowed (letters, digits and "
                                "._-=+@ only, no '.' or '..'). Fix: give cache_dir as s3://BUCKET/PREFIX")
@@ -347,12 +347,12 @@ class Marker:
         if not isinstance(doc, dict) or doc.get("format") != MARKER_FORMAT or doc.get("key") != key:
             raise ValueError("the marker is not a neuron-args remote marker of this key")
         folder, files = doc.get("folder"), doc.get("files")
-        if not isinstance(folder, str) or not _ID.match(folder) or not isinstance(files, dict) or not files:
+        if not isinstance(folder, str) or not _ID.fullmatch(folder) or not isinstance(files, dict) or not files:
             raise ValueError("the marker names no upload folder or no files")
         out = {}
         for name, info in files.items():
             size, sha = (info.get("size"), info.get("sha256")) if isinstance(info, dict) else (None, None)
-            if (not _NAME.match(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
+            if (not _NAME.fullmatch(name) or name.startswith(".") or name == REMOTE_MARKER or not isinstance(size, int)
                     or isinstance(size, bool) or not 0 <= size <= FILE_LIMIT or not is_sha256(sha)
                     or (name.endswith(".json") and size > METADATA_LIMIT)):
                 raise ValueError(f"the marker's file entry {name[:80]!r} is malformed")
@@ -429,7 +429,7 @@ def publish(entry: EntryLike, graph_type: str | None = None) -> bool:
             stamp = file_stamp(entry.marker_path)
             names = sorted(p.name for p in entry.path.iterdir()
                            if p.is_file() and not p.is_symlink() and p.name != entry.marker_path.name
-                           and not p.name.startswith(".") and _NAME.match(p.name))
+                           and not p.name.startswith(".") and _NAME.fullmatch(p.name))
             md = entry.info()  # what `cache ls` shows of the entry, before the marker check below
             handles = {n: opened.enter_context(open(entry.path / n, "rb")) for n in names}
             if stamp is None or file_stamp(entry.marker_path) != stamp:

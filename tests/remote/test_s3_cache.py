@@ -30,7 +30,7 @@ def test_url_maps_to_a_bound_local_copy(monkeypatch, tmp_path):
     from neuron_args.runner import NeuronRunner
 
     assert NeuronRunner(torch.nn.Linear(2, 2), graphs=[], cache_dir="s3://neuron-cache/team/nightly").cache_dir == root
-    for bad in ("s3://UPPER/x", "s3://ok-bucket/../etc", "s3://a"):
+    for bad in ("s3://UPPER/x", "s3://ok-bucket/../etc", "s3://a", "s3://ok-bucket\n/x"):
         with pytest.raises(remote_cache.OptionsError, match="cache_dir"):
             cache_root(bad)
 
